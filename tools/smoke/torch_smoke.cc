@@ -1,0 +1,3 @@
+#include <torch/torch.h>
+#include <iostream>
+int main() { std::cout << torch::ones({2, 2}).sum().item<float>() << "\n"; }
