@@ -1,0 +1,57 @@
+# Verity: the two set-up commands are `make run` and `make test` (see README.md).
+# Both install missing Debian packages first (as root), then build with Bazel offline.
+
+SHELL := /bin/bash
+BAZEL ?= bazel
+LISTEN ?= localhost:50051
+DATA_DIR ?= ./var
+DATASETS ?= $(abspath ../shared/datasets)
+
+# Debian 12 packages the build, the tests and the embedded PostgreSQL need.
+PACKAGES := bazel-bootstrap g++ make python3 libgrpc++-dev protobuf-compiler \
+	protobuf-compiler-grpc libprotobuf-dev libabsl-dev libpqxx-dev libpq-dev libtorch-dev \
+	libgtest-dev libgmock-dev postgresql-15
+
+.PHONY: run test build deps demo clean
+
+deps:
+	@missing=$$(for p in $(PACKAGES); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
+	  done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "Installing missing packages:" $$missing; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else \
+	    echo "Missing Debian packages. Run as root:"; \
+	    echo "  apt-get update && apt-get install -y --no-install-recommends" $$missing; \
+	    exit 1; \
+	  fi; \
+	fi
+
+build: deps
+	$(BAZEL) build //...
+
+# Starts the server on $(LISTEN) with an embedded PostgreSQL under $(DATA_DIR).
+run: deps
+	$(BAZEL) build //server:verity_server //client:verity
+	@echo "CLI: $(CURDIR)/bazel-bin/client/verity --help"
+	exec bazel-bin/server/verity_server --listen=$(LISTEN) --data_dir=$(DATA_DIR)
+
+# Runs every test; the last line is "N passed, N failed" (test cases, from Bazel's test.xml).
+test: deps
+	@set -o pipefail; status=0; \
+	VERITY_DATASETS=$(DATASETS) $(BAZEL) test //... || status=$$?; \
+	if [ $$status -ne 0 ] && [ $$status -ne 3 ]; then \
+	  echo "bazel test could not run the tests (exit $$status)"; echo "0 passed, 1 failed"; exit 1; \
+	fi; \
+	python3 tools/test_summary.py bazel-testlogs; summary=$$?; \
+	if [ $$status -ne 0 ] || [ $$summary -ne 0 ]; then exit 1; fi
+
+# Streams bluebirds into a running server (make run) and prints its accuracy against gold.
+demo:
+	$(BAZEL) build //client:verity
+	tools/demo.sh $(DATASETS)/bluebirds
+
+clean:
+	$(BAZEL) clean

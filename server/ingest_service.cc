@@ -1,0 +1,150 @@
+#include "server/ingest_service.h"
+
+#include <deque>
+#include <future>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/validation.h"
+
+namespace verity::server {
+namespace {
+
+// One batch between read and ack.
+struct InFlightBatch {
+  v1::BatchAck ack;  // batch_id, rejections and whole-batch errors filled at read time.
+  std::optional<std::future<IngestPipeline::Result>> commit;
+};
+
+void FailBatch(v1::BatchAck& ack, const absl::Status& status) {
+  ack.set_error_code(static_cast<int32_t>(status.code()));
+  ack.set_error_message(std::string(status.message()));
+}
+
+void FillOutcomes(v1::BatchAck& ack, const IngestPipeline::Result& result) {
+  if (!result.ok()) {
+    FailBatch(ack, result.status());
+    return;
+  }
+  for (const storage::WriteResult& r : *result) {
+    switch (r.outcome) {
+      case storage::WriteOutcome::kAccepted: ack.set_accepted(ack.accepted() + 1); break;
+      case storage::WriteOutcome::kDuplicate: ack.set_duplicate(ack.duplicate() + 1); break;
+      case storage::WriteOutcome::kRevised: ack.set_revised(ack.revised() + 1); break;
+    }
+  }
+}
+
+// State shared by a stream's reader (the handler thread) and its ack writer.
+struct StreamState {
+  absl::Mutex mu;
+  std::deque<InFlightBatch> in_flight ABSL_GUARDED_BY(mu);
+  bool reading_done ABSL_GUARDED_BY(mu) = false;
+  bool write_failed ABSL_GUARDED_BY(mu) = false;
+
+  bool HasWorkOrDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return !in_flight.empty() || reading_done;
+  }
+  bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return in_flight.size() < static_cast<size_t>(IngestServiceImpl::kMaxBatchesInFlight);
+  }
+};
+
+}  // namespace
+
+grpc::Status IngestServiceImpl::SubmitAnnotations(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::BatchAck, v1::AnnotationBatch>* stream) {
+  StreamState state;
+
+  std::thread writer([&] {
+    while (true) {
+      InFlightBatch batch;
+      {
+        absl::MutexLock lock(&state.mu);
+        state.mu.Await(absl::Condition(&state, &StreamState::HasWorkOrDone));
+        if (state.in_flight.empty()) return;
+        batch = std::move(state.in_flight.front());
+        state.in_flight.pop_front();
+      }
+      if (batch.commit.has_value()) FillOutcomes(batch.ack, batch.commit->get());
+      if (!stream->Write(batch.ack)) {
+        absl::MutexLock lock(&state.mu);
+        state.write_failed = true;
+      }
+    }
+  });
+
+  std::shared_ptr<LiveProject> project;
+  std::string project_name;
+  v1::AnnotationBatch batch;
+  while (!context->IsCancelled() && stream->Read(&batch)) {
+    InFlightBatch item;
+    item.ack.set_batch_id(batch.batch_id());
+    absl::Status batch_status = ValidateBatchShape(batch);
+    if (batch_status.ok() && !batch.project().empty() && batch.project() != project_name) {
+      batch_status = ValidateProjectName(batch.project());
+      if (batch_status.ok()) {
+        auto found = core_.registry->Get(batch.project());
+        if (found.ok()) {
+          project = *found;
+          project_name = batch.project();
+        } else {
+          batch_status = found.status();
+        }
+      }
+    }
+    if (batch_status.ok() && project == nullptr) {
+      batch_status = absl::InvalidArgumentError("project: required on the first batch of a stream");
+    }
+    if (!batch_status.ok()) {
+      FailBatch(item.ack, batch_status);
+    } else {
+      std::vector<storage::AnnotationWrite> writes;
+      writes.reserve(batch.annotations_size());
+      const int32_t k = project->num_classes();
+      const int64_t project_id = project->identity().project_id;
+      for (int i = 0; i < batch.annotations_size(); ++i) {
+        v1::Annotation* a = batch.mutable_annotations(i);
+        absl::Status s = ValidateAnnotation(absl::StrCat("annotations[", i, "]"), *a, k);
+        if (!s.ok()) {
+          v1::Rejection* r = item.ack.add_rejections();
+          r->set_index(i);
+          r->set_reason(std::string(s.message()));
+          continue;
+        }
+        storage::AnnotationWrite w;
+        w.project_id = project_id;
+        w.item_id = std::move(*a->mutable_item());
+        w.annotator_id = std::move(*a->mutable_annotator());
+        w.label = a->label();
+        if (a->has_client_time()) {
+          w.client_time = absl::FromUnixSeconds(a->client_time().seconds()) +
+                          absl::Nanoseconds(a->client_time().nanos());
+        }
+        writes.push_back(std::move(w));
+      }
+      item.ack.set_rejected(item.ack.rejections_size());
+      item.commit = core_.ingest->Submit(project, std::move(writes));
+    }
+    absl::MutexLock lock(&state.mu);
+    // Back-pressure: stop reading while too many batches of this stream wait for commit.
+    state.mu.Await(absl::Condition(&state, &StreamState::HasRoom));
+    state.in_flight.push_back(std::move(item));
+    if (state.write_failed) break;
+  }
+  {
+    absl::MutexLock lock(&state.mu);
+    state.reading_done = true;
+  }
+  writer.join();
+  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
+  return grpc::Status::OK;
+}
+
+}  // namespace verity::server

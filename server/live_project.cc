@@ -1,0 +1,397 @@
+#include "server/live_project.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "models/truth_model_factory.h"
+
+namespace verity::server {
+namespace {
+
+std::shared_ptr<const models::TruthModel> MajorityVoteModel(int32_t num_classes,
+                                                            const v1::ModelSettings& settings) {
+  auto model = models::CreateTruthModel("mv", num_classes, ModelOptionsFromSettings(settings));
+  // "mv" with validated options cannot fail; fall back to defaults if the options were bad.
+  if (!model.ok()) model = models::CreateTruthModel("mv", num_classes, {});
+  return std::shared_ptr<const models::TruthModel>(std::move(*model));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> MethodName(v1::TruthMethod method) {
+  switch (method) {
+    case v1::TRUTH_METHOD_UNSPECIFIED:
+    case v1::TRUTH_METHOD_DAWID_SKENE:
+      return std::string("ds");
+    case v1::TRUTH_METHOD_MAJORITY_VOTE:
+      return std::string("mv");
+    default:
+      return absl::UnimplementedError(absl::StrCat(
+          "truth method ", v1::TruthMethod_Name(method),
+          " is not built yet; this release serves TRUTH_METHOD_DAWID_SKENE and "
+          "TRUTH_METHOD_MAJORITY_VOTE"));
+  }
+}
+
+v1::TruthMethod MethodFromName(absl::string_view name) {
+  if (name == "ds") return v1::TRUTH_METHOD_DAWID_SKENE;
+  if (name == "mv") return v1::TRUTH_METHOD_MAJORITY_VOTE;
+  return v1::TRUTH_METHOD_UNSPECIFIED;
+}
+
+models::TruthModelOptions ModelOptionsFromSettings(const v1::ModelSettings& settings) {
+  models::TruthModelOptions options;
+  if (settings.confusion_smoothing() > 0) options.confusion_smoothing = settings.confusion_smoothing();
+  if (settings.prior_smoothing() > 0) options.prior_smoothing = settings.prior_smoothing();
+  if (settings.max_iterations() > 0) options.max_iterations = settings.max_iterations();
+  if (settings.tolerance() > 0) options.tolerance = settings.tolerance();
+  return options;
+}
+
+LiveProject::LiveProject(Identity identity, v1::ProjectSettings settings)
+    : identity_(std::move(identity)), settings_(std::move(settings)) {}
+
+absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identity,
+                                                                 v1::ProjectSettings settings,
+                                                                 StoredState stored) {
+  std::unique_ptr<LiveProject> project(new LiveProject(std::move(identity), std::move(settings)));
+  LiveProject& p = *project;
+  const int32_t k = p.num_classes();
+  absl::MutexLock lock(&p.mu_);
+  for (size_t i = 0; i < stored.item_ids.size(); ++i) p.EnsureItem(i, stored.item_ids[i]);
+  for (size_t i = 0; i < stored.gold.size() && i < p.gold_.size(); ++i) p.gold_[i] = stored.gold[i];
+  for (size_t a = 0; a < stored.annotator_ids.size(); ++a) {
+    p.EnsureAnnotator(a, stored.annotator_ids[a]);
+  }
+  // Labels in seq order, so each item's label list has the order live ingest would give it.
+  std::sort(stored.labels.begin(), stored.labels.end(),
+            [](const StoredState::Label& x, const StoredState::Label& y) { return x.seq < y.seq; });
+  for (const StoredState::Label& l : stored.labels) {
+    if (l.item < 0 || l.item >= static_cast<int32_t>(p.item_ids_.size()) || l.annotator < 0 ||
+        l.annotator >= static_cast<int32_t>(p.annotator_ids_.size()) || l.label < 0 ||
+        l.label >= k) {
+      return absl::InternalError(absl::StrCat("project ", p.identity_.name,
+                                              ": stored label out of range (item ", l.item,
+                                              ", annotator ", l.annotator, ", label ", l.label,
+                                              ")"));
+    }
+    p.SetLabel(l.item, l.annotator, l.label, l.seq);
+  }
+
+  std::shared_ptr<const models::TruthModel> model;
+  int32_t version = 0;
+  int64_t watermark = 0;
+  if (stored.latest_version.has_value()) {
+    const storage::ModelVersionRecord& v = *stored.latest_version;
+    auto restored = models::CreateTruthModel(v.method, k, ModelOptionsFromSettings(p.settings_.model()));
+    if (!restored.ok()) return restored.status();
+    if (absl::Status s = (*restored)->Restore(v.parameters); !s.ok()) {
+      return absl::InternalError(absl::StrCat("project ", p.identity_.name, ": model version ",
+                                              v.version, " does not restore: ", s.message()));
+    }
+    model = std::move(*restored);
+    version = v.version;
+    watermark = v.watermark;
+  } else {
+    model = MajorityVoteModel(k, p.settings_.model());
+  }
+  // Labels the restored version did not see count toward the next refit, as they did before.
+  p.changes_since_fit_ = 0;
+  for (const StoredState::Label& l : stored.labels) {
+    if (l.seq > watermark) ++p.changes_since_fit_;
+  }
+  p.last_fit_time_ = absl::Now();
+  p.PublishFullRecompute(std::move(model), version, watermark);
+  return project;
+}
+
+v1::ProjectSettings LiveProject::settings() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return settings_;
+}
+
+void LiveProject::SetSettings(v1::ProjectSettings settings) {
+  absl::MutexLock lock(&mu_);
+  settings_ = std::move(settings);
+}
+
+std::shared_ptr<const ProjectSnapshot> LiveProject::snapshot() const {
+  absl::ReaderMutexLock lock(&snapshot_mu_);
+  return snapshot_;
+}
+
+void LiveProject::Publish(std::shared_ptr<const ProjectSnapshot> snapshot) {
+  absl::MutexLock lock(&snapshot_mu_);
+  snapshot_ = std::move(snapshot);
+}
+
+int32_t LiveProject::EnsureItem(int32_t index, absl::string_view id) {
+  if (index >= static_cast<int32_t>(item_ids_.size())) {
+    item_ids_.resize(index + 1);
+    gold_.resize(index + 1, -1);
+    item_labels_.resize(index + 1);
+    item_newest_seq_.resize(index + 1, 0);
+  }
+  if (item_ids_[index].empty()) {
+    item_ids_[index] = std::string(id);
+    item_index_.emplace(item_ids_[index], index);
+  }
+  return index;
+}
+
+void LiveProject::EnsureAnnotator(int32_t index, absl::string_view id) {
+  if (index >= static_cast<int32_t>(annotator_ids_.size())) {
+    annotator_ids_.resize(index + 1);
+    annotator_label_counts_.resize(index + 1, 0);
+  }
+  if (annotator_ids_[index].empty()) {
+    annotator_ids_[index] = std::string(id);
+    annotator_index_.emplace(annotator_ids_[index], index);
+  }
+}
+
+void LiveProject::SetLabel(int32_t item, int32_t annotator, int32_t label, int64_t seq) {
+  std::vector<models::AnnotationMatrix::Entry>& labels = item_labels_[item];
+  auto it = std::find_if(labels.begin(), labels.end(),
+                         [annotator](const auto& e) { return e.other == annotator; });
+  if (it == labels.end()) {
+    labels.push_back({annotator, label});
+    ++annotator_label_counts_[annotator];
+    ++num_labels_;
+  } else {
+    it->label = label;
+  }
+  item_newest_seq_[item] = std::max(item_newest_seq_[item], seq);
+  newest_seq_ = std::max(newest_seq_, seq);
+}
+
+void LiveProject::RecomputeItem(const models::TruthModel& model, int32_t item,
+                                PosteriorTable::Builder& builder) const {
+  model.ItemPosterior(item_labels_[item], gold_[item], builder.mutable_probabilities(item));
+  builder.set_num_labels(item, static_cast<int32_t>(item_labels_[item].size()));
+  builder.set_newest_seq(item, item_newest_seq_[item]);
+  builder.set_is_gold(item, gold_[item] >= 0);
+}
+
+void LiveProject::PublishFullRecompute(std::shared_ptr<const models::TruthModel> model,
+                                       int32_t version, int64_t watermark) {
+  const int32_t k = num_classes();
+  auto snapshot = std::make_shared<ProjectSnapshot>(k);
+  PosteriorTable::Builder builder(snapshot->posteriors);
+  const int32_t n = static_cast<int32_t>(item_ids_.size());
+  builder.Resize(n);
+  std::vector<double> prior(k, 0.0);
+  int64_t labelled = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    RecomputeItem(*model, i, builder);
+    if (item_labels_[i].empty()) continue;
+    absl::Span<double> p = builder.mutable_probabilities(i);
+    for (int32_t c = 0; c < k; ++c) prior[c] += p[c];
+    ++labelled;
+  }
+  for (double& v : prior) v = labelled > 0 ? v / labelled : 1.0 / k;
+  snapshot->posteriors = std::move(builder).Build();
+  snapshot->class_prior = std::move(prior);
+  snapshot->model = model;
+  snapshot->model_version = version;
+  snapshot->model_watermark = watermark;
+  model_ = std::move(model);
+  model_version_ = version;
+  model_watermark_ = watermark;
+  Publish(std::move(snapshot));
+}
+
+void LiveProject::ApplyCommitted(absl::Span<const CommittedLabel> labels) {
+  if (labels.empty()) return;
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<const ProjectSnapshot> old = snapshot();
+  std::vector<int32_t> touched;
+  touched.reserve(labels.size());
+  for (const CommittedLabel& l : labels) {
+    EnsureItem(l.item_index, l.item_id);
+    EnsureAnnotator(l.annotator_index, l.annotator_id);
+    if (!l.changed) continue;
+    SetLabel(l.item_index, l.annotator_index, l.label, l.seq);
+    ++changes_since_fit_;
+    touched.push_back(l.item_index);
+  }
+  if (touched.empty() && static_cast<int32_t>(item_ids_.size()) == old->posteriors.num_items()) {
+    return;
+  }
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  auto next = std::make_shared<ProjectSnapshot>(*old);
+  PosteriorTable::Builder builder(old->posteriors);
+  const int32_t old_n = builder.num_items();
+  builder.Resize(static_cast<int32_t>(item_ids_.size()));
+  // New items without labels in this batch still need their prior (they start uniform).
+  for (int32_t i = old_n; i < builder.num_items(); ++i) RecomputeItem(*model_, i, builder);
+  for (int32_t i : touched) RecomputeItem(*model_, i, builder);
+  next->posteriors = std::move(builder).Build();
+  Publish(std::move(next));
+}
+
+void LiveProject::ApplyItems(absl::Span<const ItemChange> items) {
+  if (items.empty()) return;
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<const ProjectSnapshot> old = snapshot();
+  auto next = std::make_shared<ProjectSnapshot>(*old);
+  PosteriorTable::Builder builder(old->posteriors);
+  for (const ItemChange& change : items) {
+    EnsureItem(change.item_index, change.item_id);
+    if (change.gold_label.has_value()) gold_[change.item_index] = *change.gold_label;
+  }
+  const int32_t old_n = builder.num_items();
+  builder.Resize(static_cast<int32_t>(item_ids_.size()));
+  for (int32_t i = old_n; i < builder.num_items(); ++i) RecomputeItem(*model_, i, builder);
+  for (const ItemChange& change : items) RecomputeItem(*model_, change.item_index, builder);
+  next->posteriors = std::move(builder).Build();
+  Publish(std::move(next));
+}
+
+void LiveProject::RegisterAnnotators(
+    absl::Span<const std::pair<int32_t, std::string>> annotators) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [index, id] : annotators) EnsureAnnotator(index, id);
+}
+
+std::optional<int32_t> LiveProject::FindItem(absl::string_view item_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = item_index_.find(item_id);
+  if (it == item_index_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<int32_t> LiveProject::FindAnnotator(absl::string_view annotator_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = annotator_index_.find(annotator_id);
+  if (it == annotator_index_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> LiveProject::ItemIds(int32_t first, int32_t count) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  const int32_t n = static_cast<int32_t>(item_ids_.size());
+  for (int32_t i = std::max(first, 0); i < n && i < first + count; ++i) ids.push_back(item_ids_[i]);
+  return ids;
+}
+
+std::vector<std::string> LiveProject::AnnotatorIds() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return annotator_ids_;
+}
+
+int32_t LiveProject::AnnotatorLabelCount(int32_t annotator) const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (annotator < 0 || annotator >= static_cast<int32_t>(annotator_label_counts_.size())) return 0;
+  return annotator_label_counts_[annotator];
+}
+
+ProjectCounts LiveProject::Counts() const {
+  absl::ReaderMutexLock lock(&mu_);
+  ProjectCounts counts;
+  counts.num_items = static_cast<int64_t>(item_ids_.size());
+  counts.num_annotators = static_cast<int64_t>(annotator_ids_.size());
+  counts.num_labels = num_labels_;
+  counts.labels_since_version = changes_since_fit_;
+  counts.training = training_;
+  return counts;
+}
+
+bool LiveProject::RefitDue(absl::Time now, absl::Duration max_staleness) const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (training_ || num_labels_ == 0) return false;
+  absl::StatusOr<std::string> method = MethodName(settings_.model().method());
+  if (method.ok() && *method != model_->method() && model_version_ > 0) return true;
+  if (changes_since_fit_ == 0) return false;
+  const v1::ModelSettings& m = settings_.model();
+  const int64_t min_new = m.refit_min_new_labels() > 0 ? m.refit_min_new_labels() : 50;
+  const double fraction = m.refit_new_label_fraction() > 0 ? m.refit_new_label_fraction() : 0.1;
+  const int64_t threshold = std::max<int64_t>(min_new, static_cast<int64_t>(fraction * num_labels_));
+  return changes_since_fit_ >= threshold || now - last_fit_time_ >= max_staleness;
+}
+
+absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVersionStore& versions) {
+  // 1. Copy the fit's input under the lock.
+  std::vector<models::Annotation> annotations;
+  std::vector<int32_t> gold;
+  std::unique_ptr<models::TruthModel> model;
+  int32_t num_items, num_annotators;
+  int64_t watermark, changes_at_start;
+  std::string method;
+  {
+    absl::MutexLock lock(&mu_);
+    if (training_) return absl::FailedPreconditionError("a fit of this project is running");
+    absl::StatusOr<std::string> name = MethodName(settings_.model().method());
+    if (!name.ok()) return name.status();
+    method = *name;
+    if (model_->method() == method && model_->has_parameters()) {
+      model = model_->Clone();
+    } else {
+      auto created = models::CreateTruthModel(method, num_classes(),
+                                              ModelOptionsFromSettings(settings_.model()));
+      if (!created.ok()) return created.status();
+      model = std::move(*created);
+    }
+    num_items = static_cast<int32_t>(item_ids_.size());
+    num_annotators = static_cast<int32_t>(annotator_ids_.size());
+    annotations.reserve(num_labels_);
+    for (int32_t i = 0; i < num_items; ++i) {
+      for (const auto& e : item_labels_[i]) annotations.push_back({i, e.other, e.label});
+    }
+    gold = gold_;
+    watermark = newest_seq_;
+    changes_at_start = changes_since_fit_;
+    training_ = true;
+  }
+  auto done = [this](bool) {
+    absl::MutexLock lock(&mu_);
+    training_ = false;
+  };
+
+  // 2. Fit off the lock.
+  absl::StatusOr<models::AnnotationMatrix> data =
+      models::AnnotationMatrix::Build(num_items, num_annotators, num_classes(), annotations);
+  if (!data.ok()) {
+    done(false);
+    return data.status();
+  }
+  const bool warm = model->has_parameters();
+  absl::StatusOr<models::FitReport> report = model->Fit(*data, gold, warm);
+  if (!report.ok()) {
+    done(false);
+    return report.status();
+  }
+
+  // 3. Persist the new version before anyone can see it.
+  storage::ModelVersionRecord record;
+  record.project_id = identity_.project_id;
+  record.method = method;
+  record.parameters = model->Serialize();
+  record.watermark = watermark;
+  record.log_likelihood = report->log_likelihood;
+  record.iterations = report->iterations;
+  record.duration_ms = report->seconds * 1000.0;
+  record.num_labels = static_cast<int64_t>(annotations.size());
+  absl::StatusOr<storage::ModelVersionRecord> saved = versions.SaveModelVersion(record);
+  if (!saved.ok()) {
+    done(false);
+    return saved.status();
+  }
+
+  // 4. Publish: every posterior under the new parameters, including labels that arrived
+  // during the fit.
+  {
+    absl::MutexLock lock(&mu_);
+    changes_since_fit_ -= changes_at_start;
+    last_fit_time_ = absl::Now();
+    training_ = false;
+    PublishFullRecompute(std::shared_ptr<const models::TruthModel>(std::move(model)),
+                         saved->version, saved->watermark);
+  }
+  return saved;
+}
+
+}  // namespace verity::server

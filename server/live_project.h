@@ -1,0 +1,199 @@
+// LiveProject: one project's in-memory state in the server — its labels, id maps, the current
+// model version and the immutable snapshot that queries read.
+//
+// Writers: the ingest committer thread (ApplyCommitted, after each COMMIT), the project
+// service (ApplyItems, SetSettings) and the training scheduler (Refit). They serialise on
+// mu_. After every write the project publishes a new ProjectSnapshot with one pointer store;
+// a snapshot is never modified once published, so readers that hold one finish on it.
+//
+// Invariant: the published posteriors equal models::AllPosteriors(snapshot model, current
+// labels, gold). Online updates recompute a touched item from all its live labels with the
+// current model; a refit recomputes every item. Because the current model is always the
+// latest persisted model version (or majority vote before the first fit), a restarted server
+// that loads that version and the live labels serves exactly the same posteriors.
+//
+// Thread-safety: all public methods are thread-safe.
+#ifndef VERITY_SERVER_LIVE_PROJECT_H_
+#define VERITY_SERVER_LIVE_PROJECT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "models/annotation_matrix.h"
+#include "models/truth_model.h"
+#include "server/posterior_table.h"
+#include "storage/model_version_store.h"
+#include "verity/v1/projects.pb.h"
+
+namespace verity::server {
+
+// What readers see: the model that produced the posteriors and the posteriors themselves.
+struct ProjectSnapshot {
+  std::shared_ptr<const models::TruthModel> model;
+  int32_t model_version = 0;     // 0: no fit yet (majority vote).
+  int64_t model_watermark = 0;   // Newest annotation seq the model's fit saw.
+  std::vector<double> class_prior;  // Mean posterior at the last full recompute.
+  PosteriorTable posteriors;
+
+  explicit ProjectSnapshot(int32_t num_classes) : posteriors(num_classes) {}
+};
+
+// One annotation after COMMIT, as the ingest pipeline hands it over.
+struct CommittedLabel {
+  int32_t item_index;
+  absl::string_view item_id;
+  int32_t annotator_index;
+  absl::string_view annotator_id;
+  int32_t label;
+  int64_t seq;
+  bool changed;  // false for an acknowledged duplicate (nothing to do but register ids).
+};
+
+// An item whose gold label or existence changed (AddItems).
+struct ItemChange {
+  int32_t item_index;
+  std::string item_id;
+  std::optional<int32_t> gold_label;  // Set: new gold label; unset: gold unchanged.
+};
+
+// Summary for GetModelStatus / GetProject.
+struct ProjectCounts {
+  int64_t num_items = 0;
+  int64_t num_annotators = 0;
+  int64_t num_labels = 0;
+  int64_t labels_since_version = 0;
+  bool training = false;
+};
+
+class LiveProject {
+ public:
+  struct Identity {
+    int64_t project_id;
+    std::string name;
+    std::vector<std::string> classes;
+    int32_t item_feature_dim = 0;
+    int32_t annotator_feature_dim = 0;
+    absl::Time created_at;
+  };
+
+  // The state of a project as stored: what Load reads from PostgreSQL.
+  struct StoredState {
+    std::vector<std::string> item_ids;          // by item index
+    std::vector<int32_t> gold;                  // by item index, -1 = none
+    std::vector<std::string> annotator_ids;     // by annotator index
+    struct Label { int32_t item, annotator, label; int64_t seq; };
+    std::vector<Label> labels;
+    std::optional<storage::ModelVersionRecord> latest_version;
+  };
+
+  // Builds the live state from stored state; restores the latest model version's parameters
+  // (INTERNAL if they do not restore) and computes every posterior.
+  static absl::StatusOr<std::unique_ptr<LiveProject>> Create(Identity identity,
+                                                             v1::ProjectSettings settings,
+                                                             StoredState stored);
+
+  const Identity& identity() const { return identity_; }
+  int32_t num_classes() const { return static_cast<int32_t>(identity_.classes.size()); }
+
+  v1::ProjectSettings settings() const ABSL_LOCKS_EXCLUDED(mu_);
+  void SetSettings(v1::ProjectSettings settings) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The current snapshot; never null.
+  std::shared_ptr<const ProjectSnapshot> snapshot() const ABSL_LOCKS_EXCLUDED(snapshot_mu_);
+
+  // Applies committed annotations (in commit order) and publishes the new posteriors of the
+  // items they touch.
+  void ApplyCommitted(absl::Span<const CommittedLabel> labels) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Registers items added through AddItems and applies gold changes.
+  void ApplyItems(absl::Span<const ItemChange> items) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Registers annotators added through AddAnnotators (index, external id).
+  void RegisterAnnotators(absl::Span<const std::pair<int32_t, std::string>> annotators)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  std::optional<int32_t> FindItem(absl::string_view item_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<int32_t> FindAnnotator(absl::string_view annotator_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // External ids of items [first, first + count) (clipped to the known items).
+  std::vector<std::string> ItemIds(int32_t first, int32_t count) const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::string> AnnotatorIds() const ABSL_LOCKS_EXCLUDED(mu_);
+  int32_t AnnotatorLabelCount(int32_t annotator) const ABSL_LOCKS_EXCLUDED(mu_);
+  ProjectCounts Counts() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Whether a refit is due: the labels changed since the last fit reach
+  // max(refit_min_new_labels, refit_new_label_fraction * labels), or any changed and
+  // `max_staleness` passed since the last fit, or the configured method differs from the
+  // current model's.
+  bool RefitDue(absl::Time now, absl::Duration max_staleness) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Fits the configured method on a copy of the current labels (warm-started from the current
+  // model when the method is the same), persists the result as a new model version through
+  // `versions`, then publishes it with every posterior recomputed (labels committed during the
+  // fit included). On error nothing is published. Callers run at most one Refit per project at
+  // a time (the training scheduler does).
+  absl::StatusOr<storage::ModelVersionRecord> Refit(storage::ModelVersionStore& versions)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  LiveProject(Identity identity, v1::ProjectSettings settings);
+
+  // Recomputes one item's posterior from its live labels into `builder`.
+  void RecomputeItem(const models::TruthModel& model, int32_t item,
+                     PosteriorTable::Builder& builder) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recomputes every item with `model` and publishes the result as the new snapshot.
+  void PublishFullRecompute(std::shared_ptr<const models::TruthModel> model, int32_t version,
+                            int64_t watermark) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Publish(std::shared_ptr<const ProjectSnapshot> snapshot) ABSL_LOCKS_EXCLUDED(snapshot_mu_);
+  int32_t EnsureItem(int32_t index, absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnsureAnnotator(int32_t index, absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetLabel(int32_t item, int32_t annotator, int32_t label, int64_t seq)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Identity identity_;
+
+  mutable absl::Mutex mu_;
+  v1::ProjectSettings settings_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> item_ids_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int32_t> item_index_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> gold_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> annotator_ids_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int32_t> annotator_index_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> annotator_label_counts_ ABSL_GUARDED_BY(mu_);
+  // Live labels: one per (item, annotator), per item, in arrival order.
+  std::vector<std::vector<models::AnnotationMatrix::Entry>> item_labels_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> item_newest_seq_ ABSL_GUARDED_BY(mu_);
+  int64_t num_labels_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t newest_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // Labels added or revised since the current model's fit.
+  int64_t changes_since_fit_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_fit_time_ ABSL_GUARDED_BY(mu_);
+  bool training_ ABSL_GUARDED_BY(mu_) = false;
+  // The model of the current snapshot (also reachable through it).
+  std::shared_ptr<const models::TruthModel> model_ ABSL_GUARDED_BY(mu_);
+  int32_t model_version_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t model_watermark_ ABSL_GUARDED_BY(mu_) = 0;
+
+  mutable absl::Mutex snapshot_mu_;
+  std::shared_ptr<const ProjectSnapshot> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+};
+
+// The models:: method name of a v1 method ("mv", "ds"); UNIMPLEMENTED for methods not built.
+absl::StatusOr<std::string> MethodName(v1::TruthMethod method);
+v1::TruthMethod MethodFromName(absl::string_view name);
+// Model hyper-parameters from project settings (zeros become models:: defaults).
+models::TruthModelOptions ModelOptionsFromSettings(const v1::ModelSettings& settings);
+
+}  // namespace verity::server
+
+#endif  // VERITY_SERVER_LIVE_PROJECT_H_

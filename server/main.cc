@@ -1,0 +1,89 @@
+// verity_server: the Verity gRPC service.
+//
+// With no --postgres_url it runs a private PostgreSQL 15 cluster under --data_dir (created on
+// first run, listening only on a unix socket there) and stops it on shutdown. SIGINT/SIGTERM
+// shut down gracefully: stop accepting, commit and ack in-flight batches, stop the trainer,
+// stop the embedded PostgreSQL.
+#include <signal.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "server/log.h"
+#include "server/verity_server.h"
+#include "storage/embedded_postgres.h"
+
+ABSL_FLAG(std::string, listen, "localhost:50051",
+          "host:port to serve gRPC on (port 0 picks a free port).");
+ABSL_FLAG(std::string, data_dir, "./var",
+          "Directory of the embedded PostgreSQL cluster (used when --postgres_url is empty).");
+ABSL_FLAG(std::string, postgres_url, "",
+          "libpq connection string of an existing database; empty = embedded PostgreSQL under "
+          "--data_dir.");
+ABSL_FLAG(int, pool_size, 8, "PostgreSQL connections in the pool.");
+ABSL_FLAG(int, refit_staleness_seconds, 30,
+          "A project with new labels is refit at least this often (seconds).");
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  verity::server::LogEvent("fatal", {{"error", status.ToString()}});
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Verity annotation aggregation server.\nUsage: verity_server [--listen=HOST:PORT] "
+      "[--data_dir=DIR | --postgres_url=URL]");
+  absl::ParseCommandLine(argc, argv);
+  using verity::server::LogEvent;
+
+  // Block the shutdown signals in every thread; main waits for them with sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::unique_ptr<verity::storage::EmbeddedPostgres> embedded;
+  std::string url = absl::GetFlag(FLAGS_postgres_url);
+  if (url.empty()) {
+    verity::storage::EmbeddedPostgres::Options pg;
+    pg.data_dir = absl::GetFlag(FLAGS_data_dir);
+    auto started = verity::storage::EmbeddedPostgres::Start(pg);
+    if (!started.ok()) return Fail(started.status());
+    embedded = std::move(*started);
+    url = embedded->connection_url();
+    LogEvent("embedded_postgres", {{"data_dir", pg.data_dir}});
+  }
+
+  verity::server::VerityServer::Options options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.postgres_url = url;
+  options.pool_size = absl::GetFlag(FLAGS_pool_size);
+  options.training.max_staleness = absl::Seconds(absl::GetFlag(FLAGS_refit_staleness_seconds));
+  auto server = verity::server::VerityServer::Start(options);
+  if (!server.ok()) return Fail(server.status());
+  LogEvent("listening", {{"address", options.listen},
+                         {"port", std::to_string((*server)->port())},
+                         {"database", embedded ? "embedded" : "external"}});
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  LogEvent("shutdown", {{"signal", std::to_string(signal_number)}});
+  (*server)->Shutdown();
+  server->reset();
+  if (embedded) {
+    if (absl::Status s = embedded->Stop(); !s.ok()) return Fail(s);
+  }
+  LogEvent("stopped", {});
+  return 0;
+}

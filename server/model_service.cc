@@ -1,0 +1,69 @@
+#include "server/model_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
+#include "server/validation.h"
+
+namespace verity::server {
+namespace {
+
+void FillVersion(const storage::ModelVersionRecord& record, v1::ModelVersion* out) {
+  out->set_version(record.version);
+  out->set_method(MethodFromName(record.method));
+  out->set_watermark(record.watermark);
+  out->set_num_labels(record.num_labels);
+  out->set_log_likelihood(record.log_likelihood);
+  out->set_iterations(record.iterations);
+  out->set_duration_ms(record.duration_ms);
+  out->mutable_created_at()->set_seconds(absl::ToUnixSeconds(record.created_at));
+}
+
+}  // namespace
+
+grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext*,
+                                              const v1::GetModelStatusRequest* request,
+                                              v1::GetModelStatusResponse* response) {
+  if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
+  auto project = core_.registry->Get(request->project());
+  if (!project.ok()) return ToGrpcStatus(project.status());
+  LiveProject& live = **project;
+  v1::TruthMethod method = live.settings().model().method();
+  response->set_method(method == v1::TRUTH_METHOD_UNSPECIFIED ? v1::TRUTH_METHOD_DAWID_SKENE
+                                                              : method);
+  std::shared_ptr<const ProjectSnapshot> snapshot = live.snapshot();
+  if (snapshot->model_version > 0) {
+    auto latest = core_.storage->versions->LatestModelVersion(live.identity().project_id);
+    if (!latest.ok()) return ToGrpcStatus(latest.status());
+    FillVersion(*latest, response->mutable_current_version());
+  }
+  ProjectCounts counts = live.Counts();
+  response->set_num_labels(counts.num_labels);
+  response->set_labels_since_version(counts.labels_since_version);
+  response->set_training(counts.training);
+  return grpc::Status::OK;
+}
+
+grpc::Status ModelServiceImpl::ListModelVersions(grpc::ServerContext*,
+                                                 const v1::ListModelVersionsRequest* request,
+                                                 v1::ListModelVersionsResponse* response) {
+  if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
+  const int32_t limit = request->limit() == 0 ? 20 : request->limit();
+  if (limit < 0 || limit > 1000) {
+    return ToGrpcStatus(absl::InvalidArgumentError("limit: must be in [0, 1000]"));
+  }
+  auto project = core_.registry->Get(request->project());
+  if (!project.ok()) return ToGrpcStatus(project.status());
+  auto versions = core_.storage->versions->ListModelVersions((*project)->identity().project_id, limit);
+  if (!versions.ok()) return ToGrpcStatus(versions.status());
+  for (const storage::ModelVersionRecord& v : *versions) FillVersion(v, response->add_versions());
+  return grpc::Status::OK;
+}
+
+grpc::Status ModelServiceImpl::TrainModel(grpc::ServerContext*, const v1::TrainModelRequest*,
+                                          v1::TrainModelResponse*) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "TrainModel (explicit training control) is not built yet; the server "
+                      "refits every project in the background when enough new labels arrive");
+}
+
+}  // namespace verity::server

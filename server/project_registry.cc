@@ -1,0 +1,144 @@
+#include "server/project_registry.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace verity::server {
+namespace {
+
+LiveProject::Identity IdentityOf(const storage::ProjectRecord& record) {
+  LiveProject::Identity id;
+  id.project_id = record.project_id;
+  id.name = record.name;
+  id.classes = record.classes;
+  id.item_feature_dim = record.item_feature_dim;
+  id.annotator_feature_dim = record.annotator_feature_dim;
+  id.created_at = record.created_at;
+  return id;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Load(
+    const storage::ProjectRecord& record) {
+  v1::ProjectSettings settings;
+  if (!settings.ParseFromString(record.settings)) {
+    return absl::InternalError(absl::StrCat("project ", record.name, ": stored settings do not parse"));
+  }
+  LiveProject::StoredState stored;
+  auto items = storage_.items->LoadItems(record.project_id);
+  if (!items.ok()) return items.status();
+  stored.item_ids.resize(items->size());
+  stored.gold.assign(items->size(), -1);
+  for (const auto& item : *items) {
+    if (item.index < 0 || item.index >= static_cast<int32_t>(items->size())) {
+      return absl::InternalError(absl::StrCat("project ", record.name, ": item indices not dense"));
+    }
+    stored.item_ids[item.index] = item.external_id;
+    if (item.gold_label.has_value()) stored.gold[item.index] = *item.gold_label;
+  }
+  auto annotators = storage_.items->LoadAnnotators(record.project_id);
+  if (!annotators.ok()) return annotators.status();
+  stored.annotator_ids.resize(annotators->size());
+  for (const auto& a : *annotators) {
+    if (a.index < 0 || a.index >= static_cast<int32_t>(annotators->size())) {
+      return absl::InternalError(absl::StrCat("project ", record.name, ": annotator indices not dense"));
+    }
+    stored.annotator_ids[a.index] = a.external_id;
+  }
+  auto labels = storage_.annotations->LoadLiveAnnotations(record.project_id);
+  if (!labels.ok()) return labels.status();
+  stored.labels.reserve(labels->size());
+  for (const auto& l : *labels) {
+    stored.labels.push_back({l.item_index, l.annotator_index, l.label, l.seq});
+  }
+  auto latest = storage_.versions->LatestModelVersion(record.project_id);
+  if (latest.ok()) {
+    stored.latest_version = std::move(*latest);
+  } else if (!absl::IsNotFound(latest.status())) {
+    return latest.status();
+  }
+  auto live = LiveProject::Create(IdentityOf(record), std::move(settings), std::move(stored));
+  if (!live.ok()) return live.status();
+  return std::shared_ptr<LiveProject>(std::move(*live));
+}
+
+absl::Status ProjectRegistry::LoadAll() {
+  auto records = storage_.projects->ListProjects();
+  if (!records.ok()) return records.status();
+  for (const storage::ProjectRecord& record : *records) {
+    auto project = Load(record);
+    if (!project.ok()) return project.status();
+    absl::MutexLock lock(&mu_);
+    projects_[record.name] = std::move(*project);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Get(absl::string_view name) {
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = projects_.find(name);
+    if (it != projects_.end()) return it->second;
+  }
+  auto record = storage_.projects->GetProjectByName(std::string(name));
+  if (!record.ok()) {
+    if (absl::IsNotFound(record.status())) {
+      return absl::NotFoundError(absl::StrCat("project \"", name, "\" does not exist"));
+    }
+    return record.status();
+  }
+  auto project = Load(*record);
+  if (!project.ok()) return project.status();
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = projects_.emplace(std::string(name), std::move(*project));
+  return it->second;
+}
+
+absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Create(const v1::Project& project) {
+  if (absl::StatusOr<std::string> m = MethodName(project.settings().model().method()); !m.ok()) {
+    return m.status();
+  }
+  storage::ProjectRecord record;
+  record.name = project.name();
+  record.classes.assign(project.classes().begin(), project.classes().end());
+  record.item_feature_dim = project.item_feature_dim();
+  record.annotator_feature_dim = project.annotator_feature_dim();
+  record.settings = project.settings().SerializeAsString();
+  auto created = storage_.projects->CreateProject(record);
+  if (!created.ok()) {
+    if (absl::IsAlreadyExists(created.status())) {
+      return absl::AlreadyExistsError(absl::StrCat("project \"", project.name(), "\" already exists"));
+    }
+    return created.status();
+  }
+  auto live = LiveProject::Create(IdentityOf(*created), project.settings(), {});
+  if (!live.ok()) return live.status();
+  std::shared_ptr<LiveProject> shared(std::move(*live));
+  absl::MutexLock lock(&mu_);
+  projects_[project.name()] = shared;
+  return shared;
+}
+
+absl::Status ProjectRegistry::UpdateSettings(LiveProject& project,
+                                             const v1::ProjectSettings& settings) {
+  if (absl::StatusOr<std::string> m = MethodName(settings.model().method()); !m.ok()) {
+    return m.status();
+  }
+  absl::Status s = storage_.projects->UpdateSettings(project.identity().project_id,
+                                                     settings.SerializeAsString());
+  if (!s.ok()) return s;
+  project.SetSettings(settings);
+  return absl::OkStatus();
+}
+
+std::vector<std::shared_ptr<LiveProject>> ProjectRegistry::All() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<std::shared_ptr<LiveProject>> all;
+  all.reserve(projects_.size());
+  for (const auto& [name, project] : projects_) all.push_back(project);
+  return all;
+}
+
+}  // namespace verity::server

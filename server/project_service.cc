@@ -1,0 +1,166 @@
+#include "server/project_service.h"
+
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
+#include "server/validation.h"
+
+namespace verity::server {
+
+v1::Project ProjectToProto(const LiveProject& project) {
+  const LiveProject::Identity& id = project.identity();
+  v1::Project out;
+  out.set_name(id.name);
+  for (const std::string& c : id.classes) out.add_classes(c);
+  out.set_item_feature_dim(id.item_feature_dim);
+  out.set_annotator_feature_dim(id.annotator_feature_dim);
+  *out.mutable_settings() = project.settings();
+  const int64_t seconds = absl::ToUnixSeconds(id.created_at);
+  out.mutable_created_at()->set_seconds(seconds);
+  out.mutable_created_at()->set_nanos(static_cast<int32_t>(
+      absl::ToInt64Nanoseconds(id.created_at - absl::FromUnixSeconds(seconds))));
+  ProjectCounts counts = project.Counts();
+  out.set_num_items(counts.num_items);
+  out.set_num_annotators(counts.num_annotators);
+  out.set_num_labels(counts.num_labels);
+  return out;
+}
+
+grpc::Status ProjectServiceImpl::CreateProject(grpc::ServerContext*,
+                                               const v1::CreateProjectRequest* request,
+                                               v1::CreateProjectResponse* response) {
+  if (absl::Status s = ValidateNewProject(request->project()); !s.ok()) return ToGrpcStatus(s);
+  auto project = core_.registry->Create(request->project());
+  if (!project.ok()) return ToGrpcStatus(project.status());
+  *response->mutable_project() = ProjectToProto(**project);
+  return grpc::Status::OK;
+}
+
+grpc::Status ProjectServiceImpl::GetProject(grpc::ServerContext*,
+                                            const v1::GetProjectRequest* request,
+                                            v1::GetProjectResponse* response) {
+  if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
+  auto project = core_.registry->Get(request->project());
+  if (!project.ok()) return ToGrpcStatus(project.status());
+  *response->mutable_project() = ProjectToProto(**project);
+  return grpc::Status::OK;
+}
+
+grpc::Status ProjectServiceImpl::ListProjects(grpc::ServerContext*,
+                                              const v1::ListProjectsRequest*,
+                                              v1::ListProjectsResponse* response) {
+  auto records = core_.storage->projects->ListProjects();
+  if (!records.ok()) return ToGrpcStatus(records.status());
+  for (const storage::ProjectRecord& record : *records) {
+    auto project = core_.registry->Get(record.name);
+    if (!project.ok()) return ToGrpcStatus(project.status());
+    *response->add_projects() = ProjectToProto(**project);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ProjectServiceImpl::UpdateProjectSettings(
+    grpc::ServerContext*, const v1::UpdateProjectSettingsRequest* request,
+    v1::UpdateProjectSettingsResponse* response) {
+  if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = ValidateSettings(request->settings()); !s.ok()) return ToGrpcStatus(s);
+  auto project = core_.registry->Get(request->project());
+  if (!project.ok()) return ToGrpcStatus(project.status());
+  if (absl::Status s = core_.registry->UpdateSettings(**project, request->settings()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  *response->mutable_project() = ProjectToProto(**project);
+  return grpc::Status::OK;
+}
+
+grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext*, const v1::AddItemsRequest* request,
+                                          v1::AddItemsResponse* response) {
+  if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
+  if (request->items_size() > ApiLimits::kMaxItemsPerCall) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "items: ", request->items_size(), " items; the limit is ", ApiLimits::kMaxItemsPerCall)));
+  }
+  auto project = core_.registry->Get(request->project());
+  if (!project.ok()) return ToGrpcStatus(project.status());
+  LiveProject& live = **project;
+  std::vector<storage::ItemWrite> writes;
+  writes.reserve(request->items_size());
+  for (int i = 0; i < request->items_size(); ++i) {
+    const v1::Item& item = request->items(i);
+    const std::string field = absl::StrCat("items[", i, "]");
+    if (absl::Status s = ValidateId(field + ".id", item.id()); !s.ok()) return ToGrpcStatus(s);
+    if (absl::Status s = ValidateFeatures(field + ".features", item.features(),
+                                          live.identity().item_feature_dim);
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    if (item.has_gold_label() &&
+        (item.gold_label() < 0 || item.gold_label() >= live.num_classes())) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat(field, ".gold_label: ", item.gold_label(), " out of range [0, ",
+                       live.num_classes(), ")")));
+    }
+    storage::ItemWrite w;
+    w.external_id = item.id();
+    if (item.features_size() > 0) w.features.emplace(item.features().begin(), item.features().end());
+    if (item.has_gold_label()) w.gold_label = item.gold_label();
+    writes.push_back(std::move(w));
+  }
+  int32_t added = 0;
+  for (const v1::Item& item : request->items()) added += !live.FindItem(item.id()).has_value();
+  auto indices = core_.storage->items->UpsertItems(live.identity().project_id, writes);
+  if (!indices.ok()) return ToGrpcStatus(indices.status());
+  std::vector<ItemChange> changes;
+  changes.reserve(writes.size());
+  for (size_t i = 0; i < writes.size(); ++i) {
+    changes.push_back({(*indices)[i], writes[i].external_id, writes[i].gold_label});
+  }
+  live.ApplyItems(changes);
+  response->set_added(added);
+  response->set_updated(request->items_size() - added);
+  return grpc::Status::OK;
+}
+
+grpc::Status ProjectServiceImpl::AddAnnotators(grpc::ServerContext*,
+                                               const v1::AddAnnotatorsRequest* request,
+                                               v1::AddAnnotatorsResponse* response) {
+  if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
+  if (request->annotators_size() > ApiLimits::kMaxItemsPerCall) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "annotators: ", request->annotators_size(), " annotators; the limit is ",
+        ApiLimits::kMaxItemsPerCall)));
+  }
+  auto project = core_.registry->Get(request->project());
+  if (!project.ok()) return ToGrpcStatus(project.status());
+  LiveProject& live = **project;
+  std::vector<storage::AnnotatorWrite> writes;
+  for (int i = 0; i < request->annotators_size(); ++i) {
+    const v1::Annotator& a = request->annotators(i);
+    const std::string field = absl::StrCat("annotators[", i, "]");
+    if (absl::Status s = ValidateId(field + ".id", a.id()); !s.ok()) return ToGrpcStatus(s);
+    if (absl::Status s = ValidateFeatures(field + ".features", a.features(),
+                                          live.identity().annotator_feature_dim);
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    storage::AnnotatorWrite w;
+    w.external_id = a.id();
+    if (a.features_size() > 0) w.features.emplace(a.features().begin(), a.features().end());
+    writes.push_back(std::move(w));
+  }
+  int32_t added = 0;
+  for (const v1::Annotator& a : request->annotators()) added += !live.FindAnnotator(a.id()).has_value();
+  auto indices = core_.storage->items->UpsertAnnotators(live.identity().project_id, writes);
+  if (!indices.ok()) return ToGrpcStatus(indices.status());
+  std::vector<std::pair<int32_t, std::string>> registered;
+  registered.reserve(writes.size());
+  for (size_t i = 0; i < writes.size(); ++i) registered.emplace_back((*indices)[i], writes[i].external_id);
+  live.RegisterAnnotators(registered);
+  response->set_added(added);
+  response->set_updated(request->annotators_size() - added);
+  return grpc::Status::OK;
+}
+
+}  // namespace verity::server

@@ -1,0 +1,22 @@
+// ServerCore: the objects every RPC handler works through. Handlers own nothing; they
+// validate, convert proto to domain types, call into the core and convert back.
+#ifndef VERITY_SERVER_SERVER_CORE_H_
+#define VERITY_SERVER_SERVER_CORE_H_
+
+#include "server/ingest_pipeline.h"
+#include "server/project_registry.h"
+#include "server/storage_handles.h"
+#include "server/training_scheduler.h"
+
+namespace verity::server {
+
+struct ServerCore {
+  StorageHandles* storage;
+  ProjectRegistry* registry;
+  IngestPipeline* ingest;
+  TrainingScheduler* scheduler;
+};
+
+}  // namespace verity::server
+
+#endif  // VERITY_SERVER_SERVER_CORE_H_

@@ -1,0 +1,24 @@
+#include "server/storage_handles.h"
+
+#include "storage/migrations.h"
+
+namespace verity::server {
+
+absl::StatusOr<std::unique_ptr<StorageHandles>> StorageHandles::Open(
+    const std::string& postgres_url, int pool_size) {
+  storage::ConnectionPool::Options pool_options;
+  pool_options.url = postgres_url;
+  pool_options.size = pool_size;
+  auto pool = storage::ConnectionPool::Create(pool_options);
+  if (!pool.ok()) return pool.status();
+  auto handles = std::make_unique<StorageHandles>();
+  handles->pool = std::move(*pool);
+  if (absl::Status s = storage::ApplyMigrations(*handles->pool); !s.ok()) return s;
+  handles->projects = std::make_unique<storage::ProjectStore>(*handles->pool);
+  handles->items = std::make_unique<storage::ItemStore>(*handles->pool);
+  handles->annotations = std::make_unique<storage::AnnotationStore>(*handles->pool);
+  handles->versions = std::make_unique<storage::ModelVersionStore>(*handles->pool);
+  return handles;
+}
+
+}  // namespace verity::server

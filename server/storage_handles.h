@@ -1,0 +1,34 @@
+// StorageHandles: the PostgreSQL-backed stores the server uses, over one connection pool.
+//
+// Thread-safety: the stores are thread-safe; the struct is built once and then only read.
+#ifndef VERITY_SERVER_STORAGE_HANDLES_H_
+#define VERITY_SERVER_STORAGE_HANDLES_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "storage/annotation_store.h"
+#include "storage/connection_pool.h"
+#include "storage/item_store.h"
+#include "storage/model_version_store.h"
+#include "storage/project_store.h"
+
+namespace verity::server {
+
+struct StorageHandles {
+  std::unique_ptr<storage::ConnectionPool> pool;
+  std::unique_ptr<storage::ProjectStore> projects;
+  std::unique_ptr<storage::ItemStore> items;
+  std::unique_ptr<storage::AnnotationStore> annotations;
+  std::unique_ptr<storage::ModelVersionStore> versions;
+
+  // Connects to `postgres_url` with a pool of `pool_size` connections and applies the schema
+  // migrations. UNAVAILABLE if PostgreSQL cannot be reached.
+  static absl::StatusOr<std::unique_ptr<StorageHandles>> Open(const std::string& postgres_url,
+                                                              int pool_size);
+};
+
+}  // namespace verity::server
+
+#endif  // VERITY_SERVER_STORAGE_HANDLES_H_

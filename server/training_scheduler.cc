@@ -1,0 +1,62 @@
+#include "server/training_scheduler.h"
+
+#include <iostream>
+
+#include "server/log.h"
+
+namespace verity::server {
+
+TrainingScheduler::TrainingScheduler(ProjectRegistry& registry,
+                                     storage::ModelVersionStore& versions, Options options)
+    : registry_(registry), versions_(versions), options_(options) {
+  if (options_.run_in_background) thread_ = std::thread([this] { Loop(); });
+}
+
+TrainingScheduler::~TrainingScheduler() { Stop(); }
+
+void TrainingScheduler::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status TrainingScheduler::RefitDueProjectsNow(bool force) {
+  absl::MutexLock fit_lock(&fit_mu_);
+  absl::Status first_error;
+  for (const std::shared_ptr<LiveProject>& project : registry_.All()) {
+    const bool due = force ? project->Counts().num_labels > 0
+                           : project->RefitDue(absl::Now(), options_.max_staleness);
+    if (!due) continue;
+    auto version = project->Refit(versions_);
+    if (!version.ok()) {
+      LogEvent("refit_failed", {{"project", project->identity().name},
+                                {"error", version.status().ToString()}});
+      if (first_error.ok()) first_error = version.status();
+      continue;
+    }
+    LogEvent("model_version", {{"project", project->identity().name},
+                               {"version", std::to_string(version->version)},
+                               {"method", version->method},
+                               {"labels", std::to_string(version->num_labels)},
+                               {"iterations", std::to_string(version->iterations)},
+                               {"log_likelihood", std::to_string(version->log_likelihood)},
+                               {"duration_ms", std::to_string(version->duration_ms)}});
+  }
+  return first_error;
+}
+
+void TrainingScheduler::Loop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto stopping = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_; };
+      mu_.AwaitWithTimeout(absl::Condition(&stopping), options_.poll_interval);
+      if (stopping_) return;
+    }
+    RefitDueProjectsNow().IgnoreError();
+  }
+}
+
+}  // namespace verity::server

@@ -1,0 +1,139 @@
+#include "server/truth_service.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
+#include "server/validation.h"
+
+namespace verity::server {
+namespace {
+
+void FillPosterior(const ProjectSnapshot& snapshot, int32_t item, std::string item_id,
+                   v1::Posterior* out) {
+  const PosteriorTable& table = snapshot.posteriors;
+  out->set_item(std::move(item_id));
+  if (item >= table.num_items()) {
+    // Registered after this snapshot was taken: no labels yet, uniform.
+    const int32_t k = table.num_classes();
+    for (int32_t c = 0; c < k; ++c) out->add_probabilities(1.0 / k);
+    out->set_confidence(1.0 / k);
+    out->set_model_version(snapshot.model_version);
+    return;
+  }
+  absl::Span<const double> p = table.probabilities(item);
+  int32_t best = 0;
+  for (int32_t c = 0; c < static_cast<int32_t>(p.size()); ++c) {
+    out->add_probabilities(p[c]);
+    if (p[c] > p[best]) best = c;
+  }
+  out->set_map_label(best);
+  out->set_confidence(p[best]);
+  out->set_num_labels(table.num_labels(item));
+  out->set_model_version(snapshot.model_version);
+  out->set_includes_newer_labels(table.newest_seq(item) > snapshot.model_watermark);
+  out->set_is_gold(table.is_gold(item));
+}
+
+}  // namespace
+
+grpc::Status TruthServiceImpl::GetPosteriors(grpc::ServerContext*,
+                                             const v1::GetPosteriorsRequest* request,
+                                             v1::GetPosteriorsResponse* response) {
+  if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
+  if (request->items_size() == 0 || request->items_size() > ApiLimits::kMaxItemsPerCall) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "items: need 1 to ", ApiLimits::kMaxItemsPerCall, " item ids, got ", request->items_size())));
+  }
+  auto project = core_.registry->Get(request->project());
+  if (!project.ok()) return ToGrpcStatus(project.status());
+  std::shared_ptr<const ProjectSnapshot> snapshot = (*project)->snapshot();
+  for (int i = 0; i < request->items_size(); ++i) {
+    const std::string& id = request->items(i);
+    std::optional<int32_t> index = (*project)->FindItem(id);
+    if (!index.has_value()) {
+      return ToGrpcStatus(absl::NotFoundError(absl::StrCat(
+          "items[", i, "]: item \"", id.substr(0, ApiLimits::kMaxIdBytes), "\" not found in project ",
+          request->project())));
+    }
+    FillPosterior(*snapshot, *index, id, response->add_posteriors());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TruthServiceImpl::ListPosteriors(grpc::ServerContext*,
+                                              const v1::ListPosteriorsRequest* request,
+                                              v1::ListPosteriorsResponse* response) {
+  if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
+  int32_t page_size = request->page_size() == 0 ? ApiLimits::kDefaultPageSize : request->page_size();
+  if (page_size < 0 || page_size > ApiLimits::kMaxPageSize) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("page_size: must be in [0, ", ApiLimits::kMaxPageSize, "]")));
+  }
+  int32_t first = 0;
+  if (!request->page_token().empty() &&
+      (!absl::SimpleAtoi(request->page_token(), &first) || first < 0)) {
+    return ToGrpcStatus(absl::InvalidArgumentError("page_token: not a token this server issued"));
+  }
+  auto project = core_.registry->Get(request->project());
+  if (!project.ok()) return ToGrpcStatus(project.status());
+  std::shared_ptr<const ProjectSnapshot> snapshot = (*project)->snapshot();
+  std::vector<std::string> ids = (*project)->ItemIds(first, page_size);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    FillPosterior(*snapshot, first + static_cast<int32_t>(i), std::move(ids[i]),
+                  response->add_posteriors());
+  }
+  if (static_cast<int32_t>(ids.size()) == page_size &&
+      (*project)->Counts().num_items > first + page_size) {
+    response->set_next_page_token(absl::StrCat(first + page_size));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext*,
+                                                    const v1::GetAnnotatorProfilesRequest* request,
+                                                    v1::GetAnnotatorProfilesResponse* response) {
+  if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
+  if (request->annotators_size() > ApiLimits::kMaxItemsPerCall) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("annotators: at most ", ApiLimits::kMaxItemsPerCall, " ids")));
+  }
+  auto project = core_.registry->Get(request->project());
+  if (!project.ok()) return ToGrpcStatus(project.status());
+  LiveProject& live = **project;
+  std::shared_ptr<const ProjectSnapshot> snapshot = live.snapshot();
+  std::vector<std::pair<int32_t, std::string>> wanted;
+  if (request->annotators_size() == 0) {
+    std::vector<std::string> all = live.AnnotatorIds();
+    for (size_t a = 0; a < all.size() && a < static_cast<size_t>(ApiLimits::kMaxItemsPerCall); ++a) {
+      wanted.emplace_back(static_cast<int32_t>(a), std::move(all[a]));
+    }
+  } else {
+    for (int i = 0; i < request->annotators_size(); ++i) {
+      std::optional<int32_t> index = live.FindAnnotator(request->annotators(i));
+      if (!index.has_value()) {
+        return ToGrpcStatus(absl::NotFoundError(absl::StrCat(
+            "annotators[", i, "]: annotator \"",
+            request->annotators(i).substr(0, ApiLimits::kMaxIdBytes), "\" not found")));
+      }
+      wanted.emplace_back(*index, request->annotators(i));
+    }
+  }
+  const int32_t k = live.num_classes();
+  for (auto& [index, id] : wanted) {
+    v1::AnnotatorProfile* profile = response->add_profiles();
+    profile->set_annotator(std::move(id));
+    std::vector<double> confusion = snapshot->model->AnnotatorConfusion(index);
+    profile->mutable_confusion()->set_num_classes(k);
+    double accuracy = 0;
+    for (int32_t c = 0; c < k * k; ++c) profile->mutable_confusion()->add_probabilities(confusion[c]);
+    for (int32_t c = 0; c < k; ++c) accuracy += snapshot->class_prior[c] * confusion[c * k + c];
+    profile->set_accuracy(accuracy);
+    profile->set_num_labels(live.AnnotatorLabelCount(index));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace verity::server

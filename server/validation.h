@@ -1,0 +1,60 @@
+// Request validation: every bound the v1 API documents, checked before anything is stored.
+//
+// Functions are pure and thread-compatible. Each returns OkStatus or INVALID_ARGUMENT whose
+// message names the offending field (e.g. "annotations[3].label: 7 out of range [0, 2)").
+#ifndef VERITY_SERVER_VALIDATION_H_
+#define VERITY_SERVER_VALIDATION_H_
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "verity/v1/ingest.pb.h"
+#include "verity/v1/projects.pb.h"
+
+namespace verity::server {
+
+// Documented limits of the v1 API (proto comments quote the same numbers).
+struct ApiLimits {
+  static constexpr int kMaxIdBytes = 256;
+  static constexpr int kMaxProjectNameBytes = 128;
+  static constexpr int kMinClasses = 2;
+  static constexpr int kMaxClasses = 256;
+  static constexpr int kMaxClassNameBytes = 128;
+  static constexpr int kMaxFeatureDim = 65536;
+  static constexpr int kMaxBatchAnnotations = 10000;
+  static constexpr int kMaxItemsPerCall = 10000;
+  static constexpr int kMaxPageSize = 10000;
+  static constexpr int kDefaultPageSize = 1000;
+  // gRPC message size limit the server enforces (bytes).
+  static constexpr int kMaxMessageBytes = 16 << 20;
+};
+
+// Item and annotator ids: 1-256 bytes of printable ASCII (0x21-0x7e), no spaces.
+absl::Status ValidateId(absl::string_view field, absl::string_view id);
+
+// Project names: 1-128 bytes of [A-Za-z0-9._-].
+absl::Status ValidateProjectName(absl::string_view name);
+
+// A project as given to CreateProject: name, classes, feature dimensions, settings ranges.
+absl::Status ValidateNewProject(const v1::Project& project);
+
+absl::Status ValidateSettings(const v1::ProjectSettings& settings);
+
+// Features must have exactly `dim` finite values, or be empty.
+absl::Status ValidateFeatures(absl::string_view field, absl::Span<const float> features,
+                              int32_t dim);
+
+// One annotation of a batch for a project with `num_classes` classes. `field` prefixes the
+// message, e.g. "annotations[3]".
+absl::Status ValidateAnnotation(absl::string_view field, const v1::Annotation& annotation,
+                                int32_t num_classes);
+
+// The batch as a whole (size limits). Per-annotation problems are not batch errors.
+absl::Status ValidateBatchShape(const v1::AnnotationBatch& batch);
+
+}  // namespace verity::server
+
+#endif  // VERITY_SERVER_VALIDATION_H_

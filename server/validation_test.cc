@@ -1,0 +1,113 @@
+#include "server/validation.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/status_matchers.h"
+
+namespace verity::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+v1::Project ValidProject() {
+  v1::Project p;
+  p.set_name("birds-1");
+  p.add_classes("false");
+  p.add_classes("true");
+  return p;
+}
+
+TEST(ValidateIdTest, AcceptsPrintableAscii) {
+  EXPECT_THAT(ValidateId("item", "11573"), IsOk());
+  EXPECT_THAT(ValidateId("item", std::string(ApiLimits::kMaxIdBytes, 'x')), IsOk());
+}
+
+TEST(ValidateIdTest, RejectsEmptyOverlongAndControlBytesNamingTheField) {
+  EXPECT_THAT(ValidateId("annotations[2].item", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("annotations[2].item")));
+  EXPECT_THAT(ValidateId("item", std::string(ApiLimits::kMaxIdBytes + 1, 'x')),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("257 bytes")));
+  EXPECT_THAT(ValidateId("item", "a b"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ValidateId("item", std::string("a\0b", 3)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ValidateNewProjectTest, AcceptsAMinimalProject) { EXPECT_THAT(ValidateNewProject(ValidProject()), IsOk()); }
+
+TEST(ValidateNewProjectTest, RejectsBadNamesClassesAndDimensions) {
+  v1::Project p = ValidProject();
+  p.set_name("has space");
+  EXPECT_THAT(ValidateNewProject(p), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("project")));
+
+  p = ValidProject();
+  p.clear_classes();
+  p.add_classes("only");
+  EXPECT_THAT(ValidateNewProject(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("project.classes")));
+
+  p = ValidProject();
+  p.add_classes("true");
+  EXPECT_THAT(ValidateNewProject(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("duplicate class")));
+
+  p = ValidProject();
+  p.set_item_feature_dim(-1);
+  EXPECT_THAT(ValidateNewProject(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("item_feature_dim")));
+
+  p = ValidProject();
+  p.mutable_settings()->mutable_model()->set_tolerance(std::nan(""));
+  EXPECT_THAT(ValidateNewProject(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tolerance")));
+}
+
+TEST(ValidateFeaturesTest, RejectsWrongLengthAndNonFiniteValues) {
+  const float ok[] = {1.0f, 2.0f};
+  EXPECT_THAT(ValidateFeatures("items[0].features", ok, 2), IsOk());
+  EXPECT_THAT(ValidateFeatures("items[0].features", {}, 2), IsOk());
+  EXPECT_THAT(ValidateFeatures("items[0].features", ok, 3),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dimension is 3")));
+  const float bad[] = {1.0f, std::numeric_limits<float>::infinity()};
+  EXPECT_THAT(ValidateFeatures("items[0].features", bad, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("value 1 is not finite")));
+  const float nan[] = {std::nanf(""), 0.0f};
+  EXPECT_THAT(ValidateFeatures("items[0].features", nan, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("value 0")));
+}
+
+TEST(ValidateAnnotationTest, ChecksIdsAndLabelRange) {
+  v1::Annotation a;
+  a.set_item("i1");
+  a.set_annotator("w1");
+  a.set_label(1);
+  EXPECT_THAT(ValidateAnnotation("annotations[0]", a, 2), IsOk());
+  a.set_label(2);
+  EXPECT_THAT(ValidateAnnotation("annotations[0]", a, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("annotations[0].label: 2 out of range [0, 2)")));
+  a.set_label(-1);
+  EXPECT_THAT(ValidateAnnotation("annotations[0]", a, 2), StatusIs(absl::StatusCode::kInvalidArgument));
+  a.set_label(0);
+  a.set_annotator("");
+  EXPECT_THAT(ValidateAnnotation("annotations[0]", a, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("annotations[0].annotator")));
+}
+
+TEST(ValidateBatchShapeTest, RejectsOversizedBatch) {
+  v1::AnnotationBatch batch;
+  for (int i = 0; i < ApiLimits::kMaxBatchAnnotations; ++i) batch.add_annotations();
+  EXPECT_THAT(ValidateBatchShape(batch), IsOk());
+  batch.add_annotations();
+  EXPECT_THAT(ValidateBatchShape(batch),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the limit is 10000")));
+}
+
+}  // namespace
+}  // namespace verity::server

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Sums test cases over Bazel's test.xml files and prints 'N passed, N failed' last.
+
+Usage: test_summary.py BAZEL_TESTLOGS_DIR. Exits 1 when any test case failed (or a test target
+produced no test cases but failed as a whole), 0 otherwise.
+"""
+import pathlib
+import sys
+import xml.etree.ElementTree as ET
+
+
+def count(xml_path):
+    """Returns (passed, failed, failed_names) for one test target's test.xml."""
+    root = ET.parse(xml_path).getroot()
+    cases = list(root.iter("testcase"))
+    passed, failed, names = 0, 0, []
+    for case in cases:
+        if case.get("status") == "notrun" or case.find("skipped") is not None:
+            continue
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+            names.append("%s.%s" % (case.get("classname"), case.get("name")))
+        else:
+            passed += 1
+    # A target that crashed or timed out may report no cases of its own; Bazel then writes a
+    # test.xml whose suite carries the failure.
+    if not cases or (failed == 0 and any(
+            s.get("failures", "0") not in ("0", "") or s.get("errors", "0") not in ("0", "")
+            for s in root.iter("testsuite"))):
+        failed += 1
+        names.append(str(xml_path.parent))
+    return passed, failed, names
+
+
+def main():
+    logs = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "bazel-testlogs")
+    passed = failed = 0
+    for xml_path in sorted(logs.glob("**/test.xml")):
+        p, f, names = count(xml_path)
+        passed += p
+        failed += f
+        for name in names:
+            print("FAILED: " + name)
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
