@@ -27,6 +27,9 @@ ABSL_FLAG(std::string, postgres_url, "",
           "libpq connection string of an existing database; empty = embedded PostgreSQL under "
           "--data_dir.");
 ABSL_FLAG(int, pool_size, 8, "PostgreSQL connections in the pool.");
+ABSL_FLAG(bool, background_refit, true,
+          "Refit projects in the background when enough new labels arrived (tests turn it off "
+          "to keep posteriors still).");
 ABSL_FLAG(int, refit_staleness_seconds, 30,
           "A project with new labels is refit at least this often (seconds).");
 
@@ -69,6 +72,7 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.postgres_url = url;
   options.pool_size = absl::GetFlag(FLAGS_pool_size);
+  options.training.run_in_background = absl::GetFlag(FLAGS_background_refit);
   options.training.max_staleness = absl::Seconds(absl::GetFlag(FLAGS_refit_staleness_seconds));
   auto server = verity::server::VerityServer::Start(options);
   if (!server.ok()) return Fail(server.status());

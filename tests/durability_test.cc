@@ -1,0 +1,248 @@
+// Durability: an acked annotation survives a SIGKILL of the server, and resending everything
+// after a restart yields exactly the full set once (ARCHITECTURE.md: "acked means durable").
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "tests/server_process.h"
+#include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/projects.grpc.pb.h"
+#include "verity/v1/truth.grpc.pb.h"
+
+namespace verity::tests {
+namespace {
+
+constexpr int kItems = 3000;
+constexpr int kLabelsPerItem = 8;
+constexpr int kBatchSize = 200;
+constexpr int kStreams = 3;
+
+// Every batch of the test, with unique batch ids 1..N.
+std::vector<v1::AnnotationBatch> MakeBatches(const std::string& project) {
+  std::mt19937 rng(7);
+  std::vector<v1::AnnotationBatch> batches;
+  v1::AnnotationBatch current;
+  for (int i = 0; i < kItems; ++i) {
+    for (int j = 0; j < kLabelsPerItem; ++j) {
+      v1::Annotation* a = current.add_annotations();
+      a->set_item(absl::StrCat("item-", i));
+      a->set_annotator(absl::StrCat("worker-", (i * 7 + j * 13) % 97));
+      a->set_label(static_cast<int>(rng() % 3));
+      if (current.annotations_size() == kBatchSize) {
+        current.set_batch_id(batches.size() + 1);
+        current.set_project(project);
+        batches.push_back(std::move(current));
+        current = v1::AnnotationBatch();
+      }
+    }
+  }
+  return batches;
+}
+
+// Acked batch ids, shared by the streams' reader threads.
+class AckLog {
+ public:
+  void Record(const v1::BatchAck& ack) {
+    absl::MutexLock lock(&mu_);
+    acks_.push_back(ack);
+  }
+  size_t count() {
+    absl::MutexLock lock(&mu_);
+    return acks_.size();
+  }
+  void AwaitAtLeast(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return acks_.size() >= n; };
+    mu_.Await(absl::Condition(&reached));
+  }
+  std::vector<v1::BatchAck> acks() {
+    absl::MutexLock lock(&mu_);
+    return acks_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::BatchAck> acks_ ABSL_GUARDED_BY(mu_);
+};
+
+// Sends `batches` on one stream, pipelined; records every ack. Returns when the stream ends
+// (normally or because the server died).
+void StreamBatches(v1::IngestService::Stub& stub, const std::vector<const v1::AnnotationBatch*>& batches,
+                   AckLog& log) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  auto stream = stub.SubmitAnnotations(&context);
+  std::thread reader([&] {
+    v1::BatchAck ack;
+    while (stream->Read(&ack)) log.Record(ack);
+  });
+  for (const v1::AnnotationBatch* b : batches) {
+    if (!stream->Write(*b)) break;
+  }
+  stream->WritesDone();
+  reader.join();
+  stream->Finish().error_code();  // The outcome is judged from the acks.
+}
+
+// Sends every batch again on one stream and returns the acks by batch id.
+std::map<uint64_t, v1::BatchAck> ResendAll(v1::IngestService::Stub& stub,
+                                           const std::vector<v1::AnnotationBatch>& batches) {
+  AckLog log;
+  std::vector<const v1::AnnotationBatch*> all;
+  for (const auto& b : batches) all.push_back(&b);
+  StreamBatches(stub, all, log);
+  std::map<uint64_t, v1::BatchAck> by_id;
+  for (const v1::BatchAck& ack : log.acks()) by_id[ack.batch_id()] = ack;
+  return by_id;
+}
+
+int64_t LiveLabels(const std::shared_ptr<grpc::Channel>& channel, const std::string& project) {
+  auto stub = v1::ProjectService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::GetProjectRequest request;
+  request.set_project(project);
+  v1::GetProjectResponse response;
+  grpc::Status status = stub->GetProject(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.project().num_labels();
+}
+
+std::vector<v1::Posterior> AllPosteriors(const std::shared_ptr<grpc::Channel>& channel,
+                                         const std::string& project) {
+  auto stub = v1::TruthService::NewStub(channel);
+  std::vector<v1::Posterior> all;
+  std::string token;
+  do {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::ListPosteriorsRequest request;
+    request.set_project(project);
+    request.set_page_size(1000);
+    request.set_page_token(token);
+    v1::ListPosteriorsResponse response;
+    grpc::Status status = stub->ListPosteriors(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    if (!status.ok()) break;
+    for (auto& p : *response.mutable_posteriors()) all.push_back(std::move(p));
+    token = response.next_page_token();
+  } while (!token.empty());
+  return all;
+}
+
+class DurabilityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir("verity-durability");
+    ASSERT_FALSE(dir_.empty());
+    server_ = std::make_unique<ServerProcess>(RunfilePath("server/verity_server"), dir_);
+    ASSERT_TRUE(server_->Start().ok());
+  }
+  void TearDown() override {
+    if (server_ != nullptr) EXPECT_TRUE(server_->Stop().ok()) << "see " << server_->log_path();
+    server_.reset();
+    RemoveTree(dir_);
+  }
+  std::shared_ptr<grpc::Channel> Connect() {
+    return grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+  }
+  void CreateProject(const std::string& name) {
+    auto stub = v1::ProjectService::NewStub(Connect());
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::CreateProjectRequest request;
+    request.mutable_project()->set_name(name);
+    for (const char* c : {"a", "b", "c"}) request.mutable_project()->add_classes(c);
+    v1::CreateProjectResponse response;
+    grpc::Status status = stub->CreateProject(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+
+  std::string dir_;
+  std::unique_ptr<ServerProcess> server_;
+};
+
+TEST_F(DurabilityTest, AckedAnnotationsSurviveSigkillAndResendGivesTheFullSetOnce) {
+  const std::string project = "durability";
+  CreateProject(project);
+  const std::vector<v1::AnnotationBatch> batches = MakeBatches(project);
+  const int64_t total = static_cast<int64_t>(kItems) * kLabelsPerItem;
+
+  // Several streams share the batches round-robin; the server is killed once about a third of
+  // the batches are acked.
+  AckLog log;
+  {
+    auto stub = v1::IngestService::NewStub(Connect());
+    std::vector<std::vector<const v1::AnnotationBatch*>> shares(kStreams);
+    for (size_t i = 0; i < batches.size(); ++i) shares[i % kStreams].push_back(&batches[i]);
+    std::vector<std::thread> streams;
+    for (int s = 0; s < kStreams; ++s) {
+      streams.emplace_back([&, s] { StreamBatches(*stub, shares[s], log); });
+    }
+    log.AwaitAtLeast(batches.size() / 3);
+    server_->Kill();
+    for (auto& t : streams) t.join();
+  }
+  absl::flat_hash_set<uint64_t> acked;
+  for (const v1::BatchAck& ack : log.acks()) {
+    ASSERT_EQ(ack.error_code(), 0) << ack.error_message();
+    EXPECT_EQ(ack.accepted() + ack.duplicate() + ack.revised(), kBatchSize);
+    acked.insert(ack.batch_id());
+  }
+  ASSERT_GE(acked.size(), batches.size() / 3);
+  ASSERT_LT(acked.size(), batches.size()) << "the kill came too late to test anything";
+
+  ASSERT_TRUE(server_->Start().ok()) << "restart failed; see " << server_->log_path();
+  auto channel = Connect();
+  auto stub = v1::IngestService::NewStub(channel);
+  std::map<uint64_t, v1::BatchAck> resent = ResendAll(*stub, batches);
+  ASSERT_EQ(resent.size(), batches.size());
+  int64_t newly_accepted = 0;
+  for (const auto& [id, ack] : resent) {
+    ASSERT_EQ(ack.error_code(), 0) << ack.error_message();
+    EXPECT_EQ(ack.revised(), 0) << "batch " << id;
+    if (acked.contains(id)) {
+      // Acked before the kill: every annotation is already there.
+      EXPECT_EQ(ack.duplicate(), kBatchSize) << "acked batch " << id << " lost annotations";
+    } else {
+      EXPECT_EQ(ack.accepted() + ack.duplicate(), kBatchSize) << "batch " << id;
+    }
+    newly_accepted += ack.accepted();
+  }
+  EXPECT_GT(newly_accepted, 0);
+  EXPECT_EQ(LiveLabels(channel, project), total);
+
+  // A second resend changes nothing: exactly the full set, once.
+  for (const auto& [id, ack] : ResendAll(*stub, batches)) {
+    EXPECT_EQ(ack.duplicate(), kBatchSize) << "batch " << id;
+  }
+  EXPECT_EQ(LiveLabels(channel, project), total);
+
+  // A clean restart serves exactly the same posteriors.
+  std::vector<v1::Posterior> before = AllPosteriors(channel, project);
+  ASSERT_EQ(before.size(), static_cast<size_t>(kItems));
+  ASSERT_TRUE(server_->Stop().ok());
+  ASSERT_TRUE(server_->Start().ok());
+  std::vector<v1::Posterior> after = AllPosteriors(Connect(), project);
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    ASSERT_EQ(after[i].item(), before[i].item());
+    ASSERT_EQ(after[i].num_labels(), kLabelsPerItem);
+    ASSERT_EQ(after[i].probabilities_size(), 3);
+    for (int c = 0; c < 3; ++c) {
+      EXPECT_DOUBLE_EQ(after[i].probabilities(c), before[i].probabilities(c)) << after[i].item();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace verity::tests

@@ -1,0 +1,478 @@
+// End to end: an in-process VerityServer on a real gRPC channel over a real (embedded)
+// PostgreSQL, fed real crowdsourcing datasets from ../shared/datasets.
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "models/csv_dataset.h"
+#include "models/testing/dataset_path.h"
+#include "server/verity_server.h"
+#include "storage/embedded_postgres.h"
+#include "tests/server_process.h"
+#include "verity/v1/assignment.grpc.pb.h"
+#include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/models.grpc.pb.h"
+#include "verity/v1/projects.grpc.pb.h"
+#include "verity/v1/truth.grpc.pb.h"
+
+namespace verity::tests {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::chrono::system_clock::time_point Deadline() {
+  return std::chrono::system_clock::now() + std::chrono::seconds(60);
+}
+
+// Majority vote accuracy on gold items, ties to the lowest class index (as in the datasets'
+// README table).
+double MajorityVoteAccuracy(const models::CsvDataset& data) {
+  std::vector<std::vector<int>> votes(data.num_items(), std::vector<int>(data.num_classes(), 0));
+  for (const auto& a : data.annotations) ++votes[a.item][a.label];
+  int correct = 0, total = 0;
+  for (int i = 0; i < data.num_items(); ++i) {
+    if (data.gold[i] < 0) continue;
+    int best = 0;
+    for (int c = 1; c < data.num_classes(); ++c) {
+      if (votes[i][c] > votes[i][best]) best = c;
+    }
+    ++total;
+    correct += best == data.gold[i];
+  }
+  return total == 0 ? 0 : static_cast<double>(correct) / total;
+}
+
+class EndToEndTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    pg_dir_ = new std::string(MakeTempDir("verity-e2e"));
+    storage::EmbeddedPostgres::Options options;
+    options.data_dir = *pg_dir_ + "/pg";
+    auto pg = storage::EmbeddedPostgres::Start(options);
+    ASSERT_TRUE(pg.ok()) << pg.status();
+    pg_ = pg->release();
+  }
+  static void TearDownTestSuite() {
+    if (pg_ != nullptr) EXPECT_TRUE(pg_->Stop().ok());
+    delete pg_;
+    pg_ = nullptr;
+    RemoveTree(*pg_dir_);
+    delete pg_dir_;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(pg_, nullptr);
+    StartServer();
+  }
+  void TearDown() override { StopServer(); }
+
+  void StartServer() {
+    server::VerityServer::Options options;
+    options.listen = "localhost:0";
+    options.postgres_url = pg_->connection_url();
+    options.pool_size = 4;
+    options.training.run_in_background = false;  // Tests drive refits step by step.
+    auto server = server::VerityServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    channel_ = grpc::CreateChannel(absl::StrCat("localhost:", server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    projects_ = v1::ProjectService::NewStub(channel_);
+    ingest_ = v1::IngestService::NewStub(channel_);
+    truth_ = v1::TruthService::NewStub(channel_);
+    models_ = v1::ModelService::NewStub(channel_);
+  }
+  void StopServer() {
+    if (server_ != nullptr) server_->Shutdown();
+    server_.reset();
+  }
+
+  models::CsvDataset LoadDataset(const std::string& name) {
+    auto dir = models::testing::FindDatasetsDirectory();
+    EXPECT_TRUE(dir.ok()) << dir.status();
+    auto data = models::ReadCsvDataset(absl::StrCat(*dir, "/", name));
+    EXPECT_TRUE(data.ok()) << data.status();
+    return *data;
+  }
+
+  grpc::Status CreateProject(const std::string& name, const std::vector<std::string>& classes,
+                             int item_feature_dim = 0) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::CreateProjectRequest request;
+    request.mutable_project()->set_name(name);
+    for (const auto& c : classes) request.mutable_project()->add_classes(c);
+    request.mutable_project()->set_item_feature_dim(item_feature_dim);
+    v1::CreateProjectResponse response;
+    return projects_->CreateProject(&context, request, &response);
+  }
+
+  // Sends `batches` on one stream and returns one ack per batch, in order.
+  std::vector<v1::BatchAck> Submit(const std::vector<v1::AnnotationBatch>& batches) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    auto stream = ingest_->SubmitAnnotations(&context);
+    for (const auto& b : batches) EXPECT_TRUE(stream->Write(b));
+    stream->WritesDone();
+    std::vector<v1::BatchAck> acks;
+    v1::BatchAck ack;
+    while (stream->Read(&ack)) acks.push_back(ack);
+    grpc::Status status = stream->Finish();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(acks.size(), batches.size());
+    return acks;
+  }
+
+  std::vector<v1::BatchAck> SubmitDataset(const std::string& project, const models::CsvDataset& data,
+                                          int batch_size = 500) {
+    std::vector<v1::AnnotationBatch> batches;
+    for (size_t i = 0; i < data.annotations.size(); ++i) {
+      if (i % batch_size == 0) {
+        batches.emplace_back();
+        batches.back().set_batch_id(batches.size());
+        batches.back().set_project(project);
+      }
+      const auto& a = data.annotations[i];
+      v1::Annotation* out = batches.back().add_annotations();
+      out->set_item(data.item_ids[a.item]);
+      out->set_annotator(data.annotator_ids[a.annotator]);
+      out->set_label(a.label);
+    }
+    return Submit(batches);
+  }
+
+  std::vector<v1::Posterior> ListAll(const std::string& project) {
+    std::vector<v1::Posterior> all;
+    std::string token;
+    do {
+      grpc::ClientContext context;
+      context.set_deadline(Deadline());
+      v1::ListPosteriorsRequest request;
+      request.set_project(project);
+      request.set_page_size(100);  // Several pages on every dataset used here.
+      request.set_page_token(token);
+      v1::ListPosteriorsResponse response;
+      grpc::Status status = truth_->ListPosteriors(&context, request, &response);
+      EXPECT_TRUE(status.ok()) << status.error_message();
+      if (!status.ok()) break;
+      for (auto& p : *response.mutable_posteriors()) all.push_back(std::move(p));
+      token = response.next_page_token();
+    } while (!token.empty());
+    return all;
+  }
+
+  double Accuracy(const std::string& project, const models::CsvDataset& data) {
+    int correct = 0, total = 0;
+    for (const v1::Posterior& p : ListAll(project)) {
+      auto it = data.item_index.find(p.item());
+      if (it == data.item_index.end() || data.gold[it->second] < 0) continue;
+      ++total;
+      correct += p.map_label() == data.gold[it->second];
+    }
+    return total == 0 ? 0 : static_cast<double>(correct) / total;
+  }
+
+  v1::GetModelStatusResponse ModelStatus(const std::string& project) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::GetModelStatusRequest request;
+    request.set_project(project);
+    v1::GetModelStatusResponse response;
+    grpc::Status status = models_->GetModelStatus(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
+  static std::string* pg_dir_;
+  static storage::EmbeddedPostgres* pg_;
+  std::unique_ptr<server::VerityServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ProjectService::Stub> projects_;
+  std::unique_ptr<v1::IngestService::Stub> ingest_;
+  std::unique_ptr<v1::TruthService::Stub> truth_;
+  std::unique_ptr<v1::ModelService::Stub> models_;
+};
+
+std::string* EndToEndTest::pg_dir_ = nullptr;
+storage::EmbeddedPostgres* EndToEndTest::pg_ = nullptr;
+
+TEST_F(EndToEndTest, BluebirdsDawidSkeneBeatsMajorityVoteByFivePoints) {
+  models::CsvDataset data = LoadDataset("bluebirds");
+  ASSERT_TRUE(CreateProject("bluebirds", data.class_names).ok());
+  int accepted = 0;
+  for (const v1::BatchAck& ack : SubmitDataset("bluebirds", data)) {
+    EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+    EXPECT_EQ(ack.rejected(), 0);
+    accepted += ack.accepted();
+  }
+  EXPECT_EQ(accepted, 4212);
+
+  const double mv = MajorityVoteAccuracy(data);
+  EXPECT_NEAR(mv, 0.7593, 1e-3);
+  // Before the first fit the served truth is majority vote (model version 0).
+  EXPECT_FALSE(ModelStatus("bluebirds").has_current_version());
+  EXPECT_NEAR(Accuracy("bluebirds", data), mv, 0.02);
+
+  ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
+  v1::GetModelStatusResponse status = ModelStatus("bluebirds");
+  ASSERT_TRUE(status.has_current_version());
+  EXPECT_EQ(status.current_version().version(), 1);
+  EXPECT_EQ(status.current_version().method(), v1::TRUTH_METHOD_DAWID_SKENE);
+  EXPECT_EQ(status.current_version().num_labels(), 4212);
+  EXPECT_EQ(status.labels_since_version(), 0);
+  const double ds = Accuracy("bluebirds", data);
+  EXPECT_GE(ds, mv + 0.05) << "DS " << ds << " vs MV " << mv;
+
+  // Annotator profiles: one per worker, confusion rows summing to 1, label counts adding up.
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::GetAnnotatorProfilesRequest request;
+  request.set_project("bluebirds");
+  v1::GetAnnotatorProfilesResponse profiles;
+  ASSERT_TRUE(truth_->GetAnnotatorProfiles(&context, request, &profiles).ok());
+  ASSERT_EQ(profiles.profiles_size(), 39);
+  int labels = 0;
+  for (const v1::AnnotatorProfile& p : profiles.profiles()) {
+    labels += p.num_labels();
+    ASSERT_EQ(p.confusion().probabilities_size(), 4);
+    EXPECT_NEAR(p.confusion().probabilities(0) + p.confusion().probabilities(1), 1.0, 1e-9);
+    EXPECT_GT(p.accuracy(), 0.0);
+    EXPECT_LT(p.accuracy(), 1.0);
+  }
+  EXPECT_EQ(labels, 4212);
+}
+
+TEST_F(EndToEndTest, RteDawidSkeneAtLeastMajorityVote) {
+  models::CsvDataset data = LoadDataset("rte");
+  ASSERT_TRUE(CreateProject("rte", data.class_names).ok());
+  SubmitDataset("rte", data, 1000);
+  ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
+  const double mv = MajorityVoteAccuracy(data);
+  const double ds = Accuracy("rte", data);
+  EXPECT_GE(ds, mv) << "DS " << ds << " vs MV " << mv;
+}
+
+TEST_F(EndToEndTest, NewLabelIsInThePosteriorWhenItsAckArrives) {
+  models::CsvDataset data = LoadDataset("bluebirds");
+  ASSERT_TRUE(CreateProject("fresh", data.class_names).ok());
+  SubmitDataset("fresh", data);
+  ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
+
+  v1::AnnotationBatch batch;
+  batch.set_batch_id(1);
+  batch.set_project("fresh");
+  v1::Annotation* a = batch.add_annotations();
+  a->set_item(data.item_ids[0]);
+  a->set_annotator("a-new-worker");
+  a->set_label(1);
+  std::vector<v1::BatchAck> acks = Submit({batch});
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].accepted(), 1);
+
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::GetPosteriorsRequest request;
+  request.set_project("fresh");
+  request.add_items(data.item_ids[0]);
+  v1::GetPosteriorsResponse response;
+  ASSERT_TRUE(truth_->GetPosteriors(&context, request, &response).ok());
+  ASSERT_EQ(response.posteriors_size(), 1);
+  EXPECT_EQ(response.posteriors(0).num_labels(), 40);
+  EXPECT_TRUE(response.posteriors(0).includes_newer_labels());
+  EXPECT_EQ(response.posteriors(0).model_version(), 1);
+}
+
+TEST_F(EndToEndTest, RestartServesTheSamePosteriors) {
+  models::CsvDataset data = LoadDataset("bluebirds");
+  ASSERT_TRUE(CreateProject("restart", data.class_names).ok());
+  SubmitDataset("restart", data);
+  ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
+  // Labels after the version's watermark: served through the online update.
+  v1::AnnotationBatch batch;
+  batch.set_batch_id(1);
+  batch.set_project("restart");
+  for (int i = 0; i < 5; ++i) {
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(data.item_ids[i]);
+    a->set_annotator("late-worker");
+    a->set_label(i % 2);
+  }
+  Submit({batch});
+  std::vector<v1::Posterior> before = ListAll("restart");
+
+  StopServer();
+  StartServer();
+  std::vector<v1::Posterior> after = ListAll("restart");
+  ASSERT_EQ(after.size(), before.size());
+  ASSERT_EQ(after.size(), 108u);
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(after[i].item(), before[i].item());
+    EXPECT_EQ(after[i].num_labels(), before[i].num_labels());
+    EXPECT_EQ(after[i].model_version(), before[i].model_version());
+    EXPECT_EQ(after[i].includes_newer_labels(), before[i].includes_newer_labels());
+    for (int c = 0; c < before[i].probabilities_size(); ++c) {
+      EXPECT_DOUBLE_EQ(after[i].probabilities(c), before[i].probabilities(c));
+    }
+  }
+}
+
+TEST_F(EndToEndTest, UnknownProjectIsNotFound) {
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::GetPosteriorsRequest request;
+  request.set_project("no-such-project");
+  request.add_items("x");
+  v1::GetPosteriorsResponse response;
+  grpc::Status status = truth_->GetPosteriors(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), HasSubstr("no-such-project"));
+
+  v1::AnnotationBatch batch;
+  batch.set_batch_id(9);
+  batch.set_project("no-such-project");
+  v1::Annotation* a = batch.add_annotations();
+  a->set_item("i");
+  a->set_annotator("w");
+  std::vector<v1::BatchAck> acks = Submit({batch});
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].batch_id(), 9u);
+  EXPECT_EQ(acks[0].error_code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+}
+
+TEST_F(EndToEndTest, InvalidAnnotationsAreRejectedInTheAckWhileTheRestIsAccepted) {
+  ASSERT_TRUE(CreateProject("bad-input", {"no", "yes"}).ok());
+  v1::AnnotationBatch batch;
+  batch.set_batch_id(1);
+  batch.set_project("bad-input");
+  auto add = [&](std::string item, std::string annotator, int label) {
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(std::move(item));
+    a->set_annotator(std::move(annotator));
+    a->set_label(label);
+  };
+  add("i1", "w1", 1);
+  add("i1", "w2", 2);                          // label out of range
+  add("", "w3", 0);                            // empty item id
+  add("i2", std::string(300, 'w'), 0);         // over-long annotator id
+  add("i2", "w1", 0);
+  std::vector<v1::BatchAck> acks = Submit({batch});
+  ASSERT_EQ(acks.size(), 1u);
+  const v1::BatchAck& ack = acks[0];
+  EXPECT_EQ(ack.error_code(), 0);
+  EXPECT_EQ(ack.accepted(), 2);
+  EXPECT_EQ(ack.rejected(), 3);
+  ASSERT_EQ(ack.rejections_size(), 3);
+  EXPECT_EQ(ack.rejections(0).index(), 1);
+  EXPECT_THAT(ack.rejections(0).reason(), HasSubstr("label: 2 out of range"));
+  EXPECT_EQ(ack.rejections(1).index(), 2);
+  EXPECT_THAT(ack.rejections(1).reason(), HasSubstr("item: must not be empty"));
+  EXPECT_EQ(ack.rejections(2).index(), 3);
+  EXPECT_THAT(ack.rejections(2).reason(), HasSubstr("annotator: is 300 bytes"));
+
+  // Same label again: duplicate; a different label: revision.
+  v1::AnnotationBatch again;
+  again.set_batch_id(2);
+  again.set_project("bad-input");
+  *again.add_annotations() = batch.annotations(0);
+  v1::Annotation* revised = again.add_annotations();
+  *revised = batch.annotations(4);
+  revised->set_label(1);
+  acks = Submit({again});
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].duplicate(), 1);
+  EXPECT_EQ(acks[0].revised(), 1);
+  EXPECT_EQ(acks[0].accepted(), 0);
+}
+
+TEST_F(EndToEndTest, OversizedBatchIsRefusedWhole) {
+  ASSERT_TRUE(CreateProject("big-batch", {"no", "yes"}).ok());
+  v1::AnnotationBatch batch;
+  batch.set_batch_id(3);
+  batch.set_project("big-batch");
+  for (int i = 0; i <= 10000; ++i) {
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(absl::StrCat("i", i));
+    a->set_annotator("w");
+  }
+  std::vector<v1::BatchAck> acks = Submit({batch});
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].error_code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_THAT(acks[0].error_message(), HasSubstr("limit is 10000"));
+  EXPECT_EQ(acks[0].accepted(), 0);
+}
+
+TEST_F(EndToEndTest, NonFiniteFeaturesAreInvalidArgument) {
+  ASSERT_TRUE(CreateProject("features", {"no", "yes"}, /*item_feature_dim=*/2).ok());
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::AddItemsRequest request;
+  request.set_project("features");
+  v1::Item* item = request.add_items();
+  item->set_id("x");
+  item->add_features(1.0f);
+  item->add_features(std::nanf(""));
+  v1::AddItemsResponse response;
+  grpc::Status status = projects_->AddItems(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("items[0].features: value 1 is not finite"));
+}
+
+TEST_F(EndToEndTest, ProjectErrorsAndUnbuiltRpcsHaveClearCodes) {
+  ASSERT_TRUE(CreateProject("dup", {"a", "b"}).ok());
+  grpc::Status status = CreateProject("dup", {"a", "b"});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  status = CreateProject("one-class", {"a"});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("project.classes"));
+
+  auto assignment = v1::AssignmentService::NewStub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::SuggestItemsRequest request;
+  request.set_project("dup");
+  v1::SuggestItemsResponse response;
+  status = assignment->SuggestItems(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("not built yet"));
+}
+
+TEST_F(EndToEndTest, GoldItemsAreClampedToTheirLabel) {
+  ASSERT_TRUE(CreateProject("gold", {"no", "yes"}).ok());
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::AddItemsRequest request;
+  request.set_project("gold");
+  v1::Item* item = request.add_items();
+  item->set_id("control-1");
+  item->set_gold_label(1);
+  v1::AddItemsResponse response;
+  ASSERT_TRUE(projects_->AddItems(&context, request, &response).ok());
+  EXPECT_EQ(response.added(), 1);
+
+  v1::AnnotationBatch batch;
+  batch.set_batch_id(1);
+  batch.set_project("gold");
+  for (const char* w : {"w1", "w2", "w3"}) {
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item("control-1");
+    a->set_annotator(w);
+    a->set_label(0);
+  }
+  Submit({batch});
+  std::vector<v1::Posterior> all = ListAll("gold");
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_TRUE(all[0].is_gold());
+  EXPECT_EQ(all[0].map_label(), 1);
+  EXPECT_DOUBLE_EQ(all[0].probabilities(1), 1.0);
+  EXPECT_EQ(all[0].num_labels(), 3);
+}
+
+}  // namespace
+}  // namespace verity::tests
