@@ -12,7 +12,7 @@ namespace {
 void AppendValue(std::string& line, absl::string_view value) {
   const bool quote = value.empty() || value.find_first_of(" \"=\t\n") != absl::string_view::npos;
   if (!quote) {
-    line.append(value);
+    line.append(value.data(), value.size());
     return;
   }
   line.push_back('"');

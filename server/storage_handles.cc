@@ -1,6 +1,6 @@
 #include "server/storage_handles.h"
 
-#include "storage/migrations.h"
+#include "storage/schema_migrations.h"
 
 namespace verity::server {
 
@@ -13,11 +13,13 @@ absl::StatusOr<std::unique_ptr<StorageHandles>> StorageHandles::Open(
   if (!pool.ok()) return pool.status();
   auto handles = std::make_unique<StorageHandles>();
   handles->pool = std::move(*pool);
-  if (absl::Status s = storage::ApplyMigrations(*handles->pool); !s.ok()) return s;
-  handles->projects = std::make_unique<storage::ProjectStore>(*handles->pool);
-  handles->items = std::make_unique<storage::ItemStore>(*handles->pool);
-  handles->annotations = std::make_unique<storage::AnnotationStore>(*handles->pool);
-  handles->versions = std::make_unique<storage::ModelVersionStore>(*handles->pool);
+  if (auto applied = storage::ApplySchemaMigrations(*handles->pool); !applied.ok()) {
+    return applied.status();
+  }
+  handles->projects = std::make_unique<storage::ProjectStore>(handles->pool.get());
+  handles->items = std::make_unique<storage::ItemStore>(handles->pool.get());
+  handles->annotations = std::make_unique<storage::AnnotationStore>(handles->pool.get());
+  handles->versions = std::make_unique<storage::ModelVersionStore>(handles->pool.get());
   return handles;
 }
 

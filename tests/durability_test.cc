@@ -145,7 +145,8 @@ class DurabilityTest : public ::testing::Test {
     dir_ = MakeTempDir("verity-durability");
     ASSERT_FALSE(dir_.empty());
     server_ = std::make_unique<ServerProcess>(RunfilePath("server/verity_server"), dir_);
-    ASSERT_TRUE(server_->Start().ok());
+    absl::Status started = server_->Start();
+    ASSERT_TRUE(started.ok()) << started;
   }
   void TearDown() override {
     if (server_ != nullptr) EXPECT_TRUE(server_->Stop().ok()) << "see " << server_->log_path();
