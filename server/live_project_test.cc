@@ -1,0 +1,145 @@
+#include "server/live_project.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "models/testing/synthetic_crowd.h"
+#include "models/truth_model_factory.h"
+
+namespace verity::server {
+namespace {
+
+constexpr int32_t kClasses = 3;
+constexpr int32_t kAnnotators = 12;
+
+models::testing::SyntheticCrowd MakeCrowd(int32_t items, uint64_t seed) {
+  models::testing::SyntheticCrowdSpec spec;
+  spec.num_items = items;
+  spec.num_classes = kClasses;
+  spec.labels_per_item = 4;
+  for (int a = 0; a < kAnnotators; ++a) {
+    spec.confusions.push_back(models::testing::SymmetricConfusion(kClasses, a < 4 ? 0.4 : 0.85));
+  }
+  spec.seed = seed;
+  return models::testing::GenerateSyntheticCrowd(spec);
+}
+
+LiveProject::Identity TestIdentity() {
+  LiveProject::Identity id;
+  id.project_id = 1;
+  id.name = "p";
+  id.classes = {"a", "b", "c"};
+  return id;
+}
+
+// A live project restored from a fitted Dawid-Skene version over `crowd`.
+std::unique_ptr<LiveProject> RestoreFitted(const models::testing::SyntheticCrowd& crowd,
+                                           std::unique_ptr<models::TruthModel>& fitted) {
+  fitted = *models::CreateTruthModel("ds", kClasses, {});
+  EXPECT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
+  LiveProject::StoredState stored;
+  for (int32_t i = 0; i < crowd.matrix.num_items(); ++i) stored.item_ids.push_back(absl::StrCat("i", i));
+  stored.gold.assign(crowd.matrix.num_items(), -1);
+  for (int32_t a = 0; a < kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("w", a));
+  int64_t seq = 0;
+  for (const models::Annotation& a : crowd.annotations) {
+    stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
+  }
+  storage::ModelVersionRecord version;
+  version.version = 1;
+  version.method = "ds";
+  version.parameters = fitted->Serialize();
+  version.watermark = seq;
+  stored.latest_version = version;
+  auto project = LiveProject::Create(TestIdentity(), v1::ProjectSettings(), std::move(stored));
+  EXPECT_TRUE(project.ok()) << project.status();
+  return std::move(*project);
+}
+
+TEST(LiveProjectTest, RestoredPosteriorsEqualTheModelsFullEStep) {
+  auto crowd = MakeCrowd(300, 3);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  std::vector<double> expected = models::AllPosteriors(*fitted, crowd.matrix, {});
+  auto snapshot = project->snapshot();
+  ASSERT_EQ(snapshot->posteriors.num_items(), 300);
+  EXPECT_EQ(snapshot->model_version, 1);
+  for (int32_t i = 0; i < 300; ++i) {
+    for (int32_t c = 0; c < kClasses; ++c) {
+      ASSERT_EQ(snapshot->posteriors.probabilities(i)[c], expected[i * kClasses + c]) << i;
+    }
+  }
+}
+
+TEST(LiveProjectTest, OnlineUpdatesEqualAFullEStepAndLeaveOldSnapshotsAlone) {
+  auto crowd = MakeCrowd(300, 5);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  std::shared_ptr<const ProjectSnapshot> before = project->snapshot();
+  const std::vector<double> item7_before(before->posteriors.probabilities(7).begin(),
+                                         before->posteriors.probabilities(7).end());
+
+  // New labels: a revision, a new label on an old item, a new item and a new annotator.
+  std::vector<models::Annotation> all = crowd.annotations;
+  const models::Annotation& first = crowd.annotations[0];
+  const int32_t revised_label = (first.label + 1) % kClasses;
+  std::string first_item = absl::StrCat("i", first.item), first_worker = absl::StrCat("w", first.annotator);
+  std::vector<CommittedLabel> batch = {
+      {first.item, first_item, first.annotator, first_worker, revised_label, 10001, true},
+      {7, "i7", 12, "w-new", 2, 10002, true},
+      {300, "i-new", 3, "w3", 1, 10003, true},
+      {8, "i8", 0, "w0", 0, 10004, false},  // A duplicate: registers ids only.
+  };
+  project->ApplyCommitted(batch);
+  all[0].label = revised_label;
+  all.push_back({7, 12, 2});
+  all.push_back({300, 3, 1});
+
+  auto matrix = models::AnnotationMatrix::Build(301, kAnnotators + 1, kClasses, all);
+  ASSERT_TRUE(matrix.ok());
+  std::vector<double> expected = models::AllPosteriors(*fitted, *matrix, {});
+  auto after = project->snapshot();
+  ASSERT_EQ(after->posteriors.num_items(), 301);
+  for (int32_t i = 0; i < 301; ++i) {
+    for (int32_t c = 0; c < kClasses; ++c) {
+      ASSERT_DOUBLE_EQ(after->posteriors.probabilities(i)[c], expected[i * kClasses + c]) << i;
+    }
+  }
+  EXPECT_EQ(after->posteriors.num_labels(7), before->posteriors.num_labels(7) + 1);
+  EXPECT_EQ(after->posteriors.newest_seq(7), 10002);
+  EXPECT_EQ(project->Counts().labels_since_version, 3);
+  EXPECT_EQ(project->Counts().num_labels, static_cast<int64_t>(all.size()));
+  // The reader's old snapshot did not move.
+  for (int32_t c = 0; c < kClasses; ++c) {
+    EXPECT_EQ(before->posteriors.probabilities(7)[c], item7_before[c]);
+  }
+  EXPECT_EQ(before->posteriors.num_items(), 300);
+}
+
+TEST(LiveProjectTest, GoldItemIsClampedAndRefitIsDueAfterEnoughNewLabels) {
+  auto crowd = MakeCrowd(100, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  project->ApplyItems({{4, "i4", 2}});
+  auto snapshot = project->snapshot();
+  EXPECT_TRUE(snapshot->posteriors.is_gold(4));
+  EXPECT_EQ(snapshot->posteriors.probabilities(4)[2], 1.0);
+
+  const absl::Time now = absl::Now();
+  EXPECT_FALSE(project->RefitDue(now, absl::Hours(1)));
+  std::vector<CommittedLabel> batch;
+  std::vector<std::string> ids;
+  ids.reserve(60);
+  for (int i = 0; i < 60; ++i) ids.push_back(absl::StrCat("extra", i));
+  for (int i = 0; i < 60; ++i) batch.push_back({100 + i, ids[i], 0, "w0", 1, 20000 + i, true});
+  project->ApplyCommitted(batch);
+  // 60 new labels >= max(50, 10% of 460).
+  EXPECT_TRUE(project->RefitDue(now, absl::Hours(1)));
+}
+
+}  // namespace
+}  // namespace verity::server
