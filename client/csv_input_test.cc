@@ -1,0 +1,257 @@
+#include "client/csv_input.h"
+
+#include <string>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace verity::client {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+LabelParser BirdLabels() { return LabelParser({"false", "true"}); }
+
+TEST(LabelParserTest, MapsClassNamesToTheirIndex) {
+  const LabelParser labels({"cat", "dog", "bird"});
+  EXPECT_EQ(*labels.Parse("cat"), 0);
+  EXPECT_EQ(*labels.Parse("bird"), 2);
+}
+
+TEST(LabelParserTest, TakesAnIntegerThatIsNotAClassNameAsAnIndex) {
+  const LabelParser labels({"cat", "dog", "bird"});
+  EXPECT_EQ(*labels.Parse("1"), 1);
+  EXPECT_EQ(*labels.Parse("0"), 0);
+}
+
+TEST(LabelParserTest, PrefersAClassNameOverAnIndex) {
+  // Class "1" is index 0; "0" is not a name, so it is index 0 too.
+  const LabelParser labels({"1", "0x", "2"});
+  EXPECT_EQ(*labels.Parse("1"), 0);
+  EXPECT_EQ(*labels.Parse("2"), 2);
+  EXPECT_EQ(*labels.Parse("0"), 0);
+}
+
+TEST(LabelParserTest, RefusesUnknownNamesAndIndicesOutOfRange) {
+  const LabelParser labels({"no", "yes"});
+  EXPECT_THAT(labels.Parse("maybe"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "label \"maybe\" is neither a class name (no, yes) nor "
+                       "a class index in [0, 2)"));
+  EXPECT_THAT(labels.Parse("2"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(labels.Parse("-1"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(labels.Parse("+1"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(labels.Parse(""), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ParseClassListTest, SplitsOnCommasAndKeepsNamesExact) {
+  EXPECT_THAT(*ParseClassList("a,b c,d"), ElementsAre("a", "b c", "d"));
+  EXPECT_THAT(ParseClassList("a,,b"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty")));
+  EXPECT_THAT(ParseClassList("only"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("at least two classes")));
+}
+
+TEST(ParseClassesFileTest, ReadsOneNamePerLineSkippingBlankLines) {
+  EXPECT_THAT(*ParseClassesFile("false\r\ntrue\n\n", "classes.txt"),
+              ElementsAre("false", "true"));
+  EXPECT_THAT(ParseClassesFile("one\n", "classes.txt"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("classes.txt: a project needs")));
+}
+
+TEST(ParseAnnotationsCsvTest, ReadsTheDatasetFormat) {
+  const LabelParser labels = BirdLabels();
+  absl::StatusOr<AnnotationRows> rows = ParseAnnotationsCsv(
+      "item,annotator,label\n11573,39,true\n\"a,b\",40,false\n", "labels.csv",
+      labels);
+  ASSERT_THAT(rows, IsOk());
+  ASSERT_EQ(rows->annotations.size(), 2u);
+  EXPECT_EQ(rows->annotations[0].item(), "11573");
+  EXPECT_EQ(rows->annotations[0].annotator(), "39");
+  EXPECT_EQ(rows->annotations[0].label(), 1);
+  EXPECT_EQ(rows->annotations[1].item(), "a,b");
+  EXPECT_EQ(rows->annotations[1].label(), 0);
+  EXPECT_THAT(rows->lines, ElementsAre(2, 3));
+}
+
+TEST(ParseAnnotationsCsvTest, AcceptsColumnsInAnyOrderAndIndexLabels) {
+  const LabelParser labels = BirdLabels();
+  absl::StatusOr<AnnotationRows> rows = ParseAnnotationsCsv(
+      "label,item,annotator\r\n1,i1,w1\r\n", "labels.csv", labels);
+  ASSERT_THAT(rows, IsOk());
+  ASSERT_EQ(rows->annotations.size(), 1u);
+  EXPECT_EQ(rows->annotations[0].item(), "i1");
+  EXPECT_EQ(rows->annotations[0].annotator(), "w1");
+  EXPECT_EQ(rows->annotations[0].label(), 1);
+}
+
+TEST(ParseAnnotationsCsvTest, ErrorsNameTheFileAndLine) {
+  const LabelParser labels = BirdLabels();
+  EXPECT_THAT(
+      ParseAnnotationsCsv("item,annotator,label\ni1,w1,true\ni2,w1,maybe\n",
+                          "labels.csv", labels),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("labels.csv: line 3: label \"maybe\"")));
+  EXPECT_THAT(
+      ParseAnnotationsCsv("item,annotator,label\ni1,w1\n", "l.csv", labels),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "l.csv: line 2: expected 3 fields as in the header, "
+               "got 2"));
+  EXPECT_THAT(
+      ParseAnnotationsCsv("item,annotator,label\n,w1,true\n", "l.csv", labels),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "l.csv: line 2: empty item id"));
+  // A parser error of models/csv.h gets the file name too.
+  EXPECT_THAT(ParseAnnotationsCsv("item,annotator,label\ni\"1,w1,true\n",
+                                  "l.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("l.csv: line 2: quote inside")));
+}
+
+TEST(ParseAnnotationsCsvTest, RefusesBadHeaders) {
+  const LabelParser labels = BirdLabels();
+  EXPECT_THAT(ParseAnnotationsCsv("item,worker,label\n", "l.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("l.csv: line 1: unknown column \"worker\"")));
+  EXPECT_THAT(ParseAnnotationsCsv("item,label\n", "l.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("must name the columns")));
+  EXPECT_THAT(
+      ParseAnnotationsCsv("item,item,annotator,label\n", "l.csv", labels),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("column \"item\" appears twice")));
+  EXPECT_THAT(ParseAnnotationsCsv("", "l.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("l.csv: empty file")));
+}
+
+TEST(ParseItemsCsvTest, ReadsGoldByNameOrIndexAndEmptyGold) {
+  const LabelParser labels = BirdLabels();
+  absl::StatusOr<ItemRows> rows =
+      ParseItemsCsv("item,gold\na,true\nb,0\nc,\n", "items.csv", labels);
+  ASSERT_THAT(rows, IsOk());
+  ASSERT_EQ(rows->items.size(), 3u);
+  EXPECT_EQ(rows->items[0].gold_label(), 1);
+  EXPECT_EQ(rows->items[1].gold_label(), 0);
+  EXPECT_FALSE(rows->items[2].has_gold_label());
+  EXPECT_EQ(rows->feature_dim, 0);
+  EXPECT_THAT(rows->lines, ElementsAre(2, 3, 4));
+}
+
+TEST(ParseItemsCsvTest, ReadsTheDatasetsGoldCsv) {
+  const LabelParser labels = BirdLabels();
+  absl::StatusOr<ItemRows> rows = ParseItemsCsv(
+      "item,label\n11573,true\n11577,false\n", "gold.csv", labels);
+  ASSERT_THAT(rows, IsOk());
+  ASSERT_EQ(rows->items.size(), 2u);
+  EXPECT_EQ(rows->items[0].id(), "11573");
+  EXPECT_EQ(rows->items[0].gold_label(), 1);
+  EXPECT_EQ(rows->items[1].gold_label(), 0);
+}
+
+TEST(ParseItemsCsvTest, ReadsFeatureColumnsInIndexOrder) {
+  const LabelParser labels = BirdLabels();
+  absl::StatusOr<ItemRows> rows = ParseItemsCsv(
+      "f1,id,f0,f2\n2.5,x,-1,1e3\n,y,,\n", "features.csv", labels);
+  ASSERT_THAT(rows, IsOk());
+  EXPECT_EQ(rows->feature_dim, 3);
+  ASSERT_EQ(rows->items.size(), 2u);
+  EXPECT_EQ(rows->items[0].id(), "x");
+  EXPECT_THAT(rows->items[0].features(), ElementsAre(-1.0f, 2.5f, 1000.0f));
+  EXPECT_TRUE(rows->items[1].features().empty());
+}
+
+TEST(ParseItemsCsvTest, RefusesBadFeatures) {
+  const LabelParser labels = BirdLabels();
+  EXPECT_THAT(ParseItemsCsv("item,f0,f2\n", "i.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "i.csv: line 1: 2 feature columns but no column f1 "
+                       "(expected f0 to f1)"));
+  EXPECT_THAT(ParseItemsCsv("item,f0,f1\na,1,\n", "i.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "i.csv: line 2: 1 of 2 features are empty (give all "
+                       "or none)"));
+  EXPECT_THAT(ParseItemsCsv("item,f0\na,nan\n", "i.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "i.csv: line 2: feature f0 \"nan\" is not a finite "
+                       "number"));
+  EXPECT_THAT(ParseItemsCsv("item,f0\na,x1\n", "i.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("feature f0 \"x1\"")));
+  EXPECT_THAT(ParseItemsCsv("item,f01\n", "i.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("unknown column \"f01\"")));
+}
+
+TEST(ParseItemsCsvTest, RefusesRepeatedItemsAndMissingIds) {
+  const LabelParser labels = BirdLabels();
+  EXPECT_THAT(ParseItemsCsv("item\na\nb\na\n", "i.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "i.csv: line 4: item \"a\" already listed on line 2"));
+  EXPECT_THAT(ParseItemsCsv("gold\ntrue\n", "i.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("must name an \"item\"")));
+  EXPECT_THAT(ParseItemsCsv("item,id\n", "i.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("both \"item\" and \"id\"")));
+  EXPECT_THAT(ParseItemsCsv("item,gold\na,maybe\n", "i.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("i.csv: line 2: label \"maybe\"")));
+}
+
+TEST(MergeGoldTest, SetsGoldOfKnownItemsAndAppendsTheOthers) {
+  const LabelParser labels = BirdLabels();
+  ItemRows items = *ParseItemsCsv("item,f0\na,1\nb,2\n", "f.csv", labels);
+  const ItemRows gold =
+      *ParseItemsCsv("item,label\nb,true\nc,false\n", "gold.csv", labels);
+  absl::StatusOr<ItemRows> merged =
+      MergeGold(std::move(items), gold, "gold.csv");
+  ASSERT_THAT(merged, IsOk());
+  ASSERT_EQ(merged->items.size(), 3u);
+  EXPECT_FALSE(merged->items[0].has_gold_label());
+  EXPECT_EQ(merged->items[1].gold_label(), 1);
+  EXPECT_THAT(merged->items[1].features(), ElementsAre(2.0f));
+  EXPECT_EQ(merged->items[2].id(), "c");
+  EXPECT_EQ(merged->items[2].gold_label(), 0);
+  EXPECT_TRUE(merged->items[2].features().empty());
+}
+
+TEST(MergeGoldTest, RefusesContradictingGold) {
+  const LabelParser labels = BirdLabels();
+  ItemRows items = *ParseItemsCsv("item,gold\na,true\n", "i.csv", labels);
+  const ItemRows gold =
+      *ParseItemsCsv("item,label\na,false\n", "g.csv", labels);
+  EXPECT_THAT(MergeGold(std::move(items), gold, "g.csv"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("g.csv: line 2: gold label 0 of item \"a\" "
+                                 "contradicts gold label 1")));
+}
+
+TEST(FormatCsvRecordTest, QuotesOnlyFieldsThatNeedIt) {
+  EXPECT_EQ(FormatCsvRecord({"a", "b c", "1.5"}), "a,b c,1.5");
+  EXPECT_EQ(FormatCsvRecord({"a,b", "say \"hi\"", "x\ny", ""}),
+            "\"a,b\",\"say \"\"hi\"\"\",\"x\ny\",");
+}
+
+TEST(FormatCsvRecordTest, RoundTripsThroughTheParser) {
+  const LabelParser labels({"x,y", "z\"w"});
+  const std::string text =
+      "item,annotator,label\n" + FormatCsvRecord({"i,1", "a\"1", "x,y"}) + "\n";
+  absl::StatusOr<AnnotationRows> rows =
+      ParseAnnotationsCsv(text, "round.csv", labels);
+  ASSERT_THAT(rows, IsOk());
+  ASSERT_EQ(rows->annotations.size(), 1u);
+  EXPECT_EQ(rows->annotations[0].item(), "i,1");
+  EXPECT_EQ(rows->annotations[0].annotator(), "a\"1");
+  EXPECT_EQ(rows->annotations[0].label(), 0);
+}
+
+}  // namespace
+}  // namespace verity::client

@@ -1,0 +1,74 @@
+#include "client/progress.h"
+
+#include <sstream>
+#include <string>
+
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace verity::client {
+namespace {
+
+TEST(FormatCountTest, GroupsThousands) {
+  EXPECT_EQ(FormatCount(0), "0");
+  EXPECT_EQ(FormatCount(999), "999");
+  EXPECT_EQ(FormatCount(1000), "1,000");
+  EXPECT_EQ(FormatCount(96883), "96,883");
+  EXPECT_EQ(FormatCount(1234567), "1,234,567");
+  EXPECT_EQ(FormatCount(-1234), "-1,234");
+}
+
+TEST(FormatEtaTest, PicksUnitsByMagnitude) {
+  EXPECT_EQ(FormatEta(absl::Milliseconds(400)), "0s");
+  EXPECT_EQ(FormatEta(absl::Seconds(42)), "42s");
+  EXPECT_EQ(FormatEta(absl::Seconds(185)), "3m05s");
+  EXPECT_EQ(FormatEta(absl::Seconds(2 * 3600 + 7 * 60 + 59)), "2h07m");
+  EXPECT_EQ(FormatEta(absl::Seconds(-5)), "0s");
+}
+
+TEST(FormatProgressTest, ShowsCountPercentRateAndEta) {
+  EXPECT_EQ(FormatProgress(45000, 96883, absl::Seconds(2), "labels"),
+            "45,000/96,883 labels (46%)  22,500 labels/s  ETA 2s");
+  EXPECT_EQ(FormatProgress(1000, 1000, absl::Milliseconds(500), "labels"),
+            "1,000/1,000 labels (100%)  2,000 labels/s  ETA 0s");
+}
+
+TEST(FormatProgressTest, ShowsDashesBeforeARateIsKnown) {
+  EXPECT_EQ(FormatProgress(0, 500, absl::Seconds(3), "labels"),
+            "0/500 labels (0%)  -- labels/s  ETA --");
+  EXPECT_EQ(FormatProgress(10, 500, absl::ZeroDuration(), "items"),
+            "10/500 items (2%)  -- items/s  ETA --");
+  EXPECT_EQ(FormatProgress(0, 0, absl::ZeroDuration(), "labels"),
+            "0/0 labels (100%)  -- labels/s  ETA --");
+}
+
+TEST(ProgressMeterTest, RedrawsInPlaceAtMostOncePerInterval) {
+  std::ostringstream out;
+  absl::Time now = absl::FromUnixSeconds(1000);
+  ProgressMeter::Options options;
+  options.now = [&now] { return now; };
+  ProgressMeter meter(out, 100, options);
+
+  now += absl::Seconds(1);
+  meter.Update(10);
+  now += absl::Milliseconds(50);
+  meter.Update(20);  // Within 100 ms of the last draw: skipped.
+  now += absl::Milliseconds(60);
+  meter.Update(30);
+  meter.Finish();
+  EXPECT_EQ(out.str(),
+            "\r10/100 labels (10%)  10 labels/s  ETA 9s\x1b[K"
+            "\r30/100 labels (30%)  27 labels/s  ETA 2s\x1b[K"
+            "\r\x1b[K");
+}
+
+TEST(ProgressMeterTest, FinishWithoutDrawingWritesNothing) {
+  std::ostringstream out;
+  ProgressMeter meter(out, 100, ProgressMeter::Options());
+  meter.Finish();
+  EXPECT_EQ(out.str(), "");
+}
+
+}  // namespace
+}  // namespace verity::client

@@ -1,0 +1,422 @@
+#include "client/verity_client.h"
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace verity::client {
+namespace {
+
+// Calls a unary RPC of a generated stub with `deadline`.
+template <typename Stub, typename Request, typename Response>
+absl::StatusOr<Response> CallUnary(
+    Stub& stub,
+    grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                 Response*),
+    const Request& request, std::chrono::system_clock::time_point deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(deadline);
+  Response response;
+  grpc::Status status = (stub.*method)(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+// BatchAck.error_code as a status code; a value outside google.rpc.Code is
+// UNKNOWN.
+absl::StatusCode AckErrorCode(int32_t code) {
+  if (code <= 0 ||
+      code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
+    return absl::StatusCode::kUnknown;
+  }
+  return static_cast<absl::StatusCode>(code);
+}
+
+bool IsRetryable(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable ||
+         code == absl::StatusCode::kResourceExhausted;
+}
+
+// Adds context in front of a status message, keeping the code.
+absl::Status Annotate(const absl::Status& status, absl::string_view context) {
+  return absl::Status(status.code(), absl::StrCat(context, status.message()));
+}
+
+// The state of one SubmitAnnotations call across its streams. Batch b holds
+// annotations [b * batch_size, min((b + 1) * batch_size, n)) and is sent with
+// batch_id b + 1.
+class AnnotationStreamer {
+ public:
+  AnnotationStreamer(v1::IngestService::Stub& stub, absl::string_view project,
+                     absl::Span<const v1::Annotation> annotations,
+                     const SubmitOptions& options, absl::Duration rpc_deadline)
+      : stub_(stub),
+        project_(project),
+        annotations_(annotations),
+        options_(options),
+        rpc_deadline_(rpc_deadline),
+        batch_size_(static_cast<size_t>(options.batch_size)),
+        num_batches_((annotations.size() + batch_size_ - 1) / batch_size_),
+        counted_(num_batches_, false) {}
+
+  absl::StatusOr<SubmitTotals> Run() {
+    int failures_in_a_row = 0;
+    absl::Duration backoff = options_.initial_backoff;
+    while (first_unfinished_ < num_batches_) {
+      const size_t first_before = first_unfinished_;
+      absl::Status status = RunStream();
+      if (status.ok()) break;
+      if (!IsRetryable(status.code())) return status;
+      if (first_unfinished_ > first_before) {
+        failures_in_a_row = 0;
+        backoff = options_.initial_backoff;
+      }
+      if (failures_in_a_row >= options_.max_retries) {
+        return Annotate(status,
+                        absl::StrCat("gave up after ", failures_in_a_row + 1,
+                                     " attempts: "));
+      }
+      ++failures_in_a_row;
+      ++totals_.retries;
+      if (options_.sleep) {
+        options_.sleep(backoff);
+      } else {
+        absl::SleepFor(backoff);
+      }
+      backoff = std::min(backoff * 2, options_.max_backoff);
+    }
+    return std::move(totals_);
+  }
+
+ private:
+  size_t BatchBegin(size_t b) const { return b * batch_size_; }
+  size_t BatchEnd(size_t b) const {
+    return std::min(annotations_.size(), (b + 1) * batch_size_);
+  }
+  std::string BatchName(size_t b) const {
+    return absl::StrCat("batch ", b + 1, " of ", num_batches_, " (annotations ",
+                        BatchBegin(b), " to ", BatchEnd(b) - 1, ")");
+  }
+
+  // Fills `batch` (reused across batches to keep its allocations) with
+  // batch b.
+  void FillBatch(size_t b, v1::AnnotationBatch& batch) const {
+    batch.Clear();
+    batch.set_batch_id(b + 1);
+    // Every batch names the project, so a batch can open a new stream.
+    batch.set_project(project_);
+    batch.mutable_annotations()->Reserve(
+        static_cast<int>(BatchEnd(b) - BatchBegin(b)));
+    for (size_t i = BatchBegin(b); i < BatchEnd(b); ++i) {
+      *batch.add_annotations() = annotations_[i];
+    }
+  }
+
+  void Count(size_t b, const v1::BatchAck& ack) {
+    if (counted_[b]) return;
+    counted_[b] = true;
+    totals_.accepted += ack.accepted();
+    totals_.duplicate += ack.duplicate();
+    totals_.revised += ack.revised();
+    totals_.rejected += ack.rejected();
+    for (const v1::Rejection& rejection : ack.rejections()) {
+      if (static_cast<int>(totals_.rejections.size()) >=
+          options_.max_rejections) {
+        break;
+      }
+      totals_.rejections.push_back(
+          {static_cast<int64_t>(BatchBegin(b)) + rejection.index(),
+           rejection.reason()});
+    }
+    progress_.acked += static_cast<int64_t>(BatchEnd(b) - BatchBegin(b));
+    progress_.total = static_cast<int64_t>(annotations_.size());
+    if (options_.on_progress) options_.on_progress(progress_);
+  }
+
+  // Sends batches from first_unfinished_ on over one new stream. OK once every
+  // batch is acknowledged; otherwise the error that ended the stream, with
+  // first_unfinished_ at the first batch to resend.
+  absl::Status RunStream() {
+    const double unacked = static_cast<double>(annotations_.size() -
+                                               BatchBegin(first_unfinished_));
+    grpc::ClientContext context;
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + rpc_deadline_ +
+                           absl::Seconds(unacked / options_.min_throughput)));
+    std::unique_ptr<grpc::ClientReaderWriter<v1::AnnotationBatch, v1::BatchAck>>
+        stream = stub_.SubmitAnnotations(&context);
+
+    std::deque<size_t> in_flight;
+    size_t next = first_unfinished_;
+    // False once a write failed or a batch must be resent: no more writes.
+    bool writing = true;
+    bool writes_done = false;
+    // The first retryable batch error of this stream.
+    absl::Status retry_status;
+    v1::AnnotationBatch batch;
+    v1::BatchAck ack;
+    while (true) {
+      if (writing && next < num_batches_ &&
+          static_cast<int>(in_flight.size()) < options_.max_unacked_batches) {
+        FillBatch(next, batch);
+        if (stream->Write(batch)) {
+          in_flight.push_back(next++);
+        } else {
+          writing = false;  // The stream is broken; Finish says why.
+        }
+        continue;
+      }
+      if (!writes_done && (!writing || next == num_batches_)) {
+        stream->WritesDone();
+        writes_done = true;
+      }
+      if (in_flight.empty() || !stream->Read(&ack)) break;
+      const size_t b = in_flight.front();
+      in_flight.pop_front();
+      if (ack.batch_id() != b + 1) {
+        context.TryCancel();
+        stream->Finish().IgnoreError();
+        return absl::InternalError(
+            absl::StrCat("SubmitAnnotations: got the ack of batch id ",
+                         ack.batch_id(), " while expecting batch id ", b + 1));
+      }
+      if (ack.error_code() != 0) {
+        absl::Status batch_status(
+            AckErrorCode(ack.error_code()),
+            absl::StrCat(BatchName(b), ": ", ack.error_message()));
+        if (!IsRetryable(batch_status.code())) {
+          context.TryCancel();
+          stream->Finish().IgnoreError();
+          return batch_status;
+        }
+        if (retry_status.ok()) retry_status = batch_status;
+        writing = false;
+        continue;
+      }
+      Count(b, ack);
+      // Acks come in order, so without an earlier failure b is the first
+      // unfinished batch.
+      if (retry_status.ok()) first_unfinished_ = b + 1;
+    }
+    const grpc::Status finish = stream->Finish();
+    if (!retry_status.ok()) return retry_status;
+    // Every batch acked means every batch is durable, whatever ended the
+    // stream afterwards.
+    if (first_unfinished_ == num_batches_) return absl::OkStatus();
+    if (!finish.ok()) {
+      return Annotate(FromGrpcStatus(finish),
+                      absl::StrCat("SubmitAnnotations stream (at ",
+                                   BatchName(first_unfinished_), "): "));
+    }
+    return absl::InternalError(
+        absl::StrCat("SubmitAnnotations: the server ended the stream without "
+                     "acknowledging ",
+                     BatchName(first_unfinished_)));
+  }
+
+  v1::IngestService::Stub& stub_;
+  const std::string project_;
+  const absl::Span<const v1::Annotation> annotations_;
+  const SubmitOptions& options_;
+  const absl::Duration rpc_deadline_;
+  const size_t batch_size_;
+  const size_t num_batches_;
+  // Batches before first_unfinished_ are acknowledged; counted_[b]: batch b's
+  // ack is in totals_ (a batch after a failed one can be counted before it is
+  // resent).
+  size_t first_unfinished_ = 0;
+  std::vector<bool> counted_;
+  SubmitTotals totals_;
+  SubmitProgress progress_;
+};
+
+}  // namespace
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+std::shared_ptr<grpc::Channel> CreateInsecureChannel(
+    const std::string& address) {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   arguments);
+}
+
+VerityClient::VerityClient(std::shared_ptr<grpc::ChannelInterface> channel,
+                           ClientOptions options)
+    : options_(std::move(options)),
+      projects_(v1::ProjectService::NewStub(channel)),
+      ingest_(v1::IngestService::NewStub(channel)),
+      truth_(v1::TruthService::NewStub(channel)),
+      models_(v1::ModelService::NewStub(channel)) {}
+
+std::chrono::system_clock::time_point VerityClient::Deadline() const {
+  return absl::ToChronoTime(absl::Now() + options_.deadline);
+}
+
+absl::StatusOr<v1::Project> VerityClient::CreateProject(
+    const v1::Project& project) const {
+  v1::CreateProjectRequest request;
+  *request.mutable_project() = project;
+  absl::StatusOr<v1::CreateProjectResponse> response =
+      CallUnary(*projects_, &v1::ProjectService::Stub::CreateProject, request,
+                Deadline());
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_project());
+}
+
+absl::StatusOr<v1::Project> VerityClient::GetProject(
+    absl::string_view project) const {
+  v1::GetProjectRequest request;
+  request.set_project(std::string(project));
+  absl::StatusOr<v1::GetProjectResponse> response = CallUnary(
+      *projects_, &v1::ProjectService::Stub::GetProject, request, Deadline());
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_project());
+}
+
+absl::StatusOr<std::vector<v1::Project>> VerityClient::ListProjects() const {
+  absl::StatusOr<v1::ListProjectsResponse> response =
+      CallUnary(*projects_, &v1::ProjectService::Stub::ListProjects,
+                v1::ListProjectsRequest(), Deadline());
+  if (!response.ok()) return response.status();
+  return std::vector<v1::Project>(response->projects().begin(),
+                                  response->projects().end());
+}
+
+absl::StatusOr<AddItemsTotals> VerityClient::AddItems(
+    absl::string_view project, absl::Span<const v1::Item> items) const {
+  AddItemsTotals totals;
+  for (size_t begin = 0; begin < items.size(); begin += kMaxItemsPerCall) {
+    const size_t end = std::min(items.size(), begin + kMaxItemsPerCall);
+    v1::AddItemsRequest request;
+    request.set_project(std::string(project));
+    request.mutable_items()->Reserve(static_cast<int>(end - begin));
+    for (size_t i = begin; i < end; ++i) *request.add_items() = items[i];
+    absl::StatusOr<v1::AddItemsResponse> response = CallUnary(
+        *projects_, &v1::ProjectService::Stub::AddItems, request, Deadline());
+    if (!response.ok()) {
+      if (items.size() <= kMaxItemsPerCall) return response.status();
+      return Annotate(
+          response.status(),
+          absl::StrCat("AddItems of items ", begin, " to ", end - 1, " (the ",
+                       begin, " items before were written): "));
+    }
+    totals.added += response->added();
+    totals.updated += response->updated();
+  }
+  return totals;
+}
+
+absl::StatusOr<std::vector<v1::Posterior>> VerityClient::GetPosteriors(
+    absl::string_view project, absl::Span<const std::string> items) const {
+  std::vector<v1::Posterior> posteriors;
+  posteriors.reserve(items.size());
+  for (size_t begin = 0; begin < items.size(); begin += kMaxItemsPerCall) {
+    const size_t end = std::min(items.size(), begin + kMaxItemsPerCall);
+    v1::GetPosteriorsRequest request;
+    request.set_project(std::string(project));
+    for (size_t i = begin; i < end; ++i) request.add_items(items[i]);
+    absl::StatusOr<v1::GetPosteriorsResponse> response = CallUnary(
+        *truth_, &v1::TruthService::Stub::GetPosteriors, request, Deadline());
+    if (!response.ok()) return response.status();
+    for (v1::Posterior& posterior : *response->mutable_posteriors()) {
+      posteriors.push_back(std::move(posterior));
+    }
+  }
+  return posteriors;
+}
+
+absl::StatusOr<v1::ListPosteriorsResponse> VerityClient::ListPosteriors(
+    absl::string_view project, int32_t page_size,
+    absl::string_view page_token) const {
+  v1::ListPosteriorsRequest request;
+  request.set_project(std::string(project));
+  request.set_page_size(page_size);
+  request.set_page_token(std::string(page_token));
+  return CallUnary(*truth_, &v1::TruthService::Stub::ListPosteriors, request,
+                   Deadline());
+}
+
+absl::StatusOr<std::vector<v1::AnnotatorProfile>>
+VerityClient::GetAnnotatorProfiles(
+    absl::string_view project, absl::Span<const std::string> annotators) const {
+  v1::GetAnnotatorProfilesRequest request;
+  request.set_project(std::string(project));
+  for (const std::string& annotator : annotators) {
+    request.add_annotators(annotator);
+  }
+  absl::StatusOr<v1::GetAnnotatorProfilesResponse> response =
+      CallUnary(*truth_, &v1::TruthService::Stub::GetAnnotatorProfiles, request,
+                Deadline());
+  if (!response.ok()) return response.status();
+  return std::vector<v1::AnnotatorProfile>(response->profiles().begin(),
+                                           response->profiles().end());
+}
+
+absl::StatusOr<v1::GetModelStatusResponse> VerityClient::GetModelStatus(
+    absl::string_view project) const {
+  v1::GetModelStatusRequest request;
+  request.set_project(std::string(project));
+  return CallUnary(*models_, &v1::ModelService::Stub::GetModelStatus, request,
+                   Deadline());
+}
+
+absl::StatusOr<std::vector<v1::ModelVersion>> VerityClient::ListModelVersions(
+    absl::string_view project, int32_t limit) const {
+  v1::ListModelVersionsRequest request;
+  request.set_project(std::string(project));
+  request.set_limit(limit);
+  absl::StatusOr<v1::ListModelVersionsResponse> response =
+      CallUnary(*models_, &v1::ModelService::Stub::ListModelVersions, request,
+                Deadline());
+  if (!response.ok()) return response.status();
+  return std::vector<v1::ModelVersion>(response->versions().begin(),
+                                       response->versions().end());
+}
+
+absl::StatusOr<SubmitTotals> VerityClient::SubmitAnnotations(
+    absl::string_view project, absl::Span<const v1::Annotation> annotations,
+    const SubmitOptions& options) const {
+  if (options.batch_size < 1 || options.batch_size > kMaxItemsPerCall) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size ", options.batch_size, " is outside [1, 10000]"));
+  }
+  if (options.max_unacked_batches < 1) {
+    return absl::InvalidArgumentError("max_unacked_batches must be positive");
+  }
+  if (options.max_retries < 0 || options.max_rejections < 0) {
+    return absl::InvalidArgumentError(
+        "max_retries and max_rejections must not be negative");
+  }
+  if (!(options.min_throughput > 0)) {
+    return absl::InvalidArgumentError("min_throughput must be positive");
+  }
+  if (annotations.empty()) return SubmitTotals();
+  AnnotationStreamer streamer(*ingest_, project, annotations, options,
+                              options_.deadline);
+  return streamer.Run();
+}
+
+}  // namespace verity::client

@@ -1,0 +1,184 @@
+// VerityClient: a small synchronous C++ client of the Verity v1 API over one
+// grpc::Channel.
+//
+// Every unary method is one RPC (or, where noted, one RPC per chunk of a
+// bounded size) with a deadline of ClientOptions::deadline per RPC; failures
+// come back as absl::Status with the gRPC code and message kept
+// (FromGrpcStatus). SubmitAnnotations streams labels over one bidirectional
+// SubmitAnnotations stream with pipelining and retries (see SubmitOptions).
+//
+// Thread safety: a VerityClient is immutable after construction; all methods
+// are const and may be called from any number of threads at once (gRPC stubs
+// and channels are thread-safe). A SubmitAnnotations call runs on the calling
+// thread, which it blocks, and calls its progress callback on that thread.
+
+#ifndef VERITY_CLIENT_VERITY_CLIENT_H_
+#define VERITY_CLIENT_VERITY_CLIENT_H_
+
+#include <grpcpp/channel.h>
+#include <grpcpp/support/status.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/models.grpc.pb.h"
+#include "verity/v1/projects.grpc.pb.h"
+#include "verity/v1/truth.grpc.pb.h"
+
+namespace verity::client {
+
+// grpc::Status → absl::Status with the same code (the numeric values agree)
+// and message. An OK status maps to OK.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// The largest message the client accepts (a page of posteriors or profiles
+// over many classes can exceed gRPC's 4 MiB default).
+inline constexpr int kMaxReceiveMessageBytes = 256 << 20;
+
+// An insecure channel to `address` ("host:port") that accepts messages up to
+// kMaxReceiveMessageBytes. Connection happens lazily on the first call.
+std::shared_ptr<grpc::Channel> CreateInsecureChannel(
+    const std::string& address);
+
+struct ClientOptions {
+  // Deadline of each unary RPC. Default 30 s.
+  absl::Duration deadline = absl::Seconds(30);
+};
+
+// Sums of the BatchAck counts of a SubmitAnnotations call.
+struct SubmitRejection {
+  int64_t index = 0;   // Position of the annotation in the submitted span.
+  std::string reason;  // The server's reason.
+};
+
+struct SubmitTotals {
+  int64_t accepted = 0;
+  int64_t duplicate = 0;
+  int64_t revised = 0;
+  int64_t rejected = 0;
+  // The first SubmitOptions::max_rejections rejections, in submission order.
+  std::vector<SubmitRejection> rejections;
+  // Streams reopened after a retryable failure.
+  int64_t retries = 0;
+};
+
+struct SubmitProgress {
+  int64_t acked = 0;  // Annotations whose batch has been acknowledged.
+  int64_t total = 0;  // Annotations submitted in all.
+};
+
+struct SubmitOptions {
+  // Annotations per AnnotationBatch, 1 to 10,000. Default 1,000.
+  int batch_size = 1000;
+  // Batches written ahead of their acks on the stream. Default 8.
+  int max_unacked_batches = 8;
+  // Streams reopened in a row without any batch getting through before the
+  // call gives up with the last retryable error. Default 4 (5 attempts).
+  int max_retries = 4;
+  // Back-off before reopening: initial_backoff, doubled after each further
+  // attempt without progress, at most max_backoff. Defaults 200 ms and 5 s.
+  absl::Duration initial_backoff = absl::Milliseconds(200);
+  absl::Duration max_backoff = absl::Seconds(5);
+  // Deadline of each stream: ClientOptions::deadline plus the time to send
+  // the annotations still unacknowledged at this rate (annotations/s).
+  // Default 1,000/s, far below the server's target, so it only catches a
+  // stream that hangs.
+  double min_throughput = 1000;
+  // Rejections kept in SubmitTotals::rejections. Default 10.
+  int max_rejections = 10;
+  // Called after each acknowledged batch. May be empty.
+  std::function<void(const SubmitProgress&)> on_progress;
+  // Sleeps for the back-off; empty = absl::SleepFor. Tests inject a recorder.
+  std::function<void(absl::Duration)> sleep;
+};
+
+// Totals of a chunked AddItems.
+struct AddItemsTotals {
+  int64_t added = 0;
+  int64_t updated = 0;
+};
+
+class VerityClient {
+ public:
+  // Items per AddItems RPC and item ids per GetPosteriors RPC (the API's
+  // limit).
+  static constexpr int kMaxItemsPerCall = 10000;
+
+  VerityClient(std::shared_ptr<grpc::ChannelInterface> channel,
+               ClientOptions options);
+
+  // ProjectService.
+  absl::StatusOr<v1::Project> CreateProject(const v1::Project& project) const;
+  absl::StatusOr<v1::Project> GetProject(absl::string_view project) const;
+  absl::StatusOr<std::vector<v1::Project>> ListProjects() const;
+  // One AddItems RPC per kMaxItemsPerCall items, in order. If one fails, the
+  // chunks before it stay written; the error names the failed chunk's range.
+  absl::StatusOr<AddItemsTotals> AddItems(
+      absl::string_view project, absl::Span<const v1::Item> items) const;
+
+  // TruthService.
+  // One GetPosteriors RPC per kMaxItemsPerCall ids; posteriors in `items`
+  // order. NOT_FOUND if an item is unknown.
+  absl::StatusOr<std::vector<v1::Posterior>> GetPosteriors(
+      absl::string_view project, absl::Span<const std::string> items) const;
+  // One page; an empty next_page_token marks the last.
+  absl::StatusOr<v1::ListPosteriorsResponse> ListPosteriors(
+      absl::string_view project, int32_t page_size,
+      absl::string_view page_token) const;
+  // `annotators` empty = every annotator of the project.
+  absl::StatusOr<std::vector<v1::AnnotatorProfile>> GetAnnotatorProfiles(
+      absl::string_view project,
+      absl::Span<const std::string> annotators) const;
+
+  // ModelService.
+  absl::StatusOr<v1::GetModelStatusResponse> GetModelStatus(
+      absl::string_view project) const;
+  // Newest first; `limit` 0 = the server default (20).
+  absl::StatusOr<std::vector<v1::ModelVersion>> ListModelVersions(
+      absl::string_view project, int32_t limit) const;
+
+  // IngestService: streams `annotations` to `project` in batches of
+  // options.batch_size over one SubmitAnnotations stream, keeping up to
+  // options.max_unacked_batches batches unacknowledged, and returns the summed
+  // acks.
+  //
+  // A batch acked with error_code UNAVAILABLE or RESOURCE_EXHAUSTED, or a
+  // stream that breaks with either code, is retried on a new stream after a
+  // back-off, resending from the first batch not yet acknowledged in order
+  // (resending is idempotent on the server; resending the later in-flight
+  // batches too keeps revisions in submission order). Each batch is counted
+  // once, from its first successful ack, so annotations committed before a
+  // failure but never acked may come back as duplicates. Gives up with the
+  // last such error after options.max_retries reopenings in a row without
+  // progress. Any other batch error (INVALID_ARGUMENT, NOT_FOUND, ...) or
+  // stream error fails the call with that code and a message naming the
+  // batch; batches acked before it stay written. INVALID_ARGUMENT for bad
+  // options. An empty span returns zero totals without contacting the server.
+  absl::StatusOr<SubmitTotals> SubmitAnnotations(
+      absl::string_view project, absl::Span<const v1::Annotation> annotations,
+      const SubmitOptions& options) const;
+
+ private:
+  // The deadline for an RPC starting now.
+  std::chrono::system_clock::time_point Deadline() const;
+
+  const ClientOptions options_;
+  std::unique_ptr<v1::ProjectService::Stub> projects_;
+  std::unique_ptr<v1::IngestService::Stub> ingest_;
+  std::unique_ptr<v1::TruthService::Stub> truth_;
+  std::unique_ptr<v1::ModelService::Stub> models_;
+};
+
+}  // namespace verity::client
+
+#endif  // VERITY_CLIENT_VERITY_CLIENT_H_

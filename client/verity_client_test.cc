@@ -1,0 +1,281 @@
+#include "client/verity_client.h"
+
+#include <grpcpp/support/status.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/testing/fake_verity_server.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "verity/v1/ingest.pb.h"
+#include "verity/v1/projects.pb.h"
+
+namespace verity::client {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::verity::client::testing::FakeVerityServer;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+class VerityClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = FakeVerityServer::Start();
+    ClientOptions options;
+    options.deadline = absl::Seconds(10);
+    client_ = std::make_unique<VerityClient>(
+        CreateInsecureChannel(server_->address()), options);
+    v1::Project project;
+    project.set_name("birds");
+    project.add_classes("false");
+    project.add_classes("true");
+    ASSERT_THAT(client_->CreateProject(project), IsOk());
+  }
+
+  // `n` distinct labels: item i<j>, annotator w<j % 3>, label j % 2.
+  static std::vector<v1::Annotation> Annotations(int n) {
+    std::vector<v1::Annotation> annotations(n);
+    for (int j = 0; j < n; ++j) {
+      annotations[j].set_item(absl::StrCat("i", j));
+      annotations[j].set_annotator(absl::StrCat("w", j % 3));
+      annotations[j].set_label(j % 2);
+    }
+    return annotations;
+  }
+
+  // Options whose back-off sleeps are recorded instead of slept.
+  SubmitOptions RecordingOptions(int batch_size) {
+    SubmitOptions options;
+    options.batch_size = batch_size;
+    options.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
+    return options;
+  }
+
+  std::unique_ptr<FakeVerityServer> server_;
+  std::unique_ptr<VerityClient> client_;
+  std::vector<absl::Duration> sleeps_;
+};
+
+TEST(FromGrpcStatusTest, KeepsCodeAndMessage) {
+  EXPECT_THAT(FromGrpcStatus(grpc::Status::OK), IsOk());
+  EXPECT_THAT(
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                  "project \"x\" does not exist")),
+      StatusIs(absl::StatusCode::kNotFound, "project \"x\" does not exist"));
+  EXPECT_THAT(FromGrpcStatus(
+                  grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "slow")),
+              StatusIs(absl::StatusCode::kResourceExhausted, "slow"));
+}
+
+TEST_F(VerityClientTest, UnaryCallsReturnServerErrorsWithTheirCode) {
+  EXPECT_THAT(
+      client_->GetProject("nope"),
+      StatusIs(absl::StatusCode::kNotFound, "project \"nope\" does not exist"));
+  v1::Project duplicate;
+  duplicate.set_name("birds");
+  duplicate.add_classes("a");
+  duplicate.add_classes("b");
+  EXPECT_THAT(client_->CreateProject(duplicate),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+}
+
+TEST(VerityClientUnreachableTest, FailsWithUnavailable) {
+  // Port 1 on localhost is reserved (tcpmux) and not listening in tests.
+  VerityClient client(CreateInsecureChannel("localhost:1"), ClientOptions());
+  EXPECT_THAT(client.ListProjects(), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST_F(VerityClientTest, SubmitStreamsBatchesAndSumsTheAcks) {
+  const std::vector<v1::Annotation> annotations = Annotations(2500);
+  std::vector<int64_t> progress;
+  SubmitOptions options = RecordingOptions(1000);
+  options.on_progress = [&](const SubmitProgress& p) {
+    EXPECT_EQ(p.total, 2500);
+    progress.push_back(p.acked);
+  };
+  absl::StatusOr<SubmitTotals> totals =
+      client_->SubmitAnnotations("birds", annotations, options);
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->accepted, 2500);
+  EXPECT_EQ(totals->duplicate, 0);
+  EXPECT_EQ(totals->rejected, 0);
+  EXPECT_EQ(totals->retries, 0);
+  EXPECT_THAT(progress, ElementsAre(1000, 2000, 2500));
+  EXPECT_THAT(server_->received_batch_ids(), ElementsAre(1, 2, 3));
+  EXPECT_EQ(server_->streams_opened(), 1);
+  EXPECT_TRUE(sleeps_.empty());
+}
+
+TEST_F(VerityClientTest, ResubmittingCountsDuplicatesAndRevisions) {
+  std::vector<v1::Annotation> annotations = Annotations(10);
+  ASSERT_THAT(
+      client_->SubmitAnnotations("birds", annotations, RecordingOptions(4)),
+      IsOk());
+  annotations[3].set_label(1 - annotations[3].label());
+  absl::StatusOr<SubmitTotals> totals =
+      client_->SubmitAnnotations("birds", annotations, RecordingOptions(4));
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->accepted, 0);
+  EXPECT_EQ(totals->duplicate, 9);
+  EXPECT_EQ(totals->revised, 1);
+  EXPECT_EQ(server_->LiveLabel("birds", "i3", "w0"), annotations[3].label());
+}
+
+TEST_F(VerityClientTest, SubmitKeepsEightBatchesUnacked) {
+  // The fake acks only once 8 batches of the stream are outstanding, so a
+  // client that waited for acks with fewer in flight would time out.
+  server_->HoldAcksUntil(8);
+  absl::StatusOr<SubmitTotals> totals = client_->SubmitAnnotations(
+      "birds", Annotations(2000), RecordingOptions(100));
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->accepted, 2000);
+  EXPECT_EQ(server_->max_outstanding_batches(), 8);
+  EXPECT_EQ(server_->received_batch_ids().size(), 20u);
+}
+
+TEST_F(VerityClientTest, SubmitMapsRejectionsToInputPositions) {
+  std::vector<v1::Annotation> annotations = Annotations(7);
+  annotations[1].set_label(5);
+  annotations[5].set_item("");
+  SubmitOptions options = RecordingOptions(3);
+  options.max_rejections = 1;
+  absl::StatusOr<SubmitTotals> totals =
+      client_->SubmitAnnotations("birds", annotations, options);
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->accepted, 5);
+  EXPECT_EQ(totals->rejected, 2);
+  ASSERT_EQ(totals->rejections.size(), 1u);  // Only the first is kept.
+  EXPECT_EQ(totals->rejections[0].index, 1);
+  EXPECT_EQ(totals->rejections[0].reason, "label 5 out of range [0, 2)");
+
+  options.max_rejections = 10;
+  totals = client_->SubmitAnnotations("birds", annotations, options);
+  ASSERT_THAT(totals, IsOk());
+  ASSERT_EQ(totals->rejections.size(), 2u);
+  EXPECT_EQ(totals->rejections[1].index, 5);
+  EXPECT_EQ(totals->rejections[1].reason, "item: empty id");
+}
+
+TEST_F(VerityClientTest, SubmitResendsFromTheFailedBatchInOrder) {
+  server_->FailNextBatches(1, absl::StatusCode::kUnavailable, "db down");
+  absl::StatusOr<SubmitTotals> totals = client_->SubmitAnnotations(
+      "birds", Annotations(50), RecordingOptions(10));
+  ASSERT_THAT(totals, IsOk());
+  // Batches 2 to 5 were in flight behind batch 1 and got through on the first
+  // stream; they are resent after batch 1 (so revisions keep their order) but
+  // counted once.
+  EXPECT_EQ(totals->accepted, 50);
+  EXPECT_EQ(totals->duplicate, 0);
+  EXPECT_EQ(totals->retries, 1);
+  EXPECT_THAT(sleeps_, ElementsAre(absl::Milliseconds(200)));
+  EXPECT_THAT(server_->received_batch_ids(),
+              ElementsAre(1, 2, 3, 4, 5, 1, 2, 3, 4, 5));
+  EXPECT_EQ(server_->streams_opened(), 2);
+}
+
+TEST_F(VerityClientTest, SubmitBacksOffExponentiallyBetweenRetries) {
+  server_->FailNextBatches(3, absl::StatusCode::kResourceExhausted, "busy");
+  absl::StatusOr<SubmitTotals> totals = client_->SubmitAnnotations(
+      "birds", Annotations(10), RecordingOptions(10));
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->accepted, 10);
+  EXPECT_EQ(totals->retries, 3);
+  EXPECT_THAT(sleeps_,
+              ElementsAre(absl::Milliseconds(200), absl::Milliseconds(400),
+                          absl::Milliseconds(800)));
+  EXPECT_THAT(server_->received_batch_ids(), ElementsAre(1, 1, 1, 1));
+}
+
+TEST_F(VerityClientTest, SubmitResendsUnackedBatchesAfterABrokenStream) {
+  server_->BreakNextStream(/*after_batches=*/2, absl::StatusCode::kUnavailable);
+  absl::StatusOr<SubmitTotals> totals = client_->SubmitAnnotations(
+      "birds", Annotations(40), RecordingOptions(10));
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->accepted, 40);
+  EXPECT_EQ(totals->duplicate, 0);
+  EXPECT_EQ(totals->retries, 1);
+  EXPECT_THAT(sleeps_, ElementsAre(absl::Milliseconds(200)));
+  const std::vector<uint64_t> ids = server_->received_batch_ids();
+  // Batch 3 broke the first stream; the second starts at batch 3.
+  ASSERT_GE(ids.size(), 5u);
+  EXPECT_THAT(std::vector<uint64_t>(ids.end() - 2, ids.end()),
+              ElementsAre(3, 4));
+  EXPECT_EQ(server_->streams_opened(), 2);
+}
+
+TEST_F(VerityClientTest, SubmitGivesUpAfterMaxRetries) {
+  server_->FailNextBatches(100, absl::StatusCode::kResourceExhausted,
+                           "queue full");
+  SubmitOptions options = RecordingOptions(10);
+  options.max_retries = 2;
+  options.max_backoff = absl::Milliseconds(300);
+  EXPECT_THAT(client_->SubmitAnnotations("birds", Annotations(20), options),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "gave up after 3 attempts: batch 1 of 2 (annotations "
+                       "0 to 9): queue full"));
+  EXPECT_THAT(sleeps_,
+              ElementsAre(absl::Milliseconds(200), absl::Milliseconds(300)));
+}
+
+TEST_F(VerityClientTest, SubmitFailsAtOnceOnOtherBatchErrors) {
+  EXPECT_THAT(
+      client_->SubmitAnnotations("nope", Annotations(20), RecordingOptions(10)),
+      StatusIs(absl::StatusCode::kNotFound,
+               "batch 1 of 2 (annotations 0 to 9): project \"nope\" "
+               "does not exist"));
+  EXPECT_TRUE(sleeps_.empty());
+}
+
+TEST_F(VerityClientTest, SubmitRefusesBadOptionsAndSkipsEmptyInput) {
+  EXPECT_THAT(
+      client_->SubmitAnnotations("birds", Annotations(1), RecordingOptions(0)),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch_size 0")));
+  EXPECT_THAT(client_->SubmitAnnotations("birds", Annotations(1),
+                                         RecordingOptions(10001)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  absl::StatusOr<SubmitTotals> totals =
+      client_->SubmitAnnotations("birds", {}, RecordingOptions(10));
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->accepted, 0);
+  EXPECT_EQ(server_->streams_opened(), 0);
+}
+
+TEST_F(VerityClientTest, AddItemsSendsChunksOfAtMostTenThousand) {
+  std::vector<v1::Item> items(25000);
+  for (int i = 0; i < 25000; ++i) items[i].set_id(absl::StrCat("i", i));
+  items[7].set_gold_label(1);
+  absl::StatusOr<AddItemsTotals> totals = client_->AddItems("birds", items);
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->added, 25000);
+  EXPECT_EQ(totals->updated, 0);
+  totals = client_->AddItems("birds", absl::MakeConstSpan(items).subspan(0, 3));
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->updated, 3);
+}
+
+TEST_F(VerityClientTest, GetPosteriorsKeepsRequestOrder) {
+  ASSERT_THAT(
+      client_->SubmitAnnotations("birds", Annotations(6), RecordingOptions(10)),
+      IsOk());
+  absl::StatusOr<std::vector<v1::Posterior>> posteriors =
+      client_->GetPosteriors("birds", {"i5", "i0"});
+  ASSERT_THAT(posteriors, IsOk());
+  ASSERT_EQ(posteriors->size(), 2u);
+  EXPECT_EQ((*posteriors)[0].item(), "i5");
+  EXPECT_EQ((*posteriors)[0].map_label(), 1);
+  EXPECT_EQ((*posteriors)[1].item(), "i0");
+  EXPECT_THAT(client_->GetPosteriors("birds", {"missing"}),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+}  // namespace
+}  // namespace verity::client

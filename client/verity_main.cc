@@ -1,0 +1,16 @@
+// The `verity` command-line tool; see cli.h and `verity --help`.
+
+#include <unistd.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "client/cli.h"
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  verity::client::CliEnvironment environment;
+  environment.show_progress = isatty(STDERR_FILENO) == 1;
+  return verity::client::RunCli(args, std::cout, std::cerr, environment);
+}
