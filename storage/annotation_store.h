@@ -1,0 +1,108 @@
+// AnnotationStore: the ingest write path and the live-label reads.
+//
+// There is one live label per (project, item, annotator). Resending the live
+// label is an acknowledged no-op (kDuplicate); a different label is a
+// revision (kRevised): the previous row is copied to annotation_history, the
+// revision counter goes up and the row takes a new `seq`. `seq` comes from
+// one global sequence and is the watermark model versions record.
+//
+// CommitAnnotations is built for the server's group-commit pipeline, which
+// merges the batches of many streams into one call: the whole call is one
+// transaction with a fixed, small number of set-based statements (array
+// parameters, no per-row round trips), and its results exist only once
+// COMMIT succeeded, so "acknowledged" means "durable".
+//
+// Ordering guarantee: a commit holds the row lock of every project it writes
+// (see storage/entity_index.h) from before it draws seq values until COMMIT.
+// Commits to one project are therefore serialised and seq order equals commit
+// order per project: a snapshot that contains a label with seq s of a project
+// contains every label of that project with a smaller seq. Reading "labels
+// with seq > watermark" after loading a model version thus misses nothing.
+// This relies on every writer of `annotations` going through this class.
+//
+// Thread-safety: all methods are thread-safe; concurrent commits to different
+// projects proceed in parallel. The pool must outlive the store.
+#ifndef VERITY_STORAGE_ANNOTATION_STORE_H_
+#define VERITY_STORAGE_ANNOTATION_STORE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "storage/connection_pool.h"
+
+namespace verity {
+namespace storage {
+
+struct AnnotationWrite {
+  int64_t project_id = 0;
+  std::string item_id;       // External id; the item is created on first use.
+  std::string annotator_id;  // External id; created on first use.
+  int32_t label = 0;         // In [0, K) for the project's K classes.
+  std::optional<absl::Time> client_time;  // When the client says it labelled.
+};
+
+enum class WriteOutcome {
+  kAccepted,   // First label of this annotator for this item.
+  kDuplicate,  // Same as the live label: nothing written.
+  kRevised,    // Replaced a different live label (kept in history).
+};
+
+struct WriteResult {
+  WriteOutcome outcome = WriteOutcome::kAccepted;
+  int32_t item_index = 0;
+  int32_t annotator_index = 0;
+  // The live row's seq after this write (for kDuplicate: the existing one).
+  int64_t seq = 0;
+};
+
+struct LiveAnnotation {
+  int32_t item_index = 0;
+  int32_t annotator_index = 0;
+  int32_t label = 0;
+  int64_t seq = 0;
+};
+
+class AnnotationStore {
+ public:
+  explicit AnnotationStore(ConnectionPool* pool) : pool_(pool) {}
+
+  // Writes all annotations in ONE transaction (the group commit) and returns
+  // one result per input, in input order, only after COMMIT succeeded. Items
+  // and annotators are created on first use (dense indices, see
+  // storage/entity_index.h). The same (project, item, annotator) may appear
+  // several times: writes apply in input order (the later wins) and each
+  // outcome is relative to the label before it (e.g. 1, 1, 2 on a new pair
+  // gives kAccepted, kDuplicate, kRevised). The writes may span projects.
+  //
+  // Validation is the caller's job, but bad input is rejected, never
+  // crashed on. On any error nothing is committed. Errors: INVALID_ARGUMENT
+  // for an empty id, or a label outside [0, K) (the message names the input
+  // position); NOT_FOUND for an unknown project; UNAVAILABLE if PostgreSQL is
+  // unreachable or the connection broke during COMMIT (outcome unknown; a
+  // retry is safe because resends are duplicates).
+  absl::StatusOr<std::vector<WriteResult>> CommitAnnotations(
+      absl::Span<const AnnotationWrite> writes);
+
+  // The live label of every (item, annotator) of the project, by ascending
+  // seq, from one snapshot (streamed from PostgreSQL in batches). With
+  // `after_seq`, only labels with seq > after_seq (those newer than a model
+  // version's watermark). NOT_FOUND for an unknown project.
+  absl::StatusOr<std::vector<LiveAnnotation>> LoadLiveAnnotations(
+      int64_t project_id, int64_t after_seq = 0);
+
+  // Number of live labels of the project. NOT_FOUND for an unknown project.
+  absl::StatusOr<int64_t> CountLiveAnnotations(int64_t project_id);
+
+ private:
+  ConnectionPool* const pool_;
+};
+
+}  // namespace storage
+}  // namespace verity
+
+#endif  // VERITY_STORAGE_ANNOTATION_STORE_H_

@@ -1,0 +1,393 @@
+#include "storage/annotation_store.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pqxx/result"
+#include "storage/item_store.h"
+#include "storage/project_store.h"
+#include "storage/testing/postgres_fixture.h"
+
+namespace verity {
+namespace storage {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::verity::storage::testing::PostgresTest;
+using ::verity::testing::IsOk;
+using ::verity::testing::IsOkAndHolds;
+using ::verity::testing::StatusIs;
+
+// (label, seq, revision) of a row in annotation_history.
+using HistoryRow = std::tuple<int32_t, int64_t, int32_t>;
+
+class AnnotationStoreTest : public PostgresTest {
+ protected:
+  void SetUp() override {
+    PostgresTest::SetUp();
+    store_ = std::make_unique<AnnotationStore>(&pool());
+    project_id_ = CreateProject("p", 3);
+  }
+
+  int64_t CreateProject(const std::string& name, int num_classes) {
+    ProjectStore projects(&pool());
+    ProjectRecord p;
+    p.name = name;
+    for (int k = 0; k < num_classes; ++k) p.classes.push_back(absl::StrCat("c", k));
+    absl::StatusOr<ProjectRecord> created = projects.CreateProject(p);
+    EXPECT_THAT(created, IsOk());
+    return created.ok() ? created->project_id : -1;
+  }
+
+  AnnotationWrite Write(const std::string& item, const std::string& annotator,
+                        int32_t label) const {
+    AnnotationWrite w;
+    w.project_id = project_id_;
+    w.item_id = item;
+    w.annotator_id = annotator;
+    w.label = label;
+    return w;
+  }
+
+  std::vector<HistoryRow> History(int32_t item, int32_t annotator) {
+    return *pool().WithTransaction(
+        "history", [&](pqxx::work& txn) -> absl::StatusOr<std::vector<HistoryRow>> {
+          std::vector<HistoryRow> rows;
+          for (const pqxx::row& r : txn.exec_params(
+                   "SELECT label, seq, revision FROM annotation_history "
+                   "WHERE project_id = $1 AND item_index = $2 AND "
+                   "annotator_index = $3 ORDER BY revision",
+                   project_id_, item, annotator)) {
+            rows.emplace_back(r[0].as<int32_t>(), r[1].as<int64_t>(),
+                              r[2].as<int32_t>());
+          }
+          return rows;
+        });
+  }
+
+  int64_t CountRows(const std::string& table) {
+    return *pool().WithTransaction(
+        "count", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+          return txn.exec1("SELECT count(*) FROM " + table)[0].as<int64_t>();
+        });
+  }
+
+  std::unique_ptr<AnnotationStore> store_;
+  int64_t project_id_ = 0;
+};
+
+TEST_F(AnnotationStoreTest, AcceptsThenDuplicateThenRevisionKeepingHistory) {
+  absl::StatusOr<std::vector<WriteResult>> first =
+      store_->CommitAnnotations({Write("i", "a", 1)});
+  ASSERT_THAT(first, IsOk());
+  ASSERT_EQ(first->size(), 1u);
+  EXPECT_EQ((*first)[0].outcome, WriteOutcome::kAccepted);
+  EXPECT_EQ((*first)[0].item_index, 0);
+  EXPECT_EQ((*first)[0].annotator_index, 0);
+  const int64_t seq1 = (*first)[0].seq;
+  EXPECT_GT(seq1, 0);
+
+  absl::StatusOr<std::vector<WriteResult>> resend =
+      store_->CommitAnnotations({Write("i", "a", 1)});
+  ASSERT_THAT(resend, IsOk());
+  EXPECT_EQ((*resend)[0].outcome, WriteOutcome::kDuplicate);
+  EXPECT_EQ((*resend)[0].seq, seq1);
+  EXPECT_THAT(History(0, 0), IsEmpty());
+
+  absl::StatusOr<std::vector<WriteResult>> revised =
+      store_->CommitAnnotations({Write("i", "a", 2)});
+  ASSERT_THAT(revised, IsOk());
+  EXPECT_EQ((*revised)[0].outcome, WriteOutcome::kRevised);
+  const int64_t seq2 = (*revised)[0].seq;
+  EXPECT_GT(seq2, seq1);
+  EXPECT_THAT(History(0, 0), ElementsAre(HistoryRow{1, seq1, 0}));
+
+  absl::StatusOr<std::vector<LiveAnnotation>> live =
+      store_->LoadLiveAnnotations(project_id_);
+  ASSERT_THAT(live, IsOk());
+  ASSERT_EQ(live->size(), 1u);
+  EXPECT_EQ((*live)[0].label, 2);
+  EXPECT_EQ((*live)[0].seq, seq2);
+  EXPECT_THAT(store_->CountLiveAnnotations(project_id_), IsOkAndHolds(1));
+}
+
+TEST_F(AnnotationStoreTest, SamePairSeveralTimesInOneCallAppliesInOrder) {
+  absl::StatusOr<std::vector<WriteResult>> results = store_->CommitAnnotations(
+      {Write("i", "a", 1), Write("i", "a", 1), Write("i", "a", 2),
+       Write("j", "a", 0), Write("i", "a", 2), Write("i", "a", 1)});
+  ASSERT_THAT(results, IsOk());
+  const std::vector<WriteResult>& r = *results;
+  ASSERT_EQ(r.size(), 6u);
+  EXPECT_EQ(r[0].outcome, WriteOutcome::kAccepted);
+  EXPECT_EQ(r[1].outcome, WriteOutcome::kDuplicate);
+  EXPECT_EQ(r[1].seq, r[0].seq);
+  EXPECT_EQ(r[2].outcome, WriteOutcome::kRevised);
+  EXPECT_GT(r[2].seq, r[0].seq);
+  EXPECT_EQ(r[3].outcome, WriteOutcome::kAccepted);
+  EXPECT_EQ(r[3].item_index, 1);
+  EXPECT_EQ(r[4].outcome, WriteOutcome::kDuplicate);
+  EXPECT_EQ(r[4].seq, r[2].seq);
+  EXPECT_EQ(r[5].outcome, WriteOutcome::kRevised);
+  EXPECT_GT(r[5].seq, r[2].seq);
+
+  // Every superseded label is in the history; the last one is live.
+  EXPECT_THAT(History(0, 0), ElementsAre(HistoryRow{1, r[0].seq, 0},
+                                         HistoryRow{2, r[2].seq, 1}));
+  absl::StatusOr<std::vector<LiveAnnotation>> live =
+      store_->LoadLiveAnnotations(project_id_);
+  ASSERT_THAT(live, IsOk());
+  ASSERT_EQ(live->size(), 2u);  // By seq: (j, a) before the final (i, a).
+  EXPECT_EQ((*live)[0].item_index, 1);
+  EXPECT_EQ((*live)[1].item_index, 0);
+  EXPECT_EQ((*live)[1].label, 1);
+  EXPECT_EQ((*live)[1].seq, r[5].seq);
+
+  // Resending the whole call changes nothing.
+  absl::StatusOr<std::vector<WriteResult>> again = store_->CommitAnnotations(
+      {Write("i", "a", 1), Write("j", "a", 0)});
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ((*again)[0].outcome, WriteOutcome::kDuplicate);
+  EXPECT_EQ((*again)[1].outcome, WriteOutcome::kDuplicate);
+}
+
+TEST_F(AnnotationStoreTest, AllocatesDenseIndicesOnFirstUse) {
+  absl::StatusOr<std::vector<WriteResult>> results = store_->CommitAnnotations(
+      {Write("i0", "a0", 0), Write("i1", "a0", 1), Write("i0", "a1", 2),
+       Write("i2", "a2", 0), Write("i1", "a2", 0)});
+  ASSERT_THAT(results, IsOk());
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  for (const WriteResult& r : *results) {
+    pairs.emplace_back(r.item_index, r.annotator_index);
+  }
+  EXPECT_THAT(pairs, ElementsAre(std::pair(0, 0), std::pair(1, 0),
+                                 std::pair(0, 1), std::pair(2, 2),
+                                 std::pair(1, 2)));
+  ItemStore items(&pool());
+  absl::StatusOr<std::vector<ItemRecord>> loaded = items.LoadItems(project_id_);
+  ASSERT_THAT(loaded, IsOk());
+  ASSERT_EQ(loaded->size(), 3u);
+  EXPECT_EQ((*loaded)[2].external_id, "i2");
+  // Items registered beforehand keep their index; new ones continue densely.
+  ASSERT_THAT(items.UpsertItems(project_id_, {ItemWrite{"i3", {}, {}}}),
+              IsOkAndHolds(ElementsAre(3)));
+  absl::StatusOr<std::vector<WriteResult>> more = store_->CommitAnnotations(
+      {Write("i3", "a0", 0), Write("i4", "a0", 0)});
+  ASSERT_THAT(more, IsOk());
+  EXPECT_EQ((*more)[0].item_index, 3);
+  EXPECT_EQ((*more)[1].item_index, 4);
+}
+
+TEST_F(AnnotationStoreTest, LabelOutOfRangeIsInvalidArgumentAndWritesNothing) {
+  EXPECT_THAT(store_->CommitAnnotations(
+                  {Write("i", "a", 0), Write("j", "a", 3)}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("annotation #1: label 3 is out of range")));
+  EXPECT_THAT(store_->CommitAnnotations({Write("i", "a", -1)}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->CommitAnnotations({Write("", "a", 0)}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("item_id")));
+  EXPECT_THAT(store_->CountLiveAnnotations(project_id_), IsOkAndHolds(0));
+  EXPECT_EQ(CountRows("items"), 0);
+  EXPECT_EQ(CountRows("annotators"), 0);
+}
+
+TEST_F(AnnotationStoreTest, UnknownProjectIsNotFoundAndWritesNothing) {
+  AnnotationWrite orphan = Write("i", "a", 0);
+  orphan.project_id = project_id_ + 100;
+  EXPECT_THAT(store_->CommitAnnotations({Write("i", "a", 0), orphan}),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(CountRows("annotations"), 0);
+  EXPECT_THAT(store_->LoadLiveAnnotations(project_id_ + 100),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->CountLiveAnnotations(project_id_ + 100),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(AnnotationStoreTest, OneCallMaySpanProjects) {
+  const int64_t other = CreateProject("other", 2);
+  AnnotationWrite w = Write("i", "a", 1);
+  w.project_id = other;
+  absl::StatusOr<std::vector<WriteResult>> results =
+      store_->CommitAnnotations({Write("x", "y", 2), w, Write("i", "a", 0)});
+  ASSERT_THAT(results, IsOk());
+  for (const WriteResult& r : *results) {
+    EXPECT_EQ(r.outcome, WriteOutcome::kAccepted);
+  }
+  EXPECT_EQ((*results)[1].item_index, 0);  // Indices are per project.
+  EXPECT_EQ((*results)[2].item_index, 1);
+  EXPECT_THAT(store_->CountLiveAnnotations(project_id_), IsOkAndHolds(2));
+  EXPECT_THAT(store_->CountLiveAnnotations(other), IsOkAndHolds(1));
+}
+
+TEST_F(AnnotationStoreTest, StoresClientTime) {
+  AnnotationWrite w = Write("i", "a", 0);
+  w.client_time = absl::FromUnixMicros(1700000000123456);
+  ASSERT_THAT(store_->CommitAnnotations({w, Write("j", "a", 0)}), IsOk());
+  absl::StatusOr<std::vector<std::optional<int64_t>>> times =
+      pool().WithTransaction(
+          "times",
+          [&](pqxx::work& txn)
+              -> absl::StatusOr<std::vector<std::optional<int64_t>>> {
+            std::vector<std::optional<int64_t>> out;
+            for (const pqxx::row& r : txn.exec(
+                     "SELECT (extract(epoch from client_time) * 1000000)::bigint "
+                     "FROM annotations ORDER BY item_index")) {
+              out.push_back(r[0].is_null()
+                                ? std::nullopt
+                                : std::make_optional(r[0].as<int64_t>()));
+            }
+            return out;
+          });
+  EXPECT_THAT(times, IsOkAndHolds(ElementsAre(1700000000123456, std::nullopt)));
+}
+
+TEST_F(AnnotationStoreTest, LoadsOnlyLabelsNewerThanAWatermark) {
+  absl::StatusOr<std::vector<WriteResult>> first =
+      store_->CommitAnnotations({Write("i", "a", 0), Write("j", "a", 1)});
+  ASSERT_THAT(first, IsOk());
+  const int64_t watermark = std::max((*first)[0].seq, (*first)[1].seq);
+  ASSERT_THAT(store_->CommitAnnotations({Write("k", "a", 2), Write("i", "a", 1)}),
+              IsOk());
+  absl::StatusOr<std::vector<LiveAnnotation>> newer =
+      store_->LoadLiveAnnotations(project_id_, watermark);
+  ASSERT_THAT(newer, IsOk());
+  ASSERT_EQ(newer->size(), 2u);
+  std::set<std::pair<int32_t, int32_t>> got;
+  for (const LiveAnnotation& a : *newer) got.emplace(a.item_index, a.label);
+  EXPECT_EQ(got, (std::set<std::pair<int32_t, int32_t>>{{2, 2}, {0, 1}}));
+}
+
+// Several threads commit overlapping batches at once. Every thread writes the
+// same label for a given pair (first f, later g), so the final state is
+// known whatever the interleaving.
+TEST_F(AnnotationStoreTest, ConcurrentGroupCommitsLoseAndDuplicateNothing) {
+  constexpr int kThreads = 4;
+  constexpr int kItems = 40;
+  constexpr int kAnnotators = 8;
+  constexpr int kBatches = 10;
+  constexpr int kBatchSize = 60;
+  auto f = [](int item, int annotator) { return (item + annotator) % 3; };
+  auto g = [](int item, int annotator) { return (item + annotator + 1) % 3; };
+  auto item_id = [](int i) { return absl::StrCat("item-", i); };
+  auto annotator_id = [](int a) { return absl::StrCat("annotator-", a); };
+
+  std::unique_ptr<ConnectionPool> shared_pool = NewPool(kThreads);
+  AnnotationStore store(shared_pool.get());
+  // Per thread and phase: (item id, annotator id) -> results.
+  struct Seen {
+    std::string item, annotator;
+    WriteResult result;
+  };
+  std::vector<std::vector<Seen>> seen[2];
+  for (int phase = 0; phase < 2; ++phase) {
+    seen[phase].resize(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t, phase] {
+        for (int b = 0; b < kBatches; ++b) {
+          std::vector<AnnotationWrite> batch;
+          for (int n = 0; n < kBatchSize; ++n) {
+            // Overlapping, thread-specific walks over the pairs.
+            const int k = (t * 7919 + b * 104729 + n * 31) % (kItems * kAnnotators);
+            const int i = k / kAnnotators, a = k % kAnnotators;
+            AnnotationWrite w = Write(item_id(i), annotator_id(a),
+                                      phase == 0 ? f(i, a) : g(i, a));
+            batch.push_back(w);
+          }
+          absl::StatusOr<std::vector<WriteResult>> results =
+              store.CommitAnnotations(batch);
+          ASSERT_THAT(results, IsOk());
+          ASSERT_EQ(results->size(), batch.size());
+          for (size_t n = 0; n < batch.size(); ++n) {
+            seen[phase][t].push_back(
+                {batch[n].item_id, batch[n].annotator_id, (*results)[n]});
+          }
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+  // Each id maps to one index everywhere, and indices are dense.
+  std::map<std::string, int32_t> item_index, annotator_index;
+  std::map<std::pair<std::string, std::string>, int> accepted, revised;
+  for (int phase = 0; phase < 2; ++phase) {
+    for (const auto& per_thread : seen[phase]) {
+      for (const Seen& s : per_thread) {
+        auto [it, inserted] = item_index.emplace(s.item, s.result.item_index);
+        EXPECT_EQ(it->second, s.result.item_index) << s.item;
+        auto [at, a_inserted] =
+            annotator_index.emplace(s.annotator, s.result.annotator_index);
+        EXPECT_EQ(at->second, s.result.annotator_index) << s.annotator;
+        if (s.result.outcome == WriteOutcome::kAccepted) {
+          EXPECT_EQ(phase, 0);
+          ++accepted[{s.item, s.annotator}];
+        }
+        if (s.result.outcome == WriteOutcome::kRevised) {
+          EXPECT_EQ(phase, 1);
+          ++revised[{s.item, s.annotator}];
+        }
+      }
+    }
+  }
+  std::set<int32_t> item_indices, annotator_indices;
+  for (const auto& [id, index] : item_index) item_indices.insert(index);
+  for (const auto& [id, index] : annotator_index) annotator_indices.insert(index);
+  ASSERT_FALSE(item_indices.empty());
+  EXPECT_EQ(*item_indices.begin(), 0);
+  EXPECT_EQ(*item_indices.rbegin() + 1, static_cast<int32_t>(item_indices.size()));
+  EXPECT_EQ(item_indices.size(), item_index.size());
+  EXPECT_EQ(*annotator_indices.rbegin() + 1,
+            static_cast<int32_t>(annotator_indices.size()));
+  ItemStore items(&pool());
+  EXPECT_THAT(items.LoadItems(project_id_),
+              IsOkAndHolds(::testing::SizeIs(item_index.size())));
+
+  // Each written pair: accepted exactly once (phase 0), revised exactly once
+  // (phase 1), one live row with label g, one history row with label f.
+  std::set<std::pair<std::string, std::string>> pairs;
+  for (const auto& per_thread : seen[0]) {
+    for (const Seen& s : per_thread) pairs.emplace(s.item, s.annotator);
+  }
+  for (const auto& pair : pairs) {
+    EXPECT_EQ(accepted[pair], 1) << pair.first << "/" << pair.second;
+    EXPECT_EQ(revised[pair], 1) << pair.first << "/" << pair.second;
+  }
+  absl::StatusOr<std::vector<LiveAnnotation>> live =
+      store.LoadLiveAnnotations(project_id_);
+  ASSERT_THAT(live, IsOk());
+  EXPECT_EQ(live->size(), pairs.size());
+  std::map<std::pair<int32_t, int32_t>, int32_t> live_labels;
+  std::set<int64_t> seqs;
+  for (const LiveAnnotation& a : *live) {
+    live_labels[{a.item_index, a.annotator_index}] = a.label;
+    seqs.insert(a.seq);
+  }
+  EXPECT_EQ(seqs.size(), live->size());  // Unique watermarks.
+  for (const auto& [item, annotator] : pairs) {
+    const int i = std::stoi(item.substr(5));
+    const int a = std::stoi(annotator.substr(10));
+    EXPECT_EQ((live_labels[{item_index[item], annotator_index[annotator]}]),
+              g(i, a));
+  }
+  EXPECT_EQ(CountRows("annotation_history"), static_cast<int64_t>(pairs.size()));
+}
+
+}  // namespace
+}  // namespace storage
+}  // namespace verity

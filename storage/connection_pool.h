@@ -1,0 +1,163 @@
+// ConnectionPool: a small, thread-safe pool of libpqxx connections to one
+// PostgreSQL database, and the transaction runner every store uses.
+//
+// Connections are opened lazily, on the first Acquire() that finds no idle
+// connection while fewer than `size` are open, so creating a pool never
+// fails because the database is down. A connection found broken is thrown
+// away (together with every idle connection, which is probably stale too:
+// the usual cause is a PostgreSQL restart) and a new one is opened on a later
+// Acquire(), so work resumes by itself once PostgreSQL is back.
+//
+// RunInTransaction()/WithTransaction() run a function inside one READ
+// COMMITTED transaction, commit it, and turn every libpqxx exception into an
+// absl::Status (see storage/pg_status.h). If the connection breaks before
+// COMMIT was sent, the transaction certainly did not commit and is retried
+// once on a fresh connection. If it breaks while COMMIT is in flight the
+// outcome is unknown: nothing is retried and UNAVAILABLE is returned (callers
+// whose writes are idempotent may retry themselves).
+//
+// Thread-safety: all methods are thread-safe. A PooledConnection (and the
+// pqxx::connection it holds) must be used by one thread at a time, and must
+// be returned (destroyed) before the pool is destroyed.
+#ifndef VERITY_STORAGE_CONNECTION_POOL_H_
+#define VERITY_STORAGE_CONNECTION_POOL_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "pqxx/connection"
+#include "pqxx/transaction"
+
+namespace verity {
+namespace storage {
+
+class ConnectionPool;
+
+// A connection borrowed from a ConnectionPool; returns it when destroyed.
+// Move-only.
+class PooledConnection {
+ public:
+  PooledConnection(PooledConnection&& other) noexcept;
+  PooledConnection& operator=(PooledConnection&& other) noexcept;
+  PooledConnection(const PooledConnection&) = delete;
+  PooledConnection& operator=(const PooledConnection&) = delete;
+  ~PooledConnection();
+
+  pqxx::connection& operator*() const { return *connection_; }
+  pqxx::connection* operator->() const { return connection_.get(); }
+  pqxx::connection* get() const { return connection_.get(); }
+
+  // Discards the connection instead of returning it to the pool (call after
+  // a libpqxx error that may have left it unusable).
+  void MarkBroken() { broken_ = true; }
+
+ private:
+  friend class ConnectionPool;
+  PooledConnection(ConnectionPool* pool,
+                   std::unique_ptr<pqxx::connection> connection)
+      : pool_(pool), connection_(std::move(connection)) {}
+  void Release();
+
+  ConnectionPool* pool_ = nullptr;
+  std::unique_ptr<pqxx::connection> connection_;
+  bool broken_ = false;
+};
+
+class ConnectionPool {
+ public:
+  struct Options {
+    // Required. libpq connection string (keyword/value or URI), e.g.
+    // EmbeddedPostgres::connection_url().
+    std::string url;
+    // Maximum number of open connections. Default 4.
+    int size = 4;
+    // How long Acquire() without an explicit timeout, RunInTransaction() and
+    // WithTransaction() wait for a free connection. Default 10 s.
+    absl::Duration acquire_timeout = absl::Seconds(10);
+  };
+
+  // Returns INVALID_ARGUMENT for an empty url or size < 1. Does not connect.
+  static absl::StatusOr<std::unique_ptr<ConnectionPool>> Create(
+      Options options);
+
+  ConnectionPool(const ConnectionPool&) = delete;
+  ConnectionPool& operator=(const ConnectionPool&) = delete;
+  ~ConnectionPool();
+
+  // Borrows a connection, opening one if none is idle and fewer than `size`
+  // are open. Returns DEADLINE_EXCEEDED if all `size` connections stay in use
+  // for `timeout`, UNAVAILABLE if a new connection cannot be opened (the
+  // database is down or unreachable).
+  absl::StatusOr<PooledConnection> Acquire(absl::Duration timeout);
+  absl::StatusOr<PooledConnection> Acquire() {
+    return Acquire(options_.acquire_timeout);
+  }
+
+  // Runs `fn` in one READ COMMITTED transaction and commits it if `fn`
+  // returns OK; otherwise rolls back and returns `fn`'s status. `fn` should
+  // let libpqxx exceptions propagate: they are converted here (messages are
+  // prefixed with `what`, e.g. "committing annotations"). `fn` may run twice
+  // (see the retry rule above), so it must (re)assign its outputs on every
+  // run rather than append to them. Returns OK only after COMMIT succeeded.
+  absl::Status RunInTransaction(
+      absl::string_view what,
+      const std::function<absl::Status(pqxx::work&)>& fn);
+
+  // As RunInTransaction, for an `fn` returning absl::StatusOr<T>; the value
+  // of the last run is returned after a successful COMMIT.
+  template <typename F>
+  auto WithTransaction(absl::string_view what, F&& fn)
+      -> std::invoke_result_t<F&, pqxx::work&>;
+
+  const Options& options() const { return options_; }
+
+  // Number of connections currently open (idle or in use); for tests and
+  // metrics.
+  int open_connections() const;
+
+ private:
+  friend class PooledConnection;
+  explicit ConnectionPool(Options options) : options_(std::move(options)) {}
+
+  // `fresh`: never hand out an idle connection (it may be stale).
+  absl::StatusOr<PooledConnection> AcquireImpl(absl::Duration timeout,
+                                               bool fresh);
+  void Return(std::unique_ptr<pqxx::connection> connection, bool broken);
+  void DiscardIdle();
+
+  const Options options_;
+  mutable absl::Mutex mutex_;
+  std::vector<std::unique_ptr<pqxx::connection>> idle_ ABSL_GUARDED_BY(mutex_);
+  // Connections handed out or being opened; idle_.size() + in_use_ <= size.
+  int in_use_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+template <typename F>
+auto ConnectionPool::WithTransaction(absl::string_view what, F&& fn)
+    -> std::invoke_result_t<F&, pqxx::work&> {
+  using Result = std::invoke_result_t<F&, pqxx::work&>;
+  std::optional<Result> result;
+  absl::Status status =
+      RunInTransaction(what, [&](pqxx::work& txn) -> absl::Status {
+        result.emplace(fn(txn));
+        return result->status();
+      });
+  if (!status.ok()) return status;
+  return std::move(*result);
+}
+
+}  // namespace storage
+}  // namespace verity
+
+#endif  // VERITY_STORAGE_CONNECTION_POOL_H_

@@ -1,0 +1,209 @@
+#include "storage/connection_pool.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pqxx/result"
+#include "storage/testing/postgres_fixture.h"
+
+namespace verity {
+namespace storage {
+namespace {
+
+using ::testing::HasSubstr;
+using ::verity::storage::testing::PostgresTest;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+class ConnectionPoolTest : public PostgresTest {
+ protected:
+  // Runs `sql` in its own transaction on `p`.
+  absl::Status Exec(ConnectionPool& p, const std::string& sql) {
+    return p.RunInTransaction("test", [&](pqxx::work& txn) {
+      txn.exec(sql);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::StatusOr<int64_t> Count(ConnectionPool& p, const std::string& table) {
+    return p.WithTransaction(
+        "count", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+          return txn.exec1("SELECT count(*) FROM " + table)[0].as<int64_t>();
+        });
+  }
+};
+
+TEST_F(ConnectionPoolTest, CreateRejectsBadOptions) {
+  ConnectionPool::Options options;
+  EXPECT_THAT(ConnectionPool::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("url")));
+  options.url = url();
+  options.size = 0;
+  EXPECT_THAT(ConnectionPool::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("size")));
+}
+
+TEST_F(ConnectionPoolTest, ReusesConnectionsUpToItsSize) {
+  std::unique_ptr<ConnectionPool> p = NewPool(/*size=*/2);
+  EXPECT_EQ(p->open_connections(), 0);  // Lazy.
+  for (int i = 0; i < 5; ++i) ASSERT_THAT(Exec(*p, "SELECT 1"), IsOk());
+  EXPECT_EQ(p->open_connections(), 1);
+
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) EXPECT_THAT(Exec(*p, "SELECT 1"), IsOk());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_LE(p->open_connections(), 2);
+}
+
+TEST_F(ConnectionPoolTest, AcquireTimesOutWhenAllConnectionsAreInUse) {
+  std::unique_ptr<ConnectionPool> p = NewPool(/*size=*/1);
+  {
+    absl::StatusOr<PooledConnection> held = p->Acquire();
+    ASSERT_THAT(held, IsOk());
+    EXPECT_THAT(p->Acquire(absl::Milliseconds(20)),
+                StatusIs(absl::StatusCode::kDeadlineExceeded));
+    // Moving the handle keeps the connection borrowed.
+    PooledConnection moved = *std::move(held);
+    EXPECT_THAT(p->Acquire(absl::Milliseconds(20)),
+                StatusIs(absl::StatusCode::kDeadlineExceeded));
+  }  // Returned here.
+  EXPECT_THAT(p->Acquire(absl::Milliseconds(20)), IsOk());
+  EXPECT_EQ(p->open_connections(), 1);
+}
+
+TEST_F(ConnectionPoolTest, RollsBackWhenTheFunctionFails) {
+  ASSERT_THAT(Exec(pool(), "CREATE TABLE t (v int PRIMARY KEY)"), IsOk());
+  absl::Status status = pool().RunInTransaction("insert", [](pqxx::work& txn) {
+    txn.exec0("INSERT INTO t VALUES (1)");
+    return absl::InvalidArgumentError("changed my mind");
+  });
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument,
+                               "changed my mind"));
+  EXPECT_EQ(*Count(pool(), "t"), 0);
+}
+
+TEST_F(ConnectionPoolTest, ConvertsSqlErrorsToStatusCodes) {
+  ASSERT_THAT(Exec(pool(), "CREATE TABLE t (v int PRIMARY KEY CHECK (v > 0))"),
+              IsOk());
+  ASSERT_THAT(Exec(pool(), "INSERT INTO t VALUES (1)"), IsOk());
+  EXPECT_THAT(Exec(pool(), "INSERT INTO t VALUES (1)"),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("SQLSTATE 23505")));
+  EXPECT_THAT(Exec(pool(), "INSERT INTO t VALUES (-1)"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("SQLSTATE 23514")));
+  EXPECT_THAT(Exec(pool(), "SELECT 1 / 0"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("SQLSTATE 22012")));
+  EXPECT_THAT(Exec(pool(), "SELEC 1"),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("42601")));
+  // The connection stays usable after SQL errors.
+  EXPECT_THAT(Exec(pool(), "SELECT 1"), IsOk());
+  EXPECT_EQ(pool().open_connections(), 1);
+}
+
+TEST_F(ConnectionPoolTest, WithTransactionReturnsTheValueAfterCommit) {
+  absl::StatusOr<std::string> value = pool().WithTransaction(
+      "value", [](pqxx::work& txn) -> absl::StatusOr<std::string> {
+        return txn.exec1("SELECT 'hello'")[0].as<std::string>();
+      });
+  ASSERT_THAT(value, IsOk());
+  EXPECT_EQ(*value, "hello");
+}
+
+// Terminates every other backend connected to this test's database.
+absl::Status TerminateOtherBackends(ConnectionPool& admin) {
+  return admin.RunInTransaction("terminate", [](pqxx::work& txn) {
+    txn.exec(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+    return absl::OkStatus();
+  });
+}
+
+TEST_F(ConnectionPoolTest, ReplacesIdleConnectionsTheServerClosed) {
+  ASSERT_THAT(Exec(pool(), "CREATE TABLE t (v int)"), IsOk());
+  std::unique_ptr<ConnectionPool> admin = NewPool(1);
+  ASSERT_THAT(Exec(*admin, "SELECT 1"), IsOk());
+  // The pool's idle connection dies (as when PostgreSQL restarts).
+  ASSERT_THAT(TerminateOtherBackends(*admin), IsOk());
+
+  EXPECT_THAT(Exec(pool(), "INSERT INTO t VALUES (1)"), IsOk());
+  EXPECT_EQ(*Count(pool(), "t"), 1);
+}
+
+TEST_F(ConnectionPoolTest, RetriesOnceWhenTheConnectionBreaksBeforeCommit) {
+  ASSERT_THAT(Exec(pool(), "CREATE TABLE t (v int)"), IsOk());
+  int runs = 0;
+  absl::Status status = pool().RunInTransaction("insert", [&](pqxx::work& txn) {
+    ++runs;
+    txn.exec0("INSERT INTO t VALUES (1)");
+    if (runs == 1) {
+      // The connection dies in the middle of the first attempt.
+      txn.exec("SELECT pg_terminate_backend(pg_backend_pid())");
+      txn.exec("SELECT 1");
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_THAT(status, IsOk());
+  EXPECT_EQ(runs, 2);
+  EXPECT_EQ(*Count(pool(), "t"), 1);  // The first attempt rolled back.
+}
+
+TEST_F(ConnectionPoolTest, NeverRetriesWhenTheConnectionBreaksDuringCommit) {
+  // A deferred constraint trigger runs inside COMMIT; this one kills its own
+  // backend, so the client loses the connection while COMMIT is in flight.
+  ASSERT_THAT(Exec(pool(), R"sql(
+      CREATE TABLE t (v int);
+      CREATE FUNCTION die() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        PERFORM pg_terminate_backend(pg_backend_pid());
+        RETURN NULL;
+      END $$;
+      CREATE CONSTRAINT TRIGGER die_at_commit AFTER INSERT ON t
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION die();
+  )sql"),
+              IsOk());
+  int runs = 0;
+  absl::Status status = pool().RunInTransaction("insert", [&](pqxx::work& txn) {
+    ++runs;
+    txn.exec0("INSERT INTO t VALUES (1)");
+    return absl::OkStatus();
+  });
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(runs, 1);
+  // The pool recovers: the next transaction gets a fresh connection.
+  EXPECT_THAT(Count(pool(), "t"), IsOk());
+}
+
+TEST_F(ConnectionPoolTest, UnavailableWhilePostgresIsDownThenRecovers) {
+  ASSERT_THAT(Exec(pool(), "CREATE TABLE t (v int)"), IsOk());
+  ASSERT_THAT(Exec(pool(), "INSERT INTO t VALUES (1)"), IsOk());
+
+  ASSERT_THAT(cluster().Stop(), IsOk());
+  EXPECT_THAT(Exec(pool(), "INSERT INTO t VALUES (2)"),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(Count(pool(), "t"), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(pool().Acquire(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(pool().open_connections(), 0);
+
+  ASSERT_THAT(cluster().Start(), IsOk());
+  // No restart of the pool: the next call reconnects.
+  EXPECT_THAT(Exec(pool(), "INSERT INTO t VALUES (3)"), IsOk());
+  EXPECT_EQ(*Count(pool(), "t"), 2);
+}
+
+}  // namespace
+}  // namespace storage
+}  // namespace verity

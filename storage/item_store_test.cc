@@ -1,0 +1,155 @@
+#include "storage/item_store.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "storage/project_store.h"
+#include "storage/testing/postgres_fixture.h"
+
+namespace verity {
+namespace storage {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::verity::storage::testing::PostgresTest;
+using ::verity::testing::IsOk;
+using ::verity::testing::IsOkAndHolds;
+using ::verity::testing::StatusIs;
+
+class ItemStoreTest : public PostgresTest {
+ protected:
+  void SetUp() override {
+    PostgresTest::SetUp();
+    store_ = std::make_unique<ItemStore>(&pool());
+    ProjectStore projects(&pool());
+    ProjectRecord p;
+    p.name = "p";
+    p.classes = {"a", "b", "c"};
+    p.item_feature_dim = 2;
+    p.annotator_feature_dim = 1;
+    absl::StatusOr<ProjectRecord> created = projects.CreateProject(p);
+    ASSERT_THAT(created, IsOk());
+    project_id_ = created->project_id;
+  }
+
+  static ItemWrite Item(std::string id,
+                        std::optional<std::vector<float>> features = {},
+                        std::optional<int32_t> gold = {}) {
+    return ItemWrite{std::move(id), std::move(features), gold};
+  }
+
+  std::unique_ptr<ItemStore> store_;
+  int64_t project_id_ = 0;
+};
+
+TEST_F(ItemStoreTest, AllocatesDenseIndicesInOrderOfFirstAppearance) {
+  EXPECT_THAT(store_->UpsertItems(project_id_, {Item("x"), Item("y"), Item("x"),
+                                                Item("z")}),
+              IsOkAndHolds(ElementsAre(0, 1, 0, 2)));
+  EXPECT_THAT(store_->UpsertItems(project_id_, {Item("w"), Item("y")}),
+              IsOkAndHolds(ElementsAre(3, 1)));
+  absl::StatusOr<std::vector<ItemRecord>> items = store_->LoadItems(project_id_);
+  ASSERT_THAT(items, IsOk());
+  ASSERT_EQ(items->size(), 4u);
+  const std::vector<std::string> ids = {"x", "y", "z", "w"};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ((*items)[i].index, i);
+    EXPECT_EQ((*items)[i].external_id, ids[i]);
+    EXPECT_FALSE((*items)[i].gold_label.has_value());
+    EXPECT_FALSE((*items)[i].features.has_value());
+  }
+}
+
+TEST_F(ItemStoreTest, StoresFeaturesAndGoldAndKeepsThemWhenNotGiven) {
+  ASSERT_THAT(store_->UpsertItems(
+                  project_id_, {Item("x", std::vector<float>{0.5f, -1.25f}, 2),
+                                Item("y", std::vector<float>{1, 2})}),
+              IsOk());
+  // Only gold for x, only features for y; the later write for y wins.
+  ASSERT_THAT(store_->UpsertItems(
+                  project_id_, {Item("x", std::nullopt, 1),
+                                Item("y", std::vector<float>{3, 4}),
+                                Item("y", std::vector<float>{5, 6})}),
+              IsOk());
+  absl::StatusOr<std::vector<ItemRecord>> items = store_->LoadItems(project_id_);
+  ASSERT_THAT(items, IsOk());
+  ASSERT_EQ(items->size(), 2u);
+  EXPECT_EQ((*items)[0].gold_label, 1);
+  EXPECT_EQ((*items)[0].features, (std::vector<float>{0.5f, -1.25f}));
+  EXPECT_FALSE((*items)[1].gold_label.has_value());
+  EXPECT_EQ((*items)[1].features, (std::vector<float>{5, 6}));
+}
+
+TEST_F(ItemStoreTest, RejectsBadWritesAndWritesNothing) {
+  EXPECT_THAT(store_->UpsertItems(project_id_,
+                                  {Item("ok"), Item("x", std::vector<float>{1})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("feature dimension is 2")));
+  EXPECT_THAT(store_->UpsertItems(project_id_, {Item("ok"), Item("x", {}, 3)}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("out of range")));
+  EXPECT_THAT(store_->UpsertItems(project_id_, {Item("ok"), Item("x", {}, -1)}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->UpsertItems(project_id_, {Item("")}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->UpsertItems(
+                  project_id_, {Item("x", std::vector<float>{1, NAN})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("not finite")));
+  EXPECT_THAT(store_->LoadItems(project_id_), IsOkAndHolds(IsEmpty()));
+}
+
+TEST_F(ItemStoreTest, UnknownProjectIsNotFound) {
+  EXPECT_THAT(store_->UpsertItems(project_id_ + 99, {Item("x")}),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->LoadItems(project_id_ + 99),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->LoadAnnotators(project_id_ + 99),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ItemStoreTest, AnnotatorsHaveTheirOwnIndicesAndFeatures) {
+  ASSERT_THAT(store_->UpsertItems(project_id_, {Item("x")}), IsOk());
+  EXPECT_THAT(
+      store_->UpsertAnnotators(
+          project_id_, {AnnotatorWrite{"alice", std::vector<float>{0.25f}},
+                        AnnotatorWrite{"bob", std::nullopt}}),
+      IsOkAndHolds(ElementsAre(0, 1)));
+  EXPECT_THAT(store_->UpsertAnnotators(
+                  project_id_, {AnnotatorWrite{"bob", std::vector<float>{1, 2}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  absl::StatusOr<std::vector<AnnotatorRecord>> annotators =
+      store_->LoadAnnotators(project_id_);
+  ASSERT_THAT(annotators, IsOk());
+  ASSERT_EQ(annotators->size(), 2u);
+  EXPECT_EQ((*annotators)[0].external_id, "alice");
+  EXPECT_EQ((*annotators)[0].features, std::vector<float>{0.25f});
+  EXPECT_EQ((*annotators)[1].external_id, "bob");
+  EXPECT_FALSE((*annotators)[1].features.has_value());
+}
+
+TEST_F(ItemStoreTest, ExternalIdsMayContainAnyText) {
+  const std::vector<std::string> ids = {"a,b", "{x}", "q\"uote", "back\\", "NULL",
+                                        " sp ", "ünï"};
+  std::vector<ItemWrite> writes;
+  for (const std::string& id : ids) writes.push_back(Item(id));
+  ASSERT_THAT(store_->UpsertItems(project_id_, writes), IsOk());
+  EXPECT_THAT(store_->UpsertItems(project_id_, writes),
+              IsOkAndHolds(ElementsAre(0, 1, 2, 3, 4, 5, 6)));
+  absl::StatusOr<std::vector<ItemRecord>> items = store_->LoadItems(project_id_);
+  ASSERT_THAT(items, IsOk());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ((*items)[i].external_id, ids[i]);
+  }
+}
+
+}  // namespace
+}  // namespace storage
+}  // namespace verity

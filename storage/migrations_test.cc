@@ -1,0 +1,158 @@
+#include "storage/migrations.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pqxx/result"
+#include "storage/connection_pool.h"
+#include "storage/schema_migrations.h"
+#include "storage/testing/postgres_fixture.h"
+
+namespace verity {
+namespace storage {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAreArray;
+using ::verity::storage::testing::TestCluster;
+using ::verity::testing::IsOk;
+using ::verity::testing::IsOkAndHolds;
+using ::verity::testing::StatusIs;
+
+std::vector<int32_t> AllVersions() {
+  std::vector<int32_t> versions;
+  for (const Migration& m : SchemaMigrations()) versions.push_back(m.version);
+  return versions;
+}
+
+// Each test gets a fresh database WITHOUT the schema.
+class MigrationsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<TestCluster*> cluster = TestCluster::Get();
+    ASSERT_THAT(cluster, IsOk());
+    cluster_ = *cluster;
+    absl::StatusOr<std::string> url = cluster_->CreateDatabase(false);
+    ASSERT_THAT(url, IsOk());
+    url_ = *url;
+    pool_ = NewPool();
+  }
+  void TearDown() override {
+    pool_.reset();
+    EXPECT_THAT(cluster_->DropDatabase(url_), IsOk());
+  }
+
+  std::unique_ptr<ConnectionPool> NewPool() {
+    ConnectionPool::Options options;
+    options.url = url_;
+    options.size = 2;
+    return *ConnectionPool::Create(options);
+  }
+
+  bool TableExists(const std::string& table) {
+    return *pool_->WithTransaction(
+        "exists", [&](pqxx::work& txn) -> absl::StatusOr<bool> {
+          return txn.exec_params1("SELECT to_regclass($1) IS NOT NULL", table)[0]
+              .as<bool>();
+        });
+  }
+
+  TestCluster* cluster_ = nullptr;
+  std::string url_;
+  std::unique_ptr<ConnectionPool> pool_;
+};
+
+TEST_F(MigrationsTest, AppliesEverythingOnceThenNothing) {
+  EXPECT_THAT(AppliedMigrationVersions(*pool_), IsOkAndHolds(IsEmpty()));
+  absl::StatusOr<std::vector<int32_t>> first = ApplySchemaMigrations(*pool_);
+  ASSERT_THAT(first, IsOk());
+  EXPECT_EQ(*first, AllVersions());
+  EXPECT_TRUE(TableExists("annotations"));
+
+  absl::StatusOr<std::vector<int32_t>> second = ApplySchemaMigrations(*pool_);
+  ASSERT_THAT(second, IsOk());
+  EXPECT_THAT(*second, IsEmpty());
+  absl::StatusOr<std::vector<int32_t>> recorded =
+      AppliedMigrationVersions(*pool_);
+  ASSERT_THAT(recorded, IsOk());
+  EXPECT_EQ(*recorded, AllVersions());
+}
+
+TEST_F(MigrationsTest, ConcurrentCallersApplyEachVersionExactlyOnce) {
+  constexpr int kThreads = 4;
+  std::vector<std::unique_ptr<ConnectionPool>> pools;
+  for (int i = 0; i < kThreads; ++i) pools.push_back(NewPool());
+  std::vector<absl::StatusOr<std::vector<int32_t>>> results(
+      kThreads, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back(
+        [&, i] { results[i] = ApplySchemaMigrations(*pools[i]); });
+  }
+  for (std::thread& t : threads) t.join();
+
+  std::vector<int32_t> applied;
+  for (const auto& result : results) {
+    ASSERT_THAT(result, IsOk());
+    applied.insert(applied.end(), result->begin(), result->end());
+  }
+  EXPECT_THAT(applied, UnorderedElementsAreArray(AllVersions()));
+  EXPECT_EQ(*AppliedMigrationVersions(*pool_), AllVersions());
+}
+
+TEST_F(MigrationsTest, AFailingMigrationAppliesNothing) {
+  const std::vector<Migration> migrations = {
+      {1, "good", "CREATE TABLE good (v int)"},
+      {2, "bad", "CREATE TABLE bad (v nosuchtype)"},
+  };
+  EXPECT_THAT(ApplyMigrations(*pool_, migrations),
+              StatusIs(absl::StatusCode::kInternal,
+                       HasSubstr("migration 2 (bad)")));
+  EXPECT_FALSE(TableExists("good"));
+  EXPECT_THAT(AppliedMigrationVersions(*pool_), IsOkAndHolds(IsEmpty()));
+}
+
+TEST_F(MigrationsTest, AppliesOnlyNewMigrationsInOrder) {
+  std::vector<Migration> migrations = {
+      {1, "one", "CREATE TABLE one (v int)"},
+  };
+  ASSERT_THAT(ApplyMigrations(*pool_, migrations),
+              IsOkAndHolds(ElementsAre(1)));
+  migrations.push_back({2, "two", "ALTER TABLE one ADD COLUMN w int"});
+  migrations.push_back({5, "five", "CREATE TABLE five (v int)"});
+  EXPECT_THAT(ApplyMigrations(*pool_, migrations),
+              IsOkAndHolds(ElementsAre(2, 5)));
+  EXPECT_THAT(AppliedMigrationVersions(*pool_),
+              IsOkAndHolds(ElementsAre(1, 2, 5)));
+}
+
+TEST_F(MigrationsTest, RejectsVersionsOutOfOrder) {
+  const std::vector<Migration> migrations = {
+      {2, "two", "SELECT 1"},
+      {1, "one", "SELECT 1"},
+  };
+  EXPECT_THAT(ApplyMigrations(*pool_, migrations),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(MigrationsTest, RefusesADatabaseMigratedByANewerBinary) {
+  ASSERT_THAT(ApplySchemaMigrations(*pool_), IsOk());
+  const std::vector<Migration> older(SchemaMigrations().begin(),
+                                     SchemaMigrations().end() - 1);
+  EXPECT_THAT(ApplyMigrations(*pool_, older),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("newer")));
+}
+
+}  // namespace
+}  // namespace storage
+}  // namespace verity

@@ -1,0 +1,154 @@
+#include "storage/model_version_store.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "pqxx/binarystring"
+#include "pqxx/result"
+#include "storage/sql_values.h"
+
+namespace verity {
+namespace storage {
+namespace {
+
+// Concurrent savers that both computed the same next version retry; each
+// retry sees the competitor's committed row, so this bounds pathological
+// contention only.
+constexpr int kMaxVersionAttempts = 20;
+
+std::string SelectVersionsSql(bool with_parameters, absl::string_view rest) {
+  return absl::StrCat(
+      "SELECT project_id, version, method, ",
+      with_parameters ? "parameters" : "''::bytea",
+      ", watermark, log_likelihood, iterations, duration_ms, num_labels, ",
+      MicrosFromTimestampSql("created_at"), " FROM model_versions ", rest);
+}
+
+ModelVersionRecord VersionFromRow(const pqxx::row& row) {
+  ModelVersionRecord r;
+  r.project_id = row[0].as<int64_t>();
+  r.version = row[1].as<int32_t>();
+  r.method = row[2].as<std::string>();
+  r.parameters = pqxx::binarystring(row[3]).str();
+  r.watermark = row[4].as<int64_t>();
+  r.log_likelihood = row[5].as<double>();
+  r.iterations = row[6].as<int32_t>();
+  r.duration_ms = row[7].as<double>();
+  r.num_labels = row[8].as<int64_t>();
+  r.created_at = MicrosToTime(row[9].as<int64_t>());
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelVersionRecord> ModelVersionStore::SaveModelVersion(
+    const ModelVersionRecord& record) {
+  if (record.method.empty() || record.method.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        "model version method must be non-empty and contain no NUL");
+  }
+  const pqxx::binarystring parameters(record.parameters.data(),
+                                      record.parameters.size());
+  return pool_->WithTransaction(
+      absl::StrCat("saving a model version of project ", record.project_id),
+      [&](pqxx::work& txn) -> absl::StatusOr<ModelVersionRecord> {
+        // KEY SHARE: the project cannot disappear, yet ingest (which holds
+        // NO KEY UPDATE on the row) is not blocked by a large upload.
+        if (txn.exec_params("SELECT 1 FROM projects WHERE project_id = $1 "
+                            "FOR KEY SHARE",
+                            record.project_id)
+                .empty()) {
+          return absl::NotFoundError(
+              absl::StrCat("project ", record.project_id, " not found"));
+        }
+        for (int attempt = 0; attempt < kMaxVersionAttempts; ++attempt) {
+          // ON CONFLICT DO NOTHING waits for a concurrent saver of the same
+          // version and yields no row if it committed; the next statement's
+          // snapshot then sees its version.
+          const pqxx::result rows = txn.exec_params(
+              absl::StrCat(
+                  "INSERT INTO model_versions (project_id, version, method, "
+                  "    parameters, watermark, log_likelihood, iterations, "
+                  "    duration_ms, num_labels) "
+                  "SELECT $1, COALESCE(max(version), 0) + 1, $2, $3, $4, $5, "
+                  "       $6, $7, $8 "
+                  "FROM model_versions WHERE project_id = $1 "
+                  "ON CONFLICT (project_id, version) DO NOTHING "
+                  "RETURNING version, ",
+                  MicrosFromTimestampSql("created_at")),
+              record.project_id, record.method, parameters, record.watermark,
+              record.log_likelihood, record.iterations, record.duration_ms,
+              record.num_labels);
+          if (rows.empty()) continue;
+          ModelVersionRecord saved = record;
+          saved.version = rows[0][0].as<int32_t>();
+          saved.created_at = MicrosToTime(rows[0][1].as<int64_t>());
+          return saved;
+        }
+        return absl::AbortedError(absl::StrCat(
+            "could not allocate a model version number for project ",
+            record.project_id, " after ", kMaxVersionAttempts, " attempts"));
+      });
+}
+
+absl::StatusOr<ModelVersionRecord> ModelVersionStore::LatestModelVersion(
+    int64_t project_id) {
+  return pool_->WithTransaction(
+      "reading the latest model version",
+      [&](pqxx::work& txn) -> absl::StatusOr<ModelVersionRecord> {
+        const pqxx::result rows = txn.exec_params(
+            SelectVersionsSql(true,
+                              "WHERE project_id = $1 "
+                              "ORDER BY version DESC LIMIT 1"),
+            project_id);
+        if (rows.empty()) {
+          return absl::NotFoundError(absl::StrCat(
+              "project ", project_id, " has no model version"));
+        }
+        return VersionFromRow(rows[0]);
+      });
+}
+
+absl::StatusOr<ModelVersionRecord> ModelVersionStore::GetModelVersion(
+    int64_t project_id, int32_t version) {
+  return pool_->WithTransaction(
+      "reading a model version",
+      [&](pqxx::work& txn) -> absl::StatusOr<ModelVersionRecord> {
+        const pqxx::result rows = txn.exec_params(
+            SelectVersionsSql(true, "WHERE project_id = $1 AND version = $2"),
+            project_id, version);
+        if (rows.empty()) {
+          return absl::NotFoundError(absl::StrCat(
+              "model version ", version, " of project ", project_id,
+              " not found"));
+        }
+        return VersionFromRow(rows[0]);
+      });
+}
+
+absl::StatusOr<std::vector<ModelVersionRecord>>
+ModelVersionStore::ListModelVersions(int64_t project_id, int limit) {
+  if (limit < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("limit must be at least 1, got ", limit));
+  }
+  return pool_->WithTransaction(
+      "listing model versions",
+      [&](pqxx::work& txn) -> absl::StatusOr<std::vector<ModelVersionRecord>> {
+        std::vector<ModelVersionRecord> versions;
+        for (const pqxx::row& row : txn.exec_params(
+                 SelectVersionsSql(false,
+                                   "WHERE project_id = $1 "
+                                   "ORDER BY version DESC LIMIT $2"),
+                 project_id, limit)) {
+          versions.push_back(VersionFromRow(row));
+        }
+        return versions;
+      });
+}
+
+}  // namespace storage
+}  // namespace verity

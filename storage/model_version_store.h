@@ -1,0 +1,71 @@
+// ModelVersionStore: immutable results of training runs.
+//
+// A model version is written once by a trainer and never changed: the
+// method, its serialized parameters (checkpoint, opaque to storage/), the
+// watermark (largest annotation seq it saw; see storage/annotation_store.h),
+// and training metrics. Versions are numbered 1, 2, ... per project in the
+// order they are saved.
+//
+// Thread-safety: all methods are thread-safe, also across processes:
+// concurrent saves for one project get distinct consecutive versions. The
+// pool must outlive the store.
+#ifndef VERITY_STORAGE_MODEL_VERSION_STORE_H_
+#define VERITY_STORAGE_MODEL_VERSION_STORE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "storage/connection_pool.h"
+
+namespace verity {
+namespace storage {
+
+struct ModelVersionRecord {
+  int64_t project_id = 0;
+  int32_t version = 0;      // Assigned by SaveModelVersion.
+  std::string method;       // e.g. "ds", "lia".
+  std::string parameters;   // Serialized model state; opaque bytes.
+  int64_t watermark = 0;    // Largest annotation seq included in training.
+  double log_likelihood = 0;
+  int32_t iterations = 0;
+  double duration_ms = 0;
+  int64_t num_labels = 0;   // Live labels the model was trained on.
+  absl::Time created_at;    // Set by SaveModelVersion.
+};
+
+class ModelVersionStore {
+ public:
+  explicit ModelVersionStore(ConnectionPool* pool) : pool_(pool) {}
+
+  // Stores `record` (its version and created_at are ignored) as the
+  // project's next version (previous maximum + 1, starting at 1) and returns
+  // it with version and created_at filled in. Errors: NOT_FOUND for an
+  // unknown project; INVALID_ARGUMENT for an empty method.
+  absl::StatusOr<ModelVersionRecord> SaveModelVersion(
+      const ModelVersionRecord& record);
+
+  // The highest version of the project, with parameters. NOT_FOUND if the
+  // project has no model version (or does not exist).
+  absl::StatusOr<ModelVersionRecord> LatestModelVersion(int64_t project_id);
+
+  // One version, with parameters. NOT_FOUND if it does not exist.
+  absl::StatusOr<ModelVersionRecord> GetModelVersion(int64_t project_id,
+                                                     int32_t version);
+
+  // Up to `limit` versions of the project, newest first, WITHOUT parameters
+  // (`parameters` is left empty: checkpoints can be large). Empty for a
+  // project without versions. INVALID_ARGUMENT if limit < 1.
+  absl::StatusOr<std::vector<ModelVersionRecord>> ListModelVersions(
+      int64_t project_id, int limit);
+
+ private:
+  ConnectionPool* const pool_;
+};
+
+}  // namespace storage
+}  // namespace verity
+
+#endif  // VERITY_STORAGE_MODEL_VERSION_STORE_H_

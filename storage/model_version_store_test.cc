@@ -1,0 +1,148 @@
+#include "storage/model_version_store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "storage/project_store.h"
+#include "storage/testing/postgres_fixture.h"
+
+namespace verity {
+namespace storage {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::Field;
+using ::testing::IsEmpty;
+using ::verity::storage::testing::PostgresTest;
+using ::verity::testing::IsOk;
+using ::verity::testing::IsOkAndHolds;
+using ::verity::testing::StatusIs;
+
+class ModelVersionStoreTest : public PostgresTest {
+ protected:
+  void SetUp() override {
+    PostgresTest::SetUp();
+    store_ = std::make_unique<ModelVersionStore>(&pool());
+    ProjectStore projects(&pool());
+    ProjectRecord p;
+    p.name = "p";
+    p.classes = {"a", "b"};
+    absl::StatusOr<ProjectRecord> created = projects.CreateProject(p);
+    ASSERT_THAT(created, IsOk());
+    project_id_ = created->project_id;
+  }
+
+  ModelVersionRecord Record(int64_t watermark) {
+    ModelVersionRecord r;
+    r.project_id = project_id_;
+    r.method = "ds";
+    r.parameters = std::string("\0\1\2checkpoint", 13);
+    r.watermark = watermark;
+    r.log_likelihood = -1234.5;
+    r.iterations = 20;
+    r.duration_ms = 12.25;
+    r.num_labels = 1000;
+    return r;
+  }
+
+  std::unique_ptr<ModelVersionStore> store_;
+  int64_t project_id_ = 0;
+};
+
+TEST_F(ModelVersionStoreTest, SavesConsecutiveVersionsAndReadsThemBack) {
+  for (int i = 1; i <= 3; ++i) {
+    absl::StatusOr<ModelVersionRecord> saved = store_->SaveModelVersion(Record(i * 10));
+    ASSERT_THAT(saved, IsOk());
+    EXPECT_EQ(saved->version, i);
+  }
+  absl::StatusOr<ModelVersionRecord> latest =
+      store_->LatestModelVersion(project_id_);
+  ASSERT_THAT(latest, IsOk());
+  EXPECT_EQ(latest->version, 3);
+  EXPECT_EQ(latest->method, "ds");
+  EXPECT_EQ(latest->parameters, std::string("\0\1\2checkpoint", 13));
+  EXPECT_EQ(latest->watermark, 30);
+  EXPECT_EQ(latest->log_likelihood, -1234.5);
+  EXPECT_EQ(latest->iterations, 20);
+  EXPECT_EQ(latest->duration_ms, 12.25);
+  EXPECT_EQ(latest->num_labels, 1000);
+
+  EXPECT_THAT(store_->GetModelVersion(project_id_, 2),
+              IsOkAndHolds(Field(&ModelVersionRecord::watermark, 20)));
+  EXPECT_THAT(
+      store_->ListModelVersions(project_id_, 2),
+      IsOkAndHolds(ElementsAre(
+          AllOf(Field(&ModelVersionRecord::version, 3),
+                Field(&ModelVersionRecord::parameters, IsEmpty())),
+          Field(&ModelVersionRecord::version, 2))));
+}
+
+TEST_F(ModelVersionStoreTest, NotFoundCases) {
+  EXPECT_THAT(store_->LatestModelVersion(project_id_),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->GetModelVersion(project_id_, 1),
+              StatusIs(absl::StatusCode::kNotFound));
+  ModelVersionRecord orphan = Record(1);
+  orphan.project_id = project_id_ + 1000;
+  EXPECT_THAT(store_->SaveModelVersion(orphan),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->ListModelVersions(project_id_, 10),
+              IsOkAndHolds(IsEmpty()));
+}
+
+TEST_F(ModelVersionStoreTest, RejectsBadArguments) {
+  ModelVersionRecord no_method = Record(1);
+  no_method.method.clear();
+  EXPECT_THAT(store_->SaveModelVersion(no_method),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->ListModelVersions(project_id_, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(ModelVersionStoreTest, KeepsNonFiniteMetrics) {
+  ModelVersionRecord r = Record(1);
+  r.log_likelihood = std::nan("");
+  ASSERT_THAT(store_->SaveModelVersion(r), IsOk());
+  absl::StatusOr<ModelVersionRecord> latest =
+      store_->LatestModelVersion(project_id_);
+  ASSERT_THAT(latest, IsOk());
+  EXPECT_TRUE(std::isnan(latest->log_likelihood));
+}
+
+TEST_F(ModelVersionStoreTest, ConcurrentSavesGetDistinctConsecutiveVersions) {
+  constexpr int kThreads = 4;
+  constexpr int kSavesPerThread = 5;
+  std::unique_ptr<ConnectionPool> pool = NewPool(kThreads);
+  ModelVersionStore store(pool.get());
+  std::vector<std::vector<int32_t>> versions(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kSavesPerThread; ++i) {
+        absl::StatusOr<ModelVersionRecord> saved =
+            store.SaveModelVersion(Record(i));
+        ASSERT_THAT(saved, IsOk());
+        versions[t].push_back(saved->version);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<int32_t> all;
+  for (const auto& v : versions) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  std::vector<int32_t> expected(kThreads * kSavesPerThread);
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = i + 1;
+  EXPECT_EQ(all, expected);
+}
+
+}  // namespace
+}  // namespace storage
+}  // namespace verity

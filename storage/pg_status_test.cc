@@ -1,0 +1,101 @@
+#include "storage/pg_status.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pqxx/except"
+
+namespace verity {
+namespace storage {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::verity::testing::StatusIs;
+
+template <typename E>
+absl::Status Convert(const E& exception) {
+  try {
+    throw exception;
+  } catch (...) {
+    return StatusFromCurrentException("doing work");
+  }
+}
+
+TEST(PgStatusTest, BrokenConnectionIsUnavailable) {
+  EXPECT_THAT(Convert(pqxx::broken_connection("server closed")),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr("doing work"), HasSubstr("server closed"))));
+  EXPECT_THAT(Convert(pqxx::in_doubt_error("lost during commit")),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("unknown")));
+}
+
+TEST(PgStatusTest, UniqueViolationIsAlreadyExists) {
+  EXPECT_THAT(
+      Convert(pqxx::unique_violation("duplicate key", "INSERT ...", "23505")),
+      StatusIs(absl::StatusCode::kAlreadyExists,
+               AllOf(HasSubstr("duplicate key"), HasSubstr("SQLSTATE 23505"))));
+}
+
+TEST(PgStatusTest, OtherConstraintAndDataErrorsAreInvalidArgument) {
+  EXPECT_THAT(Convert(pqxx::check_violation("check", "INSERT", "23514")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("SQLSTATE 23514")));
+  EXPECT_THAT(Convert(pqxx::foreign_key_violation("fk", "INSERT", "23503")),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Convert(pqxx::data_exception("bad input", "SELECT", "22P02")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("SQLSTATE 22P02")));
+}
+
+TEST(PgStatusTest, SerializationFailureAndDeadlockAreAborted) {
+  EXPECT_THAT(Convert(pqxx::serialization_failure("could not serialize")),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("40001")));
+  EXPECT_THAT(Convert(pqxx::deadlock_detected("deadlock")),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("40P01")));
+}
+
+TEST(PgStatusTest, ShutdownAndConnectionClassSqlStatesAreUnavailable) {
+  EXPECT_THAT(Convert(pqxx::sql_error("terminating", "SELECT", "57P01")),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(Convert(pqxx::sql_error("conn failure", "SELECT", "08006")),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(Convert(pqxx::sql_error("too many", "", "53300")),
+              StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST(PgStatusTest, AnythingElseIsInternal) {
+  EXPECT_THAT(Convert(pqxx::syntax_error("syntax", "SELEC", "42601")),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("42601")));
+  EXPECT_THAT(Convert(pqxx::conversion_error("cannot convert")),
+              StatusIs(absl::StatusCode::kInternal));
+  EXPECT_THAT(Convert(std::runtime_error("boom")),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("boom")));
+  EXPECT_THAT(Convert(42), StatusIs(absl::StatusCode::kInternal));
+}
+
+TEST(PgStatusTest, CatchPqxxPassesResultsThroughAndConvertsExceptions) {
+  EXPECT_EQ(*CatchPqxx("x", []() -> absl::StatusOr<int> { return 3; }), 3);
+  EXPECT_THAT(CatchPqxx("x",
+                        []() -> absl::StatusOr<int> {
+                          throw pqxx::broken_connection("gone");
+                        }),
+              StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST(PgStatusTest, StatusCodeForSqlState) {
+  EXPECT_EQ(StatusCodeForSqlState("23505"), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(StatusCodeForSqlState("23502"), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StatusCodeForSqlState("40001"), absl::StatusCode::kAborted);
+  EXPECT_EQ(StatusCodeForSqlState("57014"), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(StatusCodeForSqlState("XX000"), absl::StatusCode::kInternal);
+  EXPECT_EQ(StatusCodeForSqlState(""), absl::StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace storage
+}  // namespace verity

@@ -1,0 +1,63 @@
+// ProjectStore: the `projects` table, one row per labelling job.
+//
+// A project fixes its ordered class names (K >= 2) and optional feature
+// dimensions at creation; `settings` is an opaque blob owned by the server
+// (truth model, hyper-parameters, assignment policy) that storage/ never
+// interprets. Project ids are assigned by PostgreSQL.
+//
+// Thread-safety: all methods are thread-safe (each call is one transaction
+// on a pooled connection). The pool must outlive the store.
+#ifndef VERITY_STORAGE_PROJECT_STORE_H_
+#define VERITY_STORAGE_PROJECT_STORE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "storage/connection_pool.h"
+
+namespace verity {
+namespace storage {
+
+struct ProjectRecord {
+  int64_t project_id = 0;  // Assigned by CreateProject.
+  std::string name;        // Unique, non-empty.
+  std::vector<std::string> classes;  // Ordered class names, at least 2.
+  int32_t item_feature_dim = 0;       // 0: items have no features.
+  int32_t annotator_feature_dim = 0;  // 0: annotators have no features.
+  std::string settings;               // Opaque bytes owned by the server.
+  absl::Time created_at;              // Set by CreateProject.
+};
+
+class ProjectStore {
+ public:
+  explicit ProjectStore(ConnectionPool* pool) : pool_(pool) {}
+
+  // Inserts a project; `project.project_id` and `created_at` are ignored and
+  // returned filled in. Errors: ALREADY_EXISTS if the name is taken;
+  // INVALID_ARGUMENT for an empty name, fewer than 2 classes or a negative
+  // feature dimension; UNAVAILABLE when PostgreSQL is unreachable.
+  absl::StatusOr<ProjectRecord> CreateProject(const ProjectRecord& project);
+
+  // NOT_FOUND if there is no such project.
+  absl::StatusOr<ProjectRecord> GetProject(int64_t project_id);
+  absl::StatusOr<ProjectRecord> GetProjectByName(absl::string_view name);
+
+  // All projects, by ascending project_id.
+  absl::StatusOr<std::vector<ProjectRecord>> ListProjects();
+
+  // Replaces the settings blob. NOT_FOUND if there is no such project.
+  absl::Status UpdateSettings(int64_t project_id, absl::string_view settings);
+
+ private:
+  ConnectionPool* const pool_;
+};
+
+}  // namespace storage
+}  // namespace verity
+
+#endif  // VERITY_STORAGE_PROJECT_STORE_H_

@@ -1,0 +1,118 @@
+#include "storage/project_store.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "storage/testing/postgres_fixture.h"
+
+namespace verity {
+namespace storage {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::Field;
+using ::testing::HasSubstr;
+using ::verity::storage::testing::PostgresTest;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+ProjectRecord Project(const std::string& name) {
+  ProjectRecord p;
+  p.name = name;
+  p.classes = {"cat", "dog", "bird"};
+  return p;
+}
+
+class ProjectStoreTest : public PostgresTest {
+ protected:
+  void SetUp() override {
+    PostgresTest::SetUp();
+    store_ = std::make_unique<ProjectStore>(&pool());
+  }
+  std::unique_ptr<ProjectStore> store_;
+};
+
+TEST_F(ProjectStoreTest, CreateThenGetRoundTripsEveryField) {
+  ProjectRecord p = Project("animals");
+  p.classes = {"plain", "with,comma", "with \"quotes\"", "back\\slash", "ünï"};
+  p.item_feature_dim = 16;
+  p.annotator_feature_dim = 3;
+  p.settings = std::string("\x00\x01binary\xff", 9);
+  const absl::Time before = absl::Now() - absl::Seconds(5);
+
+  absl::StatusOr<ProjectRecord> created = store_->CreateProject(p);
+  ASSERT_THAT(created, IsOk());
+  EXPECT_GT(created->project_id, 0);
+  EXPECT_GT(created->created_at, before);
+
+  for (const absl::StatusOr<ProjectRecord>& got :
+       {store_->GetProject(created->project_id),
+        store_->GetProjectByName("animals")}) {
+    ASSERT_THAT(got, IsOk());
+    EXPECT_EQ(got->project_id, created->project_id);
+    EXPECT_EQ(got->name, "animals");
+    EXPECT_EQ(got->classes, p.classes);
+    EXPECT_EQ(got->item_feature_dim, 16);
+    EXPECT_EQ(got->annotator_feature_dim, 3);
+    EXPECT_EQ(got->settings, p.settings);
+    EXPECT_EQ(got->created_at, created->created_at);
+  }
+}
+
+TEST_F(ProjectStoreTest, DuplicateNameIsAlreadyExists) {
+  ASSERT_THAT(store_->CreateProject(Project("dup")), IsOk());
+  EXPECT_THAT(store_->CreateProject(Project("dup")),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("23505")));
+}
+
+TEST_F(ProjectStoreTest, MissingProjectIsNotFound) {
+  EXPECT_THAT(store_->GetProject(12345),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("12345")));
+  EXPECT_THAT(store_->GetProjectByName("nope"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
+  EXPECT_THAT(store_->UpdateSettings(12345, "x"),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ProjectStoreTest, RejectsInvalidProjects) {
+  ProjectRecord one_class = Project("one");
+  one_class.classes = {"only"};
+  EXPECT_THAT(store_->CreateProject(one_class),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->CreateProject(Project("")),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ProjectRecord negative = Project("negative");
+  negative.item_feature_dim = -1;
+  EXPECT_THAT(store_->CreateProject(negative),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->ListProjects(), ::verity::testing::IsOkAndHolds(
+                                          ::testing::IsEmpty()));
+}
+
+TEST_F(ProjectStoreTest, ListsProjectsInCreationOrder) {
+  ASSERT_THAT(store_->CreateProject(Project("b")), IsOk());
+  ASSERT_THAT(store_->CreateProject(Project("a")), IsOk());
+  absl::StatusOr<std::vector<ProjectRecord>> all = store_->ListProjects();
+  ASSERT_THAT(all, IsOk());
+  EXPECT_THAT(*all, ElementsAre(Field(&ProjectRecord::name, "b"),
+                                Field(&ProjectRecord::name, "a")));
+}
+
+TEST_F(ProjectStoreTest, UpdateSettingsReplacesTheBlob) {
+  absl::StatusOr<ProjectRecord> p = store_->CreateProject(Project("s"));
+  ASSERT_THAT(p, IsOk());
+  ASSERT_THAT(store_->UpdateSettings(p->project_id, std::string("v2\0", 3)),
+              IsOk());
+  EXPECT_EQ(store_->GetProject(p->project_id)->settings,
+            std::string("v2\0", 3));
+}
+
+}  // namespace
+}  // namespace storage
+}  // namespace verity

@@ -1,0 +1,113 @@
+#include "storage/schema_migrations.h"
+
+#include <vector>
+
+namespace verity {
+namespace storage {
+
+const std::vector<Migration>& SchemaMigrations() {
+  static const std::vector<Migration>* const kMigrations =
+      new std::vector<Migration>{
+          {1, "projects", R"sql(
+CREATE TABLE projects (
+  project_id            bigserial PRIMARY KEY,
+  name                  text NOT NULL UNIQUE CHECK (name <> ''),
+  -- Ordered class names; K = cardinality(classes) >= 2.
+  classes               text[] NOT NULL
+                        CHECK (cardinality(classes) >= 2 AND array_ndims(classes) = 1),
+  -- 0 means "no features".
+  item_feature_dim      integer NOT NULL DEFAULT 0 CHECK (item_feature_dim >= 0),
+  annotator_feature_dim integer NOT NULL DEFAULT 0 CHECK (annotator_feature_dim >= 0),
+  -- Opaque to storage/: owned by the server (model, policy, ...).
+  settings              bytea NOT NULL DEFAULT '',
+  -- Next dense index to allocate; only changed with this row locked.
+  next_item_index       integer NOT NULL DEFAULT 0 CHECK (next_item_index >= 0),
+  next_annotator_index  integer NOT NULL DEFAULT 0 CHECK (next_annotator_index >= 0),
+  created_at            timestamptz NOT NULL DEFAULT now()
+);
+)sql"},
+          {2, "items and annotators", R"sql(
+CREATE TABLE items (
+  project_id   bigint NOT NULL REFERENCES projects (project_id),
+  item_index   integer NOT NULL CHECK (item_index >= 0),
+  external_id  text NOT NULL CHECK (external_id <> ''),
+  features     real[],
+  gold_label   integer CHECK (gold_label >= 0),
+  created_at   timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (project_id, item_index),
+  UNIQUE (project_id, external_id)
+);
+
+CREATE TABLE annotators (
+  project_id      bigint NOT NULL REFERENCES projects (project_id),
+  annotator_index integer NOT NULL CHECK (annotator_index >= 0),
+  external_id     text NOT NULL CHECK (external_id <> ''),
+  features        real[],
+  created_at      timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (project_id, annotator_index),
+  UNIQUE (project_id, external_id)
+);
+)sql"},
+          {3, "annotations and annotation history", R"sql(
+-- Global and commit-ordered per project (writers hold the project row lock
+-- while drawing values); NO CACHE so that values are handed out in order.
+CREATE SEQUENCE annotation_seq AS bigint CACHE 1;
+
+-- No foreign keys on the ingest hot path: indices are resolved from items /
+-- annotators in the same transaction, under the project row lock.
+CREATE TABLE annotations (
+  project_id      bigint NOT NULL,
+  item_index      integer NOT NULL,
+  annotator_index integer NOT NULL,
+  label           integer NOT NULL CHECK (label >= 0),
+  seq             bigint NOT NULL,
+  revision        integer NOT NULL DEFAULT 0,
+  client_time     timestamptz,
+  committed_at    timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (project_id, item_index, annotator_index)
+);
+-- Labels since a watermark.
+CREATE INDEX annotations_project_seq ON annotations (project_id, seq);
+
+-- Every superseded live label: the row as it was before each revision.
+CREATE TABLE annotation_history (
+  project_id      bigint NOT NULL,
+  item_index      integer NOT NULL,
+  annotator_index integer NOT NULL,
+  label           integer NOT NULL,
+  seq             bigint NOT NULL,
+  revision        integer NOT NULL,
+  client_time     timestamptz,
+  committed_at    timestamptz NOT NULL,
+  superseded_at   timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (project_id, item_index, annotator_index, revision)
+);
+)sql"},
+          {4, "model versions", R"sql(
+CREATE TABLE model_versions (
+  project_id     bigint NOT NULL REFERENCES projects (project_id),
+  version        integer NOT NULL CHECK (version >= 1),
+  method         text NOT NULL,
+  parameters     bytea NOT NULL DEFAULT '',
+  watermark      bigint NOT NULL DEFAULT 0,
+  log_likelihood double precision NOT NULL DEFAULT 'NaN',
+  iterations     integer NOT NULL DEFAULT 0,
+  duration_ms    double precision NOT NULL DEFAULT 0,
+  num_labels     bigint NOT NULL DEFAULT 0,
+  created_at     timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (project_id, version)
+);
+-- Checkpoints are mostly incompressible floats: skip TOAST compression.
+ALTER TABLE model_versions ALTER COLUMN parameters SET STORAGE EXTERNAL;
+)sql"},
+      };
+  return *kMigrations;
+}
+
+absl::StatusOr<std::vector<int32_t>> ApplySchemaMigrations(
+    ConnectionPool& pool) {
+  return ApplyMigrations(pool, SchemaMigrations());
+}
+
+}  // namespace storage
+}  // namespace verity

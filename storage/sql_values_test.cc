@@ -1,0 +1,97 @@
+#include "storage/sql_values.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace verity {
+namespace storage {
+namespace {
+
+using ::testing::ElementsAre;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+TEST(SqlValuesTest, TextArrayLiteralQuotesAndEscapes) {
+  const std::vector<std::string> values = {"plain", "a,b", "say \"hi\"",
+                                           "back\\slash", "", "NULL", "{}"};
+  EXPECT_EQ(TextArrayLiteral(values),
+            R"({"plain","a,b","say \"hi\"","back\\slash","","NULL","{}"})");
+  EXPECT_EQ(TextArrayLiteral(std::vector<std::string>{}), "{}");
+}
+
+TEST(SqlValuesTest, TextArrayRoundTripsThroughTheParser) {
+  const std::vector<std::string> values = {"cat", "a,b", "say \"hi\"",
+                                           "back\\slash", "ünï", " spaced "};
+  absl::StatusOr<std::vector<std::string>> parsed =
+      ParseTextArray(TextArrayLiteral(values));
+  ASSERT_THAT(parsed, IsOk());
+  EXPECT_EQ(*parsed, values);
+  EXPECT_THAT(ParseTextArray("{a,NULL}"),
+              StatusIs(absl::StatusCode::kInternal));
+}
+
+TEST(SqlValuesTest, IntegerArrayLiteralsWriteNullForMissingValues) {
+  EXPECT_EQ(Int32ArrayLiteral(std::vector<int32_t>{1, -2, 3}), "{1,-2,3}");
+  EXPECT_EQ(Int64ArrayLiteral(std::vector<std::optional<int64_t>>{
+                5, std::nullopt, std::numeric_limits<int64_t>::min()}),
+            "{5,NULL,-9223372036854775808}");
+  EXPECT_EQ(Int32ArrayLiteral(std::vector<std::optional<int32_t>>{}), "{}");
+}
+
+TEST(SqlValuesTest, FloatArraysRoundTripExactly) {
+  const std::vector<float> values = {0.1f, -3.5f, 1e-38f, 3.4028235e38f,
+                                     1.0f / 3.0f};
+  absl::StatusOr<std::vector<float>> parsed =
+      ParseFloatArray(FloatArrayLiteral(values));
+  ASSERT_THAT(parsed, IsOk());
+  EXPECT_EQ(*parsed, values);
+}
+
+TEST(SqlValuesTest, FloatArraysUsePostgresSpellingsForSpecialValues) {
+  EXPECT_EQ(FloatArrayLiteral({INFINITY, -INFINITY}), "{Infinity,-Infinity}");
+  absl::StatusOr<std::vector<float>> parsed =
+      ParseFloatArray("{NaN,Infinity,-Infinity,2.5}");
+  ASSERT_THAT(parsed, IsOk());
+  EXPECT_TRUE(std::isnan((*parsed)[0]));
+  EXPECT_EQ((*parsed)[1], INFINITY);
+  EXPECT_EQ((*parsed)[2], -INFINITY);
+  EXPECT_EQ((*parsed)[3], 2.5f);
+  EXPECT_THAT(ParseFloatArray("{}"), IsOk());
+  EXPECT_TRUE(ParseFloatArray("{}")->empty());
+  EXPECT_THAT(ParseFloatArray("{1,x}"), StatusIs(absl::StatusCode::kInternal));
+  EXPECT_THAT(ParseFloatArray("1,2"), StatusIs(absl::StatusCode::kInternal));
+}
+
+TEST(SqlValuesTest, NestedFloatArrayLiteralQuotesEachRow) {
+  const std::vector<std::optional<std::vector<float>>> rows = {
+      std::vector<float>{1, 2}, std::nullopt, std::vector<float>{}};
+  EXPECT_EQ(NestedFloatArrayLiteral(rows), R"({"{1,2}",NULL,"{}"})");
+}
+
+TEST(SqlValuesTest, TimeMicrosRoundTrip) {
+  const absl::Time t = absl::FromUnixMicros(1700000000123456);
+  EXPECT_EQ(TimeToMicros(t), 1700000000123456);
+  EXPECT_EQ(MicrosToTime(TimeToMicros(t)), t);
+}
+
+TEST(SqlValuesTest, ValidateExternalIdRejectsEmptyAndNul) {
+  EXPECT_THAT(ValidateExternalId("item-1", "item_id"), IsOk());
+  EXPECT_THAT(ValidateExternalId("", "item_id"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("item_id")));
+  EXPECT_THAT(ValidateExternalId(std::string("a\0b", 3), "item_id"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace storage
+}  // namespace verity
