@@ -1,0 +1,140 @@
+#include "models/csv_dataset.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/status_matchers.h"
+
+namespace verity::models {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+// A fresh directory under TEST_TMPDIR (or /tmp) per test.
+class CsvDatasetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    std::string pattern =
+        std::string(tmp != nullptr ? tmp : "/tmp") + "/csv_dataset_XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    for (const char* f : {"classes.txt", "labels.csv", "gold.csv"}) {
+      std::remove((dir_ + "/" + f).c_str());
+    }
+    rmdir(dir_.c_str());
+  }
+  void Write(const std::string& name, const std::string& contents) {
+    std::FILE* f = std::fopen((dir_ + "/" + name).c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(contents.data(), 1, contents.size(), f);
+    std::fclose(f);
+  }
+  std::string dir_;
+};
+
+TEST_F(CsvDatasetTest, MapsIdsDenselyInOrderOfFirstAppearance) {
+  Write("classes.txt", "cat\ndog\nbird, small\n");
+  Write("labels.csv",
+        "item,annotator,label\n"
+        "i2,w1,dog\n"
+        "\"i,1\",w2,\"bird, small\"\n"
+        "i2,w2,cat\n");
+  Write("gold.csv", "item,label\ni2,dog\ni9,cat\n");
+  absl::StatusOr<CsvDataset> ds = ReadCsvDataset(dir_);
+  ASSERT_THAT(ds, IsOk());
+  EXPECT_THAT(ds->class_names, ElementsAre("cat", "dog", "bird, small"));
+  // i9 has gold but no labels: indexed after the labelled items.
+  EXPECT_THAT(ds->item_ids, ElementsAre("i2", "i,1", "i9"));
+  EXPECT_THAT(ds->annotator_ids, ElementsAre("w1", "w2"));
+  EXPECT_EQ(ds->item_index.at("i,1"), 1);
+  EXPECT_EQ(ds->annotator_index.at("w2"), 1);
+  EXPECT_THAT(ds->gold, ElementsAre(1, -1, 0));
+  ASSERT_EQ(ds->annotations.size(), 3u);
+  EXPECT_EQ(ds->annotations[1].item, 1);
+  EXPECT_EQ(ds->annotations[1].annotator, 1);
+  EXPECT_EQ(ds->annotations[1].label, 2);
+
+  absl::StatusOr<AnnotationMatrix> m = ds->ToMatrix();
+  ASSERT_THAT(m, IsOk());
+  EXPECT_EQ(m->num_items(), 3);
+  EXPECT_EQ(m->num_labels(), 3);
+  EXPECT_EQ(m->LabelsOfItem(0).size(), 2u);
+  EXPECT_TRUE(m->LabelsOfItem(2).empty());
+}
+
+TEST_F(CsvDatasetTest, MissingGoldMeansNoGold) {
+  Write("classes.txt", "no\r\nyes\r\n");
+  Write("labels.csv", "item,annotator,label\r\na,x,yes\r\n");
+  absl::StatusOr<CsvDataset> ds = ReadCsvDataset(dir_);
+  ASSERT_THAT(ds, IsOk());
+  EXPECT_THAT(ds->class_names, ElementsAre("no", "yes"));
+  EXPECT_THAT(ds->gold, ElementsAre(-1));
+}
+
+TEST_F(CsvDatasetTest, MissingLabelsIsNotFound) {
+  Write("classes.txt", "a\nb\n");
+  EXPECT_THAT(ReadCsvDataset(dir_), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(ReadCsvDataset(dir_ + "/nonexistent"),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(CsvDatasetTest, UnknownLabelNamesFileAndLine) {
+  Write("classes.txt", "a\nb\n");
+  Write("labels.csv", "item,annotator,label\nx,w,a\ny,w,c\n");
+  absl::StatusOr<CsvDataset> ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("labels.csv:3"));
+  EXPECT_THAT(ds.status().message(), HasSubstr("\"c\""));
+}
+
+TEST_F(CsvDatasetTest, RejectsWrongHeaderFieldCountAndDuplicates) {
+  Write("classes.txt", "a\nb\n");
+  Write("labels.csv", "item,worker,label\n");
+  EXPECT_THAT(ReadCsvDataset(dir_),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+
+  Write("labels.csv", "item,annotator,label\nx,w\n");
+  absl::StatusOr<CsvDataset> ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("expected 3 fields"));
+
+  Write("labels.csv", "item,annotator,label\nx,w,a\nx,w,b\n");
+  ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("second label"));
+
+  Write("labels.csv", "item,annotator,label\nx,w,a\n");
+  Write("gold.csv", "item,label\nx,a\nx,b\n");
+  ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("gold.csv:3"));
+}
+
+TEST_F(CsvDatasetTest, RejectsBadClassLists) {
+  Write("labels.csv", "item,annotator,label\n");
+  Write("classes.txt", "only\n");
+  EXPECT_THAT(ReadCsvDataset(dir_),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  Write("classes.txt", "a\na\n");
+  EXPECT_THAT(ReadCsvDataset(dir_),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  Write("classes.txt", "a\n\nb\n");
+  EXPECT_THAT(ReadCsvDataset(dir_),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace verity::models

@@ -1,0 +1,108 @@
+#include "models/csv.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/status_matchers.h"
+
+namespace verity::models {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+struct Record {
+  int64_t line;
+  std::vector<std::string> fields;
+};
+
+absl::StatusOr<std::vector<Record>> Parse(std::string_view text) {
+  std::vector<Record> records;
+  absl::Status s = ForEachCsvRecord(
+      text, [&](int64_t line, absl::Span<const std::string> fields) {
+        records.push_back(
+            Record{line, std::vector<std::string>(fields.begin(), fields.end())});
+        return absl::OkStatus();
+      });
+  if (!s.ok()) return s;
+  return records;
+}
+
+std::vector<std::vector<std::string>> Fields(const std::vector<Record>& rs) {
+  std::vector<std::vector<std::string>> out;
+  for (const Record& r : rs) out.push_back(r.fields);
+  return out;
+}
+
+using Row = std::vector<std::string>;
+
+TEST(CsvTest, ParsesPlainRecords) {
+  absl::StatusOr<std::vector<Record>> rs = Parse("a,b,c\n1,2,3\n");
+  ASSERT_THAT(rs, IsOk());
+  EXPECT_THAT(Fields(*rs), ElementsAre(Row{"a", "b", "c"}, Row{"1", "2", "3"}));
+}
+
+TEST(CsvTest, ParsesQuotedFieldsWithCommasQuotesAndLineBreaks) {
+  absl::StatusOr<std::vector<Record>> rs =
+      Parse("item,label\n\"a,b\",\"say \"\"hi\"\"\"\n\"two\nlines\",x\n");
+  ASSERT_THAT(rs, IsOk());
+  EXPECT_THAT(Fields(*rs), ElementsAre(Row{"item", "label"},
+                                       Row{"a,b", "say \"hi\""},
+                                       Row{"two\nlines", "x"}));
+  // The record after the embedded line break starts on line 3, and the next
+  // one would start on line 5.
+  EXPECT_EQ((*rs)[2].line, 3);
+}
+
+TEST(CsvTest, HandlesCrlfEmptyFieldsMissingFinalNewlineAndBom) {
+  absl::StatusOr<std::vector<Record>> rs =
+      Parse("\xEF\xBB\xBFh1,h2\r\n,\r\n\"\",z\r\nlast,");
+  ASSERT_THAT(rs, IsOk());
+  EXPECT_THAT(Fields(*rs), ElementsAre(Row{"h1", "h2"}, Row{"", ""},
+                                       Row{"", "z"}, Row{"last", ""}));
+}
+
+TEST(CsvTest, SkipsBlankLinesAndCountsThem) {
+  absl::StatusOr<std::vector<Record>> rs = Parse("a\n\n\r\nb\n");
+  ASSERT_THAT(rs, IsOk());
+  ASSERT_EQ(rs->size(), 2u);
+  EXPECT_EQ((*rs)[1].fields, Row{"b"});
+  EXPECT_EQ((*rs)[1].line, 4);
+}
+
+TEST(CsvTest, RejectsUnterminatedQuote) {
+  absl::StatusOr<std::vector<Record>> rs = Parse("a\n\"open,b\n");
+  EXPECT_THAT(rs, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(rs.status().message(), HasSubstr("line 2"));
+}
+
+TEST(CsvTest, RejectsTextAfterClosingQuote) {
+  absl::StatusOr<std::vector<Record>> rs = Parse("\"a\"b,c\n");
+  EXPECT_THAT(rs, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(rs.status().message(), HasSubstr("after a closing quote"));
+}
+
+TEST(CsvTest, RejectsQuoteInsideUnquotedField) {
+  absl::StatusOr<std::vector<Record>> rs = Parse("ok\nab\"c\n");
+  EXPECT_THAT(rs, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(rs.status().message(), HasSubstr("line 2"));
+}
+
+TEST(CsvTest, StopsAtTheCallbacksError) {
+  int calls = 0;
+  absl::Status s = ForEachCsvRecord(
+      "a\nb\nc\n", [&](int64_t, absl::Span<const std::string>) {
+        ++calls;
+        return calls == 2 ? absl::NotFoundError("stop") : absl::OkStatus();
+      });
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(calls, 2);
+}
+
+}  // namespace
+}  // namespace verity::models

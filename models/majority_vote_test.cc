@@ -1,0 +1,108 @@
+#include "models/majority_vote.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/annotation_matrix.h"
+#include "common/status_matchers.h"
+#include "models/truth_model.h"
+
+namespace verity::models {
+namespace {
+
+using ::testing::DoubleEq;
+using ::testing::ElementsAre;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+using Entry = AnnotationMatrix::Entry;
+
+std::unique_ptr<MajorityVoteModel> MakeMv(int32_t num_classes,
+                                          const TruthModelOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<MajorityVoteModel>> model =
+      MajorityVoteModel::Create(num_classes, options);
+  EXPECT_THAT(model, IsOk());
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+TEST(MajorityVoteTest, PosteriorIsSmoothedVoteShare) {
+  std::unique_ptr<MajorityVoteModel> mv = MakeMv(3);
+  std::vector<double> out(3);
+  const std::vector<Entry> labels = {{4, 2}, {9, 2}, {1, 0}};
+  mv->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  const double d = 3 + 3 * 0.01;
+  EXPECT_THAT(out, ElementsAre(DoubleEq(1.01 / d), DoubleEq(0.01 / d),
+                               DoubleEq(2.01 / d)));
+}
+
+TEST(MajorityVoteTest, NoLabelsIsUniformAndGoldIsOneHot) {
+  std::unique_ptr<MajorityVoteModel> mv = MakeMv(4);
+  std::vector<double> out(4);
+  mv->ItemPosterior({}, -1, absl::MakeSpan(out));
+  EXPECT_THAT(out, ElementsAre(0.25, 0.25, 0.25, 0.25));
+  const std::vector<Entry> labels = {{0, 1}, {1, 1}};
+  mv->ItemPosterior(labels, 3, absl::MakeSpan(out));
+  EXPECT_THAT(out, ElementsAre(0.0, 0.0, 0.0, 1.0));
+}
+
+TEST(MajorityVoteTest, ConfusionEstimatesAgreementWithTheMajority) {
+  // Annotators 0 and 1 always agree; annotator 2 always says the opposite.
+  std::vector<Annotation> triples;
+  for (int32_t i = 0; i < 100; ++i) {
+    const int32_t label = i % 2;
+    triples.push_back({i, 0, label});
+    triples.push_back({i, 1, label});
+    triples.push_back({i, 2, 1 - label});
+  }
+  const AnnotationMatrix m = *AnnotationMatrix::Build(100, 3, 2, triples);
+  TruthModelOptions options;
+  options.population_smoothing = 0;  // to check the plain formula
+  std::unique_ptr<MajorityVoteModel> mv = MakeMv(2, options);
+  absl::StatusOr<FitReport> report = mv->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, 1);
+  EXPECT_TRUE(report->converged);
+  EXPECT_TRUE(std::isfinite(report->log_likelihood));
+
+  // Each item's soft vote puts q = 2.01 / 3.02 on the majority class; class 0
+  // rows hold 50 items. Annotator 0: p(0 | 0) = (50 q + a) / (50 + 2 a)
+  // with a = confusion_smoothing.
+  const double q = 2.01 / 3.02;
+  const double a = options.confusion_smoothing;
+  const std::vector<double> agree = mv->AnnotatorConfusion(0);
+  EXPECT_NEAR(agree[0], (50 * q + a) / (50 + 2 * a), 1e-12);
+  EXPECT_NEAR(agree[3], (50 * q + a) / (50 + 2 * a), 1e-12);
+  const std::vector<double> disagree = mv->AnnotatorConfusion(2);
+  EXPECT_NEAR(disagree[1], (50 * q + a) / (50 + 2 * a), 1e-12);
+  EXPECT_LT(disagree[0], 0.5);
+}
+
+TEST(MajorityVoteTest, SerializeRestoreRoundTrip) {
+  const std::vector<Annotation> triples = {{0, 0, 1}, {0, 1, 1}, {1, 0, 0}};
+  const AnnotationMatrix m = *AnnotationMatrix::Build(2, 2, 2, triples);
+  std::unique_ptr<MajorityVoteModel> mv = MakeMv(2);
+  ASSERT_THAT(mv->Fit(m, {}, false), IsOk());
+  std::unique_ptr<MajorityVoteModel> restored = MakeMv(2);
+  ASSERT_THAT(restored->Restore(mv->Serialize()), IsOk());
+  EXPECT_TRUE(restored->has_parameters());
+  EXPECT_EQ(restored->AnnotatorConfusion(0), mv->AnnotatorConfusion(0));
+  EXPECT_EQ(restored->AnnotatorConfusion(7), mv->AnnotatorConfusion(7));
+  EXPECT_EQ(AllPosteriors(*restored, m, {}), AllPosteriors(*mv, m, {}));
+  EXPECT_THAT(restored->Restore("garbage"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(MajorityVoteTest, FitValidatesInputs) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(2, 1, 3, {});
+  std::unique_ptr<MajorityVoteModel> mv = MakeMv(2);
+  EXPECT_THAT(mv->Fit(m, {}, false),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(mv->has_parameters());
+}
+
+}  // namespace
+}  // namespace verity::models

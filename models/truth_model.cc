@@ -1,0 +1,91 @@
+#include "models/truth_model.h"
+
+#include <cassert>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace verity::models {
+
+absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
+  // Written as !(x > 0) so that NaN is rejected too.
+  if (!(options.confusion_smoothing > 0) ||
+      !std::isfinite(options.confusion_smoothing)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("confusion_smoothing must be finite and > 0, got ",
+                     options.confusion_smoothing));
+  }
+  if (!(options.population_smoothing >= 0) ||
+      !std::isfinite(options.population_smoothing)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("population_smoothing must be finite and >= 0, got ",
+                     options.population_smoothing));
+  }
+  if (!(options.prior_smoothing > 0) ||
+      !std::isfinite(options.prior_smoothing)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prior_smoothing must be finite and > 0, got ",
+                     options.prior_smoothing));
+  }
+  if (!(options.vote_smoothing > 0) || !std::isfinite(options.vote_smoothing)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vote_smoothing must be finite and > 0, got ", options.vote_smoothing));
+  }
+  if (options.max_iterations < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_iterations must be >= 1, got ", options.max_iterations));
+  }
+  if (!(options.tolerance >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tolerance must be >= 0, got ", options.tolerance));
+  }
+  if (options.num_threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_threads must be >= 1, got ", options.num_threads));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateFitInputs(int32_t num_classes,
+                               const AnnotationMatrix& data,
+                               absl::Span<const int32_t> gold) {
+  if (data.num_classes() != num_classes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.num_classes() = ", data.num_classes(),
+                     " but the model has num_classes = ", num_classes));
+  }
+  if (!gold.empty() && gold.size() != static_cast<size_t>(data.num_items())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gold has ", gold.size(),
+                     " entries; want 0 or num_items = ", data.num_items()));
+  }
+  for (size_t i = 0; i < gold.size(); ++i) {
+    if (gold[i] < -1 || gold[i] >= num_classes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gold[", i, "] = ", gold[i], " is out of range [-1, ",
+                       num_classes, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<double> AllPosteriors(const TruthModel& model,
+                                  const AnnotationMatrix& data,
+                                  absl::Span<const int32_t> gold) {
+  assert(data.num_classes() == model.num_classes());
+  assert(gold.empty() || gold.size() == static_cast<size_t>(data.num_items()));
+  const int32_t k = model.num_classes();
+  std::vector<double> posteriors(static_cast<size_t>(data.num_items()) * k);
+  for (int32_t i = 0; i < data.num_items(); ++i) {
+    model.ItemPosterior(data.LabelsOfItem(i), gold.empty() ? -1 : gold[i],
+                        absl::MakeSpan(posteriors.data() +
+                                           static_cast<size_t>(i) * k,
+                                       k));
+  }
+  return posteriors;
+}
+
+}  // namespace verity::models

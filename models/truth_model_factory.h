@@ -1,0 +1,34 @@
+// CreateTruthModel: builds an empty truth model from the method name stored
+// in a project's configuration.
+//
+// Kept apart from truth_model.h so that the interface does not depend on its
+// implementations (each model library depends on the interface).
+//
+// Thread safety: CreateTruthModel is a pure function, safe from any thread.
+
+#ifndef VERITY_MODELS_TRUTH_MODEL_FACTORY_H_
+#define VERITY_MODELS_TRUTH_MODEL_FACTORY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/truth_model.h"
+
+namespace verity::models {
+
+// "mv" → MajorityVoteModel, "ds" → DawidSkeneModel, both without parameters.
+// INVALID_ARGUMENT for an unknown method (the message lists the known ones),
+// num_classes < 2, or options out of range.
+absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
+    std::string_view method, int32_t num_classes,
+    const TruthModelOptions& options);
+
+// The methods CreateTruthModel knows, in a fixed order.
+std::vector<std::string_view> KnownTruthModelMethods();
+
+}  // namespace verity::models
+
+#endif  // VERITY_MODELS_TRUTH_MODEL_FACTORY_H_
