@@ -1,6 +1,7 @@
 #include "server/live_project.h"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,24 +20,42 @@ std::shared_ptr<const models::TruthModel> MajorityVoteModel(int32_t num_classes,
 
 }  // namespace
 
+namespace {
+
+// v1 enum ↔ models:: method name. A method is served once the models factory knows its name.
+constexpr std::pair<v1::TruthMethod, const char*> kMethodNames[] = {
+    {v1::TRUTH_METHOD_MAJORITY_VOTE, "mv"}, {v1::TRUTH_METHOD_DAWID_SKENE, "ds"},
+    {v1::TRUTH_METHOD_ONE_COIN, "one_coin"}, {v1::TRUTH_METHOD_GLAD, "glad"},
+    {v1::TRUTH_METHOD_LIA, "lia"},          {v1::TRUTH_METHOD_CROWDLAYER, "crowdlayer"},
+    {v1::TRUTH_METHOD_TRACE_REG, "trace_reg"}, {v1::TRUTH_METHOD_CONAL, "conal"},
+    {v1::TRUTH_METHOD_CMM, "cmm"},
+};
+
+}  // namespace
+
 absl::StatusOr<std::string> MethodName(v1::TruthMethod method) {
-  switch (method) {
-    case v1::TRUTH_METHOD_UNSPECIFIED:
-    case v1::TRUTH_METHOD_DAWID_SKENE:
-      return std::string("ds");
-    case v1::TRUTH_METHOD_MAJORITY_VOTE:
-      return std::string("mv");
-    default:
-      return absl::UnimplementedError(absl::StrCat(
-          "truth method ", v1::TruthMethod_Name(method),
-          " is not built yet; this release serves TRUTH_METHOD_DAWID_SKENE and "
-          "TRUTH_METHOD_MAJORITY_VOTE"));
+  if (method == v1::TRUTH_METHOD_UNSPECIFIED) method = v1::TRUTH_METHOD_DAWID_SKENE;
+  const char* name = nullptr;
+  for (const auto& [m, n] : kMethodNames) {
+    if (m == method) name = n;
   }
+  std::vector<std::string_view> known = models::KnownTruthModelMethods();
+  if (name != nullptr && std::find(known.begin(), known.end(), name) != known.end()) {
+    return std::string(name);
+  }
+  std::string served;
+  for (const auto& [m, n] : kMethodNames) {
+    if (std::find(known.begin(), known.end(), n) == known.end()) continue;
+    absl::StrAppend(&served, served.empty() ? "" : ", ", v1::TruthMethod_Name(m));
+  }
+  return absl::UnimplementedError(absl::StrCat("truth method ", v1::TruthMethod_Name(method),
+                                               " is not built yet; this release serves ", served));
 }
 
 v1::TruthMethod MethodFromName(absl::string_view name) {
-  if (name == "ds") return v1::TRUTH_METHOD_DAWID_SKENE;
-  if (name == "mv") return v1::TRUTH_METHOD_MAJORITY_VOTE;
+  for (const auto& [m, n] : kMethodNames) {
+    if (name == n) return m;
+  }
   return v1::TRUTH_METHOD_UNSPECIFIED;
 }
 
@@ -46,6 +65,8 @@ models::TruthModelOptions ModelOptionsFromSettings(const v1::ModelSettings& sett
   if (settings.prior_smoothing() > 0) options.prior_smoothing = settings.prior_smoothing();
   if (settings.max_iterations() > 0) options.max_iterations = settings.max_iterations();
   if (settings.tolerance() > 0) options.tolerance = settings.tolerance();
+  // Fits run on the trainer thread, off the request path: use the machine's cores.
+  options.num_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   return options;
 }
 

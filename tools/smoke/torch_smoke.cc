@@ -1,3 +1,0 @@
-#include <torch/torch.h>
-#include <iostream>
-int main() { std::cout << torch::ones({2, 2}).sum().item<float>() << "\n"; }
