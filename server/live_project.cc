@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/truth_model_factory.h"
+#include "server/version_outputs.h"
 
 namespace verity::server {
 namespace {
@@ -396,7 +397,21 @@ absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVer
   record.iterations = report->iterations;
   record.duration_ms = report->seconds * 1000.0;
   record.num_labels = static_cast<int64_t>(annotations.size());
-  absl::StatusOr<storage::ModelVersionRecord> saved = versions.SaveModelVersion(record);
+  // What this version says about the data it saw, kept with it for audit and comparison.
+  storage::ModelVersionOutputs outputs;
+  outputs.posteriors = EncodePosteriors(num_classes(), models::AllPosteriors(*model, *data, gold));
+  {
+    const int32_t k = num_classes();
+    std::vector<uint32_t> counts(num_annotators);
+    std::vector<double> confusions(static_cast<size_t>(num_annotators) * k * k);
+    for (int32_t a = 0; a < num_annotators; ++a) {
+      counts[a] = static_cast<uint32_t>(data->LabelsOfAnnotator(a).size());
+      std::vector<double> c = model->AnnotatorConfusion(a);
+      std::copy(c.begin(), c.end(), confusions.begin() + static_cast<size_t>(a) * k * k);
+    }
+    outputs.annotator_profiles = EncodeProfiles(k, counts, confusions);
+  }
+  absl::StatusOr<storage::ModelVersionRecord> saved = versions.SaveModelVersion(record, outputs);
   if (!saved.ok()) {
     done(false);
     return saved.status();

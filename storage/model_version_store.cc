@@ -46,6 +46,36 @@ ModelVersionRecord VersionFromRow(const pqxx::row& row) {
 
 absl::StatusOr<ModelVersionRecord> ModelVersionStore::SaveModelVersion(
     const ModelVersionRecord& record) {
+  return SaveVersion(record, nullptr);
+}
+
+absl::StatusOr<ModelVersionRecord> ModelVersionStore::SaveModelVersion(
+    const ModelVersionRecord& record, const ModelVersionOutputs& outputs) {
+  return SaveVersion(record, &outputs);
+}
+
+absl::StatusOr<ModelVersionOutputs> ModelVersionStore::GetModelVersionOutputs(
+    int64_t project_id, int32_t version) {
+  return pool_->WithTransaction(
+      "reading model version outputs",
+      [&](pqxx::work& txn) -> absl::StatusOr<ModelVersionOutputs> {
+        const pqxx::result rows = txn.exec_params(
+            "SELECT posteriors, annotator_profiles FROM model_version_outputs "
+            "WHERE project_id = $1 AND version = $2",
+            project_id, version);
+        if (rows.empty()) {
+          return absl::NotFoundError(absl::StrCat("model version ", version, " of project ",
+                                                  project_id, " has no stored outputs"));
+        }
+        ModelVersionOutputs outputs;
+        outputs.posteriors = pqxx::binarystring(rows[0][0]).str();
+        outputs.annotator_profiles = pqxx::binarystring(rows[0][1]).str();
+        return outputs;
+      });
+}
+
+absl::StatusOr<ModelVersionRecord> ModelVersionStore::SaveVersion(
+    const ModelVersionRecord& record, const ModelVersionOutputs* outputs) {
   if (record.method.empty() || record.method.find('\0') != std::string::npos) {
     return absl::InvalidArgumentError(
         "model version method must be non-empty and contain no NUL");
@@ -85,6 +115,15 @@ absl::StatusOr<ModelVersionRecord> ModelVersionStore::SaveModelVersion(
           if (rows.empty()) continue;
           ModelVersionRecord saved = record;
           saved.version = rows[0][0].as<int32_t>();
+          if (outputs != nullptr) {
+            txn.exec_params(
+                "INSERT INTO model_version_outputs (project_id, version, posteriors, "
+                "annotator_profiles) VALUES ($1, $2, $3, $4)",
+                record.project_id, saved.version,
+                pqxx::binarystring(outputs->posteriors.data(), outputs->posteriors.size()),
+                pqxx::binarystring(outputs->annotator_profiles.data(),
+                                   outputs->annotator_profiles.size()));
+          }
           saved.created_at = MicrosToTime(rows[0][1].as<int64_t>());
           return saved;
         }

@@ -36,6 +36,12 @@ struct ModelVersionRecord {
   absl::Time created_at;    // Set by SaveModelVersion.
 };
 
+// The outputs of a fit, stored beside its version (opaque encodings owned by the caller).
+struct ModelVersionOutputs {
+  std::string posteriors;
+  std::string annotator_profiles;
+};
+
 class ModelVersionStore {
  public:
   explicit ModelVersionStore(ConnectionPool* pool) : pool_(pool) {}
@@ -46,6 +52,14 @@ class ModelVersionStore {
   // unknown project; INVALID_ARGUMENT for an empty method.
   absl::StatusOr<ModelVersionRecord> SaveModelVersion(
       const ModelVersionRecord& record);
+  // Same, and stores `outputs` with the version in the same transaction.
+  absl::StatusOr<ModelVersionRecord> SaveModelVersion(
+      const ModelVersionRecord& record, const ModelVersionOutputs& outputs);
+
+  // The outputs stored with a version: NOT_FOUND if the version does not exist or was saved
+  // without outputs.
+  absl::StatusOr<ModelVersionOutputs> GetModelVersionOutputs(int64_t project_id,
+                                                             int32_t version);
 
   // The highest version of the project, with parameters. NOT_FOUND if the
   // project has no model version (or does not exist).
@@ -62,6 +76,8 @@ class ModelVersionStore {
       int64_t project_id, int limit);
 
  private:
+  absl::StatusOr<ModelVersionRecord> SaveVersion(const ModelVersionRecord& record,
+                                                 const ModelVersionOutputs* outputs);
   ConnectionPool* const pool_;
 };
 

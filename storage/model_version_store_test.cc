@@ -85,6 +85,23 @@ TEST_F(ModelVersionStoreTest, SavesConsecutiveVersionsAndReadsThemBack) {
           Field(&ModelVersionRecord::version, 2))));
 }
 
+TEST_F(ModelVersionStoreTest, StoresOutputsWithTheVersion) {
+  ModelVersionOutputs outputs;
+  outputs.posteriors = std::string("\0posteriors\xff", 12);
+  outputs.annotator_profiles = "profiles";
+  absl::StatusOr<ModelVersionRecord> saved = store_->SaveModelVersion(Record(5), outputs);
+  ASSERT_THAT(saved, IsOk());
+  absl::StatusOr<ModelVersionOutputs> read = store_->GetModelVersionOutputs(project_id_, saved->version);
+  ASSERT_THAT(read, IsOk());
+  EXPECT_EQ(read->posteriors, outputs.posteriors);
+  EXPECT_EQ(read->annotator_profiles, "profiles");
+  // A version saved without outputs has none.
+  saved = store_->SaveModelVersion(Record(6));
+  ASSERT_THAT(saved, IsOk());
+  EXPECT_THAT(store_->GetModelVersionOutputs(project_id_, saved->version),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
 TEST_F(ModelVersionStoreTest, NotFoundCases) {
   EXPECT_THAT(store_->LatestModelVersion(project_id_),
               StatusIs(absl::StatusCode::kNotFound));

@@ -100,6 +100,21 @@ CREATE TABLE model_versions (
 -- Checkpoints are mostly incompressible floats: skip TOAST compression.
 ALTER TABLE model_versions ALTER COLUMN parameters SET STORAGE EXTERNAL;
 )sql"},
+          {5, "model version outputs", R"sql(
+-- What a version said when it was fitted: the posteriors of the items it saw and the
+-- annotator profiles. Kept apart from model_versions so listing versions stays cheap.
+-- Encodings are owned by the server (server/version_outputs.h).
+CREATE TABLE model_version_outputs (
+  project_id         bigint NOT NULL,
+  version            integer NOT NULL,
+  posteriors         bytea NOT NULL,
+  annotator_profiles bytea NOT NULL,
+  PRIMARY KEY (project_id, version),
+  FOREIGN KEY (project_id, version) REFERENCES model_versions (project_id, version)
+);
+ALTER TABLE model_version_outputs ALTER COLUMN posteriors SET STORAGE EXTERNAL;
+ALTER TABLE model_version_outputs ALTER COLUMN annotator_profiles SET STORAGE EXTERNAL;
+)sql"},
       };
   return *kMigrations;
 }

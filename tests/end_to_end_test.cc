@@ -14,6 +14,7 @@
 #include "models/csv_dataset.h"
 #include "models/testing/dataset_path.h"
 #include "server/verity_server.h"
+#include "server/version_outputs.h"
 #include "storage/embedded_postgres.h"
 #include "tests/server_process.h"
 #include "verity/v1/assignment.grpc.pb.h"
@@ -229,6 +230,27 @@ TEST_F(EndToEndTest, BluebirdsDawidSkeneBeatsMajorityVoteByFivePoints) {
   EXPECT_EQ(status.labels_since_version(), 0);
   const double ds = Accuracy("bluebirds", data);
   EXPECT_GE(ds, mv + 0.05) << "DS " << ds << " vs MV " << mv;
+
+  // The version is stored with its posteriors and annotator profiles; with no label after
+  // its watermark they are what the server serves (as float32).
+  auto live = server_->core().registry->Get("bluebirds");
+  ASSERT_TRUE(live.ok());
+  auto outputs = server_->core().storage->versions->GetModelVersionOutputs(
+      (*live)->identity().project_id, 1);
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  auto stored = server::DecodePosteriors(outputs->posteriors);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->num_items, 108);
+  std::vector<v1::Posterior> served = ListAll("bluebirds");
+  for (const v1::Posterior& p : served) {
+    const int32_t index = *(*live)->FindItem(p.item());
+    for (int c = 0; c < 2; ++c) {
+      EXPECT_FLOAT_EQ(stored->probabilities[index * 2 + c], static_cast<float>(p.probabilities(c)));
+    }
+  }
+  auto stored_profiles = server::DecodeProfiles(outputs->annotator_profiles);
+  ASSERT_TRUE(stored_profiles.ok()) << stored_profiles.status();
+  EXPECT_EQ(stored_profiles->num_annotators, 39);
 
   // Annotator profiles: one per worker, confusion rows summing to 1, label counts adding up.
   grpc::ClientContext context;
