@@ -345,6 +345,40 @@ TEST_F(EndToEndTest, RestartServesTheSamePosteriors) {
   }
 }
 
+TEST_F(EndToEndTest, ChangingTheMethodTakesEffectAtTheNextFit) {
+  models::CsvDataset data = LoadDataset("bluebirds");
+  ASSERT_TRUE(CreateProject("switch", data.class_names).ok());
+  SubmitDataset("switch", data);
+  ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
+  EXPECT_EQ(ModelStatus("switch").current_version().method(), v1::TRUTH_METHOD_DAWID_SKENE);
+
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::UpdateProjectSettingsRequest request;
+  request.set_project("switch");
+  request.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
+  v1::UpdateProjectSettingsResponse response;
+  ASSERT_TRUE(projects_->UpdateProjectSettings(&context, request, &response).ok());
+  EXPECT_EQ(ModelStatus("switch").method(), v1::TRUTH_METHOD_MAJORITY_VOTE);
+
+  // No new label, yet a refit is due because the method changed.
+  ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
+  v1::GetModelStatusResponse status = ModelStatus("switch");
+  EXPECT_EQ(status.current_version().version(), 2);
+  EXPECT_EQ(status.current_version().method(), v1::TRUTH_METHOD_MAJORITY_VOTE);
+  EXPECT_NEAR(Accuracy("switch", data), MajorityVoteAccuracy(data), 0.02);
+
+  grpc::ClientContext list_context;
+  list_context.set_deadline(Deadline());
+  v1::ListModelVersionsRequest list;
+  list.set_project("switch");
+  v1::ListModelVersionsResponse versions;
+  ASSERT_TRUE(models_->ListModelVersions(&list_context, list, &versions).ok());
+  ASSERT_EQ(versions.versions_size(), 2);
+  EXPECT_EQ(versions.versions(0).version(), 2);
+  EXPECT_EQ(versions.versions(1).method(), v1::TRUTH_METHOD_DAWID_SKENE);
+}
+
 TEST_F(EndToEndTest, UnknownProjectIsNotFound) {
   grpc::ClientContext context;
   context.set_deadline(Deadline());
