@@ -26,6 +26,7 @@ struct EntityWrite {
   absl::string_view external_id;
   const std::optional<std::vector<float>>* features;
   std::optional<int32_t> gold_label;  // Items only.
+  std::optional<double> priority;     // Items only.
 };
 
 absl::Status ValidateFeatures(const std::vector<float>& features,
@@ -58,6 +59,10 @@ absl::StatusOr<std::vector<int32_t>> UpsertEntities(
   for (const EntityWrite& w : writes) {
     VERITY_RETURN_IF_ERROR(
         ValidateExternalId(w.external_id, absl::StrCat(what, " external_id")));
+    if (w.priority.has_value() && !std::isfinite(*w.priority)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "priority of item '", w.external_id, "' is not finite"));
+    }
     if (w.gold_label.has_value() && *w.gold_label < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "gold label ", *w.gold_label, " of item '", w.external_id,
@@ -97,20 +102,27 @@ absl::StatusOr<std::vector<int32_t>> UpsertEntities(
         struct Update {
           const std::vector<float>* features = nullptr;
           std::optional<int32_t> gold_label;
+          std::optional<double> priority;
         };
         absl::flat_hash_map<int32_t, Update> updates;
         std::vector<int32_t> order;
         for (size_t i = 0; i < writes.size(); ++i) {
           const EntityWrite& w = writes[i];
-          if (!w.features->has_value() && !w.gold_label.has_value()) continue;
+          if (!w.features->has_value() && !w.gold_label.has_value() &&
+              !w.priority.has_value()) {
+            continue;
+          }
           auto [it, inserted] = updates.try_emplace(indices[i]);
           if (inserted) order.push_back(indices[i]);
           if (w.features->has_value()) it->second.features = &**w.features;
           if (w.gold_label.has_value()) it->second.gold_label = w.gold_label;
+          if (w.priority.has_value()) it->second.priority = w.priority;
         }
         if (!order.empty()) {
           std::vector<std::optional<std::vector<float>>> features;
           std::vector<std::optional<int32_t>> gold;
+          std::vector<std::optional<double>> priority;
+          priority.reserve(order.size());
           features.reserve(order.size());
           gold.reserve(order.size());
           for (int32_t index : order) {
@@ -119,17 +131,20 @@ absl::StatusOr<std::vector<int32_t>> UpsertEntities(
                                    ? std::nullopt
                                    : std::make_optional(*u.features));
             gold.push_back(u.gold_label);
+            priority.push_back(u.priority);
           }
           if (items) {
             txn.exec_params0(
                 "UPDATE items AS i "
                 "SET features = COALESCE(u.f::real[], i.features), "
-                "    gold_label = COALESCE(u.g, i.gold_label) "
-                "FROM unnest($2::integer[], $3::text[], $4::integer[]) "
-                "     AS u(idx, f, g) "
+                "    gold_label = COALESCE(u.g, i.gold_label), "
+                "    priority = COALESCE(u.p, i.priority) "
+                "FROM unnest($2::integer[], $3::text[], $4::integer[], "
+                "            $5::double precision[]) AS u(idx, f, g, p) "
                 "WHERE i.project_id = $1 AND i.item_index = u.idx",
                 project_id, Int32ArrayLiteral(order),
-                NestedFloatArrayLiteral(features), Int32ArrayLiteral(gold));
+                NestedFloatArrayLiteral(features), Int32ArrayLiteral(gold),
+                Float64ArrayLiteral(priority));
           } else {
             txn.exec_params0(
                 "UPDATE annotators AS a "
@@ -169,7 +184,7 @@ absl::StatusOr<std::vector<int32_t>> ItemStore::UpsertItems(
   std::vector<EntityWrite> writes;
   writes.reserve(items.size());
   for (const ItemWrite& item : items) {
-    writes.push_back({item.external_id, &item.features, item.gold_label});
+    writes.push_back({item.external_id, &item.features, item.gold_label, item.priority});
   }
   return UpsertEntities(*pool_, project_id, EntityKind::kItem, writes);
 }
@@ -179,7 +194,7 @@ absl::StatusOr<std::vector<int32_t>> ItemStore::UpsertAnnotators(
   std::vector<EntityWrite> writes;
   writes.reserve(annotators.size());
   for (const AnnotatorWrite& annotator : annotators) {
-    writes.push_back({annotator.external_id, &annotator.features, std::nullopt});
+    writes.push_back({annotator.external_id, &annotator.features, std::nullopt, std::nullopt});
   }
   return UpsertEntities(*pool_, project_id, EntityKind::kAnnotator, writes);
 }
@@ -193,7 +208,7 @@ absl::StatusOr<std::vector<ItemRecord>> ItemStore::LoadItems(
         std::vector<ItemRecord> records;
         VERITY_RETURN_IF_ERROR(ReadInBatches(
             txn,
-            "SELECT item_index, external_id, gold_label, features FROM items "
+            "SELECT item_index, external_id, gold_label, features, priority FROM items "
             "WHERE project_id = $1 ORDER BY item_index",
             kLoadBatchRows,
             [&](const pqxx::result& rows) -> absl::Status {
@@ -204,6 +219,7 @@ absl::StatusOr<std::vector<ItemRecord>> ItemStore::LoadItems(
                 if (!row[2].is_null()) r.gold_label = row[2].as<int32_t>();
                 VERITY_ASSIGN_OR_RETURN(r.features,
                                         ParseOptionalFeatures(row[3]));
+                r.priority = row[4].as<double>();
                 records.push_back(std::move(r));
               }
               return absl::OkStatus();

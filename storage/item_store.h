@@ -31,6 +31,8 @@ struct ItemWrite {
   std::optional<std::vector<float>> features;
   // Known true class (control question), in [0, K).
   std::optional<int32_t> gold_label;
+  // Assignment priority (finite); unset leaves it as it was (0 for a new item).
+  std::optional<double> priority;
 };
 
 struct AnnotatorWrite {
@@ -43,6 +45,7 @@ struct ItemRecord {
   int32_t index = 0;
   std::string external_id;
   std::optional<int32_t> gold_label;
+  double priority = 0;
   std::optional<std::vector<float>> features;
 };
 

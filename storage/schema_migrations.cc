@@ -115,6 +115,19 @@ CREATE TABLE model_version_outputs (
 ALTER TABLE model_version_outputs ALTER COLUMN posteriors SET STORAGE EXTERNAL;
 ALTER TABLE model_version_outputs ALTER COLUMN annotator_profiles SET STORAGE EXTERNAL;
 )sql"},
+          {6, "assignment: item priority and leases", R"sql(
+ALTER TABLE items ADD COLUMN priority double precision NOT NULL DEFAULT 0;
+-- A suggestion reserves one label slot on an item for an annotator until expires_at, or until
+-- that annotator's label for the item arrives (a lease whose pair has a live annotation is
+-- released).
+CREATE TABLE assignment_leases (
+  project_id      bigint NOT NULL,
+  item_index      integer NOT NULL,
+  annotator_index integer NOT NULL,
+  expires_at      timestamptz NOT NULL,
+  PRIMARY KEY (project_id, item_index, annotator_index)
+);
+)sql"},
       };
   return *kMigrations;
 }

@@ -128,6 +128,20 @@ std::string FloatArrayLiteral(absl::Span<const float> values) {
   return out;
 }
 
+std::string Float64ArrayLiteral(absl::Span<const std::optional<double>> values) {
+  std::string out = "{";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    if (values[i].has_value()) {
+      absl::StrAppend(&out, absl::StrFormat("%.17g", *values[i]));
+    } else {
+      out.append("NULL");
+    }
+  }
+  out.push_back('}');
+  return out;
+}
+
 std::string NestedFloatArrayLiteral(
     absl::Span<const std::optional<std::vector<float>>> values) {
   std::string out = "{";

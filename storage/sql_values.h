@@ -44,6 +44,8 @@ std::string Int64ArrayLiteral(absl::Span<const std::optional<int64_t>> values);
 // A `real[]` literal with round-trip precision; NaN and infinities use
 // PostgreSQL's spellings.
 std::string FloatArrayLiteral(absl::Span<const float> values);
+// double precision[]; nullopt entries become NULL (finite values only).
+std::string Float64ArrayLiteral(absl::Span<const std::optional<double>> values);
 // A `text[]` literal whose elements are themselves `real[]` literals (NULL for
 // nullopt); SQL casts each element back with `::real[]`. This passes ragged or
 // partially-NULL feature vectors for many rows in one parameter.

@@ -1,0 +1,47 @@
+// LeaseStore: assignment leases in PostgreSQL, so they survive a restart.
+//
+// A lease reserves one label slot on an item for an annotator until it expires or that
+// annotator's label for the item arrives. The server keeps the live set in memory
+// (server/lease_book.h) and writes through here.
+//
+// Lease writes use asynchronous commit (SET LOCAL synchronous_commit = off): a lease is a
+// hint, not data — a crash may forget the last few hundred milliseconds of leases, which at
+// worst lets an item get one label more than planned; in exchange a suggestion does not wait
+// for a WAL flush. Thread-safe.
+#ifndef VERITY_STORAGE_LEASE_STORE_H_
+#define VERITY_STORAGE_LEASE_STORE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "storage/connection_pool.h"
+
+namespace verity::storage {
+
+struct LeaseRecord {
+  int32_t item_index = 0;
+  int32_t annotator_index = 0;
+  absl::Time expires_at;
+};
+
+class LeaseStore {
+ public:
+  explicit LeaseStore(ConnectionPool* pool) : pool_(pool) {}
+
+  // Creates or extends the leases (one transaction).
+  absl::Status UpsertLeases(int64_t project_id, absl::Span<const LeaseRecord> leases);
+
+  // The leases still open at `now`: not expired, and whose (item, annotator) has no live
+  // annotation yet. Expired or answered leases of the project are deleted on the way.
+  absl::StatusOr<std::vector<LeaseRecord>> LoadOpenLeases(int64_t project_id, absl::Time now);
+
+ private:
+  ConnectionPool* const pool_;
+};
+
+}  // namespace verity::storage
+
+#endif  // VERITY_STORAGE_LEASE_STORE_H_
