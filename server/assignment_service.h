@@ -1,24 +1,27 @@
-// gRPC adapter for verity.v1.AssignmentService. Assignment is not built yet: both RPCs answer
-// UNIMPLEMENTED with a message saying so.
+// gRPC adapter for verity.v1.AssignmentService: SuggestItems (ranked and leased) and
+// SuggestAnnotators (ranked), over the ranking in server/item_assigner.h.
 #ifndef VERITY_SERVER_ASSIGNMENT_SERVICE_H_
 #define VERITY_SERVER_ASSIGNMENT_SERVICE_H_
 
+#include "server/server_core.h"
 #include "verity/v1/assignment.grpc.pb.h"
 
 namespace verity::server {
 
 class AssignmentServiceImpl final : public v1::AssignmentService::Service {
  public:
+  static constexpr int kMaxSuggestions = 1000;
+  static constexpr int kMaxCandidates = 100000;
+
+  explicit AssignmentServiceImpl(ServerCore core) : core_(core) {}
+
   grpc::Status SuggestItems(grpc::ServerContext*, const v1::SuggestItemsRequest*,
-                            v1::SuggestItemsResponse*) override {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "SuggestItems (assignment) is not built yet in this release");
-  }
+                            v1::SuggestItemsResponse*) override;
   grpc::Status SuggestAnnotators(grpc::ServerContext*, const v1::SuggestAnnotatorsRequest*,
-                                 v1::SuggestAnnotatorsResponse*) override {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "SuggestAnnotators (assignment) is not built yet in this release");
-  }
+                                 v1::SuggestAnnotatorsResponse*) override;
+
+ private:
+  ServerCore core_;
 };
 
 }  // namespace verity::server

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/truth_model_factory.h"
+#include "server/information_gain.h"
 #include "server/version_outputs.h"
 
 namespace verity::server {
@@ -83,6 +84,12 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
   absl::MutexLock lock(&p.mu_);
   for (size_t i = 0; i < stored.item_ids.size(); ++i) p.EnsureItem(i, stored.item_ids[i]);
   for (size_t i = 0; i < stored.gold.size() && i < p.gold_.size(); ++i) p.gold_[i] = stored.gold[i];
+  for (size_t i = 0; i < stored.priority.size() && i < p.item_priority_.size(); ++i) {
+    p.item_priority_[i] = stored.priority[i];
+  }
+  for (const storage::LeaseRecord& lease : stored.open_leases) {
+    p.leases_.Add(lease.item_index, lease.annotator_index, lease.expires_at);
+  }
   for (size_t a = 0; a < stored.annotator_ids.size(); ++a) {
     p.EnsureAnnotator(a, stored.annotator_ids[a]);
   }
@@ -152,6 +159,7 @@ int32_t LiveProject::EnsureItem(int32_t index, absl::string_view id) {
   if (index >= static_cast<int32_t>(item_ids_.size())) {
     item_ids_.resize(index + 1);
     gold_.resize(index + 1, -1);
+    item_priority_.resize(index + 1, 0.0);
     item_labels_.resize(index + 1);
     item_newest_seq_.resize(index + 1, 0);
   }
@@ -194,6 +202,8 @@ void LiveProject::RecomputeItem(const models::TruthModel& model, int32_t item,
   builder.set_num_labels(item, static_cast<int32_t>(item_labels_[item].size()));
   builder.set_newest_seq(item, item_newest_seq_[item]);
   builder.set_is_gold(item, gold_[item] >= 0);
+  builder.set_entropy(item, Entropy(builder.mutable_probabilities(item)));
+  builder.set_priority(item, item_priority_[item]);
 }
 
 void LiveProject::PublishFullRecompute(std::shared_ptr<const models::TruthModel> model,
@@ -233,6 +243,7 @@ void LiveProject::ApplyCommitted(absl::Span<const CommittedLabel> labels) {
   for (const CommittedLabel& l : labels) {
     EnsureItem(l.item_index, l.item_id);
     EnsureAnnotator(l.annotator_index, l.annotator_id);
+    leases_.Release(l.item_index, l.annotator_index);
     if (!l.changed) continue;
     SetLabel(l.item_index, l.annotator_index, l.label, l.seq);
     ++changes_since_fit_;
@@ -263,6 +274,7 @@ void LiveProject::ApplyItems(absl::Span<const ItemChange> items) {
   for (const ItemChange& change : items) {
     EnsureItem(change.item_index, change.item_id);
     if (change.gold_label.has_value()) gold_[change.item_index] = *change.gold_label;
+    if (change.priority.has_value()) item_priority_[change.item_index] = *change.priority;
   }
   const int32_t old_n = builder.num_items();
   builder.Resize(static_cast<int32_t>(item_ids_.size()));
@@ -309,6 +321,24 @@ int32_t LiveProject::AnnotatorLabelCount(int32_t annotator) const {
   absl::ReaderMutexLock lock(&mu_);
   if (annotator < 0 || annotator >= static_cast<int32_t>(annotator_label_counts_.size())) return 0;
   return annotator_label_counts_[annotator];
+}
+
+bool LiveProject::HasLabelled(int32_t item, int32_t annotator) const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (item < 0 || item >= static_cast<int32_t>(item_labels_.size())) return false;
+  for (const auto& e : item_labels_[item]) {
+    if (e.other == annotator) return true;
+  }
+  return false;
+}
+
+std::vector<int32_t> LiveProject::GoldItems() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<int32_t> gold;
+  for (int32_t i = 0; i < static_cast<int32_t>(gold_.size()); ++i) {
+    if (gold_[i] >= 0) gold.push_back(i);
+  }
+  return gold;
 }
 
 ProjectCounts LiveProject::Counts() const {

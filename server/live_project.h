@@ -31,7 +31,9 @@
 #include "absl/time/time.h"
 #include "models/annotation_matrix.h"
 #include "models/truth_model.h"
+#include "server/lease_book.h"
 #include "server/posterior_table.h"
+#include "storage/lease_store.h"
 #include "storage/model_version_store.h"
 #include "verity/v1/projects.pb.h"
 
@@ -64,6 +66,7 @@ struct ItemChange {
   int32_t item_index;
   std::string item_id;
   std::optional<int32_t> gold_label;  // Set: new gold label; unset: gold unchanged.
+  std::optional<double> priority;     // Set: new assignment priority.
 };
 
 // Summary for GetModelStatus / GetProject.
@@ -90,10 +93,12 @@ class LiveProject {
   struct StoredState {
     std::vector<std::string> item_ids;          // by item index
     std::vector<int32_t> gold;                  // by item index, -1 = none
+    std::vector<double> priority;               // by item index (empty = all 0)
     std::vector<std::string> annotator_ids;     // by annotator index
     struct Label { int32_t item, annotator, label; int64_t seq; };
     std::vector<Label> labels;
     std::optional<storage::ModelVersionRecord> latest_version;
+    std::vector<storage::LeaseRecord> open_leases;
   };
 
   // Builds the live state from stored state; restores the latest model version's parameters
@@ -129,6 +134,16 @@ class LiveProject {
   std::vector<std::string> ItemIds(int32_t first, int32_t count) const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::string> AnnotatorIds() const ABSL_LOCKS_EXCLUDED(mu_);
   int32_t AnnotatorLabelCount(int32_t annotator) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `annotator` has a live label on `item` (false for out-of-range indices).
+  bool HasLabelled(int32_t item, int32_t annotator) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Gold items, ascending.
+  std::vector<int32_t> GoldItems() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Open assignment leases. A committed label of (item, annotator) releases its lease.
+  LeaseBook& leases() { return leases_; }
+  // Serialises a suggestion's ranking and leasing within the project, so that concurrent
+  // suggestions see each other's leases.
+  absl::Mutex& assignment_mutex() { return assignment_mu_; }
   ProjectCounts Counts() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether a refit is due: the labels changed since the last fit reach
@@ -183,6 +198,10 @@ class LiveProject {
   std::shared_ptr<const models::TruthModel> model_ ABSL_GUARDED_BY(mu_);
   int32_t model_version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t model_watermark_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::vector<double> item_priority_ ABSL_GUARDED_BY(mu_);
+  LeaseBook leases_;
+  absl::Mutex assignment_mu_;
 
   mutable absl::Mutex snapshot_mu_;
   std::shared_ptr<const ProjectSnapshot> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);

@@ -1,6 +1,7 @@
 #include "server/posterior_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace verity::server {
@@ -18,6 +19,8 @@ void PosteriorTableBuilder::Resize(int32_t num_items) {
     chunk->num_labels.assign(PosteriorTable::kChunkItems, 0);
     chunk->newest_seq.assign(PosteriorTable::kChunkItems, 0);
     chunk->is_gold.assign(PosteriorTable::kChunkItems, 0);
+    chunk->entropy.assign(PosteriorTable::kChunkItems, std::log(static_cast<double>(k)));
+    chunk->priority.assign(PosteriorTable::kChunkItems, 0.0);
     writable_.push_back(chunk);
     table_.chunks_.push_back(std::move(chunk));
     owned_.push_back(true);

@@ -45,6 +45,14 @@ class PosteriorTable {
   bool is_gold(int32_t item) const {
     return chunks_[item / PosteriorTable::kChunkItems]->is_gold[item % PosteriorTable::kChunkItems] != 0;
   }
+  // Entropy of probabilities(item) in nats (kept so assignment can bound scores cheaply).
+  double entropy(int32_t item) const {
+    return chunks_[item / kChunkItems]->entropy[item % kChunkItems];
+  }
+  // Assignment priority set by the client (default 0).
+  double priority(int32_t item) const {
+    return chunks_[item / kChunkItems]->priority[item % kChunkItems];
+  }
 
   // Copy-on-write editor (PosteriorTableBuilder, below).
   using Builder = PosteriorTableBuilder;
@@ -57,6 +65,8 @@ class PosteriorTable {
     std::vector<int32_t> num_labels;
     std::vector<int64_t> newest_seq;
     std::vector<uint8_t> is_gold;
+    std::vector<double> entropy;
+    std::vector<double> priority;
   };
 
   int32_t num_classes_;
@@ -78,6 +88,8 @@ class PosteriorTableBuilder {
   void set_num_labels(int32_t item, int32_t n) { MutableChunk(item).num_labels[item % PosteriorTable::kChunkItems] = n; }
   void set_newest_seq(int32_t item, int64_t seq) { MutableChunk(item).newest_seq[item % PosteriorTable::kChunkItems] = seq; }
   void set_is_gold(int32_t item, bool gold) { MutableChunk(item).is_gold[item % PosteriorTable::kChunkItems] = gold; }
+  void set_entropy(int32_t item, double h) { MutableChunk(item).entropy[item % PosteriorTable::kChunkItems] = h; }
+  void set_priority(int32_t item, double p) { MutableChunk(item).priority[item % PosteriorTable::kChunkItems] = p; }
 
   PosteriorTable Build() &&;
 

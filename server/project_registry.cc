@@ -31,12 +31,14 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Load(
   if (!items.ok()) return items.status();
   stored.item_ids.resize(items->size());
   stored.gold.assign(items->size(), -1);
+  stored.priority.assign(items->size(), 0.0);
   for (const auto& item : *items) {
     if (item.index < 0 || item.index >= static_cast<int32_t>(items->size())) {
       return absl::InternalError(absl::StrCat("project ", record.name, ": item indices not dense"));
     }
     stored.item_ids[item.index] = item.external_id;
     if (item.gold_label.has_value()) stored.gold[item.index] = *item.gold_label;
+    stored.priority[item.index] = item.priority;
   }
   auto annotators = storage_.items->LoadAnnotators(record.project_id);
   if (!annotators.ok()) return annotators.status();
@@ -53,6 +55,9 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Load(
   for (const auto& l : *labels) {
     stored.labels.push_back({l.item_index, l.annotator_index, l.label, l.seq});
   }
+  auto leases = storage_.leases->LoadOpenLeases(record.project_id, absl::Now());
+  if (!leases.ok()) return leases.status();
+  stored.open_leases = std::move(*leases);
   auto latest = storage_.versions->LatestModelVersion(record.project_id);
   if (latest.ok()) {
     stored.latest_version = std::move(*latest);

@@ -1,5 +1,6 @@
 #include "server/project_service.h"
 
+#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -106,6 +107,12 @@ grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext*, const v1::AddIte
     w.external_id = item.id();
     if (item.features_size() > 0) w.features.emplace(item.features().begin(), item.features().end());
     if (item.has_gold_label()) w.gold_label = item.gold_label();
+    if (item.has_priority()) {
+      if (!std::isfinite(item.priority())) {
+        return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(field, ".priority: not finite")));
+      }
+      w.priority = item.priority();
+    }
     writes.push_back(std::move(w));
   }
   int32_t added = 0;
@@ -115,7 +122,7 @@ grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext*, const v1::AddIte
   std::vector<ItemChange> changes;
   changes.reserve(writes.size());
   for (size_t i = 0; i < writes.size(); ++i) {
-    changes.push_back({(*indices)[i], writes[i].external_id, writes[i].gold_label});
+    changes.push_back({(*indices)[i], writes[i].external_id, writes[i].gold_label, writes[i].priority});
   }
   live.ApplyItems(changes);
   response->set_added(added);

@@ -20,6 +20,7 @@ absl::StatusOr<std::unique_ptr<StorageHandles>> StorageHandles::Open(
   handles->items = std::make_unique<storage::ItemStore>(handles->pool.get());
   handles->annotations = std::make_unique<storage::AnnotationStore>(handles->pool.get());
   handles->versions = std::make_unique<storage::ModelVersionStore>(handles->pool.get());
+  handles->leases = std::make_unique<storage::LeaseStore>(handles->pool.get());
   return handles;
 }
 

@@ -41,7 +41,7 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   server->services_.push_back(std::make_unique<IngestServiceImpl>(server->core_));
   server->services_.push_back(std::make_unique<TruthServiceImpl>(server->core_));
   server->services_.push_back(std::make_unique<ModelServiceImpl>(server->core_));
-  server->services_.push_back(std::make_unique<AssignmentServiceImpl>());
+  server->services_.push_back(std::make_unique<AssignmentServiceImpl>(server->core_));
   for (auto& service : server->services_) builder.RegisterService(service.get());
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->port_ == 0) {

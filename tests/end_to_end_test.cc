@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cmath>
+#include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "models/csv_dataset.h"
 #include "models/testing/dataset_path.h"
@@ -379,6 +382,90 @@ TEST_F(EndToEndTest, ChangingTheMethodTakesEffectAtTheNextFit) {
   EXPECT_EQ(versions.versions(1).method(), v1::TRUTH_METHOD_DAWID_SKENE);
 }
 
+std::vector<v1::ItemSuggestion> SuggestFor(v1::AssignmentService::Stub& stub, const std::string& project,
+                                           const std::string& annotator, int k) {
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::SuggestItemsRequest request;
+  request.set_project(project);
+  request.set_annotator(annotator);
+  request.set_k(k);
+  v1::SuggestItemsResponse response;
+  grpc::Status status = stub.SuggestItems(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return {response.suggestions().begin(), response.suggestions().end()};
+}
+
+TEST_F(EndToEndTest, SuggestionsSkipLabelledAndResolvedItemsAndLeasesHoldTheLastSlot) {
+  models::CsvDataset data = LoadDataset("rte");
+  ASSERT_TRUE(CreateProject("assign", data.class_names).ok());
+  SubmitDataset("assign", data, 1000);
+  ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
+  {
+    // Resolved at 0.99 confidence with 3 labels; every rte item has 10, so one slot is left
+    // on each item under a maximum of 11.
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project("assign");
+    v1::AssignmentSettings* a = request.mutable_settings()->mutable_assignment();
+    a->set_confidence_target(0.99);
+    a->set_min_labels_per_item(3);
+    a->set_max_labels_per_item(11);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(projects_->UpdateProjectSettings(&context, request, &response).ok());
+  }
+  auto assignment = v1::AssignmentService::NewStub(channel_);
+  std::map<std::string, double> confidence;
+  for (const v1::Posterior& p : ListAll("assign")) confidence[p.item()] = p.confidence();
+  absl::flat_hash_set<std::pair<std::string, std::string>> labelled;
+  for (const auto& a : data.annotations) {
+    labelled.insert({data.item_ids[a.item], data.annotator_ids[a.annotator]});
+  }
+
+  std::set<std::string> leased;
+  for (int w = 0; w < 10; ++w) {
+    const std::string annotator = data.annotator_ids[w];
+    std::vector<v1::ItemSuggestion> suggestions = SuggestFor(*assignment, "assign", annotator, 20);
+    if (w == 0) EXPECT_FALSE(suggestions.empty());
+    for (const v1::ItemSuggestion& s : suggestions) {
+      EXPECT_FALSE(labelled.contains({s.item(), annotator})) << annotator << " labelled " << s.item();
+      EXPECT_LT(confidence[s.item()], 0.99) << s.item() << " is resolved";
+      EXPECT_TRUE(leased.insert(s.item()).second) << s.item() << " was sent to two annotators";
+      EXPECT_GE(s.score(), 0.0);
+      EXPECT_GT(s.p_correct(), 0.0);
+    }
+  }
+  // Unresolved items are few under DS on rte; once their last slots are leased, nothing is
+  // left to suggest.
+  size_t unresolved = 0;
+  for (const auto& [item, c] : confidence) unresolved += c < 0.99;
+  EXPECT_GT(leased.size(), 0u);
+  EXPECT_LE(leased.size(), unresolved);
+  // The leases survive a restart: a newcomer is not sent to any leased (full) item.
+  StopServer();
+  StartServer();
+  assignment = v1::AssignmentService::NewStub(channel_);
+  for (const v1::ItemSuggestion& s : SuggestFor(*assignment, "assign", "newcomer", 1000)) {
+    EXPECT_EQ(leased.count(s.item()), 0u) << s.item();
+    EXPECT_LT(confidence[s.item()], 0.99);
+  }
+  // SuggestAnnotators ranks annotators who have not labelled the item.
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::SuggestAnnotatorsRequest request;
+  request.set_project("assign");
+  request.set_item(data.item_ids[0]);
+  request.set_k(5);
+  v1::SuggestAnnotatorsResponse response;
+  ASSERT_TRUE(assignment->SuggestAnnotators(&context, request, &response).ok());
+  ASSERT_EQ(response.suggestions_size(), 5);
+  for (const auto& s : response.suggestions()) {
+    EXPECT_FALSE(labelled.contains({data.item_ids[0], s.annotator()})) << s.annotator();
+  }
+  EXPECT_GE(response.suggestions(0).score(), response.suggestions(4).score());
+}
+
 TEST_F(EndToEndTest, UnknownProjectIsNotFound) {
   grpc::ClientContext context;
   context.set_deadline(Deadline());
@@ -488,13 +575,12 @@ TEST_F(EndToEndTest, ProjectErrorsAndUnbuiltRpcsHaveClearCodes) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("project.classes"));
 
-  auto assignment = v1::AssignmentService::NewStub(channel_);
   grpc::ClientContext context;
   context.set_deadline(Deadline());
-  v1::SuggestItemsRequest request;
+  v1::TrainModelRequest request;
   request.set_project("dup");
-  v1::SuggestItemsResponse response;
-  status = assignment->SuggestItems(&context, request, &response);
+  v1::TrainModelResponse response;
+  status = models_->TrainModel(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_THAT(status.error_message(), HasSubstr("not built yet"));
 }

@@ -1,0 +1,140 @@
+#include "server/assignment_service.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
+#include "server/item_assigner.h"
+#include "server/validation.h"
+
+namespace verity::server {
+namespace {
+
+absl::Status ValidateK(int32_t k) {
+  if (k < 1 || k > AssignmentServiceImpl::kMaxSuggestions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("k: ", k, " not in [1, ", AssignmentServiceImpl::kMaxSuggestions, "]"));
+  }
+  return absl::OkStatus();
+}
+
+// The annotator's index, registering an annotator the project has not seen yet.
+absl::StatusOr<int32_t> EnsureAnnotator(ServerCore& core, LiveProject& project,
+                                        const std::string& id) {
+  if (std::optional<int32_t> index = project.FindAnnotator(id)) return *index;
+  storage::AnnotatorWrite write;
+  write.external_id = id;
+  auto indices = core.storage->items->UpsertAnnotators(project.identity().project_id, {write});
+  if (!indices.ok()) return indices.status();
+  project.RegisterAnnotators({{(*indices)[0], id}});
+  return (*indices)[0];
+}
+
+}  // namespace
+
+grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext*,
+                                                 const v1::SuggestItemsRequest* request,
+                                                 v1::SuggestItemsResponse* response) {
+  if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = ValidateId("annotator", request->annotator()); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = ValidateK(request->k()); !s.ok()) return ToGrpcStatus(s);
+  if (request->candidate_items_size() > kMaxCandidates) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("candidate_items: at most ", kMaxCandidates, " ids")));
+  }
+  auto project = core_.registry->Get(request->project());
+  if (!project.ok()) return ToGrpcStatus(project.status());
+  LiveProject& live = **project;
+  auto annotator = EnsureAnnotator(core_, live, request->annotator());
+  if (!annotator.ok()) return ToGrpcStatus(annotator.status());
+
+  std::optional<std::vector<int32_t>> candidates;
+  if (request->candidate_items_size() > 0) {
+    candidates.emplace();
+    candidates->reserve(request->candidate_items_size());
+    for (const std::string& id : request->candidate_items()) {
+      if (std::optional<int32_t> index = live.FindItem(id)) candidates->push_back(*index);
+    }
+    if (candidates->empty()) return grpc::Status::OK;  // None of them is known: nothing to do.
+  }
+
+  const AssignmentRules rules = AssignmentRules::FromSettings(live.settings().assignment());
+  const absl::Time now = absl::Now();
+  const absl::Time expires = now + rules.lease;
+  std::vector<ItemSuggestion> ranked;
+  {
+    // Rank and lease atomically within the project.
+    absl::MutexLock lock(&live.assignment_mutex());
+    std::shared_ptr<const ProjectSnapshot> snapshot = live.snapshot();
+    ranked = RankItemsForAnnotator(live, *snapshot, rules, *annotator, request->k(), candidates,
+                                   now, absl::Uniform<uint64_t>(absl::BitGen()));
+    for (const ItemSuggestion& s : ranked) live.leases().Add(s.item, *annotator, expires);
+  }
+  std::vector<storage::LeaseRecord> leases;
+  for (const ItemSuggestion& s : ranked) leases.push_back({s.item, *annotator, expires});
+  if (absl::Status s = core_.storage->leases->UpsertLeases(live.identity().project_id, leases);
+      !s.ok()) {
+    for (const ItemSuggestion& r : ranked) live.leases().Release(r.item, *annotator);
+    return ToGrpcStatus(s);
+  }
+  const int64_t expiry_seconds = absl::ToUnixSeconds(expires);
+  for (const ItemSuggestion& s : ranked) {
+    v1::ItemSuggestion* out = response->add_suggestions();
+    std::vector<std::string> id = live.ItemIds(s.item, 1);
+    out->set_item(id.empty() ? "" : id[0]);
+    out->set_score(s.gain);
+    out->set_p_correct(s.p_correct);
+    out->mutable_lease_expires_at()->set_seconds(expiry_seconds);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AssignmentServiceImpl::SuggestAnnotators(grpc::ServerContext*,
+                                                      const v1::SuggestAnnotatorsRequest* request,
+                                                      v1::SuggestAnnotatorsResponse* response) {
+  if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = ValidateId("item", request->item()); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = ValidateK(request->k()); !s.ok()) return ToGrpcStatus(s);
+  if (request->candidates_size() > kMaxCandidates) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("candidates: at most ", kMaxCandidates, " ids")));
+  }
+  auto project = core_.registry->Get(request->project());
+  if (!project.ok()) return ToGrpcStatus(project.status());
+  LiveProject& live = **project;
+  std::optional<int32_t> item = live.FindItem(request->item());
+  if (!item.has_value()) {
+    return ToGrpcStatus(absl::NotFoundError(absl::StrCat(
+        "item \"", request->item().substr(0, ApiLimits::kMaxIdBytes), "\" not found in project ",
+        request->project())));
+  }
+  std::vector<std::string> ids;
+  std::vector<int32_t> indices;
+  if (request->candidates_size() > 0) {
+    for (int i = 0; i < request->candidates_size(); ++i) {
+      const std::string& id = request->candidates(i);
+      if (absl::Status s = ValidateId(absl::StrCat("candidates[", i, "]"), id); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
+      ids.push_back(id);
+      indices.push_back(live.FindAnnotator(id).value_or(-1));
+    }
+  } else {
+    ids = live.AnnotatorIds();
+    for (size_t a = 0; a < ids.size(); ++a) indices.push_back(static_cast<int32_t>(a));
+  }
+  std::shared_ptr<const ProjectSnapshot> snapshot = live.snapshot();
+  for (const AnnotatorSuggestion& s :
+       RankAnnotatorsForItem(live, *snapshot, *item, request->k(), indices, absl::Now())) {
+    v1::AnnotatorSuggestion* out = response->add_suggestions();
+    out->set_annotator(ids[s.candidate]);
+    out->set_score(s.gain);
+    out->set_p_correct(s.p_correct);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace verity::server

@@ -1,0 +1,101 @@
+// Assignment ranking: which open items an annotator should label next, and which annotators
+// should label an item next (ARCHITECTURE.md, "Assignment").
+//
+// Every suggestion carries the expected information gain of the label (expected reduction of
+// the item's posterior entropy, server/information_gain.h) and the predicted probability that
+// the annotator answers correctly, from the item's current posterior and the annotator's
+// predicted confusion matrix under the project's current model version. The ranking itself
+// follows the project's policy:
+//   INFORMATION_GAIN  highest expected gain for this annotator (competence-aware)
+//   UNCERTAINTY       highest posterior entropy, ignoring who asks
+//   UNIFORM           fewest labels (live + leased) first
+//   RANDOM            uniformly random
+// Items of higher client priority always come first; ties are broken at random.
+//
+// Eligibility (dynamic overlap): an item is not suggested when the annotator labelled it or
+// holds a lease on it, when it is a gold item (its truth is known; gold items are only sent to
+// new annotators, see below), or when it is resolved: labels + outstanding leases reached the
+// maximum, or confidence reached the target with at least the minimum labels.
+//
+// New annotators: when gold_items_for_new_annotators = N > 0, an annotator with fewer than N
+// labels is sent gold items they have not labelled first (fewest labels first), so that their
+// competence is learned quickly.
+//
+// Cost: one pass over the candidate items (posterior entropy, label counts and priority are
+// precomputed in the snapshot) and a heap; since gain ≤ entropy, items are examined in
+// decreasing entropy and the search stops once no remaining item can beat the k-th best.
+//
+// Thread-safety: the functions read the snapshot (immutable) and the project's thread-safe
+// accessors. Callers serialise rank-then-lease per project with
+// LiveProject::assignment_mutex() so concurrent suggestions see each other's leases.
+#ifndef VERITY_SERVER_ITEM_ASSIGNER_H_
+#define VERITY_SERVER_ITEM_ASSIGNER_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "server/live_project.h"
+#include "verity/v1/projects.pb.h"
+
+namespace verity::server {
+
+// AssignmentSettings with the documented defaults applied.
+struct AssignmentRules {
+  v1::AssignmentPolicy policy = v1::ASSIGNMENT_POLICY_INFORMATION_GAIN;
+  int32_t min_labels = 1;
+  int32_t max_labels = 0;         // 0 = unlimited
+  double confidence_target = 0;   // 0 = never resolved by confidence
+  absl::Duration lease = absl::Seconds(600);
+  int32_t gold_items_for_new_annotators = 0;
+
+  static AssignmentRules FromSettings(const v1::AssignmentSettings& settings);
+};
+
+struct ItemSuggestion {
+  int32_t item;
+  double gain;       // Expected entropy reduction (nats).
+  double p_correct;  // Predicted probability of a correct label.
+};
+
+struct AnnotatorSuggestion {
+  int32_t candidate;  // Position in the candidates span.
+  double gain;
+  double p_correct;
+};
+
+// Accuracy assumed for every annotator before the project's first fit (when the model has
+// no parameters): confusion = kPriorAccuracy on the diagonal, the rest spread evenly.
+inline constexpr double kPriorAccuracy = 0.7;
+
+// The confusion matrix the scores use for `annotator` (see kPriorAccuracy).
+std::vector<double> ScoringConfusion(const ProjectSnapshot& snapshot, int32_t annotator);
+
+// Whether `item` is resolved under `rules` with `outstanding` leases on it.
+bool IsResolved(const PosteriorTable& posteriors, int32_t item, int32_t outstanding,
+                const AssignmentRules& rules);
+
+// The best k items for `annotator` (an index of the project, or -1 for an annotator the
+// project has never seen), best first. `candidates`: item indices to choose from; nullopt =
+// every item. `seed` drives tie-breaking and the RANDOM policy.
+std::vector<ItemSuggestion> RankItemsForAnnotator(LiveProject& project,
+                                                  const ProjectSnapshot& snapshot,
+                                                  const AssignmentRules& rules,
+                                                  int32_t annotator, int32_t k,
+                                                  const std::optional<std::vector<int32_t>>& candidates,
+                                                  absl::Time now, uint64_t seed);
+
+// The best k of `annotators` (indices, -1 = unknown to the project: population confusion) to
+// label `item` next, by expected gain. Annotators who labelled the item or hold a lease on it
+// are skipped.
+std::vector<AnnotatorSuggestion> RankAnnotatorsForItem(LiveProject& project,
+                                                       const ProjectSnapshot& snapshot,
+                                                       int32_t item, int32_t k,
+                                                       absl::Span<const int32_t> annotators,
+                                                       absl::Time now);
+
+}  // namespace verity::server
+
+#endif  // VERITY_SERVER_ITEM_ASSIGNER_H_

@@ -1,0 +1,142 @@
+#include "server/item_assigner.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "models/truth_model_factory.h"
+
+namespace verity::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::Field;
+using ::testing::IsEmpty;
+using ::testing::Not;
+using ::testing::Contains;
+
+const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
+
+// Items 0..4, annotators 0..2 of a binary project under majority vote (version 0):
+//   item 0: 3 agreeing labels (a0, a1, a2)  — confident
+//   item 1: 1 label by a0                   — fairly sure
+//   item 2: 2 disagreeing labels (a0, a1)   — uncertain
+//   item 3: no labels                       — uniform
+//   item 4: no labels, gold class 1
+std::unique_ptr<LiveProject> MakeProject() {
+  LiveProject::Identity id;
+  id.project_id = 1;
+  id.name = "p";
+  id.classes = {"no", "yes"};
+  LiveProject::StoredState stored;
+  for (int i = 0; i < 5; ++i) stored.item_ids.push_back(absl::StrCat("i", i));
+  stored.gold = {-1, -1, -1, -1, 1};
+  for (int a = 0; a < 3; ++a) stored.annotator_ids.push_back(absl::StrCat("a", a));
+  stored.labels = {{0, 0, 1, 1}, {0, 1, 1, 2}, {0, 2, 1, 3}, {1, 0, 0, 4}, {2, 0, 0, 5}, {2, 1, 1, 6}};
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
+  auto project = LiveProject::Create(id, settings, std::move(stored));
+  EXPECT_TRUE(project.ok()) << project.status();
+  return std::move(*project);
+}
+
+std::vector<int32_t> Items(const std::vector<ItemSuggestion>& s) {
+  std::vector<int32_t> items;
+  for (const auto& x : s) items.push_back(x.item);
+  return items;
+}
+
+TEST(ItemAssignerTest, NeverSuggestsLabelledGoldOrResolvedItems) {
+  auto project = MakeProject();
+  AssignmentRules rules;
+  rules.confidence_target = 0.9;
+  rules.min_labels = 2;
+  // a0 labelled 0, 1, 2; 4 is gold; so only 3 remains for a0.
+  auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 0, 10, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(3));
+  // For a2 (labelled only item 0): item 0 is resolved anyway (3 labels, confident).
+  ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 10, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), Not(Contains(0)));
+  EXPECT_THAT(Items(ranked), Not(Contains(4)));
+  EXPECT_EQ(ranked.size(), 3u);
+}
+
+TEST(ItemAssignerTest, InformationGainPrefersTheMostUncertainItemsAndReportsGain) {
+  auto project = MakeProject();
+  AssignmentRules rules;  // information gain, no resolution rule
+  auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, /*new annotator*/ -1,
+                                      2, std::nullopt, kNow, 7);
+  ASSERT_EQ(ranked.size(), 2u);
+  // Items 2 (1 vs 1) and 3 (no labels) are both at 50/50 under majority vote.
+  EXPECT_THAT(Items(ranked), testing::UnorderedElementsAre(2, 3));
+  EXPECT_GT(ranked[0].gain, 0.0);
+  EXPECT_GE(ranked[0].gain, ranked[1].gain);
+  EXPECT_GT(ranked[0].p_correct, 0.0);
+}
+
+TEST(ItemAssignerTest, LeasesCountTowardTheMaximumAndBlockTheLastSlot) {
+  auto project = MakeProject();
+  AssignmentRules rules;
+  rules.max_labels = 2;
+  // Item 1 has one label; a lease by a1 fills its last slot, so a2 is not sent there.
+  project->leases().Add(1, 1, kNow + absl::Minutes(5));
+  auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 10, std::nullopt, kNow, 3);
+  EXPECT_THAT(Items(ranked), Not(Contains(1)));
+  EXPECT_THAT(Items(ranked), Not(Contains(2)));  // two labels: full
+  // Once the lease expires, the slot is free again.
+  ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 10, std::nullopt,
+                                 kNow + absl::Minutes(6), 3);
+  EXPECT_THAT(Items(ranked), Contains(1));
+  // A committed label from the leased annotator releases the lease at once.
+  project->leases().Add(1, 1, kNow + absl::Minutes(5));
+  project->ApplyCommitted({{1, "i1", 1, "a1", 1, 7, true}});
+  EXPECT_FALSE(project->leases().Has(1, 1, kNow));
+}
+
+TEST(ItemAssignerTest, HigherPriorityComesFirstAndCandidatesRestrictTheChoice) {
+  auto project = MakeProject();
+  project->ApplyItems({{1, "i1", std::nullopt, 5.0}});
+  AssignmentRules rules;
+  auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 1, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(1));
+  ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, -1, 5,
+                                 std::vector<int32_t>{0, 3}, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(3, 0));  // 0 is confident, so last
+}
+
+TEST(ItemAssignerTest, NewAnnotatorsAreSentGoldItemsFirst) {
+  auto project = MakeProject();
+  AssignmentRules rules;
+  rules.gold_items_for_new_annotators = 1;
+  auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, -1, 2, std::nullopt, kNow, 1);
+  ASSERT_EQ(ranked.size(), 2u);
+  EXPECT_EQ(ranked[0].item, 4);
+  EXPECT_NE(ranked[1].item, 4);
+  // An annotator with enough labels is not.
+  ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 0, 2, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), Not(Contains(4)));
+}
+
+TEST(ItemAssignerTest, UniformPolicyPicksTheFewestLabelledItems) {
+  auto project = MakeProject();
+  AssignmentRules rules;
+  rules.policy = v1::ASSIGNMENT_POLICY_UNIFORM;
+  auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 2, std::nullopt, kNow, 9);
+  EXPECT_THAT(Items(ranked), ElementsAre(3, 1));  // 0 labels, then 1 label
+}
+
+TEST(ItemAssignerTest, SuggestAnnotatorsSkipsThoseWhoLabelledTheItem) {
+  auto project = MakeProject();
+  const std::vector<int32_t> all = {0, 1, 2, -1};
+  auto ranked = RankAnnotatorsForItem(*project, *project->snapshot(), 2, 10, all, kNow);
+  std::vector<int32_t> chosen;
+  for (const auto& s : ranked) chosen.push_back(all[s.candidate]);
+  EXPECT_THAT(chosen, testing::UnorderedElementsAre(2, -1));
+}
+
+}  // namespace
+}  // namespace verity::server

@@ -1,0 +1,46 @@
+#include "server/lease_book.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace verity::server {
+namespace {
+
+using ::testing::IsEmpty;
+using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
+
+const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
+
+TEST(LeaseBookTest, LeasesCountPerItemUntilTheyExpire) {
+  LeaseBook book;
+  book.Add(1, 10, kNow + absl::Seconds(10));
+  book.Add(1, 11, kNow + absl::Seconds(20));
+  book.Add(2, 10, kNow + absl::Seconds(30));
+  EXPECT_THAT(book.OutstandingPerItem(kNow), UnorderedElementsAre(Pair(1, 2), Pair(2, 1)));
+  EXPECT_THAT(book.OutstandingPerItem(kNow + absl::Seconds(10)),
+              UnorderedElementsAre(Pair(1, 1), Pair(2, 1)));
+  EXPECT_FALSE(book.Has(1, 10, kNow + absl::Seconds(10)));
+  EXPECT_TRUE(book.Has(1, 11, kNow + absl::Seconds(10)));
+  EXPECT_THAT(book.OutstandingPerItem(kNow + absl::Seconds(31)), IsEmpty());
+}
+
+TEST(LeaseBookTest, ALabelReleasesItsLease) {
+  LeaseBook book;
+  book.Add(3, 7, kNow + absl::Minutes(10));
+  EXPECT_TRUE(book.Release(3, 7));
+  EXPECT_FALSE(book.Release(3, 7));
+  EXPECT_THAT(book.OutstandingPerItem(kNow), IsEmpty());
+}
+
+TEST(LeaseBookTest, ExtendingALeaseKeepsItPastItsFirstExpiry) {
+  LeaseBook book;
+  book.Add(4, 1, kNow + absl::Seconds(5));
+  book.Add(4, 1, kNow + absl::Seconds(50));
+  EXPECT_EQ(book.size(kNow + absl::Seconds(6)), 1u);
+  EXPECT_THAT(book.OutstandingPerItem(kNow + absl::Seconds(6)), UnorderedElementsAre(Pair(4, 1)));
+  EXPECT_EQ(book.size(kNow + absl::Seconds(51)), 0u);
+}
+
+}  // namespace
+}  // namespace verity::server
