@@ -1,6 +1,7 @@
 #include "server/item_assigner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 
 #include "server/information_gain.h"
@@ -61,28 +62,65 @@ bool IsResolved(const PosteriorTable& posteriors, int32_t item, int32_t outstand
          Confidence(posteriors.probabilities(item)) >= rules.confidence_target;
 }
 
+namespace {
+
+// Per-annotator constants that make the gain of an item cheap: I(Z;Y) = H(Y) − Σ_k p_k H(C_k),
+// and the strong data-processing bound I(Z;Y) ≤ η·H(p), with η the Dobrushin coefficient of C
+// (the largest total-variation distance between two rows).
+struct GainKernel {
+  int32_t k;
+  std::vector<double> confusion;
+  std::vector<double> row_entropy;
+  double eta = 1.0;
+
+  explicit GainKernel(std::vector<double> c, int32_t classes) : k(classes), confusion(std::move(c)) {
+    row_entropy.resize(k);
+    eta = 0;
+    for (int32_t r = 0; r < k; ++r) {
+      row_entropy[r] = Entropy(absl::MakeConstSpan(confusion.data() + r * k, k));
+      for (int32_t q = r + 1; q < k; ++q) {
+        double tv = 0;
+        for (int32_t y = 0; y < k; ++y) tv += std::abs(confusion[r * k + y] - confusion[q * k + y]);
+        eta = std::max(eta, tv / 2);
+      }
+    }
+  }
+
+  double Gain(absl::Span<const double> p) const {
+    double conditional = 0, marginal_entropy = 0;
+    for (int32_t z = 0; z < k; ++z) conditional += p[z] * row_entropy[z];
+    for (int32_t y = 0; y < k; ++y) {
+      double py = 0;
+      for (int32_t z = 0; z < k; ++z) py += p[z] * confusion[z * k + y];
+      if (py > 0) marginal_entropy -= py * std::log(py);
+    }
+    return std::max(0.0, marginal_entropy - conditional);
+  }
+};
+
+}  // namespace
+
 std::vector<ItemSuggestion> RankItemsForAnnotator(
     LiveProject& project, const ProjectSnapshot& snapshot, const AssignmentRules& rules,
     int32_t annotator, int32_t k, const std::optional<std::vector<int32_t>>& candidates,
     absl::Time now, uint64_t seed) {
+  std::vector<ItemSuggestion> result;
+  if (k <= 0) return result;
   const PosteriorTable& table = snapshot.posteriors;
-  const std::vector<double> confusion = ScoringConfusion(snapshot, annotator);
-  const absl::flat_hash_map<int32_t, int32_t> outstanding = project.leases().OutstandingPerItem(now);
-  auto outstanding_on = [&](int32_t item) {
-    auto it = outstanding.find(item);
-    return it == outstanding.end() ? 0 : it->second;
-  };
+  const GainKernel kernel(ScoringConfusion(snapshot, annotator), table.num_classes());
+  // Outstanding leases per item, dense for the scan.
+  std::vector<int32_t> outstanding(table.num_items(), 0);
+  project.leases().ForEachOutstanding(now, [&](int32_t item, int32_t n) {
+    if (item >= 0 && item < table.num_items()) outstanding[item] = n;
+  });
   auto available = [&](int32_t item) {
     return !project.HasLabelled(item, annotator) &&
            !(annotator >= 0 && project.leases().Has(item, annotator, now));
   };
   auto suggestion = [&](int32_t item) {
     absl::Span<const double> p = table.probabilities(item);
-    return ItemSuggestion{item, ExpectedEntropyReduction(p, confusion),
-                          ProbabilityCorrect(p, confusion)};
+    return ItemSuggestion{item, kernel.Gain(p), ProbabilityCorrect(p, kernel.confusion)};
   };
-  std::vector<ItemSuggestion> result;
-  if (k <= 0) return result;
 
   // New annotators are calibrated on gold items first.
   const int32_t known_labels = annotator >= 0 ? project.AnnotatorLabelCount(annotator) : 0;
@@ -100,7 +138,7 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
     std::vector<std::pair<int32_t, int32_t>> by_labels;  // (labels + leases, item)
     for (int32_t item : gold) {
       if (item >= table.num_items()) continue;
-      by_labels.emplace_back(table.num_labels(item) + outstanding_on(item), item);
+      by_labels.emplace_back(table.num_labels(item) + outstanding[item], item);
     }
     std::sort(by_labels.begin(), by_labels.end());
     const int32_t wanted = std::min(k, rules.gold_items_for_new_annotators - known_labels);
@@ -109,14 +147,19 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
       if (available(item)) result.push_back(suggestion(item));
     }
   }
+  const size_t want = static_cast<size_t>(k) - result.size();
+  if (want == 0) return result;
 
-  // Candidates: eligible items with their ranking key.
-  std::vector<Candidate> heap;
+  // One pass over the candidates keeping the best `want` in a min-heap (worst on top). An
+  // item is scored exactly only if its bound can beat the current worst, and checked for
+  // availability (a lock) only if its exact key does.
+  std::vector<Candidate> best;
+  auto worse = [](const Candidate& a, const Candidate& b) { return Less(b, a); };
+  const bool gain_policy = rules.policy == v1::ASSIGNMENT_POLICY_INFORMATION_GAIN;
   auto consider = [&](int32_t item) {
     if (item < 0 || item >= table.num_items() || table.is_gold(item)) return;
-    const int32_t leased = outstanding_on(item);
-    if (IsResolved(table, item, leased, rules)) return;
-    Candidate c{table.priority(item), 0, Mix(seed ^ static_cast<uint64_t>(item)), item};
+    const int32_t leased = outstanding[item];
+    Candidate c{table.priority(item), 0, 0, item};
     switch (rules.policy) {
       case v1::ASSIGNMENT_POLICY_UNIFORM:
         c.primary = -static_cast<double>(table.num_labels(item) + leased);
@@ -124,39 +167,43 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
       case v1::ASSIGNMENT_POLICY_RANDOM:
         c.primary = 0;
         break;
-      default:  // INFORMATION_GAIN (bounded by entropy) and UNCERTAINTY.
+      case v1::ASSIGNMENT_POLICY_UNCERTAINTY:
         c.primary = table.entropy(item);
         break;
+      default:
+        c.primary = kernel.eta * table.entropy(item);  // Upper bound of the gain.
+        break;
     }
-    heap.push_back(c);
+    const bool full = best.size() == want;
+    // Cheap rejection first: most items cannot beat the current worst of the best.
+    if (full && std::tie(c.priority, c.primary) < std::tie(best.front().priority, best.front().primary)) {
+      return;
+    }
+    if (IsResolved(table, item, leased, rules)) return;
+    c.tie = Mix(seed ^ static_cast<uint64_t>(item));
+    if (full && !Less(best.front(), c)) return;
+    if (gain_policy) {
+      c.primary = kernel.Gain(table.probabilities(item));
+      if (full && !Less(best.front(), c)) return;
+    }
+    if (!available(item)) return;
+    for (const ItemSuggestion& s : result) {
+      if (s.item == item) return;
+    }
+    best.push_back(c);
+    std::push_heap(best.begin(), best.end(), worse);
+    if (best.size() > want) {
+      std::pop_heap(best.begin(), best.end(), worse);
+      best.pop_back();
+    }
   };
   if (candidates.has_value()) {
     for (int32_t item : *candidates) consider(item);
   } else {
     for (int32_t item = 0; item < table.num_items(); ++item) consider(item);
   }
-  std::make_heap(heap.begin(), heap.end(), Less);
-
-  // Best-first with early stop: an item's primary key bounds its exact score.
-  std::vector<std::pair<Candidate, ItemSuggestion>> best;  // exact key, descending
-  const size_t want = static_cast<size_t>(k) - result.size();
-  while (!heap.empty() && want > 0) {
-    std::pop_heap(heap.begin(), heap.end(), Less);
-    Candidate c = heap.back();
-    heap.pop_back();
-    if (best.size() == want && !Less(best.back().first, c)) break;
-    if (!available(c.item)) continue;
-    bool already = false;
-    for (const ItemSuggestion& s : result) already |= s.item == c.item;
-    if (already) continue;
-    ItemSuggestion s = suggestion(c.item);
-    if (rules.policy == v1::ASSIGNMENT_POLICY_INFORMATION_GAIN) c.primary = s.gain;
-    auto pos = std::upper_bound(best.begin(), best.end(), c,
-                                [](const Candidate& x, const auto& y) { return Less(y.first, x); });
-    best.insert(pos, {c, s});
-    if (best.size() > want) best.pop_back();
-  }
-  for (auto& [key, s] : best) result.push_back(s);
+  std::sort(best.begin(), best.end(), worse);  // best first
+  for (const Candidate& c : best) result.push_back(suggestion(c.item));
   return result;
 }
 

@@ -31,6 +31,14 @@ class LeaseBook {
 
   // Outstanding leases per item at `now` (items without leases are absent).
   absl::flat_hash_map<int32_t, int32_t> OutstandingPerItem(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // Calls fn(item, count) for every item with outstanding leases at `now`, under the book's
+  // lock (fn must not call back into the book).
+  template <typename Fn>
+  void ForEachOutstanding(absl::Time now, Fn fn) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    ExpireLocked(now);
+    for (const auto& [item, count] : per_item_) fn(item, count);
+  }
   bool Has(int32_t item, int32_t annotator, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   size_t size(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
