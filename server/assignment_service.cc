@@ -75,11 +75,7 @@ grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext*,
   }
   std::vector<storage::LeaseRecord> leases;
   for (const ItemSuggestion& s : ranked) leases.push_back({s.item, *annotator, expires});
-  if (absl::Status s = core_.storage->leases->UpsertLeases(live.identity().project_id, leases);
-      !s.ok()) {
-    for (const ItemSuggestion& r : ranked) live.leases().Release(r.item, *annotator);
-    return ToGrpcStatus(s);
-  }
+  core_.lease_persister->Enqueue(live.identity().project_id, std::move(leases));
   const int64_t expiry_seconds = absl::ToUnixSeconds(expires);
   for (const ItemSuggestion& s : ranked) {
     v1::ItemSuggestion* out = response->add_suggestions();

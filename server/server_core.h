@@ -4,6 +4,7 @@
 #define VERITY_SERVER_SERVER_CORE_H_
 
 #include "server/ingest_pipeline.h"
+#include "server/lease_persister.h"
 #include "server/project_registry.h"
 #include "server/storage_handles.h"
 #include "server/training_scheduler.h"
@@ -15,6 +16,7 @@ struct ServerCore {
   ProjectRegistry* registry;
   IngestPipeline* ingest;
   TrainingScheduler* scheduler;
+  LeasePersister* lease_persister;
 };
 
 }  // namespace verity::server

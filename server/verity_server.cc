@@ -28,8 +28,11 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   server->ingest_ = std::make_unique<IngestPipeline>(*server->storage_->annotations, options.ingest);
   server->scheduler_ = std::make_unique<TrainingScheduler>(
       *server->registry_, *server->storage_->versions, options.training);
+  server->lease_persister_ = std::make_unique<LeasePersister>(*server->storage_->leases,
+                                                              LeasePersister::Options());
   server->core_ = ServerCore{server->storage_.get(), server->registry_.get(),
-                             server->ingest_.get(), server->scheduler_.get()};
+                             server->ingest_.get(), server->scheduler_.get(),
+                             server->lease_persister_.get()};
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -60,6 +63,7 @@ void VerityServer::Shutdown(absl::Duration grace) {
   }
   if (ingest_ != nullptr) ingest_->Shutdown();
   if (scheduler_ != nullptr) scheduler_->Stop();
+  if (lease_persister_ != nullptr) lease_persister_->Shutdown();
 }
 
 VerityServer::~VerityServer() { Shutdown(); }

@@ -53,6 +53,7 @@ class VerityServer {
   std::unique_ptr<ProjectRegistry> registry_;
   std::unique_ptr<IngestPipeline> ingest_;
   std::unique_ptr<TrainingScheduler> scheduler_;
+  std::unique_ptr<LeasePersister> lease_persister_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> grpc_server_;
   ServerCore core_{};
