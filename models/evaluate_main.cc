@@ -1,31 +1,75 @@
-// evaluate: fits truth models on datasets in the shared/datasets format and
-// prints their accuracy against the gold labels.
+// eval: fits truth models on datasets in the shared/datasets format and
+// prints, per dataset and method, the accuracy and macro-F1 of their MAP
+// labels against the gold labels, the EM iterations and the fit time.
 //
-//   evaluate --datasets=/work/shared/datasets [--methods=mv,ds] [name ...]
+//   bazel run //models:eval -- --data ../shared/datasets/product
+//       [--methods mv,ds]
+//   bazel run //models:eval -- --datasets ../shared/datasets [name ...]
+//       [--redundancy=3 --repeats=10 --seed=1] [--threads=2]
+//       [--format=markdown]
 //
-// With no names, every subdirectory of --datasets holding a labels.csv is
-// evaluated. Fits are unsupervised (gold is used only for scoring). Accuracy
-// is over gold items with at least one label, taking the most probable class
-// (the lowest class index on ties), as in the datasets' README.
+// --data names one dataset folder; --datasets a folder of dataset folders,
+// of which the named ones (all those holding a labels.csv if none is named)
+// are evaluated. Relative paths are taken from the directory `bazel run` was
+// started in. --methods defaults to every method CreateTruthModel knows.
+//
+// Scoring follows shared/datasets/README.md (see models/evaluation.h): gold
+// items with at least one label, most probable class, lowest index on ties.
+// Fits are unsupervised and cold: gold is used only for scoring.
+//
+// --redundancy=R keeps a uniformly random subset of at most R labels of
+// every item (as in the redundancy experiments of Platanios et al.,
+// "Learning from Imperfect Annotations"); --repeats=N repeats that with N
+// draws (draw j uses seed --seed + j; every method sees the same draws) and
+// prints mean ± standard error over the draws. Without --redundancy every
+// draw is the full data, so only the fit time varies between repeats.
 
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "models/annotation_matrix.h"
 #include "models/csv_dataset.h"
+#include "models/evaluation.h"
 #include "models/truth_model.h"
 #include "models/truth_model_factory.h"
 
-ABSL_FLAG(std::string, datasets, "", "directory holding the dataset folders");
-ABSL_FLAG(std::string, methods, "mv,ds", "comma-separated truth models");
+ABSL_FLAG(std::string, data, "", "one dataset folder");
+ABSL_FLAG(std::string, datasets, "",
+          "a folder of dataset folders; positional arguments name the ones "
+          "to evaluate (default: all)");
+ABSL_FLAG(std::string, methods, "",
+          "comma-separated truth models (default: all known methods)");
+ABSL_FLAG(int, redundancy, 0,
+          "keep at most this many random labels per item (0: all labels)");
+ABSL_FLAG(int, repeats, 1, "number of random draws; mean ± standard error");
+ABSL_FLAG(int64_t, seed, 1, "seed of the first draw; draw j uses seed + j");
+ABSL_FLAG(int, threads, verity::models::TruthModelOptions().num_threads,
+          "TruthModelOptions::num_threads of every fit");
+ABSL_FLAG(std::string, format, "text", "text or markdown");
+ABSL_FLAG(std::string, f1_class, "",
+          "also print the F1 of one class: the first of these comma-separated "
+          "class names that a dataset has (e.g. --f1_class=same,positive for "
+          "the positive-class F1 that Zheng et al. report); '-' where a "
+          "dataset has none of them");
 ABSL_FLAG(double, confusion_smoothing,
           verity::models::TruthModelOptions().confusion_smoothing,
           "TruthModelOptions::confusion_smoothing");
@@ -38,11 +82,33 @@ ABSL_FLAG(double, prior_smoothing,
 ABSL_FLAG(int, max_iterations,
           verity::models::TruthModelOptions().max_iterations,
           "TruthModelOptions::max_iterations");
-ABSL_FLAG(int, num_threads, verity::models::TruthModelOptions().num_threads,
-          "TruthModelOptions::num_threads");
+ABSL_FLAG(double, tolerance, verity::models::TruthModelOptions().tolerance,
+          "TruthModelOptions::tolerance");
 
 namespace verity::models {
 namespace {
+
+// `bazel run` starts the binary in its runfiles tree; resolve relative paths
+// against the directory the user ran bazel from.
+std::string ResolvePath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY");
+      dir != nullptr && *dir != '\0') {
+    return absl::StrCat(dir, "/", path);
+  }
+  return path;
+}
+
+std::string BaseName(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool IsFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
 
 std::vector<std::string> ListDatasets(const std::string& root) {
   std::vector<std::string> names;
@@ -50,9 +116,7 @@ std::vector<std::string> ListDatasets(const std::string& root) {
     while (dirent* entry = readdir(dir)) {
       const std::string name = entry->d_name;
       if (name == "." || name == "..") continue;
-      if (FILE* f = std::fopen((root + "/" + name + "/labels.csv").c_str(),
-                               "r")) {
-        std::fclose(f);
+      if (IsFile(absl::StrCat(root, "/", name, "/labels.csv"))) {
         names.push_back(name);
       }
     }
@@ -62,75 +126,259 @@ std::vector<std::string> ListDatasets(const std::string& root) {
   return names;
 }
 
-int Run(const std::vector<std::string>& names) {
-  const std::string root = absl::GetFlag(FLAGS_datasets);
-  TruthModelOptions options;
-  options.confusion_smoothing = absl::GetFlag(FLAGS_confusion_smoothing);
-  options.population_smoothing = absl::GetFlag(FLAGS_population_smoothing);
-  options.prior_smoothing = absl::GetFlag(FLAGS_prior_smoothing);
-  options.max_iterations = absl::GetFlag(FLAGS_max_iterations);
-  options.num_threads = absl::GetFlag(FLAGS_num_threads);
-  const std::vector<std::string> methods =
-      absl::StrSplit(absl::GetFlag(FLAGS_methods), ',', absl::SkipEmpty());
+struct Dataset {
+  std::string name;
+  std::string path;
+};
 
-  std::printf("%-14s %7s %7s", "dataset", "labels", "scored");
-  for (const std::string& m : methods) {
-    std::printf("  %8s %5s %7s", (m + " acc").c_str(), "iters", "seconds");
+// A printed table: text (aligned columns) or GitHub markdown.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header)
+      : header_(std::move(header)) {}
+  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+
+  void Print(bool markdown) const {
+    if (markdown) {
+      std::printf("| %s |\n", absl::StrJoin(header_, " | ").c_str());
+      std::printf("|%s\n", Separator().c_str());
+      for (const auto& row : rows_) {
+        std::printf("| %s |\n", absl::StrJoin(row, " | ").c_str());
+      }
+      return;
+    }
+    std::vector<size_t> width(header_.size(), 0);
+    for (size_t c = 0; c < header_.size(); ++c) width[c] = header_[c].size();
+    for (const auto& row : rows_) {
+      for (size_t c = 0; c < row.size(); ++c) {
+        width[c] = std::max(width[c], Utf8Length(row[c]));
+      }
+    }
+    PrintTextRow(header_, width);
+    for (const auto& row : rows_) PrintTextRow(row, width);
   }
-  std::printf("\n");
-  int failures = 0;
-  for (const std::string& name : names) {
-    absl::StatusOr<CsvDataset> ds = ReadCsvDataset(root + "/" + name);
-    if (!ds.ok()) {
-      std::fprintf(stderr, "%s: %s\n", name.c_str(),
-                   ds.status().ToString().c_str());
-      ++failures;
-      continue;
+
+ private:
+  std::string Separator() const {
+    std::string s;
+    for (size_t c = 0; c < header_.size(); ++c) {
+      absl::StrAppend(&s, c < 2 ? "---|" : "---:|");
     }
-    absl::StatusOr<AnnotationMatrix> matrix = ds->ToMatrix();
-    if (!matrix.ok()) {
-      std::fprintf(stderr, "%s: %s\n", name.c_str(),
-                   matrix.status().ToString().c_str());
-      ++failures;
-      continue;
+    return s;
+  }
+
+  // Display width of `s`: counts code points, not bytes ("±" is two bytes).
+  static size_t Utf8Length(const std::string& s) {
+    size_t n = 0;
+    for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;
+    return n;
+  }
+
+  // The first two columns (dataset, method) left-aligned, numbers right.
+  static void PrintTextRow(const std::vector<std::string>& row,
+                           const std::vector<size_t>& width) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(width[c] - Utf8Length(row[c]), ' ');
+      if (c > 0) line += "  ";
+      line += c < 2 ? row[c] + pad : pad + row[c];
     }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::printf("%s\n", line.c_str());
+  }
+
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// "0.9381", or "0.9381 ± 0.0012" over several draws.
+std::string FormatMean(const MeanWithError& m) {
+  std::string s = absl::StrFormat("%.4f", m.mean);
+  if (m.count > 1) {
+    absl::StrAppend(&s, " ± ", absl::StrFormat("%.4f", m.standard_error));
+  }
+  return s;
+}
+
+struct Settings {
+  std::vector<std::string> methods;
+  TruthModelOptions options;
+  int redundancy = 0;
+  int repeats = 1;
+  uint64_t seed = 1;
+  std::vector<std::string> f1_classes;  // empty: no per-class F1 column
+};
+
+// Evaluates every method on one dataset, adding one row per method. Returns
+// the first error (unreadable dataset, failed fit).
+absl::Status EvaluateDataset(const Dataset& dataset, const Settings& settings,
+                             Table& table) {
+  absl::StatusOr<CsvDataset> csv = ReadCsvDataset(dataset.path);
+  if (!csv.ok()) return csv.status();
+
+  // The draws, shared by all methods so that their scores are paired.
+  std::vector<AnnotationMatrix> draws;
+  for (int r = 0; r < settings.repeats; ++r) {
+    std::vector<Annotation> annotations =
+        settings.redundancy > 0
+            ? SubsampleLabelsPerItem(csv->annotations, csv->num_items(),
+                                     settings.redundancy, settings.seed + r)
+            : csv->annotations;
+    absl::StatusOr<AnnotationMatrix> matrix =
+        AnnotationMatrix::Build(csv->num_items(), csv->num_annotators(),
+                                csv->num_classes(), annotations);
+    if (!matrix.ok()) return matrix.status();
+    draws.push_back(*std::move(matrix));
+    if (settings.redundancy == 0) break;  // Every draw is the same data.
+  }
+
+  int32_t f1_class = -1;
+  for (const std::string& name : settings.f1_classes) {
+    const auto it = std::find(csv->class_names.begin(),
+                              csv->class_names.end(), name);
+    if (it != csv->class_names.end()) {
+      f1_class = static_cast<int32_t>(it - csv->class_names.begin());
+      break;
+    }
+  }
+
+  for (const std::string& method : settings.methods) {
+    std::vector<double> accuracy, macro_f1, class_f1, iterations, seconds;
     int64_t scored = 0;
-    for (int32_t i = 0; i < matrix->num_items(); ++i) {
-      scored += ds->gold[i] >= 0 && !matrix->LabelsOfItem(i).empty();
+    for (int r = 0; r < settings.repeats; ++r) {
+      const AnnotationMatrix& matrix =
+          draws[std::min<size_t>(r, draws.size() - 1)];
+      absl::StatusOr<MethodEvaluation> e =
+          FitAndScore(method, settings.options, matrix, csv->gold);
+      if (!e.ok()) {
+        return absl::Status(
+            e.status().code(),
+            absl::StrCat(method, ": ", e.status().message()));
+      }
+      scored = e->scores.items;
+      accuracy.push_back(e->scores.accuracy);
+      macro_f1.push_back(e->scores.macro_f1);
+      if (f1_class >= 0) class_f1.push_back(e->scores.class_f1[f1_class]);
+      iterations.push_back(e->fit.iterations);
+      seconds.push_back(e->fit.seconds);
     }
-    std::printf("%-14s %7lld %7lld", name.c_str(),
-                static_cast<long long>(matrix->num_labels()),
-                static_cast<long long>(scored));
-    for (const std::string& method : methods) {
-      absl::StatusOr<std::unique_ptr<TruthModel>> model =
-          CreateTruthModel(method, ds->num_classes(), options);
-      if (!model.ok()) {
-        std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
-        return 2;
-      }
-      absl::StatusOr<FitReport> report =
-          (*model)->Fit(*matrix, {}, /*warm_start=*/false);
-      if (!report.ok()) {
-        std::fprintf(stderr, "%s: %s\n", name.c_str(),
-                     report.status().ToString().c_str());
-        ++failures;
-        continue;
-      }
-      const std::vector<double> posteriors =
-          AllPosteriors(**model, *matrix, {});
-      const int32_t k = ds->num_classes();
-      int64_t correct = 0;
-      for (int32_t i = 0; i < matrix->num_items(); ++i) {
-        if (ds->gold[i] < 0 || matrix->LabelsOfItem(i).empty()) continue;
-        const double* p = posteriors.data() + static_cast<size_t>(i) * k;
-        correct += std::max_element(p, p + k) - p == ds->gold[i];
-      }
-      std::printf("  %8.4f %5d %7.3f",
-                  scored == 0 ? 0.0 : static_cast<double>(correct) / scored,
-                  report->iterations, report->seconds);
+    const MeanWithError iters = MeanAndStandardError(iterations);
+    std::vector<std::string> row = {
+        dataset.name,
+        method,
+        absl::StrCat(draws[0].num_labels()),
+        absl::StrCat(scored),
+        settings.redundancy > 0 ? absl::StrCat(settings.redundancy) : "all",
+        absl::StrCat(settings.repeats),
+        FormatMean(MeanAndStandardError(accuracy)),
+        FormatMean(MeanAndStandardError(macro_f1)),
+    };
+    if (!settings.f1_classes.empty()) {
+      row.push_back(f1_class >= 0 ? FormatMean(MeanAndStandardError(class_f1))
+                                  : "-");
     }
-    std::printf("\n");
+    row.push_back(settings.repeats > 1
+                      ? absl::StrFormat("%.1f", iters.mean)
+                      : absl::StrCat(static_cast<int>(iters.mean)));
+    row.push_back(
+        absl::StrFormat("%.2f", 1e3 * MeanAndStandardError(seconds).mean));
+    table.AddRow(std::move(row));
   }
+  return absl::OkStatus();
+}
+
+int Main(const std::vector<std::string>& positional) {
+  const std::string data = absl::GetFlag(FLAGS_data);
+  const std::string root = absl::GetFlag(FLAGS_datasets);
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (data.empty() == root.empty()) {
+    std::fprintf(stderr, "give exactly one of --data=DIR or --datasets=DIR\n");
+    return 2;
+  }
+  if (!data.empty() && !positional.empty()) {
+    std::fprintf(stderr, "dataset names are only read with --datasets\n");
+    return 2;
+  }
+  if (format != "text" && format != "markdown") {
+    std::fprintf(stderr, "--format must be text or markdown, got %s\n",
+                 format.c_str());
+    return 2;
+  }
+  Settings settings;
+  settings.redundancy = absl::GetFlag(FLAGS_redundancy);
+  settings.repeats = absl::GetFlag(FLAGS_repeats);
+  settings.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+  if (settings.redundancy < 0 || settings.repeats < 1) {
+    std::fprintf(stderr, "need --redundancy >= 0 and --repeats >= 1\n");
+    return 2;
+  }
+  settings.options.confusion_smoothing =
+      absl::GetFlag(FLAGS_confusion_smoothing);
+  settings.options.population_smoothing =
+      absl::GetFlag(FLAGS_population_smoothing);
+  settings.options.prior_smoothing = absl::GetFlag(FLAGS_prior_smoothing);
+  settings.options.max_iterations = absl::GetFlag(FLAGS_max_iterations);
+  settings.options.tolerance = absl::GetFlag(FLAGS_tolerance);
+  settings.options.num_threads = absl::GetFlag(FLAGS_threads);
+  if (absl::Status s = ValidateTruthModelOptions(settings.options); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 2;
+  }
+  settings.methods =
+      absl::StrSplit(absl::GetFlag(FLAGS_methods), ',', absl::SkipEmpty());
+  if (settings.methods.empty()) {
+    for (std::string_view m : KnownTruthModelMethods()) {
+      settings.methods.emplace_back(m);
+    }
+  }
+  for (const std::string& method : settings.methods) {
+    absl::StatusOr<std::unique_ptr<TruthModel>> model =
+        CreateTruthModel(method, 2, settings.options);
+    if (!model.ok()) {
+      std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+      return 2;
+    }
+  }
+
+  std::vector<Dataset> datasets;
+  if (!data.empty()) {
+    datasets.push_back({BaseName(data), ResolvePath(data)});
+  } else {
+    const std::string dir = ResolvePath(root);
+    std::vector<std::string> names = positional;
+    if (names.empty()) names = ListDatasets(dir);
+    if (names.empty()) {
+      std::fprintf(stderr, "no dataset folder (with labels.csv) in %s\n",
+                   dir.c_str());
+      return 1;
+    }
+    for (const std::string& name : names) {
+      datasets.push_back({name, absl::StrCat(dir, "/", name)});
+    }
+  }
+
+  settings.f1_classes =
+      absl::StrSplit(absl::GetFlag(FLAGS_f1_class), ',', absl::SkipEmpty());
+  std::vector<std::string> header = {"dataset", "method", "labels", "scored",
+                                     "R",       "draws",  "accuracy",
+                                     "macro-F1"};
+  if (!settings.f1_classes.empty()) {
+    header.push_back(
+        absl::StrCat("F1(", absl::StrJoin(settings.f1_classes, "/"), ")"));
+  }
+  header.push_back("iterations");
+  header.push_back("fit ms");
+  Table table(std::move(header));
+  int failures = 0;
+  for (const Dataset& dataset : datasets) {
+    absl::Status s = EvaluateDataset(dataset, settings, table);
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s: %s\n", dataset.name.c_str(),
+                   s.ToString().c_str());
+      ++failures;
+    }
+  }
+  table.Print(format == "markdown");
   return failures == 0 ? 0 : 1;
 }
 
@@ -138,13 +386,11 @@ int Run(const std::vector<std::string>& names) {
 }  // namespace verity::models
 
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "eval --data=DIR | --datasets=DIR [name ...] [--methods=mv,ds] "
+      "[--redundancy=R --repeats=N --seed=S] [--threads=T] "
+      "[--format=text|markdown]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_datasets).empty()) {
-    std::fprintf(stderr, "--datasets is required\n");
-    return 2;
-  }
-  std::vector<std::string> names(args.begin() + 1, args.end());
-  if (names.empty()) names = verity::models::ListDatasets(
-      absl::GetFlag(FLAGS_datasets));
-  return verity::models::Run(names);
+  return verity::models::Main(
+      std::vector<std::string>(args.begin() + 1, args.end()));
 }

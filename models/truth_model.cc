@@ -42,9 +42,44 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("tolerance must be >= 0, got ", options.tolerance));
   }
+  if (!(options.population_diagonal_prior > 0) ||
+      !std::isfinite(options.population_diagonal_prior)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("population_diagonal_prior must be finite and > 0, got ",
+                     options.population_diagonal_prior));
+  }
+  if (!(options.incremental_refit_max_fraction >= 0 &&
+        options.incremental_refit_max_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("incremental_refit_max_fraction must be in [0, 1], got ",
+                     options.incremental_refit_max_fraction));
+  }
   if (options.num_threads < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_threads must be >= 1, got ", options.num_threads));
+  }
+  if (!std::isfinite(options.glad_ability_prior_mean)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("glad_ability_prior_mean must be finite, got ",
+                     options.glad_ability_prior_mean));
+  }
+  if (!(options.glad_ability_prior_stddev > 0) ||
+      !std::isfinite(options.glad_ability_prior_stddev)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("glad_ability_prior_stddev must be finite and > 0, got ",
+                     options.glad_ability_prior_stddev));
+  }
+  // exp(mean) must stay a moderate positive number.
+  if (!(std::abs(options.glad_log_easiness_prior_mean) <= 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("glad_log_easiness_prior_mean must be in [-20, 20], got ",
+                     options.glad_log_easiness_prior_mean));
+  }
+  if (!(options.glad_log_easiness_prior_stddev > 0) ||
+      !std::isfinite(options.glad_log_easiness_prior_stddev)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "glad_log_easiness_prior_stddev must be finite and > 0, got ",
+        options.glad_log_easiness_prior_stddev));
   }
   return absl::OkStatus();
 }
@@ -80,10 +115,9 @@ std::vector<double> AllPosteriors(const TruthModel& model,
   const int32_t k = model.num_classes();
   std::vector<double> posteriors(static_cast<size_t>(data.num_items()) * k);
   for (int32_t i = 0; i < data.num_items(); ++i) {
-    model.ItemPosterior(data.LabelsOfItem(i), gold.empty() ? -1 : gold[i],
-                        absl::MakeSpan(posteriors.data() +
-                                           static_cast<size_t>(i) * k,
-                                       k));
+    model.ItemPosteriorForItem(
+        i, data.LabelsOfItem(i), gold.empty() ? -1 : gold[i],
+        absl::MakeSpan(posteriors.data() + static_cast<size_t>(i) * k, k));
   }
   return posteriors;
 }

@@ -9,14 +9,17 @@
 //   1. Fit() on a background thread over all labels of a project (usually
 //      warm-started from the previous version, on a Clone() of it);
 //   2. AllPosteriors() once after a fit, to publish every item's posterior;
-//   3. ItemPosterior() for the items touched by each committed batch, so that
-//      a new label is reflected at once, without refitting.
-// ItemPosterior is a pure function of the parameters and of the *set* of the
-// item's labels (the order in which they are passed does not change a single
-// bit of the result), and AllPosteriors is ItemPosterior applied to every
-// item. So the online posteriors always equal AllPosteriors(current
-// parameters, current labels) exactly, and a restarted server that restores
-// the parameters with Restore() reproduces them bit for bit.
+//   3. ItemPosteriorForItem() for the items touched by each committed batch,
+//      so that a new label is reflected at once, without refitting.
+// ItemPosteriorForItem is a pure function of the parameters, of the item's
+// dense id and of the *set* of the item's labels (the order in which they are
+// passed does not change a single bit of the result), and AllPosteriors is
+// ItemPosteriorForItem applied to every item. So the online posteriors always
+// equal AllPosteriors(current parameters, current labels) exactly, and a
+// restarted server that restores the parameters with Restore() reproduces
+// them bit for bit. Most models have no per-item parameters and ignore the
+// id (ItemPosteriorForItem is then ItemPosterior); glad uses the fitted
+// easiness of the item.
 //
 // Thread safety: the const methods may be called concurrently from any number
 // of threads. Fit() and Restore() mutate the model and must not run
@@ -43,14 +46,18 @@ namespace verity::models {
 // Hyper-parameters shared by the truth models. Each field says which methods
 // read it; a method ignores the others.
 struct TruthModelOptions {
-  // mv, ds: Dirichlet pseudo-count added to every cell of every confusion
-  // matrix (and of the pooled population confusion) in each M-step. It keeps
-  // every cell strictly positive, so log-space computations never see
-  // log(0). Must be > 0. The defaults of this and population_smoothing were
-  // picked on the 12 shared datasets (shared/datasets): 0.1 and 2.0 give the
-  // best mean ds accuracy of a small grid (0.01 to 1, 0 to 10), though the
-  // differences are within a point; 1.0 without shrinkage hurts datasets
-  // with few labels per annotator and many classes (music: 0.54 vs 0.78).
+  // mv, ds, one_coin: Dirichlet pseudo-count added to every cell of every
+  // confusion matrix (and of the pooled population confusion) in each
+  // M-step. It keeps every cell strictly positive, so log-space computations
+  // never see log(0). Must be > 0. The defaults of this and
+  // population_smoothing were picked on the 12 shared datasets
+  // (shared/datasets): 0.1 and 2.0 give the best mean ds accuracy of a small
+  // grid (0.01 to 1, 0 to 10), though the differences are within a point;
+  // 1.0 without shrinkage hurts datasets with few labels per annotator and
+  // many classes (music: 0.54 vs 0.78).
+  // one_coin reads it as the Beta pseudo-counts of an accuracy: s for a
+  // correct label and (K - 1) * s for a wrong one, the symmetric share of a
+  // Dirichlet(s) confusion row (see OneCoinModel).
   double confusion_smoothing = 0.1;
 
   // mv, ds: total pseudo-count per confusion row that shrinks each annotator
@@ -62,33 +69,90 @@ struct TruthModelOptions {
   // behaviour instead of a uniform (uninformative) or a self-confirming
   // confusion; with many labels their own counts dominate. 0 disables the
   // shrinkage (classic Dawid-Skene with additive smoothing). Must be >= 0.
+  // one_coin: total pseudo-count that shrinks each annotator's accuracy
+  // toward the pooled accuracy of all labels (see OneCoinModel).
   double population_smoothing = 2.0;
 
-  // mv, ds: Dirichlet pseudo-count added to each class of the class prior.
-  // Must be > 0.
+  // mv, ds (and one_coin, glad if learn_symmetric_class_prior): Dirichlet
+  // pseudo-count added to each class of the class prior. Must be > 0.
   double prior_smoothing = 1.0;
 
-  // mv (and ds's majority-vote initialisation and posteriors before its first
-  // fit): pseudo-count added to each class's vote count before normalising,
-  // so that no class gets probability 0 (1 label of class 0 out of K = 2
-  // gives (1 + 0.01) / (1 + 0.02) = 0.990). Must be > 0.
+  // ds: extra Dirichlet pseudo-count on the diagonal of every row of the
+  // population confusion, the confusion every annotator is shrunk toward
+  // (see population_smoothing): the prior belief that annotators are better
+  // than chance. ds learns its parameters only from items with at least two
+  // labels or with gold (one label says nothing about who is right: with
+  // one label per item a skewed class prior and annotator bias explain the
+  // data equally well, and EM drifted to predicting one class). Without such
+  // items this prior alone sets the parameters: every annotator then gets the
+  // same better-than-chance confusion and the uniform class prior, and ds
+  // gives the majority vote. With them, it is a pseudo-count against the
+  // pooled counts of all labels and changes nothing measurable (0.1 and 1.0
+  // gave the same accuracy on shared/datasets; docs/EVALUATION.md). Must be
+  // finite and > 0.
+  double population_diagonal_prior = 1.0;
+
+  // one_coin, glad: whether Fit learns the class prior (as ds does, with
+  // prior_smoothing) or keeps it uniform, as Whitehill et al.'s GLAD (a
+  // fixed prior) and ZenCrowd do. Off by default: with errors forced to be
+  // symmetric, a learned prior absorbs the annotators' class biases and
+  // collapses onto one class on biased crowds. Measured on shared/datasets
+  // (learned vs uniform): relevance one_coin 0.19 vs 0.48, glad 0.27 vs
+  // 0.52; bluebirds one_coin 0.58, glad 0.59 vs 0.72; product glad 0.896 vs
+  // 0.928; no dataset gains more than 0.002 from learning it.
+  bool learn_symmetric_class_prior = false;
+
+  // mv (and the majority-vote initialisation of ds, one_coin and glad, and
+  // their posteriors before their first fit): pseudo-count added to each
+  // class's vote count before normalising, so that no class gets
+  // probability 0 (1 label of class 0 out of K = 2 gives
+  // (1 + 0.01) / (1 + 0.02) = 0.990). Must be > 0.
   double vote_smoothing = 0.01;
 
-  // ds: the most EM iterations of one Fit; an iteration is an E-step under
-  // the current parameters followed by an M-step (the majority-vote
-  // initialisation of a cold start is not counted). Must be >= 1.
+  // ds, one_coin, glad: the most EM iterations of one Fit; an iteration is
+  // an E-step under the current parameters followed by an M-step (the
+  // majority-vote initialisation of a cold start is not counted). Must be
+  // >= 1.
   int max_iterations = 100;
 
-  // ds: the fit has converged when the relative change of the marginal
-  // log-likelihood between two consecutive E-steps, |ΔLL| / |LL|, is below
-  // this. Must be >= 0.
+  // ds, one_coin, glad: the fit has converged when the relative change of
+  // the marginal log-likelihood between two consecutive E-steps,
+  // |ΔLL| / |LL|, is below this. Must be >= 0.
   double tolerance = 1e-6;
 
-  // mv, ds: threads used by one Fit (each pass over the labels is split by
-  // items). The fitted parameters are bit-identical for the same data and the
-  // same num_threads; different thread counts may differ in the last bits.
-  // Must be >= 1.
+  // ds: a warm Fit of a model that kept the state of its last fit refits
+  // incrementally: it E-steps only the items whose labels or gold changed
+  // (and new items), the others keep their responsibilities, as long as the
+  // labels of those items, added to the labels refitted incrementally since
+  // the last full EM, are at most this fraction of all labels; beyond it, or
+  // after DawidSkeneModel::kMaxIncrementalRefits incremental refits in a row,
+  // the fit runs full EM passes over all labels. 0 makes every fit a full one.
+  // Must be in [0, 1]. See DawidSkeneModel.
+  double incremental_refit_max_fraction = 0.2;
+
+  // mv, ds, one_coin, glad: threads used by one Fit (each pass over the
+  // labels is split by items, glad's ability step by annotators). The fitted
+  // parameters are bit-identical for the same data and the same num_threads;
+  // different thread counts may differ in the last bits. Must be >= 1.
   int num_threads = 1;
+
+  // glad: Gaussian prior of an annotator's ability alpha_a,
+  // N(glad_ability_prior_mean, glad_ability_prior_stddev^2), as in Whitehill
+  // et al. (2009). A mean of 1 says that an annotator is a priori better
+  // than chance (p(correct) = sigmoid(1) = 0.73 on an item of prior
+  // easiness); the prior keeps the ability of an annotator with few labels
+  // finite and near it. Mean finite; stddev finite and > 0.
+  double glad_ability_prior_mean = 1.0;
+  double glad_ability_prior_stddev = 1.0;
+
+  // glad: Gaussian prior of an item's log easiness b_i = log beta_i
+  // (beta_i = 1 / difficulty in Whitehill et al.; beta_i -> 0 makes every
+  // label of the item a coin toss), N(glad_log_easiness_prior_mean,
+  // glad_log_easiness_prior_stddev^2). Items without labels and items
+  // created after the fit get the prior mean. Mean in [-20, 20]; stddev
+  // finite and > 0.
+  double glad_log_easiness_prior_mean = 0.0;
+  double glad_log_easiness_prior_stddev = 1.0;
 };
 
 // Returns INVALID_ARGUMENT naming the first option out of its documented
@@ -112,7 +176,8 @@ class TruthModel {
  public:
   virtual ~TruthModel() = default;
 
-  // The method's name as in the project configuration: "mv", "ds".
+  // The method's name as in the project configuration: "mv", "ds",
+  // "one_coin", "glad".
   virtual std::string_view method() const = 0;
   virtual int32_t num_classes() const = 0;
 
@@ -143,9 +208,28 @@ class TruthModel {
   // gives the one-hot posterior of that class; no labels give the class prior
   // (uniform for mv). Preconditions: out.size() == num_classes(), every label
   // and gold_label < num_classes().
+  // For a model with per-item parameters (glad), the posterior of an item
+  // whose parameters are unknown: one of prior easiness. Online updates use
+  // ItemPosteriorForItem instead.
   virtual void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels,
                              int32_t gold_label,
                              absl::Span<double> out) const = 0;
+
+  // ItemPosterior of the item with dense id `item`, its row in the
+  // AnnotationMatrix of the fits. A model with per-item parameters (glad)
+  // uses those the last Fit (or the restored parameters) learned for `item`,
+  // and the prior ones when `item` was not in that fit (an item created
+  // since, or a negative id); the other models ignore `item` (this default
+  // calls ItemPosterior). AllPosteriors calls this with each item's row, so
+  // a caller that keeps posteriors up to date online must call it, with the
+  // same ids, to get exactly AllPosteriors. Same preconditions as
+  // ItemPosterior.
+  virtual void ItemPosteriorForItem(
+      int32_t item, absl::Span<const AnnotationMatrix::Entry> labels,
+      int32_t gold_label, absl::Span<double> out) const {
+    (void)item;
+    ItemPosterior(labels, gold_label, out);
+  }
 
   // The predicted confusion matrix of `annotator`, num_classes()^2 values,
   // row-major, row = true class, each row summing to 1. An annotator never
@@ -170,8 +254,9 @@ absl::Status ValidateFitInputs(int32_t num_classes,
                                absl::Span<const int32_t> gold);
 
 // The posteriors of all items (num_items * num_classes, row-major) under the
-// model's current parameters: ItemPosterior of every item's labels, with
-// gold clamped where gold[i] >= 0 (`gold` empty or of size num_items).
+// model's current parameters: ItemPosteriorForItem of every item (its row
+// index and labels), with gold clamped where gold[i] >= 0 (`gold` empty or
+// of size num_items).
 // Preconditions: data.num_classes() == model.num_classes(), gold in range.
 std::vector<double> AllPosteriors(const TruthModel& model,
                                   const AnnotationMatrix& data,

@@ -9,28 +9,44 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "models/dawid_skene.h"
+#include "models/glad.h"
 #include "models/majority_vote.h"
+#include "models/one_coin.h"
 
 namespace verity::models {
 
 std::vector<std::string_view> KnownTruthModelMethods() {
-  return {MajorityVoteModel::kMethod, DawidSkeneModel::kMethod};
+  return {MajorityVoteModel::kMethod, DawidSkeneModel::kMethod,
+          OneCoinModel::kMethod, GladModel::kMethod};
 }
+
+namespace {
+
+template <typename Model>
+absl::StatusOr<std::unique_ptr<TruthModel>> Make(
+    int32_t num_classes, const TruthModelOptions& options) {
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Create(num_classes, options);
+  if (!model.ok()) return model.status();
+  return std::unique_ptr<TruthModel>(*std::move(model));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
     std::string_view method, int32_t num_classes,
     const TruthModelOptions& options) {
   if (method == MajorityVoteModel::kMethod) {
-    absl::StatusOr<std::unique_ptr<MajorityVoteModel>> model =
-        MajorityVoteModel::Create(num_classes, options);
-    if (!model.ok()) return model.status();
-    return std::unique_ptr<TruthModel>(*std::move(model));
+    return Make<MajorityVoteModel>(num_classes, options);
   }
   if (method == DawidSkeneModel::kMethod) {
-    absl::StatusOr<std::unique_ptr<DawidSkeneModel>> model =
-        DawidSkeneModel::Create(num_classes, options);
-    if (!model.ok()) return model.status();
-    return std::unique_ptr<TruthModel>(*std::move(model));
+    return Make<DawidSkeneModel>(num_classes, options);
+  }
+  if (method == OneCoinModel::kMethod) {
+    return Make<OneCoinModel>(num_classes, options);
+  }
+  if (method == GladModel::kMethod) {
+    return Make<GladModel>(num_classes, options);
   }
   std::string known;
   for (std::string_view m : KnownTruthModelMethods()) {

@@ -16,7 +16,8 @@ using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 
 TEST(TruthModelFactoryTest, CreatesEachKnownMethod) {
-  EXPECT_THAT(KnownTruthModelMethods(), ElementsAre("mv", "ds"));
+  EXPECT_THAT(KnownTruthModelMethods(),
+              ElementsAre("mv", "ds", "one_coin", "glad"));
   for (std::string_view method : KnownTruthModelMethods()) {
     absl::StatusOr<std::unique_ptr<TruthModel>> model =
         CreateTruthModel(method, 4, {});
@@ -29,10 +30,10 @@ TEST(TruthModelFactoryTest, CreatesEachKnownMethod) {
 
 TEST(TruthModelFactoryTest, UnknownMethodIsInvalidArgumentListingKnownOnes) {
   absl::StatusOr<std::unique_ptr<TruthModel>> model =
-      CreateTruthModel("glad", 2, {});
+      CreateTruthModel("zencrowd", 2, {});
   EXPECT_THAT(model, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(model.status().message(), HasSubstr("\"glad\""));
-  EXPECT_THAT(model.status().message(), HasSubstr("mv, ds"));
+  EXPECT_THAT(model.status().message(), HasSubstr("\"zencrowd\""));
+  EXPECT_THAT(model.status().message(), HasSubstr("mv, ds, one_coin, glad"));
 }
 
 TEST(TruthModelFactoryTest, RejectsBadClassCountAndOptions) {

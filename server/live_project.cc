@@ -198,7 +198,7 @@ void LiveProject::SetLabel(int32_t item, int32_t annotator, int32_t label, int64
 
 void LiveProject::RecomputeItem(const models::TruthModel& model, int32_t item,
                                 PosteriorTable::Builder& builder) const {
-  model.ItemPosterior(item_labels_[item], gold_[item], builder.mutable_probabilities(item));
+  model.ItemPosteriorForItem(item, item_labels_[item], gold_[item], builder.mutable_probabilities(item));
   builder.set_num_labels(item, static_cast<int32_t>(item_labels_[item].size()));
   builder.set_newest_seq(item, item_newest_seq_[item]);
   builder.set_is_gold(item, gold_[item] >= 0);

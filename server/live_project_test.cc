@@ -38,8 +38,9 @@ LiveProject::Identity TestIdentity() {
 
 // A live project restored from a fitted Dawid-Skene version over `crowd`.
 std::unique_ptr<LiveProject> RestoreFitted(const models::testing::SyntheticCrowd& crowd,
-                                           std::unique_ptr<models::TruthModel>& fitted) {
-  fitted = *models::CreateTruthModel("ds", kClasses, {});
+                                           std::unique_ptr<models::TruthModel>& fitted,
+                                           const std::string& method = "ds") {
+  fitted = *models::CreateTruthModel(method, kClasses, {});
   EXPECT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
   LiveProject::StoredState stored;
   for (int32_t i = 0; i < crowd.matrix.num_items(); ++i) stored.item_ids.push_back(absl::StrCat("i", i));
@@ -51,7 +52,7 @@ std::unique_ptr<LiveProject> RestoreFitted(const models::testing::SyntheticCrowd
   }
   storage::ModelVersionRecord version;
   version.version = 1;
-  version.method = "ds";
+  version.method = method;
   version.parameters = fitted->Serialize();
   version.watermark = seq;
   stored.latest_version = version;
@@ -71,6 +72,27 @@ TEST(LiveProjectTest, RestoredPosteriorsEqualTheModelsFullEStep) {
   for (int32_t i = 0; i < 300; ++i) {
     for (int32_t c = 0; c < kClasses; ++c) {
       ASSERT_EQ(snapshot->posteriors.probabilities(i)[c], expected[i * kClasses + c]) << i;
+    }
+  }
+}
+
+TEST(LiveProjectTest, EveryServedMethodRestoresToItsFullEStepAndUpdatesOnline) {
+  for (std::string_view method : models::KnownTruthModelMethods()) {
+    SCOPED_TRACE(std::string(method));
+    auto crowd = MakeCrowd(200, 11);
+    std::unique_ptr<models::TruthModel> fitted;
+    auto project = RestoreFitted(crowd, fitted, std::string(method));
+    std::vector<models::Annotation> all = crowd.annotations;
+    project->ApplyCommitted({{5, "i5", 11, "w11", 2, 50000, true}});
+    all.push_back({5, 11, 2});
+    auto matrix = models::AnnotationMatrix::Build(200, kAnnotators, kClasses, all);
+    ASSERT_TRUE(matrix.ok());
+    std::vector<double> expected = models::AllPosteriors(*fitted, *matrix, {});
+    auto snapshot = project->snapshot();
+    for (int32_t i = 0; i < 200; ++i) {
+      for (int32_t c = 0; c < kClasses; ++c) {
+        ASSERT_EQ(snapshot->posteriors.probabilities(i)[c], expected[i * kClasses + c]) << i;
+      }
     }
   }
 }

@@ -1,0 +1,226 @@
+// ingest_benchmark: durable streaming ingest over loopback gRPC into PostgreSQL, next to the
+// storage ceiling measured in the same run (PostgreSQL COPY of the same rows into a table
+// shaped like `annotations`).
+//
+//   bazel run -c opt //bench:ingest_benchmark -- --annotations=1000000 --streams=4 --batch=5000
+//
+// The server runs in-process on an embedded PostgreSQL 15 with durable commits (fsync on,
+// synchronous_commit on), its background trainer on. Each of --streams client streams keeps up
+// to --in_flight batches unacked. Prints annotations/s, ack latency p50/p99 (send of a batch
+// to its ack), and the COPY rate of the same rows (one transaction, synchronous commit).
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "pqxx/pqxx"
+#include "server/verity_server.h"
+#include "storage/embedded_postgres.h"
+#include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/projects.grpc.pb.h"
+
+ABSL_FLAG(int, annotations, 1000000, "Annotations sent.");
+ABSL_FLAG(int, items, 200000, "Distinct items.");
+ABSL_FLAG(int, annotators, 2000, "Distinct annotators.");
+ABSL_FLAG(int, streams, 4, "Concurrent SubmitAnnotations streams.");
+ABSL_FLAG(int, batch, 5000, "Annotations per batch.");
+ABSL_FLAG(int, in_flight, 8, "Unacked batches per stream.");
+ABSL_FLAG(bool, background_refit, true, "Run the server's background trainer.");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Row {
+  int32_t item, annotator, label;
+};
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+}
+
+// Sends batches [first, last) of `rows` on one stream; appends each batch's ack latency (ms).
+void RunStream(verity::v1::IngestService::Stub& stub, const std::vector<Row>& rows, size_t first,
+               size_t last, int batch_size, int in_flight, std::vector<double>& latencies) {
+  grpc::ClientContext context;
+  auto stream = stub.SubmitAnnotations(&context);
+  absl::Mutex mu;
+  std::deque<Clock::time_point> sent;  // send time of each unacked batch, in order
+  size_t acked = 0, batches = 0;
+  std::thread reader([&] {
+    verity::v1::BatchAck ack;
+    while (stream->Read(&ack)) {
+      if (ack.error_code() != 0) {
+        std::fprintf(stderr, "batch %llu failed: %s\n",
+                     static_cast<unsigned long long>(ack.batch_id()), ack.error_message().c_str());
+        std::exit(1);
+      }
+      absl::MutexLock lock(&mu);
+      latencies.push_back(
+          std::chrono::duration<double, std::milli>(Clock::now() - sent.front()).count());
+      sent.pop_front();
+      ++acked;
+    }
+  });
+  for (size_t start = first; start < last; start += batch_size) {
+    verity::v1::AnnotationBatch batch;
+    batch.set_project("ingest");
+    batch.set_batch_id(++batches);
+    for (size_t i = start; i < std::min(last, start + batch_size); ++i) {
+      verity::v1::Annotation* a = batch.add_annotations();
+      a->set_item(absl::StrCat("item-", rows[i].item));
+      a->set_annotator(absl::StrCat("worker-", rows[i].annotator));
+      a->set_label(rows[i].label);
+    }
+    {
+      absl::MutexLock lock(&mu);
+      auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+        return sent.size() < static_cast<size_t>(in_flight);
+      };
+      mu.Await(absl::Condition(&room));
+      sent.push_back(Clock::now());
+    }
+    stream->Write(batch);
+  }
+  stream->WritesDone();
+  reader.join();
+  grpc::Status status = stream->Finish();
+  if (!status.ok()) {
+    std::fprintf(stderr, "stream: %s\n", status.error_message().c_str());
+    std::exit(1);
+  }
+}
+
+// COPY of the same rows into a table shaped like `annotations`; returns rows per second.
+double CopyCeiling(const std::string& url, const std::vector<Row>& rows) {
+  pqxx::connection connection(url);
+  {
+    pqxx::work setup(connection);
+    setup.exec0("DROP TABLE IF EXISTS copy_ceiling");
+    setup.exec0("CREATE TABLE copy_ceiling (LIKE annotations INCLUDING ALL)");
+    setup.commit();
+  }
+  const auto start = Clock::now();
+  pqxx::work txn(connection);
+  pqxx::stream_to copy(txn, "copy_ceiling",
+                       std::vector<std::string>{"project_id", "item_index", "annotator_index",
+                                                "label", "seq"});
+  // The same (item, annotator) pairs the ingest wrote: the benchmark's rows are unique pairs.
+  int64_t seq = 0;
+  for (const Row& r : rows) copy << std::make_tuple(int64_t{1}, r.item, r.annotator, r.label, ++seq);
+  copy.complete();
+  txn.commit();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  pqxx::work cleanup(connection);
+  cleanup.exec0("DROP TABLE copy_ceiling");
+  cleanup.commit();
+  return rows.size() / seconds;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int n = absl::GetFlag(FLAGS_annotations);
+  const int items = absl::GetFlag(FLAGS_items), annotators = absl::GetFlag(FLAGS_annotators);
+  // Unique (item, annotator) pairs: item i gets labels from annotators (i*7 + r*31) mod W.
+  std::vector<Row> rows;
+  rows.reserve(n);
+  std::mt19937 rng(5);
+  const int per_item = (n + items - 1) / items;
+  for (int r = 0; r < per_item && static_cast<int>(rows.size()) < n; ++r) {
+    for (int i = 0; i < items && static_cast<int>(rows.size()) < n; ++i) {
+      rows.push_back({i, static_cast<int32_t>((static_cast<int64_t>(i) * 7 + r * 31) % annotators),
+                      static_cast<int32_t>(rng() % 2)});
+    }
+  }
+  if (per_item > annotators) {
+    std::fprintf(stderr, "need more annotators than labels per item\n");
+    return 1;
+  }
+
+  char dir_template[] = "/tmp/verity-ingest-bench-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  chmod(dir.c_str(), 0755);
+  verity::storage::EmbeddedPostgres::Options pg_options;
+  pg_options.data_dir = dir + "/pg";
+  auto pg = verity::storage::EmbeddedPostgres::Start(pg_options);
+  if (!pg.ok()) {
+    std::fprintf(stderr, "%s\n", pg.status().ToString().c_str());
+    return 1;
+  }
+  verity::server::VerityServer::Options options;
+  options.listen = "localhost:0";
+  options.postgres_url = (*pg)->connection_url();
+  options.training.run_in_background = absl::GetFlag(FLAGS_background_refit);
+  auto server = verity::server::VerityServer::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  auto channel = grpc::CreateChannel(absl::StrCat("localhost:", (*server)->port()),
+                                     grpc::InsecureChannelCredentials());
+  {
+    auto projects = verity::v1::ProjectService::NewStub(channel);
+    grpc::ClientContext context;
+    verity::v1::CreateProjectRequest request;
+    request.mutable_project()->set_name("ingest");
+    request.mutable_project()->add_classes("no");
+    request.mutable_project()->add_classes("yes");
+    verity::v1::CreateProjectResponse response;
+    grpc::Status status = projects->CreateProject(&context, request, &response);
+    if (!status.ok()) {
+      std::fprintf(stderr, "%s\n", status.error_message().c_str());
+      return 1;
+    }
+  }
+
+  const int streams = absl::GetFlag(FLAGS_streams), batch = absl::GetFlag(FLAGS_batch);
+  auto stub = verity::v1::IngestService::NewStub(channel);
+  std::vector<std::vector<double>> latencies(streams);
+  std::vector<std::thread> threads;
+  const auto start = Clock::now();
+  for (int s = 0; s < streams; ++s) {
+    const size_t first = rows.size() * s / streams, last = rows.size() * (s + 1) / streams;
+    threads.emplace_back([&, s, first, last] {
+      RunStream(*stub, rows, first, last, batch, absl::GetFlag(FLAGS_in_flight), latencies[s]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> all;
+  for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  (*server)->Shutdown();
+  server->reset();
+
+  double copy_rate = 0;
+  try {
+    copy_rate = CopyCeiling((*pg)->connection_url(), rows);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "COPY ceiling failed: %s\n", e.what());
+    return 1;
+  }
+  const double ingest_rate = rows.size() / seconds;
+  std::printf(
+      "annotations=%zu streams=%d batch=%d in_flight=%d\n"
+      "ingest: %.0f annotations/s (%.2f s)  ack latency p50=%.1f ms p99=%.1f ms\n"
+      "COPY ceiling: %.0f rows/s  ratio ceiling/ingest=%.2f\n",
+      rows.size(), streams, batch, absl::GetFlag(FLAGS_in_flight), ingest_rate, seconds,
+      Percentile(all, 0.5), Percentile(all, 0.99), copy_rate, copy_rate / ingest_rate);
+  (*pg)->Stop().IgnoreError();
+  std::filesystem::remove_all(dir);
+  return 0;
+}

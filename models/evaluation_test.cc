@@ -1,0 +1,190 @@
+#include "models/evaluation.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/status_matchers.h"
+#include "models/annotation_matrix.h"
+
+namespace verity::models {
+namespace {
+
+using ::testing::DoubleNear;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+TEST(ArgMaxTest, TakesTheLowestIndexOnTies) {
+  EXPECT_EQ(ArgMax(std::vector<double>{0.2, 0.4, 0.4}), 1);
+  EXPECT_EQ(ArgMax(std::vector<double>{0.5, 0.5}), 0);
+  EXPECT_EQ(ArgMax(std::vector<double>{0.1, 0.2, 0.7}), 2);
+}
+
+TEST(ScorePredictionsTest, AccuracyAndMacroF1OverItemsWithTruth) {
+  // Item 5 has no truth and is skipped. Class 0: TP 1, FP 1, FN 1 → F1 0.5;
+  // class 1: TP 2, FP 1, FN 0 → 0.8; class 2: TP 0, FN 1 → 0.
+  const ClassificationScores s =
+      ScorePredictions({0, 1, 1, 1, 0, 2}, {0, 0, 1, 1, 2, -1}, 3);
+  EXPECT_EQ(s.items, 5);
+  EXPECT_DOUBLE_EQ(s.accuracy, 0.6);
+  EXPECT_DOUBLE_EQ(s.macro_f1, (0.5 + 0.8 + 0.0) / 3);
+  EXPECT_THAT(s.class_f1, ElementsAre(0.5, DoubleNear(0.8, 1e-15), 0.0));
+}
+
+TEST(ScorePredictionsTest, ClassNeitherTrueNorPredictedIsNotAveraged) {
+  const ClassificationScores s = ScorePredictions({0, 1, 1}, {0, 1, 1}, 4);
+  EXPECT_DOUBLE_EQ(s.accuracy, 1.0);
+  EXPECT_DOUBLE_EQ(s.macro_f1, 1.0);
+}
+
+TEST(ScorePredictionsTest, PredictedOnlyClassCountsAsZero) {
+  // Class 1 is predicted once but never true: F1 0 for it, 2/3 for class 0.
+  const ClassificationScores s = ScorePredictions({0, 1}, {0, 0}, 2);
+  EXPECT_DOUBLE_EQ(s.accuracy, 0.5);
+  EXPECT_DOUBLE_EQ(s.macro_f1, (2.0 / 3 + 0.0) / 2);
+}
+
+TEST(ScorePredictionsTest, NothingScoredGivesZeros) {
+  const ClassificationScores s = ScorePredictions({0, 1}, {-1, -1}, 2);
+  EXPECT_EQ(s.items, 0);
+  EXPECT_EQ(s.accuracy, 0.0);
+  EXPECT_EQ(s.macro_f1, 0.0);
+  EXPECT_THAT(s.class_f1, ElementsAre(0.0, 0.0));
+}
+
+TEST(ScorePosteriorsTest, ScoresGoldItemsWithLabelsBreakingTiesLow) {
+  // Item 0: tie → class 0, gold 1 (wrong). Item 1: class 1, gold 1 (right).
+  // Item 2 has gold but no label; item 3 has a label but no gold.
+  absl::StatusOr<AnnotationMatrix> m = AnnotationMatrix::Build(
+      4, 2, 2, {{0, 0, 0}, {0, 1, 1}, {1, 0, 1}, {3, 1, 0}});
+  ASSERT_THAT(m, IsOk());
+  const std::vector<double> posteriors = {0.5, 0.5, 0.2, 0.8,
+                                          0.9, 0.1, 0.9, 0.1};
+  const ClassificationScores s =
+      ScorePosteriors(posteriors, *m, std::vector<int32_t>{1, 1, 0, -1});
+  EXPECT_EQ(s.items, 2);
+  EXPECT_DOUBLE_EQ(s.accuracy, 0.5);
+  // Class 0: TP 0, FP 1 → 0; class 1: TP 1, FN 1 → 2/3.
+  EXPECT_DOUBLE_EQ(s.macro_f1, (0.0 + 2.0 / 3) / 2);
+}
+
+std::vector<Annotation> FiveItemsWithUpToSixLabels() {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 5; ++i) {
+    for (int32_t a = 0; a <= i + 1; ++a) {
+      annotations.push_back({i, a, (i + a) % 2});
+    }
+  }
+  return annotations;
+}
+
+bool SameAnnotation(const Annotation& x, const Annotation& y) {
+  return x.item == y.item && x.annotator == y.annotator && x.label == y.label;
+}
+
+TEST(SubsampleLabelsPerItemTest, KeepsAtMostRPerItemInInputOrder) {
+  const std::vector<Annotation> all = FiveItemsWithUpToSixLabels();
+  const std::vector<Annotation> kept = SubsampleLabelsPerItem(all, 5, 3, 7);
+  std::vector<int> per_item(5, 0);
+  for (const Annotation& a : kept) ++per_item[a.item];
+  // Items have 2, 3, 4, 5, 6 labels.
+  EXPECT_THAT(per_item, ElementsAre(2, 3, 3, 3, 3));
+  // `kept` is a subsequence of `all`.
+  size_t j = 0;
+  for (const Annotation& a : kept) {
+    while (j < all.size() && !SameAnnotation(all[j], a)) ++j;
+    ASSERT_LT(j, all.size()) << "kept label not found in input order";
+    ++j;
+  }
+}
+
+TEST(SubsampleLabelsPerItemTest, SameSeedSameDrawOtherSeedOtherDraw) {
+  const std::vector<Annotation> all = FiveItemsWithUpToSixLabels();
+  const std::vector<Annotation> a = SubsampleLabelsPerItem(all, 5, 1, 11);
+  const std::vector<Annotation> b = SubsampleLabelsPerItem(all, 5, 1, 11);
+  ASSERT_EQ(a.size(), 5u);
+  ASSERT_EQ(b.size(), 5u);
+  for (size_t j = 0; j < a.size(); ++j) {
+    EXPECT_TRUE(SameAnnotation(a[j], b[j]));
+  }
+  bool any_difference = false;
+  for (uint64_t seed = 12; seed < 20 && !any_difference; ++seed) {
+    const std::vector<Annotation> c = SubsampleLabelsPerItem(all, 5, 1, seed);
+    for (size_t j = 0; j < a.size(); ++j) {
+      any_difference |= !SameAnnotation(a[j], c[j]);
+    }
+  }
+  EXPECT_TRUE(any_difference);
+}
+
+TEST(SubsampleLabelsPerItemTest, EachLabelIsEquallyLikely) {
+  // One item with four labels, R = 1, 4000 seeds: each label is kept about
+  // 1000 times (binomial standard deviation 27).
+  const std::vector<Annotation> all = {
+      {0, 0, 0}, {0, 1, 0}, {0, 2, 1}, {0, 3, 1}};
+  std::vector<int> times_kept(4, 0);
+  for (uint64_t seed = 0; seed < 4000; ++seed) {
+    const std::vector<Annotation> kept =
+        SubsampleLabelsPerItem(all, 1, 1, seed);
+    ASSERT_EQ(kept.size(), 1u);
+    ++times_kept[kept[0].annotator];
+  }
+  for (int count : times_kept) {
+    EXPECT_GT(count, 900);
+    EXPECT_LT(count, 1100);
+  }
+}
+
+TEST(MeanAndStandardErrorTest, SampleStandardDeviationOverRootN) {
+  const MeanWithError m = MeanAndStandardError({1.0, 2.0, 3.0, 4.0});
+  EXPECT_EQ(m.count, 4);
+  EXPECT_DOUBLE_EQ(m.mean, 2.5);
+  // Sample variance 5/3; standard error sqrt(5/3 / 4).
+  EXPECT_THAT(m.standard_error, DoubleNear(0.6454972243679028, 1e-15));
+}
+
+TEST(MeanAndStandardErrorTest, OneValueHasNoErrorAndNoValuesAreZero) {
+  const MeanWithError one = MeanAndStandardError({0.75});
+  EXPECT_EQ(one.count, 1);
+  EXPECT_DOUBLE_EQ(one.mean, 0.75);
+  EXPECT_EQ(one.standard_error, 0.0);
+  const MeanWithError none = MeanAndStandardError({});
+  EXPECT_EQ(none.count, 0);
+  EXPECT_EQ(none.mean, 0.0);
+}
+
+TEST(FitAndScoreTest, MajorityVoteScoresItsVotes) {
+  // Item 0: votes 1,1,0 → 1 (gold 1). Item 1: votes 0,0,1 → 0 (gold 1).
+  // Item 2: votes 0,0,0 → 0 (gold 0).
+  absl::StatusOr<AnnotationMatrix> m = AnnotationMatrix::Build(
+      3, 3, 2,
+      {{0, 0, 1}, {0, 1, 1}, {0, 2, 0}, {1, 0, 0}, {1, 1, 0}, {1, 2, 1},
+       {2, 0, 0}, {2, 1, 0}, {2, 2, 0}});
+  ASSERT_THAT(m, IsOk());
+  absl::StatusOr<MethodEvaluation> e =
+      FitAndScore("mv", {}, *m, std::vector<int32_t>{1, 1, 0});
+  ASSERT_THAT(e, IsOk());
+  EXPECT_EQ(e->scores.items, 3);
+  EXPECT_DOUBLE_EQ(e->scores.accuracy, 2.0 / 3);
+  // Class 0: TP 1, FP 1 → 2/3; class 1: TP 1, FN 1 → 2/3.
+  EXPECT_DOUBLE_EQ(e->scores.macro_f1, 2.0 / 3);
+  EXPECT_EQ(e->fit.iterations, 1);
+}
+
+TEST(FitAndScoreTest, RejectsUnknownMethodAndGoldOfWrongSize) {
+  absl::StatusOr<AnnotationMatrix> m =
+      AnnotationMatrix::Build(2, 1, 2, {{0, 0, 1}, {1, 0, 0}});
+  ASSERT_THAT(m, IsOk());
+  EXPECT_THAT(FitAndScore("no_such_method", {}, *m, std::vector<int32_t>{1, 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("no_such_method")));
+  EXPECT_THAT(FitAndScore("mv", {}, *m, std::vector<int32_t>{1}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("gold")));
+}
+
+}  // namespace
+}  // namespace verity::models

@@ -1,0 +1,665 @@
+#include "models/glad.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/annotation_matrix.h"
+#include "models/majority_vote.h"
+#include "common/status_matchers.h"
+#include "models/testing/synthetic_crowd.h"
+#include "models/truth_model.h"
+
+namespace verity::models {
+namespace {
+
+using ::testing::DoubleNear;
+using ::testing::Each;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::verity::models::testing::Accuracy;
+using ::verity::models::testing::GenerateSyntheticCrowd;
+using ::verity::models::testing::SymmetricConfusion;
+using ::verity::models::testing::SyntheticCrowd;
+using ::verity::models::testing::SyntheticCrowdSpec;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+using Entry = AnnotationMatrix::Entry;
+
+std::unique_ptr<GladModel> MakeGlad(int32_t num_classes,
+                                    const TruthModelOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<GladModel>> model =
+      GladModel::Create(num_classes, options);
+  EXPECT_THAT(model, IsOk());
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+std::unique_ptr<MajorityVoteModel> MakeMv(int32_t num_classes) {
+  absl::StatusOr<std::unique_ptr<MajorityVoteModel>> model =
+      MajorityVoteModel::Create(num_classes, {});
+  EXPECT_THAT(model, IsOk());
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// Labels drawn from the GLAD model itself: uniform true classes, log
+// easiness b_i ~ N(0, easiness_stddev^2), `labels_per_item` distinct
+// annotators per item, each right with probability
+// sigmoid(ability * e^b_i), else uniformly wrong. Hand-written sampling on
+// std::mt19937_64, so a seed gives the same data everywhere.
+struct GladCrowd {
+  std::vector<Annotation> annotations;
+  AnnotationMatrix matrix;
+  std::vector<int32_t> truth;
+  std::vector<double> log_easiness;
+};
+
+GladCrowd GenerateGladCrowd(int32_t num_items, int32_t num_classes,
+                            int32_t labels_per_item,
+                            const std::vector<double>& abilities,
+                            double easiness_stddev, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&rng] {
+    return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+  };
+  const int32_t num_annotators = static_cast<int32_t>(abilities.size());
+  GladCrowd crowd;
+  std::vector<int32_t> pool(num_annotators);
+  for (int32_t a = 0; a < num_annotators; ++a) pool[a] = a;
+  for (int32_t i = 0; i < num_items; ++i) {
+    const int32_t truth = static_cast<int32_t>(rng() % num_classes);
+    // Box-Muller.
+    const double b = easiness_stddev *
+                     std::sqrt(-2.0 * std::log(1.0 - uniform())) *
+                     std::cos(2.0 * M_PI * uniform());
+    crowd.truth.push_back(truth);
+    crowd.log_easiness.push_back(b);
+    for (int32_t j = 0; j < labels_per_item; ++j) {
+      const int32_t pick =
+          j + static_cast<int32_t>(rng() % (num_annotators - j));
+      std::swap(pool[j], pool[pick]);
+      const int32_t annotator = pool[j];
+      int32_t label = truth;
+      if (uniform() >= Sigmoid(abilities[annotator] * std::exp(b))) {
+        label = (truth + 1 + static_cast<int32_t>(rng() % (num_classes - 1))) %
+                num_classes;
+      }
+      crowd.annotations.push_back({i, annotator, label});
+    }
+  }
+  crowd.matrix = *AnnotationMatrix::Build(num_items, num_annotators,
+                                          num_classes, crowd.annotations);
+  return crowd;
+}
+
+// Twenty abilities from -0.6 (worse than guessing among three classes:
+// sigmoid(-0.6) = 0.35 > 1/3 only barely) to 3.2.
+std::vector<double> Abilities() {
+  std::vector<double> abilities;
+  for (int a = 0; a < 20; ++a) abilities.push_back(-0.6 + 0.2 * a);
+  return abilities;
+}
+
+double RankCorrelation(const std::vector<double>& x,
+                       const std::vector<double>& y) {
+  auto ranks = [](const std::vector<double>& v) {
+    std::vector<size_t> order(v.size());
+    for (size_t i = 0; i < v.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&v](size_t a, size_t b) { return v[a] < v[b]; });
+    std::vector<double> r(v.size());
+    for (size_t i = 0; i < v.size(); ++i) r[order[i]] = static_cast<double>(i);
+    return r;
+  };
+  const std::vector<double> rx = ranks(x);
+  const std::vector<double> ry = ranks(y);
+  const double n = static_cast<double>(x.size());
+  double d2 = 0;
+  for (size_t i = 0; i < x.size(); ++i) d2 += (rx[i] - ry[i]) * (rx[i] - ry[i]);
+  return 1.0 - 6.0 * d2 / (n * (n * n - 1.0));
+}
+
+double Correlation(const std::vector<double>& x, const std::vector<double>& y) {
+  const double n = static_cast<double>(x.size());
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    mx += x[i] / n;
+    my += y[i] / n;
+  }
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxy += (x[i] - mx) * (y[i] - my);
+    sxx += (x[i] - mx) * (x[i] - mx);
+    syy += (y[i] - my) * (y[i] - my);
+  }
+  return sxy / std::sqrt(sxx * syy);
+}
+
+TEST(GladTest, RecoversAbilitiesAndEasinessOfAGladCrowd) {
+  // 6000 items, 6 labels each: 1800 labels per annotator.
+  const std::vector<double> abilities = Abilities();
+  const GladCrowd crowd = GenerateGladCrowd(6000, 3, 6, abilities, 0.5, 3);
+  std::unique_ptr<GladModel> model = MakeGlad(3);
+  absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_TRUE(std::isfinite(report->log_likelihood));
+
+  std::vector<double> fitted;
+  for (int32_t a = 0; a < 20; ++a) fitted.push_back(model->AnnotatorAbility(a));
+  const double rank_correlation = RankCorrelation(fitted, abilities);
+  RecordProperty("ability_rank_correlation", std::to_string(rank_correlation));
+  EXPECT_GE(rank_correlation, 0.98);
+  // The scale of alpha * beta is shared between abilities and easiness (and
+  // each item's easiness, from six labels, is shrunk toward the prior), so
+  // the abilities are recovered up to a factor, measured ~1.2 here.
+  double tt = 0;
+  double ft = 0;
+  for (int32_t a = 0; a < 20; ++a) {
+    tt += abilities[a] * abilities[a];
+    ft += fitted[a] * abilities[a];
+  }
+  const double scale = ft / tt;
+  double max_error = 0;
+  for (int32_t a = 0; a < 20; ++a) {
+    max_error = std::max(max_error, std::abs(fitted[a] - scale * abilities[a]));
+  }
+  RecordProperty("ability_scale", std::to_string(scale));
+  RecordProperty("max_scaled_ability_error", std::to_string(max_error));
+  EXPECT_NEAR(scale, 1.0, 0.3);
+  EXPECT_LE(max_error, 0.35);
+  // Every pair of annotators 0.4 apart is ordered right.
+  for (int32_t a = 0; a < 20; ++a) {
+    for (int32_t b = a + 2; b < 20; ++b) {
+      EXPECT_LT(fitted[a], fitted[b]) << a << " vs " << b;
+    }
+  }
+
+  std::vector<double> fitted_b;
+  for (int32_t i = 0; i < 6000; ++i) {
+    fitted_b.push_back(std::log(model->ItemEasiness(i)));
+  }
+  const double easiness_correlation =
+      Correlation(fitted_b, crowd.log_easiness);
+  RecordProperty("easiness_correlation", std::to_string(easiness_correlation));
+  EXPECT_GE(easiness_correlation, 0.3);
+
+  std::unique_ptr<MajorityVoteModel> mv = MakeMv(3);
+  ASSERT_THAT(mv->Fit(crowd.matrix, {}, false), IsOk());
+  const double accuracy = Accuracy(AllPosteriors(*model, crowd.matrix, {}),
+                                   crowd.matrix, crowd.truth);
+  const double mv_accuracy =
+      Accuracy(AllPosteriors(*mv, crowd.matrix, {}), crowd.matrix, crowd.truth);
+  RecordProperty("glad_accuracy", std::to_string(accuracy));
+  RecordProperty("mv_accuracy", std::to_string(mv_accuracy));
+  EXPECT_GT(accuracy, mv_accuracy + 0.02);
+}
+
+TEST(GladTest, OrdersAbilitiesLikeAccuraciesOnASymmetricCrowd) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 5000;
+  spec.num_classes = 3;
+  spec.labels_per_item = 5;
+  for (int a = 0; a < 20; ++a) {
+    spec.confusions.push_back(SymmetricConfusion(3, 0.45 + 0.025 * a));
+  }
+  spec.seed = 23;
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<GladModel> model = MakeGlad(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  for (int32_t a = 0; a < 20; ++a) {
+    for (int32_t b = a + 4; b < 20; ++b) {
+      EXPECT_LT(model->AnnotatorAbility(a), model->AnnotatorAbility(b))
+          << a << " vs " << b;
+    }
+  }
+}
+
+TEST(GladTest, BeatsMajorityVoteWhenAThirdAreSpammers) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 2000;
+  spec.num_classes = 2;
+  spec.labels_per_item = 5;
+  for (int a = 0; a < 30; ++a) {
+    spec.confusions.push_back(a % 3 == 0 ? SymmetricConfusion(2, 0.5)
+                                         : SymmetricConfusion(2, 0.8));
+  }
+  spec.seed = 11;
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  std::unique_ptr<MajorityVoteModel> mv = MakeMv(2);
+  ASSERT_THAT(mv->Fit(crowd.matrix, {}, false), IsOk());
+  const double accuracy = Accuracy(AllPosteriors(*model, crowd.matrix, {}),
+                                   crowd.matrix, crowd.truth);
+  const double mv_accuracy =
+      Accuracy(AllPosteriors(*mv, crowd.matrix, {}), crowd.matrix, crowd.truth);
+  RecordProperty("glad_accuracy", std::to_string(accuracy));
+  RecordProperty("mv_accuracy", std::to_string(mv_accuracy));
+  EXPECT_GT(accuracy, mv_accuracy + 0.03);
+  // Every spammer ranks below every good annotator, near ability 0
+  // (p(correct) = 0.5; within 0.5, p is within 0.12 of it).
+  double best_spammer = -1e9;
+  double worst_good = 1e9;
+  for (int a = 0; a < 30; ++a) {
+    if (a % 3 == 0) {
+      best_spammer = std::max(best_spammer, model->AnnotatorAbility(a));
+      EXPECT_NEAR(model->AnnotatorAbility(a), 0.0, 0.5) << a;
+    } else {
+      worst_good = std::min(worst_good, model->AnnotatorAbility(a));
+    }
+  }
+  EXPECT_LT(best_spammer, worst_good);
+}
+
+TEST(GladTest, PosteriorIsTheGladFormulaWithTheItemsEasiness) {
+  const GladCrowd crowd = GenerateGladCrowd(500, 3, 5, Abilities(), 0.5, 4);
+  std::unique_ptr<GladModel> model = MakeGlad(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+
+  const std::vector<Entry> labels = {{2, 0}, {7, 2}, {15, 0}};
+  auto expected = [&](double beta) {
+    std::vector<double> p(3, 1.0);
+    for (const Entry& e : labels) {
+      const double right = Sigmoid(model->AnnotatorAbility(e.other) * beta);
+      for (int32_t k = 0; k < 3; ++k) {
+        p[k] *= k == e.label ? right : (1 - right) / 2;
+      }
+    }
+    const double total = p[0] + p[1] + p[2];
+    for (double& v : p) v /= total;
+    return p;
+  };
+  std::vector<double> out(3);
+  for (int32_t item : {0, 123, 499}) {
+    const double beta = model->ItemEasiness(item);
+    model->ItemPosteriorForItem(item, labels, -1, absl::MakeSpan(out));
+    EXPECT_THAT(out, ElementsAre(DoubleNear(expected(beta)[0], 1e-12),
+                                 DoubleNear(expected(beta)[1], 1e-12),
+                                 DoubleNear(expected(beta)[2], 1e-12)))
+        << "item " << item;
+  }
+  // Items have their own easiness...
+  EXPECT_NE(model->ItemEasiness(0), model->ItemEasiness(123));
+  // ...and an item out of the fit, or no item, gets the prior easiness
+  // exp(glad_log_easiness_prior_mean) = 1.
+  EXPECT_EQ(model->ItemEasiness(500), 1.0);
+  EXPECT_EQ(model->ItemEasiness(-1), 1.0);
+  model->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_THAT(out, ElementsAre(DoubleNear(expected(1.0)[0], 1e-12),
+                               DoubleNear(expected(1.0)[1], 1e-12),
+                               DoubleNear(expected(1.0)[2], 1e-12)));
+  std::vector<double> out_of_range(3);
+  model->ItemPosteriorForItem(500, labels, -1, absl::MakeSpan(out_of_range));
+  EXPECT_EQ(out_of_range, out);
+}
+
+TEST(GladTest, OnlinePosteriorsEqualAllPosteriorsBitForBit) {
+  const GladCrowd crowd = GenerateGladCrowd(300, 3, 5, Abilities(), 0.5, 5);
+  std::unique_ptr<GladModel> model = MakeGlad(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+
+  const std::vector<double> all = AllPosteriors(*model, crowd.matrix, {});
+  std::vector<double> out(3);
+  for (int32_t i = 0; i < crowd.matrix.num_items(); ++i) {
+    std::vector<Entry> labels(crowd.matrix.LabelsOfItem(i).begin(),
+                              crowd.matrix.LabelsOfItem(i).end());
+    std::reverse(labels.begin(), labels.end());
+    model->ItemPosteriorForItem(i, labels, -1, absl::MakeSpan(out));
+    ASSERT_EQ(out[0], all[3 * i]);
+    ASSERT_EQ(out[1], all[3 * i + 1]);
+    ASSERT_EQ(out[2], all[3 * i + 2]);
+  }
+}
+
+TEST(GladTest, AnnotatorConfusionIsForAnItemOfPriorEasiness) {
+  const GladCrowd crowd = GenerateGladCrowd(500, 3, 5, Abilities(), 0.5, 6);
+  std::unique_ptr<GladModel> model = MakeGlad(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  for (int32_t a : {0, 19, 20, -1}) {
+    const double p = Sigmoid(model->AnnotatorAbility(a));
+    const double q = (1 - p) / 2;
+    const std::vector<double> c = model->AnnotatorConfusion(a);
+    ASSERT_EQ(c.size(), 9u);
+    for (int32_t k = 0; k < 3; ++k) {
+      for (int32_t l = 0; l < 3; ++l) {
+        EXPECT_NEAR(c[k * 3 + l], k == l ? p : q, 1e-15) << a;
+      }
+    }
+  }
+}
+
+TEST(GladTest, GoldItemsAreClampedAndHelp) {
+  // A hard crowd: three labels per item from mostly weak annotators.
+  std::vector<double> abilities = Abilities();
+  for (int a = 0; a < 12; ++a) abilities[a] = -0.7;  // p(correct) = 0.33
+  const GladCrowd crowd = GenerateGladCrowd(1500, 3, 3, abilities, 0.5, 7);
+  std::vector<int32_t> gold(1500, -1);
+  for (int32_t i = 0; i < 1500; i += 3) gold[i] = crowd.truth[i];
+
+  std::unique_ptr<GladModel> without_gold = MakeGlad(3);
+  ASSERT_THAT(without_gold->Fit(crowd.matrix, {}, false), IsOk());
+  std::unique_ptr<GladModel> with_gold = MakeGlad(3);
+  ASSERT_THAT(with_gold->Fit(crowd.matrix, gold, false), IsOk());
+
+  const std::vector<double> posteriors =
+      AllPosteriors(*with_gold, crowd.matrix, gold);
+  for (int32_t i = 0; i < 1500; i += 3) {
+    for (int32_t k = 0; k < 3; ++k) {
+      ASSERT_EQ(posteriors[i * 3 + k], k == gold[i] ? 1.0 : 0.0)
+          << "item " << i << " class " << k;
+    }
+  }
+  double error_without = 0;
+  double error_with = 0;
+  for (int32_t a = 0; a < 20; ++a) {
+    error_without += std::abs(without_gold->AnnotatorAbility(a) - abilities[a]);
+    error_with += std::abs(with_gold->AnnotatorAbility(a) - abilities[a]);
+  }
+  RecordProperty("mean_ability_error_without_gold",
+                 std::to_string(error_without / 20));
+  RecordProperty("mean_ability_error_with_gold",
+                 std::to_string(error_with / 20));
+  EXPECT_LT(error_with, error_without);
+
+  std::vector<int32_t> truth_of_unclamped = crowd.truth;
+  for (int32_t i = 0; i < 1500; i += 3) truth_of_unclamped[i] = -1;
+  const double accuracy_without =
+      Accuracy(AllPosteriors(*without_gold, crowd.matrix, {}), crowd.matrix,
+               truth_of_unclamped);
+  const double accuracy_with =
+      Accuracy(posteriors, crowd.matrix, truth_of_unclamped);
+  RecordProperty("accuracy_without_gold", std::to_string(accuracy_without));
+  RecordProperty("accuracy_with_gold", std::to_string(accuracy_with));
+  EXPECT_GE(accuracy_with, accuracy_without);
+}
+
+// Items: 0 labelled by annotators 0, 1; 1 labelled by 0, 1; 2 with no labels;
+// 3 labelled only by annotator 2, whose only label it is. Annotator 3 has no
+// labels at all.
+AnnotationMatrix TinyMatrix() {
+  const std::vector<Annotation> triples = {
+      {0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 1}, {3, 2, 1}};
+  return *AnnotationMatrix::Build(4, 4, 2, triples);
+}
+
+TEST(GladTest, NoNanForSparseAnnotatorsAndUnlabelledItems) {
+  const AnnotationMatrix m = TinyMatrix();
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(std::isfinite(report->log_likelihood));
+
+  const std::vector<double> posteriors = AllPosteriors(*model, m, {});
+  for (int32_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(std::isfinite(posteriors[2 * i]));
+    EXPECT_TRUE(std::isfinite(posteriors[2 * i + 1]));
+    EXPECT_NEAR(posteriors[2 * i] + posteriors[2 * i + 1], 1.0, 1e-12);
+  }
+  // The unlabelled item keeps the prior easiness and gets the prior.
+  EXPECT_EQ(model->ItemEasiness(2), 1.0);
+  EXPECT_EQ(posteriors[4], 0.5);
+  EXPECT_EQ(posteriors[5], 0.5);
+  EXPECT_GT(posteriors[7], 0.5);
+  for (int32_t a : {0, 1, 2, 3, 4, -1}) {
+    EXPECT_TRUE(std::isfinite(model->AnnotatorAbility(a))) << a;
+  }
+  for (int32_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(model->ItemEasiness(i) > 0 &&
+                std::isfinite(model->ItemEasiness(i)))
+        << i;
+  }
+  // An annotator with no labels, and ids never seen, get the population
+  // ability: the label-weighted mean of the others.
+  const double population = (2 * model->AnnotatorAbility(0) +
+                             2 * model->AnnotatorAbility(1) +
+                             model->AnnotatorAbility(2)) /
+                            5;
+  EXPECT_NEAR(model->AnnotatorAbility(3), population, 1e-15);
+  EXPECT_EQ(model->AnnotatorAbility(3), model->AnnotatorAbility(4));
+  EXPECT_EQ(model->AnnotatorAbility(-1), model->AnnotatorAbility(4));
+}
+
+TEST(GladTest, EmptyDataFitsToTheUniformModel) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(3, 2, 2, {});
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->log_likelihood, 0.0);
+  EXPECT_TRUE(report->converged);
+  EXPECT_THAT(AllPosteriors(*model, m, {}),
+              ElementsAre(0.5, 0.5, 0.5, 0.5, 0.5, 0.5));
+  EXPECT_EQ(model->AnnotatorAbility(0), 1.0);  // the prior mean
+}
+
+TEST(GladTest, SerializeRestoreGivesIdenticalPosteriors) {
+  const GladCrowd crowd = GenerateGladCrowd(400, 3, 5, Abilities(), 0.5, 8);
+  std::unique_ptr<GladModel> model = MakeGlad(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  const std::string blob = model->Serialize();
+
+  // The prior easiness of unseen items travels with the parameters, so a
+  // model created with other options restores the same posteriors.
+  TruthModelOptions other;
+  other.glad_log_easiness_prior_mean = 0.7;
+  std::unique_ptr<GladModel> restored = MakeGlad(3, other);
+  EXPECT_FALSE(restored->has_parameters());
+  ASSERT_THAT(restored->Restore(blob), IsOk());
+  EXPECT_TRUE(restored->has_parameters());
+  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
+            AllPosteriors(*model, crowd.matrix, {}));
+  std::vector<double> a(3), b(3);
+  const std::vector<Entry> labels = {{1, 0}, {30, 1}};
+  model->ItemPosteriorForItem(1000, labels, -1, absl::MakeSpan(a));
+  restored->ItemPosteriorForItem(1000, labels, -1, absl::MakeSpan(b));
+  EXPECT_EQ(a, b);
+  for (int32_t j = -1; j <= 21; ++j) {
+    EXPECT_EQ(restored->AnnotatorConfusion(j), model->AnnotatorConfusion(j));
+  }
+  EXPECT_EQ(restored->ClassPrior(), model->ClassPrior());
+  EXPECT_EQ(restored->Serialize(), blob);
+}
+
+TEST(GladTest, SerializeRestoreOfAnEmptyModel) {
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  std::unique_ptr<GladModel> restored = MakeGlad(2);
+  ASSERT_THAT(restored->Restore(model->Serialize()), IsOk());
+  EXPECT_FALSE(restored->has_parameters());
+}
+
+TEST(GladTest, RestoreRejectsCorruptOrMismatchedInput) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 100;
+  spec.confusions.assign(5, SymmetricConfusion(2, 0.8));
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  const std::string blob = model->Serialize();
+  const std::vector<double> before = AllPosteriors(*model, crowd.matrix, {});
+
+  std::string flipped = blob;
+  flipped[blob.size() / 2] ^= 0x10;
+  EXPECT_THAT(model->Restore(flipped),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Restore(blob.substr(0, blob.size() - 9)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Restore(""),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(AllPosteriors(*model, crowd.matrix, {}), before);
+
+  std::unique_ptr<GladModel> three_classes = MakeGlad(3);
+  absl::Status s = three_classes->Restore(blob);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("classes"));
+
+  std::unique_ptr<MajorityVoteModel> mv = MakeMv(2);
+  s = mv->Restore(blob);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("method"));
+  ASSERT_THAT(mv->Fit(crowd.matrix, {}, false), IsOk());
+  s = model->Restore(mv->Serialize());
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("method"));
+}
+
+TEST(GladTest, WarmStartFromAConvergedModelConvergesAtOnce) {
+  const GladCrowd crowd = GenerateGladCrowd(2000, 3, 5, Abilities(), 0.5, 9);
+  std::unique_ptr<GladModel> model = MakeGlad(3);
+  absl::StatusOr<FitReport> cold = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(cold, IsOk());
+  ASSERT_TRUE(cold->converged);
+
+  absl::StatusOr<FitReport> warm = model->Fit(crowd.matrix, {}, true);
+  ASSERT_THAT(warm, IsOk());
+  RecordProperty("cold_iterations", std::to_string(cold->iterations));
+  RecordProperty("warm_iterations", std::to_string(warm->iterations));
+  EXPECT_TRUE(warm->converged);
+  EXPECT_LE(warm->iterations, 3);
+  EXPECT_NEAR(warm->log_likelihood, cold->log_likelihood,
+              1e-5 * std::abs(cold->log_likelihood));
+}
+
+TEST(GladTest, WarmStartOnACloneLearnsNewAnnotatorsAndItems) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 1000;
+  spec.confusions.assign(10, SymmetricConfusion(2, 0.85));
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+
+  // The same labels, 100 new items labelled by the old annotators, and an
+  // eleventh annotator who contradicts the truth on 200 old items.
+  std::vector<Annotation> more = crowd.annotations;
+  for (int32_t i = 0; i < 200; ++i) more.push_back({i, 10, 1 - crowd.truth[i]});
+  for (int32_t i = 1000; i < 1100; ++i) {
+    for (int32_t a = 0; a < 5; ++a) more.push_back({i, a, i % 2});
+  }
+  const AnnotationMatrix grown = *AnnotationMatrix::Build(1100, 11, 2, more);
+  std::unique_ptr<TruthModel> clone = model->Clone();
+  ASSERT_THAT(clone->Fit(grown, {}, true), IsOk());
+  // Clone() is deep: the original knows neither the new annotator nor the
+  // new items.
+  EXPECT_EQ(model->AnnotatorAbility(10), model->AnnotatorAbility(-1));
+  EXPECT_EQ(model->ItemEasiness(1050), 1.0);
+  // The new annotator started from the population ability and learned that
+  // they are nearly always wrong; the new items, where five annotators
+  // agree, are easy.
+  EXPECT_LT(clone->AnnotatorConfusion(10)[0], 0.2);
+  auto* glad_clone = static_cast<GladModel*>(clone.get());
+  EXPECT_GT(glad_clone->ItemEasiness(1050), 1.0);
+}
+
+TEST(GladTest, ThreadedFitIsDeterministicAndMatchesSingleThreaded) {
+  const GladCrowd crowd = GenerateGladCrowd(60000, 3, 5, Abilities(), 0.5, 10);
+  TruthModelOptions threaded;
+  threaded.num_threads = 4;
+  std::unique_ptr<GladModel> one = MakeGlad(3);
+  std::unique_ptr<GladModel> four = MakeGlad(3, threaded);
+  std::unique_ptr<GladModel> four_again = MakeGlad(3, threaded);
+  absl::StatusOr<FitReport> r1 = one->Fit(crowd.matrix, {}, false);
+  absl::StatusOr<FitReport> r4 = four->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(r1, IsOk());
+  ASSERT_THAT(r4, IsOk());
+  ASSERT_THAT(four_again->Fit(crowd.matrix, {}, false), IsOk());
+  EXPECT_EQ(four->Serialize(), four_again->Serialize());
+  EXPECT_EQ(r1->iterations, r4->iterations);
+  EXPECT_NEAR(r1->log_likelihood, r4->log_likelihood,
+              1e-9 * std::abs(r1->log_likelihood));
+  for (int32_t a = 0; a < 20; ++a) {
+    EXPECT_NEAR(one->AnnotatorAbility(a), four->AnnotatorAbility(a), 1e-7);
+  }
+  for (int32_t i = 0; i < 60000; i += 997) {
+    EXPECT_NEAR(one->ItemEasiness(i), four->ItemEasiness(i), 1e-7);
+  }
+}
+
+TEST(GladTest, LearnsTheClassPriorOnlyWhenAskedTo) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 5000;
+  spec.num_classes = 2;
+  spec.class_prior = {0.75, 0.25};
+  spec.confusions.assign(10, SymmetricConfusion(2, 0.85));
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<GladModel> fixed = MakeGlad(2);
+  ASSERT_THAT(fixed->Fit(crowd.matrix, {}, false), IsOk());
+  EXPECT_THAT(fixed->ClassPrior(), Each(0.5));
+  TruthModelOptions options;
+  options.learn_symmetric_class_prior = true;
+  std::unique_ptr<GladModel> learned = MakeGlad(2, options);
+  ASSERT_THAT(learned->Fit(crowd.matrix, {}, false), IsOk());
+  EXPECT_THAT(learned->ClassPrior(),
+              ElementsAre(DoubleNear(0.75, 0.02), DoubleNear(0.25, 0.02)));
+}
+
+TEST(GladTest, UnfittedModelGivesSoftMajorityVote) {
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  EXPECT_FALSE(model->has_parameters());
+  std::vector<double> out(2);
+  const std::vector<Entry> labels = {{0, 1}, {1, 1}, {2, 0}};
+  model->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[1], (2 + 0.01) / (3 + 0.02), 1e-12);
+  model->ItemPosteriorForItem(0, labels, 0, absl::MakeSpan(out));
+  EXPECT_THAT(out, ElementsAre(1.0, 0.0));
+  EXPECT_THAT(model->AnnotatorConfusion(0), ElementsAre(0.5, 0.5, 0.5, 0.5));
+}
+
+TEST(GladTest, FitRejectsBadInputAndKeepsTheModel) {
+  const AnnotationMatrix m = TinyMatrix();
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const std::string before = model->Serialize();
+
+  const std::vector<int32_t> short_gold = {0, 1};
+  absl::StatusOr<FitReport> r = model->Fit(m, short_gold, false);
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r.status().message(), HasSubstr("gold"));
+
+  const std::vector<int32_t> bad_gold = {0, 1, -1, 2};
+  r = model->Fit(m, bad_gold, false);
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r.status().message(), HasSubstr("gold[3]"));
+
+  std::unique_ptr<GladModel> three = MakeGlad(3);
+  EXPECT_THAT(three->Fit(m, {}, false),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(model->Serialize(), before);
+}
+
+TEST(GladTest, CreateRejectsBadOptions) {
+  TruthModelOptions options;
+  options.glad_ability_prior_stddev = 0;
+  absl::StatusOr<std::unique_ptr<GladModel>> m = GladModel::Create(2, options);
+  EXPECT_THAT(m, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(m.status().message(), HasSubstr("glad_ability_prior_stddev"));
+
+  options = TruthModelOptions();
+  options.glad_log_easiness_prior_mean = 50;
+  m = GladModel::Create(2, options);
+  EXPECT_THAT(m, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(m.status().message(),
+              HasSubstr("glad_log_easiness_prior_mean"));
+
+  options = TruthModelOptions();
+  options.glad_log_easiness_prior_stddev = -1;
+  EXPECT_THAT(GladModel::Create(2, options),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  options = TruthModelOptions();
+  options.glad_ability_prior_mean = NAN;
+  EXPECT_THAT(GladModel::Create(2, options),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(GladModel::Create(1, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace verity::models

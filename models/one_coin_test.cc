@@ -1,0 +1,492 @@
+#include "models/one_coin.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/annotation_matrix.h"
+#include "models/dawid_skene.h"
+#include "models/majority_vote.h"
+#include "common/status_matchers.h"
+#include "models/testing/synthetic_crowd.h"
+#include "models/truth_model.h"
+
+namespace verity::models {
+namespace {
+
+using ::testing::DoubleNear;
+using ::testing::Each;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::verity::models::testing::Accuracy;
+using ::verity::models::testing::GenerateSyntheticCrowd;
+using ::verity::models::testing::SymmetricConfusion;
+using ::verity::models::testing::SyntheticCrowd;
+using ::verity::models::testing::SyntheticCrowdSpec;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+using Entry = AnnotationMatrix::Entry;
+
+std::unique_ptr<OneCoinModel> MakeOneCoin(
+    int32_t num_classes, const TruthModelOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<OneCoinModel>> model =
+      OneCoinModel::Create(num_classes, options);
+  EXPECT_THAT(model, IsOk());
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+std::unique_ptr<MajorityVoteModel> MakeMv(int32_t num_classes) {
+  absl::StatusOr<std::unique_ptr<MajorityVoteModel>> model =
+      MajorityVoteModel::Create(num_classes, {});
+  EXPECT_THAT(model, IsOk());
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+// Twenty annotators with K = 3 and symmetric confusions of accuracy 0.45 to
+// 0.93 (chance is 1/3).
+std::vector<double> Accuracies() {
+  std::vector<double> accuracies;
+  for (int a = 0; a < 20; ++a) accuracies.push_back(0.45 + 0.025 * a);
+  return accuracies;
+}
+
+SyntheticCrowdSpec SymmetricCrowdSpec(int32_t num_items) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = num_items;
+  spec.num_classes = 3;
+  spec.labels_per_item = 5;
+  spec.class_prior = {0.4, 0.35, 0.25};
+  for (double p : Accuracies()) {
+    spec.confusions.push_back(SymmetricConfusion(3, p));
+  }
+  spec.seed = 17;
+  return spec;
+}
+
+// The accuracies a fit would find if it knew the truth: each annotator's
+// fraction of correct labels.
+std::vector<double> OracleAccuracies(const SyntheticCrowd& crowd,
+                                     int32_t num_annotators) {
+  std::vector<double> correct(num_annotators, 0.0);
+  std::vector<double> total(num_annotators, 0.0);
+  for (const Annotation& a : crowd.annotations) {
+    correct[a.annotator] += a.label == crowd.truth[a.item];
+    total[a.annotator] += 1;
+  }
+  for (int32_t a = 0; a < num_annotators; ++a) correct[a] /= total[a];
+  return correct;
+}
+
+TEST(OneCoinTest, RecoversAnnotatorAccuraciesOnASymmetricCrowd) {
+  // 20000 items, 5 labels each: ~5000 labels per annotator, so the sampling
+  // standard deviation of an accuracy is below 0.007.
+  const SyntheticCrowdSpec spec = SymmetricCrowdSpec(20000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(3);
+  absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_TRUE(std::isfinite(report->log_likelihood));
+  EXPECT_LT(report->log_likelihood, 0);
+
+  const std::vector<double> truth = Accuracies();
+  const std::vector<double> oracle = OracleAccuracies(crowd, 20);
+  double max_error = 0;
+  double max_oracle_error = 0;
+  for (int32_t a = 0; a < 20; ++a) {
+    max_error =
+        std::max(max_error, std::abs(model->AnnotatorAccuracy(a) - truth[a]));
+    max_oracle_error = std::max(
+        max_oracle_error, std::abs(model->AnnotatorAccuracy(a) - oracle[a]));
+  }
+  RecordProperty("max_accuracy_error", std::to_string(max_error));
+  RecordProperty("max_error_vs_oracle", std::to_string(max_oracle_error));
+  EXPECT_LE(max_error, 0.025);
+  EXPECT_LE(max_oracle_error, 0.015);
+  // The class prior stays uniform unless learn_symmetric_class_prior.
+  EXPECT_THAT(model->ClassPrior(), Each(1.0 / 3));
+}
+
+TEST(OneCoinTest, LearnsTheClassPriorWhenAskedTo) {
+  const SyntheticCrowdSpec spec = SymmetricCrowdSpec(20000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  TruthModelOptions options;
+  options.learn_symmetric_class_prior = true;
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(3, options);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  EXPECT_THAT(model->ClassPrior(), ElementsAre(DoubleNear(0.4, 0.015),
+                                               DoubleNear(0.35, 0.015),
+                                               DoubleNear(0.25, 0.015)));
+}
+
+TEST(OneCoinTest, BeatsMajorityVoteWhenAThirdAreSpammers) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 2000;
+  spec.num_classes = 2;
+  spec.labels_per_item = 5;
+  for (int a = 0; a < 30; ++a) {
+    spec.confusions.push_back(a % 3 == 0 ? SymmetricConfusion(2, 0.5)
+                                         : SymmetricConfusion(2, 0.8));
+  }
+  spec.seed = 11;
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  std::unique_ptr<MajorityVoteModel> mv = MakeMv(2);
+  ASSERT_THAT(mv->Fit(crowd.matrix, {}, false), IsOk());
+  const double accuracy = Accuracy(AllPosteriors(*model, crowd.matrix, {}),
+                                   crowd.matrix, crowd.truth);
+  const double mv_accuracy =
+      Accuracy(AllPosteriors(*mv, crowd.matrix, {}), crowd.matrix, crowd.truth);
+  RecordProperty("one_coin_accuracy", std::to_string(accuracy));
+  RecordProperty("mv_accuracy", std::to_string(mv_accuracy));
+  EXPECT_GT(accuracy, mv_accuracy + 0.03);
+  // ~330 labels per annotator: the spammers are told apart, and each
+  // accuracy is close to the fraction of the annotator's labels that are
+  // correct.
+  const std::vector<double> oracle = OracleAccuracies(crowd, 30);
+  for (int a = 0; a < 30; ++a) {
+    EXPECT_NEAR(model->AnnotatorAccuracy(a), oracle[a], 0.04)
+        << "annotator " << a;
+    if (a % 3 == 0) {
+      EXPECT_LT(model->AnnotatorAccuracy(a), 0.65) << "annotator " << a;
+    } else {
+      EXPECT_GT(model->AnnotatorAccuracy(a), 0.7) << "annotator " << a;
+    }
+  }
+}
+
+TEST(OneCoinTest, PosteriorIsTheOneCoinFormula) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(SymmetricCrowdSpec(500));
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+
+  // Annotators 2 and 15 say 0, annotator 7 says 2; the prior is uniform.
+  const std::vector<Entry> labels = {{2, 0}, {7, 2}, {15, 0}};
+  std::vector<double> unnormalised(3, 1.0);
+  for (const Entry& e : labels) {
+    const double p = model->AnnotatorAccuracy(e.other);
+    for (int32_t k = 0; k < 3; ++k) {
+      unnormalised[k] *= k == e.label ? p : (1 - p) / 2;
+    }
+  }
+  const double total = unnormalised[0] + unnormalised[1] + unnormalised[2];
+  std::vector<double> out(3);
+  model->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  for (int32_t k = 0; k < 3; ++k) {
+    EXPECT_NEAR(out[k], unnormalised[k] / total, 1e-12) << k;
+  }
+}
+
+TEST(OneCoinTest, AnnotatorConfusionIsTheImpliedSymmetricMatrix) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(SymmetricCrowdSpec(500));
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  for (int32_t a : {0, 19, 20, -1}) {
+    const double p = model->AnnotatorAccuracy(a);
+    const double q = (1 - p) / 2;
+    EXPECT_THAT(model->AnnotatorConfusion(a),
+                ElementsAre(p, q, q, q, p, q, q, q, p))
+        << "annotator " << a;
+  }
+}
+
+TEST(OneCoinTest, GoldItemsAreClampedAndImproveTheAccuracies) {
+  // A hard crowd: three labels per item, more than half near chance.
+  SyntheticCrowdSpec spec = SymmetricCrowdSpec(1500);
+  spec.labels_per_item = 3;
+  for (int a = 0; a < 12; ++a) spec.confusions[a] = SymmetricConfusion(3, 0.4);
+  spec.seed = 5;
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::vector<double> truth(20);
+  for (int a = 0; a < 20; ++a) truth[a] = spec.confusions[a][0];
+
+  std::vector<int32_t> gold(spec.num_items, -1);
+  for (int32_t i = 0; i < spec.num_items; i += 3) gold[i] = crowd.truth[i];
+
+  std::unique_ptr<OneCoinModel> without_gold = MakeOneCoin(3);
+  ASSERT_THAT(without_gold->Fit(crowd.matrix, {}, false), IsOk());
+  std::unique_ptr<OneCoinModel> with_gold = MakeOneCoin(3);
+  ASSERT_THAT(with_gold->Fit(crowd.matrix, gold, false), IsOk());
+
+  const std::vector<double> posteriors =
+      AllPosteriors(*with_gold, crowd.matrix, gold);
+  for (int32_t i = 0; i < spec.num_items; i += 3) {
+    for (int32_t k = 0; k < 3; ++k) {
+      ASSERT_EQ(posteriors[i * 3 + k], k == gold[i] ? 1.0 : 0.0)
+          << "item " << i << " class " << k;
+    }
+  }
+  double error_without = 0;
+  double error_with = 0;
+  for (int32_t a = 0; a < 20; ++a) {
+    error_without += std::abs(without_gold->AnnotatorAccuracy(a) - truth[a]);
+    error_with += std::abs(with_gold->AnnotatorAccuracy(a) - truth[a]);
+  }
+  RecordProperty("mean_error_without_gold", std::to_string(error_without / 20));
+  RecordProperty("mean_error_with_gold", std::to_string(error_with / 20));
+  EXPECT_LT(error_with, error_without);
+}
+
+// Items: 0 labelled by annotators 0, 1; 1 labelled by 0, 1; 2 with no labels;
+// 3 labelled only by annotator 2, whose only label it is. Annotator 3 has no
+// labels at all.
+AnnotationMatrix TinyMatrix() {
+  const std::vector<Annotation> triples = {
+      {0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 1}, {3, 2, 1}};
+  return *AnnotationMatrix::Build(4, 4, 2, triples);
+}
+
+TEST(OneCoinTest, NoNanForSparseAnnotatorsAndUnlabelledItems) {
+  const AnnotationMatrix m = TinyMatrix();
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(std::isfinite(report->log_likelihood));
+
+  const std::vector<double> posteriors = AllPosteriors(*model, m, {});
+  for (int32_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(std::isfinite(posteriors[2 * i]));
+    EXPECT_TRUE(std::isfinite(posteriors[2 * i + 1]));
+    EXPECT_NEAR(posteriors[2 * i] + posteriors[2 * i + 1], 1.0, 1e-12);
+  }
+  // The unlabelled item gets the (uniform) class prior.
+  EXPECT_EQ(posteriors[4], 0.5);
+  EXPECT_EQ(posteriors[5], 0.5);
+  // Item 3's single label pulls toward class 1.
+  EXPECT_GT(posteriors[7], 0.5);
+  for (int32_t a : {0, 1, 2, 3, 4, -1}) {
+    const double p = model->AnnotatorAccuracy(a);
+    EXPECT_TRUE(p > 0 && p < 1) << a;
+  }
+  // An annotator with no labels, and ids never seen, get the pooled accuracy.
+  EXPECT_EQ(model->AnnotatorAccuracy(3), model->AnnotatorAccuracy(4));
+  EXPECT_EQ(model->AnnotatorAccuracy(-1), model->AnnotatorAccuracy(4));
+}
+
+TEST(OneCoinTest, EmptyDataFitsToTheUniformModel) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(3, 2, 2, {});
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->log_likelihood, 0.0);
+  EXPECT_TRUE(report->converged);
+  EXPECT_THAT(AllPosteriors(*model, m, {}),
+              ElementsAre(0.5, 0.5, 0.5, 0.5, 0.5, 0.5));
+  // (0 + s) / (0 + K s): the pooled accuracy of no labels is 1 / K.
+  EXPECT_DOUBLE_EQ(model->AnnotatorAccuracy(0), 0.5);
+}
+
+TEST(OneCoinTest, UnseenAnnotatorUsesThePooledAccuracy) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 500;
+  spec.confusions.assign(10, SymmetricConfusion(2, 0.8));
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+
+  const double pooled = model->AnnotatorAccuracy(1000);
+  EXPECT_NEAR(pooled, 0.8, 0.03);
+  std::vector<double> out(2);
+  const std::vector<Entry> labels = {{1000, 1}};
+  model->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[1], pooled, 1e-12);
+}
+
+TEST(OneCoinTest, ItemPosteriorIgnoresTheOrderOfLabels) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(SymmetricCrowdSpec(300));
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+
+  const std::vector<double> all = AllPosteriors(*model, crowd.matrix, {});
+  std::vector<double> out(3);
+  for (int32_t i = 0; i < crowd.matrix.num_items(); ++i) {
+    std::vector<Entry> labels(crowd.matrix.LabelsOfItem(i).begin(),
+                              crowd.matrix.LabelsOfItem(i).end());
+    std::reverse(labels.begin(), labels.end());
+    model->ItemPosterior(labels, -1, absl::MakeSpan(out));
+    // Bit-identical: online updates must equal a full recomputation.
+    ASSERT_EQ(out[0], all[3 * i]);
+    ASSERT_EQ(out[1], all[3 * i + 1]);
+    ASSERT_EQ(out[2], all[3 * i + 2]);
+  }
+}
+
+TEST(OneCoinTest, SerializeRestoreGivesIdenticalPosteriors) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(SymmetricCrowdSpec(400));
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  const std::string blob = model->Serialize();
+
+  std::unique_ptr<OneCoinModel> restored = MakeOneCoin(3);
+  EXPECT_FALSE(restored->has_parameters());
+  ASSERT_THAT(restored->Restore(blob), IsOk());
+  EXPECT_TRUE(restored->has_parameters());
+  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
+            AllPosteriors(*model, crowd.matrix, {}));
+  for (int32_t a = -1; a <= 21; ++a) {
+    EXPECT_EQ(restored->AnnotatorConfusion(a), model->AnnotatorConfusion(a));
+  }
+  EXPECT_EQ(restored->ClassPrior(), model->ClassPrior());
+  EXPECT_EQ(restored->Serialize(), blob);
+}
+
+TEST(OneCoinTest, SerializeRestoreOfAnEmptyModel) {
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  std::unique_ptr<OneCoinModel> restored = MakeOneCoin(2);
+  ASSERT_THAT(restored->Restore(model->Serialize()), IsOk());
+  EXPECT_FALSE(restored->has_parameters());
+}
+
+TEST(OneCoinTest, RestoreRejectsCorruptOrMismatchedInput) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 100;
+  spec.confusions.assign(5, SymmetricConfusion(2, 0.8));
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  const std::string blob = model->Serialize();
+  const std::vector<double> before = AllPosteriors(*model, crowd.matrix, {});
+
+  std::string flipped = blob;
+  flipped[blob.size() / 2] ^= 0x10;
+  EXPECT_THAT(model->Restore(flipped),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Restore(blob.substr(0, blob.size() - 9)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Restore(""),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // A failed Restore leaves the parameters unchanged.
+  EXPECT_EQ(AllPosteriors(*model, crowd.matrix, {}), before);
+
+  std::unique_ptr<OneCoinModel> three_classes = MakeOneCoin(3);
+  absl::Status s = three_classes->Restore(blob);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("classes"));
+
+  // Neither model reads the other's parameters.
+  absl::StatusOr<std::unique_ptr<DawidSkeneModel>> ds =
+      DawidSkeneModel::Create(2, {});
+  ASSERT_THAT(ds, IsOk());
+  ASSERT_THAT((*ds)->Fit(crowd.matrix, {}, false), IsOk());
+  s = model->Restore((*ds)->Serialize());
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("method"));
+  s = (*ds)->Restore(blob);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("method"));
+}
+
+TEST(OneCoinTest, WarmStartFromAConvergedModelConvergesAtOnce) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(SymmetricCrowdSpec(2000));
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(3);
+  absl::StatusOr<FitReport> cold = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(cold, IsOk());
+  ASSERT_TRUE(cold->converged);
+
+  absl::StatusOr<FitReport> warm = model->Fit(crowd.matrix, {}, true);
+  ASSERT_THAT(warm, IsOk());
+  EXPECT_TRUE(warm->converged);
+  EXPECT_LE(warm->iterations, 3);
+  EXPECT_NEAR(warm->log_likelihood, cold->log_likelihood,
+              1e-5 * std::abs(cold->log_likelihood));
+}
+
+TEST(OneCoinTest, WarmStartOnACloneLearnsNewAnnotators) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 1000;
+  spec.confusions.assign(10, SymmetricConfusion(2, 0.85));
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+
+  // The same labels plus an eleventh annotator who always contradicts the
+  // truth on 200 items.
+  std::vector<Annotation> more = crowd.annotations;
+  for (int32_t i = 0; i < 200; ++i) more.push_back({i, 10, 1 - crowd.truth[i]});
+  const AnnotationMatrix grown = *AnnotationMatrix::Build(1000, 11, 2, more);
+  std::unique_ptr<TruthModel> clone = model->Clone();
+  ASSERT_THAT(clone->Fit(grown, {}, true), IsOk());
+  // Clone() is deep: the original still has ten annotators.
+  EXPECT_EQ(model->AnnotatorConfusion(10), model->AnnotatorConfusion(-1));
+  // The new annotator started from the pooled accuracy and learned that they
+  // are nearly always wrong.
+  EXPECT_LT(clone->AnnotatorConfusion(10)[0], 0.1);
+}
+
+TEST(OneCoinTest, ThreadedFitIsDeterministicAndMatchesSingleThreaded) {
+  SyntheticCrowdSpec spec = SymmetricCrowdSpec(60000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  TruthModelOptions threaded;
+  threaded.num_threads = 4;
+  std::unique_ptr<OneCoinModel> one = MakeOneCoin(3);
+  std::unique_ptr<OneCoinModel> four = MakeOneCoin(3, threaded);
+  std::unique_ptr<OneCoinModel> four_again = MakeOneCoin(3, threaded);
+  absl::StatusOr<FitReport> r1 = one->Fit(crowd.matrix, {}, false);
+  absl::StatusOr<FitReport> r4 = four->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(r1, IsOk());
+  ASSERT_THAT(r4, IsOk());
+  ASSERT_THAT(four_again->Fit(crowd.matrix, {}, false), IsOk());
+  EXPECT_EQ(four->Serialize(), four_again->Serialize());
+  EXPECT_EQ(r1->iterations, r4->iterations);
+  EXPECT_NEAR(r1->log_likelihood, r4->log_likelihood,
+              1e-9 * std::abs(r1->log_likelihood));
+  for (int32_t a = 0; a < 20; ++a) {
+    EXPECT_NEAR(one->AnnotatorAccuracy(a), four->AnnotatorAccuracy(a), 1e-9);
+  }
+}
+
+TEST(OneCoinTest, UnfittedModelGivesSoftMajorityVote) {
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  EXPECT_FALSE(model->has_parameters());
+  std::vector<double> out(2);
+  const std::vector<Entry> labels = {{0, 1}, {1, 1}, {2, 0}};
+  model->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[1], (2 + 0.01) / (3 + 0.02), 1e-12);
+  model->ItemPosterior(labels, 0, absl::MakeSpan(out));
+  EXPECT_THAT(out, ElementsAre(1.0, 0.0));
+  EXPECT_THAT(model->AnnotatorConfusion(0), ElementsAre(0.5, 0.5, 0.5, 0.5));
+}
+
+TEST(OneCoinTest, FitRejectsBadInputAndKeepsTheModel) {
+  const AnnotationMatrix m = TinyMatrix();
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const std::string before = model->Serialize();
+
+  const std::vector<int32_t> short_gold = {0, 1};
+  absl::StatusOr<FitReport> r = model->Fit(m, short_gold, false);
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r.status().message(), HasSubstr("gold"));
+
+  const std::vector<int32_t> bad_gold = {0, 1, -1, 2};
+  r = model->Fit(m, bad_gold, false);
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r.status().message(), HasSubstr("gold[3]"));
+
+  std::unique_ptr<OneCoinModel> three = MakeOneCoin(3);
+  EXPECT_THAT(three->Fit(m, {}, false),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(model->Serialize(), before);
+}
+
+TEST(OneCoinTest, CreateRejectsBadOptions) {
+  TruthModelOptions options;
+  options.confusion_smoothing = 0;
+  absl::StatusOr<std::unique_ptr<OneCoinModel>> m =
+      OneCoinModel::Create(2, options);
+  EXPECT_THAT(m, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(m.status().message(), HasSubstr("confusion_smoothing"));
+  EXPECT_THAT(OneCoinModel::Create(1, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace verity::models
