@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -29,6 +30,7 @@
 #include "storage/embedded_postgres.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
+#include "verity/v1/truth.grpc.pb.h"
 
 ABSL_FLAG(int, annotations, 1000000, "Annotations sent.");
 ABSL_FLAG(int, items, 200000, "Distinct items.");
@@ -37,6 +39,8 @@ ABSL_FLAG(int, streams, 4, "Concurrent SubmitAnnotations streams.");
 ABSL_FLAG(int, batch, 5000, "Annotations per batch.");
 ABSL_FLAG(int, in_flight, 8, "Unacked batches per stream.");
 ABSL_FLAG(bool, background_refit, true, "Run the server's background trainer.");
+ABSL_FLAG(int, freshness_probes, 500,
+          "Single-label batches sent during the bulk ingest to measure ack-to-posterior time.");
 
 namespace {
 
@@ -102,6 +106,44 @@ void RunStream(verity::v1::IngestService::Stub& stub, const std::vector<Row>& ro
     std::fprintf(stderr, "stream: %s\n", status.error_message().c_str());
     std::exit(1);
   }
+}
+
+// Freshness probe: while the bulk ingest runs, sends one new label at a time on its own
+// stream; after each ack, reads the item's posterior until it counts the label. Appends the
+// time from ack to a posterior that includes the label (ms).
+void RunFreshnessProbe(verity::v1::IngestService::Stub& ingest,
+                       verity::v1::TruthService::Stub& truth, int probes, const std::atomic<bool>& bulk_done,
+                       std::vector<double>& freshness) {
+  grpc::ClientContext context;
+  auto stream = ingest.SubmitAnnotations(&context);
+  for (int p = 0; p < probes && !bulk_done; ++p) {
+    // A fresh item per probe: its posterior counts 1 label once the label is in.
+    const std::string item = absl::StrCat("probe-", p);
+    verity::v1::AnnotationBatch batch;
+    batch.set_project("ingest");
+    batch.set_batch_id(p + 1);
+    verity::v1::Annotation* a = batch.add_annotations();
+    a->set_item(item);
+    a->set_annotator("probe-worker");
+    a->set_label(1);
+    stream->Write(batch);
+    verity::v1::BatchAck ack;
+    if (!stream->Read(&ack) || ack.error_code() != 0) break;
+    const auto acked = Clock::now();
+    while (true) {
+      grpc::ClientContext query;
+      verity::v1::GetPosteriorsRequest request;
+      request.set_project("ingest");
+      request.add_items(item);
+      verity::v1::GetPosteriorsResponse response;
+      grpc::Status status = truth.GetPosteriors(&query, request, &response);
+      if (status.ok() && response.posteriors(0).num_labels() == 1) break;
+    }
+    freshness.push_back(std::chrono::duration<double, std::milli>(Clock::now() - acked).count());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  stream->WritesDone();
+  stream->Finish();
 }
 
 // COPY of the same rows into a table shaped like `annotations`; returns rows per second.
@@ -199,7 +241,15 @@ int main(int argc, char** argv) {
       RunStream(*stub, rows, first, last, batch, absl::GetFlag(FLAGS_in_flight), latencies[s]);
     });
   }
+  std::atomic<bool> bulk_done{false};
+  std::vector<double> freshness;
+  auto truth = verity::v1::TruthService::NewStub(channel);
+  std::thread probe([&] {
+    RunFreshnessProbe(*stub, *truth, absl::GetFlag(FLAGS_freshness_probes), bulk_done, freshness);
+  });
   for (auto& t : threads) t.join();
+  bulk_done = true;
+  probe.join();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::vector<double> all;
   for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
@@ -217,9 +267,12 @@ int main(int argc, char** argv) {
   std::printf(
       "annotations=%zu streams=%d batch=%d in_flight=%d\n"
       "ingest: %.0f annotations/s (%.2f s)  ack latency p50=%.1f ms p99=%.1f ms\n"
-      "COPY ceiling: %.0f rows/s  ratio ceiling/ingest=%.2f\n",
+      "COPY ceiling: %.0f rows/s  ratio ceiling/ingest=%.2f\n"
+      "freshness (ack to posterior including the label, %zu probes during the ingest): "
+      "p50=%.2f ms p99=%.2f ms\n",
       rows.size(), streams, batch, absl::GetFlag(FLAGS_in_flight), ingest_rate, seconds,
-      Percentile(all, 0.5), Percentile(all, 0.99), copy_rate, copy_rate / ingest_rate);
+      Percentile(all, 0.5), Percentile(all, 0.99), copy_rate, copy_rate / ingest_rate,
+      freshness.size(), Percentile(freshness, 0.5), Percentile(freshness, 0.99));
   (*pg)->Stop().IgnoreError();
   std::filesystem::remove_all(dir);
   return 0;
