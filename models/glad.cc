@@ -701,6 +701,17 @@ std::vector<double> GladModel::AnnotatorConfusion(int32_t annotator) const {
   return confusion;
 }
 
+std::vector<double> GladModel::ItemAnnotatorConfusion(int32_t item, int32_t annotator) const {
+  const size_t k = static_cast<size_t>(num_classes_);
+  if (!params_.has_value()) {
+    return std::vector<double>(k * k, 1.0 / num_classes_);
+  }
+  const double p = Sigmoid(params_->Ability(annotator) * params_->Easiness(item));
+  std::vector<double> confusion(k * k, (1.0 - p) / static_cast<double>(k - 1));
+  for (size_t c = 0; c < k; ++c) confusion[c * k + c] = p;
+  return confusion;
+}
+
 std::vector<double> GladModel::ClassPrior() const {
   if (!params_.has_value()) {
     return std::vector<double>(num_classes_, 1.0 / num_classes_);

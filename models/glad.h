@@ -167,6 +167,7 @@ class GladModel : public TruthModel {
   // the diagonal, (1 - p) / (K - 1) elsewhere (uniform before the first
   // fit).
   std::vector<double> AnnotatorConfusion(int32_t annotator) const override;
+  std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const override;
   std::string Serialize() const override;
   absl::Status Restore(std::string_view serialized) override;
 

@@ -339,6 +339,23 @@ TEST(GladTest, AnnotatorConfusionIsForAnItemOfPriorEasiness) {
   }
 }
 
+TEST(GladTest, ItemAnnotatorConfusionUsesTheItemsEasiness) {
+  const GladCrowd crowd = GenerateGladCrowd(500, 3, 5, Abilities(), 0.5, 6);
+  std::unique_ptr<GladModel> model = MakeGlad(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  for (int32_t item : {0, 123, 499}) {
+    const double p = Sigmoid(model->AnnotatorAbility(7) * model->ItemEasiness(item));
+    const std::vector<double> c = model->ItemAnnotatorConfusion(item, 7);
+    ASSERT_EQ(c.size(), 9u);
+    EXPECT_NEAR(c[0], p, 1e-15);
+    EXPECT_NEAR(c[1], (1 - p) / 2, 1e-15);
+    EXPECT_NEAR(c[0] + c[1] + c[2], 1.0, 1e-12);
+  }
+  // Out of the fitted range: the prior item, as AnnotatorConfusion.
+  EXPECT_EQ(model->ItemAnnotatorConfusion(-1, 7), model->AnnotatorConfusion(7));
+  EXPECT_EQ(model->ItemAnnotatorConfusion(10000, 7), model->AnnotatorConfusion(7));
+}
+
 TEST(GladTest, GoldItemsAreClampedAndHelp) {
   // A hard crowd: three labels per item from mostly weak annotators.
   std::vector<double> abilities = Abilities();

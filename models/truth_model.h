@@ -236,6 +236,15 @@ class TruthModel {
   // seen in the fit gets the population confusion.
   virtual std::vector<double> AnnotatorConfusion(int32_t annotator) const = 0;
 
+  // The predicted confusion matrix of `annotator` on item `item` (same layout as
+  // AnnotatorConfusion). Models whose confusion depends on the item (glad: item easiness)
+  // override it; an item out of the fitted range gets the prior item. Default: the
+  // annotator's confusion.
+  virtual std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const {
+    (void)item;
+    return AnnotatorConfusion(annotator);
+  }
+
   // The parameters as a compact, versioned, checksummed binary string.
   virtual std::string Serialize() const = 0;
 
