@@ -120,6 +120,7 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
                                               v.version, " does not restore: ", s.message()));
     }
     model = std::move(*restored);
+    p.model_num_labels_ = v.num_labels;
     version = v.version;
     watermark = v.watermark;
   } else {
@@ -379,7 +380,11 @@ absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVer
     absl::StatusOr<std::string> name = MethodName(settings_.model().method());
     if (!name.ok()) return name.status();
     method = *name;
-    if (model_->method() == method && model_->has_parameters()) {
+    const bool warm = model_->method() == method && model_->has_parameters() &&
+                      model_num_labels_ > 0 &&
+                      static_cast<double>(num_labels_) <
+                          kMaxWarmStartGrowth * static_cast<double>(model_num_labels_);
+    if (warm) {
       model = model_->Clone();
     } else {
       auto created = models::CreateTruthModel(method, num_classes(),
@@ -452,6 +457,7 @@ absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVer
   {
     absl::MutexLock lock(&mu_);
     changes_since_fit_ -= changes_at_start;
+    model_num_labels_ = saved->num_labels;
     last_fit_time_ = absl::Now();
     training_ = false;
     PublishFullRecompute(std::shared_ptr<const models::TruthModel>(std::move(model)),

@@ -80,6 +80,8 @@ struct ProjectCounts {
 
 class LiveProject {
  public:
+  static constexpr double kMaxWarmStartGrowth = 2.0;
+
   struct Identity {
     int64_t project_id;
     std::string name;
@@ -152,10 +154,16 @@ class LiveProject {
   // current model's.
   bool RefitDue(absl::Time now, absl::Duration max_staleness) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Fits the configured method on a copy of the current labels (warm-started from the current
-  // model when the method is the same), persists the result as a new model version through
+  // Fits the configured method on a copy of the current labels, persists the result as a new model version through
   // `versions`, then publishes it with every posterior recomputed (labels committed during the
-  // fit included). On error nothing is published. Callers run at most one Refit per project at
+  // fit included). On error nothing is published.
+  //
+  // Warm start: the fit starts from the current model when the method is the same and the
+  // labels have grown less than kMaxWarmStartGrowth times since that model's fit; otherwise
+  // it starts from scratch (majority-vote first E-step). EM from a model fitted on a small
+  // early sample can stay in a poor local optimum (e.g. two classes swapped) that a fit from
+  // scratch on the larger data avoids; refitting from scratch each time the data doubles keeps
+  // the cost amortised O(1) per label. Callers run at most one Refit per project at
   // a time (the training scheduler does).
   absl::StatusOr<storage::ModelVersionRecord> Refit(storage::ModelVersionStore& versions)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -198,6 +206,8 @@ class LiveProject {
   std::shared_ptr<const models::TruthModel> model_ ABSL_GUARDED_BY(mu_);
   int32_t model_version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t model_watermark_ ABSL_GUARDED_BY(mu_) = 0;
+  // Labels the current model's fit saw (0 for majority vote before the first fit).
+  int64_t model_num_labels_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::vector<double> item_priority_ ABSL_GUARDED_BY(mu_);
   LeaseBook leases_;

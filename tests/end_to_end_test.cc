@@ -2,7 +2,9 @@
 // PostgreSQL, fed real crowdsourcing datasets from ../shared/datasets.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <map>
 #include <set>
 #include <memory>
@@ -272,6 +274,34 @@ TEST_F(EndToEndTest, BluebirdsDawidSkeneBeatsMajorityVoteByFivePoints) {
     EXPECT_LT(p.accuracy(), 1.0);
   }
   EXPECT_EQ(labels, 4212);
+}
+
+// Labels arriving a few at a time in random order, refit whenever due: the live model must end
+// where a fit from scratch on all labels does (an early warm start must not lock it into a bad
+// optimum, e.g. swapped classes).
+TEST_F(EndToEndTest, IncrementalRefitsEndWhereAFitFromScratchDoes) {
+  models::CsvDataset data = LoadDataset("bluebirds");
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE(seed);
+    const std::string project = absl::StrCat("stream-", seed);
+    ASSERT_TRUE(CreateProject(project, data.class_names).ok());
+    std::vector<models::Annotation> order = data.annotations;
+    std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+    for (size_t start = 0; start < order.size(); start += 60) {
+      v1::AnnotationBatch batch;
+      batch.set_batch_id(start + 1);
+      batch.set_project(project);
+      for (size_t i = start; i < std::min(order.size(), start + 60); ++i) {
+        v1::Annotation* a = batch.add_annotations();
+        a->set_item(data.item_ids[order[i].item]);
+        a->set_annotator(data.annotator_ids[order[i].annotator]);
+        a->set_label(order[i].label);
+      }
+      Submit({batch});
+      ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
+    }
+    EXPECT_GE(Accuracy(project, data), 0.88) << "the live model drifted";
+  }
 }
 
 TEST_F(EndToEndTest, RteDawidSkeneAtLeastMajorityVote) {
