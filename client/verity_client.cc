@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
@@ -269,7 +270,8 @@ VerityClient::VerityClient(std::shared_ptr<grpc::ChannelInterface> channel,
       projects_(v1::ProjectService::NewStub(channel)),
       ingest_(v1::IngestService::NewStub(channel)),
       truth_(v1::TruthService::NewStub(channel)),
-      models_(v1::ModelService::NewStub(channel)) {}
+      models_(v1::ModelService::NewStub(channel)),
+      assignment_(v1::AssignmentService::NewStub(channel)) {}
 
 std::chrono::system_clock::time_point VerityClient::Deadline() const {
   return absl::ToChronoTime(absl::Now() + options_.deadline);
@@ -303,6 +305,18 @@ absl::StatusOr<std::vector<v1::Project>> VerityClient::ListProjects() const {
   if (!response.ok()) return response.status();
   return std::vector<v1::Project>(response->projects().begin(),
                                   response->projects().end());
+}
+
+absl::StatusOr<v1::Project> VerityClient::UpdateProjectSettings(
+    absl::string_view project, const v1::ProjectSettings& settings) const {
+  v1::UpdateProjectSettingsRequest request;
+  request.set_project(std::string(project));
+  *request.mutable_settings() = settings;
+  absl::StatusOr<v1::UpdateProjectSettingsResponse> response =
+      CallUnary(*projects_, &v1::ProjectService::Stub::UpdateProjectSettings,
+                request, Deadline());
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_project());
 }
 
 absl::StatusOr<AddItemsTotals> VerityClient::AddItems(
@@ -394,6 +408,47 @@ absl::StatusOr<std::vector<v1::ModelVersion>> VerityClient::ListModelVersions(
   if (!response.ok()) return response.status();
   return std::vector<v1::ModelVersion>(response->versions().begin(),
                                        response->versions().end());
+}
+
+absl::StatusOr<std::vector<v1::ItemSuggestion>> VerityClient::SuggestItems(
+    absl::string_view project, absl::string_view annotator, int32_t k,
+    absl::Span<const std::string> candidate_items) const {
+  v1::SuggestItemsRequest request;
+  request.set_project(std::string(project));
+  request.set_annotator(std::string(annotator));
+  request.set_k(k);
+  request.mutable_candidate_items()->Reserve(
+      static_cast<int>(candidate_items.size()));
+  for (const std::string& item : candidate_items) {
+    request.add_candidate_items(item);
+  }
+  absl::StatusOr<v1::SuggestItemsResponse> response =
+      CallUnary(*assignment_, &v1::AssignmentService::Stub::SuggestItems,
+                request, Deadline());
+  if (!response.ok()) return response.status();
+  return std::vector<v1::ItemSuggestion>(
+      std::make_move_iterator(response->mutable_suggestions()->begin()),
+      std::make_move_iterator(response->mutable_suggestions()->end()));
+}
+
+absl::StatusOr<std::vector<v1::AnnotatorSuggestion>>
+VerityClient::SuggestAnnotators(absl::string_view project,
+                                absl::string_view item, int32_t k,
+                                absl::Span<const std::string> candidates) const {
+  v1::SuggestAnnotatorsRequest request;
+  request.set_project(std::string(project));
+  request.set_item(std::string(item));
+  request.set_k(k);
+  for (const std::string& annotator : candidates) {
+    request.add_candidates(annotator);
+  }
+  absl::StatusOr<v1::SuggestAnnotatorsResponse> response =
+      CallUnary(*assignment_, &v1::AssignmentService::Stub::SuggestAnnotators,
+                request, Deadline());
+  if (!response.ok()) return response.status();
+  return std::vector<v1::AnnotatorSuggestion>(
+      std::make_move_iterator(response->mutable_suggestions()->begin()),
+      std::make_move_iterator(response->mutable_suggestions()->end()));
 }
 
 absl::StatusOr<SubmitTotals> VerityClient::SubmitAnnotations(

@@ -30,6 +30,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/models.grpc.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
@@ -121,6 +122,9 @@ class VerityClient {
   absl::StatusOr<v1::Project> CreateProject(const v1::Project& project) const;
   absl::StatusOr<v1::Project> GetProject(absl::string_view project) const;
   absl::StatusOr<std::vector<v1::Project>> ListProjects() const;
+  // Replaces the project's settings whole; returns the updated project.
+  absl::StatusOr<v1::Project> UpdateProjectSettings(
+      absl::string_view project, const v1::ProjectSettings& settings) const;
   // One AddItems RPC per kMaxItemsPerCall items, in order. If one fails, the
   // chunks before it stay written; the error names the failed chunk's range.
   absl::StatusOr<AddItemsTotals> AddItems(
@@ -146,6 +150,17 @@ class VerityClient {
   // Newest first; `limit` 0 = the server default (20).
   absl::StatusOr<std::vector<v1::ModelVersion>> ListModelVersions(
       absl::string_view project, int32_t limit) const;
+
+  // AssignmentService. `candidate_items` empty = every open item of the
+  // project (the server takes at most 100,000 candidates). Each suggestion
+  // leases its item to `annotator` (see assignment.proto).
+  absl::StatusOr<std::vector<v1::ItemSuggestion>> SuggestItems(
+      absl::string_view project, absl::string_view annotator, int32_t k,
+      absl::Span<const std::string> candidate_items) const;
+  // `candidates` empty = the project's active annotators. Does not lease.
+  absl::StatusOr<std::vector<v1::AnnotatorSuggestion>> SuggestAnnotators(
+      absl::string_view project, absl::string_view item, int32_t k,
+      absl::Span<const std::string> candidates) const;
 
   // IngestService: streams `annotations` to `project` in batches of
   // options.batch_size over one SubmitAnnotations stream, keeping up to
@@ -177,6 +192,7 @@ class VerityClient {
   std::unique_ptr<v1::IngestService::Stub> ingest_;
   std::unique_ptr<v1::TruthService::Stub> truth_;
   std::unique_ptr<v1::ModelService::Stub> models_;
+  std::unique_ptr<v1::AssignmentService::Stub> assignment_;
 };
 
 }  // namespace verity::client
