@@ -120,7 +120,7 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
                                               v.version, " does not restore: ", s.message()));
     }
     model = std::move(*restored);
-    p.model_num_labels_ = v.num_labels;
+    p.scratch_fit_num_labels_ = v.num_labels;
     version = v.version;
     watermark = v.watermark;
   } else {
@@ -381,9 +381,9 @@ absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVer
     if (!name.ok()) return name.status();
     method = *name;
     const bool warm = model_->method() == method && model_->has_parameters() &&
-                      model_num_labels_ > 0 &&
+                      scratch_fit_num_labels_ > 0 &&
                       static_cast<double>(num_labels_) <
-                          kMaxWarmStartGrowth * static_cast<double>(model_num_labels_);
+                          kMaxWarmStartGrowth * static_cast<double>(scratch_fit_num_labels_);
     if (warm) {
       model = model_->Clone();
     } else {
@@ -415,8 +415,8 @@ absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVer
     done(false);
     return data.status();
   }
-  const bool warm = model->has_parameters();
-  absl::StatusOr<models::FitReport> report = model->Fit(*data, gold, warm);
+  const bool warm_started = model->has_parameters();
+  absl::StatusOr<models::FitReport> report = model->Fit(*data, gold, warm_started);
   if (!report.ok()) {
     done(false);
     return report.status();
@@ -457,7 +457,7 @@ absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVer
   {
     absl::MutexLock lock(&mu_);
     changes_since_fit_ -= changes_at_start;
-    model_num_labels_ = saved->num_labels;
+    if (!warm_started) scratch_fit_num_labels_ = saved->num_labels;
     last_fit_time_ = absl::Now();
     training_ = false;
     PublishFullRecompute(std::shared_ptr<const models::TruthModel>(std::move(model)),

@@ -159,7 +159,8 @@ class LiveProject {
   // fit included). On error nothing is published.
   //
   // Warm start: the fit starts from the current model when the method is the same and the
-  // labels have grown less than kMaxWarmStartGrowth times since that model's fit; otherwise
+  // labels have grown less than kMaxWarmStartGrowth times since the last fit from scratch
+  // (not the last fit: chained warm starts must not creep past it); otherwise
   // it starts from scratch (majority-vote first E-step). EM from a model fitted on a small
   // early sample can stay in a poor local optimum (e.g. two classes swapped) that a fit from
   // scratch on the larger data avoids; refitting from scratch each time the data doubles keeps
@@ -206,8 +207,9 @@ class LiveProject {
   std::shared_ptr<const models::TruthModel> model_ ABSL_GUARDED_BY(mu_);
   int32_t model_version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t model_watermark_ ABSL_GUARDED_BY(mu_) = 0;
-  // Labels the current model's fit saw (0 for majority vote before the first fit).
-  int64_t model_num_labels_ ABSL_GUARDED_BY(mu_) = 0;
+  // Labels the last fit from scratch saw (0 before the first fit). After a restart, the label
+  // count of the restored version (whether it was warm-started is not stored).
+  int64_t scratch_fit_num_labels_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::vector<double> item_priority_ ABSL_GUARDED_BY(mu_);
   LeaseBook leases_;
