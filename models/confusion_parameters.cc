@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,7 +16,8 @@
 namespace verity::models {
 namespace {
 
-// Serialization format version; bump on any change of the layout.
+// Serialization format version; bump on any change of the layout. (A
+// method-specific section after the parameters is versioned by its method.)
 constexpr uint32_t kFormatVersion = 1;
 constexpr std::string_view kMagic = "VRTY";
 
@@ -188,6 +190,88 @@ ConfusionCounts::ConfusionCounts(int32_t num_classes, int32_t num_annotators)
       class_mass_(num_classes, 0.0),
       labels_per_annotator_(num_annotators, 0) {}
 
+void ConfusionCounts::RemoveItem(
+    absl::Span<const AnnotationMatrix::Entry> labels, const double* posterior) {
+  const size_t k = static_cast<size_t>(num_classes_);
+  for (size_t c = 0; c < k; ++c) {
+    class_mass_[c] = std::max(0.0, class_mass_[c] - posterior[c]);
+  }
+  for (const AnnotationMatrix::Entry& e : labels) {
+    double* cell =
+        counts_.data() + (static_cast<size_t>(e.other) * k + e.label) * k;
+    for (size_t c = 0; c < k; ++c) {
+      cell[c] = std::max(0.0, cell[c] - posterior[c]);
+    }
+    --labels_per_annotator_[e.other];
+  }
+}
+
+void ConfusionCounts::ResizeAnnotators(int32_t num_annotators) {
+  const size_t k = static_cast<size_t>(num_classes_);
+  counts_.resize(static_cast<size_t>(num_annotators) * k * k, 0.0);
+  labels_per_annotator_.resize(num_annotators, 0);
+  num_annotators_ = num_annotators;
+}
+
+void ConfusionCounts::Serialize(ByteWriter& writer) const {
+  writer.WriteU32(static_cast<uint32_t>(num_classes_));
+  writer.WriteU32(static_cast<uint32_t>(num_annotators_));
+  for (double c : counts_) writer.WriteF64(c);
+  for (double m : class_mass_) writer.WriteF64(m);
+  for (int64_t n : labels_per_annotator_) {
+    writer.WriteU64(static_cast<uint64_t>(n));
+  }
+}
+
+absl::StatusOr<ConfusionCounts> ConfusionCounts::Parse(ByteReader& reader,
+                                                       int32_t num_classes) {
+  absl::StatusOr<uint32_t> k32 = reader.ReadU32();
+  if (!k32.ok()) return k32.status();
+  if (*k32 != static_cast<uint32_t>(num_classes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("serialized counts have ", *k32,
+                     " classes; this model has ", num_classes));
+  }
+  absl::StatusOr<uint32_t> a32 = reader.ReadU32();
+  if (!a32.ok()) return a32.status();
+  const uint64_t k = static_cast<uint64_t>(num_classes);
+  const uint64_t want_bytes =
+      8 * (static_cast<uint64_t>(*a32) * (k * k + 1) + k);
+  if (*a32 > static_cast<uint32_t>(INT32_MAX) ||
+      reader.remaining() < want_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "serialized counts are truncated: ", *a32, " annotators need ",
+        want_bytes, " bytes, have ", reader.remaining()));
+  }
+  ConfusionCounts counts(num_classes, static_cast<int32_t>(*a32));
+  auto read_count = [&reader](double& out) -> absl::Status {
+    absl::StatusOr<double> v = reader.ReadF64();
+    if (!v.ok()) return v.status();
+    if (!std::isfinite(*v) || !(*v >= 0.0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "serialized counts are corrupt: expected count ", *v));
+    }
+    out = *v;
+    return absl::OkStatus();
+  };
+  for (double& c : counts.counts_) {
+    if (absl::Status s = read_count(c); !s.ok()) return s;
+  }
+  for (double& m : counts.class_mass_) {
+    if (absl::Status s = read_count(m); !s.ok()) return s;
+  }
+  for (int64_t& n : counts.labels_per_annotator_) {
+    absl::StatusOr<uint64_t> v = reader.ReadU64();
+    if (!v.ok()) return v.status();
+    if (*v > static_cast<uint64_t>(INT64_MAX)) {
+      return absl::InvalidArgumentError(
+          "serialized counts are corrupt: label count out of range");
+    }
+    n = static_cast<int64_t>(*v);
+  }
+  return counts;
+}
+
 void ConfusionCounts::Merge(const ConfusionCounts& other) {
   for (size_t i = 0; i < counts_.size(); ++i) counts_[i] += other.counts_[i];
   for (size_t i = 0; i < class_mass_.size(); ++i) {
@@ -199,7 +283,8 @@ void ConfusionCounts::Merge(const ConfusionCounts& other) {
 }
 
 ConfusionParameters EstimateParameters(const ConfusionCounts& counts,
-                                       const TruthModelOptions& options) {
+                                       const TruthModelOptions& options,
+                                       double population_diagonal) {
   const size_t k = static_cast<size_t>(counts.num_classes_);
   const size_t num_annotators = static_cast<size_t>(counts.num_annotators_);
   const double kd = static_cast<double>(k);
@@ -225,8 +310,11 @@ ConfusionParameters EstimateParameters(const ConfusionCounts& counts,
     for (size_t i = 0; i < k * k; ++i) pop[i] += cell[i];
   }
   std::vector<double> row_total(k);
+  // Row c of `out` = (n[c][l] + alpha + diagonal * [l == c] +
+  // shrink * shrink_to[c][l]) / (n[c] + K * alpha + diagonal + shrink), where
+  // the shrinkage terms are absent without shrink_to.
   auto normalize_rows = [&](const double* n, const double* shrink_to,
-                            double* out) {
+                            double diagonal, double* out) {
     std::fill(row_total.begin(), row_total.end(), 0.0);
     for (size_t label = 0; label < k; ++label) {
       for (size_t c = 0; c < k; ++c) row_total[c] += n[label * k + c];
@@ -234,20 +322,21 @@ ConfusionParameters EstimateParameters(const ConfusionCounts& counts,
     for (size_t label = 0; label < k; ++label) {
       for (size_t c = 0; c < k; ++c) {
         const double prior_count =
-            alpha + (shrink_to ? shrink * shrink_to[label * k + c] : 0.0);
+            alpha + (label == c ? diagonal : 0.0) +
+            (shrink_to ? shrink * shrink_to[label * k + c] : 0.0);
         out[label * k + c] = (n[label * k + c] + prior_count) /
-                             (row_total[c] + kd * alpha +
+                             (row_total[c] + kd * alpha + diagonal +
                               (shrink_to ? shrink : 0.0));
       }
     }
   };
-  normalize_rows(pop, nullptr, pop);
+  normalize_rows(pop, nullptr, population_diagonal, pop);
   for (size_t a = 0; a < num_annotators; ++a) {
     double* out = params.confusion_.data() + (a + 1) * k * k;
     if (counts.labels_per_annotator_[a] == 0) {
       std::copy_n(pop, k * k, out);
     } else {
-      normalize_rows(counts.counts_.data() + a * k * k, pop, out);
+      normalize_rows(counts.counts_.data() + a * k * k, pop, 0.0, out);
     }
   }
   params.RecomputeLogs();
@@ -279,19 +368,21 @@ absl::Span<const AnnotationMatrix::Entry> CanonicalLabels(
 }
 
 std::string SerializeConfusionModel(
-    std::string_view method, const std::optional<ConfusionParameters>& params) {
+    std::string_view method, const std::optional<ConfusionParameters>& params,
+    const std::function<void(ByteWriter&)>& write_extension) {
   ByteWriter writer;
   writer.WriteString(kMagic);
   writer.WriteU32(kFormatVersion);
   writer.WriteString(method);
   writer.WriteU32(params.has_value() ? 1 : 0);
   if (params.has_value()) params->Serialize(writer);
+  if (write_extension) write_extension(writer);
   return writer.Finish();
 }
 
 absl::StatusOr<std::optional<ConfusionParameters>> ParseConfusionModel(
-    std::string_view serialized, std::string_view method,
-    int32_t num_classes) {
+    std::string_view serialized, std::string_view method, int32_t num_classes,
+    const std::function<absl::Status(ByteReader&)>& read_extension) {
   absl::StatusOr<ByteReader> reader = ByteReader::Open(serialized);
   if (!reader.ok()) return reader.status();
   absl::StatusOr<std::string_view> magic = reader->ReadString();
@@ -326,6 +417,10 @@ absl::StatusOr<std::optional<ConfusionParameters>> ParseConfusionModel(
         ConfusionParameters::Parse(*reader, num_classes);
     if (!parsed.ok()) return parsed.status();
     params = *std::move(parsed);
+  }
+  if (read_extension && reader->remaining() > 0) {
+    absl::Status s = read_extension(*reader);
+    if (!s.ok()) return s;
   }
   absl::Status s = reader->ExpectEnd();
   if (!s.ok()) return s;

@@ -9,9 +9,10 @@
 // ([annotator][label][true class]) so that the E-step's inner loop over true
 // classes and the M-step's count accumulation both touch contiguous memory.
 //
-// ConfusionCounts accumulates the expected counts of one M-step; PassOverItems
-// runs one fused E+M pass over the item-major CSR, optionally on several
-// threads, each with its own ConfusionCounts, merged in a fixed order.
+// ConfusionCounts accumulates the expected counts of one M-step (and, for
+// ds's incremental refits, takes an item's contribution out again);
+// PassOverItems runs one fused E+M pass over the item-major CSR, optionally on
+// several threads, each with its own ConfusionCounts, merged in a fixed order.
 //
 // Thread safety: ConfusionParameters is immutable in use (built by
 // EstimateParameters or Parse, then only read); its const methods may be
@@ -22,12 +23,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "models/annotation_matrix.h"
@@ -81,7 +84,8 @@ class ConfusionParameters {
 
  private:
   friend ConfusionParameters EstimateParameters(
-      const ConfusionCounts& counts, const TruthModelOptions& options);
+      const ConfusionCounts& counts, const TruthModelOptions& options,
+      double population_diagonal);
 
   // Slot 0 is the population confusion, slot a + 1 annotator a.
   size_t ColumnOffset(int32_t annotator, int32_t label) const {
@@ -121,15 +125,30 @@ class ConfusionCounts {
     }
   }
 
+  // Takes out what AddItem(labels, posterior) added. Cells are clamped at 0,
+  // so rounding can never leave a negative count.
+  void RemoveItem(absl::Span<const AnnotationMatrix::Entry> labels,
+                  const double* posterior);
+
   // Adds `other` into this (same sizes).
   void Merge(const ConfusionCounts& other);
+
+  // Keeps the first `num_annotators` annotators; new ones have no counts.
+  void ResizeAnnotators(int32_t num_annotators);
 
   int32_t num_classes() const { return num_classes_; }
   int32_t num_annotators() const { return num_annotators_; }
 
+  void Serialize(ByteWriter& writer) const;
+  // Parses what Serialize wrote. INVALID_ARGUMENT if the data are truncated,
+  // of another number of classes, or hold a negative or non-finite count.
+  static absl::StatusOr<ConfusionCounts> Parse(ByteReader& reader,
+                                               int32_t num_classes);
+
  private:
   friend ConfusionParameters EstimateParameters(
-      const ConfusionCounts& counts, const TruthModelOptions& options);
+      const ConfusionCounts& counts, const TruthModelOptions& options,
+      double population_diagonal);
 
   int32_t num_classes_;
   int32_t num_annotators_;
@@ -141,8 +160,13 @@ class ConfusionCounts {
 // The M-step: smoothed class prior, population confusion from the pooled
 // counts, and per-annotator confusions shrunk toward it, as documented on
 // TruthModelOptions. Annotators without labels get the population confusion.
+// `population_diagonal` is an extra pseudo-count on the diagonal of the
+// population confusion (ds passes options.population_diagonal_prior; mv
+// passes nothing): with no counts at all the population, and so every
+// annotator, is then better than chance instead of uniform.
 ConfusionParameters EstimateParameters(const ConfusionCounts& counts,
-                                       const TruthModelOptions& options);
+                                       const TruthModelOptions& options,
+                                       double population_diagonal = 0.0);
 
 // Writes the soft majority vote of `labels` into out (size K):
 // (count_k + smoothing) / (n + K * smoothing); gold_label >= 0 gives one-hot.
@@ -158,14 +182,24 @@ absl::Span<const AnnotationMatrix::Entry> CanonicalLabels(
 
 // The serialized form of a confusion-matrix model: magic, format version,
 // method name, then the parameters if any, in a checksummed ByteWriter blob.
+// If `write_extension` is given, it appends a method-specific section after
+// the parameters (ds: the state of its incremental refits), which the method
+// versions itself.
 std::string SerializeConfusionModel(
-    std::string_view method, const std::optional<ConfusionParameters>& params);
+    std::string_view method, const std::optional<ConfusionParameters>& params,
+    const std::function<void(ByteWriter&)>& write_extension = nullptr);
 
-// Parses SerializeConfusionModel output. INVALID_ARGUMENT if the blob is
-// corrupt, of another format version, of another method than `method`, or of
-// another number of classes than `num_classes`.
+// Parses SerializeConfusionModel output. If bytes follow the parameters and
+// read_extension is given, it is called with the reader just after them and
+// must read the whole method-specific section (a blob without one, e.g.
+// written before the method had one, does not call it). INVALID_ARGUMENT if
+// the blob is corrupt, of another format version, of another method than
+// `method`, or of another number of classes than `num_classes`, if bytes
+// follow the parameters and read_extension is null, or if read_extension
+// fails (its error is returned).
 absl::StatusOr<std::optional<ConfusionParameters>> ParseConfusionModel(
-    std::string_view serialized, std::string_view method, int32_t num_classes);
+    std::string_view serialized, std::string_view method, int32_t num_classes,
+    const std::function<absl::Status(ByteReader&)>& read_extension = nullptr);
 
 struct PassResult {
   ConfusionCounts counts;
@@ -173,16 +207,18 @@ struct PassResult {
 };
 
 // One fused E+M pass: for every item with labels or gold, computes its
-// posterior with posterior_fn(labels, gold_label, out) -> log-likelihood term,
-// and accumulates the expected counts. Items without labels and without gold
-// are skipped (they carry no information about any parameter). Uses up to
-// num_threads threads over contiguous item ranges; partial results are
-// merged in range order, so the result depends only on the data and
-// num_threads.
-template <typename PosteriorFn>
+// posterior with posterior_fn(labels, gold_label, out) -> log-likelihood term
+// (summed into PassResult::log_likelihood), and accumulates the expected
+// counts of the items for which informs_fn(labels, gold_label) is true.
+// Items without labels and without gold are skipped (they carry no
+// information about any parameter). Uses up to num_threads threads over
+// contiguous item ranges; partial results are merged in range order, so the
+// result depends only on the data and num_threads.
+template <typename PosteriorFn, typename InformsFn>
 PassResult PassOverItems(const AnnotationMatrix& data,
                          absl::Span<const int32_t> gold, int num_threads,
-                         const PosteriorFn& posterior_fn) {
+                         const PosteriorFn& posterior_fn,
+                         const InformsFn& informs_fn) {
   const int32_t k = data.num_classes();
   const int32_t n = data.num_items();
   // Below ~64k labels per thread, starting threads costs more than it saves.
@@ -201,7 +237,9 @@ PassResult PassOverItems(const AnnotationMatrix& data,
       const int32_t gold_label = gold.empty() ? -1 : gold[i];
       if (labels.empty() && gold_label < 0) continue;
       ll += posterior_fn(labels, gold_label, absl::MakeSpan(posterior));
-      counts.AddItem(labels, posterior.data());
+      if (informs_fn(labels, gold_label)) {
+        counts.AddItem(labels, posterior.data());
+      }
     }
     log_likelihood = ll;
   };
@@ -233,6 +271,16 @@ PassResult PassOverItems(const AnnotationMatrix& data,
     result.log_likelihood += partial_ll[t];
   }
   return result;
+}
+
+// PassOverItems where every item with labels or gold adds its counts.
+template <typename PosteriorFn>
+PassResult PassOverItems(const AnnotationMatrix& data,
+                         absl::Span<const int32_t> gold, int num_threads,
+                         const PosteriorFn& posterior_fn) {
+  return PassOverItems(
+      data, gold, num_threads, posterior_fn,
+      [](absl::Span<const AnnotationMatrix::Entry>, int32_t) { return true; });
 }
 
 }  // namespace verity::models

@@ -121,6 +121,124 @@ TEST(ConfusionParametersTest, ParseRejectsHugeAnnotatorCountsWithoutAllocating) 
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(ConfusionParametersTest, PopulationDiagonalIsOnThePopulationOnly) {
+  ConfusionCounts counts(2, 2);
+  const double class0[] = {1.0, 0.0};
+  const std::vector<Entry> says0 = {{0, 0}};
+  counts.AddItem(says0, class0);
+  TruthModelOptions options;
+  options.confusion_smoothing = 0.5;
+  options.population_smoothing = 1.0;
+  const ConfusionParameters p = EstimateParameters(counts, options, 2.0);
+  // Population row 0: (1 + 0.5 + 2, 0 + 0.5) / (1 + 1 + 2); row 1 without
+  // counts: (0.5, 0.5 + 2) / 3.
+  EXPECT_THAT(p.Confusion(-1),
+              ElementsAre(DoubleNear(3.5 / 4, 1e-15),
+                          DoubleNear(0.5 / 4, 1e-15),
+                          DoubleNear(0.5 / 3, 1e-15),
+                          DoubleNear(2.5 / 3, 1e-15)));
+  // Annotator 0 is shrunk toward it and gets no pseudo-count of its own:
+  // row 0 = (1 + 0.5 + 3.5 / 4, 0 + 0.5 + 0.5 / 4) / (1 + 1 + 1).
+  const std::vector<double> c = p.Confusion(0);
+  EXPECT_NEAR(c[0], (1.5 + 3.5 / 4) / 3, 1e-15);
+  EXPECT_NEAR(c[1], (0.5 + 0.5 / 4) / 3, 1e-15);
+  // An annotator without labels has the population confusion, and without
+  // the argument the M-step is the one mv uses.
+  EXPECT_EQ(p.Confusion(1), p.Confusion(-1));
+  EXPECT_THAT(EstimateParameters(counts, options).Confusion(-1),
+              ElementsAre(DoubleNear(1.5 / 2, 1e-15),
+                          DoubleNear(0.5 / 2, 1e-15), 0.5, 0.5));
+}
+
+TEST(ConfusionParametersTest, RemoveItemUndoesAddItem) {
+  ConfusionCounts counts(3, 2);
+  const double a[] = {0.2, 0.3, 0.5};
+  const double b[] = {0.6, 0.1, 0.3};
+  const std::vector<Entry> first = {{0, 2}, {1, 0}};
+  const std::vector<Entry> second = {{1, 1}};
+  counts.AddItem(first, a);
+  ConfusionCounts only_first = counts;
+  counts.AddItem(second, b);
+  counts.RemoveItem(second, b);
+  const TruthModelOptions options;
+  EXPECT_EQ(EstimateParameters(counts, options).Confusion(1),
+            EstimateParameters(only_first, options).Confusion(1));
+  counts.RemoveItem(first, a);
+  // Nothing left: both annotators fall back to the population, which is
+  // uniform without counts.
+  const ConfusionParameters empty = EstimateParameters(counts, options);
+  EXPECT_EQ(empty.Confusion(0), empty.Confusion(-1));
+  for (double p : empty.Confusion(-1)) EXPECT_NEAR(p, 1.0 / 3, 1e-15);
+  EXPECT_THAT(empty.ClassPrior(), ElementsAre(1.0 / 3, 1.0 / 3, 1.0 / 3));
+}
+
+TEST(ConfusionParametersTest, CountsResizeAndSerializeRoundTrip) {
+  ConfusionCounts counts(2, 1);
+  const double post[] = {0.25, 0.75};
+  const std::vector<Entry> labels = {{0, 1}};
+  counts.AddItem(labels, post);
+  counts.ResizeAnnotators(3);
+  EXPECT_EQ(counts.num_annotators(), 3);
+  const std::vector<Entry> new_annotator = {{2, 0}};
+  counts.AddItem(new_annotator, post);
+
+  ByteWriter w;
+  counts.Serialize(w);
+  const std::string blob = w.Finish();
+  absl::StatusOr<ByteReader> r = ByteReader::Open(blob);
+  ASSERT_THAT(r, IsOk());
+  absl::StatusOr<ConfusionCounts> parsed = ConfusionCounts::Parse(*r, 2);
+  ASSERT_THAT(parsed, IsOk());
+  EXPECT_THAT(r->ExpectEnd(), IsOk());
+  const TruthModelOptions options;
+  const ConfusionParameters before = EstimateParameters(counts, options);
+  const ConfusionParameters after = EstimateParameters(*parsed, options);
+  for (int32_t a = -1; a < 3; ++a) {
+    EXPECT_EQ(after.Confusion(a), before.Confusion(a)) << a;
+  }
+  EXPECT_EQ(after.ClassPrior(), before.ClassPrior());
+
+  absl::StatusOr<ByteReader> r3 = ByteReader::Open(blob);
+  ASSERT_THAT(r3, IsOk());
+  EXPECT_THAT(ConfusionCounts::Parse(*r3, 3),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ConfusionParametersTest, ModelBlobWithAMethodSection) {
+  const ConfusionParameters params(2);
+  const std::string plain = SerializeConfusionModel("ds", params);
+  const std::string extended = SerializeConfusionModel(
+      "ds", params, [](ByteWriter& w) { w.WriteU32(42); });
+  // Without a reader for it, a section is trailing garbage.
+  EXPECT_THAT(ParseConfusionModel(extended, "ds", 2),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  uint32_t seen = 0;
+  int calls = 0;
+  auto read = [&](ByteReader& r) -> absl::Status {
+    ++calls;
+    absl::StatusOr<uint32_t> v = r.ReadU32();
+    if (!v.ok()) return v.status();
+    seen = *v;
+    return absl::OkStatus();
+  };
+  ASSERT_THAT(ParseConfusionModel(extended, "ds", 2, read), IsOk());
+  EXPECT_EQ(seen, 42u);
+  EXPECT_EQ(calls, 1);
+  // A blob without a section does not call the reader.
+  ASSERT_THAT(ParseConfusionModel(plain, "ds", 2, read), IsOk());
+  EXPECT_EQ(calls, 1);
+  // The reader's error is returned, and an unread rest is rejected.
+  EXPECT_THAT(ParseConfusionModel(extended, "ds", 2,
+                                  [](ByteReader&) {
+                                    return absl::InvalidArgumentError("no");
+                                  }),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(
+      ParseConfusionModel(extended, "ds", 2,
+                          [](ByteReader&) { return absl::OkStatus(); }),
+      StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(ConfusionParametersTest, CanonicalLabelsSortsOnlyWhenNeeded) {
   std::vector<Entry> scratch;
   const std::vector<Entry> sorted = {{1, 0}, {2, 1}, {2, 2}};

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/annotation_matrix.h"
+#include "models/confusion_parameters.h"
 #include "models/majority_vote.h"
 #include "common/status_matchers.h"
 #include "models/testing/synthetic_crowd.h"
@@ -516,6 +517,494 @@ TEST(DawidSkeneTest, FitRejectsBadInputAndKeepsTheModel) {
   EXPECT_THAT(three->Fit(m, {}, false),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(ds->Serialize(), before);
+}
+
+TEST(DawidSkeneTest, OneLabelPerItemGivesTheMajorityVote) {
+  // One label per item, a skewed class prior and annotators biased toward
+  // class 0: the labels cannot tell a skewed prior from biased annotators.
+  // ds used to predict class 0 for every item here.
+  SyntheticCrowdSpec spec;
+  spec.num_items = 3000;
+  spec.num_classes = 3;
+  spec.labels_per_item = 1;
+  spec.class_prior = {0.6, 0.25, 0.15};
+  spec.confusions = VariedConfusions();
+  for (std::vector<double>& c : spec.confusions) {
+    // Move a fifth of each row's mass onto label 0.
+    for (int k = 0; k < 3; ++k) {
+      for (int l = 0; l < 3; ++l) c[k * 3 + l] *= 0.8;
+      c[k * 3] += 0.2;
+    }
+  }
+  spec.seed = 3;
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(3);
+  absl::StatusOr<FitReport> report = ds->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  std::unique_ptr<MajorityVoteModel> mv = MakeMv(3);
+  ASSERT_THAT(mv->Fit(crowd.matrix, {}, false), IsOk());
+  const std::vector<double> ds_posteriors =
+      AllPosteriors(*ds, crowd.matrix, {});
+  const double ds_accuracy = Accuracy(ds_posteriors, crowd.matrix, crowd.truth);
+  const double mv_accuracy =
+      Accuracy(AllPosteriors(*mv, crowd.matrix, {}), crowd.matrix, crowd.truth);
+  RecordProperty("ds_accuracy", std::to_string(ds_accuracy));
+  RecordProperty("mv_accuracy", std::to_string(mv_accuracy));
+  EXPECT_NEAR(ds_accuracy, mv_accuracy, 0.01);
+  // Without an item with two labels, the parameters are the priors: ds
+  // predicts every item's only label, as the majority vote does.
+  for (int32_t i = 0; i < spec.num_items; ++i) {
+    const double* p = &ds_posteriors[3 * i];
+    ASSERT_EQ(std::max_element(p, p + 3) - p,
+              crowd.matrix.LabelsOfItem(i)[0].label)
+        << "item " << i;
+  }
+  EXPECT_THAT(ds->ClassPrior(), ElementsAre(DoubleNear(1.0 / 3, 1e-12),
+                                            DoubleNear(1.0 / 3, 1e-12),
+                                            DoubleNear(1.0 / 3, 1e-12)));
+}
+
+TEST(DawidSkeneTest, SingleLabelItemsDoNotMoveTheParameters) {
+  // 1500 items with five labels and 1500 with one: the single labels get
+  // posteriors from the parameters the other items identify, and do not
+  // change them.
+  SyntheticCrowdSpec spec = VariedCrowdSpec(3000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::vector<Annotation> mixed, redundant_only;
+  std::vector<int32_t> seen(spec.num_items, 0);
+  for (const Annotation& a : crowd.annotations) {
+    const bool single = a.item % 2 == 1;
+    if (single && seen[a.item]++ > 0) continue;
+    mixed.push_back(a);
+    if (!single) redundant_only.push_back(a);
+  }
+  const AnnotationMatrix mixed_matrix =
+      *AnnotationMatrix::Build(spec.num_items, 20, 3, mixed);
+  const AnnotationMatrix redundant_matrix =
+      *AnnotationMatrix::Build(spec.num_items, 20, 3, redundant_only);
+  // A fixed number of iterations: the single-label items' log-likelihood
+  // terms would otherwise move the stopping point.
+  TruthModelOptions options;
+  options.tolerance = 0;
+  options.max_iterations = 30;
+  std::unique_ptr<DawidSkeneModel> with_single = MakeDs(3, options);
+  std::unique_ptr<DawidSkeneModel> without_single = MakeDs(3, options);
+  ASSERT_THAT(with_single->Fit(mixed_matrix, {}, false), IsOk());
+  ASSERT_THAT(without_single->Fit(redundant_matrix, {}, false), IsOk());
+  EXPECT_EQ(with_single->ClassPrior(), without_single->ClassPrior());
+  for (int32_t a = -1; a < 20; ++a) {
+    EXPECT_EQ(with_single->AnnotatorConfusion(a),
+              without_single->AnnotatorConfusion(a))
+        << "annotator " << a;
+  }
+  std::unique_ptr<MajorityVoteModel> mv = MakeMv(3);
+  ASSERT_THAT(mv->Fit(mixed_matrix, {}, false), IsOk());
+  const double ds_accuracy =
+      Accuracy(AllPosteriors(*with_single, mixed_matrix, {}), mixed_matrix,
+               crowd.truth);
+  const double mv_accuracy =
+      Accuracy(AllPosteriors(*mv, mixed_matrix, {}), mixed_matrix, crowd.truth);
+  RecordProperty("ds_accuracy", std::to_string(ds_accuracy));
+  RecordProperty("mv_accuracy", std::to_string(mv_accuracy));
+  EXPECT_GT(ds_accuracy, mv_accuracy);
+}
+
+// --- Incremental refits ---
+
+std::unique_ptr<DawidSkeneModel> CloneDs(const DawidSkeneModel& model) {
+  std::unique_ptr<TruthModel> clone = model.Clone();
+  return std::unique_ptr<DawidSkeneModel>(
+      static_cast<DawidSkeneModel*>(clone.release()));
+}
+
+// A copy of `model` (parameters and kept state) whose warm fits always run
+// full EM: the reference an incremental refit is compared with.
+std::unique_ptr<DawidSkeneModel> FullEmCopy(const DawidSkeneModel& model,
+                                            int num_threads = 1) {
+  TruthModelOptions options;
+  options.incremental_refit_max_fraction = 0;
+  options.num_threads = num_threads;
+  std::unique_ptr<DawidSkeneModel> copy =
+      MakeDs(model.num_classes(), options);
+  EXPECT_THAT(copy->Restore(model.Serialize()), IsOk());
+  return copy;
+}
+
+struct ModelDifference {
+  double posterior = 0;  // max over items and classes
+  double confusion = 0;  // max over annotators (and the population) and cells
+  double prior = 0;
+  int32_t map_disagreements = 0;
+};
+
+ModelDifference Compare(const DawidSkeneModel& a, const DawidSkeneModel& b,
+                        const AnnotationMatrix& data,
+                        const std::vector<int32_t>& gold) {
+  ModelDifference d;
+  const int32_t k = data.num_classes();
+  const std::vector<double> pa = AllPosteriors(a, data, gold);
+  const std::vector<double> pb = AllPosteriors(b, data, gold);
+  for (int32_t i = 0; i < data.num_items(); ++i) {
+    const double* x = &pa[static_cast<size_t>(i) * k];
+    const double* y = &pb[static_cast<size_t>(i) * k];
+    for (int32_t c = 0; c < k; ++c) {
+      d.posterior = std::max(d.posterior, std::abs(x[c] - y[c]));
+    }
+    d.map_disagreements +=
+        (std::max_element(x, x + k) - x) != (std::max_element(y, y + k) - y);
+  }
+  for (int32_t annotator = -1; annotator < data.num_annotators(); ++annotator) {
+    const std::vector<double> ca = a.AnnotatorConfusion(annotator);
+    const std::vector<double> cb = b.AnnotatorConfusion(annotator);
+    for (size_t j = 0; j < ca.size(); ++j) {
+      d.confusion = std::max(d.confusion, std::abs(ca[j] - cb[j]));
+    }
+  }
+  const std::vector<double> qa = a.ClassPrior();
+  const std::vector<double> qb = b.ClassPrior();
+  for (int32_t c = 0; c < k; ++c) {
+    d.prior = std::max(d.prior, std::abs(qa[c] - qb[c]));
+  }
+  return d;
+}
+
+void RecordDifference(const ModelDifference& d) {
+  ::testing::Test::RecordProperty("max_posterior_difference",
+                                  std::to_string(d.posterior));
+  ::testing::Test::RecordProperty("max_confusion_difference",
+                                  std::to_string(d.confusion));
+  ::testing::Test::RecordProperty("max_prior_difference",
+                                  std::to_string(d.prior));
+  ::testing::Test::RecordProperty("map_disagreements",
+                                  std::to_string(d.map_disagreements));
+}
+
+// The matrix of `annotations` without the labels of items >= first_new.
+AnnotationMatrix WithoutItemsFrom(const std::vector<Annotation>& annotations,
+                                  int32_t first_new, int32_t num_items,
+                                  int32_t num_annotators, int32_t k) {
+  std::vector<Annotation> kept;
+  for (const Annotation& a : annotations) {
+    if (a.item < first_new) kept.push_back(a);
+  }
+  return *AnnotationMatrix::Build(num_items, num_annotators, k, kept);
+}
+
+// The tolerance of an incremental refit against a full warm fit on the same
+// data, for the changes these tests make (1-2 % of the labels): no item's
+// posterior moves by more than 0.02, no confusion cell or prior by more than
+// 0.005, and at most 0.1 % of the items change their most probable class.
+// (Measured: see the RecordProperty values of the tests.)
+constexpr double kPosteriorTolerance = 0.02;
+constexpr double kParameterTolerance = 0.005;
+
+TEST(DawidSkeneTest, IncrementalRefitAfterNewItemsIsCloseToAFullWarmFit) {
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(20000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  // The last 1 % of the items are new.
+  const AnnotationMatrix before =
+      WithoutItemsFrom(crowd.annotations, 19800, spec.num_items, 20, 3);
+  std::unique_ptr<DawidSkeneModel> base = MakeDs(3);
+  ASSERT_THAT(base->Fit(before, {}, false), IsOk());
+  EXPECT_TRUE(base->has_refit_state());
+  EXPECT_EQ(base->incremental_refits_in_a_row(), 0);
+
+  std::unique_ptr<DawidSkeneModel> incremental = CloneDs(*base);
+  absl::StatusOr<FitReport> report = incremental->Fit(crowd.matrix, {}, true);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(incremental->incremental_refits_in_a_row(), 1);
+  EXPECT_TRUE(report->converged);
+  EXPECT_GE(report->iterations, 2);
+  EXPECT_TRUE(std::isfinite(report->log_likelihood));
+  // The base model is untouched (the clone shares its state, immutable).
+  EXPECT_EQ(base->incremental_refits_in_a_row(), 0);
+
+  std::unique_ptr<DawidSkeneModel> full = FullEmCopy(*base);
+  absl::StatusOr<FitReport> full_report = full->Fit(crowd.matrix, {}, true);
+  ASSERT_THAT(full_report, IsOk());
+  EXPECT_EQ(full->incremental_refits_in_a_row(), 0);
+  const ModelDifference d = Compare(*incremental, *full, crowd.matrix, {});
+  RecordDifference(d);
+  EXPECT_LE(d.posterior, kPosteriorTolerance);
+  EXPECT_LE(d.confusion, kParameterTolerance);
+  EXPECT_LE(d.prior, kParameterTolerance);
+  EXPECT_LE(d.map_disagreements, spec.num_items / 1000);
+  EXPECT_NEAR(report->log_likelihood, full_report->log_likelihood,
+              1e-4 * std::abs(full_report->log_likelihood));
+}
+
+TEST(DawidSkeneTest, IncrementalRefitOfEveryItemIsFullEm) {
+  // When every item changed, the incremental refit takes every old
+  // contribution out and E-steps every item: full warm EM, up to rounding.
+  // This checks the bookkeeping of the kept counts exactly.
+  SyntheticCrowdSpec spec = VariedCrowdSpec(3000);
+  spec.labels_per_item = 6;
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  // Before: the first five labels of every item.
+  std::vector<Annotation> first_five;
+  std::vector<int32_t> seen(spec.num_items, 0);
+  for (const Annotation& a : crowd.annotations) {
+    if (seen[a.item]++ < 5) first_five.push_back(a);
+  }
+  const AnnotationMatrix before =
+      *AnnotationMatrix::Build(spec.num_items, 20, 3, first_five);
+  TruthModelOptions options;
+  options.incremental_refit_max_fraction = 1.0;
+  std::unique_ptr<DawidSkeneModel> incremental = MakeDs(3, options);
+  ASSERT_THAT(incremental->Fit(before, {}, false), IsOk());
+  std::unique_ptr<DawidSkeneModel> full = FullEmCopy(*incremental);
+
+  absl::StatusOr<FitReport> r1 = incremental->Fit(crowd.matrix, {}, true);
+  absl::StatusOr<FitReport> r2 = full->Fit(crowd.matrix, {}, true);
+  ASSERT_THAT(r1, IsOk());
+  ASSERT_THAT(r2, IsOk());
+  EXPECT_EQ(incremental->incremental_refits_in_a_row(), 1);
+  EXPECT_EQ(full->incremental_refits_in_a_row(), 0);
+  EXPECT_EQ(r1->iterations, r2->iterations);
+  EXPECT_NEAR(r1->log_likelihood, r2->log_likelihood,
+              1e-12 * std::abs(r2->log_likelihood));
+  const ModelDifference d = Compare(*incremental, *full, crowd.matrix, {});
+  RecordDifference(d);
+  EXPECT_LE(d.posterior, 1e-9);
+  EXPECT_LE(d.confusion, 1e-12);
+  EXPECT_LE(d.prior, 1e-12);
+}
+
+TEST(DawidSkeneTest, IncrementalRefitHandlesRevisionsRemovalsAndGold) {
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(20000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<DawidSkeneModel> base = MakeDs(3);
+  ASSERT_THAT(base->Fit(crowd.matrix, {}, false), IsOk());
+
+  // Every 150th item has its first label revised, every 300th (offset 7)
+  // loses its last label, every 500th (offset 3) gets its true class as gold;
+  // item 11 loses all its labels.
+  std::vector<Annotation> changed;
+  std::vector<int32_t> position(spec.num_items, 0);
+  for (const Annotation& a : crowd.annotations) {
+    const int32_t j = position[a.item]++;
+    if (a.item == 11) continue;
+    if (a.item % 300 == 7 && j == spec.labels_per_item - 1) continue;
+    Annotation b = a;
+    if (a.item % 150 == 0 && j == 0) b.label = (a.label + 1) % 3;
+    changed.push_back(b);
+  }
+  std::vector<int32_t> gold(spec.num_items, -1);
+  for (int32_t i = 3; i < spec.num_items; i += 500) gold[i] = crowd.truth[i];
+  const AnnotationMatrix after =
+      *AnnotationMatrix::Build(spec.num_items, 20, 3, changed);
+
+  std::unique_ptr<DawidSkeneModel> incremental = CloneDs(*base);
+  absl::StatusOr<FitReport> report = incremental->Fit(after, gold, true);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(incremental->incremental_refits_in_a_row(), 1);
+  EXPECT_TRUE(std::isfinite(report->log_likelihood));
+  std::unique_ptr<DawidSkeneModel> full = FullEmCopy(*base);
+  ASSERT_THAT(full->Fit(after, gold, true), IsOk());
+  const ModelDifference d = Compare(*incremental, *full, after, gold);
+  RecordDifference(d);
+  EXPECT_LE(d.posterior, kPosteriorTolerance);
+  EXPECT_LE(d.confusion, kParameterTolerance);
+  EXPECT_LE(d.prior, kParameterTolerance);
+  EXPECT_LE(d.map_disagreements, spec.num_items / 1000);
+
+  const std::vector<double> posteriors =
+      AllPosteriors(*incremental, after, gold);
+  for (double p : posteriors) ASSERT_TRUE(std::isfinite(p));
+  for (int32_t i = 3; i < spec.num_items; i += 500) {
+    for (int32_t k = 0; k < 3; ++k) {
+      ASSERT_EQ(posteriors[3 * i + k], k == gold[i] ? 1.0 : 0.0) << i;
+    }
+  }
+  // The item without labels gets the class prior.
+  const std::vector<double> prior = incremental->ClassPrior();
+  EXPECT_THAT(std::vector<double>(posteriors.begin() + 33,
+                                  posteriors.begin() + 36),
+              ElementsAre(prior[0], prior[1], prior[2]));
+
+  // Undoing the changes in a second incremental refit comes back close to
+  // the base fit.
+  absl::StatusOr<FitReport> undo = incremental->Fit(crowd.matrix, {}, true);
+  ASSERT_THAT(undo, IsOk());
+  EXPECT_EQ(incremental->incremental_refits_in_a_row(), 2);
+  const ModelDifference back = Compare(*incremental, *base, crowd.matrix, {});
+  RecordProperty("max_confusion_difference_after_undo",
+                 std::to_string(back.confusion));
+  EXPECT_LE(back.confusion, kParameterTolerance);
+  EXPECT_LE(back.posterior, kPosteriorTolerance);
+}
+
+TEST(DawidSkeneTest, IncrementalRefitLearnsNewAnnotatorsAndItems) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 2000;
+  spec.labels_per_item = 3;
+  spec.confusions.assign(10, SymmetricConfusion(2, 0.85));
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<DawidSkeneModel> base = MakeDs(2);
+  ASSERT_THAT(base->Fit(crowd.matrix, {}, false), IsOk());
+
+  // 60 new items (2000..2059), each with the labels of an old item from the
+  // same annotators, and a label 0 from a new annotator 10.
+  std::vector<Annotation> grown = crowd.annotations;
+  for (const Annotation& a : crowd.annotations) {
+    if (a.item < 60) grown.push_back({2000 + a.item, a.annotator, a.label});
+  }
+  for (int32_t i = 2000; i < 2060; ++i) grown.push_back({i, 10, 0});
+  const AnnotationMatrix after = *AnnotationMatrix::Build(2060, 11, 2, grown);
+
+  std::unique_ptr<DawidSkeneModel> incremental = CloneDs(*base);
+  ASSERT_THAT(incremental->Fit(after, {}, true), IsOk());
+  EXPECT_EQ(incremental->incremental_refits_in_a_row(), 1);
+  // The new annotator says 0 whatever the truth.
+  const std::vector<double> c = incremental->AnnotatorConfusion(10);
+  EXPECT_GT(c[0], 0.9);
+  EXPECT_GT(c[2], 0.9);
+  // The new items get the posteriors of the old items they copy, give or
+  // take annotator 10's label.
+  std::unique_ptr<DawidSkeneModel> full = FullEmCopy(*base);
+  ASSERT_THAT(full->Fit(after, {}, true), IsOk());
+  const ModelDifference d = Compare(*incremental, *full, after, {});
+  RecordDifference(d);
+  EXPECT_LE(d.posterior, kPosteriorTolerance);
+  EXPECT_LE(d.confusion, 0.02);  // annotator 10 has only 60 labels
+  EXPECT_LE(d.map_disagreements, 2);
+}
+
+TEST(DawidSkeneTest, LargeOrManyChangesFallBackToFullEm) {
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(10000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  // 30 % of the items are new: more than incremental_refit_max_fraction.
+  const AnnotationMatrix before =
+      WithoutItemsFrom(crowd.annotations, 7000, spec.num_items, 20, 3);
+  std::unique_ptr<DawidSkeneModel> model = MakeDs(3);
+  ASSERT_THAT(model->Fit(before, {}, false), IsOk());
+  std::unique_ptr<DawidSkeneModel> refit = CloneDs(*model);
+  ASSERT_THAT(refit->Fit(crowd.matrix, {}, true), IsOk());
+  EXPECT_EQ(refit->incremental_refits_in_a_row(), 0);
+  std::unique_ptr<DawidSkeneModel> full = FullEmCopy(*model);
+  ASSERT_THAT(full->Fit(crowd.matrix, {}, true), IsOk());
+  EXPECT_EQ(refit->Serialize(), full->Serialize());  // the full warm fit
+
+  // Small changes, one item more each time: incremental until
+  // kMaxIncrementalRefits in a row, then full EM once.
+  int32_t first_new = 9900;
+  std::unique_ptr<DawidSkeneModel> current = MakeDs(3);
+  ASSERT_THAT(current->Fit(WithoutItemsFrom(crowd.annotations, first_new,
+                                            spec.num_items, 20, 3),
+                           {}, false),
+              IsOk());
+  for (int32_t refit_number = 1;
+       refit_number <= DawidSkeneModel::kMaxIncrementalRefits + 1;
+       ++refit_number) {
+    ++first_new;
+    ASSERT_THAT(current->Fit(WithoutItemsFrom(crowd.annotations, first_new,
+                                              spec.num_items, 20, 3),
+                             {}, true),
+                IsOk());
+    EXPECT_EQ(current->incremental_refits_in_a_row(),
+              refit_number % (DawidSkeneModel::kMaxIncrementalRefits + 1))
+        << "refit " << refit_number;
+  }
+
+  // A model restored from the parameters alone (as ds serialized them before
+  // it kept a refit state) refits with full EM, and keeps the state after.
+  std::unique_ptr<DawidSkeneModel> restored = MakeDs(3);
+  ASSERT_THAT(restored->Restore(
+                  SerializeConfusionModel(DawidSkeneModel::kMethod,
+                                          ConfusionParameters(3))),
+              IsOk());
+  EXPECT_TRUE(restored->has_parameters());
+  EXPECT_FALSE(restored->has_refit_state());
+  ASSERT_THAT(restored->Fit(crowd.matrix, {}, true), IsOk());
+  EXPECT_TRUE(restored->has_refit_state());
+  EXPECT_EQ(restored->incremental_refits_in_a_row(), 0);
+}
+
+TEST(DawidSkeneTest, IncrementalRefitWithoutChangesKeepsTheModel) {
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(2000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(3);
+  absl::StatusOr<FitReport> cold = ds->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(cold, IsOk());
+  const std::string before = ds->Serialize();
+  absl::StatusOr<FitReport> warm = ds->Fit(crowd.matrix, {}, true);
+  ASSERT_THAT(warm, IsOk());
+  EXPECT_EQ(warm->iterations, 0);
+  EXPECT_TRUE(warm->converged);
+  EXPECT_EQ(warm->log_likelihood, cold->log_likelihood);
+  EXPECT_EQ(ds->Serialize(), before);
+}
+
+TEST(DawidSkeneTest, SerializeRestoreKeepsTheRefitState) {
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(5000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::vector<int32_t> gold(spec.num_items, -1);
+  gold[4990] = crowd.truth[4990];
+  std::unique_ptr<DawidSkeneModel> model = MakeDs(3);
+  ASSERT_THAT(model->Fit(WithoutItemsFrom(crowd.annotations, 4900,
+                                          spec.num_items, 20, 3),
+                         {}, false),
+              IsOk());
+  ASSERT_THAT(model->Fit(WithoutItemsFrom(crowd.annotations, 4950,
+                                          spec.num_items, 20, 3),
+                         {}, true),
+              IsOk());
+  ASSERT_EQ(model->incremental_refits_in_a_row(), 1);
+  const std::string blob = model->Serialize();
+
+  std::unique_ptr<DawidSkeneModel> restored = MakeDs(3);
+  ASSERT_THAT(restored->Restore(blob), IsOk());
+  EXPECT_TRUE(restored->has_refit_state());
+  EXPECT_EQ(restored->incremental_refits_in_a_row(), 1);
+  EXPECT_EQ(restored->Serialize(), blob);
+  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
+            AllPosteriors(*model, crowd.matrix, {}));
+
+  // The next incremental refit is bit-identical from the restored model.
+  absl::StatusOr<FitReport> r1 = model->Fit(crowd.matrix, gold, true);
+  absl::StatusOr<FitReport> r2 = restored->Fit(crowd.matrix, gold, true);
+  ASSERT_THAT(r1, IsOk());
+  ASSERT_THAT(r2, IsOk());
+  EXPECT_EQ(restored->incremental_refits_in_a_row(), 2);
+  EXPECT_EQ(r1->iterations, r2->iterations);
+  EXPECT_EQ(r1->log_likelihood, r2->log_likelihood);
+  EXPECT_EQ(restored->Serialize(), model->Serialize());
+
+  // A corrupt state is rejected, and the model keeps what it had.
+  const std::string good = restored->Serialize();
+  EXPECT_THAT(restored->Restore(blob.substr(0, blob.size() - 20)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(restored->Serialize(), good);
+}
+
+TEST(DawidSkeneTest, IncrementalRefitIsDeterministic) {
+  SyntheticCrowdSpec spec = VariedCrowdSpec(70000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  const AnnotationMatrix before =
+      WithoutItemsFrom(crowd.annotations, 69300, spec.num_items, 20, 3);
+  TruthModelOptions threaded;
+  threaded.num_threads = 4;
+  std::unique_ptr<DawidSkeneModel> one = MakeDs(3);
+  std::unique_ptr<DawidSkeneModel> four = MakeDs(3, threaded);
+  ASSERT_THAT(one->Fit(before, {}, false), IsOk());
+  ASSERT_THAT(four->Fit(before, {}, false), IsOk());
+
+  // The same model refitted twice on the same data: bit-identical.
+  std::unique_ptr<DawidSkeneModel> a = CloneDs(*one);
+  std::unique_ptr<DawidSkeneModel> b = CloneDs(*one);
+  ASSERT_THAT(a->Fit(crowd.matrix, {}, true), IsOk());
+  ASSERT_THAT(b->Fit(crowd.matrix, {}, true), IsOk());
+  EXPECT_EQ(a->incremental_refits_in_a_row(), 1);
+  EXPECT_EQ(a->Serialize(), b->Serialize());
+
+  // Another thread count differs in the last bits only, as for full fits.
+  ASSERT_THAT(four->Fit(crowd.matrix, {}, true), IsOk());
+  EXPECT_EQ(four->incremental_refits_in_a_row(), 1);
+  const ModelDifference d = Compare(*a, *four, crowd.matrix, {});
+  EXPECT_LE(d.confusion, 1e-9);
+  EXPECT_LE(d.posterior, 1e-9);
 }
 
 TEST(DawidSkeneTest, CreateRejectsBadOptions) {
