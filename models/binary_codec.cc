@@ -30,6 +30,46 @@ constexpr size_t kChecksumBytes = 8;
 
 }  // namespace
 
+namespace {
+constexpr std::string_view kModelMagic = "VRTY";
+constexpr uint32_t kModelFormatVersion = 1;
+}  // namespace
+
+void WriteModelHeader(ByteWriter& writer, std::string_view method, bool has_parameters) {
+  writer.WriteString(kModelMagic);
+  writer.WriteU32(kModelFormatVersion);
+  writer.WriteString(method);
+  writer.WriteU32(has_parameters ? 1 : 0);
+}
+
+absl::StatusOr<bool> ReadModelHeader(ByteReader& reader, std::string_view method) {
+  absl::StatusOr<std::string_view> magic = reader.ReadString();
+  if (!magic.ok()) return magic.status();
+  if (*magic != kModelMagic) {
+    return absl::InvalidArgumentError("not a serialized Verity model");
+  }
+  absl::StatusOr<uint32_t> version = reader.ReadU32();
+  if (!version.ok()) return version.status();
+  if (*version != kModelFormatVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("serialized model has format version ", *version,
+                     "; this build reads version ", kModelFormatVersion));
+  }
+  absl::StatusOr<std::string_view> stored_method = reader.ReadString();
+  if (!stored_method.ok()) return stored_method.status();
+  if (*stored_method != method) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("serialized model is of method \"", std::string(*stored_method),
+                     "\", not \"", std::string(method), "\""));
+  }
+  absl::StatusOr<uint32_t> has_params = reader.ReadU32();
+  if (!has_params.ok()) return has_params.status();
+  if (*has_params > 1) {
+    return absl::InvalidArgumentError("serialized model is corrupt: bad parameter flag");
+  }
+  return *has_params == 1;
+}
+
 uint64_t Fnv1a64(std::string_view bytes) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (char c : bytes) {

@@ -64,6 +64,14 @@ class ByteReader {
   size_t pos_ = 0;
 };
 
+// The header every serialized truth model starts with: the magic "VRTY", the format version,
+// the method name, and a flag telling whether parameters follow.
+void WriteModelHeader(ByteWriter& writer, std::string_view method, bool has_parameters);
+
+// Reads that header. INVALID_ARGUMENT if the magic, format version or method differ from this
+// build's and `method`, or the flag is neither 0 nor 1; otherwise whether parameters follow.
+absl::StatusOr<bool> ReadModelHeader(ByteReader& reader, std::string_view method);
+
 // 64-bit FNV-1a hash of `bytes`.
 uint64_t Fnv1a64(std::string_view bytes);
 

@@ -18,8 +18,6 @@ namespace {
 
 // Serialization format version; bump on any change of the layout. (A
 // method-specific section after the parameters is versioned by its method.)
-constexpr uint32_t kFormatVersion = 1;
-constexpr std::string_view kMagic = "VRTY";
 
 bool EntryLess(const AnnotationMatrix::Entry& a,
                const AnnotationMatrix::Entry& b) {
@@ -371,10 +369,7 @@ std::string SerializeConfusionModel(
     std::string_view method, const std::optional<ConfusionParameters>& params,
     const std::function<void(ByteWriter&)>& write_extension) {
   ByteWriter writer;
-  writer.WriteString(kMagic);
-  writer.WriteU32(kFormatVersion);
-  writer.WriteString(method);
-  writer.WriteU32(params.has_value() ? 1 : 0);
+  WriteModelHeader(writer, method, params.has_value());
   if (params.has_value()) params->Serialize(writer);
   if (write_extension) write_extension(writer);
   return writer.Finish();
@@ -385,34 +380,10 @@ absl::StatusOr<std::optional<ConfusionParameters>> ParseConfusionModel(
     const std::function<absl::Status(ByteReader&)>& read_extension) {
   absl::StatusOr<ByteReader> reader = ByteReader::Open(serialized);
   if (!reader.ok()) return reader.status();
-  absl::StatusOr<std::string_view> magic = reader->ReadString();
-  if (!magic.ok()) return magic.status();
-  if (*magic != kMagic) {
-    return absl::InvalidArgumentError("not a serialized Verity model");
-  }
-  absl::StatusOr<uint32_t> version = reader->ReadU32();
-  if (!version.ok()) return version.status();
-  if (*version != kFormatVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("serialized model has format version ", *version,
-                     "; this build reads version ", kFormatVersion));
-  }
-  absl::StatusOr<std::string_view> stored_method = reader->ReadString();
-  if (!stored_method.ok()) return stored_method.status();
-  if (*stored_method != method) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("serialized model is of method \"",
-                     std::string(*stored_method), "\", not \"",
-                     std::string(method), "\""));
-  }
-  absl::StatusOr<uint32_t> has_params = reader->ReadU32();
+  absl::StatusOr<bool> has_params = ReadModelHeader(*reader, method);
   if (!has_params.ok()) return has_params.status();
-  if (*has_params > 1) {
-    return absl::InvalidArgumentError(
-        "serialized model is corrupt: bad parameter flag");
-  }
   std::optional<ConfusionParameters> params;
-  if (*has_params == 1) {
+  if (*has_params) {
     absl::StatusOr<ConfusionParameters> parsed =
         ConfusionParameters::Parse(*reader, num_classes);
     if (!parsed.ok()) return parsed.status();

@@ -22,8 +22,6 @@ namespace {
 
 // Serialization format version of one_coin parameters; bump on any change of
 // the layout.
-constexpr uint32_t kFormatVersion = 1;
-constexpr std::string_view kMagic = "VRTY";
 
 // Expected counts of one M-step.
 struct OneCoinCounts {
@@ -359,10 +357,7 @@ std::vector<double> OneCoinModel::ClassPrior() const {
 
 std::string OneCoinModel::Serialize() const {
   ByteWriter writer;
-  writer.WriteString(kMagic);
-  writer.WriteU32(kFormatVersion);
-  writer.WriteString(kMethod);
-  writer.WriteU32(params_.has_value() ? 1 : 0);
+  WriteModelHeader(writer, kMethod, params_.has_value());
   if (params_.has_value()) {
     writer.WriteU32(static_cast<uint32_t>(num_classes_));
     writer.WriteU32(static_cast<uint32_t>(params_->num_annotators()));
@@ -375,33 +370,10 @@ std::string OneCoinModel::Serialize() const {
 absl::Status OneCoinModel::Restore(std::string_view serialized) {
   absl::StatusOr<ByteReader> reader = ByteReader::Open(serialized);
   if (!reader.ok()) return reader.status();
-  absl::StatusOr<std::string_view> magic = reader->ReadString();
-  if (!magic.ok()) return magic.status();
-  if (*magic != kMagic) {
-    return absl::InvalidArgumentError("not a serialized Verity model");
-  }
-  absl::StatusOr<uint32_t> version = reader->ReadU32();
-  if (!version.ok()) return version.status();
-  if (*version != kFormatVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("serialized model has format version ", *version,
-                     "; this build reads version ", kFormatVersion));
-  }
-  absl::StatusOr<std::string_view> stored_method = reader->ReadString();
-  if (!stored_method.ok()) return stored_method.status();
-  if (*stored_method != kMethod) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "serialized model is of method \"", std::string(*stored_method),
-        "\", not \"", std::string(kMethod), "\""));
-  }
-  absl::StatusOr<uint32_t> has_params = reader->ReadU32();
+  absl::StatusOr<bool> has_params = ReadModelHeader(*reader, kMethod);
   if (!has_params.ok()) return has_params.status();
-  if (*has_params > 1) {
-    return absl::InvalidArgumentError(
-        "serialized model is corrupt: bad parameter flag");
-  }
   std::optional<OneCoinParameters> params;
-  if (*has_params == 1) {
+  if (*has_params) {
     absl::StatusOr<OneCoinParameters> parsed =
         ParseParameters(*reader, num_classes_);
     if (!parsed.ok()) return parsed.status();
