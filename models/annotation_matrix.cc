@@ -85,15 +85,25 @@ absl::StatusOr<AnnotationMatrix> AnnotationMatrix::Build(
   for (size_t i = 0; i < triples.size(); ++i) {
     m.item_entries_[i] = Entry{triples[i].annotator, triples[i].label};
   }
-
-  triples = StableSortByKey(
-      triples, num_annotators, [](const Annotation& a) { return a.annotator; },
-      m.annotator_offsets_);
-  m.annotator_entries_.resize(triples.size());
-  for (size_t i = 0; i < triples.size(); ++i) {
-    m.annotator_entries_[i] = Entry{triples[i].item, triples[i].label};
-  }
+  m.BuildAnnotatorMajorFromItemMajor();
   return m;
+}
+
+void AnnotationMatrix::BuildAnnotatorMajorFromItemMajor() {
+  annotator_offsets_.assign(static_cast<size_t>(num_annotators_) + 1, 0);
+  for (const Entry& e : item_entries_) ++annotator_offsets_[e.other + 1];
+  for (int32_t a = 0; a < num_annotators_; ++a) {
+    annotator_offsets_[a + 1] += annotator_offsets_[a];
+  }
+  std::vector<int64_t> next(annotator_offsets_.begin(),
+                            annotator_offsets_.end() - 1);
+  annotator_entries_.resize(item_entries_.size());
+  for (int32_t item = 0; item < num_items_; ++item) {
+    for (int64_t k = item_offsets_[item]; k < item_offsets_[item + 1]; ++k) {
+      const Entry& e = item_entries_[k];
+      annotator_entries_[next[e.other]++] = Entry{item, e.label};
+    }
+  }
 }
 
 }  // namespace verity::models

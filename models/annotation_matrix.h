@@ -79,6 +79,12 @@ class AnnotationMatrix {
   }
 
  private:
+  friend class IncrementalAnnotationMatrix;
+
+  // Fills the annotator-major view from the item-major one with one counting
+  // sort (walking items in order keeps each annotator's row sorted by item).
+  void BuildAnnotatorMajorFromItemMajor();
+
   int32_t num_items_ = 0;
   int32_t num_annotators_ = 0;
   int32_t num_classes_ = 2;

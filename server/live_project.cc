@@ -73,7 +73,9 @@ models::TruthModelOptions ModelOptionsFromSettings(const v1::ModelSettings& sett
 }
 
 LiveProject::LiveProject(Identity identity, v1::ProjectSettings settings)
-    : identity_(std::move(identity)), settings_(std::move(settings)) {}
+    : identity_(std::move(identity)),
+      settings_(std::move(settings)),
+      labels_(static_cast<int32_t>(identity_.classes.size())) {}
 
 absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identity,
                                                                  v1::ProjectSettings settings,
@@ -93,9 +95,9 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
   for (size_t a = 0; a < stored.annotator_ids.size(); ++a) {
     p.EnsureAnnotator(a, stored.annotator_ids[a]);
   }
-  // Labels in seq order, so each item's label list has the order live ingest would give it.
-  std::sort(stored.labels.begin(), stored.labels.end(),
-            [](const StoredState::Label& x, const StoredState::Label& y) { return x.seq < y.seq; });
+  // Stored labels go straight into CSR arrays: one sort, no per-label row updates.
+  std::vector<models::Annotation> triples;
+  triples.reserve(stored.labels.size());
   for (const StoredState::Label& l : stored.labels) {
     if (l.item < 0 || l.item >= static_cast<int32_t>(p.item_ids_.size()) || l.annotator < 0 ||
         l.annotator >= static_cast<int32_t>(p.annotator_ids_.size()) || l.label < 0 ||
@@ -105,8 +107,18 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
                                               ", annotator ", l.annotator, ", label ", l.label,
                                               ")"));
     }
-    p.SetLabel(l.item, l.annotator, l.label, l.seq);
+    triples.push_back({l.item, l.annotator, l.label});
+    p.item_newest_seq_[l.item] = std::max(p.item_newest_seq_[l.item], l.seq);
+    p.newest_seq_ = std::max(p.newest_seq_, l.seq);
   }
+  absl::StatusOr<models::AnnotationMatrix> stored_matrix = models::AnnotationMatrix::Build(
+      static_cast<int32_t>(p.item_ids_.size()), static_cast<int32_t>(p.annotator_ids_.size()), k,
+      triples);
+  if (!stored_matrix.ok()) return stored_matrix.status();
+  for (int32_t a = 0; a < stored_matrix->num_annotators(); ++a) {
+    p.annotator_label_counts_[a] = static_cast<int32_t>(stored_matrix->LabelsOfAnnotator(a).size());
+  }
+  p.labels_.Reset(std::make_shared<const models::AnnotationMatrix>(std::move(*stored_matrix)));
 
   std::shared_ptr<const models::TruthModel> model;
   int32_t version = 0;
@@ -161,8 +173,8 @@ int32_t LiveProject::EnsureItem(int32_t index, absl::string_view id) {
     item_ids_.resize(index + 1);
     gold_.resize(index + 1, -1);
     item_priority_.resize(index + 1, 0.0);
-    item_labels_.resize(index + 1);
     item_newest_seq_.resize(index + 1, 0);
+    labels_.EnsureItems(index + 1);
   }
   if (item_ids_[index].empty()) {
     item_ids_[index] = std::string(id);
@@ -175,6 +187,7 @@ void LiveProject::EnsureAnnotator(int32_t index, absl::string_view id) {
   if (index >= static_cast<int32_t>(annotator_ids_.size())) {
     annotator_ids_.resize(index + 1);
     annotator_label_counts_.resize(index + 1, 0);
+    labels_.EnsureAnnotators(index + 1);
   }
   if (annotator_ids_[index].empty()) {
     annotator_ids_[index] = std::string(id);
@@ -183,15 +196,8 @@ void LiveProject::EnsureAnnotator(int32_t index, absl::string_view id) {
 }
 
 void LiveProject::SetLabel(int32_t item, int32_t annotator, int32_t label, int64_t seq) {
-  std::vector<models::AnnotationMatrix::Entry>& labels = item_labels_[item];
-  auto it = std::find_if(labels.begin(), labels.end(),
-                         [annotator](const auto& e) { return e.other == annotator; });
-  if (it == labels.end()) {
-    labels.push_back({annotator, label});
+  if (labels_.Set(item, annotator, label) == models::IncrementalAnnotationMatrix::SetResult::kAdded) {
     ++annotator_label_counts_[annotator];
-    ++num_labels_;
-  } else {
-    it->label = label;
   }
   item_newest_seq_[item] = std::max(item_newest_seq_[item], seq);
   newest_seq_ = std::max(newest_seq_, seq);
@@ -199,8 +205,9 @@ void LiveProject::SetLabel(int32_t item, int32_t annotator, int32_t label, int64
 
 void LiveProject::RecomputeItem(const models::TruthModel& model, int32_t item,
                                 PosteriorTable::Builder& builder) const {
-  model.ItemPosteriorForItem(item, item_labels_[item], gold_[item], builder.mutable_probabilities(item));
-  builder.set_num_labels(item, static_cast<int32_t>(item_labels_[item].size()));
+  absl::Span<const models::AnnotationMatrix::Entry> labels = labels_.LabelsOfItem(item);
+  model.ItemPosteriorForItem(item, labels, gold_[item], builder.mutable_probabilities(item));
+  builder.set_num_labels(item, static_cast<int32_t>(labels.size()));
   builder.set_newest_seq(item, item_newest_seq_[item]);
   builder.set_is_gold(item, gold_[item] >= 0);
   builder.set_entropy(item, Entropy(builder.mutable_probabilities(item)));
@@ -218,7 +225,7 @@ void LiveProject::PublishFullRecompute(std::shared_ptr<const models::TruthModel>
   int64_t labelled = 0;
   for (int32_t i = 0; i < n; ++i) {
     RecomputeItem(*model, i, builder);
-    if (item_labels_[i].empty()) continue;
+    if (labels_.LabelsOfItem(i).empty()) continue;
     absl::Span<double> p = builder.mutable_probabilities(i);
     for (int32_t c = 0; c < k; ++c) prior[c] += p[c];
     ++labelled;
@@ -326,11 +333,7 @@ int32_t LiveProject::AnnotatorLabelCount(int32_t annotator) const {
 
 bool LiveProject::HasLabelled(int32_t item, int32_t annotator) const {
   absl::ReaderMutexLock lock(&mu_);
-  if (item < 0 || item >= static_cast<int32_t>(item_labels_.size())) return false;
-  for (const auto& e : item_labels_[item]) {
-    if (e.other == annotator) return true;
-  }
-  return false;
+  return labels_.HasLabel(item, annotator);
 }
 
 std::vector<int32_t> LiveProject::GoldItems() const {
@@ -347,7 +350,7 @@ ProjectCounts LiveProject::Counts() const {
   ProjectCounts counts;
   counts.num_items = static_cast<int64_t>(item_ids_.size());
   counts.num_annotators = static_cast<int64_t>(annotator_ids_.size());
-  counts.num_labels = num_labels_;
+  counts.num_labels = labels_.num_labels();
   counts.labels_since_version = changes_since_fit_;
   counts.training = training_;
   return counts;
@@ -355,23 +358,31 @@ ProjectCounts LiveProject::Counts() const {
 
 bool LiveProject::RefitDue(absl::Time now, absl::Duration max_staleness) const {
   absl::ReaderMutexLock lock(&mu_);
-  if (training_ || num_labels_ == 0) return false;
+  if (training_ || labels_.num_labels() == 0) return false;
   absl::StatusOr<std::string> method = MethodName(settings_.model().method());
   if (method.ok() && *method != model_->method() && model_version_ > 0) return true;
   if (changes_since_fit_ == 0) return false;
   const v1::ModelSettings& m = settings_.model();
   const int64_t min_new = m.refit_min_new_labels() > 0 ? m.refit_min_new_labels() : 50;
   const double fraction = m.refit_new_label_fraction() > 0 ? m.refit_new_label_fraction() : 0.1;
-  const int64_t threshold = std::max<int64_t>(min_new, static_cast<int64_t>(fraction * num_labels_));
+  const int64_t threshold = std::max<int64_t>(min_new, static_cast<int64_t>(fraction * labels_.num_labels()));
   return changes_since_fit_ >= threshold || now - last_fit_time_ >= max_staleness;
 }
 
-absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVersionStore& versions) {
+absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(storage::ModelVersionStore& versions) {
+  RefitResult result;
+  absl::Time phase_start = absl::Now();
+  // Milliseconds since the previous call (or the start), for the phase timings.
+  auto lap = [&phase_start] {
+    const absl::Time now = absl::Now();
+    const double ms = absl::ToDoubleMilliseconds(now - phase_start);
+    phase_start = now;
+    return ms;
+  };
   // 1. Copy the fit's input under the lock.
-  std::vector<models::Annotation> annotations;
+  models::IncrementalAnnotationMatrix::Pending pending;
   std::vector<int32_t> gold;
   std::unique_ptr<models::TruthModel> model;
-  int32_t num_items, num_annotators;
   int64_t watermark, changes_at_start;
   std::string method;
   {
@@ -382,7 +393,7 @@ absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVer
     method = *name;
     const bool warm = model_->method() == method && model_->has_parameters() &&
                       scratch_fit_num_labels_ > 0 &&
-                      static_cast<double>(num_labels_) <
+                      static_cast<double>(labels_.num_labels()) <
                           kMaxWarmStartGrowth * static_cast<double>(scratch_fit_num_labels_);
     if (warm) {
       model = model_->Clone();
@@ -392,13 +403,9 @@ absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVer
       if (!created.ok()) return created.status();
       model = std::move(*created);
     }
-    num_items = static_cast<int32_t>(item_ids_.size());
-    num_annotators = static_cast<int32_t>(annotator_ids_.size());
-    annotations.reserve(num_labels_);
-    for (int32_t i = 0; i < num_items; ++i) {
-      for (const auto& e : item_labels_[i]) annotations.push_back({i, e.other, e.label});
-    }
+    pending = labels_.PrepareConsolidation();
     gold = gold_;
+    lap();
     watermark = newest_seq_;
     changes_at_start = changes_since_fit_;
     training_ = true;
@@ -408,19 +415,18 @@ absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVer
     training_ = false;
   };
 
-  // 2. Fit off the lock.
-  absl::StatusOr<models::AnnotationMatrix> data =
-      models::AnnotationMatrix::Build(num_items, num_annotators, num_classes(), annotations);
-  if (!data.ok()) {
-    done(false);
-    return data.status();
-  }
+  // 2. Consolidate the labels into CSR arrays and fit, off the lock.
+  auto data = std::make_shared<const models::AnnotationMatrix>(
+      models::IncrementalAnnotationMatrix::Consolidate(pending));
+  const int32_t num_annotators = data->num_annotators();
+  result.consolidate_ms = lap();
   const bool warm_started = model->has_parameters();
   absl::StatusOr<models::FitReport> report = model->Fit(*data, gold, warm_started);
   if (!report.ok()) {
     done(false);
     return report.status();
   }
+  result.fit_ms = lap();
 
   // 3. Persist the new version before anyone can see it.
   storage::ModelVersionRecord record;
@@ -431,7 +437,7 @@ absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVer
   record.log_likelihood = report->log_likelihood;
   record.iterations = report->iterations;
   record.duration_ms = report->seconds * 1000.0;
-  record.num_labels = static_cast<int64_t>(annotations.size());
+  record.num_labels = data->num_labels();
   // What this version says about the data it saw, kept with it for audit and comparison.
   storage::ModelVersionOutputs outputs;
   outputs.posteriors = EncodePosteriors(num_classes(), models::AllPosteriors(*model, *data, gold));
@@ -446,16 +452,19 @@ absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVer
     }
     outputs.annotator_profiles = EncodeProfiles(k, counts, confusions);
   }
+  result.outputs_ms = lap();
   absl::StatusOr<storage::ModelVersionRecord> saved = versions.SaveModelVersion(record, outputs);
   if (!saved.ok()) {
     done(false);
     return saved.status();
   }
+  result.persist_ms = lap();
 
   // 4. Publish: every posterior under the new parameters, including labels that arrived
   // during the fit.
   {
     absl::MutexLock lock(&mu_);
+    labels_.Rebase(data, pending);
     changes_since_fit_ -= changes_at_start;
     if (!warm_started) scratch_fit_num_labels_ = saved->num_labels;
     last_fit_time_ = absl::Now();
@@ -463,7 +472,9 @@ absl::StatusOr<storage::ModelVersionRecord> LiveProject::Refit(storage::ModelVer
     PublishFullRecompute(std::shared_ptr<const models::TruthModel>(std::move(model)),
                          saved->version, saved->watermark);
   }
-  return saved;
+  result.publish_ms = lap();
+  result.version = *std::move(saved);
+  return result;
 }
 
 }  // namespace verity::server

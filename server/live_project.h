@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "models/annotation_matrix.h"
+#include "models/incremental_annotation_matrix.h"
 #include "models/truth_model.h"
 #include "server/lease_book.h"
 #include "server/posterior_table.h"
@@ -154,7 +155,8 @@ class LiveProject {
   // current model's.
   bool RefitDue(absl::Time now, absl::Duration max_staleness) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Fits the configured method on a copy of the current labels, persists the result as a new model version through
+  // Fits the configured method on the current labels (consolidated into CSR arrays off the
+  // lock; only rows changed since the last fit are copied under it), persists the result as a new model version through
   // `versions`, then publishes it with every posterior recomputed (labels committed during the
   // fit included). On error nothing is published.
   //
@@ -166,7 +168,16 @@ class LiveProject {
   // scratch on the larger data avoids; refitting from scratch each time the data doubles keeps
   // the cost amortised O(1) per label. Callers run at most one Refit per project at
   // a time (the training scheduler does).
-  absl::StatusOr<storage::ModelVersionRecord> Refit(storage::ModelVersionStore& versions)
+  struct RefitResult {
+    storage::ModelVersionRecord version;
+    // Wall time of each phase, for the log and benchmarks.
+    double consolidate_ms = 0;  // labels into CSR arrays (off the lock)
+    double fit_ms = 0;
+    double outputs_ms = 0;      // posteriors and profiles of the version
+    double persist_ms = 0;      // SaveModelVersion
+    double publish_ms = 0;      // every posterior recomputed and swapped in (under the lock)
+  };
+  absl::StatusOr<RefitResult> Refit(storage::ModelVersionStore& versions)
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -194,10 +205,10 @@ class LiveProject {
   std::vector<std::string> annotator_ids_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int32_t> annotator_index_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> annotator_label_counts_ ABSL_GUARDED_BY(mu_);
-  // Live labels: one per (item, annotator), per item, in arrival order.
-  std::vector<std::vector<models::AnnotationMatrix::Entry>> item_labels_ ABSL_GUARDED_BY(mu_);
+  // Live labels, one per (item, annotator): the CSR arrays of the last fit plus the rows
+  // changed since. A refit consolidates them without re-sorting every label.
+  models::IncrementalAnnotationMatrix labels_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> item_newest_seq_ ABSL_GUARDED_BY(mu_);
-  int64_t num_labels_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t newest_seq_ ABSL_GUARDED_BY(mu_) = 0;
   // Labels added or revised since the current model's fit.
   int64_t changes_since_fit_ ABSL_GUARDED_BY(mu_) = 0;

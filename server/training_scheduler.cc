@@ -29,20 +29,25 @@ absl::Status TrainingScheduler::RefitDueProjectsNow(bool force) {
     const bool due = force ? project->Counts().num_labels > 0
                            : project->RefitDue(absl::Now(), options_.max_staleness);
     if (!due) continue;
-    auto version = project->Refit(versions_);
-    if (!version.ok()) {
+    auto refit = project->Refit(versions_);
+    if (!refit.ok()) {
       LogEvent("refit_failed", {{"project", project->identity().name},
-                                {"error", version.status().ToString()}});
-      if (first_error.ok()) first_error = version.status();
+                                {"error", refit.status().ToString()}});
+      if (first_error.ok()) first_error = refit.status();
       continue;
     }
+    const storage::ModelVersionRecord* version = &refit->version;
     LogEvent("model_version", {{"project", project->identity().name},
                                {"version", std::to_string(version->version)},
                                {"method", version->method},
                                {"labels", std::to_string(version->num_labels)},
                                {"iterations", std::to_string(version->iterations)},
                                {"log_likelihood", std::to_string(version->log_likelihood)},
-                               {"duration_ms", std::to_string(version->duration_ms)}});
+                               {"duration_ms", std::to_string(version->duration_ms)},
+                               {"consolidate_ms", std::to_string(refit->consolidate_ms)},
+                               {"outputs_ms", std::to_string(refit->outputs_ms)},
+                               {"persist_ms", std::to_string(refit->persist_ms)},
+                               {"publish_ms", std::to_string(refit->publish_ms)}});
   }
   return first_error;
 }

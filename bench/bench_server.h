@@ -1,0 +1,56 @@
+// BenchServer: what the server-level benchmarks share: an embedded PostgreSQL in a fresh
+// /tmp directory, an in-process Verity server on loopback over it (no background trainer, so
+// the benchmark decides when fits run), a channel to it, and helpers to create a project
+// and stream labels in.
+//
+// Every helper exits the process with a message on error: these are benchmark binaries.
+#ifndef VERITY_BENCH_BENCH_SERVER_H_
+#define VERITY_BENCH_BENCH_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/verity_server.h"
+#include "storage/embedded_postgres.h"
+
+namespace verity::bench {
+
+// One label to submit, by string ids.
+struct BenchLabel {
+  std::string item;
+  std::string annotator;
+  int32_t label;
+};
+
+class BenchServer {
+ public:
+  // Starts PostgreSQL under /tmp/verity-<name>-XXXXXX and the server on localhost:0.
+  static std::unique_ptr<BenchServer> StartOrDie(const std::string& name);
+
+  server::VerityServer& server() { return *server_; }
+  std::shared_ptr<grpc::Channel> channel() { return channel_; }
+
+  // Creates `project` with classes c0..c{num_classes-1}.
+  void CreateProjectOrDie(const std::string& project, int num_classes);
+  // Streams `labels` on one SubmitAnnotations stream in batches of `batch_size` and waits for
+  // every ack.
+  void SubmitOrDie(const std::string& project, const std::vector<BenchLabel>& labels,
+                   int batch_size = 5000);
+
+ private:
+  BenchServer() = default;
+
+  std::unique_ptr<storage::EmbeddedPostgres> postgres_;
+  std::unique_ptr<server::VerityServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+// Exits with `what` and the status message when `status` is not OK.
+void CheckOrDie(const grpc::Status& status, const char* what);
+
+}  // namespace verity::bench
+
+#endif  // VERITY_BENCH_BENCH_SERVER_H_

@@ -1,0 +1,124 @@
+#include "models/incremental_annotation_matrix.h"
+
+#include <map>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "models/annotation_matrix.h"
+
+namespace verity::models {
+namespace {
+
+using Entry = AnnotationMatrix::Entry;
+using Live = std::map<std::pair<int32_t, int32_t>, int32_t>;  // (item, annotator) -> label
+
+// Both CSR views of `m` equal those of a matrix built from scratch from `live`.
+void ExpectMatches(const AnnotationMatrix& m, const Live& live, int32_t num_items,
+                   int32_t num_annotators, int32_t num_classes) {
+  std::vector<Annotation> triples;
+  for (const auto& [key, label] : live) triples.push_back({key.first, key.second, label});
+  auto expected = AnnotationMatrix::Build(num_items, num_annotators, num_classes, triples);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_EQ(m.num_items(), num_items);
+  ASSERT_EQ(m.num_annotators(), num_annotators);
+  ASSERT_EQ(m.num_classes(), num_classes);
+  ASSERT_EQ(m.num_labels(), static_cast<int64_t>(live.size()));
+  auto same = [](absl::Span<const Entry> a, absl::Span<const Entry> b) {
+    if (a.size() != b.size()) return false;
+    for (size_t k = 0; k < a.size(); ++k) {
+      if (a[k].other != b[k].other || a[k].label != b[k].label) return false;
+    }
+    return true;
+  };
+  for (int32_t i = 0; i < num_items; ++i) {
+    EXPECT_TRUE(same(m.LabelsOfItem(i), expected->LabelsOfItem(i))) << "item " << i;
+  }
+  for (int32_t a = 0; a < num_annotators; ++a) {
+    EXPECT_TRUE(same(m.LabelsOfAnnotator(a), expected->LabelsOfAnnotator(a))) << "annotator " << a;
+  }
+}
+
+TEST(IncrementalAnnotationMatrixTest, SetReportsAddedRevisedUnchanged) {
+  IncrementalAnnotationMatrix m(3);
+  m.EnsureItems(2);
+  m.EnsureAnnotators(2);
+  EXPECT_EQ(m.Set(1, 1, 2), IncrementalAnnotationMatrix::SetResult::kAdded);
+  EXPECT_EQ(m.Set(1, 0, 0), IncrementalAnnotationMatrix::SetResult::kAdded);
+  EXPECT_EQ(m.Set(1, 1, 2), IncrementalAnnotationMatrix::SetResult::kUnchanged);
+  EXPECT_EQ(m.Set(1, 1, 1), IncrementalAnnotationMatrix::SetResult::kRevised);
+  EXPECT_EQ(m.num_labels(), 2);
+  // Rows stay sorted by annotator whatever the arrival order.
+  absl::Span<const Entry> row = m.LabelsOfItem(1);
+  ASSERT_EQ(row.size(), 2u);
+  EXPECT_EQ(row[0].other, 0);
+  EXPECT_EQ(row[1].other, 1);
+  EXPECT_EQ(row[1].label, 1);
+  EXPECT_TRUE(m.LabelsOfItem(0).empty());
+  EXPECT_TRUE(m.HasLabel(1, 0));
+  EXPECT_FALSE(m.HasLabel(0, 0));
+  EXPECT_FALSE(m.HasLabel(7, 0));
+}
+
+TEST(IncrementalAnnotationMatrixTest, ConsolidationEqualsBuildFromScratchUnderRandomUpdates) {
+  constexpr int32_t kClasses = 4;
+  std::mt19937 rng(7);
+  IncrementalAnnotationMatrix m(kClasses);
+  Live live;
+  int32_t num_items = 0, num_annotators = 0;
+  for (int round = 0; round < 30; ++round) {
+    num_items += std::uniform_int_distribution<int32_t>(0, 20)(rng);
+    num_annotators += std::uniform_int_distribution<int32_t>(0, 3)(rng);
+    m.EnsureItems(num_items);
+    m.EnsureAnnotators(num_annotators);
+    if (num_items == 0 || num_annotators == 0) continue;
+    auto set_some = [&](int count) {
+      for (int s = 0; s < count; ++s) {
+        int32_t i = std::uniform_int_distribution<int32_t>(0, num_items - 1)(rng);
+        int32_t a = std::uniform_int_distribution<int32_t>(0, num_annotators - 1)(rng);
+        int32_t l = std::uniform_int_distribution<int32_t>(0, kClasses - 1)(rng);
+        m.Set(i, a, l);
+        live[{i, a}] = l;
+      }
+    };
+    set_some(50);
+    ASSERT_EQ(m.num_labels(), static_cast<int64_t>(live.size()));
+    // Two-phase consolidation with labels arriving between the phases: the merged matrix
+    // holds the state at PrepareConsolidation, and the later labels survive Rebase.
+    IncrementalAnnotationMatrix::Pending pending = m.PrepareConsolidation();
+    const Live at_prepare = live;
+    const int32_t items_at_prepare = num_items, annotators_at_prepare = num_annotators;
+    AnnotationMatrix merged = IncrementalAnnotationMatrix::Consolidate(pending);
+    ExpectMatches(merged, at_prepare, items_at_prepare, annotators_at_prepare, kClasses);
+    set_some(10);
+    m.Rebase(std::make_shared<const AnnotationMatrix>(std::move(merged)), pending);
+    for (int32_t i = 0; i < num_items; ++i) {
+      for (int32_t a = 0; a < num_annotators; ++a) {
+        auto it = live.find({i, a});
+        ASSERT_EQ(m.HasLabel(i, a), it != live.end()) << i << "," << a;
+      }
+    }
+    if (round % 3 == 0) {
+      std::shared_ptr<const AnnotationMatrix> now = m.ConsolidateNow();
+      ExpectMatches(*now, live, num_items, num_annotators, kClasses);
+      EXPECT_EQ(m.num_overlay_rows(), 0);
+    }
+  }
+}
+
+TEST(IncrementalAnnotationMatrixTest, ResetStartsFromABuiltMatrix) {
+  auto base = AnnotationMatrix::Build(3, 2, 2, std::vector<Annotation>{{0, 1, 1}, {2, 0, 0}});
+  ASSERT_TRUE(base.ok());
+  IncrementalAnnotationMatrix m(2);
+  m.Reset(std::make_shared<const AnnotationMatrix>(*base));
+  EXPECT_EQ(m.num_items(), 3);
+  EXPECT_EQ(m.num_labels(), 2);
+  EXPECT_TRUE(m.HasLabel(0, 1));
+  EXPECT_EQ(m.Set(0, 1, 0), IncrementalAnnotationMatrix::SetResult::kRevised);
+  EXPECT_EQ(m.Set(1, 0, 0), IncrementalAnnotationMatrix::SetResult::kAdded);
+  ExpectMatches(*m.ConsolidateNow(), Live{{{0, 1}, 0}, {{1, 0}, 0}, {{2, 0}, 0}}, 3, 2, 2);
+}
+
+}  // namespace
+}  // namespace verity::models
