@@ -8,6 +8,14 @@
 
 namespace verity::server {
 namespace {
+// The INFORMATION_GAIN score divides the one-step expected entropy reduction by 1 + the labels
+// already on the item (live + leased). The one-step gain assumes the item's labels are
+// independent given its class; on items that good annotators keep disagreeing on (hard or
+// ambiguous items, which Dawid-Skene does not model), the posterior stays near uniform and the
+// plain gain keeps sending labels there, each of which changes little. The discount spreads the
+// budget: in the replay simulations (docs/ASSIGNMENT.md) it raised the accuracy on bluebirds at
+// 10-40 % of the labels by 2-17 points and on rte did not lower it anywhere by more than one item.
+double LabelDiscount(int32_t labels_on_item) { return 1.0 / (1.0 + labels_on_item); }
 
 uint64_t Mix(uint64_t x) {  // splitmix64 finaliser: a cheap, well-spread tie-breaker.
   x += 0x9e3779b97f4a7c15ULL;
@@ -171,7 +179,8 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
         c.primary = table.entropy(item);
         break;
       default:
-        c.primary = kernel.eta * table.entropy(item);  // Upper bound of the gain.
+        // Upper bound of the (discounted) gain.
+        c.primary = kernel.eta * table.entropy(item) * LabelDiscount(table.num_labels(item) + leased);
         break;
     }
     const bool full = best.size() == want;
@@ -183,7 +192,8 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
     c.tie = Mix(seed ^ static_cast<uint64_t>(item));
     if (full && !Less(best.front(), c)) return;
     if (gain_policy) {
-      c.primary = kernel.Gain(table.probabilities(item));
+      c.primary =
+          kernel.Gain(table.probabilities(item)) * LabelDiscount(table.num_labels(item) + leased);
       if (full && !Less(best.front(), c)) return;
     }
     if (!available(item)) return;
