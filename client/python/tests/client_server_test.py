@@ -1,0 +1,236 @@
+"""verity_client against a real verity_server on its own embedded PostgreSQL.
+
+One server for the module (starting PostgreSQL takes seconds). The bluebirds project is
+created and its 4,212 labels submitted from a pandas DataFrame once, in setUpClass; tests
+that write use projects of their own.
+"""
+
+import datetime
+import os
+import subprocess
+import sys
+import unittest
+
+import grpc
+import numpy as np
+import pandas as pd
+
+import junit
+import server_process
+import verity_client
+
+BLUEBIRDS = "bluebirds"
+BLUEBIRDS_LABELS = 4212
+BLUEBIRDS_ITEMS = 108
+BLUEBIRDS_ANNOTATORS = 39
+SUBMIT_BATCH_SIZE = 500
+
+
+class ClientServerTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = server_process.ServerProcess(server_process.runfile("server/verity_server"))
+        cls.server.start()
+        cls.addClassCleanup(cls.server.stop)
+        cls.client = verity_client.Client(cls.server.address, timeout=30)
+        cls.addClassCleanup(cls.client.close)
+        cls.client.wait_until_ready(timeout=60)
+
+        cls.datasets = server_process.find_datasets()
+        data = os.path.join(cls.datasets, "bluebirds")
+        with open(os.path.join(data, "classes.txt"), encoding="utf-8") as f:
+            cls.classes = f.read().split()
+        cls.labels = pd.read_csv(os.path.join(data, "labels.csv"), dtype=str)
+        cls.gold = pd.read_csv(os.path.join(data, "gold.csv"), dtype=str)
+
+        cls.project = cls.client.create_project(BLUEBIRDS, cls.classes)
+        cls.progress = []
+        cls.submitted = cls.client.submit(
+            BLUEBIRDS, cls.labels, batch_size=SUBMIT_BATCH_SIZE, max_unacked_batches=3,
+            progress=lambda acked, total: cls.progress.append((acked, total)))
+
+    # --- projects and ingest ------------------------------------------------------------
+
+    def test_create_project_returns_the_project(self):
+        self.assertEqual(self.project.name, BLUEBIRDS)
+        self.assertEqual(self.project.classes, ("false", "true"))
+        self.assertIsInstance(self.project.created_at, datetime.datetime)
+        listed = {p.name: p for p in self.client.list_projects()}
+        self.assertEqual(listed[BLUEBIRDS].num_labels, BLUEBIRDS_LABELS)
+        self.assertEqual(listed[BLUEBIRDS].num_items, BLUEBIRDS_ITEMS)
+        self.assertEqual(listed[BLUEBIRDS].num_annotators, BLUEBIRDS_ANNOTATORS)
+
+    def test_submit_accepts_every_bluebirds_label_once(self):
+        self.assertEqual(
+            (self.submitted.accepted, self.submitted.duplicate, self.submitted.revised,
+             self.submitted.rejected, self.submitted.retries),
+            (BLUEBIRDS_LABELS, 0, 0, 0, 0))
+        # One progress call per acked batch of 500, the last at the total.
+        self.assertEqual(len(self.progress), 9)
+        self.assertEqual(self.progress[-1], (BLUEBIRDS_LABELS, BLUEBIRDS_LABELS))
+
+    def test_submit_task_worker_columns_with_indices_duplicates_revisions_rejections(self):
+        self.client.create_project("small-indices", ["a", "b", "c"])
+        df = pd.DataFrame({"task": ["i1", "i1", "i2"], "worker": ["w1", "w2", "w1"],
+                           "label": [0, 2, 1]})
+        first = self.client.submit("small-indices", df, batch_size=2)
+        self.assertEqual((first.accepted, first.duplicate, first.revised, first.rejected),
+                         (3, 0, 0, 0))
+        again = df.copy()
+        again.loc[2, "label"] = 2           # A revision of (i2, w1).
+        again.loc[3] = ["i3", "w2", 7]      # Out of range: rejected alone.
+        second = self.client.submit("small-indices", again, batch_size=2)
+        self.assertEqual((second.accepted, second.duplicate, second.revised, second.rejected),
+                         (0, 2, 1, 1))
+        self.assertEqual(len(second.rejections), 1)
+        self.assertEqual(second.rejections[0].row, 3)
+        self.assertIn("label", second.rejections[0].reason)
+        posteriors = self.client.posteriors("small-indices", items=["i2", "i1"], details=True)
+        self.assertEqual(posteriors["item"].tolist(), ["i2", "i1"])
+        self.assertEqual(posteriors["label"].iloc[0], "c")
+        self.assertEqual(posteriors["num_labels"].tolist(), [1, 2])
+
+    def test_add_items_with_gold_clamps_the_posterior(self):
+        self.client.create_project("gold-items", ["cat", "dog"], method="mv")
+        added = self.client.add_items("gold-items", pd.DataFrame(
+            {"item": ["g1", "g2"], "gold": ["dog", None], "priority": [1.0, None]}))
+        self.assertEqual(added, (2, 0))
+        labels = pd.DataFrame({"item": ["g1", "g2"], "annotator": ["w1", "w1"],
+                               "label": ["cat", "cat"]})
+        self.assertEqual(self.client.submit("gold-items", labels).accepted, 2)
+        posteriors = self.client.posteriors("gold-items", details=True)
+        self.assertEqual(posteriors["item"].tolist(), ["g1", "g2"])
+        self.assertEqual(posteriors["is_gold"].tolist(), [True, False])
+        self.assertEqual(posteriors["label"].tolist(), ["dog", "cat"])
+        self.assertEqual(self.client.model_status("gold-items").method, "mv")
+
+    def test_create_existing_project(self):
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.create_project(BLUEBIRDS, self.classes)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.ALREADY_EXISTS)
+        again = self.client.create_project(BLUEBIRDS, self.classes, exist_ok=True)
+        self.assertEqual(again.num_labels, BLUEBIRDS_LABELS)
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.create_project(BLUEBIRDS, ["x", "y"], exist_ok=True)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.ALREADY_EXISTS)
+
+    # --- errors -------------------------------------------------------------------------
+
+    def test_invalid_project_raises_invalid_argument(self):
+        for name, classes in (("bad name!", ["a", "b"]), ("one-class", ["only"])):
+            with self.subTest(name=name):
+                with self.assertRaises(verity_client.VerityError) as raised:
+                    self.client.create_project(name, classes)
+                self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertTrue(raised.exception.message.startswith("CreateProject: "))
+
+    def test_unknown_project_raises_not_found(self):
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.model_status("no-such-project")
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.posteriors("no-such-project")
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_batch_refused_whole_raises_with_the_ack_code(self):
+        df = pd.DataFrame({"item": ["i1"], "annotator": ["w1"], "label": [0]})
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.submit("no-such-project", df)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("batch 1 of 1 (rows 0 to 0)", raised.exception.message)
+
+    def test_unknown_class_name_is_refused_before_sending(self):
+        df = pd.DataFrame({"item": ["fresh-item"], "annotator": ["w1"], "label": ["maybe"]})
+        with self.assertRaisesRegex(ValueError, "'maybe' is not a class"):
+            self.client.submit(BLUEBIRDS, df)
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.posteriors(BLUEBIRDS, items=["fresh-item"])
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_every_call_has_a_deadline(self):
+        with verity_client.Client(self.server.address, timeout=1e-6) as hasty:
+            with self.assertRaises(verity_client.VerityError) as raised:
+                hasty.list_projects()
+        self.assertEqual(raised.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+    # --- truth --------------------------------------------------------------------------
+
+    def test_posteriors_frame_has_one_row_per_item(self):
+        posteriors = self.client.posteriors(BLUEBIRDS, page_size=40)  # 3 pages.
+        self.assertEqual(list(posteriors.columns),
+                         ["item", "label", "confidence", "false", "true"])
+        self.assertEqual(posteriors.shape, (BLUEBIRDS_ITEMS, 5))
+        self.assertEqual(set(posteriors["item"]), set(self.labels["item"]))
+        probabilities = posteriors[self.classes].to_numpy()
+        np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-9)
+        np.testing.assert_allclose(posteriors["confidence"], probabilities.max(axis=1))
+        self.assertEqual(posteriors["label"].tolist(),
+                         [self.classes[k] for k in probabilities.argmax(axis=1)])
+
+    def test_posteriors_beat_chance_like_majority_vote_on_gold(self):
+        posteriors = self.client.posteriors(BLUEBIRDS, details=True)
+        self.assertEqual(posteriors["num_labels"].sum(), BLUEBIRDS_LABELS)
+        joined = posteriors.merge(self.gold, on="item", suffixes=("", "_gold"))
+        self.assertEqual(len(joined), BLUEBIRDS_ITEMS)
+        accuracy = (joined["label"] == joined["label_gold"]).mean()
+        # Majority vote gets 0.7593, Dawid-Skene 0.8981 (README.md).
+        self.assertGreater(accuracy, 0.70)
+
+    def test_annotator_profiles(self):
+        profiles = self.client.annotators(BLUEBIRDS)
+        self.assertEqual(list(profiles.columns),
+                         ["annotator", "accuracy", "num_labels", "confusion"])
+        self.assertEqual(len(profiles), BLUEBIRDS_ANNOTATORS)
+        self.assertEqual(profiles["num_labels"].sum(), BLUEBIRDS_LABELS)
+        self.assertTrue(((profiles["accuracy"] >= 0) & (profiles["accuracy"] <= 1)).all())
+        for confusion in profiles["confusion"]:
+            self.assertEqual(confusion.shape, (2, 2))
+            np.testing.assert_allclose(confusion.sum(axis=1), 1.0, atol=1e-9)
+        one = self.client.annotators(BLUEBIRDS, annotators=["39"])
+        self.assertEqual(one["annotator"].tolist(), ["39"])
+        self.assertEqual(one["num_labels"].iloc[0], BLUEBIRDS_ITEMS)
+
+    def test_model_status(self):
+        status = self.client.model_status(BLUEBIRDS)
+        self.assertEqual(status.method, "ds")
+        self.assertEqual(status.num_labels, BLUEBIRDS_LABELS)
+        if status.current_version is not None:  # The background refit may not have run yet.
+            self.assertGreaterEqual(status.current_version.version, 1)
+            self.assertEqual(status.current_version.method, "ds")
+
+    # --- assignment ---------------------------------------------------------------------
+
+    def test_suggest_items_for_a_new_annotator(self):
+        before = datetime.datetime.now(datetime.timezone.utc)
+        suggestions = self.client.suggest_items(BLUEBIRDS, "newcomer", k=5)
+        self.assertEqual(list(suggestions.columns),
+                         ["item", "score", "p_correct", "lease_expires_at"])
+        self.assertEqual(len(suggestions), 5)
+        self.assertTrue(set(suggestions["item"]) <= set(self.labels["item"]))
+        self.assertEqual(suggestions["item"].nunique(), 5)
+        self.assertTrue((np.diff(suggestions["score"].to_numpy()) <= 1e-12).all())
+        self.assertTrue((suggestions["lease_expires_at"] > pd.Timestamp(before)).all())
+
+    def test_suggest_annotators_for_an_item(self):
+        item = self.labels["item"].iloc[0]
+        suggestions = self.client.suggest_annotators(BLUEBIRDS, item, k=3,
+                                                     candidates=["39", "40", "41", "42"])
+        self.assertEqual(len(suggestions), 3)
+        self.assertTrue(set(suggestions["annotator"]) <= {"39", "40", "41", "42"})
+
+    # --- the example --------------------------------------------------------------------
+
+    def test_example_script_runs(self):
+        env = dict(os.environ, VERITY_TARGET=self.server.address,
+                   VERITY_PROJECT="bluebirds-example", VERITY_DATASETS=self.datasets)
+        example = server_process.runfile("client/python/examples/aggregate_bluebirds.py")
+        run = subprocess.run([sys.executable, example], env=env, capture_output=True,
+                             text=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn("accepted=%d" % BLUEBIRDS_LABELS, run.stdout)
+        self.assertRegex(run.stdout, r"accuracy: verity 0\.[789]\d+, majority vote 0\.7593")
+
+
+if __name__ == "__main__":
+    junit.main()

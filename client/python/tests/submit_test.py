@@ -1,0 +1,182 @@
+"""Tests of Client.submit's streaming against a scripted fake IngestService stub: batching,
+ack accounting, retries of UNAVAILABLE batches and streams, and errors that end the call.
+
+The fake stub answers each request as it pulls it, on the calling thread, so every scenario
+is deterministic; back-off sleeps are recorded instead of slept.
+"""
+
+import unittest
+from unittest import mock
+
+import grpc
+import pandas as pd
+
+import junit
+import verity_client
+from verity.v1 import ingest_pb2
+
+UNAVAILABLE = 14
+INVALID_ARGUMENT = 3
+
+
+class FakeRpcError(grpc.RpcError):
+
+    def __init__(self, code, details):
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return self._details
+
+    def debug_error_string(self):
+        return "fake"
+
+
+class FakeCall:
+    """A SubmitAnnotations call: pulls a batch, answers it with script(batch)."""
+
+    def __init__(self, requests, script, sent):
+        self._requests, self._script, self._sent = requests, script, sent
+        self.cancelled = False
+
+    def __iter__(self):
+        for batch in self._requests:
+            self._sent.append(batch.batch_id)
+            answer = self._script(batch)
+            if isinstance(answer, Exception):
+                raise answer
+            yield answer
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class FakeIngestStub:
+    """Stream i is answered by scripts[i]; records the batch ids each stream carried."""
+
+    def __init__(self, *scripts):
+        self._scripts = list(scripts)
+        self.streams = []   # Batch ids sent, per stream.
+        self.timeouts = []
+        self.calls = []
+
+    def SubmitAnnotations(self, requests, timeout=None):
+        sent = []
+        self.streams.append(sent)
+        self.timeouts.append(timeout)
+        call = FakeCall(requests, self._scripts[len(self.streams) - 1], sent)
+        self.calls.append(call)
+        return call
+
+
+def ok(batch):
+    return ingest_pb2.BatchAck(batch_id=batch.batch_id, accepted=len(batch.annotations))
+
+
+def frame(rows):
+    return pd.DataFrame({"item": ["i%d" % r for r in range(rows)],
+                         "annotator": ["w"] * rows, "label": [r % 2 for r in range(rows)]})
+
+
+class SubmitStreamTest(unittest.TestCase):
+
+    def setUp(self):
+        # Integer labels need no GetProject, so the channel never connects.
+        self.client = verity_client.Client("localhost:1", timeout=10)
+        self.addCleanup(self.client.close)
+        sleep = mock.patch("verity_client.client.time.sleep")
+        self.sleep = sleep.start()
+        self.addCleanup(sleep.stop)
+
+    def use(self, stub):
+        self.client._ingest = stub
+        return stub
+
+    def test_batches_in_order_and_sums_acks(self):
+        def script(batch):
+            ack = ok(batch)
+            if batch.batch_id == 2:  # Rows 2 and 3: row 3 (index 1) rejected.
+                ack.accepted, ack.rejected = 1, 1
+                ack.rejections.add(index=1, reason="label 9 out of range [0, 2)")
+            return ack
+        stub = self.use(FakeIngestStub(script))
+        progress = []
+        result = self.client.submit("p", frame(5), batch_size=2,
+                                    progress=lambda a, t: progress.append((a, t)))
+        self.assertEqual(stub.streams, [[1, 2, 3]])
+        self.assertEqual((result.accepted, result.rejected, result.retries), (4, 1, 0))
+        self.assertEqual(result.rejections,
+                         [verity_client.Rejection(3, "label 9 out of range [0, 2)")])
+        self.assertEqual(progress, [(2, 5), (4, 5), (5, 5)])
+        self.assertAlmostEqual(stub.timeouts[0], 10 + 5 / 1000.0)
+        self.assertFalse(self.sleep.called)
+
+    def test_unavailable_batch_is_resent_on_a_new_stream(self):
+        def first(batch):
+            if batch.batch_id == 2:
+                return ingest_pb2.BatchAck(batch_id=2, error_code=UNAVAILABLE,
+                                           error_message="commit queue full")
+            return ok(batch)
+        stub = self.use(FakeIngestStub(first, ok))
+        result = self.client.submit("p", frame(6), batch_size=2, max_unacked_batches=2)
+        # The failed stream stops writing after the error; the next resends from batch 2.
+        self.assertEqual(stub.streams, [[1, 2], [2, 3]])
+        self.assertEqual((result.accepted, result.retries), (6, 1))
+        self.sleep.assert_called_once_with(0.2)
+        # The second stream's deadline covers only the rows still to send.
+        self.assertAlmostEqual(stub.timeouts[1], 10 + 4 / 1000.0)
+
+    def test_gives_up_after_max_retries_without_progress(self):
+        def broken(batch):
+            return FakeRpcError(grpc.StatusCode.UNAVAILABLE, "connection refused")
+        stub = self.use(FakeIngestStub(*[broken] * 3))
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.submit("p", frame(3), batch_size=2, max_retries=2)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(
+            raised.exception.message,
+            "gave up after 3 attempts: SubmitAnnotations stream (at batch 1 of 2 (rows 0 to "
+            "1)): connection refused")
+        self.assertEqual(len(stub.streams), 3)
+        self.assertEqual([c.args[0] for c in self.sleep.call_args_list], [0.2, 0.4])
+
+    def test_refused_batch_raises_its_code_and_stops(self):
+        def script(batch):
+            if batch.batch_id == 2:
+                return ingest_pb2.BatchAck(batch_id=2, error_code=INVALID_ARGUMENT,
+                                           error_message="more than 10000 annotations")
+            return ok(batch)
+        stub = self.use(FakeIngestStub(script))
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.submit("p", frame(6), batch_size=2)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(raised.exception.message,
+                         "batch 2 of 3 (rows 2 to 3): more than 10000 annotations")
+        self.assertEqual(stub.streams, [[1, 2]])
+        self.assertTrue(stub.calls[0].cancelled)
+        self.assertFalse(self.sleep.called)
+
+    def test_ack_for_the_wrong_batch_is_internal(self):
+        self.use(FakeIngestStub(lambda batch: ingest_pb2.BatchAck(batch_id=7)))
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.submit("p", frame(2), batch_size=2)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INTERNAL)
+        self.assertIn("got the ack of batch id 7 while expecting batch id 1",
+                      raised.exception.message)
+
+    def test_empty_frame_sends_nothing(self):
+        stub = self.use(FakeIngestStub())
+        result = self.client.submit("p", frame(0))
+        self.assertEqual(result, verity_client.SubmitResult())
+        self.assertEqual(stub.streams, [])
+
+    def test_refuses_bad_batch_size(self):
+        with self.assertRaisesRegex(ValueError, "batch_size must be 1 to 10,000"):
+            self.client.submit("p", frame(1), batch_size=10001)
+
+
+if __name__ == "__main__":
+    junit.main()

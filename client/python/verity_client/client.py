@@ -1,0 +1,623 @@
+"""Client: the Verity v1 API over one gRPC channel, with pandas in and out.
+
+Every method is one RPC (or one RPC per page or chunk, where noted) with a deadline of the
+client's `timeout` seconds per RPC; a non-OK status raises VerityError carrying the gRPC status
+code and the server's message. Inputs that cannot be sent at all (a missing column, a label
+that is not a class name) raise ValueError before anything is sent.
+
+Thread safety: a Client may be shared by threads (gRPC channels and stubs are thread-safe);
+submit() blocks its calling thread until every batch is acknowledged.
+"""
+
+import dataclasses
+import datetime
+import math
+import threading
+import time
+from typing import Optional, Tuple
+
+import grpc
+import numpy as np
+import pandas as pd
+from google.protobuf import json_format
+
+from verity.v1 import assignment_pb2
+from verity.v1 import assignment_pb2_grpc
+from verity.v1 import common_pb2
+from verity.v1 import ingest_pb2
+from verity.v1 import ingest_pb2_grpc
+from verity.v1 import models_pb2
+from verity.v1 import models_pb2_grpc
+from verity.v1 import projects_pb2
+from verity.v1 import projects_pb2_grpc
+from verity.v1 import truth_pb2
+from verity.v1 import truth_pb2_grpc
+
+from verity_client import frames
+from verity_client.errors import RETRYABLE_CODES, VerityError, status_code
+
+# The largest message the client accepts (a page of posteriors or profiles over many classes
+# can exceed gRPC's 4 MiB default). Same as the C++ client.
+MAX_RECEIVE_MESSAGE_BYTES = 256 << 20
+
+# Items per AddItems call and ids per GetPosteriors call (the API's limit).
+MAX_ITEMS_PER_CALL = 10000
+
+# Truth methods by the short names the server and the CLI use.
+METHODS = {
+    "mv": common_pb2.TRUTH_METHOD_MAJORITY_VOTE,
+    "ds": common_pb2.TRUTH_METHOD_DAWID_SKENE,
+    "one_coin": common_pb2.TRUTH_METHOD_ONE_COIN,
+    "glad": common_pb2.TRUTH_METHOD_GLAD,
+    "lia": common_pb2.TRUTH_METHOD_LIA,
+    "crowdlayer": common_pb2.TRUTH_METHOD_CROWDLAYER,
+    "trace_reg": common_pb2.TRUTH_METHOD_TRACE_REG,
+    "conal": common_pb2.TRUTH_METHOD_CONAL,
+    "cmm": common_pb2.TRUTH_METHOD_CMM,
+}
+_METHOD_NAMES = {value: name for name, value in METHODS.items()}
+_METHOD_NAMES[common_pb2.TRUTH_METHOD_UNSPECIFIED] = "default"
+
+
+def _method_name(value):
+    return _METHOD_NAMES.get(value, "unknown(%d)" % value)
+
+
+def _time(message, field):
+    """A Timestamp field as an aware UTC datetime; None when unset."""
+    if not message.HasField(field):
+        return None
+    return getattr(message, field).ToDatetime(tzinfo=datetime.timezone.utc)
+
+
+@dataclasses.dataclass(frozen=True)
+class Project:
+    """A project as the server describes it (counts are as of the call)."""
+    name: str
+    classes: Tuple[str, ...]
+    method: str  # "ds", "mv", ... or "default" (the server's default, Dawid-Skene).
+    item_feature_dim: int
+    annotator_feature_dim: int
+    num_items: int
+    num_annotators: int
+    num_labels: int
+    created_at: Optional[datetime.datetime]
+    settings: projects_pb2.ProjectSettings  # The full settings message.
+
+    @classmethod
+    def from_proto(cls, p):
+        return cls(name=p.name, classes=tuple(p.classes),
+                   method=_method_name(p.settings.model.method),
+                   item_feature_dim=p.item_feature_dim,
+                   annotator_feature_dim=p.annotator_feature_dim,
+                   num_items=p.num_items, num_annotators=p.num_annotators,
+                   num_labels=p.num_labels, created_at=_time(p, "created_at"),
+                   settings=p.settings)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelVersion:
+    """One immutable fit of a project's truth model."""
+    version: int
+    method: str
+    watermark: int
+    num_labels: int
+    log_likelihood: float
+    iterations: int
+    duration_ms: float
+    created_at: Optional[datetime.datetime]
+
+    @classmethod
+    def from_proto(cls, v):
+        return cls(version=v.version, method=_method_name(v.method), watermark=v.watermark,
+                   num_labels=v.num_labels, log_likelihood=v.log_likelihood,
+                   iterations=v.iterations, duration_ms=v.duration_ms,
+                   created_at=_time(v, "created_at"))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelStatus:
+    """GetModelStatus: the method of the next fit, the current version (None before the first
+    fit) and how many labels arrived since it."""
+    method: str
+    current_version: Optional[ModelVersion]
+    num_labels: int
+    labels_since_version: int
+    training: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejection:
+    """An annotation the server refused (never written)."""
+    row: int      # Position of the annotation in the submitted DataFrame (0-based).
+    reason: str   # The server's reason, e.g. "label 7 out of range [0, 2)".
+
+
+@dataclasses.dataclass
+class SubmitResult:
+    """Sums of the acks of one submit() call."""
+    accepted: int = 0    # New live labels.
+    duplicate: int = 0   # Resends of the live label: no change.
+    revised: int = 0     # Replaced a different live label.
+    rejected: int = 0    # Invalid annotations; see rejections.
+    rejections: list = dataclasses.field(default_factory=list)  # First max_rejections.
+    retries: int = 0     # Streams reopened after a retryable failure.
+
+
+class Client:
+    """A connection to a Verity server.
+
+        with verity_client.Client("localhost:50051", timeout=30) as client:
+            client.create_project("birds", ["false", "true"])
+            client.submit("birds", labels_df)
+            posteriors = client.posteriors("birds")
+
+    Args:
+      target: "host:port" of the server.
+      timeout: deadline of every RPC in seconds (submit() adds time per annotation; see there).
+      credentials: grpc.ChannelCredentials for a TLS channel; None = plaintext.
+      channel_options: extra gRPC channel arguments, (key, value) pairs.
+    """
+
+    def __init__(self, target="localhost:50051", timeout=30.0, *, credentials=None,
+                 channel_options=()):
+        if not timeout or timeout <= 0:
+            raise ValueError("timeout must be a positive number of seconds, got %r" % timeout)
+        self.target = target
+        self.timeout = float(timeout)
+        options = [("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES)]
+        options += list(channel_options)
+        if credentials is None:
+            self._channel = grpc.insecure_channel(target, options=options)
+        else:
+            self._channel = grpc.secure_channel(target, credentials, options=options)
+        self._projects = projects_pb2_grpc.ProjectServiceStub(self._channel)
+        self._ingest = ingest_pb2_grpc.IngestServiceStub(self._channel)
+        self._truth = truth_pb2_grpc.TruthServiceStub(self._channel)
+        self._models = models_pb2_grpc.ModelServiceStub(self._channel)
+        self._assignment = assignment_pb2_grpc.AssignmentServiceStub(self._channel)
+        # Class names by project: fixed at project creation, so safe to keep.
+        self._classes = {}
+        self._classes_lock = threading.Lock()
+
+    # --- lifetime -----------------------------------------------------------------------
+
+    def close(self):
+        """Closes the channel; calls in flight are cancelled."""
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+        return False
+
+    def wait_until_ready(self, timeout=None):
+        """Blocks until the channel is connected; VerityError(UNAVAILABLE) after `timeout`
+        seconds (default: the client's timeout)."""
+        timeout = self.timeout if timeout is None else timeout
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            raise VerityError(grpc.StatusCode.UNAVAILABLE,
+                              "could not connect to %s within %gs" % (self.target, timeout))
+
+    def _call(self, method, request, what):
+        try:
+            return method(request, timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise VerityError.from_rpc_error(error, what + ": ") from None
+
+    # --- projects -----------------------------------------------------------------------
+
+    def create_project(self, name, classes, *, method=None, settings=None,
+                       item_feature_dim=0, annotator_feature_dim=0, exist_ok=False):
+        """Creates a project and returns it as a Project.
+
+        Args:
+          name: 1-128 characters of [A-Za-z0-9._-].
+          classes: ordered class names (2 to 256); a label is an index into this list.
+          method: truth method, "ds" (default), "mv", "one_coin" or "glad".
+          settings: a projects_pb2.ProjectSettings or a dict in its JSON form, e.g.
+            {"assignment": {"min_labels_per_item": 3}}; `method` overrides settings.model.method.
+          exist_ok: if the project exists with the same classes, return it instead of raising
+            ALREADY_EXISTS.
+        """
+        project = projects_pb2.Project(name=name, classes=list(classes),
+                                       item_feature_dim=item_feature_dim,
+                                       annotator_feature_dim=annotator_feature_dim)
+        if settings is not None:
+            if isinstance(settings, dict):
+                json_format.ParseDict(settings, project.settings)
+            else:
+                project.settings.CopyFrom(settings)
+        if method is not None:
+            if method not in METHODS:
+                raise ValueError("unknown method %r; one of %s" % (method, ", ".join(METHODS)))
+            project.settings.model.method = METHODS[method]
+        try:
+            response = self._call(self._projects.CreateProject,
+                                  projects_pb2.CreateProjectRequest(project=project),
+                                  "CreateProject")
+        except VerityError as error:
+            if not (exist_ok and error.code == grpc.StatusCode.ALREADY_EXISTS):
+                raise
+            existing = self.get_project(name)
+            if existing.classes != tuple(classes):
+                raise
+            return existing
+        return self._remember(Project.from_proto(response.project))
+
+    def get_project(self, name):
+        """The project named `name`; VerityError(NOT_FOUND) if there is none."""
+        response = self._call(self._projects.GetProject,
+                              projects_pb2.GetProjectRequest(project=name), "GetProject")
+        return self._remember(Project.from_proto(response.project))
+
+    def list_projects(self):
+        """Every project, as a list of Project."""
+        response = self._call(self._projects.ListProjects, projects_pb2.ListProjectsRequest(),
+                              "ListProjects")
+        return [self._remember(Project.from_proto(p)) for p in response.projects]
+
+    def add_items(self, project, df):
+        """Creates or updates items; returns (added, updated).
+
+        df has a column item (or task) and optionally gold (the known class, a name or index;
+        missing = no gold) and priority (assignment priority; missing = unchanged). One
+        AddItems RPC per 10,000 items; the chunks before a failed one stay written.
+        """
+        if not isinstance(df, pd.DataFrame):
+            df = pd.DataFrame(df)
+        items = frames.ids(frames.column(df, frames.ITEM_COLUMNS))
+        gold = [None] * len(items)
+        if "gold" in df.columns:
+            known = df["gold"].notna().to_numpy()
+            if known.any():
+                indices = frames.label_indices(df["gold"][known], self._class_names(project))
+                for row, index in zip(np.flatnonzero(known), indices):
+                    gold[row] = int(index)
+        priority = [None] * len(items)
+        if "priority" in df.columns:
+            priority = [None if pd.isna(p) else float(p) for p in df["priority"]]
+        added = updated = 0
+        for lo in range(0, len(items), MAX_ITEMS_PER_CALL):
+            request = projects_pb2.AddItemsRequest(project=project)
+            for row in range(lo, min(lo + MAX_ITEMS_PER_CALL, len(items))):
+                item = request.items.add(id=items[row])
+                if gold[row] is not None:
+                    item.gold_label = gold[row]
+                if priority[row] is not None:
+                    item.priority = priority[row]
+            response = self._call(self._projects.AddItems, request,
+                                  "AddItems (rows %d to %d)" % (lo, lo + len(request.items) - 1))
+            added += response.added
+            updated += response.updated
+        return added, updated
+
+    def _remember(self, project):
+        with self._classes_lock:
+            self._classes[project.name] = project.classes
+        return project
+
+    def _class_names(self, project):
+        with self._classes_lock:
+            classes = self._classes.get(project)
+        return classes if classes is not None else self.get_project(project).classes
+
+    # --- ingest -------------------------------------------------------------------------
+
+    def submit(self, project, df, *, batch_size=1000, max_unacked_batches=8, max_retries=4,
+               min_throughput=1000.0, max_rejections=10, progress=None):
+        """Streams the labels of `df` to `project` and returns the summed acks (SubmitResult).
+
+        df has columns item (or task), annotator (or worker) and label: class names, or class
+        indices (integers). Rows go in order, in batches of `batch_size` (1 to 10,000) over one
+        bidirectional SubmitAnnotations stream, at most `max_unacked_batches` ahead of their
+        acks. An ack means the batch is durable. An invalid annotation is rejected alone and
+        reported in SubmitResult.rejections; a batch the server refuses whole raises
+        VerityError with the ack's code (NOT_FOUND for an unknown project, INVALID_ARGUMENT
+        ...); the batches acknowledged before it stay written. A batch or stream failing with
+        UNAVAILABLE or RESOURCE_EXHAUSTED is resent on a new stream (resending is safe) after
+        a back-off, up to `max_retries` times in a row without progress.
+
+        The stream's deadline is the client's timeout plus one second per `min_throughput`
+        annotations still to send. `progress(acked, total)` is called after each ack.
+        """
+        if not 1 <= batch_size <= 10000:
+            raise ValueError("batch_size must be 1 to 10,000, got %r" % batch_size)
+        if max_unacked_batches < 1:
+            raise ValueError("max_unacked_batches must be positive")
+        items, annotators, label_column = frames.annotations(df)
+        if not items:
+            return SubmitResult()
+        classes = self._class_names(project) if frames.needs_class_names(label_column) else ()
+        labels = frames.label_indices(label_column, classes)
+        streamer = _AnnotationStreamer(
+            self._ingest.SubmitAnnotations, project, items, annotators, labels.tolist(),
+            batch_size=batch_size, max_unacked_batches=max_unacked_batches,
+            max_retries=max_retries,
+            deadline=lambda unacked: self.timeout + unacked / float(min_throughput),
+            max_rejections=max_rejections, progress=progress)
+        return streamer.run()
+
+    # --- truth --------------------------------------------------------------------------
+
+    def posteriors(self, project, items=None, *, page_size=1000, details=False):
+        """Current posteriors as a DataFrame: item, label (the most probable class name),
+        confidence (its probability), then one column of probabilities per class, named by
+        the class.
+
+        items: None = every item of the project (ListPosteriors, one RPC per page of
+          `page_size`, in item creation order); or a list of item ids (GetPosteriors, one RPC
+          per 10,000 ids, in that order; NOT_FOUND if one is unknown).
+        details: also add num_labels, model_version, includes_newer_labels and is_gold.
+        """
+        classes = self._class_names(project)
+        posteriors = []
+        if items is None:
+            token = ""
+            while True:
+                response = self._call(
+                    self._truth.ListPosteriors,
+                    truth_pb2.ListPosteriorsRequest(project=project, page_size=page_size,
+                                                    page_token=token),
+                    "ListPosteriors")
+                posteriors.extend(response.posteriors)
+                token = response.next_page_token
+                if not token:
+                    break
+        else:
+            items = [str(item) for item in items]
+            for lo in range(0, len(items), MAX_ITEMS_PER_CALL):
+                response = self._call(
+                    self._truth.GetPosteriors,
+                    truth_pb2.GetPosteriorsRequest(project=project,
+                                                   items=items[lo:lo + MAX_ITEMS_PER_CALL]),
+                    "GetPosteriors")
+                posteriors.extend(response.posteriors)
+        probabilities = np.zeros((len(posteriors), len(classes)))
+        for row, p in enumerate(posteriors):
+            probabilities[row, :] = p.probabilities
+        frame = frames.posterior_frame([p.item for p in posteriors], probabilities,
+                                       [p.map_label for p in posteriors],
+                                       [p.confidence for p in posteriors], classes)
+        if details:
+            frame["num_labels"] = np.array([p.num_labels for p in posteriors], dtype=np.int64)
+            frame["model_version"] = np.array([p.model_version for p in posteriors],
+                                              dtype=np.int64)
+            frame["includes_newer_labels"] = np.array(
+                [p.includes_newer_labels for p in posteriors], dtype=bool)
+            frame["is_gold"] = np.array([p.is_gold for p in posteriors], dtype=bool)
+        return frame
+
+    def annotators(self, project, annotators=None):
+        """Annotator profiles as a DataFrame: annotator, accuracy (probability of a correct
+        label under the class prior), num_labels, confusion (a K-by-K numpy array, row = true
+        class, column = answered class). annotators: ids, or None for every annotator."""
+        response = self._call(
+            self._truth.GetAnnotatorProfiles,
+            truth_pb2.GetAnnotatorProfilesRequest(
+                project=project, annotators=[str(a) for a in (annotators or [])]),
+            "GetAnnotatorProfiles")
+        profiles = response.profiles
+        return pd.DataFrame({
+            "annotator": pd.Series([p.annotator for p in profiles], dtype=object),
+            "accuracy": np.array([p.accuracy for p in profiles], dtype=np.float64),
+            "num_labels": np.array([p.num_labels for p in profiles], dtype=np.int64),
+            "confusion": pd.Series(
+                [np.array(p.confusion.probabilities).reshape(p.confusion.num_classes,
+                                                             p.confusion.num_classes)
+                 for p in profiles], dtype=object),
+        })
+
+    # --- models -------------------------------------------------------------------------
+
+    def model_status(self, project):
+        """The project's ModelStatus."""
+        r = self._call(self._models.GetModelStatus,
+                       models_pb2.GetModelStatusRequest(project=project), "GetModelStatus")
+        current = (ModelVersion.from_proto(r.current_version)
+                   if r.HasField("current_version") else None)
+        return ModelStatus(method=_method_name(r.method), current_version=current,
+                           num_labels=r.num_labels,
+                           labels_since_version=r.labels_since_version, training=r.training)
+
+    def model_versions(self, project, limit=20):
+        """The newest `limit` (1 to 1,000) model versions as a list of ModelVersion."""
+        r = self._call(self._models.ListModelVersions,
+                       models_pb2.ListModelVersionsRequest(project=project, limit=limit),
+                       "ListModelVersions")
+        return [ModelVersion.from_proto(v) for v in r.versions]
+
+    # --- assignment ---------------------------------------------------------------------
+
+    def suggest_items(self, project, annotator, k=10, candidates=None):
+        """The k items `annotator` should label next, best first, each leased to them, as a
+        DataFrame: item, score (expected entropy reduction), p_correct, lease_expires_at
+        (UTC). Fewer rows (or none) when fewer items are open. candidates: item ids to choose
+        from; None = every open item."""
+        r = self._call(
+            self._assignment.SuggestItems,
+            assignment_pb2.SuggestItemsRequest(
+                project=project, annotator=str(annotator), k=k,
+                candidate_items=[str(c) for c in (candidates or [])]),
+            "SuggestItems")
+        s = r.suggestions
+        return pd.DataFrame({
+            "item": pd.Series([x.item for x in s], dtype=object),
+            "score": np.array([x.score for x in s], dtype=np.float64),
+            "p_correct": np.array([x.p_correct for x in s], dtype=np.float64),
+            "lease_expires_at": pd.to_datetime([_time(x, "lease_expires_at") for x in s],
+                                               utc=True),
+        })
+
+    def suggest_annotators(self, project, item, k=10, candidates=None):
+        """The k annotators who should label `item` next, best first, as a DataFrame:
+        annotator, score, p_correct. Does not lease. candidates: None = the project's active
+        annotators."""
+        r = self._call(
+            self._assignment.SuggestAnnotators,
+            assignment_pb2.SuggestAnnotatorsRequest(
+                project=project, item=str(item), k=k,
+                candidates=[str(c) for c in (candidates or [])]),
+            "SuggestAnnotators")
+        s = r.suggestions
+        return pd.DataFrame({
+            "annotator": pd.Series([x.annotator for x in s], dtype=object),
+            "score": np.array([x.score for x in s], dtype=np.float64),
+            "p_correct": np.array([x.p_correct for x in s], dtype=np.float64),
+        })
+
+
+class _AnnotationStreamer:
+    """One submit() across its streams. Batch b holds rows [b * batch_size, (b + 1) *
+    batch_size) and is sent with batch_id b + 1; acks come in batch order."""
+
+    _INITIAL_BACKOFF_S = 0.2
+    _MAX_BACKOFF_S = 5.0
+
+    def __init__(self, rpc, project, items, annotators, labels, *, batch_size,
+                 max_unacked_batches, max_retries, deadline, max_rejections, progress):
+        self._rpc = rpc
+        self._project = project
+        self._items = items
+        self._annotators = annotators
+        self._labels = labels
+        self._batch_size = batch_size
+        self._max_unacked = max_unacked_batches
+        self._max_retries = max_retries
+        self._deadline = deadline
+        self._max_rejections = max_rejections
+        self._progress = progress
+        self._num_batches = math.ceil(len(items) / batch_size)
+        # Batches before first_unfinished are acknowledged; counted[b]: batch b's ack is in
+        # the result (a batch after a failed one can be counted before it is resent).
+        self._first_unfinished = 0
+        self._counted = [False] * self._num_batches
+        self._acked_rows = 0
+        self._result = SubmitResult()
+
+    def run(self):
+        failures_in_a_row = 0
+        backoff = self._INITIAL_BACKOFF_S
+        while self._first_unfinished < self._num_batches:
+            first_before = self._first_unfinished
+            error = self._run_stream()
+            if error is None:
+                break
+            if error.code not in RETRYABLE_CODES:
+                raise error
+            if self._first_unfinished > first_before:
+                failures_in_a_row = 0
+                backoff = self._INITIAL_BACKOFF_S
+            if failures_in_a_row >= self._max_retries:
+                raise VerityError(error.code, "gave up after %d attempts: %s" %
+                                  (failures_in_a_row + 1, error.message))
+            failures_in_a_row += 1
+            self._result.retries += 1
+            time.sleep(backoff)
+            backoff = min(2 * backoff, self._MAX_BACKOFF_S)
+        return self._result
+
+    def _rows(self, b):
+        return b * self._batch_size, min(len(self._items), (b + 1) * self._batch_size)
+
+    def _batch_name(self, b):
+        lo, hi = self._rows(b)
+        return "batch %d of %d (rows %d to %d)" % (b + 1, self._num_batches, lo, hi - 1)
+
+    def _batch(self, b):
+        lo, hi = self._rows(b)
+        # Every batch names the project, so any batch can open a new stream.
+        return ingest_pb2.AnnotationBatch(
+            batch_id=b + 1, project=self._project,
+            annotations=[ingest_pb2.Annotation(item=i, annotator=a, label=l)
+                         for i, a, l in zip(self._items[lo:hi], self._annotators[lo:hi],
+                                            self._labels[lo:hi])])
+
+    def _count(self, b, ack):
+        if self._counted[b]:
+            return
+        self._counted[b] = True
+        r = self._result
+        r.accepted += ack.accepted
+        r.duplicate += ack.duplicate
+        r.revised += ack.revised
+        r.rejected += ack.rejected
+        lo, hi = self._rows(b)
+        for rejection in ack.rejections:
+            if len(r.rejections) >= self._max_rejections:
+                break
+            r.rejections.append(Rejection(row=lo + rejection.index, reason=rejection.reason))
+        self._acked_rows += hi - lo
+        if self._progress is not None:
+            self._progress(self._acked_rows, len(self._items))
+
+    def _run_stream(self):
+        """Sends batches from first_unfinished on over one new stream. None once every batch
+        is acknowledged; otherwise the VerityError that ended the stream, with
+        first_unfinished at the first batch to resend."""
+        first = self._first_unfinished
+        # The request iterator runs on a gRPC thread: it takes a window slot per batch, and
+        # each ack gives one back. `stop` ends the writes (half-close) early.
+        window = threading.Semaphore(self._max_unacked)
+        stop = threading.Event()
+
+        def requests():
+            for b in range(first, self._num_batches):
+                window.acquire()
+                if stop.is_set():
+                    return
+                yield self._batch(b)
+
+        unacked_rows = len(self._items) - self._rows(first)[0]
+        call = self._rpc(requests(), timeout=self._deadline(unacked_rows))
+        retry_error = None  # The first retryable batch error of this stream.
+        stream_error = None
+        b = first
+        try:
+            for ack in call:
+                window.release()
+                if b >= self._num_batches or ack.batch_id != b + 1:
+                    return VerityError(
+                        grpc.StatusCode.INTERNAL,
+                        "SubmitAnnotations: got the ack of batch id %d while expecting batch "
+                        "id %d" % (ack.batch_id, b + 1))
+                if ack.error_code != 0:
+                    error = VerityError(status_code(ack.error_code), "%s: %s" % (
+                        self._batch_name(b), ack.error_message))
+                    if error.code not in RETRYABLE_CODES:
+                        return error
+                    if retry_error is None:
+                        retry_error = error
+                        stop.set()  # Resend from here on a new stream; finish this one.
+                        window.release()
+                else:
+                    self._count(b, ack)
+                    # Acks come in order, so without an earlier failure b is the first
+                    # unfinished batch.
+                    if retry_error is None:
+                        self._first_unfinished = b + 1
+                b += 1
+        except grpc.RpcError as error:
+            stream_error = error
+        finally:
+            # Unblocks the request iterator for good, and ends the call if it still runs.
+            stop.set()
+            window.release(self._max_unacked + 1)
+            call.cancel()
+        if retry_error is not None:
+            return retry_error
+        # Every batch acked means every batch is durable, whatever ended the stream after.
+        if self._first_unfinished == self._num_batches:
+            return None
+        if stream_error is not None:
+            return VerityError.from_rpc_error(
+                stream_error, "SubmitAnnotations stream (at %s): " %
+                self._batch_name(self._first_unfinished))
+        return VerityError(
+            grpc.StatusCode.INTERNAL,
+            "SubmitAnnotations: the server ended the stream without acknowledging %s" %
+            self._batch_name(self._first_unfinished))
