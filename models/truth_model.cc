@@ -81,6 +81,33 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
         "glad_log_easiness_prior_stddev must be finite and > 0, got ",
         options.glad_log_easiness_prior_stddev));
   }
+  const TruthModelOptions::Neural& n = options.neural;
+  if (n.embedding_dim < 1 || n.embedding_dim > 1024 || n.hidden_units < 1 || n.hidden_units > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "neural.embedding_dim must be in [1, 1024] and neural.hidden_units in [1, 4096], got ",
+        n.embedding_dim, " and ", n.hidden_units));
+  }
+  if (!(n.learning_rate > 0) || !std::isfinite(n.learning_rate) || n.batch_size < 1 || n.steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "neural.learning_rate must be finite and > 0, neural.batch_size >= 1 and neural.steps >= 0, "
+        "got ", n.learning_rate, ", ", n.batch_size, ", ", n.steps));
+  }
+  if (!(n.trace_lambda >= 0) || !std::isfinite(n.trace_lambda) || !(n.conal_lambda >= 0) ||
+      !std::isfinite(n.conal_lambda)) {
+    return absl::InvalidArgumentError("neural.trace_lambda and neural.conal_lambda must be finite and >= 0");
+  }
+  if (n.crowdlayer_variant != "mw" && n.crowdlayer_variant != "vw" && n.crowdlayer_variant != "vb" &&
+      n.crowdlayer_variant != "vw+b") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "neural.crowdlayer_variant must be mw, vw, vb or vw+b, got \"", n.crowdlayer_variant, "\""));
+  }
+  if (n.cmm_groups < 1 || n.cmm_groups > 64 || n.em_iterations < 1 || n.lia_latent_dim < 1 ||
+      n.lia_latent_dim > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "neural.cmm_groups must be in [1, 64], neural.em_iterations >= 1 and "
+        "neural.lia_latent_dim in [1, 64], got ", n.cmm_groups, ", ", n.em_iterations, ", ",
+        n.lia_latent_dim));
+  }
   return absl::OkStatus();
 }
 

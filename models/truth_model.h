@@ -156,6 +156,40 @@ struct TruthModelOptions {
   // finite and > 0.
   double glad_log_easiness_prior_mean = 0.0;
   double glad_log_easiness_prior_stddev = 1.0;
+
+  // The neural models (lia, crowdlayer, trace_reg, conal, cmm; models/neural/).
+  struct Neural {
+    // "cpu", "cuda", "cuda:N" or "auto" (CUDA when available, else CPU). A CUDA device asked
+    // for and not available falls back to the CPU with a log line.
+    std::string device = "auto";
+    // Seed of parameter initialisation and minibatch order: a fit is deterministic on the CPU
+    // given the seed, the data and num_threads.
+    uint64_t seed = 1;
+    // Size of the learned item and annotator embeddings, and of hidden layers.
+    int embedding_dim = 16;
+    int hidden_units = 16;
+    // AMSGrad (Adam) learning rate and minibatch size, in labels.
+    double learning_rate = 1e-3;
+    int batch_size = 1024;
+    // Optimiser steps of a fit from scratch (lia: per EM iteration); 0 = scale with the data:
+    // enough epochs for about 3,000 steps, between 2 and 200 epochs. A warm start runs a
+    // quarter of them.
+    int steps = 0;
+    // trace_reg: weight of the mean trace of the annotators' confusion matrices (Tanno et al.).
+    double trace_lambda = 0.01;
+    // conal: weight of sum_r ||W_g - W_r||^2 (Chu et al.).
+    double conal_lambda = 1e-5;
+    // crowdlayer: "mw" (matrix), "vw" (vector), "vb" (bias) or "vw+b".
+    std::string crowdlayer_variant = "mw";
+    // cmm: number of annotator groups M.
+    int cmm_groups = 3;
+    // lia, cmm: EM iterations of a fit from scratch (a warm start runs a third of them).
+    int em_iterations = 10;
+    // lia: size L of the difficulty and competence tensors (C x C x L). The paper's value is
+    // not stated for every dataset; 4 keeps the per-item table at 4 K^2 floats.
+    int lia_latent_dim = 4;
+  };
+  Neural neural;
 };
 
 // Returns INVALID_ARGUMENT naming the first option out of its documented

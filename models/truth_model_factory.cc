@@ -11,13 +11,21 @@
 #include "models/dawid_skene.h"
 #include "models/glad.h"
 #include "models/majority_vote.h"
+#include "models/neural/cmm.h"
+#include "models/neural/conal.h"
+#include "models/neural/crowdlayer.h"
+#include "models/neural/lia.h"
+#include "models/neural/trace_reg.h"
 #include "models/one_coin.h"
 
 namespace verity::models {
 
 std::vector<std::string_view> KnownTruthModelMethods() {
-  return {MajorityVoteModel::kMethod, DawidSkeneModel::kMethod,
-          OneCoinModel::kMethod, GladModel::kMethod};
+  return {MajorityVoteModel::kMethod,   DawidSkeneModel::kMethod,
+          OneCoinModel::kMethod,        GladModel::kMethod,
+          neural::LiaModel::kMethod,    neural::CrowdLayerModel::kMethod,
+          neural::TraceRegModel::kMethod, neural::ConalModel::kMethod,
+          neural::CmmModel::kMethod};
 }
 
 namespace {
@@ -48,6 +56,15 @@ absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
   if (method == GladModel::kMethod) {
     return Make<GladModel>(num_classes, options);
   }
+  if (method == neural::LiaModel::kMethod) return Make<neural::LiaModel>(num_classes, options);
+  if (method == neural::CrowdLayerModel::kMethod) {
+    return Make<neural::CrowdLayerModel>(num_classes, options);
+  }
+  if (method == neural::TraceRegModel::kMethod) {
+    return Make<neural::TraceRegModel>(num_classes, options);
+  }
+  if (method == neural::ConalModel::kMethod) return Make<neural::ConalModel>(num_classes, options);
+  if (method == neural::CmmModel::kMethod) return Make<neural::CmmModel>(num_classes, options);
   std::string known;
   for (std::string_view m : KnownTruthModelMethods()) {
     absl::StrAppend(&known, known.empty() ? "" : ", ", std::string(m));

@@ -1,0 +1,48 @@
+// conal: Chu et al. (2021), "Learning from Crowds by Modeling Common Confusions". A classifier
+// f(x) (an MLP over a learned item embedding, softmax output), a common confusion W_g shared by
+// all annotators and an individual confusion W_r per annotator (both K x K, rows
+// softmax-parameterised, initialised near the identity). The label distribution of annotator r
+// on item i is
+//     p = ω W_gᵀ f + (1 − ω) W_rᵀ f,   ω = sigmoid(u_r · v_i),
+// with u_r a learned annotator embedding and v_i an instance embedding computed from the item
+// (an MLP over its embedding), both L2-normalised. Loss: cross-entropy of p against each label
+// + λ Σ_r ||W_g − W_r||² (TruthModelOptions::Neural::conal_lambda, default 1e-5), on the logits.
+// Q(i, r) = ω W_g + (1 − ω) W_r; an annotator never seen gets W_g, an item never seen the mean
+// instance embedding.
+#ifndef VERITY_MODELS_NEURAL_CONAL_H_
+#define VERITY_MODELS_NEURAL_CONAL_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/neural/neural_truth_model.h"
+
+namespace verity::models::neural {
+
+class ConalModel : public NeuralTruthModel {
+ public:
+  static constexpr std::string_view kMethod = "conal";
+  static absl::StatusOr<std::unique_ptr<ConalModel>> Create(int32_t num_classes,
+                                                            const TruthModelOptions& options);
+  std::string_view method() const override { return kMethod; }
+
+ protected:
+  using NeuralTruthModel::NeuralTruthModel;
+  std::shared_ptr<CrowdNet> MakeNet(int32_t num_items, int32_t num_annotators) const override;
+  std::unique_ptr<NeuralTruthModel> NewEmpty() const override;
+  void ExportTables(CrowdNet& net) override;
+  void LogConfusion(int32_t item, int32_t annotator, double* out) const override;
+
+ private:
+  int32_t dim_ = 0;
+  std::vector<double> item_vectors_;       // fitted items x dim (normalised)
+  std::vector<double> mean_item_vector_;   // dim
+  std::vector<double> annotator_vectors_;  // fitted annotators x dim (normalised)
+  std::vector<double> common_;             // K x K probabilities
+  std::vector<double> individual_;         // fitted annotators x K x K probabilities
+};
+
+}  // namespace verity::models::neural
+
+#endif  // VERITY_MODELS_NEURAL_CONAL_H_

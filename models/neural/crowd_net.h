@@ -1,0 +1,39 @@
+// CrowdNet: the LibTorch side of a neural truth model — the networks that map an item to a
+// distribution over its true class and an (item, annotator) pair to a confusion matrix.
+//
+// Every per-item parameter tensor has the item count as its first dimension, and every
+// per-annotator one the annotator count, so that a warm start onto more items or annotators
+// copies the old rows and keeps the new rows' initialisation (CopyOverlappingParameters).
+#ifndef VERITY_MODELS_NEURAL_CROWD_NET_H_
+#define VERITY_MODELS_NEURAL_CROWD_NET_H_
+
+#include <torch/torch.h>
+
+namespace verity::models::neural {
+
+class CrowdNet : public torch::nn::Module {
+ public:
+  // log p(true class | item) for a batch of item ids (int64, B): B x K.
+  virtual torch::Tensor LogPrior(const torch::Tensor& items) = 0;
+  // log p(label | true class, item, annotator): B x K x K, [b, k, y], rows log-normalised.
+  virtual torch::Tensor LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) = 0;
+  // log p(label | item, annotator), B x K: what the marginal-likelihood training fits. Default:
+  // log sum_k p(k | item) p(label | k, item, annotator).
+  virtual torch::Tensor LogNoisyLabel(const torch::Tensor& items, const torch::Tensor& annotators) {
+    return torch::logsumexp(LogPrior(items).unsqueeze(2) + LogConfusion(items, annotators), 1);
+  }
+  // The method's regulariser (added to the mean loss of a minibatch); 0 by default.
+  virtual torch::Tensor Regularizer() { return torch::zeros({}); }
+};
+
+// A small multilayer perceptron: `layers` Linear layers with ReLU between them.
+torch::nn::Sequential MakeMlp(int64_t in, int64_t hidden, int64_t out, int layers);
+
+// Copies into `to` every parameter and buffer of `from` with the same name: whole when the
+// shapes are equal; when only the first dimension differs (per-item or per-annotator tables),
+// the leading rows they share. Other mismatches are left at `to`'s initialisation.
+void CopyOverlappingParameters(torch::nn::Module& from, torch::nn::Module& to);
+
+}  // namespace verity::models::neural
+
+#endif  // VERITY_MODELS_NEURAL_CROWD_NET_H_

@@ -1,0 +1,148 @@
+#include "models/neural/lia.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace verity::models::neural {
+namespace {
+
+std::vector<double> ToVector(const torch::Tensor& t) {
+  torch::Tensor cpu = t.detach().to(torch::kCPU, torch::kDouble).contiguous();
+  return std::vector<double>(cpu.data_ptr<double>(), cpu.data_ptr<double>() + cpu.numel());
+}
+
+class LiaNet : public CrowdNet {
+ public:
+  LiaNet(int32_t num_items, int32_t num_annotators, int32_t k, const TruthModelOptions::Neural& options)
+      : k_(k), latent_(options.lia_latent_dim) {
+    const int64_t d = options.embedding_dim, h = options.hidden_units;
+    items_ = register_module("items", torch::nn::Embedding(std::max(1, num_items), d));
+    annotators_ = register_module("annotators", torch::nn::Embedding(std::max(1, num_annotators), d));
+    truth_ = register_module("truth", MakeMlp(d, h, k, 4));
+    difficulty_ = register_module("difficulty", MakeMlp(d, h, k * k * latent_, 4));
+    competence_ = register_module("competence", torch::nn::Linear(d, k * k * latent_));
+  }
+  torch::Tensor LogPrior(const torch::Tensor& items) override {
+    return torch::log_softmax(truth_->forward(items_->forward(items)), 1);
+  }
+  torch::Tensor Difficulty(const torch::Tensor& items) {
+    return difficulty_->forward(items_->forward(items)).view({-1, k_, k_, latent_});
+  }
+  torch::Tensor Competence(const torch::Tensor& annotators) {
+    return competence_->forward(annotators_->forward(annotators)).view({-1, k_, k_, latent_});
+  }
+  torch::Tensor LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) override {
+    return torch::log_softmax((Difficulty(items) * Competence(annotators)).sum(3), 2);
+  }
+
+ private:
+  int64_t k_, latent_;
+  torch::nn::Embedding items_{nullptr}, annotators_{nullptr};
+  torch::nn::Sequential truth_{nullptr}, difficulty_{nullptr};
+  torch::nn::Linear competence_{nullptr};
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LiaModel>> LiaModel::Create(int32_t num_classes,
+                                                           const TruthModelOptions& options) {
+  if (num_classes < 2) return absl::InvalidArgumentError("num_classes must be >= 2");
+  if (absl::Status s = ValidateTruthModelOptions(options); !s.ok()) return s;
+  return std::unique_ptr<LiaModel>(new LiaModel(num_classes, options));
+}
+
+std::shared_ptr<CrowdNet> LiaModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
+  return std::make_shared<LiaNet>(num_items, num_annotators, num_classes(), options().neural);
+}
+
+std::unique_ptr<NeuralTruthModel> LiaModel::NewEmpty() const {
+  return std::unique_ptr<NeuralTruthModel>(new LiaModel(num_classes(), options()));
+}
+
+int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
+  if (data.num_labels == 0) return 0;
+  const int32_t k = num_classes();
+  const int em = options().neural.em_iterations;
+  const int iterations = warm_start ? std::max(1, em / 3) : em;
+  const int64_t steps = std::max<int64_t>(50, StepsForFit(data.num_labels, false) / em);
+  const auto float_options = data.labels_per_item.options();
+
+  // First E-step: the soft majority vote, or the posteriors under the warm-started parameters.
+  torch::Tensor q;
+  if (warm_start) {
+    q = torch::exp(ItemLogPosteriors(net, data, k));
+  } else {
+    q = torch::full({data.num_items, k}, options().vote_smoothing, float_options);
+    q.index_add_(0, data.items, torch::one_hot(data.labels, k).to(torch::kFloat));
+    q = q / q.sum(1, /*keepdim=*/true);
+    if (data.gold_items.numel() > 0) {
+      q.index_copy_(0, data.gold_items, torch::one_hot(data.gold_labels, k).to(torch::kFloat));
+    }
+  }
+  net.train();
+  std::unique_ptr<torch::optim::Adam> optimizer = MakeOptimizer(net);
+  const int64_t batch = std::min<int64_t>(options().neural.batch_size, data.num_labels);
+  torch::Tensor per_item = data.labels_per_item.clamp_min(1.0);
+  for (int t = 0; t < iterations; ++t) {
+    torch::Tensor order;
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t start = (s * batch) % data.num_labels;
+      if (start < batch) order = torch::randperm(data.num_labels, data.items.options());
+      torch::Tensor idx = order.narrow(0, start, std::min(batch, data.num_labels - start));
+      torch::Tensor items = data.items.index_select(0, idx);
+      torch::Tensor y = data.labels.index_select(0, idx);
+      torch::Tensor log_q_y = net.LogConfusion(items, data.annotators.index_select(0, idx))
+                                  .gather(2, y.view({-1, 1, 1}).expand({-1, k, 1}))
+                                  .squeeze(2);
+      torch::Tensor log_prior = net.LogPrior(items) / per_item.index_select(0, items).unsqueeze(1);
+      torch::Tensor loss = -(q.index_select(0, items) * (log_q_y + log_prior)).sum(1).mean() +
+                           GoldLoss(net, data);
+      optimizer->zero_grad();
+      loss.backward();
+      optimizer->step();
+    }
+    q = torch::exp(ItemLogPosteriors(net, data, k));
+    net.train();
+  }
+  // Marginal-likelihood fine-tuning.
+  TrainMarginal(net, data, steps);
+  return iterations;
+}
+
+void LiaModel::ExportTables(CrowdNet& net) {
+  torch::NoGradGuard no_grad;
+  auto& lia = static_cast<LiaNet&>(net);
+  latent_ = options().neural.lia_latent_dim;
+  torch::Tensor d = lia.Difficulty(torch::arange(static_cast<int64_t>(fitted_items()), torch::kLong));
+  torch::Tensor c = lia.Competence(torch::arange(static_cast<int64_t>(fitted_annotators()), torch::kLong));
+  difficulty_ = ToVector(d);
+  competence_ = ToVector(c);
+  const int64_t k = num_classes();
+  mean_difficulty_ = fitted_items() > 0 ? ToVector(d.mean(0)) : std::vector<double>(k * k * latent_, 1.0);
+  mean_competence_ = fitted_annotators() > 0 ? ToVector(c.mean(0)) : std::vector<double>(k * k * latent_, 0.0);
+}
+
+void LiaModel::LogConfusion(int32_t item, int32_t annotator, double* out) const {
+  const int32_t k = num_classes();
+  const size_t cell = static_cast<size_t>(k) * k * latent_;
+  const double* d = item >= 0 && item < fitted_items() ? difficulty_.data() + item * cell : mean_difficulty_.data();
+  const double* c = annotator >= 0 && annotator < fitted_annotators() ? competence_.data() + annotator * cell
+                                                                      : mean_competence_.data();
+  for (int32_t row = 0; row < k; ++row) {
+    double* logits = out + row * k;
+    double m = -1e300;
+    for (int32_t y = 0; y < k; ++y) {
+      double v = 0;
+      const size_t base = (static_cast<size_t>(row) * k + y) * latent_;
+      for (int32_t l = 0; l < latent_; ++l) v += d[base + l] * c[base + l];
+      logits[y] = v;
+      m = std::max(m, v);
+    }
+    double s = 0;
+    for (int32_t y = 0; y < k; ++y) s += std::exp(logits[y] - m);
+    const double norm = m + std::log(s);
+    for (int32_t y = 0; y < k; ++y) logits[y] -= norm;
+  }
+}
+
+}  // namespace verity::models::neural

@@ -1,0 +1,54 @@
+// lia: Platanios et al. (2020), "Learning from Imperfect Annotations". Truth h_θ(x), item
+// difficulty d_φ(x) ∈ R^{K×K×L} and annotator competence c_ψ(r) ∈ R^{K×K×L}; the confusion of
+// annotator j on item i is Q_ij = row-softmax(Σ_l D_i[·,·,l] C_j[·,·,l]). Items and annotators
+// carry no features here, so x and r are learned embeddings (size embedding_dim); h and d are
+// 4-layer MLPs with hidden_units units, c is linear (the paper's settings).
+//
+// Fit (EM): the first E-step is the soft majority vote (symmetry breaking); each M-step runs
+// AMSGrad steps on the expected complete log-likelihood Σ_labels Σ_k q_i[k] (log Q_ij[k, y] +
+// log h_i[k] / n_i) (the optimiser's state carries over between EM iterations); each E-step
+// sets q_i ∝ h_i Π_j Q_ij[·, y_ij] (gold clamped). After em_iterations iterations, the model
+// is fine-tuned on the marginal likelihood for one more M-step's worth of steps. A warm start
+// begins with an E-step under the previous parameters and runs a third of the iterations.
+// Steps per M-step: StepsForFit / em_iterations, at least 50 (the paper: 1,000 steps × 10).
+//
+// Queries evaluate Q_ij from exported D (per fitted item) and C (per fitted annotator) tables:
+// K² L doubles (8 K² L bytes) per item and per annotator. An item never
+// seen gets the mean D, an annotator never seen the mean C.
+#ifndef VERITY_MODELS_NEURAL_LIA_H_
+#define VERITY_MODELS_NEURAL_LIA_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/neural/neural_truth_model.h"
+
+namespace verity::models::neural {
+
+class LiaModel : public NeuralTruthModel {
+ public:
+  static constexpr std::string_view kMethod = "lia";
+  static absl::StatusOr<std::unique_ptr<LiaModel>> Create(int32_t num_classes,
+                                                          const TruthModelOptions& options);
+  std::string_view method() const override { return kMethod; }
+
+ protected:
+  using NeuralTruthModel::NeuralTruthModel;
+  std::shared_ptr<CrowdNet> MakeNet(int32_t num_items, int32_t num_annotators) const override;
+  std::unique_ptr<NeuralTruthModel> NewEmpty() const override;
+  int Train(CrowdNet& net, const LabelTensors& data, bool warm_start) override;
+  void ExportTables(CrowdNet& net) override;
+  void LogConfusion(int32_t item, int32_t annotator, double* out) const override;
+
+ private:
+  int32_t latent_ = 0;
+  std::vector<double> difficulty_;       // fitted items x K x K x L
+  std::vector<double> mean_difficulty_;  // K x K x L
+  std::vector<double> competence_;       // fitted annotators x K x K x L
+  std::vector<double> mean_competence_;  // K x K x L
+};
+
+}  // namespace verity::models::neural
+
+#endif  // VERITY_MODELS_NEURAL_LIA_H_

@@ -1,0 +1,163 @@
+// Tests every neural truth model through the TruthModel interface, on small synthetic crowds
+// (fixed seeds, few optimiser steps, so the whole file runs in seconds on the CPU).
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/status_matchers.h"
+#include "models/testing/synthetic_crowd.h"
+#include "models/truth_model.h"
+#include "models/truth_model_factory.h"
+
+namespace verity::models {
+namespace {
+
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+// A crowd of 300 items x 5 labels from 12 annotators: 8 good (accuracy 0.8) and 4 spammers.
+testing::SyntheticCrowd MakeCrowd(int32_t num_classes, uint64_t seed) {
+  testing::SyntheticCrowdSpec spec;
+  spec.num_items = 300;
+  spec.num_classes = num_classes;
+  spec.labels_per_item = 5;
+  spec.seed = seed;
+  for (int a = 0; a < 8; ++a) spec.confusions.push_back(testing::SymmetricConfusion(num_classes, 0.8));
+  for (int a = 0; a < 4; ++a) spec.confusions.push_back(testing::SymmetricConfusion(num_classes, 1.0 / num_classes));
+  return testing::GenerateSyntheticCrowd(spec);
+}
+
+// Few, large steps so that each fit takes well under a second; lia's deeper networks and
+// item-dependent confusions need a smaller learning rate than the others.
+TruthModelOptions FastOptions(const std::string& method = "") {
+  TruthModelOptions options;
+  options.neural.device = "cpu";
+  options.neural.steps = 400;
+  options.neural.batch_size = 256;
+  options.neural.learning_rate = method == "lia" ? 0.005 : 0.02;
+  options.neural.em_iterations = 4;
+  return options;
+}
+
+std::unique_ptr<TruthModel> Make(const std::string& method, int32_t k, TruthModelOptions options) {
+  auto model = CreateTruthModel(method, k, options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return std::move(*model);
+}
+
+std::unique_ptr<TruthModel> Make(const std::string& method, int32_t k) {
+  return Make(method, k, FastOptions(method));
+}
+
+class NeuralModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NeuralModelTest, RecoversTheTruthOfASyntheticCrowdAtLeastAsWellAsMajorityVote) {
+  testing::SyntheticCrowd crowd = MakeCrowd(3, 11);
+  auto mv = Make("mv", 3);
+  ASSERT_THAT(mv->Fit(crowd.matrix, {}, false).status(), IsOk());
+  const double mv_accuracy = testing::Accuracy(AllPosteriors(*mv, crowd.matrix, {}), crowd.matrix, crowd.truth);
+
+  auto model = Make(GetParam(), 3);
+  absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(report.status(), IsOk());
+  EXPECT_GE(report->iterations, 1);
+  EXPECT_TRUE(std::isfinite(report->log_likelihood));
+  EXPECT_LT(report->log_likelihood, 0.0);
+  std::vector<double> posteriors = AllPosteriors(*model, crowd.matrix, {});
+  for (double p : posteriors) ASSERT_TRUE(std::isfinite(p) && p >= 0 && p <= 1);
+  const double accuracy = testing::Accuracy(posteriors, crowd.matrix, crowd.truth);
+  EXPECT_GE(accuracy, mv_accuracy - 0.02) << GetParam() << " " << accuracy << " vs mv " << mv_accuracy;
+  EXPECT_GE(accuracy, 0.80);
+  // A spammer's confusion is flatter (lower diagonal mass) than a good annotator's.
+  auto diagonal = [&](int32_t a) {
+    std::vector<double> c = model->AnnotatorConfusion(a);
+    return (c[0] + c[4] + c[8]) / 3;
+  };
+  EXPECT_GT(diagonal(0), diagonal(11)) << GetParam();
+}
+
+TEST_P(NeuralModelTest, SerializeRestoreAndCloneAnswerExactlyAlike) {
+  testing::SyntheticCrowd crowd = MakeCrowd(2, 5);
+  auto model = Make(GetParam(), 2);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+  auto restored = Make(GetParam(), 2);
+  ASSERT_THAT(restored->Restore(model->Serialize()), IsOk());
+  std::unique_ptr<TruthModel> clone = model->Clone();
+  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}), AllPosteriors(*model, crowd.matrix, {}));
+  EXPECT_EQ(AllPosteriors(*clone, crowd.matrix, {}), AllPosteriors(*model, crowd.matrix, {}));
+  EXPECT_EQ(restored->ItemAnnotatorConfusion(3, 2), model->ItemAnnotatorConfusion(3, 2));
+  // Another method's or another class count's blob is refused.
+  auto other = Make(GetParam() == "lia" ? "conal" : "lia", 2);
+  EXPECT_THAT(other->Restore(model->Serialize()), StatusIs(absl::StatusCode::kInvalidArgument));
+  auto three = Make(GetParam(), 3);
+  EXPECT_THAT(three->Restore(model->Serialize()), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(three->Restore("garbage"), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_P(NeuralModelTest, WarmStartsOntoNewItemsAndAnnotatorsAndHandlesUnseenIds) {
+  testing::SyntheticCrowd crowd = MakeCrowd(2, 7);
+  auto model = Make(GetParam(), 2);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+  // Grow: one new annotator labels two new items once each (and an old item).
+  std::vector<Annotation> grown = crowd.annotations;
+  grown.push_back({300, 12, 1});
+  grown.push_back({301, 12, 0});
+  grown.push_back({0, 12, crowd.truth[0]});
+  auto data = AnnotationMatrix::Build(303, 13, 2, grown);  // item 302 has no labels
+  ASSERT_THAT(data.status(), IsOk());
+  std::vector<int32_t> gold(303, -1);
+  gold[5] = 1;
+  std::unique_ptr<TruthModel> warm = model->Clone();
+  ASSERT_THAT(warm->Fit(*data, gold, true).status(), IsOk());
+  std::vector<double> posteriors = AllPosteriors(*warm, *data, gold);
+  for (double p : posteriors) ASSERT_TRUE(std::isfinite(p));
+  EXPECT_DOUBLE_EQ(posteriors[5 * 2 + 1], 1.0);  // gold clamped
+  EXPECT_NEAR(posteriors[302 * 2] + posteriors[302 * 2 + 1], 1.0, 1e-9);
+  // Ids beyond the fit get the class prior and the population confusion.
+  std::vector<double> out(2);
+  warm->ItemPosteriorForItem(1000, {}, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0] + out[1], 1.0, 1e-6);
+  std::vector<double> population = warm->AnnotatorConfusion(99);
+  EXPECT_NEAR(population[0] + population[1], 1.0, 1e-6);  // float32 networks
+  EXPECT_GT(population[0], 0.5);  // the crowd is better than chance
+}
+
+TEST_P(NeuralModelTest, FitIsDeterministicGivenTheSeed) {
+  testing::SyntheticCrowd crowd = MakeCrowd(2, 3);
+  auto a = Make(GetParam(), 2);
+  auto b = Make(GetParam(), 2);
+  ASSERT_THAT(a->Fit(crowd.matrix, {}, false).status(), IsOk());
+  ASSERT_THAT(b->Fit(crowd.matrix, {}, false).status(), IsOk());
+  EXPECT_EQ(AllPosteriors(*a, crowd.matrix, {}), AllPosteriors(*b, crowd.matrix, {}));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllNeuralMethods, NeuralModelTest,
+                         ::testing::Values("lia", "crowdlayer", "trace_reg", "conal", "cmm"),
+                         [](const auto& info) { return info.param; });
+
+TEST(NeuralOptionsTest, DeviceAndOptionErrors) {
+  TruthModelOptions options = FastOptions();
+  options.neural.device = "tpu";
+  auto model = Make("conal", 2, options);
+  testing::SyntheticCrowd crowd = MakeCrowd(2, 1);
+  EXPECT_THAT(model->Fit(crowd.matrix, {}, false).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  // CUDA asked for on a machine without it falls back to the CPU (and still fits).
+  options.neural.device = "cuda:0";
+  options.neural.steps = 50;
+  EXPECT_THAT(Make("trace_reg", 2, options)->Fit(crowd.matrix, {}, false).status(), IsOk());
+  options = FastOptions();
+  options.neural.crowdlayer_variant = "xx";
+  EXPECT_THAT(CreateTruthModel("crowdlayer", 2, options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  for (const char* variant : {"vw", "vb", "vw+b"}) {
+    options.neural.crowdlayer_variant = variant;
+    auto cl = Make("crowdlayer", 2, options);
+    EXPECT_THAT(cl->Fit(crowd.matrix, {}, false).status(), IsOk()) << variant;
+  }
+}
+
+}  // namespace
+}  // namespace verity::models

@@ -1,0 +1,364 @@
+#include "models/neural/neural_truth_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "models/binary_codec.h"
+#include "models/neural/device.h"
+
+namespace verity::models::neural {
+namespace {
+
+constexpr int64_t kChunk = 1 << 16;  // rows per forward pass when exporting or E-stepping
+
+double LogSumExp(const double* x, int32_t n) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (int32_t k = 0; k < n; ++k) m = std::max(m, x[k]);
+  if (!std::isfinite(m)) return m;
+  double s = 0;
+  for (int32_t k = 0; k < n; ++k) s += std::exp(x[k] - m);
+  return m + std::log(s);
+}
+
+LabelTensors MakeLabelTensors(const AnnotationMatrix& data, absl::Span<const int32_t> gold,
+                              torch::Device device) {
+  LabelTensors t;
+  t.num_items = data.num_items();
+  t.num_annotators = data.num_annotators();
+  t.num_labels = data.num_labels();
+  std::vector<int64_t> items, annotators, labels;
+  items.reserve(t.num_labels);
+  annotators.reserve(t.num_labels);
+  labels.reserve(t.num_labels);
+  std::vector<float> per_item(t.num_items, 0.0f);
+  for (int32_t i = 0; i < data.num_items(); ++i) {
+    for (const AnnotationMatrix::Entry& e : data.LabelsOfItem(i)) {
+      items.push_back(i);
+      annotators.push_back(e.other);
+      labels.push_back(e.label);
+    }
+    per_item[i] = static_cast<float>(data.LabelsOfItem(i).size());
+  }
+  auto as_long = [&](std::vector<int64_t>& v) {
+    return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())}, torch::kLong)
+        .clone()
+        .to(device);
+  };
+  t.items = as_long(items);
+  t.annotators = as_long(annotators);
+  t.labels = as_long(labels);
+  t.labels_per_item =
+      torch::from_blob(per_item.data(), {t.num_items}, torch::kFloat).clone().to(device);
+  std::vector<int64_t> gold_items, gold_labels;
+  for (size_t i = 0; i < gold.size(); ++i) {
+    if (gold[i] < 0) continue;
+    gold_items.push_back(static_cast<int64_t>(i));
+    gold_labels.push_back(gold[i]);
+  }
+  t.gold_items = as_long(gold_items);
+  t.gold_labels = as_long(gold_labels);
+  return t;
+}
+
+}  // namespace
+
+NeuralTruthModel::NeuralTruthModel(int32_t num_classes, TruthModelOptions options)
+    : num_classes_(num_classes),
+      options_(std::move(options)),
+      class_log_prior_(num_classes, -std::log(static_cast<double>(num_classes))) {}
+
+std::unique_ptr<TruthModel> NeuralTruthModel::Clone() const {
+  std::unique_ptr<NeuralTruthModel> copy = NewEmpty();
+  if (has_parameters()) {
+    absl::Status restored = copy->Restore(Serialize());
+    // Serialize/Restore of the same class and sizes cannot disagree; if LibTorch failed
+    // anyway, the copy is an empty model (majority-vote-like answers), which Fit can train.
+    (void)restored;
+  }
+  return copy;
+}
+
+int64_t NeuralTruthModel::StepsForFit(int64_t num_labels, bool warm_start) const {
+  const TruthModelOptions::Neural& n = options_.neural;
+  int64_t steps = n.steps;
+  if (steps == 0) {
+    const int64_t per_epoch = std::max<int64_t>(1, (num_labels + n.batch_size - 1) / n.batch_size);
+    const int64_t epochs = std::clamp<int64_t>((3000 + per_epoch - 1) / per_epoch, 2, 200);
+    steps = epochs * per_epoch;
+  }
+  return warm_start ? std::max<int64_t>(1, steps / 4) : steps;
+}
+
+std::unique_ptr<torch::optim::Adam> NeuralTruthModel::MakeOptimizer(CrowdNet& net) const {
+  return std::make_unique<torch::optim::Adam>(
+      net.parameters(),
+      torch::optim::AdamOptions(options_.neural.learning_rate).amsgrad(true));
+}
+
+torch::Tensor NeuralTruthModel::GoldLoss(CrowdNet& net, const LabelTensors& data) {
+  if (data.gold_items.numel() == 0) return torch::zeros({}, data.items.options().dtype(torch::kFloat));
+  return torch::nll_loss(net.LogPrior(data.gold_items), data.gold_labels);
+}
+
+int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int64_t steps) {
+  if (data.num_labels == 0) return 0;
+  net.train();
+  std::unique_ptr<torch::optim::Adam> optimizer = MakeOptimizer(net);
+  const int64_t batch = std::min<int64_t>(options_.neural.batch_size, data.num_labels);
+  const int64_t per_epoch = (data.num_labels + batch - 1) / batch;
+  const int epochs = static_cast<int>(std::max<int64_t>(1, (steps + per_epoch - 1) / per_epoch));
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    torch::Tensor order = torch::randperm(data.num_labels, data.items.options());
+    for (int64_t start = 0; start < data.num_labels; start += batch) {
+      torch::Tensor idx = order.narrow(0, start, std::min(batch, data.num_labels - start));
+      torch::Tensor log_p = net.LogNoisyLabel(data.items.index_select(0, idx),
+                                              data.annotators.index_select(0, idx));
+      torch::Tensor loss = torch::nll_loss(log_p, data.labels.index_select(0, idx)) +
+                           net.Regularizer().to(log_p.device()) + GoldLoss(net, data);
+      optimizer->zero_grad();
+      loss.backward();
+      optimizer->step();
+    }
+  }
+  return epochs;
+}
+
+int NeuralTruthModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
+  return TrainMarginal(net, data, StepsForFit(data.num_labels, warm_start));
+}
+
+torch::Tensor NeuralTruthModel::ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,
+                                                  int32_t num_classes) {
+  torch::NoGradGuard no_grad;
+  const auto options = data.labels_per_item.options();
+  torch::Tensor all_items = torch::arange(data.num_items, data.items.options());
+  std::vector<torch::Tensor> priors;
+  for (int64_t start = 0; start < data.num_items; start += kChunk) {
+    priors.push_back(net.LogPrior(all_items.narrow(0, start, std::min(kChunk, data.num_items - start))));
+  }
+  torch::Tensor log_q = priors.empty() ? torch::zeros({0, num_classes}, options) : torch::cat(priors);
+  for (int64_t start = 0; start < data.num_labels; start += kChunk) {
+    const int64_t n = std::min(kChunk, data.num_labels - start);
+    torch::Tensor items = data.items.narrow(0, start, n);
+    torch::Tensor log_conf = net.LogConfusion(items, data.annotators.narrow(0, start, n));
+    // [b, k] = log Q(b)[k, y_b]
+    torch::Tensor y = data.labels.narrow(0, start, n).view({n, 1, 1}).expand({n, num_classes, 1});
+    log_q.index_add_(0, items, log_conf.gather(2, y).squeeze(2));
+  }
+  if (data.gold_items.numel() > 0) {
+    torch::Tensor clamp = torch::full({data.gold_items.size(0), num_classes}, -1e4, options);
+    clamp.scatter_(1, data.gold_labels.view({-1, 1}), 0.0);
+    log_q.index_copy_(0, data.gold_items, clamp);
+  }
+  return torch::log_softmax(log_q, 1);
+}
+
+absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
+                                                absl::Span<const int32_t> gold, bool warm_start) {
+  if (absl::Status s = ValidateFitInputs(num_classes_, data, gold); !s.ok()) return s;
+  absl::StatusOr<torch::Device> device = ResolveDevice(options_.neural.device);
+  if (!device.ok()) return device.status();
+  const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<CrowdNet> net;
+  int iterations = 0;
+  try {
+    torch::manual_seed(options_.neural.seed);
+    torch::set_num_threads(std::max(1, options_.num_threads));
+    net = MakeNet(data.num_items(), data.num_annotators());
+    const bool warm = warm_start && net_ != nullptr;
+    if (warm) CopyOverlappingParameters(*net_, *net);
+    net->to(*device);
+    LabelTensors tensors = MakeLabelTensors(data, gold, *device);
+    iterations = Train(*net, tensors, warm);
+    net->to(torch::kCPU);
+    net->eval();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(std::string(method()), " fit failed in LibTorch: ", e.what()));
+  }
+  std::shared_ptr<CrowdNet> previous = std::move(net_);
+  const int32_t previous_items = fitted_items_, previous_annotators = fitted_annotators_;
+  net_ = std::move(net);
+  fitted_items_ = data.num_items();
+  fitted_annotators_ = data.num_annotators();
+  try {
+    ExportAll();
+  } catch (const std::exception& e) {
+    // Put the previous parameters (and their tables) back: on error nothing changes.
+    net_ = std::move(previous);
+    fitted_items_ = previous_items;
+    fitted_annotators_ = previous_annotators;
+    if (net_ != nullptr) ExportAll();
+    return absl::InternalError(absl::StrCat(std::string(method()), " export failed in LibTorch: ", e.what()));
+  }
+
+  FitReport report;
+  report.iterations = iterations;
+  report.converged = true;  // a fixed step budget, not a tolerance
+  std::vector<double> log_post(num_classes_);
+  for (int32_t i = 0; i < data.num_items(); ++i) {
+    absl::Span<const AnnotationMatrix::Entry> labels = data.LabelsOfItem(i);
+    if (labels.empty()) continue;
+    ItemLogJoint(i, labels, log_post.data());
+    const int32_t g = gold.empty() ? -1 : gold[i];
+    report.log_likelihood += g >= 0 ? log_post[g] : LogSumExp(log_post.data(), num_classes_);
+  }
+  report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+void NeuralTruthModel::ExportAll() {
+  torch::NoGradGuard no_grad;
+  const int32_t k = num_classes_;
+  item_log_prior_.assign(static_cast<size_t>(fitted_items_) * k, 0.0);
+  torch::Tensor all_items = torch::arange(static_cast<int64_t>(fitted_items_), torch::kLong);
+  for (int64_t start = 0; start < fitted_items_; start += kChunk) {
+    const int64_t n = std::min<int64_t>(kChunk, fitted_items_ - start);
+    torch::Tensor lp = net_->LogPrior(all_items.narrow(0, start, n)).to(torch::kDouble).contiguous();
+    std::copy(lp.data_ptr<double>(), lp.data_ptr<double>() + n * k, item_log_prior_.begin() + start * k);
+  }
+  // Class prior: the mean of the fitted items' priors (uniform without items).
+  std::vector<double> mean(k, fitted_items_ > 0 ? 0.0 : 1.0 / k);
+  for (int32_t i = 0; i < fitted_items_; ++i) {
+    for (int32_t c = 0; c < k; ++c) mean[c] += std::exp(item_log_prior_[static_cast<size_t>(i) * k + c]) / fitted_items_;
+  }
+  for (int32_t c = 0; c < k; ++c) class_log_prior_[c] = std::log(std::max(mean[c], 1e-300));
+  ExportTables(*net_);
+}
+
+const double* NeuralTruthModel::LogPriorOf(int32_t item) const {
+  if (item >= 0 && item < fitted_items_) return item_log_prior_.data() + static_cast<size_t>(item) * num_classes_;
+  return class_log_prior_.data();
+}
+
+void NeuralTruthModel::ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels,
+                                     int32_t gold_label, absl::Span<double> out) const {
+  ItemPosteriorForItem(-1, labels, gold_label, out);
+}
+
+void NeuralTruthModel::ItemPosteriorForItem(int32_t item,
+                                            absl::Span<const AnnotationMatrix::Entry> labels,
+                                            int32_t gold_label, absl::Span<double> out) const {
+  const int32_t k = num_classes_;
+  if (gold_label >= 0) {
+    std::fill(out.begin(), out.end(), 0.0);
+    out[gold_label] = 1.0;
+    return;
+  }
+  if (!has_parameters()) {
+    // Before the first fit: the soft majority vote, as every model gives.
+    std::fill(out.begin(), out.end(), options_.vote_smoothing);
+    for (const AnnotationMatrix::Entry& e : labels) out[e.label] += 1.0;
+  } else {
+    std::vector<double> log_post(k);
+    ItemLogJoint(item, labels, log_post.data());
+    const double norm = LogSumExp(log_post.data(), k);
+    for (int32_t c = 0; c < k; ++c) out[c] = std::exp(log_post[c] - norm);
+    return;
+  }
+  double sum = 0;
+  for (double v : out) sum += v;
+  for (double& v : out) v /= sum;
+}
+
+void NeuralTruthModel::ItemLogJoint(int32_t item, absl::Span<const AnnotationMatrix::Entry> labels,
+                                    double* out) const {
+  const int32_t k = num_classes_;
+  const double* prior = LogPriorOf(item);
+  std::copy(prior, prior + k, out);
+  std::vector<double> conf(static_cast<size_t>(k) * k);
+  for (const AnnotationMatrix::Entry& e : labels) {
+    LogConfusion(item, e.other, conf.data());
+    for (int32_t c = 0; c < k; ++c) out[c] += conf[c * k + e.label];
+  }
+}
+
+std::vector<double> NeuralTruthModel::ItemAnnotatorConfusion(int32_t item, int32_t annotator) const {
+  const int32_t k = num_classes_;
+  std::vector<double> q(static_cast<size_t>(k) * k, 1.0 / k);
+  if (!has_parameters()) return q;
+  LogConfusion(item, annotator, q.data());
+  for (double& v : q) v = std::exp(v);
+  return q;
+}
+
+std::vector<double> NeuralTruthModel::AnnotatorConfusion(int32_t annotator) const {
+  return ItemAnnotatorConfusion(-1, annotator);
+}
+
+std::string NeuralTruthModel::Serialize() const {
+  ByteWriter writer;
+  WriteModelHeader(writer, method(), has_parameters());
+  if (has_parameters()) {
+    writer.WriteU32(static_cast<uint32_t>(num_classes_));
+    writer.WriteU32(static_cast<uint32_t>(fitted_items_));
+    writer.WriteU32(static_cast<uint32_t>(fitted_annotators_));
+    std::ostringstream archive_bytes;
+    try {
+      torch::serialize::OutputArchive archive;
+      net_->save(archive);
+      archive.save_to(archive_bytes);
+    } catch (const std::exception&) {
+      // Saving parameters already in memory does not fail short of running out of memory;
+      // an empty archive then makes Restore fail loudly rather than restore garbage.
+      archive_bytes.str("");
+    }
+    writer.WriteString(archive_bytes.str());
+  }
+  return writer.Finish();
+}
+
+absl::Status NeuralTruthModel::Restore(std::string_view serialized) {
+  absl::StatusOr<ByteReader> reader = ByteReader::Open(serialized);
+  if (!reader.ok()) return reader.status();
+  absl::StatusOr<bool> has_params = ReadModelHeader(*reader, method());
+  if (!has_params.ok()) return has_params.status();
+  if (!*has_params) {
+    if (absl::Status s = reader->ExpectEnd(); !s.ok()) return s;
+    net_ = nullptr;
+    fitted_items_ = fitted_annotators_ = 0;
+    item_log_prior_.clear();
+    std::fill(class_log_prior_.begin(), class_log_prior_.end(), -std::log(static_cast<double>(num_classes_)));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<uint32_t> k = reader->ReadU32();
+  absl::StatusOr<uint32_t> items = reader->ReadU32();
+  absl::StatusOr<uint32_t> annotators = reader->ReadU32();
+  absl::StatusOr<std::string_view> archive_bytes = reader->ReadString();
+  if (!k.ok() || !items.ok() || !annotators.ok() || !archive_bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(method()), " model: truncated parameters"));
+  }
+  if (*k != static_cast<uint32_t>(num_classes_)) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(method()), " model has ", *k,
+                                                   " classes, expected ", num_classes_));
+  }
+  if (absl::Status s = reader->ExpectEnd(); !s.ok()) return s;
+  std::shared_ptr<CrowdNet> previous = std::move(net_);
+  const int32_t previous_items = fitted_items_, previous_annotators = fitted_annotators_;
+  try {
+    net_ = MakeNet(static_cast<int32_t>(*items), static_cast<int32_t>(*annotators));
+    std::istringstream in{std::string(*archive_bytes)};
+    torch::serialize::InputArchive archive;
+    archive.load_from(in);
+    net_->load(archive);
+    net_->eval();
+    fitted_items_ = static_cast<int32_t>(*items);
+    fitted_annotators_ = static_cast<int32_t>(*annotators);
+    ExportAll();
+  } catch (const std::exception& e) {
+    net_ = std::move(previous);
+    fitted_items_ = previous_items;
+    fitted_annotators_ = previous_annotators;
+    if (net_ != nullptr) ExportAll();
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(method()), " model: parameters do not load: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace verity::models::neural

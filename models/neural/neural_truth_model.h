@@ -1,0 +1,130 @@
+// NeuralTruthModel: what the LibTorch truth models (lia, crowdlayer, trace_reg, conal, cmm)
+// share — the TruthModel interface on top of a CrowdNet.
+//
+// Model. Item i's true class has the prior h_i = softmax(h(e_i)), where e_i is a learned
+// embedding of the item (items carry no features in this version); annotator a labels it
+// through the confusion matrix Q(i, a) (row = true class), whose form is the method's. The
+// posterior of an item given its labels is
+//     p(k | labels) ∝ h_i[k] · Π_(a, y) Q(i, a)[k, y],
+// with gold items clamped to their class. An item created after the fit gets the class prior
+// (the mean of h over the fitted items) and an annotator never seen in the fit the method's
+// population confusion.
+//
+// Fit. The subclass trains its CrowdNet (default: minibatch AMSGrad on the marginal
+// likelihood of every label, log Σ_k h_i[k] Q(i, a)[k, y], plus the method's regulariser and
+// the cross-entropy of h on gold items). Then, on the CPU, the base reads every item's prior
+// and the subclass its confusion tables out of the network (ExportTables). Queries
+// (ItemPosteriorForItem, AnnotatorConfusion, ...) read those tables in plain C++: they never
+// call LibTorch, are thread-safe and cost O(labels · K²). A warm start copies the previous
+// network's parameters (rows of new items and annotators keep their initialisation) and runs a
+// quarter of the steps.
+//
+// Serialize() stores the network's parameters and buffers (a LibTorch archive) and the sizes;
+// Restore() rebuilds the network and re-exports the tables, so a restored model answers
+// exactly like the one serialized. Errors of LibTorch never leave this class: they become
+// INTERNAL statuses.
+//
+// Thread safety: as for every TruthModel.
+#ifndef VERITY_MODELS_NEURAL_NEURAL_TRUTH_MODEL_H_
+#define VERITY_MODELS_NEURAL_NEURAL_TRUTH_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "models/neural/crowd_net.h"
+#include "models/truth_model.h"
+
+namespace verity::models::neural {
+
+// The labels of a fit as tensors on the training device.
+struct LabelTensors {
+  int32_t num_items = 0;
+  int32_t num_annotators = 0;
+  int64_t num_labels = 0;
+  torch::Tensor items, annotators, labels;  // int64, num_labels each
+  torch::Tensor labels_per_item;            // float, num_items (0 for unlabelled items)
+  torch::Tensor gold_items, gold_labels;    // int64; empty when there is no gold
+};
+
+class NeuralTruthModel : public TruthModel {
+ public:
+  NeuralTruthModel(int32_t num_classes, TruthModelOptions options);
+
+  int32_t num_classes() const override { return num_classes_; }
+  bool has_parameters() const override { return net_ != nullptr; }
+  std::unique_ptr<TruthModel> Clone() const override;
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix& data, absl::Span<const int32_t> gold,
+                                bool warm_start) final;
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override;
+  void ItemPosteriorForItem(int32_t item, absl::Span<const AnnotationMatrix::Entry> labels,
+                            int32_t gold_label, absl::Span<double> out) const override;
+  std::vector<double> AnnotatorConfusion(int32_t annotator) const override;
+  std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const override;
+  std::string Serialize() const override;
+  absl::Status Restore(std::string_view serialized) override;
+
+  // Items and annotators of the last fit (0 before).
+  int32_t fitted_items() const { return fitted_items_; }
+  int32_t fitted_annotators() const { return fitted_annotators_; }
+
+ protected:
+  const TruthModelOptions& options() const { return options_; }
+
+  // A network for this many items and annotators, freshly initialised (seeded by Fit).
+  virtual std::shared_ptr<CrowdNet> MakeNet(int32_t num_items, int32_t num_annotators) const = 0;
+  // An empty model of the same method and options (for Clone).
+  virtual std::unique_ptr<NeuralTruthModel> NewEmpty() const = 0;
+  // Trains `net` (on data's device, initialised or warm-started). Returns the iterations to
+  // report (epochs, or EM iterations). Default: TrainMarginal(StepsForFit(...)).
+  virtual int Train(CrowdNet& net, const LabelTensors& data, bool warm_start);
+  // Reads the tables LogConfusion needs from `net` (on the CPU, in eval mode).
+  virtual void ExportTables(CrowdNet& net) = 0;
+  // Writes log Q(item, annotator) (K x K, row-major) into `out`. `item` outside
+  // [0, fitted_items()) means an item unknown to the fit, `annotator` outside
+  // [0, fitted_annotators()) an unknown annotator (the population confusion).
+  virtual void LogConfusion(int32_t item, int32_t annotator, double* out) const = 0;
+
+  // log p(true class, labels) of one item (K values into `out`): by default its log prior
+  // plus Σ_labels log Q(item, a)[·, y]. cmm overrides it (its groups couple an item's labels).
+  virtual void ItemLogJoint(int32_t item, absl::Span<const AnnotationMatrix::Entry> labels,
+                            double* out) const;
+
+  // Minibatch AMSGrad on the marginal likelihood of the labels (see the file comment) for
+  // about `steps` steps (whole epochs, at least one). Returns the epochs run.
+  int TrainMarginal(CrowdNet& net, const LabelTensors& data, int64_t steps);
+  // Steps of a fit: options.neural.steps, or about 3,000 scaled to whole epochs (2 to 200);
+  // a quarter of that when warm-starting.
+  int64_t StepsForFit(int64_t num_labels, bool warm_start) const;
+  // An AMSGrad optimiser over `net`'s parameters with the configured learning rate.
+  std::unique_ptr<torch::optim::Adam> MakeOptimizer(CrowdNet& net) const;
+  // Cross-entropy of the prior on the gold items (0 without gold).
+  static torch::Tensor GoldLoss(CrowdNet& net, const LabelTensors& data);
+  // log q(true class | labels) of every item (num_items x K), gold clamped: the E-step.
+  static torch::Tensor ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,
+                                         int32_t num_classes);
+
+  // Log prior of fitted item `item`, or the class log prior for any other id.
+  const double* LogPriorOf(int32_t item) const;
+
+ private:
+  // Reads the priors and the subclass's tables out of net_ (which must be on the CPU).
+  void ExportAll();
+
+  int32_t num_classes_;
+  TruthModelOptions options_;
+  std::shared_ptr<CrowdNet> net_;  // on the CPU between fits; null before the first fit
+  int32_t fitted_items_ = 0;
+  int32_t fitted_annotators_ = 0;
+  std::vector<double> item_log_prior_;   // fitted_items_ x K
+  std::vector<double> class_log_prior_;  // K
+};
+
+}  // namespace verity::models::neural
+
+#endif  // VERITY_MODELS_NEURAL_NEURAL_TRUTH_MODEL_H_

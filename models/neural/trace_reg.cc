@@ -1,0 +1,65 @@
+#include "models/neural/trace_reg.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace verity::models::neural {
+namespace {
+
+class TraceRegNet : public CrowdNet {
+ public:
+  TraceRegNet(int32_t num_items, int32_t num_annotators, int32_t k,
+              const TruthModelOptions::Neural& options)
+      : lambda_(options.trace_lambda) {
+    items_ = register_module("items", torch::nn::Embedding(std::max(1, num_items), options.embedding_dim));
+    classifier_ = register_module("classifier", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
+    // Near the identity: 0.8 on the diagonal.
+    confusion_ = register_parameter(
+        "confusion", IdentityLogits(std::max(1, num_annotators), k, std::log(4.0 * (k - 1))));
+  }
+  torch::Tensor LogPrior(const torch::Tensor& items) override {
+    return torch::log_softmax(classifier_->forward(items_->forward(items)), 1);
+  }
+  torch::Tensor LogConfusion(const torch::Tensor&, const torch::Tensor& annotators) override {
+    return torch::log_softmax(confusion_.index_select(0, annotators), 2);
+  }
+  torch::Tensor Regularizer() override {
+    if (lambda_ == 0) return torch::zeros({}, confusion_.options());
+    return lambda_ * torch::softmax(confusion_, 2).diagonal(0, 1, 2).sum(1).mean();
+  }
+  torch::Tensor AllLogConfusions() { return torch::log_softmax(confusion_, 2); }
+
+ private:
+  double lambda_;
+  torch::nn::Embedding items_{nullptr};
+  torch::nn::Sequential classifier_{nullptr};
+  torch::Tensor confusion_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TraceRegModel>> TraceRegModel::Create(
+    int32_t num_classes, const TruthModelOptions& options) {
+  if (num_classes < 2) return absl::InvalidArgumentError("num_classes must be >= 2");
+  if (absl::Status s = ValidateTruthModelOptions(options); !s.ok()) return s;
+  return std::unique_ptr<TraceRegModel>(new TraceRegModel(num_classes, options));
+}
+
+std::shared_ptr<CrowdNet> TraceRegModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
+  return std::make_shared<TraceRegNet>(num_items, num_annotators, num_classes(), options().neural);
+}
+
+std::unique_ptr<NeuralTruthModel> TraceRegModel::NewEmpty() const {
+  return std::unique_ptr<NeuralTruthModel>(new TraceRegModel(num_classes(), options()));
+}
+
+void TraceRegModel::ExportTables(CrowdNet& net) {
+  torch::Tensor all = static_cast<TraceRegNet&>(net).AllLogConfusions();
+  confusions_.Assign(all.narrow(0, 0, std::min<int64_t>(all.size(0), fitted_annotators())));
+}
+
+void TraceRegModel::LogConfusion(int32_t, int32_t annotator, double* out) const {
+  confusions_.Get(annotator, out);
+}
+
+}  // namespace verity::models::neural
