@@ -17,7 +17,8 @@ using ::verity::testing::StatusIs;
 
 TEST(TruthModelFactoryTest, CreatesEachKnownMethod) {
   EXPECT_THAT(KnownTruthModelMethods(),
-              ElementsAre("mv", "ds", "one_coin", "glad"));
+              ElementsAre("mv", "ds", "one_coin", "glad", "lia", "crowdlayer",
+                          "trace_reg", "conal", "cmm"));
   for (std::string_view method : KnownTruthModelMethods()) {
     absl::StatusOr<std::unique_ptr<TruthModel>> model =
         CreateTruthModel(method, 4, {});

@@ -59,11 +59,15 @@ grpc::Status ModelServiceImpl::ListModelVersions(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ModelServiceImpl::TrainModel(grpc::ServerContext*, const v1::TrainModelRequest*,
-                                          v1::TrainModelResponse*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "TrainModel (explicit training control) is not built yet; the server "
-                      "refits every project in the background when enough new labels arrive");
+grpc::Status ModelServiceImpl::TrainModel(grpc::ServerContext*, const v1::TrainModelRequest* request,
+                                          v1::TrainModelResponse* response) {
+  if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
+  auto project = core_.registry->Get(request->project());
+  if (!project.ok()) return ToGrpcStatus(project.status());
+  absl::StatusOr<storage::ModelVersionRecord> version = core_.scheduler->RefitProjectNow(**project);
+  if (!version.ok()) return ToGrpcStatus(version.status());
+  FillVersion(*version, response->mutable_version());
+  return grpc::Status::OK;
 }
 
 }  // namespace verity::server

@@ -36,10 +36,17 @@ class TrainingScheduler {
   // when `force` is true. Returns the first error (after trying all projects).
   absl::Status RefitDueProjectsNow(bool force = false);
 
+  // Refits `project` now, whether or not a refit is due (TrainModel), after any fitting pass
+  // in progress. FAILED_PRECONDITION when the project has no labels yet.
+  absl::StatusOr<storage::ModelVersionRecord> RefitProjectNow(LiveProject& project);
+
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Loop();
+  // Refits one project and logs the outcome. Requires fit_mu_.
+  absl::StatusOr<storage::ModelVersionRecord> RefitAndLog(LiveProject& project)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(fit_mu_);
 
   ProjectRegistry& registry_;
   storage::ModelVersionStore& versions_;

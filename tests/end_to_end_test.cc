@@ -597,7 +597,7 @@ TEST_F(EndToEndTest, NonFiniteFeaturesAreInvalidArgument) {
   EXPECT_THAT(status.error_message(), HasSubstr("items[0].features: value 1 is not finite"));
 }
 
-TEST_F(EndToEndTest, ProjectErrorsAndUnbuiltRpcsHaveClearCodes) {
+TEST_F(EndToEndTest, ProjectErrorsHaveClearCodes) {
   ASSERT_TRUE(CreateProject("dup", {"a", "b"}).ok());
   grpc::Status status = CreateProject("dup", {"a", "b"});
   EXPECT_EQ(status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
@@ -611,8 +611,36 @@ TEST_F(EndToEndTest, ProjectErrorsAndUnbuiltRpcsHaveClearCodes) {
   request.set_project("dup");
   v1::TrainModelResponse response;
   status = models_->TrainModel(&context, request, &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(status.error_message(), HasSubstr("not built yet"));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("no labels"));
+}
+
+// A neural method (lia, the LIA paper's model) served end to end: TrainModel fits it through
+// the server, the version is persisted, and its posteriors beat majority vote on bluebirds.
+TEST_F(EndToEndTest, TrainModelFitsANeuralMethod) {
+  models::CsvDataset data = LoadDataset("bluebirds");
+  ASSERT_TRUE(CreateProject("neural", data.class_names).ok());
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project("neural");
+    request.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_LIA);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(projects_->UpdateProjectSettings(&context, request, &response).ok());
+  }
+  SubmitDataset("neural", data);
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::TrainModelRequest request;
+  request.set_project("neural");
+  v1::TrainModelResponse response;
+  grpc::Status status = models_->TrainModel(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.version().method(), v1::TRUTH_METHOD_LIA);
+  EXPECT_EQ(response.version().num_labels(), 4212);
+  EXPECT_EQ(ModelStatus("neural").current_version().version(), response.version().version());
+  EXPECT_GT(Accuracy("neural", data), MajorityVoteAccuracy(data) + 0.03);
 }
 
 TEST_F(EndToEndTest, GoldItemsAreClampedToTheirLabel) {
