@@ -125,6 +125,21 @@ absl::StatusOr<ModelVersionRecord> ModelVersionStore::SaveVersion(
                                    outputs->annotator_profiles.size()));
           }
           saved.created_at = MicrosToTime(rows[0][1].as<int64_t>());
+          if (record.completes_job.has_value()) {
+            const pqxx::result done = txn.exec_params(
+                "UPDATE training_jobs SET state = 'done', version = $3, finished_at = now(), "
+                "    lease_expires_at = NULL "
+                "WHERE job_id = $1 AND worker = $2 AND state = 'running' AND project_id = $4 "
+                "RETURNING 1",
+                record.completes_job->job_id, record.completes_job->worker, saved.version,
+                record.project_id);
+            if (done.empty()) {
+              // Rolls the version back with the transaction.
+              return absl::AbortedError(absl::StrCat(
+                  "training job ", record.completes_job->job_id, " is no longer owned by ",
+                  record.completes_job->worker, "; its version was not stored"));
+            }
+          }
           return saved;
         }
         return absl::AbortedError(absl::StrCat(

@@ -13,6 +13,7 @@
 #define VERITY_STORAGE_MODEL_VERSION_STORE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,14 @@ struct ModelVersionRecord {
   double duration_ms = 0;
   int64_t num_labels = 0;   // Live labels the model was trained on.
   absl::Time created_at;    // Set by SaveModelVersion.
+  // When set, SaveModelVersion also ends this training job 'done' with the new version, in the
+  // same transaction, and stores nothing (ABORTED) unless `worker` still owns the running job
+  // (storage/training_job_store.h). Not stored with the version.
+  struct JobOwnership {
+    int64_t job_id = 0;
+    std::string worker;
+  };
+  std::optional<JobOwnership> completes_job;
 };
 
 // The outputs of a fit, stored beside its version (opaque encodings owned by the caller).

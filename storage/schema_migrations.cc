@@ -128,6 +128,31 @@ CREATE TABLE assignment_leases (
   PRIMARY KEY (project_id, item_index, annotator_index)
 );
 )sql"},
+          {7, "training jobs", R"sql(
+-- Fits run as jobs so that separate worker processes (verity_worker) can train. A worker
+-- claims a queued job, or a running one whose lease expired (its worker died), with
+-- FOR UPDATE SKIP LOCKED, and renews the lease while it fits. The version it trains is
+-- committed in the same transaction that marks the job done, and only while the worker still
+-- owns it, so every job yields exactly one version.
+CREATE TABLE training_jobs (
+  job_id           bigserial PRIMARY KEY,
+  project_id       bigint NOT NULL REFERENCES projects (project_id),
+  state            text NOT NULL DEFAULT 'queued'
+                   CHECK (state IN ('queued', 'running', 'done', 'failed')),
+  attempts         integer NOT NULL DEFAULT 0,
+  worker           text,
+  lease_expires_at timestamptz,
+  version          integer,
+  error            text,
+  created_at       timestamptz NOT NULL DEFAULT now(),
+  started_at       timestamptz,
+  finished_at      timestamptz
+);
+-- At most one open (queued or running) job per project.
+CREATE UNIQUE INDEX training_jobs_one_open_per_project ON training_jobs (project_id)
+  WHERE state IN ('queued', 'running');
+CREATE INDEX training_jobs_claimable ON training_jobs (job_id) WHERE state IN ('queued', 'running');
+)sql"},
       };
   return *kMigrations;
 }

@@ -1,0 +1,161 @@
+#include "storage/training_job_store.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/synchronization/mutex.h"
+#include "common/status_matchers.h"
+#include "storage/model_version_store.h"
+#include "storage/project_store.h"
+#include "storage/testing/postgres_fixture.h"
+
+namespace verity::storage {
+namespace {
+
+using ::testing::IsEmpty;
+using ::verity::storage::testing::PostgresTest;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+class TrainingJobStoreTest : public PostgresTest {
+ protected:
+  void SetUp() override {
+    PostgresTest::SetUp();
+    jobs_ = std::make_unique<TrainingJobStore>(&pool());
+    versions_ = std::make_unique<ModelVersionStore>(&pool());
+  }
+
+  int64_t NewProject(const std::string& name) {
+    ProjectStore projects(&pool());
+    ProjectRecord p;
+    p.name = name;
+    p.classes = {"a", "b"};
+    auto created = projects.CreateProject(p);
+    EXPECT_THAT(created, IsOk());
+    return created->project_id;
+  }
+
+  ModelVersionRecord Version(int64_t project_id, int64_t job_id, const std::string& worker) {
+    ModelVersionRecord v;
+    v.project_id = project_id;
+    v.method = "ds";
+    v.completes_job = ModelVersionRecord::JobOwnership{job_id, worker};
+    return v;
+  }
+
+  std::unique_ptr<TrainingJobStore> jobs_;
+  std::unique_ptr<ModelVersionStore> versions_;
+};
+
+TEST_F(TrainingJobStoreTest, OneOpenJobPerProjectAndClaimsInOrder) {
+  const int64_t p1 = NewProject("p1"), p2 = NewProject("p2");
+  auto first = jobs_->Enqueue(p1);
+  ASSERT_THAT(first, IsOk());
+  EXPECT_EQ(first->state, "queued");
+  auto again = jobs_->Enqueue(p1);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(again->job_id, first->job_id);  // still open: the same job
+  ASSERT_THAT(jobs_->Enqueue(p2), IsOk());
+  EXPECT_THAT(jobs_->Enqueue(999999).status(), StatusIs(absl::StatusCode::kNotFound));
+
+  auto claimed = jobs_->Claim("w1", absl::Minutes(1));
+  ASSERT_THAT(claimed, IsOk());
+  ASSERT_TRUE(claimed->has_value());
+  EXPECT_EQ((*claimed)->job_id, first->job_id);
+  EXPECT_EQ((*claimed)->state, "running");
+  EXPECT_EQ((*claimed)->attempts, 1);
+  // While running, enqueueing the project returns the running job.
+  EXPECT_EQ(jobs_->Enqueue(p1)->job_id, first->job_id);
+  auto second = jobs_->Claim("w2", absl::Minutes(1));
+  ASSERT_TRUE(second.ok() && second->has_value());
+  EXPECT_EQ((*second)->project_id, p2);
+  auto none = jobs_->Claim("w3", absl::Minutes(1));
+  ASSERT_THAT(none, IsOk());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_THAT(jobs_->Claim("", absl::Minutes(1)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(TrainingJobStoreTest, AVersionEndsTheJobOnlyWhileItsWorkerOwnsIt) {
+  const int64_t p = NewProject("p");
+  auto job = jobs_->Enqueue(p);
+  ASSERT_THAT(job, IsOk());
+  // w1 claims with a lease that expires at once (it "died"); w2 takes the job over.
+  ASSERT_THAT(jobs_->Claim("w1", absl::Milliseconds(1)), IsOk());
+  absl::SleepFor(absl::Milliseconds(50));
+  auto taken = jobs_->Claim("w2", absl::Minutes(1));
+  ASSERT_TRUE(taken.ok() && taken->has_value());
+  EXPECT_EQ((*taken)->job_id, job->job_id);
+  EXPECT_EQ((*taken)->attempts, 2);
+  // The late w1 can neither renew nor store a version; nothing is stored.
+  EXPECT_THAT(jobs_->Renew(job->job_id, "w1", absl::Minutes(1)),
+              StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(versions_->SaveModelVersion(Version(p, job->job_id, "w1")).status(),
+              StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(versions_->ListModelVersions(p, 10).value(), IsEmpty());
+  // w2 renews and stores: the job is done with that version, exactly once.
+  EXPECT_THAT(jobs_->Renew(job->job_id, "w2", absl::Minutes(1)), IsOk());
+  auto saved = versions_->SaveModelVersion(Version(p, job->job_id, "w2"));
+  ASSERT_THAT(saved, IsOk());
+  auto done = jobs_->GetJob(job->job_id);
+  ASSERT_THAT(done, IsOk());
+  EXPECT_EQ(done->state, "done");
+  EXPECT_EQ(done->version, saved->version);
+  EXPECT_THAT(versions_->SaveModelVersion(Version(p, job->job_id, "w2")).status(),
+              StatusIs(absl::StatusCode::kAborted));
+  // A done job frees the project for a new one.
+  auto next = jobs_->Enqueue(p);
+  ASSERT_THAT(next, IsOk());
+  EXPECT_NE(next->job_id, job->job_id);
+}
+
+TEST_F(TrainingJobStoreTest, FailedAttemptsRequeueUntilTheLimit) {
+  const int64_t p = NewProject("p");
+  auto job = jobs_->Enqueue(p);
+  ASSERT_THAT(job, IsOk());
+  ASSERT_THAT(jobs_->Claim("w", absl::Minutes(1)), IsOk());
+  ASSERT_THAT(jobs_->Fail(job->job_id, "w", "out of memory", 2), IsOk());
+  EXPECT_EQ(jobs_->GetJob(job->job_id)->state, "queued");
+  ASSERT_THAT(jobs_->Claim("w", absl::Minutes(1)), IsOk());
+  EXPECT_THAT(jobs_->Fail(job->job_id, "other", "x", 2), StatusIs(absl::StatusCode::kAborted));
+  ASSERT_THAT(jobs_->Fail(job->job_id, "w", "out of memory again", 2), IsOk());
+  auto failed = jobs_->GetJob(job->job_id);
+  EXPECT_EQ(failed->state, "failed");
+  EXPECT_EQ(failed->error, "out of memory again");
+  EXPECT_EQ(failed->attempts, 2);
+}
+
+TEST_F(TrainingJobStoreTest, ConcurrentClaimersNeverShareAJob) {
+  std::vector<int64_t> projects;
+  for (int i = 0; i < 12; ++i) {
+    projects.push_back(NewProject("p" + std::to_string(i)));
+    ASSERT_THAT(jobs_->Enqueue(projects.back()), IsOk());
+  }
+  absl::Mutex mu;
+  std::vector<int64_t> claimed;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      while (true) {
+        auto job = jobs_->Claim("w" + std::to_string(t), absl::Minutes(1));
+        if (!job.ok() || !job->has_value()) return;
+        absl::MutexLock lock(&mu);
+        claimed.push_back((*job)->job_id);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::sort(claimed.begin(), claimed.end());
+  EXPECT_EQ(claimed.size(), 12u);
+  EXPECT_EQ(std::unique(claimed.begin(), claimed.end()), claimed.end());
+}
+
+}  // namespace
+}  // namespace verity::storage
