@@ -61,8 +61,27 @@ v1::TruthMethod MethodFromName(absl::string_view name) {
   return v1::TRUTH_METHOD_UNSPECIFIED;
 }
 
+namespace {
+
+absl::Mutex training_device_mu(absl::kConstInit);
+std::string& TrainingDevice() ABSL_EXCLUSIVE_LOCKS_REQUIRED(training_device_mu) {
+  static std::string* device = new std::string("auto");
+  return *device;
+}
+
+}  // namespace
+
+void SetTrainingDevice(const std::string& device) {
+  absl::MutexLock lock(&training_device_mu);
+  TrainingDevice() = device;
+}
+
 models::TruthModelOptions ModelOptionsFromSettings(const v1::ModelSettings& settings) {
   models::TruthModelOptions options;
+  {
+    absl::MutexLock lock(&training_device_mu);
+    options.neural.device = TrainingDevice();
+  }
   if (settings.confusion_smoothing() > 0) options.confusion_smoothing = settings.confusion_smoothing();
   if (settings.prior_smoothing() > 0) options.prior_smoothing = settings.prior_smoothing();
   if (settings.max_iterations() > 0) options.max_iterations = settings.max_iterations();
@@ -369,7 +388,9 @@ bool LiveProject::RefitDue(absl::Time now, absl::Duration max_staleness) const {
   return changes_since_fit_ >= threshold || now - last_fit_time_ >= max_staleness;
 }
 
-absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(storage::ModelVersionStore& versions) {
+absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
+    storage::ModelVersionStore& versions,
+    std::optional<storage::ModelVersionRecord::JobOwnership> job) {
   RefitResult result;
   absl::Time phase_start = absl::Now();
   // Milliseconds since the previous call (or the start), for the phase timings.
@@ -438,6 +459,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(storage::ModelVersio
   record.iterations = report->iterations;
   record.duration_ms = report->seconds * 1000.0;
   record.num_labels = data->num_labels();
+  record.completes_job = std::move(job);
   // What this version says about the data it saw, kept with it for audit and comparison.
   storage::ModelVersionOutputs outputs;
   outputs.posteriors = EncodePosteriors(num_classes(), models::AllPosteriors(*model, *data, gold));
@@ -475,6 +497,30 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(storage::ModelVersio
   result.publish_ms = lap();
   result.version = *std::move(saved);
   return result;
+}
+
+int32_t LiveProject::model_version() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return model_version_;
+}
+
+absl::StatusOr<bool> LiveProject::AdoptVersion(const storage::ModelVersionRecord& version) {
+  if (model_version() >= version.version) return false;
+  auto model = models::CreateTruthModel(version.method, num_classes(),
+                                        ModelOptionsFromSettings(settings().model()));
+  if (!model.ok()) return model.status();
+  if (absl::Status s = (*model)->Restore(version.parameters); !s.ok()) {
+    return absl::InternalError(absl::StrCat("project ", identity_.name, ": model version ",
+                                            version.version, " does not restore: ", s.message()));
+  }
+  absl::MutexLock lock(&mu_);
+  if (model_version_ >= version.version) return false;
+  // Labels the version did not see still count toward the next refit.
+  changes_since_fit_ = std::max<int64_t>(0, labels_.num_labels() - version.num_labels);
+  last_fit_time_ = absl::Now();
+  PublishFullRecompute(std::shared_ptr<const models::TruthModel>(std::move(*model)),
+                       version.version, version.watermark);
+  return true;
 }
 
 }  // namespace verity::server

@@ -177,8 +177,21 @@ class LiveProject {
     double persist_ms = 0;      // SaveModelVersion
     double publish_ms = 0;      // every posterior recomputed and swapped in (under the lock)
   };
-  absl::StatusOr<RefitResult> Refit(storage::ModelVersionStore& versions)
+  //
+  // `job`: the training job this fit runs for (a worker process); the version is stored only if
+  // the worker still owns the job, which it ends in the same transaction (ABORTED otherwise).
+  absl::StatusOr<RefitResult> Refit(
+      storage::ModelVersionStore& versions,
+      std::optional<storage::ModelVersionRecord::JobOwnership> job = std::nullopt)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Serves `version` (fitted elsewhere, e.g. by a worker process) if it is newer than the
+  // current one: restores its parameters off the lock, then recomputes and publishes every
+  // posterior. Returns whether it was adopted; a version never goes backwards. INTERNAL if the
+  // parameters do not restore.
+  absl::StatusOr<bool> AdoptVersion(const storage::ModelVersionRecord& version)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  int32_t model_version() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   LiveProject(Identity identity, v1::ProjectSettings settings);
@@ -233,8 +246,12 @@ class LiveProject {
 // The models:: method name of a v1 method ("mv", "ds"); UNIMPLEMENTED for methods not built.
 absl::StatusOr<std::string> MethodName(v1::TruthMethod method);
 v1::TruthMethod MethodFromName(absl::string_view name);
-// Model hyper-parameters from project settings (zeros become models:: defaults).
+// Model hyper-parameters from project settings (zeros become models:: defaults), with the
+// process's training device (SetTrainingDevice).
 models::TruthModelOptions ModelOptionsFromSettings(const v1::ModelSettings& settings);
+// The device the neural models of this process train on: "auto" (default), "cpu", "cuda",
+// "cuda:N" (--device of verity_server and verity_worker). Thread-safe.
+void SetTrainingDevice(const std::string& device);
 
 }  // namespace verity::server
 

@@ -15,6 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "server/live_project.h"
 #include "server/log.h"
 #include "server/verity_server.h"
 #include "storage/embedded_postgres.h"
@@ -32,6 +33,11 @@ ABSL_FLAG(bool, background_refit, true,
           "to keep posteriors still).");
 ABSL_FLAG(int, refit_staleness_seconds, 30,
           "A project with new labels is refit at least this often (seconds).");
+ABSL_FLAG(std::string, trainer, "inprocess",
+          "Where fits run: inprocess (the server's background thread) or workers (training jobs "
+          "in PostgreSQL, run by verity_worker processes; the server serves their versions).");
+ABSL_FLAG(std::string, device, "auto",
+          "Device of the neural models' in-process training: auto, cpu, cuda or cuda:N.");
 
 namespace {
 
@@ -74,6 +80,13 @@ int main(int argc, char** argv) {
   options.pool_size = absl::GetFlag(FLAGS_pool_size);
   options.training.run_in_background = absl::GetFlag(FLAGS_background_refit);
   options.training.max_staleness = absl::Seconds(absl::GetFlag(FLAGS_refit_staleness_seconds));
+  const std::string trainer = absl::GetFlag(FLAGS_trainer);
+  if (trainer != "inprocess" && trainer != "workers") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--trainer must be inprocess or workers, got \"", trainer, "\"")));
+  }
+  options.training.use_workers = trainer == "workers";
+  verity::server::SetTrainingDevice(absl::GetFlag(FLAGS_device));
   auto server = verity::server::VerityServer::Start(options);
   if (!server.ok()) return Fail(server.status());
   LogEvent("listening", {{"address", options.listen},

@@ -43,9 +43,11 @@ class ProjectRegistry {
 
   std::vector<std::shared_ptr<LiveProject>> All() const ABSL_LOCKS_EXCLUDED(mu_);
 
- private:
+  // Builds a project's live state from PostgreSQL without registering it (training workers
+  // load a fresh copy for each job).
   absl::StatusOr<std::shared_ptr<LiveProject>> Load(const storage::ProjectRecord& record);
 
+ private:
   StorageHandles& storage_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<LiveProject>> projects_ ABSL_GUARDED_BY(mu_);

@@ -21,6 +21,7 @@ absl::StatusOr<std::unique_ptr<StorageHandles>> StorageHandles::Open(
   handles->annotations = std::make_unique<storage::AnnotationStore>(handles->pool.get());
   handles->versions = std::make_unique<storage::ModelVersionStore>(handles->pool.get());
   handles->leases = std::make_unique<storage::LeaseStore>(handles->pool.get());
+  handles->jobs = std::make_unique<storage::TrainingJobStore>(handles->pool.get());
   return handles;
 }
 

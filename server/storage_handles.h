@@ -12,6 +12,7 @@
 #include "storage/connection_pool.h"
 #include "storage/item_store.h"
 #include "storage/lease_store.h"
+#include "storage/training_job_store.h"
 #include "storage/model_version_store.h"
 #include "storage/project_store.h"
 
@@ -24,6 +25,7 @@ struct StorageHandles {
   std::unique_ptr<storage::AnnotationStore> annotations;
   std::unique_ptr<storage::ModelVersionStore> versions;
   std::unique_ptr<storage::LeaseStore> leases;
+  std::unique_ptr<storage::TrainingJobStore> jobs;
 
   // Connects to `postgres_url` with a pool of `pool_size` connections and applies the schema
   // migrations. UNAVAILABLE if PostgreSQL cannot be reached.

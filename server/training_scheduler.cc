@@ -9,8 +9,9 @@
 namespace verity::server {
 
 TrainingScheduler::TrainingScheduler(ProjectRegistry& registry,
-                                     storage::ModelVersionStore& versions, Options options)
-    : registry_(registry), versions_(versions), options_(options) {
+                                     storage::ModelVersionStore& versions,
+                                     storage::TrainingJobStore* jobs, Options options)
+    : registry_(registry), versions_(versions), jobs_(jobs), options_(options) {
   if (options_.run_in_background) thread_ = std::thread([this] { Loop(); });
 }
 
@@ -30,6 +31,29 @@ absl::Status TrainingScheduler::RefitDueProjectsNow(bool force) {
   for (const std::shared_ptr<LiveProject>& project : registry_.All()) {
     const bool due = force ? project->Counts().num_labels > 0
                            : project->RefitDue(absl::Now(), options_.max_staleness);
+    if (options_.use_workers) {
+      // A version a worker stored since the last pass is served first, so that a project whose
+      // job just finished is not enqueued again for the labels that version already saw.
+      absl::StatusOr<int32_t> adopted = AdoptStoredVersion(*project);
+      if (!adopted.ok()) {
+        if (first_error.ok()) first_error = adopted.status();
+        continue;
+      }
+      const bool still_due = force ? project->Counts().num_labels > 0
+                                   : project->RefitDue(absl::Now(), options_.max_staleness);
+      if (!due || !still_due) continue;
+      absl::StatusOr<storage::TrainingJob> job = jobs_->Enqueue(project->identity().project_id);
+      if (!job.ok()) {
+        if (first_error.ok()) first_error = job.status();
+        continue;
+      }
+      if (job->attempts == 0) {
+        LogEvent("training_job", {{"project", project->identity().name},
+                                  {"job", std::to_string(job->job_id)},
+                                  {"state", job->state}});
+      }
+      continue;
+    }
     if (!due) continue;
     absl::StatusOr<storage::ModelVersionRecord> version = RefitAndLog(*project);
     if (!version.ok() && first_error.ok()) first_error = version.status();
@@ -37,13 +61,57 @@ absl::Status TrainingScheduler::RefitDueProjectsNow(bool force) {
   return first_error;
 }
 
+absl::StatusOr<int32_t> TrainingScheduler::AdoptStoredVersion(LiveProject& project) {
+  absl::StatusOr<storage::ModelVersionRecord> latest =
+      versions_.LatestModelVersion(project.identity().project_id);
+  if (!latest.ok()) {
+    if (absl::IsNotFound(latest.status())) return project.model_version();
+    return latest.status();
+  }
+  if (latest->version <= project.model_version()) return project.model_version();
+  absl::StatusOr<bool> adopted = project.AdoptVersion(*latest);
+  if (!adopted.ok()) return adopted.status();
+  if (*adopted) {
+    LogEvent("model_version_adopted", {{"project", project.identity().name},
+                                       {"version", std::to_string(latest->version)},
+                                       {"method", latest->method},
+                                       {"labels", std::to_string(latest->num_labels)}});
+  }
+  return project.model_version();
+}
+
 absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(LiveProject& project) {
-  absl::MutexLock fit_lock(&fit_mu_);
   if (project.Counts().num_labels == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("project ", project.identity().name, " has no labels to fit yet"));
   }
-  return RefitAndLog(project);
+  if (!options_.use_workers) {
+    absl::MutexLock fit_lock(&fit_mu_);
+    return RefitAndLog(project);
+  }
+  // Workers fit; this waits without holding fit_mu_ (AdoptVersion is safe to race).
+  const int32_t before = project.model_version();
+  absl::StatusOr<storage::TrainingJob> job = jobs_->Enqueue(project.identity().project_id);
+  if (!job.ok()) return job.status();
+  const absl::Time give_up = absl::Now() + options_.train_wait;
+  while (absl::Now() < give_up) {
+    absl::StatusOr<storage::TrainingJob> state = jobs_->GetJob(job->job_id);
+    if (!state.ok()) return state.status();
+    if (state->state == "failed") {
+      return absl::InternalError(absl::StrCat("training job ", job->job_id, " failed: ", state->error));
+    }
+    if (state->state == "done") {
+      if (absl::StatusOr<int32_t> adopted = AdoptStoredVersion(project); !adopted.ok()) {
+        return adopted.status();
+      }
+      if (project.model_version() > before) {
+        return versions_.LatestModelVersion(project.identity().project_id);
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("no worker finished training job ", job->job_id,
+                                                  " within ", absl::FormatDuration(options_.train_wait)));
 }
 
 absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitAndLog(LiveProject& project) {

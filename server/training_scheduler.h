@@ -1,8 +1,12 @@
-// TrainingScheduler: refits stale projects in the background (in-process trainer).
+// TrainingScheduler: refits stale projects in the background.
 //
 // A background thread wakes every Options::poll_interval, asks each project whether a refit
-// is due (LiveProject::RefitDue: enough new labels, staleness, or a method change) and runs
-// the due fits one after another. Tests call RefitDueProjectsNow() to drive it step by step.
+// is due (LiveProject::RefitDue: enough new labels, staleness, or a method change) and
+//   - in-process (the default): runs the due fits one after another;
+//   - with Options::use_workers: first serves any newer model version a worker process stored
+//     (LiveProject::AdoptVersion), then enqueues a training job for each due project
+//     (storage/training_job_store.h) for a verity_worker to run.
+// Tests call RefitDueProjectsNow() to drive it step by step.
 //
 // Thread-safety: thread-safe. Stop() (also run by the destructor) lets a running fit finish.
 #ifndef VERITY_SERVER_TRAINING_SCHEDULER_H_
@@ -15,6 +19,7 @@
 #include "absl/time/time.h"
 #include "server/project_registry.h"
 #include "storage/model_version_store.h"
+#include "storage/training_job_store.h"
 
 namespace verity::server {
 
@@ -26,10 +31,15 @@ class TrainingScheduler {
     absl::Duration max_staleness = absl::Seconds(30);
     // false: no background thread; only RefitDueProjectsNow() fits (tests).
     bool run_in_background = true;
+    // Train in worker processes through the job table instead of in this process.
+    bool use_workers = false;
+    // With use_workers: how long TrainModel waits for a worker's version.
+    absl::Duration train_wait = absl::Minutes(10);
   };
 
+  // `jobs` may be null unless options.use_workers.
   TrainingScheduler(ProjectRegistry& registry, storage::ModelVersionStore& versions,
-                    Options options);
+                    storage::TrainingJobStore* jobs, Options options);
   ~TrainingScheduler();
 
   // Refits, synchronously, every project whose refit is due, or every project with labels
@@ -37,19 +47,24 @@ class TrainingScheduler {
   absl::Status RefitDueProjectsNow(bool force = false);
 
   // Refits `project` now, whether or not a refit is due (TrainModel), after any fitting pass
-  // in progress. FAILED_PRECONDITION when the project has no labels yet.
+  // in progress. FAILED_PRECONDITION when the project has no labels yet. With workers: enqueues
+  // a job and waits (up to train_wait, DEADLINE_EXCEEDED after) for the version it produces.
   absl::StatusOr<storage::ModelVersionRecord> RefitProjectNow(LiveProject& project);
 
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Loop();
+  // Serves the newest stored version of `project` if a worker stored one. Returns the version
+  // now served (0 before any).
+  absl::StatusOr<int32_t> AdoptStoredVersion(LiveProject& project);
   // Refits one project and logs the outcome. Requires fit_mu_.
   absl::StatusOr<storage::ModelVersionRecord> RefitAndLog(LiveProject& project)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(fit_mu_);
 
   ProjectRegistry& registry_;
   storage::ModelVersionStore& versions_;
+  storage::TrainingJobStore* const jobs_;
   const Options options_;
   absl::Mutex fit_mu_;  // One fitting pass at a time.
   absl::Mutex mu_;

@@ -1,0 +1,89 @@
+#include "server/training_worker.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/log.h"
+
+namespace verity::server {
+
+TrainingWorker::TrainingWorker(StorageHandles& storage, Options options)
+    : storage_(storage), loader_(storage), options_(std::move(options)) {}
+
+absl::StatusOr<bool> TrainingWorker::RunOnce() {
+  absl::StatusOr<std::optional<storage::TrainingJob>> claimed =
+      storage_.jobs->Claim(options_.name, options_.lease);
+  if (!claimed.ok()) return claimed.status();
+  if (!claimed->has_value()) return false;
+  const storage::TrainingJob job = **claimed;
+  LogEvent("job_claimed", {{"job", std::to_string(job.job_id)},
+                           {"project_id", std::to_string(job.project_id)},
+                           {"attempt", std::to_string(job.attempts)},
+                           {"worker", options_.name}});
+
+  // Renew the lease while the job runs.
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  std::thread renewer([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    const auto period = absl::ToChronoMilliseconds(options_.lease / 3);
+    while (!done_cv.wait_for(lock, period, [&] { return done; })) {
+      if (absl::Status s = storage_.jobs->Renew(job.job_id, options_.name, options_.lease); !s.ok()) {
+        LogEvent("job_lease_lost", {{"job", std::to_string(job.job_id)}, {"error", s.ToString()}});
+        return;
+      }
+    }
+  });
+  auto stop_renewer = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    done_cv.notify_all();
+    renewer.join();
+  };
+
+  absl::Status outcome;
+  int32_t version = 0;
+  absl::StatusOr<storage::ProjectRecord> record = storage_.projects->GetProject(job.project_id);
+  if (!record.ok()) {
+    outcome = record.status();
+  } else if (absl::StatusOr<std::shared_ptr<LiveProject>> project = loader_.Load(*record);
+             !project.ok()) {
+    outcome = project.status();
+  } else {
+    auto refit = (*project)->Refit(*storage_.versions,
+                                   storage::ModelVersionRecord::JobOwnership{job.job_id, options_.name});
+    if (refit.ok()) {
+      version = refit->version.version;
+      LogEvent("job_done", {{"job", std::to_string(job.job_id)},
+                            {"project", record->name},
+                            {"version", std::to_string(version)},
+                            {"method", refit->version.method},
+                            {"labels", std::to_string(refit->version.num_labels)},
+                            {"fit_ms", std::to_string(refit->fit_ms)}});
+    } else {
+      outcome = refit.status();
+    }
+  }
+  stop_renewer();
+  if (outcome.ok()) return true;
+  if (absl::IsAborted(outcome)) {
+    // Another worker owns the job now (our lease expired); nothing was stored.
+    LogEvent("job_abandoned", {{"job", std::to_string(job.job_id)}, {"error", outcome.ToString()}});
+    return true;
+  }
+  LogEvent("job_failed", {{"job", std::to_string(job.job_id)}, {"error", outcome.ToString()}});
+  if (absl::Status s = storage_.jobs->Fail(job.job_id, options_.name, outcome.ToString(),
+                                           options_.max_attempts);
+      !s.ok() && !absl::IsAborted(s)) {
+    return s;
+  }
+  return true;
+}
+
+}  // namespace verity::server

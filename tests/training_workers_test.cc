@@ -1,0 +1,199 @@
+// Two verity_worker processes against one real PostgreSQL: every training job is done exactly
+// once (one model version per job), including a job whose first worker is SIGKILLed mid-fit —
+// its lease expires and another worker runs it again.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_matchers.h"
+#include "storage/annotation_store.h"
+#include "storage/model_version_store.h"
+#include "storage/project_store.h"
+#include "storage/testing/postgres_fixture.h"
+#include "storage/training_job_store.h"
+#include "server/project_registry.h"
+#include "server/storage_handles.h"
+#include "server/training_scheduler.h"
+#include "server/training_worker.h"
+#include "tests/server_process.h"
+#include "verity/v1/projects.pb.h"
+
+namespace verity::tests {
+namespace {
+
+using ::verity::storage::testing::PostgresTest;
+using ::verity::testing::IsOk;
+
+// A child process running verity_worker, its stderr in `log`.
+class WorkerProcess {
+ public:
+  WorkerProcess(const std::string& url, const std::string& name, const std::string& log) {
+    const std::string binary = RunfilePath("server/verity_worker");
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 2);
+      const std::string url_flag = "--postgres_url=" + url, name_flag = "--name=" + name;
+      execl(binary.c_str(), binary.c_str(), url_flag.c_str(), name_flag.c_str(),
+            "--lease_seconds=2", "--poll_ms=100", "--device=cpu", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~WorkerProcess() { Signal(SIGKILL); }
+  // Sends `sig` and reaps the process.
+  void Signal(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+class TrainingWorkersTest : public PostgresTest {
+ protected:
+  // A project with `method`, 60 items x 5 labels from 8 annotators.
+  int64_t NewProject(const std::string& name, v1::TruthMethod method) {
+    storage::ProjectStore projects(&pool());
+    storage::ProjectRecord p;
+    p.name = name;
+    p.classes = {"a", "b"};
+    v1::ProjectSettings settings;
+    settings.mutable_model()->set_method(method);
+    p.settings = settings.SerializeAsString();
+    auto created = projects.CreateProject(p);
+    EXPECT_THAT(created, IsOk());
+    std::vector<storage::AnnotationWrite> writes;
+    for (int i = 0; i < 60; ++i) {
+      for (int r = 0; r < 5; ++r) {
+        const int annotator = (i + r * 3) % 8;
+        const int truth = i % 2;
+        writes.push_back({created->project_id, absl::StrCat("i", i), absl::StrCat("w", annotator),
+                          annotator < 6 ? truth : 1 - truth, std::nullopt});
+      }
+    }
+    storage::AnnotationStore annotations(&pool());
+    EXPECT_THAT(annotations.CommitAnnotations(writes), IsOk());
+    return created->project_id;
+  }
+};
+
+TEST_F(TrainingWorkersTest, EveryJobIsDoneExactlyOnceEvenWhenAWorkerIsKilledMidJob) {
+  const std::string dir = MakeTempDir("verity-workers-test");
+  storage::TrainingJobStore jobs(&pool());
+  storage::ModelVersionStore versions(&pool());
+  // The first project's job is slow (lia, several seconds on a CPU), so its worker can be
+  // killed while it fits; the others are Dawid-Skene.
+  std::vector<int64_t> projects = {NewProject("slow", v1::TRUTH_METHOD_LIA)};
+  for (int p = 0; p < 5; ++p) projects.push_back(NewProject(absl::StrCat("p", p), v1::TRUTH_METHOD_DAWID_SKENE));
+  std::vector<int64_t> job_ids;
+  for (int64_t project : projects) {
+    auto job = jobs.Enqueue(project);
+    ASSERT_THAT(job, IsOk());
+    job_ids.push_back(job->job_id);
+  }
+
+  {
+    WorkerProcess doomed(url(), "doomed", dir + "/doomed.log");
+    // Wait until it is fitting the slow job, then kill it without warning.
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < give_up) {
+      auto job = jobs.GetJob(job_ids[0]);
+      ASSERT_THAT(job, IsOk());
+      if (job->state == "running" && job->worker == "doomed") break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_EQ(jobs.GetJob(job_ids[0])->worker, "doomed");
+    absl::SleepFor(absl::Milliseconds(300));  // well inside the fit
+    doomed.Signal(SIGKILL);
+  }
+  ASSERT_EQ(jobs.GetJob(job_ids[0])->state, "running");  // nothing was stored for it
+
+  WorkerProcess a(url(), "a", dir + "/a.log");
+  WorkerProcess b(url(), "b", dir + "/b.log");
+  const absl::Time give_up = absl::Now() + absl::Seconds(120);
+  bool all_done = false;
+  while (!all_done && absl::Now() < give_up) {
+    all_done = true;
+    for (int64_t id : job_ids) all_done &= jobs.GetJob(id)->state == "done";
+    if (!all_done) absl::SleepFor(absl::Milliseconds(100));
+  }
+  a.Signal(SIGTERM);
+  b.Signal(SIGTERM);
+  ASSERT_TRUE(all_done) << "logs in " << dir;
+
+  std::map<std::string, int> done_by;
+  for (size_t p = 0; p < projects.size(); ++p) {
+    auto job = jobs.GetJob(job_ids[p]);
+    ASSERT_THAT(job, IsOk());
+    ++done_by[job->worker];
+    // Exactly one version per job, and it is the job's.
+    auto stored = versions.ListModelVersions(projects[p], 10);
+    ASSERT_THAT(stored, IsOk());
+    ASSERT_EQ(stored->size(), 1u) << "project " << p;
+    EXPECT_EQ(job->version, (*stored)[0].version);
+    EXPECT_EQ((*stored)[0].num_labels, 300);
+    EXPECT_EQ((*stored)[0].method, p == 0 ? "lia" : "ds");
+  }
+  EXPECT_EQ(jobs.GetJob(job_ids[0])->attempts, 2);  // the killed attempt, then the retry
+  EXPECT_EQ(done_by.count("doomed"), 0u);
+  EXPECT_EQ(done_by["a"] + done_by["b"], 6);
+  RemoveTree(dir);
+}
+
+// The server side with --trainer=workers: the scheduler enqueues a job instead of fitting, a
+// worker (in-process here) stores the version, and the scheduler's next pass serves it; a
+// version never goes backwards.
+TEST_F(TrainingWorkersTest, TheServerEnqueuesJobsAndServesTheWorkersVersions) {
+  const int64_t project_id = NewProject("served", v1::TRUTH_METHOD_DAWID_SKENE);
+  auto storage = server::StorageHandles::Open(url(), 2);
+  ASSERT_THAT(storage, IsOk());
+  server::ProjectRegistry registry(**storage);
+  ASSERT_THAT(registry.LoadAll(), IsOk());
+  server::TrainingScheduler::Options options;
+  options.run_in_background = false;
+  options.use_workers = true;
+  server::TrainingScheduler scheduler(registry, *(*storage)->versions, (*storage)->jobs.get(), options);
+  auto project = registry.Get("served");
+  ASSERT_THAT(project, IsOk());
+
+  ASSERT_THAT(scheduler.RefitDueProjectsNow(/*force=*/true), IsOk());
+  EXPECT_EQ((*project)->model_version(), 0);  // nothing fitted in the server
+  auto open = (*storage)->jobs->ListJobs(project_id);
+  ASSERT_THAT(open, IsOk());
+  ASSERT_EQ(open->size(), 1u);
+  EXPECT_EQ((*open)[0].state, "queued");
+
+  server::TrainingWorker::Options worker_options;
+  worker_options.name = "in-process";
+  server::TrainingWorker worker(**storage, worker_options);
+  EXPECT_THAT(worker.RunOnce(), ::verity::testing::IsOkAndHolds(true));
+  EXPECT_THAT(worker.RunOnce(), ::verity::testing::IsOkAndHolds(false));  // queue empty
+
+  ASSERT_THAT(scheduler.RefitDueProjectsNow(), IsOk());
+  EXPECT_EQ((*project)->model_version(), 1);
+  EXPECT_EQ((*project)->snapshot()->model_version, 1);
+  // An older version is never served over a newer one.
+  storage::ModelVersionRecord old;
+  old.version = 1;
+  old.method = "ds";
+  EXPECT_THAT((*project)->AdoptVersion(old), ::verity::testing::IsOkAndHolds(false));
+  // No new labels: no new job.
+  ASSERT_THAT(scheduler.RefitDueProjectsNow(), IsOk());
+  EXPECT_EQ((*storage)->jobs->ListJobs(project_id)->size(), 1u);
+}
+
+}  // namespace
+}  // namespace verity::tests
