@@ -67,8 +67,11 @@ absl::Status ValidateSettings(const v1::ProjectSettings& settings) {
     return Invalid("settings.model.refit_new_label_fraction", "must be finite and >= 0");
   }
   const v1::AssignmentSettings& a = settings.assignment();
-  if (a.min_labels_per_item() < 0 || a.max_labels_per_item() < 0) {
-    return Invalid("settings.assignment", "label counts must be >= 0");
+  if (a.min_labels_per_item() < 0) {
+    return Invalid("settings.assignment.min_labels_per_item", "must be >= 0");
+  }
+  if (a.max_labels_per_item() < 0) {
+    return Invalid("settings.assignment.max_labels_per_item", "must be >= 0");
   }
   if (a.max_labels_per_item() > 0 && a.max_labels_per_item() < a.min_labels_per_item()) {
     return Invalid("settings.assignment.max_labels_per_item",
@@ -79,6 +82,13 @@ absl::Status ValidateSettings(const v1::ProjectSettings& settings) {
     return Invalid("settings.assignment.confidence_target", "must be in [0, 1]");
   }
   if (a.lease_seconds() < 0) return Invalid("settings.assignment.lease_seconds", "must be >= 0");
+  // Proto3 enums are open: an unknown number parses and would silently rank like the default.
+  if (!v1::AssignmentPolicy_IsValid(a.policy())) {
+    return Invalid("settings.assignment.policy", absl::StrCat("unknown policy ", a.policy()));
+  }
+  if (a.gold_items_for_new_annotators() < 0) {
+    return Invalid("settings.assignment.gold_items_for_new_annotators", "must be >= 0");
+  }
   return absl::OkStatus();
 }
 
@@ -128,6 +138,18 @@ absl::Status ValidateFeatures(absl::string_view field, absl::Span<const float> f
   return absl::OkStatus();
 }
 
+absl::Status ValidateTimestamp(absl::string_view field, const google::protobuf::Timestamp& t) {
+  if (t.seconds() < ApiLimits::kMinTimestampSeconds ||
+      t.seconds() > ApiLimits::kMaxTimestampSeconds) {
+    return Invalid(field, absl::StrCat("seconds ", t.seconds(),
+                                       " outside [0001-01-01, 9999-12-31T23:59:59Z]"));
+  }
+  if (t.nanos() < 0 || t.nanos() > 999999999) {
+    return Invalid(field, absl::StrCat("nanos ", t.nanos(), " outside [0, 999999999]"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateAnnotation(absl::string_view field, const v1::Annotation& annotation,
                                 int32_t num_classes) {
   if (absl::Status s = ValidateId(absl::StrCat(field, ".item"), annotation.item()); !s.ok()) {
@@ -140,6 +162,9 @@ absl::Status ValidateAnnotation(absl::string_view field, const v1::Annotation& a
   if (annotation.label() < 0 || annotation.label() >= num_classes) {
     return Invalid(absl::StrCat(field, ".label"),
                    absl::StrCat(annotation.label(), " out of range [0, ", num_classes, ")"));
+  }
+  if (annotation.has_client_time()) {
+    return ValidateTimestamp(absl::StrCat(field, ".client_time"), annotation.client_time());
   }
   return absl::OkStatus();
 }

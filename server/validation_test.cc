@@ -100,6 +100,59 @@ TEST(ValidateAnnotationTest, ChecksIdsAndLabelRange) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("annotations[0].annotator")));
 }
 
+TEST(ValidateAnnotationTest, ChecksClientTimeRange) {
+  v1::Annotation a;
+  a.set_item("i1");
+  a.set_annotator("w1");
+  a.set_label(0);
+  a.mutable_client_time()->set_seconds(ApiLimits::kMaxTimestampSeconds);
+  a.mutable_client_time()->set_nanos(999999999);
+  EXPECT_THAT(ValidateAnnotation("annotations[0]", a, 2), IsOk());
+  a.mutable_client_time()->set_seconds(ApiLimits::kMinTimestampSeconds);
+  a.mutable_client_time()->set_nanos(0);
+  EXPECT_THAT(ValidateAnnotation("annotations[0]", a, 2), IsOk());
+  // Beyond PostgreSQL's range these used to fail the whole group commit.
+  a.mutable_client_time()->set_seconds(ApiLimits::kMaxTimestampSeconds + 1);
+  EXPECT_THAT(ValidateAnnotation("annotations[4]", a, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("annotations[4].client_time: seconds 253402300800")));
+  a.mutable_client_time()->set_seconds(std::numeric_limits<int64_t>::min());
+  EXPECT_THAT(ValidateAnnotation("annotations[0]", a, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client_time")));
+  a.mutable_client_time()->set_seconds(0);
+  a.mutable_client_time()->set_nanos(-1);
+  EXPECT_THAT(ValidateAnnotation("annotations[0]", a, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client_time: nanos -1")));
+  a.mutable_client_time()->set_nanos(1000000000);
+  EXPECT_THAT(ValidateAnnotation("annotations[0]", a, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client_time: nanos")));
+}
+
+TEST(ValidateSettingsTest, NamesEachAssignmentField) {
+  v1::ProjectSettings s;
+  s.mutable_assignment()->set_min_labels_per_item(-1);
+  EXPECT_THAT(ValidateSettings(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("settings.assignment.min_labels_per_item")));
+  s = v1::ProjectSettings();
+  s.mutable_assignment()->set_max_labels_per_item(-1);
+  EXPECT_THAT(ValidateSettings(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("settings.assignment.max_labels_per_item")));
+  s = v1::ProjectSettings();
+  s.mutable_assignment()->set_policy(static_cast<v1::AssignmentPolicy>(99));
+  EXPECT_THAT(ValidateSettings(s),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("settings.assignment.policy: unknown policy 99")));
+  s = v1::ProjectSettings();
+  s.mutable_assignment()->set_gold_items_for_new_annotators(-2);
+  EXPECT_THAT(ValidateSettings(s),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("settings.assignment.gold_items_for_new_annotators")));
+  s = v1::ProjectSettings();
+  s.mutable_assignment()->set_policy(v1::ASSIGNMENT_POLICY_RANDOM);
+  s.mutable_assignment()->set_gold_items_for_new_annotators(3);
+  EXPECT_THAT(ValidateSettings(s), IsOk());
+}
+
 TEST(ValidateBatchShapeTest, RejectsOversizedBatch) {
   v1::AnnotationBatch batch;
   for (int i = 0; i < ApiLimits::kMaxBatchAnnotations; ++i) batch.add_annotations();
