@@ -282,6 +282,17 @@ class TruthModel {
     return AnnotatorConfusion(annotator);
   }
 
+  // Numeric features of the items, row-major: features.size() / dim rows, row i for item i
+  // (items beyond them have none). Models that use features (the neural models: h(x) from the
+  // features instead of a learned embedding, so items with features and no labels get a truth
+  // estimate) read them at the next Fit; the others ignore them (this default). INVALID_ARGUMENT
+  // if dim < 0, the size is not a multiple of dim, or a value is not finite.
+  virtual absl::Status SetItemFeatures(int32_t dim, std::vector<float> features) {
+    (void)dim;
+    (void)features;
+    return absl::OkStatus();
+  }
+
   // The parameters as a compact, versioned, checksummed binary string.
   virtual std::string Serialize() const = 0;
 

@@ -13,9 +13,9 @@ std::vector<double> ToVector(const torch::Tensor& t) {
 
 class CmmNet : public CrowdNet {
  public:
-  CmmNet(int32_t num_items, int32_t num_annotators, int32_t k, const TruthModelOptions::Neural& options)
+  CmmNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim, const TruthModelOptions::Neural& options)
       : k_(k), groups_(options.cmm_groups) {
-    items_ = register_module("items", torch::nn::Embedding(std::max(1, num_items), options.embedding_dim));
+    InitItems(num_items, options.embedding_dim, feature_dim);
     truth_ = register_module("truth", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
     torch::Tensor beta = torch::empty({groups_, k, k});
     for (int64_t m = 0; m < groups_; ++m) {
@@ -39,7 +39,6 @@ class CmmNet : public CrowdNet {
 
  private:
   int64_t k_, groups_;
-  torch::nn::Embedding items_{nullptr};
   torch::nn::Sequential truth_{nullptr};
 };
 
@@ -53,7 +52,7 @@ absl::StatusOr<std::unique_ptr<CmmModel>> CmmModel::Create(int32_t num_classes,
 }
 
 std::shared_ptr<CrowdNet> CmmModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
-  return std::make_shared<CmmNet>(num_items, num_annotators, num_classes(), options().neural);
+  return std::make_shared<CmmNet>(num_items, num_annotators, num_classes(), item_feature_dim(), options().neural);
 }
 
 std::unique_ptr<NeuralTruthModel> CmmModel::NewEmpty() const {

@@ -15,12 +15,12 @@ std::vector<double> ToVector(const torch::Tensor& t) {
 
 class ConalNet : public CrowdNet {
  public:
-  ConalNet(int32_t num_items, int32_t num_annotators, int32_t k,
+  ConalNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
            const TruthModelOptions::Neural& options)
       : lambda_(options.conal_lambda) {
     const int64_t a = std::max(1, num_annotators);
     const double diagonal = std::log(4.0 * (k - 1));  // 0.8 on the diagonal
-    items_ = register_module("items", torch::nn::Embedding(std::max(1, num_items), options.embedding_dim));
+    InitItems(num_items, options.embedding_dim, feature_dim);
     classifier_ = register_module("classifier", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
     instance_ = register_module("instance", MakeMlp(options.embedding_dim, options.hidden_units, options.embedding_dim, 2));
     annotators_ = register_module("annotators", torch::nn::Embedding(a, options.embedding_dim));
@@ -54,7 +54,7 @@ class ConalNet : public CrowdNet {
 
  private:
   double lambda_;
-  torch::nn::Embedding items_{nullptr}, annotators_{nullptr};
+  torch::nn::Embedding annotators_{nullptr};
   torch::nn::Sequential classifier_{nullptr}, instance_{nullptr};
   torch::Tensor common_, individual_;
 };
@@ -69,7 +69,7 @@ absl::StatusOr<std::unique_ptr<ConalModel>> ConalModel::Create(int32_t num_class
 }
 
 std::shared_ptr<CrowdNet> ConalModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
-  return std::make_shared<ConalNet>(num_items, num_annotators, num_classes(), options().neural);
+  return std::make_shared<ConalNet>(num_items, num_annotators, num_classes(), item_feature_dim(), options().neural);
 }
 
 std::unique_ptr<NeuralTruthModel> ConalModel::NewEmpty() const {

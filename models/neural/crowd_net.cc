@@ -4,6 +4,27 @@
 
 namespace verity::models::neural {
 
+ItemEncoderImpl::ItemEncoderImpl(int64_t num_items, int64_t dim, int64_t feature_dim)
+    : feature_dim_(feature_dim) {
+  if (feature_dim_ == 0) {
+    embedding_ = register_module("embedding", torch::nn::Embedding(num_items, dim));
+  } else {
+    projection_ = register_module("projection", torch::nn::Linear(feature_dim, dim));
+    features_ = register_buffer("features", torch::zeros({num_items, feature_dim}));
+  }
+}
+
+torch::Tensor ItemEncoderImpl::forward(const torch::Tensor& items) {
+  if (feature_dim_ == 0) return embedding_->forward(items);
+  return torch::relu(projection_->forward(features_.index_select(0, items)));
+}
+
+void ItemEncoderImpl::SetFeatures(const torch::Tensor& features) {
+  torch::NoGradGuard no_grad;
+  const int64_t rows = std::min(features.size(0), features_.size(0));
+  features_.narrow(0, 0, rows).copy_(features.narrow(0, 0, rows).to(features_.device()));
+}
+
 torch::nn::Sequential MakeMlp(int64_t in, int64_t hidden, int64_t out, int layers) {
   torch::nn::Sequential mlp;
   int64_t width = in;

@@ -11,8 +11,30 @@
 
 namespace verity::models::neural {
 
+// An item's representation: a learned embedding per item when items carry no features, or
+// a learned linear projection (followed by ReLU) of the item's features, kept in a buffer so
+// that a serialized network carries them.
+class ItemEncoderImpl : public torch::nn::Module {
+ public:
+  ItemEncoderImpl(int64_t num_items, int64_t dim, int64_t feature_dim);
+  torch::Tensor forward(const torch::Tensor& items);
+  // Copies `features` (num_items x feature_dim) into the buffer. Precondition: feature mode.
+  void SetFeatures(const torch::Tensor& features);
+  int64_t feature_dim() const { return feature_dim_; }
+
+ private:
+  int64_t feature_dim_;
+  torch::nn::Embedding embedding_{nullptr};
+  torch::nn::Linear projection_{nullptr};
+  torch::Tensor features_;
+};
+TORCH_MODULE(ItemEncoder);
+
 class CrowdNet : public torch::nn::Module {
  public:
+  // The item encoder (see ItemEncoderImpl); subclasses create it with InitItems.
+  ItemEncoder& items() { return items_; }
+
   // log p(true class | item) for a batch of item ids (int64, B): B x K.
   virtual torch::Tensor LogPrior(const torch::Tensor& items) = 0;
   // log p(label | true class, item, annotator): B x K x K, [b, k, y], rows log-normalised.
@@ -24,6 +46,12 @@ class CrowdNet : public torch::nn::Module {
   }
   // The method's regulariser (added to the mean loss of a minibatch); 0 by default.
   virtual torch::Tensor Regularizer() { return torch::zeros({}); }
+
+ protected:
+  void InitItems(int64_t num_items, int64_t dim, int64_t feature_dim) {
+    items_ = register_module("items", ItemEncoder(std::max<int64_t>(1, num_items), dim, feature_dim));
+  }
+  ItemEncoder items_{nullptr};
 };
 
 // A small multilayer perceptron: `layers` Linear layers with ReLU between them.

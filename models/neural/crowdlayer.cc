@@ -8,14 +8,14 @@ namespace {
 
 class CrowdLayerNet : public CrowdNet {
  public:
-  CrowdLayerNet(int32_t num_items, int32_t num_annotators, int32_t k,
+  CrowdLayerNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
                 const TruthModelOptions::Neural& options)
       : k_(k),
         matrix_(options.crowdlayer_variant == "mw"),
         scale_(options.crowdlayer_variant == "vw" || options.crowdlayer_variant == "vw+b"),
         bias_(options.crowdlayer_variant == "vb" || options.crowdlayer_variant == "vw+b") {
     const int64_t a = std::max(1, num_annotators);
-    items_ = register_module("items", torch::nn::Embedding(std::max(1, num_items), options.embedding_dim));
+    InitItems(num_items, options.embedding_dim, feature_dim);
     classifier_ = register_module("classifier", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
     if (matrix_) weights_ = register_parameter("weights", torch::eye(k).unsqueeze(0).repeat({a, 1, 1}));
     if (scale_) scales_ = register_parameter("scales", torch::ones({a, k}));
@@ -59,7 +59,6 @@ class CrowdLayerNet : public CrowdNet {
   }
   int64_t k_;
   bool matrix_, scale_, bias_;
-  torch::nn::Embedding items_{nullptr};
   torch::nn::Sequential classifier_{nullptr};
   torch::Tensor weights_, scales_, biases_;
 };
@@ -74,7 +73,7 @@ absl::StatusOr<std::unique_ptr<CrowdLayerModel>> CrowdLayerModel::Create(
 }
 
 std::shared_ptr<CrowdNet> CrowdLayerModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
-  return std::make_shared<CrowdLayerNet>(num_items, num_annotators, num_classes(), options().neural);
+  return std::make_shared<CrowdLayerNet>(num_items, num_annotators, num_classes(), item_feature_dim(), options().neural);
 }
 
 std::unique_ptr<NeuralTruthModel> CrowdLayerModel::NewEmpty() const {

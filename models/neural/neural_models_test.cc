@@ -134,6 +134,46 @@ TEST_P(NeuralModelTest, FitIsDeterministicGivenTheSeed) {
   EXPECT_EQ(AllPosteriors(*a, crowd.matrix, {}), AllPosteriors(*b, crowd.matrix, {}));
 }
 
+// Items with features and no labels get h(x): here the first feature is the true class (plus
+// noise), labelled items teach h that, and the unlabelled half is predicted from it alone. A
+// serialized model carries the features it was fitted with.
+TEST_P(NeuralModelTest, ItemFeaturesGiveATruthEstimateForUnlabelledItems) {
+  testing::SyntheticCrowd crowd = MakeCrowd(2, 21);
+  std::vector<Annotation> half;
+  for (const Annotation& a : crowd.annotations) {
+    if (a.item < 150) half.push_back(a);
+  }
+  auto data = AnnotationMatrix::Build(300, 12, 2, half);
+  ASSERT_THAT(data.status(), IsOk());
+  std::vector<float> features;
+  for (int32_t i = 0; i < 300; ++i) {
+    features.push_back(static_cast<float>(crowd.truth[i]) + 0.1f * static_cast<float>((i * 37) % 7 - 3));
+    features.push_back(static_cast<float>((i * 13) % 5));  // noise
+  }
+  auto model = Make(GetParam(), 2);
+  EXPECT_THAT(model->SetItemFeatures(3, {1, 2}), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_THAT(model->SetItemFeatures(2, features), IsOk());
+  ASSERT_THAT(model->Fit(*data, {}, false).status(), IsOk());
+  int correct = 0;
+  std::vector<double> p(2);
+  for (int32_t i = 150; i < 300; ++i) {
+    model->ItemPosteriorForItem(i, {}, -1, absl::MakeSpan(p));
+    correct += (p[1] > p[0]) == (crowd.truth[i] == 1);
+  }
+  EXPECT_GE(correct, 120) << GetParam();  // 80 % of the unlabelled items (chance: 50 %)
+  auto restored = Make(GetParam(), 2);
+  ASSERT_THAT(restored->Restore(model->Serialize()), IsOk());
+  std::vector<double> q(2);
+  model->ItemPosteriorForItem(200, {}, -1, absl::MakeSpan(p));
+  restored->ItemPosteriorForItem(200, {}, -1, absl::MakeSpan(q));
+  EXPECT_EQ(p, q);
+  // A clone keeps the features for its next (warm) fit.
+  std::unique_ptr<TruthModel> clone = model->Clone();
+  ASSERT_THAT(clone->Fit(*data, {}, true).status(), IsOk());
+  clone->ItemPosteriorForItem(200, {}, -1, absl::MakeSpan(q));
+  EXPECT_EQ(q[1] > q[0], crowd.truth[200] == 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllNeuralMethods, NeuralModelTest,
                          ::testing::Values("lia", "crowdlayer", "trace_reg", "conal", "cmm"),
                          [](const auto& info) { return info.param; });

@@ -74,6 +74,8 @@ NeuralTruthModel::NeuralTruthModel(int32_t num_classes, TruthModelOptions option
 
 std::unique_ptr<TruthModel> NeuralTruthModel::Clone() const {
   std::unique_ptr<NeuralTruthModel> copy = NewEmpty();
+  copy->item_feature_dim_ = item_feature_dim_;
+  copy->item_features_ = item_features_;
   if (has_parameters()) {
     absl::Status restored = copy->Restore(Serialize());
     // Serialize/Restore of the same class and sizes cannot disagree; if LibTorch failed
@@ -170,7 +172,20 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
     torch::manual_seed(options_.neural.seed);
     torch::set_num_threads(std::max(1, options_.num_threads));
     net = MakeNet(data.num_items(), data.num_annotators());
-    const bool warm = warm_start && net_ != nullptr;
+    if (item_feature_dim_ > 0) {
+      // Rows beyond the given features stay zero (the mean, after standardisation).
+      const int64_t rows = std::min<int64_t>(data.num_items(),
+                                             static_cast<int64_t>(item_features_.size()) / item_feature_dim_);
+      torch::Tensor features = torch::zeros({std::max<int64_t>(1, data.num_items()), item_feature_dim_});
+      if (rows > 0) {
+        features.narrow(0, 0, rows).copy_(
+            torch::from_blob(item_features_.data(), {rows, item_feature_dim_}, torch::kFloat));
+      }
+      net->items()->SetFeatures(features);
+    }
+    // A net of another item representation (features added or dropped) starts afresh.
+    const bool warm = warm_start && net_ != nullptr &&
+                      net_->items()->feature_dim() == net->items()->feature_dim();
     if (warm) CopyOverlappingParameters(*net_, *net);
     net->to(*device);
     LabelTensors tensors = MakeLabelTensors(data, gold, *device);
@@ -298,6 +313,7 @@ std::string NeuralTruthModel::Serialize() const {
     writer.WriteU32(static_cast<uint32_t>(num_classes_));
     writer.WriteU32(static_cast<uint32_t>(fitted_items_));
     writer.WriteU32(static_cast<uint32_t>(fitted_annotators_));
+    writer.WriteU32(static_cast<uint32_t>(net_->items()->feature_dim()));
     std::ostringstream archive_bytes;
     try {
       torch::serialize::OutputArchive archive;
@@ -329,8 +345,9 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized) {
   absl::StatusOr<uint32_t> k = reader->ReadU32();
   absl::StatusOr<uint32_t> items = reader->ReadU32();
   absl::StatusOr<uint32_t> annotators = reader->ReadU32();
+  absl::StatusOr<uint32_t> feature_dim = reader->ReadU32();
   absl::StatusOr<std::string_view> archive_bytes = reader->ReadString();
-  if (!k.ok() || !items.ok() || !annotators.ok() || !archive_bytes.ok()) {
+  if (!k.ok() || !items.ok() || !annotators.ok() || !feature_dim.ok() || !archive_bytes.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(std::string(method()), " model: truncated parameters"));
   }
   if (*k != static_cast<uint32_t>(num_classes_)) {
@@ -340,7 +357,10 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized) {
   if (absl::Status s = reader->ExpectEnd(); !s.ok()) return s;
   std::shared_ptr<CrowdNet> previous = std::move(net_);
   const int32_t previous_items = fitted_items_, previous_annotators = fitted_annotators_;
+  const int64_t previous_feature_dim = item_feature_dim_;
   try {
+    // The network's feature buffer comes back from the archive.
+    item_feature_dim_ = *feature_dim;
     net_ = MakeNet(static_cast<int32_t>(*items), static_cast<int32_t>(*annotators));
     std::istringstream in{std::string(*archive_bytes)};
     torch::serialize::InputArchive archive;
@@ -354,10 +374,37 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized) {
     net_ = std::move(previous);
     fitted_items_ = previous_items;
     fitted_annotators_ = previous_annotators;
+    item_feature_dim_ = previous_feature_dim;
     if (net_ != nullptr) ExportAll();
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(method()), " model: parameters do not load: ", e.what()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status NeuralTruthModel::SetItemFeatures(int32_t dim, std::vector<float> features) {
+  if (dim < 0 || (dim == 0 && !features.empty()) ||
+      (dim > 0 && features.size() % static_cast<size_t>(dim) != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "item features: ", features.size(), " values do not make rows of dimension ", dim));
+  }
+  for (size_t i = 0; i < features.size(); ++i) {
+    if (!std::isfinite(features[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("item features: value ", i, " is not finite"));
+    }
+  }
+  const size_t rows = dim > 0 ? features.size() / dim : 0;
+  for (int32_t c = 0; c < dim; ++c) {
+    double mean = 0, square = 0;
+    for (size_t r = 0; r < rows; ++r) mean += features[r * dim + c] / rows;
+    for (size_t r = 0; r < rows; ++r) square += std::pow(features[r * dim + c] - mean, 2) / rows;
+    const double scale = square > 1e-12 ? 1.0 / std::sqrt(square) : 1.0;
+    for (size_t r = 0; r < rows; ++r) {
+      features[r * dim + c] = static_cast<float>((features[r * dim + c] - mean) * scale);
+    }
+  }
+  item_feature_dim_ = dim;
+  item_features_ = std::move(features);
   return absl::OkStatus();
 }
 

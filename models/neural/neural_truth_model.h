@@ -68,6 +68,9 @@ class NeuralTruthModel : public TruthModel {
   std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const override;
   std::string Serialize() const override;
   absl::Status Restore(std::string_view serialized) override;
+  // Standardises each feature (zero mean, unit variance over the given rows) and keeps them for
+  // the next Fit; dim 0 goes back to learned item embeddings.
+  absl::Status SetItemFeatures(int32_t dim, std::vector<float> features) override;
 
   // Items and annotators of the last fit (0 before).
   int32_t fitted_items() const { return fitted_items_; }
@@ -75,6 +78,8 @@ class NeuralTruthModel : public TruthModel {
 
  protected:
   const TruthModelOptions& options() const { return options_; }
+  // Dimension of the item features the networks are built for (0: learned embeddings).
+  int64_t item_feature_dim() const { return item_feature_dim_; }
 
   // A network for this many items and annotators, freshly initialised (seeded by Fit).
   virtual std::shared_ptr<CrowdNet> MakeNet(int32_t num_items, int32_t num_annotators) const = 0;
@@ -123,6 +128,8 @@ class NeuralTruthModel : public TruthModel {
   int32_t fitted_annotators_ = 0;
   std::vector<double> item_log_prior_;   // fitted_items_ x K
   std::vector<double> class_log_prior_;  // K
+  int64_t item_feature_dim_ = 0;
+  std::vector<float> item_features_;     // standardised, rows of item_feature_dim_
 };
 
 }  // namespace verity::models::neural

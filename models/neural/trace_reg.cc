@@ -8,10 +8,10 @@ namespace {
 
 class TraceRegNet : public CrowdNet {
  public:
-  TraceRegNet(int32_t num_items, int32_t num_annotators, int32_t k,
+  TraceRegNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
               const TruthModelOptions::Neural& options)
       : lambda_(options.trace_lambda) {
-    items_ = register_module("items", torch::nn::Embedding(std::max(1, num_items), options.embedding_dim));
+    InitItems(num_items, options.embedding_dim, feature_dim);
     classifier_ = register_module("classifier", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
     // Near the identity: 0.8 on the diagonal.
     confusion_ = register_parameter(
@@ -31,7 +31,6 @@ class TraceRegNet : public CrowdNet {
 
  private:
   double lambda_;
-  torch::nn::Embedding items_{nullptr};
   torch::nn::Sequential classifier_{nullptr};
   torch::Tensor confusion_;
 };
@@ -46,7 +45,7 @@ absl::StatusOr<std::unique_ptr<TraceRegModel>> TraceRegModel::Create(
 }
 
 std::shared_ptr<CrowdNet> TraceRegModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
-  return std::make_shared<TraceRegNet>(num_items, num_annotators, num_classes(), options().neural);
+  return std::make_shared<TraceRegNet>(num_items, num_annotators, num_classes(), item_feature_dim(), options().neural);
 }
 
 std::unique_ptr<NeuralTruthModel> TraceRegModel::NewEmpty() const {
