@@ -108,6 +108,10 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
   for (size_t i = 0; i < stored.priority.size() && i < p.item_priority_.size(); ++i) {
     p.item_priority_[i] = stored.priority[i];
   }
+  if (p.identity_.item_feature_dim > 0) {
+    p.item_features_ = std::move(stored.item_features);
+    p.item_features_.resize(p.item_ids_.size() * static_cast<size_t>(p.identity_.item_feature_dim), 0.0f);
+  }
   for (const storage::LeaseRecord& lease : stored.open_leases) {
     p.leases_.Add(lease.item_index, lease.annotator_index, lease.expires_at);
   }
@@ -194,6 +198,9 @@ int32_t LiveProject::EnsureItem(int32_t index, absl::string_view id) {
     item_priority_.resize(index + 1, 0.0);
     item_newest_seq_.resize(index + 1, 0);
     labels_.EnsureItems(index + 1);
+    if (identity_.item_feature_dim > 0) {
+      item_features_.resize((index + 1) * static_cast<size_t>(identity_.item_feature_dim), 0.0f);
+    }
   }
   if (item_ids_[index].empty()) {
     item_ids_[index] = std::string(id);
@@ -302,6 +309,11 @@ void LiveProject::ApplyItems(absl::Span<const ItemChange> items) {
     EnsureItem(change.item_index, change.item_id);
     if (change.gold_label.has_value()) gold_[change.item_index] = *change.gold_label;
     if (change.priority.has_value()) item_priority_[change.item_index] = *change.priority;
+    const size_t dim = static_cast<size_t>(identity_.item_feature_dim);
+    if (change.features.has_value() && dim > 0 && change.features->size() == dim) {
+      std::copy(change.features->begin(), change.features->end(),
+                item_features_.begin() + change.item_index * dim);
+    }
   }
   const int32_t old_n = builder.num_items();
   builder.Resize(static_cast<int32_t>(item_ids_.size()));
@@ -426,6 +438,10 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     }
     pending = labels_.PrepareConsolidation();
     gold = gold_;
+    if (identity_.item_feature_dim > 0) {
+      absl::Status s = model->SetItemFeatures(identity_.item_feature_dim, item_features_);
+      if (!s.ok()) return s;
+    }
     lap();
     watermark = newest_seq_;
     changes_at_start = changes_since_fit_;

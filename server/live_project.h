@@ -68,6 +68,8 @@ struct ItemChange {
   std::string item_id;
   std::optional<int32_t> gold_label;  // Set: new gold label; unset: gold unchanged.
   std::optional<double> priority;     // Set: new assignment priority.
+  // Set: the item's features (identity().item_feature_dim values, validated by the caller).
+  std::optional<std::vector<float>> features = std::nullopt;
 };
 
 // Summary for GetModelStatus / GetProject.
@@ -98,6 +100,9 @@ class LiveProject {
     std::vector<int32_t> gold;                  // by item index, -1 = none
     std::vector<double> priority;               // by item index (empty = all 0)
     std::vector<std::string> annotator_ids;     // by annotator index
+    // Row-major by item index, identity.item_feature_dim per item (zeros where unknown);
+    // empty when the project has no item features.
+    std::vector<float> item_features;
     struct Label { int32_t item, annotator, label; int64_t seq; };
     std::vector<Label> labels;
     std::optional<storage::ModelVersionRecord> latest_version;
@@ -236,6 +241,9 @@ class LiveProject {
   int64_t scratch_fit_num_labels_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::vector<double> item_priority_ ABSL_GUARDED_BY(mu_);
+  // Row-major, identity_.item_feature_dim per item; empty without features. Given to the
+  // model before each fit (neural models learn h(x) from them).
+  std::vector<float> item_features_ ABSL_GUARDED_BY(mu_);
   LeaseBook leases_;
   absl::Mutex assignment_mu_;
 

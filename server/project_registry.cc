@@ -40,6 +40,16 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Load(
     if (item.gold_label.has_value()) stored.gold[item.index] = *item.gold_label;
     stored.priority[item.index] = item.priority;
   }
+  if (record.item_feature_dim > 0) {
+    const size_t dim = static_cast<size_t>(record.item_feature_dim);
+    stored.item_features.assign(items->size() * dim, 0.0f);
+    for (const auto& item : *items) {
+      if (item.features.has_value() && item.features->size() == dim) {
+        std::copy(item.features->begin(), item.features->end(),
+                  stored.item_features.begin() + item.index * dim);
+      }
+    }
+  }
   auto annotators = storage_.items->LoadAnnotators(record.project_id);
   if (!annotators.ok()) return annotators.status();
   stored.annotator_ids.resize(annotators->size());

@@ -122,7 +122,8 @@ grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext*, const v1::AddIte
   std::vector<ItemChange> changes;
   changes.reserve(writes.size());
   for (size_t i = 0; i < writes.size(); ++i) {
-    changes.push_back({(*indices)[i], writes[i].external_id, writes[i].gold_label, writes[i].priority});
+    changes.push_back({(*indices)[i], writes[i].external_id, writes[i].gold_label, writes[i].priority,
+                       writes[i].features});
   }
   live.ApplyItems(changes);
   response->set_added(added);

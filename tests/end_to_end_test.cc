@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "models/csv_dataset.h"
 #include "models/testing/dataset_path.h"
@@ -641,6 +642,69 @@ TEST_F(EndToEndTest, TrainModelFitsANeuralMethod) {
   EXPECT_EQ(response.version().num_labels(), 4212);
   EXPECT_EQ(ModelStatus("neural").current_version().version(), response.version().version());
   EXPECT_GT(Accuracy("neural", data), MajorityVoteAccuracy(data) + 0.03);
+}
+
+// Item features reach the neural models through the server: items added with features and
+// never labelled get a truth estimate h(x) learned from the labelled ones.
+TEST_F(EndToEndTest, ItemFeaturesGiveUnlabelledItemsATruthEstimate) {
+  ASSERT_TRUE(CreateProject("item-features", {"no", "yes"}, /*item_feature_dim=*/2).ok());
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project("item-features");
+    request.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_TRACE_REG);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(projects_->UpdateProjectSettings(&context, request, &response).ok());
+  }
+  // 80 items; feature 0 is the true class (with a little noise), feature 1 is noise.
+  auto truth = [](int i) { return (i * 7 + i / 3) % 2; };
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddItemsRequest request;
+    request.set_project("item-features");
+    for (int i = 0; i < 80; ++i) {
+      v1::Item* item = request.add_items();
+      item->set_id(absl::StrCat("f", i));
+      item->add_features(static_cast<float>(truth(i)) + 0.05f * static_cast<float>(i % 5 - 2));
+      item->add_features(static_cast<float>((i * 13) % 7));
+    }
+    v1::AddItemsResponse response;
+    grpc::Status status = projects_->AddItems(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  // Labels on the first 40 items only: 5 annotators, each right on 4 items of 5.
+  v1::AnnotationBatch batch;
+  batch.set_project("item-features");
+  batch.set_batch_id(1);
+  for (int i = 0; i < 40; ++i) {
+    for (int a = 0; a < 5; ++a) {
+      v1::Annotation* out = batch.add_annotations();
+      out->set_item(absl::StrCat("f", i));
+      out->set_annotator(absl::StrCat("w", a));
+      out->set_label((i + a) % 5 == 0 ? 1 - truth(i) : truth(i));
+    }
+  }
+  Submit({batch});
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::TrainModelRequest request;
+  request.set_project("item-features");
+  v1::TrainModelResponse response;
+  grpc::Status status = models_->TrainModel(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  int correct = 0, unlabelled = 0;
+  for (const v1::Posterior& p : ListAll("item-features")) {
+    int i = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(p.item().substr(1), &i));
+    if (i < 40) continue;
+    ++unlabelled;
+    EXPECT_EQ(p.num_labels(), 0);
+    correct += p.map_label() == truth(i);
+  }
+  EXPECT_EQ(unlabelled, 40);
+  EXPECT_GE(correct, 34);  // 85 %; without features every unlabelled item gets the class prior
 }
 
 TEST_F(EndToEndTest, GoldItemsAreClampedToTheirLabel) {
