@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -23,8 +24,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "client/cli_commands.h"
 #include "client/command_line.h"
 #include "client/csv_input.h"
+#include "client/json_value.h"
+#include "client/message_format.h"
 #include "client/progress.h"
 #include "client/verity_client.h"
 #include "common/status_macros.h"
@@ -34,22 +39,14 @@
 namespace verity::client {
 namespace {
 
-constexpr char kProgram[] = "verity";
-constexpr char kDescription[] =
-    "verity: command-line client of the Verity annotation-aggregation "
-    "service.";
+constexpr const char* kProgram = kCliProgram;
 
-constexpr char kEpilogue[] =
-    "Example (a dataset folder of shared/datasets, a server on "
-    "localhost:50051):\n"
-    "  verity project create birds --classes_file=bluebirds/classes.txt\n"
-    "  verity submit --project=birds --csv=bluebirds/labels.csv\n"
-    "  verity status --project=birds\n"
-    "  verity posteriors --project=birds --out=posteriors.csv\n"
-    "  verity accuracy --project=birds --gold_csv=bluebirds/gold.csv\n"
-    "\n"
-    "Exit status: 0 success; 1 the command failed (one line \"verity: CODE: "
-    "message\"\non stderr); 2 a usage error.\n";
+// The deadline of `model train` when --timeout is not given: a fit of a
+// neural method on a large project takes minutes.
+constexpr absl::Duration kDefaultTrainTimeout = absl::Minutes(30);
+
+// Rejections `submit` prints.
+constexpr int kRejectionsShown = 5;
 
 // Marks a status as a usage error (exit code 2, hint to --help).
 constexpr char kUsagePayload[] = "verity.cli/usage";
@@ -65,156 +62,6 @@ bool IsUsageError(const absl::Status& status) {
 }
 
 // ---------------------------------------------------------------------------
-// Command specs.
-
-const std::vector<FlagSpec>& GlobalFlags() {
-  static const auto* const flags = new std::vector<FlagSpec>{
-      {"server", "HOST:PORT", "Verity server address.", "localhost:50051"},
-      {"timeout", "DURATION",
-       "Deadline of each call: 30s, 2m, 500ms; a plain number is seconds.",
-       "30s"},
-      {"help", "", "Print usage and exit; also `verity help <command>`."},
-  };
-  return *flags;
-}
-
-FlagSpec ProjectFlag(std::string help) {
-  return {"project", "NAME", std::move(help), "", /*required=*/true};
-}
-
-std::vector<CommandSpec> MakeCommands() {
-  std::vector<CommandSpec> commands;
-  auto add = [&commands](std::string name, std::string summary) {
-    CommandSpec& command = commands.emplace_back();
-    command.name = std::move(name);
-    command.summary = std::move(summary);
-    return &command;
-  };
-
-  CommandSpec* c =
-      add("project create", "Create a project with a fixed list of classes.");
-  c->args_usage = "NAME";
-  c->min_args = c->max_args = 1;
-  c->usage =
-      "project create NAME (--classes=A,B,... | --classes_file=FILE) [flags]";
-  c->details =
-      "NAME is 1-128 characters of [A-Za-z0-9._-]. The classes (2 to 256 "
-      "unique names) are fixed at creation; a label is an index into their "
-      "list. METHOD is the truth-inference method: ds (Dawid-Skene, the "
-      "server default) or mv (majority vote); one_coin, glad, lia, "
-      "crowdlayer, trace_reg, conal and cmm are reserved and refused with "
-      "UNIMPLEMENTED for now. Prints the new project.";
-  c->flags = {
-      {"classes", "A,B,...", "Class names, comma-separated."},
-      {"classes_file", "FILE",
-       "Class names, one per line (a dataset's classes.txt)."},
-      {"method", "METHOD", "Truth-inference method: ds or mv."},
-      {"item_feature_dim", "N",
-       "Length of every item feature vector; 0 = no features.", "0"},
-      {"annotator_feature_dim", "N",
-       "Length of every annotator feature vector; 0 = none.", "0"},
-  };
-
-  add("project list", "List the projects with their sizes.");
-
-  c = add("project show",
-          "Show a project: classes, dimensions, settings, sizes.");
-  c->args_usage = "NAME";
-  c->min_args = c->max_args = 1;
-
-  c = add("item add", "Create or update items: features and gold labels.");
-  c->usage = "item add --project=NAME (--csv=FILE | --gold_csv=FILE | both)";
-  c->details =
-      "The items CSV has a header naming its columns: item (or id); "
-      "optionally gold (or label), a class name or class index, empty for "
-      "none; optionally f0,f1,...,f<D-1> with D the project's "
-      "item_feature_dim. --gold_csv reads a dataset's gold.csv (item,label); "
-      "with --csv too, its gold labels are merged into the items of --csv. "
-      "Items are sent 10,000 per call; existing items are updated. Prints "
-      "added=N updated=N.";
-  c->flags = {
-      ProjectFlag("Project of the items."),
-      {"csv", "FILE", "Items CSV (item[,gold][,f0,f1,...])."},
-      {"gold_csv", "FILE", "Gold labels CSV (item,label)."},
-  };
-
-  c = add("submit", "Stream the labels of a CSV file to a project.");
-  c->details =
-      "The CSV has the header item,annotator,label (the format of a "
-      "dataset's labels.csv); label is a class name of the project, or a "
-      "class index if it is not a class name. Labels are streamed in batches "
-      "over one stream, with retries of batches the server asks to resend; a "
-      "progress meter is drawn on stderr when it is a terminal. Prints "
-      "accepted=N duplicate=N revised=N rejected=N and the first rejection "
-      "reasons; exits 0 even if some labels were rejected.";
-  c->flags = {
-      ProjectFlag("Project to label."),
-      {"csv", "FILE", "Labels CSV (item,annotator,label).", "",
-       /*required=*/true},
-      {"batch_size", "N", "Labels per batch, 1 to 10000.", "1000"},
-  };
-
-  c = add("posteriors", "Write the current posteriors as CSV.");
-  c->details =
-      "Columns: item, label, confidence, p_<class> for each class in class "
-      "order, num_labels. label is the most probable class name, confidence "
-      "its probability. Without --items, every item of the project in "
-      "creation order.";
-  c->flags = {
-      ProjectFlag("Project to read."),
-      {"out", "FILE", "Write the CSV to FILE instead of stdout."},
-      {"items", "ID,...", "Only these items (in this order)."},
-      {"page_size", "N", "Posteriors per ListPosteriors call.", "1000"},
-  };
-
-  c = add("annotator",
-          "Show annotator profiles: labels, accuracy, confusion matrix.");
-  c->args_usage = "[ID ...]";
-  c->max_args = -1;
-  c->details =
-      "With IDs, each annotator's profile with its confusion matrix (rows: "
-      "true class, columns: answered class). Without, a table of every "
-      "annotator (up to 10,000); add --confusion for the matrices too.";
-  c->flags = {
-      ProjectFlag("Project of the annotators."),
-      {"confusion", "", "Print confusion matrices for every annotator."},
-  };
-
-  c = add("status", "Show the model status of a project.");
-  c->details =
-      "Prints method, num_labels, labels_since_version (labels committed "
-      "after the current model version's fit), training and the current "
-      "version's fields.";
-  c->flags = {ProjectFlag("Project to inspect.")};
-
-  c = add("versions", "List a project's model versions, newest first.");
-  c->flags = {
-      ProjectFlag("Project to inspect."),
-      {"limit", "N", "Versions to list, 1 to 1000.", "20"},
-  };
-
-  c = add("accuracy", "Score the posteriors against gold labels.");
-  c->details =
-      "Reads gold labels (item,label; class names or indices), compares them "
-      "with the most probable class of each item's posterior and prints "
-      "\"accuracy=A (N gold items)\". Gold items without labels, items "
-      "clamped to gold by `item add` and items unknown to the project are "
-      "skipped and counted on a second line.";
-  c->flags = {
-      ProjectFlag("Project to score."),
-      {"gold_csv", "FILE", "Gold labels CSV (item,label).", "",
-       /*required=*/true},
-  };
-  return commands;
-}
-
-const std::vector<CommandSpec>& Commands() {
-  static const auto* const commands =
-      new std::vector<CommandSpec>(MakeCommands());
-  return *commands;
-}
-
-// ---------------------------------------------------------------------------
 // Helpers.
 
 struct Context {
@@ -223,6 +70,8 @@ struct Context {
   std::ostream& out;
   std::ostream& err;
   const CliEnvironment& environment;
+  // --output=json.
+  bool json = false;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -238,57 +87,34 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return text.str();
 }
 
-struct MethodName {
-  v1::TruthMethod method;
-  const char* name;
-};
+// A usage error carrying the message of a bad flag value.
+template <typename T>
+absl::StatusOr<T> AsUsage(absl::StatusOr<T> value) {
+  if (value.ok()) return value;
+  return UsageError(value.status().message());
+}
 
-constexpr MethodName kMethodNames[] = {
-    {v1::TRUTH_METHOD_MAJORITY_VOTE, "mv"},
-    {v1::TRUTH_METHOD_DAWID_SKENE, "ds"},
-    {v1::TRUTH_METHOD_ONE_COIN, "one_coin"},
-    {v1::TRUTH_METHOD_GLAD, "glad"},
-    {v1::TRUTH_METHOD_LIA, "lia"},
-    {v1::TRUTH_METHOD_CROWDLAYER, "crowdlayer"},
-    {v1::TRUTH_METHOD_TRACE_REG, "trace_reg"},
-    {v1::TRUTH_METHOD_CONAL, "conal"},
-    {v1::TRUTH_METHOD_CMM, "cmm"},
-};
+std::vector<std::string> Classes(const v1::Project& project) {
+  return std::vector<std::string>(project.classes().begin(),
+                                  project.classes().end());
+}
 
+// The method for people: the server default is spelled out.
 std::string FormatMethod(v1::TruthMethod method) {
   if (method == v1::TRUTH_METHOD_UNSPECIFIED) return "default (ds)";
-  for (const MethodName& entry : kMethodNames) {
-    if (entry.method == method) return entry.name;
-  }
-  return absl::StrCat("unknown (", static_cast<int>(method), ")");
+  return MethodName(method);
 }
 
-absl::StatusOr<v1::TruthMethod> ParseMethod(absl::string_view name) {
-  for (const MethodName& entry : kMethodNames) {
-    if (entry.name == name) return entry.method;
-  }
-  std::vector<std::string> names;
-  for (const MethodName& entry : kMethodNames) names.push_back(entry.name);
-  return UsageError(absl::StrCat("--method=", name, ": expected one of ",
-                                 absl::StrJoin(names, ", ")));
-}
-
-std::string FormatTimestamp(const google::protobuf::Timestamp& timestamp) {
-  if (timestamp.seconds() == 0 && timestamp.nanos() == 0) return "-";
-  const absl::Time time = absl::FromUnixSeconds(timestamp.seconds()) +
-                          absl::Nanoseconds(timestamp.nanos());
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", time, absl::UTCTimeZone());
+std::string FormatTime(const google::protobuf::Timestamp& timestamp) {
+  return FormatTimestamp(timestamp).value_or("-");
 }
 
 std::string FormatNumber(double value) {
   return absl::StrFormat("%.6g", value);
 }
 
-std::string ClassName(const v1::Project& project, int32_t index) {
-  if (index >= 0 && index < project.classes_size()) {
-    return project.classes(index);
-  }
-  return absl::StrCat(index);
+std::string FormatProbability(double value) {
+  return absl::StrFormat("%.4f", value);
 }
 
 // Prints rows as columns separated by two spaces, left-aligned.
@@ -313,7 +139,16 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows,
   }
 }
 
-void PrintProject(const v1::Project& project, std::ostream& out) {
+void PrintJson(const Context& context, const JsonValue& value) {
+  context.out << value.Serialize() << "\n";
+}
+
+void PrintProject(const Context& context, const v1::Project& project) {
+  if (context.json) {
+    PrintJson(context, ProjectJson(project));
+    return;
+  }
+  std::ostream& out = context.out;
   out << "name: " << project.name() << "\n"
       << "classes: " << absl::StrJoin(project.classes(), ", ") << "\n"
       << "item_feature_dim: " << project.item_feature_dim() << "\n"
@@ -328,10 +163,36 @@ void PrintProject(const v1::Project& project, std::ostream& out) {
   if (other_settings.ByteSizeLong() > 0) {
     out << "settings: " << other_settings.ShortDebugString() << "\n";
   }
-  out << "created_at: " << FormatTimestamp(project.created_at()) << "\n"
+  out << "created_at: " << FormatTime(project.created_at()) << "\n"
       << "items: " << project.num_items() << "\n"
       << "annotators: " << project.num_annotators() << "\n"
       << "labels: " << project.num_labels() << "\n";
+}
+
+// The lines of one model version, each prefixed by `indent`.
+void PrintVersion(const v1::ModelVersion& version, absl::string_view indent,
+                  std::ostream& out) {
+  out << indent << "version: " << version.version() << "\n"
+      << indent << "method: " << FormatMethod(version.method()) << "\n"
+      << indent << "watermark: " << version.watermark() << "\n"
+      << indent << "num_labels: " << version.num_labels() << "\n"
+      << indent << "log_likelihood: " << FormatNumber(version.log_likelihood())
+      << "\n"
+      << indent << "iterations: " << version.iterations() << "\n"
+      << indent << "duration_ms: " << FormatNumber(version.duration_ms())
+      << "\n"
+      << indent << "created_at: " << FormatTime(version.created_at()) << "\n";
+}
+
+void PrintAddTotals(const Context& context, const AddItemsTotals& totals) {
+  if (context.json) {
+    PrintJson(context, JsonValue::Object()
+                           .Set("added", totals.added)
+                           .Set("updated", totals.updated));
+    return;
+  }
+  context.out << "added=" << totals.added << " updated=" << totals.updated
+              << "\n";
 }
 
 // The project's label parser (fetches the project).
@@ -340,8 +201,7 @@ absl::StatusOr<std::pair<v1::Project, LabelParser>> ProjectAndLabels(
   VERITY_ASSIGN_OR_RETURN(
       v1::Project project,
       context.client.GetProject(context.line.GetString("project")));
-  LabelParser labels(std::vector<std::string>(project.classes().begin(),
-                                              project.classes().end()));
+  LabelParser labels(Classes(project));
   return std::make_pair(std::move(project), std::move(labels));
 }
 
@@ -358,12 +218,290 @@ absl::Status ForEachPosteriorPage(const Context& context,
     VERITY_RETURN_IF_ERROR(on_page(page));
     if (page.next_page_token().empty()) return absl::OkStatus();
     if (page.next_page_token() == token) {
-      return absl::InternalError(
-          absl::StrCat("ListPosteriors returned its request's page token \"",
-                       token, "\" again"));
+      return absl::InternalError(absl::StrCat(
+          "ListPosteriors returned the same page token \"", token, "\" twice"));
     }
     token = page.next_page_token();
   }
+}
+
+// Where a command's main output goes: stdout, or with --out=FILE a sibling
+// FILE.partial renamed over FILE by Commit, so that a command that fails
+// leaves an existing FILE as it was (the destructor removes an uncommitted
+// partial file).
+class OutputTarget {
+ public:
+  // INVALID_ARGUMENT-free: an unwritable FILE is the errno's status.
+  static absl::StatusOr<std::unique_ptr<OutputTarget>> Open(
+      const std::string& path, std::ostream& standard_output) {
+    std::unique_ptr<OutputTarget> target(
+        new OutputTarget(path, standard_output));
+    if (!path.empty()) {
+      target->file_.open(target->partial_path_,
+                         std::ios::binary | std::ios::trunc);
+      if (!target->file_) {
+        return absl::ErrnoToStatus(
+            errno, absl::StrCat("cannot write ", target->partial_path_));
+      }
+    }
+    return target;
+  }
+
+  ~OutputTarget() {
+    if (to_file() && !committed_) {
+      file_.close();
+      std::remove(partial_path_.c_str());
+    }
+  }
+
+  std::ostream& stream() { return to_file() ? file_ : standard_output_; }
+  bool to_file() const { return !path_.empty(); }
+  const std::string& path() const { return path_; }
+
+  // Flushes and checks the stream, then renames the partial file over FILE.
+  absl::Status Commit() {
+    std::ostream& out = stream();
+    out.flush();
+    if (!out) {
+      return absl::ErrnoToStatus(
+          errno,
+          absl::StrCat("cannot write ", to_file() ? partial_path_ : "stdout"));
+    }
+    if (!to_file()) return absl::OkStatus();
+    file_.close();
+    if (std::rename(partial_path_.c_str(), path_.c_str()) != 0) {
+      return absl::ErrnoToStatus(
+          errno, absl::StrCat("cannot rename ", partial_path_, " to ", path_));
+    }
+    committed_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  OutputTarget(std::string path, std::ostream& standard_output)
+      : path_(std::move(path)),
+        partial_path_(absl::StrCat(path_, ".partial")),
+        standard_output_(standard_output) {}
+
+  const std::string path_;
+  const std::string partial_path_;
+  std::ostream& standard_output_;
+  std::ofstream file_;
+  bool committed_ = false;
+};
+
+enum class PosteriorFormat {
+  kCsv,        // `posteriors`: item, label, confidence, p_*, num_labels.
+  kExportCsv,  // `export --format=csv`: every field, exact numbers.
+  kJsonLines,  // `export --format=jsonl`.
+  kJsonArray,  // `posteriors --output=json`.
+};
+
+// Writes posteriors in one format. The CSV header (or the opening bracket)
+// goes out with the first posterior or at Finish, so a command that fails
+// before its first posterior writes nothing.
+class PosteriorWriter {
+ public:
+  PosteriorWriter(std::ostream& out, PosteriorFormat format,
+                  std::vector<std::string> classes)
+      : out_(out), format_(format), classes_(std::move(classes)), array_(out) {}
+
+  void Write(const v1::Posterior& posterior) {
+    WriteHeader();
+    switch (format_) {
+      case PosteriorFormat::kCsv: {
+        std::vector<std::string> fields = {
+            posterior.item(), ClassName(classes_, posterior.map_label()),
+            FormatNumber(posterior.confidence())};
+        for (double p : posterior.probabilities()) {
+          fields.push_back(FormatNumber(p));
+        }
+        fields.push_back(absl::StrCat(posterior.num_labels()));
+        out_ << FormatCsvRecord(fields) << "\n";
+        break;
+      }
+      case PosteriorFormat::kExportCsv:
+        out_ << FormatCsvRecord(PosteriorExportFields(posterior, classes_))
+             << "\n";
+        break;
+      case PosteriorFormat::kJsonLines:
+        out_ << PosteriorJson(posterior, classes_).Serialize() << "\n";
+        break;
+      case PosteriorFormat::kJsonArray:
+        array_.Add(PosteriorJson(posterior, classes_));
+        break;
+    }
+    ++written_;
+  }
+
+  void Finish() {
+    WriteHeader();
+    if (format_ == PosteriorFormat::kJsonArray) array_.Finish();
+  }
+
+  int64_t written() const { return written_; }
+
+ private:
+  void WriteHeader() {
+    if (header_written_) return;
+    header_written_ = true;
+    if (format_ == PosteriorFormat::kCsv) {
+      std::vector<std::string> fields = {"item", "label", "confidence"};
+      for (const std::string& name : classes_) {
+        fields.push_back(absl::StrCat("p_", name));
+      }
+      fields.push_back("num_labels");
+      out_ << FormatCsvRecord(fields) << "\n";
+    } else if (format_ == PosteriorFormat::kExportCsv) {
+      out_ << FormatCsvRecord(PosteriorExportHeader(classes_)) << "\n";
+    }
+  }
+
+  std::ostream& out_;
+  const PosteriorFormat format_;
+  const std::vector<std::string> classes_;
+  JsonArrayWriter array_;
+  bool header_written_ = false;
+  int64_t written_ = 0;
+};
+
+// Writes the posteriors of `items` (every item of the project, page by page,
+// when null) to stdout or --out in `format`, with a progress meter on stderr
+// when it is a terminal and the posteriors do not go to one.
+absl::Status WritePosteriors(const Context& context, PosteriorFormat format,
+                             const std::vector<std::string>* items) {
+  const CommandLine& line = context.line;
+  VERITY_ASSIGN_OR_RETURN(
+      int64_t page_size,
+      AsUsage(line.GetInt("page_size", 1, VerityClient::kMaxItemsPerCall)));
+  VERITY_ASSIGN_OR_RETURN(v1::Project project,
+                          context.client.GetProject(line.GetString("project")));
+  VERITY_ASSIGN_OR_RETURN(
+      std::unique_ptr<OutputTarget> target,
+      OutputTarget::Open(line.GetString("out"), context.out));
+  PosteriorWriter writer(target->stream(), format, Classes(project));
+
+  if (items != nullptr) {
+    VERITY_ASSIGN_OR_RETURN(
+        std::vector<v1::Posterior> posteriors,
+        context.client.GetPosteriors(project.name(), *items));
+    for (const v1::Posterior& posterior : posteriors) writer.Write(posterior);
+  } else {
+    std::optional<ProgressMeter> meter;
+    if (context.environment.show_progress &&
+        (target->to_file() || !context.environment.stdout_is_terminal)) {
+      ProgressMeter::Options options;
+      options.unit = "items";
+      meter.emplace(context.err, project.num_items(), std::move(options));
+    }
+    absl::Status status = ForEachPosteriorPage(
+        context, project.name(), static_cast<int32_t>(page_size),
+        [&](const v1::ListPosteriorsResponse& page) {
+          for (const v1::Posterior& posterior : page.posteriors()) {
+            writer.Write(posterior);
+          }
+          if (meter.has_value()) meter->Update(writer.written());
+          return absl::OkStatus();
+        });
+    if (meter.has_value()) meter->Finish();
+    VERITY_RETURN_IF_ERROR(status);
+  }
+  writer.Finish();
+  VERITY_RETURN_IF_ERROR(target->Commit());
+  if (target->to_file()) {
+    if (context.json) {
+      PrintJson(context, JsonValue::Object()
+                             .Set("out", target->path())
+                             .Set("posteriors", writer.written()));
+    } else {
+      context.out << "wrote " << writer.written() << " posteriors to "
+                  << target->path() << "\n";
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Applies the ProjectSettingsFlags given on the command line to `settings`;
+// returns how many were given.
+absl::StatusOr<int> ApplySettingsFlags(const CommandLine& line,
+                                       v1::ProjectSettings& settings) {
+  constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
+  constexpr double kMaxDouble = std::numeric_limits<double>::max();
+  int given = 0;
+  v1::ModelSettings& model = *settings.mutable_model();
+  v1::AssignmentSettings& assignment = *settings.mutable_assignment();
+  auto int_flag = [&](absl::string_view name, auto set) -> absl::Status {
+    if (!line.Has(name)) return absl::OkStatus();
+    ++given;
+    VERITY_ASSIGN_OR_RETURN(int64_t value,
+                            AsUsage(line.GetInt(name, 0, kMaxInt32)));
+    set(static_cast<int32_t>(value));
+    return absl::OkStatus();
+  };
+  auto double_flag = [&](absl::string_view name, double max,
+                         auto set) -> absl::Status {
+    if (!line.Has(name)) return absl::OkStatus();
+    ++given;
+    VERITY_ASSIGN_OR_RETURN(double value,
+                            AsUsage(line.GetDouble(name, 0, max)));
+    set(value);
+    return absl::OkStatus();
+  };
+  if (line.Has("method")) {
+    ++given;
+    const std::string name = line.GetString("method");
+    std::optional<v1::TruthMethod> method =
+        name == "default" ? v1::TRUTH_METHOD_UNSPECIFIED : MethodFromName(name);
+    if (!method.has_value()) {
+      return UsageError(absl::StrCat("--method=", name, ": expected one of ",
+                                     absl::StrJoin(MethodNames(), ", "),
+                                     ", default"));
+    }
+    model.set_method(*method);
+  }
+  VERITY_RETURN_IF_ERROR(
+      double_flag("confusion_smoothing", kMaxDouble,
+                  [&](double v) { model.set_confusion_smoothing(v); }));
+  VERITY_RETURN_IF_ERROR(
+      double_flag("prior_smoothing", kMaxDouble,
+                  [&](double v) { model.set_prior_smoothing(v); }));
+  VERITY_RETURN_IF_ERROR(int_flag(
+      "max_iterations", [&](int32_t v) { model.set_max_iterations(v); }));
+  VERITY_RETURN_IF_ERROR(
+      double_flag("tolerance", 1, [&](double v) { model.set_tolerance(v); }));
+  VERITY_RETURN_IF_ERROR(int_flag("refit_min_new_labels", [&](int32_t v) {
+    model.set_refit_min_new_labels(v);
+  }));
+  VERITY_RETURN_IF_ERROR(
+      double_flag("refit_new_label_fraction", kMaxDouble,
+                  [&](double v) { model.set_refit_new_label_fraction(v); }));
+  VERITY_RETURN_IF_ERROR(int_flag("min_labels_per_item", [&](int32_t v) {
+    assignment.set_min_labels_per_item(v);
+  }));
+  VERITY_RETURN_IF_ERROR(int_flag("max_labels_per_item", [&](int32_t v) {
+    assignment.set_max_labels_per_item(v);
+  }));
+  VERITY_RETURN_IF_ERROR(double_flag("confidence_target", 1, [&](double v) {
+    assignment.set_confidence_target(v);
+  }));
+  VERITY_RETURN_IF_ERROR(int_flag(
+      "lease_seconds", [&](int32_t v) { assignment.set_lease_seconds(v); }));
+  if (line.Has("policy")) {
+    ++given;
+    const std::string name = line.GetString("policy");
+    std::optional<v1::AssignmentPolicy> policy = PolicyFromName(name);
+    if (!policy.has_value()) {
+      return UsageError(absl::StrCat("--policy=", name, ": expected one of ",
+                                     absl::StrJoin(PolicyNames(), ", ")));
+    }
+    assignment.set_policy(*policy);
+  }
+  VERITY_RETURN_IF_ERROR(int_flag(
+      "gold_items_for_new_annotators",
+      [&](int32_t v) { assignment.set_gold_items_for_new_annotators(v); }));
+  if (model.ByteSizeLong() == 0) settings.clear_model();
+  if (assignment.ByteSizeLong() == 0) settings.clear_assignment();
+  return given;
 }
 
 // ---------------------------------------------------------------------------
@@ -392,27 +530,33 @@ absl::Status ProjectCreate(const Context& context) {
     VERITY_ASSIGN_OR_RETURN(classes, ParseClassesFile(text, file));
   }
   for (std::string& name : classes) project.add_classes(std::move(name));
-  absl::StatusOr<int64_t> item_dim = line.GetInt("item_feature_dim", 0, 65536);
-  if (!item_dim.ok()) return UsageError(item_dim.status().message());
-  absl::StatusOr<int64_t> annotator_dim =
-      line.GetInt("annotator_feature_dim", 0, 65536);
-  if (!annotator_dim.ok()) return UsageError(annotator_dim.status().message());
-  project.set_item_feature_dim(static_cast<int32_t>(*item_dim));
-  project.set_annotator_feature_dim(static_cast<int32_t>(*annotator_dim));
-  if (line.Has("method")) {
-    VERITY_ASSIGN_OR_RETURN(v1::TruthMethod method,
-                            ParseMethod(line.GetString("method")));
-    project.mutable_settings()->mutable_model()->set_method(method);
-  }
+  VERITY_ASSIGN_OR_RETURN(int64_t item_dim,
+                          AsUsage(line.GetInt("item_feature_dim", 0, 65536)));
+  VERITY_ASSIGN_OR_RETURN(
+      int64_t annotator_dim,
+      AsUsage(line.GetInt("annotator_feature_dim", 0, 65536)));
+  project.set_item_feature_dim(static_cast<int32_t>(item_dim));
+  project.set_annotator_feature_dim(static_cast<int32_t>(annotator_dim));
+  VERITY_RETURN_IF_ERROR(
+      ApplySettingsFlags(line, *project.mutable_settings()).status());
+  if (project.settings().ByteSizeLong() == 0) project.clear_settings();
   VERITY_ASSIGN_OR_RETURN(v1::Project created,
                           context.client.CreateProject(project));
-  PrintProject(created, context.out);
+  PrintProject(context, created);
   return absl::OkStatus();
 }
 
 absl::Status ProjectList(const Context& context) {
   VERITY_ASSIGN_OR_RETURN(std::vector<v1::Project> projects,
                           context.client.ListProjects());
+  if (context.json) {
+    JsonArrayWriter array(context.out);
+    for (const v1::Project& project : projects) {
+      array.Add(ProjectJson(project));
+    }
+    array.Finish();
+    return absl::OkStatus();
+  }
   if (projects.empty()) {
     context.out << "no projects\n";
     return absl::OkStatus();
@@ -433,7 +577,26 @@ absl::Status ProjectList(const Context& context) {
 absl::Status ProjectShow(const Context& context) {
   VERITY_ASSIGN_OR_RETURN(v1::Project project,
                           context.client.GetProject(context.line.args()[0]));
-  PrintProject(project, context.out);
+  PrintProject(context, project);
+  return absl::OkStatus();
+}
+
+absl::Status ProjectSettings(const Context& context) {
+  const std::string name = context.line.args()[0];
+  // Check the flags before the first call.
+  v1::ProjectSettings scratch;
+  VERITY_ASSIGN_OR_RETURN(int given, ApplySettingsFlags(context.line, scratch));
+  if (given == 0) {
+    return UsageError(
+        "\"project settings\" needs at least one setting flag, e.g. "
+        "--method=ds");
+  }
+  VERITY_ASSIGN_OR_RETURN(v1::Project project, context.client.GetProject(name));
+  v1::ProjectSettings settings = project.settings();
+  VERITY_RETURN_IF_ERROR(ApplySettingsFlags(context.line, settings).status());
+  VERITY_ASSIGN_OR_RETURN(v1::Project updated,
+                          context.client.UpdateProjectSettings(name, settings));
+  PrintProject(context, updated);
   return absl::OkStatus();
 }
 
@@ -465,16 +628,36 @@ absl::Status ItemAdd(const Context& context) {
   }
   VERITY_ASSIGN_OR_RETURN(AddItemsTotals totals,
                           context.client.AddItems(project.name(), items.items));
-  context.out << "added=" << totals.added << " updated=" << totals.updated
-              << "\n";
+  PrintAddTotals(context, totals);
+  return absl::OkStatus();
+}
+
+absl::Status AnnotatorAdd(const Context& context) {
+  VERITY_ASSIGN_OR_RETURN(
+      v1::Project project,
+      context.client.GetProject(context.line.GetString("project")));
+  const std::string file = context.line.GetString("csv");
+  VERITY_ASSIGN_OR_RETURN(std::string text, ReadFile(file));
+  VERITY_ASSIGN_OR_RETURN(AnnotatorRows rows, ParseAnnotatorsCsv(text, file));
+  if (rows.feature_dim > 0 &&
+      rows.feature_dim != project.annotator_feature_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ": ", rows.feature_dim, " feature columns, but project \"",
+        project.name(), "\" has annotator_feature_dim ",
+        project.annotator_feature_dim()));
+  }
+  VERITY_ASSIGN_OR_RETURN(
+      AddItemsTotals totals,
+      context.client.AddAnnotators(project.name(), rows.annotators));
+  PrintAddTotals(context, totals);
   return absl::OkStatus();
 }
 
 absl::Status Submit(const Context& context) {
   const CommandLine& line = context.line;
-  absl::StatusOr<int64_t> batch_size =
-      line.GetInt("batch_size", 1, VerityClient::kMaxItemsPerCall);
-  if (!batch_size.ok()) return UsageError(batch_size.status().message());
+  VERITY_ASSIGN_OR_RETURN(
+      int64_t batch_size,
+      AsUsage(line.GetInt("batch_size", 1, VerityClient::kMaxItemsPerCall)));
   VERITY_ASSIGN_OR_RETURN(auto project_and_labels, ProjectAndLabels(context));
   const auto& [project, labels] = project_and_labels;
   const std::string file = line.GetString("csv");
@@ -484,9 +667,8 @@ absl::Status Submit(const Context& context) {
   text.clear();
   text.shrink_to_fit();
 
-  constexpr int kRejectionsShown = 5;
   SubmitOptions options;
-  options.batch_size = static_cast<int>(*batch_size);
+  options.batch_size = static_cast<int>(batch_size);
   options.max_rejections = kRejectionsShown;
   std::optional<ProgressMeter> meter;
   if (context.environment.show_progress) {
@@ -500,13 +682,45 @@ absl::Status Submit(const Context& context) {
       project.name(), rows.annotations, options);
   if (meter.has_value()) meter->Finish();
   if (!totals.ok()) return totals.status();
+
+  // A rejection names the CSV line of its annotation when the server's index
+  // is in range.
+  auto in_range = [&rows](const SubmitRejection& rejection) {
+    return rejection.index >= 0 &&
+           rejection.index < static_cast<int64_t>(rows.annotations.size());
+  };
+  if (context.json) {
+    JsonValue rejections = JsonValue::Array();
+    for (const SubmitRejection& rejection : totals->rejections) {
+      JsonValue entry = JsonValue::Object();
+      if (in_range(rejection)) {
+        const v1::Annotation& annotation = rows.annotations[rejection.index];
+        entry.Set("line", rows.lines[rejection.index])
+            .Set("item", annotation.item())
+            .Set("annotator", annotation.annotator());
+      } else {
+        entry.Set("line", JsonValue())
+            .Set("item", JsonValue())
+            .Set("annotator", JsonValue());
+      }
+      entry.Set("reason", rejection.reason);
+      rejections.Append(std::move(entry));
+    }
+    PrintJson(context, JsonValue::Object()
+                           .Set("accepted", totals->accepted)
+                           .Set("duplicate", totals->duplicate)
+                           .Set("revised", totals->revised)
+                           .Set("rejected", totals->rejected)
+                           .Set("rejections", std::move(rejections))
+                           .Set("retries", totals->retries));
+    return absl::OkStatus();
+  }
   context.out << "accepted=" << totals->accepted
               << " duplicate=" << totals->duplicate
               << " revised=" << totals->revised
               << " rejected=" << totals->rejected << "\n";
   for (const SubmitRejection& rejection : totals->rejections) {
-    if (rejection.index < 0 ||
-        rejection.index >= static_cast<int64_t>(rows.annotations.size())) {
+    if (!in_range(rejection)) {
       context.out << "  rejected: " << rejection.reason << "\n";
       continue;
     }
@@ -530,98 +744,28 @@ absl::Status Submit(const Context& context) {
 }
 
 absl::Status Posteriors(const Context& context) {
-  const CommandLine& line = context.line;
-  absl::StatusOr<int64_t> page_size =
-      line.GetInt("page_size", 1, VerityClient::kMaxItemsPerCall);
-  if (!page_size.ok()) return UsageError(page_size.status().message());
-  VERITY_ASSIGN_OR_RETURN(
-      v1::Project project,
-      context.client.GetProject(context.line.GetString("project")));
-
-  // --out is written to a sibling file renamed over FILE on success, so a
-  // failed call leaves an existing FILE alone.
-  const std::string out_path = line.GetString("out");
-  const std::string partial_path = absl::StrCat(out_path, ".partial");
-  std::ofstream file;
-  std::ostream* out = &context.out;
-  if (!out_path.empty()) {
-    file.open(partial_path, std::ios::binary | std::ios::trunc);
-    if (!file) {
-      return absl::ErrnoToStatus(errno,
-                                 absl::StrCat("cannot write ", partial_path));
-    }
-    out = &file;
+  const PosteriorFormat format =
+      context.json ? PosteriorFormat::kJsonArray : PosteriorFormat::kCsv;
+  if (context.line.Has("items")) {
+    const std::vector<std::string> items = context.line.GetList("items");
+    return WritePosteriors(context, format, &items);
   }
-
-  // The header goes out with the first row (or at the end), so an error on
-  // the first call prints nothing.
-  bool header_written = false;
-  std::vector<std::string> fields;
-  auto write_header = [&] {
-    if (header_written) return;
-    header_written = true;
-    fields = {"item", "label", "confidence"};
-    for (const std::string& name : project.classes()) {
-      fields.push_back(absl::StrCat("p_", name));
-    }
-    fields.push_back("num_labels");
-    *out << FormatCsvRecord(fields) << "\n";
-  };
-  int64_t written = 0;
-  auto write = [&](const v1::Posterior& posterior) {
-    write_header();
-    fields.clear();
-    fields.push_back(posterior.item());
-    fields.push_back(ClassName(project, posterior.map_label()));
-    fields.push_back(FormatNumber(posterior.confidence()));
-    for (double p : posterior.probabilities()) {
-      fields.push_back(FormatNumber(p));
-    }
-    fields.push_back(absl::StrCat(posterior.num_labels()));
-    *out << FormatCsvRecord(fields) << "\n";
-    ++written;
-  };
-
-  absl::Status status;
-  if (line.Has("items")) {
-    absl::StatusOr<std::vector<v1::Posterior>> posteriors =
-        context.client.GetPosteriors(project.name(), line.GetList("items"));
-    status = posteriors.status();
-    if (posteriors.ok()) {
-      for (const v1::Posterior& posterior : *posteriors) write(posterior);
-    }
-  } else {
-    status = ForEachPosteriorPage(
-        context, project.name(), static_cast<int32_t>(*page_size),
-        [&](const v1::ListPosteriorsResponse& page) {
-          for (const v1::Posterior& posterior : page.posteriors()) {
-            write(posterior);
-          }
-          return absl::OkStatus();
-        });
-  }
-  if (status.ok()) write_header();
-  out->flush();
-  if (status.ok() && !*out) {
-    status = absl::ErrnoToStatus(
-        errno, absl::StrCat("cannot write ",
-                            out_path.empty() ? "stdout" : partial_path));
-  }
-  if (out_path.empty()) return status;
-  file.close();
-  if (!status.ok()) {
-    std::remove(partial_path.c_str());
-    return status;
-  }
-  if (std::rename(partial_path.c_str(), out_path.c_str()) != 0) {
-    return absl::ErrnoToStatus(
-        errno, absl::StrCat("cannot rename ", partial_path, " to ", out_path));
-  }
-  context.out << "wrote " << written << " posteriors to " << out_path << "\n";
-  return absl::OkStatus();
+  return WritePosteriors(context, format, nullptr);
 }
 
-void PrintConfusion(const v1::Project& project,
+absl::Status Export(const Context& context) {
+  const std::string format = context.line.GetString("format");
+  if (format == "csv") {
+    return WritePosteriors(context, PosteriorFormat::kExportCsv, nullptr);
+  }
+  if (format == "jsonl") {
+    return WritePosteriors(context, PosteriorFormat::kJsonLines, nullptr);
+  }
+  return UsageError(
+      absl::StrCat("--format=", format, ": expected csv or jsonl"));
+}
+
+void PrintConfusion(absl::Span<const std::string> classes,
                     const v1::ConfusionMatrix& confusion, std::ostream& out) {
   const int k = confusion.num_classes();
   if (k <= 0 || confusion.probabilities_size() != k * k) {
@@ -631,13 +775,12 @@ void PrintConfusion(const v1::Project& project,
   out << "confusion (rows: true class, columns: answered class):\n";
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> header = {" "};
-  for (int l = 0; l < k; ++l) header.push_back(ClassName(project, l));
+  for (int l = 0; l < k; ++l) header.push_back(ClassName(classes, l));
   rows.push_back(std::move(header));
   for (int t = 0; t < k; ++t) {
-    std::vector<std::string> row = {ClassName(project, t)};
+    std::vector<std::string> row = {ClassName(classes, t)};
     for (int l = 0; l < k; ++l) {
-      row.push_back(
-          absl::StrFormat("%.4f", confusion.probabilities(t * k + l)));
+      row.push_back(FormatProbability(confusion.probabilities(t * k + l)));
     }
     rows.push_back(std::move(row));
   }
@@ -649,20 +792,32 @@ void PrintConfusion(const v1::Project& project,
   }
 }
 
-absl::Status Annotator(const Context& context) {
-  const CommandLine& line = context.line;
+// Profiles of `ids` (every annotator when empty): a table, or with
+// `confusion` each profile with its matrix.
+absl::Status PrintProfiles(const Context& context,
+                           const std::vector<std::string>& ids,
+                           bool confusion) {
   VERITY_ASSIGN_OR_RETURN(
       v1::Project project,
       context.client.GetProject(context.line.GetString("project")));
   VERITY_ASSIGN_OR_RETURN(
       std::vector<v1::AnnotatorProfile> profiles,
-      context.client.GetAnnotatorProfiles(project.name(), line.args()));
-  if (line.args().empty() && !line.GetBool("confusion")) {
+      context.client.GetAnnotatorProfiles(project.name(), ids));
+  const std::vector<std::string> classes = Classes(project);
+  if (context.json) {
+    JsonArrayWriter array(context.out);
+    for (const v1::AnnotatorProfile& profile : profiles) {
+      array.Add(AnnotatorProfileJson(profile, classes));
+    }
+    array.Finish();
+    return absl::OkStatus();
+  }
+  if (!confusion) {
     std::vector<std::vector<std::string>> rows = {
         {"ANNOTATOR", "LABELS", "ACCURACY"}};
     for (const v1::AnnotatorProfile& profile : profiles) {
       rows.push_back({profile.annotator(), absl::StrCat(profile.num_labels()),
-                      absl::StrFormat("%.4f", profile.accuracy())});
+                      FormatProbability(profile.accuracy())});
     }
     PrintTable(rows, context.out);
     return absl::OkStatus();
@@ -673,17 +828,36 @@ absl::Status Annotator(const Context& context) {
     first = false;
     context.out << "annotator: " << profile.annotator() << "\n"
                 << "num_labels: " << profile.num_labels() << "\n"
-                << "accuracy: " << absl::StrFormat("%.4f", profile.accuracy())
+                << "accuracy: " << FormatProbability(profile.accuracy())
                 << "\n";
-    PrintConfusion(project, profile.confusion(), context.out);
+    PrintConfusion(classes, profile.confusion(), context.out);
   }
   return absl::OkStatus();
 }
 
-absl::Status ShowStatus(const Context& context) {
+absl::Status AnnotatorList(const Context& context) {
+  return PrintProfiles(context, {}, context.line.GetBool("confusion"));
+}
+
+absl::Status AnnotatorShow(const Context& context) {
+  return PrintProfiles(context, context.line.args(), /*confusion=*/true);
+}
+
+// `annotator [ID ...]`: list without IDs, show with them.
+absl::Status Annotator(const Context& context) {
+  const std::vector<std::string>& ids = context.line.args();
+  return PrintProfiles(context, ids,
+                       !ids.empty() || context.line.GetBool("confusion"));
+}
+
+absl::Status ModelStatus(const Context& context) {
   const std::string project = context.line.GetString("project");
   VERITY_ASSIGN_OR_RETURN(v1::GetModelStatusResponse status,
                           context.client.GetModelStatus(project));
+  if (context.json) {
+    PrintJson(context, ModelStatusJson(project, status));
+    return absl::OkStatus();
+  }
   std::ostream& out = context.out;
   out << "project: " << project << "\n"
       << "method: " << FormatMethod(status.method()) << "\n"
@@ -694,26 +868,26 @@ absl::Status ShowStatus(const Context& context) {
     out << "current_version: none (no fit yet)\n";
     return absl::OkStatus();
   }
-  const v1::ModelVersion& version = status.current_version();
-  out << "current_version:\n"
-      << "  version: " << version.version() << "\n"
-      << "  method: " << FormatMethod(version.method()) << "\n"
-      << "  watermark: " << version.watermark() << "\n"
-      << "  num_labels: " << version.num_labels() << "\n"
-      << "  log_likelihood: " << FormatNumber(version.log_likelihood()) << "\n"
-      << "  iterations: " << version.iterations() << "\n"
-      << "  duration_ms: " << FormatNumber(version.duration_ms()) << "\n"
-      << "  created_at: " << FormatTimestamp(version.created_at()) << "\n";
+  out << "current_version:\n";
+  PrintVersion(status.current_version(), "  ", out);
   return absl::OkStatus();
 }
 
-absl::Status Versions(const Context& context) {
-  absl::StatusOr<int64_t> limit = context.line.GetInt("limit", 1, 1000);
-  if (!limit.ok()) return UsageError(limit.status().message());
+absl::Status ModelVersions(const Context& context) {
+  VERITY_ASSIGN_OR_RETURN(int64_t limit,
+                          AsUsage(context.line.GetInt("limit", 1, 1000)));
   VERITY_ASSIGN_OR_RETURN(
       std::vector<v1::ModelVersion> versions,
       context.client.ListModelVersions(context.line.GetString("project"),
-                                       static_cast<int32_t>(*limit)));
+                                       static_cast<int32_t>(limit)));
+  if (context.json) {
+    JsonArrayWriter array(context.out);
+    for (const v1::ModelVersion& version : versions) {
+      array.Add(ModelVersionJson(version));
+    }
+    array.Finish();
+    return absl::OkStatus();
+  }
   if (versions.empty()) {
     context.out << "no model versions yet\n";
     return absl::OkStatus();
@@ -728,7 +902,93 @@ absl::Status Versions(const Context& context) {
          absl::StrCat(version.iterations()),
          FormatNumber(version.log_likelihood()),
          FormatNumber(version.duration_ms()),
-         FormatTimestamp(version.created_at())});
+         FormatTime(version.created_at())});
+  }
+  PrintTable(rows, context.out);
+  return absl::OkStatus();
+}
+
+absl::Status ModelTrain(const Context& context) {
+  const std::string project = context.line.GetString("project");
+  absl::Duration deadline = kDefaultTrainTimeout;
+  if (context.line.Has("timeout")) {
+    VERITY_ASSIGN_OR_RETURN(deadline,
+                            AsUsage(context.line.GetDuration("timeout")));
+  }
+  std::optional<ElapsedTicker> ticker;
+  if (context.environment.show_progress) {
+    ticker.emplace(context.err, absl::StrCat("training ", project, ":"));
+  }
+  absl::StatusOr<v1::ModelVersion> version =
+      context.client.TrainModel(project, deadline);
+  if (ticker.has_value()) ticker->Finish();
+  if (!version.ok()) return version.status();
+  if (context.json) {
+    PrintJson(context, ModelVersionJson(*version));
+    return absl::OkStatus();
+  }
+  PrintVersion(*version, "", context.out);
+  return absl::OkStatus();
+}
+
+absl::Status SuggestItems(const Context& context) {
+  const CommandLine& line = context.line;
+  VERITY_ASSIGN_OR_RETURN(int64_t k, AsUsage(line.GetInt("k", 1, 1000)));
+  const std::string annotator = line.GetString("annotator");
+  VERITY_ASSIGN_OR_RETURN(
+      std::vector<v1::ItemSuggestion> suggestions,
+      context.client.SuggestItems(line.GetString("project"), annotator,
+                                  static_cast<int32_t>(k),
+                                  line.GetList("candidates")));
+  if (context.json) {
+    JsonArrayWriter array(context.out);
+    for (const v1::ItemSuggestion& suggestion : suggestions) {
+      array.Add(ItemSuggestionJson(suggestion));
+    }
+    array.Finish();
+    return absl::OkStatus();
+  }
+  if (suggestions.empty()) {
+    context.out << "no open items for annotator \"" << annotator << "\"\n";
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"ITEM", "SCORE", "P_CORRECT", "LEASE_EXPIRES_AT"}};
+  for (const v1::ItemSuggestion& suggestion : suggestions) {
+    rows.push_back({suggestion.item(), FormatNumber(suggestion.score()),
+                    FormatProbability(suggestion.p_correct()),
+                    FormatTime(suggestion.lease_expires_at())});
+  }
+  PrintTable(rows, context.out);
+  return absl::OkStatus();
+}
+
+absl::Status SuggestAnnotators(const Context& context) {
+  const CommandLine& line = context.line;
+  VERITY_ASSIGN_OR_RETURN(int64_t k, AsUsage(line.GetInt("k", 1, 1000)));
+  const std::string item = line.GetString("item");
+  VERITY_ASSIGN_OR_RETURN(
+      std::vector<v1::AnnotatorSuggestion> suggestions,
+      context.client.SuggestAnnotators(line.GetString("project"), item,
+                                       static_cast<int32_t>(k),
+                                       line.GetList("candidates")));
+  if (context.json) {
+    JsonArrayWriter array(context.out);
+    for (const v1::AnnotatorSuggestion& suggestion : suggestions) {
+      array.Add(AnnotatorSuggestionJson(suggestion));
+    }
+    array.Finish();
+    return absl::OkStatus();
+  }
+  if (suggestions.empty()) {
+    context.out << "no annotators to suggest for item \"" << item << "\"\n";
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"ANNOTATOR", "SCORE", "P_CORRECT"}};
+  for (const v1::AnnotatorSuggestion& suggestion : suggestions) {
+    rows.push_back({suggestion.annotator(), FormatNumber(suggestion.score()),
+                    FormatProbability(suggestion.p_correct())});
   }
   PrintTable(rows, context.out);
   return absl::OkStatus();
@@ -773,9 +1033,21 @@ absl::Status Accuracy(const Context& context) {
         absl::StrCat("no gold item of ", file, " has labels in project \"",
                      project.name(), "\""));
   }
-  context.out << "accuracy="
-              << absl::StrFormat("%.4f", static_cast<double>(correct) / scored)
-              << " (" << scored << " gold items)\n";
+  const double accuracy = static_cast<double>(correct) / scored;
+  const int64_t missing = static_cast<int64_t>(gold.size()) - found;
+  if (context.json) {
+    PrintJson(context,
+              JsonValue::Object()
+                  .Set("accuracy", accuracy)
+                  .Set("gold_items", scored)
+                  .Set("skipped", JsonValue::Object()
+                                      .Set("without_labels", unlabelled)
+                                      .Set("clamped_to_gold", clamped)
+                                      .Set("not_in_project", missing)));
+    return absl::OkStatus();
+  }
+  context.out << "accuracy=" << FormatProbability(accuracy) << " (" << scored
+              << " gold items)\n";
   std::vector<std::string> skipped;
   if (unlabelled > 0) {
     skipped.push_back(absl::StrCat(unlabelled, " without labels"));
@@ -783,7 +1055,6 @@ absl::Status Accuracy(const Context& context) {
   if (clamped > 0) {
     skipped.push_back(absl::StrCat(clamped, " clamped to gold by item add"));
   }
-  const int64_t missing = static_cast<int64_t>(gold.size()) - found;
   if (missing > 0) {
     skipped.push_back(absl::StrCat(missing, " not in the project"));
   }
@@ -802,13 +1073,23 @@ Handler HandlerFor(absl::string_view command) {
           {"project create", &ProjectCreate},
           {"project list", &ProjectList},
           {"project show", &ProjectShow},
+          {"project settings", &ProjectSettings},
           {"item add", &ItemAdd},
+          {"annotator add", &AnnotatorAdd},
+          {"annotator list", &AnnotatorList},
+          {"annotator show", &AnnotatorShow},
+          {"annotator", &Annotator},
           {"submit", &Submit},
           {"posteriors", &Posteriors},
-          {"annotator", &Annotator},
-          {"status", &ShowStatus},
-          {"versions", &Versions},
+          {"export", &Export},
           {"accuracy", &Accuracy},
+          {"suggest items", &SuggestItems},
+          {"suggest annotators", &SuggestAnnotators},
+          {"model status", &ModelStatus},
+          {"model versions", &ModelVersions},
+          {"model train", &ModelTrain},
+          {"status", &ModelStatus},
+          {"versions", &ModelVersions},
       };
   auto it = handlers->find(command);
   return it == handlers->end() ? nullptr : it->second;
@@ -822,7 +1103,7 @@ std::string HelpHint(const std::vector<std::string>& args) {
     if (!arg.empty() && arg[0] != '-') words.push_back(arg);
   }
   std::string best;
-  for (const CommandSpec& command : Commands()) {
+  for (const CommandSpec& command : CliCommands()) {
     std::vector<std::string> name = absl::StrSplit(command.name, ' ');
     if (name.size() <= words.size() &&
         std::equal(name.begin(), name.end(), words.begin()) &&
@@ -843,7 +1124,7 @@ std::string HelpHint(const std::vector<std::string>& args) {
 int RunCli(const std::vector<std::string>& args, std::ostream& out,
            std::ostream& err, const CliEnvironment& environment) {
   absl::StatusOr<CommandLine> line =
-      ParseCommandLine(args, GlobalFlags(), Commands());
+      ParseCommandLine(args, CliGlobalFlags(), CliCommands());
   if (!line.ok()) {
     err << kProgram << ": " << line.status().message() << "\nRun '"
         << HelpHint(args) << "' for usage.\n";
@@ -851,34 +1132,38 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
   }
   if (line->help()) {
     if (line->command() != nullptr) {
-      out << FormatCommandUsage(kProgram, *line->command(), GlobalFlags());
+      out << FormatCommandUsage(kProgram, *line->command(), CliGlobalFlags());
     } else if (!line->group().empty()) {
-      out << FormatGroupUsage(kProgram, line->group(), GlobalFlags(),
-                              Commands());
+      out << FormatGroupUsage(kProgram, line->group(), CliGlobalFlags(),
+                              CliCommands());
     } else {
-      out << FormatProgramUsage(kProgram, kDescription, GlobalFlags(),
-                                Commands(), kEpilogue);
+      out << FormatProgramUsage(kProgram, CliDescription(), CliGlobalFlags(),
+                                CliCommands(), CliEpilogue());
     }
     return kExitOk;
   }
   if (line->command() == nullptr) {
-    err << FormatProgramUsage(kProgram, kDescription, GlobalFlags(), Commands(),
-                              kEpilogue);
+    err << FormatProgramUsage(kProgram, CliDescription(), CliGlobalFlags(),
+                              CliCommands(), CliEpilogue());
     return kExitUsage;
   }
 
   const std::string server = line->GetString("server");
+  const std::string output = line->GetString("output");
   absl::StatusOr<absl::Duration> timeout = line->GetDuration("timeout");
   absl::Status status;
   if (server.empty()) {
     status = UsageError("--server must not be empty");
   } else if (!timeout.ok()) {
     status = UsageError(timeout.status().message());
+  } else if (output != "text" && output != "json") {
+    status = UsageError(
+        absl::StrCat("--output=", output, ": expected text or json"));
   } else {
     ClientOptions options;
     options.deadline = *timeout;
     VerityClient client(CreateInsecureChannel(server), options);
-    Context context{*line, client, out, err, environment};
+    Context context{*line, client, out, err, environment, output == "json"};
     Handler handler = HandlerFor(line->command()->name);
     status = handler != nullptr
                  ? handler(context)

@@ -3,6 +3,10 @@
 // its errors and progress to `err`. verity_main.cc is a thin wrapper; tests
 // call RunCli in-process against a server on a test port.
 //
+// Output: tables and "key: value" lines by default; with --output=json every
+// command prints one JSON document on `out` (shapes in each command's help,
+// built by message_format.h). Progress meters and errors go to `err` only.
+//
 // Exit codes: 0 success; 1 the command failed (an RPC error, a bad input
 // file), with one line "verity: CODE: message" on `err`; 2 a usage error
 // (unknown command or flag, missing argument), with "verity: message" and a
@@ -25,9 +29,14 @@ inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
 struct CliEnvironment {
-  // Draw a progress meter on `err` during `verity submit`. main sets it when
-  // stderr is a terminal, so piped output stays clean.
+  // Draw progress on `err` during long operations (submit, posteriors,
+  // export, model train). main sets it when stderr is a terminal, so piped
+  // output stays clean.
   bool show_progress = false;
+  // `out` is a terminal: posteriors and export then draw no meter while
+  // they print to it (the meter would interleave with the rows). main sets
+  // it from stdout.
+  bool stdout_is_terminal = false;
 };
 
 // Runs the command line `args` (without the program name, e.g.

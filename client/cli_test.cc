@@ -6,7 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/cli_commands.h"
+#include "client/command_line.h"
 #include "client/testing/fake_verity_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -14,7 +18,10 @@
 namespace verity::client {
 namespace {
 
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::StartsWith;
 using ::verity::client::testing::FakeVerityServer;
 
@@ -29,15 +36,17 @@ class CliTest : public ::testing::Test {
   void SetUp() override { server_ = FakeVerityServer::Start(); }
 
   // Runs the CLI against the fake server.
-  CliResult Run(std::vector<std::string> args) {
+  CliResult Run(std::vector<std::string> args,
+                const CliEnvironment& environment = {}) {
     args.push_back(absl::StrCat("--server=", server_->address()));
-    return RunWithoutServer(args);
+    return RunWithoutServer(args, environment);
   }
 
-  static CliResult RunWithoutServer(const std::vector<std::string>& args) {
+  static CliResult RunWithoutServer(const std::vector<std::string>& args,
+                                    const CliEnvironment& environment = {}) {
     std::ostringstream out, err;
     CliResult result;
-    result.code = RunCli(args, out, err);
+    result.code = RunCli(args, out, err, environment);
     result.out = out.str();
     result.err = err.str();
     return result;
@@ -361,6 +370,422 @@ TEST_F(CliTest, StatusShowsLabelsSinceVersionAndTheCurrentVersion) {
             "DURATION_MS  CREATED_AT\n"
             "1        ds      6       6          7           -12.5           "
             "1.25         2023-11-14T22:15:00.000Z\n");
+}
+
+TEST_F(CliTest, EveryCommandHasCompleteHelp) {
+  const std::string program_help = RunWithoutServer({"--help"}).out;
+  for (const CommandSpec& command : CliCommands()) {
+    SCOPED_TRACE(command.name);
+    EXPECT_FALSE(command.summary.empty());
+    EXPECT_FALSE(command.details.empty());
+    for (const FlagSpec& flag : command.flags) {
+      EXPECT_FALSE(flag.help.empty()) << flag.name;
+    }
+    EXPECT_THAT(program_help, HasSubstr(command.summary));
+    std::vector<std::string> args = absl::StrSplit(command.name, ' ');
+    args.push_back("--help");
+    const CliResult help = RunWithoutServer(args);
+    EXPECT_EQ(help.code, kExitOk);
+    EXPECT_THAT(help.out,
+                StartsWith(absl::StrCat("Usage: verity ", command.name)));
+    EXPECT_THAT(help.out, HasSubstr("--output=text|json"));
+    for (const FlagSpec& flag : command.flags) {
+      EXPECT_THAT(help.out, HasSubstr(absl::StrCat("--", flag.name)));
+    }
+  }
+  for (const char* group : {"model", "suggest", "annotator", "project"}) {
+    EXPECT_EQ(RunWithoutServer({"help", group}).code, kExitOk) << group;
+  }
+  const CliResult result = RunWithoutServer({"model"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_THAT(result.err,
+              StartsWith("verity: \"model\" needs a subcommand: status, "
+                         "versions, train\n"));
+}
+
+TEST_F(CliTest, OutputMustBeTextOrJson) {
+  const CliResult result = Run({"project", "list", "--output=yaml"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_EQ(result.err,
+            "verity: --output=yaml: expected text or json\nRun 'verity "
+            "project list --help' for usage.\n");
+}
+
+TEST_F(CliTest, ProjectCommandsPrintJson) {
+  CliResult result = Run({"project", "list", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out, "[]\n");
+  result = Run({"project", "create", "birds", "--classes=false,true",
+                "--method=mv", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  const std::string birds =
+      "{\"name\":\"birds\",\"classes\":[\"false\",\"true\"],"
+      "\"item_feature_dim\":0,\"annotator_feature_dim\":0,\"method\":\"mv\","
+      "\"settings\":{\"model\":{\"method\":\"mv\",\"confusion_smoothing\":0,"
+      "\"prior_smoothing\":0,\"max_iterations\":0,\"tolerance\":0,"
+      "\"refit_min_new_labels\":0,\"refit_new_label_fraction\":0},"
+      "\"assignment\":{\"min_labels_per_item\":0,\"max_labels_per_item\":0,"
+      "\"confidence_target\":0,\"lease_seconds\":0,\"policy\":\"default\","
+      "\"gold_items_for_new_annotators\":0}},"
+      "\"created_at\":\"2023-11-14T22:13:20.000Z\",\"num_items\":0,"
+      "\"num_annotators\":0,\"num_labels\":0}";
+  EXPECT_EQ(result.out, birds + "\n");
+  result = Run({"project", "show", "birds", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out, birds + "\n");
+  ASSERT_EQ(Run({"project", "create", "cats", "--classes=a,b"}).code, kExitOk);
+  result = Run({"project", "list", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, StartsWith("[\n" + birds + ",\n{\"name\":\"cats\""));
+  EXPECT_THAT(result.out, EndsWith("}\n]\n"));
+
+  // Errors stay on stderr: stdout is empty, not half a document.
+  result = Run({"project", "show", "nope", "--output=json"});
+  EXPECT_EQ(result.code, kExitFailure);
+  EXPECT_EQ(result.out, "");
+  EXPECT_EQ(result.err, "verity: NOT_FOUND: project \"nope\" does not exist\n");
+}
+
+TEST_F(CliTest, ProjectCreateAndSettingsSetModelAndAssignmentSettings) {
+  CliResult result = Run({"project", "create", "birds", "--classes=false,true",
+                          "--confidence_target=0.95", "--lease_seconds=60"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out,
+              HasSubstr("settings: assignment { confidence_target: 0.95 "
+                        "lease_seconds: 60 }\n"));
+
+  // Only the flags given change; the rest is kept.
+  result = Run({"project", "settings", "birds", "--method=mv",
+                "--policy=uncertainty", "--max_iterations=50"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("method: mv\n"));
+  EXPECT_THAT(result.out,
+              HasSubstr("settings: model { max_iterations: 50 } assignment { "
+                        "confidence_target: 0.95 lease_seconds: 60 policy: "
+                        "ASSIGNMENT_POLICY_UNCERTAINTY }\n"));
+  result = Run({"project", "settings", "birds", "--method=default",
+                "--max_iterations=0", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out,
+              HasSubstr("\"method\":\"default\",\"settings\":{\"model\":{"
+                        "\"method\":\"default\",\"confusion_smoothing\":0,"
+                        "\"prior_smoothing\":0,\"max_iterations\":0,"));
+  EXPECT_THAT(result.out, HasSubstr("\"confidence_target\":0.95,"
+                                    "\"lease_seconds\":60,"
+                                    "\"policy\":\"uncertainty\""));
+
+  result = Run({"project", "settings", "birds"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_THAT(result.err, StartsWith("verity: \"project settings\" needs at "
+                                     "least one setting flag"));
+  result = Run({"project", "settings", "birds", "--policy=greedy"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_THAT(result.err,
+              StartsWith("verity: --policy=greedy: expected one of "
+                         "information_gain, uncertainty, uniform, random, "
+                         "default\n"));
+  result = Run({"project", "settings", "birds", "--confidence_target=1.5"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_THAT(result.err, StartsWith("verity: --confidence_target=1.5: "
+                                     "expected a number in [0, 1]\n"));
+  result = Run({"project", "settings", "nope", "--method=ds"});
+  EXPECT_EQ(result.code, kExitFailure);
+  EXPECT_EQ(result.err, "verity: NOT_FOUND: project \"nope\" does not exist\n");
+}
+
+TEST_F(CliTest, AnnotatorAddSendsFeaturesAndCountsUpdates) {
+  ASSERT_EQ(Run({"project", "create", "feat", "--classes=no,yes",
+                 "--annotator_feature_dim=2"})
+                .code,
+            kExitOk);
+  const std::string annotators =
+      WriteFile("annotators.csv", "annotator,f1,f0\nw1,1,2\nw2,3,4\n");
+  CliResult result = Run({"annotator", "add", "--project=feat",
+                          absl::StrCat("--csv=", annotators)});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out, "added=2 updated=0\n");
+  result = Run({"annotator", "add", "--project=feat",
+                absl::StrCat("--csv=", annotators), "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out, "{\"added\":0,\"updated\":2}\n");
+  result = Run({"project", "show", "feat"});
+  EXPECT_THAT(result.out, HasSubstr("annotators: 2\n"));
+
+  const std::string wrong =
+      WriteFile("annotators3.csv", "id,f0,f1,f2\nw,1,2,3\n");
+  result = Run(
+      {"annotator", "add", "--project=feat", absl::StrCat("--csv=", wrong)});
+  EXPECT_EQ(result.code, kExitFailure);
+  EXPECT_EQ(result.err,
+            absl::StrCat("verity: INVALID_ARGUMENT: ", wrong,
+                         ": 3 feature columns, but project \"feat\" has "
+                         "annotator_feature_dim 2\n"));
+}
+
+TEST_F(CliTest, AnnotatorListAndShowMatchTheShortFormAndPrintJson) {
+  CreateBirdsWithLabels();
+  const CliResult list = Run({"annotator", "list", "--project=birds"});
+  ASSERT_EQ(list.code, kExitOk) << list.err;
+  EXPECT_EQ(list.out, Run({"annotator", "--project=birds"}).out);
+  EXPECT_THAT(list.out, StartsWith("ANNOTATOR  LABELS  ACCURACY\n"));
+  const CliResult show = Run({"annotator", "show", "w3", "--project=birds"});
+  ASSERT_EQ(show.code, kExitOk) << show.err;
+  EXPECT_EQ(show.out, Run({"annotator", "w3", "--project=birds"}).out);
+  EXPECT_THAT(show.out, HasSubstr("  true   1.0000  0.0000\n"));
+
+  CliResult result =
+      Run({"annotator", "show", "w3", "--project=birds", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            "[\n{\"annotator\":\"w3\",\"num_labels\":1,\"accuracy\":0,"
+            "\"confusion\":{\"false\":{\"false\":1,\"true\":0},"
+            "\"true\":{\"false\":1,\"true\":0}}}\n]\n");
+  result = Run({"annotator", "list", "--project=birds", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(std::count(result.out.begin(), result.out.end(), '\n'), 5)
+      << result.out;
+  EXPECT_THAT(result.out, StartsWith("[\n{\"annotator\":\"w1\","
+                                     "\"num_labels\":3,\"accuracy\":1,"));
+
+  result = Run({"annotator", "show", "--project=birds"});
+  EXPECT_EQ(result.code, kExitUsage);
+  result = Run({"annotator", "show", "nobody", "--project=birds"});
+  EXPECT_EQ(result.code, kExitFailure);
+  EXPECT_EQ(result.err,
+            "verity: NOT_FOUND: annotator \"nobody\" does not exist\n");
+}
+
+TEST_F(CliTest, SubmitAndAccuracyPrintJson) {
+  CreateBirdsWithLabels();
+  const std::string labels =
+      WriteFile("labels4.csv", "item,annotator,label\na,w1,false\nd,w4,1\n");
+  CliResult result = Run({"submit", "--project=birds",
+                          absl::StrCat("--csv=", labels), "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            "{\"accepted\":1,\"duplicate\":0,\"revised\":1,\"rejected\":0,"
+            "\"rejections\":[],\"retries\":0}\n");
+  const std::string gold =
+      WriteFile("gold4.csv", "item,label\nb,false\nz,false\n");
+  result = Run({"accuracy", "--project=birds",
+                absl::StrCat("--gold_csv=", gold), "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            "{\"accuracy\":1,\"gold_items\":1,\"skipped\":{\"without_labels\":"
+            "0,\"clamped_to_gold\":0,\"not_in_project\":1}}\n");
+}
+
+TEST_F(CliTest, PosteriorsPrintAJsonArray) {
+  CreateBirdsWithLabels();
+  CliResult result =
+      Run({"posteriors", "--project=birds", "--items=a", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            "[\n{\"item\":\"a\",\"label\":\"true\",\"label_index\":1,"
+            "\"confidence\":0.6666666666666666,\"probabilities\":{\"false\":"
+            "0.3333333333333333,\"true\":0.6666666666666666},\"num_labels\":3,"
+            "\"model_version\":0,\"includes_newer_labels\":false,"
+            "\"is_gold\":false}\n]\n");
+  result =
+      Run({"posteriors", "--project=birds", "--page_size=2", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(std::count(result.out.begin(), result.out.end(), '\n'), 5);
+  EXPECT_THAT(result.out, HasSubstr("},\n{\"item\":\"c\","));
+
+  const std::string out = absl::StrCat(::testing::TempDir(), "/post.json");
+  result = Run({"posteriors", "--project=birds", absl::StrCat("--out=", out),
+                "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            absl::StrCat("{\"out\":\"", out, "\",\"posteriors\":3}\n"));
+  EXPECT_THAT(ReadFile(out), StartsWith("[\n{\"item\":\"a\""));
+}
+
+TEST_F(CliTest, ExportWritesCsvAndJsonLinesOfEveryItem) {
+  CreateBirdsWithLabels();
+  CliResult result =
+      Run({"export", "--project=birds", "--format=csv", "--page_size=2"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            "item,label,label_index,confidence,p_false,p_true,num_labels,"
+            "model_version,includes_newer_labels,is_gold\n"
+            "a,true,1,0.6666666666666666,0.3333333333333333,"
+            "0.6666666666666666,3,0,false,false\n"
+            "b,false,0,1,1,0,2,0,false,false\n"
+            "c,true,1,1,0,1,1,0,false,false\n");
+  // csv is the default.
+  EXPECT_EQ(Run({"export", "--project=birds"}).out, result.out);
+
+  const std::string out = absl::StrCat(::testing::TempDir(), "/birds.jsonl");
+  result = Run({"export", "--project=birds", "--format=jsonl", "--page_size=1",
+                absl::StrCat("--out=", out)});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out, absl::StrCat("wrote 3 posteriors to ", out, "\n"));
+  const std::string jsonl = ReadFile(out);
+  std::vector<std::string> lines =
+      absl::StrSplit(jsonl, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u) << jsonl;
+  EXPECT_EQ(lines[1],
+            "{\"item\":\"b\",\"label\":\"false\",\"label_index\":0,"
+            "\"confidence\":1,\"probabilities\":{\"false\":1,\"true\":0},"
+            "\"num_labels\":2,\"model_version\":0,"
+            "\"includes_newer_labels\":false,\"is_gold\":false}");
+  EXPECT_THAT(lines[2], StartsWith("{\"item\":\"c\","));
+
+  // A failed export leaves the existing file alone.
+  result = Run({"export", "--project=nope", "--format=jsonl",
+                absl::StrCat("--out=", out)});
+  EXPECT_EQ(result.code, kExitFailure);
+  EXPECT_EQ(ReadFile(out), jsonl);
+  result = Run({"export", "--project=birds", "--format=xml"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_THAT(result.err,
+              StartsWith("verity: --format=xml: expected csv or jsonl\n"));
+}
+
+TEST_F(CliTest, ExportShowsProgressOnlyWhenItsOutputIsNotATerminal) {
+  CreateBirdsWithLabels();
+  CliEnvironment terminal;
+  terminal.show_progress = true;
+  terminal.stdout_is_terminal = false;  // Piped to a file: draw the meter.
+  CliResult result =
+      Run({"export", "--project=birds", "--format=jsonl"}, terminal);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.err, StartsWith("\r3/3 items (100%)"));
+  EXPECT_THAT(result.err, HasSubstr("items/s  ETA"));
+  EXPECT_THAT(result.err, EndsWith("\r\x1b[K"));
+  EXPECT_EQ(std::count(result.out.begin(), result.out.end(), '\n'), 3);
+
+  // Rows printed on the terminal itself: no meter in between.
+  terminal.stdout_is_terminal = true;
+  result = Run({"export", "--project=birds", "--format=jsonl"}, terminal);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.err, "");
+  // ... unless the rows go to --out.
+  const std::string out = absl::StrCat(::testing::TempDir(), "/p.csv");
+  result = Run({"posteriors", "--project=birds", absl::StrCat("--out=", out)},
+               terminal);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.err, StartsWith("\r3/3 items (100%)"));
+  // stderr not a terminal (the default environment): nothing.
+  EXPECT_EQ(Run({"export", "--project=birds"}).err, "");
+}
+
+TEST_F(CliTest, SuggestItemsListsOpenItemsBestFirst) {
+  CreateBirdsWithLabels();
+  CliResult result =
+      Run({"suggest", "items", "--project=birds", "--annotator=w9", "--k=2"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            "ITEM  SCORE     P_CORRECT  LEASE_EXPIRES_AT\n"
+            "a     0.333333  0.7500     2023-11-14T22:25:00.000Z\n"
+            "b     0         0.7500     2023-11-14T22:25:00.000Z\n");
+  result = Run({"suggest", "items", "--project=birds", "--annotator=w9",
+                "--candidates=c,zz", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            "[\n{\"item\":\"c\",\"score\":0,\"p_correct\":0.75,"
+            "\"lease_expires_at\":\"2023-11-14T22:25:00.000Z\"}\n]\n");
+  // w1 labelled every item.
+  result = Run({"suggest", "items", "--project=birds", "--annotator=w1"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out, "no open items for annotator \"w1\"\n");
+  result = Run({"suggest", "items", "--project=birds", "--annotator=w1",
+                "--output=json"});
+  EXPECT_EQ(result.out, "[]\n");
+
+  result =
+      Run({"suggest", "items", "--project=birds", "--annotator=w1", "--k=0"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_THAT(result.err,
+              StartsWith("verity: --k=0: expected an integer in [1, 1000]\n"));
+  result = Run({"suggest", "items", "--project=birds"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_THAT(result.err,
+              StartsWith("verity: \"suggest items\" needs --annotator=ID\n"));
+}
+
+TEST_F(CliTest, SuggestAnnotatorsRanksThoseWhoHaveNotLabelledTheItem) {
+  CreateBirdsWithLabels();
+  CliResult result =
+      Run({"suggest", "annotators", "--project=birds", "--item=c"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            "ANNOTATOR  SCORE  P_CORRECT\n"
+            "w2         1      1.0000\n"
+            "w3         0      0.0000\n");
+  result = Run({"suggest", "annotators", "--project=birds", "--item=c",
+                "--candidates=w3", "--k=1", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            "[\n{\"annotator\":\"w3\",\"score\":0,\"p_correct\":0}\n]\n");
+  result = Run({"suggest", "annotators", "--project=birds", "--item=zz"});
+  EXPECT_EQ(result.code, kExitFailure);
+  EXPECT_EQ(result.err, "verity: NOT_FOUND: item \"zz\" does not exist\n");
+}
+
+TEST_F(CliTest, ModelTrainFitsAndVersionsAndStatusPrintJson) {
+  ASSERT_EQ(Run({"project", "create", "empty", "--classes=a,b"}).code, kExitOk);
+  CliResult result = Run({"model", "train", "--project=empty"});
+  EXPECT_EQ(result.code, kExitFailure);
+  EXPECT_EQ(result.err,
+            "verity: FAILED_PRECONDITION: project \"empty\" has no labels to "
+            "fit\n");
+  result = Run({"model", "versions", "--project=empty", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out, "[]\n");
+
+  CreateBirdsWithLabels();
+  result = Run({"model", "train", "--project=birds"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            "version: 1\n"
+            "method: ds\n"
+            "watermark: 6\n"
+            "num_labels: 6\n"
+            "log_likelihood: -12.5\n"
+            "iterations: 7\n"
+            "duration_ms: 1.25\n"
+            "created_at: 2023-11-14T22:15:00.000Z\n");
+  const std::string version2 =
+      "{\"version\":2,\"method\":\"ds\",\"watermark\":6,\"num_labels\":6,"
+      "\"log_likelihood\":-12.5,\"iterations\":7,\"duration_ms\":1.25,"
+      "\"created_at\":\"2023-11-14T22:15:00.000Z\"}";
+  result = Run({"model", "train", "--project=birds", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out, version2 + "\n");
+
+  result = Run({"model", "versions", "--project=birds", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, StartsWith("[\n" + version2 + ",\n{\"version\":1,"));
+  EXPECT_EQ(Run({"versions", "--project=birds", "--output=json"}).out,
+            result.out);
+  result = Run({"model", "versions", "--project=birds", "--limit=1"});
+  EXPECT_EQ(std::count(result.out.begin(), result.out.end(), '\n'), 2);
+
+  result = Run({"model", "status", "--project=birds", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            "{\"project\":\"birds\",\"method\":\"ds\",\"num_labels\":6,"
+            "\"labels_since_version\":0,\"training\":false,"
+            "\"current_version\":" +
+                version2 + "}\n");
+  EXPECT_EQ(Run({"status", "--project=birds", "--output=json"}).out,
+            result.out);
+  EXPECT_EQ(Run({"model", "status", "--project=birds"}).out,
+            Run({"status", "--project=birds"}).out);
+}
+
+TEST_F(CliTest, ModelTrainShowsElapsedTimeOnATerminal) {
+  CreateBirdsWithLabels();
+  CliEnvironment terminal;
+  terminal.show_progress = true;
+  const CliResult result =
+      Run({"model", "train", "--project=birds", "--timeout=2m"}, terminal);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.err, StartsWith("\rtraining birds: 0s\x1b[K"));
+  EXPECT_THAT(result.err, EndsWith("\r\x1b[K"));
+  EXPECT_THAT(result.out, StartsWith("version: 1\n"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "client/command_line.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -161,6 +162,18 @@ absl::StatusOr<int64_t> CommandLine::GetInt(absl::string_view name, int64_t min,
                                                    min, ", ", max, "]"));
   }
   return n;
+}
+
+absl::StatusOr<double> CommandLine::GetDouble(absl::string_view name,
+                                              double min, double max) const {
+  const std::string value = GetString(name);
+  double x = 0;
+  if (!absl::SimpleAtod(value, &x) || !std::isfinite(x) || x < min || x > max) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value,
+                                                   ": expected a number in [",
+                                                   min, ", ", max, "]"));
+  }
+  return x;
 }
 
 absl::StatusOr<absl::Duration> CommandLine::GetDuration(

@@ -70,6 +70,10 @@ class CommandLine {
   // in [min, max].
   absl::StatusOr<int64_t> GetInt(absl::string_view name, int64_t min,
                                  int64_t max) const;
+  // INVALID_ARGUMENT "--name: ..." when the value is not a finite decimal
+  // number in [min, max].
+  absl::StatusOr<double> GetDouble(absl::string_view name, double min,
+                                   double max) const;
   // A duration such as "30s", "1m30s", "500ms"; a plain number is seconds.
   // INVALID_ARGUMENT unless the value is a positive duration.
   absl::StatusOr<absl::Duration> GetDuration(absl::string_view name) const;

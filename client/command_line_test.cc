@@ -199,6 +199,22 @@ TEST(CommandLineTest, TypedGettersNameTheFlagOnBadValues) {
                        HasSubstr("--timeout=soon: expected a positive")));
 }
 
+TEST(CommandLineTest, DoublesAreFiniteAndInRange) {
+  absl::StatusOr<CommandLine> line =
+      Parse({"submit", "--project=p", "--csv=x", "--batch_size=0.25"});
+  ASSERT_THAT(line, IsOk());
+  EXPECT_EQ(*line->GetDouble("batch_size", 0, 1), 0.25);
+  EXPECT_THAT(line->GetDouble("batch_size", 0.5, 1),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "--batch_size=0.25: expected a number in [0.5, 1]"));
+  line = Parse({"submit", "--project=p", "--csv=x", "--batch_size=nan"});
+  EXPECT_THAT(line->GetDouble("batch_size", 0, 1),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  line = Parse({"submit", "--project=p", "--csv=x", "--batch_size=inf"});
+  EXPECT_THAT(line->GetDouble("batch_size", 0, 1e300),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(CommandLineTest, DurationsAcceptUnitsOrPlainSeconds) {
   absl::StatusOr<CommandLine> line =
       Parse({"project", "list", "--timeout=1.5"});

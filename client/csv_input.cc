@@ -1,5 +1,6 @@
 #include "client/csv_input.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -87,6 +88,142 @@ std::optional<int> FeatureColumnIndex(absl::string_view name) {
 
 bool NeedsQuoting(absl::string_view field) {
   return field.find_first_of(",\"\r\n") != absl::string_view::npos;
+}
+
+// An entities CSV (items or annotators): an id column named after the entity
+// (or "id"), optional named columns, and optional feature columns f0 to
+// f<D-1>.
+struct EntityCsvSpec {
+  // "item" or "annotator": the id column's name and the word in messages.
+  std::string entity;
+  // The other columns a file may have, each with its accepted names.
+  std::vector<std::vector<std::string>> optional_columns;
+  // A header to show when the file is empty.
+  std::string example_header;
+};
+
+// Reads the header and calls on_row(line, id, features, cells) for every
+// record: features empty when the row has none, cells[c] the cell of
+// optional column c or null when the file lacks the column. Sets
+// `feature_dim` to the number of f<j> columns. Errors are LineErrors; an empty
+// file is INVALID_ARGUMENT without a line.
+template <typename OnRow>
+absl::Status ForEachEntityRow(absl::string_view text, const EntityCsvSpec& spec,
+                              int32_t& feature_dim, OnRow on_row) {
+  // Accepted names of every named column: the id column first.
+  std::vector<std::vector<std::string>> named = {{spec.entity, "id"}};
+  named.insert(named.end(), spec.optional_columns.begin(),
+               spec.optional_columns.end());
+  std::optional<Header> header;
+  // named_columns[c]: the position of named column c, or -1.
+  std::vector<int> named_columns(named.size(), -1);
+  // feature_columns[j]: the position of f<j>.
+  std::vector<int> feature_columns;
+  absl::flat_hash_map<std::string, int64_t> line_of_id;
+  std::vector<const std::string*> cells(spec.optional_columns.size());
+  absl::Status status = models::ForEachCsvRecord(
+      std::string_view(text.data(), text.size()),
+      [&](int64_t line, absl::Span<const std::string> fields) -> absl::Status {
+        if (!header.has_value()) {
+          absl::StatusOr<Header> read = ReadHeader(fields, line);
+          if (!read.ok()) return read.status();
+          header = *std::move(read);
+          absl::flat_hash_map<int, int> feature_column_of;
+          for (const auto& [name, column] : header->column) {
+            bool known = false;
+            for (size_t c = 0; c < named.size() && !known; ++c) {
+              if (std::find(named[c].begin(), named[c].end(), name) ==
+                  named[c].end()) {
+                continue;
+              }
+              known = true;
+              if (named_columns[c] >= 0) {
+                return LineError(
+                    line, absl::StrCat("both \"", named[c][0], "\" and \"",
+                                       named[c][1], "\" columns; keep one"));
+              }
+              named_columns[c] = column;
+            }
+            if (known) continue;
+            if (std::optional<int> j = FeatureColumnIndex(name)) {
+              feature_column_of[*j] = column;
+              continue;
+            }
+            std::vector<std::string> expected;
+            for (const auto& names : named) {
+              expected.push_back(absl::StrJoin(names, " or "));
+            }
+            return LineError(
+                line,
+                absl::StrCat("unknown column \"", name, "\" (expected ",
+                             absl::StrJoin(expected, ", "), ", f0, f1, ...)"));
+          }
+          if (named_columns[0] < 0) {
+            return LineError(
+                line, absl::StrCat("the header must name an \"", spec.entity,
+                                   "\" (or \"id\") column"));
+          }
+          const int dim = static_cast<int>(feature_column_of.size());
+          for (int j = 0; j < dim; ++j) {
+            auto it = feature_column_of.find(j);
+            if (it == feature_column_of.end()) {
+              return LineError(
+                  line, absl::StrCat(dim, " feature columns but no column f", j,
+                                     " (expected f0 to f", dim - 1, ")"));
+            }
+            feature_columns.push_back(it->second);
+          }
+          feature_dim = dim;
+          return absl::OkStatus();
+        }
+        absl::Status count = CheckFieldCount(*header, fields, line);
+        if (!count.ok()) return count;
+        const std::string& id = fields[named_columns[0]];
+        if (id.empty()) {
+          return LineError(line, absl::StrCat("empty ", spec.entity, " id"));
+        }
+        auto [it, inserted] = line_of_id.emplace(id, line);
+        if (!inserted) {
+          return LineError(
+              line, absl::StrCat(spec.entity, " \"", id,
+                                 "\" already listed on line ", it->second));
+        }
+        int empty_features = 0;
+        for (int column : feature_columns) {
+          if (fields[column].empty()) ++empty_features;
+        }
+        if (empty_features > 0 &&
+            empty_features < static_cast<int>(feature_columns.size())) {
+          return LineError(
+              line, absl::StrCat(empty_features, " of ", feature_columns.size(),
+                                 " features are empty (give all or none)"));
+        }
+        std::vector<float> features;
+        if (empty_features == 0) {
+          features.reserve(feature_columns.size());
+          for (size_t j = 0; j < feature_columns.size(); ++j) {
+            const std::string& cell = fields[feature_columns[j]];
+            float value = 0;
+            if (!absl::SimpleAtof(cell, &value) || !std::isfinite(value)) {
+              return LineError(line, absl::StrCat("feature f", j, " \"", cell,
+                                                  "\" is not a finite number"));
+            }
+            features.push_back(value);
+          }
+        }
+        for (size_t c = 0; c < cells.size(); ++c) {
+          const int column = named_columns[c + 1];
+          cells[c] = column >= 0 ? &fields[column] : nullptr;
+        }
+        return on_row(line, id, std::move(features), cells);
+      });
+  if (!status.ok()) return status;
+  if (!header.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("empty file (expected a header line such as ",
+                     spec.example_header, ")"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -210,109 +347,54 @@ absl::StatusOr<AnnotationRows> ParseAnnotationsCsv(absl::string_view text,
 absl::StatusOr<ItemRows> ParseItemsCsv(absl::string_view text,
                                        absl::string_view file_name,
                                        const LabelParser& labels) {
+  static const auto* const kSpec =
+      new EntityCsvSpec{"item", {{"gold", "label"}, {"priority"}}, "item,gold"};
   ItemRows rows;
-  std::optional<Header> header;
-  int id_column = -1, gold_column = -1;
-  // feature_columns[j]: the column of f<j>.
-  std::vector<int> feature_columns;
-  absl::flat_hash_map<std::string, int64_t> line_of_item;
-  absl::Status status = models::ForEachCsvRecord(
-      std::string_view(text.data(), text.size()),
-      [&](int64_t line, absl::Span<const std::string> fields) -> absl::Status {
-        if (!header.has_value()) {
-          absl::StatusOr<Header> read = ReadHeader(fields, line);
-          if (!read.ok()) return read.status();
-          header = *std::move(read);
-          absl::flat_hash_map<int, int> feature_column_of;
-          for (const auto& [name, column] : header->column) {
-            const bool is_id = name == "item" || name == "id";
-            const bool is_gold = name == "gold" || name == "label";
-            if ((is_id && id_column >= 0) || (is_gold && gold_column >= 0)) {
-              return LineError(
-                  line, is_id
-                            ? "both \"item\" and \"id\" columns; keep one"
-                            : "both \"gold\" and \"label\" columns; keep one");
-            }
-            if (is_id) {
-              id_column = column;
-            } else if (is_gold) {
-              gold_column = column;
-            } else if (std::optional<int> j = FeatureColumnIndex(name)) {
-              feature_column_of[*j] = column;
-            } else {
-              return LineError(
-                  line, absl::StrCat("unknown column \"", name,
-                                     "\" (expected item or id, gold or label, "
-                                     "f0, f1, ...)"));
-            }
-          }
-          if (id_column < 0) {
-            return LineError(line,
-                             "the header must name an \"item\" (or \"id\") "
-                             "column");
-          }
-          const int dim = static_cast<int>(feature_column_of.size());
-          for (int j = 0; j < dim; ++j) {
-            auto it = feature_column_of.find(j);
-            if (it == feature_column_of.end()) {
-              return LineError(
-                  line, absl::StrCat(dim, " feature columns but no column f", j,
-                                     " (expected f0 to f", dim - 1, ")"));
-            }
-            feature_columns.push_back(it->second);
-          }
-          rows.feature_dim = dim;
-          return absl::OkStatus();
-        }
-        absl::Status count = CheckFieldCount(*header, fields, line);
-        if (!count.ok()) return count;
-        const std::string& id = fields[id_column];
-        if (id.empty()) return LineError(line, "empty item id");
-        auto [it, inserted] = line_of_item.emplace(id, line);
-        if (!inserted) {
-          return LineError(
-              line, absl::StrCat("item \"", id, "\" already listed on line ",
-                                 it->second));
-        }
+  absl::Status status = ForEachEntityRow(
+      text, *kSpec, rows.feature_dim,
+      [&](int64_t line, const std::string& id, std::vector<float> features,
+          absl::Span<const std::string* const> cells) -> absl::Status {
         v1::Item& item = rows.items.emplace_back();
         item.set_id(id);
-        if (gold_column >= 0 && !fields[gold_column].empty()) {
-          absl::StatusOr<int32_t> gold = labels.Parse(fields[gold_column]);
-          if (!gold.ok()) {
-            return LineError(line, gold.status().message());
+        item.mutable_features()->Add(features.begin(), features.end());
+        const std::string* gold = cells[0];
+        if (gold != nullptr && !gold->empty()) {
+          absl::StatusOr<int32_t> label = labels.Parse(*gold);
+          if (!label.ok()) return LineError(line, label.status().message());
+          item.set_gold_label(*label);
+        }
+        const std::string* priority = cells[1];
+        if (priority != nullptr && !priority->empty()) {
+          double value = 0;
+          if (!absl::SimpleAtod(*priority, &value) || !std::isfinite(value)) {
+            return LineError(line, absl::StrCat("priority \"", *priority,
+                                                "\" is not a finite number"));
           }
-          item.set_gold_label(*gold);
-        }
-        int empty_features = 0;
-        for (int column : feature_columns) {
-          if (fields[column].empty()) ++empty_features;
-        }
-        if (empty_features > 0 &&
-            empty_features < static_cast<int>(feature_columns.size())) {
-          return LineError(
-              line, absl::StrCat(empty_features, " of ", feature_columns.size(),
-                                 " features are empty (give all or none)"));
-        }
-        if (empty_features == 0) {
-          item.mutable_features()->Reserve(feature_columns.size());
-          for (size_t j = 0; j < feature_columns.size(); ++j) {
-            const std::string& cell = fields[feature_columns[j]];
-            float value = 0;
-            if (!absl::SimpleAtof(cell, &value) || !std::isfinite(value)) {
-              return LineError(line, absl::StrCat("feature f", j, " \"", cell,
-                                                  "\" is not a finite number"));
-            }
-            item.add_features(value);
-          }
+          item.set_priority(value);
         }
         rows.lines.push_back(line);
         return absl::OkStatus();
       });
   if (!status.ok()) return InFile(file_name, status);
-  if (!header.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file_name, ": empty file (expected a header line such as item,gold)"));
-  }
+  return rows;
+}
+
+absl::StatusOr<AnnotatorRows> ParseAnnotatorsCsv(absl::string_view text,
+                                                 absl::string_view file_name) {
+  static const auto* const kSpec =
+      new EntityCsvSpec{"annotator", {}, "annotator,f0,f1"};
+  AnnotatorRows rows;
+  absl::Status status = ForEachEntityRow(
+      text, *kSpec, rows.feature_dim,
+      [&](int64_t line, const std::string& id, std::vector<float> features,
+          absl::Span<const std::string* const>) -> absl::Status {
+        v1::Annotator& annotator = rows.annotators.emplace_back();
+        annotator.set_id(id);
+        annotator.mutable_features()->Add(features.begin(), features.end());
+        rows.lines.push_back(line);
+        return absl::OkStatus();
+      });
+  if (!status.ok()) return InFile(file_name, status);
   return rows;
 }
 

@@ -80,15 +80,28 @@ struct ItemRows {
 
 // Parses an items CSV: an id column named `item` (or `id`), an optional gold
 // column named `gold` (or `label`) holding a label `labels` accepts (an empty
-// cell means no gold label), and optional feature columns f0, f1, ...,
-// f<D-1> (all D of them, in any order). A row gives either every feature or
-// none (all cells empty). Features must be finite floats. Also reads the
-// datasets' gold.csv (item,label) and features.csv (item,f0,...).
+// cell means no gold label), an optional `priority` column (a finite number;
+// empty leaves the item's priority unchanged), and optional feature columns
+// f0, f1, ..., f<D-1> (all D of them, in any order). A row gives either every
+// feature or none (all cells empty). Features must be finite floats. Also reads
+// the datasets' gold.csv (item,label) and features.csv (item,f0,...).
 // INVALID_ARGUMENT for an unknown column, a gap in the f<j> columns, an empty
 // or repeated item id, a bad label or a bad feature.
 absl::StatusOr<ItemRows> ParseItemsCsv(absl::string_view text,
                                        absl::string_view file_name,
                                        const LabelParser& labels);
+
+// The rows of an annotators CSV.
+struct AnnotatorRows {
+  std::vector<v1::Annotator> annotators;
+  std::vector<int64_t> lines;  // lines[i]: the CSV line of annotators[i].
+  int32_t feature_dim = 0;     // Number of f<j> columns.
+};
+
+// Parses an annotators CSV: an id column named `annotator` (or `id`) and
+// optional feature columns f0, ..., f<D-1> with the rules of ParseItemsCsv.
+absl::StatusOr<AnnotatorRows> ParseAnnotatorsCsv(absl::string_view text,
+                                                 absl::string_view file_name);
 
 // `items` with the gold labels of `gold` merged in: an item of both gets the
 // gold label of `gold` (INVALID_ARGUMENT, naming the line of `gold_file_name`,

@@ -206,6 +206,63 @@ TEST(ParseItemsCsvTest, RefusesRepeatedItemsAndMissingIds) {
                        HasSubstr("i.csv: line 2: label \"maybe\"")));
 }
 
+TEST(ParseItemsCsvTest, ReadsPrioritiesAndLeavesEmptyOnesUnset) {
+  const LabelParser labels = BirdLabels();
+  absl::StatusOr<ItemRows> rows = ParseItemsCsv(
+      "item,priority,gold\na,2.5,true\nb,,\nc,-1,\n", "p.csv", labels);
+  ASSERT_THAT(rows, IsOk());
+  ASSERT_EQ(rows->items.size(), 3u);
+  EXPECT_EQ(rows->items[0].priority(), 2.5);
+  EXPECT_EQ(rows->items[0].gold_label(), 1);
+  EXPECT_FALSE(rows->items[1].has_priority());
+  EXPECT_EQ(rows->items[2].priority(), -1);
+  EXPECT_THAT(ParseItemsCsv("item,priority\na,high\n", "p.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "p.csv: line 2: priority \"high\" is not a finite "
+                       "number"));
+  EXPECT_THAT(ParseItemsCsv("item,rank\n", "p.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "p.csv: line 1: unknown column \"rank\" (expected "
+                       "item or id, gold or label, priority, f0, f1, ...)"));
+}
+
+TEST(ParseAnnotatorsCsvTest, ReadsIdsAndFeatures) {
+  absl::StatusOr<AnnotatorRows> rows =
+      ParseAnnotatorsCsv("f1,annotator,f0\n3,w1,2\n,w2,\n", "a.csv");
+  ASSERT_THAT(rows, IsOk());
+  ASSERT_EQ(rows->annotators.size(), 2u);
+  EXPECT_EQ(rows->feature_dim, 2);
+  EXPECT_EQ(rows->annotators[0].id(), "w1");
+  EXPECT_THAT(rows->annotators[0].features(), ElementsAre(2.0f, 3.0f));
+  EXPECT_TRUE(rows->annotators[1].features().empty());
+  EXPECT_THAT(rows->lines, ElementsAre(2, 3));
+  rows = ParseAnnotatorsCsv("id\nw1\n", "a.csv");
+  ASSERT_THAT(rows, IsOk());
+  EXPECT_EQ(rows->annotators[0].id(), "w1");
+}
+
+TEST(ParseAnnotatorsCsvTest, RefusesBadRows) {
+  EXPECT_THAT(ParseAnnotatorsCsv("annotator\nw1\nw1\n", "a.csv"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "a.csv: line 3: annotator \"w1\" already listed on "
+                       "line 2"));
+  EXPECT_THAT(ParseAnnotatorsCsv("annotator,gold\n", "a.csv"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "a.csv: line 1: unknown column \"gold\" (expected "
+                       "annotator or id, f0, f1, ...)"));
+  EXPECT_THAT(ParseAnnotatorsCsv("f0\n1\n", "a.csv"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "a.csv: line 1: the header must name an "
+                       "\"annotator\" (or \"id\") column"));
+  EXPECT_THAT(ParseAnnotatorsCsv("annotator,f0\n\"\",1\n", "a.csv"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "a.csv: line 2: empty annotator id"));
+  EXPECT_THAT(ParseAnnotatorsCsv("", "a.csv"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "a.csv: empty file (expected a header line such as "
+                       "annotator,f0,f1)"));
+}
+
 TEST(MergeGoldTest, SetsGoldOfKnownItemsAndAppendsTheOthers) {
   const LabelParser labels = BirdLabels();
   ItemRows items = *ParseItemsCsv("item,f0\na,1\nb,2\n", "f.csv", labels);

@@ -2,11 +2,15 @@
 
 #include <cmath>
 #include <cstdint>
+#include <ostream>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 
 namespace verity::client {
 namespace {
@@ -42,6 +46,7 @@ std::string FormatEta(absl::Duration d) {
 
 std::string FormatProgress(int64_t done, int64_t total, absl::Duration elapsed,
                            const std::string& unit) {
+  if (done > total) total = done;
   const int64_t percent = total > 0 ? done * 100 / total : 100;
   std::string line = absl::StrCat(FormatCount(done), "/", FormatCount(total),
                                   " ", unit, " (", percent, "%)");
@@ -76,6 +81,44 @@ void ProgressMeter::Finish() {
   if (!drawn_) return;
   out_ << '\r' << kEraseLine << std::flush;
   drawn_ = false;
+}
+
+ElapsedTicker::ElapsedTicker(std::ostream& out, std::string label,
+                             absl::Duration interval)
+    : out_(out),
+      label_(std::move(label)),
+      interval_(interval),
+      start_(absl::Now()) {
+  {
+    absl::MutexLock lock(&mutex_);
+    Draw();
+  }
+  thread_ = std::thread([this] { Run(); });
+}
+
+ElapsedTicker::~ElapsedTicker() { Finish(); }
+
+void ElapsedTicker::Finish() {
+  {
+    absl::MutexLock lock(&mutex_);
+    if (done_) return;
+    done_ = true;
+  }
+  thread_.join();
+  out_ << '\r' << kEraseLine << std::flush;
+}
+
+void ElapsedTicker::Draw() {
+  out_ << '\r' << label_ << " " << FormatEta(absl::Now() - start_) << kEraseLine
+       << std::flush;
+}
+
+void ElapsedTicker::Run() {
+  absl::MutexLock lock(&mutex_);
+  // AwaitWithTimeout returns true once done_ is set, false on a timeout.
+  while (!mutex_.AwaitWithTimeout(absl::Condition(&done_), interval_)) {
+    Draw();
+  }
 }
 
 }  // namespace verity::client

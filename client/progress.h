@@ -1,9 +1,12 @@
-// Progress display of long CLI operations (`verity submit`): a one-line meter
-// redrawn in place on a terminal, with count, rate and estimated time left.
+// Progress display of long CLI operations: a one-line meter redrawn in place
+// on a terminal, with count, rate and estimated time left (`verity submit`,
+// `verity export`), and an elapsed-time line for a blocking call whose length
+// is unknown (`verity model train`).
 //
 // The formatting functions are pure. A ProgressMeter writes to one stream and
 // is not thread-safe: call it from one thread (the submitter's progress
-// callback runs on the submitting thread).
+// callback runs on the submitting thread). An ElapsedTicker draws from its own
+// thread; nothing else may write to its stream until Finish returns.
 
 #ifndef VERITY_CLIENT_PROGRESS_H_
 #define VERITY_CLIENT_PROGRESS_H_
@@ -12,7 +15,10 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -28,7 +34,8 @@ std::string FormatEta(absl::Duration d);
 // The meter line, e.g.
 //   "45,000/96,883 labels (46%)  52,310 labels/s  ETA 1s"
 // The rate is done / elapsed; before anything is done, or within the first
-// millisecond, rate and ETA are shown as "--". `total` 0 shows 100%.
+// millisecond, rate and ETA are shown as "--". `total` 0 shows 100%; a
+// `done` beyond `total` (the total was an estimate) counts as the total.
 std::string FormatProgress(int64_t done, int64_t total, absl::Duration elapsed,
                            const std::string& unit);
 
@@ -59,6 +66,34 @@ class ProgressMeter {
   const absl::Time start_;
   absl::Time last_draw_ = absl::InfinitePast();
   bool drawn_ = false;
+};
+
+// While a blocking call runs, shows "<label> 1m05s" on `out`, redrawn in
+// place every `interval` from a background thread: the first line is drawn
+// by the constructor, so a call that returns at once still shows it. Finish
+// (or the destructor) stops the thread and erases the line.
+class ElapsedTicker {
+ public:
+  ElapsedTicker(std::ostream& out, std::string label,
+                absl::Duration interval = absl::Seconds(1));
+  ~ElapsedTicker();
+  ElapsedTicker(const ElapsedTicker&) = delete;
+  ElapsedTicker& operator=(const ElapsedTicker&) = delete;
+
+  // Idempotent.
+  void Finish();
+
+ private:
+  void Draw() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void Run();
+
+  std::ostream& out_;
+  const std::string label_;
+  const absl::Duration interval_;
+  const absl::Time start_;
+  absl::Mutex mutex_;
+  bool done_ ABSL_GUARDED_BY(mutex_) = false;
+  std::thread thread_;
 };
 
 }  // namespace verity::client

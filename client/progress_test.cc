@@ -43,6 +43,20 @@ TEST(FormatProgressTest, ShowsDashesBeforeARateIsKnown) {
             "0/0 labels (100%)  -- labels/s  ETA --");
 }
 
+TEST(FormatProgressTest, CountsDoneBeyondAnEstimatedTotalAsTheTotal) {
+  EXPECT_EQ(FormatProgress(120, 100, absl::Seconds(2), "items"),
+            "120/120 items (100%)  60 items/s  ETA 0s");
+}
+
+TEST(ElapsedTickerTest, DrawsAtOnceAndErasesTheLineOnFinish) {
+  std::ostringstream out;
+  // An interval far beyond the test: only the constructor draws.
+  ElapsedTicker ticker(out, "training birds:", absl::Hours(1));
+  ticker.Finish();
+  ticker.Finish();  // Idempotent.
+  EXPECT_EQ(out.str(), "\rtraining birds: 0s\x1b[K\r\x1b[K");
+}
+
 TEST(ProgressMeterTest, RedrawsInPlaceAtMostOncePerInterval) {
   std::ostringstream out;
   absl::Time now = absl::FromUnixSeconds(1000);

@@ -343,6 +343,35 @@ absl::StatusOr<AddItemsTotals> VerityClient::AddItems(
   return totals;
 }
 
+absl::StatusOr<AddItemsTotals> VerityClient::AddAnnotators(
+    absl::string_view project,
+    absl::Span<const v1::Annotator> annotators) const {
+  AddItemsTotals totals;
+  for (size_t begin = 0; begin < annotators.size();
+       begin += kMaxItemsPerCall) {
+    const size_t end = std::min(annotators.size(), begin + kMaxItemsPerCall);
+    v1::AddAnnotatorsRequest request;
+    request.set_project(std::string(project));
+    request.mutable_annotators()->Reserve(static_cast<int>(end - begin));
+    for (size_t i = begin; i < end; ++i) {
+      *request.add_annotators() = annotators[i];
+    }
+    absl::StatusOr<v1::AddAnnotatorsResponse> response =
+        CallUnary(*projects_, &v1::ProjectService::Stub::AddAnnotators,
+                  request, Deadline());
+    if (!response.ok()) {
+      if (annotators.size() <= kMaxItemsPerCall) return response.status();
+      return Annotate(response.status(),
+                      absl::StrCat("AddAnnotators of annotators ", begin,
+                                   " to ", end - 1, " (the ", begin,
+                                   " annotators before were written): "));
+    }
+    totals.added += response->added();
+    totals.updated += response->updated();
+  }
+  return totals;
+}
+
 absl::StatusOr<std::vector<v1::Posterior>> VerityClient::GetPosteriors(
     absl::string_view project, absl::Span<const std::string> items) const {
   std::vector<v1::Posterior> posteriors;
@@ -408,6 +437,17 @@ absl::StatusOr<std::vector<v1::ModelVersion>> VerityClient::ListModelVersions(
   if (!response.ok()) return response.status();
   return std::vector<v1::ModelVersion>(response->versions().begin(),
                                        response->versions().end());
+}
+
+absl::StatusOr<v1::ModelVersion> VerityClient::TrainModel(
+    absl::string_view project, absl::Duration deadline) const {
+  v1::TrainModelRequest request;
+  request.set_project(std::string(project));
+  absl::StatusOr<v1::TrainModelResponse> response =
+      CallUnary(*models_, &v1::ModelService::Stub::TrainModel, request,
+                absl::ToChronoTime(absl::Now() + deadline));
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_version());
 }
 
 absl::StatusOr<std::vector<v1::ItemSuggestion>> VerityClient::SuggestItems(

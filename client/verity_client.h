@@ -103,7 +103,7 @@ struct SubmitOptions {
   std::function<void(absl::Duration)> sleep;
 };
 
-// Totals of a chunked AddItems.
+// Totals of a chunked AddItems or AddAnnotators.
 struct AddItemsTotals {
   int64_t added = 0;
   int64_t updated = 0;
@@ -129,6 +129,10 @@ class VerityClient {
   // chunks before it stay written; the error names the failed chunk's range.
   absl::StatusOr<AddItemsTotals> AddItems(
       absl::string_view project, absl::Span<const v1::Item> items) const;
+  // AddAnnotators, chunked and annotated like AddItems.
+  absl::StatusOr<AddItemsTotals> AddAnnotators(
+      absl::string_view project,
+      absl::Span<const v1::Annotator> annotators) const;
 
   // TruthService.
   // One GetPosteriors RPC per kMaxItemsPerCall ids; posteriors in `items`
@@ -150,6 +154,12 @@ class VerityClient {
   // Newest first; `limit` 0 = the server default (20).
   absl::StatusOr<std::vector<v1::ModelVersion>> ListModelVersions(
       absl::string_view project, int32_t limit) const;
+  // Fits the project now and returns the new version. A fit can take
+  // minutes (a neural method on a large project), so the call's deadline is
+  // `deadline` rather than ClientOptions::deadline. FAILED_PRECONDITION when
+  // the project has no labels.
+  absl::StatusOr<v1::ModelVersion> TrainModel(absl::string_view project,
+                                              absl::Duration deadline) const;
 
   // AssignmentService. `candidate_items` empty = every open item of the
   // project (the server takes at most 100,000 candidates). Each suggestion

@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "verity/v1/ingest.pb.h"
+#include "verity/v1/models.pb.h"
 #include "verity/v1/projects.pb.h"
 
 namespace verity::client {
@@ -74,6 +75,40 @@ TEST(FromGrpcStatusTest, KeepsCodeAndMessage) {
   EXPECT_THAT(FromGrpcStatus(
                   grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "slow")),
               StatusIs(absl::StatusCode::kResourceExhausted, "slow"));
+}
+
+TEST_F(VerityClientTest, AddAnnotatorsCountsAddedAndUpdated) {
+  std::vector<v1::Annotator> annotators(3);
+  for (int i = 0; i < 3; ++i) annotators[i].set_id(absl::StrCat("w", i));
+  absl::StatusOr<AddItemsTotals> totals =
+      client_->AddAnnotators("birds", annotators);
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->added, 3);
+  EXPECT_EQ(totals->updated, 0);
+  totals = client_->AddAnnotators("birds", {annotators[0]});
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->updated, 1);
+  EXPECT_THAT(client_->AddAnnotators("nope", annotators),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(VerityClientTest, TrainModelReturnsTheNewVersion) {
+  EXPECT_THAT(client_->TrainModel("birds", absl::Seconds(10)),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("has no labels")));
+  ASSERT_THAT(
+      client_->SubmitAnnotations("birds", Annotations(4), RecordingOptions(10)),
+      IsOk());
+  absl::StatusOr<v1::ModelVersion> version =
+      client_->TrainModel("birds", absl::Seconds(10));
+  ASSERT_THAT(version, IsOk());
+  EXPECT_EQ(version->version(), 1);
+  EXPECT_EQ(version->num_labels(), 4);
+  absl::StatusOr<std::vector<v1::ModelVersion>> versions =
+      client_->ListModelVersions("birds", 0);
+  ASSERT_THAT(versions, IsOk());
+  ASSERT_EQ(versions->size(), 1u);
+  EXPECT_EQ((*versions)[0].version(), 1);
 }
 
 TEST_F(VerityClientTest, UnaryCallsReturnServerErrorsWithTheirCode) {

@@ -12,5 +12,6 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   verity::client::CliEnvironment environment;
   environment.show_progress = isatty(STDERR_FILENO) == 1;
+  environment.stdout_is_terminal = isatty(STDOUT_FILENO) == 1;
   return verity::client::RunCli(args, std::cout, std::cerr, environment);
 }

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/models.grpc.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
@@ -45,6 +47,51 @@ struct FakeProject {
   int64_t num_labels = 0;
   int64_t sequence = 0;  // Counts written labels (new or revised).
   std::vector<v1::ModelVersion> versions;
+  // Annotators added by AddAnnotators or SuggestItems (labelling also makes
+  // an annotator known; see Annotators()).
+  std::set<std::string> registered_annotators;
+
+  // Every annotator known: registered or with a label, sorted.
+  std::set<std::string> Annotators() const {
+    std::set<std::string> annotators = registered_annotators;
+    for (const FakeItem& item : items) {
+      for (const auto& [annotator, label] : item.labels) {
+        annotators.insert(annotator);
+      }
+    }
+    return annotators;
+  }
+
+  // annotator → (labels agreeing with the item's MAP class, labels).
+  std::map<std::string, std::pair<double, double>> Agreement() const {
+    std::map<std::string, std::pair<double, double>> agreement;
+    for (const FakeItem& item : items) {
+      const int map = PosteriorOf(item).map_label();
+      for (const auto& [annotator, label] : item.labels) {
+        auto& [agree, total] = agreement[annotator];
+        agree += label == map ? 1 : 0;
+        total += 1;
+      }
+    }
+    return agreement;
+  }
+
+  // A new model version whose watermark is every label so far.
+  const v1::ModelVersion& Fit() {
+    v1::ModelVersion& version = versions.emplace_back();
+    version.set_version(static_cast<int32_t>(versions.size()));
+    version.set_method(project.settings().model().method() ==
+                               v1::TRUTH_METHOD_UNSPECIFIED
+                           ? v1::TRUTH_METHOD_DAWID_SKENE
+                           : project.settings().model().method());
+    version.set_watermark(sequence);
+    version.set_num_labels(num_labels);
+    version.set_log_likelihood(-12.5);
+    version.set_iterations(7);
+    version.set_duration_ms(1.25);
+    version.mutable_created_at()->set_seconds(1700000100);
+    return version;
+  }
 
   FakeItem& ItemFor(const std::string& id) {
     auto [it, inserted] = item_index.emplace(id, items.size());
@@ -181,17 +228,52 @@ class FakeProjectService final : public v1::ProjectService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status UpdateProjectSettings(
+      grpc::ServerContext*, const v1::UpdateProjectSettingsRequest* request,
+      v1::UpdateProjectSettingsResponse* response) override {
+    absl::MutexLock lock(&state_->mutex);
+    auto it = state_->projects.find(request->project());
+    if (it == state_->projects.end()) return NotFound(request->project());
+    *it->second.project.mutable_settings() = request->settings();
+    *response->mutable_project() = WithCounts(it->second);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status AddAnnotators(grpc::ServerContext*,
+                             const v1::AddAnnotatorsRequest* request,
+                             v1::AddAnnotatorsResponse* response) override {
+    if (request->annotators_size() > 10000) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "annotators: at most 10000");
+    }
+    absl::MutexLock lock(&state_->mutex);
+    auto it = state_->projects.find(request->project());
+    if (it == state_->projects.end()) return NotFound(request->project());
+    FakeProject& project = it->second;
+    for (const v1::Annotator& annotator : request->annotators()) {
+      if (annotator.features_size() != 0 &&
+          annotator.features_size() !=
+              project.project.annotator_feature_dim()) {
+        return grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("annotators[", annotator.id(), "].features: expected ",
+                         project.project.annotator_feature_dim(), " values"));
+      }
+    }
+    for (const v1::Annotator& annotator : request->annotators()) {
+      const bool existed = project.Annotators().count(annotator.id()) > 0;
+      project.registered_annotators.insert(annotator.id());
+      response->set_added(response->added() + (existed ? 0 : 1));
+      response->set_updated(response->updated() + (existed ? 1 : 0));
+    }
+    return grpc::Status::OK;
+  }
+
  private:
   static v1::Project WithCounts(const FakeProject& project) {
     v1::Project out = project.project;
-    absl::flat_hash_map<std::string, bool> annotators;
-    for (const FakeItem& item : project.items) {
-      for (const auto& [annotator, label] : item.labels) {
-        annotators[annotator] = true;
-      }
-    }
     out.set_num_items(static_cast<int64_t>(project.items.size()));
-    out.set_num_annotators(static_cast<int64_t>(annotators.size()));
+    out.set_num_annotators(static_cast<int64_t>(project.Annotators().size()));
     out.set_num_labels(project.num_labels);
     return out;
   }
@@ -460,6 +542,117 @@ class FakeModelService final : public v1::ModelService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status TrainModel(grpc::ServerContext*,
+                          const v1::TrainModelRequest* request,
+                          v1::TrainModelResponse* response) override {
+    absl::MutexLock lock(&state_->mutex);
+    auto it = state_->projects.find(request->project());
+    if (it == state_->projects.end()) return NotFound(request->project());
+    if (it->second.num_labels == 0) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("project \"", request->project(),
+                                       "\" has no labels to fit"));
+    }
+    *response->mutable_version() = it->second.Fit();
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::shared_ptr<FakeState> state_;
+};
+
+grpc::Status CheckK(int32_t k) {
+  if (k < 1 || k > 1000) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "k: must be in [1, 1000]");
+  }
+  return grpc::Status::OK;
+}
+
+// Ranks by uncertainty (1 - confidence) for items and by agreement with the
+// MAP classes for annotators; ties keep creation (items) or id (annotators)
+// order. Leases are only reported, never enforced.
+class FakeAssignmentService final : public v1::AssignmentService::Service {
+ public:
+  // The lease_expires_at of every suggestion.
+  static constexpr int64_t kLeaseExpiresAt = 1700000700;
+
+  explicit FakeAssignmentService(std::shared_ptr<FakeState> state)
+      : state_(std::move(state)) {}
+
+  grpc::Status SuggestItems(grpc::ServerContext*,
+                            const v1::SuggestItemsRequest* request,
+                            v1::SuggestItemsResponse* response) override {
+    if (grpc::Status k = CheckK(request->k()); !k.ok()) return k;
+    absl::MutexLock lock(&state_->mutex);
+    auto it = state_->projects.find(request->project());
+    if (it == state_->projects.end()) return NotFound(request->project());
+    FakeProject& project = it->second;
+    project.registered_annotators.insert(request->annotator());
+    std::set<std::string> candidates(request->candidate_items().begin(),
+                                     request->candidate_items().end());
+    std::vector<std::pair<double, const FakeItem*>> open;
+    for (const FakeItem& item : project.items) {
+      if (item.gold.has_value() || item.labels.count(request->annotator()) ||
+          (!candidates.empty() && candidates.count(item.id) == 0)) {
+        continue;
+      }
+      open.emplace_back(1.0 - project.PosteriorOf(item).confidence(), &item);
+    }
+    std::stable_sort(
+        open.begin(), open.end(),
+        [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [score, item] : open) {
+      if (response->suggestions_size() == request->k()) break;
+      v1::ItemSuggestion* suggestion = response->add_suggestions();
+      suggestion->set_item(item->id);
+      suggestion->set_score(score);
+      suggestion->set_p_correct(0.75);
+      suggestion->mutable_lease_expires_at()->set_seconds(kLeaseExpiresAt);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status SuggestAnnotators(
+      grpc::ServerContext*, const v1::SuggestAnnotatorsRequest* request,
+      v1::SuggestAnnotatorsResponse* response) override {
+    if (grpc::Status k = CheckK(request->k()); !k.ok()) return k;
+    absl::MutexLock lock(&state_->mutex);
+    auto it = state_->projects.find(request->project());
+    if (it == state_->projects.end()) return NotFound(request->project());
+    const FakeProject& project = it->second;
+    auto item = project.item_index.find(request->item());
+    if (item == project.item_index.end()) {
+      return grpc::Status(
+          grpc::StatusCode::NOT_FOUND,
+          absl::StrCat("item \"", request->item(), "\" does not exist"));
+    }
+    const FakeItem& target = project.items[item->second];
+    std::set<std::string> candidates(request->candidates().begin(),
+                                     request->candidates().end());
+    if (candidates.empty()) candidates = project.Annotators();
+    const auto agreement = project.Agreement();
+    std::vector<std::pair<double, std::string>> ranked;
+    for (const std::string& annotator : candidates) {
+      if (target.labels.count(annotator) > 0) continue;
+      auto a = agreement.find(annotator);
+      ranked.emplace_back(
+          a == agreement.end() ? 0.5 : a->second.first / a->second.second,
+          annotator);
+    }
+    std::stable_sort(
+        ranked.begin(), ranked.end(),
+        [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [score, annotator] : ranked) {
+      if (response->suggestions_size() == request->k()) break;
+      v1::AnnotatorSuggestion* suggestion = response->add_suggestions();
+      suggestion->set_annotator(annotator);
+      suggestion->set_score(score);
+      suggestion->set_p_correct(score);
+    }
+    return grpc::Status::OK;
+  }
+
  private:
   std::shared_ptr<FakeState> state_;
 };
@@ -482,6 +675,8 @@ std::unique_ptr<FakeVerityServer> FakeVerityServer::Start() {
   fake->services_.push_back(std::make_unique<FakeIngestService>(fake->state_));
   fake->services_.push_back(std::make_unique<FakeTruthService>(fake->state_));
   fake->services_.push_back(std::make_unique<FakeModelService>(fake->state_));
+  fake->services_.push_back(
+      std::make_unique<FakeAssignmentService>(fake->state_));
   grpc::ServerBuilder builder;
   builder.AddListeningPort("localhost:0", grpc::InsecureServerCredentials(),
                            &fake->port_);
@@ -537,19 +732,7 @@ int FakeVerityServer::streams_opened() const {
 
 void FakeVerityServer::Fit(const std::string& project) {
   absl::MutexLock lock(&state_->mutex);
-  FakeProject& stored = state_->projects.at(project);
-  v1::ModelVersion& version = stored.versions.emplace_back();
-  version.set_version(static_cast<int32_t>(stored.versions.size()));
-  version.set_method(stored.project.settings().model().method() ==
-                             v1::TRUTH_METHOD_UNSPECIFIED
-                         ? v1::TRUTH_METHOD_DAWID_SKENE
-                         : stored.project.settings().model().method());
-  version.set_watermark(stored.sequence);
-  version.set_num_labels(stored.num_labels);
-  version.set_log_likelihood(-12.5);
-  version.set_iterations(7);
-  version.set_duration_ms(1.25);
-  version.mutable_created_at()->set_seconds(1700000100);
+  state_->projects.at(project).Fit();
 }
 
 std::optional<int32_t> FakeVerityServer::LiveLabel(

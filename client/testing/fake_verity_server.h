@@ -1,7 +1,7 @@
 // FakeVerityServer: an in-process gRPC server on an ephemeral localhost port
 // serving in-memory stand-ins of the v1 ProjectService, IngestService,
-// TruthService and ModelService, for tests of the client library and the CLI
-// without PostgreSQL or the real server.
+// TruthService, ModelService and AssignmentService, for tests of the client
+// library and the CLI without PostgreSQL or the real server.
 //
 // Semantics are the API's, simplified: one live label per (item, annotator)
 // with accepted / duplicate / revised counts; rejections for empty ids and
@@ -9,7 +9,14 @@
 // item is clamped to its gold class; an item without labels is uniform);
 // annotator accuracy is the fraction of an annotator's labels equal to the
 // item's MAP class, and the confusion matrix the row-normalised counts of
-// (MAP class, label). A model version exists only after Fit().
+// (MAP class, label). A model version exists only after Fit() or a
+// TrainModel call (FAILED_PRECONDITION without labels); every version has
+// log_likelihood -12.5, 7 iterations, 1.25 ms and created_at 1700000100 s.
+// SuggestItems ranks the open items (not gold, not labelled by the
+// annotator, within the candidates) by 1 - confidence, p_correct 0.75, lease
+// until 1700000700 s; SuggestAnnotators ranks the annotators who have not
+// labelled the item by the fraction of their labels that agree with the MAP
+// classes (0.5 without labels), p_correct the same.
 //
 // Faults for IngestService can be scripted: failing acks, a broken stream,
 // and acks held back until a number of batches are outstanding (to observe a

@@ -1,0 +1,162 @@
+#include "client/message_format.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace verity::client {
+namespace {
+
+using ::testing::ElementsAre;
+
+template <typename Message>
+Message Parse(const std::string& text) {
+  Message message;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &message))
+      << text;
+  return message;
+}
+
+const std::vector<std::string> kClasses = {"false", "true"};
+
+TEST(MethodNameTest, NamesEveryMethodAndRoundTrips) {
+  for (const std::string& name : MethodNames()) {
+    ASSERT_TRUE(MethodFromName(name).has_value()) << name;
+    EXPECT_EQ(MethodName(*MethodFromName(name)), name);
+  }
+  EXPECT_EQ(MethodName(v1::TRUTH_METHOD_DAWID_SKENE), "ds");
+  EXPECT_EQ(MethodName(v1::TRUTH_METHOD_UNSPECIFIED), "default");
+  EXPECT_EQ(MethodName(static_cast<v1::TruthMethod>(99)), "unknown(99)");
+  EXPECT_FALSE(MethodFromName("best").has_value());
+}
+
+TEST(PolicyNameTest, NamesEveryPolicyAndAcceptsDefault) {
+  EXPECT_THAT(PolicyNames(), ElementsAre("information_gain", "uncertainty",
+                                         "uniform", "random", "default"));
+  for (const std::string& name : PolicyNames()) {
+    ASSERT_TRUE(PolicyFromName(name).has_value()) << name;
+    EXPECT_EQ(PolicyName(*PolicyFromName(name)), name);
+  }
+  EXPECT_FALSE(PolicyFromName("greedy").has_value());
+}
+
+TEST(FormatTimestampTest, UtcWithMillisecondsOrNothingWhenUnset) {
+  EXPECT_EQ(FormatTimestamp(Parse<google::protobuf::Timestamp>(
+                "seconds: 1700000000 nanos: 250000000")),
+            "2023-11-14T22:13:20.250Z");
+  EXPECT_FALSE(FormatTimestamp(google::protobuf::Timestamp()).has_value());
+}
+
+TEST(ProjectJsonTest, HoldsEverySettingAndTheCounts) {
+  const auto project = Parse<v1::Project>(R"pb(
+    name: "birds"
+    classes: [ "false", "true" ]
+    item_feature_dim: 3
+    settings {
+      model { method: TRUTH_METHOD_MAJORITY_VOTE max_iterations: 50 }
+      assignment { confidence_target: 0.9 policy: ASSIGNMENT_POLICY_UNIFORM }
+    }
+    created_at { seconds: 1700000000 }
+    num_items: 4
+    num_annotators: 2
+    num_labels: 6
+  )pb");
+  EXPECT_EQ(
+      ProjectJson(project).Serialize(),
+      "{\"name\":\"birds\",\"classes\":[\"false\",\"true\"],"
+      "\"item_feature_dim\":3,\"annotator_feature_dim\":0,\"method\":\"mv\","
+      "\"settings\":{\"model\":{\"method\":\"mv\",\"confusion_smoothing\":0,"
+      "\"prior_smoothing\":0,\"max_iterations\":50,\"tolerance\":0,"
+      "\"refit_min_new_labels\":0,\"refit_new_label_fraction\":0},"
+      "\"assignment\":{\"min_labels_per_item\":0,\"max_labels_per_item\":0,"
+      "\"confidence_target\":0.9,\"lease_seconds\":0,\"policy\":\"uniform\","
+      "\"gold_items_for_new_annotators\":0}},"
+      "\"created_at\":\"2023-11-14T22:13:20.000Z\",\"num_items\":4,"
+      "\"num_annotators\":2,\"num_labels\":6}");
+}
+
+TEST(ModelStatusJsonTest, CurrentVersionIsNullBeforeTheFirstFit) {
+  auto status = Parse<v1::GetModelStatusResponse>(
+      "method: TRUTH_METHOD_DAWID_SKENE num_labels: 6 "
+      "labels_since_version: 6");
+  EXPECT_EQ(ModelStatusJson("birds", status).Serialize(),
+            "{\"project\":\"birds\",\"method\":\"ds\",\"num_labels\":6,"
+            "\"labels_since_version\":6,\"training\":false,"
+            "\"current_version\":null}");
+  *status.mutable_current_version() = Parse<v1::ModelVersion>(
+      "version: 2 method: TRUTH_METHOD_DAWID_SKENE watermark: 6 num_labels: 6 "
+      "log_likelihood: -12.5 iterations: 7 duration_ms: 1.25");
+  EXPECT_EQ(ModelStatusJson("birds", status).Serialize(),
+            "{\"project\":\"birds\",\"method\":\"ds\",\"num_labels\":6,"
+            "\"labels_since_version\":6,\"training\":false,"
+            "\"current_version\":{\"version\":2,\"method\":\"ds\","
+            "\"watermark\":6,\"num_labels\":6,\"log_likelihood\":-12.5,"
+            "\"iterations\":7,\"duration_ms\":1.25,\"created_at\":null}}");
+}
+
+TEST(PosteriorJsonTest, KeysProbabilitiesByClassName) {
+  const auto posterior = Parse<v1::Posterior>(
+      "item: \"a\" probabilities: [0.25, 0.75] map_label: 1 confidence: 0.75 "
+      "num_labels: 3 model_version: 2 includes_newer_labels: true");
+  EXPECT_EQ(PosteriorJson(posterior, kClasses).Serialize(),
+            "{\"item\":\"a\",\"label\":\"true\",\"label_index\":1,"
+            "\"confidence\":0.75,\"probabilities\":{\"false\":0.25,"
+            "\"true\":0.75},\"num_labels\":3,\"model_version\":2,"
+            "\"includes_newer_labels\":true,\"is_gold\":false}");
+}
+
+TEST(AnnotatorProfileJsonTest, NestsTheConfusionMatrixByClassOrNull) {
+  auto profile = Parse<v1::AnnotatorProfile>(
+      "annotator: \"w1\" accuracy: 0.9 num_labels: 10 confusion { "
+      "num_classes: 2 probabilities: [0.8, 0.2, 0.1, 0.9] }");
+  EXPECT_EQ(AnnotatorProfileJson(profile, kClasses).Serialize(),
+            "{\"annotator\":\"w1\",\"num_labels\":10,\"accuracy\":0.9,"
+            "\"confusion\":{\"false\":{\"false\":0.8,\"true\":0.2},"
+            "\"true\":{\"false\":0.1,\"true\":0.9}}}");
+  profile.mutable_confusion()->clear_probabilities();
+  EXPECT_EQ(AnnotatorProfileJson(profile, kClasses).Serialize(),
+            "{\"annotator\":\"w1\",\"num_labels\":10,\"accuracy\":0.9,"
+            "\"confusion\":null}");
+}
+
+TEST(SuggestionJsonTest, ItemsCarryTheLeaseExpiry) {
+  EXPECT_EQ(ItemSuggestionJson(Parse<v1::ItemSuggestion>(
+                                   "item: \"b\" score: 0.5 p_correct: 0.75 "
+                                   "lease_expires_at { seconds: 1700000700 }"))
+                .Serialize(),
+            "{\"item\":\"b\",\"score\":0.5,\"p_correct\":0.75,"
+            "\"lease_expires_at\":\"2023-11-14T22:25:00.000Z\"}");
+  EXPECT_EQ(AnnotatorSuggestionJson(
+                Parse<v1::AnnotatorSuggestion>(
+                    "annotator: \"w2\" score: 0.25 p_correct: 0.5"))
+                .Serialize(),
+            "{\"annotator\":\"w2\",\"score\":0.25,\"p_correct\":0.5}");
+}
+
+TEST(PosteriorExportTest, WritesEveryFieldAtFullPrecision) {
+  EXPECT_THAT(PosteriorExportHeader(kClasses),
+              ElementsAre("item", "label", "label_index", "confidence",
+                          "p_false", "p_true", "num_labels", "model_version",
+                          "includes_newer_labels", "is_gold"));
+  v1::Posterior posterior = Parse<v1::Posterior>(
+      "item: \"a\" map_label: 1 num_labels: 3 model_version: 1 is_gold: true");
+  posterior.add_probabilities(1.0 / 3.0);
+  posterior.add_probabilities(2.0 / 3.0);
+  posterior.set_confidence(2.0 / 3.0);
+  EXPECT_THAT(
+      PosteriorExportFields(posterior, kClasses),
+      ElementsAre("a", "true", "1", "0.6666666666666666", "0.3333333333333333",
+                  "0.6666666666666666", "3", "1", "false", "true"));
+}
+
+TEST(ClassNameTest, FallsBackToTheIndex) {
+  EXPECT_EQ(ClassName(kClasses, 1), "true");
+  EXPECT_EQ(ClassName(kClasses, 5), "5");
+  EXPECT_EQ(ClassName(kClasses, -1), "-1");
+}
+
+}  // namespace
+}  // namespace verity::client
