@@ -9,6 +9,10 @@
 // Back-pressure: at most Options::max_queued_annotations wait at once; Submit() answers
 // RESOURCE_EXHAUSTED (retryable) beyond that rather than growing without bound.
 //
+// Metrics (when given a registry): batches and annotations committed (by outcome), batches
+// refused, the queue's depth, the commit transaction's duration, and posterior freshness — the
+// time from Submit() to the batch's labels being in the served posteriors.
+//
 // Thread-safety: Submit() may be called from any thread. Shutdown() drains the queue (every
 // queued batch is committed or failed) and joins the committer; Submit() after it answers
 // UNAVAILABLE.
@@ -25,7 +29,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/live_project.h"
+#include "server/metrics.h"
 #include "storage/annotation_store.h"
 
 namespace verity::server {
@@ -41,7 +47,9 @@ class IngestPipeline {
 
   using Result = absl::StatusOr<std::vector<storage::WriteResult>>;
 
-  IngestPipeline(storage::AnnotationStore& store, Options options);
+  // `metrics` may be null (nothing measured); otherwise it must outlive the pipeline.
+  IngestPipeline(storage::AnnotationStore& store, Options options,
+                 MetricsRegistry* metrics = nullptr);
   ~IngestPipeline();
 
   // Queues `writes` (all for `project`, already validated). The future yields one WriteResult
@@ -58,13 +66,21 @@ class IngestPipeline {
     std::shared_ptr<LiveProject> project;
     std::vector<storage::AnnotationWrite> writes;
     std::promise<Result> done;
+    absl::Time queued_at;
   };
+
+  // The pipeline's metric children; null without a registry.
+  struct Metrics;
 
   void CommitLoop();
   void CommitGroup(std::vector<Pending>& group);
+  // Counts one committed batch, whose results start at results[offset]. Requires metrics_.
+  void RecordCommitted(const Pending& batch, const std::vector<storage::WriteResult>& results,
+                       size_t offset);
 
   storage::AnnotationStore& store_;
   const Options options_;
+  const std::unique_ptr<Metrics> metrics_;
 
   absl::Mutex mu_;
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);

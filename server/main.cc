@@ -36,6 +36,13 @@ ABSL_FLAG(int, refit_staleness_seconds, 30,
 ABSL_FLAG(std::string, trainer, "inprocess",
           "Where fits run: inprocess (the server's background thread) or workers (training jobs "
           "in PostgreSQL, run by verity_worker processes; the server serves their versions).");
+ABSL_FLAG(int, metrics_port, 9464,
+          "Port of the Prometheus metrics endpoint (GET /metrics over HTTP); 0 = no endpoint.");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1",
+          "Address the metrics endpoint binds (0.0.0.0 = every interface).");
+ABSL_FLAG(bool, log_every_rpc, false,
+          "Log one event=rpc line for every RPC; by default only failed calls, unary calls over "
+          "1 s and finished streams are logged.");
 ABSL_FLAG(std::string, device, "auto",
           "Device of the neural models' in-process training: auto, cpu, cuda or cuda:N.");
 
@@ -86,12 +93,18 @@ int main(int argc, char** argv) {
         absl::StrCat("--trainer must be inprocess or workers, got \"", trainer, "\"")));
   }
   options.training.use_workers = trainer == "workers";
+  if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port != 0) {
+    options.metrics_listen =
+        absl::StrCat(absl::GetFlag(FLAGS_metrics_address), ":", metrics_port);
+  }
+  options.rpc_log.log_every_call = absl::GetFlag(FLAGS_log_every_rpc);
   verity::server::SetTrainingDevice(absl::GetFlag(FLAGS_device));
   auto server = verity::server::VerityServer::Start(options);
   if (!server.ok()) return Fail(server.status());
   LogEvent("listening", {{"address", options.listen},
                          {"port", std::to_string((*server)->port())},
-                         {"database", embedded ? "embedded" : "external"}});
+                         {"database", embedded ? "embedded" : "external"},
+                         {"metrics_port", std::to_string((*server)->metrics_port())}});
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);

@@ -8,10 +8,37 @@
 
 namespace verity::server {
 
+struct TrainingScheduler::Metrics {
+  explicit Metrics(MetricsRegistry& registry)
+      : versions(registry.AddCounter("verity_model_versions_total",
+                                     "Model versions served, by truth method and where they were "
+                                     "fit (inprocess, or worker for versions adopted from "
+                                     "verity_worker processes).",
+                                     {"method", "source"})),
+        fit_seconds(registry.AddHistogram("verity_training_duration_seconds",
+                                          "Duration of in-process fits, by truth method.",
+                                          {"method"}, TrainingDurationBuckets())),
+        fit_failures(registry.AddCounter("verity_training_failures_total",
+                                         "In-process fits that failed.").Get()),
+        jobs_enqueued(registry.AddCounter("verity_training_jobs_enqueued_total",
+                                          "Training jobs enqueued for verity_worker processes.")
+                          .Get()) {}
+
+  MetricFamily<Counter>& versions;
+  MetricFamily<Histogram>& fit_seconds;
+  Counter& fit_failures;
+  Counter& jobs_enqueued;
+};
+
 TrainingScheduler::TrainingScheduler(ProjectRegistry& registry,
                                      storage::ModelVersionStore& versions,
-                                     storage::TrainingJobStore* jobs, Options options)
-    : registry_(registry), versions_(versions), jobs_(jobs), options_(options) {
+                                     storage::TrainingJobStore* jobs, Options options,
+                                     MetricsRegistry* metrics)
+    : registry_(registry),
+      versions_(versions),
+      jobs_(jobs),
+      options_(options),
+      metrics_(metrics != nullptr ? std::make_unique<Metrics>(*metrics) : nullptr) {
   if (options_.run_in_background) thread_ = std::thread([this] { Loop(); });
 }
 
@@ -48,6 +75,7 @@ absl::Status TrainingScheduler::RefitDueProjectsNow(bool force) {
         continue;
       }
       if (job->attempts == 0) {
+        if (metrics_) metrics_->jobs_enqueued.Increment();
         LogEvent("training_job", {{"project", project->identity().name},
                                   {"job", std::to_string(job->job_id)},
                                   {"state", job->state}});
@@ -72,6 +100,7 @@ absl::StatusOr<int32_t> TrainingScheduler::AdoptStoredVersion(LiveProject& proje
   absl::StatusOr<bool> adopted = project.AdoptVersion(*latest);
   if (!adopted.ok()) return adopted.status();
   if (*adopted) {
+    if (metrics_) metrics_->versions.WithLabels({latest->method, "worker"}).Increment();
     LogEvent("model_version_adopted", {{"project", project.identity().name},
                                        {"version", std::to_string(latest->version)},
                                        {"method", latest->method},
@@ -117,11 +146,16 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(L
 absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitAndLog(LiveProject& project) {
   auto refit = project.Refit(versions_);
   if (!refit.ok()) {
+    if (metrics_) metrics_->fit_failures.Increment();
     LogEvent("refit_failed", {{"project", project.identity().name},
                               {"error", refit.status().ToString()}});
     return refit.status();
   }
   const storage::ModelVersionRecord& version = refit->version;
+  if (metrics_) {
+    metrics_->versions.WithLabels({version.method, "inprocess"}).Increment();
+    metrics_->fit_seconds.WithLabels({version.method}).Observe(version.duration_ms / 1000.0);
+  }
   LogEvent("model_version", {{"project", project.identity().name},
                              {"version", std::to_string(version.version)},
                              {"method", version.method},

@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/metrics.h"
 #include "server/project_registry.h"
 #include "storage/model_version_store.h"
 #include "storage/training_job_store.h"
@@ -37,9 +38,12 @@ class TrainingScheduler {
     absl::Duration train_wait = absl::Minutes(10);
   };
 
-  // `jobs` may be null unless options.use_workers.
+  // `jobs` may be null unless options.use_workers. `metrics` may be null (nothing measured);
+  // otherwise it must outlive the scheduler (model versions served, fit durations and
+  // failures, training jobs enqueued).
   TrainingScheduler(ProjectRegistry& registry, storage::ModelVersionStore& versions,
-                    storage::TrainingJobStore* jobs, Options options);
+                    storage::TrainingJobStore* jobs, Options options,
+                    MetricsRegistry* metrics = nullptr);
   ~TrainingScheduler();
 
   // Refits, synchronously, every project whose refit is due, or every project with labels
@@ -66,6 +70,8 @@ class TrainingScheduler {
   storage::ModelVersionStore& versions_;
   storage::TrainingJobStore* const jobs_;
   const Options options_;
+  struct Metrics;  // The scheduler's metric children; null without a registry.
+  const std::unique_ptr<Metrics> metrics_;
   absl::Mutex fit_mu_;  // One fitting pass at a time.
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

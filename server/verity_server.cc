@@ -8,6 +8,7 @@
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "server/assignment_service.h"
 #include "server/ingest_service.h"
 #include "server/log.h"
@@ -20,14 +21,18 @@ namespace verity::server {
 
 absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options options) {
   std::unique_ptr<VerityServer> server(new VerityServer());
+  server->metrics_ = std::make_unique<MetricsRegistry>();
   auto storage = StorageHandles::Open(options.postgres_url, options.pool_size);
   if (!storage.ok()) return storage.status();
   server->storage_ = std::move(*storage);
   server->registry_ = std::make_unique<ProjectRegistry>(*server->storage_);
   if (absl::Status s = server->registry_->LoadAll(); !s.ok()) return s;
-  server->ingest_ = std::make_unique<IngestPipeline>(*server->storage_->annotations, options.ingest);
+  server->ingest_ = std::make_unique<IngestPipeline>(*server->storage_->annotations, options.ingest,
+                                                     server->metrics_.get());
   server->scheduler_ = std::make_unique<TrainingScheduler>(
-      *server->registry_, *server->storage_->versions, options.training);
+      *server->registry_, *server->storage_->versions, server->storage_->jobs.get(),
+      options.training, server->metrics_.get());
+  server->AddCallbackGauges(options.training.max_staleness);
   server->lease_persister_ = std::make_unique<LeasePersister>(*server->storage_->leases,
                                                               LeasePersister::Options());
   server->core_ = ServerCore{server->storage_.get(), server->registry_.get(),
@@ -46,17 +51,77 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   server->services_.push_back(std::make_unique<ModelServiceImpl>(server->core_));
   server->services_.push_back(std::make_unique<AssignmentServiceImpl>(server->core_));
   for (auto& service : server->services_) builder.RegisterService(service.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<RpcTelemetryFactory>(*server->metrics_, options.rpc_log));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen,
                                                " (address in use or invalid?)"));
   }
+  if (!options.metrics_listen.empty()) {
+    MetricsHttpServer::Options http;
+    http.listen = options.metrics_listen;
+    auto metrics_http = MetricsHttpServer::Start(*server->metrics_, http);
+    if (metrics_http.ok()) {
+      server->metrics_http_ = std::move(*metrics_http);
+    } else {
+      // The labels matter more than their metrics: serve without (metrics_port() is 0).
+      LogEvent("metrics_unavailable", {{"address", options.metrics_listen},
+                                       {"error", metrics_http.status().ToString()}});
+    }
+  }
   return server;
+}
+
+void VerityServer::AddCallbackGauges(absl::Duration max_staleness) {
+  storage::ConnectionPool* pool = storage_->pool.get();
+  metrics_->AddCallbackGauge(
+      "verity_db_pool_connections",
+      "PostgreSQL connections of the pool: open (idle or in use) and max (the pool's size).",
+      {"state"}, [pool] {
+        return std::vector<GaugeSample>{
+            {{"open"}, static_cast<double>(pool->open_connections())},
+            {{"max"}, static_cast<double>(pool->options().size)}};
+      });
+  ProjectRegistry* registry = registry_.get();
+  metrics_->AddCallbackGauge(
+      "verity_model_version", "Model version each project serves (0 before its first fit).",
+      {"project"}, [registry] {
+        std::vector<GaugeSample> samples;
+        for (const std::shared_ptr<LiveProject>& project : registry->All()) {
+          samples.push_back(
+              {{project->identity().name}, static_cast<double>(project->model_version())});
+        }
+        return samples;
+      });
+  metrics_->AddCallbackGauge(
+      "verity_project_labels", "Live labels of each project.", {"project"}, [registry] {
+        std::vector<GaugeSample> samples;
+        for (const std::shared_ptr<LiveProject>& project : registry->All()) {
+          samples.push_back({{project->identity().name},
+                             static_cast<double>(project->Counts().num_labels)});
+        }
+        return samples;
+      });
+  metrics_->AddCallbackGauge(
+      "verity_training_due_projects",
+      "Projects whose refit is due (enough new labels, staleness or a method change) and not "
+      "yet fit: the training queue's length.",
+      {}, [registry, max_staleness] {
+        const absl::Time now = absl::Now();
+        double due = 0;
+        for (const std::shared_ptr<LiveProject>& project : registry->All()) {
+          if (project->RefitDue(now, max_staleness)) ++due;
+        }
+        return std::vector<GaugeSample>{{{}, due}};
+      });
 }
 
 void VerityServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
+  metrics_http_.reset();  // Scrapes read the objects stopped below.
   if (grpc_server_ != nullptr) {
     grpc_server_->Shutdown(std::chrono::system_clock::now() +
                            std::chrono::milliseconds(absl::ToInt64Milliseconds(grace)));

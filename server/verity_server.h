@@ -3,6 +3,10 @@
 // and server reflection. The process main (server/main.cc) and the end-to-end tests both run
 // it; tests use port 0 and read port().
 //
+// Observability: every RPC is counted, timed and given a request id (server/rpc_telemetry.h);
+// ingest, training and the database pool report into one MetricsRegistry (metrics()), served
+// for Prometheus at GET /metrics when Options::metrics_listen is set.
+//
 // Thread-safety: Shutdown() may be called from any thread, once.
 #ifndef VERITY_SERVER_VERITY_SERVER_H_
 #define VERITY_SERVER_VERITY_SERVER_H_
@@ -15,6 +19,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/ingest_pipeline.h"
+#include "server/metrics.h"
+#include "server/metrics_http.h"
+#include "server/rpc_telemetry.h"
 #include "server/server_core.h"
 #include "server/training_scheduler.h"
 
@@ -32,6 +39,14 @@ class VerityServer {
     int pool_size = 8;
     IngestPipeline::Options ingest;
     TrainingScheduler::Options training;
+    // host:port of the Prometheus metrics HTTP endpoint (GET /metrics); empty: not served
+    // (the default; main.cc serves 127.0.0.1:9464). Port 0 picks a free port (see
+    // metrics_port()). An address that cannot be bound (another server has the port) is
+    // logged (event=metrics_unavailable) and the server runs without the endpoint: a port
+    // clash on the side must not stop ingest.
+    std::string metrics_listen;
+    // Which RPCs are logged (every failed one, slow ones, or all).
+    RpcTelemetryFactory::Options rpc_log;
   };
 
   // Connects, migrates, restores every project, then starts serving. UNAVAILABLE if the
@@ -40,6 +55,10 @@ class VerityServer {
   ~VerityServer();
 
   int port() const { return port_; }
+  // The metrics HTTP port; 0 when metrics are not served.
+  int metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }
+  // Every metric of this server (also when they are not served over HTTP).
+  const MetricsRegistry& metrics() const { return *metrics_; }
   ServerCore core() { return core_; }
 
   // Stops accepting calls, lets in-flight calls finish for up to `grace` (streams are
@@ -48,7 +67,11 @@ class VerityServer {
 
  private:
   VerityServer() = default;
+  // Gauges read at scrape time: pool connections, projects' versions, label counts, due fits.
+  void AddCallbackGauges(absl::Duration max_staleness);
 
+  // First: outlives everything that reports into it.
+  std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<StorageHandles> storage_;
   std::unique_ptr<ProjectRegistry> registry_;
   std::unique_ptr<IngestPipeline> ingest_;
@@ -56,6 +79,8 @@ class VerityServer {
   std::unique_ptr<LeasePersister> lease_persister_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  // Its callback gauges read the objects above: stopped before they go.
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
   ServerCore core_{};
   int port_ = 0;
   bool shut_down_ = false;

@@ -1,0 +1,102 @@
+#include "server/metrics_http.h"
+
+#include <civetweb.h>
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "server/log.h"
+
+namespace verity::server {
+namespace {
+
+int SendResponse(mg_connection* connection, int status, const char* content_type,
+                 const std::string& body) {
+  mg_response_header_start(connection, status);
+  mg_response_header_add(connection, "Content-Type", content_type, -1);
+  const std::string length = std::to_string(body.size());
+  mg_response_header_add(connection, "Content-Length", length.c_str(), -1);
+  mg_response_header_send(connection);
+  if (!body.empty()) mg_write(connection, body.data(), body.size());
+  return status;
+}
+
+// civetweb's own messages (a client that hung up mid-response, ...) as structured log lines.
+int LogCivetwebMessage(const mg_connection* /*connection*/, const char* message) {
+  LogEvent("metrics_http", {{"message", message}});
+  return 1;  // Handled: civetweb writes nothing itself.
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const MetricsRegistry& registry, const Options& options) {
+  const size_t colon = options.listen.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(options.listen.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics address must be host:port, got \"", options.listen, "\""));
+  }
+  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(registry));
+  const std::string threads = std::to_string(options.num_threads);
+  const char* config[] = {"listening_ports",
+                          options.listen.c_str(),
+                          "num_threads",
+                          threads.c_str(),
+                          "request_timeout_ms",
+                          "10000",
+                          "enable_keep_alive",
+                          "no",
+                          nullptr};
+  mg_callbacks callbacks;
+  std::memset(&callbacks, 0, sizeof(callbacks));
+  callbacks.log_message = &LogCivetwebMessage;
+  mg_init_data init;
+  init.callbacks = &callbacks;
+  init.user_data = nullptr;
+  init.configuration_options = config;
+  char error_text[256] = "";
+  unsigned error_code = 0;
+  mg_error_data error;
+  error.code = &error_code;
+  error.text = error_text;
+  error.text_buffer_size = sizeof(error_text);
+  server->context_ = mg_start2(&init, &error);
+  if (server->context_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", options.listen, ": ",
+                     error_text[0] != '\0' ? error_text : "unknown error"));
+  }
+  mg_server_port ports[1];
+  if (mg_get_server_ports(server->context_, 1, ports) < 1) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", options.listen, ": no listening port"));
+  }
+  server->port_ = ports[0].port;
+  mg_set_request_handler(
+      server->context_, "/metrics$",
+      +[](mg_connection* connection, void* data) -> int {
+        const auto* self = static_cast<const MetricsHttpServer*>(data);
+        const mg_request_info* request = mg_get_request_info(connection);
+        if (std::strcmp(request->request_method, "GET") != 0) {
+          mg_response_header_start(connection, 405);
+          mg_response_header_add(connection, "Allow", "GET", -1);
+          mg_response_header_add(connection, "Content-Length", "0", -1);
+          mg_response_header_send(connection);
+          return 405;
+        }
+        return SendResponse(connection, 200, MetricsRegistry::kContentType,
+                            self->registry_.RenderText());
+      },
+      server.get());
+  return server;
+}
+
+MetricsHttpServer::~MetricsHttpServer() {
+  if (context_ != nullptr) mg_stop(context_);
+}
+
+}  // namespace verity::server

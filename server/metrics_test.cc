@@ -1,0 +1,162 @@
+#include "server/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace verity::server {
+namespace {
+
+TEST(MetricsRegistryTest, RendersTheTextExpositionFormat) {
+  MetricsRegistry registry;
+  MetricFamily<Counter>& rpcs =
+      registry.AddCounter("test_rpcs_total", "RPCs handled.", {"method", "code"});
+  rpcs.WithLabels({"/a.B/C", "OK"}).Increment();
+  rpcs.WithLabels({"/a.B/C", "OK"}).Increment(2);
+  rpcs.WithLabels({"/a.B/C", "NOT_FOUND"}).Increment();
+  registry.AddGauge("test_queue_depth", "Items waiting.").Get().Set(7);
+  MetricFamily<Histogram>& latency =
+      registry.AddHistogram("test_latency_seconds", "Latency.", {"method"}, {0.1, 1});
+  latency.WithLabels({"x"}).Observe(0.05);
+  latency.WithLabels({"x"}).Observe(0.5);
+  latency.WithLabels({"x"}).Observe(3);
+  registry.AddCallbackGauge("test_pool_connections", "Connections.", {"state"}, [] {
+    return std::vector<GaugeSample>{{{"open"}, 3}, {{"idle"}, 1}};
+  });
+
+  EXPECT_EQ(registry.RenderText(),
+            "# HELP test_latency_seconds Latency.\n"
+            "# TYPE test_latency_seconds histogram\n"
+            "test_latency_seconds_bucket{method=\"x\",le=\"0.1\"} 1\n"
+            "test_latency_seconds_bucket{method=\"x\",le=\"1\"} 2\n"
+            "test_latency_seconds_bucket{method=\"x\",le=\"+Inf\"} 3\n"
+            "test_latency_seconds_sum{method=\"x\"} 3.55\n"
+            "test_latency_seconds_count{method=\"x\"} 3\n"
+            "# HELP test_pool_connections Connections.\n"
+            "# TYPE test_pool_connections gauge\n"
+            "test_pool_connections{state=\"idle\"} 1\n"
+            "test_pool_connections{state=\"open\"} 3\n"
+            "# HELP test_queue_depth Items waiting.\n"
+            "# TYPE test_queue_depth gauge\n"
+            "test_queue_depth 7\n"
+            "# HELP test_rpcs_total RPCs handled.\n"
+            "# TYPE test_rpcs_total counter\n"
+            "test_rpcs_total{method=\"/a.B/C\",code=\"NOT_FOUND\"} 1\n"
+            "test_rpcs_total{method=\"/a.B/C\",code=\"OK\"} 3\n");
+}
+
+TEST(MetricsRegistryTest, UnlabelledFamiliesShowZeroFromRegistration) {
+  MetricsRegistry registry;
+  registry.AddCounter("c_total", "C.");
+  registry.AddHistogram("h_seconds", "H.", {}, {1});
+  registry.AddCounter("labelled_total", "Only HELP and TYPE until a child exists.", {"k"});
+  EXPECT_EQ(registry.RenderText(),
+            "# HELP c_total C.\n"
+            "# TYPE c_total counter\n"
+            "c_total 0\n"
+            "# HELP h_seconds H.\n"
+            "# TYPE h_seconds histogram\n"
+            "h_seconds_bucket{le=\"1\"} 0\n"
+            "h_seconds_bucket{le=\"+Inf\"} 0\n"
+            "h_seconds_sum 0\n"
+            "h_seconds_count 0\n"
+            "# HELP labelled_total Only HELP and TYPE until a child exists.\n"
+            "# TYPE labelled_total counter\n");
+}
+
+TEST(MetricsRegistryTest, EscapesLabelValuesAndHelp) {
+  MetricsRegistry registry;
+  registry.AddGauge("g", "Back\\slash and\nnewline.", {"project"})
+      .WithLabels({"a\"b\\c\nd"})
+      .Set(1);
+  EXPECT_EQ(registry.RenderText(),
+            "# HELP g Back\\\\slash and\\nnewline.\n"
+            "# TYPE g gauge\n"
+            "g{project=\"a\\\"b\\\\c\\nd\"} 1\n");
+}
+
+TEST(MetricsRegistryTest, SameRegistrationTwiceReturnsTheSameFamily) {
+  MetricsRegistry registry;
+  MetricFamily<Counter>& first = registry.AddCounter("x_total", "X.", {"k"});
+  MetricFamily<Counter>& second = registry.AddCounter("x_total", "X.", {"k"});
+  EXPECT_EQ(&first, &second);
+  EXPECT_EQ(&first.WithLabels({"v"}), &second.WithLabels({"v"}));
+}
+
+TEST(MetricsRegistryDeathTest, ConflictingRegistrationAborts) {
+  MetricsRegistry registry;
+  registry.AddCounter("x_total", "X.", {"k"});
+  EXPECT_DEATH(registry.AddGauge("x_total", "X.", {"k"}), "registered twice differently");
+  EXPECT_DEATH(registry.AddCounter("x_total", "X.", {"other"}), "registered twice differently");
+  EXPECT_DEATH(registry.AddCounter("bad-name", "X."), "invalid metric name");
+  EXPECT_DEATH(registry.AddHistogram("h", "H.", {"le"}, {1}), "invalid label name");
+  EXPECT_DEATH(registry.AddHistogram("h", "H.", {}, {1, 1}), "strictly increasing");
+  EXPECT_DEATH(registry.AddCounter("y_total", "Y.", {"a", "b"}).WithLabels({"only-one"}),
+               "1 label values for 2 label names");
+}
+
+TEST(MetricsRegistryTest, CountersIgnoreNegativeIncrementsGaugesGoBothWays) {
+  MetricsRegistry registry;
+  Counter& counter = registry.AddCounter("c_total", "C.").Get();
+  counter.Increment(1.5);
+  counter.Increment(-4);
+  EXPECT_EQ(counter.value(), 1.5);
+  Gauge& gauge = registry.AddGauge("g", "G.").Get();
+  gauge.Add(3);
+  gauge.Add(-5);
+  EXPECT_EQ(gauge.value(), -2);
+}
+
+TEST(HistogramTest, BoundsAreInclusiveAndNanCountsOnlyInInf) {
+  Histogram histogram({1, 2});
+  histogram.Observe(1);  // le="1" is inclusive.
+  histogram.Observe(1.5);
+  histogram.Observe(std::numeric_limits<double>::quiet_NaN());
+  Histogram::Snapshot snapshot = histogram.snapshot();
+  EXPECT_EQ(snapshot.cumulative, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(snapshot.count, 3u);
+}
+
+TEST(MetricsRegistryTest, ConcurrentIncrementsAreAllCounted) {
+  MetricsRegistry registry;
+  MetricFamily<Counter>& family = registry.AddCounter("c_total", "C.", {"thread"});
+  Histogram& histogram = registry.AddHistogram("h", "H.", {}, {0.5}).Get();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&family, &histogram] {
+      for (int i = 0; i < 10000; ++i) {
+        family.WithLabels({"shared"}).Increment();
+        histogram.Observe(1);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(family.WithLabels({"shared"}).value(), 40000);
+  EXPECT_EQ(histogram.snapshot().count, 40000u);
+}
+
+TEST(FormatMetricValueTest, IntegersPlainFractionsShortestSpecialsByName) {
+  EXPECT_EQ(FormatMetricValue(0), "0");
+  EXPECT_EQ(FormatMetricValue(1234567), "1234567");
+  EXPECT_EQ(FormatMetricValue(-3), "-3");
+  EXPECT_EQ(FormatMetricValue(0.1), "0.1");
+  EXPECT_EQ(FormatMetricValue(0.0025), "0.0025");
+  EXPECT_EQ(FormatMetricValue(1e20), "1e+20");
+  EXPECT_EQ(FormatMetricValue(std::numeric_limits<double>::infinity()), "+Inf");
+  EXPECT_EQ(FormatMetricValue(-std::numeric_limits<double>::infinity()), "-Inf");
+  EXPECT_EQ(FormatMetricValue(std::nan("")), "NaN");
+}
+
+TEST(StatusCodeNameTest, NamesEveryCode) {
+  EXPECT_STREQ(StatusCodeName(0), "OK");
+  EXPECT_STREQ(StatusCodeName(5), "NOT_FOUND");
+  EXPECT_STREQ(StatusCodeName(16), "UNAUTHENTICATED");
+  EXPECT_STREQ(StatusCodeName(99), "UNKNOWN");
+}
+
+}  // namespace
+}  // namespace verity::server
