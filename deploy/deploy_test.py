@@ -3,11 +3,15 @@
 Docker, Compose and Kubernetes cannot run on the machines this repository is built on, so what
 is checked is what can be checked without them:
 
-- the systemd units pass `systemd-analyze verify` and `systemd-analyze security --offline`,
-  and the dedicated user they run as is the one verity.sysusers creates;
+- the systemd units pass `systemd-analyze verify` (against the Bazel-built verity_server and
+  verity_worker) and `systemd-analyze security --offline`, and the dedicated user they run as
+  is the one verity.sysusers creates;
 - every YAML file parses, and the Compose and Kubernetes files have the services, kinds and
   fields the deployment depends on (gRPC health probes, the Secret, the GPU request);
-- every verity_server flag they pass exists in the Bazel-built server;
+- every verity_server and verity_worker flag they pass (Compose, Kubernetes, the systemd flag
+  files) exists in the Bazel-built server and worker, and the training mode is consistent:
+  --trainer=workers only where a worker is deployed, a plain `docker compose up` trains
+  in-process;
 - the Dockerfile builds with the Makefile (`make build`) and installs no copy of the
   Makefile's package list; its runtime packages come from deploy/runtime_packages.sh, which is
   run here on the Bazel-built binaries.
@@ -33,7 +37,12 @@ import yaml
 
 DEPLOY = "deploy"
 SERVER_BINARY = "server/verity_server"
+WORKER_BINARY = "server/verity_worker"
 CLI_BINARY = "client/verity"
+# What the Dockerfile builds into the image: bazel-bin path -> name in /usr/local/bin.
+IMAGE_BINARIES = {"bazel-bin/server/verity_server": "verity_server",
+                  "bazel-bin/server/verity_worker": "verity_worker",
+                  "bazel-bin/client/verity": "verity"}
 SYSTEMD_ANALYZE = "/usr/bin/systemd-analyze"
 SYSTEMD_SYSUSERS = "/usr/bin/systemd-sysusers"
 UNITS = ("verity-server.service", "verity-worker.service")
@@ -76,6 +85,22 @@ def check_makefile_build_installs_packages(makefile_text):
     if not deps or "$(PACKAGES)" not in deps.group(1) or "apt-get" not in deps.group(1):
         problems.append("Makefile target deps does not apt-get install $(PACKAGES)")
     return problems
+
+
+def check_makefile_build_builds_the_image_binaries(makefile_text):
+    """The Dockerfile copies verity_server, verity_worker and verity out of bazel-bin after
+    `make build`: its recipe must build them (//... or each label)."""
+    recipe = re.search(r"^build\s*:.*\n((?:\t.*\n?)+)", makefile_text, re.MULTILINE)
+    words = recipe.group(1).split() if recipe else []
+    if "build" not in words:
+        return ["Makefile target build runs no bazel build"]
+    targets = words[words.index("build") + 1:]
+    if "//..." in targets:
+        return []
+    labels = {"//" + os.path.dirname(p[len("bazel-bin/"):]) + ":" + os.path.basename(p)
+              for p in IMAGE_BINARIES}
+    return ["Makefile target build does not build %s" % label
+            for label in sorted(labels - set(targets))]
 
 
 def dockerfile_instructions(text):
@@ -145,7 +170,7 @@ def check_dockerfile(text, packages):
         problems.append("build stage does not write deploy/runtime_packages.sh's output")
     else:
         listed, package_file = derived.group(1).split(), derived.group(2)
-        for binary in ("verity_server", "verity"):
+        for binary in IMAGE_BINARIES.values():
             if not any(os.path.basename(b) == binary for b in listed):
                 problems.append("runtime_packages.sh is not run on %s" % binary)
         copied = [rest for keyword, rest in runtime
@@ -160,10 +185,11 @@ def check_dockerfile(text, packages):
                        if keyword == "COPY" and "--from=build" in rest and "/usr/local/bin" in rest]
     if not copies_binaries:
         problems.append("runtime stage does not copy the binaries to /usr/local/bin")
-    if not re.search(r"cp -L [^&]*bazel-bin/server/verity_server[^&]*bazel-bin/client/verity",
-                     build_runs):
-        problems.append("build stage does not collect bazel-bin/server/verity_server and "
-                        "bazel-bin/client/verity")
+    collected = re.search(r"cp -L ([^&]*)", build_runs)
+    collected = collected.group(1).split() if collected else []
+    for path in IMAGE_BINARIES:
+        if path not in collected:
+            problems.append("build stage does not collect %s (cp -L)" % path)
     entrypoints = [rest for keyword, rest in runtime if keyword == "ENTRYPOINT"]
     if not entrypoints or "/usr/local/bin/verity_server" not in entrypoints[-1]:
         problems.append("runtime ENTRYPOINT is not /usr/local/bin/verity_server")
@@ -251,10 +277,9 @@ def with_exec_start(unit_text, binary):
 # Flags, Compose and Kubernetes
 
 
-def server_flag_names():
-    """Names of every flag the Bazel-built verity_server accepts (from --helpfull)."""
-    result = subprocess.run([SERVER_BINARY, "--helpfull"], capture_output=True, text=True,
-                            timeout=60)
+def flag_names(binary):
+    """Names of every flag a Bazel-built binary accepts (from --helpfull)."""
+    result = subprocess.run([binary, "--helpfull"], capture_output=True, text=True, timeout=60)
     return set(re.findall(r"^\s+--([A-Za-z0-9_]+) \(", result.stdout + result.stderr,
                           re.MULTILINE))
 
@@ -265,7 +290,68 @@ def unknown_flags(args, known):
     return sorted({m.group(1) for m in names if m} - known)
 
 
-def check_compose(compose):
+def flag_values(args, name):
+    """The values of --name=VALUE in `args`, in order."""
+    prefix = "--%s=" % name
+    return [a[len(prefix):] for a in args if a.startswith(prefix)]
+
+
+def flag_file_args(text):
+    """The flag lines of an Abseil --flagfile (comments and blank lines dropped)."""
+    return [l.strip() for l in text.splitlines() if l.strip() and not l.lstrip().startswith("#")]
+
+
+TRAINERS = ("inprocess", "workers")
+DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+
+
+def flag_value_problems(where, args):
+    """--trainer and --device values the binaries would reject or misread (they are only
+    checked at run time, after connecting to the database)."""
+    problems = []
+    for trainer in flag_values(args, "trainer"):
+        if trainer not in TRAINERS:
+            problems.append("%s: --trainer=%s is not one of %s" % (where, trainer, TRAINERS))
+    for device in flag_values(args, "device"):
+        if not DEVICE.fullmatch(device):
+            problems.append("%s: --device=%s is not auto, cpu, cuda or cuda:N" % (where, device))
+    return problems
+
+
+def interpolate(value, env):
+    """Compose's variable interpolation of one string: $$, ${VAR}, $VAR, ${VAR:-default} and
+    ${VAR-default} (the forms these files use), with `env` as the environment."""
+    def substitute(match):
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group("braced") or match.group("plain")
+        operator, default = match.group("operator"), match.group("default") or ""
+        if operator == ":-":
+            return env.get(name) or default
+        if operator == "-":
+            return env.get(name, default)
+        return env.get(name, "")
+    return re.sub(r"\$\$|\$\{(?P<braced>\w+)(?:(?P<operator>:?-)(?P<default>[^}]*))?\}"
+                  r"|\$(?P<plain>\w+)", substitute, value)
+
+
+def compose_args(service, env):
+    """The command of a Compose service after interpolation in the environment `env`."""
+    command = service.get("command") or []
+    if isinstance(command, str):
+        command = command.split()
+    return [interpolate(str(a), env) for a in command]
+
+
+# The environments compose.yaml is checked in: a plain `docker compose up`, and the worker mode
+# that compose.yaml and README.md document (`VERITY_TRAINER=workers ... --profile worker up`).
+COMPOSE_PLAIN_ENV = {}
+COMPOSE_WORKER_ENV = {"VERITY_TRAINER": "workers"}
+WORKER_PROFILE = "worker"
+
+
+def check_compose(compose, server_flags, worker_flags):
+    """Problems with compose.yaml; the flag sets are those of the Bazel-built binaries."""
     problems = []
     services = compose.get("services", {})
     missing = {"postgres", "server", "worker"} - set(services)
@@ -282,8 +368,30 @@ def check_compose(compose):
     if dockerfile != deploy_path("docker", "Dockerfile"):
         problems.append("compose: server is not built from deploy/docker/Dockerfile: %s"
                         % dockerfile)
-    command = server.get("command", [])
-    url = [a for a in command if a.startswith("--postgres_url=")]
+    # The worker runs the server's image; with its own copy of the build, Compose builds the
+    # image for it instead of pulling verity:latest from a registry.
+    if worker.get("build") != build or worker.get("image") != server.get("image"):
+        problems.append("compose: worker does not have the server's build and image")
+
+    # Profiles: a plain `up` starts the server (in-process training) but not the worker.
+    if server.get("profiles"):
+        problems.append("compose: server is behind profiles %s; a plain `up` would not start "
+                        "it" % server.get("profiles"))
+    if WORKER_PROFILE not in (worker.get("profiles") or []):
+        problems.append("compose: worker is not behind the %s profile" % WORKER_PROFILE)
+
+    for mode, env, trainer in (("plain", COMPOSE_PLAIN_ENV, "inprocess"),
+                               ("worker mode", COMPOSE_WORKER_ENV, "workers")):
+        command = compose_args(server, env)
+        where = "compose server (%s)" % mode
+        if flag_values(command, "trainer") != [trainer]:
+            problems.append("%s: --trainer is %s, not %s"
+                            % (where, flag_values(command, "trainer"), trainer))
+        problems += ["%s: verity_server has no flag --%s" % (where, f)
+                     for f in unknown_flags(command, server_flags)]
+        problems += flag_value_problems(where, command)
+    command = compose_args(server, COMPOSE_PLAIN_ENV)
+    url = flag_values(command, "postgres_url")
     if not url or "host=postgres" not in url[0]:
         problems.append("compose: server has no --postgres_url naming host=postgres")
     if "--listen=0.0.0.0:50051" not in command:
@@ -292,9 +400,22 @@ def check_compose(compose):
     if not isinstance(depends, dict) or \
             depends.get("postgres", {}).get("condition") != "service_healthy":
         problems.append("compose: server does not wait for a healthy postgres")
-    if not any("verity_worker" in " ".join(worker.get(k) or []) for k in ("entrypoint",
-                                                                          "command")):
-        problems.append("compose: worker does not run verity_worker")
+
+    if worker.get("entrypoint") != ["/usr/local/bin/verity_worker"]:
+        problems.append("compose: worker does not run /usr/local/bin/verity_worker")
+    command = compose_args(worker, COMPOSE_WORKER_ENV)
+    problems += ["compose worker: verity_worker has no flag --%s" % f
+                 for f in unknown_flags(command, worker_flags)]
+    problems += flag_value_problems("compose worker", command)
+    url = flag_values(command, "postgres_url")
+    if not url or "host=postgres" not in url[0]:
+        problems.append("compose: worker has no --postgres_url naming host=postgres")
+    if not flag_values(command, "device"):
+        problems.append("compose: worker has no --device")
+    depends = worker.get("depends_on", {})
+    if not isinstance(depends, dict) or \
+            depends.get("postgres", {}).get("condition") != "service_healthy":
+        problems.append("compose: worker does not wait for a healthy postgres")
     devices = (worker.get("deploy", {}).get("resources", {}).get("reservations", {})
                .get("devices", []))
     if not any("gpu" in d.get("capabilities", []) for d in devices):
@@ -359,7 +480,7 @@ def check_deployment_basics(name, deployment, secrets):
     return problems
 
 
-def check_server_manifests(docs, secrets):
+def check_server_manifests(docs, secrets, server_flags):
     deployment = docs.get(("Deployment", "verity-server"))
     service = docs.get(("Service", "verity-server"))
     if deployment is None or service is None:
@@ -367,6 +488,10 @@ def check_server_manifests(docs, secrets):
     problems = check_deployment_basics("verity-server", deployment, secrets)
     pod = deployment["spec"]["template"]
     container = pod["spec"]["containers"][0]
+    args = container.get("args", [])
+    problems += ["verity-server: verity_server has no flag --%s" % f
+                 for f in unknown_flags(args, server_flags)]
+    problems += flag_value_problems("verity-server", args)
     ports = {p.get("name"): p.get("containerPort") for p in container.get("ports", [])}
     grpc_port = ports.get("grpc")
     if grpc_port is None:
@@ -391,7 +516,7 @@ def check_server_manifests(docs, secrets):
     return problems
 
 
-def check_worker_manifest(docs, secrets):
+def check_worker_manifest(docs, secrets, worker_flags):
     deployment = docs.get(("Deployment", "verity-worker"))
     if deployment is None:
         return ["k8s: missing Deployment verity-worker"]
@@ -399,10 +524,34 @@ def check_worker_manifest(docs, secrets):
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     if container.get("command") != ["/usr/local/bin/verity_worker"]:
         problems.append("verity-worker: command is not /usr/local/bin/verity_worker")
+    args = container.get("args", [])
+    problems += ["verity-worker: verity_worker has no flag --%s" % f
+                 for f in unknown_flags(args, worker_flags)]
+    problems += flag_value_problems("verity-worker", args)
+    if not any(d.startswith("cuda") for d in flag_values(args, "device")):
+        problems.append("verity-worker: no --device=cuda or cuda:N for the GPU it requests")
     limits = container.get("resources", {}).get("limits", {})
     if str(limits.get("nvidia.com/gpu")) != "1":
         problems.append("verity-worker: does not request nvidia.com/gpu: 1 (limits: %s)" % limits)
     return problems
+
+
+def check_training_mode(docs):
+    """The server's --trainer matches the worker Deployment: with --trainer=workers nothing
+    trains unless a worker runs, so the worker Deployment must exist with replicas."""
+    server = docs.get(("Deployment", "verity-server"))
+    if server is None:
+        return ["k8s: missing Deployment verity-server"]
+    args = server["spec"]["template"]["spec"]["containers"][0].get("args", [])
+    trainers = flag_values(args, "trainer") or ["inprocess"]  # the server's default
+    if trainers[-1] != "workers":
+        return []
+    worker = docs.get(("Deployment", "verity-worker"))
+    replicas = (worker or {}).get("spec", {}).get("replicas", 1)  # Kubernetes' default: 1
+    if worker is None or not replicas:
+        return ["k8s: verity-server has --trainer=workers but no verity-worker replicas "
+                "(nothing would train)"]
+    return []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,8 +590,24 @@ class DockerfileTest(unittest.TestCase):
         self.assertIn("libpqxx-dev", self.packages)
         self.assertEqual(check_makefile_build_installs_packages(self.makefile), [])
 
+    def test_makefile_build_builds_the_image_binaries(self):
+        self.assertEqual(check_makefile_build_builds_the_image_binaries(self.makefile), [])
+        narrowed = self.makefile.replace(
+            "$(BAZEL) build //...", "$(BAZEL) build //server:verity_server //client:verity")
+        self.assertNotEqual(narrowed, self.makefile)
+        self.assertEqual(check_makefile_build_builds_the_image_binaries(narrowed),
+                         ["Makefile target build does not build //server:verity_worker"])
+
     def test_dockerfile_builds_with_the_makefile_and_derives_runtime_packages(self):
         self.assertEqual(check_dockerfile(self.dockerfile, self.packages), [])
+
+    def test_checks_reject_a_dockerfile_without_the_worker(self):
+        without = self.dockerfile.replace(" bazel-bin/server/verity_worker", "").replace(
+            " /out/bin/verity_worker", "")
+        self.assertNotEqual(without, self.dockerfile)
+        self.assertEqual(check_dockerfile(without, self.packages), [
+            "runtime_packages.sh is not run on verity_worker",
+            "build stage does not collect bazel-bin/server/verity_worker (cp -L)"])
 
     def test_no_deployment_file_copies_the_package_list(self):
         checked = 0
@@ -492,28 +657,41 @@ class RuntimePackagesTest(unittest.TestCase):
                               capture_output=True, text=True, env=env, timeout=120)
 
     def test_lists_the_runtime_packages_of_the_built_binaries(self):
-        result = self.run_script(SERVER_BINARY, CLI_BINARY)
+        # The three binaries of the image, as the Dockerfile runs it.
+        result = self.run_script(SERVER_BINARY, WORKER_BINARY, CLI_BINARY)
         self.assertEqual(result.returncode, 0, result.stderr)
         packages = result.stdout.split()
         self.assertEqual(packages, sorted(set(packages)))
         for expected in ("libc6", "libstdc++6", "libpq5", "libabsl20220623"):
             self.assertIn(expected, packages)
-        for prefix in ("libgrpc++", "libpqxx-", "libprotobuf"):
+        for prefix in ("libgrpc++", "libpqxx-", "libprotobuf", "libtorch"):
             self.assertTrue(any(p.startswith(prefix) for p in packages),
                             "no %s* package in %s" % (prefix, packages))
         # Headers and static libraries stay in the build stage.
         self.assertEqual([p for p in packages if p.endswith("-dev")], [])
         self.assertNotIn("bazel-bootstrap", packages)
 
+    def test_the_worker_needs_the_database_and_libtorch_packages(self):
+        # The worker's libraries are derived from the worker itself, not only from the server.
+        result = self.run_script(WORKER_BINARY)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        packages = result.stdout.split()
+        self.assertIn("libpq5", packages)
+        for prefix in ("libpqxx-", "libtorch"):
+            self.assertTrue(any(p.startswith(prefix) for p in packages),
+                            "no %s* package in %s" % (prefix, packages))
+        self.assertEqual([p for p in packages if p.endswith("-dev")], [])
+
     def test_fails_on_a_library_no_package_owns(self):
-        with tempfile.TemporaryDirectory() as lib_dir:
-            libpq = subprocess.run(["ldd", SERVER_BINARY], capture_output=True, text=True)
-            source = re.search(r"libpq\.so\.5 => (\S+)", libpq.stdout).group(1)
-            shutil.copy(source, os.path.join(lib_dir, "libpq.so.5"))
-            env = dict(os.environ, LD_LIBRARY_PATH=lib_dir)
-            result = self.run_script(SERVER_BINARY, env=env)
-        self.assertEqual(result.returncode, 1)
-        self.assertIn("libpq.so.5 belongs to no installed Debian package", result.stderr)
+        for binary in (SERVER_BINARY, WORKER_BINARY):
+            with self.subTest(binary=binary), tempfile.TemporaryDirectory() as lib_dir:
+                libpq = subprocess.run(["ldd", binary], capture_output=True, text=True)
+                source = re.search(r"libpq\.so\.5 => (\S+)", libpq.stdout).group(1)
+                shutil.copy(source, os.path.join(lib_dir, "libpq.so.5"))
+                env = dict(os.environ, LD_LIBRARY_PATH=lib_dir)
+                result = self.run_script(binary, env=env)
+                self.assertEqual(result.returncode, 1)
+                self.assertIn("libpq.so.5 belongs to no installed Debian package", result.stderr)
 
     def test_fails_on_a_missing_binary(self):
         result = self.run_script("deploy/no_such_binary")
@@ -523,20 +701,25 @@ class RuntimePackagesTest(unittest.TestCase):
 
 class SystemdTest(unittest.TestCase):
     """The units name /usr/local/bin binaries, where an installation puts them. `systemd-analyze
-    verify` insists that ExecStart exists, so the server unit is verified against the
-    Bazel-built verity_server and the worker unit against /bin/true (verity_worker does not
-    exist yet: it comes with issue 4). Nothing else in the units is changed."""
+    verify` insists that ExecStart exists, so each unit is verified with its ExecStart pointed
+    at the Bazel-built binary (verity_server, verity_worker); nothing else in the units is
+    changed."""
 
     def setUp(self):
+        self.binaries = {"verity-server.service": SERVER_BINARY,
+                         "verity-worker.service": WORKER_BINARY}
+        self.flag_files = {"verity-server.flags.example": SERVER_BINARY,
+                           "verity-worker.flags.example": WORKER_BINARY}
         self.units = {name: read(deploy_path("systemd", name)) for name in UNITS}
         self.verifiable = {
-            "verity-server.service": with_exec_start(self.units["verity-server.service"],
-                                                     os.path.abspath(SERVER_BINARY)),
-            "verity-worker.service": with_exec_start(self.units["verity-worker.service"],
-                                                     "/bin/true"),
-        }
+            name: with_exec_start(text, os.path.abspath(self.binaries[name]))
+            for name, text in self.units.items()}
 
     def test_units_pass_systemd_analyze_verify(self):
+        for name, binary in self.binaries.items():
+            self.assertIn("ExecStart=" + os.path.abspath(binary) + " --flagfile=",
+                          self.verifiable[name])
+            self.assertTrue(os.access(binary, os.X_OK), binary)
         self.assertEqual(verify_units(self.verifiable), [])
 
     def test_verify_reports_a_misspelled_key_and_a_missing_binary(self):
@@ -545,9 +728,10 @@ class SystemdTest(unittest.TestCase):
             "Restart=on-failure", "Restrat=on-failure")
         problems = verify_units(broken)
         self.assertTrue(any("Unknown key 'Restrat'" in p for p in problems), problems)
-        unbuilt = {"verity-worker.service": self.units["verity-worker.service"]}
-        problems = verify_units(unbuilt)
-        self.assertTrue(any("/usr/local/bin/verity_worker" in p for p in problems), problems)
+        missing = {"verity-worker.service": with_exec_start(
+            self.units["verity-worker.service"], "/nonexistent/verity_worker")}
+        problems = verify_units(missing)
+        self.assertTrue(any("/nonexistent/verity_worker" in p for p in problems), problems)
 
     def test_units_are_hardened(self):
         for name, text in self.verifiable.items():
@@ -559,6 +743,8 @@ class SystemdTest(unittest.TestCase):
     def test_units_restart_on_failure_as_the_dedicated_user(self):
         expected_binary = {"verity-server.service": "/usr/local/bin/verity_server",
                            "verity-worker.service": "/usr/local/bin/verity_worker"}
+        expected_flag_file = {"verity-server.service": "/etc/verity/verity-server.flags",
+                              "verity-worker.service": "/etc/verity/verity-worker.flags"}
         for name, text in self.units.items():
             with self.subTest(unit=name):
                 settings = unit_settings(text)
@@ -568,8 +754,8 @@ class SystemdTest(unittest.TestCase):
                 self.assertEqual(settings.get(("Service", "NoNewPrivileges")), ["yes"])
                 self.assertEqual(settings.get(("Service", "ProtectSystem")), ["strict"])
                 exec_start = settings.get(("Service", "ExecStart"), [""])[0].split()
-                self.assertEqual(exec_start[0], expected_binary[name])
-                self.assertTrue(exec_start[1].startswith("--flagfile=/etc/verity/"), exec_start)
+                self.assertEqual(exec_start, [expected_binary[name],
+                                              "--flagfile=" + expected_flag_file[name]])
                 self.assertEqual(settings.get(("Install", "WantedBy")), ["multi-user.target"])
         self.assertEqual(unit_settings(self.units["verity-server.service"])
                          .get(("Service", "PrivateDevices")), ["yes"])
@@ -588,47 +774,130 @@ class SystemdTest(unittest.TestCase):
         self.assertLess(int(entry[0][2]), 1000)  # a system user
         self.assertEqual(entry[0][5:], ["/var/lib/verity", "/usr/sbin/nologin"])
 
-    def test_server_flag_file_example_is_accepted_by_the_server(self):
-        def parse(flag_file):
-            # --help: parse the flag file, print usage and exit, without starting a server.
-            result = subprocess.run([SERVER_BINARY, "--flagfile=" + flag_file, "--help"],
-                                    capture_output=True, text=True, timeout=60)
-            return result.stdout + result.stderr
-        output = parse(deploy_path("systemd", "verity-server.flags.example"))
-        self.assertIn("Verity annotation aggregation server", output)
-        self.assertNotIn("ERROR", output)
+    @staticmethod
+    def parse_flag_file(binary, flag_file):
+        # --help: parse the flag file, print usage and exit, without connecting to a database.
+        result = subprocess.run([binary, "--flagfile=" + flag_file, "--help"],
+                                capture_output=True, text=True, timeout=60)
+        return result.stdout + result.stderr
+
+    def test_flag_file_examples_are_accepted_by_their_binaries(self):
+        banner = {SERVER_BINARY: "Verity annotation aggregation server",
+                  WORKER_BINARY: "Verity training worker"}
+        for name, binary in self.flag_files.items():
+            with self.subTest(flag_file=name):
+                path = deploy_path("systemd", name)
+                output = self.parse_flag_file(binary, path)
+                self.assertIn(banner[binary], output)
+                self.assertNotIn("ERROR", output)
+                args = flag_file_args(read(path))
+                self.assertEqual(unknown_flags(args, flag_names(binary)), [])
+                self.assertEqual(flag_value_problems(name, args), [])
+
+    def test_flag_files_choose_the_training_mode_and_device(self):
+        server = flag_file_args(read(deploy_path("systemd", "verity-server.flags.example")))
+        self.assertEqual(flag_values(server, "trainer"), ["inprocess"])
+        worker = flag_file_args(read(deploy_path("systemd", "verity-worker.flags.example")))
+        self.assertEqual(flag_values(worker, "device"), ["cuda:0"])
+        self.assertEqual(len(flag_values(worker, "postgres_url")), 1)
+
+    def test_flag_file_check_rejects_unknown_flags(self):
         with tempfile.NamedTemporaryFile("w", suffix=".flags") as bad:
             bad.write("--listen=0.0.0.0:50051\n--postgres_uri=host=db\n")
             bad.flush()
-            self.assertIn("ERROR: Unknown command line flag 'postgres_uri'", parse(bad.name))
+            self.assertIn("ERROR: Unknown command line flag 'postgres_uri'",
+                          self.parse_flag_file(SERVER_BINARY, bad.name))
+        with tempfile.NamedTemporaryFile("w", suffix=".flags") as bad:
+            # --trainer is the server's flag, not the worker's.
+            bad.write("--postgres_url=host=db\n--trainer=workers\n")
+            bad.flush()
+            self.assertIn("ERROR: Unknown command line flag 'trainer'",
+                          self.parse_flag_file(WORKER_BINARY, bad.name))
+            self.assertEqual(unknown_flags(flag_file_args(read(bad.name)),
+                                           flag_names(WORKER_BINARY)), ["trainer"])
+        self.assertEqual(flag_value_problems("x", ["--trainer=worker", "--device=gpu0"]), [
+            "x: --trainer=worker is not one of ('inprocess', 'workers')",
+            "x: --device=gpu0 is not auto, cpu, cuda or cuda:N"])
 
 
 class ComposeAndKubernetesTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server_flags = server_flag_names()
+        cls.server_flags = flag_names(SERVER_BINARY)
+        cls.worker_flags = flag_names(WORKER_BINARY)
         cls.compose = yaml.safe_load(read(deploy_path("compose.yaml")))
-        cls.docs = manifests([deploy_path("k8s", n)
-                              for n in ("secret.example.yaml", "server.yaml", "worker.yaml")])
+        cls.docs = cls.load_manifests()
         cls.secrets = {name: doc for (kind, name), doc in cls.docs.items() if kind == "Secret"}
 
-    def test_server_flags_are_read(self):
-        self.assertTrue({"listen", "postgres_url", "pool_size"} <= self.server_flags,
-                        self.server_flags)
+    @staticmethod
+    def load_manifests():
+        return manifests([deploy_path("k8s", n)
+                          for n in ("secret.example.yaml", "server.yaml", "worker.yaml")])
+
+    def test_server_and_worker_flags_are_read(self):
+        self.assertTrue({"listen", "postgres_url", "pool_size", "trainer", "device"} <=
+                        self.server_flags, self.server_flags)
+        self.assertTrue({"postgres_url", "device", "name", "lease_seconds", "poll_ms",
+                         "max_attempts", "once"} <= self.worker_flags, self.worker_flags)
+        # Two different binaries: the worker has no server flags.
+        self.assertNotIn("trainer", self.worker_flags)
+        self.assertNotIn("listen", self.worker_flags)
+
+    def test_interpolation(self):
+        value = "--a=${X:-d} --b=${Y-e} --c=${Z} --d=$W --e=$$X"
+        self.assertEqual(interpolate(value, {}), "--a=d --b=e --c= --d= --e=$X")
+        self.assertEqual(interpolate(value, {"X": "", "Y": "", "Z": "z", "W": "w"}),
+                         "--a=d --b= --c=z --d=w --e=$X")
+        self.assertEqual(interpolate(value, {"X": "x"}), "--a=x --b=e --c= --d= --e=$X")
 
     def test_compose_runs_postgres_server_and_worker(self):
-        self.assertEqual(check_compose(self.compose), [])
-        command = self.compose["services"]["server"]["command"]
-        self.assertEqual(unknown_flags(command, self.server_flags), [])
+        self.assertEqual(check_compose(self.compose, self.server_flags, self.worker_flags), [])
+
+    def test_compose_trains_in_process_unless_in_worker_mode(self):
+        server = self.compose["services"]["server"]
+        self.assertEqual(flag_values(compose_args(server, COMPOSE_PLAIN_ENV), "trainer"),
+                         ["inprocess"])
+        self.assertEqual(flag_values(compose_args(server, COMPOSE_WORKER_ENV), "trainer"),
+                         ["workers"])
+        worker = self.compose["services"]["worker"]
+        self.assertEqual(worker["profiles"], [WORKER_PROFILE])
+        self.assertEqual(flag_values(compose_args(worker, COMPOSE_PLAIN_ENV), "device"),
+                         ["cuda:0"])
 
     def test_compose_check_rejects_a_server_on_the_embedded_database(self):
         compose = yaml.safe_load(read(deploy_path("compose.yaml")))
-        compose["services"]["server"]["command"] = ["--listen=0.0.0.0:50051"]
+        server_command = compose["services"]["server"]["command"]
+        compose["services"]["server"]["command"] = ["--listen=0.0.0.0:50051"] + [
+            a for a in server_command if a.startswith("--trainer=")]
         del compose["services"]["worker"]["deploy"]
-        self.assertEqual(check_compose(compose), [
+        self.assertEqual(check_compose(compose, self.server_flags, self.worker_flags), [
             "compose: server has no --postgres_url naming host=postgres",
             "compose: worker reserves no GPU"])
+
+    def test_compose_check_rejects_a_fixed_trainer_and_unknown_flags(self):
+        compose = yaml.safe_load(read(deploy_path("compose.yaml")))
+        server, worker = compose["services"]["server"], compose["services"]["worker"]
+        server["command"] = [a for a in server["command"] if not a.startswith("--trainer=")]
+        server["command"].append("--trainer=workers")
+        worker["command"] = worker["command"] + ["--trainer=workers", "--device=gpu"]
+        self.assertEqual(check_compose(compose, self.server_flags, self.worker_flags), [
+            "compose server (plain): --trainer is ['workers'], not inprocess",
+            "compose worker: verity_worker has no flag --trainer",
+            "compose worker: --device=gpu is not auto, cpu, cuda or cuda:N"])
+
+    def test_compose_check_rejects_a_worker_outside_its_profile_or_image(self):
+        compose = yaml.safe_load(read(deploy_path("compose.yaml")))
+        worker = compose["services"]["worker"]
+        del worker["profiles"]
+        del worker["build"]
+        worker["entrypoint"] = ["/usr/local/bin/verity_server"]
+        compose["services"]["server"]["profiles"] = [WORKER_PROFILE]
+        self.assertEqual(check_compose(compose, self.server_flags, self.worker_flags), [
+            "compose: worker does not have the server's build and image",
+            "compose: server is behind profiles ['worker']; a plain `up` would not start it",
+            "compose: worker is not behind the worker profile",
+            "compose: worker does not run /usr/local/bin/verity_worker"])
 
     def test_manifests_have_the_expected_kinds(self):
         self.assertEqual(sorted(self.docs), [("Deployment", "verity-server"),
@@ -641,28 +910,54 @@ class ComposeAndKubernetesTest(unittest.TestCase):
         self.assertIn("CHANGE_ME", secret["stringData"]["postgres-url"])
 
     def test_server_deployment_probes_grpc_health_and_reads_the_secret(self):
-        self.assertEqual(check_server_manifests(self.docs, self.secrets), [])
-        container = self.docs[("Deployment", "verity-server")]["spec"]["template"]["spec"][
-            "containers"][0]
-        self.assertEqual(unknown_flags(container["args"], self.server_flags), [])
+        self.assertEqual(check_server_manifests(self.docs, self.secrets, self.server_flags), [])
 
-    def test_worker_deployment_requests_a_gpu(self):
-        self.assertEqual(check_worker_manifest(self.docs, self.secrets), [])
+    def test_worker_deployment_runs_the_worker_on_a_gpu(self):
+        self.assertEqual(check_worker_manifest(self.docs, self.secrets, self.worker_flags), [])
+        worker = self.docs[("Deployment", "verity-worker")]
+        self.assertEqual(worker["spec"]["replicas"], 1)
+        args = worker["spec"]["template"]["spec"]["containers"][0]["args"]
+        self.assertEqual(flag_values(args, "device"), ["cuda:0"])
+
+    def test_server_trains_with_the_workers(self):
+        server = self.docs[("Deployment", "verity-server")]
+        args = server["spec"]["template"]["spec"]["containers"][0]["args"]
+        self.assertEqual(flag_values(args, "trainer"), ["workers"])
+        self.assertEqual(check_training_mode(self.docs), [])
+
+    def test_training_mode_check_rejects_workers_without_a_worker(self):
+        docs = self.load_manifests()
+        docs[("Deployment", "verity-worker")]["spec"]["replicas"] = 0
+        expected = ["k8s: verity-server has --trainer=workers but no verity-worker replicas "
+                    "(nothing would train)"]
+        self.assertEqual(check_training_mode(docs), expected)
+        del docs[("Deployment", "verity-worker")]
+        self.assertEqual(check_training_mode(docs), expected)
+        args = docs[("Deployment", "verity-server")]["spec"]["template"]["spec"][
+            "containers"][0]["args"]
+        args[:] = [a for a in args if not a.startswith("--trainer=")]
+        self.assertEqual(check_training_mode(docs), [])  # in-process: no worker needed
 
     def test_manifest_checks_reject_http_probes_and_a_missing_secret_key(self):
-        docs = manifests([deploy_path("k8s", n)
-                          for n in ("secret.example.yaml", "server.yaml", "worker.yaml")])
+        docs = self.load_manifests()
         container = docs[("Deployment", "verity-server")]["spec"]["template"]["spec"][
             "containers"][0]
         container["readinessProbe"] = {"httpGet": {"path": "/", "port": 50051}}
         container["env"][0]["valueFrom"]["secretKeyRef"]["key"] = "url"
-        self.assertEqual(check_server_manifests(docs, self.secrets), [
+        container["args"].append("--trainer=worker")
+        self.assertEqual(check_server_manifests(docs, self.secrets, self.server_flags), [
             "verity-server: Secret verity-db has no key url",
+            "verity-server: --trainer=worker is not one of ('inprocess', 'workers')",
             "verity-server: readinessProbe is not a gRPC health probe"])
         worker = docs[("Deployment", "verity-worker")]["spec"]["template"]["spec"][
             "containers"][0]
         del worker["resources"]["limits"]["nvidia.com/gpu"]
-        self.assertEqual(len(check_worker_manifest(docs, self.secrets)), 1)
+        worker["args"] = [a for a in worker["args"] if not a.startswith("--device=")]
+        worker["args"] += ["--pool_size=2"]
+        self.assertEqual(check_worker_manifest(docs, self.secrets, self.worker_flags), [
+            "verity-worker: verity_worker has no flag --pool_size",
+            "verity-worker: no --device=cuda or cuda:N for the GPU it requests",
+            "verity-worker: does not request nvidia.com/gpu: 1 (limits: {'memory': '32Gi'})"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -726,8 +1021,9 @@ def main():
     if not os.path.isdir(DEPLOY):
         sys.exit("run from the workspace root (or through `bazel test //deploy:deploy_test`)")
     if "TEST_SRCDIR" not in os.environ:
-        global SERVER_BINARY, CLI_BINARY
-        SERVER_BINARY, CLI_BINARY = "bazel-bin/" + SERVER_BINARY, "bazel-bin/" + CLI_BINARY
+        global SERVER_BINARY, WORKER_BINARY, CLI_BINARY
+        SERVER_BINARY, WORKER_BINARY, CLI_BINARY = (
+            "bazel-bin/" + SERVER_BINARY, "bazel-bin/" + WORKER_BINARY, "bazel-bin/" + CLI_BINARY)
     suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
     runner = unittest.TextTestRunner(resultclass=JUnitResult, verbosity=2, stream=sys.stdout)
     result = runner.run(suite)
