@@ -153,6 +153,34 @@ TEST(ValidateSettingsTest, NamesEachAssignmentField) {
   EXPECT_THAT(ValidateSettings(s), IsOk());
 }
 
+// Inputs on which fuzz/request_validation_fuzzer found validation accepting what it must not
+// (byte-exact copies in fuzz/regressions/, replayed by //fuzz:corpus_replay_test).
+TEST(FuzzRegressionTest, UpdateSettingsWithUnknownPolicy66IsRefused) {
+  v1::ProjectSettings s;
+  s.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  s.mutable_model()->set_confusion_smoothing(0.01);
+  s.mutable_model()->set_max_iterations(100);
+  s.mutable_model()->set_tolerance(1e-6);
+  s.mutable_assignment()->set_min_labels_per_item(3);
+  s.mutable_assignment()->set_max_labels_per_item(5);
+  s.mutable_assignment()->set_confidence_target(0.95);
+  s.mutable_assignment()->set_policy(static_cast<v1::AssignmentPolicy>(66));
+  s.mutable_assignment()->set_gold_items_for_new_annotators(2);
+  EXPECT_THAT(ValidateSettings(s),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("settings.assignment.policy: unknown policy 66")));
+}
+
+TEST(FuzzRegressionTest, ClientTimeBeforePostgresRangeIsRefused) {
+  v1::Annotation a;
+  a.set_item("item-0");
+  a.set_annotator("worker-7");
+  a.mutable_client_time()->set_seconds(-1210245642832596736);
+  EXPECT_THAT(ValidateAnnotation("annotations[0]", a, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("annotations[0].client_time: seconds -1210245642832596736")));
+}
+
 TEST(ValidateBatchShapeTest, RejectsOversizedBatch) {
   v1::AnnotationBatch batch;
   for (int i = 0; i < ApiLimits::kMaxBatchAnnotations; ++i) batch.add_annotations();
