@@ -293,6 +293,13 @@ class TruthModel {
     return absl::OkStatus();
   }
 
+  // The same for annotators (lia and conal learn an annotator's embedding from them).
+  virtual absl::Status SetAnnotatorFeatures(int32_t dim, std::vector<float> features) {
+    (void)dim;
+    (void)features;
+    return absl::OkStatus();
+  }
+
   // The parameters as a compact, versioned, checksummed binary string.
   virtual std::string Serialize() const = 0;
 

@@ -112,11 +112,16 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
     p.item_features_ = std::move(stored.item_features);
     p.item_features_.resize(p.item_ids_.size() * static_cast<size_t>(p.identity_.item_feature_dim), 0.0f);
   }
-  for (const storage::LeaseRecord& lease : stored.open_leases) {
-    p.leases_.Add(lease.item_index, lease.annotator_index, lease.expires_at);
-  }
   for (size_t a = 0; a < stored.annotator_ids.size(); ++a) {
     p.EnsureAnnotator(a, stored.annotator_ids[a]);
+  }
+  if (p.identity_.annotator_feature_dim > 0) {
+    p.annotator_features_ = std::move(stored.annotator_features);
+    p.annotator_features_.resize(
+        p.annotator_ids_.size() * static_cast<size_t>(p.identity_.annotator_feature_dim), 0.0f);
+  }
+  for (const storage::LeaseRecord& lease : stored.open_leases) {
+    p.leases_.Add(lease.item_index, lease.annotator_index, lease.expires_at);
   }
   // Stored labels go straight into CSR arrays: one sort, no per-label row updates.
   std::vector<models::Annotation> triples;
@@ -214,6 +219,9 @@ void LiveProject::EnsureAnnotator(int32_t index, absl::string_view id) {
     annotator_ids_.resize(index + 1);
     annotator_label_counts_.resize(index + 1, 0);
     labels_.EnsureAnnotators(index + 1);
+    if (identity_.annotator_feature_dim > 0) {
+      annotator_features_.resize((index + 1) * static_cast<size_t>(identity_.annotator_feature_dim), 0.0f);
+    }
   }
   if (annotator_ids_[index].empty()) {
     annotator_ids_[index] = std::string(id);
@@ -321,6 +329,16 @@ void LiveProject::ApplyItems(absl::Span<const ItemChange> items) {
   for (const ItemChange& change : items) RecomputeItem(*model_, change.item_index, builder);
   next->posteriors = std::move(builder).Build();
   Publish(std::move(next));
+}
+
+void LiveProject::SetAnnotatorFeatures(int32_t annotator, const std::vector<float>& features) {
+  absl::MutexLock lock(&mu_);
+  const size_t dim = static_cast<size_t>(identity_.annotator_feature_dim);
+  if (dim == 0 || features.size() != dim || annotator < 0 ||
+      annotator >= static_cast<int32_t>(annotator_ids_.size())) {
+    return;
+  }
+  std::copy(features.begin(), features.end(), annotator_features_.begin() + annotator * dim);
 }
 
 void LiveProject::RegisterAnnotators(
@@ -440,6 +458,10 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     gold = gold_;
     if (identity_.item_feature_dim > 0) {
       absl::Status s = model->SetItemFeatures(identity_.item_feature_dim, item_features_);
+      if (!s.ok()) return s;
+    }
+    if (identity_.annotator_feature_dim > 0) {
+      absl::Status s = model->SetAnnotatorFeatures(identity_.annotator_feature_dim, annotator_features_);
       if (!s.ok()) return s;
     }
     lap();

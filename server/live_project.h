@@ -103,6 +103,8 @@ class LiveProject {
     // Row-major by item index, identity.item_feature_dim per item (zeros where unknown);
     // empty when the project has no item features.
     std::vector<float> item_features;
+    // The same for annotators (identity.annotator_feature_dim per annotator).
+    std::vector<float> annotator_features;
     struct Label { int32_t item, annotator, label; int64_t seq; };
     std::vector<Label> labels;
     std::optional<storage::ModelVersionRecord> latest_version;
@@ -133,6 +135,10 @@ class LiveProject {
 
   // Registers annotators added through AddAnnotators (index, external id).
   void RegisterAnnotators(absl::Span<const std::pair<int32_t, std::string>> annotators)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets an annotator's features (identity().annotator_feature_dim values, validated by the
+  // caller), used from the next fit on.
+  void SetAnnotatorFeatures(int32_t annotator, const std::vector<float>& features)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   std::optional<int32_t> FindItem(absl::string_view item_id) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -244,6 +250,7 @@ class LiveProject {
   // Row-major, identity_.item_feature_dim per item; empty without features. Given to the
   // model before each fit (neural models learn h(x) from them).
   std::vector<float> item_features_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> annotator_features_ ABSL_GUARDED_BY(mu_);
   LeaseBook leases_;
   absl::Mutex assignment_mu_;
 

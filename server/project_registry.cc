@@ -59,6 +59,16 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Load(
     }
     stored.annotator_ids[a.index] = a.external_id;
   }
+  if (record.annotator_feature_dim > 0) {
+    const size_t dim = static_cast<size_t>(record.annotator_feature_dim);
+    stored.annotator_features.assign(annotators->size() * dim, 0.0f);
+    for (const auto& a : *annotators) {
+      if (a.features.has_value() && a.features->size() == dim) {
+        std::copy(a.features->begin(), a.features->end(),
+                  stored.annotator_features.begin() + a.index * dim);
+      }
+    }
+  }
   auto labels = storage_.annotations->LoadLiveAnnotations(record.project_id);
   if (!labels.ok()) return labels.status();
   stored.labels.reserve(labels->size());

@@ -166,6 +166,9 @@ grpc::Status ProjectServiceImpl::AddAnnotators(grpc::ServerContext*,
   registered.reserve(writes.size());
   for (size_t i = 0; i < writes.size(); ++i) registered.emplace_back((*indices)[i], writes[i].external_id);
   live.RegisterAnnotators(registered);
+  for (size_t i = 0; i < writes.size(); ++i) {
+    if (writes[i].features.has_value()) live.SetAnnotatorFeatures((*indices)[i], *writes[i].features);
+  }
   response->set_added(added);
   response->set_updated(request->annotators_size() - added);
   return grpc::Status::OK;

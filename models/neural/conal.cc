@@ -15,7 +15,7 @@ std::vector<double> ToVector(const torch::Tensor& t) {
 
 class ConalNet : public CrowdNet {
  public:
-  ConalNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
+  ConalNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim, int64_t annotator_feature_dim,
            const TruthModelOptions::Neural& options)
       : lambda_(options.conal_lambda) {
     const int64_t a = std::max(1, num_annotators);
@@ -23,7 +23,7 @@ class ConalNet : public CrowdNet {
     InitItems(num_items, options.embedding_dim, feature_dim);
     classifier_ = register_module("classifier", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
     instance_ = register_module("instance", MakeMlp(options.embedding_dim, options.hidden_units, options.embedding_dim, 2));
-    annotators_ = register_module("annotators", torch::nn::Embedding(a, options.embedding_dim));
+    InitAnnotators(a, options.embedding_dim, annotator_feature_dim);
     common_ = register_parameter("common", IdentityLogits(1, k, diagonal).squeeze(0));
     individual_ = register_parameter("individual", IdentityLogits(a, k, diagonal));
   }
@@ -54,7 +54,6 @@ class ConalNet : public CrowdNet {
 
  private:
   double lambda_;
-  torch::nn::Embedding annotators_{nullptr};
   torch::nn::Sequential classifier_{nullptr}, instance_{nullptr};
   torch::Tensor common_, individual_;
 };
@@ -69,7 +68,7 @@ absl::StatusOr<std::unique_ptr<ConalModel>> ConalModel::Create(int32_t num_class
 }
 
 std::shared_ptr<CrowdNet> ConalModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
-  return std::make_shared<ConalNet>(num_items, num_annotators, num_classes(), item_feature_dim(), options().neural);
+  return std::make_shared<ConalNet>(num_items, num_annotators, num_classes(), item_feature_dim(), annotator_feature_dim(), options().neural);
 }
 
 std::unique_ptr<NeuralTruthModel> ConalModel::NewEmpty() const {

@@ -4,22 +4,22 @@
 
 namespace verity::models::neural {
 
-ItemEncoderImpl::ItemEncoderImpl(int64_t num_items, int64_t dim, int64_t feature_dim)
+RowEncoderImpl::RowEncoderImpl(int64_t num_rows, int64_t dim, int64_t feature_dim)
     : feature_dim_(feature_dim) {
   if (feature_dim_ == 0) {
-    embedding_ = register_module("embedding", torch::nn::Embedding(num_items, dim));
+    embedding_ = register_module("embedding", torch::nn::Embedding(num_rows, dim));
   } else {
     projection_ = register_module("projection", torch::nn::Linear(feature_dim, dim));
-    features_ = register_buffer("features", torch::zeros({num_items, feature_dim}));
+    features_ = register_buffer("features", torch::zeros({num_rows, feature_dim}));
   }
 }
 
-torch::Tensor ItemEncoderImpl::forward(const torch::Tensor& items) {
-  if (feature_dim_ == 0) return embedding_->forward(items);
-  return torch::relu(projection_->forward(features_.index_select(0, items)));
+torch::Tensor RowEncoderImpl::forward(const torch::Tensor& rows) {
+  if (feature_dim_ == 0) return embedding_->forward(rows);
+  return torch::relu(projection_->forward(features_.index_select(0, rows)));
 }
 
-void ItemEncoderImpl::SetFeatures(const torch::Tensor& features) {
+void RowEncoderImpl::SetFeatures(const torch::Tensor& features) {
   torch::NoGradGuard no_grad;
   const int64_t rows = std::min(features.size(0), features_.size(0));
   features_.narrow(0, 0, rows).copy_(features.narrow(0, 0, rows).to(features_.device()));

@@ -11,14 +11,14 @@
 
 namespace verity::models::neural {
 
-// An item's representation: a learned embedding per item when items carry no features, or
-// a learned linear projection (followed by ReLU) of the item's features, kept in a buffer so
-// that a serialized network carries them.
-class ItemEncoderImpl : public torch::nn::Module {
+// The representation of an item (or an annotator): a learned embedding per row when rows carry
+// no features, or a learned linear projection (followed by ReLU) of the row's features, kept
+// in a buffer so that a serialized network carries them.
+class RowEncoderImpl : public torch::nn::Module {
  public:
-  ItemEncoderImpl(int64_t num_items, int64_t dim, int64_t feature_dim);
-  torch::Tensor forward(const torch::Tensor& items);
-  // Copies `features` (num_items x feature_dim) into the buffer. Precondition: feature mode.
+  RowEncoderImpl(int64_t num_rows, int64_t dim, int64_t feature_dim);
+  torch::Tensor forward(const torch::Tensor& rows);
+  // Copies `features` (num_rows x feature_dim) into the buffer. Precondition: feature mode.
   void SetFeatures(const torch::Tensor& features);
   int64_t feature_dim() const { return feature_dim_; }
 
@@ -28,12 +28,14 @@ class ItemEncoderImpl : public torch::nn::Module {
   torch::nn::Linear projection_{nullptr};
   torch::Tensor features_;
 };
-TORCH_MODULE(ItemEncoder);
+TORCH_MODULE(RowEncoder);
 
 class CrowdNet : public torch::nn::Module {
  public:
-  // The item encoder (see ItemEncoderImpl); subclasses create it with InitItems.
-  ItemEncoder& items() { return items_; }
+  // The item encoder (see RowEncoderImpl); subclasses create it with InitItems.
+  RowEncoder& items() { return items_; }
+  // The annotator encoder of models that embed annotators (lia, conal); null for the others.
+  RowEncoder& annotators() { return annotators_; }
 
   // log p(true class | item) for a batch of item ids (int64, B): B x K.
   virtual torch::Tensor LogPrior(const torch::Tensor& items) = 0;
@@ -49,9 +51,14 @@ class CrowdNet : public torch::nn::Module {
 
  protected:
   void InitItems(int64_t num_items, int64_t dim, int64_t feature_dim) {
-    items_ = register_module("items", ItemEncoder(std::max<int64_t>(1, num_items), dim, feature_dim));
+    items_ = register_module("items", RowEncoder(std::max<int64_t>(1, num_items), dim, feature_dim));
   }
-  ItemEncoder items_{nullptr};
+  void InitAnnotators(int64_t num_annotators, int64_t dim, int64_t feature_dim) {
+    annotators_ = register_module(
+        "annotators", RowEncoder(std::max<int64_t>(1, num_annotators), dim, feature_dim));
+  }
+  RowEncoder items_{nullptr};
+  RowEncoder annotators_{nullptr};
 };
 
 // A small multilayer perceptron: `layers` Linear layers with ReLU between them.

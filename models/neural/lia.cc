@@ -13,11 +13,11 @@ std::vector<double> ToVector(const torch::Tensor& t) {
 
 class LiaNet : public CrowdNet {
  public:
-  LiaNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim, const TruthModelOptions::Neural& options)
+  LiaNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim, int64_t annotator_feature_dim, const TruthModelOptions::Neural& options)
       : k_(k), latent_(options.lia_latent_dim) {
     const int64_t d = options.embedding_dim, h = options.hidden_units;
     InitItems(num_items, d, feature_dim);
-    annotators_ = register_module("annotators", torch::nn::Embedding(std::max(1, num_annotators), d));
+    InitAnnotators(num_annotators, d, annotator_feature_dim);
     truth_ = register_module("truth", MakeMlp(d, h, k, 4));
     difficulty_ = register_module("difficulty", MakeMlp(d, h, k * k * latent_, 4));
     competence_ = register_module("competence", torch::nn::Linear(d, k * k * latent_));
@@ -37,7 +37,6 @@ class LiaNet : public CrowdNet {
 
  private:
   int64_t k_, latent_;
-  torch::nn::Embedding annotators_{nullptr};
   torch::nn::Sequential truth_{nullptr}, difficulty_{nullptr};
   torch::nn::Linear competence_{nullptr};
 };
@@ -52,7 +51,7 @@ absl::StatusOr<std::unique_ptr<LiaModel>> LiaModel::Create(int32_t num_classes,
 }
 
 std::shared_ptr<CrowdNet> LiaModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
-  return std::make_shared<LiaNet>(num_items, num_annotators, num_classes(), item_feature_dim(), options().neural);
+  return std::make_shared<LiaNet>(num_items, num_annotators, num_classes(), item_feature_dim(), annotator_feature_dim(), options().neural);
 }
 
 std::unique_ptr<NeuralTruthModel> LiaModel::NewEmpty() const {

@@ -76,6 +76,8 @@ std::unique_ptr<TruthModel> NeuralTruthModel::Clone() const {
   std::unique_ptr<NeuralTruthModel> copy = NewEmpty();
   copy->item_feature_dim_ = item_feature_dim_;
   copy->item_features_ = item_features_;
+  copy->annotator_feature_dim_ = annotator_feature_dim_;
+  copy->annotator_features_ = annotator_features_;
   if (has_parameters()) {
     absl::Status restored = copy->Restore(Serialize());
     // Serialize/Restore of the same class and sizes cannot disagree; if LibTorch failed
@@ -172,20 +174,16 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
     torch::manual_seed(options_.neural.seed);
     torch::set_num_threads(std::max(1, options_.num_threads));
     net = MakeNet(data.num_items(), data.num_annotators());
-    if (item_feature_dim_ > 0) {
-      // Rows beyond the given features stay zero (the mean, after standardisation).
-      const int64_t rows = std::min<int64_t>(data.num_items(),
-                                             static_cast<int64_t>(item_features_.size()) / item_feature_dim_);
-      torch::Tensor features = torch::zeros({std::max<int64_t>(1, data.num_items()), item_feature_dim_});
-      if (rows > 0) {
-        features.narrow(0, 0, rows).copy_(
-            torch::from_blob(item_features_.data(), {rows, item_feature_dim_}, torch::kFloat));
-      }
-      net->items()->SetFeatures(features);
+    LoadFeatures(net->items(), item_feature_dim_, item_features_, data.num_items());
+    if (net->annotators()) {
+      LoadFeatures(net->annotators(), annotator_feature_dim_, annotator_features_,
+                   data.num_annotators());
     }
     // A net of another item representation (features added or dropped) starts afresh.
     const bool warm = warm_start && net_ != nullptr &&
-                      net_->items()->feature_dim() == net->items()->feature_dim();
+                      net_->items()->feature_dim() == net->items()->feature_dim() &&
+                      (!net->annotators() ||
+                       net_->annotators()->feature_dim() == net->annotators()->feature_dim());
     if (warm) CopyOverlappingParameters(*net_, *net);
     net->to(*device);
     LabelTensors tensors = MakeLabelTensors(data, gold, *device);
@@ -314,6 +312,7 @@ std::string NeuralTruthModel::Serialize() const {
     writer.WriteU32(static_cast<uint32_t>(fitted_items_));
     writer.WriteU32(static_cast<uint32_t>(fitted_annotators_));
     writer.WriteU32(static_cast<uint32_t>(net_->items()->feature_dim()));
+    writer.WriteU32(static_cast<uint32_t>(net_->annotators() ? net_->annotators()->feature_dim() : 0));
     std::ostringstream archive_bytes;
     try {
       torch::serialize::OutputArchive archive;
@@ -346,8 +345,10 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized) {
   absl::StatusOr<uint32_t> items = reader->ReadU32();
   absl::StatusOr<uint32_t> annotators = reader->ReadU32();
   absl::StatusOr<uint32_t> feature_dim = reader->ReadU32();
+  absl::StatusOr<uint32_t> annotator_feature_dim = reader->ReadU32();
   absl::StatusOr<std::string_view> archive_bytes = reader->ReadString();
-  if (!k.ok() || !items.ok() || !annotators.ok() || !feature_dim.ok() || !archive_bytes.ok()) {
+  if (!k.ok() || !items.ok() || !annotators.ok() || !feature_dim.ok() ||
+      !annotator_feature_dim.ok() || !archive_bytes.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(std::string(method()), " model: truncated parameters"));
   }
   if (*k != static_cast<uint32_t>(num_classes_)) {
@@ -358,9 +359,11 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized) {
   std::shared_ptr<CrowdNet> previous = std::move(net_);
   const int32_t previous_items = fitted_items_, previous_annotators = fitted_annotators_;
   const int64_t previous_feature_dim = item_feature_dim_;
+  const int64_t previous_annotator_feature_dim = annotator_feature_dim_;
   try {
-    // The network's feature buffer comes back from the archive.
+    // The networks' feature buffers come back from the archive.
     item_feature_dim_ = *feature_dim;
+    annotator_feature_dim_ = *annotator_feature_dim;
     net_ = MakeNet(static_cast<int32_t>(*items), static_cast<int32_t>(*annotators));
     std::istringstream in{std::string(*archive_bytes)};
     torch::serialize::InputArchive archive;
@@ -375,6 +378,7 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized) {
     fitted_items_ = previous_items;
     fitted_annotators_ = previous_annotators;
     item_feature_dim_ = previous_feature_dim;
+    annotator_feature_dim_ = previous_annotator_feature_dim;
     if (net_ != nullptr) ExportAll();
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(method()), " model: parameters do not load: ", e.what()));
@@ -382,15 +386,18 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized) {
   return absl::OkStatus();
 }
 
-absl::Status NeuralTruthModel::SetItemFeatures(int32_t dim, std::vector<float> features) {
+namespace {
+
+// Validates and standardises (zero mean, unit variance per column) row-major features.
+absl::Status StandardiseFeatures(const char* what, int32_t dim, std::vector<float>& features) {
   if (dim < 0 || (dim == 0 && !features.empty()) ||
       (dim > 0 && features.size() % static_cast<size_t>(dim) != 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "item features: ", features.size(), " values do not make rows of dimension ", dim));
+        what, " features: ", features.size(), " values do not make rows of dimension ", dim));
   }
   for (size_t i = 0; i < features.size(); ++i) {
     if (!std::isfinite(features[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("item features: value ", i, " is not finite"));
+      return absl::InvalidArgumentError(absl::StrCat(what, " features: value ", i, " is not finite"));
     }
   }
   const size_t rows = dim > 0 ? features.size() / dim : 0;
@@ -403,8 +410,35 @@ absl::Status NeuralTruthModel::SetItemFeatures(int32_t dim, std::vector<float> f
       features[r * dim + c] = static_cast<float>((features[r * dim + c] - mean) * scale);
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void NeuralTruthModel::LoadFeatures(RowEncoder& encoder, int64_t dim,
+                                    const std::vector<float>& features, int32_t num_rows) {
+  if (dim == 0 || encoder->feature_dim() != dim) return;
+  // Rows beyond the given features stay zero (the mean, after standardisation).
+  const int64_t rows = std::min<int64_t>(num_rows, static_cast<int64_t>(features.size()) / dim);
+  torch::Tensor all = torch::zeros({std::max<int64_t>(1, num_rows), dim});
+  if (rows > 0) {
+    all.narrow(0, 0, rows).copy_(
+        torch::from_blob(const_cast<float*>(features.data()), {rows, dim}, torch::kFloat));
+  }
+  encoder->SetFeatures(all);
+}
+
+absl::Status NeuralTruthModel::SetItemFeatures(int32_t dim, std::vector<float> features) {
+  if (absl::Status s = StandardiseFeatures("item", dim, features); !s.ok()) return s;
   item_feature_dim_ = dim;
   item_features_ = std::move(features);
+  return absl::OkStatus();
+}
+
+absl::Status NeuralTruthModel::SetAnnotatorFeatures(int32_t dim, std::vector<float> features) {
+  if (absl::Status s = StandardiseFeatures("annotator", dim, features); !s.ok()) return s;
+  annotator_feature_dim_ = dim;
+  annotator_features_ = std::move(features);
   return absl::OkStatus();
 }
 

@@ -71,6 +71,8 @@ class NeuralTruthModel : public TruthModel {
   // Standardises each feature (zero mean, unit variance over the given rows) and keeps them for
   // the next Fit; dim 0 goes back to learned item embeddings.
   absl::Status SetItemFeatures(int32_t dim, std::vector<float> features) override;
+  // The same for annotators, used by the models that embed annotators (lia, conal).
+  absl::Status SetAnnotatorFeatures(int32_t dim, std::vector<float> features) override;
 
   // Items and annotators of the last fit (0 before).
   int32_t fitted_items() const { return fitted_items_; }
@@ -80,6 +82,7 @@ class NeuralTruthModel : public TruthModel {
   const TruthModelOptions& options() const { return options_; }
   // Dimension of the item features the networks are built for (0: learned embeddings).
   int64_t item_feature_dim() const { return item_feature_dim_; }
+  int64_t annotator_feature_dim() const { return annotator_feature_dim_; }
 
   // A network for this many items and annotators, freshly initialised (seeded by Fit).
   virtual std::shared_ptr<CrowdNet> MakeNet(int32_t num_items, int32_t num_annotators) const = 0;
@@ -114,6 +117,10 @@ class NeuralTruthModel : public TruthModel {
   static torch::Tensor ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,
                                          int32_t num_classes);
 
+  // Copies `features` (rows of `dim`) into `encoder` for `num_rows` rows; nothing when dim is 0.
+  static void LoadFeatures(RowEncoder& encoder, int64_t dim, const std::vector<float>& features,
+                           int32_t num_rows);
+
   // Log prior of fitted item `item`, or the class log prior for any other id.
   const double* LogPriorOf(int32_t item) const;
 
@@ -130,6 +137,8 @@ class NeuralTruthModel : public TruthModel {
   std::vector<double> class_log_prior_;  // K
   int64_t item_feature_dim_ = 0;
   std::vector<float> item_features_;     // standardised, rows of item_feature_dim_
+  int64_t annotator_feature_dim_ = 0;
+  std::vector<float> annotator_features_;
 };
 
 }  // namespace verity::models::neural
