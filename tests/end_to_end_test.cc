@@ -458,7 +458,9 @@ TEST_F(EndToEndTest, SuggestionsSkipLabelledAndResolvedItemsAndLeasesHoldTheLast
   for (int w = 0; w < 10; ++w) {
     const std::string annotator = data.annotator_ids[w];
     std::vector<v1::ItemSuggestion> suggestions = SuggestFor(*assignment, "assign", annotator, 20);
-    if (w == 0) EXPECT_FALSE(suggestions.empty());
+    if (w == 0) {
+      EXPECT_FALSE(suggestions.empty());
+    }
     for (const v1::ItemSuggestion& s : suggestions) {
       EXPECT_FALSE(labelled.contains({s.item(), annotator})) << annotator << " labelled " << s.item();
       EXPECT_LT(confidence[s.item()], 0.99) << s.item() << " is resolved";
