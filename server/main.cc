@@ -33,6 +33,12 @@ ABSL_FLAG(bool, background_refit, true,
           "to keep posteriors still).");
 ABSL_FLAG(int, refit_staleness_seconds, 30,
           "A project with new labels is refit at least this often (seconds).");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the gRPC port (enables TLS).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: clients must present a certificate it signed (mutual TLS).");
+ABSL_FLAG(bool, insecure, false,
+          "Allow plaintext gRPC on a non-loopback --listen address (otherwise refused).");
 ABSL_FLAG(std::string, trainer, "inprocess",
           "Where fits run: inprocess (the server's background thread) or workers (training jobs "
           "in PostgreSQL, run by verity_worker processes; the server serves their versions).");
@@ -93,6 +99,10 @@ int main(int argc, char** argv) {
         absl::StrCat("--trainer must be inprocess or workers, got \"", trainer, "\"")));
   }
   options.training.use_workers = trainer == "workers";
+  options.transport.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.transport.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options.transport.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.transport.insecure = absl::GetFlag(FLAGS_insecure);
   if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port != 0) {
     options.metrics_listen =
         absl::StrCat(absl::GetFlag(FLAGS_metrics_address), ":", metrics_port);

@@ -20,6 +20,10 @@
 namespace verity::server {
 
 absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options options) {
+  // Before touching the database: a refused or unreadable TLS set-up fails fast.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options.listen, options.transport);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<VerityServer> server(new VerityServer());
   server->metrics_ = std::make_unique<MetricsRegistry>();
   auto storage = StorageHandles::Open(options.postgres_url, options.pool_size);
@@ -42,7 +46,7 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(options.listen, *credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(ApiLimits::kMaxMessageBytes);
   builder.SetMaxSendMessageSize(ApiLimits::kMaxMessageBytes);
   server->services_.push_back(std::make_unique<ProjectServiceImpl>(server->core_));

@@ -24,6 +24,7 @@
 #include "server/rpc_telemetry.h"
 #include "server/server_core.h"
 #include "server/training_scheduler.h"
+#include "server/transport_security.h"
 
 namespace verity::server {
 
@@ -47,6 +48,9 @@ class VerityServer {
     std::string metrics_listen;
     // Which RPCs are logged (every failed one, slow ones, or all).
     RpcTelemetryFactory::Options rpc_log;
+    // TLS of the gRPC port; plaintext only on loopback unless `insecure`
+    // (server/transport_security.h).
+    TransportSecurityOptions transport;
   };
 
   // Connects, migrates, restores every project, then starts serving. UNAVAILABLE if the

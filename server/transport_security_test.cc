@@ -1,0 +1,51 @@
+#include "server/transport_security.h"
+
+#include <gtest/gtest.h>
+
+#include "common/status_matchers.h"
+
+namespace verity::server {
+namespace {
+
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+TEST(TransportSecurityTest, LoopbackAddresses) {
+  EXPECT_TRUE(IsLoopbackAddress("localhost:50051"));
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:0"));
+  EXPECT_TRUE(IsLoopbackAddress("127.1.2.3:9"));
+  EXPECT_TRUE(IsLoopbackAddress("[::1]:50051"));
+  EXPECT_FALSE(IsLoopbackAddress("0.0.0.0:50051"));
+  EXPECT_FALSE(IsLoopbackAddress("[::]:50051"));
+  EXPECT_FALSE(IsLoopbackAddress(":50051"));
+  EXPECT_FALSE(IsLoopbackAddress("10.0.0.7:50051"));
+  EXPECT_FALSE(IsLoopbackAddress("example.org:443"));
+}
+
+TEST(TransportSecurityTest, PlaintextOnlyOnLoopbackUnlessInsecure) {
+  TransportSecurityOptions options;
+  EXPECT_THAT(MakeServerCredentials("localhost:0", options).status(), IsOk());
+  auto refused = MakeServerCredentials("0.0.0.0:50051", options);
+  EXPECT_THAT(refused.status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_NE(refused.status().message().find("--insecure"), absl::string_view::npos);
+  EXPECT_NE(refused.status().message().find("--tls_cert"), absl::string_view::npos);
+  options.insecure = true;
+  EXPECT_THAT(MakeServerCredentials("0.0.0.0:50051", options).status(), IsOk());
+}
+
+TEST(TransportSecurityTest, TlsFlagsMustComeTogetherAndFilesMustExist) {
+  TransportSecurityOptions options;
+  options.tls_cert_file = "/nonexistent/cert.pem";
+  EXPECT_THAT(MakeServerCredentials("0.0.0.0:1", options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  options.tls_key_file = "/nonexistent/key.pem";
+  EXPECT_THAT(MakeServerCredentials("0.0.0.0:1", options).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  TransportSecurityOptions ca_only;
+  ca_only.tls_client_ca_file = "/nonexistent/ca.pem";
+  EXPECT_THAT(MakeServerCredentials("localhost:1", ca_only).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace verity::server
