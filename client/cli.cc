@@ -1162,13 +1162,21 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
   } else {
     ClientOptions options;
     options.deadline = *timeout;
-    VerityClient client(CreateInsecureChannel(server), options);
-    Context context{*line, client, out, err, environment, output == "json"};
-    Handler handler = HandlerFor(line->command()->name);
-    status = handler != nullptr
-                 ? handler(context)
-                 : absl::InternalError(absl::StrCat(
-                       "no handler for \"", line->command()->name, "\""));
+    const ChannelSecurity security{line->GetString("tls_ca"), line->GetString("tls_cert"),
+                                   line->GetString("tls_key")};
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(server, security);
+    if (!channel.ok()) {
+      status = absl::IsInvalidArgument(channel.status()) ? UsageError(channel.status().message())
+                                                          : channel.status();
+    } else {
+      VerityClient client(*channel, options);
+      Context context{*line, client, out, err, environment, output == "json"};
+      Handler handler = HandlerFor(line->command()->name);
+      status = handler != nullptr
+                   ? handler(context)
+                   : absl::InternalError(absl::StrCat(
+                         "no handler for \"", line->command()->name, "\""));
+    }
   }
   out.flush();
   if (status.ok()) return kExitOk;

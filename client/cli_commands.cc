@@ -335,6 +335,13 @@ std::vector<CommandSpec> MakeCommands() {
 const std::vector<FlagSpec>& CliGlobalFlags() {
   static const auto* const flags = new std::vector<FlagSpec>{
       {"server", "HOST:PORT", "Verity server address.", "localhost:50051"},
+      {"tls_ca", "FILE",
+       "PEM CA bundle that signed the server's certificate: connect with TLS (plaintext "
+       "when empty).",
+       ""},
+      {"tls_cert", "FILE", "PEM client certificate, for servers that require one (with --tls_ca).",
+       ""},
+      {"tls_key", "FILE", "PEM private key of --tls_cert.", ""},
       {"timeout", "DURATION",
        "Deadline of each call: 30s, 2m, 500ms; a plain number is seconds "
        "(`model train` waits 30m unless given).",

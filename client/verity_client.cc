@@ -1,5 +1,8 @@
 #include "client/verity_client.h"
 
+#include <fstream>
+#include <sstream>
+
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -262,6 +265,41 @@ std::shared_ptr<grpc::Channel> CreateInsecureChannel(
   arguments.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
                                    arguments);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const std::string& address,
+                                                             const ChannelSecurity& security) {
+  if (security.ca_file.empty()) {
+    if (!security.cert_file.empty() || !security.key_file.empty()) {
+      return absl::InvalidArgumentError("--tls_cert and --tls_key need --tls_ca");
+    }
+    return CreateInsecureChannel(address);
+  }
+  if (security.cert_file.empty() != security.key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
+  }
+  auto read = [](const std::string& path) -> absl::StatusOr<std::string> {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  grpc::SslCredentialsOptions ssl;
+  absl::StatusOr<std::string> ca = read(security.ca_file);
+  if (!ca.ok()) return ca.status();
+  ssl.pem_root_certs = *ca;
+  if (!security.cert_file.empty()) {
+    absl::StatusOr<std::string> cert = read(security.cert_file);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = read(security.key_file);
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *cert;
+    ssl.pem_private_key = *key;
+  }
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(ssl), arguments);
 }
 
 VerityClient::VerityClient(std::shared_ptr<grpc::ChannelInterface> channel,

@@ -51,6 +51,19 @@ inline constexpr int kMaxReceiveMessageBytes = 256 << 20;
 std::shared_ptr<grpc::Channel> CreateInsecureChannel(
     const std::string& address);
 
+// PEM files of a TLS connection; all empty: plaintext.
+struct ChannelSecurity {
+  std::string ca_file;    // CA bundle that signed the server's certificate (TLS on when set)
+  std::string cert_file;  // client certificate chain, for servers run with --tls_client_ca
+  std::string key_file;   // its private key
+};
+
+// A channel to `address` with TLS when `security` names a CA, else plaintext; same message
+// limit as CreateInsecureChannel. INVALID_ARGUMENT when a client certificate or key is given
+// without the CA or without the other; NOT_FOUND naming an unreadable file.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const std::string& address,
+                                                             const ChannelSecurity& security);
+
 struct ClientOptions {
   // Deadline of each unary RPC. Default 30 s.
   absl::Duration deadline = absl::Seconds(30);

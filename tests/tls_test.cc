@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "client/verity_client.h"
 #include "server/transport_security.h"
 #include "server/verity_server.h"
 #include "storage/embedded_postgres.h"
@@ -109,6 +110,35 @@ TEST_F(TlsTest, ClientCertificatesAreRequiredWithAClientCa) {
   with_cert.pem_cert_chain = Read("client.pem");
   with_cert.pem_private_key = Read("client.key");
   EXPECT_EQ(Call(grpc::SslCredentials(with_cert), server->port()), grpc::StatusCode::NOT_FOUND);
+  server->Shutdown();
+}
+
+// The client library (and so the `verity` CLI: --tls_ca, --tls_cert, --tls_key) connects the
+// same way.
+TEST_F(TlsTest, ClientLibraryChannelsUseTheGivenFiles) {
+  auto server = Start(/*client_ca=*/true);
+  ASSERT_NE(server, nullptr);
+  const std::string address = absl::StrCat("localhost:", server->port());
+  auto call = [](const std::shared_ptr<grpc::Channel>& channel) {
+    auto stub = v1::ProjectService::NewStub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::GetProjectRequest request;
+    request.set_project("nope");
+    v1::GetProjectResponse response;
+    return stub->GetProject(&context, request, &response).error_code();
+  };
+  auto with_cert = client::CreateChannel(
+      address, {*dir_ + "/ca.pem", *dir_ + "/client.pem", *dir_ + "/client.key"});
+  ASSERT_TRUE(with_cert.ok()) << with_cert.status();
+  EXPECT_EQ(call(*with_cert), grpc::StatusCode::NOT_FOUND);
+  auto without_cert = client::CreateChannel(address, {*dir_ + "/ca.pem", "", ""});
+  ASSERT_TRUE(without_cert.ok());
+  EXPECT_EQ(call(*without_cert), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(client::CreateChannel(address, {"", *dir_ + "/client.pem", ""}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client::CreateChannel(address, {*dir_ + "/missing.pem", "", ""}).status().code(),
+            absl::StatusCode::kNotFound);
   server->Shutdown();
 }
 
