@@ -23,6 +23,14 @@ int SendResponse(mg_connection* connection, int status, const char* content_type
   return status;
 }
 
+int SendMethodNotAllowed(mg_connection* connection) {
+  mg_response_header_start(connection, 405);
+  mg_response_header_add(connection, "Allow", "GET", -1);
+  mg_response_header_add(connection, "Content-Length", "0", -1);
+  mg_response_header_send(connection);
+  return 405;
+}
+
 // civetweb's own messages (a client that hung up mid-response, ...) as structured log lines.
 int LogCivetwebMessage(const mg_connection* /*connection*/, const char* message) {
   LogEvent("metrics_http", {{"message", message}});
@@ -40,7 +48,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("metrics address must be host:port, got \"", options.listen, "\""));
   }
-  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(registry));
+  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(registry, options.page_handler));
   const std::string threads = std::to_string(options.num_threads);
   const char* config[] = {"listening_ports",
                           options.listen.c_str(),
@@ -82,16 +90,31 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
         const auto* self = static_cast<const MetricsHttpServer*>(data);
         const mg_request_info* request = mg_get_request_info(connection);
         if (std::strcmp(request->request_method, "GET") != 0) {
-          mg_response_header_start(connection, 405);
-          mg_response_header_add(connection, "Allow", "GET", -1);
-          mg_response_header_add(connection, "Content-Length", "0", -1);
-          mg_response_header_send(connection);
-          return 405;
+          return SendMethodNotAllowed(connection);
         }
         return SendResponse(connection, 200, MetricsRegistry::kContentType,
                             self->registry_.RenderText());
       },
       server.get());
+  if (server->page_handler_) {
+    // Registered after /metrics$: civetweb takes the first handler whose pattern matches, and
+    // "/" matches every path.
+    mg_set_request_handler(
+        server->context_, "/",
+        +[](mg_connection* connection, void* data) -> int {
+          const auto* self = static_cast<const MetricsHttpServer*>(data);
+          const mg_request_info* request = mg_get_request_info(connection);
+          if (std::strcmp(request->request_method, "GET") != 0) {
+            return SendMethodNotAllowed(connection);
+          }
+          // local_uri: decoded, without the query string.
+          const std::string path = request->local_uri != nullptr ? request->local_uri : "/";
+          HttpResponse response = self->page_handler_(path);
+          return SendResponse(connection, response.status, response.content_type.c_str(),
+                              response.body);
+        },
+        server.get());
+  }
   return server;
 }
 

@@ -1,15 +1,19 @@
 // MetricsHttpServer: serves a MetricsRegistry over HTTP for Prometheus — GET /metrics answers
-// the registry's text exposition (Content-Type text/plain; version=0.0.4). Other paths answer
-// 404, other methods on /metrics 405. Built on Debian's libcivetweb (a small embedded HTTP
-// server with its own worker threads).
+// the registry's text exposition (Content-Type text/plain; version=0.0.4). Every other path
+// goes to Options::page_handler when one is set (the web console, server/console.h), and
+// answers 404 otherwise; methods other than GET answer 405. Built on Debian's libcivetweb (a
+// small embedded HTTP server with its own worker threads).
 //
 // Thread-safety: port() may be called from any thread; the destructor stops the server and
-// waits for requests in progress.
+// waits for requests in progress. page_handler is called from civetweb's worker threads,
+// concurrently.
 #ifndef VERITY_SERVER_METRICS_HTTP_H_
 #define VERITY_SERVER_METRICS_HTTP_H_
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "server/metrics.h"
@@ -18,14 +22,26 @@ struct mg_context;
 
 namespace verity::server {
 
+// A whole response to a GET request.
+struct HttpResponse {
+  int status = 200;
+  std::string content_type;
+  std::string body;
+};
+
 class MetricsHttpServer {
  public:
+  // Answers GET `path` (the URI without its query string, e.g. "/api/projects").
+  using PageHandler = std::function<HttpResponse(const std::string& path)>;
+
   struct Options {
     // host:port to listen on (an IPv4 address or "localhost"; 0.0.0.0 for every interface);
     // port 0 picks a free port (see port()).
     std::string listen = "127.0.0.1:9464";
     // Threads answering requests (a scrape is one short request every few seconds).
     int num_threads = 2;
+    // Answers GET requests for every path but /metrics; unset (the default): they answer 404.
+    PageHandler page_handler;
   };
 
   // Starts serving `registry`, which must outlive the server. UNAVAILABLE if the address
@@ -40,9 +56,11 @@ class MetricsHttpServer {
   int port() const { return port_; }
 
  private:
-  explicit MetricsHttpServer(const MetricsRegistry& registry) : registry_(registry) {}
+  MetricsHttpServer(const MetricsRegistry& registry, PageHandler page_handler)
+      : registry_(registry), page_handler_(std::move(page_handler)) {}
 
   const MetricsRegistry& registry_;
+  const PageHandler page_handler_;
   mg_context* context_ = nullptr;
   int port_ = 0;
 };

@@ -56,6 +56,37 @@ TEST(MetricsHttpServerTest, OtherPathsAreNotFoundOtherMethodsNotAllowed) {
   EXPECT_EQ(post->headers["allow"], "GET");
 }
 
+TEST(MetricsHttpServerTest, PageHandlerAnswersEveryOtherPathButMetrics) {
+  MetricsRegistry registry;
+  registry.AddCounter("test_events_total", "Events.").Get().Increment(1);
+  MetricsHttpServer::Options options = AnyFreePort();
+  options.page_handler = [](const std::string& path) {
+    return ::verity::server::HttpResponse{path == "/missing" ? 404 : 200, "text/plain",
+                                          "page " + path};
+  };
+  auto server = MetricsHttpServer::Start(registry, options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+
+  absl::StatusOr<HttpResponse> metrics = HttpGet(port, "/metrics");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(metrics->body, registry.RenderText());
+  absl::StatusOr<HttpResponse> root = HttpGet(port, "/");
+  ASSERT_TRUE(root.ok()) << root.status();
+  EXPECT_EQ(root->status, 200);
+  EXPECT_EQ(root->body, "page /");
+  absl::StatusOr<HttpResponse> api = HttpGet(port, "/api/projects/p1?x=1");
+  ASSERT_TRUE(api.ok()) << api.status();
+  EXPECT_EQ(api->body, "page /api/projects/p1");
+  EXPECT_EQ(api->headers["content-type"], "text/plain");
+  absl::StatusOr<HttpResponse> missing = HttpGet(port, "/missing");
+  ASSERT_TRUE(missing.ok()) << missing.status();
+  EXPECT_EQ(missing->status, 404);
+  absl::StatusOr<HttpResponse> post = HttpRequest(port, "POST", "/api/projects");
+  ASSERT_TRUE(post.ok()) << post.status();
+  EXPECT_EQ(post->status, 405);
+}
+
 TEST(MetricsHttpServerTest, PortInUseIsUnavailable) {
   MetricsRegistry registry;
   auto first = MetricsHttpServer::Start(registry, AnyFreePort());

@@ -64,8 +64,13 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
                                                " (address in use or invalid?)"));
   }
   if (!options.metrics_listen.empty()) {
+    server->console_ =
+        std::make_unique<WebConsole>(*server->registry_, *server->storage_->versions);
     MetricsHttpServer::Options http;
     http.listen = options.metrics_listen;
+    http.page_handler = [console = server->console_.get()](const std::string& path) {
+      return console->Handle(path);
+    };
     auto metrics_http = MetricsHttpServer::Start(*server->metrics_, http);
     if (metrics_http.ok()) {
       server->metrics_http_ = std::move(*metrics_http);

@@ -5,7 +5,8 @@
 //
 // Observability: every RPC is counted, timed and given a request id (server/rpc_telemetry.h);
 // ingest, training and the database pool report into one MetricsRegistry (metrics()), served
-// for Prometheus at GET /metrics when Options::metrics_listen is set.
+// for Prometheus at GET /metrics when Options::metrics_listen is set; the same HTTP port
+// serves the read-only web console (GET /, server/console.h).
 //
 // Thread-safety: Shutdown() may be called from any thread, once.
 #ifndef VERITY_SERVER_VERITY_SERVER_H_
@@ -18,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/console.h"
 #include "server/ingest_pipeline.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
@@ -40,7 +42,8 @@ class VerityServer {
     int pool_size = 8;
     IngestPipeline::Options ingest;
     TrainingScheduler::Options training;
-    // host:port of the Prometheus metrics HTTP endpoint (GET /metrics); empty: not served
+    // host:port of the Prometheus metrics HTTP endpoint (GET /metrics) and the web console
+    // (GET /, no login: keep it on loopback); empty: not served
     // (the default; main.cc serves 127.0.0.1:9464). Port 0 picks a free port (see
     // metrics_port()). An address that cannot be bound (another server has the port) is
     // logged (event=metrics_unavailable) and the server runs without the endpoint: a port
@@ -83,7 +86,9 @@ class VerityServer {
   std::unique_ptr<LeasePersister> lease_persister_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  // Its callback gauges read the objects above: stopped before they go.
+  // Reads the registry and the version store for the console pages.
+  std::unique_ptr<WebConsole> console_;
+  // Its callback gauges and console read the objects above: stopped before they go.
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   ServerCore core_{};
   int port_ = 0;

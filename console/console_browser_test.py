@@ -1,0 +1,395 @@
+"""Web console end to end in headless Chromium.
+
+Starts the real verity_server (embedded PostgreSQL, console on a free metrics port), loads a
+small synthetic project with the verity CLI (labels, a model fit, leases from a suggestion),
+checks the JSON endpoints over plain HTTP, then opens the console in headless Chromium,
+clicks into the project and into an annotator, checks what the page shows and saves
+console.png into $TEST_UNDECLARED_OUTPUTS_DIR.
+
+The issue asks for Playwright (playwright-core from npm); this machine cannot reach the npm
+registry, so Chromium is driven directly through the Chrome DevTools Protocol over
+--remote-debugging-pipe (file descriptors 3 and 4, NUL-separated JSON messages), which needs
+nothing beyond the Python standard library.
+
+Usage: console_browser_test.py VERITY_SERVER VERITY_CLI  (run by //console:console_browser_test
+with /usr/bin/python3).
+"""
+
+import base64
+import fcntl
+import json
+import os
+import random
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+CHROMIUM = "/usr/bin/chromium"
+PROJECT = "console-demo"
+CLASSES = ["cat", "dog", "fox"]
+NUM_ITEMS = 60
+NUM_ANNOTATORS = 6
+
+
+def fail(message):
+    raise AssertionError(message)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, what, timeout=30.0, interval=0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            fail("timed out waiting for " + what)
+        time.sleep(interval)
+
+
+class Server:
+    def __init__(self, binary, workdir):
+        self.log_path = os.path.join(workdir, "server.log")
+        self.metrics_port = free_port()
+        self.log = open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            [binary, "--listen=localhost:0", "--metrics_port=%d" % self.metrics_port,
+             "--data_dir=" + os.path.join(workdir, "var"), "--background_refit=false"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        line = wait_for(self._listening_line, "the server to listen", timeout=120)
+        self.port = int(re.search(r"\bport=(\d+)", line).group(1))
+        if int(re.search(r"\bmetrics_port=(\d+)", line).group(1)) != self.metrics_port:
+            fail("metrics port not served: " + line)
+
+    def _listening_line(self):
+        if self.process.poll() is not None:
+            fail("server exited with %s:\n%s" % (self.process.returncode,
+                                                  open(self.log_path).read()))
+        for line in open(self.log_path):
+            if "event=listening" in line:
+                return line
+        return None
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.log.close()
+
+
+def http_get(port, path):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=10) as r:
+            return r.status, r.headers.get("Content-Type"), r.read().decode("utf-8")
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type"), e.read().decode("utf-8")
+
+
+def load_data(cli, server, workdir):
+    """A 3-class project: 60 items, 6 annotators of decreasing accuracy, one label each."""
+    rng = random.Random(7)
+    accuracies = [0.95, 0.9, 0.85, 0.75, 0.6, 0.45]
+    rows = ["item,annotator,label"]
+    for item in range(NUM_ITEMS):
+        truth = item % len(CLASSES)
+        for a in range(NUM_ANNOTATORS):
+            if rng.random() < 0.25:
+                continue  # Not every annotator labels every item.
+            label = truth if rng.random() < accuracies[a] else rng.randrange(len(CLASSES))
+            rows.append("item-%d,ann-%d,%s" % (item, a, CLASSES[label]))
+    labels_csv = os.path.join(workdir, "labels.csv")
+    with open(labels_csv, "w") as f:
+        f.write("\n".join(rows) + "\n")
+
+    def verity(*args):
+        result = subprocess.run([cli, "--server=localhost:%d" % server.port] + list(args),
+                                capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            fail("verity %s failed (%d): %s%s" % (" ".join(args), result.returncode,
+                                                  result.stdout, result.stderr))
+        return result.stdout
+
+    verity("project", "create", PROJECT, "--classes=" + ",".join(CLASSES), "--method=ds",
+           "--confidence_target=0.9")
+    verity("submit", "--project=" + PROJECT, "--csv=" + labels_csv)
+    verity("model", "train", "--project=" + PROJECT)
+    verity("suggest", "items", "--project=" + PROJECT, "--annotator=ann-new", "--k=3")
+    return len(rows) - 1
+
+
+def check_json_endpoints(port, num_labels):
+    status, content_type, body = http_get(port, "/api/projects")
+    if status != 200 or not content_type.startswith("application/json"):
+        fail("/api/projects: %s %s" % (status, content_type))
+    projects = json.loads(body)["projects"]
+    [project] = [p for p in projects if p["name"] == PROJECT]
+    if (project["classes"] != CLASSES or project["items"] != NUM_ITEMS
+            or project["labels"] != num_labels or project["model_version"] != 1
+            or project["model_method"] != "ds"):
+        fail("unexpected project summary: %r" % project)
+
+    status, _, body = http_get(port, "/api/projects/" + PROJECT)
+    detail = json.loads(body)
+    if status != 200 or sum(detail["confidence_histogram"]["counts"]) != NUM_ITEMS:
+        fail("unexpected project detail: %s %r" % (status, detail))
+    if len(detail["confidence_histogram"]["counts"]) != 10:
+        fail("histogram must have 10 bins: %r" % detail["confidence_histogram"])
+    assignment = detail["assignment"]
+    if assignment["outstanding_leases"] != 3 or assignment["resolved_items"] is None:
+        fail("unexpected assignment state: %r" % assignment)
+    if assignment["resolved_items"] + assignment["open_items"] != NUM_ITEMS:
+        fail("resolved + open must be every item: %r" % assignment)
+    [version] = detail["versions"]
+    if version["version"] != 1 or version["method"] != "ds" or version["log_likelihood"] >= 0:
+        fail("unexpected model version: %r" % version)
+
+    status, _, body = http_get(port, "/api/projects/%s/annotators" % PROJECT)
+    annotators = json.loads(body)["annotators"]
+    # ann-new got leases but no labels yet: it is not an annotator of the project until then,
+    # or it is one with 0 labels; either way the six labelling annotators are there.
+    by_id = {a["id"]: a for a in annotators}
+    for a in range(NUM_ANNOTATORS):
+        entry = by_id["ann-%d" % a]
+        confusion = entry["confusion"]
+        if len(confusion) != 3 or any(len(row) != 3 for row in confusion):
+            fail("confusion must be 3x3: %r" % entry)
+        if any(abs(sum(row) - 1) > 1e-6 for row in confusion):
+            fail("confusion rows must sum to 1: %r" % entry)
+    if not by_id["ann-0"]["accuracy"] > by_id["ann-5"]["accuracy"]:
+        fail("the best annotator must look better than the worst: %r" % by_id)
+
+    status, _, body = http_get(port, "/api/projects/no-such-project")
+    if status != 404 or "no-such-project" not in json.loads(body)["error"]:
+        fail("unknown project: %s %s" % (status, body))
+    status, _, _ = http_get(port, "/api/nothing")
+    if status != 404:
+        fail("/api/nothing: %s" % status)
+    status, _, body = http_get(port, "/metrics")
+    if status != 200 or "verity_project_labels" not in body:
+        fail("/metrics must still be served: %s" % status)
+    status, content_type, body = http_get(port, "/")
+    if status != 200 or not content_type.startswith("text/html") or "Verity console" not in body:
+        fail("/: %s %s" % (status, content_type))
+
+
+class Chromium:
+    """Headless Chromium driven over the DevTools protocol on --remote-debugging-pipe."""
+
+    def __init__(self, workdir):
+        to_browser_read, self.to_browser = os.pipe()
+        self.from_browser, from_browser_write = os.pipe()
+
+        def use_pipe_fds():
+            # Duplicate above 4 first so that neither dup2 clobbers the other's source.
+            read_end = fcntl.fcntl(to_browser_read, fcntl.F_DUPFD, 10)
+            write_end = fcntl.fcntl(from_browser_write, fcntl.F_DUPFD, 10)
+            os.dup2(read_end, 3)
+            os.dup2(write_end, 4)
+
+        self.profile = os.path.join(workdir, "chromium-profile")
+        self.log = open(os.path.join(workdir, "chromium.log"), "w")
+        # As root (the test machines) Chromium refuses to start without --no-sandbox.
+        self.process = subprocess.Popen(
+            [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
+             "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
+             "--remote-debugging-pipe", "--user-data-dir=" + self.profile,
+             "--window-size=1280,1600", "about:blank"],
+            pass_fds=(3, 4), preexec_fn=use_pipe_fds, stdout=self.log,
+            stderr=subprocess.STDOUT, env=dict(os.environ, HOME=workdir))
+        os.close(to_browser_read)
+        os.close(from_browser_write)
+        self.buffer = b""
+        self.next_id = 0
+        self.session = None
+
+    def send(self, method, params=None, timeout=30.0):
+        self.next_id += 1
+        message = {"id": self.next_id, "method": method, "params": params or {}}
+        if self.session is not None and not method.startswith("Target."):
+            message["sessionId"] = self.session
+        os.write(self.to_browser, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\0" in self.buffer:
+                raw, self.buffer = self.buffer.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("id") == self.next_id:
+                    if "error" in reply:
+                        fail("%s: %r" % (method, reply["error"]))
+                    return reply["result"]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.process.poll() is not None:
+                fail("no reply to %s (chromium %s)" % (method, self.process.poll()))
+            ready, _, _ = select.select([self.from_browser], [], [], remaining)
+            if ready:
+                chunk = os.read(self.from_browser, 1 << 20)
+                if not chunk:
+                    fail("chromium closed the pipe")
+                self.buffer += chunk
+
+    def open_page(self, url):
+        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        self.session = self.send("Target.attachToTarget",
+                                 {"targetId": target, "flatten": True})["sessionId"]
+        self.send("Page.enable")
+        self.send("Runtime.enable")
+        self.send("Emulation.setDeviceMetricsOverride",
+                  {"width": 1280, "height": 1600, "deviceScaleFactor": 1, "mobile": False})
+        self.send("Page.navigate", {"url": url})
+
+    def evaluate(self, expression):
+        result = self.send("Runtime.evaluate",
+                           {"expression": expression, "returnByValue": True,
+                            "awaitPromise": True})
+        if "exceptionDetails" in result:
+            fail("%s threw %r" % (expression, result["exceptionDetails"]))
+        return result["result"].get("value")
+
+    def wait_until(self, expression, what, timeout=20.0):
+        return wait_for(lambda: self.evaluate(expression), what, timeout=timeout)
+
+    def screenshot(self, path):
+        data = self.send("Page.captureScreenshot", {"format": "png"})["data"]
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(data))
+
+    def close(self):
+        try:
+            os.close(self.to_browser)
+        except OSError:
+            pass
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+        self.log.close()
+
+
+def check_console_in_browser(port, workdir, outputs):
+    browser = Chromium(workdir)
+    try:
+        browser.open_page("http://127.0.0.1:%d/" % port)
+        browser.wait_until(
+            "document.querySelector('#projects tbody tr[data-project=\"%s\"]') !== null" % PROJECT,
+            "the project list")
+        row_text = browser.evaluate(
+            "document.querySelector('#projects tbody tr[data-project=\"%s\"]').innerText" % PROJECT)
+        if "cat, dog, fox" not in row_text or "ds v1" not in row_text:
+            fail("project row shows %r" % row_text)
+
+        browser.evaluate(
+            "document.querySelector('#projects tbody tr[data-project=\"%s\"]').click()" % PROJECT)
+        browser.wait_until(
+            "document.querySelectorAll('#annotators tbody tr').length >= %d" % NUM_ANNOTATORS,
+            "the annotator table")
+        title = browser.evaluate("document.getElementById('project-title').textContent")
+        if title != "Project " + PROJECT:
+            fail("project title is %r" % title)
+        bars = browser.evaluate("document.querySelectorAll('#histogram .bar').length")
+        if bars != 10:
+            fail("histogram shows %r bars" % bars)
+        bar_total = browser.evaluate(
+            "[...document.querySelectorAll('#histogram .bar span')]"
+            ".reduce((sum, s) => sum + Number(s.textContent), 0)")
+        if bar_total != NUM_ITEMS:
+            fail("histogram counts sum to %r" % bar_total)
+        versions = browser.evaluate(
+            "[...document.querySelectorAll('#versions tbody tr')].map(r => r.cells[1].textContent)")
+        if versions != ["ds"]:
+            fail("versions table shows %r" % versions)
+        assignment = browser.evaluate("document.getElementById('assignment').textContent")
+        if "3 outstanding leases" not in assignment:
+            fail("assignment shows %r" % assignment)
+
+        # Sorting: by accuracy descending (first click on a numeric column), then ascending.
+        accuracy_column = ("[...document.querySelectorAll('#annotators tbody tr')]"
+                           ".map(r => Number(r.cells[2].textContent))")
+        browser.evaluate("document.querySelector('#annotators th[data-key=\"accuracy\"]').click()")
+        descending = browser.evaluate(accuracy_column)
+        if descending != sorted(descending, reverse=True):
+            fail("not sorted by accuracy, descending: %r" % descending)
+        browser.evaluate("document.querySelector('#annotators th[data-key=\"accuracy\"]').click()")
+        ascending = browser.evaluate(accuracy_column)
+        if ascending != sorted(ascending):
+            fail("not sorted by accuracy, ascending: %r" % ascending)
+        browser.evaluate("document.querySelector('#annotators th[data-key=\"accuracy\"]').click()")
+
+        browser.evaluate(
+            "document.querySelector('#annotators tbody tr[data-annotator=\"ann-0\"]').click()")
+        browser.wait_until("document.getElementById('annotator').style.display === 'block'",
+                           "the confusion matrix")
+        annotator_title = browser.evaluate("document.getElementById('annotator-title').textContent")
+        if not annotator_title.startswith("Annotator ann-0:"):
+            fail("annotator title is %r" % annotator_title)
+        cells = browser.evaluate("document.querySelectorAll('#confusion td.cell').length")
+        if cells != len(CLASSES) ** 2:
+            fail("confusion matrix has %r cells, want %d" % (cells, len(CLASSES) ** 2))
+        headers = browser.evaluate(
+            "[...document.querySelectorAll('#confusion tr:first-child th')].map(t => t.textContent)")
+        if headers[1:] != CLASSES:
+            fail("confusion matrix columns are %r" % headers)
+        colours = browser.evaluate(
+            "[...document.querySelectorAll('#confusion td.cell')].map(c => c.style.backgroundColor)")
+        if any(not c.startswith("rgba(") for c in colours):
+            fail("heatmap cells lack colours: %r" % colours)
+
+        browser.evaluate("window.scrollTo(0, 0)")
+        os.makedirs(outputs, exist_ok=True)
+        path = os.path.join(outputs, "console.png")
+        browser.screenshot(path)
+        with open(path, "rb") as f:
+            if f.read(8) != b"\x89PNG\r\n\x1a\n":
+                fail("screenshot is not a PNG")
+        errors = browser.evaluate("document.getElementById('error').textContent")
+        if errors:
+            fail("the page shows an error: %r" % errors)
+    finally:
+        browser.close()
+
+
+def main():
+    server_binary, cli = (os.path.abspath(p) for p in sys.argv[1:3])
+    # Under /tmp and world-readable: the embedded PostgreSQL runs as an unprivileged user
+    # when the test runs as root.
+    workdir = tempfile.mkdtemp(prefix="verity-console-", dir="/tmp")
+    os.chmod(workdir, 0o755)
+    outputs = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", workdir)
+    server = None
+    ok = False
+    try:
+        server = Server(server_binary, workdir)
+        num_labels = load_data(cli, server, workdir)
+        check_json_endpoints(server.metrics_port, num_labels)
+        print("JSON endpoints: ok")
+        check_console_in_browser(server.metrics_port, workdir, outputs)
+        print("browser: ok, screenshot in " + os.path.join(outputs, "console.png"))
+        ok = True
+    finally:
+        if server is not None:
+            server.stop()
+        if not ok:
+            for name in ("server.log", "chromium.log"):
+                path = os.path.join(workdir, name)
+                if os.path.exists(path):
+                    print("---- %s (tail) ----" % name)
+                    print("".join(open(path, errors="replace").readlines()[-40:]))
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+#include "server/console.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "server/console_json.h"
+#include "server/item_assigner.h"
+#include "server/validation.h"
+
+namespace verity::server {
+namespace {
+
+constexpr char kJson[] = "application/json; charset=utf-8";
+constexpr int32_t kHistogramBins = 10;
+
+HttpResponse JsonResponse(int status, std::string body) {
+  return HttpResponse{status, kJson, std::move(body)};
+}
+
+HttpResponse ErrorResponse(int status, absl::string_view message) {
+  JsonWriter json;
+  json.BeginObject().Key("error").String(message).EndObject();
+  return JsonResponse(status, json.text());
+}
+
+HttpResponse StatusResponse(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kNotFound: return ErrorResponse(404, status.message());
+    case absl::StatusCode::kInvalidArgument: return ErrorResponse(400, status.message());
+    case absl::StatusCode::kUnavailable: return ErrorResponse(503, status.message());
+    default: return ErrorResponse(500, status.ToString());
+  }
+}
+
+std::string ConfiguredMethod(const LiveProject& project) {
+  v1::TruthMethod method = project.settings().model().method();
+  if (method == v1::TRUTH_METHOD_UNSPECIFIED) method = v1::TRUTH_METHOD_DAWID_SKENE;
+  absl::StatusOr<std::string> name = MethodName(method);
+  return name.ok() ? *name : v1::TruthMethod_Name(method);
+}
+
+// The snapshot's class prior, uniform when it has none.
+std::vector<double> ClassPrior(const ProjectSnapshot& snapshot, int32_t k) {
+  if (static_cast<int32_t>(snapshot.class_prior.size()) == k) return snapshot.class_prior;
+  return std::vector<double>(k, 1.0 / k);
+}
+
+}  // namespace
+
+HttpResponse WebConsole::Handle(const std::string& path) {
+  if (path == "/" || path == "/index.html") {
+    return HttpResponse{200, "text/html; charset=utf-8", kConsolePage};
+  }
+  constexpr absl::string_view kProjects = "/api/projects";
+  if (path == kProjects || path == "/api/projects/") return Projects(absl::Now());
+  if (!absl::StartsWith(path, "/api/projects/")) return ErrorResponse(404, "no such page");
+  // {name} or {name}/annotators; project names never contain '/'.
+  std::vector<std::string> parts =
+      absl::StrSplit(absl::string_view(path).substr(kProjects.size() + 1), '/');
+  const bool annotators = parts.size() == 2 && parts[1] == "annotators";
+  if (parts.size() != 1 && !annotators) return ErrorResponse(404, "no such page");
+  if (absl::Status s = ValidateProjectName(parts[0]); !s.ok()) return StatusResponse(s);
+  absl::StatusOr<std::shared_ptr<LiveProject>> project = registry_.Get(parts[0]);
+  if (!project.ok()) return StatusResponse(project.status());
+  return annotators ? Annotators(**project) : Project(**project, absl::Now());
+}
+
+double WebConsole::IngestRate(const std::string& project, int64_t labels, absl::Time now) {
+  std::deque<std::pair<absl::Time, int64_t>>& samples = label_samples_[project];
+  while (!samples.empty() && now - samples.front().first > kRateWindow) samples.pop_front();
+  // One sample per second at most: a page polling fast must not fill the window.
+  if (samples.empty() || now - samples.back().first >= absl::Seconds(1)) {
+    samples.emplace_back(now, labels);
+  }
+  const auto& [first_time, first_labels] = samples.front();
+  const double seconds = absl::ToDoubleSeconds(now - first_time);
+  if (seconds < 1) return -1;
+  return std::max<double>(0, labels - first_labels) / seconds;
+}
+
+HttpResponse WebConsole::Projects(absl::Time now) {
+  std::vector<std::shared_ptr<LiveProject>> projects = registry_.All();
+  std::sort(projects.begin(), projects.end(),
+            [](const auto& a, const auto& b) { return a->identity().name < b->identity().name; });
+  JsonWriter json;
+  json.BeginObject().Key("projects").BeginArray();
+  for (const std::shared_ptr<LiveProject>& project : projects) {
+    const ProjectCounts counts = project->Counts();
+    std::shared_ptr<const ProjectSnapshot> snapshot = project->snapshot();
+    json.BeginObject();
+    json.Key("name").String(project->identity().name);
+    json.Key("classes").BeginArray();
+    for (const std::string& c : project->identity().classes) json.String(c);
+    json.EndArray();
+    json.Key("items").Int(counts.num_items);
+    json.Key("annotators").Int(counts.num_annotators);
+    json.Key("labels").Int(counts.num_labels);
+    double rate;
+    {
+      absl::MutexLock lock(&mu_);
+      rate = IngestRate(project->identity().name, counts.num_labels, now);
+    }
+    json.Key("labels_per_second");
+    if (rate >= 0) {
+      json.Double(rate);
+    } else {
+      json.Null();
+    }
+    json.Key("method").String(ConfiguredMethod(*project));
+    json.Key("model_version").Int(snapshot->model_version);
+    json.Key("model_method").String(std::string(snapshot->model->method()));
+    json.Key("training").Bool(counts.training);
+    json.EndObject();
+  }
+  json.EndArray().EndObject();
+  return JsonResponse(200, json.text());
+}
+
+HttpResponse WebConsole::Project(LiveProject& project, absl::Time now) {
+  absl::StatusOr<std::vector<storage::ModelVersionRecord>> versions =
+      versions_.ListModelVersions(project.identity().project_id, kMaxVersions);
+  if (!versions.ok()) return StatusResponse(versions.status());
+  const ProjectCounts counts = project.Counts();
+  std::shared_ptr<const ProjectSnapshot> snapshot = project.snapshot();
+  const PosteriorTable& table = snapshot->posteriors;
+  const int32_t k = project.num_classes();
+  const AssignmentRules rules = AssignmentRules::FromSettings(project.settings().assignment());
+  const bool resolution_defined = rules.max_labels > 0 || rules.confidence_target > 0;
+  absl::flat_hash_map<int32_t, int32_t> outstanding = project.leases().OutstandingPerItem(now);
+  int64_t outstanding_leases = 0;
+  for (const auto& [item, count] : outstanding) outstanding_leases += count;
+
+  // Confidence (the largest posterior) lies in [1/K, 1]: the bins split that range evenly.
+  const double low = 1.0 / k;
+  std::vector<int64_t> bins(kHistogramBins, 0);
+  int64_t resolved = 0;
+  for (int32_t item = 0; item < table.num_items(); ++item) {
+    absl::Span<const double> p = table.probabilities(item);
+    const double confidence = *std::max_element(p.begin(), p.end());
+    const int32_t bin = static_cast<int32_t>((confidence - low) / (1 - low) * kHistogramBins);
+    ++bins[std::clamp(bin, 0, kHistogramBins - 1)];
+    if (resolution_defined) {
+      auto it = outstanding.find(item);
+      if (IsResolved(table, item, it == outstanding.end() ? 0 : it->second, rules)) ++resolved;
+    }
+  }
+
+  JsonWriter json;
+  json.BeginObject();
+  json.Key("name").String(project.identity().name);
+  json.Key("classes").BeginArray();
+  for (const std::string& c : project.identity().classes) json.String(c);
+  json.EndArray();
+  json.Key("items").Int(counts.num_items);
+  json.Key("annotators").Int(counts.num_annotators);
+  json.Key("labels").Int(counts.num_labels);
+  json.Key("labels_since_version").Int(counts.labels_since_version);
+  json.Key("training").Bool(counts.training);
+  json.Key("method").String(ConfiguredMethod(project));
+  json.Key("model_version").Int(snapshot->model_version);
+  json.Key("model_method").String(std::string(snapshot->model->method()));
+  json.Key("class_prior").BeginArray();
+  for (double p : ClassPrior(*snapshot, k)) json.Double(p);
+  json.EndArray();
+  json.Key("confidence_histogram").BeginObject();
+  json.Key("low").Double(low).Key("high").Double(1.0);
+  json.Key("counts").BeginArray();
+  for (int64_t count : bins) json.Int(count);
+  json.EndArray().EndObject();
+  json.Key("assignment").BeginObject();
+  json.Key("confidence_target").Double(rules.confidence_target);
+  json.Key("min_labels_per_item").Int(rules.min_labels);
+  json.Key("max_labels_per_item").Int(rules.max_labels);
+  json.Key("outstanding_leases").Int(outstanding_leases);
+  json.Key("items_with_leases").Int(static_cast<int64_t>(outstanding.size()));
+  // Without a confidence target or a label cap no item is ever resolved: null, not 0.
+  json.Key("resolved_items");
+  if (resolution_defined) {
+    json.Int(resolved);
+  } else {
+    json.Null();
+  }
+  json.Key("resolved_share");
+  if (resolution_defined && table.num_items() > 0) {
+    json.Double(static_cast<double>(resolved) / table.num_items());
+  } else {
+    json.Null();
+  }
+  json.Key("open_items");
+  if (resolution_defined) {
+    json.Int(table.num_items() - resolved);
+  } else {
+    json.Null();
+  }
+  json.EndObject();
+  json.Key("versions").BeginArray();
+  for (const storage::ModelVersionRecord& v : *versions) {
+    json.BeginObject();
+    json.Key("version").Int(v.version);
+    json.Key("method").String(v.method);
+    json.Key("num_labels").Int(v.num_labels);
+    json.Key("log_likelihood").Double(v.log_likelihood);
+    json.Key("iterations").Int(v.iterations);
+    json.Key("duration_ms").Double(v.duration_ms);
+    json.Key("created_at").String(absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", v.created_at,
+                                                   absl::UTCTimeZone()));
+    json.EndObject();
+  }
+  json.EndArray();
+  json.EndObject();
+  return JsonResponse(200, json.text());
+}
+
+HttpResponse WebConsole::Annotators(LiveProject& project) {
+  std::shared_ptr<const ProjectSnapshot> snapshot = project.snapshot();
+  const int32_t k = project.num_classes();
+  const std::vector<double> prior = ClassPrior(*snapshot, k);
+  const std::vector<std::string> ids = project.AnnotatorIds();
+  JsonWriter json;
+  json.BeginObject();
+  json.Key("name").String(project.identity().name);
+  json.Key("classes").BeginArray();
+  for (const std::string& c : project.identity().classes) json.String(c);
+  json.EndArray();
+  json.Key("model_version").Int(snapshot->model_version);
+  json.Key("annotators").BeginArray();
+  for (int32_t a = 0; a < static_cast<int32_t>(ids.size()); ++a) {
+    const std::vector<double> confusion = snapshot->model->AnnotatorConfusion(a);
+    // Estimated accuracy: the chance of a correct label on an item drawn from the prior.
+    double accuracy = 0;
+    for (int32_t c = 0; c < k; ++c) accuracy += prior[c] * confusion[c * k + c];
+    json.BeginObject();
+    json.Key("id").String(ids[a]);
+    json.Key("labels").Int(project.AnnotatorLabelCount(a));
+    json.Key("accuracy").Double(accuracy);
+    json.Key("confusion");
+    if (k <= kMaxConfusionClasses) {
+      json.BeginArray();  // Rows: true class; columns: the label given.
+      for (int32_t row = 0; row < k; ++row) {
+        json.BeginArray();
+        for (int32_t col = 0; col < k; ++col) json.Double(confusion[row * k + col]);
+        json.EndArray();
+      }
+      json.EndArray();
+    } else {
+      json.Null();
+    }
+    json.EndObject();
+  }
+  json.EndArray();
+  json.EndObject();
+  return JsonResponse(200, json.text());
+}
+
+}  // namespace verity::server

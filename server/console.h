@@ -1,0 +1,79 @@
+// WebConsole: the read-only operator console served on the metrics HTTP port beside /metrics
+// (MetricsHttpServer::Options::page_handler). GET / answers one static HTML page (inline CSS
+// and JavaScript, embedded in the binary: server/console_page.cc) that reads these JSON
+// endpoints of the same server:
+//
+//   /api/projects                      every project: classes, counts, ingest rate, model
+//   /api/projects/{name}               one project: posterior-confidence histogram, resolved
+//                                      share, open items and leases, model versions
+//   /api/projects/{name}/annotators    every annotator: labels, estimated accuracy, confusion
+//
+// Everything is read from the server's in-memory state (the project's current snapshot, as
+// the Truth service reads it) except the model versions, which come from PostgreSQL. Unknown
+// paths and projects answer 404 with {"error": "..."}; a failed database read answers 503.
+//
+// The console has no login: it is meant for the metrics address, which binds to 127.0.0.1
+// unless --metrics_address says otherwise.
+//
+// Thread-safety: Handle() is thread-safe (civetweb calls it from several threads).
+#ifndef VERITY_SERVER_CONSOLE_H_
+#define VERITY_SERVER_CONSOLE_H_
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/live_project.h"
+#include "server/metrics_http.h"
+#include "server/project_registry.h"
+#include "storage/model_version_store.h"
+
+namespace verity::server {
+
+// The console page (HTML with inline CSS and JavaScript).
+extern const char kConsolePage[];
+
+class WebConsole {
+ public:
+  // Confusion matrices are listed for projects with at most this many classes (a K×K matrix
+  // per annotator grows quickly); above it "confusion" is null.
+  static constexpr int32_t kMaxConfusionClasses = 32;
+  // Model versions listed per project, newest first.
+  static constexpr int32_t kMaxVersions = 20;
+  // The ingest rate is measured over label counts sampled at console requests within this
+  // window (null until two samples at least a second apart exist).
+  static constexpr absl::Duration kRateWindow = absl::Minutes(5);
+
+  // `registry` and `versions` must outlive the console.
+  WebConsole(ProjectRegistry& registry, storage::ModelVersionStore& versions)
+      : registry_(registry), versions_(versions) {}
+
+  // Answers GET `path` (without its query string).
+  HttpResponse Handle(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  HttpResponse Projects(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  HttpResponse Project(LiveProject& project, absl::Time now);
+  HttpResponse Annotators(LiveProject& project);
+  // Records `labels` for `project` at `now` and returns labels per second over the window,
+  // or a negative value when it cannot be measured yet.
+  double IngestRate(const std::string& project, int64_t labels, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  ProjectRegistry& registry_;
+  storage::ModelVersionStore& versions_;
+  absl::Mutex mu_;
+  // Per project: (time, live labels) samples, oldest first, within kRateWindow.
+  absl::flat_hash_map<std::string, std::deque<std::pair<absl::Time, int64_t>>> label_samples_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace verity::server
+
+#endif  // VERITY_SERVER_CONSOLE_H_
