@@ -87,10 +87,12 @@ void VerityServer::AddCallbackGauges(absl::Duration max_staleness) {
   storage::ConnectionPool* pool = storage_->pool.get();
   metrics_->AddCallbackGauge(
       "verity_db_pool_connections",
-      "PostgreSQL connections of the pool: open (idle or in use) and max (the pool's size).",
+      "PostgreSQL connections of the pool: open (idle or in use), in_use (handed out) and max "
+      "(the pool's size).",
       {"state"}, [pool] {
         return std::vector<GaugeSample>{
             {{"open"}, static_cast<double>(pool->open_connections())},
+            {{"in_use"}, static_cast<double>(pool->in_use_connections())},
             {{"max"}, static_cast<double>(pool->options().size)}};
       });
   ProjectRegistry* registry = registry_.get();

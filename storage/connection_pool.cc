@@ -56,6 +56,11 @@ ConnectionPool::~ConnectionPool() {
   idle_.clear();
 }
 
+int ConnectionPool::in_use_connections() const {
+  absl::MutexLock lock(&mutex_);
+  return in_use_;
+}
+
 int ConnectionPool::open_connections() const {
   absl::MutexLock lock(&mutex_);
   return static_cast<int>(idle_.size()) + in_use_;

@@ -125,6 +125,8 @@ class ConnectionPool {
   // Number of connections currently open (idle or in use); for tests and
   // metrics.
   int open_connections() const;
+  // Connections handed out (or being opened) right now; for metrics.
+  int in_use_connections() const;
 
  private:
   friend class PooledConnection;

@@ -248,6 +248,10 @@ TEST_F(MetricsTest, SubmittedBatchMovesTheCounters) {
   EXPECT_EQ(after.Value(absl::StrCat("verity_model_version{project=\"", kProject, "\"}")), 0);
   EXPECT_EQ(after.Value("verity_db_pool_connections{state=\"max\"}"), 2);
   EXPECT_GE(after.Value("verity_db_pool_connections{state=\"open\"}"), 1);
+  // Between calls no connection is handed out; the series is exposed.
+  EXPECT_EQ(after.samples.count("verity_db_pool_connections{state=\"in_use\"}"), 1u);
+  EXPECT_LE(after.Value("verity_db_pool_connections{state=\"in_use\"}"),
+            after.Value("verity_db_pool_connections{state=\"open\"}"));
   // The project creation before the first scrape was counted too.
   EXPECT_GE(after.Value(Series("verity_rpc_total",
                                "method=\"/verity.v1.ProjectService/CreateProject\",code=\"OK\"")),
