@@ -43,7 +43,8 @@ ABSL_FLAG(std::string, trainer, "inprocess",
           "Where fits run: inprocess (the server's background thread) or workers (training jobs "
           "in PostgreSQL, run by verity_worker processes; the server serves their versions).");
 ABSL_FLAG(int, metrics_port, 9464,
-          "Port of the Prometheus metrics endpoint (GET /metrics over HTTP); 0 = no endpoint.");
+          "Port of the Prometheus metrics endpoint (GET /metrics over HTTP) and of the read-only "
+          "web console (GET /); 0 = neither.");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1",
           "Address the metrics endpoint binds (0.0.0.0 = every interface).");
 ABSL_FLAG(bool, log_every_rpc, false,
