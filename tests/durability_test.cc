@@ -151,7 +151,9 @@ class DurabilityTest : public ::testing::Test {
     ASSERT_TRUE(started.ok()) << started;
   }
   void TearDown() override {
-    if (server_ != nullptr) EXPECT_TRUE(server_->Stop().ok()) << "see " << server_->log_path();
+    if (server_ != nullptr) {
+      EXPECT_TRUE(server_->Stop().ok()) << "see " << server_->log_path();
+    }
     server_.reset();
     RemoveTree(dir_);
   }
