@@ -219,7 +219,6 @@ TEST_F(DurabilityTest, AckedAnnotationsSurviveSigkillAndResendGivesTheFullSetOnc
   auto stub = v1::IngestService::NewStub(channel);
   std::map<uint64_t, v1::BatchAck> resent = ResendAll(*stub, batches);
   ASSERT_EQ(resent.size(), batches.size());
-  int64_t newly_accepted = 0;
   for (const auto& [id, ack] : resent) {
     ASSERT_EQ(ack.error_code(), 0) << ack.error_message();
     EXPECT_EQ(ack.revised(), 0) << "batch " << id;
@@ -229,9 +228,9 @@ TEST_F(DurabilityTest, AckedAnnotationsSurviveSigkillAndResendGivesTheFullSetOnc
     } else {
       EXPECT_EQ(ack.accepted() + ack.duplicate(), kBatchSize) << "batch " << id;
     }
-    newly_accepted += ack.accepted();
   }
-  EXPECT_GT(newly_accepted, 0);
+  // Batches in flight at a kill may or may not have been committed before it: unacked ones
+  // come back as accepted or duplicate, never revised, and the total below is exact.
   EXPECT_EQ(LiveLabels(channel, project), total);
 
   // A second resend changes nothing: exactly the full set, once.
