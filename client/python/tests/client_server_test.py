@@ -7,6 +7,7 @@ that write use projects of their own.
 
 import datetime
 import os
+import socket
 import subprocess
 import sys
 import unittest
@@ -149,9 +150,16 @@ class ClientServerTest(unittest.TestCase):
         self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
 
     def test_every_call_has_a_deadline(self):
-        with verity_client.Client(self.server.address, timeout=1e-6) as hasty:
-            with self.assertRaises(verity_client.VerityError) as raised:
-                hasty.list_projects()
+        # A peer that accepts TCP connections but never speaks HTTP/2: only the client's
+        # deadline can end the call. (A microsecond deadline against the real server was
+        # flaky: the call sometimes completed first.)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(8)
+            address = "127.0.0.1:%d" % silent.getsockname()[1]
+            with verity_client.Client(address, timeout=0.3) as hasty:
+                with self.assertRaises(verity_client.VerityError) as raised:
+                    hasty.list_projects()
         self.assertEqual(raised.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
 
     # --- truth --------------------------------------------------------------------------
