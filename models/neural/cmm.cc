@@ -6,11 +6,6 @@
 namespace verity::models::neural {
 namespace {
 
-std::vector<double> ToVector(const torch::Tensor& t) {
-  torch::Tensor cpu = t.detach().to(torch::kCPU, torch::kDouble).contiguous();
-  return std::vector<double>(cpu.data_ptr<double>(), cpu.data_ptr<double>() + cpu.numel());
-}
-
 class CmmNet : public CrowdNet {
  public:
   CmmNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim, const TruthModelOptions::Neural& options)
@@ -44,19 +39,8 @@ class CmmNet : public CrowdNet {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CmmModel>> CmmModel::Create(int32_t num_classes,
-                                                           const TruthModelOptions& options) {
-  if (num_classes < 2) return absl::InvalidArgumentError("num_classes must be >= 2");
-  if (absl::Status s = ValidateTruthModelOptions(options); !s.ok()) return s;
-  return std::unique_ptr<CmmModel>(new CmmModel(num_classes, options));
-}
-
 std::shared_ptr<CrowdNet> CmmModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
   return std::make_shared<CmmNet>(num_items, num_annotators, num_classes(), item_feature_dim(), options().neural);
-}
-
-std::unique_ptr<NeuralTruthModel> CmmModel::NewEmpty() const {
-  return std::unique_ptr<NeuralTruthModel>(new CmmModel(num_classes(), options()));
 }
 
 int CmmModel::Train(CrowdNet& base_net, const LabelTensors& data, bool warm_start) {
@@ -148,9 +132,9 @@ int CmmModel::Train(CrowdNet& base_net, const LabelTensors& data, bool warm_star
 void CmmModel::ExportTables(CrowdNet& base_net) {
   auto& net = static_cast<CmmNet&>(base_net);
   groups_ = options().neural.cmm_groups;
-  log_beta_ = ToVector(net.log_beta);
-  log_alpha_ = ToVector(net.log_alpha);
-  membership_ = ToVector(net.membership.narrow(0, 0, fitted_annotators()));
+  log_beta_ = TensorToVector(net.log_beta);
+  log_alpha_ = TensorToVector(net.log_alpha);
+  membership_ = TensorToVector(net.membership.narrow(0, 0, fitted_annotators()));
 }
 
 void CmmModel::LogConfusion(int32_t, int32_t annotator, double* out) const {

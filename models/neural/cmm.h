@@ -24,17 +24,15 @@
 
 namespace verity::models::neural {
 
-class CmmModel : public NeuralTruthModel {
+class CmmModel : public NeuralModel<CmmModel> {
  public:
   static constexpr std::string_view kMethod = "cmm";
-  static absl::StatusOr<std::unique_ptr<CmmModel>> Create(int32_t num_classes,
-                                                          const TruthModelOptions& options);
   std::string_view method() const override { return kMethod; }
 
  protected:
-  using NeuralTruthModel::NeuralTruthModel;
+  friend class NeuralModel<CmmModel>;
+  using NeuralModel::NeuralModel;
   std::shared_ptr<CrowdNet> MakeNet(int32_t num_items, int32_t num_annotators) const override;
-  std::unique_ptr<NeuralTruthModel> NewEmpty() const override;
   int Train(CrowdNet& net, const LabelTensors& data, bool warm_start) override;
   void ExportTables(CrowdNet& net) override;
   void LogConfusion(int32_t item, int32_t annotator, double* out) const override;

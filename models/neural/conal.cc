@@ -8,11 +8,6 @@
 namespace verity::models::neural {
 namespace {
 
-std::vector<double> ToVector(const torch::Tensor& t) {
-  torch::Tensor cpu = t.detach().to(torch::kCPU, torch::kDouble).contiguous();
-  return std::vector<double>(cpu.data_ptr<double>(), cpu.data_ptr<double>() + cpu.numel());
-}
-
 class ConalNet : public CrowdNet {
  public:
   ConalNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim, int64_t annotator_feature_dim,
@@ -60,19 +55,8 @@ class ConalNet : public CrowdNet {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ConalModel>> ConalModel::Create(int32_t num_classes,
-                                                               const TruthModelOptions& options) {
-  if (num_classes < 2) return absl::InvalidArgumentError("num_classes must be >= 2");
-  if (absl::Status s = ValidateTruthModelOptions(options); !s.ok()) return s;
-  return std::unique_ptr<ConalModel>(new ConalModel(num_classes, options));
-}
-
 std::shared_ptr<CrowdNet> ConalModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
   return std::make_shared<ConalNet>(num_items, num_annotators, num_classes(), item_feature_dim(), annotator_feature_dim(), options().neural);
-}
-
-std::unique_ptr<NeuralTruthModel> ConalModel::NewEmpty() const {
-  return std::unique_ptr<NeuralTruthModel>(new ConalModel(num_classes(), options()));
 }
 
 void ConalModel::ExportTables(CrowdNet& net) {
@@ -81,16 +65,16 @@ void ConalModel::ExportTables(CrowdNet& net) {
   dim_ = options().neural.embedding_dim;
   torch::Tensor items = torch::arange(static_cast<int64_t>(fitted_items()), torch::kLong);
   torch::Tensor vectors = conal.InstanceVectors(items);
-  item_vectors_ = ToVector(vectors);
+  item_vectors_ = TensorToVector(vectors);
   mean_item_vector_ = fitted_items() > 0
-                          ? ToVector(torch::nn::functional::normalize(
+                          ? TensorToVector(torch::nn::functional::normalize(
                                 vectors.mean(0, /*keepdim=*/true),
                                 torch::nn::functional::NormalizeFuncOptions().dim(1)))
                           : std::vector<double>(dim_, 0.0);
-  annotator_vectors_ = ToVector(
+  annotator_vectors_ = TensorToVector(
       conal.AnnotatorVectors(torch::arange(static_cast<int64_t>(fitted_annotators()), torch::kLong)));
-  common_ = ToVector(conal.CommonProbabilities());
-  individual_ = ToVector(conal.IndividualProbabilities().narrow(0, 0, fitted_annotators()));
+  common_ = TensorToVector(conal.CommonProbabilities());
+  individual_ = TensorToVector(conal.IndividualProbabilities().narrow(0, 0, fitted_annotators()));
 }
 
 void ConalModel::LogConfusion(int32_t item, int32_t annotator, double* out) const {

@@ -25,6 +25,11 @@ void RowEncoderImpl::SetFeatures(const torch::Tensor& features) {
   features_.narrow(0, 0, rows).copy_(features.narrow(0, 0, rows).to(features_.device()));
 }
 
+std::vector<double> TensorToVector(const torch::Tensor& t) {
+  torch::Tensor cpu = t.detach().to(torch::kCPU, torch::kDouble).contiguous();
+  return std::vector<double>(cpu.data_ptr<double>(), cpu.data_ptr<double>() + cpu.numel());
+}
+
 torch::nn::Sequential MakeMlp(int64_t in, int64_t hidden, int64_t out, int layers) {
   torch::nn::Sequential mlp;
   int64_t width = in;

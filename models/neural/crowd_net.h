@@ -7,6 +7,8 @@
 #ifndef VERITY_MODELS_NEURAL_CROWD_NET_H_
 #define VERITY_MODELS_NEURAL_CROWD_NET_H_
 
+#include <vector>
+
 #include <torch/torch.h>
 
 namespace verity::models::neural {
@@ -60,6 +62,9 @@ class CrowdNet : public torch::nn::Module {
   RowEncoder items_{nullptr};
   RowEncoder annotators_{nullptr};
 };
+
+// The values of `t` (any device, any dtype) as doubles, row-major.
+std::vector<double> TensorToVector(const torch::Tensor& t);
 
 // A small multilayer perceptron: `layers` Linear layers with ReLU between them.
 torch::nn::Sequential MakeMlp(int64_t in, int64_t hidden, int64_t out, int layers);

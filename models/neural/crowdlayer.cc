@@ -65,19 +65,8 @@ class CrowdLayerNet : public CrowdNet {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CrowdLayerModel>> CrowdLayerModel::Create(
-    int32_t num_classes, const TruthModelOptions& options) {
-  if (num_classes < 2) return absl::InvalidArgumentError("num_classes must be >= 2");
-  if (absl::Status s = ValidateTruthModelOptions(options); !s.ok()) return s;
-  return std::unique_ptr<CrowdLayerModel>(new CrowdLayerModel(num_classes, options));
-}
-
 std::shared_ptr<CrowdNet> CrowdLayerModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
   return std::make_shared<CrowdLayerNet>(num_items, num_annotators, num_classes(), item_feature_dim(), options().neural);
-}
-
-std::unique_ptr<NeuralTruthModel> CrowdLayerModel::NewEmpty() const {
-  return std::unique_ptr<NeuralTruthModel>(new CrowdLayerModel(num_classes(), options()));
 }
 
 void CrowdLayerModel::ExportTables(CrowdNet& net) {

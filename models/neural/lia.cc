@@ -6,11 +6,6 @@
 namespace verity::models::neural {
 namespace {
 
-std::vector<double> ToVector(const torch::Tensor& t) {
-  torch::Tensor cpu = t.detach().to(torch::kCPU, torch::kDouble).contiguous();
-  return std::vector<double>(cpu.data_ptr<double>(), cpu.data_ptr<double>() + cpu.numel());
-}
-
 class LiaNet : public CrowdNet {
  public:
   LiaNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim, int64_t annotator_feature_dim, const TruthModelOptions::Neural& options)
@@ -43,19 +38,8 @@ class LiaNet : public CrowdNet {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<LiaModel>> LiaModel::Create(int32_t num_classes,
-                                                           const TruthModelOptions& options) {
-  if (num_classes < 2) return absl::InvalidArgumentError("num_classes must be >= 2");
-  if (absl::Status s = ValidateTruthModelOptions(options); !s.ok()) return s;
-  return std::unique_ptr<LiaModel>(new LiaModel(num_classes, options));
-}
-
 std::shared_ptr<CrowdNet> LiaModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
   return std::make_shared<LiaNet>(num_items, num_annotators, num_classes(), item_feature_dim(), annotator_feature_dim(), options().neural);
-}
-
-std::unique_ptr<NeuralTruthModel> LiaModel::NewEmpty() const {
-  return std::unique_ptr<NeuralTruthModel>(new LiaModel(num_classes(), options()));
 }
 
 int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
@@ -114,11 +98,11 @@ void LiaModel::ExportTables(CrowdNet& net) {
   latent_ = options().neural.lia_latent_dim;
   torch::Tensor d = lia.Difficulty(torch::arange(static_cast<int64_t>(fitted_items()), torch::kLong));
   torch::Tensor c = lia.Competence(torch::arange(static_cast<int64_t>(fitted_annotators()), torch::kLong));
-  difficulty_ = ToVector(d);
-  competence_ = ToVector(c);
+  difficulty_ = TensorToVector(d);
+  competence_ = TensorToVector(c);
   const int64_t k = num_classes();
-  mean_difficulty_ = fitted_items() > 0 ? ToVector(d.mean(0)) : std::vector<double>(k * k * latent_, 1.0);
-  mean_competence_ = fitted_annotators() > 0 ? ToVector(c.mean(0)) : std::vector<double>(k * k * latent_, 0.0);
+  mean_difficulty_ = fitted_items() > 0 ? TensorToVector(d.mean(0)) : std::vector<double>(k * k * latent_, 1.0);
+  mean_competence_ = fitted_annotators() > 0 ? TensorToVector(c.mean(0)) : std::vector<double>(k * k * latent_, 0.0);
 }
 
 void LiaModel::LogConfusion(int32_t item, int32_t annotator, double* out) const {

@@ -141,6 +141,27 @@ class NeuralTruthModel : public TruthModel {
   std::vector<float> annotator_features_;
 };
 
+// The base of each concrete neural model: Create() (argument checks, then the model) and
+// NewEmpty(), written once. A model derives as `class X : public NeuralModel<X>` and declares
+// `friend class NeuralModel<X>;` so that these can call its protected constructor.
+template <typename Model>
+class NeuralModel : public NeuralTruthModel {
+ public:
+  // INVALID_ARGUMENT for fewer than 2 classes or options out of range.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(int32_t num_classes,
+                                                       const TruthModelOptions& options) {
+    if (num_classes < 2) return absl::InvalidArgumentError("num_classes must be >= 2");
+    if (absl::Status s = ValidateTruthModelOptions(options); !s.ok()) return s;
+    return std::unique_ptr<Model>(new Model(num_classes, options));
+  }
+
+ protected:
+  using NeuralTruthModel::NeuralTruthModel;
+  std::unique_ptr<NeuralTruthModel> NewEmpty() const override {
+    return std::unique_ptr<NeuralTruthModel>(new Model(num_classes(), options()));
+  }
+};
+
 }  // namespace verity::models::neural
 
 #endif  // VERITY_MODELS_NEURAL_NEURAL_TRUTH_MODEL_H_

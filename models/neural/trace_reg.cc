@@ -37,19 +37,8 @@ class TraceRegNet : public CrowdNet {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TraceRegModel>> TraceRegModel::Create(
-    int32_t num_classes, const TruthModelOptions& options) {
-  if (num_classes < 2) return absl::InvalidArgumentError("num_classes must be >= 2");
-  if (absl::Status s = ValidateTruthModelOptions(options); !s.ok()) return s;
-  return std::unique_ptr<TraceRegModel>(new TraceRegModel(num_classes, options));
-}
-
 std::shared_ptr<CrowdNet> TraceRegModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
   return std::make_shared<TraceRegNet>(num_items, num_annotators, num_classes(), item_feature_dim(), options().neural);
-}
-
-std::unique_ptr<NeuralTruthModel> TraceRegModel::NewEmpty() const {
-  return std::unique_ptr<NeuralTruthModel>(new TraceRegModel(num_classes(), options()));
 }
 
 void TraceRegModel::ExportTables(CrowdNet& net) {

@@ -16,17 +16,15 @@
 
 namespace verity::models::neural {
 
-class TraceRegModel : public NeuralTruthModel {
+class TraceRegModel : public NeuralModel<TraceRegModel> {
  public:
   static constexpr std::string_view kMethod = "trace_reg";
-  static absl::StatusOr<std::unique_ptr<TraceRegModel>> Create(int32_t num_classes,
-                                                               const TruthModelOptions& options);
   std::string_view method() const override { return kMethod; }
 
  protected:
-  using NeuralTruthModel::NeuralTruthModel;
+  friend class NeuralModel<TraceRegModel>;
+  using NeuralModel::NeuralModel;
   std::shared_ptr<CrowdNet> MakeNet(int32_t num_items, int32_t num_annotators) const override;
-  std::unique_ptr<NeuralTruthModel> NewEmpty() const override;
   void ExportTables(CrowdNet& net) override;
   void LogConfusion(int32_t item, int32_t annotator, double* out) const override;
 
