@@ -25,6 +25,7 @@
 #include "server/verity_server.h"
 #include "storage/embedded_postgres.h"
 #include "tests/server_process.h"
+#include "tests/test_postgres.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/models.grpc.pb.h"
@@ -779,16 +780,12 @@ std::vector<BadInput> BadInputs() {
 class ServerFixture : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    pg_dir_ = new std::string(MakeTempDir("verity-bad-input"));
-    storage::EmbeddedPostgres::Options pg_options;
-    pg_options.data_dir = *pg_dir_ + "/pg";
-    auto pg = storage::EmbeddedPostgres::Start(pg_options);
-    ASSERT_TRUE(pg.ok()) << pg.status();
-    pg_ = pg->release();
+    pg_ = TestPostgres::Start("verity-bad-input").release();
+    ASSERT_NE(pg_, nullptr);
 
     server::VerityServer::Options options;
     options.listen = "localhost:0";
-    options.postgres_url = pg_->connection_url();
+    options.postgres_url = pg_->url();
     options.pool_size = 2;
     options.training.run_in_background = false;
     auto server = server::VerityServer::Start(options);
@@ -820,14 +817,8 @@ class ServerFixture : public ::testing::Test {
     stubs_ = nullptr;
     delete server_;
     server_ = nullptr;
-    if (pg_ != nullptr) {
-      EXPECT_TRUE(pg_->Stop().ok());
-    }
     delete pg_;
     pg_ = nullptr;
-    if (pg_dir_ != nullptr) RemoveTree(*pg_dir_);
-    delete pg_dir_;
-    pg_dir_ = nullptr;
   }
 
   void SetUp() override { ASSERT_NE(stubs_, nullptr) << "the server did not start"; }
@@ -835,14 +826,12 @@ class ServerFixture : public ::testing::Test {
   static const Stubs& stubs() { return *stubs_; }
 
  private:
-  static std::string* pg_dir_;
-  static storage::EmbeddedPostgres* pg_;
+  static TestPostgres* pg_;
   static server::VerityServer* server_;
   static Stubs* stubs_;
 };
 
-std::string* ServerFixture::pg_dir_ = nullptr;
-storage::EmbeddedPostgres* ServerFixture::pg_ = nullptr;
+TestPostgres* ServerFixture::pg_ = nullptr;
 server::VerityServer* ServerFixture::server_ = nullptr;
 Stubs* ServerFixture::stubs_ = nullptr;
 

@@ -23,6 +23,7 @@
 #include "server/version_outputs.h"
 #include "storage/embedded_postgres.h"
 #include "tests/server_process.h"
+#include "tests/test_postgres.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/models.grpc.pb.h"
@@ -58,20 +59,10 @@ double MajorityVoteAccuracy(const models::CsvDataset& data) {
 
 class EndToEndTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    pg_dir_ = new std::string(MakeTempDir("verity-e2e"));
-    storage::EmbeddedPostgres::Options options;
-    options.data_dir = *pg_dir_ + "/pg";
-    auto pg = storage::EmbeddedPostgres::Start(options);
-    ASSERT_TRUE(pg.ok()) << pg.status();
-    pg_ = pg->release();
-  }
+  static void SetUpTestSuite() { pg_ = TestPostgres::Start("verity-e2e").release(); }
   static void TearDownTestSuite() {
-    if (pg_ != nullptr) EXPECT_TRUE(pg_->Stop().ok());
     delete pg_;
     pg_ = nullptr;
-    RemoveTree(*pg_dir_);
-    delete pg_dir_;
   }
 
   void SetUp() override {
@@ -83,7 +74,7 @@ class EndToEndTest : public ::testing::Test {
   void StartServer() {
     server::VerityServer::Options options;
     options.listen = "localhost:0";
-    options.postgres_url = pg_->connection_url();
+    options.postgres_url = pg_->url();
     options.pool_size = 4;
     options.training.run_in_background = false;  // Tests drive refits step by step.
     auto server = server::VerityServer::Start(options);
@@ -197,8 +188,7 @@ class EndToEndTest : public ::testing::Test {
     return response;
   }
 
-  static std::string* pg_dir_;
-  static storage::EmbeddedPostgres* pg_;
+  static TestPostgres* pg_;
   std::unique_ptr<server::VerityServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ProjectService::Stub> projects_;
@@ -207,8 +197,7 @@ class EndToEndTest : public ::testing::Test {
   std::unique_ptr<v1::ModelService::Stub> models_;
 };
 
-std::string* EndToEndTest::pg_dir_ = nullptr;
-storage::EmbeddedPostgres* EndToEndTest::pg_ = nullptr;
+TestPostgres* EndToEndTest::pg_ = nullptr;
 
 TEST_F(EndToEndTest, BluebirdsDawidSkeneBeatsMajorityVoteByFivePoints) {
   models::CsvDataset data = LoadDataset("bluebirds");

@@ -27,6 +27,7 @@
 #include "server/verity_server.h"
 #include "storage/embedded_postgres.h"
 #include "tests/server_process.h"
+#include "tests/test_postgres.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
 
@@ -108,17 +109,13 @@ Scrape ParseExposition(const std::string& text) {
 class MetricsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(MakeTempDir("verity-metrics"));
-    storage::EmbeddedPostgres::Options pg_options;
-    pg_options.data_dir = *dir_ + "/pg";
-    auto pg = storage::EmbeddedPostgres::Start(pg_options);
-    ASSERT_TRUE(pg.ok()) << pg.status();
-    pg_ = pg->release();
+    pg_ = TestPostgres::Start("verity-metrics").release();
+    ASSERT_NE(pg_, nullptr);
 
     server::VerityServer::Options options;
     options.listen = "localhost:0";
     options.metrics_listen = "127.0.0.1:0";
-    options.postgres_url = pg_->connection_url();
+    options.postgres_url = pg_->url();
     options.pool_size = 2;
     options.training.run_in_background = false;
     auto server = server::VerityServer::Start(options);
@@ -134,14 +131,8 @@ class MetricsTest : public ::testing::Test {
     channel_ = nullptr;
     delete server_;
     server_ = nullptr;
-    if (pg_ != nullptr) {
-      EXPECT_TRUE(pg_->Stop().ok());
-    }
     delete pg_;
     pg_ = nullptr;
-    if (dir_ != nullptr) RemoveTree(*dir_);
-    delete dir_;
-    dir_ = nullptr;
   }
 
   void SetUp() override {
@@ -172,14 +163,12 @@ class MetricsTest : public ::testing::Test {
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
 
-  static std::string* dir_;
-  static storage::EmbeddedPostgres* pg_;
+  static TestPostgres* pg_;
   static server::VerityServer* server_;
   static std::shared_ptr<grpc::Channel>* channel_;
 };
 
-std::string* MetricsTest::dir_ = nullptr;
-storage::EmbeddedPostgres* MetricsTest::pg_ = nullptr;
+TestPostgres* MetricsTest::pg_ = nullptr;
 server::VerityServer* MetricsTest::server_ = nullptr;
 std::shared_ptr<grpc::Channel>* MetricsTest::channel_ = nullptr;
 

@@ -15,6 +15,7 @@
 #include "server/verity_server.h"
 #include "storage/embedded_postgres.h"
 #include "tests/server_process.h"
+#include "tests/test_postgres.h"
 #include "verity/v1/projects.grpc.pb.h"
 
 namespace verity::tests {
@@ -23,7 +24,9 @@ namespace {
 class TlsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(MakeTempDir("verity-tls-test"));
+    postgres_ = TestPostgres::Start("verity-tls-test").release();
+    ASSERT_NE(postgres_, nullptr);
+    dir_ = new std::string(postgres_->dir());
     const std::string d = *dir_;
     const std::string script = absl::StrCat(
         "set -e; cd ", d, "; ",
@@ -36,25 +39,18 @@ class TlsTest : public ::testing::Test {
         "    -days 2 -extfile san.ext 2>/dev/null; ",
         "done");
     ASSERT_EQ(std::system(("bash -c '" + script + "'").c_str()), 0) << "openssl failed";
-    storage::EmbeddedPostgres::Options pg;
-    pg.data_dir = d + "/pg";
-    auto started = storage::EmbeddedPostgres::Start(pg);
-    ASSERT_TRUE(started.ok()) << started.status();
-    postgres_ = started->release();
   }
   static void TearDownTestSuite() {
-    if (postgres_ != nullptr) {
-      (void)postgres_->Stop();
-      delete postgres_;
-    }
-    RemoveTree(*dir_);
+    delete postgres_;  // also removes the certificates
+    postgres_ = nullptr;
     delete dir_;
+    dir_ = nullptr;
   }
 
   std::unique_ptr<server::VerityServer> Start(bool client_ca) {
     server::VerityServer::Options options;
     options.listen = "localhost:0";
-    options.postgres_url = postgres_->connection_url();
+    options.postgres_url = postgres_->url();
     options.training.run_in_background = false;
     options.transport.tls_cert_file = *dir_ + "/server.pem";
     options.transport.tls_key_file = *dir_ + "/server.key";
@@ -81,11 +77,11 @@ class TlsTest : public ::testing::Test {
   }
 
   static std::string* dir_;
-  static storage::EmbeddedPostgres* postgres_;
+  static TestPostgres* postgres_;
 };
 
 std::string* TlsTest::dir_ = nullptr;
-storage::EmbeddedPostgres* TlsTest::postgres_ = nullptr;
+TestPostgres* TlsTest::postgres_ = nullptr;
 
 TEST_F(TlsTest, TlsClientsGetInPlaintextClientsDoNot) {
   auto server = Start(/*client_ca=*/false);
@@ -145,7 +141,7 @@ TEST_F(TlsTest, ClientLibraryChannelsUseTheGivenFiles) {
 TEST_F(TlsTest, PlaintextOnANetworkAddressIsRefusedAtStart) {
   server::VerityServer::Options options;
   options.listen = "0.0.0.0:0";
-  options.postgres_url = postgres_->connection_url();
+  options.postgres_url = postgres_->url();
   options.training.run_in_background = false;
   auto server = server::VerityServer::Start(options);
   ASSERT_FALSE(server.ok());
