@@ -66,7 +66,9 @@ class TlsTest : public ::testing::Test {
 
   // A GetProject of an unknown project: NOT_FOUND proves the call reached the server.
   static grpc::StatusCode Call(const std::shared_ptr<grpc::ChannelCredentials>& credentials, int port) {
-    auto channel = grpc::CreateChannel(absl::StrCat("localhost:", port), credentials);
+    return Call(grpc::CreateChannel(absl::StrCat("localhost:", port), credentials));
+  }
+  static grpc::StatusCode Call(const std::shared_ptr<grpc::Channel>& channel) {
     auto stub = v1::ProjectService::NewStub(channel);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -115,22 +117,13 @@ TEST_F(TlsTest, ClientLibraryChannelsUseTheGivenFiles) {
   auto server = Start(/*client_ca=*/true);
   ASSERT_NE(server, nullptr);
   const std::string address = absl::StrCat("localhost:", server->port());
-  auto call = [](const std::shared_ptr<grpc::Channel>& channel) {
-    auto stub = v1::ProjectService::NewStub(channel);
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    v1::GetProjectRequest request;
-    request.set_project("nope");
-    v1::GetProjectResponse response;
-    return stub->GetProject(&context, request, &response).error_code();
-  };
   auto with_cert = client::CreateChannel(
       address, {*dir_ + "/ca.pem", *dir_ + "/client.pem", *dir_ + "/client.key"});
   ASSERT_TRUE(with_cert.ok()) << with_cert.status();
-  EXPECT_EQ(call(*with_cert), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Call(*with_cert), grpc::StatusCode::NOT_FOUND);
   auto without_cert = client::CreateChannel(address, {*dir_ + "/ca.pem", "", ""});
   ASSERT_TRUE(without_cert.ok());
-  EXPECT_EQ(call(*without_cert), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(Call(*without_cert), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(client::CreateChannel(address, {"", *dir_ + "/client.pem", ""}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(client::CreateChannel(address, {*dir_ + "/missing.pem", "", ""}).status().code(),
