@@ -433,6 +433,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   // 1. Copy the fit's input under the lock.
   models::IncrementalAnnotationMatrix::Pending pending;
   std::vector<int32_t> gold;
+  std::vector<float> item_features, annotator_features;
   std::unique_ptr<models::TruthModel> model;
   int64_t watermark, changes_at_start;
   std::string method;
@@ -456,14 +457,9 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     }
     pending = labels_.PrepareConsolidation();
     gold = gold_;
-    if (identity_.item_feature_dim > 0) {
-      absl::Status s = model->SetItemFeatures(identity_.item_feature_dim, item_features_);
-      if (!s.ok()) return s;
-    }
-    if (identity_.annotator_feature_dim > 0) {
-      absl::Status s = model->SetAnnotatorFeatures(identity_.annotator_feature_dim, annotator_features_);
-      if (!s.ok()) return s;
-    }
+    // Copied here, handed to the model (which standardises them) off the lock.
+    item_features = item_features_;
+    annotator_features = annotator_features_;
     lap();
     watermark = newest_seq_;
     changes_at_start = changes_since_fit_;
@@ -474,7 +470,23 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     training_ = false;
   };
 
-  // 2. Consolidate the labels into CSR arrays and fit, off the lock.
+  // 2. Features, then the labels into CSR arrays, and fit, off the lock.
+  if (identity_.item_feature_dim > 0) {
+    if (absl::Status s = model->SetItemFeatures(identity_.item_feature_dim, std::move(item_features));
+        !s.ok()) {
+      done(false);
+      return s;
+    }
+  }
+  if (identity_.annotator_feature_dim > 0) {
+    if (absl::Status s = model->SetAnnotatorFeatures(identity_.annotator_feature_dim,
+                                                     std::move(annotator_features));
+        !s.ok()) {
+      done(false);
+      return s;
+    }
+  }
+  lap();  // feature standardisation is not part of consolidate_ms
   auto data = std::make_shared<const models::AnnotationMatrix>(
       models::IncrementalAnnotationMatrix::Consolidate(pending));
   const int32_t num_annotators = data->num_annotators();
