@@ -10,7 +10,7 @@ DATASETS ?= $(abspath ../shared/datasets)
 # Debian 12 packages the build, the tests and the embedded PostgreSQL need.
 PACKAGES := bazel-bootstrap g++ make python3 libgrpc++-dev protobuf-compiler \
 	protobuf-compiler-grpc libprotobuf-dev libabsl-dev libpqxx-dev libpq-dev libtorch-dev \
-	libgtest-dev libgmock-dev libcivetweb-dev postgresql-15 \
+	libgtest-dev libgmock-dev libcivetweb-dev libssl-dev postgresql-15 \
 	python3-grpcio python3-protobuf python3-pandas python3-yaml systemd chromium openssl
 
 .PHONY: run test build deps demo clean

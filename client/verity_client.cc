@@ -28,15 +28,21 @@
 namespace verity::client {
 namespace {
 
-// Calls a unary RPC of a generated stub with `deadline`.
+// Adds the API key, if any, to a call's metadata.
+void AddApiKey(const std::string& api_key, grpc::ClientContext& context) {
+  if (!api_key.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", api_key));
+}
+
+// Calls a unary RPC of a generated stub with `call`'s deadline and key.
 template <typename Stub, typename Request, typename Response>
 absl::StatusOr<Response> CallUnary(
     Stub& stub,
     grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
                                  Response*),
-    const Request& request, std::chrono::system_clock::time_point deadline) {
+    const Request& request, const VerityClient::CallSettings& call) {
   grpc::ClientContext context;
-  context.set_deadline(deadline);
+  context.set_deadline(call.deadline);
+  AddApiKey(*call.api_key, context);
   Response response;
   grpc::Status status = (stub.*method)(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
@@ -70,8 +76,10 @@ class AnnotationStreamer {
  public:
   AnnotationStreamer(v1::IngestService::Stub& stub, absl::string_view project,
                      absl::Span<const v1::Annotation> annotations,
-                     const SubmitOptions& options, absl::Duration rpc_deadline)
+                     const SubmitOptions& options, absl::Duration rpc_deadline,
+                     const std::string& api_key)
       : stub_(stub),
+        api_key_(api_key),
         project_(project),
         annotations_(annotations),
         options_(options),
@@ -164,6 +172,7 @@ class AnnotationStreamer {
     context.set_deadline(
         absl::ToChronoTime(absl::Now() + rpc_deadline_ +
                            absl::Seconds(unacked / options_.min_throughput)));
+    AddApiKey(api_key_, context);
     std::unique_ptr<grpc::ClientReaderWriter<v1::AnnotationBatch, v1::BatchAck>>
         stream = stub_.SubmitAnnotations(&context);
 
@@ -236,6 +245,7 @@ class AnnotationStreamer {
   }
 
   v1::IngestService::Stub& stub_;
+  const std::string& api_key_;
   const std::string project_;
   const absl::Span<const v1::Annotation> annotations_;
   const SubmitOptions& options_;
@@ -309,10 +319,11 @@ VerityClient::VerityClient(std::shared_ptr<grpc::ChannelInterface> channel,
       ingest_(v1::IngestService::NewStub(channel)),
       truth_(v1::TruthService::NewStub(channel)),
       models_(v1::ModelService::NewStub(channel)),
-      assignment_(v1::AssignmentService::NewStub(channel)) {}
+      assignment_(v1::AssignmentService::NewStub(channel)),
+      keys_(v1::KeyService::NewStub(channel)) {}
 
-std::chrono::system_clock::time_point VerityClient::Deadline() const {
-  return absl::ToChronoTime(absl::Now() + options_.deadline);
+VerityClient::CallSettings VerityClient::Call() const {
+  return CallSettings{absl::ToChronoTime(absl::Now() + options_.deadline), &options_.api_key};
 }
 
 absl::StatusOr<v1::Project> VerityClient::CreateProject(
@@ -321,7 +332,7 @@ absl::StatusOr<v1::Project> VerityClient::CreateProject(
   *request.mutable_project() = project;
   absl::StatusOr<v1::CreateProjectResponse> response =
       CallUnary(*projects_, &v1::ProjectService::Stub::CreateProject, request,
-                Deadline());
+                Call());
   if (!response.ok()) return response.status();
   return std::move(*response->mutable_project());
 }
@@ -331,7 +342,7 @@ absl::StatusOr<v1::Project> VerityClient::GetProject(
   v1::GetProjectRequest request;
   request.set_project(std::string(project));
   absl::StatusOr<v1::GetProjectResponse> response = CallUnary(
-      *projects_, &v1::ProjectService::Stub::GetProject, request, Deadline());
+      *projects_, &v1::ProjectService::Stub::GetProject, request, Call());
   if (!response.ok()) return response.status();
   return std::move(*response->mutable_project());
 }
@@ -339,7 +350,7 @@ absl::StatusOr<v1::Project> VerityClient::GetProject(
 absl::StatusOr<std::vector<v1::Project>> VerityClient::ListProjects() const {
   absl::StatusOr<v1::ListProjectsResponse> response =
       CallUnary(*projects_, &v1::ProjectService::Stub::ListProjects,
-                v1::ListProjectsRequest(), Deadline());
+                v1::ListProjectsRequest(), Call());
   if (!response.ok()) return response.status();
   return std::vector<v1::Project>(response->projects().begin(),
                                   response->projects().end());
@@ -352,7 +363,7 @@ absl::StatusOr<v1::Project> VerityClient::UpdateProjectSettings(
   *request.mutable_settings() = settings;
   absl::StatusOr<v1::UpdateProjectSettingsResponse> response =
       CallUnary(*projects_, &v1::ProjectService::Stub::UpdateProjectSettings,
-                request, Deadline());
+                request, Call());
   if (!response.ok()) return response.status();
   return std::move(*response->mutable_project());
 }
@@ -367,7 +378,7 @@ absl::StatusOr<AddItemsTotals> VerityClient::AddItems(
     request.mutable_items()->Reserve(static_cast<int>(end - begin));
     for (size_t i = begin; i < end; ++i) *request.add_items() = items[i];
     absl::StatusOr<v1::AddItemsResponse> response = CallUnary(
-        *projects_, &v1::ProjectService::Stub::AddItems, request, Deadline());
+        *projects_, &v1::ProjectService::Stub::AddItems, request, Call());
     if (!response.ok()) {
       if (items.size() <= kMaxItemsPerCall) return response.status();
       return Annotate(
@@ -396,7 +407,7 @@ absl::StatusOr<AddItemsTotals> VerityClient::AddAnnotators(
     }
     absl::StatusOr<v1::AddAnnotatorsResponse> response =
         CallUnary(*projects_, &v1::ProjectService::Stub::AddAnnotators,
-                  request, Deadline());
+                  request, Call());
     if (!response.ok()) {
       if (annotators.size() <= kMaxItemsPerCall) return response.status();
       return Annotate(response.status(),
@@ -420,7 +431,7 @@ absl::StatusOr<std::vector<v1::Posterior>> VerityClient::GetPosteriors(
     request.set_project(std::string(project));
     for (size_t i = begin; i < end; ++i) request.add_items(items[i]);
     absl::StatusOr<v1::GetPosteriorsResponse> response = CallUnary(
-        *truth_, &v1::TruthService::Stub::GetPosteriors, request, Deadline());
+        *truth_, &v1::TruthService::Stub::GetPosteriors, request, Call());
     if (!response.ok()) return response.status();
     for (v1::Posterior& posterior : *response->mutable_posteriors()) {
       posteriors.push_back(std::move(posterior));
@@ -437,7 +448,7 @@ absl::StatusOr<v1::ListPosteriorsResponse> VerityClient::ListPosteriors(
   request.set_page_size(page_size);
   request.set_page_token(std::string(page_token));
   return CallUnary(*truth_, &v1::TruthService::Stub::ListPosteriors, request,
-                   Deadline());
+                   Call());
 }
 
 absl::StatusOr<std::vector<v1::AnnotatorProfile>>
@@ -450,7 +461,7 @@ VerityClient::GetAnnotatorProfiles(
   }
   absl::StatusOr<v1::GetAnnotatorProfilesResponse> response =
       CallUnary(*truth_, &v1::TruthService::Stub::GetAnnotatorProfiles, request,
-                Deadline());
+                Call());
   if (!response.ok()) return response.status();
   return std::vector<v1::AnnotatorProfile>(response->profiles().begin(),
                                            response->profiles().end());
@@ -461,7 +472,7 @@ absl::StatusOr<v1::GetModelStatusResponse> VerityClient::GetModelStatus(
   v1::GetModelStatusRequest request;
   request.set_project(std::string(project));
   return CallUnary(*models_, &v1::ModelService::Stub::GetModelStatus, request,
-                   Deadline());
+                   Call());
 }
 
 absl::StatusOr<std::vector<v1::ModelVersion>> VerityClient::ListModelVersions(
@@ -471,7 +482,7 @@ absl::StatusOr<std::vector<v1::ModelVersion>> VerityClient::ListModelVersions(
   request.set_limit(limit);
   absl::StatusOr<v1::ListModelVersionsResponse> response =
       CallUnary(*models_, &v1::ModelService::Stub::ListModelVersions, request,
-                Deadline());
+                Call());
   if (!response.ok()) return response.status();
   return std::vector<v1::ModelVersion>(response->versions().begin(),
                                        response->versions().end());
@@ -483,7 +494,7 @@ absl::StatusOr<v1::ModelVersion> VerityClient::TrainModel(
   request.set_project(std::string(project));
   absl::StatusOr<v1::TrainModelResponse> response =
       CallUnary(*models_, &v1::ModelService::Stub::TrainModel, request,
-                absl::ToChronoTime(absl::Now() + deadline));
+                CallSettings{absl::ToChronoTime(absl::Now() + deadline), &options_.api_key});
   if (!response.ok()) return response.status();
   return std::move(*response->mutable_version());
 }
@@ -502,7 +513,7 @@ absl::StatusOr<std::vector<v1::ItemSuggestion>> VerityClient::SuggestItems(
   }
   absl::StatusOr<v1::SuggestItemsResponse> response =
       CallUnary(*assignment_, &v1::AssignmentService::Stub::SuggestItems,
-                request, Deadline());
+                request, Call());
   if (!response.ok()) return response.status();
   return std::vector<v1::ItemSuggestion>(
       std::make_move_iterator(response->mutable_suggestions()->begin()),
@@ -522,7 +533,7 @@ VerityClient::SuggestAnnotators(absl::string_view project,
   }
   absl::StatusOr<v1::SuggestAnnotatorsResponse> response =
       CallUnary(*assignment_, &v1::AssignmentService::Stub::SuggestAnnotators,
-                request, Deadline());
+                request, Call());
   if (!response.ok()) return response.status();
   return std::vector<v1::AnnotatorSuggestion>(
       std::make_move_iterator(response->mutable_suggestions()->begin()),
@@ -548,8 +559,31 @@ absl::StatusOr<SubmitTotals> VerityClient::SubmitAnnotations(
   }
   if (annotations.empty()) return SubmitTotals();
   AnnotationStreamer streamer(*ingest_, project, annotations, options,
-                              options_.deadline);
+                              options_.deadline, options_.api_key);
   return streamer.Run();
+}
+
+absl::StatusOr<v1::CreateKeyResponse> VerityClient::CreateKey(
+    const v1::CreateKeyRequest& request) const {
+  return CallUnary(*keys_, &v1::KeyService::Stub::CreateKey, request, Call());
+}
+
+absl::StatusOr<std::vector<v1::ApiKey>> VerityClient::ListKeys(bool include_revoked) const {
+  v1::ListKeysRequest request;
+  request.set_include_revoked(include_revoked);
+  absl::StatusOr<v1::ListKeysResponse> response =
+      CallUnary(*keys_, &v1::KeyService::Stub::ListKeys, request, Call());
+  if (!response.ok()) return response.status();
+  return std::vector<v1::ApiKey>(response->keys().begin(), response->keys().end());
+}
+
+absl::StatusOr<v1::ApiKey> VerityClient::RevokeKey(absl::string_view key_id) const {
+  v1::RevokeKeyRequest request;
+  request.set_key_id(std::string(key_id));
+  absl::StatusOr<v1::RevokeKeyResponse> response =
+      CallUnary(*keys_, &v1::KeyService::Stub::RevokeKey, request, Call());
+  if (!response.ok()) return response.status();
+  return response->key();
 }
 
 }  // namespace verity::client

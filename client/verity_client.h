@@ -32,6 +32,7 @@
 #include "absl/types/span.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/keys.grpc.pb.h"
 #include "verity/v1/models.grpc.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
 #include "verity/v1/truth.grpc.pb.h"
@@ -67,6 +68,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const std::string& 
 struct ClientOptions {
   // Deadline of each unary RPC. Default 30 s.
   absl::Duration deadline = absl::Seconds(30);
+  // API key sent with every call (`authorization: Bearer <key>`); empty = none (a server with
+  // authentication off, the loopback default).
+  std::string api_key;
 };
 
 // Sums of the BatchAck counts of a SubmitAnnotations call.
@@ -206,9 +210,21 @@ class VerityClient {
       absl::string_view project, absl::Span<const v1::Annotation> annotations,
       const SubmitOptions& options) const;
 
+  // KeyService (admin key valid for every project). The response of CreateKey holds the
+  // key's text, which the server never shows again.
+  absl::StatusOr<v1::CreateKeyResponse> CreateKey(const v1::CreateKeyRequest& request) const;
+  absl::StatusOr<std::vector<v1::ApiKey>> ListKeys(bool include_revoked) const;
+  absl::StatusOr<v1::ApiKey> RevokeKey(absl::string_view key_id) const;
+
+  // What every RPC is sent with: its deadline and the API key.
+  struct CallSettings {
+    std::chrono::system_clock::time_point deadline;
+    const std::string* api_key;
+  };
+
  private:
-  // The deadline for an RPC starting now.
-  std::chrono::system_clock::time_point Deadline() const;
+  // The settings of an RPC starting now.
+  CallSettings Call() const;
 
   const ClientOptions options_;
   std::unique_ptr<v1::ProjectService::Stub> projects_;
@@ -216,6 +232,7 @@ class VerityClient {
   std::unique_ptr<v1::TruthService::Stub> truth_;
   std::unique_ptr<v1::ModelService::Stub> models_;
   std::unique_ptr<v1::AssignmentService::Stub> assignment_;
+  std::unique_ptr<v1::KeyService::Stub> keys_;
 };
 
 }  // namespace verity::client

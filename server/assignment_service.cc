@@ -35,9 +35,12 @@ absl::StatusOr<int32_t> EnsureAnnotator(ServerCore& core, LiveProject& project,
 
 }  // namespace
 
-grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext*,
+grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext* context,
                                                  const v1::SuggestItemsRequest* request,
                                                  v1::SuggestItemsResponse* response) {
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   if (absl::Status s = ValidateId("annotator", request->annotator()); !s.ok()) return ToGrpcStatus(s);
   if (absl::Status s = ValidateK(request->k()); !s.ok()) return ToGrpcStatus(s);
@@ -88,9 +91,12 @@ grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status AssignmentServiceImpl::SuggestAnnotators(grpc::ServerContext*,
+grpc::Status AssignmentServiceImpl::SuggestAnnotators(grpc::ServerContext* context,
                                                       const v1::SuggestAnnotatorsRequest* request,
                                                       v1::SuggestAnnotatorsResponse* response) {
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   if (absl::Status s = ValidateId("item", request->item()); !s.ok()) return ToGrpcStatus(s);
   if (absl::Status s = ValidateK(request->k()); !s.ok()) return ToGrpcStatus(s);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/grpc_status.h"
 #include "server/validation.h"
 
 namespace verity::server {
@@ -60,6 +61,10 @@ struct StreamState {
 grpc::Status IngestServiceImpl::SubmitAnnotations(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::BatchAck, v1::AnnotationBatch>* stream) {
+  // The key and its role; each batch's project is checked again below, after its Read.
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   StreamState state;
 
   std::thread writer([&] {
@@ -86,7 +91,8 @@ grpc::Status IngestServiceImpl::SubmitAnnotations(
   while (!context->IsCancelled() && stream->Read(&batch)) {
     InFlightBatch item;
     item.ack.set_batch_id(batch.batch_id());
-    absl::Status batch_status = ValidateBatchShape(batch);
+    absl::Status batch_status = core_.auth->Admit(context).status();
+    if (batch_status.ok()) batch_status = ValidateBatchShape(batch);
     if (batch_status.ok() && !batch.project().empty() && batch.project() != project_name) {
       batch_status = ValidateProjectName(batch.project());
       if (batch_status.ok()) {

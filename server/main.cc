@@ -39,6 +39,15 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle: clients must present a certificate it signed (mutual TLS).");
 ABSL_FLAG(bool, insecure, false,
           "Allow plaintext gRPC on a non-loopback --listen address (otherwise refused).");
+ABSL_FLAG(std::string, auth, "auto",
+          "API-key authentication of every RPC: on, off (refused unless --listen is "
+          "loopback-only), or auto (off on loopback, on otherwise).");
+ABSL_FLAG(std::string, admin_key_file, "",
+          "With authentication on and no admin key in the database, a new admin key is written "
+          "to this file (mode 0600); empty = DATA_DIR/admin.key.");
+ABSL_FLAG(int, key_refresh_seconds, 10,
+          "How often API keys created or revoked by other servers of the same database are "
+          "picked up (seconds).");
 ABSL_FLAG(std::string, trainer, "inprocess",
           "Where fits run: inprocess (the server's background thread) or workers (training jobs "
           "in PostgreSQL, run by verity_worker processes; the server serves their versions).");
@@ -104,6 +113,18 @@ int main(int argc, char** argv) {
   options.transport.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.transport.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.transport.insecure = absl::GetFlag(FLAGS_insecure);
+  const std::string auth = absl::GetFlag(FLAGS_auth);
+  if (auth != "auto" && auth != "on" && auth != "off") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--auth must be auto, on or off, got \"", auth, "\"")));
+  }
+  options.auth.enabled =
+      auth == "on" || (auth == "auto" && !verity::server::IsLoopbackAddress(options.listen));
+  options.auth.admin_key_file = absl::GetFlag(FLAGS_admin_key_file);
+  if (options.auth.admin_key_file.empty()) {
+    options.auth.admin_key_file = absl::StrCat(absl::GetFlag(FLAGS_data_dir), "/admin.key");
+  }
+  options.auth.key_refresh = absl::Seconds(absl::GetFlag(FLAGS_key_refresh_seconds));
   if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port != 0) {
     options.metrics_listen =
         absl::StrCat(absl::GetFlag(FLAGS_metrics_address), ":", metrics_port);
@@ -115,6 +136,7 @@ int main(int argc, char** argv) {
   LogEvent("listening", {{"address", options.listen},
                          {"port", std::to_string((*server)->port())},
                          {"database", embedded ? "embedded" : "external"},
+                         {"auth", options.auth.enabled ? "on" : "off"},
                          {"metrics_port", std::to_string((*server)->metrics_port())}});
 
   int signal_number = 0;

@@ -20,9 +20,12 @@ void FillVersion(const storage::ModelVersionRecord& record, v1::ModelVersion* ou
 
 }  // namespace
 
-grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext*,
+grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext* context,
                                               const v1::GetModelStatusRequest* request,
                                               v1::GetModelStatusResponse* response) {
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
@@ -43,9 +46,12 @@ grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ModelServiceImpl::ListModelVersions(grpc::ServerContext*,
+grpc::Status ModelServiceImpl::ListModelVersions(grpc::ServerContext* context,
                                                  const v1::ListModelVersionsRequest* request,
                                                  v1::ListModelVersionsResponse* response) {
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   const int32_t limit = request->limit() == 0 ? 20 : request->limit();
   if (limit < 0 || limit > 1000) {
@@ -59,8 +65,11 @@ grpc::Status ModelServiceImpl::ListModelVersions(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ModelServiceImpl::TrainModel(grpc::ServerContext*, const v1::TrainModelRequest* request,
+grpc::Status ModelServiceImpl::TrainModel(grpc::ServerContext* context, const v1::TrainModelRequest* request,
                                           v1::TrainModelResponse* response) {
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());

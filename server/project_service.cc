@@ -29,9 +29,12 @@ v1::Project ProjectToProto(const LiveProject& project) {
   return out;
 }
 
-grpc::Status ProjectServiceImpl::CreateProject(grpc::ServerContext*,
+grpc::Status ProjectServiceImpl::CreateProject(grpc::ServerContext* context,
                                                const v1::CreateProjectRequest* request,
                                                v1::CreateProjectResponse* response) {
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   if (absl::Status s = ValidateNewProject(request->project()); !s.ok()) return ToGrpcStatus(s);
   auto project = core_.registry->Create(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
@@ -39,9 +42,12 @@ grpc::Status ProjectServiceImpl::CreateProject(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ProjectServiceImpl::GetProject(grpc::ServerContext*,
+grpc::Status ProjectServiceImpl::GetProject(grpc::ServerContext* context,
                                             const v1::GetProjectRequest* request,
                                             v1::GetProjectResponse* response) {
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
@@ -49,12 +55,15 @@ grpc::Status ProjectServiceImpl::GetProject(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ProjectServiceImpl::ListProjects(grpc::ServerContext*,
+grpc::Status ProjectServiceImpl::ListProjects(grpc::ServerContext* context,
                                               const v1::ListProjectsRequest*,
                                               v1::ListProjectsResponse* response) {
+  auto admitted = core_.auth->Admit(context);
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
   auto records = core_.storage->projects->ListProjects();
   if (!records.ok()) return ToGrpcStatus(records.status());
   for (const storage::ProjectRecord& record : *records) {
+    if (!(*admitted)->MayTouch(record.name)) continue;  // Only the key's projects.
     auto project = core_.registry->Get(record.name);
     if (!project.ok()) return ToGrpcStatus(project.status());
     *response->add_projects() = ProjectToProto(**project);
@@ -63,8 +72,11 @@ grpc::Status ProjectServiceImpl::ListProjects(grpc::ServerContext*,
 }
 
 grpc::Status ProjectServiceImpl::UpdateProjectSettings(
-    grpc::ServerContext*, const v1::UpdateProjectSettingsRequest* request,
+    grpc::ServerContext* context, const v1::UpdateProjectSettingsRequest* request,
     v1::UpdateProjectSettingsResponse* response) {
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   if (absl::Status s = ValidateSettings(request->settings()); !s.ok()) return ToGrpcStatus(s);
   auto project = core_.registry->Get(request->project());
@@ -76,8 +88,11 @@ grpc::Status ProjectServiceImpl::UpdateProjectSettings(
   return grpc::Status::OK;
 }
 
-grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext*, const v1::AddItemsRequest* request,
+grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext* context, const v1::AddItemsRequest* request,
                                           v1::AddItemsResponse* response) {
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   if (request->items_size() > ApiLimits::kMaxItemsPerCall) {
     return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
@@ -131,9 +146,12 @@ grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext*, const v1::AddIte
   return grpc::Status::OK;
 }
 
-grpc::Status ProjectServiceImpl::AddAnnotators(grpc::ServerContext*,
+grpc::Status ProjectServiceImpl::AddAnnotators(grpc::ServerContext* context,
                                                const v1::AddAnnotatorsRequest* request,
                                                v1::AddAnnotatorsResponse* response) {
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   if (request->annotators_size() > ApiLimits::kMaxItemsPerCall) {
     return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(

@@ -3,7 +3,9 @@
 #ifndef VERITY_SERVER_SERVER_CORE_H_
 #define VERITY_SERVER_SERVER_CORE_H_
 
+#include "server/auth_interceptor.h"
 #include "server/ingest_pipeline.h"
+#include "server/key_ring.h"
 #include "server/lease_persister.h"
 #include "server/project_registry.h"
 #include "server/storage_handles.h"
@@ -17,6 +19,9 @@ struct ServerCore {
   IngestPipeline* ingest;
   TrainingScheduler* scheduler;
   LeasePersister* lease_persister;
+  // The authorization interceptor's decisions: every handler starts with auth->Admit().
+  const CallAuthorizations* auth;
+  KeyRing* keys;
 };
 
 }  // namespace verity::server

@@ -22,6 +22,7 @@ absl::StatusOr<std::unique_ptr<StorageHandles>> StorageHandles::Open(
   handles->versions = std::make_unique<storage::ModelVersionStore>(handles->pool.get());
   handles->leases = std::make_unique<storage::LeaseStore>(handles->pool.get());
   handles->jobs = std::make_unique<storage::TrainingJobStore>(handles->pool.get());
+  handles->api_keys = std::make_unique<storage::ApiKeyStore>(handles->pool.get());
   return handles;
 }
 

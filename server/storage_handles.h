@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "storage/api_key_store.h"
 #include "storage/annotation_store.h"
 #include "storage/connection_pool.h"
 #include "storage/item_store.h"
@@ -26,6 +27,7 @@ struct StorageHandles {
   std::unique_ptr<storage::ModelVersionStore> versions;
   std::unique_ptr<storage::LeaseStore> leases;
   std::unique_ptr<storage::TrainingJobStore> jobs;
+  std::unique_ptr<storage::ApiKeyStore> api_keys;
 
   // Connects to `postgres_url` with a pool of `pool_size` connections and applies the schema
   // migrations. UNAVAILABLE if PostgreSQL cannot be reached.

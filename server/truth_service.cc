@@ -39,9 +39,12 @@ void FillPosterior(const ProjectSnapshot& snapshot, int32_t item, std::string it
 
 }  // namespace
 
-grpc::Status TruthServiceImpl::GetPosteriors(grpc::ServerContext*,
+grpc::Status TruthServiceImpl::GetPosteriors(grpc::ServerContext* context,
                                              const v1::GetPosteriorsRequest* request,
                                              v1::GetPosteriorsResponse* response) {
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   if (request->items_size() == 0 || request->items_size() > ApiLimits::kMaxItemsPerCall) {
     return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
@@ -63,9 +66,12 @@ grpc::Status TruthServiceImpl::GetPosteriors(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status TruthServiceImpl::ListPosteriors(grpc::ServerContext*,
+grpc::Status TruthServiceImpl::ListPosteriors(grpc::ServerContext* context,
                                               const v1::ListPosteriorsRequest* request,
                                               v1::ListPosteriorsResponse* response) {
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   int32_t page_size = request->page_size() == 0 ? ApiLimits::kDefaultPageSize : request->page_size();
   if (page_size < 0 || page_size > ApiLimits::kMaxPageSize) {
@@ -92,9 +98,12 @@ grpc::Status TruthServiceImpl::ListPosteriors(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext*,
+grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context,
                                                     const v1::GetAnnotatorProfilesRequest* request,
                                                     v1::GetAnnotatorProfilesResponse* response) {
+  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
+    return ToGrpcStatus(admitted.status());
+  }
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   if (request->annotators_size() > ApiLimits::kMaxItemsPerCall) {
     return ToGrpcStatus(absl::InvalidArgumentError(

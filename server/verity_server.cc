@@ -1,6 +1,12 @@
 #include "server/verity_server.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <optional>
 #include <utility>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -11,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "server/assignment_service.h"
 #include "server/ingest_service.h"
+#include "server/key_service.h"
 #include "server/log.h"
 #include "server/model_service.h"
 #include "server/project_service.h"
@@ -18,12 +25,62 @@
 #include "server/validation.h"
 
 namespace verity::server {
+namespace {
+
+// Writes `text` to `path` readable by its owner only, replacing the file atomically.
+absl::Status WriteSecretFile(const std::string& path, const std::string& text) {
+  const std::string temp = absl::StrCat(path, ".tmp");
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write the admin key to ", temp, ": ", std::strerror(errno)));
+  }
+  const std::string line = absl::StrCat(text, "\n");
+  const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
+                       ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written || ::rename(temp.c_str(), path.c_str()) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write the admin key to ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// With authentication on, the database must hold an admin key valid for every project, or
+// no one could ever create a key: the first start makes one and leaves it in `admin_key_file`.
+absl::Status BootstrapAdminKey(KeyRing& keys, const std::string& admin_key_file) {
+  absl::StatusOr<std::optional<std::string>> created = keys.EnsureAdminKey();
+  if (!created.ok()) return created.status();
+  if (!created->has_value()) return absl::OkStatus();
+  if (admin_key_file.empty()) {
+    return absl::FailedPreconditionError(
+        "authentication is on and the database has no admin key: give --admin_key_file so "
+        "that one can be created and written there");
+  }
+  if (absl::Status s = WriteSecretFile(admin_key_file, **created); !s.ok()) {
+    // Nobody could use a key that was not saved: revoke it, so that the next start makes one.
+    if (absl::StatusOr<ApiKeyParts> parts = ParseApiKey(**created); parts.ok()) {
+      (void)keys.Revoke(parts->key_id);
+    }
+    return s;
+  }
+  LogEvent("admin_key_created", {{"file", admin_key_file}});
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options options) {
   // Before touching the database: a refused or unreadable TLS set-up fails fast.
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeServerCredentials(options.listen, options.transport);
   if (!credentials.ok()) return credentials.status();
+  if (!options.auth.enabled && !IsLoopbackAddress(options.listen)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "authentication can be off only while listening on loopback; ", options.listen,
+        " is not: turn it on (--auth=on, clients then need an API key) or listen on "
+        "localhost"));
+  }
   std::unique_ptr<VerityServer> server(new VerityServer());
   server->metrics_ = std::make_unique<MetricsRegistry>();
   auto storage = StorageHandles::Open(options.postgres_url, options.pool_size);
@@ -39,9 +96,18 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   server->AddCallbackGauges(options.training.max_staleness);
   server->lease_persister_ = std::make_unique<LeasePersister>(*server->storage_->leases,
                                                               LeasePersister::Options());
-  server->core_ = ServerCore{server->storage_.get(), server->registry_.get(),
-                             server->ingest_.get(), server->scheduler_.get(),
-                             server->lease_persister_.get()};
+  server->keys_ = std::make_unique<KeyRing>(*server->storage_->api_keys, options.auth.key_refresh);
+  if (absl::Status s = server->keys_->Load(); !s.ok()) return s;
+  if (options.auth.enabled) {
+    if (absl::Status s = BootstrapAdminKey(*server->keys_, options.auth.admin_key_file); !s.ok()) {
+      return s;
+    }
+  }
+  server->call_authorizations_ = std::make_unique<CallAuthorizations>();
+  server->core_ = ServerCore{server->storage_.get(),         server->registry_.get(),
+                             server->ingest_.get(),          server->scheduler_.get(),
+                             server->lease_persister_.get(), server->call_authorizations_.get(),
+                             server->keys_.get()};
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -54,8 +120,12 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   server->services_.push_back(std::make_unique<TruthServiceImpl>(server->core_));
   server->services_.push_back(std::make_unique<ModelServiceImpl>(server->core_));
   server->services_.push_back(std::make_unique<AssignmentServiceImpl>(server->core_));
+  server->services_.push_back(std::make_unique<KeyServiceImpl>(server->core_));
   for (auto& service : server->services_) builder.RegisterService(service.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  // First, so that the telemetry after it sees the status the client gets.
+  interceptors.push_back(std::make_unique<AuthInterceptorFactory>(
+      options.auth.enabled ? server->keys_.get() : nullptr, *server->call_authorizations_));
   interceptors.push_back(std::make_unique<RpcTelemetryFactory>(*server->metrics_, options.rpc_log));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->grpc_server_ = builder.BuildAndStart();
@@ -133,11 +203,15 @@ void VerityServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   metrics_http_.reset();  // Scrapes read the objects stopped below.
+  // Ingest before gRPC: every queued batch is committed while its stream is still open, so its
+  // ack goes out; batches read from now on are acked UNAVAILABLE (nothing written), and a client
+  // closes its stream on that ack. The other way round, a stream still sending at the end of
+  // `grace` was cancelled with batches committed but never acked.
+  if (ingest_ != nullptr) ingest_->Shutdown();
   if (grpc_server_ != nullptr) {
     grpc_server_->Shutdown(std::chrono::system_clock::now() +
                            std::chrono::milliseconds(absl::ToInt64Milliseconds(grace)));
   }
-  if (ingest_ != nullptr) ingest_->Shutdown();
   if (scheduler_ != nullptr) scheduler_->Stop();
   if (lease_persister_ != nullptr) lease_persister_->Shutdown();
 }

@@ -19,8 +19,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/auth_interceptor.h"
 #include "server/console.h"
 #include "server/ingest_pipeline.h"
+#include "server/key_ring.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
 #include "server/rpc_telemetry.h"
@@ -54,10 +56,21 @@ class VerityServer {
     // TLS of the gRPC port; plaintext only on loopback unless `insecure`
     // (server/transport_security.h).
     TransportSecurityOptions transport;
+    // API keys (server/auth_interceptor.h). Off is refused unless `listen` is loopback-only.
+    struct Auth {
+      bool enabled = false;
+      // How often keys made or revoked by other servers of the database are picked up.
+      absl::Duration key_refresh = absl::Seconds(10);
+      // Where a new bootstrap admin key is written (mode 0600) when authentication is on and
+      // the database has no admin key valid for every project. Required in that case.
+      std::string admin_key_file;
+    } auth;
   };
 
   // Connects, migrates, restores every project, then starts serving. UNAVAILABLE if the
-  // database cannot be reached or the address cannot be bound.
+  // database cannot be reached or the address cannot be bound; FAILED_PRECONDITION for
+  // authentication off on a non-loopback address, or for a missing admin key with no
+  // admin_key_file to write one to.
   static absl::StatusOr<std::unique_ptr<VerityServer>> Start(Options options);
   ~VerityServer();
 
@@ -84,6 +97,9 @@ class VerityServer {
   std::unique_ptr<IngestPipeline> ingest_;
   std::unique_ptr<TrainingScheduler> scheduler_;
   std::unique_ptr<LeasePersister> lease_persister_;
+  std::unique_ptr<KeyRing> keys_;
+  // Read by every handler; written by the interceptors the grpc::Server owns.
+  std::unique_ptr<CallAuthorizations> call_authorizations_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> grpc_server_;
   // Reads the registry and the version store for the console pages.

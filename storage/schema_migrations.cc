@@ -153,6 +153,22 @@ CREATE UNIQUE INDEX training_jobs_one_open_per_project ON training_jobs (project
   WHERE state IN ('queued', 'running');
 CREATE INDEX training_jobs_claimable ON training_jobs (job_id) WHERE state IN ('queued', 'running');
 )sql"},
+          {8, "api keys", R"sql(
+-- API keys. The secret part of a key is never stored: only a random salt and
+-- SHA-256(salt || secret). key_id is the public part (it is in the key's text) and the
+-- lookup key. projects: names the key may touch; an empty array = every project.
+CREATE TABLE api_keys (
+  key_id      text PRIMARY KEY,
+  name        text NOT NULL DEFAULT '',
+  role        text NOT NULL CHECK (role IN ('reader', 'writer', 'admin')),
+  projects    text[] NOT NULL DEFAULT '{}',
+  salt        bytea NOT NULL,
+  secret_hash bytea NOT NULL,
+  created_by  text NOT NULL DEFAULT '',
+  created_at  timestamptz NOT NULL DEFAULT now(),
+  revoked_at  timestamptz
+);
+)sql"},
       };
   return *kMigrations;
 }

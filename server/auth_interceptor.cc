@@ -1,0 +1,196 @@
+#include "server/auth_interceptor.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "server/grpc_status.h"
+#include "server/log.h"
+#include "server/rpc_policy.h"
+
+namespace verity::server {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+using grpc::experimental::InterceptorBatchMethods;
+using grpc::experimental::ServerRpcInfo;
+
+constexpr char kAuthorizationKey[] = "authorization";
+constexpr absl::string_view kBearer = "Bearer ";
+
+std::shared_ptr<const Principal> AuthOffPrincipal() {
+  static const auto* const kPrincipal = new std::shared_ptr<const Principal>(
+      std::make_shared<Principal>(Principal{"", Role::kAdmin, {}}));
+  return *kPrincipal;
+}
+
+class AuthInterceptor : public grpc::experimental::Interceptor {
+ public:
+  AuthInterceptor(const AuthInterceptorFactory& factory, ServerRpcInfo* info)
+      : factory_(factory),
+        info_(info),
+        context_(info->server_context()),
+        method_(info->method() != nullptr ? info->method() : ""),
+        policy_(FindRpcPolicy(method_)),
+        open_(IsOpenMethod(method_)) {}
+
+  ~AuthInterceptor() override { factory_.decisions().Forget(context_); }
+
+  void Intercept(InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+      DecideCall(*methods->GetRecvInitialMetadata());
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
+        methods->GetRecvMessage() != nullptr) {
+      DecideMessage(methods->GetRecvMessage());
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const CallAuthorizations::Decision decision = factory_.decisions().Get(context_);
+      if (!decision.call.ok() && methods->GetSendStatus().ok()) {
+        LogEvent("auth_not_enforced", {{"method", method_}});
+        methods->ModifySendStatus(ToGrpcStatus(decision.call));
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  void DecideCall(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
+    CallAuthorizations& decisions = factory_.decisions();
+    if (open_ || factory_.keys() == nullptr) {
+      decisions.SetCallDecision(context_, absl::OkStatus(), AuthOffPrincipal());
+      return;
+    }
+    if (policy_ == nullptr) {
+      // A method of a registered service with no access policy: refused, never guessed.
+      decisions.SetCallDecision(
+          context_, absl::PermissionDeniedError(absl::StrCat("no access policy for ", method_)),
+          nullptr);
+      return;
+    }
+    auto it = metadata.find(kAuthorizationKey);
+    if (it == metadata.end()) {
+      decisions.SetCallDecision(
+          context_,
+          absl::UnauthenticatedError(
+              "no API key: send `authorization: Bearer <key>` (CLI: --api_key or "
+              "VERITY_API_KEY)"),
+          nullptr);
+      return;
+    }
+    absl::string_view value(it->second.data(), it->second.size());
+    if (!absl::ConsumePrefix(&value, kBearer)) {
+      decisions.SetCallDecision(
+          context_, absl::UnauthenticatedError("authorization metadata must be \"Bearer <key>\""),
+          nullptr);
+      return;
+    }
+    absl::StatusOr<std::shared_ptr<const Principal>> principal =
+        factory_.keys()->Authenticate(value);
+    if (!principal.ok()) {
+      decisions.SetCallDecision(context_, principal.status(), nullptr);
+      return;
+    }
+    const Principal& who = **principal;
+    if (who.role < policy_->role) {
+      decisions.SetCallDecision(
+          context_,
+          absl::PermissionDeniedError(absl::StrCat("API key ", who.key_id, " has role ",
+                                                   RoleName(who.role), "; ", method_,
+                                                   " needs ", RoleName(policy_->role))),
+          nullptr);
+      return;
+    }
+    if (policy_->scope == ProjectScope::kEveryProject && !who.AllProjects()) {
+      decisions.SetCallDecision(
+          context_,
+          absl::PermissionDeniedError(absl::StrCat("API key ", who.key_id,
+                                                   " is limited to some projects; ", method_,
+                                                   " needs a key valid for every project")),
+          nullptr);
+      return;
+    }
+    principal_ = *principal;
+    decisions.SetCallDecision(context_, absl::OkStatus(), *std::move(principal));
+  }
+
+  void DecideMessage(const void* message) {
+    if (principal_ == nullptr || policy_ == nullptr ||
+        policy_->scope != ProjectScope::kNamedInRequest) {
+      return;  // Refused already, open, auth off, or no project in the message.
+    }
+    std::string project = policy_->project(message);
+    // A stream's batch may leave the project out to continue with the previous one.
+    if (project.empty()) project = stream_project_;
+    stream_project_ = project;
+    absl::Status status = absl::OkStatus();
+    if (!project.empty() && !principal_->MayTouch(project)) {
+      status = absl::PermissionDeniedError(absl::StrCat(
+          "project: API key ", principal_->key_id, " is not valid for project \"", project, "\""));
+    }
+    factory_.decisions().SetMessageDecision(context_, std::move(status));
+  }
+
+  const AuthInterceptorFactory& factory_;
+  ServerRpcInfo* const info_;
+  const grpc::ServerContextBase* const context_;
+  const std::string method_;
+  const RpcPolicy* const policy_;
+  const bool open_;
+  // Set once the call is admitted with a key (not when authentication is off).
+  std::shared_ptr<const Principal> principal_;
+  std::string stream_project_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Principal>> CallAuthorizations::Admit(
+    const grpc::ServerContextBase* context) const {
+  absl::MutexLock lock(&mu_);
+  auto it = decisions_.find(context);
+  if (it == decisions_.end()) {
+    return absl::InternalError("call not authorized: the authorization interceptor did not run");
+  }
+  if (!it->second.call.ok()) return it->second.call;
+  if (!it->second.message.ok()) return it->second.message;
+  return it->second.principal;
+}
+
+void CallAuthorizations::SetCallDecision(const grpc::ServerContextBase* context,
+                                         absl::Status status,
+                                         std::shared_ptr<const Principal> principal) {
+  absl::MutexLock lock(&mu_);
+  Decision& decision = decisions_[context];
+  decision.call = std::move(status);
+  decision.principal = std::move(principal);
+}
+
+void CallAuthorizations::SetMessageDecision(const grpc::ServerContextBase* context,
+                                            absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  decisions_[context].message = std::move(status);
+}
+
+CallAuthorizations::Decision CallAuthorizations::Get(
+    const grpc::ServerContextBase* context) const {
+  absl::MutexLock lock(&mu_);
+  auto it = decisions_.find(context);
+  return it == decisions_.end() ? Decision{} : it->second;
+}
+
+void CallAuthorizations::Forget(const grpc::ServerContextBase* context) {
+  absl::MutexLock lock(&mu_);
+  decisions_.erase(context);
+}
+
+AuthInterceptorFactory::AuthInterceptorFactory(KeyRing* keys, CallAuthorizations& decisions)
+    : keys_(keys), decisions_(decisions) {}
+
+grpc::experimental::Interceptor* AuthInterceptorFactory::CreateServerInterceptor(
+    ServerRpcInfo* info) {
+  return new AuthInterceptor(*this, info);
+}
+
+}  // namespace verity::server

@@ -1,0 +1,90 @@
+// Authentication and authorization of every RPC, in one interceptor in front of every service.
+//
+// For each call the interceptor
+//   - on the client's initial metadata: authenticates the key of `authorization: Bearer <key>`
+//     (server/key_ring.h) and checks that its role is enough for the method
+//     (server/rpc_policy.h): no or a bad key -> UNAUTHENTICATED, a role too low or a
+//     project-scoped key on a server-wide method -> PERMISSION_DENIED;
+//   - on every received request message (each batch of a stream): checks that the key may
+//     touch the project the message names -> PERMISSION_DENIED otherwise;
+//   - records the decision in CallAuthorizations, keyed by the call's ServerContext.
+//
+// gRPC C++ (1.51) server interceptors cannot end a call before its handler runs (there is no
+// server-side Hijack: grpc/grpc#24017), so the decision is enforced by the handlers: the first
+// thing every handler does is CallAuthorizations::Admit(context), which returns the
+// interceptor's decision, and a streaming handler asks again after each message it reads.
+// Admit fails closed: a call the interceptor never saw is refused (INTERNAL). As a second
+// line, a call refused at the metadata stage that a handler nevertheless answered OK has its
+// status replaced by the refusal before it is sent (logged as event=auth_not_enforced), and
+// tests/auth_test.cc calls every RPC of every service with every kind of key.
+//
+// With authentication off (no KeyRing: only allowed on a loopback-only server) every call is
+// admitted as an admin valid for every project.
+//
+// Thread-safety: thread-safe; the factory, the ring and the CallAuthorizations must outlive
+// the grpc::Server.
+#ifndef VERITY_SERVER_AUTH_INTERCEPTOR_H_
+#define VERITY_SERVER_AUTH_INTERCEPTOR_H_
+
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/server_interceptor.h>
+
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/api_keys.h"
+#include "server/key_ring.h"
+
+namespace verity::server {
+
+// The interceptor's decision for each live call, read by the handlers.
+class CallAuthorizations {
+ public:
+  struct Decision {
+    // Authentication and role, decided from the initial metadata; fixed for the call.
+    absl::Status call = absl::OkStatus();
+    // The project of the latest received message (OK before any message).
+    absl::Status message = absl::OkStatus();
+    std::shared_ptr<const Principal> principal;  // Set when `call` is OK.
+  };
+
+  // The caller's principal when the interceptor admitted the call (and its latest message);
+  // the refusal otherwise; INTERNAL when no decision was recorded for `context`.
+  absl::StatusOr<std::shared_ptr<const Principal>> Admit(
+      const grpc::ServerContextBase* context) const;
+
+  // Interceptor side.
+  void SetCallDecision(const grpc::ServerContextBase* context, absl::Status status,
+                       std::shared_ptr<const Principal> principal);
+  void SetMessageDecision(const grpc::ServerContextBase* context, absl::Status status);
+  Decision Get(const grpc::ServerContextBase* context) const;
+  void Forget(const grpc::ServerContextBase* context);
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<const grpc::ServerContextBase*, Decision> decisions_ ABSL_GUARDED_BY(mu_);
+};
+
+class AuthInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  // `keys` nullptr: authentication off.
+  AuthInterceptorFactory(KeyRing* keys, CallAuthorizations& decisions);
+
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override;
+
+  KeyRing* keys() const { return keys_; }
+  CallAuthorizations& decisions() const { return decisions_; }
+
+ private:
+  KeyRing* const keys_;
+  CallAuthorizations& decisions_;
+};
+
+}  // namespace verity::server
+
+#endif  // VERITY_SERVER_AUTH_INTERCEPTOR_H_

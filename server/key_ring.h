@@ -1,0 +1,79 @@
+// KeyRing: the server's view of the API keys — the unrevoked keys of the database, cached in
+// memory so that checking a call's key costs a hash lookup and one SHA-256, not a query.
+//
+// Creating and revoking through the ring update the cache at once. Keys created or revoked by
+// another server on the same database reach this one when its cache is refreshed: at most
+// `refresh_interval` after the last refresh (checked on each call), or at once for an unknown
+// key id (at most one such refresh per second, so that made-up ids cannot flood the database).
+// When the database cannot be reached the cache keeps serving; an unknown key then fails
+// UNAVAILABLE, not UNAUTHENTICATED, since it may be valid.
+//
+// Thread-safety: thread-safe. The store must outlive the ring.
+#ifndef VERITY_SERVER_KEY_RING_H_
+#define VERITY_SERVER_KEY_RING_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/api_keys.h"
+#include "storage/api_key_store.h"
+
+namespace verity::server {
+
+class KeyRing {
+ public:
+  KeyRing(storage::ApiKeyStore& store, absl::Duration refresh_interval);
+
+  // Reads every unrevoked key. UNAVAILABLE if the database cannot be reached.
+  absl::Status Load();
+
+  // The principal of a key's text: UNAUTHENTICATED for a malformed, unknown or revoked key or
+  // a wrong secret; UNAVAILABLE when the key is unknown and the database cannot be asked.
+  absl::StatusOr<std::shared_ptr<const Principal>> Authenticate(absl::string_view key_text);
+
+  struct CreatedKey {
+    storage::ApiKeyRecord record;
+    std::string text;  // The whole key; the only time it exists outside the client.
+  };
+  // INVALID_ARGUMENT for a name over 256 bytes or an invalid project name.
+  absl::StatusOr<CreatedKey> Create(absl::string_view name, Role role,
+                                    std::vector<std::string> projects,
+                                    absl::string_view created_by);
+  absl::StatusOr<storage::ApiKeyRecord> Revoke(absl::string_view key_id);
+  absl::StatusOr<std::vector<storage::ApiKeyRecord>> List(bool include_revoked);
+
+  // For a server whose authentication is on: when no unrevoked admin key valid for every
+  // project exists, creates one (named "bootstrap admin") and returns its text; otherwise
+  // nullopt.
+  absl::StatusOr<std::optional<std::string>> EnsureAdminKey();
+
+ private:
+  struct Entry {
+    std::string salt;
+    std::string secret_hash;
+    std::shared_ptr<const Principal> principal;
+  };
+  static absl::StatusOr<Entry> EntryFor(const storage::ApiKeyRecord& record);
+  // Reloads the cache when it is older than `max_age`; only one caller reloads at a time
+  // (others keep the current cache). Returns the reload's status (OK when none was needed).
+  absl::Status RefreshIfOlderThan(absl::Duration max_age);
+
+  storage::ApiKeyStore& store_;
+  const absl::Duration refresh_interval_;
+  absl::Mutex reload_mu_;  // Held by the one caller reloading.
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> keys_ ABSL_GUARDED_BY(mu_);
+  absl::Time loaded_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+}  // namespace verity::server
+
+#endif  // VERITY_SERVER_KEY_RING_H_

@@ -1,0 +1,96 @@
+#include "storage/api_key_store.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "storage/testing/postgres_fixture.h"
+
+namespace verity {
+namespace storage {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::Field;
+using ::verity::storage::testing::PostgresTest;
+using ::verity::testing::IsOk;
+using ::verity::testing::IsOkAndHolds;
+using ::verity::testing::StatusIs;
+
+ApiKeyRecord Key(const std::string& id, const std::string& role) {
+  ApiKeyRecord key;
+  key.key_id = id;
+  key.name = "ci " + id;
+  key.role = role;
+  key.salt = std::string("\x00\x01salt\xff", 7);
+  key.secret_hash = std::string(32, '\x7f');
+  return key;
+}
+
+class ApiKeyStoreTest : public PostgresTest {
+ protected:
+  void SetUp() override {
+    PostgresTest::SetUp();
+    store_ = std::make_unique<ApiKeyStore>(&pool());
+  }
+  std::unique_ptr<ApiKeyStore> store_;
+};
+
+TEST_F(ApiKeyStoreTest, InsertThenGetRoundTripsEveryField) {
+  ApiKeyRecord key = Key("00aa", "writer");
+  key.projects = {"birds", "with,comma"};
+  key.created_by = "ffff";
+  const absl::Time before = absl::Now() - absl::Seconds(5);
+  absl::StatusOr<ApiKeyRecord> created = store_->Insert(key);
+  ASSERT_THAT(created, IsOk());
+  EXPECT_GT(created->created_at, before);
+  EXPECT_FALSE(created->revoked_at.has_value());
+
+  absl::StatusOr<ApiKeyRecord> got = store_->Get("00aa");
+  ASSERT_THAT(got, IsOk());
+  EXPECT_EQ(got->name, "ci 00aa");
+  EXPECT_EQ(got->role, "writer");
+  EXPECT_EQ(got->projects, key.projects);
+  EXPECT_EQ(got->salt, key.salt);
+  EXPECT_EQ(got->secret_hash, key.secret_hash);
+  EXPECT_EQ(got->created_by, "ffff");
+  EXPECT_EQ(got->created_at, created->created_at);
+  EXPECT_FALSE(got->revoked_at.has_value());
+}
+
+TEST_F(ApiKeyStoreTest, RefusesADuplicateIdAndAnUnknownRole) {
+  ASSERT_THAT(store_->Insert(Key("01", "reader")), IsOk());
+  EXPECT_THAT(store_->Insert(Key("01", "admin")), StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(store_->Insert(Key("02", "root")), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->Get("02"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ApiKeyStoreTest, RevokeKeepsTheRowAndHidesItFromTheActiveList) {
+  ASSERT_THAT(store_->Insert(Key("a1", "reader")), IsOk());
+  ASSERT_THAT(store_->Insert(Key("a2", "admin")), IsOk());
+  absl::StatusOr<ApiKeyRecord> revoked = store_->Revoke("a1");
+  ASSERT_THAT(revoked, IsOk());
+  ASSERT_TRUE(revoked->revoked_at.has_value());
+
+  // Revoking again changes nothing.
+  absl::StatusOr<ApiKeyRecord> again = store_->Revoke("a1");
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(again->revoked_at, revoked->revoked_at);
+  EXPECT_THAT(store_->Revoke("nope"), StatusIs(absl::StatusCode::kNotFound));
+
+  EXPECT_THAT(store_->List(/*include_revoked=*/false),
+              IsOkAndHolds(ElementsAre(Field(&ApiKeyRecord::key_id, "a2"))));
+  absl::StatusOr<std::vector<ApiKeyRecord>> all = store_->List(/*include_revoked=*/true);
+  ASSERT_THAT(all, IsOk());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_TRUE((*all)[0].revoked_at.has_value());
+  EXPECT_FALSE((*all)[1].revoked_at.has_value());
+}
+
+}  // namespace
+}  // namespace storage
+}  // namespace verity
