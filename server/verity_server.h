@@ -81,8 +81,9 @@ class VerityServer {
   const MetricsRegistry& metrics() const { return *metrics_; }
   ServerCore core() { return core_; }
 
-  // Stops accepting calls, lets in-flight calls finish for up to `grace` (streams are
-  // cancelled after that), commits and acks everything queued, and stops the trainer.
+  // Commits and acks every queued batch (later batches are acked UNAVAILABLE, nothing
+  // written), then stops accepting calls and lets in-flight calls finish for up to `grace`
+  // (streams are cancelled after that), and stops the trainer.
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
  private:

@@ -1,0 +1,508 @@
+// The authorization matrix: every RPC of every verity.v1 service, called over a real gRPC
+// channel against a real server (authentication on) and PostgreSQL, with no key, a wrong key,
+// a reader, a writer and an admin key of the project, and an admin key of another project.
+// Each call must end with the code the access table (server/rpc_policy.cc) implies, and calls
+// that are refused must leave no trace.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "server/rpc_policy.h"
+#include "server/verity_server.h"
+#include "tests/test_postgres.h"
+#include "verity/v1/assignment.grpc.pb.h"
+#include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/keys.grpc.pb.h"
+#include "verity/v1/models.grpc.pb.h"
+#include "verity/v1/projects.grpc.pb.h"
+#include "verity/v1/truth.grpc.pb.h"
+
+namespace verity::tests {
+namespace {
+
+using server::ProjectScope;
+using server::Role;
+
+constexpr char kProject[] = "alpha";
+constexpr char kOtherProject[] = "beta";
+
+// Who calls, as the matrix's columns.
+enum class Caller { kNoKey, kWrongKey, kReader, kWriter, kAdmin, kOtherProjectAdmin };
+
+std::string CallerName(Caller caller) {
+  switch (caller) {
+    case Caller::kNoKey: return "no key";
+    case Caller::kWrongKey: return "wrong key";
+    case Caller::kReader: return "reader";
+    case Caller::kWriter: return "writer";
+    case Caller::kAdmin: return "admin";
+    case Caller::kOtherProjectAdmin: return "other project's admin";
+  }
+  return "?";
+}
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// Calls one RPC with an API key ("" = none); returns its status. For SubmitAnnotations, a
+// batch refused in its ack (error_code) comes back as that code.
+using RpcCall = std::function<grpc::Status(const std::string& key)>;
+
+class AuthTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    postgres_ = TestPostgres::Start("verity-auth").release();
+    ASSERT_NE(postgres_, nullptr);
+    admin_key_file_ = new std::string(postgres_->dir() + "/admin.key");
+    server_ = StartServer().release();
+    ASSERT_NE(server_, nullptr);
+    channel_ = new std::shared_ptr<grpc::Channel>(grpc::CreateChannel(
+        absl::StrCat("localhost:", server_->port()), grpc::InsecureChannelCredentials()));
+    keys_ = new std::map<Caller, std::string>();
+    (*keys_)[Caller::kAdmin] = ReadFirstLine(*admin_key_file_);
+    ASSERT_TRUE(absl::StartsWith((*keys_)[Caller::kAdmin], "vk_"));
+
+    // The projects, a label in the project, and the keys of the other columns.
+    for (const char* name : {kProject, kOtherProject}) {
+      v1::CreateProjectRequest create;
+      create.mutable_project()->set_name(name);
+      create.mutable_project()->add_classes("no");
+      create.mutable_project()->add_classes("yes");
+      v1::CreateProjectResponse created;
+      grpc::ClientContext context;
+      Authorize(context, (*keys_)[Caller::kAdmin]);
+      ASSERT_TRUE(v1::ProjectService::NewStub(*channel_)->CreateProject(&context, create, &created)
+                      .ok());
+    }
+    (*keys_)[Caller::kReader] = CreateKey(v1::ROLE_READER, {kProject});
+    (*keys_)[Caller::kWriter] = CreateKey(v1::ROLE_WRITER, {kProject});
+    (*keys_)[Caller::kOtherProjectAdmin] = CreateKey(v1::ROLE_ADMIN, {kOtherProject});
+    // The reader's id with another secret.
+    std::string wrong = (*keys_)[Caller::kReader];
+    wrong.back() = wrong.back() == '0' ? '1' : '0';
+    (*keys_)[Caller::kWrongKey] = wrong;
+    const std::string victim = CreateKey(v1::ROLE_READER, {});
+    victim_key_id_ = new std::string(victim.substr(3, 16));
+    v1::BatchAck ack;
+    ASSERT_TRUE(Submit((*keys_)[Caller::kAdmin], "seed", &ack).ok());
+    ASSERT_EQ(ack.accepted(), 1);
+  }
+
+  static void TearDownTestSuite() {
+    delete channel_;
+    if (server_ != nullptr) server_->Shutdown();
+    delete server_;
+    delete postgres_;
+  }
+
+  static std::unique_ptr<server::VerityServer> StartServer() {
+    server::VerityServer::Options options;
+    options.listen = "localhost:0";
+    options.postgres_url = postgres_->url();
+    options.pool_size = 4;
+    options.training.run_in_background = false;
+    options.auth.enabled = true;
+    options.auth.admin_key_file = *admin_key_file_;
+    auto started = server::VerityServer::Start(options);
+    EXPECT_TRUE(started.ok()) << started.status();
+    return started.ok() ? *std::move(started) : nullptr;
+  }
+
+  static void Authorize(grpc::ClientContext& context, const std::string& key) {
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    if (!key.empty()) context.AddMetadata("authorization", "Bearer " + key);
+  }
+
+  static std::string CreateKey(v1::Role role, std::vector<std::string> projects) {
+    v1::CreateKeyRequest request;
+    request.set_role(role);
+    request.set_name("auth_test");
+    for (const std::string& p : projects) request.add_projects(p);
+    v1::CreateKeyResponse response;
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kAdmin]);
+    grpc::Status status = v1::KeyService::NewStub(*channel_)->CreateKey(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.secret_key();
+  }
+
+  // One batch of one label by `annotator` on kProject, over a fresh stream.
+  static grpc::Status Submit(const std::string& key, const std::string& annotator,
+                             v1::BatchAck* ack) {
+    grpc::ClientContext context;
+    Authorize(context, key);
+    auto stream = v1::IngestService::NewStub(*channel_)->SubmitAnnotations(&context);
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(1);
+    batch.set_project(kProject);
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item("item-1");
+    a->set_annotator(annotator);
+    a->set_label(1);
+    stream->Write(batch);
+    stream->WritesDone();
+    const bool got_ack = stream->Read(ack);
+    grpc::Status status = stream->Finish();
+    if (status.ok() && got_ack && ack->error_code() != 0) {
+      return grpc::Status(static_cast<grpc::StatusCode>(ack->error_code()), ack->error_message());
+    }
+    return status;
+  }
+
+  // Every RPC, each with a request that succeeds when the caller may make it.
+  static std::map<std::string, RpcCall> Calls() {
+    std::map<std::string, RpcCall> calls;
+    auto projects = [] { return v1::ProjectService::NewStub(*channel_); };
+    auto truth = [] { return v1::TruthService::NewStub(*channel_); };
+    auto models = [] { return v1::ModelService::NewStub(*channel_); };
+    auto assignment = [] { return v1::AssignmentService::NewStub(*channel_); };
+    auto keys = [] { return v1::KeyService::NewStub(*channel_); };
+    calls["/verity.v1.ProjectService/CreateProject"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      static std::atomic<int> next{0};
+      v1::CreateProjectRequest r;
+      // Named after kProject's prefix, so that a key scoped to another project is refused.
+      r.mutable_project()->set_name(absl::StrCat(kProject, "-new-", next++));
+      r.mutable_project()->add_classes("a");
+      r.mutable_project()->add_classes("b");
+      v1::CreateProjectResponse out;
+      return projects()->CreateProject(&c, r, &out);
+    };
+    calls["/verity.v1.ProjectService/GetProject"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::GetProjectRequest r;
+      r.set_project(kProject);
+      v1::GetProjectResponse out;
+      return projects()->GetProject(&c, r, &out);
+    };
+    calls["/verity.v1.ProjectService/ListProjects"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::ListProjectsResponse out;
+      return projects()->ListProjects(&c, v1::ListProjectsRequest(), &out);
+    };
+    calls["/verity.v1.ProjectService/UpdateProjectSettings"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::UpdateProjectSettingsRequest r;
+      r.set_project(kProject);
+      v1::UpdateProjectSettingsResponse out;
+      return projects()->UpdateProjectSettings(&c, r, &out);
+    };
+    calls["/verity.v1.ProjectService/AddItems"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::AddItemsRequest r;
+      r.set_project(kProject);
+      r.add_items()->set_id("item-2");
+      v1::AddItemsResponse out;
+      return projects()->AddItems(&c, r, &out);
+    };
+    calls["/verity.v1.ProjectService/AddAnnotators"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::AddAnnotatorsRequest r;
+      r.set_project(kProject);
+      r.add_annotators()->set_id("annotator-2");
+      v1::AddAnnotatorsResponse out;
+      return projects()->AddAnnotators(&c, r, &out);
+    };
+    calls["/verity.v1.IngestService/SubmitAnnotations"] = [=](const std::string& key) {
+      v1::BatchAck ack;
+      return Submit(key, "annotator-4", &ack);
+    };
+    calls["/verity.v1.TruthService/GetPosteriors"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::GetPosteriorsRequest r;
+      r.set_project(kProject);
+      r.add_items("item-1");
+      v1::GetPosteriorsResponse out;
+      return truth()->GetPosteriors(&c, r, &out);
+    };
+    calls["/verity.v1.TruthService/ListPosteriors"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::ListPosteriorsRequest r;
+      r.set_project(kProject);
+      v1::ListPosteriorsResponse out;
+      return truth()->ListPosteriors(&c, r, &out);
+    };
+    calls["/verity.v1.TruthService/GetAnnotatorProfiles"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::GetAnnotatorProfilesRequest r;
+      r.set_project(kProject);
+      v1::GetAnnotatorProfilesResponse out;
+      return truth()->GetAnnotatorProfiles(&c, r, &out);
+    };
+    calls["/verity.v1.ModelService/GetModelStatus"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::GetModelStatusRequest r;
+      r.set_project(kProject);
+      v1::GetModelStatusResponse out;
+      return models()->GetModelStatus(&c, r, &out);
+    };
+    calls["/verity.v1.ModelService/ListModelVersions"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::ListModelVersionsRequest r;
+      r.set_project(kProject);
+      v1::ListModelVersionsResponse out;
+      return models()->ListModelVersions(&c, r, &out);
+    };
+    calls["/verity.v1.ModelService/TrainModel"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::TrainModelRequest r;
+      r.set_project(kProject);
+      v1::TrainModelResponse out;
+      return models()->TrainModel(&c, r, &out);
+    };
+    calls["/verity.v1.AssignmentService/SuggestItems"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::SuggestItemsRequest r;
+      r.set_project(kProject);
+      r.set_annotator("annotator-3");
+      r.set_k(1);
+      v1::SuggestItemsResponse out;
+      return assignment()->SuggestItems(&c, r, &out);
+    };
+    calls["/verity.v1.AssignmentService/SuggestAnnotators"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::SuggestAnnotatorsRequest r;
+      r.set_project(kProject);
+      r.set_item("item-1");
+      r.set_k(1);
+      v1::SuggestAnnotatorsResponse out;
+      return assignment()->SuggestAnnotators(&c, r, &out);
+    };
+    calls["/verity.v1.KeyService/CreateKey"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::CreateKeyRequest r;
+      r.set_role(v1::ROLE_READER);
+      r.add_projects(kProject);
+      v1::CreateKeyResponse out;
+      return keys()->CreateKey(&c, r, &out);
+    };
+    calls["/verity.v1.KeyService/ListKeys"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::ListKeysResponse out;
+      return keys()->ListKeys(&c, v1::ListKeysRequest(), &out);
+    };
+    calls["/verity.v1.KeyService/RevokeKey"] = [=](const std::string& key) {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::RevokeKeyRequest r;
+      r.set_key_id(*victim_key_id_);  // Revoking it again is a no-op that answers OK.
+      v1::RevokeKeyResponse out;
+      return keys()->RevokeKey(&c, r, &out);
+    };
+    return calls;
+  }
+
+  // What the access table says `caller` gets from `method`.
+  static grpc::StatusCode Expected(const std::string& method, Caller caller) {
+    const server::RpcPolicy* policy = server::FindRpcPolicy(method);
+    switch (caller) {
+      case Caller::kNoKey:
+      case Caller::kWrongKey: return grpc::StatusCode::UNAUTHENTICATED;
+      case Caller::kReader:
+        return policy->role <= Role::kReader ? grpc::StatusCode::OK
+                                             : grpc::StatusCode::PERMISSION_DENIED;
+      case Caller::kWriter:
+        return policy->role <= Role::kWriter ? grpc::StatusCode::OK
+                                             : grpc::StatusCode::PERMISSION_DENIED;
+      case Caller::kAdmin: return grpc::StatusCode::OK;
+      case Caller::kOtherProjectAdmin:
+        return policy->scope == ProjectScope::kFilteredByHandler
+                   ? grpc::StatusCode::OK
+                   : grpc::StatusCode::PERMISSION_DENIED;
+    }
+    return grpc::StatusCode::UNKNOWN;
+  }
+
+  static TestPostgres* postgres_;
+  static std::string* admin_key_file_;
+  static server::VerityServer* server_;
+  static std::shared_ptr<grpc::Channel>* channel_;
+  static std::map<Caller, std::string>* keys_;
+  static std::string* victim_key_id_;
+};
+
+TestPostgres* AuthTest::postgres_ = nullptr;
+std::string* AuthTest::admin_key_file_ = nullptr;
+server::VerityServer* AuthTest::server_ = nullptr;
+std::shared_ptr<grpc::Channel>* AuthTest::channel_ = nullptr;
+std::map<Caller, std::string>* AuthTest::keys_ = nullptr;
+std::string* AuthTest::victim_key_id_ = nullptr;
+
+TEST_F(AuthTest, EveryRpcAnswersEachKindOfCallerAsTheAccessTableSays) {
+  const std::map<std::string, RpcCall> calls = Calls();
+  // The matrix covers every served method: the ones the policy table knows, which
+  // //server:rpc_policy_test checks against the compiled protos.
+  std::set<std::string> covered;
+  for (const auto& [method, call] : calls) covered.insert(method);
+  for (const std::string& method : server::PolicyMethodNames()) {
+    EXPECT_EQ(covered.count(method), 1u) << method << " is not in the matrix";
+  }
+  ASSERT_EQ(calls.size(), server::PolicyMethodNames().size());
+
+  int cells = 0;
+  for (const auto& [method, call] : calls) {
+    for (Caller caller : {Caller::kNoKey, Caller::kWrongKey, Caller::kReader, Caller::kWriter,
+                          Caller::kAdmin, Caller::kOtherProjectAdmin}) {
+      const grpc::Status status = call(caller == Caller::kNoKey ? "" : (*keys_)[caller]);
+      const grpc::StatusCode expected = Expected(method, caller);
+      EXPECT_EQ(status.error_code(), expected)
+          << method << " by " << CallerName(caller) << ": " << status.error_message();
+      if (expected == grpc::StatusCode::PERMISSION_DENIED) {
+        // The message says why: the role, or the project / the scope.
+        EXPECT_TRUE(absl::StrContains(status.error_message(), "needs") ||
+                    absl::StrContains(status.error_message(), "not valid for project"))
+            << method << " by " << CallerName(caller) << ": " << status.error_message();
+      }
+      ++cells;
+    }
+  }
+  EXPECT_EQ(cells, 18 * 6);
+}
+
+TEST_F(AuthTest, RefusedCallsLeaveNoTrace) {
+  v1::BatchAck ack;
+  EXPECT_EQ(Submit((*keys_)[Caller::kReader], "intruder", &ack).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Submit((*keys_)[Caller::kOtherProjectAdmin], "intruder", &ack).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Submit("", "intruder", &ack).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // No label of "intruder" reached the project.
+  v1::GetAnnotatorProfilesRequest request;
+  request.set_project(kProject);
+  request.add_annotators("intruder");
+  v1::GetAnnotatorProfilesResponse response;
+  grpc::ClientContext context;
+  Authorize(context, (*keys_)[Caller::kAdmin]);
+  grpc::Status status =
+      v1::TruthService::NewStub(*channel_)->GetAnnotatorProfiles(&context, request, &response);
+  EXPECT_TRUE(status.ok() ? response.profiles_size() == 0 || response.profiles(0).num_labels() == 0
+                          : status.error_code() == grpc::StatusCode::NOT_FOUND)
+      << status.error_message();
+}
+
+TEST_F(AuthTest, AScopedKeyListsOnlyItsProjects) {
+  v1::ListProjectsResponse response;
+  grpc::ClientContext context;
+  Authorize(context, (*keys_)[Caller::kOtherProjectAdmin]);
+  ASSERT_TRUE(
+      v1::ProjectService::NewStub(*channel_)
+          ->ListProjects(&context, v1::ListProjectsRequest(), &response)
+          .ok());
+  ASSERT_EQ(response.projects_size(), 1);
+  EXPECT_EQ(response.projects(0).name(), kOtherProject);
+}
+
+TEST_F(AuthTest, ARevokedKeyIsRefusedAtOnce) {
+  const std::string key = CreateKey(v1::ROLE_READER, {});
+  auto get = [&] {
+    v1::GetProjectRequest request;
+    request.set_project(kProject);
+    v1::GetProjectResponse response;
+    grpc::ClientContext context;
+    Authorize(context, key);
+    return v1::ProjectService::NewStub(*channel_)->GetProject(&context, request, &response);
+  };
+  ASSERT_TRUE(get().ok());
+  v1::RevokeKeyRequest revoke;
+  revoke.set_key_id(key.substr(3, 16));
+  v1::RevokeKeyResponse revoked;
+  grpc::ClientContext context;
+  Authorize(context, (*keys_)[Caller::kAdmin]);
+  ASSERT_TRUE(v1::KeyService::NewStub(*channel_)->RevokeKey(&context, revoke, &revoked).ok());
+  EXPECT_TRUE(revoked.key().has_revoked_at());
+  EXPECT_EQ(get().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(AuthTest, MalformedAuthorizationIsUnauthenticatedAndHealthChecksNeedNoKey) {
+  for (const std::string& value :
+       {std::string("Basic abc"), (*keys_)[Caller::kAdmin], std::string("Bearer nonsense")}) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", value);
+    v1::ListProjectsResponse response;
+    grpc::Status status = v1::ProjectService::NewStub(*channel_)->ListProjects(
+        &context, v1::ListProjectsRequest(), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << value;
+    EXPECT_FALSE(absl::StrContains(status.error_message(), absl::StripPrefix(value, "Bearer ")))
+        << "the refusal must not echo the key: " << status.error_message();
+  }
+  grpc::ClientContext context;
+  grpc::Slice no_bytes("");
+  grpc::ByteBuffer empty_request(&no_bytes, 1);
+  // grpc.health.v1.Health/Check with an empty request (every service).
+  grpc::GenericStub generic(*channel_);
+  grpc::CompletionQueue queue;
+  auto call = generic.PrepareUnaryCall(&context, "/grpc.health.v1.Health/Check", empty_request,
+                                       &queue);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  ASSERT_TRUE(queue.Next(&tag, &ok));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) {
+  }
+}
+
+TEST_F(AuthTest, TheBootstrapKeyIsPrivateAndMadeOnce) {
+  struct stat info {};
+  ASSERT_EQ(stat(admin_key_file_->c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600);
+  // A second server on the same database finds the admin key and writes no other.
+  const std::string before = ReadFirstLine(*admin_key_file_);
+  std::unique_ptr<server::VerityServer> second = StartServer();
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(ReadFirstLine(*admin_key_file_), before);
+  second->Shutdown();
+}
+
+TEST(AuthOffTest, IsRefusedOffLoopback) {
+  server::VerityServer::Options options;
+  options.listen = "0.0.0.0:0";
+  options.postgres_url = "postgresql:///never-reached";
+  options.transport.insecure = true;
+  auto started = server::VerityServer::Start(options);
+  ASSERT_FALSE(started.ok());
+  EXPECT_EQ(started.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(started.status().message(), "authentication"))
+      << started.status();
+}
+
+}  // namespace
+}  // namespace verity::tests
