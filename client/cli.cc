@@ -18,11 +18,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/cli_commands.h"
@@ -35,6 +37,7 @@
 #include "common/status_macros.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "verity/v1/common.pb.h"
+#include "verity/v1/keys.pb.h"
 
 namespace verity::client {
 namespace {
@@ -47,6 +50,9 @@ constexpr absl::Duration kDefaultTrainTimeout = absl::Minutes(30);
 
 // Rejections `submit` prints.
 constexpr int kRejectionsShown = 5;
+
+// The longest name of an API key (keys.proto).
+constexpr size_t kMaxKeyNameBytes = 256;
 
 // Marks a status as a usage error (exit code 2, hint to --help).
 constexpr char kUsagePayload[] = "verity.cli/usage";
@@ -115,6 +121,12 @@ std::string FormatNumber(double value) {
 
 std::string FormatProbability(double value) {
   return absl::StrFormat("%.4f", value);
+}
+
+// A key's projects for people: "*" for a key valid for every project.
+std::string FormatKeyProjects(const v1::ApiKey& key) {
+  if (key.projects().empty()) return "*";
+  return absl::StrJoin(key.projects(), ",");
 }
 
 // Prints rows as columns separated by two spaces, left-aligned.
@@ -1065,6 +1077,97 @@ absl::Status Accuracy(const Context& context) {
   return absl::OkStatus();
 }
 
+// The lines of one API key (`key create` after its secret, `key revoke`).
+void PrintKey(const Context& context, const v1::ApiKey& key) {
+  context.out << "key_id: " << key.key_id() << "\n"
+              << "name: " << key.name() << "\n"
+              << "role: " << RoleName(key.role()) << "\n"
+              << "projects: " << FormatKeyProjects(key) << "\n"
+              << "created_at: " << FormatTime(key.created_at()) << "\n"
+              << "revoked_at: " << FormatTime(key.revoked_at()) << "\n";
+}
+
+absl::Status KeyCreate(const Context& context) {
+  const CommandLine& line = context.line;
+  v1::CreateKeyRequest request;
+  const std::string role_name = line.GetString("role");
+  std::optional<v1::Role> role = RoleFromName(role_name);
+  if (!role.has_value()) {
+    return UsageError(absl::StrCat("--role=", role_name, ": expected one of ",
+                                   absl::StrJoin(RoleNames(), ", ")));
+  }
+  request.set_role(*role);
+  if (line.Has("projects")) {
+    const std::vector<std::string> projects = line.GetList("projects");
+    if (projects.empty() ||
+        std::find(projects.begin(), projects.end(), "") != projects.end()) {
+      return UsageError(
+          "--projects: expected project names separated by commas; leave the "
+          "flag out for a key valid for every project");
+    }
+    for (const std::string& project : projects) request.add_projects(project);
+  }
+  request.set_name(line.GetString("name"));
+  if (request.name().size() > kMaxKeyNameBytes) {
+    return UsageError(
+        absl::StrCat("--name: at most ", kMaxKeyNameBytes, " bytes"));
+  }
+  VERITY_ASSIGN_OR_RETURN(v1::CreateKeyResponse created,
+                          context.client.CreateKey(request));
+  if (context.json) {
+    PrintJson(context, CreatedKeyJson(created));
+    return absl::OkStatus();
+  }
+  context.out << "secret_key: " << created.secret_key() << "\n";
+  PrintKey(context, created.key());
+  context.err << kProgram
+              << ": note: store secret_key now; the server never shows it "
+                 "again\n";
+  return absl::OkStatus();
+}
+
+absl::Status KeyList(const Context& context) {
+  VERITY_ASSIGN_OR_RETURN(std::vector<v1::ApiKey> keys,
+                          context.client.ListKeys(context.line.GetBool("all")));
+  if (context.json) {
+    JsonArrayWriter array(context.out);
+    for (const v1::ApiKey& key : keys) array.Add(ApiKeyJson(key));
+    array.Finish();
+    return absl::OkStatus();
+  }
+  if (keys.empty()) {
+    context.out << "no keys\n";
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"KEY_ID", "NAME", "ROLE", "PROJECTS", "CREATED_AT", "REVOKED_AT"}};
+  for (const v1::ApiKey& key : keys) {
+    rows.push_back({key.key_id(), key.name().empty() ? "-" : key.name(),
+                    RoleName(key.role()), FormatKeyProjects(key),
+                    FormatTime(key.created_at()),
+                    FormatTime(key.revoked_at())});
+  }
+  PrintTable(rows, context.out);
+  return absl::OkStatus();
+}
+
+absl::Status KeyRevoke(const Context& context) {
+  const std::string& key_id = context.line.args()[0];
+  if (absl::StartsWith(key_id, "vk_")) {
+    // The whole key was pasted: refuse it before it travels further.
+    return UsageError(
+        "KEY_ID is the key's id (16 hex digits, see `key list`), not the key "
+        "itself");
+  }
+  VERITY_ASSIGN_OR_RETURN(v1::ApiKey key, context.client.RevokeKey(key_id));
+  if (context.json) {
+    PrintJson(context, ApiKeyJson(key));
+    return absl::OkStatus();
+  }
+  PrintKey(context, key);
+  return absl::OkStatus();
+}
+
 using Handler = absl::Status (*)(const Context&);
 
 Handler HandlerFor(absl::string_view command) {
@@ -1090,6 +1193,9 @@ Handler HandlerFor(absl::string_view command) {
           {"model train", &ModelTrain},
           {"status", &ModelStatus},
           {"versions", &ModelVersions},
+          {"key create", &KeyCreate},
+          {"key list", &KeyList},
+          {"key revoke", &KeyRevoke},
       };
   auto it = handlers->find(command);
   return it == handlers->end() ? nullptr : it->second;
@@ -1162,6 +1268,10 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
   } else {
     ClientOptions options;
     options.deadline = *timeout;
+    // An explicit --api_key, even an empty one, wins over the environment.
+    options.api_key = std::string(absl::StripAsciiWhitespace(
+        line->Has("api_key") ? line->GetString("api_key")
+                             : environment.api_key));
     const ChannelSecurity security{line->GetString("tls_ca"), line->GetString("tls_cert"),
                                    line->GetString("tls_key")};
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(server, security);

@@ -28,6 +28,9 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
+// The environment variable that holds the default of --api_key.
+inline constexpr char kApiKeyVariable[] = "VERITY_API_KEY";
+
 struct CliEnvironment {
   // Draw progress on `err` during long operations (submit, posteriors,
   // export, model train). main sets it when stderr is a terminal, so piped
@@ -37,6 +40,9 @@ struct CliEnvironment {
   // they print to it (the meter would interleave with the rows). main sets
   // it from stdout.
   bool stdout_is_terminal = false;
+  // The value of kApiKeyVariable: the API key sent when --api_key is not
+  // given. main sets it from the process environment (empty when unset).
+  std::string api_key;
 };
 
 // Runs the command line `args` (without the program name, e.g.

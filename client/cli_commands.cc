@@ -327,6 +327,62 @@ std::vector<CommandSpec> MakeCommands() {
   c = add("versions", "Same as `model versions`.");
   c->details = versions_details;
   c->flags = versions_flags;
+
+  // API keys.
+  const std::string key_lines =
+      "key_id (the key's public id, 16 hex digits), name, role, projects (* = "
+      "every project), created_at and revoked_at (- while the key is valid)";
+  c = add("key create", "Create an API key and print it (shown only once).");
+  c->usage =
+      "key create --role=reader|writer|admin [--projects=A,B,...] "
+      "[--name=TEXT]";
+  c->details = absl::StrCat(
+      "Needs an admin key valid for every project (--api_key or "
+      "VERITY_API_KEY). The role sets what the key may do: a reader queries "
+      "(projects, posteriors, annotator profiles, model status and versions, "
+      "suggest annotators); a writer also submits labels, adds items and "
+      "annotators, trains models and suggests items (which leases them); an "
+      "admin also creates projects, changes their settings and, when valid "
+      "for every project, manages keys. --projects limits the key to those "
+      "projects; without it the key is valid for every project, present and "
+      "future. Prints secret_key, the key to hand to its user (the server "
+      "keeps only a salted hash and never shows it again), then ",
+      key_lines,
+      ". With --output=json: {\"secret_key\", \"key_id\", \"name\", "
+      "\"role\", \"projects\": [...] ([] = every project), \"created_at\", "
+      "\"revoked_at\", \"created_by\" (key_id of the admin key that made "
+      "it)}.");
+  c->flags = {
+      {"role", "reader|writer|admin", "What the key may do (see above).", "",
+       /*required=*/true},
+      {"projects", "A,B,...",
+       "Projects the key may touch; default every project."},
+      {"name", "TEXT",
+       "Who or what uses the key, for `key list` (at most 256 bytes)."},
+  };
+
+  c = add("key list", "List the API keys (never their secrets).");
+  c->details =
+      "A table of the valid keys, oldest first as the server lists them: "
+      "key_id, name, role, projects (* = every project), created_at and "
+      "revoked_at; --all adds the revoked keys. Needs an admin key valid for "
+      "every project. With --output=json, an array of key objects as `key "
+      "create --output=json` prints them, without secret_key.";
+  c->flags = {{"all", "", "Also list revoked keys."}};
+
+  c = add("key revoke", "Revoke an API key.");
+  c->args_usage = "KEY_ID";
+  c->min_args = c->max_args = 1;
+  c->details = absl::StrCat(
+      "KEY_ID is the key's public id (16 hex digits, printed by `key create` "
+      "and `key list`), not the key itself. The key stops working on this "
+      "server at once, and on other servers of the same database within "
+      "their --key_refresh_seconds. Revoking a revoked key changes nothing; "
+      "NOT_FOUND for an unknown KEY_ID. Needs an admin key valid for every "
+      "project. Prints ",
+      key_lines,
+      ". With --output=json, the key object as `key list --output=json` "
+      "prints it.");
   return commands;
 }
 
@@ -350,6 +406,11 @@ const std::vector<FlagSpec>& CliGlobalFlags() {
        "text: tables and key: value lines for people. json: one JSON "
        "document on stdout for scripts (see each command's help).",
        "text"},
+      {"api_key", "KEY",
+       "API key sent with every call (`authorization: Bearer KEY`), for a "
+       "server with authentication on; default $VERITY_API_KEY, and "
+       "--api_key= sends none. Prefer the variable: a flag shows in ps and "
+       "shell history."},
       {"help", "", "Print usage and exit; also `verity help <command>`."},
   };
   return *flags;
@@ -410,6 +471,20 @@ const char* CliEpilogue() {
          "  verity suggest items --project=birds --annotator=39 --k=5\n"
          "  verity export --project=birds --format=jsonl --out=birds.jsonl\n"
          "  verity model versions --project=birds --output=json | jq '.[0]'\n"
+         "\n"
+         "API keys: a server with authentication on (by default, one not "
+         "listening on\n"
+         "loopback only) refuses calls without a valid key (UNAUTHENTICATED) "
+         "and calls\n"
+         "outside the key's role or projects (PERMISSION_DENIED). Give the key "
+         "in\n"
+         "VERITY_API_KEY (or --api_key). The first admin key is in the "
+         "server's\n"
+         "--admin_key_file (DATA_DIR/admin.key); it makes the others:\n"
+         "  export VERITY_API_KEY=$(cat var/admin.key)\n"
+         "  verity key create --role=writer --projects=birds --name=crowd-app\n"
+         "  verity key list --all\n"
+         "  verity key revoke 0123456789abcdef\n"
          "\n"
          "Exit status: 0 success; 1 the command failed (one line \"verity: "
          "CODE: message\"\non stderr); 2 a usage error.\n";

@@ -16,7 +16,7 @@ namespace verity::client {
 
 inline constexpr char kCliProgram[] = "verity";
 
-// --server, --timeout, --output, --help.
+// --server, the TLS files, --timeout, --output, --api_key, --help.
 const std::vector<FlagSpec>& CliGlobalFlags();
 
 // Every command, in the order `verity --help` lists them.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cli_commands.h"
 #include "client/command_line.h"
@@ -18,6 +19,7 @@
 namespace verity::client {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -94,7 +96,9 @@ TEST_F(CliTest, HelpPrintsCompleteUsage) {
   for (const char* command :
        {"project create NAME", "project list", "project show NAME", "item add",
         "submit", "posteriors", "annotator [ID ...]", "status", "versions",
-        "accuracy", "--server=HOST:PORT", "--timeout=DURATION"}) {
+        "accuracy", "key create", "key list", "key revoke KEY_ID",
+        "--server=HOST:PORT", "--timeout=DURATION", "--api_key=KEY",
+        "VERITY_API_KEY"}) {
     EXPECT_THAT(help.out, HasSubstr(command));
   }
   help = RunWithoutServer({"submit", "--help"});
@@ -393,7 +397,8 @@ TEST_F(CliTest, EveryCommandHasCompleteHelp) {
       EXPECT_THAT(help.out, HasSubstr(absl::StrCat("--", flag.name)));
     }
   }
-  for (const char* group : {"model", "suggest", "annotator", "project"}) {
+  for (const char* group :
+       {"model", "suggest", "annotator", "project", "key"}) {
     EXPECT_EQ(RunWithoutServer({"help", group}).code, kExitOk) << group;
   }
   const CliResult result = RunWithoutServer({"model"});
@@ -786,6 +791,140 @@ TEST_F(CliTest, ModelTrainShowsElapsedTimeOnATerminal) {
   EXPECT_THAT(result.err, StartsWith("\rtraining birds: 0s\x1b[K"));
   EXPECT_THAT(result.err, EndsWith("\r\x1b[K"));
   EXPECT_THAT(result.out, StartsWith("version: 1\n"));
+}
+
+TEST_F(CliTest, KeyCreateListAndRevoke) {
+  const std::string secret =
+      absl::StrCat("vk_0000000000000001_", std::string(64, 'e'));
+  CliResult result = Run({"key", "create", "--role=reader",
+                          "--projects=birds,dogs", "--name=dashboard"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out, absl::StrCat("secret_key: ", secret,
+                                     "\n"
+                                     "key_id: 0000000000000001\n"
+                                     "name: dashboard\n"
+                                     "role: reader\n"
+                                     "projects: birds,dogs\n"
+                                     "created_at: 2023-11-14T22:16:40.000Z\n"
+                                     "revoked_at: -\n"));
+  EXPECT_EQ(result.err,
+            "verity: note: store secret_key now; the server never shows it "
+            "again\n");
+  result = Run({"key", "create", "--role", "admin"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("\nprojects: *\n"));
+
+  result = Run({"key", "list"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            "KEY_ID            NAME       ROLE    PROJECTS    CREATED_AT       "
+            "         REVOKED_AT\n"
+            "0000000000000001  dashboard  reader  birds,dogs  "
+            "2023-11-14T22:16:40.000Z  -\n"
+            "0000000000000002  -          admin   *           "
+            "2023-11-14T22:16:40.000Z  -\n");
+
+  result = Run({"key", "revoke", "0000000000000001"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, StartsWith("key_id: 0000000000000001\n"));
+  EXPECT_THAT(result.out, EndsWith("\nrevoked_at: 2023-11-14T22:18:20.000Z\n"));
+  result = Run({"key", "list"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, Not(HasSubstr("0000000000000001")));
+  result = Run({"key", "list", "--all"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("  2023-11-14T22:18:20.000Z\n"));
+
+  result = Run({"key", "revoke", "00000000000000ff"});
+  EXPECT_EQ(result.code, kExitFailure);
+  EXPECT_EQ(result.err,
+            "verity: NOT_FOUND: API key \"00000000000000ff\" does not exist\n");
+}
+
+TEST_F(CliTest, KeyCommandsPrintJson) {
+  CliResult result = Run({"key", "list", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out, "[]\n");
+  result = Run(
+      {"key", "create", "--role=writer", "--projects=birds", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  const std::string key_json =
+      "\"key_id\":\"0000000000000001\",\"name\":\"\",\"role\":\"writer\","
+      "\"projects\":[\"birds\"],\"created_at\":\"2023-11-14T22:16:40.000Z\",";
+  EXPECT_EQ(result.out,
+            absl::StrCat("{\"secret_key\":\"vk_0000000000000001_",
+                         std::string(64, 'e'), "\",", key_json,
+                         "\"revoked_at\":null,\"created_by\":\"\"}\n"));
+  EXPECT_EQ(result.err, "");
+  result = Run({"key", "list", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            absl::StrCat("[\n{", key_json,
+                         "\"revoked_at\":null,\"created_by\":\"\"}\n]\n"));
+  result = Run({"key", "revoke", "0000000000000001", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            absl::StrCat("{", key_json,
+                         "\"revoked_at\":\"2023-11-14T22:18:20.000Z\","
+                         "\"created_by\":\"\"}\n"));
+}
+
+TEST_F(CliTest, KeyUsageErrorsExitWithTwo) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {{"key", "create"}, "verity: \"key create\" needs --role"},
+      {{"key", "create", "--role=owner"},
+       "verity: --role=owner: expected one of reader, writer, admin\n"},
+      {{"key", "create", "--role=reader", "--projects="},
+       "verity: --projects: expected project names separated by commas"},
+      {{"key", "create", "--role=reader", "--projects=a,,b"},
+       "verity: --projects: expected project names separated by commas"},
+      {{"key", "create", "--role=reader",
+        absl::StrCat("--name=", std::string(257, 'n'))},
+       "verity: --name: at most 256 bytes\n"},
+      {{"key", "revoke"}, "verity: "},
+      {{"key", "revoke", "a", "b"}, "verity: "},
+      {{"key", "revoke",
+        absl::StrCat("vk_0000000000000001_", std::string(64, 'e'))},
+       "verity: KEY_ID is the key's id (16 hex digits, see `key list`), not "
+       "the key itself\n"},
+      {{"key", "list", "--all=maybe"}, "verity: "},
+      {{"key"}, "verity: \"key\" needs a subcommand: create, list, revoke\n"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrJoin(c.args, " "));
+    const CliResult result = Run(c.args);
+    EXPECT_EQ(result.code, kExitUsage);
+    EXPECT_THAT(result.err, StartsWith(c.error));
+    EXPECT_EQ(result.out, "");
+  }
+  // Nothing reached the server.
+  EXPECT_THAT(server_->key_call_authorizations(), IsEmpty());
+}
+
+TEST_F(CliTest, ApiKeyComesFromTheFlagElseTheEnvironment) {
+  CliEnvironment environment;
+  ASSERT_EQ(Run({"key", "list"}, environment).code, kExitOk);
+  environment.api_key = "vk_from_environment";
+  ASSERT_EQ(Run({"key", "list"}, environment).code, kExitOk);
+  ASSERT_EQ(Run({"key", "list", "--api_key=vk_from_flag"}, environment).code,
+            kExitOk);
+  ASSERT_EQ(
+      Run({"--api_key", "vk_before_command", "key", "list"}, environment).code,
+      kExitOk);
+  // An explicitly empty flag sends no key at all.
+  ASSERT_EQ(Run({"key", "list", "--api_key="}, environment).code, kExitOk);
+  // A key read with its newline ($(cat admin.key) keeps none, a file read
+  // elsewhere may).
+  environment.api_key = "vk_with_newline\n";
+  ASSERT_EQ(Run({"key", "list"}, environment).code, kExitOk);
+  EXPECT_THAT(
+      server_->key_call_authorizations(),
+      ElementsAre("", "Bearer vk_from_environment", "Bearer vk_from_flag",
+                  "Bearer vk_before_command", "", "Bearer vk_with_newline"));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +42,17 @@ constexpr PolicyEntry kPolicies[] = {
     {v1::ASSIGNMENT_POLICY_RANDOM, "random"},
 };
 
+struct RoleEntry {
+  v1::Role role;
+  const char* name;
+};
+
+constexpr RoleEntry kRoles[] = {
+    {v1::ROLE_READER, "reader"},
+    {v1::ROLE_WRITER, "writer"},
+    {v1::ROLE_ADMIN, "admin"},
+};
+
 JsonValue TimestampJson(const google::protobuf::Timestamp& timestamp) {
   std::optional<std::string> text = FormatTimestamp(timestamp);
   return text.has_value() ? JsonValue(*text) : JsonValue();
@@ -68,6 +80,19 @@ JsonValue AssignmentSettingsJson(const v1::AssignmentSettings& assignment) {
       .Set("gold_items_for_new_annotators",
            assignment.gold_items_for_new_annotators());
   return json;
+}
+
+// The members of ApiKeyJson, appended to the object `json`.
+void SetApiKeyMembers(const v1::ApiKey& key, JsonValue& json) {
+  JsonValue projects = JsonValue::Array();
+  for (const std::string& project : key.projects()) projects.Append(project);
+  json.Set("key_id", key.key_id())
+      .Set("name", key.name())
+      .Set("role", RoleName(key.role()))
+      .Set("projects", std::move(projects))
+      .Set("created_at", TimestampJson(key.created_at()))
+      .Set("revoked_at", TimestampJson(key.revoked_at()))
+      .Set("created_by", key.created_by());
 }
 
 }  // namespace
@@ -113,6 +138,27 @@ std::vector<std::string> PolicyNames() {
   std::vector<std::string> names;
   for (const PolicyEntry& entry : kPolicies) names.push_back(entry.name);
   names.push_back("default");
+  return names;
+}
+
+std::string RoleName(v1::Role role) {
+  if (role == v1::ROLE_UNSPECIFIED) return "unspecified";
+  for (const RoleEntry& entry : kRoles) {
+    if (entry.role == role) return entry.name;
+  }
+  return absl::StrCat("unknown(", static_cast<int>(role), ")");
+}
+
+std::optional<v1::Role> RoleFromName(absl::string_view name) {
+  for (const RoleEntry& entry : kRoles) {
+    if (entry.name == name) return entry.role;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> RoleNames() {
+  std::vector<std::string> names;
+  for (const RoleEntry& entry : kRoles) names.push_back(entry.name);
   return names;
 }
 
@@ -235,6 +281,19 @@ JsonValue AnnotatorSuggestionJson(const v1::AnnotatorSuggestion& suggestion) {
   json.Set("annotator", suggestion.annotator())
       .Set("score", suggestion.score())
       .Set("p_correct", suggestion.p_correct());
+  return json;
+}
+
+JsonValue ApiKeyJson(const v1::ApiKey& key) {
+  JsonValue json = JsonValue::Object();
+  SetApiKeyMembers(key, json);
+  return json;
+}
+
+JsonValue CreatedKeyJson(const v1::CreateKeyResponse& created) {
+  JsonValue json = JsonValue::Object();
+  json.Set("secret_key", created.secret_key());
+  SetApiKeyMembers(created.key(), json);
   return json;
 }
 

@@ -25,6 +25,7 @@
 #include "google/protobuf/timestamp.pb.h"
 #include "verity/v1/assignment.pb.h"
 #include "verity/v1/common.pb.h"
+#include "verity/v1/keys.pb.h"
 #include "verity/v1/models.pb.h"
 #include "verity/v1/projects.pb.h"
 #include "verity/v1/truth.pb.h"
@@ -45,6 +46,13 @@ std::string PolicyName(v1::AssignmentPolicy policy);
 // Also accepts "default" (ASSIGNMENT_POLICY_UNSPECIFIED).
 std::optional<v1::AssignmentPolicy> PolicyFromName(absl::string_view name);
 std::vector<std::string> PolicyNames();
+
+// "reader", "writer", "admin"; "unspecified" for ROLE_UNSPECIFIED;
+// "unknown(N)" otherwise.
+std::string RoleName(v1::Role role);
+// The role of a CLI name (one of RoleNames()); nullopt otherwise.
+std::optional<v1::Role> RoleFromName(absl::string_view name);
+std::vector<std::string> RoleNames();
 
 // "2023-11-14T22:13:20.000Z"; nullopt for an unset (zero) timestamp.
 std::optional<std::string> FormatTimestamp(
@@ -83,6 +91,15 @@ JsonValue AnnotatorProfileJson(const v1::AnnotatorProfile& profile,
 JsonValue ItemSuggestionJson(const v1::ItemSuggestion& suggestion);
 // {"annotator","score","p_correct"}.
 JsonValue AnnotatorSuggestionJson(const v1::AnnotatorSuggestion& suggestion);
+
+// {"key_id","name","role","projects","created_at","revoked_at","created_by"};
+// projects is [] for a key valid for every project, revoked_at null while the
+// key is valid, created_by "" for the bootstrap admin key.
+JsonValue ApiKeyJson(const v1::ApiKey& key);
+
+// {"secret_key", then the fields of ApiKeyJson}: the key's text, which the
+// server shows only in this response, beside its description.
+JsonValue CreatedKeyJson(const v1::CreateKeyResponse& created);
 
 // The CSV columns of `export --format=csv`: item, label, label_index,
 // confidence, p_<class> per class, num_labels, model_version,

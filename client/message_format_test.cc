@@ -43,6 +43,18 @@ TEST(PolicyNameTest, NamesEveryPolicyAndAcceptsDefault) {
   EXPECT_FALSE(PolicyFromName("greedy").has_value());
 }
 
+TEST(RoleNameTest, NamesEveryRoleAndRoundTrips) {
+  EXPECT_THAT(RoleNames(), ElementsAre("reader", "writer", "admin"));
+  for (const std::string& name : RoleNames()) {
+    ASSERT_TRUE(RoleFromName(name).has_value()) << name;
+    EXPECT_EQ(RoleName(*RoleFromName(name)), name);
+  }
+  EXPECT_EQ(RoleName(v1::ROLE_UNSPECIFIED), "unspecified");
+  EXPECT_EQ(RoleName(static_cast<v1::Role>(9)), "unknown(9)");
+  EXPECT_FALSE(RoleFromName("owner").has_value());
+  EXPECT_FALSE(RoleFromName("unspecified").has_value());
+}
+
 TEST(FormatTimestampTest, UtcWithMillisecondsOrNothingWhenUnset) {
   EXPECT_EQ(FormatTimestamp(Parse<google::protobuf::Timestamp>(
                 "seconds: 1700000000 nanos: 250000000")),
@@ -134,6 +146,34 @@ TEST(SuggestionJsonTest, ItemsCarryTheLeaseExpiry) {
                     "annotator: \"w2\" score: 0.25 p_correct: 0.5"))
                 .Serialize(),
             "{\"annotator\":\"w2\",\"score\":0.25,\"p_correct\":0.5}");
+}
+
+TEST(ApiKeyJsonTest, ListsProjectsAndIsNullUntilRevoked) {
+  const auto key = Parse<v1::ApiKey>(R"pb(
+    key_id: "00112233445566aa"
+    name: "labelling team"
+    role: ROLE_WRITER
+    projects: [ "birds", "dogs" ]
+    created_at { seconds: 1700000000 }
+    created_by: "ffeeddccbbaa9988"
+  )pb");
+  EXPECT_EQ(ApiKeyJson(key).Serialize(),
+            "{\"key_id\":\"00112233445566aa\",\"name\":\"labelling team\","
+            "\"role\":\"writer\",\"projects\":[\"birds\",\"dogs\"],"
+            "\"created_at\":\"2023-11-14T22:13:20.000Z\",\"revoked_at\":null,"
+            "\"created_by\":\"ffeeddccbbaa9988\"}");
+  v1::CreateKeyResponse created;
+  created.set_secret_key("vk_00112233445566aa_0123");
+  *created.mutable_key() = key;
+  created.mutable_key()->clear_projects();
+  created.mutable_key()->mutable_revoked_at()->set_seconds(1700000700);
+  EXPECT_EQ(CreatedKeyJson(created).Serialize(),
+            "{\"secret_key\":\"vk_00112233445566aa_0123\","
+            "\"key_id\":\"00112233445566aa\",\"name\":\"labelling team\","
+            "\"role\":\"writer\",\"projects\":[],"
+            "\"created_at\":\"2023-11-14T22:13:20.000Z\","
+            "\"revoked_at\":\"2023-11-14T22:25:00.000Z\","
+            "\"created_by\":\"ffeeddccbbaa9988\"}");
 }
 
 TEST(PosteriorExportTest, WritesEveryFieldAtFullPrecision) {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -13,5 +14,8 @@ int main(int argc, char** argv) {
   verity::client::CliEnvironment environment;
   environment.show_progress = isatty(STDERR_FILENO) == 1;
   environment.stdout_is_terminal = isatty(STDOUT_FILENO) == 1;
+  if (const char* api_key = std::getenv(verity::client::kApiKeyVariable)) {
+    environment.api_key = api_key;
+  }
   return verity::client::RunCli(args, std::cout, std::cerr, environment);
 }

@@ -24,9 +24,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/keys.grpc.pb.h"
 #include "verity/v1/models.grpc.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
 #include "verity/v1/truth.grpc.pb.h"
@@ -139,6 +141,8 @@ struct FakeState {
   std::vector<uint64_t> batch_ids ABSL_GUARDED_BY(mutex);
   int max_outstanding ABSL_GUARDED_BY(mutex) = 0;
   int streams ABSL_GUARDED_BY(mutex) = 0;
+  std::vector<v1::ApiKey> keys ABSL_GUARDED_BY(mutex);  // In creation order.
+  std::vector<std::string> key_authorizations ABSL_GUARDED_BY(mutex);
 };
 
 namespace {
@@ -657,6 +661,79 @@ class FakeAssignmentService final : public v1::AssignmentService::Service {
   std::shared_ptr<FakeState> state_;
 };
 
+// In-memory keys; records each call's `authorization` metadata.
+class FakeKeyService final : public v1::KeyService::Service {
+ public:
+  static constexpr int64_t kCreatedAt = 1700000200;
+  static constexpr int64_t kRevokedAt = 1700000300;
+
+  explicit FakeKeyService(std::shared_ptr<FakeState> state)
+      : state_(std::move(state)) {}
+
+  grpc::Status CreateKey(grpc::ServerContext* context,
+                         const v1::CreateKeyRequest* request,
+                         v1::CreateKeyResponse* response) override {
+    absl::MutexLock lock(&state_->mutex);
+    Record(*context);
+    if (request->role() == v1::ROLE_UNSPECIFIED) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "role: required");
+    }
+    v1::ApiKey& key = state_->keys.emplace_back();
+    key.set_key_id(absl::StrFormat("%016x", state_->keys.size()));
+    key.set_name(request->name());
+    key.set_role(request->role());
+    *key.mutable_projects() = request->projects();
+    key.mutable_created_at()->set_seconds(kCreatedAt);
+    *response->mutable_key() = key;
+    response->set_secret_key(
+        absl::StrCat("vk_", key.key_id(), "_", std::string(64, 'e')));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListKeys(grpc::ServerContext* context,
+                        const v1::ListKeysRequest* request,
+                        v1::ListKeysResponse* response) override {
+    absl::MutexLock lock(&state_->mutex);
+    Record(*context);
+    for (const v1::ApiKey& key : state_->keys) {
+      if (key.has_revoked_at() && !request->include_revoked()) continue;
+      *response->add_keys() = key;
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RevokeKey(grpc::ServerContext* context,
+                         const v1::RevokeKeyRequest* request,
+                         v1::RevokeKeyResponse* response) override {
+    absl::MutexLock lock(&state_->mutex);
+    Record(*context);
+    for (v1::ApiKey& key : state_->keys) {
+      if (key.key_id() != request->key_id()) continue;
+      if (!key.has_revoked_at()) {
+        key.mutable_revoked_at()->set_seconds(kRevokedAt);
+      }
+      *response->mutable_key() = key;
+      return grpc::Status::OK;
+    }
+    return grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        absl::StrCat("API key \"", request->key_id(), "\" does not exist"));
+  }
+
+ private:
+  void Record(const grpc::ServerContext& context)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mutex) {
+    const auto& metadata = context.client_metadata();
+    auto it = metadata.find("authorization");
+    state_->key_authorizations.push_back(
+        it == metadata.end()
+            ? std::string()
+            : std::string(it->second.data(), it->second.size()));
+  }
+
+  std::shared_ptr<FakeState> state_;
+};
+
 }  // namespace
 
 FakeVerityServer::FakeVerityServer() : state_(std::make_shared<FakeState>()) {}
@@ -677,6 +754,7 @@ std::unique_ptr<FakeVerityServer> FakeVerityServer::Start() {
   fake->services_.push_back(std::make_unique<FakeModelService>(fake->state_));
   fake->services_.push_back(
       std::make_unique<FakeAssignmentService>(fake->state_));
+  fake->services_.push_back(std::make_unique<FakeKeyService>(fake->state_));
   grpc::ServerBuilder builder;
   builder.AddListeningPort("localhost:0", grpc::InsecureServerCredentials(),
                            &fake->port_);
@@ -728,6 +806,11 @@ int FakeVerityServer::max_outstanding_batches() const {
 int FakeVerityServer::streams_opened() const {
   absl::MutexLock lock(&state_->mutex);
   return state_->streams;
+}
+
+std::vector<std::string> FakeVerityServer::key_call_authorizations() const {
+  absl::MutexLock lock(&state_->mutex);
+  return state_->key_authorizations;
 }
 
 void FakeVerityServer::Fit(const std::string& project) {

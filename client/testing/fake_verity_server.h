@@ -1,7 +1,7 @@
 // FakeVerityServer: an in-process gRPC server on an ephemeral localhost port
 // serving in-memory stand-ins of the v1 ProjectService, IngestService,
-// TruthService, ModelService and AssignmentService, for tests of the client
-// library and the CLI without PostgreSQL or the real server.
+// TruthService, ModelService, AssignmentService and KeyService, for tests of
+// the client library and the CLI without PostgreSQL or the real server.
 //
 // Semantics are the API's, simplified: one live label per (item, annotator)
 // with accepted / duplicate / revised counts; rejections for empty ids and
@@ -17,6 +17,13 @@
 // until 1700000700 s; SuggestAnnotators ranks the annotators who have not
 // labelled the item by the fraction of their labels that agree with the MAP
 // classes (0.5 without labels), p_correct the same.
+//
+// KeyService keeps keys in memory and authorizes nothing: key N (1, 2, ...)
+// has key_id N as 16 hex digits, secret_key "vk_<key_id>_" followed by 64
+// hex digits, created_at 1700000200 s; RevokeKey sets revoked_at 1700000300 s
+// (NOT_FOUND for an unknown id); CreateKey refuses ROLE_UNSPECIFIED
+// (INVALID_ARGUMENT). The `authorization` metadata of every KeyService call is
+// recorded, to check what a client sends.
 //
 // Faults for IngestService can be scripted: failing acks, a broken stream,
 // and acks held back until a number of batches are outstanding (to observe a
@@ -73,6 +80,9 @@ class FakeVerityServer {
   // The most batches of one stream that were read but not yet acked.
   int max_outstanding_batches() const;
   int streams_opened() const;
+  // The `authorization` metadata of every KeyService call, in arrival order;
+  // "" for a call without it.
+  std::vector<std::string> key_call_authorizations() const;
 
   // Fits `project`: a new model version whose watermark is every label so
   // far, so labels_since_version becomes 0.
