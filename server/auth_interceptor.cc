@@ -155,6 +155,11 @@ absl::StatusOr<std::shared_ptr<const Principal>> CallAuthorizations::Admit(
   }
   if (!it->second.call.ok()) return it->second.call;
   if (!it->second.message.ok()) return it->second.message;
+  // A call whose client went away or whose deadline passed while it waited for a thread gets
+  // no work done (the client no longer waits for the answer).
+  if (context->IsCancelled()) {
+    return absl::CancelledError("the call was cancelled or its deadline passed before it ran");
+  }
   return it->second.principal;
 }
 

@@ -53,7 +53,8 @@ class CallAuthorizations {
   };
 
   // The caller's principal when the interceptor admitted the call (and its latest message);
-  // the refusal otherwise; INTERNAL when no decision was recorded for `context`.
+  // the refusal otherwise; INTERNAL when no decision was recorded for `context`; CANCELLED
+  // when the call was cancelled or is past its deadline (its handler then does no work).
   absl::StatusOr<std::shared_ptr<const Principal>> Admit(
       const grpc::ServerContextBase* context) const;
 
