@@ -28,6 +28,7 @@
 #include "tests/test_postgres.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/keys.grpc.pb.h"
 #include "verity/v1/models.grpc.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
 #include "verity/v1/truth.grpc.pb.h"
@@ -66,6 +67,7 @@ struct Stubs {
   std::unique_ptr<v1::TruthService::Stub> truth;
   std::unique_ptr<v1::ModelService::Stub> models;
   std::unique_ptr<v1::AssignmentService::Stub> assignment;
+  std::unique_ptr<v1::KeyService::Stub> keys;
 };
 
 // --- One helper per RPC: send the request, return the outcome. ---
@@ -111,6 +113,22 @@ Outcome AddAnnotators(const Stubs& s, const v1::AddAnnotatorsRequest& request) {
   context.set_deadline(Deadline());
   v1::AddAnnotatorsResponse response;
   return FromStatus(s.projects->AddAnnotators(&context, request, &response));
+}
+
+Outcome CreateKey(const Stubs& s, const v1::CreateKeyRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::CreateKeyResponse response;
+  return FromStatus(s.keys->CreateKey(&context, request, &response));
+}
+
+Outcome RevokeKey(const Stubs& s, const std::string& key_id) {
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::RevokeKeyRequest request;
+  request.set_key_id(key_id);
+  v1::RevokeKeyResponse response;
+  return FromStatus(s.keys->RevokeKey(&context, request, &response));
 }
 
 // Sends the batches on one stream; the outcome of the last batch's ack (see the file comment).
@@ -772,6 +790,30 @@ std::vector<BadInput> BadInputs() {
          return SuggestAnnotators(s, request);
        },
        kInvalid, "candidates[1]: contains byte 0x20"},
+      // KeyService (authentication is off here, so every call is an admin's).
+      {"CreateKeyWithoutRole",
+       [](const Stubs& s) { return CreateKey(s, v1::CreateKeyRequest()); }, kInvalid,
+       "role: required"},
+      {"CreateKeyForAnInvalidProjectName",
+       [](const Stubs& s) {
+         v1::CreateKeyRequest request;
+         request.set_role(v1::ROLE_READER);
+         request.add_projects("no spaces allowed");
+         return CreateKey(s, request);
+       },
+       kInvalid, "projects: "},
+      {"CreateKeyWithALongName",
+       [](const Stubs& s) {
+         v1::CreateKeyRequest request;
+         request.set_role(v1::ROLE_READER);
+         request.set_name(std::string(257, 'n'));
+         return CreateKey(s, request);
+       },
+       kInvalid, "name: longer than 256 bytes"},
+      {"RevokeKeyWithoutId", [](const Stubs& s) { return RevokeKey(s, ""); }, kInvalid,
+       "key_id: required"},
+      {"RevokeUnknownKey", [](const Stubs& s) { return RevokeKey(s, "0123456789abcdef"); },
+       C::NOT_FOUND, "no API key 0123456789abcdef"},
   };
 }
 
@@ -795,7 +837,7 @@ class ServerFixture : public ::testing::Test {
         absl::StrCat("localhost:", server_->port()), grpc::InsecureChannelCredentials());
     stubs_ = new Stubs{v1::ProjectService::NewStub(channel), v1::IngestService::NewStub(channel),
                        v1::TruthService::NewStub(channel), v1::ModelService::NewStub(channel),
-                       v1::AssignmentService::NewStub(channel)};
+                       v1::AssignmentService::NewStub(channel), v1::KeyService::NewStub(channel)};
 
     v1::Project project = NewProject(kProject);
     project.set_item_feature_dim(kItemDim);
