@@ -1,8 +1,8 @@
 """verity_client against a real verity_server on its own embedded PostgreSQL.
 
-One server for the module (starting PostgreSQL takes seconds). The bluebirds project is
+One server for ClientServerTest (starting PostgreSQL takes seconds). The bluebirds project is
 created and its 4,212 labels submitted from a pandas DataFrame once, in setUpClass; tests
-that write use projects of their own.
+that write use projects of their own. ApiKeyTest runs a second server, with authentication on.
 """
 
 import datetime
@@ -238,6 +238,65 @@ class ClientServerTest(unittest.TestCase):
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
         self.assertIn("accepted=%d" % BLUEBIRDS_LABELS, run.stdout)
         self.assertRegex(run.stdout, r"accuracy: verity 0\.[789]\d+, majority vote 0\.7593")
+
+
+class ApiKeyTest(unittest.TestCase):
+    """A server with --auth=on (allowed on loopback too): its bootstrap admin key, written to
+    DATA_DIR/admin.key on first start, creates a reader key for one project."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = server_process.ServerProcess(
+            server_process.runfile("server/verity_server"), ["--auth=on", "--metrics_port=0"])
+        cls.server.start()
+        cls.addClassCleanup(cls.server.stop)
+        with open(os.path.join(cls.server.data_dir, "var", "admin.key"), encoding="ascii") as f:
+            cls.admin_key = f.read().strip()
+
+    def connect(self, api_key):
+        client = verity_client.Client(self.server.address, timeout=30, api_key=api_key)
+        self.addCleanup(client.close)
+        return client
+
+    def test_reader_key_queries_cannot_submit_and_stops_working_once_revoked(self):
+        admin = self.connect(self.admin_key)
+        admin.create_project("P", ["cat", "dog"])
+        labels = pd.DataFrame({"item": ["i1", "i1", "i2"], "annotator": ["a", "b", "a"],
+                               "label": ["cat", "cat", "dog"]})
+        self.assertEqual(admin.submit("P", labels).accepted, 3)
+
+        created = admin.create_key("reader", projects=["P"], name="dashboard")
+        key = created.key
+        self.assertEqual((key.role, key.projects, key.name, key.revoked_at),
+                         ("reader", ("P",), "dashboard", None))
+        self.assertEqual(key.created_by, self.admin_key[3:19])
+        self.assertTrue(created.secret_key.startswith("vk_%s_" % key.key_id))
+        self.assertNotIn(created.secret_key, repr(created))
+
+        reader = self.connect(created.secret_key)
+        self.assertEqual(reader.posteriors("P")["item"].tolist(), ["i1", "i2"])
+        with self.assertRaises(verity_client.VerityError) as raised:
+            reader.submit("P", labels)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+        self.assertIn("API key %s has role reader" % key.key_id, raised.exception.message)
+        with self.assertRaises(verity_client.VerityError) as raised:
+            reader.list_keys()
+        self.assertEqual(raised.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.connect("").list_projects()
+        self.assertEqual(raised.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+
+        self.assertEqual([(k.name, k.role, k.projects) for k in admin.list_keys()],
+                         [("bootstrap admin", "admin", ()), ("dashboard", "reader", ("P",))])
+        revoked = admin.revoke_key(key.key_id)
+        self.assertEqual(revoked.key_id, key.key_id)
+        self.assertIsInstance(revoked.revoked_at, datetime.datetime)
+        with self.assertRaises(verity_client.VerityError) as raised:
+            reader.posteriors("P")
+        self.assertEqual(raised.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+        self.assertNotIn(key.key_id, [k.key_id for k in admin.list_keys()])
+        self.assertIn(key.key_id, [k.key_id for k in admin.list_keys(include_revoked=True)])
 
 
 if __name__ == "__main__":

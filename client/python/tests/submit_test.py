@@ -1,10 +1,12 @@
 """Tests of Client.submit's streaming against a scripted fake IngestService stub: batching,
-ack accounting, retries of UNAVAILABLE batches and streams, and errors that end the call.
+ack accounting, retries of UNAVAILABLE batches and streams, and errors that end the call; and
+of the API key the client sends with its streams and unary calls.
 
 The fake stub answers each request as it pulls it, on the calling thread, so every scenario
 is deterministic; back-off sleeps are recorded instead of slept.
 """
 
+import os
 import unittest
 from unittest import mock
 
@@ -14,6 +16,8 @@ import pandas as pd
 import junit
 import verity_client
 from verity.v1 import ingest_pb2
+from verity.v1 import keys_pb2
+from verity.v1 import projects_pb2
 
 UNAVAILABLE = 14
 INVALID_ARGUMENT = 3
@@ -61,12 +65,14 @@ class FakeIngestStub:
         self._scripts = list(scripts)
         self.streams = []   # Batch ids sent, per stream.
         self.timeouts = []
+        self.metadata = []
         self.calls = []
 
-    def SubmitAnnotations(self, requests, timeout=None):
+    def SubmitAnnotations(self, requests, timeout=None, metadata=None):
         sent = []
         self.streams.append(sent)
         self.timeouts.append(timeout)
+        self.metadata.append(metadata)
         call = FakeCall(requests, self._scripts[len(self.streams) - 1], sent)
         self.calls.append(call)
         return call
@@ -176,6 +182,71 @@ class SubmitStreamTest(unittest.TestCase):
     def test_refuses_bad_batch_size(self):
         with self.assertRaisesRegex(ValueError, "batch_size must be 1 to 10,000"):
             self.client.submit("p", frame(1), batch_size=10001)
+
+
+class FakeUnaryStub:
+    """Any unary method: records its metadata and answers an empty response of `response_type`."""
+
+    def __init__(self, response_type):
+        self._response_type = response_type
+        self.metadata = []
+
+    def __getattr__(self, name):
+        def method(request, timeout=None, metadata=None):
+            self.metadata.append(metadata)
+            return self._response_type()
+        return method
+
+
+class ApiKeyTest(unittest.TestCase):
+
+    def client(self, **kwargs):
+        client = verity_client.Client("localhost:1", timeout=10, **kwargs)
+        self.addCleanup(client.close)
+        return client
+
+    def test_key_goes_with_every_stream_of_submit(self):
+        client = self.client(api_key="vk_given")
+        unavailable = lambda batch: ingest_pb2.BatchAck(batch_id=batch.batch_id,
+                                                       error_code=UNAVAILABLE)
+        client._ingest = stub = FakeIngestStub(unavailable, ok)
+        with mock.patch("verity_client.client.time.sleep"):
+            self.assertEqual(client.submit("p", frame(2)).retries, 1)
+        self.assertEqual(stub.metadata, [(("authorization", "Bearer vk_given"),)] * 2)
+
+    def test_key_goes_with_unary_calls(self):
+        client = self.client(api_key="vk_given")
+        client._keys = stub = FakeUnaryStub(keys_pb2.ListKeysResponse)
+        self.assertEqual(client.list_keys(), [])
+        self.assertEqual(stub.metadata, [(("authorization", "Bearer vk_given"),)])
+
+    def test_default_is_the_environment_variable_and_empty_sends_none(self):
+        with mock.patch.dict(os.environ, {"VERITY_API_KEY": "vk_from_env\n"}):
+            from_env = self.client()
+            explicit = self.client(api_key="vk_given")
+            none = self.client(api_key="")
+        with mock.patch.dict(os.environ, clear=True):
+            unset = self.client()
+        sent = {}
+        for name, client in (("env", from_env), ("explicit", explicit), ("none", none),
+                             ("unset", unset)):
+            client._projects = stub = FakeUnaryStub(projects_pb2.ListProjectsResponse)
+            client.list_projects()
+            sent[name] = stub.metadata[0]
+        self.assertEqual(sent, {"env": (("authorization", "Bearer vk_from_env"),),
+                                "explicit": (("authorization", "Bearer vk_given"),),
+                                "none": (), "unset": ()})
+
+    def test_key_calls_check_their_arguments_before_sending(self):
+        client = self.client(api_key="vk_given")
+        client._keys = stub = FakeUnaryStub(keys_pb2.CreateKeyResponse)
+        with self.assertRaisesRegex(ValueError, "unknown role 'owner'"):
+            client.create_key("owner")
+        with self.assertRaisesRegex(ValueError, "projects: give project names"):
+            client.create_key("reader", projects=[])
+        with self.assertRaisesRegex(ValueError, "not the key itself"):
+            client.revoke_key("vk_0123456789abcdef_" + "e" * 64)
+        self.assertEqual(stub.metadata, [])
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Client: the Verity v1 API over one gRPC channel, with pandas in and out.
 
 Every method is one RPC (or one RPC per page or chunk, where noted) with a deadline of the
-client's `timeout` seconds per RPC; a non-OK status raises VerityError carrying the gRPC status
-code and the server's message. Inputs that cannot be sent at all (a missing column, a label
+client's `timeout` seconds per RPC and the client's API key, if any, as `authorization: Bearer
+<key>` metadata; a non-OK status raises VerityError carrying the gRPC status code and the
+server's message. Inputs that cannot be sent at all (a missing column, a label
 that is not a class name) raise ValueError before anything is sent.
 
 Thread safety: a Client may be shared by threads (gRPC channels and stubs are thread-safe);
@@ -12,6 +13,7 @@ submit() blocks its calling thread until every batch is acknowledged.
 import dataclasses
 import datetime
 import math
+import os
 import threading
 import time
 from typing import Optional, Tuple
@@ -26,6 +28,8 @@ from verity.v1 import assignment_pb2_grpc
 from verity.v1 import common_pb2
 from verity.v1 import ingest_pb2
 from verity.v1 import ingest_pb2_grpc
+from verity.v1 import keys_pb2
+from verity.v1 import keys_pb2_grpc
 from verity.v1 import models_pb2
 from verity.v1 import models_pb2_grpc
 from verity.v1 import projects_pb2
@@ -55,6 +59,19 @@ METHODS = {
     "conal": common_pb2.TRUTH_METHOD_CONAL,
     "cmm": common_pb2.TRUTH_METHOD_CMM,
 }
+# API key roles by the names the server and the CLI use (keys.proto: each role may do what the
+# one before it may, and more).
+ROLES = {
+    "reader": keys_pb2.ROLE_READER,
+    "writer": keys_pb2.ROLE_WRITER,
+    "admin": keys_pb2.ROLE_ADMIN,
+}
+_ROLE_NAMES = {value: name for name, value in ROLES.items()}
+
+# The environment variable the API key is read from when the constructor is given none (the
+# CLI's too).
+API_KEY_VARIABLE = "VERITY_API_KEY"
+
 _METHOD_NAMES = {value: name for name, value in METHODS.items()}
 _METHOD_NAMES[common_pb2.TRUTH_METHOD_UNSPECIFIED] = "default"
 
@@ -127,6 +144,37 @@ class ModelStatus:
 
 
 @dataclasses.dataclass(frozen=True)
+class ApiKey:
+    """An API key as the server describes it; never its secret."""
+    key_id: str                  # Public id, 16 hex digits; part of the key itself.
+    name: str                    # Free text given at creation.
+    role: str                    # "reader", "writer" or "admin".
+    projects: Tuple[str, ...]    # Projects it may touch; () = every project.
+    created_at: Optional[datetime.datetime]
+    revoked_at: Optional[datetime.datetime]  # None while the key is valid.
+    created_by: str              # key_id of the admin key that created it; "" = bootstrap.
+
+    @classmethod
+    def from_proto(cls, k):
+        return cls(key_id=k.key_id, name=k.name,
+                   role=_ROLE_NAMES.get(k.role, "unknown(%d)" % k.role),
+                   projects=tuple(k.projects), created_at=_time(k, "created_at"),
+                   revoked_at=_time(k, "revoked_at"), created_by=k.created_by)
+
+
+@dataclasses.dataclass(frozen=True)
+class CreatedKey:
+    """create_key()'s result. secret_key is the key to hand to its user: the server keeps only
+    a salted hash of it and never shows it again."""
+    secret_key: str   # "vk_<key_id>_<64 hex digits>".
+    key: ApiKey
+
+    def __repr__(self):
+        # Keeps the secret out of logs and tracebacks that print the object.
+        return "CreatedKey(secret_key='vk_%s_...', key=%r)" % (self.key.key_id, self.key)
+
+
+@dataclasses.dataclass(frozen=True)
 class Rejection:
     """An annotation the server refused (never written)."""
     row: int      # Position of the annotation in the submitted DataFrame (0-based).
@@ -157,14 +205,24 @@ class Client:
       timeout: deadline of every RPC in seconds (submit() adds time per annotation; see there).
       credentials: grpc.ChannelCredentials for a TLS channel; None = plaintext.
       channel_options: extra gRPC channel arguments, (key, value) pairs.
+      api_key: API key sent with every call, submit()'s streams included, as
+        `authorization: Bearer <key>`, for a server with authentication on. None (the default)
+        reads the environment variable VERITY_API_KEY; "" sends no key. A call without a
+        valid key raises VerityError(UNAUTHENTICATED), one outside the key's role or projects
+        VerityError(PERMISSION_DENIED).
     """
 
     def __init__(self, target="localhost:50051", timeout=30.0, *, credentials=None,
-                 channel_options=()):
+                 channel_options=(), api_key=None):
         if not timeout or timeout <= 0:
             raise ValueError("timeout must be a positive number of seconds, got %r" % timeout)
         self.target = target
         self.timeout = float(timeout)
+        if api_key is None:
+            api_key = os.environ.get(API_KEY_VARIABLE, "")
+        api_key = api_key.strip()
+        # Metadata of every call; the key is kept nowhere else.
+        self._metadata = (("authorization", "Bearer " + api_key),) if api_key else ()
         options = [("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES)]
         options += list(channel_options)
         if credentials is None:
@@ -176,6 +234,7 @@ class Client:
         self._truth = truth_pb2_grpc.TruthServiceStub(self._channel)
         self._models = models_pb2_grpc.ModelServiceStub(self._channel)
         self._assignment = assignment_pb2_grpc.AssignmentServiceStub(self._channel)
+        self._keys = keys_pb2_grpc.KeyServiceStub(self._channel)
         # Class names by project: fixed at project creation, so safe to keep.
         self._classes = {}
         self._classes_lock = threading.Lock()
@@ -205,7 +264,7 @@ class Client:
 
     def _call(self, method, request, what):
         try:
-            return method(request, timeout=self.timeout)
+            return method(request, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as error:
             raise VerityError.from_rpc_error(error, what + ": ") from None
 
@@ -337,7 +396,7 @@ class Client:
         streamer = _AnnotationStreamer(
             self._ingest.SubmitAnnotations, project, items, annotators, labels.tolist(),
             batch_size=batch_size, max_unacked_batches=max_unacked_batches,
-            max_retries=max_retries,
+            max_retries=max_retries, metadata=self._metadata,
             deadline=lambda unacked: self.timeout + unacked / float(min_throughput),
             max_rejections=max_rejections, progress=progress)
         return streamer.run()
@@ -471,6 +530,53 @@ class Client:
         })
 
 
+    # --- API keys -----------------------------------------------------------------------
+
+    def create_key(self, role, projects=None, *, name=""):
+        """Creates an API key and returns it as a CreatedKey (secret_key, key). Needs an admin
+        key valid for every project.
+
+        Args:
+          role: "reader" (queries), "writer" (also submits labels, adds items and annotators,
+            trains, suggests items) or "admin" (also creates projects and changes settings;
+            valid for every project, also manages keys).
+          projects: project names the key may touch; None = every project, present and future.
+          name: free text, who or what uses the key (at most 256 bytes).
+        """
+        if role not in ROLES:
+            raise ValueError("unknown role %r; one of %s" % (role, ", ".join(ROLES)))
+        if projects is not None:
+            projects = [str(p) for p in projects]
+            if not projects or "" in projects:
+                raise ValueError("projects: give project names, or None for every project")
+        response = self._call(
+            self._keys.CreateKey,
+            keys_pb2.CreateKeyRequest(name=name, role=ROLES[role], projects=projects or []),
+            "CreateKey")
+        return CreatedKey(secret_key=response.secret_key, key=ApiKey.from_proto(response.key))
+
+    def list_keys(self, include_revoked=False):
+        """The valid keys (also the revoked ones with include_revoked), oldest first, as a list
+        of ApiKey. Needs an admin key valid for every project."""
+        response = self._call(self._keys.ListKeys,
+                              keys_pb2.ListKeysRequest(include_revoked=include_revoked),
+                              "ListKeys")
+        return [ApiKey.from_proto(k) for k in response.keys]
+
+    def revoke_key(self, key_id):
+        """Revokes the key `key_id` (its public id, not the key itself) and returns it as an
+        ApiKey. It stops working on this server at once, on other servers of the database
+        within their key refresh interval. Revoking a revoked key changes nothing;
+        VerityError(NOT_FOUND) for an unknown id. Needs an admin key valid for every
+        project."""
+        if key_id.startswith("vk_"):
+            raise ValueError("key_id is the key's 16-hex-digit id (ApiKey.key_id), "
+                             "not the key itself")
+        response = self._call(self._keys.RevokeKey, keys_pb2.RevokeKeyRequest(key_id=key_id),
+                              "RevokeKey")
+        return ApiKey.from_proto(response.key)
+
+
 class _AnnotationStreamer:
     """One submit() across its streams. Batch b holds rows [b * batch_size, (b + 1) *
     batch_size) and is sent with batch_id b + 1; acks come in batch order."""
@@ -479,8 +585,10 @@ class _AnnotationStreamer:
     _MAX_BACKOFF_S = 5.0
 
     def __init__(self, rpc, project, items, annotators, labels, *, batch_size,
-                 max_unacked_batches, max_retries, deadline, max_rejections, progress):
+                 max_unacked_batches, max_retries, metadata, deadline, max_rejections,
+                 progress):
         self._rpc = rpc
+        self._metadata = metadata
         self._project = project
         self._items = items
         self._annotators = annotators
@@ -573,7 +681,8 @@ class _AnnotationStreamer:
                 yield self._batch(b)
 
         unacked_rows = len(self._items) - self._rows(first)[0]
-        call = self._rpc(requests(), timeout=self._deadline(unacked_rows))
+        call = self._rpc(requests(), timeout=self._deadline(unacked_rows),
+                         metadata=self._metadata)
         retry_error = None  # The first retryable batch error of this stream.
         stream_error = None
         b = first
