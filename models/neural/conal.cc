@@ -33,19 +33,36 @@ class ConalNet : public CrowdNet {
     return torch::nn::functional::normalize(annotators_->forward(annotators),
                                             torch::nn::functional::NormalizeFuncOptions().dim(1));
   }
-  torch::Tensor LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) override {
-    torch::Tensor omega =
-        torch::sigmoid((InstanceVectors(items) * AnnotatorVectors(annotators)).sum(1)).view({-1, 1, 1});
-    torch::Tensor mixed = omega * torch::softmax(common_, 1).unsqueeze(0) +
-                          (1 - omega) * torch::softmax(individual_.index_select(0, annotators), 2);
-    return torch::log(mixed.clamp_min(1e-12));
+  // ω(i, r) for each (item, annotator) pair of the batch: B.
+  torch::Tensor Omega(const torch::Tensor& items, const torch::Tensor& annotators) {
+    return torch::sigmoid((InstanceVectors(items) * AnnotatorVectors(annotators)).sum(1));
   }
+  // The paper's noisy-label distribution: softmax(ω f W_g + (1 − ω) f W_r), f the prior.
+  torch::Tensor LogNoisyLabel(const torch::Tensor& items, const torch::Tensor& annotators) override {
+    torch::Tensor f = torch::exp(LogPrior(items));                                            // B x K
+    torch::Tensor common = f.matmul(common_);                                                  // B x K
+    torch::Tensor own = torch::bmm(f.unsqueeze(1), individual_.index_select(0, annotators)).squeeze(1);
+    torch::Tensor omega = Omega(items, annotators).unsqueeze(1);
+    return torch::log_softmax(omega * common + (1 - omega) * own, 1);
+  }
+  // The same for a one-hot f: row k is softmax(ω W_g[k] + (1 − ω) W_r[k]).
+  torch::Tensor LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) override {
+    torch::Tensor omega = Omega(items, annotators).view({-1, 1, 1});
+    return torch::log_softmax(omega * common_.unsqueeze(0) + (1 - omega) * individual_.index_select(0, annotators), 2);
+  }
+  // −λ Σ_r ||W_g − W_r||₂, as in the authors' code: the distance is rewarded, so that the
+  // common confusion becomes what the individual ones are not (W_g and W_r start equal, and
+  // while they are, ω gets no gradient). The distance is taken between row-centred logits: a
+  // constant added to a row changes no probability, and rewarding it would only make the
+  // logits drift. The small constant keeps the gradient finite where W_r = W_g.
   torch::Tensor Regularizer() override {
     if (lambda_ == 0) return torch::zeros({}, common_.options());
-    return lambda_ * (individual_ - common_.unsqueeze(0)).pow(2).sum();
+    torch::Tensor difference = individual_ - common_.unsqueeze(0);
+    difference = difference - difference.mean(2, /*keepdim=*/true);
+    return -lambda_ * (difference.pow(2).sum({1, 2}) + 1e-12).sqrt().sum();
   }
-  torch::Tensor CommonProbabilities() { return torch::softmax(common_, 1); }
-  torch::Tensor IndividualProbabilities() { return torch::softmax(individual_, 2); }
+  const torch::Tensor& common() const { return common_; }
+  const torch::Tensor& individual() const { return individual_; }
 
  private:
   double lambda_;
@@ -73,25 +90,33 @@ void ConalModel::ExportTables(CrowdNet& net) {
                           : std::vector<double>(dim_, 0.0);
   annotator_vectors_ = TensorToVector(
       conal.AnnotatorVectors(torch::arange(static_cast<int64_t>(fitted_annotators()), torch::kLong)));
-  common_ = TensorToVector(conal.CommonProbabilities());
-  individual_ = TensorToVector(conal.IndividualProbabilities().narrow(0, 0, fitted_annotators()));
+  common_ = TensorToVector(conal.common());
+  individual_ = TensorToVector(conal.individual().narrow(0, 0, fitted_annotators()));
 }
 
 void ConalModel::LogConfusion(int32_t item, int32_t annotator, double* out) const {
   const int32_t k = num_classes();
   const size_t kk = static_cast<size_t>(k) * k;
-  if (annotator < 0 || annotator >= fitted_annotators()) {
-    for (size_t c = 0; c < kk; ++c) out[c] = std::log(std::max(common_[c], 1e-12));
-    return;
+  double omega = 1.0;  // an unknown annotator: the common confusion alone
+  const double* own = common_.data();
+  if (annotator >= 0 && annotator < fitted_annotators()) {
+    const double* v = item >= 0 && item < fitted_items() ? item_vectors_.data() + static_cast<size_t>(item) * dim_
+                                                         : mean_item_vector_.data();
+    const double* u = annotator_vectors_.data() + static_cast<size_t>(annotator) * dim_;
+    double dot = 0;
+    for (int32_t d = 0; d < dim_; ++d) dot += u[d] * v[d];
+    omega = 1.0 / (1.0 + std::exp(-dot));
+    own = individual_.data() + static_cast<size_t>(annotator) * kk;
   }
-  const double* v = item >= 0 && item < fitted_items() ? item_vectors_.data() + static_cast<size_t>(item) * dim_
-                                                       : mean_item_vector_.data();
-  const double* u = annotator_vectors_.data() + static_cast<size_t>(annotator) * dim_;
-  double dot = 0;
-  for (int32_t d = 0; d < dim_; ++d) dot += u[d] * v[d];
-  const double omega = 1.0 / (1.0 + std::exp(-dot));
-  const double* own = individual_.data() + static_cast<size_t>(annotator) * kk;
-  for (size_t c = 0; c < kk; ++c) out[c] = std::log(std::max(omega * common_[c] + (1 - omega) * own[c], 1e-12));
+  for (size_t c = 0; c < kk; ++c) out[c] = omega * common_[c] + (1 - omega) * own[c];
+  for (int32_t row = 0; row < k; ++row) {
+    double* logits = out + static_cast<size_t>(row) * k;
+    const double m = *std::max_element(logits, logits + k);
+    double sum = 0;
+    for (int32_t y = 0; y < k; ++y) sum += std::exp(logits[y] - m);
+    const double norm = m + std::log(sum);
+    for (int32_t y = 0; y < k; ++y) logits[y] -= norm;
+  }
 }
 
 }  // namespace verity::models::neural

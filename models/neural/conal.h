@@ -1,14 +1,17 @@
 // conal: Chu et al. (2021), "Learning from Crowds by Modeling Common Confusions". A classifier
 // f(x) (an MLP over a learned item embedding, softmax output), a common confusion W_g shared by
-// all annotators and an individual confusion W_r per annotator (both K x K, rows
-// softmax-parameterised, initialised near the identity). The label distribution of annotator r
-// on item i is
-//     p = ω W_gᵀ f + (1 − ω) W_rᵀ f,   ω = sigmoid(u_r · v_i),
+// all annotators and an individual confusion W_r per annotator (both K x K logits, row = true
+// class, initialised to the same near-identity matrix: 0.8 on the diagonal after a softmax).
+// As in the authors' code (github.com/zdchu/CoNAL), the two are mixed before the softmax:
+// annotator r's label distribution on item i is
+//     p = softmax(ω f W_g + (1 − ω) f W_r),   ω = sigmoid(u_r · v_i),
 // with u_r a learned annotator embedding and v_i an instance embedding computed from the item
-// (an MLP over its embedding), both L2-normalised. Loss: cross-entropy of p against each label
-// + λ Σ_r ||W_g − W_r||² (TruthModelOptions::Neural::conal_lambda, default 1e-5), on the logits.
-// Q(i, r) = ω W_g + (1 − ω) W_r; an annotator never seen gets W_g, an item never seen the mean
-// instance embedding.
+// (an MLP over its embedding), both L2-normalised (so ω stays within [0.27, 0.73]; the scale of
+// the logits, not ω, makes the mixture sharp). Loss: cross-entropy of p against each label
+// − λ Σ_r ||W_g − W_r||₂ (TruthModelOptions::Neural::conal_lambda, default 1e-5), the distance
+// taken between row-centred logits: the paper rewards W_g for differing from the W_r.
+// Q(i, r) row k = softmax(ω W_g[k] + (1 − ω) W_r[k]) (p for a one-hot f); an annotator never
+// seen gets softmax(W_g), an item never seen the mean instance embedding.
 #ifndef VERITY_MODELS_NEURAL_CONAL_H_
 #define VERITY_MODELS_NEURAL_CONAL_H_
 
@@ -37,8 +40,8 @@ class ConalModel : public NeuralModel<ConalModel> {
   std::vector<double> item_vectors_;       // fitted items x dim (normalised)
   std::vector<double> mean_item_vector_;   // dim
   std::vector<double> annotator_vectors_;  // fitted annotators x dim (normalised)
-  std::vector<double> common_;             // K x K probabilities
-  std::vector<double> individual_;         // fitted annotators x K x K probabilities
+  std::vector<double> common_;             // K x K logits
+  std::vector<double> individual_;         // fitted annotators x K x K logits
 };
 
 }  // namespace verity::models::neural

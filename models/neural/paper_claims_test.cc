@@ -3,10 +3,11 @@
 // method with the baseline the paper compares against; the measured numbers are in
 // docs/EVALUATION.md ("Synthetic checks of the papers' claims").
 //
-// Three claims hold here and are asserted: trace_reg, cmm, and lia when items carry features
-// (without features it does not). conal's does not hold, with or without features: those cases
-// are DISABLED_ measurements, run with --gtest_also_run_disabled_tests, that assert only that
-// the fits run; they are kept so that the comparison can be re-run when the models change.
+// Four claims hold here and are asserted: trace_reg, cmm, lia when items carry features
+// (without features it does not), and conal when the crowd shares a confusion on some items.
+// The cases where a claim does not hold, or that are not the paper's setting, are DISABLED_
+// measurements, run with --gtest_also_run_disabled_tests, that assert only that the fits run;
+// they are kept so that the comparison can be re-run when the models change.
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -64,7 +65,9 @@ double AccuracyOf(const std::string& method, const Crowd& crowd, TruthModelOptio
   options.neural.device = "cpu";
   auto model = CreateTruthModel(method, crowd.matrix.num_classes(), options);
   EXPECT_TRUE(model.ok()) << model.status();
-  if (feature_dim > 0) EXPECT_TRUE((*model)->SetItemFeatures(feature_dim, features).ok());
+  if (feature_dim > 0) {
+    EXPECT_TRUE((*model)->SetItemFeatures(feature_dim, features).ok());
+  }
   EXPECT_TRUE((*model)->Fit(crowd.matrix, {}, false).ok());
   return testing::Accuracy(AllPosteriors(**model, crowd.matrix, {}), crowd.matrix, crowd.truth);
 }
@@ -75,8 +78,72 @@ std::vector<double> Mix(const std::vector<double>& a, const std::vector<double>&
   return out;
 }
 
-// CoNAL: annotators share a common confusion (here: class 0 read as 1, 2 read as 3) on top of
-// their own, and each has few labels.
+// CoNAL's setting (Chu et al., section 3): the crowd shares a confusion on some items. A third
+// of the items, drawn at random, are confusing: on them every annotator labels through the same
+// common confusion (class 0 read as 1 and class 2 as 3 with probability 0.65, kept with 0.3);
+// on the others each annotator labels through their own symmetric confusion (accuracy uniform
+// in 0.6-0.95). ds has one confusion per annotator, in effect the average of the two, and
+// cannot say "everyone errs the same way on these items". The items carry no features, so
+// conal must find the confusing items from their labels alone (v_i is a free embedding): with
+// 20 labels per item it can; with 3 there is next to nothing to find (docs/EVALUATION.md).
+struct ConalAndDs {
+  double ds = 0, conal = 0;
+};
+
+ConalAndDs ConalAgainstDsOnItemsWithACommonConfusion(uint64_t seed, double conal_lambda) {
+  const int32_t k = 4, items = 1000, annotators = 50;
+  std::vector<double> common(k * k, 0.025);
+  for (int32_t c = 0; c < k; ++c) common[c * k + c] = 0.925;
+  for (int32_t c : {0, 2}) {
+    common[c * k + c] = 0.3;
+    common[c * k + c + 1] = 0.65;
+  }
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uniform(0, 1);
+  std::vector<std::vector<double>> own;
+  for (int32_t a = 0; a < annotators; ++a) own.push_back(testing::SymmetricConfusion(k, 0.6 + 0.35 * uniform(rng)));
+  std::vector<bool> confusing(items);
+  for (int32_t i = 0; i < items; ++i) confusing[i] = uniform(rng) < 1.0 / 3;
+  Crowd crowd = Generate(items, annotators, k, 20, seed + 1000,
+                         [&](int32_t i, int32_t a) { return confusing[i] ? common : own[a]; });
+  TruthModelOptions options;
+  options.neural.seed = seed;
+  options.neural.conal_lambda = conal_lambda;
+  return {AccuracyOf("ds", crowd), AccuracyOf("conal", crowd, options)};
+}
+
+// λ = 1e-3 rather than the paper's 1e-5: at 1e-5 the reward for W_g ≠ W_r is too weak to
+// break the symmetry of their identical initialisation within the default budget, and conal
+// then gains under a point over ds (ConalAgainstDsAcrossSeeds). Asserted on the mean of three
+// seeds (about 35 s on two CPU cores).
+TEST(PaperClaimsTest, ConalBeatsDsWhenTheCrowdSharesAConfusionOnSomeItems) {
+  double ds = 0, conal = 0;
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    const ConalAndDs result = ConalAgainstDsOnItemsWithACommonConfusion(seed, 1e-3);
+    std::printf("common confusion on a third of the items, seed %d: ds %.4f conal %.4f\n",
+                static_cast<int>(seed), result.ds, result.conal);
+    ds += result.ds / 3;
+    conal += result.conal / 3;
+  }
+  // Measured: ds 0.8493, conal 0.8733 (+1.5, +2.7 and +3.0 points on seeds 1, 2, 3).
+  EXPECT_GT(conal, ds + 0.015);
+}
+
+// The same comparison over seeds 1-5, with λ = 1e-3 and the default 1e-5 (a measurement:
+// about two minutes on two CPU cores; the numbers are in docs/EVALUATION.md).
+TEST(PaperClaimsTest, DISABLED_ConalAgainstDsAcrossSeeds) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    const ConalAndDs strong = ConalAgainstDsOnItemsWithACommonConfusion(seed, 1e-3);
+    const ConalAndDs paper = ConalAgainstDsOnItemsWithACommonConfusion(seed, 1e-5);
+    std::printf("seed %d: ds %.4f conal(1e-3) %.4f conal(1e-5) %.4f\n", static_cast<int>(seed), strong.ds,
+                strong.conal, paper.conal);
+    EXPECT_GT(strong.conal, 0.5);
+  }
+}
+
+// Not CoNAL's setting, kept as a measurement: each annotator's confusion is half a shared one
+// (class 0 read as 1, 2 as 3) and half their own on every item, so it does not depend on the
+// item: that is exactly ds's model (one confusion per annotator), which conal can only match.
 TEST(PaperClaimsTest, DISABLED_ConalWithACommonConfusionSharedByTheCrowd) {
   const int32_t k = 4;
   std::vector<double> common = testing::SymmetricConfusion(k, 0.9);
@@ -89,8 +156,8 @@ TEST(PaperClaimsTest, DISABLED_ConalWithACommonConfusionSharedByTheCrowd) {
   }
   Crowd crowd = Generate(1500, 200, k, 3, 5, [&](int32_t, int32_t a) { return Mix(common, own[a], 0.5); });
   const double ds = AccuracyOf("ds", crowd), conal = AccuracyOf("conal", crowd);
-  std::printf("common confusion: ds %.4f conal %.4f\n", ds, conal);
-  EXPECT_GT(conal, 0.5);  // a measurement: see the file comment
+  std::printf("item-independent common confusion: ds %.4f conal %.4f\n", ds, conal);
+  EXPECT_GT(conal, 0.5);  // a measurement: see the comment above
 }
 
 // Trace regularisation: one label per item; the trace term should recover the annotators'
@@ -180,8 +247,13 @@ TEST(PaperClaimsTest, LiaWithItemFeaturesWhenCompetenceDependsOnTheItem) {
   EXPECT_GT(lia, ds + 0.02);
 }
 
-// CoNAL with features marking the items on which annotators fall into the common confusion.
-// Measured: ds 0.793, conal 0.765 — the claim does not hold here either (a measurement).
+// CoNAL with features marking the items on which annotators fall into the common confusion, kept
+// as a measurement of an ill-posed case: the features say nothing about the class, and with
+// features the truth network sees only them (no per-item embedding). In training f(x) is then
+// the same for every item of a feature value (14 values here), so the labels cannot be
+// explained by items having different truths, and what an end-to-end model learns as
+// confusions is close to the labels' marginal distribution: too flat, and the posteriors that
+// use it lose to ds. crowdlayer, fitted the same way, loses too.
 TEST(PaperClaimsTest, DISABLED_ConalWithItemFeaturesMarkingConfusingItems) {
   const int32_t k = 4;
   std::vector<double> common = testing::SymmetricConfusion(k, 0.9);
@@ -199,8 +271,9 @@ TEST(PaperClaimsTest, DISABLED_ConalWithItemFeaturesMarkingConfusingItems) {
     features.push_back(static_cast<float>((i * 5) % 7));
   }
   const double conal = AccuracyOf("conal", crowd, {}, 2, features);
-  std::printf("common confusion with features: ds %.4f conal %.4f\n", AccuracyOf("ds", crowd), conal);
-  EXPECT_GT(conal, 0.5);  // a measurement: see the file comment
+  std::printf("common confusion with features: ds %.4f conal %.4f crowdlayer %.4f\n", AccuracyOf("ds", crowd),
+              conal, AccuracyOf("crowdlayer", crowd, {}, 2, features));
+  EXPECT_GT(conal, 0.5);  // a measurement: see the comment above
 }
 
 }  // namespace
