@@ -19,10 +19,13 @@
 //
 // --redundancy=R keeps a uniformly random subset of at most R labels of
 // every item (as in the redundancy experiments of Platanios et al.,
-// "Learning from Imperfect Annotations"); --repeats=N repeats that with N
-// draws (draw j uses seed --seed + j; every method sees the same draws) and
-// prints mean ± standard error over the draws. Without --redundancy every
-// draw is the full data, so only the fit time varies between repeats.
+// "Learning from Imperfect Annotations"). --repeats=N fits every method N
+// times and prints mean ± standard error over the repeats: repeat j uses
+// seed --seed + j both for its subsample (every method sees the same
+// subsamples) and for the neural models' initialisation and minibatch order
+// (TruthModelOptions::Neural::seed). Without --redundancy every repeat sees
+// all labels, so only the neural models' scores vary between repeats (the
+// EM methods are deterministic: their standard error is 0).
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -60,8 +63,12 @@ ABSL_FLAG(std::string, methods, "",
           "comma-separated truth models (default: all known methods)");
 ABSL_FLAG(int, redundancy, 0,
           "keep at most this many random labels per item (0: all labels)");
-ABSL_FLAG(int, repeats, 1, "number of random draws; mean ± standard error");
-ABSL_FLAG(int64_t, seed, 1, "seed of the first draw; draw j uses seed + j");
+ABSL_FLAG(int, repeats, 1,
+          "fits of every method (random draws with --redundancy; neural "
+          "seeds); mean ± standard error");
+ABSL_FLAG(int64_t, seed, 1,
+          "seed of the first repeat; repeat j uses seed + j for its draw and "
+          "the neural models' seed");
 ABSL_FLAG(int, threads, verity::models::TruthModelOptions().num_threads,
           "TruthModelOptions::num_threads of every fit");
 ABSL_FLAG(std::string, format, "text", "text or markdown");
@@ -248,8 +255,10 @@ absl::Status EvaluateDataset(const Dataset& dataset, const Settings& settings,
     for (int r = 0; r < settings.repeats; ++r) {
       const AnnotationMatrix& matrix =
           draws[std::min<size_t>(r, draws.size() - 1)];
+      TruthModelOptions options = settings.options;
+      options.neural.seed = settings.seed + r;
       absl::StatusOr<MethodEvaluation> e =
-          FitAndScore(method, settings.options, matrix, csv->gold);
+          FitAndScore(method, options, matrix, csv->gold);
       if (!e.ok()) {
         return absl::Status(
             e.status().code(),
@@ -360,7 +369,7 @@ int Main(const std::vector<std::string>& positional) {
   settings.f1_classes =
       absl::StrSplit(absl::GetFlag(FLAGS_f1_class), ',', absl::SkipEmpty());
   std::vector<std::string> header = {"dataset", "method", "labels", "scored",
-                                     "R",       "draws",  "accuracy",
+                                     "R",       "repeats", "accuracy",
                                      "macro-F1"};
   if (!settings.f1_classes.empty()) {
     header.push_back(
