@@ -91,6 +91,9 @@ ABSL_FLAG(int, max_iterations,
           "TruthModelOptions::max_iterations");
 ABSL_FLAG(double, tolerance, verity::models::TruthModelOptions().tolerance,
           "TruthModelOptions::tolerance");
+ABSL_FLAG(double, conal_lambda,
+          verity::models::TruthModelOptions().neural.conal_lambda,
+          "TruthModelOptions::Neural::conal_lambda");
 
 namespace verity::models {
 namespace {
@@ -329,6 +332,7 @@ int Main(const std::vector<std::string>& positional) {
   settings.options.max_iterations = absl::GetFlag(FLAGS_max_iterations);
   settings.options.tolerance = absl::GetFlag(FLAGS_tolerance);
   settings.options.num_threads = absl::GetFlag(FLAGS_threads);
+  settings.options.neural.conal_lambda = absl::GetFlag(FLAGS_conal_lambda);
   if (absl::Status s = ValidateTruthModelOptions(settings.options); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 2;
