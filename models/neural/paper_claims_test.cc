@@ -78,7 +78,7 @@ std::vector<double> Mix(const std::vector<double>& a, const std::vector<double>&
   return out;
 }
 
-// CoNAL's setting (Chu et al., section 3): the crowd shares a confusion on some items. A third
+// CoNAL's setting (Chu et al. 2021): the crowd shares a confusion on some items. A third
 // of the items, drawn at random, are confusing: on them every annotator labels through the same
 // common confusion (class 0 read as 1 and class 2 as 3 with probability 0.65, kept with 0.3);
 // on the others each annotator labels through their own symmetric confusion (accuracy uniform
