@@ -105,6 +105,12 @@ ABSL_FLAG(int, runs, 3,
           "model / fresh clone every time) and report the median");
 ABSL_FLAG(int, timeout_s, 300, "kill a configuration after this many seconds");
 ABSL_FLAG(std::string, format, "text", "text or markdown");
+ABSL_FLAG(int, neural_steps, 0,
+          "neural models: optimiser steps of a fit (TruthModelOptions::Neural::steps; lia: per "
+          "EM iteration times --neural_em_iterations); 0 = the model's default. labels / 1024 "
+          "steps is one epoch");
+ABSL_FLAG(int, neural_em_iterations, verity::models::TruthModelOptions().neural.em_iterations,
+          "neural models: lia's EM iterations (cmm runs 3x this many)");
 
 namespace verity::bench {
 namespace {
@@ -524,6 +530,8 @@ int Main() {
   models::TruthModelOptions options;
   options.max_iterations = absl::GetFlag(FLAGS_max_iterations);
   options.tolerance = absl::GetFlag(FLAGS_tolerance);
+  options.neural.steps = absl::GetFlag(FLAGS_neural_steps);
+  options.neural.em_iterations = absl::GetFlag(FLAGS_neural_em_iterations);
   if (absl::Status s = models::ValidateTruthModelOptions(options); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 2;
