@@ -198,7 +198,10 @@ void LiveProject::Publish(std::shared_ptr<const ProjectSnapshot> snapshot) {
 
 int32_t LiveProject::EnsureItem(int32_t index, absl::string_view id) {
   if (index >= static_cast<int32_t>(item_ids_.size())) {
-    item_ids_.resize(index + 1);
+    {
+      absl::MutexLock ids_lock(&ids_mu_);
+      item_ids_.resize(index + 1);
+    }
     gold_.resize(index + 1, -1);
     item_priority_.resize(index + 1, 0.0);
     item_newest_seq_.resize(index + 1, 0);
@@ -208,6 +211,7 @@ int32_t LiveProject::EnsureItem(int32_t index, absl::string_view id) {
     }
   }
   if (item_ids_[index].empty()) {
+    absl::MutexLock ids_lock(&ids_mu_);
     item_ids_[index] = std::string(id);
     item_index_.emplace(item_ids_[index], index);
   }
@@ -216,7 +220,10 @@ int32_t LiveProject::EnsureItem(int32_t index, absl::string_view id) {
 
 void LiveProject::EnsureAnnotator(int32_t index, absl::string_view id) {
   if (index >= static_cast<int32_t>(annotator_ids_.size())) {
-    annotator_ids_.resize(index + 1);
+    {
+      absl::MutexLock ids_lock(&ids_mu_);
+      annotator_ids_.resize(index + 1);
+    }
     annotator_label_counts_.resize(index + 1, 0);
     labels_.EnsureAnnotators(index + 1);
     if (identity_.annotator_feature_dim > 0) {
@@ -224,6 +231,7 @@ void LiveProject::EnsureAnnotator(int32_t index, absl::string_view id) {
     }
   }
   if (annotator_ids_[index].empty()) {
+    absl::MutexLock ids_lock(&ids_mu_);
     annotator_ids_[index] = std::string(id);
     annotator_index_.emplace(annotator_ids_[index], index);
   }
@@ -348,21 +356,31 @@ void LiveProject::RegisterAnnotators(
 }
 
 std::optional<int32_t> LiveProject::FindItem(absl::string_view item_id) const {
-  absl::ReaderMutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&ids_mu_);
   auto it = item_index_.find(item_id);
   if (it == item_index_.end()) return std::nullopt;
   return it->second;
 }
 
+std::vector<std::optional<int32_t>> LiveProject::FindItems(
+    absl::Span<const absl::string_view> item_ids) const {
+  std::vector<std::optional<int32_t>> indices(item_ids.size());
+  absl::ReaderMutexLock lock(&ids_mu_);
+  for (size_t i = 0; i < item_ids.size(); ++i) {
+    if (auto it = item_index_.find(item_ids[i]); it != item_index_.end()) indices[i] = it->second;
+  }
+  return indices;
+}
+
 std::optional<int32_t> LiveProject::FindAnnotator(absl::string_view annotator_id) const {
-  absl::ReaderMutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&ids_mu_);
   auto it = annotator_index_.find(annotator_id);
   if (it == annotator_index_.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<std::string> LiveProject::ItemIds(int32_t first, int32_t count) const {
-  absl::ReaderMutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&ids_mu_);
   std::vector<std::string> ids;
   const int32_t n = static_cast<int32_t>(item_ids_.size());
   for (int32_t i = std::max(first, 0); i < n && i < first + count; ++i) ids.push_back(item_ids_[i]);
@@ -370,7 +388,7 @@ std::vector<std::string> LiveProject::ItemIds(int32_t first, int32_t count) cons
 }
 
 std::vector<std::string> LiveProject::AnnotatorIds() const {
-  absl::ReaderMutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&ids_mu_);
   return annotator_ids_;
 }
 

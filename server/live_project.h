@@ -6,6 +6,10 @@
 // mu_. After every write the project publishes a new ProjectSnapshot with one pointer store;
 // a snapshot is never modified once published, so readers that hold one finish on it.
 //
+// Queries never wait for a writer's work: they read the snapshot, and resolve external ids
+// under ids_mu_, which writers hold only while they register a new id (not while they apply
+// a batch or republish every posterior after a refit, both under mu_).
+//
 // Invariant: the published posteriors equal models::AllPosteriors(snapshot model, current
 // labels, gold). Online updates recompute a touched item from all its live labels with the
 // current model; a refit recomputes every item. Because the current model is always the
@@ -141,12 +145,17 @@ class LiveProject {
   void SetAnnotatorFeatures(int32_t annotator, const std::vector<float>& features)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  std::optional<int32_t> FindItem(absl::string_view item_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Id lookups take ids_mu_ only (see the file comment).
+  std::optional<int32_t> FindItem(absl::string_view item_id) const ABSL_LOCKS_EXCLUDED(ids_mu_);
+  // FindItem of each id, under one acquisition of the lock.
+  std::vector<std::optional<int32_t>> FindItems(absl::Span<const absl::string_view> item_ids) const
+      ABSL_LOCKS_EXCLUDED(ids_mu_);
   std::optional<int32_t> FindAnnotator(absl::string_view annotator_id) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+      ABSL_LOCKS_EXCLUDED(ids_mu_);
   // External ids of items [first, first + count) (clipped to the known items).
-  std::vector<std::string> ItemIds(int32_t first, int32_t count) const ABSL_LOCKS_EXCLUDED(mu_);
-  std::vector<std::string> AnnotatorIds() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::string> ItemIds(int32_t first, int32_t count) const
+      ABSL_LOCKS_EXCLUDED(ids_mu_);
+  std::vector<std::string> AnnotatorIds() const ABSL_LOCKS_EXCLUDED(ids_mu_);
   int32_t AnnotatorLabelCount(int32_t annotator) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `annotator` has a live label on `item` (false for out-of-range indices).
   bool HasLabelled(int32_t item, int32_t annotator) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -222,12 +231,15 @@ class LiveProject {
   const Identity identity_;
 
   mutable absl::Mutex mu_;
+  // Guards the four id members below together with mu_: they are written with both held
+  // (mu_ first), so a writer may read them under mu_ and a query under ids_mu_ alone.
+  mutable absl::Mutex ids_mu_ ABSL_ACQUIRED_AFTER(mu_);
   v1::ProjectSettings settings_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> item_ids_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, int32_t> item_index_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> item_ids_;                       // mu_ + ids_mu_ (above)
+  absl::flat_hash_map<std::string, int32_t> item_index_;    // mu_ + ids_mu_
   std::vector<int32_t> gold_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> annotator_ids_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, int32_t> annotator_index_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> annotator_ids_;                  // mu_ + ids_mu_
+  absl::flat_hash_map<std::string, int32_t> annotator_index_;  // mu_ + ids_mu_
   std::vector<int32_t> annotator_label_counts_ ABSL_GUARDED_BY(mu_);
   // Live labels, one per (item, annotator): the CSR arrays of the last fit plus the rows
   // changed since. A refit consolidates them without re-sorting every label.

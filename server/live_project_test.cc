@@ -1,6 +1,7 @@
 #include "server/live_project.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,27 @@ TEST(LiveProjectTest, OnlineUpdatesEqualAFullEStepAndLeaveOldSnapshotsAlone) {
     EXPECT_EQ(before->posteriors.probabilities(7)[c], item7_before[c]);
   }
   EXPECT_EQ(before->posteriors.num_items(), 300);
+}
+
+TEST(LiveProjectTest, IdLookupsSeeIdsRegisteredByACommittedBatch) {
+  auto crowd = MakeCrowd(50, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  project->ApplyCommitted({{50, "i-new", 12, "w-new", 1, 10001, true}});
+
+  const std::vector<absl::string_view> ids = {"i7", "missing", "i-new", "i0", ""};
+  const std::vector<std::optional<int32_t>> indices = project->FindItems(ids);
+  ASSERT_EQ(indices.size(), 5u);
+  EXPECT_EQ(indices[0], std::optional<int32_t>(7));
+  EXPECT_EQ(indices[1], std::nullopt);
+  EXPECT_EQ(indices[2], std::optional<int32_t>(50));
+  EXPECT_EQ(indices[3], std::optional<int32_t>(0));
+  EXPECT_EQ(indices[4], std::nullopt);
+  EXPECT_TRUE(project->FindItems({}).empty());
+  EXPECT_EQ(project->FindItem("i-new"), std::optional<int32_t>(50));
+  EXPECT_EQ(project->FindAnnotator("w-new"), std::optional<int32_t>(12));
+  EXPECT_EQ(project->ItemIds(49, 5), (std::vector<std::string>{"i49", "i-new"}));
+  EXPECT_EQ(project->AnnotatorIds().back(), "w-new");
 }
 
 TEST(LiveProjectTest, GoldItemIsClampedAndRefitIsDueAfterEnoughNewLabels) {

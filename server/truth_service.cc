@@ -24,6 +24,7 @@ void FillPosterior(const ProjectSnapshot& snapshot, int32_t item, std::string it
     return;
   }
   absl::Span<const double> p = table.probabilities(item);
+  out->mutable_probabilities()->Reserve(static_cast<int>(p.size()));
   int32_t best = 0;
   for (int32_t c = 0; c < static_cast<int32_t>(p.size()); ++c) {
     out->add_probabilities(p[c]);
@@ -53,15 +54,17 @@ grpc::Status TruthServiceImpl::GetPosteriors(grpc::ServerContext* context,
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
   std::shared_ptr<const ProjectSnapshot> snapshot = (*project)->snapshot();
+  const std::vector<absl::string_view> ids(request->items().begin(), request->items().end());
+  const std::vector<std::optional<int32_t>> indices = (*project)->FindItems(ids);
+  response->mutable_posteriors()->Reserve(request->items_size());
   for (int i = 0; i < request->items_size(); ++i) {
     const std::string& id = request->items(i);
-    std::optional<int32_t> index = (*project)->FindItem(id);
-    if (!index.has_value()) {
+    if (!indices[i].has_value()) {
       return ToGrpcStatus(absl::NotFoundError(absl::StrCat(
           "items[", i, "]: item \"", id.substr(0, ApiLimits::kMaxIdBytes), "\" not found in project ",
           request->project())));
     }
-    FillPosterior(*snapshot, *index, id, response->add_posteriors());
+    FillPosterior(*snapshot, *indices[i], id, response->add_posteriors());
   }
   return grpc::Status::OK;
 }
