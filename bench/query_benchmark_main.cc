@@ -18,9 +18,16 @@
 // RPC back to back with a 5 s deadline; each call's wall time is recorded on the client. The
 // loads:
 //   idle    nothing else runs;
-//   ingest  one SubmitAnnotations stream sends batches of `--ingest_batch` labels (random
-//           items, random crowd annotators, random labels), one batch in flight;
+//   ingest  one SubmitAnnotations stream sends batches of `--ingest_batch` labels, one batch
+//           in flight: each a random existing (item, annotator) label of the crowd drawn
+//           afresh from the annotator's confusion row given the item's true class, so the
+//           project keeps its size and its label distribution from phase to phase (about
+//           half of them repeat the live label and are acknowledged as duplicates; the
+//           "of which changed" column counts the others);
 //   refit   the ingest stream, plus a forced refit every `--refit_every_s` seconds.
+// By default the callers run closed-loop (a caller that is stalled issues no calls, so a stall
+// shows in one call's latency only); with --rate they run open-loop at a fixed total rate and
+// latency counts from when each call was due, so every call due during a stall counts it.
 // One markdown row per phase: calls/s, p50/p99/p999/max in ms, the p99 target and the ratio
 // p99 / target; the process's CPU time per call (server, clients and the ingest stream's
 // client side; not PostgreSQL) and the time its threads spent runnable waiting for a CPU per
@@ -74,6 +81,10 @@ ABSL_FLAG(std::string, kinds, "get1,get100,suggest",
 ABSL_FLAG(std::string, callers, "1,4", "Comma-separated numbers of concurrent callers.");
 ABSL_FLAG(double, seconds, 10, "Measured seconds per phase.");
 ABSL_FLAG(double, warmup_s, 1, "Seconds per phase before measuring.");
+ABSL_FLAG(double, rate, 0,
+          "0: closed loop (each caller calls again as soon as a call returns). > 0: open loop "
+          "at this many calls/s in all (split over the callers); latency counts from the time "
+          "a call was due.");
 ABSL_FLAG(int, ingest_batch, 500, "Labels per batch of the ingest stream.");
 ABSL_FLAG(double, refit_every_s, 3, "Seconds between refits under the refit load.");
 
@@ -204,11 +215,11 @@ CallFactory SuggestCalls(int annotators) {
 // The background load of a phase: an ingest stream and, for "refit", periodic refits.
 class BackgroundLoad {
  public:
-  BackgroundLoad(verity::bench::BenchServer& bench, const std::string& load, int items,
-                 int annotators, int classes, uint64_t seed)
+  BackgroundLoad(verity::bench::BenchServer& bench, const std::string& load,
+                 const verity::bench::RandomCrowd& crowd, uint64_t seed)
       : bench_(bench) {
     if (load == "idle") return;
-    threads_.emplace_back([this, items, annotators, classes, seed] {
+    threads_.emplace_back([this, &crowd, seed] {
       auto stub = verity::v1::IngestService::NewStub(bench_.channel());
       std::mt19937_64 rng(seed);
       grpc::ClientContext context;
@@ -220,17 +231,35 @@ class BackgroundLoad {
         batch.set_project("bench");
         batch.set_batch_id(next_batch++);
         for (int k = 0; k < batch_size; ++k) {
+          // A fresh draw of a random existing label from its annotator's confusion row: the
+          // labels keep their number and their distribution.
+          const verity::models::Annotation& old = crowd.annotations[rng() % crowd.annotations.size()];
+          const std::vector<double>& confusion = crowd.confusions[old.annotator];
+          const int32_t k_classes = crowd.num_classes;
+          const double* row = confusion.data() + crowd.truth[old.item] * k_classes;
+          double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+          int32_t label = k_classes - 1;
+          for (int32_t c = 0; c < k_classes; ++c) {
+            if (u < row[c]) {
+              label = c;
+              break;
+            }
+            u -= row[c];
+          }
           auto* a = batch.add_annotations();
-          a->set_item(absl::StrCat("i", rng() % items));
-          a->set_annotator(absl::StrCat("w", rng() % annotators));
-          a->set_label(static_cast<int>(rng() % classes));
+          a->set_item(absl::StrCat("i", old.item));
+          a->set_annotator(absl::StrCat("w", old.annotator));
+          a->set_label(label);
         }
         verity::v1::BatchAck ack;
         if (!stream->Write(batch) || !stream->Read(&ack) || ack.error_code() != 0) {
           std::fprintf(stderr, "ingest stream failed: %s\n", ack.error_message().c_str());
           std::exit(1);
         }
-        if (counting_.load()) labels_ += batch_size;
+        if (counting_.load()) {
+          labels_ += batch_size;
+          revised_ += ack.revised() + ack.accepted();
+        }
       }
       stream->WritesDone();
       verity::v1::BatchAck ack;
@@ -264,12 +293,13 @@ class BackgroundLoad {
   }
   void StartCounting() { counting_ = true; }
   int64_t labels() const { return labels_.load(); }
+  int64_t revised() const { return revised_.load(); }
   int refits() const { return refits_.load(); }
 
  private:
   verity::bench::BenchServer& bench_;
   std::atomic<bool> stop_{false}, counting_{false};
-  std::atomic<int64_t> labels_{0};
+  std::atomic<int64_t> labels_{0}, revised_{0};
   std::atomic<int> refits_{0};
   std::vector<std::thread> threads_;
 };
@@ -280,7 +310,9 @@ double Quantile(const std::vector<double>& sorted, double q) {
 }
 
 void RunPhase(verity::bench::BenchServer& bench, const std::string& load, const std::string& kind,
-              int callers, int items, int annotators, int classes, uint64_t phase_seed) {
+              int callers, double rate, const verity::bench::RandomCrowd& crowd,
+              uint64_t phase_seed) {
+  const int items = crowd.num_items, annotators = crowd.num_annotators;
   CallFactory factory;
   double target_ms = 0;
   if (kind == "get1") {
@@ -296,7 +328,7 @@ void RunPhase(verity::bench::BenchServer& bench, const std::string& load, const 
     std::exit(2);
   }
   const double load_average = LoadAverage1();
-  BackgroundLoad background(bench, load, items, annotators, classes, phase_seed);
+  BackgroundLoad background(bench, load, crowd, phase_seed);
   const auto warmup = std::chrono::duration<double>(absl::GetFlag(FLAGS_warmup_s));
   const auto measured = std::chrono::duration<double>(absl::GetFlag(FLAGS_seconds));
   const auto start = Clock::now() + std::chrono::duration_cast<Clock::duration>(warmup);
@@ -308,11 +340,23 @@ void RunPhase(verity::bench::BenchServer& bench, const std::string& load, const 
       CallFn call = factory(OwnChannel(bench.server().port()));
       std::mt19937_64 rng(phase_seed * 1000 + c);
       Latencies& out = per_caller[c];
+      // Open loop: call i of this caller is due at first_due + i * interval (callers
+      // staggered), and its latency counts from then, so a stall delays every call due
+      // during it, as it would with independent clients.
+      const auto interval = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(rate > 0 ? callers / rate : 0.0));
+      auto due = Clock::now() + interval * c / std::max(callers, 1);
       for (;;) {
-        const auto t0 = Clock::now();
+        if (rate > 0) {
+          std::this_thread::sleep_until(due);
+        } else {
+          due = Clock::now();
+        }
+        const auto t0 = due;
         if (t0 >= end) break;
         grpc::Status s = call(rng);
         const auto t1 = Clock::now();
+        due += interval;
         if (t0 < start) continue;
         if (s.ok()) {
           out.ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
@@ -328,7 +372,7 @@ void RunPhase(verity::bench::BenchServer& bench, const std::string& load, const 
   std::this_thread::sleep_until(end);
   const double cpu = ProcessCpuSeconds() - cpu_start, wait = RunQueueWaitSeconds() - wait_start;
   for (auto& t : threads) t.join();
-  const int64_t ingested = background.labels();
+  const int64_t ingested = background.labels(), revised = background.revised();
   const int refits = background.refits();
   std::vector<double> all;
   int64_t errors = 0;
@@ -343,12 +387,12 @@ void RunPhase(verity::bench::BenchServer& bench, const std::string& load, const 
   const double p99 = Quantile(all, 0.99);
   const double per_call_ms = all.empty() ? 0.0 : 1000.0 / all.size();
   std::printf("| %s | %s | %d | %zu | %.0f | %.3f | %.3f | %.3f | %.3f | %s | %s | %.3f | %.3f | "
-              "%.0f | %d | %lld | %.2f |\n",
+              "%.0f | %.0f | %d | %lld | %.2f |\n",
               load.c_str(), kind.c_str(), callers, all.size(), all.size() / seconds,
               Quantile(all, 0.5), p99, Quantile(all, 0.999), all.empty() ? 0.0 : all.back(),
               target_ms > 0 ? absl::StrCat(target_ms, " ms").c_str() : "-",
               target_ms > 0 ? absl::StrFormat("%.2f", p99 / target_ms).c_str() : "-",
-              cpu * per_call_ms, wait * per_call_ms, ingested / seconds, refits,
+              cpu * per_call_ms, wait * per_call_ms, ingested / seconds, revised / seconds, refits,
               static_cast<long long>(errors), load_average);
   if (errors > 0) std::printf("first error: %s\n", first_error.c_str());
   std::fflush(stdout);
@@ -381,14 +425,14 @@ int main(int argc, char** argv) {
   }
   PrintRss("server started, empty project", 0);
 
+  verity::bench::RandomCrowdSpec spec;
+  spec.num_items = items;
+  spec.labels_per_item = absl::GetFlag(FLAGS_labels_per_item);
+  spec.num_annotators = annotators;
+  spec.num_classes = classes;
+  spec.seed = absl::GetFlag(FLAGS_seed);
   int64_t num_labels = 0;
   {
-    verity::bench::RandomCrowdSpec spec;
-    spec.num_items = items;
-    spec.labels_per_item = absl::GetFlag(FLAGS_labels_per_item);
-    spec.num_annotators = annotators;
-    spec.num_classes = classes;
-    spec.seed = absl::GetFlag(FLAGS_seed);
     auto crowd = verity::bench::GenerateRandomCrowd(spec);
     if (!crowd.ok()) {
       std::fprintf(stderr, "%s\n", crowd.status().ToString().c_str());
@@ -432,16 +476,20 @@ int main(int argc, char** argv) {
   std::vector<std::string> kinds = absl::StrSplit(absl::GetFlag(FLAGS_kinds), ',', absl::SkipEmpty());
   const std::vector<int> callers = ParseInts(absl::GetFlag(FLAGS_callers));
   if (kinds.empty()) return 0;
+  // The ingest stream draws from the same crowd (regenerated: the memory readings above are
+  // taken without this copy).
+  auto crowd = verity::bench::GenerateRandomCrowd(spec);
+  if (!crowd.ok()) return 1;
   std::printf("\n| load | kind | callers | calls | calls/s | p50 ms | p99 ms | p999 ms | max ms | "
               "target p99 | p99 / target | cpu ms/call | run-queue wait ms/call | ingest labels/s | "
-              "refits | errors | load avg |\n"
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "of which changed /s | refits | errors | load avg |\n"
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::fflush(stdout);
   uint64_t phase = 0;
   for (const std::string& load : loads) {
     for (const std::string& kind : kinds) {
       for (int c : callers) {
-        RunPhase(*bench, load, kind, c, items, annotators, classes, ++phase);
+        RunPhase(*bench, load, kind, c, absl::GetFlag(FLAGS_rate), *crowd, ++phase);
       }
     }
   }
