@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -9,11 +10,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "pqxx/result"
+#include "pqxx/stream_to"
 #include "storage/cursor_reader.h"
 #include "storage/entity_index.h"
 #include "storage/sql_values.h"
@@ -36,11 +37,6 @@ struct PairKey {
   friend bool operator<(const PairKey& a, const PairKey& b) {
     return std::tie(a.project_id, a.item_index, a.annotator_index) <
            std::tie(b.project_id, b.item_index, b.annotator_index);
-  }
-  template <typename H>
-  friend H AbslHashValue(H h, const PairKey& k) {
-    return H::combine(std::move(h), k.project_id, k.item_index,
-                      k.annotator_index);
   }
 };
 
@@ -134,10 +130,120 @@ absl::Status CheckProjectExists(pqxx::work& txn, int64_t project_id) {
   return absl::OkStatus();
 }
 
+// The client_time range CommitAnnotations accepts (PostgreSQL's timestamptz
+// holds more, but the COPY text form below is written for four-digit years).
+const absl::Time kMinClientTime = absl::FromUnixSeconds(-62135596800);  // 0001-01-01
+const absl::Time kMaxClientTime =
+    absl::FromUnixMicros(int64_t{253402300799} * 1000000 + 999999);  // 9999-12-31
+// timestamptz in COPY's text form, exact to the microsecond.
+constexpr char kCopyTimestampFormat[] = "%E4Y-%m-%d %H:%M:%E6S+00";
+
+// Draws `n` values of annotation_seq, ascending. One row comes back: with no
+// other transaction drawing at the same time (the server has one committer)
+// the values are consecutive and min and max describe them. Otherwise they
+// are drawn once more, one row each (the first draw leaves a gap, which seq
+// allows: it only promises order).
+absl::StatusOr<std::vector<int64_t>> DrawSeqs(pqxx::work& txn, int64_t n) {
+  const pqxx::row range = txn.exec_params1(
+      "SELECT min(v), max(v) FROM (SELECT nextval('annotation_seq') AS v "
+      "FROM generate_series(1, $1::integer)) AS s",
+      n);
+  std::vector<int64_t> seqs;
+  seqs.reserve(n);
+  const int64_t first = range[0].as<int64_t>(), last = range[1].as<int64_t>();
+  if (last - first + 1 == n) {
+    for (int64_t v = first; v <= last; ++v) seqs.push_back(v);
+    return seqs;
+  }
+  for (const pqxx::row& row : txn.exec_params(
+           "SELECT nextval('annotation_seq') FROM generate_series(1, $1::integer)",
+           n)) {
+    seqs.push_back(row[0].as<int64_t>());
+  }
+  std::sort(seqs.begin(), seqs.end());
+  return seqs;
+}
+
+// How the hints apply to one locked project.
+struct ProjectHints {
+  bool use = false;                  // Hints were given.
+  bool items_complete = false;       // Item ids the hints do not know are new.
+  bool annotators_complete = false;  // The same for annotators.
+};
+
+ProjectHints HintsFor(const WriteHints* hints, const LockedProject& p) {
+  ProjectHints h;
+  if (hints == nullptr) return h;
+  h.use = true;
+  int32_t items = -1, annotators = -1;
+  for (const KnownEntities& k : hints->projects) {
+    if (k.project_id != p.project_id) continue;
+    items = items < 0 ? k.num_items : std::min(items, k.num_items);
+    annotators = annotators < 0 ? k.num_annotators
+                                : std::min(annotators, k.num_annotators);
+  }
+  // The caller knows only committed entities: equal counts mean it knows
+  // every id of the project.
+  h.items_complete = items == p.next_item_index;
+  h.annotators_complete = annotators == p.next_annotator_index;
+  return h;
+}
+
+// The indices of the item (or annotator) ids of writes[positions[j]], in the
+// order of `positions`, creating the missing ones. Hinted indices are used as
+// they are; the other ids are created without a lookup when the hints know
+// every entity of the project, and looked up first otherwise.
+absl::StatusOr<std::vector<int32_t>> ResolveIndices(
+    pqxx::work& txn, const LockedProject& p, EntityKind kind,
+    absl::Span<const AnnotationWrite> writes,
+    absl::Span<const size_t> positions, const WriteHints* hints,
+    const ProjectHints& h) {
+  const bool items = kind == EntityKind::kItem;
+  const int32_t next = items ? p.next_item_index : p.next_annotator_index;
+  std::vector<int32_t> indices(positions.size(), -1);
+  std::vector<size_t> unknown;  // Offsets into `positions`.
+  std::vector<absl::string_view> unknown_ids;
+  for (size_t j = 0; j < positions.size(); ++j) {
+    const size_t i = positions[j];
+    if (h.use) {
+      const int32_t hinted = items ? hints->writes[i].item_index
+                                   : hints->writes[i].annotator_index;
+      // An index past the counter cannot be right: treat it as unknown.
+      if (hinted >= 0 && hinted < next) {
+        indices[j] = hinted;
+        continue;
+      }
+    }
+    unknown.push_back(j);
+    unknown_ids.push_back(items ? writes[i].item_id : writes[i].annotator_id);
+  }
+  if (unknown.empty()) return indices;
+  const bool complete = items ? h.items_complete : h.annotators_complete;
+  std::vector<int32_t> resolved;
+  if (complete) {
+    // Every unknown id is new: number them in order of first appearance.
+    absl::flat_hash_map<absl::string_view, int32_t> index_of;
+    std::vector<absl::string_view> fresh;
+    resolved.reserve(unknown_ids.size());
+    for (absl::string_view id : unknown_ids) {
+      auto [it, inserted] = index_of.emplace(
+          id, next + static_cast<int32_t>(fresh.size()));
+      if (inserted) fresh.push_back(id);
+      resolved.push_back(it->second);
+    }
+    VERITY_RETURN_IF_ERROR(AppendNewEntities(txn, p.project_id, kind, next, fresh));
+  } else {
+    VERITY_ASSIGN_OR_RETURN(
+        resolved, ResolveOrCreateIndices(txn, p.project_id, kind, unknown_ids));
+  }
+  for (size_t u = 0; u < unknown.size(); ++u) indices[unknown[u]] = resolved[u];
+  return indices;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitAnnotations(
-    absl::Span<const AnnotationWrite> writes) {
+    absl::Span<const AnnotationWrite> writes, const WriteHints* hints) {
   if (writes.empty()) return std::vector<WriteResult>();
   std::vector<int64_t> project_ids;
   for (size_t i = 0; i < writes.size(); ++i) {
@@ -150,12 +256,37 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitAnnotations(
       return absl::InvalidArgumentError(absl::StrCat(
           "annotation #", i, ": label ", w.label, " is negative"));
     }
+    if (w.client_time.has_value() &&
+        (*w.client_time < kMinClientTime || *w.client_time > kMaxClientTime)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "annotation #", i, ": client_time ",
+          absl::FormatTime(*w.client_time, absl::UTCTimeZone()),
+          " is outside [0001-01-01, 9999-12-31] UTC"));
+    }
     project_ids.push_back(w.project_id);
+  }
+  if (hints != nullptr && hints->writes.size() != writes.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hints for ", hints->writes.size(), " writes given with ",
+                     writes.size(), " writes"));
   }
   std::sort(project_ids.begin(), project_ids.end());
   project_ids.erase(std::unique(project_ids.begin(), project_ids.end()),
                     project_ids.end());
 
+  absl::StatusOr<std::vector<WriteResult>> results =
+      CommitOnce(writes, project_ids, hints);
+  if (hints != nullptr && absl::IsAlreadyExists(results.status())) {
+    // An id or a pair the hints called new exists after all (the caller's
+    // memory was behind the database). Nothing was written; do it the slow way.
+    results = CommitOnce(writes, project_ids, nullptr);
+  }
+  return results;
+}
+
+absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
+    absl::Span<const AnnotationWrite> writes,
+    absl::Span<const int64_t> project_ids, const WriteHints* hints) {
   return pool_->WithTransaction(
       "committing annotations",
       [&](pqxx::work& txn) -> absl::StatusOr<std::vector<WriteResult>> {
@@ -177,62 +308,87 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitAnnotations(
           }
         }
 
-        // 2. External ids -> dense indices, creating new entities.
+        // 2. External ids -> dense indices, creating new entities. An index
+        //    at or past the counter read under the lock was created by this
+        //    transaction, so its pairs have no live row yet.
         std::vector<PairKey> keys(writes.size());
+        // Pairs known to have no live row: an entity created by this
+        // transaction, or the hints say so (checked by the primary key).
+        std::vector<bool> no_live_row(writes.size(), false);
         for (const LockedProject& p : locked) {
           std::vector<size_t> positions;
-          std::vector<absl::string_view> item_ids, annotator_ids;
           for (size_t i = 0; i < writes.size(); ++i) {
-            if (writes[i].project_id != p.project_id) continue;
-            positions.push_back(i);
-            item_ids.push_back(writes[i].item_id);
-            annotator_ids.push_back(writes[i].annotator_id);
+            if (writes[i].project_id == p.project_id) positions.push_back(i);
           }
+          const ProjectHints h = HintsFor(hints, p);
           VERITY_ASSIGN_OR_RETURN(
               std::vector<int32_t> item_indices,
-              ResolveOrCreateIndices(txn, p.project_id, EntityKind::kItem,
-                                     item_ids));
+              ResolveIndices(txn, p, EntityKind::kItem, writes, positions,
+                             hints, h));
           VERITY_ASSIGN_OR_RETURN(
               std::vector<int32_t> annotator_indices,
-              ResolveOrCreateIndices(txn, p.project_id, EntityKind::kAnnotator,
-                                     annotator_ids));
+              ResolveIndices(txn, p, EntityKind::kAnnotator, writes,
+                             positions, hints, h));
           for (size_t j = 0; j < positions.size(); ++j) {
-            keys[positions[j]] = {p.project_id, item_indices[j],
-                                  annotator_indices[j]};
+            const size_t i = positions[j];
+            keys[i] = {p.project_id, item_indices[j], annotator_indices[j]};
+            no_live_row[i] = item_indices[j] >= p.next_item_index ||
+                             annotator_indices[j] >= p.next_annotator_index;
+            if (h.use) {
+              const KnownWrite& known = hints->writes[i];
+              no_live_row[i] = no_live_row[i] ||
+                               (known.unlabelled &&
+                                known.item_index == item_indices[j] &&
+                                known.annotator_index == annotator_indices[j]);
+            }
           }
         }
 
-        // 3. Read the live rows of the pairs (sorted for index locality).
-        std::vector<PairKey> distinct(keys);
-        std::sort(distinct.begin(), distinct.end());
-        distinct.erase(std::unique(distinct.begin(), distinct.end()),
-                       distinct.end());
-        absl::flat_hash_map<PairKey, PairState> pairs;
-        pairs.reserve(distinct.size());
+        // 3. The distinct pairs, sorted (index locality for reads and
+        //    inserts); pair_of[i] is write i's pair. Read the live rows of
+        //    the pairs that may have one.
+        std::vector<uint32_t> order(writes.size());
+        std::iota(order.begin(), order.end(), 0u);
+        std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+          return keys[a] < keys[b];
+        });
+        std::vector<PairKey> distinct;
+        std::vector<uint32_t> pair_of(writes.size());
+        std::vector<bool> absent;  // Known to have no live row.
+        for (uint32_t i : order) {
+          if (distinct.empty() || !(distinct.back() == keys[i])) {
+            distinct.push_back(keys[i]);
+            absent.push_back(false);
+          }
+          pair_of[i] = static_cast<uint32_t>(distinct.size() - 1);
+          if (no_live_row[i]) absent.back() = true;
+        }
+        std::vector<PairState> pairs(distinct.size());
         {
           std::vector<int64_t> p;
           std::vector<int32_t> i, a;
-          p.reserve(distinct.size());
-          i.reserve(distinct.size());
-          a.reserve(distinct.size());
-          for (const PairKey& k : distinct) {
-            pairs.emplace(k, PairState());
-            p.push_back(k.project_id);
-            i.push_back(k.item_index);
-            a.push_back(k.annotator_index);
+          for (size_t k = 0; k < distinct.size(); ++k) {
+            if (absent[k]) continue;
+            p.push_back(distinct[k].project_id);
+            i.push_back(distinct[k].item_index);
+            a.push_back(distinct[k].annotator_index);
           }
-          for (const pqxx::row& row :
-               txn.exec_params(kReadLiveSql, Int64ArrayLiteral(p),
-                               Int32ArrayLiteral(i), Int32ArrayLiteral(a))) {
-            const PairKey k{row[0].as<int64_t>(), row[1].as<int32_t>(),
-                            row[2].as<int32_t>()};
-            PairState& state = pairs.at(k);
-            state.in_database = true;
-            state.label = row[3].as<int32_t>();
-            state.seq = row[4].as<int64_t>();
-            state.revision = row[5].as<int32_t>();
-            state.client_us = OptionalMicros(row[6]);
-            state.committed_us = OptionalMicros(row[7]);
+          if (!p.empty()) {
+            for (const pqxx::row& row :
+                 txn.exec_params(kReadLiveSql, Int64ArrayLiteral(p),
+                                 Int32ArrayLiteral(i), Int32ArrayLiteral(a))) {
+              const PairKey k{row[0].as<int64_t>(), row[1].as<int32_t>(),
+                              row[2].as<int32_t>()};
+              PairState& state =
+                  pairs[std::lower_bound(distinct.begin(), distinct.end(), k) -
+                        distinct.begin()];
+              state.in_database = true;
+              state.label = row[3].as<int32_t>();
+              state.seq = row[4].as<int64_t>();
+              state.revision = row[5].as<int32_t>();
+              state.client_us = OptionalMicros(row[6]);
+              state.committed_us = OptionalMicros(row[7]);
+            }
           }
         }
 
@@ -241,11 +397,10 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitAnnotations(
         std::vector<WriteResult> results(writes.size());
         size_t new_versions = 0;
         {
-          absl::flat_hash_map<PairKey, int32_t> label_now;
-          label_now.reserve(pairs.size());
-          for (const auto& [k, state] : pairs) label_now.emplace(k, state.label);
+          std::vector<int32_t> label_now(pairs.size());
+          for (size_t k = 0; k < pairs.size(); ++k) label_now[k] = pairs[k].label;
           for (size_t i = 0; i < writes.size(); ++i) {
-            int32_t& current = label_now.at(keys[i]);
+            int32_t& current = label_now[pair_of[i]];
             results[i].item_index = keys[i].item_index;
             results[i].annotator_index = keys[i].annotator_index;
             if (current == writes[i].label) {
@@ -260,27 +415,20 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitAnnotations(
         }
         if (new_versions == 0) {
           for (size_t i = 0; i < writes.size(); ++i) {
-            results[i].seq = pairs.at(keys[i]).seq;
+            results[i].seq = pairs[pair_of[i]].seq;
           }
           return results;
         }
 
         // 5. Draw the seqs, under the project locks, in input order.
-        std::vector<int64_t> seqs;
-        seqs.reserve(new_versions);
-        for (const pqxx::row& row : txn.exec_params(
-                 "SELECT nextval('annotation_seq') "
-                 "FROM generate_series(1, $1::integer)",
-                 static_cast<int64_t>(new_versions))) {
-          seqs.push_back(row[0].as<int64_t>());
-        }
-        std::sort(seqs.begin(), seqs.end());
+        VERITY_ASSIGN_OR_RETURN(std::vector<int64_t> seqs,
+                                DrawSeqs(txn, static_cast<int64_t>(new_versions)));
 
         // 6. Replay with seqs: superseded versions go to the history.
         Rows history;
         size_t next_seq = 0;
         for (size_t i = 0; i < writes.size(); ++i) {
-          PairState& state = pairs.at(keys[i]);
+          PairState& state = pairs[pair_of[i]];
           if (results[i].outcome != WriteOutcome::kDuplicate) {
             if (results[i].outcome == WriteOutcome::kRevised) {
               history.Add(keys[i], state);
@@ -298,22 +446,57 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitAnnotations(
           results[i].seq = state.seq;
         }
 
-        // 7. Write: new pairs, changed pairs, history.
-        Rows inserts, updates;
-        for (const PairKey& k : distinct) {
-          const PairState& state = pairs.at(k);
-          if (!state.changed) continue;
-          (state.in_database ? updates : inserts).Add(k, state);
+        // 7. Write: new pairs (COPY; committed_at takes its default, now(),
+        //    the transaction's start), changed pairs, history. Most new pairs
+        //    are a first label without client_time: their rows leave
+        //    revision and client_time to the defaults too.
+        Rows updates;
+        std::vector<size_t> full_rows;  // Inserts with a revision or client_time.
+        {
+          pqxx::stream_to copy(
+              txn, "annotations",
+              std::vector<std::string>{"project_id", "item_index",
+                                       "annotator_index", "label", "seq"});
+          for (size_t k = 0; k < distinct.size(); ++k) {
+            const PairState& state = pairs[k];
+            if (!state.changed) continue;
+            if (state.in_database) {
+              updates.Add(distinct[k], state);
+            } else if (state.revision != 0 || state.client_us.has_value()) {
+              full_rows.push_back(k);
+            } else {
+              copy << std::make_tuple(distinct[k].project_id,
+                                      distinct[k].item_index,
+                                      distinct[k].annotator_index, state.label,
+                                      state.seq);
+            }
+          }
+          copy.complete();
+        }
+        if (!full_rows.empty()) {
+          pqxx::stream_to copy(
+              txn, "annotations",
+              std::vector<std::string>{"project_id", "item_index",
+                                       "annotator_index", "label", "seq",
+                                       "revision", "client_time"});
+          std::string client_time;
+          for (size_t k : full_rows) {
+            const PairState& state = pairs[k];
+            const char* client_time_text = nullptr;  // NULL
+            if (state.client_us.has_value()) {
+              client_time = absl::FormatTime(kCopyTimestampFormat,
+                                             MicrosToTime(*state.client_us),
+                                             absl::UTCTimeZone());
+              client_time_text = client_time.c_str();
+            }
+            copy << std::make_tuple(distinct[k].project_id,
+                                    distinct[k].item_index,
+                                    distinct[k].annotator_index, state.label,
+                                    state.seq, state.revision, client_time_text);
+          }
+          copy.complete();
         }
         const std::string unnest_rows = UnnestRowsSql();
-        if (!inserts.empty()) {
-          ExecWithRows(txn,
-                       absl::StrCat("INSERT INTO annotations (project_id, "
-                                    "item_index, annotator_index, label, seq, "
-                                    "revision, client_time, committed_at) ",
-                                    unnest_rows),
-                       inserts);
-        }
         if (!updates.empty()) {
           ExecWithRows(
               txn,

@@ -8,9 +8,12 @@
 //
 // CommitAnnotations is built for the server's group-commit pipeline, which
 // merges the batches of many streams into one call: the whole call is one
-// transaction with a fixed, small number of set-based statements (array
-// parameters, no per-row round trips), and its results exist only once
-// COMMIT succeeded, so "acknowledged" means "durable".
+// transaction with a fixed, small number of set-based statements (COPY for
+// the new rows, array parameters for the rest, no per-row round trips), and
+// its results exist only once COMMIT succeeded, so "acknowledged" means
+// "durable". A caller that keeps the project's ids and labels in memory (the
+// server) passes WriteHints, which let the call skip the reads that resolve
+// ids and find live rows: new labels of new pairs become a plain append.
 //
 // Ordering guarantee: a commit holds the row lock of every project it writes
 // (see storage/entity_index.h) from before it draws seq values until COMMIT.
@@ -60,6 +63,33 @@ struct WriteResult {
   int64_t seq = 0;
 };
 
+// What a caller already knows about one write from the state it keeps in
+// memory. Hints only let CommitAnnotations skip reads; see there for how each
+// claim is checked.
+struct KnownWrite {
+  // The item's index, or -1 if the caller does not know the id. A known index
+  // must be the one the database gave the id (indices never change).
+  int32_t item_index = -1;
+  int32_t annotator_index = -1;  // The same for the annotator.
+  // True: the caller knows that (item, annotator) has no live label.
+  bool unlabelled = false;
+};
+
+// How many items and annotators of a project the caller knows (it knows the
+// ids of indices 0..num_items-1 and 0..num_annotators-1).
+struct KnownEntities {
+  int64_t project_id = 0;
+  int32_t num_items = 0;
+  int32_t num_annotators = 0;
+};
+
+struct WriteHints {
+  std::vector<KnownWrite> writes;       // One per write, in the same order.
+  // The projects of the writes; a project listed several times counts with
+  // its smallest numbers, one not listed as knowing nothing.
+  std::vector<KnownEntities> projects;
+};
+
 struct LiveAnnotation {
   int32_t item_index = 0;
   int32_t annotator_index = 0;
@@ -79,14 +109,28 @@ class AnnotationStore {
   // outcome is relative to the label before it (e.g. 1, 1, 2 on a new pair
   // gives kAccepted, kDuplicate, kRevised). The writes may span projects.
   //
+  // With `hints` (optional; results are the same as without):
+  //  - a known index is used as is;
+  //  - an unknown id is created without a lookup when the caller knows as
+  //    many entities as the project's counter says it has (read under the
+  //    project lock), otherwise it is looked up first;
+  //  - a pair whose item or annotator is created by this call, or that the
+  //    caller knows to be unlabelled, is inserted without reading its live
+  //    row; the other pairs' live rows are read.
+  // A claim that turns out wrong (an id or a pair that exists after all)
+  // fails the unique index; the call then rolls back and runs once more
+  // without hints, so wrong hints cost time, never correctness.
+  //
   // Validation is the caller's job, but bad input is rejected, never
   // crashed on. On any error nothing is committed. Errors: INVALID_ARGUMENT
-  // for an empty id, or a label outside [0, K) (the message names the input
-  // position); NOT_FOUND for an unknown project; UNAVAILABLE if PostgreSQL is
-  // unreachable or the connection broke during COMMIT (outcome unknown; a
-  // retry is safe because resends are duplicates).
+  // for an empty id, a label outside [0, K), a client_time outside
+  // [0001-01-01, 9999-12-31] UTC (the message names the input position), or
+  // hints not aligned with the writes; NOT_FOUND for an unknown project;
+  // UNAVAILABLE if PostgreSQL is unreachable or the connection broke during
+  // COMMIT (outcome unknown; a retry is safe because resends are duplicates).
   absl::StatusOr<std::vector<WriteResult>> CommitAnnotations(
-      absl::Span<const AnnotationWrite> writes);
+      absl::Span<const AnnotationWrite> writes,
+      const WriteHints* hints = nullptr);
 
   // The live label of every (item, annotator) of the project, by ascending
   // seq, from one snapshot (streamed from PostgreSQL in batches). With
@@ -99,6 +143,11 @@ class AnnotationStore {
   absl::StatusOr<int64_t> CountLiveAnnotations(int64_t project_id);
 
  private:
+  // One transaction of CommitAnnotations (validated input).
+  absl::StatusOr<std::vector<WriteResult>> CommitOnce(
+      absl::Span<const AnnotationWrite> writes,
+      absl::Span<const int64_t> project_ids, const WriteHints* hints);
+
   ConnectionPool* const pool_;
 };
 

@@ -272,6 +272,218 @@ TEST_F(AnnotationStoreTest, LoadsOnlyLabelsNewerThanAWatermark) {
   EXPECT_EQ(got, (std::set<std::pair<int32_t, int32_t>>{{2, 2}, {0, 1}}));
 }
 
+TEST_F(AnnotationStoreTest, StoresClientTimesExactlyAndRejectsOutOfRange) {
+  AnnotationWrite before_epoch = Write("i", "a", 0);
+  before_epoch.client_time = absl::FromUnixMicros(-1234567);  // 1969, not a whole second
+  AnnotationWrite first_day = Write("j", "a", 0);
+  first_day.client_time = absl::FromUnixSeconds(-62135596800);  // 0001-01-01
+  AnnotationWrite last = Write("k", "a", 0);
+  last.client_time = absl::FromUnixMicros(int64_t{253402300799} * 1000000 + 999999);
+  ASSERT_THAT(store_->CommitAnnotations({before_epoch, first_day, last}), IsOk());
+  absl::StatusOr<std::vector<int64_t>> times = pool().WithTransaction(
+      "times", [&](pqxx::work& txn) -> absl::StatusOr<std::vector<int64_t>> {
+        std::vector<int64_t> out;
+        for (const pqxx::row& r : txn.exec(
+                 "SELECT (extract(epoch from client_time) * 1000000)::bigint "
+                 "FROM annotations ORDER BY item_index")) {
+          out.push_back(r[0].as<int64_t>());
+        }
+        return out;
+      });
+  EXPECT_THAT(times, IsOkAndHolds(ElementsAre(-1234567, int64_t{-62135596800} * 1000000,
+                                              int64_t{253402300799} * 1000000 + 999999)));
+
+  AnnotationWrite too_late = Write("l", "a", 0);
+  too_late.client_time = absl::FromUnixSeconds(253402300800);  // 10000-01-01
+  EXPECT_THAT(store_->CommitAnnotations({Write("m", "a", 0), too_late}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("annotation #1: client_time")));
+  EXPECT_EQ(CountRows("annotations"), 3);
+}
+
+TEST_F(AnnotationStoreTest, IdsWithCopySpecialCharactersRoundTrip) {
+  const std::vector<std::string> ids = {"tab\there", "new\nline", "back\\slash\\N",
+                                        "\\N", "carriage\rreturn", "ünïcødé ✓", "'quote\""};
+  std::vector<AnnotationWrite> writes;
+  for (const std::string& id : ids) writes.push_back(Write(id, id, 1));
+  ASSERT_THAT(store_->CommitAnnotations(writes), IsOk());
+  ItemStore items(&pool());
+  absl::StatusOr<std::vector<ItemRecord>> loaded = items.LoadItems(project_id_);
+  ASSERT_THAT(loaded, IsOk());
+  std::vector<std::string> item_ids;
+  for (const ItemRecord& r : *loaded) item_ids.push_back(r.external_id);
+  EXPECT_EQ(item_ids, ids);
+  absl::StatusOr<std::vector<AnnotatorRecord>> annotators = items.LoadAnnotators(project_id_);
+  ASSERT_THAT(annotators, IsOk());
+  std::vector<std::string> annotator_ids;
+  for (const AnnotatorRecord& r : *annotators) annotator_ids.push_back(r.external_id);
+  EXPECT_EQ(annotator_ids, ids);
+  // Resolved again by lookup, the same ids are the same entities.
+  absl::StatusOr<std::vector<WriteResult>> again = store_->CommitAnnotations(writes);
+  ASSERT_THAT(again, IsOk());
+  for (const WriteResult& r : *again) EXPECT_EQ(r.outcome, WriteOutcome::kDuplicate);
+}
+
+// What an up-to-date caller would know after `results` of `writes` (ids in the order their
+// indices were given, pairs that have a label).
+struct Memory {
+  std::map<std::string, int32_t> items, annotators;
+  std::set<std::pair<int32_t, int32_t>> labelled;
+
+  void Learn(const std::vector<AnnotationWrite>& writes, const std::vector<WriteResult>& results) {
+    for (size_t i = 0; i < writes.size(); ++i) {
+      items[writes[i].item_id] = results[i].item_index;
+      annotators[writes[i].annotator_id] = results[i].annotator_index;
+      labelled.emplace(results[i].item_index, results[i].annotator_index);
+    }
+  }
+  WriteHints HintsFor(int64_t project_id, const std::vector<AnnotationWrite>& writes) const {
+    WriteHints hints;
+    for (const AnnotationWrite& w : writes) {
+      KnownWrite k;
+      if (auto it = items.find(w.item_id); it != items.end()) k.item_index = it->second;
+      if (auto it = annotators.find(w.annotator_id); it != annotators.end()) {
+        k.annotator_index = it->second;
+      }
+      k.unlabelled = k.item_index >= 0 && k.annotator_index >= 0 &&
+                     !labelled.count({k.item_index, k.annotator_index});
+      hints.writes.push_back(k);
+    }
+    hints.projects.push_back({project_id, static_cast<int32_t>(items.size()),
+                              static_cast<int32_t>(annotators.size())});
+    return hints;
+  }
+};
+
+TEST_F(AnnotationStoreTest, HintsGiveTheSameResultsAsReading) {
+  // The same calls with and without hints, in two projects.
+  const int64_t plain = CreateProject("plain", 3);
+  const std::vector<std::vector<std::tuple<std::string, std::string, int32_t>>> calls = {
+      {{"i", "a", 1}, {"j", "a", 0}, {"i", "b", 2}},
+      {{"i", "a", 1}, {"k", "b", 0}, {"i", "a", 2}, {"j", "b", 1}, {"i", "a", 2}},
+      {{"k", "a", 0}, {"k", "b", 1}, {"l", "c", 2}, {"l", "c", 2}},
+  };
+  Memory memory;
+  for (const auto& call : calls) {
+    std::vector<AnnotationWrite> hinted, unhinted;
+    for (const auto& [item, annotator, label] : call) {
+      hinted.push_back(Write(item, annotator, label));
+      unhinted.push_back(Write(item, annotator, label));
+      unhinted.back().project_id = plain;
+    }
+    const WriteHints hints = memory.HintsFor(project_id_, hinted);
+    absl::StatusOr<std::vector<WriteResult>> with = store_->CommitAnnotations(hinted, &hints);
+    absl::StatusOr<std::vector<WriteResult>> without = store_->CommitAnnotations(unhinted);
+    ASSERT_THAT(with, IsOk());
+    ASSERT_THAT(without, IsOk());
+    ASSERT_EQ(with->size(), without->size());
+    for (size_t i = 0; i < with->size(); ++i) {
+      EXPECT_EQ((*with)[i].outcome, (*without)[i].outcome) << i;
+      EXPECT_EQ((*with)[i].item_index, (*without)[i].item_index) << i;
+      EXPECT_EQ((*with)[i].annotator_index, (*without)[i].annotator_index) << i;
+    }
+    memory.Learn(hinted, *with);
+  }
+  // Same live labels (by pair) and history in both projects.
+  auto live_pairs = [&](int64_t project) {
+    std::map<std::pair<int32_t, int32_t>, int32_t> out;
+    absl::StatusOr<std::vector<LiveAnnotation>> live = store_->LoadLiveAnnotations(project);
+    EXPECT_THAT(live, IsOk());
+    if (live.ok()) {
+      for (const LiveAnnotation& a : *live) out[{a.item_index, a.annotator_index}] = a.label;
+    }
+    return out;
+  };
+  EXPECT_EQ(live_pairs(project_id_), live_pairs(plain));
+  EXPECT_EQ(live_pairs(project_id_).size(), 7u);
+  // (i, a) and (k, b) were revised once in each project.
+  EXPECT_EQ(CountRows("annotation_history"), 2 * 2);
+}
+
+TEST_F(AnnotationStoreTest, WrongHintsCostARetryNotCorrectness) {
+  ASSERT_THAT(store_->CommitAnnotations({Write("i", "a", 1), Write("j", "a", 2)}), IsOk());
+  // A caller that forgot everything but claims to know all 0 items: "i" and "a" look new.
+  const std::vector<AnnotationWrite> writes = {Write("i", "a", 1), Write("j", "a", 0),
+                                               Write("k", "a", 0)};
+  WriteHints forgetful;
+  forgetful.writes.resize(writes.size());
+  forgetful.projects.push_back({project_id_, 2, 1});  // Counts right, ids unknown.
+  absl::StatusOr<std::vector<WriteResult>> r1 = store_->CommitAnnotations(writes, &forgetful);
+  ASSERT_THAT(r1, IsOk());
+  EXPECT_EQ((*r1)[0].outcome, WriteOutcome::kDuplicate);
+  EXPECT_EQ((*r1)[1].outcome, WriteOutcome::kRevised);
+  EXPECT_EQ((*r1)[2].outcome, WriteOutcome::kAccepted);
+  EXPECT_EQ((*r1)[2].item_index, 2);
+
+  // Indices right but a labelled pair claimed unlabelled: the insert fails, the retry reads.
+  WriteHints stale;
+  stale.writes = {{0, 0, true}};
+  stale.projects.push_back({project_id_, 3, 1});
+  absl::StatusOr<std::vector<WriteResult>> r2 =
+      store_->CommitAnnotations({Write("i", "a", 2)}, &stale);
+  ASSERT_THAT(r2, IsOk());
+  EXPECT_EQ((*r2)[0].outcome, WriteOutcome::kRevised);
+
+  // Counts that lag the database (items added elsewhere): unknown ids are looked up.
+  ItemStore items(&pool());
+  ASSERT_THAT(items.UpsertItems(project_id_, {ItemWrite{"added", {}, {}}}),
+              IsOkAndHolds(ElementsAre(3)));
+  WriteHints lagging;
+  lagging.writes = {{-1, 0, false}, {-1, 0, false}};
+  lagging.projects.push_back({project_id_, 3, 1});
+  absl::StatusOr<std::vector<WriteResult>> r3 = store_->CommitAnnotations(
+      {Write("added", "a", 1), Write("fresh", "a", 1)}, &lagging);
+  ASSERT_THAT(r3, IsOk());
+  EXPECT_EQ((*r3)[0].item_index, 3);
+  EXPECT_EQ((*r3)[1].item_index, 4);
+  EXPECT_EQ(CountRows("items"), 5);
+  EXPECT_THAT(store_->CountLiveAnnotations(project_id_), IsOkAndHolds(5));
+  EXPECT_THAT(History(0, 0), ElementsAre(HistoryRow{1, (*r1)[0].seq, 0}));
+}
+
+TEST_F(AnnotationStoreTest, HintsNotAlignedWithWritesAreInvalidArgument) {
+  WriteHints hints;
+  hints.writes.resize(1);
+  EXPECT_THAT(store_->CommitAnnotations({Write("i", "a", 0), Write("j", "a", 0)}, &hints),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hints for 1 writes")));
+  EXPECT_EQ(CountRows("annotations"), 0);
+}
+
+TEST_F(AnnotationStoreTest, ConcurrentCommitsToDifferentProjectsDrawDistinctAscendingSeqs) {
+  // Commits to different projects draw seqs at the same time, so a call's values need not be
+  // consecutive; they must still be distinct and ascend in input order within the call.
+  constexpr int kThreads = 4, kCalls = 15, kWrites = 200;
+  std::vector<int64_t> projects;
+  for (int t = 0; t < kThreads; ++t) projects.push_back(CreateProject(absl::StrCat("q", t), 2));
+  std::unique_ptr<ConnectionPool> shared_pool = NewPool(kThreads);
+  AnnotationStore store(shared_pool.get());
+  std::vector<std::vector<int64_t>> seqs(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int c = 0; c < kCalls; ++c) {
+        std::vector<AnnotationWrite> writes;
+        for (int n = 0; n < kWrites; ++n) {
+          AnnotationWrite w = Write(absl::StrCat("i", c * kWrites + n), "a", n % 2);
+          w.project_id = projects[t];
+          writes.push_back(w);
+        }
+        absl::StatusOr<std::vector<WriteResult>> results = store.CommitAnnotations(writes);
+        ASSERT_THAT(results, IsOk());
+        for (const WriteResult& r : *results) seqs[t].push_back(r.seq);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::set<int64_t> all;
+  for (const std::vector<int64_t>& per_project : seqs) {
+    ASSERT_EQ(per_project.size(), static_cast<size_t>(kCalls * kWrites));
+    EXPECT_TRUE(std::is_sorted(per_project.begin(), per_project.end()));
+    all.insert(per_project.begin(), per_project.end());
+  }
+  EXPECT_EQ(all.size(), static_cast<size_t>(kThreads * kCalls * kWrites));
+}
+
 // Several threads commit overlapping batches at once. Every thread writes the
 // same label for a given pair (first f, later g), so the final state is
 // known whatever the interleaving.

@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "pqxx/result"
+#include "pqxx/stream_to"
 #include "storage/sql_values.h"
 
 namespace verity {
@@ -40,7 +42,7 @@ absl::StatusOr<std::vector<LockedProject>> LockProjects(
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   const pqxx::result rows = txn.exec_params(
       "SELECT project_id, cardinality(classes), item_feature_dim, "
-      "       annotator_feature_dim "
+      "       annotator_feature_dim, next_item_index, next_annotator_index "
       "FROM projects WHERE project_id = ANY($1::bigint[]) "
       "ORDER BY project_id FOR NO KEY UPDATE",
       Int64ArrayLiteral(ids));
@@ -52,6 +54,8 @@ absl::StatusOr<std::vector<LockedProject>> LockProjects(
     p.num_classes = row[1].as<int32_t>();
     p.item_feature_dim = row[2].as<int32_t>();
     p.annotator_feature_dim = row[3].as<int32_t>();
+    p.next_item_index = row[4].as<int32_t>();
+    p.next_annotator_index = row[5].as<int32_t>();
     locked.push_back(p);
   }
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -98,23 +102,11 @@ absl::StatusOr<std::vector<int32_t>> ResolveOrCreateIndices(
         absl::StrCat("SELECT ", names.counter_column,
                      " FROM projects WHERE project_id = $1"),
         project_id);
-    const int64_t first = counter[0].as<int64_t>();
-    const int64_t end = first + static_cast<int64_t>(missing.size());
-    if (end > std::numeric_limits<int32_t>::max()) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("project ", project_id, " cannot hold more than ",
-                       std::numeric_limits<int32_t>::max(), " ", names.table));
+    const int32_t first = counter[0].as<int32_t>();
+    if (absl::Status s = AppendNewEntities(txn, project_id, kind, first, missing);
+        !s.ok()) {
+      return s;
     }
-    txn.exec_params0(
-        absl::StrCat("INSERT INTO ", names.table, " (project_id, ",
-                     names.index_column,
-                     ", external_id) "
-                     "SELECT $1, $2::integer + (t.ord - 1)::integer, t.id "
-                     "FROM unnest($3::text[]) WITH ORDINALITY AS t(id, ord)"),
-        project_id, first, TextArrayLiteral(absl::MakeConstSpan(missing)));
-    txn.exec_params0(absl::StrCat("UPDATE projects SET ", names.counter_column,
-                                  " = $2 WHERE project_id = $1"),
-                     project_id, end);
     for (size_t i = 0; i < missing.size(); ++i) {
       index_of[missing[i]] = static_cast<int32_t>(first + i);
     }
@@ -123,6 +115,36 @@ absl::StatusOr<std::vector<int32_t>> ResolveOrCreateIndices(
   indices.reserve(external_ids.size());
   for (absl::string_view id : external_ids) indices.push_back(index_of[id]);
   return indices;
+}
+
+absl::Status AppendNewEntities(pqxx::work& txn, int64_t project_id,
+                               EntityKind kind, int32_t next_index,
+                               absl::Span<const absl::string_view> new_ids) {
+  if (new_ids.empty()) return absl::OkStatus();
+  const KindNames names = NamesFor(kind);
+  const int64_t end = int64_t{next_index} + static_cast<int64_t>(new_ids.size());
+  if (end > std::numeric_limits<int32_t>::max()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("project ", project_id, " cannot hold more than ",
+                     std::numeric_limits<int32_t>::max(), " ", names.table));
+  }
+  {
+    pqxx::stream_to copy(
+        txn, names.table,
+        std::vector<std::string>{"project_id", names.index_column, "external_id"});
+    std::tuple<int64_t, int32_t, std::string> row{project_id, next_index, ""};
+    for (absl::string_view id : new_ids) {
+      // stream_to escapes the text for COPY (ids never contain NUL).
+      std::get<2>(row).assign(id.data(), id.size());
+      copy << row;
+      ++std::get<1>(row);
+    }
+    copy.complete();
+  }
+  txn.exec_params0(absl::StrCat("UPDATE projects SET ", names.counter_column,
+                                " = $2 WHERE project_id = $1"),
+                   project_id, end);
+  return absl::OkStatus();
 }
 
 }  // namespace storage

@@ -36,6 +36,10 @@ struct LockedProject {
   int32_t num_classes = 0;
   int32_t item_feature_dim = 0;
   int32_t annotator_feature_dim = 0;
+  // The index counters as read under the lock: the project holds exactly the
+  // items 0..next_item_index-1 and annotators 0..next_annotator_index-1.
+  int32_t next_item_index = 0;
+  int32_t next_annotator_index = 0;
 };
 
 // Locks the rows of `project_ids` (FOR NO KEY UPDATE, in ascending id order so
@@ -56,6 +60,17 @@ absl::StatusOr<std::vector<LockedProject>> LockProjects(
 absl::StatusOr<std::vector<int32_t>> ResolveOrCreateIndices(
     pqxx::work& txn, int64_t project_id, EntityKind kind,
     absl::Span<const absl::string_view> external_ids);
+
+// Requires: the project's row is locked by this transaction, `next_index` is
+// the kind's counter as read under that lock (LockedProject), and `new_ids`
+// are distinct, validated and not yet in the project. Creates them with the
+// indices next_index, next_index + 1, ... (streamed with COPY, no lookups) and
+// advances the counter. Returns RESOURCE_EXHAUSTED past 2^31 - 1 entities;
+// ALREADY_EXISTS (from the unique index, via the transaction's error) if an
+// id did exist after all.
+absl::Status AppendNewEntities(pqxx::work& txn, int64_t project_id,
+                               EntityKind kind, int32_t next_index,
+                               absl::Span<const absl::string_view> new_ids);
 
 }  // namespace storage
 }  // namespace verity
