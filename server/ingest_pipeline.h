@@ -2,9 +2,12 @@
 //
 // Submit() queues a validated batch and returns a future. One committer thread takes every
 // queued batch (up to Options::max_group_annotations), writes them in ONE PostgreSQL
-// transaction, applies the committed labels to their live projects (online posterior update),
-// and only then fulfils the futures: an ack sent on a fulfilled future is durable, and a query
-// made after it sees the label.
+// transaction (passing what the live projects already know, so that new labels become a plain
+// append: storage::WriteHints), and registers the committed ids and labels with their live
+// projects. A publisher thread then updates the touched items' posteriors (online E-step) and
+// only then fulfils the futures, while the committer already writes the next group: an ack
+// sent on a fulfilled future is durable, and a query made after it sees the label. Groups are
+// published in commit order.
 //
 // Back-pressure: at most Options::max_queued_annotations wait at once; Submit() answers
 // RESOURCE_EXHAUSTED (retryable) beyond that rather than growing without bound.
@@ -14,8 +17,8 @@
 // time from Submit() to the batch's labels being in the served posteriors.
 //
 // Thread-safety: Submit() may be called from any thread. Shutdown() drains the queue (every
-// queued batch is committed or failed) and joins the committer; Submit() after it answers
-// UNAVAILABLE.
+// queued batch is committed or failed, and published) and joins both threads; Submit() after
+// it answers UNAVAILABLE.
 #ifndef VERITY_SERVER_INGEST_PIPELINE_H_
 #define VERITY_SERVER_INGEST_PIPELINE_H_
 
@@ -24,6 +27,7 @@
 #include <future>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -69,14 +73,25 @@ class IngestPipeline {
     absl::Time queued_at;
   };
 
+  // A group after its transaction, waiting for the publisher.
+  struct CommittedGroup {
+    std::vector<Pending> batches;
+    std::vector<size_t> sizes;  // Writes per batch (their results follow each other).
+    Result results;             // The transaction's; an error fails every batch.
+    // Each project of the group, with the items whose posteriors changed.
+    std::vector<std::pair<std::shared_ptr<LiveProject>, std::vector<int32_t>>> touched;
+  };
+
   // The pipeline's metric children; null without a registry.
   struct Metrics;
 
   void CommitLoop();
-  void CommitGroup(std::vector<Pending>& group);
-  // Counts one committed batch, whose results start at results[offset]. Requires metrics_.
+  CommittedGroup CommitGroup(std::vector<Pending> group);
+  void PublishLoop();
+  void PublishGroup(CommittedGroup& group);
+  // Counts one committed batch, whose `n` results start at results[offset]. Requires metrics_.
   void RecordCommitted(const Pending& batch, const std::vector<storage::WriteResult>& results,
-                       size_t offset);
+                       size_t offset, size_t n);
 
   storage::AnnotationStore& store_;
   const Options options_;
@@ -86,7 +101,15 @@ class IngestPipeline {
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   int64_t queued_annotations_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Committed groups in commit order. The committer waits while kMaxUnpublishedGroups wait.
+  static constexpr size_t kMaxUnpublishedGroups = 2;
+  absl::Mutex publish_mu_;
+  std::deque<CommittedGroup> committed_ ABSL_GUARDED_BY(publish_mu_);
+  bool committer_done_ ABSL_GUARDED_BY(publish_mu_) = false;
+
   std::thread committer_;
+  std::thread publisher_;
 };
 
 }  // namespace verity::server

@@ -286,10 +286,14 @@ void LiveProject::PublishFullRecompute(std::shared_ptr<const models::TruthModel>
 
 void LiveProject::ApplyCommitted(absl::Span<const CommittedLabel> labels) {
   if (labels.empty()) return;
-  absl::MutexLock lock(&mu_);
-  std::shared_ptr<const ProjectSnapshot> old = snapshot();
+  PublishCommitted(RegisterCommitted(labels));
+}
+
+std::vector<int32_t> LiveProject::RegisterCommitted(absl::Span<const CommittedLabel> labels) {
   std::vector<int32_t> touched;
+  if (labels.empty()) return touched;
   touched.reserve(labels.size());
+  absl::MutexLock lock(&mu_);
   for (const CommittedLabel& l : labels) {
     EnsureItem(l.item_index, l.item_id);
     EnsureAnnotator(l.annotator_index, l.annotator_id);
@@ -299,20 +303,50 @@ void LiveProject::ApplyCommitted(absl::Span<const CommittedLabel> labels) {
     ++changes_since_fit_;
     touched.push_back(l.item_index);
   }
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  return touched;
+}
+
+void LiveProject::PublishCommitted(absl::Span<const int32_t> touched) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<const ProjectSnapshot> old = snapshot();
   if (touched.empty() && static_cast<int32_t>(item_ids_.size()) == old->posteriors.num_items()) {
     return;
   }
-  std::sort(touched.begin(), touched.end());
-  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
   auto next = std::make_shared<ProjectSnapshot>(*old);
   PosteriorTable::Builder builder(old->posteriors);
   const int32_t old_n = builder.num_items();
   builder.Resize(static_cast<int32_t>(item_ids_.size()));
   // New items without labels in this batch still need their prior (they start uniform).
   for (int32_t i = old_n; i < builder.num_items(); ++i) RecomputeItem(*model_, i, builder);
-  for (int32_t i : touched) RecomputeItem(*model_, i, builder);
+  for (int32_t i : touched) {
+    if (i < old_n) RecomputeItem(*model_, i, builder);
+  }
   next->posteriors = std::move(builder).Build();
   Publish(std::move(next));
+}
+
+storage::WriteHints LiveProject::IngestHints(
+    absl::Span<const storage::AnnotationWrite> writes) const {
+  storage::WriteHints hints;
+  hints.writes.resize(writes.size());
+  absl::ReaderMutexLock lock(&mu_);
+  for (size_t i = 0; i < writes.size(); ++i) {
+    storage::KnownWrite& known = hints.writes[i];
+    if (auto it = item_index_.find(writes[i].item_id); it != item_index_.end()) {
+      known.item_index = it->second;
+    }
+    if (auto it = annotator_index_.find(writes[i].annotator_id); it != annotator_index_.end()) {
+      known.annotator_index = it->second;
+    }
+    known.unlabelled = known.item_index >= 0 && known.annotator_index >= 0 &&
+                       !labels_.HasLabel(known.item_index, known.annotator_index);
+  }
+  // Registered ids, not the index vectors' sizes: an id registered out of order leaves a gap.
+  hints.projects.push_back({identity_.project_id, static_cast<int32_t>(item_index_.size()),
+                            static_cast<int32_t>(annotator_index_.size())});
+  return hints;
 }
 
 void LiveProject::ApplyItems(absl::Span<const ItemChange> items) {

@@ -1,9 +1,9 @@
 // LiveProject: one project's in-memory state in the server — its labels, id maps, the current
 // model version and the immutable snapshot that queries read.
 //
-// Writers: the ingest committer thread (ApplyCommitted, after each COMMIT), the project
-// service (ApplyItems, SetSettings) and the training scheduler (Refit). They serialise on
-// mu_. After every write the project publishes a new ProjectSnapshot with one pointer store;
+// Writers: the ingest pipeline (RegisterCommitted and PublishCommitted, after each COMMIT), the
+// project service (ApplyItems, SetSettings) and the training scheduler (Refit). They serialise
+// on mu_. After every write the project publishes a new ProjectSnapshot with one pointer store;
 // a snapshot is never modified once published, so readers that hold one finish on it.
 //
 // Queries never wait for a writer's work: they read the snapshot, and resolve external ids
@@ -38,6 +38,7 @@
 #include "models/truth_model.h"
 #include "server/lease_book.h"
 #include "server/posterior_table.h"
+#include "storage/annotation_store.h"
 #include "storage/lease_store.h"
 #include "storage/model_version_store.h"
 #include "verity/v1/projects.pb.h"
@@ -131,8 +132,29 @@ class LiveProject {
   std::shared_ptr<const ProjectSnapshot> snapshot() const ABSL_LOCKS_EXCLUDED(snapshot_mu_);
 
   // Applies committed annotations (in commit order) and publishes the new posteriors of the
-  // items they touch.
+  // items they touch: RegisterCommitted, then PublishCommitted.
   void ApplyCommitted(absl::Span<const CommittedLabel> labels) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The two halves of ApplyCommitted, which the ingest pipeline runs on different threads so
+  // that the posterior update of one group overlaps the next group's transaction.
+  // RegisterCommitted records the ids and labels (what IngestHints and a refit read) and
+  // returns the items whose posteriors changed (ascending); PublishCommitted recomputes those
+  // items (and any item added since the last snapshot) and publishes the snapshot. Between
+  // the two, the labels are committed but not yet in the served posteriors: the pipeline acks
+  // a batch only after PublishCommitted.
+  std::vector<int32_t> RegisterCommitted(absl::Span<const CommittedLabel> labels)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void PublishCommitted(absl::Span<const int32_t> touched) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // What this project knows about `writes` (all of this project), for
+  // storage::AnnotationStore::CommitAnnotations: the registered index of each
+  // item and annotator (-1 if unknown), whether the pair has no live label,
+  // and how many items and annotators are registered; all read under one lock.
+  // Exact when the ingest committer calls it, because only the committer adds
+  // labels (RegisterCommitted); ids registered by other writers after they
+  // commit make the counts lag the database, which the store checks.
+  storage::WriteHints IngestHints(absl::Span<const storage::AnnotationWrite> writes) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Registers items added through AddItems and applies gold changes.
   void ApplyItems(absl::Span<const ItemChange> items) ABSL_LOCKS_EXCLUDED(mu_);
