@@ -19,11 +19,13 @@
 // loads:
 //   idle    nothing else runs;
 //   ingest  one SubmitAnnotations stream sends batches of `--ingest_batch` labels, one batch
-//           in flight: each a random existing (item, annotator) label of the crowd drawn
-//           afresh from the annotator's confusion row given the item's true class, so the
-//           project keeps its size and its label distribution from phase to phase (about
-//           half of them repeat the live label and are acknowledged as duplicates; the
-//           "of which changed" column counts the others);
+//           in flight. Each takes a random crowd label (item i, annotator a) and sends, as
+//           the label of a's twin annotator "v<a>" on i, a fresh draw from a's confusion row
+//           given i's true class: new labels on existing items with the crowd's label
+//           distribution, the items and their number unchanged (so the read RPCs do the same
+//           work in every phase) while the labels grow (the "labels at end" column); a
+//           repeated pair is a revision or a duplicate ("of which changed" counts new and
+//           revised labels);
 //   refit   the ingest stream, plus a forced refit every `--refit_every_s` seconds.
 // By default the callers run closed-loop (a caller that is stalled issues no calls, so a stall
 // shows in one call's latency only); with --rate they run open-loop at a fixed total rate and
@@ -231,8 +233,9 @@ class BackgroundLoad {
         batch.set_project("bench");
         batch.set_batch_id(next_batch++);
         for (int k = 0; k < batch_size; ++k) {
-          // A fresh draw of a random existing label from its annotator's confusion row: the
-          // labels keep their number and their distribution.
+          // A random crowd label (item i, annotator a) drawn afresh from a's confusion row,
+          // given as the label of a's twin "v<a>" on i: mostly a new (item, annotator) pair,
+          // with the crowd's distribution of labels.
           const verity::models::Annotation& old = crowd.annotations[rng() % crowd.annotations.size()];
           const std::vector<double>& confusion = crowd.confusions[old.annotator];
           const int32_t k_classes = crowd.num_classes;
@@ -248,7 +251,7 @@ class BackgroundLoad {
           }
           auto* a = batch.add_annotations();
           a->set_item(absl::StrCat("i", old.item));
-          a->set_annotator(absl::StrCat("w", old.annotator));
+          a->set_annotator(absl::StrCat("v", old.annotator));
           a->set_label(label);
         }
         verity::v1::BatchAck ack;
@@ -373,6 +376,10 @@ void RunPhase(verity::bench::BenchServer& bench, const std::string& load, const 
   const double cpu = ProcessCpuSeconds() - cpu_start, wait = RunQueueWaitSeconds() - wait_start;
   for (auto& t : threads) t.join();
   const int64_t ingested = background.labels(), revised = background.revised();
+  int64_t labels_at_end = -1;
+  if (auto project = bench.server().core().registry->Get("bench"); project.ok()) {
+    labels_at_end = (*project)->Counts().num_labels;
+  }
   const int refits = background.refits();
   std::vector<double> all;
   int64_t errors = 0;
@@ -387,13 +394,13 @@ void RunPhase(verity::bench::BenchServer& bench, const std::string& load, const 
   const double p99 = Quantile(all, 0.99);
   const double per_call_ms = all.empty() ? 0.0 : 1000.0 / all.size();
   std::printf("| %s | %s | %d | %zu | %.0f | %.3f | %.3f | %.3f | %.3f | %s | %s | %.3f | %.3f | "
-              "%.0f | %.0f | %d | %lld | %.2f |\n",
+              "%.0f | %.0f | %d | %lld | %lld | %.2f |\n",
               load.c_str(), kind.c_str(), callers, all.size(), all.size() / seconds,
               Quantile(all, 0.5), p99, Quantile(all, 0.999), all.empty() ? 0.0 : all.back(),
               target_ms > 0 ? absl::StrCat(target_ms, " ms").c_str() : "-",
               target_ms > 0 ? absl::StrFormat("%.2f", p99 / target_ms).c_str() : "-",
               cpu * per_call_ms, wait * per_call_ms, ingested / seconds, revised / seconds, refits,
-              static_cast<long long>(errors), load_average);
+              static_cast<long long>(labels_at_end), static_cast<long long>(errors), load_average);
   if (errors > 0) std::printf("first error: %s\n", first_error.c_str());
   std::fflush(stdout);
 }
@@ -482,8 +489,8 @@ int main(int argc, char** argv) {
   if (!crowd.ok()) return 1;
   std::printf("\n| load | kind | callers | calls | calls/s | p50 ms | p99 ms | p999 ms | max ms | "
               "target p99 | p99 / target | cpu ms/call | run-queue wait ms/call | ingest labels/s | "
-              "of which changed /s | refits | errors | load avg |\n"
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "of which changed /s | refits | labels at end | errors | load avg |\n"
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::fflush(stdout);
   uint64_t phase = 0;
   for (const std::string& load : loads) {
