@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,7 @@ std::unique_ptr<BenchServer> BenchServer::StartOrDie(const std::string& name) {
     std::exit(1);
   }
   bench->postgres_ = std::move(*pg);
+  bench->pgdata_ = pg_options.data_dir + "/pgdata";
   server::VerityServer::Options options;
   options.listen = "localhost:0";
   options.postgres_url = bench->postgres_->connection_url();
@@ -91,6 +93,25 @@ void BenchServer::SubmitOrDie(const std::string& project, const std::vector<Benc
     }
   }
   CheckOrDie(stream->Finish(), "SubmitAnnotations");
+}
+
+std::string BenchServer::SharePriorityWithPostgres() {
+  std::ifstream pid_file(pgdata_ + "/postmaster.pid");
+  std::string pid;
+  std::getline(pid_file, pid);
+  std::ifstream self("/proc/self/autogroup");
+  std::string group, nice_word;
+  int nice = 0;
+  if (pid.empty() || !(self >> group >> nice_word >> nice)) {
+    return "PostgreSQL autogroup: unchanged (no postmaster.pid or no /proc/self/autogroup)";
+  }
+  std::ofstream target("/proc/" + pid + "/autogroup");
+  target << nice << std::flush;
+  if (!target) {
+    return absl::StrCat("PostgreSQL autogroup: unchanged (could not set nice ", nice,
+                        " for postmaster ", pid, ")");
+  }
+  return absl::StrCat("PostgreSQL autogroup: nice ", nice, " (as this process)");
 }
 
 }  // namespace verity::bench

@@ -417,9 +417,10 @@ int main(int argc, char** argv) {
 
   std::printf("# %u hardware threads; load average at start %.2f\n",
               std::thread::hardware_concurrency(), LoadAverage1());
+  auto bench = verity::bench::BenchServer::StartOrDie("query-bench");
+  std::printf("# %s\n", bench->SharePriorityWithPostgres().c_str());
   std::printf("| memory | labels | VmRSS MiB | after malloc_trim MiB |\n|---|---:|---:|---:|\n");
   std::fflush(stdout);
-  auto bench = verity::bench::BenchServer::StartOrDie("query-bench");
   bench->CreateProjectOrDie("bench", classes);
   {
     auto stub = verity::v1::ProjectService::NewStub(bench->channel());
