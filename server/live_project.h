@@ -236,6 +236,8 @@ class LiveProject {
   int32_t model_version() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  friend class LiveProjectTestPeer;
+
   LiveProject(Identity identity, v1::ProjectSettings settings);
 
   // Recomputes one item's posterior from its live labels into `builder`.

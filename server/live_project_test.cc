@@ -12,6 +12,13 @@
 #include "models/truth_model_factory.h"
 
 namespace verity::server {
+
+// Holds the project lock as a committed batch or a refit's republish does.
+class LiveProjectTestPeer {
+ public:
+  static absl::Mutex& ProjectLock(LiveProject& project) { return project.mu_; }
+};
+
 namespace {
 
 constexpr int32_t kClasses = 3;
@@ -162,6 +169,21 @@ TEST(LiveProjectTest, IdLookupsSeeIdsRegisteredByACommittedBatch) {
   EXPECT_EQ(project->FindAnnotator("w-new"), std::optional<int32_t>(12));
   EXPECT_EQ(project->ItemIds(49, 5), (std::vector<std::string>{"i49", "i-new"}));
   EXPECT_EQ(project->AnnotatorIds().back(), "w-new");
+}
+
+TEST(LiveProjectTest, QueriesDoNotTakeTheProjectLock) {
+  auto crowd = MakeCrowd(50, 13);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  // Taking it again on this thread would abort (absl's deadlock detection) or hang.
+  absl::MutexLock writer(&LiveProjectTestPeer::ProjectLock(*project));
+  EXPECT_EQ(project->FindItems({"i3", "i49"}),
+            (std::vector<std::optional<int32_t>>{3, 49}));
+  EXPECT_EQ(project->FindItem("i4"), std::optional<int32_t>(4));
+  EXPECT_EQ(project->FindAnnotator("w5"), std::optional<int32_t>(5));
+  EXPECT_EQ(project->ItemIds(10, 2), (std::vector<std::string>{"i10", "i11"}));
+  EXPECT_EQ(project->AnnotatorIds().size(), static_cast<size_t>(kAnnotators));
+  EXPECT_EQ(project->snapshot()->posteriors.num_items(), 50);
 }
 
 TEST(LiveProjectTest, GoldItemIsClampedAndRefitIsDueAfterEnoughNewLabels) {
