@@ -38,7 +38,8 @@
 //
 // Memory: the process's VmRSS (the server runs in this process; PostgreSQL does not) after
 // the server starts, after the labels are in, and after the fit, each also after
-// malloc_trim(0), which returns freed heap to the kernel; the benchmark's own copy of the
+// malloc_trim(0), which returns freed heap to the kernel, and the bytes held from malloc
+// (mallinfo2: in use in every arena plus mmapped blocks); the benchmark's own copy of the
 // crowd is freed before the second reading.
 #include <grpcpp/grpcpp.h>
 #include <malloc.h>
@@ -134,7 +135,11 @@ void PrintRss(const char* when, int64_t labels) {
   const double rss = RssMib();
   malloc_trim(0);
   const double trimmed = RssMib();
-  std::printf("| %s | %lld | %.1f | %.1f |\n", when, static_cast<long long>(labels), rss, trimmed);
+  // Bytes the program holds from malloc (all arenas, and blocks malloc took with mmap).
+  const struct mallinfo2 info = mallinfo2();
+  const double in_use = static_cast<double>(info.uordblks + info.hblkhd) / (1024.0 * 1024.0);
+  std::printf("| %s | %lld | %.1f | %.1f | %.1f |\n", when, static_cast<long long>(labels), rss,
+              trimmed, in_use);
   std::fflush(stdout);
 }
 
@@ -419,7 +424,8 @@ int main(int argc, char** argv) {
               std::thread::hardware_concurrency(), LoadAverage1());
   auto bench = verity::bench::BenchServer::StartOrDie("query-bench");
   std::printf("# %s\n", bench->SharePriorityWithPostgres().c_str());
-  std::printf("| memory | labels | VmRSS MiB | after malloc_trim MiB |\n|---|---:|---:|---:|\n");
+  std::printf("| memory | labels | VmRSS MiB | after malloc_trim MiB | malloc in use MiB |\n"
+              "|---|---:|---:|---:|---:|\n");
   std::fflush(stdout);
   bench->CreateProjectOrDie("bench", classes);
   {
