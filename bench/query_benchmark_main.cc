@@ -90,6 +90,9 @@ ABSL_FLAG(double, rate, 0,
           "a call was due.");
 ABSL_FLAG(int, ingest_batch, 500, "Labels per batch of the ingest stream.");
 ABSL_FLAG(double, refit_every_s, 3, "Seconds between refits under the refit load.");
+ABSL_FLAG(double, hold_s, 0,
+          "Seconds to sleep after the memory readings (e.g. to take a heap profiler's snapshot "
+          "of the loaded server with vgdb).");
 
 namespace {
 
@@ -485,6 +488,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   PrintRss("after a second (warm) refit", num_labels);
+  if (absl::GetFlag(FLAGS_hold_s) > 0) {
+    std::printf("# holding %g s\n", absl::GetFlag(FLAGS_hold_s));
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::duration<double>(absl::GetFlag(FLAGS_hold_s)));
+  }
 
   std::vector<std::string> loads = absl::StrSplit(absl::GetFlag(FLAGS_loads), ',', absl::SkipEmpty());
   std::vector<std::string> kinds = absl::StrSplit(absl::GetFlag(FLAGS_kinds), ',', absl::SkipEmpty());
