@@ -95,23 +95,27 @@ void BenchServer::SubmitOrDie(const std::string& project, const std::vector<Benc
   CheckOrDie(stream->Finish(), "SubmitAnnotations");
 }
 
+std::string SharePriorityWithPostmaster(const std::string& postmaster_pid) {
+  std::ifstream self("/proc/self/autogroup");
+  std::string group, nice_word;
+  int nice = 0;
+  if (postmaster_pid.empty() || !(self >> group >> nice_word >> nice)) {
+    return "PostgreSQL autogroup: unchanged (no postmaster.pid or no /proc/self/autogroup)";
+  }
+  std::ofstream target("/proc/" + postmaster_pid + "/autogroup");
+  target << nice << std::flush;
+  if (!target) {
+    return absl::StrCat("PostgreSQL autogroup: unchanged (could not set nice ", nice,
+                        " for postmaster ", postmaster_pid, ")");
+  }
+  return absl::StrCat("PostgreSQL autogroup: nice ", nice, " (as this process)");
+}
+
 std::string BenchServer::SharePriorityWithPostgres() {
   std::ifstream pid_file(pgdata_ + "/postmaster.pid");
   std::string pid;
   std::getline(pid_file, pid);
-  std::ifstream self("/proc/self/autogroup");
-  std::string group, nice_word;
-  int nice = 0;
-  if (pid.empty() || !(self >> group >> nice_word >> nice)) {
-    return "PostgreSQL autogroup: unchanged (no postmaster.pid or no /proc/self/autogroup)";
-  }
-  std::ofstream target("/proc/" + pid + "/autogroup");
-  target << nice << std::flush;
-  if (!target) {
-    return absl::StrCat("PostgreSQL autogroup: unchanged (could not set nice ", nice,
-                        " for postmaster ", pid, ")");
-  }
-  return absl::StrCat("PostgreSQL autogroup: nice ", nice, " (as this process)");
+  return SharePriorityWithPostmaster(pid);
 }
 
 }  // namespace verity::bench

@@ -18,6 +18,11 @@
 
 namespace verity::bench {
 
+// Gives the autogroup of the postmaster `postmaster_pid` (its backends inherit it) this
+// process's autogroup nice (see BenchServer::SharePriorityWithPostgres); returns a line saying
+// what was done. An empty pid changes nothing.
+std::string SharePriorityWithPostmaster(const std::string& postmaster_pid);
+
 // One label to submit, by string ids.
 struct BenchLabel {
   std::string item;

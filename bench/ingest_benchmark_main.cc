@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_server.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
@@ -228,28 +229,6 @@ std::string PostmasterPid(const std::string& pgdata) {
   return pid;
 }
 
-// pg_ctl starts the postmaster in a session of its own, hence in a scheduler autogroup of its
-// own at nice 0. On a shared machine where this benchmark runs with autogroup nice -20
-// (/tmp/prio_run.sh), the database would then get a small share of the CPU while the server
-// and clients get a large one, and both the ingest and the COPY ceiling would measure the
-// scheduler. Gives the postmaster's autogroup (its backends inherit it) this process's nice.
-// Returns a line saying what was done.
-std::string ShareSchedulerPriority(const std::string& pid) {
-  std::ifstream self("/proc/self/autogroup");
-  std::string group, nice_word;
-  int nice = 0;
-  if (pid.empty() || !(self >> group >> nice_word >> nice)) {
-    return "PostgreSQL autogroup: unchanged (no postmaster.pid or no /proc/self/autogroup)";
-  }
-  std::ofstream target("/proc/" + pid + "/autogroup");
-  target << nice << std::flush;
-  if (!target) {
-    return absl::StrCat("PostgreSQL autogroup: unchanged (could not set nice ", nice,
-                        " for postmaster ", pid, ")");
-  }
-  return absl::StrCat("PostgreSQL autogroup: nice ", nice, " (as this process)");
-}
-
 struct CopyResult {
   double rows_per_second = 0;
   CpuUsed cpu;  // Used by the COPY and its commit.
@@ -317,7 +296,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string postmaster = PostmasterPid(pg_options.data_dir + "/pgdata");
-  const std::string priority = ShareSchedulerPriority(postmaster);
+  const std::string priority = verity::bench::SharePriorityWithPostmaster(postmaster);
   verity::server::VerityServer::Options options;
   options.listen = "localhost:0";
   options.postgres_url = (*pg)->connection_url();
