@@ -207,6 +207,11 @@ struct FitReport {
   bool converged = false;
   // Wall time of the fit.
   double seconds = 0.0;
+  // Neural models only (0 for the classical ones): the part of `seconds` spent training on the
+  // device (the optimiser loop and E-steps, device work waited for), and the optimiser steps it
+  // took. Export of the tables and the log-likelihood pass on the CPU are outside it.
+  double training_seconds = 0.0;
+  int64_t training_steps = 0;
 };
 
 class TruthModel {

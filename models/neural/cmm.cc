@@ -66,7 +66,7 @@ int CmmModel::Train(CrowdNet& base_net, const LabelTensors& data, bool warm_star
     torch::Tensor mv = counts + options().vote_smoothing;
     first_prior = torch::log(mv / mv.sum(1, true));
   }
-  std::unique_ptr<torch::optim::Adam> optimizer = MakeOptimizer(net);
+  std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
   torch::Tensor q_km;  // N x K x M
   for (int t = 0; t < iterations; ++t) {
     // E-step.
@@ -111,9 +111,7 @@ int CmmModel::Train(CrowdNet& base_net, const LabelTensors& data, bool warm_star
       torch::Tensor items = order.narrow(0, start, std::min(batch, n - start));
       torch::Tensor loss = -(target.index_select(0, items) * net.LogPrior(items)).sum(1).mean() +
                            GoldLoss(net, data);
-      optimizer->zero_grad();
-      loss.backward();
-      optimizer->step();
+      TakeStep(*optimizer, loss);
     }
   }
   // p(m | a): the mean group responsibility of the items a labelled.

@@ -63,7 +63,7 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
     }
   }
   net.train();
-  std::unique_ptr<torch::optim::Adam> optimizer = MakeOptimizer(net);
+  std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
   const int64_t batch = std::min<int64_t>(options().neural.batch_size, data.num_labels);
   torch::Tensor per_item = data.labels_per_item.clamp_min(1.0);
   for (int t = 0; t < iterations; ++t) {
@@ -80,9 +80,7 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
       torch::Tensor log_prior = net.LogPrior(items) / per_item.index_select(0, items).unsqueeze(1);
       torch::Tensor loss = -(q.index_select(0, items) * (log_q_y + log_prior)).sum(1).mean() +
                            GoldLoss(net, data);
-      optimizer->zero_grad();
-      loss.backward();
-      optimizer->step();
+      TakeStep(*optimizer, loss);
     }
     q = torch::exp(ItemLogPosteriors(net, data, k));
     net.train();

@@ -98,10 +98,8 @@ int64_t NeuralTruthModel::StepsForFit(int64_t num_labels, bool warm_start) const
   return warm_start ? std::max<int64_t>(1, steps / 4) : steps;
 }
 
-std::unique_ptr<torch::optim::Adam> NeuralTruthModel::MakeOptimizer(CrowdNet& net) const {
-  return std::make_unique<torch::optim::Adam>(
-      net.parameters(),
-      torch::optim::AdamOptions(options_.neural.learning_rate).amsgrad(true));
+std::unique_ptr<FlatAmsGrad> NeuralTruthModel::MakeOptimizer(CrowdNet& net) const {
+  return std::make_unique<FlatAmsGrad>(net.parameters(), options_.neural.learning_rate);
 }
 
 torch::Tensor NeuralTruthModel::GoldLoss(CrowdNet& net, const LabelTensors& data) {
@@ -112,7 +110,7 @@ torch::Tensor NeuralTruthModel::GoldLoss(CrowdNet& net, const LabelTensors& data
 int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int64_t steps) {
   if (data.num_labels == 0) return 0;
   net.train();
-  std::unique_ptr<torch::optim::Adam> optimizer = MakeOptimizer(net);
+  std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
   const int64_t batch = std::min<int64_t>(options_.neural.batch_size, data.num_labels);
   const int64_t per_epoch = (data.num_labels + batch - 1) / batch;
   const int epochs = static_cast<int>(std::max<int64_t>(1, (steps + per_epoch - 1) / per_epoch));
@@ -124,12 +122,17 @@ int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int
                                               data.annotators.index_select(0, idx));
       torch::Tensor loss = torch::nll_loss(log_p, data.labels.index_select(0, idx)) +
                            net.Regularizer().to(log_p.device()) + GoldLoss(net, data);
-      optimizer->zero_grad();
-      loss.backward();
-      optimizer->step();
+      TakeStep(*optimizer, loss);
     }
   }
   return epochs;
+}
+
+void NeuralTruthModel::TakeStep(FlatAmsGrad& optimizer, const torch::Tensor& loss) {
+  optimizer.ZeroGrad();
+  loss.backward();
+  optimizer.Step();
+  ++steps_taken_;
 }
 
 int NeuralTruthModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
@@ -170,6 +173,7 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
   const auto start = std::chrono::steady_clock::now();
   std::shared_ptr<CrowdNet> net;
   int iterations = 0;
+  double training_seconds = 0;
   try {
     torch::manual_seed(options_.neural.seed);
     torch::set_num_threads(std::max(1, options_.num_threads));
@@ -187,7 +191,12 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
     if (warm) CopyOverlappingParameters(*net_, *net);
     net->to(*device);
     LabelTensors tensors = MakeLabelTensors(data, gold, *device);
+    steps_taken_ = 0;
+    const auto train_start = std::chrono::steady_clock::now();
     iterations = Train(*net, tensors, warm);
+    if (device->is_cuda()) torch::cuda::synchronize(device->index());
+    training_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
     net->to(torch::kCPU);
     net->eval();
   } catch (const std::exception& e) {
@@ -212,6 +221,8 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
   FitReport report;
   report.iterations = iterations;
   report.converged = true;  // a fixed step budget, not a tolerance
+  report.training_seconds = training_seconds;
+  report.training_steps = steps_taken_;
   std::vector<double> log_post(num_classes_);
   for (int32_t i = 0; i < data.num_items(); ++i) {
     absl::Span<const AnnotationMatrix::Entry> labels = data.LabelsOfItem(i);

@@ -37,6 +37,7 @@
 #include <torch/torch.h>
 
 #include "models/neural/crowd_net.h"
+#include "models/neural/flat_amsgrad.h"
 #include "models/truth_model.h"
 
 namespace verity::models::neural {
@@ -109,8 +110,12 @@ class NeuralTruthModel : public TruthModel {
   // Steps of a fit: options.neural.steps, or about 3,000 scaled to whole epochs (2 to 200);
   // a quarter of that when warm-starting.
   int64_t StepsForFit(int64_t num_labels, bool warm_start) const;
-  // An AMSGrad optimiser over `net`'s parameters with the configured learning rate.
-  std::unique_ptr<torch::optim::Adam> MakeOptimizer(CrowdNet& net) const;
+  // An AMSGrad optimiser over `net`'s parameters with the configured learning rate (see
+  // flat_amsgrad.h: it moves them into one buffer; `net` must stay on its device meanwhile).
+  std::unique_ptr<FlatAmsGrad> MakeOptimizer(CrowdNet& net) const;
+  // One optimiser step on `loss` (zero the gradients, backward, step), counted in the fit's
+  // FitReport::training_steps. Every training loop steps through here.
+  void TakeStep(FlatAmsGrad& optimizer, const torch::Tensor& loss);
   // Cross-entropy of the prior on the gold items (0 without gold).
   static torch::Tensor GoldLoss(CrowdNet& net, const LabelTensors& data);
   // log q(true class | labels) of every item (num_items x K), gold clamped: the E-step.
@@ -133,6 +138,7 @@ class NeuralTruthModel : public TruthModel {
   std::shared_ptr<CrowdNet> net_;  // on the CPU between fits; null before the first fit
   int32_t fitted_items_ = 0;
   int32_t fitted_annotators_ = 0;
+  int64_t steps_taken_ = 0;  // optimiser steps of the fit in progress (TakeStep)
   std::vector<double> item_log_prior_;   // fitted_items_ x K
   std::vector<double> class_log_prior_;  // K
   int64_t item_feature_dim_ = 0;

@@ -1,0 +1,62 @@
+#include "models/neural/flat_amsgrad.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+
+namespace verity::models::neural {
+
+FlatAmsGrad::FlatAmsGrad(std::vector<torch::Tensor> parameters, double learning_rate,
+                         double beta1, double beta2, double eps)
+    : learning_rate_(learning_rate), beta1_(beta1), beta2_(beta2), eps_(eps) {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& p : parameters) {
+    if (p.requires_grad()) parameters_.push_back(std::move(p));
+  }
+  int64_t total = 0;
+  for (const torch::Tensor& p : parameters_) {
+    if (p.scalar_type() != torch::kFloat || p.device() != parameters_.front().device()) {
+      throw std::invalid_argument("FlatAmsGrad: parameters must be float tensors on one device");
+    }
+    total += p.numel();
+  }
+  const torch::TensorOptions options =
+      parameters_.empty() ? torch::TensorOptions(torch::kFloat)
+                          : parameters_.front().options().requires_grad(false);
+  flat_ = torch::empty({total}, options);
+  grad_ = torch::zeros({total}, options);
+  int64_t offset = 0;
+  for (torch::Tensor& p : parameters_) {
+    const int64_t n = p.numel();
+    torch::Tensor slot = flat_.narrow(0, offset, n).view(p.sizes());
+    slot.copy_(p);
+    p.set_data(slot);
+    p.mutable_grad() = grad_.narrow(0, offset, n).view(p.sizes());
+    offset += n;
+  }
+  exp_avg_ = torch::zeros({total}, options);
+  exp_avg_sq_ = torch::zeros({total}, options);
+  max_exp_avg_sq_ = torch::zeros({total}, options);
+  denom_ = torch::empty({total}, options);
+}
+
+FlatAmsGrad::~FlatAmsGrad() {
+  for (torch::Tensor& p : parameters_) p.mutable_grad() = torch::Tensor();
+}
+
+void FlatAmsGrad::ZeroGrad() { grad_.zero_(); }
+
+void FlatAmsGrad::Step() {
+  torch::NoGradGuard no_grad;
+  ++steps_;
+  // torch::optim::Adam's arithmetic, in the same order.
+  const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(steps_));
+  const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(steps_));
+  exp_avg_.mul_(beta1_).add_(grad_, 1 - beta1_);
+  exp_avg_sq_.mul_(beta2_).addcmul_(grad_, grad_, 1 - beta2_);
+  torch::max_out(max_exp_avg_sq_, exp_avg_sq_, max_exp_avg_sq_);
+  torch::sqrt_out(denom_, max_exp_avg_sq_).div_(std::sqrt(bias_correction2)).add_(eps_);
+  flat_.addcdiv_(exp_avg_, denom_, -learning_rate_ / bias_correction1);
+}
+
+}  // namespace verity::models::neural
