@@ -8,7 +8,8 @@
 #
 #   tools/gpu/build.sh KIT_DIR OUT_DIR
 #
-# Writes OUT_DIR/{neural_epoch_benchmark,fit_benchmark,neural_models_test,paper_claims_test}.
+# Writes OUT_DIR/{neural_epoch_benchmark,fit_benchmark,neural_models_test,paper_claims_test,
+# flat_amsgrad_test}.
 # Environment: CXX (default g++), PYTHON (default python3), JOBS (default nproc), LIBTORCH_HOME
 # (a LibTorch's root, with include/ and lib/, instead of the torch package's).
 set -euo pipefail
@@ -48,7 +49,8 @@ echo "build: -std=$std, $jobs jobs"
 library=$(ls models/*.cc models/neural/*.cc | grep -v -e '_test\.cc$' -e '_main\.cc$')
 sources="$library models/testing/synthetic_crowd.cc models/testing/dataset_path.cc bench/random_crowd.cc
   bench/neural_epoch_benchmark_main.cc bench/fit_benchmark_main.cc
-  models/neural/neural_models_test.cc models/neural/paper_claims_test.cc"
+  models/neural/neural_models_test.cc models/neural/paper_claims_test.cc
+  models/neural/flat_amsgrad_test.cc"
 mkdir -p "$out/obj"
 export cxx out
 printf '%s\n' $sources | xargs -P "$jobs" -I{} sh -c \
@@ -72,5 +74,6 @@ link fit_benchmark bench/random_crowd.cc bench/fit_benchmark_main.cc
 gtest=("$kit/lib/libgtest_main.a" "$kit/lib/libgmock.a" "$kit/lib/libgtest.a")
 link neural_models_test models/testing/synthetic_crowd.cc models/neural/neural_models_test.cc -- "${gtest[@]}"
 link paper_claims_test models/testing/synthetic_crowd.cc models/neural/paper_claims_test.cc -- "${gtest[@]}"
+link flat_amsgrad_test models/neural/flat_amsgrad_test.cc -- "${gtest[@]}"
 rm -f "$out/probe.cc"
 echo "build: done, binaries in $out"
