@@ -65,6 +65,8 @@ ABSL_FLAG(int, threads, 2, "TruthModelOptions::num_threads (CPU threads of LibTo
 ABSL_FLAG(int, epochs, 1, "epochs per fit (see the file comment for what an epoch is)");
 ABSL_FLAG(int, batch_size, verity::models::TruthModelOptions().neural.batch_size,
           "TruthModelOptions::Neural::batch_size, in labels");
+ABSL_FLAG(bool, cuda_graphs, true,
+          "TruthModelOptions::Neural::cuda_graphs: replay training steps from CUDA graphs on CUDA");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the simulated crowds (the models use their default seed)");
 ABSL_FLAG(std::string, format, "text", "text or markdown");
 
@@ -119,6 +121,7 @@ models::TruthModelOptions EpochOptions(const std::string& method, int64_t num_la
   options.num_threads = absl::GetFlag(FLAGS_threads);
   options.neural.device = absl::GetFlag(FLAGS_device);
   options.neural.batch_size = absl::GetFlag(FLAGS_batch_size);
+  options.neural.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   const int64_t batch = options.neural.batch_size;
   if (method == "cmm") {
     // cmm runs 3 EM iterations per configured one, each of steps / iterations steps over
@@ -196,10 +199,12 @@ int Main(int argc, char** argv) {
     }
   }
 
-  std::printf("# %u hardware threads, load average %s; device %s, %d LibTorch threads, K = %d, "
-              "batch %d, %d epoch(s) per fit, crowd seed %llu\n",
+  std::printf("# %u hardware threads, load average %s; device %s (CUDA graphs %s), %d LibTorch "
+              "threads, K = %d, batch %d, %d epoch(s) per fit, crowd seed %llu\n",
               std::thread::hardware_concurrency(), LoadAverage().c_str(),
-              absl::GetFlag(FLAGS_device).c_str(), absl::GetFlag(FLAGS_threads),
+              absl::GetFlag(FLAGS_device).c_str(),
+              absl::GetFlag(FLAGS_cuda_graphs) ? "on when built with them" : "off",
+              absl::GetFlag(FLAGS_threads),
               absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_batch_size), epochs,
               static_cast<unsigned long long>(absl::GetFlag(FLAGS_seed)));
 

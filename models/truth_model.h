@@ -188,6 +188,9 @@ struct TruthModelOptions {
     // lia: size L of the difficulty and competence tensors (C x C x L). The paper's value is
     // not stated for every dataset; 4 keeps the per-item table at 4 K^2 floats.
     int lia_latent_dim = 4;
+    // On a CUDA device, replay each training step from a CUDA graph (training_step.h) when the
+    // build supports it; false runs every step eagerly.
+    bool cuda_graphs = true;
   };
   Neural neural;
 };

@@ -67,6 +67,18 @@ int CmmModel::Train(CrowdNet& base_net, const LabelTensors& data, bool warm_star
     first_prior = torch::log(mv / mv.sum(1, true));
   }
   std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
+  // h's M-step: cross-entropy against target = Σ_m q_i(k, m), refilled in place by every
+  // iteration (the training step reads its storage), over minibatches of labelled items.
+  torch::Tensor target = torch::zeros({data.num_items, k}, float_options);
+  const int64_t n = labelled.size(0);
+  const int64_t batch = std::min<int64_t>(options().neural.batch_size, std::max<int64_t>(n, 1));
+  std::unique_ptr<TrainingStep> step = MakeTrainingStep(
+      *optimizer,
+      [&](const torch::Tensor& items) {
+        return WithGoldLoss(-(target.index_select(0, items) * net.LogPrior(items)).sum(1).mean(),
+                            net, data);
+      },
+      batch);
   torch::Tensor q_km;  // N x K x M
   for (int t = 0; t < iterations; ++t) {
     // E-step.
@@ -101,17 +113,12 @@ int CmmModel::Train(CrowdNet& base_net, const LabelTensors& data, bool warm_star
     }
     // M-step for h: cross-entropy against q_i(k) on labelled items.
     net.train();
-    torch::Tensor target = q_km.sum(2);
-    const int64_t n = labelled.size(0);
-    const int64_t batch = std::min<int64_t>(options().neural.batch_size, std::max<int64_t>(n, 1));
+    target.copy_(q_km.sum(2));
     torch::Tensor order;
     for (int64_t s = 0; s < steps && n > 0; ++s) {
       const int64_t start = (s * batch) % n;
       if (start < batch) order = labelled.index_select(0, torch::randperm(n, data.items.options()));
-      torch::Tensor items = order.narrow(0, start, std::min(batch, n - start));
-      torch::Tensor loss = -(target.index_select(0, items) * net.LogPrior(items)).sum(1).mean() +
-                           GoldLoss(net, data);
-      TakeStep(*optimizer, loss);
+      TakeStep(*step, order.narrow(0, start, std::min(batch, n - start)));
     }
   }
   // p(m | a): the mean group responsibility of the items a labelled.

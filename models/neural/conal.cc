@@ -56,7 +56,7 @@ class ConalNet : public CrowdNet {
   // constant added to a row changes no probability, and rewarding it would only make the
   // logits drift. The small constant keeps the gradient finite where W_r = W_g.
   torch::Tensor Regularizer() override {
-    if (lambda_ == 0) return torch::zeros({}, common_.options());
+    if (lambda_ == 0) return torch::Tensor();
     torch::Tensor difference = individual_ - common_.unsqueeze(0);
     difference = difference - difference.mean(2, /*keepdim=*/true);
     return -lambda_ * (difference.pow(2).sum({1, 2}) + 1e-12).sqrt().sum();

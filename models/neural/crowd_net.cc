@@ -15,7 +15,9 @@ RowEncoderImpl::RowEncoderImpl(int64_t num_rows, int64_t dim, int64_t feature_di
 }
 
 torch::Tensor RowEncoderImpl::forward(const torch::Tensor& rows) {
-  if (feature_dim_ == 0) return embedding_->forward(rows);
+  // The same rows as embedding_->forward, but with index_select, whose backward (an index_add
+  // into zeros) never waits for the device: a training step stays capturable in a CUDA graph.
+  if (feature_dim_ == 0) return embedding_->weight.index_select(0, rows);
   return torch::relu(projection_->forward(features_.index_select(0, rows)));
 }
 

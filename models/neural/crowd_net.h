@@ -48,8 +48,9 @@ class CrowdNet : public torch::nn::Module {
   virtual torch::Tensor LogNoisyLabel(const torch::Tensor& items, const torch::Tensor& annotators) {
     return torch::logsumexp(LogPrior(items).unsqueeze(2) + LogConfusion(items, annotators), 1);
   }
-  // The method's regulariser (added to the mean loss of a minibatch); 0 by default.
-  virtual torch::Tensor Regularizer() { return torch::zeros({}); }
+  // The method's regulariser (added to the mean loss of a minibatch); undefined when the
+  // method has none (the default).
+  virtual torch::Tensor Regularizer() { return torch::Tensor(); }
 
  protected:
   void InitItems(int64_t num_items, int64_t dim, int64_t feature_dim) {

@@ -7,7 +7,7 @@
 namespace verity::models::neural {
 
 FlatAmsGrad::FlatAmsGrad(std::vector<torch::Tensor> parameters, double learning_rate,
-                         double beta1, double beta2, double eps)
+                         bool on_device_step, double beta1, double beta2, double eps)
     : learning_rate_(learning_rate), beta1_(beta1), beta2_(beta2), eps_(eps) {
   torch::NoGradGuard no_grad;
   for (torch::Tensor& p : parameters) {
@@ -38,6 +38,7 @@ FlatAmsGrad::FlatAmsGrad(std::vector<torch::Tensor> parameters, double learning_
   exp_avg_sq_ = torch::zeros({total}, options);
   max_exp_avg_sq_ = torch::zeros({total}, options);
   denom_ = torch::empty({total}, options);
+  if (on_device_step) device_step_ = torch::zeros({}, options.dtype(torch::kDouble));
 }
 
 FlatAmsGrad::~FlatAmsGrad() {
@@ -49,6 +50,19 @@ void FlatAmsGrad::ZeroGrad() { grad_.zero_(); }
 void FlatAmsGrad::Step() {
   torch::NoGradGuard no_grad;
   ++steps_;
+  if (device_step_.defined()) {
+    // The same update with the bias corrections computed on the device.
+    device_step_.add_(1);
+    torch::Tensor bias_correction1 = 1 - torch::pow(beta1_, device_step_);
+    torch::Tensor bias_correction2 = 1 - torch::pow(beta2_, device_step_);
+    exp_avg_.mul_(beta1_).add_(grad_, 1 - beta1_);
+    exp_avg_sq_.mul_(beta2_).addcmul_(grad_, grad_, 1 - beta2_);
+    torch::max_out(max_exp_avg_sq_, exp_avg_sq_, max_exp_avg_sq_);
+    torch::sqrt_out(denom_, max_exp_avg_sq_).div_(torch::sqrt(bias_correction2)).add_(eps_);
+    denom_.mul_(bias_correction1 / -learning_rate_);
+    flat_.addcdiv_(exp_avg_, denom_);
+    return;
+  }
   // torch::optim::Adam's arithmetic, in the same order.
   const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(steps_));
   const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(steps_));

@@ -31,8 +31,12 @@ class FlatAmsGrad {
  public:
   // Throws std::invalid_argument when the parameters break the preconditions (mixed devices
   // or dtypes); the fit turns it into an INTERNAL status like any LibTorch error.
-  FlatAmsGrad(std::vector<torch::Tensor> parameters, double learning_rate, double beta1 = 0.9,
-              double beta2 = 0.999, double eps = 1e-8);
+  // `on_device_step`: keep the step count and the bias corrections in tensors on the
+  // parameters' device, so that Step() reads nothing from the host and can be captured in a
+  // CUDA graph (training_step.h). Its arithmetic differs from torch's in the last bits.
+  FlatAmsGrad(std::vector<torch::Tensor> parameters, double learning_rate,
+              bool on_device_step = false, double beta1 = 0.9, double beta2 = 0.999,
+              double eps = 1e-8);
   ~FlatAmsGrad();
   FlatAmsGrad(const FlatAmsGrad&) = delete;
   FlatAmsGrad& operator=(const FlatAmsGrad&) = delete;
@@ -41,11 +45,14 @@ class FlatAmsGrad {
   void ZeroGrad();
   // One AMSGrad update from the accumulated gradients.
   void Step();
+  // Calls of Step() (a step captured in a CUDA graph counts once, however often replayed).
   int64_t steps() const { return steps_; }
+  bool on_device_step() const { return device_step_.defined(); }
 
  private:
   std::vector<torch::Tensor> parameters_;
   torch::Tensor flat_, grad_, exp_avg_, exp_avg_sq_, max_exp_avg_sq_, denom_;
+  torch::Tensor device_step_;  // double scalar on the device; undefined unless on_device_step
   double learning_rate_, beta1_, beta2_, eps_;
   int64_t steps_ = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace verity::models::neural {
 namespace {
@@ -27,10 +28,27 @@ class LiaNet : public CrowdNet {
     return competence_->forward(annotators_->forward(annotators)).view({-1, k_, k_, latent_});
   }
   torch::Tensor LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) override {
-    return torch::log_softmax((Difficulty(items) * Competence(annotators)).sum(3), 2);
+    return ConfusionOf(difficulty_->forward(items_->forward(items)), annotators);
+  }
+  // log p(true class | item) (B x K) and log Q (B x K x K) of a batch from one pass of the
+  // item encoder (a training step needs both).
+  std::pair<torch::Tensor, torch::Tensor> LogPriorAndConfusion(const torch::Tensor& items,
+                                                               const torch::Tensor& annotators) {
+    torch::Tensor embedded = items_->forward(items);
+    return {torch::log_softmax(truth_->forward(embedded), 1),
+            ConfusionOf(difficulty_->forward(embedded), annotators)};
+  }
+  torch::Tensor LogNoisyLabel(const torch::Tensor& items, const torch::Tensor& annotators) override {
+    auto [log_prior, log_confusion] = LogPriorAndConfusion(items, annotators);
+    return torch::logsumexp(log_prior.unsqueeze(2) + log_confusion, 1);
   }
 
  private:
+  // Q from the difficulty network's output (B x K²L) and the annotators' competences.
+  torch::Tensor ConfusionOf(const torch::Tensor& difficulty, const torch::Tensor& annotators) {
+    return torch::log_softmax((difficulty.view({-1, k_, k_, latent_}) * Competence(annotators)).sum(3), 2);
+  }
+
   int64_t k_, latent_;
   torch::nn::Sequential truth_{nullptr}, difficulty_{nullptr};
   torch::nn::Linear competence_{nullptr};
@@ -51,38 +69,46 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
   const auto float_options = data.labels_per_item.options();
 
   // First E-step: the soft majority vote, or the posteriors under the warm-started parameters.
+  // q keeps its storage for the whole fit (later E-steps refill it): the training step reads it.
   torch::Tensor q;
   if (warm_start) {
     q = torch::exp(ItemLogPosteriors(net, data, k));
   } else {
     q = torch::full({data.num_items, k}, options().vote_smoothing, float_options);
     q.index_add_(0, data.items, torch::one_hot(data.labels, k).to(torch::kFloat));
-    q = q / q.sum(1, /*keepdim=*/true);
+    q.div_(q.sum(1, /*keepdim=*/true));
     if (data.gold_items.numel() > 0) {
       q.index_copy_(0, data.gold_items, torch::one_hot(data.gold_labels, k).to(torch::kFloat));
     }
   }
   net.train();
+  auto& lia = static_cast<LiaNet&>(net);
   std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
   const int64_t batch = std::min<int64_t>(options().neural.batch_size, data.num_labels);
-  torch::Tensor per_item = data.labels_per_item.clamp_min(1.0);
+  const torch::Tensor per_item = data.labels_per_item.clamp_min(1.0);
+  // The expected complete log-likelihood of a batch (see lia.h).
+  std::unique_ptr<TrainingStep> step = MakeTrainingStep(
+      *optimizer,
+      [&](const torch::Tensor& idx) {
+        torch::Tensor items = data.items.index_select(0, idx);
+        torch::Tensor y = data.labels.index_select(0, idx);
+        auto [log_prior, log_confusion] =
+            lia.LogPriorAndConfusion(items, data.annotators.index_select(0, idx));
+        torch::Tensor log_q_y =
+            log_confusion.gather(2, y.view({-1, 1, 1}).expand({-1, k, 1})).squeeze(2);
+        torch::Tensor weighted_prior = log_prior / per_item.index_select(0, items).unsqueeze(1);
+        return WithGoldLoss(-(q.index_select(0, items) * (log_q_y + weighted_prior)).sum(1).mean(),
+                            net, data);
+      },
+      batch);
   for (int t = 0; t < iterations; ++t) {
     torch::Tensor order;
     for (int64_t s = 0; s < steps; ++s) {
       const int64_t start = (s * batch) % data.num_labels;
       if (start < batch) order = torch::randperm(data.num_labels, data.items.options());
-      torch::Tensor idx = order.narrow(0, start, std::min(batch, data.num_labels - start));
-      torch::Tensor items = data.items.index_select(0, idx);
-      torch::Tensor y = data.labels.index_select(0, idx);
-      torch::Tensor log_q_y = net.LogConfusion(items, data.annotators.index_select(0, idx))
-                                  .gather(2, y.view({-1, 1, 1}).expand({-1, k, 1}))
-                                  .squeeze(2);
-      torch::Tensor log_prior = net.LogPrior(items) / per_item.index_select(0, items).unsqueeze(1);
-      torch::Tensor loss = -(q.index_select(0, items) * (log_q_y + log_prior)).sum(1).mean() +
-                           GoldLoss(net, data);
-      TakeStep(*optimizer, loss);
+      TakeStep(*step, order.narrow(0, start, std::min(batch, data.num_labels - start)));
     }
-    q = torch::exp(ItemLogPosteriors(net, data, k));
+    q.copy_(torch::exp(ItemLogPosteriors(net, data, k)));
     net.train();
   }
   // Marginal-likelihood fine-tuning.

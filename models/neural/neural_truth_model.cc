@@ -99,12 +99,28 @@ int64_t NeuralTruthModel::StepsForFit(int64_t num_labels, bool warm_start) const
 }
 
 std::unique_ptr<FlatAmsGrad> NeuralTruthModel::MakeOptimizer(CrowdNet& net) const {
-  return std::make_unique<FlatAmsGrad>(net.parameters(), options_.neural.learning_rate);
+  std::vector<torch::Tensor> parameters = net.parameters();
+  const bool on_device_step = options_.neural.cuda_graphs && CudaGraphsCompiledIn() &&
+                              !parameters.empty() && parameters.front().is_cuda();
+  return std::make_unique<FlatAmsGrad>(std::move(parameters), options_.neural.learning_rate,
+                                       on_device_step);
 }
 
-torch::Tensor NeuralTruthModel::GoldLoss(CrowdNet& net, const LabelTensors& data) {
-  if (data.gold_items.numel() == 0) return torch::zeros({}, data.items.options().dtype(torch::kFloat));
-  return torch::nll_loss(net.LogPrior(data.gold_items), data.gold_labels);
+std::unique_ptr<TrainingStep> NeuralTruthModel::MakeTrainingStep(
+    FlatAmsGrad& optimizer, TrainingStep::LossFunction loss, int64_t batch_size) const {
+  return std::make_unique<TrainingStep>(optimizer, std::move(loss), batch_size,
+                                        options_.neural.cuda_graphs);
+}
+
+void NeuralTruthModel::TakeStep(TrainingStep& step, const torch::Tensor& rows) {
+  step.Run(rows);
+  ++steps_taken_;
+}
+
+torch::Tensor NeuralTruthModel::WithGoldLoss(torch::Tensor loss, CrowdNet& net,
+                                             const LabelTensors& data) {
+  if (data.gold_items.numel() == 0) return loss;
+  return loss + torch::nll_loss(net.LogPrior(data.gold_items), data.gold_labels);
 }
 
 int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int64_t steps) {
@@ -114,25 +130,24 @@ int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int
   const int64_t batch = std::min<int64_t>(options_.neural.batch_size, data.num_labels);
   const int64_t per_epoch = (data.num_labels + batch - 1) / batch;
   const int epochs = static_cast<int>(std::max<int64_t>(1, (steps + per_epoch - 1) / per_epoch));
+  std::unique_ptr<TrainingStep> step = MakeTrainingStep(
+      *optimizer,
+      [&net, &data](const torch::Tensor& idx) {
+        torch::Tensor log_p = net.LogNoisyLabel(data.items.index_select(0, idx),
+                                                data.annotators.index_select(0, idx));
+        torch::Tensor loss = torch::nll_loss(log_p, data.labels.index_select(0, idx));
+        torch::Tensor regularizer = net.Regularizer();
+        if (regularizer.defined()) loss = loss + regularizer;
+        return WithGoldLoss(loss, net, data);
+      },
+      batch);
   for (int epoch = 0; epoch < epochs; ++epoch) {
     torch::Tensor order = torch::randperm(data.num_labels, data.items.options());
     for (int64_t start = 0; start < data.num_labels; start += batch) {
-      torch::Tensor idx = order.narrow(0, start, std::min(batch, data.num_labels - start));
-      torch::Tensor log_p = net.LogNoisyLabel(data.items.index_select(0, idx),
-                                              data.annotators.index_select(0, idx));
-      torch::Tensor loss = torch::nll_loss(log_p, data.labels.index_select(0, idx)) +
-                           net.Regularizer().to(log_p.device()) + GoldLoss(net, data);
-      TakeStep(*optimizer, loss);
+      TakeStep(*step, order.narrow(0, start, std::min(batch, data.num_labels - start)));
     }
   }
   return epochs;
-}
-
-void NeuralTruthModel::TakeStep(FlatAmsGrad& optimizer, const torch::Tensor& loss) {
-  optimizer.ZeroGrad();
-  loss.backward();
-  optimizer.Step();
-  ++steps_taken_;
 }
 
 int NeuralTruthModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {

@@ -38,6 +38,7 @@
 
 #include "models/neural/crowd_net.h"
 #include "models/neural/flat_amsgrad.h"
+#include "models/neural/training_step.h"
 #include "models/truth_model.h"
 
 namespace verity::models::neural {
@@ -112,12 +113,18 @@ class NeuralTruthModel : public TruthModel {
   int64_t StepsForFit(int64_t num_labels, bool warm_start) const;
   // An AMSGrad optimiser over `net`'s parameters with the configured learning rate (see
   // flat_amsgrad.h: it moves them into one buffer; `net` must stay on its device meanwhile).
+  // It keeps its step count on the device when training steps can be CUDA graphs.
   std::unique_ptr<FlatAmsGrad> MakeOptimizer(CrowdNet& net) const;
-  // One optimiser step on `loss` (zero the gradients, backward, step), counted in the fit's
-  // FitReport::training_steps. Every training loop steps through here.
-  void TakeStep(FlatAmsGrad& optimizer, const torch::Tensor& loss);
-  // Cross-entropy of the prior on the gold items (0 without gold).
-  static torch::Tensor GoldLoss(CrowdNet& net, const LabelTensors& data);
+  // The step of a training loop over `optimizer` (declared after it, so destroyed first) for
+  // batches of `batch_size` rows, whose loss `loss` computes under training_step.h's contract.
+  std::unique_ptr<TrainingStep> MakeTrainingStep(FlatAmsGrad& optimizer,
+                                                 TrainingStep::LossFunction loss,
+                                                 int64_t batch_size) const;
+  // Runs `step` on `rows`, counted in the fit's FitReport::training_steps. Every training loop
+  // steps through here.
+  void TakeStep(TrainingStep& step, const torch::Tensor& rows);
+  // `loss` plus the cross-entropy of the prior on the gold items (`loss` itself without gold).
+  static torch::Tensor WithGoldLoss(torch::Tensor loss, CrowdNet& net, const LabelTensors& data);
   // log q(true class | labels) of every item (num_items x K), gold clamped: the E-step.
   static torch::Tensor ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,
                                          int32_t num_classes);

@@ -24,7 +24,7 @@ class TraceRegNet : public CrowdNet {
     return torch::log_softmax(confusion_.index_select(0, annotators), 2);
   }
   torch::Tensor Regularizer() override {
-    if (lambda_ == 0) return torch::zeros({}, confusion_.options());
+    if (lambda_ == 0) return torch::Tensor();
     return lambda_ * torch::softmax(confusion_, 2).diagonal(0, 1, 2).sum(1).mean();
   }
   torch::Tensor AllLogConfusions() { return torch::log_softmax(confusion_, 2); }

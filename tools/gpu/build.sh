@@ -44,6 +44,13 @@ if ! "$cxx" -std=$std -fsyntax-only -isystem "$torch/include" \
 fi
 cxxflags=(-std=$std -O2 -DNDEBUG -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -I. -isystem "$kit/include"
           -isystem "$torch/include" -isystem "$torch/include/torch/csrc/api/include")
+# With a CUDA LibTorch and the CUDA runtime's headers, training steps can be CUDA graphs
+# (models/neural/training_step.h).
+cuda_include=${CUDA_HOME:-/usr/local/cuda}/include
+if [[ -e $torch/lib/libtorch_cuda.so && -e $cuda_include/cuda_runtime_api.h ]]; then
+  cxxflags+=(-DVERITY_CUDA_GRAPHS -isystem "$cuda_include")
+  echo "build: CUDA graphs on (CUDA headers in $cuda_include)"
+fi
 echo "build: -std=$std, $jobs jobs"
 
 library=$(ls models/*.cc models/neural/*.cc | grep -v -e '_test\.cc$' -e '_main\.cc$')

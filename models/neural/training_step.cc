@@ -1,0 +1,110 @@
+#include "models/neural/training_step.h"
+
+#include <cstdio>
+#include <exception>
+#include <utility>
+
+#ifdef VERITY_CUDA_GRAPHS
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace verity::models::neural {
+namespace {
+
+// Eager full-size steps before the capture, on the capture stream: they create what a first
+// step creates lazily (cuBLAS handles and workspaces, the caching allocator's blocks), which
+// must not happen inside a capture.
+constexpr int kWarmupSteps = 3;
+
+}  // namespace
+
+#ifdef VERITY_CUDA_GRAPHS
+struct TrainingStep::Graph {
+  explicit Graph(c10::DeviceIndex device)
+      : stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {}
+  c10::cuda::CUDAStream stream;
+  at::cuda::CUDAGraph graph;
+  torch::Tensor rows;  // the input the graph was captured with
+  bool captured = false;
+  bool failed = false;
+};
+bool CudaGraphsCompiledIn() { return true; }
+#else
+struct TrainingStep::Graph {};
+bool CudaGraphsCompiledIn() { return false; }
+#endif
+
+TrainingStep::TrainingStep(FlatAmsGrad& optimizer, LossFunction loss, int64_t batch_size,
+                           bool use_graph)
+    : optimizer_(optimizer),
+      loss_(std::move(loss)),
+      batch_size_(batch_size),
+      use_graph_(use_graph && CudaGraphsCompiledIn() && optimizer.on_device_step()) {}
+
+TrainingStep::~TrainingStep() = default;
+
+void TrainingStep::RunEagerly(const torch::Tensor& rows) {
+  optimizer_.ZeroGrad();
+  loss_(rows).backward();
+  optimizer_.Step();
+}
+
+bool TrainingStep::replaying() const {
+#ifdef VERITY_CUDA_GRAPHS
+  return graph_ != nullptr && graph_->captured;
+#else
+  return false;
+#endif
+}
+
+void TrainingStep::Run(const torch::Tensor& rows) {
+#ifdef VERITY_CUDA_GRAPHS
+  if (use_graph_ && rows.is_cuda() && rows.size(0) == batch_size_ &&
+      (graph_ == nullptr || !graph_->failed)) {
+    if (graph_ == nullptr) graph_ = std::make_unique<Graph>(rows.device().index());
+    Graph& g = *graph_;
+    if (g.captured) {
+      g.rows.copy_(rows);
+      g.graph.replay();
+      return;
+    }
+    // The side stream starts after everything queued on the default stream so far, and the
+    // default stream continues after it: a device-wide wait, a few times per fit.
+    torch::cuda::synchronize(rows.device().index());
+    if (eager_full_batches_ < kWarmupSteps) {
+      ++eager_full_batches_;
+      {
+        c10::cuda::CUDAStreamGuard guard(g.stream);
+        RunEagerly(rows);
+      }
+      torch::cuda::synchronize(rows.device().index());
+      return;
+    }
+    try {
+      {
+        c10::cuda::CUDAStreamGuard guard(g.stream);
+        g.rows = rows.clone();
+        g.graph.capture_begin();
+        RunEagerly(g.rows);
+        g.graph.capture_end();
+      }
+      torch::cuda::synchronize(rows.device().index());
+      g.captured = true;
+    } catch (const std::exception& e) {
+      // Nothing of the captured step ran: run this batch eagerly, and all later ones.
+      g.failed = true;
+      std::fprintf(stderr, "event=cuda_graph_fallback reason=\"%s\"\n", e.what());
+      torch::cuda::synchronize(rows.device().index());
+      RunEagerly(rows);
+      return;
+    }
+    g.graph.replay();
+    return;
+  }
+#endif
+  RunEagerly(rows);
+}
+
+}  // namespace verity::models::neural
