@@ -47,9 +47,14 @@ cxxflags=(-std=$std -O2 -DNDEBUG -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -I. -isystem "
 # With a CUDA LibTorch and the CUDA runtime's headers, training steps can be CUDA graphs
 # (models/neural/training_step.h).
 cuda_include=${CUDA_HOME:-/usr/local/cuda}/include
-if [[ -e $torch/lib/libtorch_cuda.so && -e $cuda_include/cuda_runtime_api.h ]]; then
+# The CUDA runtime library: the one the torch package ships, else the toolkit's.
+cudart=$(ls "$torch"/../nvidia/*/lib/libcudart.so* "$torch"/../nvidia/cuda_runtime/lib/libcudart.so* \
+         "${CUDA_HOME:-/usr/local/cuda}"/lib64/libcudart.so 2>/dev/null | head -1 || true)
+cuda_libs=()
+if [[ -e $torch/lib/libtorch_cuda.so && -e $cuda_include/cuda_runtime_api.h && -n $cudart ]]; then
   cxxflags+=(-DVERITY_CUDA_GRAPHS -isystem "$cuda_include")
-  echo "build: CUDA graphs on (CUDA headers in $cuda_include)"
+  cuda_libs=("$cudart" -Wl,-rpath,"$(dirname "$(realpath "$cudart")")")
+  echo "build: CUDA graphs on (CUDA headers in $cuda_include, runtime $cudart)"
 fi
 echo "build: -std=$std, $jobs jobs"
 
@@ -65,7 +70,7 @@ printf '%s\n' $sources | xargs -P "$jobs" -I{} sh -c \
 
 obj() { for s in "$@"; do echo "$out/obj/$(echo "$s" | tr / _).o"; done; }
 torch_libs=(-L"$torch/lib" -Wl,-rpath,"$torch/lib" -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10)
-[[ -e $torch/lib/libtorch_cuda.so ]] && torch_libs+=(-ltorch_cuda -lc10_cuda)
+[[ -e $torch/lib/libtorch_cuda.so ]] && torch_libs+=(-ltorch_cuda -lc10_cuda "${cuda_libs[@]}")
 absl_libs=(-L"$kit/lib" -Wl,-rpath,"$kit/lib")
 for so in "$kit"/lib/libabsl_*.so; do absl_libs+=("-l$(basename "$so" .so | sed 's/^lib//')"); done
 link() {  # link OUTPUT SOURCES... [-- EXTRA LIBS]
