@@ -33,7 +33,8 @@ class FlatAmsGrad {
   // or dtypes); the fit turns it into an INTERNAL status like any LibTorch error.
   // `on_device_step`: keep the step count and the bias corrections in tensors on the
   // parameters' device, so that Step() reads nothing from the host and can be captured in a
-  // CUDA graph (training_step.h). Its arithmetic differs from torch's in the last bits.
+  // CUDA graph (training_step.h). Its arithmetic differs from torch's in the last bits. On CUDA
+  // with torch >= 2 (the CUDA builds) the step is torch's fused Adam kernel.
   FlatAmsGrad(std::vector<torch::Tensor> parameters, double learning_rate,
               bool on_device_step = false, double beta1 = 0.9, double beta2 = 0.999,
               double eps = 1e-8);
@@ -52,7 +53,7 @@ class FlatAmsGrad {
  private:
   std::vector<torch::Tensor> parameters_;
   torch::Tensor flat_, grad_, exp_avg_, exp_avg_sq_, max_exp_avg_sq_, denom_;
-  torch::Tensor device_step_;  // double scalar on the device; undefined unless on_device_step
+  torch::Tensor device_step_;  // float scalar on the device; undefined unless on_device_step
   double learning_rate_, beta1_, beta2_, eps_;
   int64_t steps_ = 0;
 };
