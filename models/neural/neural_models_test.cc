@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include "common/status_matchers.h"
 #include "models/testing/synthetic_crowd.h"
@@ -53,6 +54,29 @@ std::unique_ptr<TruthModel> Make(const std::string& method, int32_t k) {
 }
 
 class NeuralModelTest : public ::testing::TestWithParam<std::string> {};
+
+// On a GPU: the same fit with training steps replayed from CUDA graphs and run eagerly takes
+// the same steps and recovers the truth as well (the arithmetic differs in the last bits).
+TEST_P(NeuralModelTest, TrainsOnCudaWithAndWithoutCudaGraphs) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  testing::SyntheticCrowd crowd = MakeCrowd(3, 11);
+  double accuracy[2];
+  int64_t steps[2];
+  for (bool graphs : {false, true}) {
+    TruthModelOptions options = FastOptions(GetParam());
+    options.neural.device = "cuda";
+    options.neural.cuda_graphs = graphs;
+    auto model = Make(GetParam(), 3, options);
+    absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
+    ASSERT_THAT(report.status(), IsOk());
+    steps[graphs] = report->training_steps;
+    accuracy[graphs] = testing::Accuracy(AllPosteriors(*model, crowd.matrix, {}), crowd.matrix, crowd.truth);
+    EXPECT_GE(accuracy[graphs], 0.80) << GetParam() << (graphs ? " with" : " without") << " graphs";
+  }
+  EXPECT_GT(steps[0], 0);
+  EXPECT_EQ(steps[0], steps[1]);
+  EXPECT_NEAR(accuracy[0], accuracy[1], 0.03) << GetParam();
+}
 
 TEST_P(NeuralModelTest, RecoversTheTruthOfASyntheticCrowdAtLeastAsWellAsMajorityVote) {
   testing::SyntheticCrowd crowd = MakeCrowd(3, 11);
