@@ -3,7 +3,8 @@
 The location comes from the LIBTORCH_HOME environment variable (a directory holding include/
 and lib/, such as the root of a torch Python package); unset or "/usr", it is Debian's
 libtorch-dev. The rule symlinks only LibTorch's own header trees into the repository, so the
-same BUILD files build against a CPU or a CUDA LibTorch.
+same BUILD files build against a CPU or a CUDA LibTorch. With a CUDA LibTorch whose CUDA runtime
+headers are found (CUDA_HOME, default /usr/local/cuda), it also defines VERITY_CUDA_GRAPHS.
 """
 
 _TORCH_HEADER_DIRS = ["ATen", "c10", "caffe2", "torch"]
@@ -28,6 +29,20 @@ def _libtorch_repository_impl(ctx):
             libs.append(optional)
     linkopts = ["-L" + lib_dir, "-Wl,-rpath," + lib_dir, "-Wl,--no-as-needed"]
     linkopts += ["-l" + lib for lib in libs]
+
+    # A CUDA LibTorch with the CUDA runtime's headers and library at hand: training steps can be
+    # CUDA graphs (models/neural/training_step.h), as tools/gpu/build.sh sets up too.
+    defines = []
+    includes = ["include", "include/torch/csrc/api/include"]
+    if "torch_cuda" in libs:
+        cuda_home = ctx.os.environ.get("CUDA_HOME", "/usr/local/cuda")
+        found = ctx.execute(["sh", "-c", "ls %s/../nvidia/*/lib/libcudart.so* %s/lib64/libcudart.so 2>/dev/null | head -1" % (lib_dir, cuda_home)])
+        cudart = found.stdout.strip()
+        if cudart and ctx.path(cuda_home + "/include/cuda_runtime_api.h").exists:
+            ctx.symlink(cuda_home + "/include", "cuda_include")
+            includes.append("cuda_include")
+            defines.append("VERITY_CUDA_GRAPHS")
+            linkopts += [cudart, "-Wl,-rpath," + cudart.rsplit("/", 1)[0]]
     # No "-Wl,--as-needed" after them: it would stay on for the libraries linked later (Abseil
     # in the shared objects of fastbuild tests) and drop ones they need.
     linkopts += ["-pthread"]
@@ -38,14 +53,16 @@ package(default_visibility = ["//visibility:public"])
 
 cc_library(
     name = "torch",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh"], allow_empty = True),
-    includes = ["include", "include/torch/csrc/api/include"],
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh", "cuda_include/**/*.h",
+                 "cuda_include/**/*.hpp"], allow_empty = True),
+    includes = {includes},
+    defines = {defines},
     linkopts = {linkopts},
 )
-""".format(home = home, linkopts = repr(linkopts)))
+""".format(home = home, includes = repr(includes), defines = repr(defines), linkopts = repr(linkopts)))
 
 libtorch_repository = repository_rule(
     implementation = _libtorch_repository_impl,
-    environ = ["LIBTORCH_HOME"],
+    environ = ["LIBTORCH_HOME", "CUDA_HOME"],
     local = True,
 )
