@@ -75,27 +75,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Size {
-  std::string name;
-  int32_t items = 0;
-  int32_t labels_per_item = 0;
-  int32_t annotators = 0;
-};
-
-std::optional<Size> ParseSize(absl::string_view text) {
-  if (text == "50k") return Size{"50k", 10000, 5, 300};
-  if (text == "500k") return Size{"500k", 100000, 5, 300};
-  if (text == "5m") return Size{"5m", 1000000, 5, 3000};
-  std::vector<std::string> parts = absl::StrSplit(text, 'x');
-  Size size{std::string(text)};
-  if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &size.items) ||
-      !absl::SimpleAtoi(parts[1], &size.labels_per_item) ||
-      !absl::SimpleAtoi(parts[2], &size.annotators) || size.items <= 0 ||
-      size.labels_per_item <= 0 || size.annotators < size.labels_per_item) {
-    return std::nullopt;
-  }
-  return size;
-}
+using Size = CrowdSize;
 
 // VmHWM of this process in MiB (0 if /proc is not there).
 double PeakRssMib() {
@@ -183,7 +163,7 @@ int Main(int argc, char** argv) {
                                                     absl::SkipEmpty());
   std::vector<Size> sizes;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
-    std::optional<Size> size = ParseSize(s);
+    std::optional<Size> size = ParseCrowdSize(s);
     if (!size.has_value()) {
       std::fprintf(stderr, "--sizes: bad size %s\n", std::string(s).c_str());
       return 2;

@@ -14,7 +14,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace verity::bench {
 namespace {
@@ -190,6 +192,21 @@ absl::Status WriteCrowdDataset(const RandomCrowd& crowd,
   return WriteFile(directory + "/SOURCE.md", [&](std::FILE* f) {
     std::fputs(description.c_str(), f);
   });
+}
+
+std::optional<CrowdSize> ParseCrowdSize(absl::string_view text) {
+  if (text == "50k") return CrowdSize{"50k", 10000, 5, 300};
+  if (text == "500k") return CrowdSize{"500k", 100000, 5, 300};
+  if (text == "5m") return CrowdSize{"5m", 1000000, 5, 3000};
+  std::vector<std::string> parts = absl::StrSplit(text, 'x');
+  CrowdSize size{std::string(text)};
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &size.items) ||
+      !absl::SimpleAtoi(parts[1], &size.labels_per_item) ||
+      !absl::SimpleAtoi(parts[2], &size.annotators) || size.items <= 0 ||
+      size.labels_per_item <= 0 || size.annotators < size.labels_per_item) {
+    return std::nullopt;
+  }
+  return size;
 }
 
 }  // namespace verity::bench

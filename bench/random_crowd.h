@@ -24,11 +24,13 @@
 #define VERITY_BENCH_RANDOM_CROWD_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "models/annotation_matrix.h"
 
 namespace verity::bench {
@@ -56,6 +58,17 @@ struct RandomCrowd {
   // Per annotator, K*K row-major (row = true class).
   std::vector<std::vector<double>> confusions;
 };
+
+// The crowd shapes the benchmarks share: "50k" = 10,000 items × 5 labels, 300 annotators;
+// "500k" = 100,000 × 5, 300; "5m" = 1,000,000 × 5, 3,000; or "ITEMSxLABELSxANNOTATORS", e.g.
+// "200000x5x1000". nullopt for anything else or counts out of range.
+struct CrowdSize {
+  std::string name;
+  int32_t items = 0;
+  int32_t labels_per_item = 0;
+  int32_t annotators = 0;
+};
+std::optional<CrowdSize> ParseCrowdSize(absl::string_view text);
 
 // INVALID_ARGUMENT, naming the field, if a count is out of range
 // (num_items >= 0, num_classes >= 2, 1 <= labels_per_item <= num_annotators),

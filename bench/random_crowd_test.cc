@@ -196,3 +196,29 @@ TEST(WriteCrowdDatasetTest, UnwritableDirectoryIsInternalNamingThePath) {
 
 }  // namespace
 }  // namespace verity::bench
+
+namespace verity::bench {
+namespace {
+
+TEST(ParseCrowdSizeTest, NamedAndExplicitShapes) {
+  std::optional<CrowdSize> five_m = ParseCrowdSize("5m");
+  ASSERT_TRUE(five_m.has_value());
+  EXPECT_EQ(five_m->items, 1000000);
+  EXPECT_EQ(five_m->labels_per_item, 5);
+  EXPECT_EQ(five_m->annotators, 3000);
+  std::optional<CrowdSize> custom = ParseCrowdSize("200000x7x1000");
+  ASSERT_TRUE(custom.has_value());
+  EXPECT_EQ(custom->name, "200000x7x1000");
+  EXPECT_EQ(custom->items, 200000);
+  EXPECT_EQ(custom->labels_per_item, 7);
+  EXPECT_EQ(custom->annotators, 1000);
+}
+
+TEST(ParseCrowdSizeTest, RejectsMalformedAndOutOfRange) {
+  for (const char* bad : {"", "5M", "10x5", "10x5x3", "0x5x300", "10x0x300", "axbxc", "1x2x3x4"}) {
+    EXPECT_FALSE(ParseCrowdSize(bad).has_value()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace verity::bench
