@@ -132,6 +132,10 @@ void IncrementalAnnotationMatrix::Rebase(std::shared_ptr<const AnnotationMatrix>
     auto it = overlay_.find(item);
     if (it != overlay_.end() && SameRow(it->second, row)) overlay_.erase(it);
   }
+  // Give the table's slots back once it is mostly empty: a bulk load passes every new item
+  // through the overlay, and absl tables keep their capacity when emptied (69 MB after a
+  // million items). Rehashing the few rows left is cheap next to the merge that precedes it.
+  if (overlay_.capacity() > 4 * overlay_.size() + 64) overlay_.rehash(0);
   base_ = std::move(merged);
 }
 

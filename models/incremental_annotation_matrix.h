@@ -67,6 +67,8 @@ class IncrementalAnnotationMatrix {
   int64_t num_labels() const { return num_labels_; }
   // Rows changed since the base was built.
   int64_t num_overlay_rows() const { return static_cast<int64_t>(overlay_.size()); }
+  // Slots of the overlay's hash table (memory accounting and tests).
+  int64_t overlay_capacity() const { return static_cast<int64_t>(overlay_.capacity()); }
 
   // Replaces every label with those of `base` (same num_classes) and empties
   // the overlay; the id ranges grow to cover base's.

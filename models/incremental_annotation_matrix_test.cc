@@ -61,6 +61,25 @@ TEST(IncrementalAnnotationMatrixTest, SetReportsAddedRevisedUnchanged) {
   EXPECT_FALSE(m.HasLabel(7, 0));
 }
 
+TEST(IncrementalAnnotationMatrixTest, ConsolidationGivesTheOverlaysSlotsBack) {
+  IncrementalAnnotationMatrix m(2);
+  m.EnsureItems(20000);
+  m.EnsureAnnotators(3);
+  for (int32_t item = 0; item < 20000; ++item) m.Set(item, item % 3, item % 2);
+  EXPECT_EQ(m.num_overlay_rows(), 20000);
+  EXPECT_GE(m.overlay_capacity(), 20000);
+  // A label arriving between the copy and the merge stays in the overlay.
+  IncrementalAnnotationMatrix::Pending pending = m.PrepareConsolidation();
+  auto merged = std::make_shared<const AnnotationMatrix>(IncrementalAnnotationMatrix::Consolidate(pending));
+  m.Set(5, 1, 1);
+  m.Rebase(merged, pending);
+  EXPECT_EQ(m.num_overlay_rows(), 1);
+  EXPECT_LT(m.overlay_capacity(), 64);
+  EXPECT_EQ(m.num_labels(), 20001);
+  EXPECT_EQ(m.LabelsOfItem(5).size(), 2u);
+  EXPECT_EQ(m.LabelsOfItem(19999).size(), 1u);
+}
+
 TEST(IncrementalAnnotationMatrixTest, ConsolidationEqualsBuildFromScratchUnderRandomUpdates) {
   constexpr int32_t kClasses = 4;
   std::mt19937 rng(7);

@@ -138,7 +138,7 @@ void ConnectionPool::DiscardIdle() {
 
 absl::Status ConnectionPool::RunInTransaction(
     absl::string_view what,
-    const std::function<absl::Status(pqxx::work&)>& fn) {
+    const std::function<absl::Status(pqxx::work&)>& fn, After after) {
   constexpr int kAttempts = 2;
   absl::Status status;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
@@ -148,6 +148,8 @@ absl::Status ConnectionPool::RunInTransaction(
       return absl::Status(connection.status().code(),
                           absl::StrCat(what, ": ", connection.status().message()));
     }
+    // Closed rather than pooled once released (see After::kClose).
+    if (after == After::kClose) connection->MarkBroken();
     bool commit_sent = false;
     try {
       pqxx::work txn(**connection);

@@ -59,7 +59,7 @@ class PooledConnection {
   pqxx::connection* get() const { return connection_.get(); }
 
   // Discards the connection instead of returning it to the pool (call after
-  // a libpqxx error that may have left it unusable).
+  // a libpqxx error that may have left it unusable, or to free its buffers).
   void MarkBroken() { broken_ = true; }
 
  private:
@@ -110,14 +110,22 @@ class ConnectionPool {
   // prefixed with `what`, e.g. "committing annotations"). `fn` may run twice
   // (see the retry rule above), so it must (re)assign its outputs on every
   // run rather than append to them. Returns OK only after COMMIT succeeded.
+  //
+  // `after`: kClose closes the connection when the transaction is done instead
+  // of returning it to the pool. For transactions that send one very large
+  // statement: libpq grows its send buffer to the largest message sent and
+  // never shrinks it, so a pooled connection would keep that memory.
+  enum class After { kReturnToPool, kClose };
   absl::Status RunInTransaction(
       absl::string_view what,
-      const std::function<absl::Status(pqxx::work&)>& fn);
+      const std::function<absl::Status(pqxx::work&)>& fn,
+      After after = After::kReturnToPool);
 
   // As RunInTransaction, for an `fn` returning absl::StatusOr<T>; the value
   // of the last run is returned after a successful COMMIT.
   template <typename F>
-  auto WithTransaction(absl::string_view what, F&& fn)
+  auto WithTransaction(absl::string_view what, F&& fn,
+                       After after = After::kReturnToPool)
       -> std::invoke_result_t<F&, pqxx::work&>;
 
   const Options& options() const { return options_; }
@@ -146,15 +154,18 @@ class ConnectionPool {
 };
 
 template <typename F>
-auto ConnectionPool::WithTransaction(absl::string_view what, F&& fn)
+auto ConnectionPool::WithTransaction(absl::string_view what, F&& fn,
+                                     After after)
     -> std::invoke_result_t<F&, pqxx::work&> {
   using Result = std::invoke_result_t<F&, pqxx::work&>;
   std::optional<Result> result;
-  absl::Status status =
-      RunInTransaction(what, [&](pqxx::work& txn) -> absl::Status {
+  absl::Status status = RunInTransaction(
+      what,
+      [&](pqxx::work& txn) -> absl::Status {
         result.emplace(fn(txn));
         return result->status();
-      });
+      },
+      after);
   if (!status.ok()) return status;
   return std::move(*result);
 }

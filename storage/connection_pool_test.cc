@@ -20,6 +20,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::verity::storage::testing::PostgresTest;
 using ::verity::testing::IsOk;
+using ::verity::testing::IsOkAndHolds;
 using ::verity::testing::StatusIs;
 
 class ConnectionPoolTest : public PostgresTest {
@@ -64,6 +65,25 @@ TEST_F(ConnectionPoolTest, ReusesConnectionsUpToItsSize) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_LE(p->open_connections(), 2);
+}
+
+TEST_F(ConnectionPoolTest, ClosesTheConnectionAfterwardsWhenAsked) {
+  std::unique_ptr<ConnectionPool> p = NewPool(/*size=*/2);
+  ASSERT_THAT(Exec(*p, "CREATE TABLE blobs (b bytea)"), IsOk());
+  EXPECT_EQ(p->open_connections(), 1);
+  ASSERT_THAT(p->RunInTransaction(
+                  "large insert",
+                  [](pqxx::work& txn) {
+                    const std::string blob(1 << 20, 'x');
+                    txn.exec_params("INSERT INTO blobs VALUES ($1)",
+                                    pqxx::binarystring(blob.data(), blob.size()));
+                    return absl::OkStatus();
+                  },
+                  ConnectionPool::After::kClose),
+              IsOk());
+  EXPECT_EQ(p->open_connections(), 0);  // Committed, then closed, not pooled.
+  EXPECT_THAT(Count(*p, "blobs"), IsOkAndHolds(1));
+  EXPECT_EQ(p->open_connections(), 1);
 }
 
 TEST_F(ConnectionPoolTest, AcquireTimesOutWhenAllConnectionsAreInUse) {

@@ -18,6 +18,10 @@ namespace {
 // retry sees the competitor's committed row, so this bounds pathological
 // contention only.
 constexpr int kMaxVersionAttempts = 20;
+// A version whose blobs reach this size is saved on a connection that is closed afterwards:
+// libpq keeps its send buffer at the largest message sent (64 MiB for a 5M-label ds model),
+// and a pooled connection would hold that memory for good.
+constexpr size_t kCloseConnectionAfterBytes = size_t{8} << 20;
 
 std::string SelectVersionsSql(bool with_parameters, absl::string_view rest) {
   return absl::StrCat(
@@ -82,6 +86,13 @@ absl::StatusOr<ModelVersionRecord> ModelVersionStore::SaveVersion(
   }
   const pqxx::binarystring parameters(record.parameters.data(),
                                       record.parameters.size());
+  const size_t bytes = record.parameters.size() +
+                       (outputs == nullptr ? 0
+                                           : outputs->posteriors.size() +
+                                                 outputs->annotator_profiles.size());
+  const ConnectionPool::After after = bytes >= kCloseConnectionAfterBytes
+                                          ? ConnectionPool::After::kClose
+                                          : ConnectionPool::After::kReturnToPool;
   return pool_->WithTransaction(
       absl::StrCat("saving a model version of project ", record.project_id),
       [&](pqxx::work& txn) -> absl::StatusOr<ModelVersionRecord> {
@@ -145,7 +156,8 @@ absl::StatusOr<ModelVersionRecord> ModelVersionStore::SaveVersion(
         return absl::AbortedError(absl::StrCat(
             "could not allocate a model version number for project ",
             record.project_id, " after ", kMaxVersionAttempts, " attempts"));
-      });
+      },
+      after);
 }
 
 absl::StatusOr<ModelVersionRecord> ModelVersionStore::LatestModelVersion(
