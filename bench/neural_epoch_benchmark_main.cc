@@ -21,7 +21,7 @@
 //        one pass of minibatches of the labelled items. cmm runs three per configured EM
 //        iteration, so --epochs is rounded up to a multiple of 3.
 // Columns: "train s" is FitReport::training_seconds (device work waited for), "steps" the
-// optimiser steps, "passes" steps × batch / labels (cmm: / labelled items), "s/pass" train s /
+// optimiser steps, "passes" steps / steps of one pass (cmm: over the items), "s/pass" train s /
 // passes, "fit s" the whole Fit (label tensors, training, export of the tables to the CPU and
 // the log-likelihood pass), and "accuracy" the fitted posteriors against the simulated truth.
 // Peak host memory is the process's VmHWM after the configuration (one process, so it only
@@ -119,17 +119,6 @@ models::TruthModelOptions EpochOptions(const std::string& method, int64_t num_la
   }
   return options;
 }
-
-struct Row {
-  std::string method;
-  Size size;
-  int64_t labels = 0;
-  absl::StatusOr<models::FitReport> report;
-  double passes = 0;
-  double fit_seconds = 0;
-  double accuracy = 0;
-  double peak_mib = 0;
-};
 
 void Print(const std::vector<std::string>& cells, bool markdown) {
   std::string line;
@@ -246,9 +235,11 @@ int Main(int argc, char** argv) {
         Print({method, absl::StrCat(labels), "fit failed: " + report.status().ToString()}, markdown);
         continue;
       }
+      // Steps of one pass: over the labels, or over the items for cmm's M-step of h.
       const int64_t per_pass = method == "cmm" ? crowd->num_items : labels;
-      const double passes =
-          static_cast<double>(report->training_steps) * options.neural.batch_size / per_pass;
+      const int64_t batch = options.neural.batch_size;
+      const double passes = static_cast<double>(report->training_steps) /
+                            static_cast<double>((per_pass + batch - 1) / batch);
       int64_t correct = 0;
       std::vector<double> posterior(crowd->num_classes);
       for (int32_t i = 0; i < crowd->num_items; ++i) {

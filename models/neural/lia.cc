@@ -111,7 +111,10 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
     q.copy_(torch::exp(ItemLogPosteriors(net, data, k)));
     net.train();
   }
-  // Marginal-likelihood fine-tuning.
+  // Marginal-likelihood fine-tuning, with an optimiser of its own: free the EM phase's first
+  // (its moment buffers and, on CUDA, its graph's memory pool).
+  step.reset();
+  optimizer.reset();
   TrainMarginal(net, data, steps);
   return iterations;
 }

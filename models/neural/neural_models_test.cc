@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "common/status_matchers.h"
+#include "models/neural/training_step.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
 #include "models/truth_model_factory.h"
@@ -62,6 +63,7 @@ TEST_P(NeuralModelTest, TrainsOnCudaWithAndWithoutCudaGraphs) {
   testing::SyntheticCrowd crowd = MakeCrowd(3, 11);
   double accuracy[2];
   int64_t steps[2];
+  const int64_t replays_before = neural::TrainingStep::GraphReplays();
   for (bool graphs : {false, true}) {
     TruthModelOptions options = FastOptions(GetParam());
     options.neural.device = "cuda";
@@ -75,6 +77,10 @@ TEST_P(NeuralModelTest, TrainsOnCudaWithAndWithoutCudaGraphs) {
   }
   EXPECT_GT(steps[0], 0);
   EXPECT_EQ(steps[0], steps[1]);
+  // In a build with CUDA graphs, the second fit's steps were replayed from one.
+  if (neural::CudaGraphsCompiledIn()) {
+    EXPECT_GT(neural::TrainingStep::GraphReplays(), replays_before) << GetParam();
+  }
   EXPECT_NEAR(accuracy[0], accuracy[1], 0.03) << GetParam();
 }
 

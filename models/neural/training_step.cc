@@ -1,13 +1,17 @@
 #include "models/neural/training_step.h"
 
+#include <atomic>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #ifdef VERITY_CUDA_GRAPHS
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace verity::models::neural {
@@ -18,7 +22,13 @@ namespace {
 // must not happen inside a capture.
 constexpr int kWarmupSteps = 3;
 
+// Set by a failed capture: every later step of the process runs eagerly.
+std::atomic<bool> graphs_disabled{false};
+std::atomic<int64_t> graph_replays{0};
+
 }  // namespace
+
+int64_t TrainingStep::GraphReplays() { return graph_replays.load(); }
 
 #ifdef VERITY_CUDA_GRAPHS
 struct TrainingStep::Graph {
@@ -41,7 +51,8 @@ TrainingStep::TrainingStep(FlatAmsGrad& optimizer, LossFunction loss, int64_t ba
     : optimizer_(optimizer),
       loss_(std::move(loss)),
       batch_size_(batch_size),
-      use_graph_(use_graph && CudaGraphsCompiledIn() && optimizer.on_device_step()) {}
+      use_graph_(use_graph && CudaGraphsCompiledIn() && optimizer.on_device_step() &&
+                 !graphs_disabled.load()) {}
 
 TrainingStep::~TrainingStep() = default;
 
@@ -68,6 +79,7 @@ void TrainingStep::Run(const torch::Tensor& rows) {
     if (g.captured) {
       g.rows.copy_(rows);
       g.graph.replay();
+      graph_replays.fetch_add(1);
       return;
     }
     // The side stream starts after everything queued on the default stream so far, and the
@@ -82,25 +94,38 @@ void TrainingStep::Run(const torch::Tensor& rows) {
       torch::cuda::synchronize(rows.device().index());
       return;
     }
+    g.rows = rows.clone();
     try {
-      {
-        c10::cuda::CUDAStreamGuard guard(g.stream);
-        g.rows = rows.clone();
-        g.graph.capture_begin();
+      c10::cuda::CUDAStreamGuard guard(g.stream);
+      g.graph.capture_begin();
+      try {
         RunEagerly(g.rows);
-        g.graph.capture_end();
+      } catch (...) {
+        // End the capture, or the stream (and, in global capture mode, the whole process's
+        // CUDA work) stays in capture. The graph is invalid and is dropped with `g`.
+        try {
+          g.graph.capture_end();
+        } catch (...) {
+        }
+        (void)cudaGetLastError();
+        throw;
       }
-      torch::cuda::synchronize(rows.device().index());
-      g.captured = true;
+      g.graph.capture_end();
     } catch (const std::exception& e) {
-      // Nothing of the captured step ran: run this batch eagerly, and all later ones.
+      // The parameters may have been touched halfway: fail this fit (the caller turns the
+      // exception into an INTERNAL status) and run every later step of the process eagerly.
       g.failed = true;
-      std::fprintf(stderr, "event=cuda_graph_fallback reason=\"%s\"\n", e.what());
-      torch::cuda::synchronize(rows.device().index());
-      RunEagerly(rows);
-      return;
+      graphs_disabled.store(true);
+      std::fprintf(stderr, "event=cuda_graph_capture_failed action=eager_from_now_on\n");
+      throw std::runtime_error(std::string("capturing a training step in a CUDA graph failed "
+                                           "(later fits run eagerly; neural.cuda_graphs=false "
+                                           "turns graphs off): ") +
+                               e.what());
     }
+    torch::cuda::synchronize(rows.device().index());
+    g.captured = true;
     g.graph.replay();
+    graph_replays.fetch_add(1);
     return;
   }
 #endif

@@ -17,7 +17,8 @@
 // Graphs are used when all hold: the build has CUDA graph support (VERITY_CUDA_GRAPHS, set when
 // building against a CUDA LibTorch), `use_graph` (TruthModelOptions::Neural::cuda_graphs), the
 // device is CUDA, and the optimiser keeps its step on the device. Otherwise every step is eager,
-// exactly as before. If capture fails, the object logs one line and stays eager.
+// exactly as before. If a capture fails (a loss breaking the contract above), Run throws, so the
+// fit fails with INTERNAL, and every later TrainingStep of the process runs eagerly.
 #ifndef VERITY_MODELS_NEURAL_TRAINING_STEP_H_
 #define VERITY_MODELS_NEURAL_TRAINING_STEP_H_
 
@@ -48,6 +49,8 @@ class TrainingStep {
   void Run(const torch::Tensor& rows);
   // Whether a captured graph is being replayed.
   bool replaying() const;
+  // Steps replayed from CUDA graphs in this process so far (tests and benchmarks).
+  static int64_t GraphReplays();
 
  private:
   void RunEagerly(const torch::Tensor& rows);

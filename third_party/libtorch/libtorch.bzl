@@ -36,7 +36,9 @@ def _libtorch_repository_impl(ctx):
     includes = ["include", "include/torch/csrc/api/include"]
     if "torch_cuda" in libs:
         cuda_home = ctx.os.environ.get("CUDA_HOME", "/usr/local/cuda")
-        found = ctx.execute(["sh", "-c", "ls %s/../nvidia/*/lib/libcudart.so* %s/lib64/libcudart.so 2>/dev/null | head -1" % (lib_dir, cuda_home)])
+        # The runtime the torch package ships (site-packages/nvidia, beside torch/) first, then
+        # the toolkit's.
+        found = ctx.execute(["sh", "-c", "for f in %s/../nvidia/*/lib/libcudart.so* %s/lib64/libcudart.so; do [ -e \"$f\" ] && echo \"$f\" && break; done" % (home, cuda_home)])
         cudart = found.stdout.strip()
         if cudart and ctx.path(cuda_home + "/include/cuda_runtime_api.h").exists:
             ctx.symlink(cuda_home + "/include", "cuda_include")

@@ -9,7 +9,7 @@
 #   tools/gpu/build.sh KIT_DIR OUT_DIR
 #
 # Writes OUT_DIR/{neural_epoch_benchmark,fit_benchmark,neural_models_test,paper_claims_test,
-# flat_amsgrad_test}.
+# flat_amsgrad_test,training_step_test}.
 # Environment: CXX (default g++), PYTHON (default python3), JOBS (default nproc), LIBTORCH_HOME
 # (a LibTorch's root, with include/ and lib/, instead of the torch package's).
 set -euo pipefail
@@ -48,8 +48,10 @@ cxxflags=(-std=$std -O2 -DNDEBUG -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -I. -isystem "
 # (models/neural/training_step.h).
 cuda_include=${CUDA_HOME:-/usr/local/cuda}/include
 # The CUDA runtime library: the one the torch package ships, else the toolkit's.
-cudart=$(ls "$torch"/../nvidia/*/lib/libcudart.so* "$torch"/../nvidia/cuda_runtime/lib/libcudart.so* \
-         "${CUDA_HOME:-/usr/local/cuda}"/lib64/libcudart.so 2>/dev/null | head -1 || true)
+cudart=
+for candidate in "$torch"/../nvidia/*/lib/libcudart.so* "${CUDA_HOME:-/usr/local/cuda}"/lib64/libcudart.so; do
+  if [[ -e $candidate ]]; then cudart=$candidate; break; fi
+done
 cuda_libs=()
 if [[ -e $torch/lib/libtorch_cuda.so && -e $cuda_include/cuda_runtime_api.h && -n $cudart ]]; then
   cxxflags+=(-DVERITY_CUDA_GRAPHS -isystem "$cuda_include")
@@ -62,7 +64,7 @@ library=$(ls models/*.cc models/neural/*.cc | grep -v -e '_test\.cc$' -e '_main\
 sources="$library models/testing/synthetic_crowd.cc models/testing/dataset_path.cc bench/random_crowd.cc
   bench/neural_epoch_benchmark_main.cc bench/fit_benchmark_main.cc
   models/neural/neural_models_test.cc models/neural/paper_claims_test.cc
-  models/neural/flat_amsgrad_test.cc"
+  models/neural/flat_amsgrad_test.cc models/neural/training_step_test.cc"
 mkdir -p "$out/obj"
 export cxx out
 printf '%s\n' $sources | xargs -P "$jobs" -I{} sh -c \
@@ -87,5 +89,6 @@ gtest=("$kit/lib/libgtest_main.a" "$kit/lib/libgmock.a" "$kit/lib/libgtest.a")
 link neural_models_test models/testing/synthetic_crowd.cc models/neural/neural_models_test.cc -- "${gtest[@]}"
 link paper_claims_test models/testing/synthetic_crowd.cc models/neural/paper_claims_test.cc -- "${gtest[@]}"
 link flat_amsgrad_test models/neural/flat_amsgrad_test.cc -- "${gtest[@]}"
+link training_step_test models/neural/training_step_test.cc -- "${gtest[@]}"
 rm -f "$out/probe.cc"
 echo "build: done, binaries in $out"
