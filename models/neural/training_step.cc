@@ -9,6 +9,7 @@
 
 #ifdef VERITY_CUDA_GRAPHS
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -87,11 +88,35 @@ void TrainingStep::Run(const torch::Tensor& rows) {
     torch::cuda::synchronize(rows.device().index());
     if (eager_full_batches_ < kWarmupSteps) {
       ++eager_full_batches_;
+      // The warm-up steps run with LibTorch's synchronisation check raising: a loss that waits
+      // for the device (item(), nonzero(), a copy to the host) cannot be captured. Such a
+      // step throws before its backward pass, so nothing was updated: it reruns eagerly, and
+      // this loop stays eager. (The check is process-wide for the step's duration; only
+      // training uses CUDA in this process, one fit at a time.)
+      c10::cuda::WarningState& sync_check = c10::cuda::warning_state();
+      const c10::cuda::SyncDebugMode previous = sync_check.get_sync_debug_mode();
+      bool synchronises = false;
       {
         c10::cuda::CUDAStreamGuard guard(g.stream);
-        RunEagerly(rows);
+        sync_check.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+        try {
+          RunEagerly(rows);
+        } catch (const c10::Error& e) {
+          sync_check.set_sync_debug_mode(previous);
+          if (std::string(e.what()).find("synchronizing CUDA operation") == std::string::npos) {
+            throw;
+          }
+          synchronises = true;
+        }
+        sync_check.set_sync_debug_mode(previous);
       }
       torch::cuda::synchronize(rows.device().index());
+      if (synchronises) {
+        g.failed = true;
+        std::fprintf(stderr, "event=cuda_graph_skipped reason=\"the loss synchronises with the "
+                             "device\" action=eager\n");
+        RunEagerly(rows);
+      }
       return;
     }
     g.rows = rows.clone();
@@ -114,6 +139,9 @@ void TrainingStep::Run(const torch::Tensor& rows) {
     } catch (const std::exception& e) {
       // The parameters may have been touched halfway: fail this fit (the caller turns the
       // exception into an INTERNAL status) and run every later step of the process eagerly.
+      // LibTorch's CUDA random generator may be left in capture mode (torch 2.11 leaves it so
+      // when the capture is invalidated), which breaks later random ops on CUDA: restart the
+      // process. The warm-up check above catches the usual cause before any capture.
       g.failed = true;
       graphs_disabled.store(true);
       std::fprintf(stderr, "event=cuda_graph_capture_failed action=eager_from_now_on\n");

@@ -17,8 +17,10 @@
 // Graphs are used when all hold: the build has CUDA graph support (VERITY_CUDA_GRAPHS, set when
 // building against a CUDA LibTorch), `use_graph` (TruthModelOptions::Neural::cuda_graphs), the
 // device is CUDA, and the optimiser keeps its step on the device. Otherwise every step is eager,
-// exactly as before. If a capture fails (a loss breaking the contract above), Run throws, so the
-// fit fails with INTERNAL, and every later TrainingStep of the process runs eagerly.
+// exactly as before. A loss that synchronises with the device is detected during the warm-up
+// steps (LibTorch's sync check): that loop then stays eager. If a capture fails nevertheless,
+// Run throws (the fit fails with INTERNAL), later TrainingSteps of the process run eagerly,
+// and LibTorch's CUDA generator may be unusable until the process restarts.
 #ifndef VERITY_MODELS_NEURAL_TRAINING_STEP_H_
 #define VERITY_MODELS_NEURAL_TRAINING_STEP_H_
 

@@ -1,9 +1,7 @@
 // TrainingStep: eager steps on the CPU; on a GPU build with CUDA graphs, replayed steps, and a
-// capture that fails (a loss that reads a device value on the host) failing the step and
-// leaving the process's later steps eager and working.
+// loss that reads a device value on the host (which cannot be captured) detected during the
+// warm-up, its loop staying eager and training.
 #include "models/neural/training_step.h"
-
-#include <stdexcept>
 
 #include <torch/torch.h>
 
@@ -57,7 +55,7 @@ TEST(TrainingStepTest, EagerStepsTrainOnTheCpu) {
   EXPECT_EQ(TrainingStep::GraphReplays(), replays);
 }
 
-TEST(TrainingStepTest, CudaGraphReplayAndAFailedCapture) {
+TEST(TrainingStepTest, CudaGraphReplayAndALossThatCannotBeCaptured) {
   if (!torch::cuda::is_available() || !CudaGraphsCompiledIn()) {
     GTEST_SKIP() << "needs a CUDA device and a build with CUDA graphs";
   }
@@ -74,7 +72,8 @@ TEST(TrainingStepTest, CudaGraphReplayAndAFailedCapture) {
     EXPECT_EQ(TrainingStep::GraphReplays(), replays + 60 - 3);  // all but the warm-up steps
   }
   {
-    // item() waits for the device: not allowed while capturing.
+    // item() waits for the device, which a captured graph cannot: the warm-up steps detect it
+    // and the loop stays eager, training as usual.
     Problem p = MakeProblem(cuda);
     FlatAmsGrad optimizer(p.layer->parameters(), 0.05, /*on_device_step=*/true);
     TrainingStep step(
@@ -84,19 +83,21 @@ TEST(TrainingStepTest, CudaGraphReplayAndAFailedCapture) {
           return loss * (loss.item<float>() > -1.0f ? 1.0 : 2.0);
         },
         kBatch, /*use_graph=*/true);
-    EXPECT_THROW(Train(p, step, 10, cuda), std::runtime_error);
+    const int64_t replays = TrainingStep::GraphReplays();
+    auto [before, after] = Train(p, step, 60, cuda);
+    EXPECT_LT(after, 0.7 * before);
+    EXPECT_EQ(optimizer.steps(), 60);
+    EXPECT_FALSE(step.replaying());
+    EXPECT_EQ(TrainingStep::GraphReplays(), replays);
   }
   {
-    // Later steps of the process run eagerly, and CUDA still works.
+    // The next loop of the process is captured again.
     Problem p = MakeProblem(cuda);
     FlatAmsGrad optimizer(p.layer->parameters(), 0.05, /*on_device_step=*/true);
     TrainingStep step(optimizer, [&p](const torch::Tensor& rows) { return p.Loss(rows); },
                       kBatch, /*use_graph=*/true);
-    const int64_t replays = TrainingStep::GraphReplays();
-    auto [before, after] = Train(p, step, 60, cuda);
-    EXPECT_LT(after, 0.7 * before);
-    EXPECT_FALSE(step.replaying());
-    EXPECT_EQ(TrainingStep::GraphReplays(), replays);
+    Train(p, step, 10, cuda);
+    EXPECT_TRUE(step.replaying());
   }
 }
 
