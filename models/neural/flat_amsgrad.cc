@@ -69,23 +69,23 @@ void FlatAmsGrad::Step() {
       return;
     }
 #endif
-    // The same update with the bias corrections computed on the device.
+  }
+  // torch::optim::Adam's arithmetic, in the same order: the moments, then the update divided
+  // by the bias-corrected root of the largest second moment.
+  exp_avg_.mul_(beta1_).add_(grad_, 1 - beta1_);
+  exp_avg_sq_.mul_(beta2_).addcmul_(grad_, grad_, 1 - beta2_);
+  torch::max_out(max_exp_avg_sq_, exp_avg_sq_, max_exp_avg_sq_);
+  if (device_step_.defined()) {
+    // The bias corrections computed on the device.
     torch::Tensor bias_correction1 = 1 - torch::pow(beta1_, device_step_);
     torch::Tensor bias_correction2 = 1 - torch::pow(beta2_, device_step_);
-    exp_avg_.mul_(beta1_).add_(grad_, 1 - beta1_);
-    exp_avg_sq_.mul_(beta2_).addcmul_(grad_, grad_, 1 - beta2_);
-    torch::max_out(max_exp_avg_sq_, exp_avg_sq_, max_exp_avg_sq_);
     torch::sqrt_out(denom_, max_exp_avg_sq_).div_(torch::sqrt(bias_correction2)).add_(eps_);
     denom_.mul_(bias_correction1 / -learning_rate_);
     flat_.addcdiv_(exp_avg_, denom_);
     return;
   }
-  // torch::optim::Adam's arithmetic, in the same order.
   const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(steps_));
   const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(steps_));
-  exp_avg_.mul_(beta1_).add_(grad_, 1 - beta1_);
-  exp_avg_sq_.mul_(beta2_).addcmul_(grad_, grad_, 1 - beta2_);
-  torch::max_out(max_exp_avg_sq_, exp_avg_sq_, max_exp_avg_sq_);
   torch::sqrt_out(denom_, max_exp_avg_sq_).div_(std::sqrt(bias_correction2)).add_(eps_);
   flat_.addcdiv_(exp_avg_, denom_, -learning_rate_ / bias_correction1);
 }

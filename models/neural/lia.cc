@@ -28,7 +28,7 @@ class LiaNet : public CrowdNet {
     return competence_->forward(annotators_->forward(annotators)).view({-1, k_, k_, latent_});
   }
   torch::Tensor LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) override {
-    return ConfusionOf(difficulty_->forward(items_->forward(items)), annotators);
+    return ConfusionOf(Difficulty(items), annotators);
   }
   // log p(true class | item) (B x K) and log Q (B x K x K) of a batch from one pass of the
   // item encoder (a training step needs both).

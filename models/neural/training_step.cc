@@ -32,6 +32,24 @@ std::atomic<int64_t> graph_replays{0};
 int64_t TrainingStep::GraphReplays() { return graph_replays.load(); }
 
 #ifdef VERITY_CUDA_GRAPHS
+namespace {
+
+// While alive, LibTorch raises on any operation that waits for the device.
+class SyncCheckRaising {
+ public:
+  SyncCheckRaising() : previous_(c10::cuda::warning_state().get_sync_debug_mode()) {
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  }
+  ~SyncCheckRaising() { c10::cuda::warning_state().set_sync_debug_mode(previous_); }
+  SyncCheckRaising(const SyncCheckRaising&) = delete;
+  SyncCheckRaising& operator=(const SyncCheckRaising&) = delete;
+
+ private:
+  const c10::cuda::SyncDebugMode previous_;
+};
+
+}  // namespace
+
 struct TrainingStep::Graph {
   explicit Graph(c10::DeviceIndex device)
       : stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {}
@@ -93,22 +111,18 @@ void TrainingStep::Run(const torch::Tensor& rows) {
       // step throws before its backward pass, so nothing was updated: it reruns eagerly, and
       // this loop stays eager. (The check is process-wide for the step's duration; only
       // training uses CUDA in this process, one fit at a time.)
-      c10::cuda::WarningState& sync_check = c10::cuda::warning_state();
-      const c10::cuda::SyncDebugMode previous = sync_check.get_sync_debug_mode();
       bool synchronises = false;
       {
         c10::cuda::CUDAStreamGuard guard(g.stream);
-        sync_check.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+        SyncCheckRaising sync_check;
         try {
           RunEagerly(rows);
         } catch (const c10::Error& e) {
-          sync_check.set_sync_debug_mode(previous);
           if (std::string(e.what()).find("synchronizing CUDA operation") == std::string::npos) {
             throw;
           }
           synchronises = true;
         }
-        sync_check.set_sync_debug_mode(previous);
       }
       torch::cuda::synchronize(rows.device().index());
       if (synchronises) {
