@@ -47,6 +47,13 @@ ABSL_FLAG(int, streams, 4, "Concurrent SubmitAnnotations streams.");
 ABSL_FLAG(int, batch, 5000, "Annotations per batch.");
 ABSL_FLAG(int, in_flight, 8, "Unacked batches per stream.");
 ABSL_FLAG(bool, background_refit, true, "Run the server's background trainer.");
+ABSL_FLAG(double, trainer_busy_fraction, 0.5,
+          "The server's --trainer_busy_fraction: the most of its time the trainer spends fitting.");
+ABSL_FLAG(std::string, labels, "crowd",
+          "crowd: each item has a true class (a fair coin) and each annotator an accuracy drawn "
+          "from [0.6, 0.95], the chance that their label is the true class; uniform: every "
+          "label a fair coin, which leaves EM nothing to converge to (fits run to their "
+          "iteration cap).");
 ABSL_FLAG(int, freshness_probes, 500,
           "Single-label batches sent during the bulk ingest to measure ack-to-posterior time.");
 
@@ -269,15 +276,30 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const int n = absl::GetFlag(FLAGS_annotations);
   const int items = absl::GetFlag(FLAGS_items), annotators = absl::GetFlag(FLAGS_annotators);
+  const std::string label_model = absl::GetFlag(FLAGS_labels);
+  if (label_model != "crowd" && label_model != "uniform") {
+    std::fprintf(stderr, "--labels must be crowd or uniform, got \"%s\"\n", label_model.c_str());
+    return 1;
+  }
   // Unique (item, annotator) pairs: item i gets labels from annotators (i*7 + r*31) mod W.
   std::vector<Row> rows;
   rows.reserve(n);
   std::mt19937 rng(5);
+  // With --labels=crowd: the true class of each item and the accuracy of each annotator.
+  std::vector<int32_t> true_class(items);
+  for (int32_t& t : true_class) t = static_cast<int32_t>(rng() % 2);
+  std::vector<double> accuracy(annotators);
+  for (double& a : accuracy) a = 0.6 + 0.35 * (static_cast<double>(rng()) / 4294967296.0);
   const int per_item = (n + items - 1) / items;
   for (int r = 0; r < per_item && static_cast<int>(rows.size()) < n; ++r) {
     for (int i = 0; i < items && static_cast<int>(rows.size()) < n; ++i) {
-      rows.push_back({i, static_cast<int32_t>((static_cast<int64_t>(i) * 7 + r * 31) % annotators),
-                      static_cast<int32_t>(rng() % 2)});
+      const auto annotator =
+          static_cast<int32_t>((static_cast<int64_t>(i) * 7 + r * 31) % annotators);
+      const double u = static_cast<double>(rng()) / 4294967296.0;
+      const int32_t label = label_model == "uniform" ? (u < 0.5 ? 1 : 0)
+                            : u < accuracy[annotator] ? true_class[i]
+                                                      : 1 - true_class[i];
+      rows.push_back({i, annotator, label});
     }
   }
   if (per_item > annotators) {
@@ -301,6 +323,11 @@ int main(int argc, char** argv) {
   options.listen = "localhost:0";
   options.postgres_url = (*pg)->connection_url();
   options.training.run_in_background = absl::GetFlag(FLAGS_background_refit);
+  options.training.max_busy_fraction = absl::GetFlag(FLAGS_trainer_busy_fraction);
+  if (!(options.training.max_busy_fraction > 0.0 && options.training.max_busy_fraction <= 1.0)) {
+    std::fprintf(stderr, "--trainer_busy_fraction must be in (0, 1]\n");
+    return 1;
+  }
   auto server = verity::server::VerityServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
@@ -361,14 +388,18 @@ int main(int argc, char** argv) {
   const double copy_rate = copy.rows_per_second;
   const double ingest_rate = rows.size() / seconds;
   std::printf(
-      "annotations=%zu streams=%d batch=%d in_flight=%d\n"
+      "annotations=%zu streams=%d batch=%d in_flight=%d labels=%s trainer=%s\n"
       "ingest: %.0f annotations/s (%.2f s)  ack latency p50=%.1f ms p99=%.1f ms\n"
       "COPY ceiling: %.0f rows/s  ratio ceiling/ingest=%.2f\n"
       "freshness (ack to posterior including the label, %zu probes during the ingest): "
       "p50=%.2f ms p99=%.2f ms\n"
       "cpu seconds during the ingest: this process %.2f (ingest committer %.2f), PostgreSQL %.2f; "
       "during the COPY ceiling: this process %.2f, PostgreSQL %.2f\n%s\n",
-      rows.size(), streams, batch, absl::GetFlag(FLAGS_in_flight), ingest_rate, seconds,
+      rows.size(), streams, batch, absl::GetFlag(FLAGS_in_flight), label_model.c_str(),
+      options.training.run_in_background
+          ? absl::StrCat("on, busy fraction ", options.training.max_busy_fraction).c_str()
+          : "off",
+      ingest_rate, seconds,
       Percentile(all, 0.5), Percentile(all, 0.99), copy_rate, copy_rate / ingest_rate,
       freshness.size(), Percentile(freshness, 0.5), Percentile(freshness, 0.99),
       ingest_cpu.process, ingest_cpu.committer, ingest_cpu.postgres, copy.cpu.process,

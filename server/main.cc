@@ -33,6 +33,9 @@ ABSL_FLAG(bool, background_refit, true,
           "to keep posteriors still).");
 ABSL_FLAG(int, refit_staleness_seconds, 30,
           "A project with new labels is refit at least this often (seconds).");
+ABSL_FLAG(double, trainer_busy_fraction, 0.5,
+          "In (0, 1]: the most of its time the in-process background trainer spends fitting; "
+          "after a fit of d seconds it rests d*(1-f)/f before the next (1: back to back).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the gRPC port (enables TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -103,6 +106,12 @@ int main(int argc, char** argv) {
   options.pool_size = absl::GetFlag(FLAGS_pool_size);
   options.training.run_in_background = absl::GetFlag(FLAGS_background_refit);
   options.training.max_staleness = absl::Seconds(absl::GetFlag(FLAGS_refit_staleness_seconds));
+  const double busy_fraction = absl::GetFlag(FLAGS_trainer_busy_fraction);
+  if (!(busy_fraction > 0.0 && busy_fraction <= 1.0)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--trainer_busy_fraction must be in (0, 1], got ", busy_fraction)));
+  }
+  options.training.max_busy_fraction = busy_fraction;
   const std::string trainer = absl::GetFlag(FLAGS_trainer);
   if (trainer != "inprocess" && trainer != "workers") {
     return Fail(absl::InvalidArgumentError(

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include <algorithm>
 #include <iostream>
 
 #include "server/log.h"
@@ -170,15 +171,24 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitAndLog(LiveP
   return version;
 }
 
+absl::Duration TrainingScheduler::NextPassDelay(absl::Duration busy, double max_busy_fraction,
+                                                absl::Duration poll_interval) {
+  const absl::Duration rest = busy * ((1.0 - max_busy_fraction) / max_busy_fraction);
+  return std::max(poll_interval, rest);
+}
+
 void TrainingScheduler::Loop() {
+  absl::Duration delay = options_.poll_interval;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
       auto stopping = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_; };
-      mu_.AwaitWithTimeout(absl::Condition(&stopping), options_.poll_interval);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping), delay);
       if (stopping_) return;
     }
+    const absl::Time start = absl::Now();
     RefitDueProjectsNow().IgnoreError();
+    delay = NextPassDelay(absl::Now() - start, options_.max_busy_fraction, options_.poll_interval);
   }
 }
 

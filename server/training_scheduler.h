@@ -8,6 +8,13 @@
 //     (storage/training_job_store.h) for a verity_worker to run.
 // Tests call RefitDueProjectsNow() to drive it step by step.
 //
+// The background thread fits at most Options::max_busy_fraction of the time: after a pass
+// that spent d fitting it rests d·(1 − f)/f before the next (NextPassDelay). A bulk load makes
+// a refit due as soon as the previous one ends; without the rest the trainer would take a
+// whole core from ingest and PostgreSQL for as long as the load lasts. Served posteriors do
+// not wait for refits (ingest publishes them under the current parameters), so the rest only
+// delays new parameters.
+//
 // Thread-safety: thread-safe. Stop() (also run by the destructor) lets a running fit finish.
 #ifndef VERITY_SERVER_TRAINING_SCHEDULER_H_
 #define VERITY_SERVER_TRAINING_SCHEDULER_H_
@@ -30,6 +37,9 @@ class TrainingScheduler {
     absl::Duration poll_interval = absl::Milliseconds(200);
     // A project with any new label is refit at least this often.
     absl::Duration max_staleness = absl::Seconds(30);
+    // In (0, 1]: the most of its wall time the background thread spends fitting; 1 fits back
+    // to back. RefitDueProjectsNow() and RefitProjectNow() are not limited.
+    double max_busy_fraction = 0.5;
     // false: no background thread; only RefitDueProjectsNow() fits (tests).
     bool run_in_background = true;
     // Train in worker processes through the job table instead of in this process.
@@ -56,6 +66,11 @@ class TrainingScheduler {
   absl::StatusOr<storage::ModelVersionRecord> RefitProjectNow(LiveProject& project);
 
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // How long the background thread waits before its next pass when the last one spent `busy`
+  // fitting: poll_interval, or busy·(1 − f)/f when longer. Requires 0 < f <= 1.
+  static absl::Duration NextPassDelay(absl::Duration busy, double max_busy_fraction,
+                                      absl::Duration poll_interval);
 
  private:
   void Loop();

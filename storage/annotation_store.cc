@@ -138,30 +138,16 @@ const absl::Time kMaxClientTime =
 // timestamptz in COPY's text form, exact to the microsecond.
 constexpr char kCopyTimestampFormat[] = "%E4Y-%m-%d %H:%M:%E6S+00";
 
-// Draws `n` values of annotation_seq, ascending. One row comes back: with no
-// other transaction drawing at the same time (the server has one committer)
-// the values are consecutive and min and max describe them. Otherwise they
-// are drawn once more, one row each (the first draw leaves a gap, which seq
-// allows: it only promises order).
-absl::StatusOr<std::vector<int64_t>> DrawSeqs(pqxx::work& txn, int64_t n) {
-  const pqxx::row range = txn.exec_params1(
-      "SELECT min(v), max(v) FROM (SELECT nextval('annotation_seq') AS v "
-      "FROM generate_series(1, $1::integer)) AS s",
-      n);
-  std::vector<int64_t> seqs;
-  seqs.reserve(n);
-  const int64_t first = range[0].as<int64_t>(), last = range[1].as<int64_t>();
-  if (last - first + 1 == n) {
-    for (int64_t v = first; v <= last; ++v) seqs.push_back(v);
-    return seqs;
-  }
-  for (const pqxx::row& row : txn.exec_params(
-           "SELECT nextval('annotation_seq') FROM generate_series(1, $1::integer)",
-           n)) {
-    seqs.push_back(row[0].as<int64_t>());
-  }
-  std::sort(seqs.begin(), seqs.end());
-  return seqs;
+// Reserves the next `n` seqs of `project_id`, whose row this transaction has
+// locked (LockProjects), and returns the first: the seqs first .. first+n-1
+// are this transaction's. One row update however many labels.
+int64_t ReserveSeqs(pqxx::work& txn, int64_t project_id, int64_t n) {
+  return txn
+      .exec_params1(
+          "UPDATE projects SET next_seq = next_seq + $2 WHERE project_id = $1 "
+          "RETURNING next_seq - $2",
+          project_id, n)[0]
+      .as<int64_t>();
 }
 
 // How the hints apply to one locked project.
@@ -294,12 +280,17 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
         //    order commit order, and guards index allocation.
         VERITY_ASSIGN_OR_RETURN(std::vector<LockedProject> locked,
                                 LockProjects(txn, project_ids));
+        // locked_of[i]: write i's project in `locked`.
+        std::vector<size_t> locked_of(writes.size());
         for (size_t i = 0; i < writes.size(); ++i) {
-          const LockedProject& p = *std::lower_bound(
-              locked.begin(), locked.end(), writes[i].project_id,
-              [](const LockedProject& lp, int64_t id) {
-                return lp.project_id < id;
-              });
+          locked_of[i] = static_cast<size_t>(
+              std::lower_bound(locked.begin(), locked.end(),
+                               writes[i].project_id,
+                               [](const LockedProject& lp, int64_t id) {
+                                 return lp.project_id < id;
+                               }) -
+              locked.begin());
+          const LockedProject& p = locked[locked_of[i]];
           if (writes[i].label >= p.num_classes) {
             return absl::InvalidArgumentError(absl::StrCat(
                 "annotation #", i, ": label ", writes[i].label,
@@ -420,13 +411,23 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
           return results;
         }
 
-        // 5. Draw the seqs, under the project locks, in input order.
-        VERITY_ASSIGN_OR_RETURN(std::vector<int64_t> seqs,
-                                DrawSeqs(txn, static_cast<int64_t>(new_versions)));
+        // 5. Reserve each project's seqs, under its lock; they are handed
+        //    out in input order.
+        std::vector<int64_t> project_new_versions(locked.size(), 0);
+        for (size_t i = 0; i < writes.size(); ++i) {
+          if (results[i].outcome != WriteOutcome::kDuplicate) {
+            ++project_new_versions[locked_of[i]];
+          }
+        }
+        std::vector<int64_t> next_seq(locked.size(), 0);
+        for (size_t l = 0; l < locked.size(); ++l) {
+          if (project_new_versions[l] == 0) continue;
+          next_seq[l] = ReserveSeqs(txn, locked[l].project_id,
+                                    project_new_versions[l]);
+        }
 
         // 6. Replay with seqs: superseded versions go to the history.
         Rows history;
-        size_t next_seq = 0;
         for (size_t i = 0; i < writes.size(); ++i) {
           PairState& state = pairs[pair_of[i]];
           if (results[i].outcome != WriteOutcome::kDuplicate) {
@@ -435,7 +436,7 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
               ++state.revision;
             }
             state.label = writes[i].label;
-            state.seq = seqs[next_seq++];
+            state.seq = next_seq[locked_of[i]]++;
             state.client_us =
                 writes[i].client_time.has_value()
                     ? std::make_optional(TimeToMicros(*writes[i].client_time))

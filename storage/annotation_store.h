@@ -4,7 +4,8 @@
 // label is an acknowledged no-op (kDuplicate); a different label is a
 // revision (kRevised): the previous row is copied to annotation_history, the
 // revision counter goes up and the row takes a new `seq`. `seq` comes from
-// one global sequence and is the watermark model versions record.
+// the project's counter (projects.next_seq) and is the watermark model
+// versions record; it is ordered within a project, not across projects.
 //
 // CommitAnnotations is built for the server's group-commit pipeline, which
 // merges the batches of many streams into one call: the whole call is one

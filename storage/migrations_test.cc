@@ -153,6 +153,41 @@ TEST_F(MigrationsTest, RefusesADatabaseMigratedByANewerBinary) {
                        HasSubstr("newer")));
 }
 
+TEST_F(MigrationsTest, PerProjectSeqsContinuePastTheGlobalSequence) {
+  // A database of the schema before migration 10, whose labels took seqs from the global
+  // sequence annotation_seq.
+  std::vector<Migration> before_counters;
+  for (const Migration& m : SchemaMigrations()) {
+    if (m.version < 10) before_counters.push_back(m);
+  }
+  ASSERT_THAT(ApplyMigrations(*pool_, before_counters), IsOk());
+  ASSERT_THAT(pool_->WithTransaction(
+                  "old labels",
+                  [](pqxx::work& txn) -> absl::StatusOr<bool> {
+                    txn.exec0("INSERT INTO projects (name, classes) VALUES "
+                              "('a', '{x,y}'), ('b', '{x,y}')");
+                    txn.exec0("INSERT INTO annotations (project_id, item_index, "
+                              "annotator_index, label, seq) "
+                              "SELECT 1, i, 0, 0, nextval('annotation_seq') "
+                              "FROM generate_series(0, 41) AS i");
+                    return true;
+                  }),
+              IsOk());
+  ASSERT_THAT(ApplySchemaMigrations(*pool_), IsOk());
+  EXPECT_FALSE(TableExists("annotation_seq"));
+  absl::StatusOr<std::vector<int64_t>> next_seqs = pool_->WithTransaction(
+      "next seqs", [](pqxx::work& txn) -> absl::StatusOr<std::vector<int64_t>> {
+        std::vector<int64_t> next;
+        for (const pqxx::row& row :
+             txn.exec("SELECT next_seq FROM projects ORDER BY project_id")) {
+          next.push_back(row[0].as<int64_t>());
+        }
+        return next;
+      });
+  // The 42 labels took seqs 1..42: both projects go on from 43.
+  EXPECT_THAT(next_seqs, IsOkAndHolds(ElementsAre(43, 43)));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity

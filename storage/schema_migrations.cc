@@ -177,6 +177,17 @@ CREATE TABLE api_keys (
 ALTER TABLE items DROP CONSTRAINT items_project_id_fkey;
 ALTER TABLE annotators DROP CONSTRAINT annotators_project_id_fkey;
 )sql"},
+          {10, "annotation seqs from a counter per project", R"sql(
+-- A commit reserves its seqs with one update of the project row it already holds locked,
+-- instead of one nextval per label. seq only ever promised order within a project (the
+-- watermark of its model versions), and the project row lock already serialised the draws
+-- per project. Every project continues past every value the global sequence handed out, so
+-- seqs keep growing in every project.
+ALTER TABLE projects ADD COLUMN next_seq bigint NOT NULL DEFAULT 1 CHECK (next_seq >= 1);
+UPDATE projects SET next_seq =
+  (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM annotation_seq);
+DROP SEQUENCE annotation_seq;
+)sql"},
       };
   return *kMigrations;
 }

@@ -6,8 +6,9 @@
 // next_annotator_index while holding the project row lock; in-memory models
 // index arrays by them directly. annotations holds the one live label per
 // (item, annotator); every superseded label is kept in annotation_history.
-// annotations.seq comes from the global sequence annotation_seq, taking a new
-// value on every insert or revision: it is the watermark of model versions.
+// annotations.seq comes from projects.next_seq (advanced under the project row
+// lock), taking a new value on every insert or revision: ascending in commit
+// order within a project, it is the watermark of model versions.
 //
 // The list is immutable program data: thread-safe.
 #ifndef VERITY_STORAGE_SCHEMA_MIGRATIONS_H_
