@@ -309,7 +309,10 @@ std::vector<int32_t> LiveProject::RegisterCommitted(absl::Span<const CommittedLa
 }
 
 void LiveProject::PublishCommitted(absl::Span<const int32_t> touched) {
-  absl::MutexLock lock(&mu_);
+  // Shared: this only reads the labels and ids; the committer's IngestHints for the next group
+  // (also shared) need not wait for the recompute. Writers of mu_ still wait.
+  absl::ReaderMutexLock lock(&mu_);
+  absl::MutexLock publish_lock(&commit_publish_mu_);
   std::shared_ptr<const ProjectSnapshot> old = snapshot();
   if (touched.empty() && static_cast<int32_t>(item_ids_.size()) == old->posteriors.num_items()) {
     return;

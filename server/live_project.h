@@ -3,7 +3,7 @@
 //
 // Writers: the ingest pipeline (RegisterCommitted and PublishCommitted, after each COMMIT), the
 // project service (ApplyItems, SetSettings) and the training scheduler (Refit). They serialise
-// on mu_. After every write the project publishes a new ProjectSnapshot with one pointer store;
+// on mu_; PublishCommitted, which changes only the snapshot, holds it shared. After every write the project publishes a new ProjectSnapshot with one pointer store;
 // a snapshot is never modified once published, so readers that hold one finish on it.
 //
 // Queries never wait for a writer's work: they read the snapshot, and resolve external ids
@@ -242,7 +242,7 @@ class LiveProject {
 
   // Recomputes one item's posterior from its live labels into `builder`.
   void RecomputeItem(const models::TruthModel& model, int32_t item,
-                     PosteriorTable::Builder& builder) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                     PosteriorTable::Builder& builder) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Recomputes every item with `model` and publishes the result as the new snapshot.
   void PublishFullRecompute(std::shared_ptr<const models::TruthModel> model, int32_t version,
                             int64_t watermark) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -255,6 +255,10 @@ class LiveProject {
   const Identity identity_;
 
   mutable absl::Mutex mu_;
+  // Serialises PublishCommitted, which reads under a shared mu_ (so that the committer's
+  // IngestHints for the next group run meanwhile) but replaces the snapshot. Every other
+  // publisher holds mu_ exclusively, which already excludes it.
+  absl::Mutex commit_publish_mu_ ABSL_ACQUIRED_AFTER(mu_);
   // Guards the four id members below together with mu_: they are written with both held
   // (mu_ first), so a writer may read them under mu_ and a query under ids_mu_ alone.
   mutable absl::Mutex ids_mu_ ABSL_ACQUIRED_AFTER(mu_);
