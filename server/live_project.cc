@@ -245,15 +245,26 @@ void LiveProject::SetLabel(int32_t item, int32_t annotator, int32_t label, int64
   newest_seq_ = std::max(newest_seq_, seq);
 }
 
+namespace {
+
+// Everything but the posterior of one item's row in a posterior table.
+void FillItemFacts(int32_t item, int32_t num_labels, int32_t gold, int64_t newest_seq,
+                   double priority, PosteriorTable::Builder& builder) {
+  builder.set_num_labels(item, num_labels);
+  builder.set_newest_seq(item, newest_seq);
+  builder.set_is_gold(item, gold >= 0);
+  builder.set_entropy(item, Entropy(builder.mutable_probabilities(item)));
+  builder.set_priority(item, priority);
+}
+
+}  // namespace
+
 void LiveProject::RecomputeItem(const models::TruthModel& model, int32_t item,
                                 PosteriorTable::Builder& builder) const {
   absl::Span<const models::AnnotationMatrix::Entry> labels = labels_.LabelsOfItem(item);
   model.ItemPosteriorForItem(item, labels, gold_[item], builder.mutable_probabilities(item));
-  builder.set_num_labels(item, static_cast<int32_t>(labels.size()));
-  builder.set_newest_seq(item, item_newest_seq_[item]);
-  builder.set_is_gold(item, gold_[item] >= 0);
-  builder.set_entropy(item, Entropy(builder.mutable_probabilities(item)));
-  builder.set_priority(item, item_priority_[item]);
+  FillItemFacts(item, static_cast<int32_t>(labels.size()), gold_[item], item_newest_seq_[item],
+                item_priority_[item], builder);
 }
 
 void LiveProject::PublishFullRecompute(std::shared_ptr<const models::TruthModel> model,
@@ -263,10 +274,19 @@ void LiveProject::PublishFullRecompute(std::shared_ptr<const models::TruthModel>
   PosteriorTable::Builder builder(snapshot->posteriors);
   const int32_t n = static_cast<int32_t>(item_ids_.size());
   builder.Resize(n);
+  for (int32_t i = 0; i < n; ++i) RecomputeItem(*model, i, builder);
+  PublishRecomputed(std::move(snapshot), std::move(builder), std::move(model), version,
+                    watermark);
+}
+
+void LiveProject::PublishRecomputed(std::shared_ptr<ProjectSnapshot> snapshot,
+                                    PosteriorTable::Builder builder,
+                                    std::shared_ptr<const models::TruthModel> model,
+                                    int32_t version, int64_t watermark) {
+  const int32_t k = num_classes();
   std::vector<double> prior(k, 0.0);
   int64_t labelled = 0;
-  for (int32_t i = 0; i < n; ++i) {
-    RecomputeItem(*model, i, builder);
+  for (int32_t i = 0; i < builder.num_items(); ++i) {
     if (labels_.LabelsOfItem(i).empty()) continue;
     absl::Span<double> p = builder.mutable_probabilities(i);
     for (int32_t c = 0; c < k; ++c) prior[c] += p[c];
@@ -305,6 +325,7 @@ std::vector<int32_t> LiveProject::RegisterCommitted(absl::Span<const CommittedLa
   }
   std::sort(touched.begin(), touched.end());
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  if (training_) touched_during_fit_.insert(touched_during_fit_.end(), touched.begin(), touched.end());
   return touched;
 }
 
@@ -360,6 +381,7 @@ void LiveProject::ApplyItems(absl::Span<const ItemChange> items) {
   PosteriorTable::Builder builder(old->posteriors);
   for (const ItemChange& change : items) {
     EnsureItem(change.item_index, change.item_id);
+    if (training_) touched_during_fit_.push_back(change.item_index);
     if (change.gold_label.has_value()) gold_[change.item_index] = *change.gold_label;
     if (change.priority.has_value()) item_priority_[change.item_index] = *change.priority;
     const size_t dim = static_cast<size_t>(identity_.item_feature_dim);
@@ -487,7 +509,10 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   };
   // 1. Copy the fit's input under the lock.
   models::IncrementalAnnotationMatrix::Pending pending;
+  // Per item, as of the fit's input: what the new posterior table is built from off the lock.
   std::vector<int32_t> gold;
+  std::vector<int64_t> newest_seq;
+  std::vector<double> priority;
   std::vector<float> item_features, annotator_features;
   std::unique_ptr<models::TruthModel> model;
   int64_t watermark, changes_at_start;
@@ -512,6 +537,9 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     }
     pending = labels_.PrepareConsolidation();
     gold = gold_;
+    newest_seq = item_newest_seq_;
+    priority = item_priority_;
+    touched_during_fit_.clear();
     // Copied here, handed to the model (which standardises them) off the lock.
     item_features = item_features_;
     annotator_features = annotator_features_;
@@ -523,6 +551,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   auto done = [this](bool) {
     absl::MutexLock lock(&mu_);
     training_ = false;
+    touched_during_fit_ = {};
   };
 
   // 2. Features, then the labels into CSR arrays, and fit, off the lock.
@@ -567,7 +596,8 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   record.completes_job = std::move(job);
   // What this version says about the data it saw, kept with it for audit and comparison.
   storage::ModelVersionOutputs outputs;
-  outputs.posteriors = EncodePosteriors(num_classes(), models::AllPosteriors(*model, *data, gold));
+  const std::vector<double> posteriors = models::AllPosteriors(*model, *data, gold);
+  outputs.posteriors = EncodePosteriors(num_classes(), posteriors);
   {
     const int32_t k = num_classes();
     std::vector<uint32_t> counts(num_annotators);
@@ -587,8 +617,21 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   }
   result.persist_ms = lap();
 
-  // 4. Publish: every posterior under the new parameters, including labels that arrived
-  // during the fit.
+  // 4. Publish every posterior under the new parameters. The table is built off the lock from
+  // the fit's input; under the lock only the items whose labels, gold or priority changed
+  // during the fit (and items added since) are recomputed, so ingest is held up for the
+  // changes, not for every item.
+  const int32_t k = num_classes();
+  auto snapshot = std::make_shared<ProjectSnapshot>(k);
+  PosteriorTable::Builder builder(snapshot->posteriors);
+  const int32_t fitted_items = static_cast<int32_t>(gold.size());
+  builder.Resize(fitted_items);
+  for (int32_t i = 0; i < fitted_items; ++i) {
+    absl::Span<double> p = builder.mutable_probabilities(i);
+    std::copy_n(posteriors.begin() + static_cast<size_t>(i) * k, k, p.begin());
+    FillItemFacts(i, static_cast<int32_t>(data->LabelsOfItem(i).size()), gold[i], newest_seq[i],
+                  priority[i], builder);
+  }
   {
     absl::MutexLock lock(&mu_);
     labels_.Rebase(data, pending);
@@ -596,8 +639,15 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     if (!warm_started) scratch_fit_num_labels_ = saved->num_labels;
     last_fit_time_ = absl::Now();
     training_ = false;
-    PublishFullRecompute(std::shared_ptr<const models::TruthModel>(std::move(model)),
-                         saved->version, saved->watermark);
+    builder.Resize(static_cast<int32_t>(item_ids_.size()));
+    for (int32_t i = fitted_items; i < builder.num_items(); ++i) RecomputeItem(*model, i, builder);
+    for (int32_t i : touched_during_fit_) {
+      if (i < fitted_items) RecomputeItem(*model, i, builder);
+    }
+    touched_during_fit_ = {};
+    PublishRecomputed(std::move(snapshot), std::move(builder),
+                      std::shared_ptr<const models::TruthModel>(std::move(model)),
+                      saved->version, saved->watermark);
   }
   result.publish_ms = lap();
   result.version = *std::move(saved);

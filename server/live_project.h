@@ -246,6 +246,11 @@ class LiveProject {
   // Recomputes every item with `model` and publishes the result as the new snapshot.
   void PublishFullRecompute(std::shared_ptr<const models::TruthModel> model, int32_t version,
                             int64_t watermark) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes `snapshot` with the rows in `builder` (every item's), the class prior and
+  // `model`, makes `model` current and publishes the snapshot.
+  void PublishRecomputed(std::shared_ptr<ProjectSnapshot> snapshot, PosteriorTable::Builder builder,
+                         std::shared_ptr<const models::TruthModel> model, int32_t version,
+                         int64_t watermark) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Publish(std::shared_ptr<const ProjectSnapshot> snapshot) ABSL_LOCKS_EXCLUDED(snapshot_mu_);
   int32_t EnsureItem(int32_t index, absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnsureAnnotator(int32_t index, absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -278,6 +283,9 @@ class LiveProject {
   int64_t changes_since_fit_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_fit_time_ ABSL_GUARDED_BY(mu_);
   bool training_ ABSL_GUARDED_BY(mu_) = false;
+  // While training_: the items whose labels, gold, priority or features changed since the fit
+  // copied its input (with repeats). Refit recomputes them under the lock before publishing.
+  std::vector<int32_t> touched_during_fit_ ABSL_GUARDED_BY(mu_);
   // The model of the current snapshot (also reachable through it).
   std::shared_ptr<const models::TruthModel> model_ ABSL_GUARDED_BY(mu_);
   int32_t model_version_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,0 +1,156 @@
+// LiveProject::Refit against a real PostgreSQL (the version is stored before it is served) while
+// labels and gold keep arriving: the table a refit publishes is built off the project lock from
+// the fit's input, and the items that changed during the fit are recomputed under the lock.
+// Whatever the interleaving, the served posteriors must equal the full E-step of the served
+// model over every live label.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+#include "models/testing/synthetic_crowd.h"
+#include "models/truth_model.h"
+#include "server/live_project.h"
+#include "storage/model_version_store.h"
+#include "storage/project_store.h"
+#include "storage/testing/postgres_fixture.h"
+
+namespace verity::server {
+namespace {
+
+using ::verity::testing::IsOk;
+
+constexpr int32_t kClasses = 3;
+constexpr int32_t kAnnotators = 30;
+constexpr int32_t kItems = 20000;
+
+class LiveProjectRefitTest : public storage::testing::PostgresTest {
+ protected:
+  // A project of kItems items with 4 labels each, stored in PostgreSQL (its row only: Refit
+  // writes model versions) and live in memory, not yet fitted.
+  std::unique_ptr<LiveProject> CreateProject() {
+    storage::ProjectStore projects(&pool());
+    storage::ProjectRecord record;
+    record.name = "refit";
+    record.classes = {"a", "b", "c"};
+    absl::StatusOr<storage::ProjectRecord> created = projects.CreateProject(record);
+    EXPECT_THAT(created, IsOk());
+    LiveProject::Identity identity;
+    identity.project_id = created.ok() ? created->project_id : 0;
+    identity.name = record.name;
+    identity.classes = record.classes;
+
+    models::testing::SyntheticCrowdSpec spec;
+    spec.num_items = kItems;
+    spec.num_classes = kClasses;
+    spec.labels_per_item = 4;
+    for (int a = 0; a < kAnnotators; ++a) {
+      spec.confusions.push_back(models::testing::SymmetricConfusion(kClasses, a < 10 ? 0.5 : 0.8));
+    }
+    spec.seed = 17;
+    const models::testing::SyntheticCrowd crowd = models::testing::GenerateSyntheticCrowd(spec);
+    LiveProject::StoredState stored;
+    for (int32_t i = 0; i < kItems; ++i) stored.item_ids.push_back(absl::StrCat("i", i));
+    stored.gold.assign(kItems, -1);
+    for (int32_t a = 0; a < kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("w", a));
+    for (const models::Annotation& a : crowd.annotations) {
+      stored.labels.push_back({a.item, a.annotator, a.label, ++seq_});
+      label_of_pair_[{a.item, a.annotator}] = labels_.size();
+      labels_.push_back(a);
+    }
+    gold_.assign(kItems, -1);
+    absl::StatusOr<std::unique_ptr<LiveProject>> project =
+        LiveProject::Create(identity, v1::ProjectSettings(), std::move(stored));
+    EXPECT_THAT(project, IsOk());
+    return project.ok() ? std::move(*project) : nullptr;
+  }
+
+  // One more committed label: on a new item every 7th call, else a new (item, annotator)
+  // pair or a revision of an old one; every 11th call also makes an item gold.
+  void CommitOneMore(LiveProject& project, int n) {
+    const int32_t item = n % 7 == 0 ? NewItem() : (n * 37) % kItems;
+    const int32_t annotator = (n * 13 + item) % kAnnotators;
+    const int32_t label = (n * 5 + item) % kClasses;
+    project.ApplyCommitted({{item, absl::StrCat("i", item), annotator,
+                             absl::StrCat("w", annotator), label, ++seq_, true}});
+    auto [it, added] = label_of_pair_.emplace(std::make_pair(item, annotator), labels_.size());
+    if (added) {
+      labels_.push_back({item, annotator, label});
+    } else {
+      labels_[it->second].label = label;
+    }
+    if (n % 11 == 0) {
+      const int32_t gold_item = (n * 53) % kItems;
+      project.ApplyItems({{gold_item, absl::StrCat("i", gold_item), n % kClasses}});
+      gold_[gold_item] = n % kClasses;
+    }
+  }
+
+  int32_t NewItem() {
+    const auto item = static_cast<int32_t>(gold_.size());
+    gold_.push_back(-1);
+    return item;
+  }
+
+  // Checks the served snapshot against the full E-step of its model over labels_ and gold_.
+  void ExpectServedEqualsFullEStep(LiveProject& project) {
+    std::shared_ptr<const ProjectSnapshot> snapshot = project.snapshot();
+    const auto items = static_cast<int32_t>(gold_.size());
+    ASSERT_EQ(snapshot->posteriors.num_items(), items);
+    absl::StatusOr<models::AnnotationMatrix> matrix =
+        models::AnnotationMatrix::Build(items, kAnnotators, kClasses, labels_);
+    ASSERT_THAT(matrix, IsOk());
+    const std::vector<double> expected = models::AllPosteriors(*snapshot->model, *matrix, gold_);
+    for (int32_t i = 0; i < items; ++i) {
+      ASSERT_EQ(snapshot->posteriors.num_labels(i),
+                static_cast<int32_t>(matrix->LabelsOfItem(i).size()))
+          << i;
+      ASSERT_EQ(snapshot->posteriors.is_gold(i), gold_[i] >= 0) << i;
+      for (int32_t c = 0; c < kClasses; ++c) {
+        ASSERT_NEAR(snapshot->posteriors.probabilities(i)[c], expected[i * kClasses + c], 1e-12)
+            << "item " << i << " class " << c;
+      }
+    }
+  }
+
+  int64_t seq_ = 0;
+  std::vector<models::Annotation> labels_;  // The live labels, one per pair.
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, size_t> label_of_pair_;  // Into labels_.
+  std::vector<int32_t> gold_;
+};
+
+TEST_F(LiveProjectRefitTest, ChangesDuringARefitAreInThePosteriorsItPublishes) {
+  std::unique_ptr<LiveProject> project = CreateProject();
+  ASSERT_NE(project, nullptr);
+  storage::ModelVersionStore versions(&pool());
+  int committed = 0;
+  int refits_with_changes = 0;
+  // Each round fits while this thread commits labels; a round counts when labels arrived after
+  // the fit copied its input: its watermark is more than one seq behind (one label may come
+  // after the publish, before the loop sees the fit end).
+  for (int round = 0; round < 5 && refits_with_changes < 2; ++round) {
+    std::atomic<bool> fitting{true};
+    absl::StatusOr<LiveProject::RefitResult> refit;
+    std::thread fit([&] {
+      refit = project->Refit(versions);
+      fitting = false;
+    });
+    while (fitting) CommitOneMore(*project, ++committed);
+    fit.join();
+    ASSERT_THAT(refit, IsOk());
+    if (refit->version.watermark < seq_ - 1) ++refits_with_changes;
+    ExpectServedEqualsFullEStep(*project);
+  }
+  EXPECT_GE(refits_with_changes, 1) << "no label arrived during any of the fits";
+  // Online updates after the last refit still agree with its model.
+  for (int n = 0; n < 50; ++n) CommitOneMore(*project, ++committed);
+  ExpectServedEqualsFullEStep(*project);
+}
+
+}  // namespace
+}  // namespace verity::server
