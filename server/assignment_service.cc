@@ -67,15 +67,10 @@ grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext* context,
   const AssignmentRules rules = AssignmentRules::FromSettings(live.settings().assignment());
   const absl::Time now = absl::Now();
   const absl::Time expires = now + rules.lease;
-  std::vector<ItemSuggestion> ranked;
-  {
-    // Rank and lease atomically within the project.
-    absl::MutexLock lock(&live.assignment_mutex());
-    std::shared_ptr<const ProjectSnapshot> snapshot = live.snapshot();
-    ranked = RankItemsForAnnotator(live, *snapshot, rules, *annotator, request->k(), candidates,
-                                   now, absl::Uniform<uint64_t>(absl::BitGen()));
-    for (const ItemSuggestion& s : ranked) live.leases().Add(s.item, *annotator, expires);
-  }
+  // Rank and lease atomically within the project.
+  const std::vector<ItemSuggestion> ranked =
+      RankAndLeaseItems(live, rules, *annotator, request->k(), candidates, now, expires,
+                        absl::Uniform<uint64_t>(absl::BitGen()));
   std::vector<storage::LeaseRecord> leases;
   for (const ItemSuggestion& s : ranked) leases.push_back({s.item, *annotator, expires});
   core_.lease_persister->Enqueue(live.identity().project_id, std::move(leases));

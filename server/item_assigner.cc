@@ -73,12 +73,18 @@ bool IsResolved(const PosteriorTable& posteriors, int32_t item, int32_t outstand
 namespace {
 
 // Per-annotator constants that make the gain of an item cheap: I(Z;Y) = H(Y) − Σ_k p_k H(C_k),
-// and the strong data-processing bound I(Z;Y) ≤ η·H(p), with η the Dobrushin coefficient of C
-// (the largest total-variation distance between two rows).
+// and two upper bounds of it:
+//   - the strong data-processing bound I(Z;Y) ≤ η·H(p), with η the Dobrushin coefficient of C
+//     (the largest total-variation distance between two rows): tight for confident items, and
+//     needs only the item's entropy;
+//   - for any distribution r of the label, Σ_z p_z KL(C_z ‖ r) = I(Z;Y) + KL(q ‖ r) ≥ I(Z;Y),
+//     with q the label's marginal under p. With r the marginal under a uniform p the bound is
+//     exact at uniform p, so tight for uncertain items, and it is linear in p (no logarithm).
 struct GainKernel {
   int32_t k;
   std::vector<double> confusion;
   std::vector<double> row_entropy;
+  std::vector<double> kl_to_mean;  // KL(C_z ‖ r), r = the column means of C
   double eta = 1.0;
 
   explicit GainKernel(std::vector<double> c, int32_t classes) : k(classes), confusion(std::move(c)) {
@@ -92,6 +98,24 @@ struct GainKernel {
         eta = std::max(eta, tv / 2);
       }
     }
+    std::vector<double> mean(k, 0.0);
+    for (int32_t z = 0; z < k; ++z) {
+      for (int32_t y = 0; y < k; ++y) mean[y] += confusion[z * k + y] / k;
+    }
+    kl_to_mean.assign(k, 0.0);
+    for (int32_t z = 0; z < k; ++z) {
+      for (int32_t y = 0; y < k; ++y) {
+        const double c_zy = confusion[z * k + y];
+        if (c_zy > 0) kl_to_mean[z] += c_zy * std::log(c_zy / mean[y]);
+      }
+    }
+  }
+
+  // Σ_z p_z KL(C_z ‖ r) ≥ Gain(p), with a margin for rounding (the two are equal at uniform p).
+  double LinearBound(absl::Span<const double> p) const {
+    double bound = 0;
+    for (int32_t z = 0; z < k; ++z) bound += p[z] * kl_to_mean[z];
+    return bound * (1 + 1e-9) + 1e-12;
   }
 
   double Gain(absl::Span<const double> p) const {
@@ -116,18 +140,28 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
   if (k <= 0) return result;
   const PosteriorTable& table = snapshot.posteriors;
   const GainKernel kernel(ScoringConfusion(snapshot, annotator), table.num_classes());
-  // Outstanding leases per item, dense for the scan.
+  // Outstanding leases per item, dense for the scan; looked up for the candidates only when
+  // there are candidates (the book may hold leases on every item).
   std::vector<int32_t> outstanding(table.num_items(), 0);
-  project.leases().ForEachOutstanding(now, [&](int32_t item, int32_t n) {
-    if (item >= 0 && item < table.num_items()) outstanding[item] = n;
-  });
+  if (candidates.has_value()) {
+    const std::vector<int32_t> counts = project.leases().OutstandingOn(*candidates, now);
+    for (size_t i = 0; i < counts.size(); ++i) {
+      const int32_t item = (*candidates)[i];
+      if (item >= 0 && item < table.num_items()) outstanding[item] = counts[i];
+    }
+  } else {
+    project.leases().ForEachOutstanding(now, [&](int32_t item, int32_t n) {
+      if (item >= 0 && item < table.num_items()) outstanding[item] = n;
+    });
+  }
   auto available = [&](int32_t item) {
     return !project.HasLabelled(item, annotator) &&
            !(annotator >= 0 && project.leases().Has(item, annotator, now));
   };
   auto suggestion = [&](int32_t item) {
     absl::Span<const double> p = table.probabilities(item);
-    return ItemSuggestion{item, kernel.Gain(p), ProbabilityCorrect(p, kernel.confusion)};
+    return ItemSuggestion{item, kernel.Gain(p), ProbabilityCorrect(p, kernel.confusion),
+                          outstanding[item]};
   };
 
   // New annotators are calibrated on gold items first.
@@ -179,8 +213,10 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
         c.primary = table.entropy(item);
         break;
       default:
-        // Upper bound of the (discounted) gain.
-        c.primary = kernel.eta * table.entropy(item) * LabelDiscount(table.num_labels(item) + leased);
+        // Upper bound of the (discounted) gain, associated as ScanBounds computes it so that
+        // the chunk's bound is never below an item's.
+        c.primary =
+            kernel.eta * (table.entropy(item) * LabelDiscount(table.num_labels(item) + leased));
         break;
     }
     const bool full = best.size() == want;
@@ -192,8 +228,13 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
     c.tie = Mix(seed ^ static_cast<uint64_t>(item));
     if (full && !Less(best.front(), c)) return;
     if (gain_policy) {
-      c.primary =
-          kernel.Gain(table.probabilities(item)) * LabelDiscount(table.num_labels(item) + leased);
+      absl::Span<const double> p = table.probabilities(item);
+      const double discount = LabelDiscount(table.num_labels(item) + leased);
+      if (full) {  // The second, linear bound, before any logarithm.
+        c.primary = std::min(c.primary, kernel.LinearBound(p) * discount);
+        if (!Less(best.front(), c)) return;
+      }
+      c.primary = kernel.Gain(p) * discount;
       if (full && !Less(best.front(), c)) return;
     }
     if (!available(item)) return;
@@ -207,14 +248,104 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
       best.pop_back();
     }
   };
+  // The largest key any item of a range (chunk or block) can have, from its bounds: priority
+  // first, then the bound of `primary` above (leases only lower it, so they are left out).
+  auto range_best = [&](const PosteriorTable::ScanBounds& b) {
+    double primary = 0;
+    switch (rules.policy) {
+      case v1::ASSIGNMENT_POLICY_UNIFORM:
+        primary = -static_cast<double>(b.min_num_labels);
+        break;
+      case v1::ASSIGNMENT_POLICY_RANDOM:
+        primary = 0;
+        break;
+      case v1::ASSIGNMENT_POLICY_UNCERTAINTY:
+        primary = b.max_entropy;
+        break;
+      default:
+        primary = kernel.eta * b.max_discounted_entropy;
+        break;
+    }
+    return std::make_pair(b.max_priority, primary);
+  };
   if (candidates.has_value()) {
     for (int32_t item : *candidates) consider(item);
   } else {
-    for (int32_t item = 0; item < table.num_items(); ++item) consider(item);
+    // Whole chunks, then blocks, are skipped once `best` is full and their best key is below
+    // the worst kept (strictly: an equal key can still win on the tie-breaker). The result is
+    // the same as considering every item.
+    auto cannot_win = [&](const PosteriorTable::ScanBounds& bounds) {
+      return best.size() == want &&
+             range_best(bounds) < std::make_pair(best.front().priority, best.front().primary);
+    };
+    for (int32_t chunk = 0; chunk < table.num_chunks(); ++chunk) {
+      if (cannot_win(table.chunk_bounds(chunk))) continue;
+      for (int32_t block = 0; block < PosteriorTable::kBlocksPerChunk; ++block) {
+        const int32_t begin =
+            chunk * PosteriorTable::kChunkItems + block * PosteriorTable::kBlockItems;
+        if (begin >= table.num_items()) break;
+        if (cannot_win(table.block_bounds(chunk, block))) continue;
+        const int32_t end = std::min(table.num_items(), begin + PosteriorTable::kBlockItems);
+        for (int32_t item = begin; item < end; ++item) consider(item);
+      }
+    }
   }
   std::sort(best.begin(), best.end(), worse);  // best first
   for (const Candidate& c : best) result.push_back(suggestion(c.item));
   return result;
+}
+
+Shortlist ShortlistItems(LiveProject& project, const AssignmentRules& rules, int32_t annotator,
+                         int32_t k, const std::optional<std::vector<int32_t>>& candidates,
+                         absl::Time now, uint64_t seed) {
+  Shortlist shortlist;
+  shortlist.snapshot = project.snapshot();
+  const int32_t known_labels = annotator >= 0 ? project.AnnotatorLabelCount(annotator) : 0;
+  if (k <= 0 || rules.gold_items_for_new_annotators > known_labels) {
+    return shortlist;
+  }
+  shortlist.size = 3 * k + 16;
+  shortlist.items = RankItemsForAnnotator(project, *shortlist.snapshot, rules, annotator,
+                                          shortlist.size, candidates, now, seed);
+  return shortlist;
+}
+
+std::vector<ItemSuggestion> RankFromShortlist(LiveProject& project, const Shortlist& shortlist,
+                                              const AssignmentRules& rules, int32_t annotator,
+                                              int32_t k,
+                                              const std::optional<std::vector<int32_t>>& candidates,
+                                              absl::Time now, uint64_t seed) {
+  const ProjectSnapshot& snapshot = *shortlist.snapshot;
+  if (shortlist.size == 0) {
+    return RankItemsForAnnotator(project, snapshot, rules, annotator, k, candidates, now, seed);
+  }
+  std::vector<int32_t> items;
+  items.reserve(shortlist.items.size());
+  for (const ItemSuggestion& s : shortlist.items) items.push_back(s.item);
+  // Items whose lease count changed since the short list was ranked (a lease for this
+  // annotator raises the count too). A short one holds every item that was eligible.
+  const std::vector<int32_t> leases_now = project.leases().OutstandingOn(items, now);
+  int64_t unchanged = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (leases_now[i] == shortlist.items[i].leases_when_ranked) ++unchanged;
+  }
+  const bool complete = static_cast<int32_t>(shortlist.items.size()) < shortlist.size;
+  if (!complete && unchanged < k) {
+    return RankItemsForAnnotator(project, snapshot, rules, annotator, k, candidates, now, seed);
+  }
+  return RankItemsForAnnotator(project, snapshot, rules, annotator, k, items, now, seed);
+}
+
+std::vector<ItemSuggestion> RankAndLeaseItems(LiveProject& project, const AssignmentRules& rules,
+                                              int32_t annotator, int32_t k,
+                                              const std::optional<std::vector<int32_t>>& candidates,
+                                              absl::Time now, absl::Time expires, uint64_t seed) {
+  const Shortlist shortlist = ShortlistItems(project, rules, annotator, k, candidates, now, seed);
+  absl::MutexLock lock(&project.assignment_mutex());
+  std::vector<ItemSuggestion> ranked =
+      RankFromShortlist(project, shortlist, rules, annotator, k, candidates, now, seed);
+  for (const ItemSuggestion& s : ranked) project.leases().Add(s.item, annotator, expires);
+  return ranked;
 }
 
 std::vector<AnnotatorSuggestion> RankAnnotatorsForItem(LiveProject& project,

@@ -22,16 +22,26 @@
 // competence is learned quickly.
 //
 // Cost: one pass over the candidate items (posterior entropy, label counts and priority are
-// precomputed in the snapshot) and a heap; since gain ≤ entropy, items are examined in
-// decreasing entropy and the search stops once no remaining item can beat the k-th best.
+// precomputed in the snapshot) keeping the best k in a heap. An item is scored exactly only if
+// an upper bound of its score (gain ≤ η·entropy) can beat the k-th best so far, and a whole
+// chunk of the posterior table is skipped when its precomputed bounds cannot
+// (PosteriorTable::ScanBounds).
+//
+// Concurrency: suggestions must see each other's leases, so rank-then-lease is serialised per
+// project with LiveProject::assignment_mutex(). RankAndLeaseItems holds that lock only for a
+// short list: it ranks the best 3k + 16 items without the lock, then, under it, re-ranks just
+// those with the leases as they are by then. Leases only lower an item's score (or make it
+// ineligible), so while at least k of the short list kept their lease counts, no item outside
+// it can enter the top k and the result is exactly that of a full ranking under the lock;
+// otherwise it ranks everything again under the lock.
 //
 // Thread-safety: the functions read the snapshot (immutable) and the project's thread-safe
-// accessors. Callers serialise rank-then-lease per project with
-// LiveProject::assignment_mutex() so concurrent suggestions see each other's leases.
+// accessors.
 #ifndef VERITY_SERVER_ITEM_ASSIGNER_H_
 #define VERITY_SERVER_ITEM_ASSIGNER_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -58,6 +68,7 @@ struct ItemSuggestion {
   int32_t item;
   double gain;       // Expected entropy reduction (nats).
   double p_correct;  // Predicted probability of a correct label.
+  int32_t leases_when_ranked = 0;  // Outstanding leases on the item that the ranking counted.
 };
 
 struct AnnotatorSuggestion {
@@ -86,6 +97,33 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(LiveProject& project,
                                                   int32_t annotator, int32_t k,
                                                   const std::optional<std::vector<int32_t>>& candidates,
                                                   absl::Time now, uint64_t seed);
+
+// RankItemsForAnnotator on the project's current snapshot, atomically with leasing the result
+// to `annotator` until `expires` (see "Concurrency" above); `annotator` must be an index of the
+// project.
+std::vector<ItemSuggestion> RankAndLeaseItems(LiveProject& project, const AssignmentRules& rules,
+                                              int32_t annotator, int32_t k,
+                                              const std::optional<std::vector<int32_t>>& candidates,
+                                              absl::Time now, absl::Time expires, uint64_t seed);
+
+// The two halves of RankAndLeaseItems, exposed for tests. ShortlistItems ranks without the
+// assignment lock; RankFromShortlist, called under it with the same arguments, returns what
+// RankItemsForAnnotator(project, *shortlist.snapshot, ...) would return at that moment.
+struct Shortlist {
+  std::shared_ptr<const ProjectSnapshot> snapshot;
+  // The best `size` items when ranked, or empty with `size` 0 when the annotator is still sent
+  // gold items (that choice is made under the lock, as a full ranking).
+  std::vector<ItemSuggestion> items;
+  int32_t size = 0;
+};
+Shortlist ShortlistItems(LiveProject& project, const AssignmentRules& rules, int32_t annotator,
+                         int32_t k, const std::optional<std::vector<int32_t>>& candidates,
+                         absl::Time now, uint64_t seed);
+std::vector<ItemSuggestion> RankFromShortlist(LiveProject& project, const Shortlist& shortlist,
+                                              const AssignmentRules& rules, int32_t annotator,
+                                              int32_t k,
+                                              const std::optional<std::vector<int32_t>>& candidates,
+                                              absl::Time now, uint64_t seed);
 
 // The best k of `annotators` (indices, -1 = unknown to the project: population confusion) to
 // label `item` next, by expected gain. Annotators who labelled the item or hold a lease on it

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "models/testing/synthetic_crowd.h"
 #include "models/truth_model_factory.h"
 
 namespace verity::server {
@@ -137,6 +138,121 @@ TEST(ItemAssignerTest, SuggestAnnotatorsSkipsThoseWhoLabelledTheItem) {
   std::vector<int32_t> chosen;
   for (const auto& s : ranked) chosen.push_back(all[s.candidate]);
   EXPECT_THAT(chosen, testing::UnorderedElementsAre(2, -1));
+}
+
+// A Dawid-Skene project over 5 chunks of items: labels 0 to 4 per item, a few gold items, a
+// few with a priority, so that chunks differ in their bounds.
+std::unique_ptr<LiveProject> MakeLargeProject() {
+  constexpr int32_t kItems = 5 * PosteriorTable::kChunkItems - 300, kClasses = 3, kAnnotators = 8;
+  models::testing::SyntheticCrowdSpec spec;
+  spec.num_items = kItems;
+  spec.num_classes = kClasses;
+  spec.labels_per_item = 4;
+  for (int a = 0; a < kAnnotators; ++a) {
+    spec.confusions.push_back(models::testing::SymmetricConfusion(kClasses, 0.45 + 0.06 * a));
+  }
+  spec.seed = 23;
+  const models::testing::SyntheticCrowd crowd = models::testing::GenerateSyntheticCrowd(spec);
+  std::unique_ptr<models::TruthModel> fitted = *models::CreateTruthModel("ds", kClasses, {});
+  EXPECT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
+
+  LiveProject::Identity id;
+  id.project_id = 1;
+  id.name = "large";
+  id.classes = {"a", "b", "c"};
+  LiveProject::StoredState stored;
+  for (int32_t i = 0; i < kItems; ++i) stored.item_ids.push_back(absl::StrCat("i", i));
+  stored.gold.assign(kItems, -1);
+  stored.priority.assign(kItems, 0.0);
+  for (int32_t i = 0; i < kItems; i += 97) stored.gold[i] = i % kClasses;
+  for (int32_t i = 5; i < kItems; i += 1013) stored.priority[i] = 1.0 + i % 3;
+  for (int a = 0; a < kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("w", a));
+  int64_t seq = 0;
+  for (const models::Annotation& a : crowd.annotations) {
+    // Items keep i % 5 of their labels (at most 4): some none, some many.
+    if (a.annotator % 5 >= a.item % 5) continue;
+    stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
+  }
+  storage::ModelVersionRecord version;
+  version.version = 1;
+  version.method = "ds";
+  version.parameters = fitted->Serialize();
+  version.watermark = seq;
+  stored.latest_version = version;
+  auto project = LiveProject::Create(id, v1::ProjectSettings(), std::move(stored));
+  EXPECT_TRUE(project.ok()) << project.status();
+  return std::move(*project);
+}
+
+TEST(ItemAssignerTest, SkippingChunksRanksAsConsideringEveryItem) {
+  auto project = MakeLargeProject();
+  std::shared_ptr<const ProjectSnapshot> snapshot = project->snapshot();
+  ASSERT_EQ(snapshot->posteriors.num_chunks(), 5);
+  // The same items in the same order through the candidate path, which skips nothing.
+  std::vector<int32_t> every_item(snapshot->posteriors.num_items());
+  for (size_t i = 0; i < every_item.size(); ++i) every_item[i] = static_cast<int32_t>(i);
+  for (v1::AssignmentPolicy policy :
+       {v1::ASSIGNMENT_POLICY_INFORMATION_GAIN, v1::ASSIGNMENT_POLICY_UNCERTAINTY,
+        v1::ASSIGNMENT_POLICY_UNIFORM, v1::ASSIGNMENT_POLICY_RANDOM}) {
+    for (int32_t annotator : {0, 3, 7}) {
+      for (int32_t k : {1, 10, 200}) {
+        SCOPED_TRACE(absl::StrCat("policy ", policy, " annotator ", annotator, " k ", k));
+        AssignmentRules rules;
+        rules.policy = policy;
+        const std::vector<ItemSuggestion> scanned = RankItemsForAnnotator(
+            *project, *snapshot, rules, annotator, k, std::nullopt, kNow, 5);
+        const std::vector<ItemSuggestion> listed = RankItemsForAnnotator(
+            *project, *snapshot, rules, annotator, k, every_item, kNow, 5);
+        ASSERT_EQ(scanned.size(), static_cast<size_t>(k));
+        EXPECT_EQ(Items(scanned), Items(listed));
+      }
+    }
+  }
+}
+
+// Concurrent suggestions between the two halves of RankAndLeaseItems, simulated by leases
+// added in between: the result must be what a full ranking under the lock returns then.
+TEST(ItemAssignerTest, AShortlistRanksAsAFullRankingAfterOtherLeases) {
+  auto project = MakeLargeProject();
+  constexpr int32_t kAnnotator = 2, kK = 10;
+  for (int32_t leased_by_others : {0, 5, 30, 45}) {
+    for (v1::AssignmentPolicy policy :
+         {v1::ASSIGNMENT_POLICY_INFORMATION_GAIN, v1::ASSIGNMENT_POLICY_UNIFORM}) {
+      SCOPED_TRACE(absl::StrCat("policy ", policy, ", ", leased_by_others, " items leased"));
+      AssignmentRules rules;
+      rules.policy = policy;
+      rules.max_labels = 5;  // A lease can resolve an item.
+      const absl::Time now = kNow + absl::Minutes(leased_by_others + 100 * policy);
+      const Shortlist shortlist =
+          ShortlistItems(*project, rules, kAnnotator, kK, std::nullopt, now, 3);
+      ASSERT_EQ(shortlist.size, 3 * kK + 16);
+      ASSERT_EQ(shortlist.items.size(), static_cast<size_t>(shortlist.size));
+      // Other annotators (and this one, once) lease the best of the list meanwhile.
+      for (int32_t i = 0; i < leased_by_others; ++i) {
+        const int32_t annotator = i == 3 ? kAnnotator : 4 + i % 4;
+        project->leases().Add(shortlist.items[i].item, annotator, now + absl::Seconds(30));
+      }
+      const std::vector<ItemSuggestion> from_shortlist =
+          RankFromShortlist(*project, shortlist, rules, kAnnotator, kK, std::nullopt, now, 3);
+      const std::vector<ItemSuggestion> full = RankItemsForAnnotator(
+          *project, *shortlist.snapshot, rules, kAnnotator, kK, std::nullopt, now, 3);
+      ASSERT_EQ(from_shortlist.size(), static_cast<size_t>(kK));
+      EXPECT_EQ(Items(from_shortlist), Items(full));
+    }
+  }
+}
+
+TEST(ItemAssignerTest, RankAndLeaseLeasesWhatItSuggests) {
+  auto project = MakeLargeProject();
+  AssignmentRules rules;
+  const std::vector<ItemSuggestion> first = RankAndLeaseItems(
+      *project, rules, 1, 5, std::nullopt, kNow, kNow + absl::Minutes(10), 8);
+  ASSERT_EQ(first.size(), 5u);
+  for (const ItemSuggestion& s : first) EXPECT_TRUE(project->leases().Has(s.item, 1, kNow));
+  // The same annotator asking again is sent other items.
+  const std::vector<ItemSuggestion> second = RankAndLeaseItems(
+      *project, rules, 1, 5, std::nullopt, kNow, kNow + absl::Minutes(10), 8);
+  for (const ItemSuggestion& s : second) EXPECT_THAT(Items(first), Not(Contains(s.item)));
 }
 
 }  // namespace

@@ -44,6 +44,16 @@ absl::flat_hash_map<int32_t, int32_t> LeaseBook::OutstandingPerItem(absl::Time n
   return per_item_;
 }
 
+std::vector<int32_t> LeaseBook::OutstandingOn(absl::Span<const int32_t> items, absl::Time now) {
+  std::vector<int32_t> counts(items.size(), 0);
+  absl::MutexLock lock(&mu_);
+  ExpireLocked(now);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (auto it = per_item_.find(items[i]); it != per_item_.end()) counts[i] = it->second;
+  }
+  return counts;
+}
+
 bool LeaseBook::Has(int32_t item, int32_t annotator, absl::Time now) {
   absl::MutexLock lock(&mu_);
   ExpireLocked(now);

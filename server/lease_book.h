@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace verity::server {
 
@@ -39,6 +40,9 @@ class LeaseBook {
     ExpireLocked(now);
     for (const auto& [item, count] : per_item_) fn(item, count);
   }
+  // Outstanding leases at `now` on each of `items` (0 where none), in their order.
+  std::vector<int32_t> OutstandingOn(absl::Span<const int32_t> items, absl::Time now)
+      ABSL_LOCKS_EXCLUDED(mu_);
   bool Has(int32_t item, int32_t annotator, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   size_t size(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 

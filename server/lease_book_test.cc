@@ -25,6 +25,16 @@ TEST(LeaseBookTest, LeasesCountPerItemUntilTheyExpire) {
   EXPECT_THAT(book.OutstandingPerItem(kNow + absl::Seconds(31)), IsEmpty());
 }
 
+TEST(LeaseBookTest, OutstandingOnCountsTheGivenItemsInTheirOrder) {
+  LeaseBook book;
+  book.Add(1, 10, kNow + absl::Seconds(10));
+  book.Add(1, 11, kNow + absl::Seconds(20));
+  book.Add(2, 10, kNow + absl::Seconds(30));
+  EXPECT_THAT(book.OutstandingOn({2, 9, 1, 2}, kNow), ::testing::ElementsAre(1, 0, 2, 1));
+  EXPECT_THAT(book.OutstandingOn({1, 2}, kNow + absl::Seconds(15)), ::testing::ElementsAre(1, 1));
+  EXPECT_THAT(book.OutstandingOn({}, kNow), IsEmpty());
+}
+
 TEST(LeaseBookTest, ALabelReleasesItsLease) {
   LeaseBook book;
   book.Add(3, 7, kNow + absl::Minutes(10));

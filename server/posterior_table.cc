@@ -44,7 +44,52 @@ absl::Span<double> PosteriorTableBuilder::mutable_probabilities(int32_t item) {
   return absl::MakeSpan(c.probabilities.data() + (item % PosteriorTable::kChunkItems) * k, k);
 }
 
+namespace {
+
+// The bounds of items [begin, end) of a chunk's columns.
+PosteriorTable::ScanBounds BoundsOf(const std::vector<int32_t>& num_labels,
+                                    const std::vector<uint8_t>& is_gold,
+                                    const std::vector<double>& entropy,
+                                    const std::vector<double>& priority, size_t begin,
+                                    size_t end) {
+  PosteriorTable::ScanBounds b;
+  for (size_t i = begin; i < end; ++i) {
+    if (is_gold[i] != 0) continue;
+    b.max_priority = std::max(b.max_priority, priority[i]);
+    b.max_entropy = std::max(b.max_entropy, entropy[i]);
+    b.max_discounted_entropy =
+        std::max(b.max_discounted_entropy, entropy[i] * (1.0 / (1.0 + num_labels[i])));
+    b.min_num_labels = std::min(b.min_num_labels, num_labels[i]);
+  }
+  return b;
+}
+
+// The union of two ranges' bounds.
+PosteriorTable::ScanBounds Union(const PosteriorTable::ScanBounds& a,
+                                 const PosteriorTable::ScanBounds& b) {
+  PosteriorTable::ScanBounds u;
+  u.max_priority = std::max(a.max_priority, b.max_priority);
+  u.max_entropy = std::max(a.max_entropy, b.max_entropy);
+  u.max_discounted_entropy = std::max(a.max_discounted_entropy, b.max_discounted_entropy);
+  u.min_num_labels = std::min(a.min_num_labels, b.min_num_labels);
+  return u;
+}
+
+}  // namespace
+
 PosteriorTable PosteriorTableBuilder::Build() && {
+  for (size_t c = 0; c < writable_.size(); ++c) {
+    if (!owned_[c]) continue;
+    PosteriorTable::Chunk& chunk = *writable_[c];
+    chunk.block_bounds.resize(PosteriorTable::kBlocksPerChunk);
+    chunk.bounds = PosteriorTable::ScanBounds();
+    for (int32_t b = 0; b < PosteriorTable::kBlocksPerChunk; ++b) {
+      const size_t begin = static_cast<size_t>(b) * PosteriorTable::kBlockItems;
+      chunk.block_bounds[b] = BoundsOf(chunk.num_labels, chunk.is_gold, chunk.entropy,
+                                       chunk.priority, begin, begin + PosteriorTable::kBlockItems);
+      chunk.bounds = Union(chunk.bounds, chunk.block_bounds[b]);
+    }
+  }
   writable_.clear();
   owned_.clear();
   return std::move(table_);

@@ -11,6 +11,7 @@
 #define VERITY_SERVER_POSTERIOR_TABLE_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -54,6 +55,28 @@ class PosteriorTable {
     return chunks_[item / kChunkItems]->priority[item % kChunkItems];
   }
 
+  // Bounds over the non-gold items of a range of items (a chunk of kChunkItems items, or a
+  // block of kBlockItems within it), so that a scan for the best items can skip a range none
+  // of whose items can win. The unused slots of the last chunk count as the unlabelled,
+  // uniform items they start as. A range of gold items only has the initial values (every
+  // bound below every item's).
+  static constexpr int32_t kBlockItems = 64;
+  static constexpr int32_t kBlocksPerChunk = kChunkItems / kBlockItems;
+  struct ScanBounds {
+    double max_priority = -std::numeric_limits<double>::infinity();
+    double max_entropy = -std::numeric_limits<double>::infinity();
+    // The largest entropy(i) * (1.0 / (1.0 + num_labels(i))), computed in exactly that form.
+    double max_discounted_entropy = -std::numeric_limits<double>::infinity();
+    int32_t min_num_labels = std::numeric_limits<int32_t>::max();
+  };
+  int32_t num_chunks() const { return static_cast<int32_t>(chunks_.size()); }
+  // Items chunk * kChunkItems onwards.
+  const ScanBounds& chunk_bounds(int32_t chunk) const { return chunks_[chunk]->bounds; }
+  // Items chunk * kChunkItems + block * kBlockItems onwards; 0 <= block < kBlocksPerChunk.
+  const ScanBounds& block_bounds(int32_t chunk, int32_t block) const {
+    return chunks_[chunk]->block_bounds[block];
+  }
+
   // Copy-on-write editor (PosteriorTableBuilder, below).
   using Builder = PosteriorTableBuilder;
 
@@ -67,6 +90,9 @@ class PosteriorTable {
     std::vector<uint8_t> is_gold;
     std::vector<double> entropy;
     std::vector<double> priority;
+    // Computed by Build() for every chunk the builder wrote.
+    ScanBounds bounds;
+    std::vector<ScanBounds> block_bounds;  // kBlocksPerChunk
   };
 
   int32_t num_classes_;
@@ -91,6 +117,7 @@ class PosteriorTableBuilder {
   void set_entropy(int32_t item, double h) { MutableChunk(item).entropy[item % PosteriorTable::kChunkItems] = h; }
   void set_priority(int32_t item, double p) { MutableChunk(item).priority[item % PosteriorTable::kChunkItems] = p; }
 
+  // The table, with the ScanBounds of every chunk (and its blocks) this builder wrote or added.
   PosteriorTable Build() &&;
 
  private:

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace verity::server {
 namespace {
 
@@ -54,6 +56,67 @@ TEST(PosteriorTableTest, GrowingKeepsExistingValues) {
   EXPECT_EQ(t2.num_items(), PosteriorTable::kChunkItems + 1);
   EXPECT_DOUBLE_EQ(t2.probabilities(9)[1], 0.8);
   EXPECT_DOUBLE_EQ(t2.probabilities(PosteriorTable::kChunkItems)[0], 0.5);
+}
+
+TEST(PosteriorTableTest, ScanBoundsCoverTheNonGoldItemsOfEachChunk) {
+  constexpr int32_t kChunk = PosteriorTable::kChunkItems;
+  PosteriorTable empty(2);
+  PosteriorTable::Builder first(empty);
+  first.Resize(kChunk + 10);  // A full chunk and a partial one.
+  PosteriorTable fresh = std::move(first).Build();
+  ASSERT_EQ(fresh.num_chunks(), 2);
+  for (int32_t c = 0; c < 2; ++c) {
+    const PosteriorTable::ScanBounds& b = fresh.chunk_bounds(c);
+    EXPECT_EQ(b.max_priority, 0.0);
+    EXPECT_DOUBLE_EQ(b.max_entropy, std::log(2.0));
+    EXPECT_DOUBLE_EQ(b.max_discounted_entropy, std::log(2.0));  // no labels: discount 1
+    EXPECT_EQ(b.min_num_labels, 0);
+  }
+
+  // Chunk 0: every item labelled and certain except item 3 (two labels, entropy 0.5) and
+  // item 5 (priority 2, gold: excluded from the bounds).
+  PosteriorTable::Builder edit(fresh);
+  for (int32_t i = 0; i < kChunk; ++i) {
+    edit.set_num_labels(i, 4);
+    edit.set_entropy(i, 0.0);
+  }
+  edit.set_num_labels(3, 2);
+  edit.set_entropy(3, 0.5);
+  edit.set_priority(3, 1.0);
+  edit.set_priority(5, 2.0);
+  edit.set_entropy(5, 0.6);
+  edit.set_is_gold(5, true);
+  PosteriorTable next = std::move(edit).Build();
+  const PosteriorTable::ScanBounds& b = next.chunk_bounds(0);
+  EXPECT_EQ(b.max_priority, 1.0);
+  EXPECT_EQ(b.max_entropy, 0.5);
+  EXPECT_EQ(b.max_discounted_entropy, 0.5 * (1.0 / 3.0));
+  EXPECT_EQ(b.min_num_labels, 2);
+  // The chunk the builder did not write keeps its bounds; the base table keeps its own.
+  EXPECT_EQ(next.chunk_bounds(1).min_num_labels, 0);
+  EXPECT_DOUBLE_EQ(next.chunk_bounds(1).max_entropy, std::log(2.0));
+  EXPECT_EQ(fresh.chunk_bounds(0).min_num_labels, 0);
+  // Blocks: item 3 and 5 are in block 0; block 1 has only certain items with 4 labels.
+  EXPECT_EQ(next.block_bounds(0, 0).max_entropy, 0.5);
+  EXPECT_EQ(next.block_bounds(0, 0).max_priority, 1.0);
+  EXPECT_EQ(next.block_bounds(0, 1).max_entropy, 0.0);
+  EXPECT_EQ(next.block_bounds(0, 1).max_priority, 0.0);
+  EXPECT_EQ(next.block_bounds(0, 1).min_num_labels, 4);
+  // The partial chunk's unused slots count as unlabelled uniform items.
+  const int32_t last_block = PosteriorTable::kBlocksPerChunk - 1;
+  EXPECT_EQ(next.block_bounds(1, last_block).min_num_labels, 0);
+  EXPECT_DOUBLE_EQ(next.block_bounds(1, last_block).max_entropy, std::log(2.0));
+}
+
+TEST(PosteriorTableTest, AChunkOfGoldItemsHasBoundsBelowEveryItem) {
+  PosteriorTable empty(3);
+  PosteriorTable::Builder builder(empty);
+  builder.Resize(PosteriorTable::kChunkItems);
+  for (int32_t i = 0; i < PosteriorTable::kChunkItems; ++i) builder.set_is_gold(i, true);
+  PosteriorTable table = std::move(builder).Build();
+  const PosteriorTable::ScanBounds& b = table.chunk_bounds(0);
+  EXPECT_TRUE(std::isinf(b.max_priority) && b.max_priority < 0);
+  EXPECT_TRUE(std::isinf(b.max_discounted_entropy) && b.max_discounted_entropy < 0);
 }
 
 }  // namespace
