@@ -190,9 +190,9 @@ struct CpuSample {
   std::map<std::string, double> postgres;  // By pid.
 };
 
-// CPU seconds from `before` to `after`. PostgreSQL counts the processes alive at `after` (one
-// that exited in between is missed; the server's pool keeps its connections open until the
-// server shuts down).
+// CPU seconds from `before` to `after`. PostgreSQL: the postmaster's own and its reaped
+// children's (cutime, cstime: backends, autovacuum workers and closed connections that exited
+// in between) plus every child alive at either sample.
 struct CpuUsed {
   double process = 0;
   double committer = 0;
@@ -201,10 +201,10 @@ struct CpuUsed {
 
 CpuUsed Used(const CpuSample& before, const CpuSample& after) {
   CpuUsed used{after.process - before.process, after.committer - before.committer, 0};
-  for (const auto& [pid, seconds] : after.postgres) {
-    auto it = before.postgres.find(pid);
-    used.postgres += seconds - (it == before.postgres.end() ? 0 : it->second);
-  }
+  // A child alive before and reaped since counts -before here and its total in the
+  // postmaster's cutime.
+  for (const auto& [pid, seconds] : after.postgres) used.postgres += seconds;
+  for (const auto& [pid, seconds] : before.postgres) used.postgres -= seconds;
   return used;
 }
 
@@ -222,7 +222,12 @@ CpuSample SampleCpu(const std::string& postmaster_pid) {
     if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
     const std::vector<std::string> fields = StatFields(proc.path() / "stat");
     if (fields.size() < 13) continue;
-    if (pid == postmaster_pid || fields[1] == postmaster_pid) {
+    if (pid == postmaster_pid) {
+      // utime + stime + cutime + cstime: the postmaster reaps every child of the cluster.
+      sample.postgres[pid] = CpuSeconds(fields) + (fields.size() < 15 ? 0
+                                                   : (std::stod(fields[13]) + std::stod(fields[14])) /
+                                                         sysconf(_SC_CLK_TCK));
+    } else if (fields[1] == postmaster_pid) {
       sample.postgres[pid] = CpuSeconds(fields);
     }
   }

@@ -1,5 +1,6 @@
 #include "server/assignment_service.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +63,9 @@ grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext* context,
       if (std::optional<int32_t> index = live.FindItem(id)) candidates->push_back(*index);
     }
     if (candidates->empty()) return grpc::Status::OK;  // None of them is known: nothing to do.
+    // An id sent twice is one candidate (it would otherwise be suggested twice).
+    std::sort(candidates->begin(), candidates->end());
+    candidates->erase(std::unique(candidates->begin(), candidates->end()), candidates->end());
   }
 
   const AssignmentRules rules = AssignmentRules::FromSettings(live.settings().assignment());

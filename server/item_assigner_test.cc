@@ -1,6 +1,8 @@
 #include "server/item_assigner.h"
 
+#include <map>
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -253,6 +255,38 @@ TEST(ItemAssignerTest, RankAndLeaseLeasesWhatItSuggests) {
   const std::vector<ItemSuggestion> second = RankAndLeaseItems(
       *project, rules, 1, 5, std::nullopt, kNow, kNow + absl::Minutes(10), 8);
   for (const ItemSuggestion& s : second) EXPECT_THAT(Items(first), Not(Contains(s.item)));
+}
+
+TEST(ItemAssignerTest, ConcurrentSuggestionsNeverOverfillAnItem) {
+  auto project = MakeLargeProject();
+  std::shared_ptr<const ProjectSnapshot> snapshot = project->snapshot();
+  AssignmentRules rules;
+  rules.max_labels = 5;  // Items with 4 labels have one slot left.
+  constexpr int kThreads = 4, kCalls = 40, kK = 10;
+  std::vector<std::vector<int32_t>> suggested(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int c = 0; c < kCalls; ++c) {
+        // Annotators 0..7 in turn; a pass of each thread asks for each of them.
+        const int32_t annotator = (t + c) % 8;
+        for (const ItemSuggestion& s : RankAndLeaseItems(*project, rules, annotator, kK,
+                                                         std::nullopt, kNow,
+                                                         kNow + absl::Hours(1), t * 1000 + c)) {
+          suggested[t].push_back(s.item);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::map<int32_t, int32_t> times;
+  for (const auto& items : suggested) {
+    for (int32_t item : items) ++times[item];
+  }
+  ASSERT_FALSE(times.empty());
+  for (const auto& [item, n] : times) {
+    EXPECT_LE(snapshot->posteriors.num_labels(item) + n, rules.max_labels) << "item " << item;
+  }
 }
 
 }  // namespace

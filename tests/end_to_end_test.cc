@@ -488,6 +488,28 @@ TEST_F(EndToEndTest, SuggestionsSkipLabelledAndResolvedItemsAndLeasesHoldTheLast
   EXPECT_GE(response.suggestions(0).score(), response.suggestions(4).score());
 }
 
+TEST_F(EndToEndTest, ACandidateSentTwiceIsSuggestedOnce) {
+  models::CsvDataset data = LoadDataset("rte");
+  ASSERT_TRUE(CreateProject("twice", data.class_names).ok());
+  SubmitDataset("twice", data, 1000);
+  auto assignment = v1::AssignmentService::NewStub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::SuggestItemsRequest request;
+  request.set_project("twice");
+  request.set_annotator("newcomer");
+  request.set_k(5);
+  for (const std::string& id : {data.item_ids[0], data.item_ids[1], data.item_ids[0]}) {
+    request.add_candidate_items(id);
+  }
+  v1::SuggestItemsResponse response;
+  ASSERT_TRUE(assignment->SuggestItems(&context, request, &response).ok());
+  std::set<std::string> items;
+  for (const v1::ItemSuggestion& s : response.suggestions()) items.insert(s.item());
+  EXPECT_EQ(response.suggestions_size(), 2);
+  EXPECT_EQ(items, (std::set<std::string>{data.item_ids[0], data.item_ids[1]}));
+}
+
 TEST_F(EndToEndTest, UnknownProjectIsNotFound) {
   grpc::ClientContext context;
   context.set_deadline(Deadline());
