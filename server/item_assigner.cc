@@ -286,7 +286,26 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
         if (begin >= table.num_items()) break;
         if (cannot_win(table.block_bounds(chunk, block))) continue;
         const int32_t end = std::min(table.num_items(), begin + PosteriorTable::kBlockItems);
-        for (int32_t item = begin; item < end; ++item) consider(item);
+        if (!gain_policy) {
+          for (int32_t item = begin; item < end; ++item) consider(item);
+          continue;
+        }
+        // The gain bound with the item's leases left out, read from the chunk's columns: never
+        // below the bound consider() computes, and most items stop here.
+        const PosteriorTable::ChunkColumns columns = table.chunk_columns(chunk);
+        const int32_t first = chunk * PosteriorTable::kChunkItems;
+        for (int32_t item = begin; item < end; ++item) {
+          if (best.size() == want) {
+            const Candidate& worst = best.front();
+            const double priority = columns.priority[item - first];
+            if (priority < worst.priority ||
+                (priority == worst.priority &&
+                 kernel.eta * columns.discounted_entropy[item - first] < worst.primary)) {
+              continue;
+            }
+          }
+          consider(item);
+        }
       }
     }
   }

@@ -81,6 +81,10 @@ PosteriorTable PosteriorTableBuilder::Build() && {
   for (size_t c = 0; c < writable_.size(); ++c) {
     if (!owned_[c]) continue;
     PosteriorTable::Chunk& chunk = *writable_[c];
+    chunk.discounted_entropy.resize(PosteriorTable::kChunkItems);
+    for (int32_t i = 0; i < PosteriorTable::kChunkItems; ++i) {
+      chunk.discounted_entropy[i] = chunk.entropy[i] * (1.0 / (1.0 + chunk.num_labels[i]));
+    }
     chunk.block_bounds.resize(PosteriorTable::kBlocksPerChunk);
     chunk.bounds = PosteriorTable::ScanBounds();
     for (int32_t b = 0; b < PosteriorTable::kBlocksPerChunk; ++b) {

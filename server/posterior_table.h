@@ -76,6 +76,18 @@ class PosteriorTable {
   const ScanBounds& block_bounds(int32_t chunk, int32_t block) const {
     return chunks_[chunk]->block_bounds[block];
   }
+  // One chunk's columns for scans, each kChunkItems long (slot i is item
+  // chunk * kChunkItems + i; slots past num_items() hold the initial values).
+  struct ChunkColumns {
+    const double* priority;
+    const uint8_t* is_gold;
+    // entropy(i) * (1.0 / (1.0 + num_labels(i))), as in ScanBounds.
+    const double* discounted_entropy;
+  };
+  ChunkColumns chunk_columns(int32_t chunk) const {
+    const Chunk& c = *chunks_[chunk];
+    return {c.priority.data(), c.is_gold.data(), c.discounted_entropy.data()};
+  }
 
   // Copy-on-write editor (PosteriorTableBuilder, below).
   using Builder = PosteriorTableBuilder;
@@ -91,6 +103,7 @@ class PosteriorTable {
     std::vector<double> entropy;
     std::vector<double> priority;
     // Computed by Build() for every chunk the builder wrote.
+    std::vector<double> discounted_entropy;
     ScanBounds bounds;
     std::vector<ScanBounds> block_bounds;  // kBlocksPerChunk
   };

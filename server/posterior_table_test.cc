@@ -92,6 +92,11 @@ TEST(PosteriorTableTest, ScanBoundsCoverTheNonGoldItemsOfEachChunk) {
   EXPECT_EQ(b.max_entropy, 0.5);
   EXPECT_EQ(b.max_discounted_entropy, 0.5 * (1.0 / 3.0));
   EXPECT_EQ(b.min_num_labels, 2);
+  const PosteriorTable::ChunkColumns columns = next.chunk_columns(0);
+  EXPECT_EQ(columns.discounted_entropy[3], 0.5 * (1.0 / 3.0));
+  EXPECT_EQ(columns.discounted_entropy[4], 0.0);
+  EXPECT_EQ(columns.priority[5], 2.0);
+  EXPECT_EQ(columns.is_gold[5], 1);
   // The chunk the builder did not write keeps its bounds; the base table keeps its own.
   EXPECT_EQ(next.chunk_bounds(1).min_num_labels, 0);
   EXPECT_DOUBLE_EQ(next.chunk_bounds(1).max_entropy, std::log(2.0));
