@@ -624,7 +624,9 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   const int32_t k = num_classes();
   auto snapshot = std::make_shared<ProjectSnapshot>(k);
   PosteriorTable::Builder builder(snapshot->posteriors);
-  const int32_t fitted_items = static_cast<int32_t>(gold.size());
+  // The items of the fit's input (gold was copied with it; the matrix has the same items).
+  const int32_t fitted_items =
+      std::min(static_cast<int32_t>(gold.size()), data->num_items());
   builder.Resize(fitted_items);
   for (int32_t i = 0; i < fitted_items; ++i) {
     absl::Span<double> p = builder.mutable_probabilities(i);
