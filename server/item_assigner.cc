@@ -197,6 +197,13 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
   // availability (a lock) only if its exact key does.
   std::vector<Candidate> best;
   auto worse = [](const Candidate& a, const Candidate& b) { return Less(b, a); };
+  // η·(entropy × discount) bounds the discounted gain; the margin covers the rounding of the
+  // exact gain (the bound is tight for a perfect annotator). Non-decreasing in its argument,
+  // so a range's bound stays above its items'.
+  const double eta_with_margin = kernel.eta * (1 + 1e-9);
+  auto gain_bound = [&](double discounted_entropy) {
+    return eta_with_margin * discounted_entropy + 1e-12;
+  };
   const bool gain_policy = rules.policy == v1::ASSIGNMENT_POLICY_INFORMATION_GAIN;
   auto consider = [&](int32_t item) {
     if (item < 0 || item >= table.num_items() || table.is_gold(item)) return;
@@ -213,10 +220,9 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
         c.primary = table.entropy(item);
         break;
       default:
-        // Upper bound of the (discounted) gain, associated as ScanBounds computes it so that
-        // the chunk's bound is never below an item's.
-        c.primary =
-            kernel.eta * (table.entropy(item) * LabelDiscount(table.num_labels(item) + leased));
+        // Upper bound of the (discounted) gain, from entropy × discount computed as ScanBounds
+        // and the table's column compute it, so that theirs is never below an item's.
+        c.primary = gain_bound(table.entropy(item) * LabelDiscount(table.num_labels(item) + leased));
         break;
     }
     const bool full = best.size() == want;
@@ -263,7 +269,7 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
         primary = b.max_entropy;
         break;
       default:
-        primary = kernel.eta * b.max_discounted_entropy;
+        primary = gain_bound(b.max_discounted_entropy);
         break;
     }
     return std::make_pair(b.max_priority, primary);
@@ -300,7 +306,7 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
             const double priority = columns.priority[item - first];
             if (priority < worst.priority ||
                 (priority == worst.priority &&
-                 kernel.eta * columns.discounted_entropy[item - first] < worst.primary)) {
+                 gain_bound(columns.discounted_entropy[item - first]) < worst.primary)) {
               continue;
             }
           }
@@ -334,25 +340,31 @@ std::vector<ItemSuggestion> RankFromShortlist(LiveProject& project, const Shortl
                                               int32_t k,
                                               const std::optional<std::vector<int32_t>>& candidates,
                                               absl::Time now, uint64_t seed) {
-  const ProjectSnapshot& snapshot = *shortlist.snapshot;
-  if (shortlist.size == 0) {
-    return RankItemsForAnnotator(project, snapshot, rules, annotator, k, candidates, now, seed);
+  // A snapshot published meanwhile (labels committed, leases they released) changes the
+  // scores in ways the short list does not bound: rank everything on the new one.
+  const std::shared_ptr<const ProjectSnapshot> current = project.snapshot();
+  if (shortlist.size == 0 || current != shortlist.snapshot) {
+    return RankItemsForAnnotator(project, *current, rules, annotator, k, candidates, now, seed);
   }
   std::vector<int32_t> items;
   items.reserve(shortlist.items.size());
   for (const ItemSuggestion& s : shortlist.items) items.push_back(s.item);
-  // Items whose lease count changed since the short list was ranked (a lease for this
-  // annotator raises the count too). A short one holds every item that was eligible.
+  // The items that kept their score and eligibility: the same lease count (a lease for this
+  // annotator raises it too) and still not labelled by this annotator. A short list shorter
+  // than asked for holds every item that was eligible.
   const std::vector<int32_t> leases_now = project.leases().OutstandingOn(items, now);
   int64_t unchanged = 0;
   for (size_t i = 0; i < items.size(); ++i) {
-    if (leases_now[i] == shortlist.items[i].leases_when_ranked) ++unchanged;
+    if (leases_now[i] == shortlist.items[i].leases_when_ranked &&
+        !project.HasLabelled(items[i], annotator)) {
+      ++unchanged;
+    }
   }
   const bool complete = static_cast<int32_t>(shortlist.items.size()) < shortlist.size;
   if (!complete && unchanged < k) {
-    return RankItemsForAnnotator(project, snapshot, rules, annotator, k, candidates, now, seed);
+    return RankItemsForAnnotator(project, *current, rules, annotator, k, candidates, now, seed);
   }
-  return RankItemsForAnnotator(project, snapshot, rules, annotator, k, items, now, seed);
+  return RankItemsForAnnotator(project, *current, rules, annotator, k, items, now, seed);
 }
 
 std::vector<ItemSuggestion> RankAndLeaseItems(LiveProject& project, const AssignmentRules& rules,

@@ -30,10 +30,13 @@
 // Concurrency: suggestions must see each other's leases, so rank-then-lease is serialised per
 // project with LiveProject::assignment_mutex(). RankAndLeaseItems holds that lock only for a
 // short list: it ranks the best 3k + 16 items without the lock, then, under it, re-ranks just
-// those with the leases as they are by then. Leases only lower an item's score (or make it
-// ineligible), so while at least k of the short list kept their lease counts, no item outside
-// it can enter the top k and the result is exactly that of a full ranking under the lock;
-// otherwise it ranks everything again under the lock.
+// those with the leases as they are by then. A lease added meanwhile only lowers an item's
+// score (or makes it ineligible), so while at least k of the short list kept their lease
+// counts and eligibility, no item outside it can enter the top k: the result is that of a full
+// ranking under the lock. Otherwise, or when a new snapshot was published meanwhile, it ranks
+// everything again under the lock. Leases that expired or were released between the two
+// halves (without a new snapshot) may be missed, as if they had ended just after the call;
+// they only ever free slots.
 //
 // Thread-safety: the functions read the snapshot (immutable) and the project's thread-safe
 // accessors.

@@ -1,5 +1,6 @@
 #include "server/item_assigner.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <thread>
@@ -11,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/testing/synthetic_crowd.h"
+#include "server/information_gain.h"
 #include "models/truth_model_factory.h"
 
 namespace verity::server {
@@ -142,7 +144,7 @@ TEST(ItemAssignerTest, SuggestAnnotatorsSkipsThoseWhoLabelledTheItem) {
   EXPECT_THAT(chosen, testing::UnorderedElementsAre(2, -1));
 }
 
-// A Dawid-Skene project over 5 chunks of items: labels 0 to 4 per item, a few gold items, a
+// A Dawid-Skene project over 5 chunks of items: labels 1 to 4 per item, a few gold items, a
 // few with a priority, so that chunks differ in their bounds.
 std::unique_ptr<LiveProject> MakeLargeProject() {
   constexpr int32_t kItems = 5 * PosteriorTable::kChunkItems - 300, kClasses = 3, kAnnotators = 8;
@@ -170,9 +172,11 @@ std::unique_ptr<LiveProject> MakeLargeProject() {
   for (int32_t i = 5; i < kItems; i += 1013) stored.priority[i] = 1.0 + i % 3;
   for (int a = 0; a < kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("w", a));
   int64_t seq = 0;
-  for (const models::Annotation& a : crowd.annotations) {
-    // Items keep i % 5 of their labels (at most 4): some none, some many.
-    if (a.annotator % 5 >= a.item % 5) continue;
+  // Items keep 1 + i % 4 of their 4 labels (item-major in the crowd), so that posteriors, and
+  // the scores bounds must not cut, differ from item to item.
+  for (size_t n = 0; n < crowd.annotations.size(); ++n) {
+    const models::Annotation& a = crowd.annotations[n];
+    if (static_cast<int32_t>(n % 4) > a.item % 4) continue;
     stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
   }
   storage::ModelVersionRecord version;
@@ -287,6 +291,70 @@ TEST(ItemAssignerTest, ConcurrentSuggestionsNeverOverfillAnItem) {
   for (const auto& [item, n] : times) {
     EXPECT_LE(snapshot->posteriors.num_labels(item) + n, rules.max_labels) << "item " << item;
   }
+}
+
+// Against a brute-force ranking by the exact gain, without any bound: the k items returned must
+// be a top k (up to rounding), so no bound may have dropped a better item.
+TEST(ItemAssignerTest, InformationGainReturnsATopKOfTheExactScores) {
+  auto project = MakeLargeProject();
+  std::shared_ptr<const ProjectSnapshot> snapshot = project->snapshot();
+  const PosteriorTable& table = snapshot->posteriors;
+  for (int32_t annotator : {0, 4, 7}) {
+    const std::vector<double> confusion = ScoringConfusion(*snapshot, annotator);
+    // (priority, discounted exact gain) of every eligible item.
+    std::vector<std::pair<double, double>> keys;
+    std::map<int32_t, std::pair<double, double>> key_of;
+    for (int32_t i = 0; i < table.num_items(); ++i) {
+      if (table.is_gold(i) || project->HasLabelled(i, annotator)) continue;
+      const double gain = ExpectedEntropyReduction(table.probabilities(i), confusion) /
+                          (1.0 + table.num_labels(i));
+      keys.emplace_back(table.priority(i), gain);
+      key_of[i] = keys.back();
+    }
+    std::sort(keys.rbegin(), keys.rend());
+    for (int32_t k : {1, 10, 100}) {
+      SCOPED_TRACE(absl::StrCat("annotator ", annotator, " k ", k));
+      AssignmentRules rules;
+      const std::vector<ItemSuggestion> ranked = RankItemsForAnnotator(
+          *project, *snapshot, rules, annotator, k, std::nullopt, kNow, 11);
+      ASSERT_EQ(ranked.size(), static_cast<size_t>(k));
+      const std::pair<double, double> kth = keys[k - 1];
+      for (const ItemSuggestion& s : ranked) {
+        const std::pair<double, double> key = key_of.at(s.item);
+        EXPECT_TRUE(key.first > kth.first ||
+                    (key.first == kth.first && key.second >= kth.second - 1e-12))
+            << "item " << s.item << " (" << key.first << ", " << key.second
+            << ") is below the k-th best (" << kth.first << ", " << kth.second << ")";
+      }
+    }
+  }
+}
+
+// A snapshot published between the two halves (a committed label) makes the second half rank
+// everything on the new snapshot.
+TEST(ItemAssignerTest, AShortlistOfAnOldSnapshotIsRankedAgainOnTheNewOne) {
+  auto project = MakeLargeProject();
+  AssignmentRules rules;
+  rules.max_labels = 5;
+  const Shortlist shortlist = ShortlistItems(*project, rules, 2, 10, std::nullopt, kNow, 3);
+  // Labels on the short list's best items: they become resolved or less uncertain.
+  std::vector<CommittedLabel> labels;
+  int64_t seq = 1'000'000;
+  for (int32_t i = 0; i < 10; ++i) {
+    const int32_t item = shortlist.items[i].item;
+    for (int32_t a = 5; a < 8; ++a) {
+      if (!project->HasLabelled(item, a)) {
+        labels.push_back({item, absl::StrCat("i", item), a, absl::StrCat("w", a), 0, ++seq, true});
+      }
+    }
+  }
+  project->ApplyCommitted(labels);
+  ASSERT_NE(project->snapshot(), shortlist.snapshot);
+  const std::vector<ItemSuggestion> from_shortlist =
+      RankFromShortlist(*project, shortlist, rules, 2, 10, std::nullopt, kNow, 3);
+  const std::vector<ItemSuggestion> full = RankItemsForAnnotator(
+      *project, *project->snapshot(), rules, 2, 10, std::nullopt, kNow, 3);
+  EXPECT_EQ(Items(from_shortlist), Items(full));
 }
 
 }  // namespace

@@ -284,16 +284,17 @@ void LiveProject::PublishRecomputed(std::shared_ptr<ProjectSnapshot> snapshot,
                                     std::shared_ptr<const models::TruthModel> model,
                                     int32_t version, int64_t watermark) {
   const int32_t k = num_classes();
+  snapshot->posteriors = std::move(builder).Build();
+  const PosteriorTable& table = snapshot->posteriors;
   std::vector<double> prior(k, 0.0);
   int64_t labelled = 0;
-  for (int32_t i = 0; i < builder.num_items(); ++i) {
-    if (labels_.LabelsOfItem(i).empty()) continue;
-    absl::Span<double> p = builder.mutable_probabilities(i);
+  for (int32_t i = 0; i < table.num_items(); ++i) {
+    if (table.num_labels(i) == 0) continue;
+    absl::Span<const double> p = table.probabilities(i);
     for (int32_t c = 0; c < k; ++c) prior[c] += p[c];
     ++labelled;
   }
   for (double& v : prior) v = labelled > 0 ? v / labelled : 1.0 / k;
-  snapshot->posteriors = std::move(builder).Build();
   snapshot->class_prior = std::move(prior);
   snapshot->model = model;
   snapshot->model_version = version;
@@ -325,8 +326,24 @@ std::vector<int32_t> LiveProject::RegisterCommitted(absl::Span<const CommittedLa
   }
   std::sort(touched.begin(), touched.end());
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-  if (training_) touched_during_fit_.insert(touched_during_fit_.end(), touched.begin(), touched.end());
+  if (training_) {
+    for (int32_t item : touched) MarkTouchedDuringFit(item);
+  }
   return touched;
+}
+
+void LiveProject::MarkTouchedDuringFit(int32_t item) {
+  if (item >= static_cast<int32_t>(touched_during_fit_mark_.size())) {
+    touched_during_fit_mark_.resize(static_cast<size_t>(item) + 1, false);
+  }
+  if (touched_during_fit_mark_[item]) return;
+  touched_during_fit_mark_[item] = true;
+  touched_during_fit_.push_back(item);
+}
+
+void LiveProject::ClearTouchedDuringFit() {
+  for (int32_t item : touched_during_fit_) touched_during_fit_mark_[item] = false;
+  touched_during_fit_.clear();
 }
 
 void LiveProject::PublishCommitted(absl::Span<const int32_t> touched) {
@@ -381,7 +398,7 @@ void LiveProject::ApplyItems(absl::Span<const ItemChange> items) {
   PosteriorTable::Builder builder(old->posteriors);
   for (const ItemChange& change : items) {
     EnsureItem(change.item_index, change.item_id);
-    if (training_) touched_during_fit_.push_back(change.item_index);
+    if (training_) MarkTouchedDuringFit(change.item_index);
     if (change.gold_label.has_value()) gold_[change.item_index] = *change.gold_label;
     if (change.priority.has_value()) item_priority_[change.item_index] = *change.priority;
     const size_t dim = static_cast<size_t>(identity_.item_feature_dim);
@@ -539,7 +556,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     gold = gold_;
     newest_seq = item_newest_seq_;
     priority = item_priority_;
-    touched_during_fit_.clear();
+    ClearTouchedDuringFit();
     // Copied here, handed to the model (which standardises them) off the lock.
     item_features = item_features_;
     annotator_features = annotator_features_;
@@ -551,7 +568,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   auto done = [this](bool) {
     absl::MutexLock lock(&mu_);
     training_ = false;
-    touched_during_fit_ = {};
+    ClearTouchedDuringFit();
   };
 
   // 2. Features, then the labels into CSR arrays, and fit, off the lock.
@@ -646,7 +663,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     for (int32_t i : touched_during_fit_) {
       if (i < fitted_items) RecomputeItem(*model, i, builder);
     }
-    touched_during_fit_ = {};
+    ClearTouchedDuringFit();
     PublishRecomputed(std::move(snapshot), std::move(builder),
                       std::shared_ptr<const models::TruthModel>(std::move(model)),
                       saved->version, saved->watermark);

@@ -256,6 +256,9 @@ class LiveProject {
   void EnsureAnnotator(int32_t index, absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetLabel(int32_t item, int32_t annotator, int32_t label, int64_t seq)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // touched_during_fit_: adds `item` unless listed; empties the list.
+  void MarkTouchedDuringFit(int32_t item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ClearTouchedDuringFit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Identity identity_;
 
@@ -284,8 +287,10 @@ class LiveProject {
   absl::Time last_fit_time_ ABSL_GUARDED_BY(mu_);
   bool training_ ABSL_GUARDED_BY(mu_) = false;
   // While training_: the items whose labels, gold, priority or features changed since the fit
-  // copied its input (with repeats). Refit recomputes them under the lock before publishing.
+  // copied its input, each once (the mark says which are listed). Refit recomputes them under
+  // the lock before publishing.
   std::vector<int32_t> touched_during_fit_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> touched_during_fit_mark_ ABSL_GUARDED_BY(mu_);
   // The model of the current snapshot (also reachable through it).
   std::shared_ptr<const models::TruthModel> model_ ABSL_GUARDED_BY(mu_);
   int32_t model_version_ ABSL_GUARDED_BY(mu_) = 0;

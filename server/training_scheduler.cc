@@ -172,9 +172,11 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitAndLog(LiveP
 }
 
 absl::Duration TrainingScheduler::NextPassDelay(absl::Duration busy, double max_busy_fraction,
-                                                absl::Duration poll_interval) {
+                                                absl::Duration poll_interval,
+                                                absl::Duration max_staleness) {
+  if (!(max_busy_fraction > 0.0 && max_busy_fraction <= 1.0)) return poll_interval;
   const absl::Duration rest = busy * ((1.0 - max_busy_fraction) / max_busy_fraction);
-  return std::max(poll_interval, rest);
+  return std::max(poll_interval, std::min(rest, max_staleness));
 }
 
 void TrainingScheduler::Loop() {
@@ -188,7 +190,8 @@ void TrainingScheduler::Loop() {
     }
     const absl::Time start = absl::Now();
     RefitDueProjectsNow().IgnoreError();
-    delay = NextPassDelay(absl::Now() - start, options_.max_busy_fraction, options_.poll_interval);
+    delay = NextPassDelay(absl::Now() - start, options_.max_busy_fraction, options_.poll_interval,
+                          options_.max_staleness);
   }
 }
 

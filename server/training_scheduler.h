@@ -9,7 +9,8 @@
 // Tests call RefitDueProjectsNow() to drive it step by step.
 //
 // The background thread fits at most Options::max_busy_fraction of the time: after a pass
-// that spent d fitting it rests d·(1 − f)/f before the next (NextPassDelay). A bulk load makes
+// that spent d fitting it rests d·(1 − f)/f, at most max_staleness, before the next
+// (NextPassDelay). A bulk load makes
 // a refit due as soon as the previous one ends; without the rest the trainer would take a
 // whole core from ingest and PostgreSQL for as long as the load lasts. Served posteriors do
 // not wait for refits (ingest publishes them under the current parameters), so the rest only
@@ -68,9 +69,11 @@ class TrainingScheduler {
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // How long the background thread waits before its next pass when the last one spent `busy`
-  // fitting: poll_interval, or busy·(1 − f)/f when longer. Requires 0 < f <= 1.
+  // fitting: busy·(1 − f)/f, at least poll_interval and at most max_staleness (so that the
+  // rest never delays a refit by more than the staleness bound). An f outside (0, 1] counts
+  // as 1.
   static absl::Duration NextPassDelay(absl::Duration busy, double max_busy_fraction,
-                                      absl::Duration poll_interval);
+                                      absl::Duration poll_interval, absl::Duration max_staleness);
 
  private:
   void Loop();
