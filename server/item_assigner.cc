@@ -4,6 +4,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "absl/container/flat_hash_map.h"
 #include "server/information_gain.h"
 
 namespace verity::server {
@@ -22,6 +23,12 @@ uint64_t Mix(uint64_t x) {  // splitmix64 finaliser: a cheap, well-spread tie-br
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
+}
+
+// Labels the annotator has given in the project (0 for one the project has never seen): under
+// rules.gold_items_for_new_annotators they are first sent gold items.
+int32_t KnownLabels(LiveProject& project, int32_t annotator) {
+  return annotator >= 0 ? project.AnnotatorLabelCount(annotator) : 0;
 }
 
 double Confidence(absl::Span<const double> p) { return *std::max_element(p.begin(), p.end()); }
@@ -140,20 +147,27 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
   if (k <= 0) return result;
   const PosteriorTable& table = snapshot.posteriors;
   const GainKernel kernel(ScoringConfusion(snapshot, annotator), table.num_classes());
-  // Outstanding leases per item, dense for the scan; looked up for the candidates only when
-  // there are candidates (the book may hold leases on every item).
-  std::vector<int32_t> outstanding(table.num_items(), 0);
+  // Outstanding leases per item: dense for a scan of every item; for a candidate list, only
+  // the candidates' (the book may hold leases on every item, and the list is short under the
+  // assignment lock).
+  std::vector<int32_t> dense_leases;
+  absl::flat_hash_map<int32_t, int32_t> candidate_leases;
   if (candidates.has_value()) {
     const std::vector<int32_t> counts = project.leases().OutstandingOn(*candidates, now);
     for (size_t i = 0; i < counts.size(); ++i) {
-      const int32_t item = (*candidates)[i];
-      if (item >= 0 && item < table.num_items()) outstanding[item] = counts[i];
+      if (counts[i] > 0) candidate_leases[(*candidates)[i]] = counts[i];
     }
   } else {
+    dense_leases.assign(table.num_items(), 0);
     project.leases().ForEachOutstanding(now, [&](int32_t item, int32_t n) {
-      if (item >= 0 && item < table.num_items()) outstanding[item] = n;
+      if (item >= 0 && item < table.num_items()) dense_leases[item] = n;
     });
   }
+  auto outstanding = [&](int32_t item) -> int32_t {
+    if (!candidates.has_value()) return dense_leases[item];
+    auto it = candidate_leases.find(item);
+    return it == candidate_leases.end() ? 0 : it->second;
+  };
   auto available = [&](int32_t item) {
     return !project.HasLabelled(item, annotator) &&
            !(annotator >= 0 && project.leases().Has(item, annotator, now));
@@ -161,11 +175,11 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
   auto suggestion = [&](int32_t item) {
     absl::Span<const double> p = table.probabilities(item);
     return ItemSuggestion{item, kernel.Gain(p), ProbabilityCorrect(p, kernel.confusion),
-                          outstanding[item]};
+                          outstanding(item)};
   };
 
   // New annotators are calibrated on gold items first.
-  const int32_t known_labels = annotator >= 0 ? project.AnnotatorLabelCount(annotator) : 0;
+  const int32_t known_labels = KnownLabels(project, annotator);
   if (rules.gold_items_for_new_annotators > known_labels) {
     std::vector<int32_t> gold = project.GoldItems();
     if (candidates.has_value()) {
@@ -180,7 +194,7 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
     std::vector<std::pair<int32_t, int32_t>> by_labels;  // (labels + leases, item)
     for (int32_t item : gold) {
       if (item >= table.num_items()) continue;
-      by_labels.emplace_back(table.num_labels(item) + outstanding[item], item);
+      by_labels.emplace_back(table.num_labels(item) + outstanding(item), item);
     }
     std::sort(by_labels.begin(), by_labels.end());
     const int32_t wanted = std::min(k, rules.gold_items_for_new_annotators - known_labels);
@@ -207,7 +221,7 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
   const bool gain_policy = rules.policy == v1::ASSIGNMENT_POLICY_INFORMATION_GAIN;
   auto consider = [&](int32_t item) {
     if (item < 0 || item >= table.num_items() || table.is_gold(item)) return;
-    const int32_t leased = outstanding[item];
+    const int32_t leased = outstanding(item);
     Candidate c{table.priority(item), 0, 0, item};
     switch (rules.policy) {
       case v1::ASSIGNMENT_POLICY_UNIFORM:
@@ -325,7 +339,7 @@ Shortlist ShortlistItems(LiveProject& project, const AssignmentRules& rules, int
                          absl::Time now, uint64_t seed) {
   Shortlist shortlist;
   shortlist.snapshot = project.snapshot();
-  const int32_t known_labels = annotator >= 0 ? project.AnnotatorLabelCount(annotator) : 0;
+  const int32_t known_labels = KnownLabels(project, annotator);
   if (k <= 0 || rules.gold_items_for_new_annotators > known_labels) {
     return shortlist;
   }
