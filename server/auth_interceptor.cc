@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "server/grpc_status.h"
-#include "server/log.h"
+#include "server/observability/log.h"
 #include "server/rpc_policy.h"
 
 namespace verity::server {

@@ -30,7 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/live_project.h"
-#include "server/metrics_http.h"
+#include "server/observability/metrics_http.h"
 #include "server/project_registry.h"
 #include "storage/model_version_store.h"
 

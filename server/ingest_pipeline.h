@@ -35,7 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/live_project.h"
-#include "server/metrics.h"
+#include "server/observability/metrics.h"
 #include "storage/annotation_store.h"
 
 namespace verity::server {

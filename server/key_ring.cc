@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/log.h"
+#include "server/observability/log.h"
 #include "server/validation.h"
 
 namespace verity::server {

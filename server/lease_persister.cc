@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "server/log.h"
+#include "server/observability/log.h"
 
 namespace verity::server {
 

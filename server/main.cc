@@ -16,7 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "server/live_project.h"
-#include "server/log.h"
+#include "server/observability/log.h"
 #include "server/verity_server.h"
 #include "storage/embedded_postgres.h"
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <iostream>
 
-#include "server/log.h"
+#include "server/observability/log.h"
 
 namespace verity::server {
 

@@ -25,7 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/metrics.h"
+#include "server/observability/metrics.h"
 #include "server/project_registry.h"
 #include "storage/model_version_store.h"
 #include "storage/training_job_store.h"

@@ -18,7 +18,7 @@
 #include "server/assignment_service.h"
 #include "server/ingest_service.h"
 #include "server/key_service.h"
-#include "server/log.h"
+#include "server/observability/log.h"
 #include "server/model_service.h"
 #include "server/project_service.h"
 #include "server/truth_service.h"

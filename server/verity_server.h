@@ -3,7 +3,7 @@
 // and server reflection. The process main (server/main.cc) and the end-to-end tests both run
 // it; tests use port 0 and read port().
 //
-// Observability: every RPC is counted, timed and given a request id (server/rpc_telemetry.h);
+// Observability: every RPC is counted, timed and given a request id (server/observability/rpc_telemetry.h);
 // ingest, training and the database pool report into one MetricsRegistry (metrics()), served
 // for Prometheus at GET /metrics when Options::metrics_listen is set; the same HTTP port
 // serves the read-only web console (GET /, server/console.h).
@@ -23,9 +23,9 @@
 #include "server/console.h"
 #include "server/ingest_pipeline.h"
 #include "server/key_ring.h"
-#include "server/metrics.h"
-#include "server/metrics_http.h"
-#include "server/rpc_telemetry.h"
+#include "server/observability/metrics.h"
+#include "server/observability/metrics_http.h"
+#include "server/observability/rpc_telemetry.h"
 #include "server/server_core.h"
 #include "server/training_scheduler.h"
 #include "server/transport_security.h"

@@ -19,7 +19,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "server/live_project.h"
-#include "server/log.h"
+#include "server/observability/log.h"
 #include "server/storage_handles.h"
 #include "server/training_worker.h"
 

@@ -18,8 +18,8 @@
 //
 // Thread-safety: the factory is thread-safe and must outlive the grpc::Server using it, which
 // is why it only keeps references into a MetricsRegistry that outlives the server too.
-#ifndef VERITY_SERVER_RPC_TELEMETRY_H_
-#define VERITY_SERVER_RPC_TELEMETRY_H_
+#ifndef VERITY_SERVER_OBSERVABILITY_RPC_TELEMETRY_H_
+#define VERITY_SERVER_OBSERVABILITY_RPC_TELEMETRY_H_
 
 #include <grpcpp/support/server_interceptor.h>
 
@@ -28,7 +28,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "server/metrics.h"
+#include "server/observability/metrics.h"
 
 namespace verity::server {
 
@@ -70,4 +70,4 @@ class RpcTelemetryFactory : public grpc::experimental::ServerInterceptorFactoryI
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_RPC_TELEMETRY_H_
+#endif  // VERITY_SERVER_OBSERVABILITY_RPC_TELEMETRY_H_

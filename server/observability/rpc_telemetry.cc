@@ -1,4 +1,4 @@
-#include "server/rpc_telemetry.h"
+#include "server/observability/rpc_telemetry.h"
 
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "server/log.h"
+#include "server/observability/log.h"
 
 namespace verity::server {
 namespace {

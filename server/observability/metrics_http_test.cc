@@ -1,4 +1,4 @@
-#include "server/metrics_http.h"
+#include "server/observability/metrics_http.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/status_matchers.h"
-#include "server/metrics.h"
+#include "server/observability/metrics.h"
 #include "server/testing/http_get.h"
 
 namespace verity::server {

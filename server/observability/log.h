@@ -1,7 +1,7 @@
 // Structured logging: one line per event on stderr, `ts=... event=NAME key=value ...`.
 // Values with spaces or quotes are quoted. Thread-safe (each line is one write).
-#ifndef VERITY_SERVER_LOG_H_
-#define VERITY_SERVER_LOG_H_
+#ifndef VERITY_SERVER_OBSERVABILITY_LOG_H_
+#define VERITY_SERVER_OBSERVABILITY_LOG_H_
 
 #include <initializer_list>
 #include <string>
@@ -15,4 +15,4 @@ void LogEvent(absl::string_view event,
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_LOG_H_
+#endif  // VERITY_SERVER_OBSERVABILITY_LOG_H_

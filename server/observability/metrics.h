@@ -1,7 +1,7 @@
 // MetricsRegistry: the server's Prometheus metrics — counters, gauges and histograms with
 // fixed buckets, each a family of children keyed by label values — rendered in the text
 // exposition format 0.0.4 (what a Prometheus server scrapes from /metrics; see
-// server/metrics_http.h).
+// server/observability/metrics_http.h).
 //
 // Components get a family once (at construction) and keep the child references: a child lives
 // as long as its registry, so the hot path is an atomic add (counters, gauges) or a short
@@ -15,8 +15,8 @@
 //
 // Thread-safety: everything is thread-safe. Callback gauges run on the thread that renders,
 // under no lock of the registry's (they may take their own).
-#ifndef VERITY_SERVER_METRICS_H_
-#define VERITY_SERVER_METRICS_H_
+#ifndef VERITY_SERVER_OBSERVABILITY_METRICS_H_
+#define VERITY_SERVER_OBSERVABILITY_METRICS_H_
 
 #include <atomic>
 #include <cstdint>
@@ -246,4 +246,4 @@ void MetricFamily<Metric>::RenderSamples(std::string& out) const {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_METRICS_H_
+#endif  // VERITY_SERVER_OBSERVABILITY_METRICS_H_

@@ -7,8 +7,8 @@
 // Thread-safety: port() may be called from any thread; the destructor stops the server and
 // waits for requests in progress. page_handler is called from civetweb's worker threads,
 // concurrently.
-#ifndef VERITY_SERVER_METRICS_HTTP_H_
-#define VERITY_SERVER_METRICS_HTTP_H_
+#ifndef VERITY_SERVER_OBSERVABILITY_METRICS_HTTP_H_
+#define VERITY_SERVER_OBSERVABILITY_METRICS_HTTP_H_
 
 #include <functional>
 #include <memory>
@@ -16,7 +16,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "server/metrics.h"
+#include "server/observability/metrics.h"
 
 struct mg_context;
 
@@ -67,4 +67,4 @@ class MetricsHttpServer {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_METRICS_HTTP_H_
+#endif  // VERITY_SERVER_OBSERVABILITY_METRICS_HTTP_H_

@@ -1,4 +1,4 @@
-#include "server/metrics_http.h"
+#include "server/observability/metrics_http.h"
 
 #include <civetweb.h>
 
@@ -7,7 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "server/log.h"
+#include "server/observability/log.h"
 
 namespace verity::server {
 namespace {
