@@ -34,9 +34,9 @@ protoc --proto_path=proto --proto_path=/usr/include --cpp_out="$gen" proto/verit
 common_flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -I. -I"$gen" -Wall -Wno-sign-compare)
 san_flags=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
 objects=()
-for src in "$gen"/verity/v1/*.pb.cc server/validation.cc; do
+for src in "$gen"/verity/v1/*.pb.cc server/api/validation.cc; do
   o="$obj/$(basename "${src%.cc}").o"
-  if [[ ! -f "$o" || "$src" -nt "$o" || server/validation.h -nt "$o" ]]; then
+  if [[ ! -f "$o" || "$src" -nt "$o" || server/api/validation.h -nt "$o" ]]; then
     echo "compiling $src"
     "$CXX" "${common_flags[@]}" "${san_flags[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$o"
   fi

@@ -1,5 +1,5 @@
 // libFuzzer target for the request-validation and proto-to-domain conversion code of the v1
-// API (server/validation.{h,cc}).
+// API (server/api/validation.{h,cc}).
 //
 // Input: byte 0 selects the request type, bytes 1-3 the shape of the project the request is
 // checked against (number of classes, item and annotator feature dimensions), the rest is the
@@ -29,7 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "google/protobuf/stubs/logging.h"
-#include "server/validation.h"
+#include "server/api/validation.h"
 #include "verity/v1/assignment.pb.h"
 #include "verity/v1/ingest.pb.h"
 #include "verity/v1/projects.pb.h"

@@ -7,9 +7,9 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
-#include "server/grpc_status.h"
+#include "server/api/grpc_status.h"
 #include "server/item_assigner.h"
-#include "server/validation.h"
+#include "server/api/validation.h"
 
 namespace verity::server {
 namespace {

@@ -6,7 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "server/grpc_status.h"
+#include "server/api/grpc_status.h"
 #include "server/observability/log.h"
 #include "server/rpc_policy.h"
 

@@ -10,7 +10,7 @@
 #include "absl/time/clock.h"
 #include "server/console_json.h"
 #include "server/item_assigner.h"
-#include "server/validation.h"
+#include "server/api/validation.h"
 
 namespace verity::server {
 namespace {

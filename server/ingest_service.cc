@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/grpc_status.h"
-#include "server/validation.h"
+#include "server/api/grpc_status.h"
+#include "server/api/validation.h"
 
 namespace verity::server {
 namespace {

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/observability/log.h"
-#include "server/validation.h"
+#include "server/api/validation.h"
 
 namespace verity::server {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/auth_interceptor.h"
-#include "server/grpc_status.h"
+#include "server/api/grpc_status.h"
 
 namespace verity::server {
 namespace {

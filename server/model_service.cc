@@ -1,8 +1,8 @@
 #include "server/model_service.h"
 
 #include "absl/strings/str_cat.h"
-#include "server/grpc_status.h"
-#include "server/validation.h"
+#include "server/api/grpc_status.h"
+#include "server/api/validation.h"
 
 namespace verity::server {
 namespace {

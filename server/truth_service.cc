@@ -5,8 +5,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "server/grpc_status.h"
-#include "server/validation.h"
+#include "server/api/grpc_status.h"
+#include "server/api/validation.h"
 
 namespace verity::server {
 namespace {

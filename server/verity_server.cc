@@ -22,7 +22,7 @@
 #include "server/model_service.h"
 #include "server/project_service.h"
 #include "server/truth_service.h"
-#include "server/validation.h"
+#include "server/api/validation.h"
 
 namespace verity::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/grpc_status.h"
+#include "server/api/grpc_status.h"
 
 #include <string>
 

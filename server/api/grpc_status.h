@@ -1,7 +1,7 @@
 // The one place where absl::Status becomes grpc::Status (ARCHITECTURE.md: server/ converts in
 // one place). Codes map one to one; the message is kept.
-#ifndef VERITY_SERVER_GRPC_STATUS_H_
-#define VERITY_SERVER_GRPC_STATUS_H_
+#ifndef VERITY_SERVER_API_GRPC_STATUS_H_
+#define VERITY_SERVER_API_GRPC_STATUS_H_
 
 #include <grpcpp/support/status.h>
 
@@ -14,4 +14,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_GRPC_STATUS_H_
+#endif  // VERITY_SERVER_API_GRPC_STATUS_H_

@@ -2,8 +2,8 @@
 //
 // Functions are pure and thread-compatible. Each returns OkStatus or INVALID_ARGUMENT whose
 // message names the offending field (e.g. "annotations[3].label: 7 out of range [0, 2)").
-#ifndef VERITY_SERVER_VALIDATION_H_
-#define VERITY_SERVER_VALIDATION_H_
+#ifndef VERITY_SERVER_API_VALIDATION_H_
+#define VERITY_SERVER_API_VALIDATION_H_
 
 #include <cstdint>
 #include <string>
@@ -65,4 +65,4 @@ absl::Status ValidateBatchShape(const v1::AnnotationBatch& batch);
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_VALIDATION_H_
+#endif  // VERITY_SERVER_API_VALIDATION_H_

@@ -1,4 +1,4 @@
-#include "server/validation.h"
+#include "server/api/validation.h"
 
 #include <cmath>
 
