@@ -34,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/live_project.h"
+#include "server/state/live_project.h"
 #include "server/observability/metrics.h"
 #include "storage/annotation_store.h"
 

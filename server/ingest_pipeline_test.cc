@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
-#include "server/live_project.h"
+#include "server/state/live_project.h"
 #include "storage/annotation_store.h"
 #include "storage/project_store.h"
 #include "storage/testing/postgres_fixture.h"

@@ -5,7 +5,7 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
-#include "server/information_gain.h"
+#include "server/state/information_gain.h"
 
 namespace verity::server {
 namespace {

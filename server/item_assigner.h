@@ -2,7 +2,7 @@
 // should label an item next (ARCHITECTURE.md, "Assignment").
 //
 // Every suggestion carries the expected information gain of the label (expected reduction of
-// the item's posterior entropy, server/information_gain.h) and the predicted probability that
+// the item's posterior entropy, server/state/information_gain.h) and the predicted probability that
 // the annotator answers correctly, from the item's current posterior and the annotator's
 // predicted confusion matrix under the project's current model version. The ranking itself
 // follows the project's policy:
@@ -50,7 +50,7 @@
 
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "server/live_project.h"
+#include "server/state/live_project.h"
 #include "verity/v1/projects.pb.h"
 
 namespace verity::server {

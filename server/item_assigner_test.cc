@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/testing/synthetic_crowd.h"
-#include "server/information_gain.h"
+#include "server/state/information_gain.h"
 #include "models/truth_model_factory.h"
 
 namespace verity::server {

@@ -7,8 +7,8 @@
 #include "server/ingest_pipeline.h"
 #include "server/key_ring.h"
 #include "server/lease_persister.h"
-#include "server/project_registry.h"
-#include "server/storage_handles.h"
+#include "server/state/project_registry.h"
+#include "server/state/storage_handles.h"
 #include "server/training_scheduler.h"
 
 namespace verity::server {

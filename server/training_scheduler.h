@@ -26,7 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/observability/metrics.h"
-#include "server/project_registry.h"
+#include "server/state/project_registry.h"
 #include "storage/model_version_store.h"
 #include "storage/training_job_store.h"
 

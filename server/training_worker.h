@@ -17,8 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/project_registry.h"
-#include "server/storage_handles.h"
+#include "server/state/project_registry.h"
+#include "server/state/storage_handles.h"
 
 namespace verity::server {
 

@@ -18,9 +18,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "server/live_project.h"
+#include "server/state/live_project.h"
 #include "server/observability/log.h"
-#include "server/storage_handles.h"
+#include "server/state/storage_handles.h"
 #include "server/training_worker.h"
 
 ABSL_FLAG(std::string, postgres_url, "", "PostgreSQL connection string of the Verity database.");

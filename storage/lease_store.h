@@ -2,7 +2,7 @@
 //
 // A lease reserves one label slot on an item for an annotator until it expires or that
 // annotator's label for the item arrives. The server keeps the live set in memory
-// (server/lease_book.h) and writes through here.
+// (server/state/lease_book.h) and writes through here.
 //
 // Lease writes use asynchronous commit (SET LOCAL synchronous_commit = off): a lease is a
 // hint, not data — a crash may forget the last few hundred milliseconds of leases, which at

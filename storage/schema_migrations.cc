@@ -103,7 +103,7 @@ ALTER TABLE model_versions ALTER COLUMN parameters SET STORAGE EXTERNAL;
           {5, "model version outputs", R"sql(
 -- What a version said when it was fitted: the posteriors of the items it saw and the
 -- annotator profiles. Kept apart from model_versions so listing versions stays cheap.
--- Encodings are owned by the server (server/version_outputs.h).
+-- Encodings are owned by the server (server/state/version_outputs.h).
 CREATE TABLE model_version_outputs (
   project_id         bigint NOT NULL,
   version            integer NOT NULL,

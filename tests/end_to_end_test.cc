@@ -20,7 +20,7 @@
 #include "models/csv_dataset.h"
 #include "models/testing/dataset_path.h"
 #include "server/verity_server.h"
-#include "server/version_outputs.h"
+#include "server/state/version_outputs.h"
 #include "storage/embedded_postgres.h"
 #include "tests/server_process.h"
 #include "tests/test_postgres.h"

@@ -7,8 +7,8 @@
 //                        u32 num_labels and K*K float32 (row = true class)
 //
 // Pure functions, thread-safe.
-#ifndef VERITY_SERVER_VERSION_OUTPUTS_H_
-#define VERITY_SERVER_VERSION_OUTPUTS_H_
+#ifndef VERITY_SERVER_STATE_VERSION_OUTPUTS_H_
+#define VERITY_SERVER_STATE_VERSION_OUTPUTS_H_
 
 #include <cstdint>
 #include <string>
@@ -45,4 +45,4 @@ absl::StatusOr<DecodedProfiles> DecodeProfiles(absl::string_view encoded);
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_VERSION_OUTPUTS_H_
+#endif  // VERITY_SERVER_STATE_VERSION_OUTPUTS_H_

@@ -1,4 +1,4 @@
-#include "server/live_project.h"
+#include "server/state/live_project.h"
 
 #include <memory>
 #include <optional>

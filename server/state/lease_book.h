@@ -7,8 +7,8 @@
 //
 // Thread-safety: thread-safe. Expiry is lazy: every query first drops the leases that expired
 // at or before the `now` it is given.
-#ifndef VERITY_SERVER_LEASE_BOOK_H_
-#define VERITY_SERVER_LEASE_BOOK_H_
+#ifndef VERITY_SERVER_STATE_LEASE_BOOK_H_
+#define VERITY_SERVER_STATE_LEASE_BOOK_H_
 
 #include <cstdint>
 #include <queue>
@@ -65,4 +65,4 @@ class LeaseBook {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_LEASE_BOOK_H_
+#endif  // VERITY_SERVER_STATE_LEASE_BOOK_H_

@@ -5,8 +5,8 @@
 // PostgreSQL on first use. Projects are never unloaded while the server runs.
 //
 // Thread-safety: thread-safe.
-#ifndef VERITY_SERVER_PROJECT_REGISTRY_H_
-#define VERITY_SERVER_PROJECT_REGISTRY_H_
+#ifndef VERITY_SERVER_STATE_PROJECT_REGISTRY_H_
+#define VERITY_SERVER_STATE_PROJECT_REGISTRY_H_
 
 #include <memory>
 #include <string>
@@ -17,8 +17,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "server/live_project.h"
-#include "server/storage_handles.h"
+#include "server/state/live_project.h"
+#include "server/state/storage_handles.h"
 #include "verity/v1/projects.pb.h"
 
 namespace verity::server {
@@ -55,4 +55,4 @@ class ProjectRegistry {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_PROJECT_REGISTRY_H_
+#endif  // VERITY_SERVER_STATE_PROJECT_REGISTRY_H_

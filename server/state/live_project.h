@@ -17,8 +17,8 @@
 // that loads that version and the live labels serves exactly the same posteriors.
 //
 // Thread-safety: all public methods are thread-safe.
-#ifndef VERITY_SERVER_LIVE_PROJECT_H_
-#define VERITY_SERVER_LIVE_PROJECT_H_
+#ifndef VERITY_SERVER_STATE_LIVE_PROJECT_H_
+#define VERITY_SERVER_STATE_LIVE_PROJECT_H_
 
 #include <cstdint>
 #include <memory>
@@ -36,8 +36,8 @@
 #include "models/annotation_matrix.h"
 #include "models/incremental_annotation_matrix.h"
 #include "models/truth_model.h"
-#include "server/lease_book.h"
-#include "server/posterior_table.h"
+#include "server/state/lease_book.h"
+#include "server/state/posterior_table.h"
 #include "storage/annotation_store.h"
 #include "storage/lease_store.h"
 #include "storage/model_version_store.h"
@@ -323,4 +323,4 @@ void SetTrainingDevice(const std::string& device);
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_LIVE_PROJECT_H_
+#endif  // VERITY_SERVER_STATE_LIVE_PROJECT_H_

@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
-#include "server/live_project.h"
+#include "server/state/live_project.h"
 #include "storage/model_version_store.h"
 #include "storage/project_store.h"
 #include "storage/testing/postgres_fixture.h"

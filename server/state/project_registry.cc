@@ -1,4 +1,4 @@
-#include "server/project_registry.h"
+#include "server/state/project_registry.h"
 
 #include <utility>
 

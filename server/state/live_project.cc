@@ -1,4 +1,4 @@
-#include "server/live_project.h"
+#include "server/state/live_project.h"
 
 #include <algorithm>
 #include <thread>
@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/truth_model_factory.h"
-#include "server/information_gain.h"
-#include "server/version_outputs.h"
+#include "server/state/information_gain.h"
+#include "server/state/version_outputs.h"
 
 namespace verity::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/storage_handles.h"
+#include "server/state/storage_handles.h"
 
 #include "storage/schema_migrations.h"
 

@@ -1,8 +1,8 @@
 // StorageHandles: the PostgreSQL-backed stores the server uses, over one connection pool.
 //
 // Thread-safety: the stores are thread-safe; the struct is built once and then only read.
-#ifndef VERITY_SERVER_STORAGE_HANDLES_H_
-#define VERITY_SERVER_STORAGE_HANDLES_H_
+#ifndef VERITY_SERVER_STATE_STORAGE_HANDLES_H_
+#define VERITY_SERVER_STATE_STORAGE_HANDLES_H_
 
 #include <memory>
 #include <string>
@@ -37,4 +37,4 @@ struct StorageHandles {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_STORAGE_HANDLES_H_
+#endif  // VERITY_SERVER_STATE_STORAGE_HANDLES_H_

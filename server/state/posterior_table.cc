@@ -1,4 +1,4 @@
-#include "server/posterior_table.h"
+#include "server/state/posterior_table.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "server/information_gain.h"
+#include "server/state/information_gain.h"
 
 #include <cmath>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "server/version_outputs.h"
+#include "server/state/version_outputs.h"
 
 #include <cstring>
 

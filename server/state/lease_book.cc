@@ -1,4 +1,4 @@
-#include "server/lease_book.h"
+#include "server/state/lease_book.h"
 
 namespace verity::server {
 

@@ -7,8 +7,8 @@
 //
 // Thread-safety: a PosteriorTable is immutable and safe to read from any number of threads.
 // A Builder is thread-compatible (one writer) and never modifies the table it started from.
-#ifndef VERITY_SERVER_POSTERIOR_TABLE_H_
-#define VERITY_SERVER_POSTERIOR_TABLE_H_
+#ifndef VERITY_SERVER_STATE_POSTERIOR_TABLE_H_
+#define VERITY_SERVER_STATE_POSTERIOR_TABLE_H_
 
 #include <cstdint>
 #include <limits>
@@ -143,4 +143,4 @@ class PosteriorTableBuilder {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_POSTERIOR_TABLE_H_
+#endif  // VERITY_SERVER_STATE_POSTERIOR_TABLE_H_

@@ -9,8 +9,8 @@
 // H(p) is an upper bound for any annotator, which lets candidate search stop early.
 //
 // Pure functions, thread-safe. Spans: p has K entries, confusion K*K (row-major).
-#ifndef VERITY_SERVER_INFORMATION_GAIN_H_
-#define VERITY_SERVER_INFORMATION_GAIN_H_
+#ifndef VERITY_SERVER_STATE_INFORMATION_GAIN_H_
+#define VERITY_SERVER_STATE_INFORMATION_GAIN_H_
 
 #include "absl/types/span.h"
 
@@ -27,4 +27,4 @@ double ProbabilityCorrect(absl::Span<const double> p, absl::Span<const double> c
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_INFORMATION_GAIN_H_
+#endif  // VERITY_SERVER_STATE_INFORMATION_GAIN_H_
