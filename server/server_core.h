@@ -4,7 +4,7 @@
 #define VERITY_SERVER_SERVER_CORE_H_
 
 #include "server/auth_interceptor.h"
-#include "server/ingest_pipeline.h"
+#include "server/ingest/ingest_pipeline.h"
 #include "server/key_ring.h"
 #include "server/lease_persister.h"
 #include "server/state/project_registry.h"

@@ -21,7 +21,7 @@
 #include "absl/time/time.h"
 #include "server/auth_interceptor.h"
 #include "server/console.h"
-#include "server/ingest_pipeline.h"
+#include "server/ingest/ingest_pipeline.h"
 #include "server/key_ring.h"
 #include "server/observability/metrics.h"
 #include "server/observability/metrics_http.h"

@@ -19,8 +19,8 @@
 // Thread-safety: Submit() may be called from any thread. Shutdown() drains the queue (every
 // queued batch is committed or failed, and published) and joins both threads; Submit() after
 // it answers UNAVAILABLE.
-#ifndef VERITY_SERVER_INGEST_PIPELINE_H_
-#define VERITY_SERVER_INGEST_PIPELINE_H_
+#ifndef VERITY_SERVER_INGEST_INGEST_PIPELINE_H_
+#define VERITY_SERVER_INGEST_INGEST_PIPELINE_H_
 
 #include <cstdint>
 #include <deque>
@@ -114,4 +114,4 @@ class IngestPipeline {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_INGEST_PIPELINE_H_
+#endif  // VERITY_SERVER_INGEST_INGEST_PIPELINE_H_

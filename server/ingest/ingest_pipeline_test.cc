@@ -1,4 +1,4 @@
-#include "server/ingest_pipeline.h"
+#include "server/ingest/ingest_pipeline.h"
 
 #include <future>
 #include <memory>
