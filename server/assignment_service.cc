@@ -8,7 +8,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/grpc_status.h"
-#include "server/item_assigner.h"
+#include "server/assignment/item_assigner.h"
 #include "server/api/validation.h"
 
 namespace verity::server {

@@ -1,5 +1,5 @@
 // gRPC adapter for verity.v1.AssignmentService: SuggestItems (ranked and leased) and
-// SuggestAnnotators (ranked), over the ranking in server/item_assigner.h.
+// SuggestAnnotators (ranked), over the ranking in server/assignment/item_assigner.h.
 #ifndef VERITY_SERVER_ASSIGNMENT_SERVICE_H_
 #define VERITY_SERVER_ASSIGNMENT_SERVICE_H_
 

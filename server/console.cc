@@ -9,7 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "server/console_json.h"
-#include "server/item_assigner.h"
+#include "server/assignment/item_assigner.h"
 #include "server/api/validation.h"
 
 namespace verity::server {

@@ -6,7 +6,7 @@
 #include "server/auth_interceptor.h"
 #include "server/ingest/ingest_pipeline.h"
 #include "server/key_ring.h"
-#include "server/lease_persister.h"
+#include "server/assignment/lease_persister.h"
 #include "server/state/project_registry.h"
 #include "server/state/storage_handles.h"
 #include "server/training_scheduler.h"

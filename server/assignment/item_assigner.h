@@ -40,8 +40,8 @@
 //
 // Thread-safety: the functions read the snapshot (immutable) and the project's thread-safe
 // accessors.
-#ifndef VERITY_SERVER_ITEM_ASSIGNER_H_
-#define VERITY_SERVER_ITEM_ASSIGNER_H_
+#ifndef VERITY_SERVER_ASSIGNMENT_ITEM_ASSIGNER_H_
+#define VERITY_SERVER_ASSIGNMENT_ITEM_ASSIGNER_H_
 
 #include <cstdint>
 #include <memory>
@@ -139,4 +139,4 @@ std::vector<AnnotatorSuggestion> RankAnnotatorsForItem(LiveProject& project,
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_ITEM_ASSIGNER_H_
+#endif  // VERITY_SERVER_ASSIGNMENT_ITEM_ASSIGNER_H_

@@ -1,4 +1,4 @@
-#include "server/lease_persister.h"
+#include "server/assignment/lease_persister.h"
 
 #include <utility>
 

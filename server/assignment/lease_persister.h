@@ -8,8 +8,8 @@
 // more than planned. A failed write is retried at the next flush (leases are upserts).
 //
 // Thread-safety: thread-safe.
-#ifndef VERITY_SERVER_LEASE_PERSISTER_H_
-#define VERITY_SERVER_LEASE_PERSISTER_H_
+#ifndef VERITY_SERVER_ASSIGNMENT_LEASE_PERSISTER_H_
+#define VERITY_SERVER_ASSIGNMENT_LEASE_PERSISTER_H_
 
 #include <cstdint>
 #include <thread>
@@ -52,4 +52,4 @@ class LeasePersister {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_LEASE_PERSISTER_H_
+#endif  // VERITY_SERVER_ASSIGNMENT_LEASE_PERSISTER_H_

@@ -1,4 +1,4 @@
-#include "server/item_assigner.h"
+#include "server/assignment/item_assigner.h"
 
 #include <algorithm>
 #include <cmath>
