@@ -37,11 +37,11 @@ import yaml
 
 DEPLOY = "deploy"
 SERVER_BINARY = "server/verity_server"
-WORKER_BINARY = "server/verity_worker"
+WORKER_BINARY = "server/training/verity_worker"
 CLI_BINARY = "client/verity"
 # What the Dockerfile builds into the image: bazel-bin path -> name in /usr/local/bin.
 IMAGE_BINARIES = {"bazel-bin/server/verity_server": "verity_server",
-                  "bazel-bin/server/verity_worker": "verity_worker",
+                  "bazel-bin/server/training/verity_worker": "verity_worker",
                   "bazel-bin/client/verity": "verity"}
 SYSTEMD_ANALYZE = "/usr/bin/systemd-analyze"
 SYSTEMD_SYSUSERS = "/usr/bin/systemd-sysusers"
@@ -596,18 +596,18 @@ class DockerfileTest(unittest.TestCase):
             "$(BAZEL) build //...", "$(BAZEL) build //server:verity_server //client:verity")
         self.assertNotEqual(narrowed, self.makefile)
         self.assertEqual(check_makefile_build_builds_the_image_binaries(narrowed),
-                         ["Makefile target build does not build //server:verity_worker"])
+                         ["Makefile target build does not build //server/training:verity_worker"])
 
     def test_dockerfile_builds_with_the_makefile_and_derives_runtime_packages(self):
         self.assertEqual(check_dockerfile(self.dockerfile, self.packages), [])
 
     def test_checks_reject_a_dockerfile_without_the_worker(self):
-        without = self.dockerfile.replace(" bazel-bin/server/verity_worker", "").replace(
+        without = self.dockerfile.replace(" bazel-bin/server/training/verity_worker", "").replace(
             " /out/bin/verity_worker", "")
         self.assertNotEqual(without, self.dockerfile)
         self.assertEqual(check_dockerfile(without, self.packages), [
             "runtime_packages.sh is not run on verity_worker",
-            "build stage does not collect bazel-bin/server/verity_worker (cp -L)"])
+            "build stage does not collect bazel-bin/server/training/verity_worker (cp -L)"])
 
     def test_no_deployment_file_copies_the_package_list(self):
         checked = 0

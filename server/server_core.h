@@ -9,7 +9,7 @@
 #include "server/assignment/lease_persister.h"
 #include "server/state/project_registry.h"
 #include "server/state/storage_handles.h"
-#include "server/training_scheduler.h"
+#include "server/training/training_scheduler.h"
 
 namespace verity::server {
 

@@ -27,7 +27,7 @@
 #include "server/observability/metrics_http.h"
 #include "server/observability/rpc_telemetry.h"
 #include "server/server_core.h"
-#include "server/training_scheduler.h"
+#include "server/training/training_scheduler.h"
 #include "server/transport_security.h"
 
 namespace verity::server {

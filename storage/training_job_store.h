@@ -1,5 +1,5 @@
 // TrainingJobStore: the PostgreSQL job table through which training runs in worker processes
-// (server/training_worker.h, //server:verity_worker).
+// (server/training/training_worker.h, //server/training:verity_worker).
 //
 // Life of a job: Enqueue() creates it 'queued' (at most one queued or running job per project;
 // enqueueing again while one is open returns the open one). Claim() hands the oldest claimable

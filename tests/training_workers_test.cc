@@ -22,8 +22,8 @@
 #include "storage/training_job_store.h"
 #include "server/state/project_registry.h"
 #include "server/state/storage_handles.h"
-#include "server/training_scheduler.h"
-#include "server/training_worker.h"
+#include "server/training/training_scheduler.h"
+#include "server/training/training_worker.h"
 #include "tests/server_process.h"
 #include "verity/v1/projects.pb.h"
 
@@ -37,7 +37,7 @@ using ::verity::testing::IsOk;
 class WorkerProcess {
  public:
   WorkerProcess(const std::string& url, const std::string& name, const std::string& log) {
-    const std::string binary = RunfilePath("server/verity_worker");
+    const std::string binary = RunfilePath("server/training/verity_worker");
     pid_ = fork();
     if (pid_ == 0) {
       const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

@@ -1,4 +1,4 @@
-#include "server/training_scheduler.h"
+#include "server/training/training_scheduler.h"
 
 #include "absl/strings/str_cat.h"
 

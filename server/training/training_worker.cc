@@ -1,4 +1,4 @@
-#include "server/training_worker.h"
+#include "server/training/training_worker.h"
 
 #include <condition_variable>
 #include <mutex>

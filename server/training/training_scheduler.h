@@ -17,8 +17,8 @@
 // delays new parameters.
 //
 // Thread-safety: thread-safe. Stop() (also run by the destructor) lets a running fit finish.
-#ifndef VERITY_SERVER_TRAINING_SCHEDULER_H_
-#define VERITY_SERVER_TRAINING_SCHEDULER_H_
+#ifndef VERITY_SERVER_TRAINING_TRAINING_SCHEDULER_H_
+#define VERITY_SERVER_TRAINING_TRAINING_SCHEDULER_H_
 
 #include <thread>
 
@@ -98,4 +98,4 @@ class TrainingScheduler {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_TRAINING_SCHEDULER_H_
+#endif  // VERITY_SERVER_TRAINING_TRAINING_SCHEDULER_H_

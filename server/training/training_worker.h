@@ -10,8 +10,8 @@
 // runs the job again.
 //
 // Thread-safety: one thread per TrainingWorker.
-#ifndef VERITY_SERVER_TRAINING_WORKER_H_
-#define VERITY_SERVER_TRAINING_WORKER_H_
+#ifndef VERITY_SERVER_TRAINING_TRAINING_WORKER_H_
+#define VERITY_SERVER_TRAINING_TRAINING_WORKER_H_
 
 #include <string>
 
@@ -45,4 +45,4 @@ class TrainingWorker {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_TRAINING_WORKER_H_
+#endif  // VERITY_SERVER_TRAINING_TRAINING_WORKER_H_

@@ -1,6 +1,6 @@
 // TrainingScheduler::NextPassDelay: the rest the background trainer takes after a pass. The
 // loop itself (fitting due projects) is exercised end to end by tests/ through a real server.
-#include "server/training_scheduler.h"
+#include "server/training/training_scheduler.h"
 
 #include <cmath>
 

@@ -5,7 +5,7 @@
 //   verity_worker --postgres_url="host=... dbname=..." [--device=cuda:0] [--name=...]
 //
 // Each job loads the project's labels, fits its configured method warm-started from the latest
-// version, and stores the new version while ending the job (see server/training_worker.h).
+// version, and stores the new version while ending the job (see server/training/training_worker.h).
 // SIGINT/SIGTERM: finish the job in progress, then exit.
 #include <signal.h>
 #include <unistd.h>
@@ -21,7 +21,7 @@
 #include "server/state/live_project.h"
 #include "server/observability/log.h"
 #include "server/state/storage_handles.h"
-#include "server/training_worker.h"
+#include "server/training/training_worker.h"
 
 ABSL_FLAG(std::string, postgres_url, "", "PostgreSQL connection string of the Verity database.");
 ABSL_FLAG(std::string, device, "auto", "Training device: auto, cpu, cuda or cuda:N.");
