@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/auth_interceptor.h"
+#include "server/auth/auth_interceptor.h"
 #include "server/api/grpc_status.h"
 
 namespace verity::server {

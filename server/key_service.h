@@ -1,6 +1,6 @@
 // gRPC adapter for verity.v1.KeyService: creating, listing and revoking API keys
 // (proto/verity/v1/keys.proto). Admin-only with a key valid for every project
-// (server/rpc_policy.cc). With authentication off the service still manages the keys, so that
+// (server/auth/rpc_policy.cc). With authentication off the service still manages the keys, so that
 // they can be made before a server is moved off loopback.
 #ifndef VERITY_SERVER_KEY_SERVICE_H_
 #define VERITY_SERVER_KEY_SERVICE_H_

@@ -19,16 +19,16 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/auth_interceptor.h"
+#include "server/auth/auth_interceptor.h"
 #include "server/console.h"
 #include "server/ingest/ingest_pipeline.h"
-#include "server/key_ring.h"
+#include "server/auth/key_ring.h"
 #include "server/observability/metrics.h"
 #include "server/observability/metrics_http.h"
 #include "server/observability/rpc_telemetry.h"
 #include "server/server_core.h"
 #include "server/training/training_scheduler.h"
-#include "server/transport_security.h"
+#include "server/auth/transport_security.h"
 
 namespace verity::server {
 
@@ -54,9 +54,9 @@ class VerityServer {
     // Which RPCs are logged (every failed one, slow ones, or all).
     RpcTelemetryFactory::Options rpc_log;
     // TLS of the gRPC port; plaintext only on loopback unless `insecure`
-    // (server/transport_security.h).
+    // (server/auth/transport_security.h).
     TransportSecurityOptions transport;
-    // API keys (server/auth_interceptor.h). Off is refused unless `listen` is loopback-only.
+    // API keys (server/auth/auth_interceptor.h). Off is refused unless `listen` is loopback-only.
     struct Auth {
       bool enabled = false;
       // How often keys made or revoked by other servers of the database are picked up.

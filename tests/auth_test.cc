@@ -1,7 +1,7 @@
 // The authorization matrix: every RPC of every verity.v1 service, called over a real gRPC
 // channel against a real server (authentication on) and PostgreSQL, with no key, a wrong key,
 // a reader, a writer and an admin key of the project, and an admin key of another project.
-// Each call must end with the code the access table (server/rpc_policy.cc) implies, and calls
+// Each call must end with the code the access table (server/auth/rpc_policy.cc) implies, and calls
 // that are refused must leave no trace.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -21,7 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "server/rpc_policy.h"
+#include "server/auth/rpc_policy.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
 #include "verity/v1/assignment.grpc.pb.h"
@@ -365,7 +365,7 @@ std::string* AuthTest::victim_key_id_ = nullptr;
 TEST_F(AuthTest, EveryRpcAnswersEachKindOfCallerAsTheAccessTableSays) {
   const std::map<std::string, RpcCall> calls = Calls();
   // The matrix covers every served method: the ones the policy table knows, which
-  // //server:rpc_policy_test checks against the compiled protos.
+  // //server/auth:rpc_policy_test checks against the compiled protos.
   std::set<std::string> covered;
   for (const auto& [method, call] : calls) covered.insert(method);
   for (const std::string& method : server::PolicyMethodNames()) {

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/verity_client.h"
-#include "server/transport_security.h"
+#include "server/auth/transport_security.h"
 #include "server/verity_server.h"
 #include "storage/embedded_postgres.h"
 #include "tests/server_process.h"

@@ -1,4 +1,4 @@
-#include "server/rpc_policy.h"
+#include "server/auth/rpc_policy.h"
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"

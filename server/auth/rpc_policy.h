@@ -1,5 +1,5 @@
 // RpcPolicy: which role each RPC needs and which project it touches — the access table the
-// authorization interceptor (server/auth_interceptor.h) applies to every call.
+// authorization interceptor (server/auth/auth_interceptor.h) applies to every call.
 //
 // Every method of every verity.v1 service has an entry (rpc_policy_test checks this against
 // the compiled protos, so a new RPC without a policy fails the build's tests). The standard
@@ -7,14 +7,14 @@
 // without a key, and they reveal nothing that is not in the published .proto files.
 //
 // Thread-safety: the table is immutable.
-#ifndef VERITY_SERVER_RPC_POLICY_H_
-#define VERITY_SERVER_RPC_POLICY_H_
+#ifndef VERITY_SERVER_AUTH_RPC_POLICY_H_
+#define VERITY_SERVER_AUTH_RPC_POLICY_H_
 
 #include <string>
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "server/api_keys.h"
+#include "server/auth/api_keys.h"
 
 namespace verity::server {
 
@@ -48,4 +48,4 @@ std::vector<std::string> PolicyMethodNames();
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_RPC_POLICY_H_
+#endif  // VERITY_SERVER_AUTH_RPC_POLICY_H_

@@ -1,4 +1,4 @@
-#include "server/auth_interceptor.h"
+#include "server/auth/auth_interceptor.h"
 
 #include <string>
 #include <utility>
@@ -8,7 +8,7 @@
 #include "absl/strings/strip.h"
 #include "server/api/grpc_status.h"
 #include "server/observability/log.h"
-#include "server/rpc_policy.h"
+#include "server/auth/rpc_policy.h"
 
 namespace verity::server {
 namespace {

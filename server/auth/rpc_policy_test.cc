@@ -1,4 +1,4 @@
-#include "server/rpc_policy.h"
+#include "server/auth/rpc_policy.h"
 
 #include <set>
 #include <string>

@@ -1,8 +1,8 @@
 // Transport security of the gRPC port: TLS from PEM files, optional client-certificate
 // verification, and the rule that plaintext is allowed only on loopback or when asked for
 // explicitly (--insecure).
-#ifndef VERITY_SERVER_TRANSPORT_SECURITY_H_
-#define VERITY_SERVER_TRANSPORT_SECURITY_H_
+#ifndef VERITY_SERVER_AUTH_TRANSPORT_SECURITY_H_
+#define VERITY_SERVER_AUTH_TRANSPORT_SECURITY_H_
 
 #include <grpcpp/security/server_credentials.h>
 
@@ -37,4 +37,4 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& path);
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_TRANSPORT_SECURITY_H_
+#endif  // VERITY_SERVER_AUTH_TRANSPORT_SECURITY_H_

@@ -8,8 +8,8 @@
 // microseconds.
 //
 // Thread-safety: the functions are thread-safe.
-#ifndef VERITY_SERVER_API_KEYS_H_
-#define VERITY_SERVER_API_KEYS_H_
+#ifndef VERITY_SERVER_AUTH_API_KEYS_H_
+#define VERITY_SERVER_AUTH_API_KEYS_H_
 
 #include <string>
 #include <vector>
@@ -64,4 +64,4 @@ bool SecretMatches(absl::string_view salt, absl::string_view secret_hash,
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_API_KEYS_H_
+#endif  // VERITY_SERVER_AUTH_API_KEYS_H_

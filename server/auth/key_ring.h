@@ -9,8 +9,8 @@
 // UNAVAILABLE, not UNAUTHENTICATED, since it may be valid.
 //
 // Thread-safety: thread-safe. The store must outlive the ring.
-#ifndef VERITY_SERVER_KEY_RING_H_
-#define VERITY_SERVER_KEY_RING_H_
+#ifndef VERITY_SERVER_AUTH_KEY_RING_H_
+#define VERITY_SERVER_AUTH_KEY_RING_H_
 
 #include <memory>
 #include <optional>
@@ -23,7 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/api_keys.h"
+#include "server/auth/api_keys.h"
 #include "storage/api_key_store.h"
 
 namespace verity::server {
@@ -76,4 +76,4 @@ class KeyRing {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_KEY_RING_H_
+#endif  // VERITY_SERVER_AUTH_KEY_RING_H_

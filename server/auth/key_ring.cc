@@ -1,4 +1,4 @@
-#include "server/key_ring.h"
+#include "server/auth/key_ring.h"
 
 #include <utility>
 

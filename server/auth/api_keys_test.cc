@@ -1,4 +1,4 @@
-#include "server/api_keys.h"
+#include "server/auth/api_keys.h"
 
 #include <set>
 #include <string>

@@ -2,8 +2,8 @@
 //
 // For each call the interceptor
 //   - on the client's initial metadata: authenticates the key of `authorization: Bearer <key>`
-//     (server/key_ring.h) and checks that its role is enough for the method
-//     (server/rpc_policy.h): no or a bad key -> UNAUTHENTICATED, a role too low or a
+//     (server/auth/key_ring.h) and checks that its role is enough for the method
+//     (server/auth/rpc_policy.h): no or a bad key -> UNAUTHENTICATED, a role too low or a
 //     project-scoped key on a server-wide method -> PERMISSION_DENIED;
 //   - on every received request message (each batch of a stream): checks that the key may
 //     touch the project the message names -> PERMISSION_DENIED otherwise;
@@ -23,8 +23,8 @@
 //
 // Thread-safety: thread-safe; the factory, the ring and the CallAuthorizations must outlive
 // the grpc::Server.
-#ifndef VERITY_SERVER_AUTH_INTERCEPTOR_H_
-#define VERITY_SERVER_AUTH_INTERCEPTOR_H_
+#ifndef VERITY_SERVER_AUTH_AUTH_INTERCEPTOR_H_
+#define VERITY_SERVER_AUTH_AUTH_INTERCEPTOR_H_
 
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/server_interceptor.h>
@@ -36,8 +36,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "server/api_keys.h"
-#include "server/key_ring.h"
+#include "server/auth/api_keys.h"
+#include "server/auth/key_ring.h"
 
 namespace verity::server {
 
@@ -88,4 +88,4 @@ class AuthInterceptorFactory : public grpc::experimental::ServerInterceptorFacto
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_AUTH_INTERCEPTOR_H_
+#endif  // VERITY_SERVER_AUTH_AUTH_INTERCEPTOR_H_

@@ -1,4 +1,4 @@
-#include "server/transport_security.h"
+#include "server/auth/transport_security.h"
 
 #include <gtest/gtest.h>
 
