@@ -15,13 +15,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/assignment_service.h"
-#include "server/ingest_service.h"
-#include "server/key_service.h"
+#include "server/rpc/assignment_service.h"
+#include "server/rpc/ingest_service.h"
+#include "server/rpc/key_service.h"
 #include "server/observability/log.h"
-#include "server/model_service.h"
-#include "server/project_service.h"
-#include "server/truth_service.h"
+#include "server/rpc/model_service.h"
+#include "server/rpc/project_service.h"
+#include "server/rpc/truth_service.h"
 #include "server/api/validation.h"
 
 namespace verity::server {

@@ -26,7 +26,7 @@
 #include "server/observability/metrics.h"
 #include "server/observability/metrics_http.h"
 #include "server/observability/rpc_telemetry.h"
-#include "server/server_core.h"
+#include "server/rpc/server_core.h"
 #include "server/training/training_scheduler.h"
 #include "server/auth/transport_security.h"
 

@@ -2,10 +2,10 @@
 // (proto/verity/v1/keys.proto). Admin-only with a key valid for every project
 // (server/auth/rpc_policy.cc). With authentication off the service still manages the keys, so that
 // they can be made before a server is moved off loopback.
-#ifndef VERITY_SERVER_KEY_SERVICE_H_
-#define VERITY_SERVER_KEY_SERVICE_H_
+#ifndef VERITY_SERVER_RPC_KEY_SERVICE_H_
+#define VERITY_SERVER_RPC_KEY_SERVICE_H_
 
-#include "server/server_core.h"
+#include "server/rpc/server_core.h"
 #include "verity/v1/keys.grpc.pb.h"
 
 namespace verity::server {
@@ -27,4 +27,4 @@ class KeyServiceImpl final : public v1::KeyService::Service {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_KEY_SERVICE_H_
+#endif  // VERITY_SERVER_RPC_KEY_SERVICE_H_

@@ -1,4 +1,4 @@
-#include "server/model_service.h"
+#include "server/rpc/model_service.h"
 
 #include "absl/strings/str_cat.h"
 #include "server/api/grpc_status.h"

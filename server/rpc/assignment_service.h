@@ -1,9 +1,9 @@
 // gRPC adapter for verity.v1.AssignmentService: SuggestItems (ranked and leased) and
 // SuggestAnnotators (ranked), over the ranking in server/assignment/item_assigner.h.
-#ifndef VERITY_SERVER_ASSIGNMENT_SERVICE_H_
-#define VERITY_SERVER_ASSIGNMENT_SERVICE_H_
+#ifndef VERITY_SERVER_RPC_ASSIGNMENT_SERVICE_H_
+#define VERITY_SERVER_RPC_ASSIGNMENT_SERVICE_H_
 
-#include "server/server_core.h"
+#include "server/rpc/server_core.h"
 #include "verity/v1/assignment.grpc.pb.h"
 
 namespace verity::server {
@@ -26,4 +26,4 @@ class AssignmentServiceImpl final : public v1::AssignmentService::Service {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_ASSIGNMENT_SERVICE_H_
+#endif  // VERITY_SERVER_RPC_ASSIGNMENT_SERVICE_H_

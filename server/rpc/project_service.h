@@ -1,8 +1,8 @@
 // gRPC adapter for verity.v1.ProjectService (projects, items, annotators).
-#ifndef VERITY_SERVER_PROJECT_SERVICE_H_
-#define VERITY_SERVER_PROJECT_SERVICE_H_
+#ifndef VERITY_SERVER_RPC_PROJECT_SERVICE_H_
+#define VERITY_SERVER_RPC_PROJECT_SERVICE_H_
 
-#include "server/server_core.h"
+#include "server/rpc/server_core.h"
 #include "verity/v1/projects.grpc.pb.h"
 
 namespace verity::server {
@@ -33,4 +33,4 @@ v1::Project ProjectToProto(const LiveProject& project);
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_PROJECT_SERVICE_H_
+#endif  // VERITY_SERVER_RPC_PROJECT_SERVICE_H_

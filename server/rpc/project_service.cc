@@ -1,4 +1,4 @@
-#include "server/project_service.h"
+#include "server/rpc/project_service.h"
 
 #include <cmath>
 #include <optional>

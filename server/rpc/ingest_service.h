@@ -5,10 +5,10 @@
 // the group-commit pipeline; a writer thread sends the acks in batch order as their commits
 // complete. At most kMaxBatchesInFlight batches per stream wait for commit; beyond that the
 // handler stops reading, so gRPC flow control slows the client down.
-#ifndef VERITY_SERVER_INGEST_SERVICE_H_
-#define VERITY_SERVER_INGEST_SERVICE_H_
+#ifndef VERITY_SERVER_RPC_INGEST_SERVICE_H_
+#define VERITY_SERVER_RPC_INGEST_SERVICE_H_
 
-#include "server/server_core.h"
+#include "server/rpc/server_core.h"
 #include "verity/v1/ingest.grpc.pb.h"
 
 namespace verity::server {
@@ -29,4 +29,4 @@ class IngestServiceImpl final : public v1::IngestService::Service {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_INGEST_SERVICE_H_
+#endif  // VERITY_SERVER_RPC_INGEST_SERVICE_H_

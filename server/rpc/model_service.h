@@ -1,9 +1,9 @@
 // gRPC adapter for verity.v1.ModelService: model status and versions. TrainModel (explicit
 // training control) is not built yet and answers UNIMPLEMENTED.
-#ifndef VERITY_SERVER_MODEL_SERVICE_H_
-#define VERITY_SERVER_MODEL_SERVICE_H_
+#ifndef VERITY_SERVER_RPC_MODEL_SERVICE_H_
+#define VERITY_SERVER_RPC_MODEL_SERVICE_H_
 
-#include "server/server_core.h"
+#include "server/rpc/server_core.h"
 #include "verity/v1/models.grpc.pb.h"
 
 namespace verity::server {
@@ -25,4 +25,4 @@ class ModelServiceImpl final : public v1::ModelService::Service {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_MODEL_SERVICE_H_
+#endif  // VERITY_SERVER_RPC_MODEL_SERVICE_H_

@@ -1,4 +1,4 @@
-#include "server/truth_service.h"
+#include "server/rpc/truth_service.h"
 
 #include <string>
 #include <vector>

@@ -1,9 +1,9 @@
 // gRPC adapter for verity.v1.TruthService: posteriors and annotator profiles, read from the
 // project's current immutable snapshot (never blocking ingest or training).
-#ifndef VERITY_SERVER_TRUTH_SERVICE_H_
-#define VERITY_SERVER_TRUTH_SERVICE_H_
+#ifndef VERITY_SERVER_RPC_TRUTH_SERVICE_H_
+#define VERITY_SERVER_RPC_TRUTH_SERVICE_H_
 
-#include "server/server_core.h"
+#include "server/rpc/server_core.h"
 #include "verity/v1/truth.grpc.pb.h"
 
 namespace verity::server {
@@ -25,4 +25,4 @@ class TruthServiceImpl final : public v1::TruthService::Service {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_TRUTH_SERVICE_H_
+#endif  // VERITY_SERVER_RPC_TRUTH_SERVICE_H_

@@ -1,4 +1,4 @@
-#include "server/assignment_service.h"
+#include "server/rpc/assignment_service.h"
 
 #include <algorithm>
 #include <optional>

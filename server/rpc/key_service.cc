@@ -1,4 +1,4 @@
-#include "server/key_service.h"
+#include "server/rpc/key_service.h"
 
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
 // ServerCore: the objects every RPC handler works through. Handlers own nothing; they
 // validate, convert proto to domain types, call into the core and convert back.
-#ifndef VERITY_SERVER_SERVER_CORE_H_
-#define VERITY_SERVER_SERVER_CORE_H_
+#ifndef VERITY_SERVER_RPC_SERVER_CORE_H_
+#define VERITY_SERVER_RPC_SERVER_CORE_H_
 
 #include "server/auth/auth_interceptor.h"
 #include "server/ingest/ingest_pipeline.h"
@@ -26,4 +26,4 @@ struct ServerCore {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_SERVER_CORE_H_
+#endif  // VERITY_SERVER_RPC_SERVER_CORE_H_

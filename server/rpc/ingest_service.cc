@@ -1,4 +1,4 @@
-#include "server/ingest_service.h"
+#include "server/rpc/ingest_service.h"
 
 #include <deque>
 #include <future>
