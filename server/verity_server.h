@@ -6,7 +6,7 @@
 // Observability: every RPC is counted, timed and given a request id (server/observability/rpc_telemetry.h);
 // ingest, training and the database pool report into one MetricsRegistry (metrics()), served
 // for Prometheus at GET /metrics when Options::metrics_listen is set; the same HTTP port
-// serves the read-only web console (GET /, server/console.h).
+// serves the read-only web console (GET /, server/console/console.h).
 //
 // Thread-safety: Shutdown() may be called from any thread, once.
 #ifndef VERITY_SERVER_VERITY_SERVER_H_
@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/auth/auth_interceptor.h"
-#include "server/console.h"
+#include "server/console/console.h"
 #include "server/ingest/ingest_pipeline.h"
 #include "server/auth/key_ring.h"
 #include "server/observability/metrics.h"

@@ -1,6 +1,6 @@
 // MetricsHttpServer: serves a MetricsRegistry over HTTP for Prometheus — GET /metrics answers
 // the registry's text exposition (Content-Type text/plain; version=0.0.4). Every other path
-// goes to Options::page_handler when one is set (the web console, server/console.h), and
+// goes to Options::page_handler when one is set (the web console, server/console/console.h), and
 // answers 404 otherwise; methods other than GET answer 405. Built on Debian's libcivetweb (a
 // small embedded HTTP server with its own worker threads).
 //

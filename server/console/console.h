@@ -1,6 +1,6 @@
 // WebConsole: the read-only operator console served on the metrics HTTP port beside /metrics
 // (MetricsHttpServer::Options::page_handler). GET / answers one static HTML page (inline CSS
-// and JavaScript, embedded in the binary: server/console_page.cc) that reads these JSON
+// and JavaScript, embedded in the binary: server/console/console_page.cc) that reads these JSON
 // endpoints of the same server:
 //
 //   /api/projects                      every project: classes, counts, ingest rate, model
@@ -16,8 +16,8 @@
 // unless --metrics_address says otherwise.
 //
 // Thread-safety: Handle() is thread-safe (civetweb calls it from several threads).
-#ifndef VERITY_SERVER_CONSOLE_H_
-#define VERITY_SERVER_CONSOLE_H_
+#ifndef VERITY_SERVER_CONSOLE_CONSOLE_H_
+#define VERITY_SERVER_CONSOLE_CONSOLE_H_
 
 #include <cstdint>
 #include <deque>
@@ -76,4 +76,4 @@ class WebConsole {
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_CONSOLE_H_
+#endif  // VERITY_SERVER_CONSOLE_CONSOLE_H_

@@ -1,4 +1,4 @@
-#include "server/console_json.h"
+#include "server/console/console_json.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "server/console_json.h"
+#include "server/console/console_json.h"
 
 #include <gtest/gtest.h>
 

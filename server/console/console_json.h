@@ -5,8 +5,8 @@
 // non-finite numbers are written as null, which JSON has no other spelling for.
 //
 // Thread-compatible.
-#ifndef VERITY_SERVER_CONSOLE_JSON_H_
-#define VERITY_SERVER_CONSOLE_JSON_H_
+#ifndef VERITY_SERVER_CONSOLE_CONSOLE_JSON_H_
+#define VERITY_SERVER_CONSOLE_CONSOLE_JSON_H_
 
 #include <cstdint>
 #include <string>
@@ -46,4 +46,4 @@ std::string JsonQuote(absl::string_view value);
 
 }  // namespace verity::server
 
-#endif  // VERITY_SERVER_CONSOLE_JSON_H_
+#endif  // VERITY_SERVER_CONSOLE_CONSOLE_JSON_H_

@@ -1,4 +1,4 @@
-#include "server/console.h"
+#include "server/console/console.h"
 
 #include <algorithm>
 #include <memory>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "server/console_json.h"
+#include "server/console/console_json.h"
 #include "server/assignment/item_assigner.h"
 #include "server/api/validation.h"
 

@@ -1,6 +1,6 @@
-// The web console page (server/console.h): one static HTML document with inline CSS and
+// The web console page (server/console/console.h): one static HTML document with inline CSS and
 // JavaScript, no external resources, reading the console's JSON endpoints.
-#include "server/console.h"
+#include "server/console/console.h"
 
 namespace verity::server {
 
