@@ -15,8 +15,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "server/state/live_project.h"
 #include "server/observability/log.h"
+#include "server/state/live_project.h"
 #include "server/verity_server.h"
 #include "storage/embedded_postgres.h"
 

@@ -15,14 +15,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/api/validation.h"
+#include "server/observability/log.h"
 #include "server/rpc/assignment_service.h"
 #include "server/rpc/ingest_service.h"
 #include "server/rpc/key_service.h"
-#include "server/observability/log.h"
 #include "server/rpc/model_service.h"
 #include "server/rpc/project_service.h"
 #include "server/rpc/truth_service.h"
-#include "server/api/validation.h"
 
 namespace verity::server {
 namespace {

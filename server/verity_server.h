@@ -3,10 +3,11 @@
 // and server reflection. The process main (server/main.cc) and the end-to-end tests both run
 // it; tests use port 0 and read port().
 //
-// Observability: every RPC is counted, timed and given a request id (server/observability/rpc_telemetry.h);
-// ingest, training and the database pool report into one MetricsRegistry (metrics()), served
-// for Prometheus at GET /metrics when Options::metrics_listen is set; the same HTTP port
-// serves the read-only web console (GET /, server/console/console.h).
+// Observability: every RPC is counted, timed and given a request id
+// (server/observability/rpc_telemetry.h); ingest, training and the database pool report into
+// one MetricsRegistry (metrics()), served for Prometheus at GET /metrics when
+// Options::metrics_listen is set; the same HTTP port serves the read-only web console (GET /,
+// server/console/console.h).
 //
 // Thread-safety: Shutdown() may be called from any thread, once.
 #ifndef VERITY_SERVER_VERITY_SERVER_H_
@@ -20,15 +21,15 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/auth/auth_interceptor.h"
+#include "server/auth/key_ring.h"
+#include "server/auth/transport_security.h"
 #include "server/console/console.h"
 #include "server/ingest/ingest_pipeline.h"
-#include "server/auth/key_ring.h"
 #include "server/observability/metrics.h"
 #include "server/observability/metrics_http.h"
 #include "server/observability/rpc_telemetry.h"
 #include "server/rpc/server_core.h"
 #include "server/training/training_scheduler.h"
-#include "server/auth/transport_security.h"
 
 namespace verity::server {
 

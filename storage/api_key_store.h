@@ -1,6 +1,7 @@
 // ApiKeyStore: the `api_keys` table (migration 8). A key's secret is never stored: rows hold a
-// random salt and SHA-256(salt || secret), computed by the server (server/auth/api_keys.h). Rows are
-// never deleted: revoking sets revoked_at, so the list keeps who had access and until when.
+// random salt and SHA-256(salt || secret), computed by the server (server/auth/api_keys.h).
+// Rows are never deleted: revoking sets revoked_at, so the list keeps who had access and until
+// when.
 //
 // Thread-safety: all methods are thread-safe (each call is one transaction on a pooled
 // connection). The pool must outlive the store.

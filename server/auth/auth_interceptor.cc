@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "server/api/grpc_status.h"
-#include "server/observability/log.h"
 #include "server/auth/rpc_policy.h"
+#include "server/observability/log.h"
 
 namespace verity::server {
 namespace {

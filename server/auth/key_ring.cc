@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/observability/log.h"
 #include "server/api/validation.h"
+#include "server/observability/log.h"
 
 namespace verity::server {
 namespace {

@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "server/console/console_json.h"
-#include "server/assignment/item_assigner.h"
 #include "server/api/validation.h"
+#include "server/assignment/item_assigner.h"
+#include "server/console/console_json.h"
 
 namespace verity::server {
 namespace {

@@ -29,8 +29,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/state/live_project.h"
 #include "server/observability/metrics_http.h"
+#include "server/state/live_project.h"
 #include "server/state/project_registry.h"
 #include "storage/model_version_store.h"
 

@@ -34,8 +34,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/state/live_project.h"
 #include "server/observability/metrics.h"
+#include "server/state/live_project.h"
 #include "storage/annotation_store.h"
 
 namespace verity::server {

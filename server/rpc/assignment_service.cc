@@ -8,8 +8,8 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/grpc_status.h"
-#include "server/assignment/item_assigner.h"
 #include "server/api/validation.h"
+#include "server/assignment/item_assigner.h"
 
 namespace verity::server {
 namespace {

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/auth/auth_interceptor.h"
 #include "server/api/grpc_status.h"
+#include "server/auth/auth_interceptor.h"
 
 namespace verity::server {
 namespace {

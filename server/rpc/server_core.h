@@ -3,10 +3,10 @@
 #ifndef VERITY_SERVER_RPC_SERVER_CORE_H_
 #define VERITY_SERVER_RPC_SERVER_CORE_H_
 
-#include "server/auth/auth_interceptor.h"
-#include "server/ingest/ingest_pipeline.h"
-#include "server/auth/key_ring.h"
 #include "server/assignment/lease_persister.h"
+#include "server/auth/auth_interceptor.h"
+#include "server/auth/key_ring.h"
+#include "server/ingest/ingest_pipeline.h"
 #include "server/state/project_registry.h"
 #include "server/state/storage_handles.h"
 #include "server/training/training_scheduler.h"

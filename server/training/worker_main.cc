@@ -18,8 +18,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "server/state/live_project.h"
 #include "server/observability/log.h"
+#include "server/state/live_project.h"
 #include "server/state/storage_handles.h"
 #include "server/training/training_worker.h"
 
