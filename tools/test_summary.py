@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """Sums test cases over Bazel's test.xml files and prints 'N passed, N failed' last.
 
-Usage: test_summary.py BAZEL_TESTLOGS_DIR. Exits 1 when any test case failed (or a test target
-produced no test cases but failed as a whole), 0 otherwise.
+Usage: test_summary.py BAZEL_TESTLOGS_DIR [TARGETS_FILE]. Exits 1 when any test case failed (or
+a test target produced no test cases but failed as a whole), 0 otherwise.
+
+TARGETS_FILE lists the workspace's test targets, one label a line (`bazel query 'tests(//...)'`).
+With it, only those targets' test.xml count, and a listed target without one counts as failed:
+bazel-testlogs keeps the logs of targets that were renamed or moved, and they must not be
+counted again (or fail `make test` forever). Without it, every test.xml under the folder counts.
 """
 import pathlib
 import sys
@@ -32,10 +37,28 @@ def count(xml_path):
     return passed, failed, names
 
 
+def test_logs(logs, targets_file):
+    """[(test.xml path, whether it exists)] of the targets in targets_file, or of every
+    test.xml under logs without one."""
+    if targets_file is None:
+        return [(path, True) for path in sorted(logs.glob("**/test.xml"))]
+    paths = []
+    for line in pathlib.Path(targets_file).read_text().split():
+        package, _, name = line.lstrip("/").partition(":")
+        path = logs / package / name / "test.xml"
+        paths.append((path, path.is_file()))
+    return paths
+
+
 def main():
     logs = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "bazel-testlogs")
+    targets_file = sys.argv[2] if len(sys.argv) > 2 else None
     passed = failed = 0
-    for xml_path in sorted(logs.glob("**/test.xml")):
+    for xml_path, exists in test_logs(logs, targets_file):
+        if not exists:
+            failed += 1
+            print("FAILED (no test.xml): " + str(xml_path.parent))
+            continue
         p, f, names = count(xml_path)
         passed += p
         failed += f
