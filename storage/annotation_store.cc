@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "pqxx/result"
 #include "pqxx/stream_to"
+#include "storage/client_time_range.h"
 #include "storage/cursor_reader.h"
 #include "storage/entity_index.h"
 #include "storage/sql_values.h"
@@ -130,11 +131,6 @@ absl::Status CheckProjectExists(pqxx::work& txn, int64_t project_id) {
   return absl::OkStatus();
 }
 
-// The client_time range CommitAnnotations accepts (PostgreSQL's timestamptz
-// holds more, but the COPY text form below is written for four-digit years).
-const absl::Time kMinClientTime = absl::FromUnixSeconds(-62135596800);  // 0001-01-01
-const absl::Time kMaxClientTime =
-    absl::FromUnixMicros(int64_t{253402300799} * 1000000 + 999999);  // 9999-12-31
 // timestamptz in COPY's text form, exact to the microsecond.
 constexpr char kCopyTimestampFormat[] = "%E4Y-%m-%d %H:%M:%E6S+00";
 
@@ -242,12 +238,11 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitAnnotations(
       return absl::InvalidArgumentError(absl::StrCat(
           "annotation #", i, ": label ", w.label, " is negative"));
     }
-    if (w.client_time.has_value() &&
-        (*w.client_time < kMinClientTime || *w.client_time > kMaxClientTime)) {
+    if (w.client_time.has_value() && !ClientTimeInStoreRange(*w.client_time)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "annotation #", i, ": client_time ",
           absl::FormatTime(*w.client_time, absl::UTCTimeZone()),
-          " is outside [0001-01-01, 9999-12-31] UTC"));
+          " is outside [0001-01-01, 9999-12-31T23:59:59.999999] UTC"));
     }
     project_ids.push_back(w.project_id);
   }

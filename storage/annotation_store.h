@@ -125,7 +125,8 @@ class AnnotationStore {
   // Validation is the caller's job, but bad input is rejected, never
   // crashed on. On any error nothing is committed. Errors: INVALID_ARGUMENT
   // for an empty id, a label outside [0, K), a client_time outside
-  // [0001-01-01, 9999-12-31] UTC (the message names the input position), or
+  // [0001-01-01, 9999-12-31T23:59:59.999999] UTC (ClientTimeInStoreRange in
+  // storage/client_time_range.h; the message names the input position), or
   // hints not aligned with the writes; NOT_FOUND for an unknown project;
   // UNAVAILABLE if PostgreSQL is unreachable or the connection broke during
   // COMMIT (outcome unknown; a retry is safe because resends are duplicates).

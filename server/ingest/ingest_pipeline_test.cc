@@ -8,8 +8,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pqxx/transaction"
+#include "server/observability/metrics.h"
 #include "server/state/live_project.h"
 #include "storage/annotation_store.h"
 #include "storage/project_store.h"
@@ -18,6 +23,7 @@
 namespace verity::server {
 namespace {
 
+using ::testing::HasSubstr;
 using ::verity::testing::IsOk;
 using ::verity::testing::IsOkAndHolds;
 using ::verity::testing::StatusIs;
@@ -27,26 +33,37 @@ class IngestPipelineTest : public storage::testing::PostgresTest {
   void SetUp() override {
     PostgresTest::SetUp();
     store_ = std::make_unique<storage::AnnotationStore>(&pool());
+    ASSERT_NO_FATAL_FAILURE(project_ = NewProject("p"));
+  }
+
+  // A new two-class project, in the database and live.
+  std::shared_ptr<LiveProject> NewProject(const std::string& name) {
     storage::ProjectStore projects(&pool());
     storage::ProjectRecord record;
-    record.name = "p";
+    record.name = name;
     record.classes = {"no", "yes"};
     absl::StatusOr<storage::ProjectRecord> created = projects.CreateProject(record);
-    ASSERT_THAT(created, IsOk());
+    EXPECT_THAT(created, IsOk());
+    if (!created.ok()) return nullptr;
     LiveProject::Identity identity;
     identity.project_id = created->project_id;
-    identity.name = "p";
+    identity.name = name;
     identity.classes = record.classes;
     absl::StatusOr<std::unique_ptr<LiveProject>> live =
         LiveProject::Create(identity, v1::ProjectSettings(), {});
-    ASSERT_THAT(live, IsOk());
-    project_ = std::move(*live);
+    EXPECT_THAT(live, IsOk());
+    if (!live.ok()) return nullptr;
+    return std::move(*live);
   }
 
   storage::AnnotationWrite Write(const std::string& item, const std::string& annotator,
                                  int32_t label) const {
+    return WriteTo(*project_, item, annotator, label);
+  }
+  static storage::AnnotationWrite WriteTo(const LiveProject& project, const std::string& item,
+                                          const std::string& annotator, int32_t label) {
     storage::AnnotationWrite w;
-    w.project_id = project_->identity().project_id;
+    w.project_id = project.identity().project_id;
     w.item_id = item;
     w.annotator_id = annotator;
     w.label = label;
@@ -54,9 +71,10 @@ class IngestPipelineTest : public storage::testing::PostgresTest {
   }
 
   // Labels of `item` in the served posteriors (0 for an item not served yet).
-  int32_t ServedLabels(const std::string& item) const {
-    std::optional<int32_t> index = project_->FindItem(item);
-    std::shared_ptr<const ProjectSnapshot> snapshot = project_->snapshot();
+  int32_t ServedLabels(const std::string& item) const { return ServedLabelsOf(*project_, item); }
+  static int32_t ServedLabelsOf(const LiveProject& project, const std::string& item) {
+    std::optional<int32_t> index = project.FindItem(item);
+    std::shared_ptr<const ProjectSnapshot> snapshot = project.snapshot();
     if (!index.has_value() || *index >= snapshot->posteriors.num_items()) return 0;
     return snapshot->posteriors.num_labels(*index);
   }
@@ -121,6 +139,90 @@ TEST_F(IngestPipelineTest, AFailedGroupFailsItsBatchesAndTheNextGroupCommits) {
   EXPECT_EQ((*result)[0].outcome, storage::WriteOutcome::kAccepted);
   EXPECT_EQ((*result)[0].item_index, 0);
   EXPECT_EQ(ServedLabels("i"), 1);
+}
+
+// Holds the row lock of a project (as a concurrent writer would) from Lock() until Release(),
+// so that the committer's next transaction on that project waits and the batches submitted
+// meanwhile queue up for one group.
+class ProjectLockHolder {
+ public:
+  ProjectLockHolder(storage::ConnectionPool& pool, int64_t project_id)
+      : thread_([this, &pool, project_id] {
+          status_ = pool.RunInTransaction("holding a project lock", [&](pqxx::work& txn) {
+            txn.exec_params("SELECT 1 FROM projects WHERE project_id = $1 FOR UPDATE",
+                            project_id);
+            locked_.Notify();
+            release_.WaitForNotification();
+            return absl::OkStatus();
+          });
+          // Also when the lock could not be taken (only this thread notifies locked_).
+          if (!locked_.HasBeenNotified()) locked_.Notify();
+        }) {}
+  ~ProjectLockHolder() { Release(); }
+
+  void WaitLocked() { locked_.WaitForNotification(); }
+  absl::Status Release() {
+    if (!release_.HasBeenNotified()) release_.Notify();
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+
+ private:
+  absl::Notification locked_, release_;
+  absl::Status status_;
+  std::thread thread_;
+};
+
+// A batch the store refuses (a client_time past 9999-12-31T23:59:59.999999, which validation
+// lets through no more) used to fail every batch of every stream in its group. Now only that
+// batch is refused; the others of its group commit on their own, in order.
+TEST_F(IngestPipelineTest, ABatchTheStoreRefusesFailsAloneInItsGroup) {
+  std::shared_ptr<LiveProject> other;
+  ASSERT_NO_FATAL_FAILURE(other = NewProject("q"));
+  MetricsRegistry metrics;
+  IngestPipeline pipeline(*store_, IngestPipeline::Options(), &metrics);
+
+  // The committer waits on the lock with the first batch (or with a prefix of the batches
+  // submitted below) while the rest queue: the poison batch shares its group with good ones
+  // of both streams, whichever way the committer's wake-up falls.
+  ProjectLockHolder lock(pool(), project_->identity().project_id);
+  lock.WaitLocked();
+  std::vector<std::future<IngestPipeline::Result>> good;  // Stream 1, project p.
+  std::vector<std::future<IngestPipeline::Result>> other_good;  // Stream 2, project q.
+  good.push_back(pipeline.Submit(project_, {Write("i0", "a", 0)}));
+  other_good.push_back(pipeline.Submit(other, {WriteTo(*other, "j0", "b", 1)}));
+  storage::AnnotationWrite poison = WriteTo(*other, "j1", "b", 1);
+  poison.client_time = absl::FromUnixSeconds(253402300799) + absl::Nanoseconds(999999001);
+  std::future<IngestPipeline::Result> refused =
+      pipeline.Submit(other, {WriteTo(*other, "j2", "b", 0), poison});
+  for (int b = 1; b < 4; ++b) {
+    good.push_back(pipeline.Submit(project_, {Write(absl::StrCat("i", b), "a", b % 2)}));
+  }
+  other_good.push_back(pipeline.Submit(other, {WriteTo(*other, "j3", "b", 0)}));
+  ASSERT_THAT(lock.Release(), IsOk());
+
+  for (size_t b = 0; b < good.size(); ++b) {
+    IngestPipeline::Result result = good[b].get();
+    ASSERT_THAT(result, IsOk()) << "batch " << b;
+    EXPECT_EQ((*result)[0].outcome, storage::WriteOutcome::kAccepted);
+    EXPECT_EQ(ServedLabels(absl::StrCat("i", b)), 1);
+  }
+  for (size_t b = 0; b < other_good.size(); ++b) {
+    IngestPipeline::Result result = other_good[b].get();
+    ASSERT_THAT(result, IsOk()) << "batch " << b;
+    EXPECT_EQ((*result)[0].outcome, storage::WriteOutcome::kAccepted);
+  }
+  EXPECT_THAT(refused.get(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("annotation #1: client_time")));
+  EXPECT_EQ(ServedLabelsOf(*other, "j0"), 1);
+  EXPECT_EQ(ServedLabelsOf(*other, "j3"), 1);
+  // Nothing of the refused batch was written, not even its valid first annotation.
+  EXPECT_EQ(ServedLabelsOf(*other, "j2"), 0);
+  EXPECT_THAT(store_->CountLiveAnnotations(other->identity().project_id), IsOkAndHolds(2));
+  EXPECT_THAT(store_->CountLiveAnnotations(project_->identity().project_id), IsOkAndHolds(4));
+  EXPECT_EQ(other->Counts().num_labels, 2);
+  EXPECT_EQ(project_->Counts().num_labels, 4);
+  EXPECT_THAT(metrics.RenderText(), HasSubstr("verity_ingest_isolated_batches_total{result=\"refused\"} 1"));
 }
 
 TEST_F(IngestPipelineTest, ShutdownCommitsAndPublishesEverythingQueued) {
