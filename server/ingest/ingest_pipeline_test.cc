@@ -1,5 +1,6 @@
 #include "server/ingest/ingest_pipeline.h"
 
+#include <atomic>
 #include <future>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pqxx/except"
 #include "pqxx/transaction"
 #include "server/observability/metrics.h"
 #include "server/state/live_project.h"
@@ -223,6 +225,50 @@ TEST_F(IngestPipelineTest, ABatchTheStoreRefusesFailsAloneInItsGroup) {
   EXPECT_EQ(other->Counts().num_labels, 2);
   EXPECT_EQ(project_->Counts().num_labels, 4);
   EXPECT_THAT(metrics.RenderText(), HasSubstr("verity_ingest_isolated_batches_total{result=\"refused\"} 1"));
+}
+
+// The connection breaks after the server committed but before the ack came back: the batch is
+// answered UNAVAILABLE (outcome unknown), and the client resends it. The store answers
+// "duplicate" (it holds the labels), and the labels must now be served: a first label of a new
+// pair, and a revision of a label the project already served.
+TEST_F(IngestPipelineTest, AResendOfABatchCommittedInDoubtIsServed) {
+  IngestPipeline pipeline(*store_, IngestPipeline::Options());
+  std::vector<storage::AnnotationWrite> first = {Write("old", "a", 0), Write("other", "c", 0)};
+  ASSERT_THAT(pipeline.Submit(project_, first).get(), IsOk());
+
+  std::atomic<int> faults{1};
+  pool().SetAfterCommitHookForTesting([&](pqxx::connection&) {
+    if (faults.fetch_sub(1) > 0) throw pqxx::broken_connection("injected: ack lost after COMMIT");
+  });
+  // A new item and annotator, a revision (0 -> 1) of a served label, and a new pair of known
+  // ids (which the hints then wrongly call unlabelled).
+  std::vector<storage::AnnotationWrite> batch = {Write("new", "b", 1), Write("old", "a", 1),
+                                                 Write("old", "c", 1)};
+  EXPECT_THAT(pipeline.Submit(project_, batch).get(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected")));
+  // Durable although refused, and not served yet: the case the resend must repair.
+  ASSERT_THAT(store_->CountLiveAnnotations(project_->identity().project_id), IsOkAndHolds(4));
+
+  IngestPipeline::Result resent = pipeline.Submit(project_, batch).get();
+  ASSERT_THAT(resent, IsOk());
+  EXPECT_EQ((*resent)[0].outcome, storage::WriteOutcome::kDuplicate);
+  EXPECT_EQ((*resent)[1].outcome, storage::WriteOutcome::kDuplicate);
+  EXPECT_EQ((*resent)[2].outcome, storage::WriteOutcome::kDuplicate);
+  EXPECT_EQ(ServedLabels("new"), 1);
+  EXPECT_EQ(ServedLabels("old"), 2);
+  EXPECT_EQ(project_->Counts().num_labels, 4);
+  ASSERT_TRUE(project_->FindItem("new").has_value());
+  ASSERT_TRUE(project_->FindAnnotator("b").has_value());
+  EXPECT_TRUE(project_->HasLabelled(*project_->FindItem("new"), *project_->FindAnnotator("b")));
+  // Only resent labels (1) on these items' live rows, so majority vote (the model before any
+  // fit) serves class 1.
+  std::shared_ptr<const ProjectSnapshot> snapshot = project_->snapshot();
+  for (const char* item : {"new", "old"}) {
+    const int32_t index = *project_->FindItem(item);
+    EXPECT_GT(snapshot->posteriors.probabilities(index)[1], 0.5) << item;
+    const int64_t seq = (*resent)[item == std::string("new") ? 0 : 2].seq;
+    EXPECT_EQ(snapshot->posteriors.newest_seq(index), seq) << item;
+  }
 }
 
 TEST_F(IngestPipelineTest, ShutdownCommitsAndPublishesEverythingQueued) {
