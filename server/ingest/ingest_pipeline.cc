@@ -20,6 +20,7 @@ struct IngestPipeline::Metrics {
         accepted(annotations(registry).WithLabels({"accepted"})),
         duplicate(annotations(registry).WithLabels({"duplicate"})),
         revised(annotations(registry).WithLabels({"revised"})),
+        stale(annotations(registry).WithLabels({"stale"})),
         refused_queue_full(refused(registry).WithLabels({"queue_full"})),
         refused_shutting_down(refused(registry).WithLabels({"shutting_down"})),
         commit_failures(registry.AddCounter(
@@ -44,7 +45,8 @@ struct IngestPipeline::Metrics {
   static MetricFamily<Counter>& annotations(MetricsRegistry& registry) {
     return registry.AddCounter("verity_ingest_annotations_total",
                                "Annotations committed, by outcome (accepted: a first label, "
-                               "duplicate: same as the live label, revised: replaced it).",
+                               "duplicate: same as the live label, revised: replaced it, "
+                               "stale: older client_time than the live label, history only).",
                                {"outcome"});
   }
   static MetricFamily<Counter>& isolated(MetricsRegistry& registry) {
@@ -63,6 +65,7 @@ struct IngestPipeline::Metrics {
   Counter& accepted;
   Counter& duplicate;
   Counter& revised;
+  Counter& stale;
   Counter& refused_queue_full;
   Counter& refused_shutting_down;
   Counter& commit_failures;
@@ -269,8 +272,11 @@ IngestPipeline::Result IngestPipeline::CommitBatches(std::vector<Pending>& group
     for (size_t i = offsets[b]; i < offsets[b + 1]; ++i) {
       const storage::WriteResult& r = (*results)[i - offsets[first]];
       const storage::AnnotationWrite& w = all[i];
-      labels.push_back({r.item_index, w.item_id, r.annotator_index, w.annotator_id, w.label,
-                        r.seq, r.outcome != storage::WriteOutcome::kDuplicate});
+      // The live label after the write (for a stale write, the newer one the store kept).
+      const bool changed = r.outcome == storage::WriteOutcome::kAccepted ||
+                           r.outcome == storage::WriteOutcome::kRevised;
+      labels.push_back({r.item_index, w.item_id, r.annotator_index, w.annotator_id, r.label,
+                        r.seq, changed});
     }
     std::vector<int32_t> touched = group[b].project->RegisterCommitted(labels);
     auto it = std::find_if(committed.touched.begin(), committed.touched.end(),
@@ -301,7 +307,7 @@ void IngestPipeline::RecordCommitted(const Pending& batch,
                                      const std::vector<storage::WriteResult>& results) {
   metrics_->freshness_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - batch.queued_at));
   metrics_->batches.Increment();
-  int64_t accepted = 0, duplicate = 0, revised = 0;
+  int64_t accepted = 0, duplicate = 0, revised = 0, stale = 0;
   for (const storage::WriteResult& r : results) {
     switch (r.outcome) {
       case storage::WriteOutcome::kAccepted:
@@ -313,11 +319,15 @@ void IngestPipeline::RecordCommitted(const Pending& batch,
       case storage::WriteOutcome::kRevised:
         ++revised;
         break;
+      case storage::WriteOutcome::kStale:
+        ++stale;
+        break;
     }
   }
   metrics_->accepted.Increment(static_cast<double>(accepted));
   metrics_->duplicate.Increment(static_cast<double>(duplicate));
   metrics_->revised.Increment(static_cast<double>(revised));
+  metrics_->stale.Increment(static_cast<double>(stale));
 }
 
 }  // namespace verity::server

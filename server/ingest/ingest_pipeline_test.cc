@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pqxx/except"
+#include "pqxx/result"
 #include "pqxx/transaction"
 #include "server/observability/metrics.h"
 #include "server/state/live_project.h"
@@ -269,6 +270,49 @@ TEST_F(IngestPipelineTest, AResendOfABatchCommittedInDoubtIsServed) {
     const int64_t seq = (*resent)[item == std::string("new") ? 0 : 2].seq;
     EXPECT_EQ(snapshot->posteriors.newest_seq(index), seq) << item;
   }
+}
+
+// A client that retries an old batch late must not replace a newer label: with client_time on
+// both, the older label is acked stale, kept in history, and the newer one stays served.
+TEST_F(IngestPipelineTest, ALateOlderLabelIsAckedStaleAndTheNewerOneStaysServed) {
+  IngestPipeline pipeline(*store_, IngestPipeline::Options());
+  const absl::Time t2 = absl::FromUnixSeconds(1700000000);
+  storage::AnnotationWrite newer = Write("i", "a", 1);
+  newer.client_time = t2;
+  IngestPipeline::Result first = pipeline.Submit(project_, {newer}).get();
+  ASSERT_THAT(first, IsOk());
+  ASSERT_EQ((*first)[0].outcome, storage::WriteOutcome::kAccepted);
+
+  storage::AnnotationWrite older = Write("i", "a", 0);
+  older.client_time = t2 - absl::Minutes(5);
+  IngestPipeline::Result late = pipeline.Submit(project_, {older}).get();
+  ASSERT_THAT(late, IsOk());
+  EXPECT_EQ((*late)[0].outcome, storage::WriteOutcome::kStale);
+  EXPECT_EQ((*late)[0].seq, (*first)[0].seq);
+
+  const int32_t item = *project_->FindItem("i");
+  std::shared_ptr<const ProjectSnapshot> snapshot = project_->snapshot();
+  EXPECT_GT(snapshot->posteriors.probabilities(item)[1], 0.5);
+  EXPECT_EQ(snapshot->posteriors.num_labels(item), 1);
+  EXPECT_EQ(snapshot->posteriors.newest_seq(item), (*first)[0].seq);
+  EXPECT_EQ(project_->Counts().num_labels, 1);
+  absl::StatusOr<std::vector<storage::LiveAnnotation>> live =
+      store_->LoadLiveAnnotations(project_->identity().project_id);
+  ASSERT_THAT(live, IsOk());
+  ASSERT_EQ(live->size(), 1u);
+  EXPECT_EQ((*live)[0].label, 1);
+  absl::StatusOr<std::vector<int32_t>> history = pool().WithTransaction(
+      "reading the history", [&](pqxx::work& txn) -> absl::StatusOr<std::vector<int32_t>> {
+        std::vector<int32_t> labels;
+        for (const pqxx::row& row : txn.exec_params(
+                 "SELECT label FROM annotation_history WHERE project_id = $1",
+                 project_->identity().project_id)) {
+          labels.push_back(row[0].as<int32_t>());
+        }
+        return labels;
+      });
+  ASSERT_THAT(history, IsOk());
+  EXPECT_EQ(*history, std::vector<int32_t>{0});
 }
 
 TEST_F(IngestPipelineTest, ShutdownCommitsAndPublishesEverythingQueued) {
