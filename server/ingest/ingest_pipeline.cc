@@ -242,11 +242,9 @@ IngestPipeline::CommittedGroup IngestPipeline::CommitGroup(std::vector<Pending> 
   return committed;
 }
 
-IngestPipeline::Result IngestPipeline::CommitBatches(std::vector<Pending>& group,
-                                                     const std::vector<storage::AnnotationWrite>& all,
-                                                     const std::vector<size_t>& offsets,
-                                                     size_t first, size_t last,
-                                                     CommittedGroup& committed) {
+IngestPipeline::Result IngestPipeline::CommitBatches(
+    const std::vector<Pending>& group, const std::vector<storage::AnnotationWrite>& all,
+    const std::vector<size_t>& offsets, size_t first, size_t last, CommittedGroup& committed) {
   const absl::Span<const storage::AnnotationWrite> writes =
       absl::MakeConstSpan(all).subspan(offsets[first], offsets[last] - offsets[first]);
   // What the live projects already know, so that the store reads back only what they do not.

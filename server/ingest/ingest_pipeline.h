@@ -98,7 +98,7 @@ class IngestPipeline {
   // Commits batches [first, last) of `group`, whose writes are all[offsets[first],
   // offsets[last]), in one transaction; on success registers them with their projects and
   // adds the touched items to `committed`. Returns the transaction's results or error.
-  Result CommitBatches(std::vector<Pending>& group,
+  Result CommitBatches(const std::vector<Pending>& group,
                        const std::vector<storage::AnnotationWrite>& all,
                        const std::vector<size_t>& offsets, size_t first, size_t last,
                        CommittedGroup& committed);

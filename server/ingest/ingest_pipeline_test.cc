@@ -225,7 +225,8 @@ TEST_F(IngestPipelineTest, ABatchTheStoreRefusesFailsAloneInItsGroup) {
   EXPECT_THAT(store_->CountLiveAnnotations(project_->identity().project_id), IsOkAndHolds(4));
   EXPECT_EQ(other->Counts().num_labels, 2);
   EXPECT_EQ(project_->Counts().num_labels, 4);
-  EXPECT_THAT(metrics.RenderText(), HasSubstr("verity_ingest_isolated_batches_total{result=\"refused\"} 1"));
+  EXPECT_THAT(metrics.RenderText(),
+              HasSubstr("verity_ingest_isolated_batches_total{result=\"refused\"} 1"));
 }
 
 // The connection breaks after the server committed but before the ack came back: the batch is

@@ -144,8 +144,9 @@ class LiveProject {
   // memory does not hold is applied like a new label: the database already had it from a
   // transaction whose outcome the pipeline never learnt (the connection broke during COMMIT,
   // the client resent). PublishCommitted recomputes those items (and any item added since
-  // the last snapshot) and publishes the snapshot. Between the two, the labels are committed but not yet in the served posteriors: the pipeline acks
-  // a batch only after PublishCommitted.
+  // the last snapshot) and publishes the snapshot. Between the two, the labels are committed
+  // but not yet in the served posteriors: the pipeline acks a batch only after
+  // PublishCommitted.
   std::vector<int32_t> RegisterCommitted(absl::Span<const CommittedLabel> labels)
       ABSL_LOCKS_EXCLUDED(mu_);
   void PublishCommitted(absl::Span<const int32_t> touched) ABSL_LOCKS_EXCLUDED(mu_);
