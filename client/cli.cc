@@ -722,6 +722,7 @@ absl::Status Submit(const Context& context) {
                            .Set("accepted", totals->accepted)
                            .Set("duplicate", totals->duplicate)
                            .Set("revised", totals->revised)
+                           .Set("stale", totals->stale)
                            .Set("rejected", totals->rejected)
                            .Set("rejections", std::move(rejections))
                            .Set("retries", totals->retries));
@@ -730,6 +731,7 @@ absl::Status Submit(const Context& context) {
   context.out << "accepted=" << totals->accepted
               << " duplicate=" << totals->duplicate
               << " revised=" << totals->revised
+              << " stale=" << totals->stale
               << " rejected=" << totals->rejected << "\n";
   for (const SubmitRejection& rejection : totals->rejections) {
     if (!in_range(rejection)) {

@@ -173,9 +173,10 @@ std::vector<CommandSpec> MakeCommands() {
       "over one stream, with retries of batches the server asks to resend; "
       "every batch is acknowledged only once it is durable. A progress meter "
       "(count, rate, ETA) is drawn on stderr when it is a terminal. Prints "
-      "accepted=N duplicate=N revised=N rejected=N and the first rejection "
-      "reasons; exits 0 even if some labels were rejected. With "
-      "--output=json: {\"accepted\", \"duplicate\", \"revised\", "
+      "accepted=N duplicate=N revised=N stale=N rejected=N and the first "
+      "rejection reasons (stale: older by client_time than the live label, "
+      "kept in history only); exits 0 even if some labels were rejected. With "
+      "--output=json: {\"accepted\", \"duplicate\", \"revised\", \"stale\", "
       "\"rejected\", \"rejections\": [{\"line\", \"item\", \"annotator\", "
       "\"reason\"}] (the first 5), \"retries\"}.";
   c->flags = {

@@ -84,7 +84,7 @@ class CliTest : public ::testing::Test {
     const CliResult submit =
         Run({"submit", "--project=birds", absl::StrCat("--csv=", labels)});
     ASSERT_EQ(submit.code, kExitOk) << submit.err;
-    ASSERT_EQ(submit.out, "accepted=6 duplicate=0 revised=0 rejected=0\n");
+    ASSERT_EQ(submit.out, "accepted=6 duplicate=0 revised=0 stale=0 rejected=0\n");
   }
 
   std::unique_ptr<FakeVerityServer> server_;
@@ -192,7 +192,7 @@ TEST_F(CliTest, SubmitCountsRevisionsOnResubmission) {
       Run({"submit", "--project=birds", absl::StrCat("--csv=", labels),
            "--batch_size=2"});
   ASSERT_EQ(result.code, kExitOk) << result.err;
-  EXPECT_EQ(result.out, "accepted=1 duplicate=1 revised=1 rejected=0\n");
+  EXPECT_EQ(result.out, "accepted=1 duplicate=1 revised=1 stale=0 rejected=0\n");
   EXPECT_EQ(server_->LiveLabel("birds", "a", "w1"), 0);
 }
 
@@ -568,7 +568,7 @@ TEST_F(CliTest, SubmitAndAccuracyPrintJson) {
                           absl::StrCat("--csv=", labels), "--output=json"});
   ASSERT_EQ(result.code, kExitOk) << result.err;
   EXPECT_EQ(result.out,
-            "{\"accepted\":1,\"duplicate\":0,\"revised\":1,\"rejected\":0,"
+            "{\"accepted\":1,\"duplicate\":0,\"revised\":1,\"stale\":0,\"rejected\":0,"
             "\"rejections\":[],\"retries\":0}\n");
   const std::string gold =
       WriteFile("gold4.csv", "item,label\nb,false\nz,false\n");

@@ -491,7 +491,8 @@ absl::Status GrpcReplayServer::SubmitLabels(
     return absl::InternalError(absl::StrCat(
         "of ", annotations.size(), " new labels the server accepted ",
         totals->accepted, " (duplicate ", totals->duplicate, ", revised ",
-        totals->revised, ", rejected ", totals->rejected, ")", reason));
+        totals->revised, ", stale ", totals->stale, ", rejected ",
+        totals->rejected, ")", reason));
   }
   return absl::OkStatus();
 }

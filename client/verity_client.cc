@@ -147,6 +147,7 @@ class AnnotationStreamer {
     totals_.accepted += ack.accepted();
     totals_.duplicate += ack.duplicate();
     totals_.revised += ack.revised();
+    totals_.stale += ack.stale();
     totals_.rejected += ack.rejected();
     for (const v1::Rejection& rejection : ack.rejections()) {
       if (static_cast<int>(totals_.rejections.size()) >=

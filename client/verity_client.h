@@ -83,6 +83,7 @@ struct SubmitTotals {
   int64_t accepted = 0;
   int64_t duplicate = 0;
   int64_t revised = 0;
+  int64_t stale = 0;  // Older (client_time) than the live label: history only.
   int64_t rejected = 0;
   // The first SubmitOptions::max_rejections rejections, in submission order.
   std::vector<SubmitRejection> rejections;

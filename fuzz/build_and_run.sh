@@ -61,8 +61,10 @@ status=0
 parallel=()
 # -jobs runs the fuzzing in child processes that log to fuzz-N.log in the current directory.
 if [[ "$jobs" -gt 1 ]]; then parallel=(-jobs="$jobs" -workers="$jobs"); fi
+# -use_value_profile=1: comparisons guide the search towards bounds that add no coverage, e.g.
+# the last microsecond the store takes (found in ~10 s with it, not in 60 s without).
 "$build/request_validation_fuzzer" -max_total_time="$seconds" "${parallel[@]}" \
-  -max_len=4096 -print_final_stats=1 -artifact_prefix="$build/crashes/" \
+  -use_value_profile=1 -max_len=4096 -print_final_stats=1 -artifact_prefix="$build/crashes/" \
   fuzz/corpus fuzz/seeds 2>&1 | tee "$build/fuzz.log" || status=$?
 for log in fuzz-*.log; do
   if [[ -f "$log" ]]; then cat "$log" >> "$build/fuzz.log"; rm -f "$log"; fi

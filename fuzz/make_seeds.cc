@@ -109,7 +109,10 @@ int main(int argc, char** argv) {
   }
   batch.mutable_annotations(0)->mutable_client_time()->set_seconds(1700000000);
   batch.mutable_annotations(0)->mutable_client_time()->set_nanos(123456789);
+  // The last instant the store takes (9999-12-31T23:59:59.999999): one mutation of nanos away
+  // from values it refuses.
   batch.mutable_annotations(1)->mutable_client_time()->set_seconds(253402300799);
+  batch.mutable_annotations(1)->mutable_client_time()->set_nanos(999999000);
   Write(dir, "annotation-batch", kAnnotationBatch, batch);
 
   v1::SuggestItemsRequest suggest_items;

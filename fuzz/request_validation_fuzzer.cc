@@ -12,8 +12,9 @@
 //   - a refusal is not INVALID_ARGUMENT or its message does not start with a field name, or
 //   - an accepted request breaks a documented bound (checked here independently of
 //     validation.cc), or its conversion leaves what the storage layer can hold (a client
-//     time outside PostgreSQL's timestamptz range, settings that do not survive the
-//     serialize/parse round trip a project's settings make through the database).
+//     time the annotation store refuses, by the store's own check
+//     storage::ClientTimeInStoreRange; settings that do not survive the serialize/parse
+//     round trip a project's settings make through the database).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +31,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/stubs/logging.h"
 #include "server/api/validation.h"
+#include "storage/client_time_range.h"
 #include "verity/v1/assignment.pb.h"
 #include "verity/v1/ingest.pb.h"
 #include "verity/v1/projects.pb.h"
@@ -105,12 +107,6 @@ bool AreFeatures(const google::protobuf::RepeatedField<float>& features, int32_t
   }
   return true;
 }
-
-// Epoch microseconds the storage layer can write: PostgreSQL's timestamptz starts at
-// 4714-11-24 BC; its end (294276 AD) is beyond int64 microseconds, and storage computes
-// 'epoch' + micros * interval '1 microsecond' in float8, so stay clear of INT64_MAX.
-constexpr int64_t kPostgresMinMicros = -210866803200LL * 1000000;
-constexpr int64_t kPostgresMaxMicros = 9'000'000'000'000'000'000LL;
 
 void CheckAcceptedSettings(const v1::ProjectSettings& settings) {
   const v1::ModelSettings& m = settings.model();
@@ -242,11 +238,12 @@ void AnnotationBatch(const v1::AnnotationBatch& batch, const ProjectShape& proje
     Require(IsId(a.item()) && IsId(a.annotator()), "accepted a bad id");
     Require(a.label() >= 0 && a.label() < project.num_classes, "accepted a bad label");
     if (a.has_client_time()) {
+      // The handler's conversion, then the store's own range check: a value the store refuses
+      // would fail the batch's group commit.
       const absl::Time t = absl::FromUnixSeconds(a.client_time().seconds()) +
                            absl::Nanoseconds(a.client_time().nanos());
-      const int64_t micros = absl::ToUnixMicros(t);
-      Require(micros >= kPostgresMinMicros && micros <= kPostgresMaxMicros,
-              absl::StrCat("accepted a client_time PostgreSQL cannot store: ",
+      Require(storage::ClientTimeInStoreRange(t),
+              absl::StrCat("accepted a client_time the store refuses: ",
                            a.client_time().ShortDebugString()));
     }
   }

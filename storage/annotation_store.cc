@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "pqxx/result"
 #include "pqxx/stream_to"
+#include "storage/client_time_range.h"
 #include "storage/cursor_reader.h"
 #include "storage/entity_index.h"
 #include "storage/sql_values.h"
@@ -130,11 +131,6 @@ absl::Status CheckProjectExists(pqxx::work& txn, int64_t project_id) {
   return absl::OkStatus();
 }
 
-// The client_time range CommitAnnotations accepts (PostgreSQL's timestamptz
-// holds more, but the COPY text form below is written for four-digit years).
-const absl::Time kMinClientTime = absl::FromUnixSeconds(-62135596800);  // 0001-01-01
-const absl::Time kMaxClientTime =
-    absl::FromUnixMicros(int64_t{253402300799} * 1000000 + 999999);  // 9999-12-31
 // timestamptz in COPY's text form, exact to the microsecond.
 constexpr char kCopyTimestampFormat[] = "%E4Y-%m-%d %H:%M:%E6S+00";
 
@@ -242,12 +238,11 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitAnnotations(
       return absl::InvalidArgumentError(absl::StrCat(
           "annotation #", i, ": label ", w.label, " is negative"));
     }
-    if (w.client_time.has_value() &&
-        (*w.client_time < kMinClientTime || *w.client_time > kMaxClientTime)) {
+    if (w.client_time.has_value() && !ClientTimeInStoreRange(*w.client_time)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "annotation #", i, ": client_time ",
           absl::FormatTime(*w.client_time, absl::UTCTimeZone()),
-          " is outside [0001-01-01, 9999-12-31] UTC"));
+          " is outside [0001-01-01, 9999-12-31T23:59:59.999999] UTC"));
     }
     project_ids.push_back(w.project_id);
   }
@@ -384,28 +379,46 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
         }
 
         // 4. Outcomes, in input order: a write repeating its pair's current
-        //    label is a duplicate; every other write makes a new version.
+        //    label is a duplicate; a different label older (by client_time,
+        //    both set) than the current one is stale; every other write
+        //    makes a new live version. Stale writes go to the history.
         std::vector<WriteResult> results(writes.size());
-        size_t new_versions = 0;
+        std::vector<std::optional<int64_t>> client_us(writes.size());
+        size_t new_versions = 0;  // Including stale ones: each gets a seq.
         {
           std::vector<int32_t> label_now(pairs.size());
-          for (size_t k = 0; k < pairs.size(); ++k) label_now[k] = pairs[k].label;
+          std::vector<std::optional<int64_t>> client_us_now(pairs.size());
+          for (size_t k = 0; k < pairs.size(); ++k) {
+            label_now[k] = pairs[k].label;
+            client_us_now[k] = pairs[k].client_us;
+          }
           for (size_t i = 0; i < writes.size(); ++i) {
             int32_t& current = label_now[pair_of[i]];
+            std::optional<int64_t>& current_us = client_us_now[pair_of[i]];
+            if (writes[i].client_time.has_value()) {
+              client_us[i] = TimeToMicros(*writes[i].client_time);
+            }
             results[i].item_index = keys[i].item_index;
             results[i].annotator_index = keys[i].annotator_index;
             if (current == writes[i].label) {
               results[i].outcome = WriteOutcome::kDuplicate;
-            } else {
-              results[i].outcome = current < 0 ? WriteOutcome::kAccepted
-                                               : WriteOutcome::kRevised;
-              current = writes[i].label;
-              ++new_versions;
+              continue;
             }
+            ++new_versions;
+            if (current >= 0 && client_us[i].has_value() &&
+                current_us.has_value() && *client_us[i] < *current_us) {
+              results[i].outcome = WriteOutcome::kStale;
+              continue;
+            }
+            results[i].outcome = current < 0 ? WriteOutcome::kAccepted
+                                             : WriteOutcome::kRevised;
+            current = writes[i].label;
+            current_us = client_us[i];
           }
         }
         if (new_versions == 0) {
           for (size_t i = 0; i < writes.size(); ++i) {
+            results[i].label = pairs[pair_of[i]].label;
             results[i].seq = pairs[pair_of[i]].seq;
           }
           return results;
@@ -426,24 +439,40 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
                                     project_new_versions[l]);
         }
 
-        // 6. Replay with seqs: superseded versions go to the history.
+        // 6. Replay with seqs: superseded versions go to the history. A
+        //    stale version goes there directly, with the live row's revision
+        //    number; the live row moves to the next one (its label, seq and
+        //    times stay), so revisions stay unique and the live one highest.
         Rows history;
         for (size_t i = 0; i < writes.size(); ++i) {
           PairState& state = pairs[pair_of[i]];
-          if (results[i].outcome != WriteOutcome::kDuplicate) {
-            if (results[i].outcome == WriteOutcome::kRevised) {
+          switch (results[i].outcome) {
+            case WriteOutcome::kDuplicate:
+              break;
+            case WriteOutcome::kStale: {
+              PairState stale;
+              stale.label = writes[i].label;
+              stale.seq = next_seq[locked_of[i]]++;
+              stale.revision = state.revision;
+              stale.client_us = client_us[i];
+              history.Add(keys[i], stale);  // committed_at: now().
+              ++state.revision;
+              state.changed = true;
+              break;
+            }
+            case WriteOutcome::kRevised:
               history.Add(keys[i], state);
               ++state.revision;
-            }
-            state.label = writes[i].label;
-            state.seq = next_seq[locked_of[i]]++;
-            state.client_us =
-                writes[i].client_time.has_value()
-                    ? std::make_optional(TimeToMicros(*writes[i].client_time))
-                    : std::nullopt;
-            state.committed_us = std::nullopt;
-            state.changed = true;
+              [[fallthrough]];
+            case WriteOutcome::kAccepted:
+              state.label = writes[i].label;
+              state.seq = next_seq[locked_of[i]]++;
+              state.client_us = client_us[i];
+              state.committed_us = std::nullopt;
+              state.changed = true;
+              break;
           }
+          results[i].label = state.label;
           results[i].seq = state.seq;
         }
 

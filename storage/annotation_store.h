@@ -3,7 +3,11 @@
 // There is one live label per (project, item, annotator). Resending the live
 // label is an acknowledged no-op (kDuplicate); a different label is a
 // revision (kRevised): the previous row is copied to annotation_history, the
-// revision counter goes up and the row takes a new `seq`. `seq` comes from
+// revision counter goes up and the row takes a new `seq`. Except that when
+// both the live label and the new one carry a client_time and the new one's
+// is older (a late retry of an old batch), the new label is kStale: it goes
+// to annotation_history only and the live label stays. Without both
+// client_times (or with equal ones), commit order decides: the later wins. `seq` comes from
 // the project's counter (projects.next_seq) and is the watermark model
 // versions record; it is ordered within a project, not across projects.
 //
@@ -54,13 +58,18 @@ enum class WriteOutcome {
   kAccepted,   // First label of this annotator for this item.
   kDuplicate,  // Same as the live label: nothing written.
   kRevised,    // Replaced a different live label (kept in history).
+  // A different label with an older client_time than the live label's: kept
+  // in history only; the live label stays.
+  kStale,
 };
 
 struct WriteResult {
   WriteOutcome outcome = WriteOutcome::kAccepted;
   int32_t item_index = 0;
   int32_t annotator_index = 0;
-  // The live row's seq after this write (for kDuplicate: the existing one).
+  // The live row's label and seq after this write: the write's label except
+  // for kStale; for kDuplicate and kStale the seq is the existing one.
+  int32_t label = 0;
   int64_t seq = 0;
 };
 
@@ -106,9 +115,10 @@ class AnnotationStore {
   // one result per input, in input order, only after COMMIT succeeded. Items
   // and annotators are created on first use (dense indices, see
   // storage/entity_index.h). The same (project, item, annotator) may appear
-  // several times: writes apply in input order (the later wins) and each
-  // outcome is relative to the label before it (e.g. 1, 1, 2 on a new pair
-  // gives kAccepted, kDuplicate, kRevised). The writes may span projects.
+  // several times: writes apply in input order (the later wins, unless
+  // stale) and each outcome is relative to the label before it (e.g. 1, 1, 2
+  // on a new pair gives kAccepted, kDuplicate, kRevised). The writes may span
+  // projects. client_times are compared to the microsecond (as stored).
   //
   // With `hints` (optional; results are the same as without):
   //  - a known index is used as is;
@@ -125,7 +135,8 @@ class AnnotationStore {
   // Validation is the caller's job, but bad input is rejected, never
   // crashed on. On any error nothing is committed. Errors: INVALID_ARGUMENT
   // for an empty id, a label outside [0, K), a client_time outside
-  // [0001-01-01, 9999-12-31] UTC (the message names the input position), or
+  // [0001-01-01, 9999-12-31T23:59:59.999999] UTC (ClientTimeInStoreRange in
+  // storage/client_time_range.h; the message names the input position), or
   // hints not aligned with the writes; NOT_FOUND for an unknown project;
   // UNAVAILABLE if PostgreSQL is unreachable or the connection broke during
   // COMMIT (outcome unknown; a retry is safe because resends are duplicates).

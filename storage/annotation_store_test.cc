@@ -125,6 +125,107 @@ TEST_F(AnnotationStoreTest, AcceptsThenDuplicateThenRevisionKeepingHistory) {
   EXPECT_THAT(store_->CountLiveAnnotations(project_id_), IsOkAndHolds(1));
 }
 
+// A late retry of an old label must not replace a newer one: when both carry client_time,
+// the newer client_time stays live and the older label goes to the history, acked stale.
+TEST_F(AnnotationStoreTest, AnOlderClientTimeArrivingLaterIsStaleAndKeptInHistory) {
+  const absl::Time t2 = absl::FromUnixSeconds(1700000000) + absl::Microseconds(2);
+  const absl::Time t1 = t2 - absl::Microseconds(1);
+  AnnotationWrite a = Write("i", "a", 1);
+  a.client_time = t2;
+  absl::StatusOr<std::vector<WriteResult>> first = store_->CommitAnnotations({a});
+  ASSERT_THAT(first, IsOk());
+  const int64_t seq_a = (*first)[0].seq;
+
+  AnnotationWrite b = Write("i", "a", 2);
+  b.client_time = t1;
+  absl::StatusOr<std::vector<WriteResult>> late = store_->CommitAnnotations({b});
+  ASSERT_THAT(late, IsOk());
+  EXPECT_EQ((*late)[0].outcome, WriteOutcome::kStale);
+  // The result describes the live row, which is still A.
+  EXPECT_EQ((*late)[0].label, 1);
+  EXPECT_EQ((*late)[0].seq, seq_a);
+  absl::StatusOr<std::vector<LiveAnnotation>> live = store_->LoadLiveAnnotations(project_id_);
+  ASSERT_THAT(live, IsOk());
+  ASSERT_EQ(live->size(), 1u);
+  EXPECT_EQ((*live)[0].label, 1);
+  EXPECT_EQ((*live)[0].seq, seq_a);
+  const std::vector<HistoryRow> history = History(0, 0);
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_EQ(std::get<0>(history[0]), 2);
+  EXPECT_GT(std::get<1>(history[0]), seq_a);  // Its own seq: every stored version has one.
+
+  // The same label with an older time is still a duplicate; a newer time revises.
+  AnnotationWrite same = Write("i", "a", 1);
+  same.client_time = t1;
+  AnnotationWrite newer = Write("i", "a", 0);
+  newer.client_time = t2 + absl::Seconds(1);
+  absl::StatusOr<std::vector<WriteResult>> more = store_->CommitAnnotations({same, newer});
+  ASSERT_THAT(more, IsOk());
+  EXPECT_EQ((*more)[0].outcome, WriteOutcome::kDuplicate);
+  EXPECT_EQ((*more)[1].outcome, WriteOutcome::kRevised);
+  EXPECT_EQ((*more)[1].label, 0);
+  EXPECT_EQ(History(0, 0).size(), 2u);
+}
+
+// Without client_time on either label, or with equal ones, commit order decides.
+TEST_F(AnnotationStoreTest, WithoutBothClientTimesCommitOrderDecides) {
+  const absl::Time t = absl::FromUnixSeconds(1700000000);
+  AnnotationWrite timed_new = Write("i", "a", 1);
+  timed_new.client_time = t;
+  AnnotationWrite untimed = Write("i", "a", 2);
+  AnnotationWrite timed_old = Write("i", "a", 0);
+  timed_old.client_time = t - absl::Hours(1);
+  AnnotationWrite timed_equal = Write("i", "a", 1);
+  timed_equal.client_time = t;
+  // In one call and across calls alike: later writes win.
+  absl::StatusOr<std::vector<WriteResult>> r =
+      store_->CommitAnnotations({timed_new, untimed, timed_old});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].outcome, WriteOutcome::kAccepted);
+  EXPECT_EQ((*r)[1].outcome, WriteOutcome::kRevised);
+  EXPECT_EQ((*r)[2].outcome, WriteOutcome::kRevised);  // The live label had no client_time.
+  r = store_->CommitAnnotations({timed_equal});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].outcome, WriteOutcome::kRevised);  // Newer than t - 1h.
+  timed_old.label = 2;
+  r = store_->CommitAnnotations({timed_old});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].outcome, WriteOutcome::kStale);  // Older than t.
+  timed_equal.label = 0;
+  r = store_->CommitAnnotations({timed_equal});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].outcome, WriteOutcome::kRevised);  // As old as the live label: it wins.
+  r = store_->CommitAnnotations({untimed});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].outcome, WriteOutcome::kRevised);
+  absl::StatusOr<std::vector<LiveAnnotation>> live = store_->LoadLiveAnnotations(project_id_);
+  ASSERT_THAT(live, IsOk());
+  ASSERT_EQ(live->size(), 1u);
+  EXPECT_EQ((*live)[0].label, 2);
+  EXPECT_EQ(History(0, 0).size(), 6u);  // Every version but the live one, the stale included.
+}
+
+// In one call, a stale write after a newer label of a pair the call itself creates.
+TEST_F(AnnotationStoreTest, StaleWithinOneCallOnANewPair) {
+  const absl::Time t = absl::FromUnixSeconds(1700000000);
+  AnnotationWrite newer = Write("n", "a", 1);
+  newer.client_time = t;
+  AnnotationWrite older = Write("n", "a", 2);
+  older.client_time = t - absl::Seconds(5);
+  absl::StatusOr<std::vector<WriteResult>> r = store_->CommitAnnotations({newer, older});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].outcome, WriteOutcome::kAccepted);
+  EXPECT_EQ((*r)[1].outcome, WriteOutcome::kStale);
+  EXPECT_EQ((*r)[1].seq, (*r)[0].seq);
+  EXPECT_EQ((*r)[1].label, 1);
+  absl::StatusOr<std::vector<LiveAnnotation>> live = store_->LoadLiveAnnotations(project_id_);
+  ASSERT_THAT(live, IsOk());
+  ASSERT_EQ(live->size(), 1u);
+  EXPECT_EQ((*live)[0].label, 1);
+  ASSERT_EQ(History(0, 0).size(), 1u);
+  EXPECT_EQ(std::get<0>(History(0, 0)[0]), 2);
+}
+
 TEST_F(AnnotationStoreTest, SamePairSeveralTimesInOneCallAppliesInOrder) {
   absl::StatusOr<std::vector<WriteResult>> results = store_->CommitAnnotations(
       {Write("i", "a", 1), Write("i", "a", 1), Write("i", "a", 2),

@@ -136,6 +136,12 @@ void ConnectionPool::DiscardIdle() {
   }
 }
 
+void ConnectionPool::SetAfterCommitHookForTesting(AfterCommitHook hook) {
+  absl::MutexLock lock(&mutex_);
+  after_commit_hook_ =
+      hook ? std::make_shared<const AfterCommitHook>(std::move(hook)) : nullptr;
+}
+
 absl::Status ConnectionPool::RunInTransaction(
     absl::string_view what,
     const std::function<absl::Status(pqxx::work&)>& fn, After after) {
@@ -158,6 +164,12 @@ absl::Status ConnectionPool::RunInTransaction(
       if (!status.ok()) return status;
       commit_sent = true;
       txn.commit();
+      std::shared_ptr<const AfterCommitHook> hook;
+      {
+        absl::MutexLock lock(&mutex_);
+        hook = after_commit_hook_;
+      }
+      if (hook != nullptr) (*hook)(**connection);
       return absl::OkStatus();
     } catch (...) {
       status = StatusFromCurrentException(what);

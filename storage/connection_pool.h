@@ -136,6 +136,16 @@ class ConnectionPool {
   // Connections handed out (or being opened) right now; for metrics.
   int in_use_connections() const;
 
+  // Test-only fault injection. `hook` (empty: none) runs with the connection
+  // right after each successful COMMIT of RunInTransaction/WithTransaction,
+  // and whatever it throws is handled as if COMMIT had thrown it: throwing
+  // pqxx::broken_connection models a connection lost after the server
+  // committed, so the caller gets UNAVAILABLE (outcome unknown) although the
+  // transaction is durable. May be set at any time; a transaction uses the
+  // hook set when its COMMIT returned.
+  using AfterCommitHook = std::function<void(pqxx::connection&)>;
+  void SetAfterCommitHookForTesting(AfterCommitHook hook);
+
  private:
   friend class PooledConnection;
   explicit ConnectionPool(Options options) : options_(std::move(options)) {}
@@ -151,6 +161,8 @@ class ConnectionPool {
   std::vector<std::unique_ptr<pqxx::connection>> idle_ ABSL_GUARDED_BY(mutex_);
   // Connections handed out or being opened; idle_.size() + in_use_ <= size.
   int in_use_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::shared_ptr<const AfterCommitHook> after_commit_hook_
+      ABSL_GUARDED_BY(mutex_);  // Null: none (the normal case).
 };
 
 template <typename F>

@@ -91,12 +91,12 @@ TEST_F(CliEndToEndTest, TourOnBluebirdsBeatsMajorityVote) {
 
   CliResult submitted = Run({"submit", "--project=birds", "--csv=" + bluebirds_ + "/labels.csv"});
   ASSERT_EQ(submitted.code, 0) << submitted.err;
-  EXPECT_THAT(submitted.out, HasSubstr("accepted=4212 duplicate=0 revised=0 rejected=0"));
+  EXPECT_THAT(submitted.out, HasSubstr("accepted=4212 duplicate=0 revised=0 stale=0 rejected=0"));
 
   // Resending the same file changes nothing.
   CliResult again = Run({"submit", "--project=birds", "--csv=" + bluebirds_ + "/labels.csv"});
   ASSERT_EQ(again.code, 0) << again.err;
-  EXPECT_THAT(again.out, HasSubstr("accepted=0 duplicate=4212 revised=0 rejected=0"));
+  EXPECT_THAT(again.out, HasSubstr("accepted=0 duplicate=4212 revised=0 stale=0 rejected=0"));
 
   ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
   CliResult status = Run({"status", "--project=birds"});
@@ -167,7 +167,7 @@ TEST_F(CliEndToEndTest, ExportsASmallProjectAsJsonLinesAndCsv) {
   std::ofstream(labels) << "item,annotator,label\ni1,a,cat\ni1,b,cat\ni2,a,dog\ni3,b,dog\ni3,c,dog\n";
   CliResult submitted = Run({"submit", "--project=pets", "--csv=" + labels});
   ASSERT_EQ(submitted.code, 0) << submitted.err;
-  EXPECT_EQ(submitted.out, "accepted=5 duplicate=0 revised=0 rejected=0\n");
+  EXPECT_EQ(submitted.out, "accepted=5 duplicate=0 revised=0 stale=0 rejected=0\n");
 
   CliResult exported = Run({"export", "--project=pets", "--format=jsonl", "--page_size=2"});
   ASSERT_EQ(exported.code, 0) << exported.err;
@@ -275,7 +275,7 @@ TEST_F(CliAuthEndToEndTest, ReaderKeyQueriesButCannotSubmitAndStopsWorkingOnceRe
   ASSERT_EQ(RunVerity({"project", "create", "Q", "--classes=cat,dog"}, admin_key).code, 0);
   CliResult submitted = RunVerity({"submit", "--project=P", "--csv=" + labels}, admin_key);
   ASSERT_EQ(submitted.code, 0) << submitted.err;
-  EXPECT_EQ(submitted.out, "accepted=3 duplicate=0 revised=0 rejected=0\n");
+  EXPECT_EQ(submitted.out, "accepted=3 duplicate=0 revised=0 stale=0 rejected=0\n");
 
   CliResult created =
       RunVerity({"key", "create", "--role=reader", "--projects=P", "--name=dashboard"}, admin_key);

@@ -578,6 +578,42 @@ TEST_F(EndToEndTest, InvalidAnnotationsAreRejectedInTheAckWhileTheRestIsAccepted
   EXPECT_EQ(acks[0].accepted(), 0);
 }
 
+// A late retry of an older label (by client_time) is acked stale over gRPC, and GetPosteriors
+// keeps serving the newer label.
+TEST_F(EndToEndTest, ALateOlderLabelIsAckedStaleAndNotServed) {
+  ASSERT_TRUE(CreateProject("late", {"no", "yes"}).ok());
+  auto batch = [](uint64_t id, int label, int64_t client_seconds) {
+    v1::AnnotationBatch b;
+    b.set_batch_id(id);
+    b.set_project("late");
+    v1::Annotation* a = b.add_annotations();
+    a->set_item("i");
+    a->set_annotator("w");
+    a->set_label(label);
+    a->mutable_client_time()->set_seconds(client_seconds);
+    return b;
+  };
+  std::vector<v1::BatchAck> acks = Submit({batch(1, 1, 1700000600)});
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].accepted(), 1);
+  acks = Submit({batch(2, 0, 1700000000)});
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].error_code(), 0);
+  EXPECT_EQ(acks[0].stale(), 1);
+  EXPECT_EQ(acks[0].revised(), 0);
+
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::GetPosteriorsRequest request;
+  request.set_project("late");
+  request.add_items("i");
+  v1::GetPosteriorsResponse response;
+  ASSERT_TRUE(truth_->GetPosteriors(&context, request, &response).ok());
+  ASSERT_EQ(response.posteriors_size(), 1);
+  EXPECT_EQ(response.posteriors(0).num_labels(), 1);
+  EXPECT_EQ(response.posteriors(0).map_label(), 1);
+}
+
 TEST_F(EndToEndTest, OversizedBatchIsRefusedWhole) {
   ASSERT_TRUE(CreateProject("big-batch", {"no", "yes"}).ok());
   v1::AnnotationBatch batch;

@@ -147,6 +147,10 @@ absl::Status ValidateTimestamp(absl::string_view field, const google::protobuf::
   if (t.nanos() < 0 || t.nanos() > 999999999) {
     return Invalid(field, absl::StrCat("nanos ", t.nanos(), " outside [0, 999999999]"));
   }
+  if (t.seconds() == ApiLimits::kMaxTimestampSeconds &&
+      t.nanos() > ApiLimits::kMaxNanosAtMaxTimestampSeconds) {
+    return Invalid(field, absl::StrCat("nanos ", t.nanos(), " after 9999-12-31T23:59:59.999999Z"));
+  }
   return absl::OkStatus();
 }
 

@@ -31,10 +31,12 @@ struct ApiLimits {
   static constexpr int kDefaultPageSize = 1000;
   // gRPC message size limit the server enforces (bytes).
   static constexpr int kMaxMessageBytes = 16 << 20;
-  // google.protobuf.Timestamp's documented range, 0001-01-01T00:00:00Z to
-  // 9999-12-31T23:59:59Z (PostgreSQL's timestamptz holds all of it).
+  // Timestamps: google.protobuf.Timestamp's documented range, 0001-01-01T00:00:00Z to
+  // 9999-12-31T23:59:59.999999Z, whose last second ends at its last microsecond: the store
+  // keeps microseconds and refuses later instants (storage::ClientTimeInStoreRange).
   static constexpr int64_t kMinTimestampSeconds = -62135596800;
   static constexpr int64_t kMaxTimestampSeconds = 253402300799;
+  static constexpr int32_t kMaxNanosAtMaxTimestampSeconds = 999999000;
 };
 
 // Item and annotator ids: 1-256 bytes of printable ASCII (0x21-0x7e), no spaces.
@@ -52,7 +54,7 @@ absl::Status ValidateSettings(const v1::ProjectSettings& settings);
 absl::Status ValidateFeatures(absl::string_view field, absl::Span<const float> features,
                               int32_t dim);
 
-// A timestamp within google.protobuf.Timestamp's documented range, nanos in [0, 1e9).
+// A timestamp within [0001-01-01T00:00:00Z, 9999-12-31T23:59:59.999999Z], nanos in [0, 1e9).
 absl::Status ValidateTimestamp(absl::string_view field, const google::protobuf::Timestamp& t);
 
 // One annotation of a batch for a project with `num_classes` classes. `field` prefixes the

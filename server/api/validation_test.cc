@@ -7,7 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/time/time.h"
 #include "common/status_matchers.h"
+#include "storage/client_time_range.h"
 
 namespace verity::server {
 namespace {
@@ -106,7 +108,7 @@ TEST(ValidateAnnotationTest, ChecksClientTimeRange) {
   a.set_annotator("w1");
   a.set_label(0);
   a.mutable_client_time()->set_seconds(ApiLimits::kMaxTimestampSeconds);
-  a.mutable_client_time()->set_nanos(999999999);
+  a.mutable_client_time()->set_nanos(999999000);
   EXPECT_THAT(ValidateAnnotation("annotations[0]", a, 2), IsOk());
   a.mutable_client_time()->set_seconds(ApiLimits::kMinTimestampSeconds);
   a.mutable_client_time()->set_nanos(0);
@@ -126,6 +128,36 @@ TEST(ValidateAnnotationTest, ChecksClientTimeRange) {
   a.mutable_client_time()->set_nanos(1000000000);
   EXPECT_THAT(ValidateAnnotation("annotations[0]", a, 2),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client_time: nanos")));
+}
+
+// The store keeps microseconds and refuses instants after 9999-12-31T23:59:59.999999; a
+// client_time it refused used to pass validation and fail the whole group commit.
+TEST(ValidateAnnotationTest, ClientTimeAtTheEndOfTheRangeIsAcceptedIffTheStoreAcceptsIt) {
+  v1::Annotation a;
+  a.set_item("i1");
+  a.set_annotator("w1");
+  a.set_label(0);
+  for (int32_t nanos : {999999000, 999999001, 999999999}) {
+    a.mutable_client_time()->set_seconds(ApiLimits::kMaxTimestampSeconds);
+    a.mutable_client_time()->set_nanos(nanos);
+    const bool stored = storage::ClientTimeInStoreRange(
+        absl::FromUnixSeconds(ApiLimits::kMaxTimestampSeconds) + absl::Nanoseconds(nanos));
+    EXPECT_EQ(stored, nanos == 999999000) << nanos;
+    if (stored) {
+      EXPECT_THAT(ValidateAnnotation("annotations[2]", a, 2), IsOk()) << nanos;
+    } else {
+      EXPECT_THAT(ValidateAnnotation("annotations[2]", a, 2),
+                  StatusIs(absl::StatusCode::kInvalidArgument,
+                           HasSubstr("annotations[2].client_time: nanos")))
+          << nanos;
+    }
+  }
+  // The other end: the first instant of year 1 is stored, nothing before it validates.
+  a.mutable_client_time()->set_seconds(ApiLimits::kMinTimestampSeconds);
+  a.mutable_client_time()->set_nanos(0);
+  EXPECT_TRUE(storage::ClientTimeInStoreRange(
+      absl::FromUnixSeconds(ApiLimits::kMinTimestampSeconds)));
+  EXPECT_THAT(ValidateAnnotation("annotations[2]", a, 2), IsOk());
 }
 
 TEST(ValidateSettingsTest, NamesEachAssignmentField) {

@@ -6,8 +6,10 @@
 #include <iterator>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
 
 namespace verity::server {
 
@@ -18,11 +20,16 @@ struct IngestPipeline::Metrics {
         accepted(annotations(registry).WithLabels({"accepted"})),
         duplicate(annotations(registry).WithLabels({"duplicate"})),
         revised(annotations(registry).WithLabels({"revised"})),
+        stale(annotations(registry).WithLabels({"stale"})),
         refused_queue_full(refused(registry).WithLabels({"queue_full"})),
         refused_shutting_down(refused(registry).WithLabels({"shutting_down"})),
-        commit_failures(registry.AddCounter("verity_ingest_commit_failures_total",
-                                            "Group-commit transactions that failed (every batch "
-                                            "in the group is failed).").Get()),
+        commit_failures(registry.AddCounter(
+            "verity_ingest_commit_failures_total",
+            "Group-commit transactions that failed. A group of several batches that failed for "
+            "another reason than UNAVAILABLE is then committed batch by batch "
+            "(verity_ingest_isolated_batches_total).").Get()),
+        isolated_committed(isolated(registry).WithLabels({"committed"})),
+        isolated_refused(isolated(registry).WithLabels({"refused"})),
         queued_annotations(registry.AddGauge("verity_ingest_queue_annotations",
                                              "Annotations queued, waiting for a commit.").Get()),
         queued_batches(registry.AddGauge("verity_ingest_queue_batches",
@@ -38,8 +45,16 @@ struct IngestPipeline::Metrics {
   static MetricFamily<Counter>& annotations(MetricsRegistry& registry) {
     return registry.AddCounter("verity_ingest_annotations_total",
                                "Annotations committed, by outcome (accepted: a first label, "
-                               "duplicate: same as the live label, revised: replaced it).",
+                               "duplicate: same as the live label, revised: replaced it, "
+                               "stale: older client_time than the live label, history only).",
                                {"outcome"});
+  }
+  static MetricFamily<Counter>& isolated(MetricsRegistry& registry) {
+    return registry.AddCounter("verity_ingest_isolated_batches_total",
+                               "Batches committed in a transaction of their own after their "
+                               "group's transaction failed, by result (committed, or refused "
+                               "with their own error).",
+                               {"result"});
   }
   static MetricFamily<Counter>& refused(MetricsRegistry& registry) {
     return registry.AddCounter("verity_ingest_refused_batches_total",
@@ -50,9 +65,12 @@ struct IngestPipeline::Metrics {
   Counter& accepted;
   Counter& duplicate;
   Counter& revised;
+  Counter& stale;
   Counter& refused_queue_full;
   Counter& refused_shutting_down;
   Counter& commit_failures;
+  Counter& isolated_committed;
+  Counter& isolated_refused;
   Gauge& queued_annotations;
   Gauge& queued_batches;
   Histogram& commit_seconds;
@@ -178,89 +196,118 @@ void IngestPipeline::PublishLoop() {
 }
 
 IngestPipeline::CommittedGroup IngestPipeline::CommitGroup(std::vector<Pending> group) {
-  CommittedGroup committed;
-  // The group's writes move into one array; each batch keeps its size.
+  // The group's writes move into one array; batch b's are all[offsets[b], offsets[b + 1]).
   std::vector<storage::AnnotationWrite> all;
-  size_t total = 0;
-  for (const Pending& p : group) total += p.writes.size();
-  all.reserve(total);
-  committed.sizes.reserve(group.size());
-  // What the live projects already know, so that the store reads back only what they do not.
-  storage::WriteHints hints;
-  hints.writes.reserve(total);
+  std::vector<size_t> offsets = {0};
+  for (const Pending& p : group) offsets.push_back(offsets.back() + p.writes.size());
+  all.reserve(offsets.back());
   for (Pending& p : group) {
-    committed.sizes.push_back(p.writes.size());
-    storage::WriteHints known = p.project->IngestHints(p.writes);
-    hints.writes.insert(hints.writes.end(), known.writes.begin(), known.writes.end());
-    hints.projects.insert(hints.projects.end(), known.projects.begin(), known.projects.end());
     std::move(p.writes.begin(), p.writes.end(), std::back_inserter(all));
     p.writes.clear();
   }
 
-  const absl::Time commit_start = absl::Now();
-  committed.results = store_.CommitAnnotations(all, &hints);
-  if (metrics_) metrics_->commit_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - commit_start));
-  if (committed.results.ok()) {
-    // Register the ids and labels now: the next group's hints must include them.
-    size_t offset = 0;
-    std::vector<CommittedLabel> labels;
+  CommittedGroup committed;
+  committed.results.reserve(group.size());
+  Result together = CommitBatches(group, all, offsets, 0, group.size(), committed);
+  if (together.ok() || group.size() == 1 || absl::IsUnavailable(together.status())) {
+    // Every batch shares the outcome. UNAVAILABLE (PostgreSQL unreachable, or the outcome of
+    // COMMIT unknown) is not isolated: each batch alone would fail the same way.
+    if (!together.ok() && metrics_) metrics_->commit_failures.Increment();
     for (size_t b = 0; b < group.size(); ++b) {
-      const size_t n = committed.sizes[b];
-      labels.clear();
-      labels.reserve(n);
-      for (size_t i = offset; i < offset + n; ++i) {
-        const storage::WriteResult& r = (*committed.results)[i];
-        const storage::AnnotationWrite& w = all[i];
-        labels.push_back({r.item_index, w.item_id, r.annotator_index, w.annotator_id, w.label,
-                          r.seq, r.outcome != storage::WriteOutcome::kDuplicate});
+      if (!together.ok()) {
+        committed.results.push_back(together.status());
+        continue;
       }
-      std::vector<int32_t> touched = group[b].project->RegisterCommitted(labels);
-      auto it = std::find_if(committed.touched.begin(), committed.touched.end(),
-                             [&](const auto& t) { return t.first == group[b].project; });
-      if (it == committed.touched.end()) {
-        committed.touched.emplace_back(group[b].project, std::move(touched));
-      } else {
-        it->second.insert(it->second.end(), touched.begin(), touched.end());
-      }
-      offset += n;
+      committed.results.push_back(std::vector<storage::WriteResult>(
+          together->begin() + offsets[b], together->begin() + offsets[b + 1]));
     }
-  } else if (metrics_) {
-    metrics_->commit_failures.Increment();
+  } else {
+    // The transaction failed for a reason that may belong to one batch (a value the store
+    // refuses): commit each batch on its own, in order, so that only the guilty one fails.
+    if (metrics_) metrics_->commit_failures.Increment();
+    for (size_t b = 0; b < group.size(); ++b) {
+      if (b > 0 && absl::IsUnavailable(committed.results.back().status())) {
+        committed.results.push_back(committed.results.back().status());
+        continue;
+      }
+      committed.results.push_back(CommitBatches(group, all, offsets, b, b + 1, committed));
+      if (metrics_) {
+        (committed.results.back().ok() ? metrics_->isolated_committed
+                                       : metrics_->isolated_refused)
+            .Increment();
+      }
+    }
   }
   committed.batches = std::move(group);
   return committed;
 }
 
-void IngestPipeline::PublishGroup(CommittedGroup& group) {
-  if (!group.results.ok()) {
-    for (Pending& p : group.batches) p.done.set_value(group.results.status());
-    return;
+IngestPipeline::Result IngestPipeline::CommitBatches(
+    const std::vector<Pending>& group, const std::vector<storage::AnnotationWrite>& all,
+    const std::vector<size_t>& offsets, size_t first, size_t last, CommittedGroup& committed) {
+  const absl::Span<const storage::AnnotationWrite> writes =
+      absl::MakeConstSpan(all).subspan(offsets[first], offsets[last] - offsets[first]);
+  // What the live projects already know, so that the store reads back only what they do not.
+  storage::WriteHints hints;
+  hints.writes.reserve(writes.size());
+  for (size_t b = first; b < last; ++b) {
+    storage::WriteHints known = group[b].project->IngestHints(
+        absl::MakeConstSpan(all).subspan(offsets[b], offsets[b + 1] - offsets[b]));
+    hints.writes.insert(hints.writes.end(), known.writes.begin(), known.writes.end());
+    hints.projects.insert(hints.projects.end(), known.projects.begin(), known.projects.end());
   }
+
+  const absl::Time commit_start = absl::Now();
+  Result results = store_.CommitAnnotations(writes, &hints);
+  if (metrics_) metrics_->commit_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - commit_start));
+  if (!results.ok()) return results;
+
+  // Register the ids and labels now: the next transaction's hints must include them.
+  std::vector<CommittedLabel> labels;
+  for (size_t b = first; b < last; ++b) {
+    labels.clear();
+    labels.reserve(offsets[b + 1] - offsets[b]);
+    for (size_t i = offsets[b]; i < offsets[b + 1]; ++i) {
+      const storage::WriteResult& r = (*results)[i - offsets[first]];
+      const storage::AnnotationWrite& w = all[i];
+      // The live label after the write (for a stale write, the newer one the store kept).
+      const bool changed = r.outcome == storage::WriteOutcome::kAccepted ||
+                           r.outcome == storage::WriteOutcome::kRevised;
+      labels.push_back({r.item_index, w.item_id, r.annotator_index, w.annotator_id, r.label,
+                        r.seq, changed});
+    }
+    std::vector<int32_t> touched = group[b].project->RegisterCommitted(labels);
+    auto it = std::find_if(committed.touched.begin(), committed.touched.end(),
+                           [&](const auto& t) { return t.first == group[b].project; });
+    if (it == committed.touched.end()) {
+      committed.touched.emplace_back(group[b].project, std::move(touched));
+    } else {
+      it->second.insert(it->second.end(), touched.begin(), touched.end());
+    }
+  }
+  return results;
+}
+
+void IngestPipeline::PublishGroup(CommittedGroup& group) {
   for (auto& [project, touched] : group.touched) {
     std::sort(touched.begin(), touched.end());
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
     project->PublishCommitted(touched);
   }
-  const std::vector<storage::WriteResult>& results = *group.results;
-  size_t offset = 0;
   for (size_t b = 0; b < group.batches.size(); ++b) {
     Pending& p = group.batches[b];
-    const size_t n = group.sizes[b];
-    if (metrics_) RecordCommitted(p, results, offset, n);
-    p.done.set_value(std::vector<storage::WriteResult>(results.begin() + offset,
-                                                       results.begin() + offset + n));
-    offset += n;
+    if (metrics_ && group.results[b].ok()) RecordCommitted(p, *group.results[b]);
+    p.done.set_value(std::move(group.results[b]));
   }
 }
 
 void IngestPipeline::RecordCommitted(const Pending& batch,
-                                     const std::vector<storage::WriteResult>& results,
-                                     size_t offset, size_t n) {
+                                     const std::vector<storage::WriteResult>& results) {
   metrics_->freshness_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - batch.queued_at));
   metrics_->batches.Increment();
-  int64_t accepted = 0, duplicate = 0, revised = 0;
-  for (size_t i = offset; i < offset + n; ++i) {
-    switch (results[i].outcome) {
+  int64_t accepted = 0, duplicate = 0, revised = 0, stale = 0;
+  for (const storage::WriteResult& r : results) {
+    switch (r.outcome) {
       case storage::WriteOutcome::kAccepted:
         ++accepted;
         break;
@@ -270,11 +317,15 @@ void IngestPipeline::RecordCommitted(const Pending& batch,
       case storage::WriteOutcome::kRevised:
         ++revised;
         break;
+      case storage::WriteOutcome::kStale:
+        ++stale;
+        break;
     }
   }
   metrics_->accepted.Increment(static_cast<double>(accepted));
   metrics_->duplicate.Increment(static_cast<double>(duplicate));
   metrics_->revised.Increment(static_cast<double>(revised));
+  metrics_->stale.Increment(static_cast<double>(stale));
 }
 
 }  // namespace verity::server

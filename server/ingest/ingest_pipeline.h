@@ -9,12 +9,20 @@
 // sent on a fulfilled future is durable, and a query made after it sees the label. Groups are
 // published in commit order.
 //
+// Failure isolation: one batch must not fail the other batches of its group. When a group of
+// several batches fails with an error other than UNAVAILABLE (e.g. a value the store refuses),
+// each of its batches is committed in a transaction of its own, in queue order; a batch that
+// still fails gets its own error, the others commit. UNAVAILABLE (PostgreSQL unreachable, or
+// the connection broke during COMMIT so the outcome is unknown) fails every batch of the group
+// as it stands: a transaction per batch would fail the same way.
+//
 // Back-pressure: at most Options::max_queued_annotations wait at once; Submit() answers
 // RESOURCE_EXHAUSTED (retryable) beyond that rather than growing without bound.
 //
 // Metrics (when given a registry): batches and annotations committed (by outcome), batches
-// refused, the queue's depth, the commit transaction's duration, and posterior freshness — the
-// time from Submit() to the batch's labels being in the served posteriors.
+// refused, failed group transactions and the batches then committed alone (by result), the
+// queue's depth, the commit transaction's duration, and posterior freshness — the time from
+// Submit() to the batch's labels being in the served posteriors.
 //
 // Thread-safety: Submit() may be called from any thread. Shutdown() drains the queue (every
 // queued batch is committed or failed, and published) and joins both threads; Submit() after
@@ -58,7 +66,8 @@ class IngestPipeline {
 
   // Queues `writes` (all for `project`, already validated). The future yields one WriteResult
   // per write, in order, after COMMIT and after the project's posteriors include them; or the
-  // error of the transaction (nothing of the batch written).
+  // error of the batch's transaction: nothing of the batch written, or, for UNAVAILABLE,
+  // maybe written (the outcome of COMMIT unknown: resend).
   std::future<Result> Submit(std::shared_ptr<LiveProject> project,
                              std::vector<storage::AnnotationWrite> writes)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -73,11 +82,10 @@ class IngestPipeline {
     absl::Time queued_at;
   };
 
-  // A group after its transaction, waiting for the publisher.
+  // A group after its transaction(s), waiting for the publisher.
   struct CommittedGroup {
     std::vector<Pending> batches;
-    std::vector<size_t> sizes;  // Writes per batch (their results follow each other).
-    Result results;             // The transaction's; an error fails every batch.
+    std::vector<Result> results;  // One per batch: its write results or its error.
     // Each project of the group, with the items whose posteriors changed.
     std::vector<std::pair<std::shared_ptr<LiveProject>, std::vector<int32_t>>> touched;
   };
@@ -87,11 +95,17 @@ class IngestPipeline {
 
   void CommitLoop();
   CommittedGroup CommitGroup(std::vector<Pending> group);
+  // Commits batches [first, last) of `group`, whose writes are all[offsets[first],
+  // offsets[last]), in one transaction; on success registers them with their projects and
+  // adds the touched items to `committed`. Returns the transaction's results or error.
+  Result CommitBatches(const std::vector<Pending>& group,
+                       const std::vector<storage::AnnotationWrite>& all,
+                       const std::vector<size_t>& offsets, size_t first, size_t last,
+                       CommittedGroup& committed);
   void PublishLoop();
   void PublishGroup(CommittedGroup& group);
-  // Counts one committed batch, whose `n` results start at results[offset]. Requires metrics_.
-  void RecordCommitted(const Pending& batch, const std::vector<storage::WriteResult>& results,
-                       size_t offset, size_t n);
+  // Counts one committed batch. Requires metrics_.
+  void RecordCommitted(const Pending& batch, const std::vector<storage::WriteResult>& results);
 
   storage::AnnotationStore& store_;
   const Options options_;

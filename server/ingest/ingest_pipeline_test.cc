@@ -1,5 +1,6 @@
 #include "server/ingest/ingest_pipeline.h"
 
+#include <atomic>
 #include <future>
 #include <memory>
 #include <string>
@@ -8,8 +9,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pqxx/except"
+#include "pqxx/result"
+#include "pqxx/transaction"
+#include "server/observability/metrics.h"
 #include "server/state/live_project.h"
 #include "storage/annotation_store.h"
 #include "storage/project_store.h"
@@ -18,6 +26,7 @@
 namespace verity::server {
 namespace {
 
+using ::testing::HasSubstr;
 using ::verity::testing::IsOk;
 using ::verity::testing::IsOkAndHolds;
 using ::verity::testing::StatusIs;
@@ -27,26 +36,37 @@ class IngestPipelineTest : public storage::testing::PostgresTest {
   void SetUp() override {
     PostgresTest::SetUp();
     store_ = std::make_unique<storage::AnnotationStore>(&pool());
+    ASSERT_NO_FATAL_FAILURE(project_ = NewProject("p"));
+  }
+
+  // A new two-class project, in the database and live.
+  std::shared_ptr<LiveProject> NewProject(const std::string& name) {
     storage::ProjectStore projects(&pool());
     storage::ProjectRecord record;
-    record.name = "p";
+    record.name = name;
     record.classes = {"no", "yes"};
     absl::StatusOr<storage::ProjectRecord> created = projects.CreateProject(record);
-    ASSERT_THAT(created, IsOk());
+    EXPECT_THAT(created, IsOk());
+    if (!created.ok()) return nullptr;
     LiveProject::Identity identity;
     identity.project_id = created->project_id;
-    identity.name = "p";
+    identity.name = name;
     identity.classes = record.classes;
     absl::StatusOr<std::unique_ptr<LiveProject>> live =
         LiveProject::Create(identity, v1::ProjectSettings(), {});
-    ASSERT_THAT(live, IsOk());
-    project_ = std::move(*live);
+    EXPECT_THAT(live, IsOk());
+    if (!live.ok()) return nullptr;
+    return std::move(*live);
   }
 
   storage::AnnotationWrite Write(const std::string& item, const std::string& annotator,
                                  int32_t label) const {
+    return WriteTo(*project_, item, annotator, label);
+  }
+  static storage::AnnotationWrite WriteTo(const LiveProject& project, const std::string& item,
+                                          const std::string& annotator, int32_t label) {
     storage::AnnotationWrite w;
-    w.project_id = project_->identity().project_id;
+    w.project_id = project.identity().project_id;
     w.item_id = item;
     w.annotator_id = annotator;
     w.label = label;
@@ -54,9 +74,10 @@ class IngestPipelineTest : public storage::testing::PostgresTest {
   }
 
   // Labels of `item` in the served posteriors (0 for an item not served yet).
-  int32_t ServedLabels(const std::string& item) const {
-    std::optional<int32_t> index = project_->FindItem(item);
-    std::shared_ptr<const ProjectSnapshot> snapshot = project_->snapshot();
+  int32_t ServedLabels(const std::string& item) const { return ServedLabelsOf(*project_, item); }
+  static int32_t ServedLabelsOf(const LiveProject& project, const std::string& item) {
+    std::optional<int32_t> index = project.FindItem(item);
+    std::shared_ptr<const ProjectSnapshot> snapshot = project.snapshot();
     if (!index.has_value() || *index >= snapshot->posteriors.num_items()) return 0;
     return snapshot->posteriors.num_labels(*index);
   }
@@ -121,6 +142,178 @@ TEST_F(IngestPipelineTest, AFailedGroupFailsItsBatchesAndTheNextGroupCommits) {
   EXPECT_EQ((*result)[0].outcome, storage::WriteOutcome::kAccepted);
   EXPECT_EQ((*result)[0].item_index, 0);
   EXPECT_EQ(ServedLabels("i"), 1);
+}
+
+// Holds the row lock of a project (as a concurrent writer would) from Lock() until Release(),
+// so that the committer's next transaction on that project waits and the batches submitted
+// meanwhile queue up for one group.
+class ProjectLockHolder {
+ public:
+  ProjectLockHolder(storage::ConnectionPool& pool, int64_t project_id)
+      : thread_([this, &pool, project_id] {
+          status_ = pool.RunInTransaction("holding a project lock", [&](pqxx::work& txn) {
+            txn.exec_params("SELECT 1 FROM projects WHERE project_id = $1 FOR UPDATE",
+                            project_id);
+            locked_.Notify();
+            release_.WaitForNotification();
+            return absl::OkStatus();
+          });
+          // Also when the lock could not be taken (only this thread notifies locked_).
+          if (!locked_.HasBeenNotified()) locked_.Notify();
+        }) {}
+  ~ProjectLockHolder() { Release(); }
+
+  void WaitLocked() { locked_.WaitForNotification(); }
+  absl::Status Release() {
+    if (!release_.HasBeenNotified()) release_.Notify();
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+
+ private:
+  absl::Notification locked_, release_;
+  absl::Status status_;
+  std::thread thread_;
+};
+
+// A batch the store refuses (a client_time past 9999-12-31T23:59:59.999999, which validation
+// lets through no more) used to fail every batch of every stream in its group. Now only that
+// batch is refused; the others of its group commit on their own, in order.
+TEST_F(IngestPipelineTest, ABatchTheStoreRefusesFailsAloneInItsGroup) {
+  std::shared_ptr<LiveProject> other;
+  ASSERT_NO_FATAL_FAILURE(other = NewProject("q"));
+  MetricsRegistry metrics;
+  IngestPipeline pipeline(*store_, IngestPipeline::Options(), &metrics);
+
+  // The committer waits on the lock with the first batch (or with a prefix of the batches
+  // submitted below) while the rest queue: the poison batch shares its group with good ones
+  // of both streams, whichever way the committer's wake-up falls.
+  ProjectLockHolder lock(pool(), project_->identity().project_id);
+  lock.WaitLocked();
+  std::vector<std::future<IngestPipeline::Result>> good;  // Stream 1, project p.
+  std::vector<std::future<IngestPipeline::Result>> other_good;  // Stream 2, project q.
+  good.push_back(pipeline.Submit(project_, {Write("i0", "a", 0)}));
+  other_good.push_back(pipeline.Submit(other, {WriteTo(*other, "j0", "b", 1)}));
+  storage::AnnotationWrite poison = WriteTo(*other, "j1", "b", 1);
+  poison.client_time = absl::FromUnixSeconds(253402300799) + absl::Nanoseconds(999999001);
+  std::future<IngestPipeline::Result> refused =
+      pipeline.Submit(other, {WriteTo(*other, "j2", "b", 0), poison});
+  for (int b = 1; b < 4; ++b) {
+    good.push_back(pipeline.Submit(project_, {Write(absl::StrCat("i", b), "a", b % 2)}));
+  }
+  other_good.push_back(pipeline.Submit(other, {WriteTo(*other, "j3", "b", 0)}));
+  ASSERT_THAT(lock.Release(), IsOk());
+
+  for (size_t b = 0; b < good.size(); ++b) {
+    IngestPipeline::Result result = good[b].get();
+    ASSERT_THAT(result, IsOk()) << "batch " << b;
+    EXPECT_EQ((*result)[0].outcome, storage::WriteOutcome::kAccepted);
+    EXPECT_EQ(ServedLabels(absl::StrCat("i", b)), 1);
+  }
+  for (size_t b = 0; b < other_good.size(); ++b) {
+    IngestPipeline::Result result = other_good[b].get();
+    ASSERT_THAT(result, IsOk()) << "batch " << b;
+    EXPECT_EQ((*result)[0].outcome, storage::WriteOutcome::kAccepted);
+  }
+  EXPECT_THAT(refused.get(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("annotation #1: client_time")));
+  EXPECT_EQ(ServedLabelsOf(*other, "j0"), 1);
+  EXPECT_EQ(ServedLabelsOf(*other, "j3"), 1);
+  // Nothing of the refused batch was written, not even its valid first annotation.
+  EXPECT_EQ(ServedLabelsOf(*other, "j2"), 0);
+  EXPECT_THAT(store_->CountLiveAnnotations(other->identity().project_id), IsOkAndHolds(2));
+  EXPECT_THAT(store_->CountLiveAnnotations(project_->identity().project_id), IsOkAndHolds(4));
+  EXPECT_EQ(other->Counts().num_labels, 2);
+  EXPECT_EQ(project_->Counts().num_labels, 4);
+  EXPECT_THAT(metrics.RenderText(),
+              HasSubstr("verity_ingest_isolated_batches_total{result=\"refused\"} 1"));
+}
+
+// The connection breaks after the server committed but before the ack came back: the batch is
+// answered UNAVAILABLE (outcome unknown), and the client resends it. The store answers
+// "duplicate" (it holds the labels), and the labels must now be served: a first label of a new
+// pair, and a revision of a label the project already served.
+TEST_F(IngestPipelineTest, AResendOfABatchCommittedInDoubtIsServed) {
+  IngestPipeline pipeline(*store_, IngestPipeline::Options());
+  std::vector<storage::AnnotationWrite> first = {Write("old", "a", 0), Write("other", "c", 0)};
+  ASSERT_THAT(pipeline.Submit(project_, first).get(), IsOk());
+
+  std::atomic<int> faults{1};
+  pool().SetAfterCommitHookForTesting([&](pqxx::connection&) {
+    if (faults.fetch_sub(1) > 0) throw pqxx::broken_connection("injected: ack lost after COMMIT");
+  });
+  // A new item and annotator, a revision (0 -> 1) of a served label, and a new pair of known
+  // ids (which the hints then wrongly call unlabelled).
+  std::vector<storage::AnnotationWrite> batch = {Write("new", "b", 1), Write("old", "a", 1),
+                                                 Write("old", "c", 1)};
+  EXPECT_THAT(pipeline.Submit(project_, batch).get(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected")));
+  // Durable although refused, and not served yet: the case the resend must repair.
+  ASSERT_THAT(store_->CountLiveAnnotations(project_->identity().project_id), IsOkAndHolds(4));
+
+  IngestPipeline::Result resent = pipeline.Submit(project_, batch).get();
+  ASSERT_THAT(resent, IsOk());
+  EXPECT_EQ((*resent)[0].outcome, storage::WriteOutcome::kDuplicate);
+  EXPECT_EQ((*resent)[1].outcome, storage::WriteOutcome::kDuplicate);
+  EXPECT_EQ((*resent)[2].outcome, storage::WriteOutcome::kDuplicate);
+  EXPECT_EQ(ServedLabels("new"), 1);
+  EXPECT_EQ(ServedLabels("old"), 2);
+  EXPECT_EQ(project_->Counts().num_labels, 4);
+  ASSERT_TRUE(project_->FindItem("new").has_value());
+  ASSERT_TRUE(project_->FindAnnotator("b").has_value());
+  EXPECT_TRUE(project_->HasLabelled(*project_->FindItem("new"), *project_->FindAnnotator("b")));
+  // Only resent labels (1) on these items' live rows, so majority vote (the model before any
+  // fit) serves class 1.
+  std::shared_ptr<const ProjectSnapshot> snapshot = project_->snapshot();
+  for (const char* item : {"new", "old"}) {
+    const int32_t index = *project_->FindItem(item);
+    EXPECT_GT(snapshot->posteriors.probabilities(index)[1], 0.5) << item;
+    const int64_t seq = (*resent)[item == std::string("new") ? 0 : 2].seq;
+    EXPECT_EQ(snapshot->posteriors.newest_seq(index), seq) << item;
+  }
+}
+
+// A client that retries an old batch late must not replace a newer label: with client_time on
+// both, the older label is acked stale, kept in history, and the newer one stays served.
+TEST_F(IngestPipelineTest, ALateOlderLabelIsAckedStaleAndTheNewerOneStaysServed) {
+  IngestPipeline pipeline(*store_, IngestPipeline::Options());
+  const absl::Time t2 = absl::FromUnixSeconds(1700000000);
+  storage::AnnotationWrite newer = Write("i", "a", 1);
+  newer.client_time = t2;
+  IngestPipeline::Result first = pipeline.Submit(project_, {newer}).get();
+  ASSERT_THAT(first, IsOk());
+  ASSERT_EQ((*first)[0].outcome, storage::WriteOutcome::kAccepted);
+
+  storage::AnnotationWrite older = Write("i", "a", 0);
+  older.client_time = t2 - absl::Minutes(5);
+  IngestPipeline::Result late = pipeline.Submit(project_, {older}).get();
+  ASSERT_THAT(late, IsOk());
+  EXPECT_EQ((*late)[0].outcome, storage::WriteOutcome::kStale);
+  EXPECT_EQ((*late)[0].seq, (*first)[0].seq);
+
+  const int32_t item = *project_->FindItem("i");
+  std::shared_ptr<const ProjectSnapshot> snapshot = project_->snapshot();
+  EXPECT_GT(snapshot->posteriors.probabilities(item)[1], 0.5);
+  EXPECT_EQ(snapshot->posteriors.num_labels(item), 1);
+  EXPECT_EQ(snapshot->posteriors.newest_seq(item), (*first)[0].seq);
+  EXPECT_EQ(project_->Counts().num_labels, 1);
+  absl::StatusOr<std::vector<storage::LiveAnnotation>> live =
+      store_->LoadLiveAnnotations(project_->identity().project_id);
+  ASSERT_THAT(live, IsOk());
+  ASSERT_EQ(live->size(), 1u);
+  EXPECT_EQ((*live)[0].label, 1);
+  absl::StatusOr<std::vector<int32_t>> history = pool().WithTransaction(
+      "reading the history", [&](pqxx::work& txn) -> absl::StatusOr<std::vector<int32_t>> {
+        std::vector<int32_t> labels;
+        for (const pqxx::row& row : txn.exec_params(
+                 "SELECT label FROM annotation_history WHERE project_id = $1",
+                 project_->identity().project_id)) {
+          labels.push_back(row[0].as<int32_t>());
+        }
+        return labels;
+      });
+  ASSERT_THAT(history, IsOk());
+  EXPECT_EQ(*history, std::vector<int32_t>{0});
 }
 
 TEST_F(IngestPipelineTest, ShutdownCommitsAndPublishesEverythingQueued) {

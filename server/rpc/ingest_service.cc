@@ -37,6 +37,7 @@ void FillOutcomes(v1::BatchAck& ack, const IngestPipeline::Result& result) {
       case storage::WriteOutcome::kAccepted: ack.set_accepted(ack.accepted() + 1); break;
       case storage::WriteOutcome::kDuplicate: ack.set_duplicate(ack.duplicate() + 1); break;
       case storage::WriteOutcome::kRevised: ack.set_revised(ack.revised() + 1); break;
+      case storage::WriteOutcome::kStale: ack.set_stale(ack.stale() + 1); break;
     }
   }
 }

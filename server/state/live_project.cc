@@ -237,6 +237,16 @@ void LiveProject::EnsureAnnotator(int32_t index, absl::string_view id) {
   }
 }
 
+std::optional<int32_t> LiveProject::LiveLabel(int32_t item, int32_t annotator) const {
+  absl::Span<const models::AnnotationMatrix::Entry> row = labels_.LabelsOfItem(item);
+  auto it = std::lower_bound(row.begin(), row.end(), annotator,
+                             [](const models::AnnotationMatrix::Entry& e, int32_t a) {
+                               return e.other < a;
+                             });
+  if (it == row.end() || it->other != annotator) return std::nullopt;
+  return it->label;
+}
+
 void LiveProject::SetLabel(int32_t item, int32_t annotator, int32_t label, int64_t seq) {
   if (labels_.Set(item, annotator, label) == models::IncrementalAnnotationMatrix::SetResult::kAdded) {
     ++annotator_label_counts_[annotator];
@@ -319,7 +329,13 @@ std::vector<int32_t> LiveProject::RegisterCommitted(absl::Span<const CommittedLa
     EnsureItem(l.item_index, l.item_id);
     EnsureAnnotator(l.annotator_index, l.annotator_id);
     leases_.Release(l.item_index, l.annotator_index);
-    if (!l.changed) continue;
+    // A duplicate normally repeats what memory holds. If memory lacks it (another label, or an
+    // older seq), an earlier transaction wrote it and its outcome never reached memory (the
+    // connection broke during COMMIT, the batch was answered UNAVAILABLE and resent): apply it.
+    if (!l.changed && LiveLabel(l.item_index, l.annotator_index) == l.label &&
+        item_newest_seq_[l.item_index] >= l.seq) {
+      continue;
+    }
     SetLabel(l.item_index, l.annotator_index, l.label, l.seq);
     ++changes_since_fit_;
     touched.push_back(l.item_index);

@@ -64,7 +64,9 @@ struct CommittedLabel {
   absl::string_view annotator_id;
   int32_t label;
   int64_t seq;
-  bool changed;  // false for an acknowledged duplicate (nothing to do but register ids).
+  // false for an acknowledged duplicate: nothing to do but register ids, unless memory does
+  // not hold this label with this seq (see RegisterCommitted).
+  bool changed;
 };
 
 // An item whose gold label or existence changed (AddItems).
@@ -138,10 +140,13 @@ class LiveProject {
   // The two halves of ApplyCommitted, which the ingest pipeline runs on different threads so
   // that the posterior update of one group overlaps the next group's transaction.
   // RegisterCommitted records the ids and labels (what IngestHints and a refit read) and
-  // returns the items whose posteriors changed (ascending); PublishCommitted recomputes those
-  // items (and any item added since the last snapshot) and publishes the snapshot. Between
-  // the two, the labels are committed but not yet in the served posteriors: the pipeline acks
-  // a batch only after PublishCommitted.
+  // returns the items whose posteriors changed (ascending). A duplicate whose label (or seq)
+  // memory does not hold is applied like a new label: the database already had it from a
+  // transaction whose outcome the pipeline never learnt (the connection broke during COMMIT,
+  // the client resent). PublishCommitted recomputes those items (and any item added since
+  // the last snapshot) and publishes the snapshot. Between the two, the labels are committed
+  // but not yet in the served posteriors: the pipeline acks a batch only after
+  // PublishCommitted.
   std::vector<int32_t> RegisterCommitted(absl::Span<const CommittedLabel> labels)
       ABSL_LOCKS_EXCLUDED(mu_);
   void PublishCommitted(absl::Span<const int32_t> touched) ABSL_LOCKS_EXCLUDED(mu_);
@@ -254,6 +259,9 @@ class LiveProject {
   void Publish(std::shared_ptr<const ProjectSnapshot> snapshot) ABSL_LOCKS_EXCLUDED(snapshot_mu_);
   int32_t EnsureItem(int32_t index, absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnsureAnnotator(int32_t index, absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live label of (item, annotator), if any. Requires a registered item.
+  std::optional<int32_t> LiveLabel(int32_t item, int32_t annotator) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void SetLabel(int32_t item, int32_t annotator, int32_t label, int64_t seq)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // touched_during_fit_: adds `item` unless listed; empties the list.

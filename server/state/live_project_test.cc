@@ -1,5 +1,6 @@
 #include "server/state/live_project.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -118,11 +119,18 @@ TEST(LiveProjectTest, OnlineUpdatesEqualAFullEStepAndLeaveOldSnapshotsAlone) {
   const models::Annotation& first = crowd.annotations[0];
   const int32_t revised_label = (first.label + 1) % kClasses;
   std::string first_item = absl::StrCat("i", first.item), first_worker = absl::StrCat("w", first.annotator);
+  // A label of item 8 the project holds, resent: its stored seq is its position + 1.
+  const auto held = std::find_if(crowd.annotations.begin(), crowd.annotations.end(),
+                                 [](const models::Annotation& a) { return a.item == 8; });
+  ASSERT_NE(held, crowd.annotations.end());
+  const std::string held_worker = absl::StrCat("w", held->annotator);
+  const int64_t held_seq = held - crowd.annotations.begin() + 1;
   std::vector<CommittedLabel> batch = {
       {first.item, first_item, first.annotator, first_worker, revised_label, 10001, true},
       {7, "i7", 12, "w-new", 2, 10002, true},
       {300, "i-new", 3, "w3", 1, 10003, true},
-      {8, "i8", 0, "w0", 0, 10004, false},  // A duplicate: registers ids only.
+      // A duplicate of the held label: registers ids only.
+      {8, "i8", held->annotator, held_worker, held->label, held_seq, false},
   };
   project->ApplyCommitted(batch);
   all[0].label = revised_label;

@@ -187,6 +187,7 @@ class SubmitResult:
     accepted: int = 0    # New live labels.
     duplicate: int = 0   # Resends of the live label: no change.
     revised: int = 0     # Replaced a different live label.
+    stale: int = 0       # Older (client_time) than the live label: kept in history only.
     rejected: int = 0    # Invalid annotations; see rejections.
     rejections: list = dataclasses.field(default_factory=list)  # First max_rejections.
     retries: int = 0     # Streams reopened after a retryable failure.
@@ -653,6 +654,7 @@ class _AnnotationStreamer:
         r.accepted += ack.accepted
         r.duplicate += ack.duplicate
         r.revised += ack.revised
+        r.stale += ack.stale
         r.rejected += ack.rejected
         lo, hi = self._rows(b)
         for rejection in ack.rejections:
