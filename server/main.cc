@@ -59,7 +59,8 @@ ABSL_FLAG(int, metrics_port, 9464,
           "Port of the Prometheus metrics endpoint (GET /metrics over HTTP) and of the read-only "
           "web console (GET /); 0 = neither.");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1",
-          "Address the metrics endpoint binds (0.0.0.0 = every interface).");
+          "Address the metrics endpoint and the web console bind (0.0.0.0 = every interface). "
+          "Neither has a login: a non-loopback address is logged as event=console_exposed.");
 ABSL_FLAG(bool, log_every_rpc, false,
           "Log one event=rpc line for every RPC; by default only failed calls, unary calls over "
           "1 s and finished streams are logged.");

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/api/validation.h"
+#include "server/auth/transport_security.h"
 #include "server/observability/log.h"
 #include "server/rpc/assignment_service.h"
 #include "server/rpc/ingest_service.h"
@@ -144,6 +145,17 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
     auto metrics_http = MetricsHttpServer::Start(*server->metrics_, http);
     if (metrics_http.ok()) {
       server->metrics_http_ = std::move(*metrics_http);
+      // The console and /metrics have no login: off loopback, anyone who reaches the port reads
+      // every project's posteriors and annotators. Allowed (behind an authenticating proxy or a
+      // firewall), but never silently.
+      if (!IsLoopbackAddress(options.metrics_listen)) {
+        LogEvent("console_exposed",
+                 {{"address", options.metrics_listen},
+                  {"warning",
+                   "the web console and /metrics have no login and are served on a "
+                   "non-loopback address; keep --metrics_address on loopback or put an "
+                   "authenticating proxy or firewall in front"}});
+      }
     } else {
       // The labels matter more than their metrics: serve without (metrics_port() is 0).
       LogEvent("metrics_unavailable", {{"address", options.metrics_listen},

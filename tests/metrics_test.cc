@@ -344,5 +344,35 @@ TEST_F(MetricsTest, UnknownMethodsShareOneLabel) {
   EXPECT_EQ(after.Value(unknown) - before.Value(unknown), 2);
 }
 
+// The console and /metrics have no login (README.md): serving them on every interface must not
+// pass without a word in the log. A second server of the same database, started for this test.
+std::string StartupLogWithMetricsOn(const std::string& pg_url, const std::string& metrics_listen) {
+  server::VerityServer::Options options;
+  options.listen = "localhost:0";
+  options.metrics_listen = metrics_listen;
+  options.postgres_url = pg_url;
+  options.pool_size = 1;
+  options.training.run_in_background = false;
+  ::testing::internal::CaptureStderr();
+  auto server = server::VerityServer::Start(options);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (server.ok()) {
+    EXPECT_GT((*server)->metrics_port(), 0) << metrics_listen;
+    (*server)->Shutdown();
+  }
+  return log;
+}
+
+TEST_F(MetricsTest, AConsoleOnANonLoopbackAddressIsWarnedAboutAtStart) {
+  const std::string exposed = StartupLogWithMetricsOn(pg_->url(), "0.0.0.0:0");
+  EXPECT_THAT(exposed, ::testing::HasSubstr("event=console_exposed"));
+  EXPECT_THAT(exposed, ::testing::HasSubstr("0.0.0.0"));
+  EXPECT_THAT(exposed, ::testing::HasSubstr("no login"));
+
+  const std::string loopback = StartupLogWithMetricsOn(pg_->url(), "127.0.0.1:0");
+  EXPECT_THAT(loopback, ::testing::Not(::testing::HasSubstr("console_exposed")));
+}
+
 }  // namespace
 }  // namespace verity::tests
