@@ -132,15 +132,8 @@ grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext* context, const v1
   }
   int32_t added = 0;
   for (const v1::Item& item : request->items()) added += !live.FindItem(item.id()).has_value();
-  auto indices = core_.storage->items->UpsertItems(live.identity().project_id, writes);
+  auto indices = core_.registry->AddItems(live, std::move(writes));
   if (!indices.ok()) return ToGrpcStatus(indices.status());
-  std::vector<ItemChange> changes;
-  changes.reserve(writes.size());
-  for (size_t i = 0; i < writes.size(); ++i) {
-    changes.push_back({(*indices)[i], writes[i].external_id, writes[i].gold_label, writes[i].priority,
-                       writes[i].features});
-  }
-  live.ApplyItems(changes);
   response->set_added(added);
   response->set_updated(request->items_size() - added);
   return grpc::Status::OK;

@@ -161,6 +161,10 @@ class LiveProject {
   storage::WriteHints IngestHints(absl::Span<const storage::AnnotationWrite> writes) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Held by ProjectRegistry across a settings or item change's PostgreSQL write and its memory
+  // update, so that concurrent changes reach memory in the database's commit order.
+  absl::Mutex& write_order_mu() ABSL_LOCK_RETURNED(write_order_mu_) { return write_order_mu_; }
+
   // Registers items added through AddItems and applies gold changes.
   void ApplyItems(absl::Span<const ItemChange> items) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -282,6 +286,7 @@ class LiveProject {
   std::vector<std::string> item_ids_;                       // mu_ + ids_mu_ (above)
   absl::flat_hash_map<std::string, int32_t> item_index_;    // mu_ + ids_mu_
   std::vector<int32_t> gold_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex write_order_mu_;  // See write_order_mu().
   std::vector<std::string> annotator_ids_;                  // mu_ + ids_mu_
   absl::flat_hash_map<std::string, int32_t> annotator_index_;  // mu_ + ids_mu_
   std::vector<int32_t> annotator_label_counts_ ABSL_GUARDED_BY(mu_);

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/observability/log.h"
 
 namespace verity::server {
 namespace {
@@ -92,11 +93,22 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Load(
 absl::Status ProjectRegistry::LoadAll() {
   auto records = storage_.projects->ListProjects();
   if (!records.ok()) return records.status();
+  int failed = 0;
   for (const storage::ProjectRecord& record : *records) {
     auto project = Load(record);
-    if (!project.ok()) return project.status();
+    if (!project.ok()) {
+      // The others serve; Get() tries this one again and answers UNAVAILABLE with the reason.
+      ++failed;
+      LogEvent("project_load_failed",
+               {{"project", record.name}, {"error", project.status().ToString()}});
+      continue;
+    }
     absl::MutexLock lock(&mu_);
-    projects_[record.name] = std::move(*project);
+    projects_.emplace(record.name, std::move(*project));
+  }
+  if (failed > 0) {
+    LogEvent("projects_loaded", {{"loaded", absl::StrCat(records->size() - failed)},
+                                 {"failed", absl::StrCat(failed)}});
   }
   return absl::OkStatus();
 }
@@ -115,8 +127,12 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Get(absl::string_v
     return record.status();
   }
   auto project = Load(*record);
-  if (!project.ok()) return project.status();
+  if (!project.ok()) {
+    return absl::UnavailableError(absl::StrCat("project \"", name, "\" cannot be loaded: ",
+                                               project.status().message()));
+  }
   absl::MutexLock lock(&mu_);
+  // A concurrent Get or Create may have registered it meanwhile: every caller gets that one.
   auto [it, inserted] = projects_.emplace(std::string(name), std::move(*project));
   return it->second;
 }
@@ -138,12 +154,15 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Create(const v1::P
     }
     return created.status();
   }
+  if (after_create_stored_) after_create_stored_();
   auto live = LiveProject::Create(IdentityOf(*created), project.settings(), {});
   if (!live.ok()) return live.status();
-  std::shared_ptr<LiveProject> shared(std::move(*live));
   absl::MutexLock lock(&mu_);
-  projects_[project.name()] = shared;
-  return shared;
+  // Once the row is committed a concurrent Get can load and register the project; it then holds
+  // the same state (nothing can be added before Create returns), and every caller must share one
+  // LiveProject, or labels ingested through the other would never be served.
+  auto [it, inserted] = projects_.emplace(project.name(), std::move(*live));
+  return it->second;
 }
 
 absl::Status ProjectRegistry::UpdateSettings(LiveProject& project,
@@ -151,11 +170,30 @@ absl::Status ProjectRegistry::UpdateSettings(LiveProject& project,
   if (absl::StatusOr<std::string> m = MethodName(settings.model().method()); !m.ok()) {
     return m.status();
   }
+  // Held across the write and the memory update: memory applies them in commit order.
+  absl::MutexLock order(&project.write_order_mu());
   absl::Status s = storage_.projects->UpdateSettings(project.identity().project_id,
                                                      settings.SerializeAsString());
   if (!s.ok()) return s;
+  if (between_write_and_apply_) between_write_and_apply_();
   project.SetSettings(settings);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> ProjectRegistry::AddItems(
+    LiveProject& project, std::vector<storage::ItemWrite> writes) {
+  absl::MutexLock order(&project.write_order_mu());  // As in UpdateSettings.
+  auto indices = storage_.items->UpsertItems(project.identity().project_id, writes);
+  if (!indices.ok()) return indices.status();
+  if (between_write_and_apply_) between_write_and_apply_();
+  std::vector<ItemChange> changes;
+  changes.reserve(writes.size());
+  for (size_t i = 0; i < writes.size(); ++i) {
+    changes.push_back({(*indices)[i], std::move(writes[i].external_id), writes[i].gold_label,
+                       writes[i].priority, std::move(writes[i].features)});
+  }
+  project.ApplyItems(changes);
+  return indices;
 }
 
 std::vector<std::shared_ptr<LiveProject>> ProjectRegistry::All() const {

@@ -1,13 +1,20 @@
 // ProjectRegistry: the server's live projects by name, loaded from PostgreSQL.
 //
-// At start-up LoadAll() restores every project (labels, latest model version, posteriors).
-// Get() also finds a project created by another server replica since, by loading it from
-// PostgreSQL on first use. Projects are never unloaded while the server runs.
+// At start-up LoadAll() restores every project (labels, latest model version, posteriors). A
+// project that cannot be restored is logged and skipped: the others serve, and Get() tries it
+// again on each call, answering UNAVAILABLE with the reason until it loads. Get() also finds a
+// project created by another server replica since, by loading it from PostgreSQL on first use.
+// Every caller gets the one registered LiveProject of a name, whichever call loaded or created
+// it. Projects are never unloaded while the server runs.
+//
+// Settings and item changes hold the project's write-order lock across their database write and
+// their memory update, so that memory ends as the database's last commit left it.
 //
 // Thread-safety: thread-safe.
 #ifndef VERITY_SERVER_STATE_PROJECT_REGISTRY_H_
 #define VERITY_SERVER_STATE_PROJECT_REGISTRY_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -27,10 +34,12 @@ class ProjectRegistry {
  public:
   explicit ProjectRegistry(StorageHandles& storage) : storage_(storage) {}
 
-  // Loads every stored project. Fails on the first project that cannot be restored.
+  // Loads every stored project. Fails only if the projects cannot be listed; a project that
+  // cannot be restored is logged (event=project_load_failed) and left to Get().
   absl::Status LoadAll() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // NOT_FOUND (naming the project) if no such project exists in memory or in PostgreSQL.
+  // NOT_FOUND (naming the project) if no such project exists in memory or in PostgreSQL;
+  // UNAVAILABLE with the reason if it exists but cannot be loaded.
   absl::StatusOr<std::shared_ptr<LiveProject>> Get(absl::string_view name) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Creates and persists a validated project. ALREADY_EXISTS if the name is taken;
@@ -40,6 +49,21 @@ class ProjectRegistry {
 
   // Persists and applies new settings.
   absl::Status UpdateSettings(LiveProject& project, const v1::ProjectSettings& settings);
+
+  // Persists items (AddItems: new ones, gold labels, priorities, features; validated by the
+  // caller) and registers them with the project. Returns each write's item index.
+  absl::StatusOr<std::vector<int32_t>> AddItems(LiveProject& project,
+                                                std::vector<storage::ItemWrite> writes);
+
+  // Test-only hooks: run after Create's INSERT has committed and before the project is
+  // registered; and between the database write and the memory update of UpdateSettings and
+  // AddItems. Set before any concurrent use.
+  void SetAfterCreateStoredHookForTesting(std::function<void()> hook) {
+    after_create_stored_ = std::move(hook);
+  }
+  void SetBetweenWriteAndApplyHookForTesting(std::function<void()> hook) {
+    between_write_and_apply_ = std::move(hook);
+  }
 
   std::vector<std::shared_ptr<LiveProject>> All() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -51,6 +75,8 @@ class ProjectRegistry {
   StorageHandles& storage_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<LiveProject>> projects_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> after_create_stored_;
+  std::function<void()> between_write_and_apply_;
 };
 
 }  // namespace verity::server
