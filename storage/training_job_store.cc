@@ -53,11 +53,26 @@ absl::StatusOr<TrainingJob> TrainingJobStore::Enqueue(int64_t project_id) {
 }
 
 absl::StatusOr<std::optional<TrainingJob>> TrainingJobStore::Claim(absl::string_view worker,
-                                                                   absl::Duration lease) {
+                                                                   absl::Duration lease,
+                                                                   int32_t max_attempts) {
   if (worker.empty()) return absl::InvalidArgumentError("worker name must not be empty");
+  if (max_attempts < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_attempts must be at least 1, not ", max_attempts));
+  }
   return pool_->WithTransaction(
       "claiming a training job",
       [&](pqxx::work& txn) -> absl::StatusOr<std::optional<TrainingJob>> {
+        // A job whose lease expired lost its worker (it died or hung): that attempt counts like
+        // a failed one, so a job that kills its workers ends 'failed' after max_attempts claims
+        // instead of being taken back forever, and its project can train again.
+        txn.exec_params(
+            "UPDATE training_jobs SET state = 'failed', finished_at = now(), "
+            "    lease_expires_at = NULL, "
+            "    error = 'attempt ' || attempts || ' of ' || $1::int || ': worker ' || "
+            "            coalesce(worker, '') || ' lost its lease (it died or hung)' "
+            "WHERE state = 'running' AND lease_expires_at < now() AND attempts >= $1::int",
+            max_attempts);
         const pqxx::result rows = txn.exec_params(
             absl::StrCat(
                 "UPDATE training_jobs SET state = 'running', worker = $1, "

@@ -5,7 +5,9 @@
 // enqueueing again while one is open returns the open one). Claim() hands the oldest claimable
 // job to a worker: 'queued', or 'running' with an expired lease (its worker died), using
 // FOR UPDATE SKIP LOCKED so that concurrent workers never claim the same job; the job becomes
-// 'running' under the worker's name with a lease, and `attempts` counts the claims. The worker
+// 'running' under the worker's name with a lease, and `attempts` counts the claims; an expired
+// job that has had its `max_attempts` claims is marked 'failed' instead (its workers keep dying),
+// which frees the project for its next job. The worker
 // renews the lease with Renew() while it fits. The job ends 'done' in the same transaction that
 // stores its model version (ModelVersionStore::SaveModelVersion with
 // ModelVersionRecord::completes_job), which commits only if the worker still owns the job: a
@@ -46,8 +48,10 @@ class TrainingJobStore {
   absl::StatusOr<TrainingJob> Enqueue(int64_t project_id);
 
   // Claims the oldest claimable job for `worker` with a lease of `lease`; nullopt when there is
-  // none. INVALID_ARGUMENT for an empty worker name.
-  absl::StatusOr<std::optional<TrainingJob>> Claim(absl::string_view worker, absl::Duration lease);
+  // none. First marks 'failed' every expired job with `max_attempts` claims (error: the lost
+  // lease). INVALID_ARGUMENT for an empty worker name or max_attempts < 1.
+  absl::StatusOr<std::optional<TrainingJob>> Claim(absl::string_view worker, absl::Duration lease,
+                                                   int32_t max_attempts = 3);
 
   // Extends the lease of a job `worker` owns. ABORTED if it no longer owns it (the lease expired
   // and another worker claimed the job, or the job ended).

@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_matchers.h"
 #include "storage/model_version_store.h"
@@ -130,6 +131,41 @@ TEST_F(TrainingJobStoreTest, FailedAttemptsRequeueUntilTheLimit) {
   EXPECT_EQ(failed->state, "failed");
   EXPECT_EQ(failed->error, "out of memory again");
   EXPECT_EQ(failed->attempts, 2);
+}
+
+TEST_F(TrainingJobStoreTest, AJobWhoseWorkersDieEndsFailedAfterMaxAttemptsAndFreesTheProject) {
+  const int64_t p = NewProject("p");
+  auto job = jobs_->Enqueue(p);
+  ASSERT_THAT(job, IsOk());
+  constexpr int32_t kMaxAttempts = 2;
+  // Each claimant dies at once: it never renews, so its lease runs out.
+  const absl::Duration lease = absl::Milliseconds(50);
+  for (int attempt = 1; attempt <= kMaxAttempts; ++attempt) {
+    auto claimed = jobs_->Claim(absl::StrCat("w", attempt), lease, kMaxAttempts);
+    ASSERT_THAT(claimed, IsOk());
+    ASSERT_TRUE(claimed->has_value()) << "attempt " << attempt;
+    EXPECT_EQ((*claimed)->job_id, job->job_id);
+    EXPECT_EQ((*claimed)->attempts, attempt);
+    absl::SleepFor(lease + absl::Milliseconds(100));
+  }
+  // The last attempt's lease has expired too: the job has had its max_attempts.
+  auto none = jobs_->Claim("w-next", lease, kMaxAttempts);
+  ASSERT_THAT(none, IsOk());
+  EXPECT_FALSE(none->has_value()) << "claimed again on attempt " << (*none)->attempts;
+  auto failed = jobs_->GetJob(job->job_id);
+  ASSERT_THAT(failed, IsOk());
+  EXPECT_EQ(failed->state, "failed");
+  EXPECT_EQ(failed->attempts, kMaxAttempts);
+  EXPECT_THAT(failed->error, ::testing::HasSubstr("lease"));
+
+  // The project trains again: its next job is a new one, and it runs.
+  auto next = jobs_->Enqueue(p);
+  ASSERT_THAT(next, IsOk());
+  EXPECT_NE(next->job_id, job->job_id);
+  auto claimed = jobs_->Claim("w-next", absl::Minutes(1), kMaxAttempts);
+  ASSERT_THAT(claimed, IsOk());
+  ASSERT_TRUE(claimed->has_value());
+  EXPECT_EQ((*claimed)->job_id, next->job_id);
 }
 
 TEST_F(TrainingJobStoreTest, ConcurrentClaimersNeverShareAJob) {

@@ -1,12 +1,10 @@
 #include "server/training/training_worker.h"
 
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/observability/log.h"
+#include "server/training/lease_renewer.h"
 
 namespace verity::server {
 
@@ -15,7 +13,7 @@ TrainingWorker::TrainingWorker(StorageHandles& storage, Options options)
 
 absl::StatusOr<bool> TrainingWorker::RunOnce() {
   absl::StatusOr<std::optional<storage::TrainingJob>> claimed =
-      storage_.jobs->Claim(options_.name, options_.lease);
+      storage_.jobs->Claim(options_.name, options_.lease, options_.max_attempts);
   if (!claimed.ok()) return claimed.status();
   if (!claimed->has_value()) return false;
   const storage::TrainingJob job = **claimed;
@@ -24,28 +22,10 @@ absl::StatusOr<bool> TrainingWorker::RunOnce() {
                            {"attempt", std::to_string(job.attempts)},
                            {"worker", options_.name}});
 
-  // Renew the lease while the job runs.
-  std::mutex mu;
-  std::condition_variable done_cv;
-  bool done = false;
-  std::thread renewer([&] {
-    std::unique_lock<std::mutex> lock(mu);
-    const auto period = absl::ToChronoMilliseconds(options_.lease / 3);
-    while (!done_cv.wait_for(lock, period, [&] { return done; })) {
-      if (absl::Status s = storage_.jobs->Renew(job.job_id, options_.name, options_.lease); !s.ok()) {
-        LogEvent("job_lease_lost", {{"job", std::to_string(job.job_id)}, {"error", s.ToString()}});
-        return;
-      }
-    }
-  });
-  auto stop_renewer = [&] {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
-    }
-    done_cv.notify_all();
-    renewer.join();
-  };
+  // Renew the lease while the job runs (retrying a failed renewal while the lease holds).
+  LeaseRenewer renewer(
+      [&] { return storage_.jobs->Renew(job.job_id, options_.name, options_.lease); },
+      options_.lease, std::to_string(job.job_id));
 
   absl::Status outcome;
   int32_t version = 0;
@@ -70,7 +50,7 @@ absl::StatusOr<bool> TrainingWorker::RunOnce() {
       outcome = refit.status();
     }
   }
-  stop_renewer();
+  renewer.Stop();
   if (outcome.ok()) return true;
   if (absl::IsAborted(outcome)) {
     // Another worker owns the job now (our lease expired); nothing was stored.

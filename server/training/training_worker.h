@@ -3,11 +3,12 @@
 //
 // RunOnce() claims a job, loads the project's current labels and latest version from
 // PostgreSQL into a fresh LiveProject, fits it (LiveProject::Refit: warm-started from that
-// version as the server would) while a background thread renews the job's lease, and stores
-// the version in the transaction that ends the job — which commits only if this worker still
-// owns the job. A fit that fails ends the attempt (Fail: requeued, or failed after
+// version as the server would) while a LeaseRenewer keeps the job's lease (lease_renewer.h),
+// and stores the version in the transaction that ends the job — which commits only if this
+// worker still owns the job. A fit that fails ends the attempt (Fail: requeued, or failed after
 // max_attempts). A worker killed mid-job stores nothing; its lease expires and another worker
-// runs the job again.
+// runs the job again, and that lost attempt counts too: after max_attempts claims the next
+// Claim marks the job failed, so a job that kills its workers does not block its project.
 //
 // Thread-safety: one thread per TrainingWorker.
 #ifndef VERITY_SERVER_TRAINING_TRAINING_WORKER_H_

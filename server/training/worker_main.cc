@@ -29,7 +29,9 @@ ABSL_FLAG(std::string, name, "", "Worker name in the job table (default: hostnam
 ABSL_FLAG(int, lease_seconds, 60,
           "Job lease; renewed every third of it. A worker silent for this long loses its job.");
 ABSL_FLAG(int, poll_ms, 500, "How often an idle worker looks for a job (milliseconds).");
-ABSL_FLAG(int, max_attempts, 3, "Claims of a job before it is marked failed.");
+ABSL_FLAG(int, max_attempts, 3,
+          "Claims of a job before it is marked failed: attempts that failed, and attempts whose "
+          "worker died or hung (its lease expired).");
 ABSL_FLAG(bool, once, false, "Exit when the queue is empty (for tests and batch runs).");
 
 namespace {
