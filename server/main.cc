@@ -61,6 +61,9 @@ ABSL_FLAG(int, metrics_port, 9464,
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1",
           "Address the metrics endpoint and the web console bind (0.0.0.0 = every interface). "
           "Neither has a login: a non-loopback address is logged as event=console_exposed.");
+ABSL_FLAG(int, max_streams, 1000,
+          "Open SubmitAnnotations streams at most (each holds two threads); a stream past the "
+          "limit is refused with RESOURCE_EXHAUSTED (retryable).");
 ABSL_FLAG(bool, log_every_rpc, false,
           "Log one event=rpc line for every RPC; by default only failed calls, unary calls over "
           "1 s and finished streams are logged.");
@@ -106,6 +109,7 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.postgres_url = url;
   options.pool_size = absl::GetFlag(FLAGS_pool_size);
+  options.max_streams = absl::GetFlag(FLAGS_max_streams);
   options.training.run_in_background = absl::GetFlag(FLAGS_background_refit);
   options.training.max_staleness = absl::Seconds(absl::GetFlag(FLAGS_refit_staleness_seconds));
   const double busy_fraction = absl::GetFlag(FLAGS_trainer_busy_fraction);

@@ -11,6 +11,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
@@ -69,6 +70,9 @@ absl::Status BootstrapAdminKey(KeyRing& keys, const std::string& admin_key_file)
   return absl::OkStatus();
 }
 
+// gRPC threads allowed beside one per open stream: unary calls in flight and gRPC's pollers.
+constexpr int kThreadsBesideStreams = 256;
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options options) {
@@ -81,6 +85,10 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
         "authentication can be off only while listening on loopback; ", options.listen,
         " is not: turn it on (--auth=on, clients then need an API key) or listen on "
         "localhost"));
+  }
+  if (options.max_streams < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_streams must be at least 1, not ", options.max_streams));
   }
   std::unique_ptr<VerityServer> server(new VerityServer());
   server->metrics_ = std::make_unique<MetricsRegistry>();
@@ -116,8 +124,14 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   builder.AddListeningPort(options.listen, *credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(ApiLimits::kMaxMessageBytes);
   builder.SetMaxSendMessageSize(ApiLimits::kMaxMessageBytes);
+  // gRPC's threads: one per open stream, the unary calls in flight and its pollers. The cap
+  // bounds them all; past it gRPC refuses new calls with RESOURCE_EXHAUSTED instead of growing.
+  grpc::ResourceQuota quota("verity");
+  quota.SetMaxThreads(options.max_streams + kThreadsBesideStreams);
+  builder.SetResourceQuota(quota);
   server->services_.push_back(std::make_unique<ProjectServiceImpl>(server->core_));
-  server->services_.push_back(std::make_unique<IngestServiceImpl>(server->core_));
+  server->services_.push_back(
+      std::make_unique<IngestServiceImpl>(server->core_, options.max_streams));
   server->services_.push_back(std::make_unique<TruthServiceImpl>(server->core_));
   server->services_.push_back(std::make_unique<ModelServiceImpl>(server->core_));
   server->services_.push_back(std::make_unique<AssignmentServiceImpl>(server->core_));

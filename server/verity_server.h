@@ -44,6 +44,9 @@ class VerityServer {
     // PostgreSQL connections shared by ingest, queries and training.
     int pool_size = 8;
     IngestPipeline::Options ingest;
+    // Open SubmitAnnotations streams at most; a stream past it is refused RESOURCE_EXHAUSTED.
+    // Each open stream holds a gRPC thread and a writer thread.
+    int max_streams = 1000;
     TrainingScheduler::Options training;
     // host:port of the Prometheus metrics HTTP endpoint (GET /metrics) and the web console
     // (GET /, no login: keep it on loopback); empty: not served

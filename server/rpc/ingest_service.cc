@@ -66,6 +66,16 @@ grpc::Status IngestServiceImpl::SubmitAnnotations(
   if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
     return ToGrpcStatus(admitted.status());
   }
+  if (open_streams_.fetch_add(1) >= max_streams_) {
+    open_streams_.fetch_sub(1);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("too many open SubmitAnnotations streams: the limit is ",
+                                     max_streams_, " (--max_streams); retry later"));
+  }
+  struct Release {
+    std::atomic<int>& open;
+    ~Release() { open.fetch_sub(1); }
+  } release{open_streams_};
   StreamState state;
 
   std::thread writer([&] {
