@@ -43,26 +43,58 @@ absl::Status CheckNoNul(absl::string_view field, absl::string_view value) {
 
 }  // namespace
 
-absl::StatusOr<ApiKeyRecord> ApiKeyStore::Insert(const ApiKeyRecord& key) {
+namespace {
+
+// The advisory lock that serialises bootstrap admin keys across servers (an arbitrary constant:
+// "verity" in ASCII).
+constexpr int64_t kBootstrapAdminLock = 0x766572697479;
+
+absl::Status CheckInsertable(const ApiKeyRecord& key) {
   VERITY_RETURN_IF_ERROR(CheckNoNul("key_id", key.key_id));
   VERITY_RETURN_IF_ERROR(CheckNoNul("name", key.name));
   VERITY_RETURN_IF_ERROR(CheckNoNul("created_by", key.created_by));
   for (const std::string& p : key.projects) VERITY_RETURN_IF_ERROR(CheckNoNul("projects", p));
-  const std::string projects = TextArrayLiteral(key.projects);
+  return absl::OkStatus();
+}
+
+// Inserts `key` in `txn`; returns it with created_at filled in.
+ApiKeyRecord InsertRow(pqxx::work& txn, const ApiKeyRecord& key) {
+  const pqxx::row row = txn.exec_params1(
+      absl::StrCat("INSERT INTO api_keys (key_id, name, role, projects, salt, "
+                   "secret_hash, created_by) VALUES ($1, $2, $3, $4::text[], $5, $6, $7) "
+                   "RETURNING ",
+                   MicrosFromTimestampSql("created_at")),
+      key.key_id, key.name, key.role, TextArrayLiteral(key.projects),
+      pqxx::binarystring(key.salt), pqxx::binarystring(key.secret_hash), key.created_by);
+  ApiKeyRecord created = key;
+  created.created_at = MicrosToTime(row[0].as<int64_t>());
+  created.revoked_at.reset();
+  return created;
+}
+
+}  // namespace
+
+absl::StatusOr<ApiKeyRecord> ApiKeyStore::Insert(const ApiKeyRecord& key) {
+  VERITY_RETURN_IF_ERROR(CheckInsertable(key));
   return pool_->WithTransaction(
       absl::StrCat("creating API key ", key.key_id),
-      [&](pqxx::work& txn) -> absl::StatusOr<ApiKeyRecord> {
-        const pqxx::row row = txn.exec_params1(
-            absl::StrCat("INSERT INTO api_keys (key_id, name, role, projects, salt, "
-                         "secret_hash, created_by) VALUES ($1, $2, $3, $4::text[], $5, $6, $7) "
-                         "RETURNING ",
-                         MicrosFromTimestampSql("created_at")),
-            key.key_id, key.name, key.role, projects, pqxx::binarystring(key.salt),
-            pqxx::binarystring(key.secret_hash), key.created_by);
-        ApiKeyRecord created = key;
-        created.created_at = MicrosToTime(row[0].as<int64_t>());
-        created.revoked_at.reset();
-        return created;
+      [&](pqxx::work& txn) -> absl::StatusOr<ApiKeyRecord> { return InsertRow(txn, key); });
+}
+
+absl::StatusOr<std::optional<ApiKeyRecord>> ApiKeyStore::InsertIfNoAdminForEveryProject(
+    const ApiKeyRecord& key) {
+  VERITY_RETURN_IF_ERROR(CheckInsertable(key));
+  return pool_->WithTransaction(
+      absl::StrCat("creating bootstrap API key ", key.key_id),
+      [&](pqxx::work& txn) -> absl::StatusOr<std::optional<ApiKeyRecord>> {
+        // Held to the end of the transaction: a second server checks only after this one's
+        // key is committed (or rolled back).
+        txn.exec_params("SELECT pg_advisory_xact_lock($1)", kBootstrapAdminLock);
+        const pqxx::result admins = txn.exec(
+            "SELECT 1 FROM api_keys WHERE role = 'admin' AND revoked_at IS NULL "
+            "AND cardinality(projects) = 0 LIMIT 1");
+        if (!admins.empty()) return std::optional<ApiKeyRecord>();
+        return std::optional<ApiKeyRecord>(InsertRow(txn, key));
       });
 }
 

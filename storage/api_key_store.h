@@ -43,6 +43,12 @@ class ApiKeyStore {
   // Every key (or only the unrevoked ones), oldest first.
   absl::StatusOr<std::vector<ApiKeyRecord>> List(bool include_revoked);
 
+  // Inserts `key` (an admin key for every project) unless an unrevoked one exists: nullopt
+  // then. Serialised across servers with a PostgreSQL advisory lock, so that servers starting
+  // at once on an empty database mint one bootstrap key between them.
+  absl::StatusOr<std::optional<ApiKeyRecord>> InsertIfNoAdminForEveryProject(
+      const ApiKeyRecord& key);
+
   // NOT_FOUND for an unknown key_id.
   absl::StatusOr<ApiKeyRecord> Get(absl::string_view key_id);
 

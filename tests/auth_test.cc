@@ -447,6 +447,44 @@ TEST_F(AuthTest, ARevokedKeyIsRefusedAtOnce) {
   EXPECT_EQ(get().error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }
 
+TEST_F(AuthTest, ARevokedKeyIsRefusedOnAStreamOpenedBeforeTheRevocation) {
+  const std::string key = CreateKey(v1::ROLE_WRITER, {kProject});
+  grpc::ClientContext context;
+  Authorize(context, key);
+  auto stream = v1::IngestService::NewStub(*channel_)->SubmitAnnotations(&context);
+  auto send = [&](uint64_t id, v1::BatchAck* ack) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(id);
+    batch.set_project(kProject);
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(absl::StrCat("revocation-", id));
+    a->set_annotator("open-stream");
+    a->set_label(1);
+    return stream->Write(batch) && stream->Read(ack);
+  };
+  v1::BatchAck ack;
+  ASSERT_TRUE(send(1, &ack));
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+
+  v1::RevokeKeyRequest revoke;
+  revoke.set_key_id(key.substr(3, 16));
+  v1::RevokeKeyResponse revoked;
+  grpc::ClientContext revoke_context;
+  Authorize(revoke_context, (*keys_)[Caller::kAdmin]);
+  ASSERT_TRUE(
+      v1::KeyService::NewStub(*channel_)->RevokeKey(&revoke_context, revoke, &revoked).ok());
+
+  // This server revoked it: the stream's next batch is refused at once (another server of the
+  // database within --key_refresh_seconds), and none of it is written.
+  ASSERT_TRUE(send(2, &ack));
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::UNAUTHENTICATED) << ack.error_message();
+  EXPECT_EQ(ack.accepted(), 0);
+  stream->WritesDone();
+  while (stream->Read(&ack)) {
+  }
+  stream->Finish();
+}
+
 TEST_F(AuthTest, MalformedAuthorizationIsUnauthenticatedAndHealthChecksNeedNoKey) {
   for (const std::string& value :
        {std::string("Basic abc"), (*keys_)[Caller::kAdmin], std::string("Bearer nonsense")}) {

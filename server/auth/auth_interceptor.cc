@@ -113,13 +113,27 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
       return;
     }
     principal_ = *principal;
+    key_text_ = std::string(value);
     decisions.SetCallDecision(context_, absl::OkStatus(), *std::move(principal));
   }
 
   void DecideMessage(const void* message) {
-    if (principal_ == nullptr || policy_ == nullptr ||
-        policy_->scope != ProjectScope::kNamedInRequest) {
-      return;  // Refused already, open, auth off, or no project in the message.
+    if (principal_ == nullptr || policy_ == nullptr) return;  // Refused already, open, auth off.
+    // A stream outlives its admission: its key is checked again with every message, so that
+    // a revocation reaches open streams (at once on this server; from another server of the
+    // database once the ring refreshes, within its refresh interval).
+    if (absl::StatusOr<std::shared_ptr<const Principal>> again =
+            factory_.keys()->Authenticate(key_text_);
+        !again.ok()) {
+      factory_.decisions().SetMessageDecision(
+          context_, absl::Status(again.status().code(),
+                                 absl::StrCat("API key ", principal_->key_id, ": ",
+                                              again.status().message())));
+      return;
+    }
+    if (policy_->scope != ProjectScope::kNamedInRequest) {
+      factory_.decisions().SetMessageDecision(context_, absl::OkStatus());
+      return;  // No project in the message.
     }
     std::string project = policy_->project(message);
     // A stream's batch may leave the project out to continue with the previous one.
@@ -138,6 +152,7 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
   const grpc::ServerContextBase* const context_;
   const std::string method_;
   const RpcPolicy* const policy_;
+  std::string key_text_;  // The admitted key, checked again with each message.
   const bool open_;
   // Set once the call is admitted with a key (not when authentication is off).
   std::shared_ptr<const Principal> principal_;

@@ -5,8 +5,10 @@
 //     (server/auth/key_ring.h) and checks that its role is enough for the method
 //     (server/auth/rpc_policy.h): no or a bad key -> UNAUTHENTICATED, a role too low or a
 //     project-scoped key on a server-wide method -> PERMISSION_DENIED;
-//   - on every received request message (each batch of a stream): checks that the key may
-//     touch the project the message names -> PERMISSION_DENIED otherwise;
+//   - on every received request message (each batch of a stream): authenticates the key again
+//     (a key revoked since the call began -> UNAUTHENTICATED: revocation reaches open streams
+//     within the KeyRing's refresh interval, at once on the server that revoked it) and checks
+//     that the key may touch the project the message names -> PERMISSION_DENIED otherwise;
 //   - records the decision in CallAuthorizations, keyed by the call's ServerContext.
 //
 // gRPC C++ (1.51) server interceptors cannot end a call before its handler runs (there is no

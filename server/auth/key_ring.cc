@@ -34,6 +34,7 @@ absl::Status KeyRing::Load() {
   absl::StatusOr<std::vector<storage::ApiKeyRecord>> records =
       store_.List(/*include_revoked=*/false);
   if (!records.ok()) return records.status();
+  if (after_list_) after_list_();
   absl::flat_hash_map<std::string, Entry> keys;
   for (const storage::ApiKeyRecord& record : *records) {
     absl::StatusOr<Entry> entry = EntryFor(record);
@@ -41,6 +42,8 @@ absl::Status KeyRing::Load() {
     keys.emplace(record.key_id, *std::move(entry));
   }
   absl::MutexLock lock(&mu_);
+  // Keys revoked here while the list was read (revocation is final, so the set only grows).
+  for (const std::string& key_id : revoked_) keys.erase(key_id);
   keys_ = std::move(keys);
   loaded_at_ = started;
   return absl::OkStatus();
@@ -85,9 +88,9 @@ absl::StatusOr<std::shared_ptr<const Principal>> KeyRing::Authenticate(
   return absl::UnauthenticatedError("unknown or revoked API key");
 }
 
-absl::StatusOr<KeyRing::CreatedKey> KeyRing::Create(absl::string_view name, Role role,
-                                                    std::vector<std::string> projects,
-                                                    absl::string_view created_by) {
+absl::StatusOr<storage::ApiKeyRecord> KeyRing::NewRecord(
+    absl::string_view name, Role role, std::vector<std::string> projects,
+    absl::string_view created_by, std::string* text) {
   if (name.size() > kMaxKeyNameBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("name: longer than ", kMaxKeyNameBytes, " bytes"));
@@ -107,18 +110,34 @@ absl::StatusOr<KeyRing::CreatedKey> KeyRing::Create(absl::string_view name, Role
   record.salt = generated->salt;
   record.secret_hash = generated->secret_hash;
   record.created_by = std::string(created_by);
-  absl::StatusOr<storage::ApiKeyRecord> stored = store_.Insert(record);
-  if (!stored.ok()) return stored.status();
-  absl::StatusOr<Entry> entry = EntryFor(*stored);
+  *text = generated->text;
+  return record;
+}
+
+absl::Status KeyRing::Cache(const storage::ApiKeyRecord& stored) {
+  absl::StatusOr<Entry> entry = EntryFor(stored);
   if (!entry.ok()) return entry.status();
   {
     absl::MutexLock lock(&mu_);
-    keys_.insert_or_assign(stored->key_id, *std::move(entry));
+    keys_.insert_or_assign(stored.key_id, *std::move(entry));
   }
-  LogEvent("api_key_created", {{"key_id", stored->key_id},
-                               {"role", stored->role},
-                               {"created_by", stored->created_by}});
-  return CreatedKey{*std::move(stored), generated->text};
+  LogEvent("api_key_created", {{"key_id", stored.key_id},
+                               {"role", stored.role},
+                               {"created_by", stored.created_by}});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KeyRing::CreatedKey> KeyRing::Create(absl::string_view name, Role role,
+                                                    std::vector<std::string> projects,
+                                                    absl::string_view created_by) {
+  std::string text;
+  absl::StatusOr<storage::ApiKeyRecord> record =
+      NewRecord(name, role, std::move(projects), created_by, &text);
+  if (!record.ok()) return record.status();
+  absl::StatusOr<storage::ApiKeyRecord> stored = store_.Insert(*record);
+  if (!stored.ok()) return stored.status();
+  if (absl::Status s = Cache(*stored); !s.ok()) return s;
+  return CreatedKey{*std::move(stored), std::move(text)};
 }
 
 absl::StatusOr<storage::ApiKeyRecord> KeyRing::Revoke(absl::string_view key_id) {
@@ -127,6 +146,8 @@ absl::StatusOr<storage::ApiKeyRecord> KeyRing::Revoke(absl::string_view key_id) 
   {
     absl::MutexLock lock(&mu_);
     keys_.erase(revoked->key_id);
+    // A refresh that read the keys before this revocation must not install the key again.
+    revoked_.insert(revoked->key_id);
   }
   LogEvent("api_key_revoked", {{"key_id", revoked->key_id}});
   return revoked;
@@ -137,14 +158,18 @@ absl::StatusOr<std::vector<storage::ApiKeyRecord>> KeyRing::List(bool include_re
 }
 
 absl::StatusOr<std::optional<std::string>> KeyRing::EnsureAdminKey() {
-  absl::StatusOr<std::vector<storage::ApiKeyRecord>> keys = store_.List(false);
-  if (!keys.ok()) return keys.status();
-  for (const storage::ApiKeyRecord& key : *keys) {
-    if (key.role == RoleName(Role::kAdmin) && key.projects.empty()) return std::nullopt;
-  }
-  absl::StatusOr<CreatedKey> created = Create("bootstrap admin", Role::kAdmin, {}, "");
-  if (!created.ok()) return created.status();
-  return std::optional<std::string>(created->text);
+  std::string text;
+  absl::StatusOr<storage::ApiKeyRecord> record =
+      NewRecord("bootstrap admin", Role::kAdmin, {}, "", &text);
+  if (!record.ok()) return record.status();
+  // The check and the insert are one transaction under an advisory lock: of several servers
+  // starting at once on an empty database, one mints the key.
+  absl::StatusOr<std::optional<storage::ApiKeyRecord>> stored =
+      store_.InsertIfNoAdminForEveryProject(*record);
+  if (!stored.ok()) return stored.status();
+  if (!stored->has_value()) return std::nullopt;
+  if (absl::Status s = Cache(**stored); !s.ok()) return s;
+  return std::optional<std::string>(std::move(text));
 }
 
 }  // namespace verity::server

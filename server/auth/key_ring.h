@@ -1,7 +1,8 @@
 // KeyRing: the server's view of the API keys — the unrevoked keys of the database, cached in
 // memory so that checking a call's key costs a hash lookup and one SHA-256, not a query.
 //
-// Creating and revoking through the ring update the cache at once. Keys created or revoked by
+// Creating and revoking through the ring update the cache at once; a key revoked through the
+// ring is never cached again, even by a refresh that read the keys before the revocation. Keys created or revoked by
 // another server on the same database reach this one when its cache is refreshed: at most
 // `refresh_interval` after the last refresh (checked on each call), or at once for an unknown
 // key id (at most one such refresh per second, so that made-up ids cannot flood the database).
@@ -12,6 +13,8 @@
 #ifndef VERITY_SERVER_AUTH_KEY_RING_H_
 #define VERITY_SERVER_AUTH_KEY_RING_H_
 
+#include <functional>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +22,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -52,8 +56,12 @@ class KeyRing {
 
   // For a server whose authentication is on: when no unrevoked admin key valid for every
   // project exists, creates one (named "bootstrap admin") and returns its text; otherwise
-  // nullopt.
+  // nullopt. Servers starting at once on one database mint one key between them (the check
+  // and the insert hold a PostgreSQL advisory lock).
   absl::StatusOr<std::optional<std::string>> EnsureAdminKey();
+
+  // Test-only: run by Load() after it has read the keys and before it installs them.
+  void SetAfterListHookForTesting(std::function<void()> hook) { after_list_ = std::move(hook); }
 
  private:
   struct Entry {
@@ -62,6 +70,13 @@ class KeyRing {
     std::shared_ptr<const Principal> principal;
   };
   static absl::StatusOr<Entry> EntryFor(const storage::ApiKeyRecord& record);
+  // A new key's record (validated, with a fresh secret whose text goes to `text`).
+  static absl::StatusOr<storage::ApiKeyRecord> NewRecord(absl::string_view name, Role role,
+                                                         std::vector<std::string> projects,
+                                                         absl::string_view created_by,
+                                                         std::string* text);
+  // Adds a stored key to the cache and logs its creation.
+  absl::Status Cache(const storage::ApiKeyRecord& stored) ABSL_LOCKS_EXCLUDED(mu_);
   // Reloads the cache when it is older than `max_age`; only one caller reloads at a time
   // (others keep the current cache). Returns the reload's status (OK when none was needed).
   absl::Status RefreshIfOlderThan(absl::Duration max_age);
@@ -71,7 +86,10 @@ class KeyRing {
   absl::Mutex reload_mu_;  // Held by the one caller reloading.
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> keys_ ABSL_GUARDED_BY(mu_);
+  // Keys revoked through this ring: never cached again, whatever a concurrent Load read.
+  absl::flat_hash_set<std::string> revoked_ ABSL_GUARDED_BY(mu_);
   absl::Time loaded_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::function<void()> after_list_;
 };
 
 }  // namespace verity::server

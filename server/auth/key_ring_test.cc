@@ -1,0 +1,91 @@
+// KeyRing against a real PostgreSQL: a revoked key never comes back into the cache, and two
+// servers bootstrapping one database at once mint one admin key.
+#include "server/auth/key_ring.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "storage/api_key_store.h"
+#include "storage/testing/postgres_fixture.h"
+
+namespace verity::server {
+namespace {
+
+class KeyRingTest : public storage::testing::PostgresTest {
+ protected:
+  void SetUp() override {
+    PostgresTest::SetUp();
+    store_ = std::make_unique<storage::ApiKeyStore>(&pool());
+  }
+  std::unique_ptr<storage::ApiKeyStore> store_;
+};
+
+TEST_F(KeyRingTest, ALoadThatReadTheKeysBeforeARevocationDoesNotBringTheKeyBack) {
+  KeyRing ring(*store_, absl::Hours(1));
+  ASSERT_TRUE(ring.Load().ok());
+  auto created = ring.Create("victim", Role::kWriter, {}, "");
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_TRUE(ring.Authenticate(created->text).ok());
+
+  // The refresh reads the key list, then the key is revoked before the refresh installs it.
+  bool revoked = false;
+  ring.SetAfterListHookForTesting([&] {
+    if (revoked) return;
+    revoked = true;
+    ASSERT_TRUE(ring.Revoke(created->record.key_id).ok());
+  });
+  ASSERT_TRUE(ring.Load().ok());
+  ASSERT_TRUE(revoked);
+
+  auto after = ring.Authenticate(created->text);
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kUnauthenticated)
+      << "the revoked key authenticates again: " << after.status();
+}
+
+TEST_F(KeyRingTest, ServersBootstrappingOneDatabaseAtOnceMintOneAdminKey) {
+  constexpr int kServers = 6;
+  constexpr int kRounds = 20;  // The race is a matter of timing: give it many chances.
+  std::vector<std::unique_ptr<storage::ConnectionPool>> pools;
+  std::vector<std::unique_ptr<storage::ApiKeyStore>> stores;
+  for (int i = 0; i < kServers; ++i) {
+    pools.push_back(NewPool(1));
+    stores.push_back(std::make_unique<storage::ApiKeyStore>(pools.back().get()));
+  }
+  for (int round = 0; round < kRounds; ++round) {
+    ASSERT_TRUE(pool().RunInTransaction("emptying api_keys", [](pqxx::work& txn) {
+                        txn.exec("DELETE FROM api_keys");
+                        return absl::OkStatus();
+                      }).ok());
+    std::vector<std::unique_ptr<KeyRing>> rings;
+    for (int i = 0; i < kServers; ++i) {
+      rings.push_back(std::make_unique<KeyRing>(*stores[i], absl::Seconds(10)));
+    }
+    std::atomic<int> minted{0};
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kServers; ++i) {
+      threads.emplace_back([&, i] {
+        ready.fetch_add(1);
+        while (ready.load() < kServers) {
+        }
+        auto key = rings[i]->EnsureAdminKey();
+        EXPECT_TRUE(key.ok()) << key.status();
+        if (key.ok() && key->has_value()) minted.fetch_add(1);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(minted.load(), 1) << "round " << round;
+    auto keys = store_->List(/*include_revoked=*/true);
+    ASSERT_TRUE(keys.ok());
+    ASSERT_EQ(keys->size(), 1u) << "round " << round << ": bootstrap admin keys minted";
+  }
+}
+
+}  // namespace
+}  // namespace verity::server
