@@ -7,13 +7,15 @@
 // of it written), so the database afterwards holds exactly the annotations of the batches acked
 // OK, no more, no less, and no batch is acked twice; each stream, closed by its client on the
 // first UNAVAILABLE ack as the client library does, ends with status OK; the embedded
-// PostgreSQL is stopped (no postmaster.pid, no postmaster process for the data directory); and
-// the server logged event=shutdown ... event=stopped.
+// PostgreSQL is stopped cleanly (no postmaster.pid, no postmaster process for the data
+// directory, and pg_controldata reports "shut down": no recovery at the next start); and the
+// server logged event=shutdown ... event=stopped.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <deque>
 #include <filesystem>
@@ -198,6 +200,23 @@ std::vector<pid_t> ProcessesMentioning(const std::string& needle) {
   return found;
 }
 
+// What pg_controldata says of the cluster in `pgdata` ("" when it cannot run).
+std::string ControlData(const std::string& pgdata) {
+  std::error_code ignored;
+  for (const auto& version : std::filesystem::directory_iterator("/usr/lib/postgresql", ignored)) {
+    const std::string tool = version.path().string() + "/bin/pg_controldata";
+    if (!std::filesystem::exists(tool)) continue;
+    FILE* out = popen((tool + " '" + pgdata + "' 2>&1").c_str(), "r");
+    if (out == nullptr) return "";
+    std::string text;
+    char buffer[4096];
+    for (size_t n; (n = fread(buffer, 1, sizeof buffer, out)) > 0;) text.append(buffer, n);
+    pclose(out);
+    return text;
+  }
+  return "";
+}
+
 // The server's children of this process; SIGKILLed when the server overstays kExitBound, so
 // that a hung shutdown fails the test instead of hanging it.
 void KillChildServers() {
@@ -332,6 +351,9 @@ TEST_F(GracefulShutdownTest, SigtermDuringIngestAcksEveryCommittedBatchAndStopsP
   EXPECT_EQ(after_exit.ListProjects().status().code(), absl::StatusCode::kUnavailable);
   EXPECT_FALSE(std::filesystem::exists(pgdata() + "/postmaster.pid"));
   EXPECT_THAT(ProcessesMentioning(pgdata()), ::testing::IsEmpty());
+  // A clean stop, not a crash: the next start needs no recovery.
+  EXPECT_THAT(ControlData(pgdata()),
+              ::testing::ContainsRegex("Database cluster state: +shut down\n"));
   const std::string log = ReadFile(server_->log_path());
   const size_t shutdown_at = log.find("event=shutdown signal=15");
   const size_t stopped_at = log.find("event=stopped");
