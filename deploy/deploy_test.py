@@ -496,13 +496,30 @@ def check_server_manifests(docs, secrets, server_flags):
     grpc_port = ports.get("grpc")
     if grpc_port is None:
         problems.append("verity-server: no container port named grpc")
+    # The server serves TLS off loopback, and the kubelet's gRPC probes cannot speak TLS: the
+    # probes open a TCP connection to the gRPC port.
     for probe in ("readinessProbe", "livenessProbe"):
-        grpc = container.get(probe, {}).get("grpc")
-        if not grpc:
-            problems.append("verity-server: %s is not a gRPC health probe" % probe)
-        elif grpc.get("port") != grpc_port:
+        tcp = container.get(probe, {}).get("tcpSocket")
+        if not tcp:
+            problems.append("verity-server: %s is not a TCP probe of the gRPC port" % probe)
+        elif tcp.get("port") not in ("grpc", grpc_port):
             problems.append("verity-server: %s probes port %s, the server listens on %s"
-                            % (probe, grpc.get("port"), grpc_port))
+                            % (probe, tcp.get("port"), grpc_port))
+    # TLS: plaintext is refused off loopback, so the args name the certificate and key, which
+    # come from a mounted Secret.
+    if not flag_values(args, "tls_cert") or not flag_values(args, "tls_key"):
+        problems.append("verity-server: no --tls_cert/--tls_key (plaintext is refused off "
+                        "loopback)")
+    mounted = {m.get("name"): m.get("mountPath") for m in container.get("volumeMounts", [])}
+    secret_volumes = {v["name"]: v["secret"].get("secretName")
+                      for v in pod["spec"].get("volumes", []) if "secret" in v}
+    for path in flag_values(args, "tls_cert") + flag_values(args, "tls_key"):
+        if not any(name in secret_volumes and path.startswith(mount.rstrip("/") + "/")
+                   for name, mount in mounted.items()):
+            problems.append("verity-server: %s is not in a mounted Secret" % path)
+    for name, secret in secret_volumes.items():
+        if name in mounted and secret not in secrets:
+            problems.append("verity-server: Secret %s is not in secret.example.yaml" % secret)
     listen = [a for a in container.get("args", []) if a.startswith("--listen=")]
     if not listen or not listen[0].endswith(":%s" % grpc_port):
         problems.append("verity-server: --listen %s is not the grpc port %s" % (listen, grpc_port))
@@ -903,13 +920,14 @@ class ComposeAndKubernetesTest(unittest.TestCase):
         self.assertEqual(sorted(self.docs), [("Deployment", "verity-server"),
                                              ("Deployment", "verity-worker"),
                                              ("Secret", "verity-db"),
+                                             ("Secret", "verity-tls"),
                                              ("Service", "verity-server")])
         secret = self.secrets["verity-db"]
         self.assertEqual(secret["apiVersion"], "v1")
         # An example: the committed value is a placeholder, never a real password.
         self.assertIn("CHANGE_ME", secret["stringData"]["postgres-url"])
 
-    def test_server_deployment_probes_grpc_health_and_reads_the_secret(self):
+    def test_server_deployment_probes_the_grpc_port_and_reads_the_secrets(self):
         self.assertEqual(check_server_manifests(self.docs, self.secrets, self.server_flags), [])
 
     def test_worker_deployment_runs_the_worker_on_a_gpu(self):
@@ -938,6 +956,16 @@ class ComposeAndKubernetesTest(unittest.TestCase):
         args[:] = [a for a in args if not a.startswith("--trainer=")]
         self.assertEqual(check_training_mode(docs), [])  # in-process: no worker needed
 
+    def test_manifest_checks_reject_a_server_without_tls_from_a_secret(self):
+        docs = self.load_manifests()
+        container = docs[("Deployment", "verity-server")]["spec"]["template"]["spec"][
+            "containers"][0]
+        container["args"] = [a for a in container["args"] if not a.startswith("--tls_key=")]
+        container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != "tls"]
+        self.assertEqual(check_server_manifests(docs, self.secrets, self.server_flags), [
+            "verity-server: no --tls_cert/--tls_key (plaintext is refused off loopback)",
+            "verity-server: /etc/verity/tls/tls.crt is not in a mounted Secret"])
+
     def test_manifest_checks_reject_http_probes_and_a_missing_secret_key(self):
         docs = self.load_manifests()
         container = docs[("Deployment", "verity-server")]["spec"]["template"]["spec"][
@@ -948,7 +976,7 @@ class ComposeAndKubernetesTest(unittest.TestCase):
         self.assertEqual(check_server_manifests(docs, self.secrets, self.server_flags), [
             "verity-server: Secret verity-db has no key url",
             "verity-server: --trainer=worker is not one of ('inprocess', 'workers')",
-            "verity-server: readinessProbe is not a gRPC health probe"])
+            "verity-server: readinessProbe is not a TCP probe of the gRPC port"])
         worker = docs[("Deployment", "verity-worker")]["spec"]["template"]["spec"][
             "containers"][0]
         del worker["resources"]["limits"]["nvidia.com/gpu"]
