@@ -12,6 +12,7 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <set>
@@ -483,6 +484,73 @@ TEST_F(AuthTest, ARevokedKeyIsRefusedOnAStreamOpenedBeforeTheRevocation) {
   while (stream->Read(&ack)) {
   }
   stream->Finish();
+}
+
+TEST_F(AuthTest, ARevocationOnAnotherServerReachesAnOpenStreamWithinTheRefreshInterval) {
+  const std::string key = CreateKey(v1::ROLE_WRITER, {kProject});
+  // A second server of the same database (it loads the key at start), refreshing its keys
+  // every second.
+  constexpr absl::Duration kRefresh = absl::Seconds(1);
+  server::VerityServer::Options options;
+  options.listen = "localhost:0";
+  options.postgres_url = postgres_->url();
+  options.pool_size = 2;
+  options.training.run_in_background = false;
+  options.auth.enabled = true;
+  options.auth.key_refresh = kRefresh;
+  options.auth.admin_key_file = *admin_key_file_;
+  auto other = server::VerityServer::Start(options);
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto other_channel = grpc::CreateChannel(absl::StrCat("localhost:", (*other)->port()),
+                                           grpc::InsecureChannelCredentials());
+
+  grpc::ClientContext context;
+  Authorize(context, key);
+  auto stream = v1::IngestService::NewStub(other_channel)->SubmitAnnotations(&context);
+  uint64_t id = 0;
+  auto send = [&](v1::BatchAck* ack) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(++id);
+    batch.set_project(kProject);
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(absl::StrCat("other-server-", id));
+    a->set_annotator("open-stream-elsewhere");
+    a->set_label(1);
+    return stream->Write(batch) && stream->Read(ack);
+  };
+  v1::BatchAck ack;
+  ASSERT_TRUE(send(&ack));
+  ASSERT_EQ(ack.error_code(), 0) << ack.error_message();
+
+  // Revoked through the first server; the stream is on the second.
+  v1::RevokeKeyRequest revoke;
+  revoke.set_key_id(key.substr(3, 16));
+  v1::RevokeKeyResponse revoked;
+  grpc::ClientContext revoke_context;
+  Authorize(revoke_context, (*keys_)[Caller::kAdmin]);
+  ASSERT_TRUE(
+      v1::KeyService::NewStub(*channel_)->RevokeKey(&revoke_context, revoke, &revoked).ok());
+  const absl::Time revoked_at = absl::Now();
+  absl::Duration refused_after = absl::InfiniteDuration();
+  while (absl::Now() - revoked_at < 10 * kRefresh) {
+    ASSERT_TRUE(send(&ack));
+    if (ack.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      refused_after = absl::Now() - revoked_at;
+      break;
+    }
+    ASSERT_EQ(ack.error_code(), 0) << ack.error_message();
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  std::cout << "refused on the other server's open stream " << absl::FormatDuration(refused_after)
+            << " after the revocation (key refresh " << absl::FormatDuration(kRefresh) << ")\n";
+  // Within the refresh interval, plus the time one refresh and one batch take on a loaded
+  // machine.
+  EXPECT_LE(refused_after, kRefresh + absl::Seconds(2));
+  stream->WritesDone();
+  while (stream->Read(&ack)) {
+  }
+  stream->Finish();
+  (*other)->Shutdown();
 }
 
 TEST_F(AuthTest, MalformedAuthorizationIsUnauthenticatedAndHealthChecksNeedNoKey) {
