@@ -28,6 +28,11 @@ ABSL_FLAG(std::string, postgres_url, "",
           "libpq connection string of an existing database; empty = embedded PostgreSQL under "
           "--data_dir.");
 ABSL_FLAG(int, pool_size, 8, "PostgreSQL connections in the pool.");
+ABSL_FLAG(int, db_timeout_seconds, 30,
+          "Bound on every PostgreSQL wait: connecting, one statement, one transaction (TCP "
+          "keepalives and tcp_user_timeout follow it). A call that hits it, e.g. while the "
+          "database hangs, fails UNAVAILABLE. At least 1; large enough for loading the largest "
+          "project's labels.");
 ABSL_FLAG(bool, background_refit, true,
           "Refit projects in the background when enough new labels arrived (tests turn it off "
           "to keep posteriors still).");
@@ -110,6 +115,7 @@ int main(int argc, char** argv) {
   options.postgres_url = url;
   options.pool_size = absl::GetFlag(FLAGS_pool_size);
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.db_timeout = absl::Seconds(absl::GetFlag(FLAGS_db_timeout_seconds));
   options.training.run_in_background = absl::GetFlag(FLAGS_background_refit);
   options.training.max_staleness = absl::Seconds(absl::GetFlag(FLAGS_refit_staleness_seconds));
   const double busy_fraction = absl::GetFlag(FLAGS_trainer_busy_fraction);

@@ -92,7 +92,8 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   }
   std::unique_ptr<VerityServer> server(new VerityServer());
   server->metrics_ = std::make_unique<MetricsRegistry>();
-  auto storage = StorageHandles::Open(options.postgres_url, options.pool_size);
+  auto storage = StorageHandles::Open(options.postgres_url, options.pool_size,
+                                      options.db_timeout);
   if (!storage.ok()) return storage.status();
   server->storage_ = std::move(*storage);
   server->registry_ = std::make_unique<ProjectRegistry>(*server->storage_);

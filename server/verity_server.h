@@ -29,6 +29,7 @@
 #include "server/observability/metrics_http.h"
 #include "server/observability/rpc_telemetry.h"
 #include "server/rpc/server_core.h"
+#include "server/state/storage_handles.h"
 #include "server/training/training_scheduler.h"
 
 namespace verity::server {
@@ -43,6 +44,9 @@ class VerityServer {
     std::string postgres_url;
     // PostgreSQL connections shared by ingest, queries and training.
     int pool_size = 8;
+    // Bound on every database wait (storage::ConnectionPool::Options::db_timeout): a call that
+    // hits it, e.g. while PostgreSQL hangs, fails UNAVAILABLE with a message naming it.
+    absl::Duration db_timeout = storage::ConnectionPool::Options().db_timeout;
     IngestPipeline::Options ingest;
     // Open SubmitAnnotations streams at most; a stream past it is refused RESOURCE_EXHAUSTED.
     // Each open stream holds a gRPC thread and a writer thread.

@@ -16,6 +16,15 @@
 // outcome is unknown: nothing is retried and UNAVAILABLE is returned (callers
 // whose writes are idempotent may retry themselves).
 //
+// Every database wait is bounded by Options::db_timeout, so that a hung PostgreSQL (a network
+// partition, a stopped server) cannot block a caller for good: connections are opened with
+// libpq's connect_timeout, TCP keepalives and tcp_user_timeout, and run with statement_timeout,
+// lock_timeout and idle_in_transaction_session_timeout set to the bound. Those cannot see a
+// server that is stopped but whose sockets stay open (on loopback the kernel keeps
+// acknowledging), so a watchdog thread also closes the socket of any transaction attempt that
+// runs longer than the bound; the caller gets UNAVAILABLE naming the bound, and such an attempt
+// is not retried.
+//
 // Thread-safety: all methods are thread-safe. A PooledConnection (and the
 // pqxx::connection it holds) must be used by one thread at a time, and must
 // be returned (destroyed) before the pool is destroyed.
@@ -26,6 +35,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -85,9 +95,15 @@ class ConnectionPool {
     // How long Acquire() without an explicit timeout, RunInTransaction() and
     // WithTransaction() wait for a free connection. Default 10 s.
     absl::Duration acquire_timeout = absl::Seconds(10);
+    // The longest one transaction attempt (from BEGIN to the end of COMMIT), one statement or
+    // one connection attempt may take before it is abandoned as UNAVAILABLE; also the TCP
+    // keepalive and tcp_user_timeout horizon. Bounds waits on a hung database; long enough
+    // for the largest legitimate transaction (a project's labels read at load). Default 30 s.
+    absl::Duration db_timeout = absl::Seconds(30);
   };
 
-  // Returns INVALID_ARGUMENT for an empty url or size < 1. Does not connect.
+  // Returns INVALID_ARGUMENT for an empty url, size < 1 or db_timeout < 1 s. Does not
+  // connect.
   static absl::StatusOr<std::unique_ptr<ConnectionPool>> Create(
       Options options);
 
@@ -148,21 +164,44 @@ class ConnectionPool {
 
  private:
   friend class PooledConnection;
-  explicit ConnectionPool(Options options) : options_(std::move(options)) {}
+
+  // A transaction attempt under the watchdog: its connection's socket and deadline.
+  struct Watch {
+    int socket = -1;
+    absl::Time deadline;
+    bool fired = false;  // The watchdog shut the socket down.
+  };
+
+  ConnectionPool(Options options, std::string connection_string);
 
   // `fresh`: never hand out an idle connection (it may be stale).
   absl::StatusOr<PooledConnection> AcquireImpl(absl::Duration timeout,
                                                bool fresh);
   void Return(std::unique_ptr<pqxx::connection> connection, bool broken);
   void DiscardIdle();
+  void StartWatch(Watch* watch) ABSL_LOCKS_EXCLUDED(watch_mutex_);
+  // Returns whether the watchdog fired on it.
+  bool EndWatch(Watch* watch) ABSL_LOCKS_EXCLUDED(watch_mutex_);
+  // The watchdog thread: shuts down (shutdown(2), which wakes a thread blocked on the socket;
+  // the descriptor stays valid until libpq closes it) the socket of every watch past its
+  // deadline.
+  void WatchdogLoop() ABSL_LOCKS_EXCLUDED(watch_mutex_);
 
   const Options options_;
+  // options_.url with the timeouts above added (what connections are opened with).
+  const std::string connection_string_;
   mutable absl::Mutex mutex_;
   std::vector<std::unique_ptr<pqxx::connection>> idle_ ABSL_GUARDED_BY(mutex_);
   // Connections handed out or being opened; idle_.size() + in_use_ <= size.
   int in_use_ ABSL_GUARDED_BY(mutex_) = 0;
   std::shared_ptr<const AfterCommitHook> after_commit_hook_
       ABSL_GUARDED_BY(mutex_);  // Null: none (the normal case).
+
+  absl::Mutex watch_mutex_;
+  absl::CondVar watch_added_;
+  std::vector<Watch*> watches_ ABSL_GUARDED_BY(watch_mutex_);
+  bool stopping_ ABSL_GUARDED_BY(watch_mutex_) = false;
+  std::thread watchdog_;
 };
 
 template <typename F>

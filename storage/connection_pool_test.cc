@@ -49,6 +49,57 @@ TEST_F(ConnectionPoolTest, CreateRejectsBadOptions) {
   options.size = 0;
   EXPECT_THAT(ConnectionPool::Create(options),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("size")));
+  options.size = 1;
+  options.db_timeout = absl::Milliseconds(500);
+  EXPECT_THAT(ConnectionPool::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("db_timeout")));
+  options.db_timeout = absl::Seconds(1);
+  options.url = "host='unterminated";
+  EXPECT_THAT(ConnectionPool::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("url")));
+}
+
+// Reads a server setting on `p`.
+absl::StatusOr<std::string> Show(ConnectionPool& p, const std::string& setting) {
+  return p.WithTransaction("show", [&](pqxx::work& txn) -> absl::StatusOr<std::string> {
+    return txn.exec1("SHOW " + setting)[0].as<std::string>();
+  });
+}
+
+TEST_F(ConnectionPoolTest, ConnectionsRunUnderTheDatabaseTimeout) {
+  ConnectionPool::Options options;
+  options.url = url();
+  options.db_timeout = absl::Seconds(3);
+  auto p = ConnectionPool::Create(options);
+  ASSERT_THAT(p, IsOk());
+  EXPECT_THAT(Show(**p, "statement_timeout"), IsOkAndHolds("3s"));
+  EXPECT_THAT(Show(**p, "lock_timeout"), IsOkAndHolds("3s"));
+  EXPECT_THAT(Show(**p, "idle_in_transaction_session_timeout"), IsOkAndHolds("3s"));
+  // Settings the url gives itself win.
+  options.url = url() + " options='-c statement_timeout=7s' connect_timeout=9";
+  auto own = ConnectionPool::Create(options);
+  ASSERT_THAT(own, IsOk());
+  EXPECT_THAT(Show(**own, "statement_timeout"), IsOkAndHolds("7s"));
+  EXPECT_THAT(Show(**own, "lock_timeout"), IsOkAndHolds("3s"));
+}
+
+TEST_F(ConnectionPoolTest, ATransactionThatOutlivesTheDatabaseTimeoutFailsUnavailable) {
+  ConnectionPool::Options options;
+  options.url = url();
+  options.db_timeout = absl::Seconds(1);
+  auto p = ConnectionPool::Create(options);
+  ASSERT_THAT(p, IsOk());
+  // The server would wait forever (no statement timeout here, as when it is stopped); the
+  // pool's watchdog gives up on the bound and closes the connection.
+  const absl::Time before = absl::Now();
+  EXPECT_THAT(Exec(**p, "SET LOCAL statement_timeout = 0; SELECT pg_sleep(60)"),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("did not answer within db_timeout 1s")));
+  const absl::Duration took = absl::Now() - before;
+  EXPECT_GE(took, absl::Seconds(1));
+  EXPECT_LT(took, absl::Seconds(10));  // one bound (no retry), with a margin for a busy machine
+  // The pool goes on with a new connection.
+  EXPECT_THAT(Exec(**p, "SELECT 1"), IsOk());
 }
 
 TEST_F(ConnectionPoolTest, ReusesConnectionsUpToItsSize) {

@@ -1,13 +1,20 @@
 // PostgreSQL goes away under a running server: ingest answers UNAVAILABLE (retryable) within
 // its deadline instead of hanging or losing acked data, queries of in-memory state keep
 // answering, and when PostgreSQL is back the server resumes by itself — no restart — with every
-// acked annotation stored.
+// acked annotation stored. A PostgreSQL that hangs (SIGSTOPped: its sockets stay open and
+// answer nothing) makes calls fail UNAVAILABLE within the server's database timeout, and
+// nothing acked is lost once it resumes.
+#include <dirent.h>
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
@@ -27,10 +34,15 @@ std::chrono::system_clock::time_point Deadline(int seconds) {
   return std::chrono::system_clock::now() + std::chrono::seconds(seconds);
 }
 
+struct SubmitResult {
+  int code = 0;
+  std::string message;
+};
+
 // One batch of `n` labels on items o<first>.. by annotator `annotator`; returns the ack's code
-// (or the stream's status code when no ack came).
-int SubmitOne(v1::IngestService::Stub& ingest, int batch_id, int first, int n,
-              const std::string& annotator) {
+// and message (or the stream's status when no ack came).
+SubmitResult Submit(v1::IngestService::Stub& ingest, int batch_id, int first, int n,
+                    const std::string& annotator) {
   grpc::ClientContext context;
   context.set_deadline(Deadline(20));
   auto stream = ingest.SubmitAnnotations(&context);
@@ -48,9 +60,55 @@ int SubmitOne(v1::IngestService::Stub& ingest, int batch_id, int first, int n,
   v1::BatchAck ack;
   const bool got = stream->Read(&ack);
   grpc::Status status = stream->Finish();
-  if (got) return ack.error_code();
-  return static_cast<int>(status.error_code());
+  if (got) return {ack.error_code(), ack.error_message()};
+  return {static_cast<int>(status.error_code()), status.error_message()};
 }
+
+int SubmitOne(v1::IngestService::Stub& ingest, int batch_id, int first, int n,
+              const std::string& annotator) {
+  return Submit(ingest, batch_id, first, n, annotator).code;
+}
+
+// Freezes a PostgreSQL cluster with SIGSTOP — the postmaster first, so that it forks no new
+// backend, then every child of it — and thaws it with SIGCONT on Thaw() or destruction. A
+// frozen server keeps its sockets open: connections and queries are accepted by the kernel and
+// never answered, as in a network partition.
+class FrozenPostgres {
+ public:
+  explicit FrozenPostgres(const std::string& pgdata) {
+    std::ifstream pid_file(pgdata + "/postmaster.pid");
+    pid_t postmaster = 0;
+    pid_file >> postmaster;
+    if (postmaster <= 0 || kill(postmaster, SIGSTOP) != 0) return;
+    stopped_.push_back(postmaster);
+    DIR* proc = opendir("/proc");
+    while (dirent* entry = readdir(proc)) {
+      const pid_t pid = std::atoi(entry->d_name);
+      if (pid <= 0) continue;
+      // /proc/<pid>/stat: "pid (comm) state ppid ..."; comm has no ')' for postgres.
+      std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+      std::string line;
+      std::getline(stat, line);
+      const size_t close = line.rfind(')');
+      if (close == std::string::npos) continue;
+      char state = 0;
+      pid_t ppid = 0;
+      if (sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) != 2) continue;
+      if (ppid == postmaster && kill(pid, SIGSTOP) == 0) stopped_.push_back(pid);
+    }
+    closedir(proc);
+  }
+  ~FrozenPostgres() { Thaw(); }
+  // The postmaster and its backends and auxiliary processes.
+  int processes() const { return static_cast<int>(stopped_.size()); }
+  void Thaw() {
+    for (pid_t pid : stopped_) kill(pid, SIGCONT);
+    stopped_.clear();
+  }
+
+ private:
+  std::vector<pid_t> stopped_;
+};
 
 TEST(PostgresOutageTest, UnavailableWhileDownAndRecoveryWithoutRestart) {
   const std::string dir = MakeTempDir("verity-outage-test");
@@ -126,6 +184,92 @@ TEST(PostgresOutageTest, UnavailableWhileDownAndRecoveryWithoutRestart) {
   (*server)->Shutdown();
   server->reset();
   ASSERT_TRUE((*restarted)->Stop().ok());
+  RemoveTree(dir);
+}
+
+TEST(PostgresOutageTest, AHungDatabaseFailsCallsWithinTheBoundAndLosesNothing) {
+  const std::string dir = MakeTempDir("verity-hang-test");
+  storage::EmbeddedPostgres::Options pg;
+  pg.data_dir = dir + "/pg";
+  auto postgres = storage::EmbeddedPostgres::Start(pg);
+  ASSERT_TRUE(postgres.ok()) << postgres.status();
+  constexpr absl::Duration kDbTimeout = absl::Seconds(2);
+  server::VerityServer::Options options;
+  options.listen = "localhost:0";
+  options.postgres_url = (*postgres)->connection_url();
+  options.db_timeout = kDbTimeout;
+  options.training.run_in_background = false;
+  auto server = server::VerityServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("localhost:", (*server)->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto projects = v1::ProjectService::NewStub(channel);
+  auto ingest = v1::IngestService::NewStub(channel);
+  auto truth = v1::TruthService::NewStub(channel);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(10));
+    v1::CreateProjectRequest request;
+    request.mutable_project()->set_name("outage");
+    request.mutable_project()->add_classes("a");
+    request.mutable_project()->add_classes("b");
+    v1::CreateProjectResponse response;
+    ASSERT_TRUE(projects->CreateProject(&context, request, &response).ok());
+  }
+  ASSERT_EQ(SubmitOne(*ingest, 1, 0, 10, "w1"), 0);
+
+  FrozenPostgres frozen((*postgres)->data_dir() + "/pgdata");
+  ASSERT_GE(frozen.processes(), 2);  // the postmaster and at least the pool's backend
+  // Each call has a 20 s deadline; with the database hung, it fails UNAVAILABLE once the 2 s
+  // bound passes (a stuck transaction, then a new connection that gets no answer), not at
+  // its deadline. The margin absorbs a loaded machine.
+  for (int call = 0; call < 2; ++call) {
+    const absl::Time before = absl::Now();
+    const SubmitResult down = Submit(*ingest, 2, 100, 10, "w1");
+    const absl::Duration took = absl::Now() - before;
+    EXPECT_EQ(down.code, static_cast<int>(grpc::StatusCode::UNAVAILABLE))
+        << down.code << " " << down.message << " after " << took;
+    EXPECT_THAT(down.message, ::testing::HasSubstr("2s")) << down.message;
+    EXPECT_LT(took, 4 * kDbTimeout + absl::Seconds(4)) << "call " << call;
+    // In test.xml, for docs/RELIABILITY.md.
+    RecordProperty(absl::StrCat("hung_call_", call),
+                   absl::StrCat(absl::FormatDuration(took), ": ", down.message));
+  }
+  {
+    // In-memory queries keep answering.
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(5));
+    v1::GetPosteriorsRequest request;
+    request.set_project("outage");
+    request.add_items("o1");
+    v1::GetPosteriorsResponse response;
+    EXPECT_TRUE(truth->GetPosteriors(&context, request, &response).ok());
+  }
+
+  // PostgreSQL resumes: the same batch, resent, is acked (resending is always safe).
+  frozen.Thaw();
+  int code = -1;
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < give_up) {
+    code = SubmitOne(*ingest, 2, 100, 10, "w1");
+    if (code == 0) break;
+    EXPECT_EQ(code, static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ASSERT_EQ(code, 0) << "the server did not recover";
+  ASSERT_EQ(SubmitOne(*ingest, 3, 200, 10, "w1"), 0);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(10));
+    v1::GetProjectRequest request;
+    request.set_project("outage");
+    v1::GetProjectResponse response;
+    ASSERT_TRUE(projects->GetProject(&context, request, &response).ok());
+    EXPECT_EQ(response.project().num_labels(), 30);  // every acked label, once
+  }
+  (*server)->Shutdown();
+  server->reset();
+  ASSERT_TRUE((*postgres)->Stop().ok());
   RemoveTree(dir);
 }
 

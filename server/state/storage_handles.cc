@@ -5,10 +5,11 @@
 namespace verity::server {
 
 absl::StatusOr<std::unique_ptr<StorageHandles>> StorageHandles::Open(
-    const std::string& postgres_url, int pool_size) {
+    const std::string& postgres_url, int pool_size, absl::Duration db_timeout) {
   storage::ConnectionPool::Options pool_options;
   pool_options.url = postgres_url;
   pool_options.size = pool_size;
+  pool_options.db_timeout = db_timeout;
   auto pool = storage::ConnectionPool::Create(pool_options);
   if (!pool.ok()) return pool.status();
   auto handles = std::make_unique<StorageHandles>();

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "storage/api_key_store.h"
 #include "storage/annotation_store.h"
 #include "storage/connection_pool.h"
@@ -29,10 +30,12 @@ struct StorageHandles {
   std::unique_ptr<storage::TrainingJobStore> jobs;
   std::unique_ptr<storage::ApiKeyStore> api_keys;
 
-  // Connects to `postgres_url` with a pool of `pool_size` connections and applies the schema
-  // migrations. UNAVAILABLE if PostgreSQL cannot be reached.
-  static absl::StatusOr<std::unique_ptr<StorageHandles>> Open(const std::string& postgres_url,
-                                                              int pool_size);
+  // Connects to `postgres_url` with a pool of `pool_size` connections, every database wait
+  // bounded by `db_timeout` (storage::ConnectionPool::Options::db_timeout), and applies the
+  // schema migrations. UNAVAILABLE if PostgreSQL cannot be reached.
+  static absl::StatusOr<std::unique_ptr<StorageHandles>> Open(
+      const std::string& postgres_url, int pool_size,
+      absl::Duration db_timeout = storage::ConnectionPool::Options().db_timeout);
 };
 
 }  // namespace verity::server

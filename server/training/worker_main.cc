@@ -24,6 +24,9 @@
 #include "server/training/training_worker.h"
 
 ABSL_FLAG(std::string, postgres_url, "", "PostgreSQL connection string of the Verity database.");
+ABSL_FLAG(int, db_timeout_seconds, 30,
+          "Bound on every PostgreSQL wait (as verity_server's flag); keep it below "
+          "--lease_seconds so that a renewal that hangs is retried within the lease.");
 ABSL_FLAG(std::string, device, "auto", "Training device: auto, cpu, cuda or cuda:N.");
 ABSL_FLAG(std::string, name, "", "Worker name in the job table (default: hostname:pid).");
 ABSL_FLAG(int, lease_seconds, 60,
@@ -62,7 +65,8 @@ int main(int argc, char** argv) {
   signal(SIGTERM, OnSignal);
   verity::server::SetTrainingDevice(absl::GetFlag(FLAGS_device));
 
-  auto storage = verity::server::StorageHandles::Open(url, 2);
+  auto storage = verity::server::StorageHandles::Open(
+      url, 2, absl::Seconds(absl::GetFlag(FLAGS_db_timeout_seconds)));
   if (!storage.ok()) {
     LogEvent("fatal", {{"error", storage.status().ToString()}});
     return 1;
