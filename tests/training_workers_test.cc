@@ -153,6 +153,62 @@ TEST_F(TrainingWorkersTest, EveryJobIsDoneExactlyOnceEvenWhenAWorkerIsKilledMidJ
   RemoveTree(dir);
 }
 
+// A job whose worker is killed mid-fit on every one of its max_attempts (3, verity_worker's
+// default) claims ends failed with the reason, and the project's next job runs.
+TEST_F(TrainingWorkersTest, AJobWhoseWorkersAreAllKilledEndsFailedAndTheNextJobRuns) {
+  const std::string dir = MakeTempDir("verity-workers-test");
+  storage::TrainingJobStore jobs(&pool());
+  storage::ModelVersionStore versions(&pool());
+  const int64_t project = NewProject("slow", v1::TRUTH_METHOD_LIA);  // seconds per fit
+  auto job = jobs.Enqueue(project);
+  ASSERT_THAT(job, IsOk());
+
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    const std::string name = absl::StrCat("doomed", attempt);
+    WorkerProcess doomed(url(), name, absl::StrCat(dir, "/", name, ".log"));
+    // It claims the job once the previous lease (2 s) has expired; kill it mid-fit.
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < give_up && jobs.GetJob(job->job_id)->worker != name) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_EQ(jobs.GetJob(job->job_id)->worker, name) << "logs in " << dir;
+    absl::SleepFor(absl::Milliseconds(300));  // well inside the fit
+    doomed.Signal(SIGKILL);
+    ASSERT_EQ(jobs.GetJob(job->job_id)->state, "running");
+    EXPECT_EQ(jobs.GetJob(job->job_id)->attempts, attempt);
+  }
+
+  WorkerProcess survivor(url(), "survivor", dir + "/survivor.log");
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < give_up && jobs.GetJob(job->job_id)->state == "running") {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  auto failed = jobs.GetJob(job->job_id);
+  ASSERT_THAT(failed, IsOk());
+  EXPECT_EQ(failed->state, "failed") << "logs in " << dir;
+  EXPECT_EQ(failed->attempts, 3);
+  EXPECT_EQ(failed->error, "attempt 3 of 3: worker doomed3 lost its lease (it died or hung)");
+
+  // The project is free again: its next job is a new one, and the surviving worker runs it.
+  auto next = jobs.Enqueue(project);
+  ASSERT_THAT(next, IsOk());
+  ASSERT_NE(next->job_id, job->job_id);
+  while (absl::Now() < give_up + absl::Seconds(60) && jobs.GetJob(next->job_id)->state != "done") {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  auto done = jobs.GetJob(next->job_id);
+  ASSERT_THAT(done, IsOk());
+  ASSERT_EQ(done->state, "done") << "logs in " << dir;
+  EXPECT_EQ(done->worker, "survivor");
+  EXPECT_EQ(done->attempts, 1);
+  auto stored = versions.ListModelVersions(project, 10);
+  ASSERT_THAT(stored, IsOk());
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ(done->version, (*stored)[0].version);
+  survivor.Signal(SIGTERM);
+  RemoveTree(dir);
+}
+
 // The server side with --trainer=workers: the scheduler enqueues a job instead of fitting, a
 // worker (in-process here) stores the version, and the scheduler's next pass serves it; a
 // version never goes backwards.
