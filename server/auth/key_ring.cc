@@ -42,6 +42,10 @@ absl::Status KeyRing::Load() {
     keys.emplace(record.key_id, *std::move(entry));
   }
   absl::MutexLock lock(&mu_);
+  // Keys created through the ring since this Load started, which its list may lack.
+  for (const auto& [key_id, entry] : keys_) {
+    if (entry.cached_at >= started) keys.emplace(key_id, entry);
+  }
   // Keys revoked here while the list was read (revocation is final, so the set only grows).
   for (const std::string& key_id : revoked_) keys.erase(key_id);
   keys_ = std::move(keys);
@@ -117,6 +121,7 @@ absl::StatusOr<storage::ApiKeyRecord> KeyRing::NewRecord(
 absl::Status KeyRing::Cache(const storage::ApiKeyRecord& stored) {
   absl::StatusOr<Entry> entry = EntryFor(stored);
   if (!entry.ok()) return entry.status();
+  entry->cached_at = absl::Now();
   {
     absl::MutexLock lock(&mu_);
     keys_.insert_or_assign(stored.key_id, *std::move(entry));

@@ -1,8 +1,9 @@
 // KeyRing: the server's view of the API keys — the unrevoked keys of the database, cached in
 // memory so that checking a call's key costs a hash lookup and one SHA-256, not a query.
 //
-// Creating and revoking through the ring update the cache at once; a key revoked through the
-// ring is never cached again, even by a refresh that read the keys before the revocation. Keys created or revoked by
+// Creating and revoking through the ring update the cache at once, and a refresh that read the
+// keys before either never undoes it: it keeps a key created since it started, and never
+// caches again a key revoked through the ring. Keys created or revoked by
 // another server on the same database reach this one when its cache is refreshed: at most
 // `refresh_interval` after the last refresh (checked on each call), or at once for an unknown
 // key id (at most one such refresh per second, so that made-up ids cannot flood the database).
@@ -68,6 +69,9 @@ class KeyRing {
     std::string salt;
     std::string secret_hash;
     std::shared_ptr<const Principal> principal;
+    // When the entry entered the cache: a Load started later reads it from the database, one
+    // started earlier may not have (it keeps the entry).
+    absl::Time cached_at = absl::InfinitePast();
   };
   static absl::StatusOr<Entry> EntryFor(const storage::ApiKeyRecord& record);
   // A new key's record (validated, with a fresh secret whose text goes to `text`).

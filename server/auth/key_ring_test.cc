@@ -48,6 +48,23 @@ TEST_F(KeyRingTest, ALoadThatReadTheKeysBeforeARevocationDoesNotBringTheKeyBack)
       << "the revoked key authenticates again: " << after.status();
 }
 
+TEST_F(KeyRingTest, ALoadThatReadTheKeysBeforeACreationKeepsTheNewKey) {
+  KeyRing ring(*store_, absl::Hours(1));
+  ASSERT_TRUE(ring.Load().ok());
+  // The refresh reads the key list, then a key is created before the refresh installs it.
+  std::optional<KeyRing::CreatedKey> created;
+  ring.SetAfterListHookForTesting([&] {
+    if (created.has_value()) return;
+    auto key = ring.Create("newcomer", Role::kWriter, {}, "");
+    ASSERT_TRUE(key.ok()) << key.status();
+    created = *std::move(key);
+  });
+  ASSERT_TRUE(ring.Load().ok());
+  ASSERT_TRUE(created.has_value());
+  auto principal = ring.Authenticate(created->text);
+  EXPECT_TRUE(principal.ok()) << "the new key was dropped: " << principal.status();
+}
+
 TEST_F(KeyRingTest, ServersBootstrappingOneDatabaseAtOnceMintOneAdminKey) {
   constexpr int kServers = 6;
   constexpr int kRounds = 20;  // The race is a matter of timing: give it many chances.
