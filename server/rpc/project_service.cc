@@ -65,6 +65,9 @@ grpc::Status ProjectServiceImpl::ListProjects(grpc::ServerContext* context,
   for (const storage::ProjectRecord& record : *records) {
     if (!(*admitted)->MayTouch(record.name)) continue;  // Only the key's projects.
     auto project = core_.registry->Get(record.name);
+    // A project that cannot be loaded is left out rather than failing the whole list (and the
+    // health checks that list projects); GetProject on it says why.
+    if (absl::IsUnavailable(project.status())) continue;
     if (!project.ok()) return ToGrpcStatus(project.status());
     *response->add_projects() = ProjectToProto(**project);
   }

@@ -1,0 +1,102 @@
+// Start-up with a project whose stored state cannot be loaded: the server starts anyway, that
+// project's calls answer UNAVAILABLE naming the reason, and the other projects serve. The
+// server runs in-process on a real PostgreSQL; the corruption is made with SQL between two
+// starts on the same database.
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "client/verity_client.h"
+#include "pqxx/connection"
+#include "pqxx/nontransaction"
+#include "server/verity_server.h"
+#include "tests/test_postgres.h"
+#include "verity/v1/projects.pb.h"
+
+namespace verity::tests {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::unique_ptr<server::VerityServer> StartServer(const std::string& url) {
+  server::VerityServer::Options options;
+  options.listen = "localhost:0";
+  options.postgres_url = url;
+  options.pool_size = 2;
+  options.training.run_in_background = false;
+  auto server = server::VerityServer::Start(options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+
+client::VerityClient ClientOf(const server::VerityServer& server) {
+  return client::VerityClient(
+      client::CreateInsecureChannel("localhost:" + std::to_string(server.port())), {});
+}
+
+v1::Project NewProject(const std::string& name) {
+  v1::Project project;
+  project.set_name(name);
+  for (const char* c : {"a", "b"}) project.add_classes(c);
+  return project;
+}
+
+TEST(StartupTest, AProjectThatCannotLoadAnswersUnavailableAndTheOthersServe) {
+  std::unique_ptr<TestPostgres> pg = TestPostgres::Start("verity-startup");
+  ASSERT_NE(pg, nullptr);
+  {
+    std::unique_ptr<server::VerityServer> first = StartServer(pg->url());
+    ASSERT_NE(first, nullptr);
+    client::VerityClient client = ClientOf(*first);
+    ASSERT_TRUE(client.CreateProject(NewProject("broken")).ok());
+    ASSERT_TRUE(client.CreateProject(NewProject("healthy")).ok());
+    v1::Item item;
+    item.set_id("item-1");
+    ASSERT_TRUE(client.AddItems("healthy", {item}).ok());
+    first->Shutdown();
+  }
+  {
+    // Settings bytes that are no ProjectSettings message (a truncated varint).
+    pqxx::connection connection(pg->url());
+    pqxx::nontransaction txn(connection);
+    txn.exec("UPDATE projects SET settings = '\\xff'::bytea WHERE name = 'broken'");
+  }
+
+  std::unique_ptr<server::VerityServer> server = StartServer(pg->url());
+  ASSERT_NE(server, nullptr) << "one project that cannot load stopped the server's start";
+  client::VerityClient client = ClientOf(*server);
+
+  const auto reason = AllOf(HasSubstr("project \"broken\" cannot be loaded"),
+                            HasSubstr("stored settings do not parse"));
+  absl::StatusOr<v1::Project> broken = client.GetProject("broken");
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kUnavailable) << broken.status();
+  EXPECT_THAT(std::string(broken.status().message()), reason);
+  absl::StatusOr<std::vector<v1::Posterior>> posteriors =
+      client.GetPosteriors("broken", {"item-1"});
+  EXPECT_EQ(posteriors.status().code(), absl::StatusCode::kUnavailable) << posteriors.status();
+  EXPECT_THAT(std::string(posteriors.status().message()), reason);
+
+  absl::StatusOr<v1::Project> healthy = client.GetProject("healthy");
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  EXPECT_EQ(healthy->num_items(), 1);
+  v1::Item item;
+  item.set_id("item-2");
+  EXPECT_TRUE(client.AddItems("healthy", {item}).ok());
+  // The listing leaves out the project that cannot be loaded (GetProject says why).
+  absl::StatusOr<std::vector<v1::Project>> listed = client.ListProjects();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  std::vector<std::string> names;
+  for (const v1::Project& p : *listed) names.push_back(p.name());
+  EXPECT_THAT(names, ElementsAre("healthy"));
+  server->Shutdown();
+}
+
+}  // namespace
+}  // namespace verity::tests
