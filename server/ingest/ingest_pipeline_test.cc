@@ -161,7 +161,7 @@ class ProjectLockHolder {
           // Also when the lock could not be taken (only this thread notifies locked_).
           if (!locked_.HasBeenNotified()) locked_.Notify();
         }) {}
-  ~ProjectLockHolder() { Release(); }
+  ~ProjectLockHolder() { Release().IgnoreError(); }  // A test that failed already.
 
   void WaitLocked() { locked_.WaitForNotification(); }
   absl::Status Release() {
