@@ -161,7 +161,8 @@ class ProjectLockHolder {
           // Also when the lock could not be taken (only this thread notifies locked_).
           if (!locked_.HasBeenNotified()) locked_.Notify();
         }) {}
-  ~ProjectLockHolder() { Release().IgnoreError(); }  // A test that failed already.
+  // Best effort: a test that checks the release calls Release() itself.
+  ~ProjectLockHolder() { Release().IgnoreError(); }
 
   void WaitLocked() { locked_.WaitForNotification(); }
   absl::Status Release() {
