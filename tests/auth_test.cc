@@ -145,6 +145,28 @@ class AuthTest : public ::testing::Test {
     return response.secret_key();
   }
 
+  // Revokes `key` (its text) through KeyService with the admin key; the response's key record.
+  static grpc::Status Revoke(const std::string& key, v1::RevokeKeyResponse* revoked) {
+    v1::RevokeKeyRequest request;
+    request.set_key_id(key.substr(3, 16));
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kAdmin]);
+    return v1::KeyService::NewStub(*channel_)->RevokeKey(&context, request, revoked);
+  }
+
+  // Sends a batch of one label on an open stream and reads its ack; false if the stream ended.
+  static bool SendOne(grpc::ClientReaderWriter<v1::AnnotationBatch, v1::BatchAck>& stream,
+                      uint64_t id, const std::string& annotator, v1::BatchAck* ack) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(id);
+    batch.set_project(kProject);
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(absl::StrCat(annotator, "-", id));
+    a->set_annotator(annotator);
+    a->set_label(1);
+    return stream.Write(batch) && stream.Read(ack);
+  }
+
   // One batch of one label by `annotator` on kProject, over a fresh stream.
   static grpc::Status Submit(const std::string& key, const std::string& annotator,
                              v1::BatchAck* ack) {
@@ -438,12 +460,8 @@ TEST_F(AuthTest, ARevokedKeyIsRefusedAtOnce) {
     return v1::ProjectService::NewStub(*channel_)->GetProject(&context, request, &response);
   };
   ASSERT_TRUE(get().ok());
-  v1::RevokeKeyRequest revoke;
-  revoke.set_key_id(key.substr(3, 16));
   v1::RevokeKeyResponse revoked;
-  grpc::ClientContext context;
-  Authorize(context, (*keys_)[Caller::kAdmin]);
-  ASSERT_TRUE(v1::KeyService::NewStub(*channel_)->RevokeKey(&context, revoke, &revoked).ok());
+  ASSERT_TRUE(Revoke(key, &revoked).ok());
   EXPECT_TRUE(revoked.key().has_revoked_at());
   EXPECT_EQ(get().error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }
@@ -454,26 +472,14 @@ TEST_F(AuthTest, ARevokedKeyIsRefusedOnAStreamOpenedBeforeTheRevocation) {
   Authorize(context, key);
   auto stream = v1::IngestService::NewStub(*channel_)->SubmitAnnotations(&context);
   auto send = [&](uint64_t id, v1::BatchAck* ack) {
-    v1::AnnotationBatch batch;
-    batch.set_batch_id(id);
-    batch.set_project(kProject);
-    v1::Annotation* a = batch.add_annotations();
-    a->set_item(absl::StrCat("revocation-", id));
-    a->set_annotator("open-stream");
-    a->set_label(1);
-    return stream->Write(batch) && stream->Read(ack);
+    return SendOne(*stream, id, "open-stream", ack);
   };
   v1::BatchAck ack;
   ASSERT_TRUE(send(1, &ack));
   EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
 
-  v1::RevokeKeyRequest revoke;
-  revoke.set_key_id(key.substr(3, 16));
   v1::RevokeKeyResponse revoked;
-  grpc::ClientContext revoke_context;
-  Authorize(revoke_context, (*keys_)[Caller::kAdmin]);
-  ASSERT_TRUE(
-      v1::KeyService::NewStub(*channel_)->RevokeKey(&revoke_context, revoke, &revoked).ok());
+  ASSERT_TRUE(Revoke(key, &revoked).ok());
 
   // This server revoked it: the stream's next batch is refused at once (another server of the
   // database within --key_refresh_seconds), and none of it is written.
@@ -509,27 +515,15 @@ TEST_F(AuthTest, ARevocationOnAnotherServerReachesAnOpenStreamWithinTheRefreshIn
   auto stream = v1::IngestService::NewStub(other_channel)->SubmitAnnotations(&context);
   uint64_t id = 0;
   auto send = [&](v1::BatchAck* ack) {
-    v1::AnnotationBatch batch;
-    batch.set_batch_id(++id);
-    batch.set_project(kProject);
-    v1::Annotation* a = batch.add_annotations();
-    a->set_item(absl::StrCat("other-server-", id));
-    a->set_annotator("open-stream-elsewhere");
-    a->set_label(1);
-    return stream->Write(batch) && stream->Read(ack);
+    return SendOne(*stream, ++id, "open-stream-elsewhere", ack);
   };
   v1::BatchAck ack;
   ASSERT_TRUE(send(&ack));
   ASSERT_EQ(ack.error_code(), 0) << ack.error_message();
 
   // Revoked through the first server; the stream is on the second.
-  v1::RevokeKeyRequest revoke;
-  revoke.set_key_id(key.substr(3, 16));
   v1::RevokeKeyResponse revoked;
-  grpc::ClientContext revoke_context;
-  Authorize(revoke_context, (*keys_)[Caller::kAdmin]);
-  ASSERT_TRUE(
-      v1::KeyService::NewStub(*channel_)->RevokeKey(&revoke_context, revoke, &revoked).ok());
+  ASSERT_TRUE(Revoke(key, &revoked).ok());
   const absl::Time revoked_at = absl::Now();
   absl::Duration refused_after = absl::InfiniteDuration();
   while (absl::Now() - revoked_at < 10 * kRefresh) {
