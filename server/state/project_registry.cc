@@ -19,6 +19,12 @@ LiveProject::Identity IdentityOf(const storage::ProjectRecord& record) {
   return id;
 }
 
+// What Get() answers for a project whose stored state cannot be loaded.
+absl::Status CannotLoad(absl::string_view name, const absl::Status& why) {
+  return absl::UnavailableError(
+      absl::StrCat("project \"", name, "\" cannot be loaded: ", why.message()));
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Load(
@@ -97,10 +103,12 @@ absl::Status ProjectRegistry::LoadAll() {
   for (const storage::ProjectRecord& record : *records) {
     auto project = Load(record);
     if (!project.ok()) {
-      // The others serve; Get() tries this one again and answers UNAVAILABLE with the reason.
+      // The others serve; Get() answers UNAVAILABLE with the reason and tries again later.
       ++failed;
       LogEvent("project_load_failed",
                {{"project", record.name}, {"error", project.status().ToString()}});
+      absl::MutexLock lock(&mu_);
+      failed_[record.name] = {absl::Now(), CannotLoad(record.name, project.status())};
       continue;
     }
     absl::MutexLock lock(&mu_);
@@ -118,6 +126,10 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Get(absl::string_v
     absl::ReaderMutexLock lock(&mu_);
     auto it = projects_.find(name);
     if (it != projects_.end()) return it->second;
+    auto failure = failed_.find(name);
+    if (failure != failed_.end() && absl::Now() - failure->second.at < load_retry_interval_) {
+      return failure->second.status;
+    }
   }
   auto record = storage_.projects->GetProjectByName(std::string(name));
   if (!record.ok()) {
@@ -128,10 +140,13 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Get(absl::string_v
   }
   auto project = Load(*record);
   if (!project.ok()) {
-    return absl::UnavailableError(absl::StrCat("project \"", name, "\" cannot be loaded: ",
-                                               project.status().message()));
+    absl::Status unavailable = CannotLoad(name, project.status());
+    absl::MutexLock lock(&mu_);
+    failed_[name] = {absl::Now(), unavailable};
+    return unavailable;
   }
   absl::MutexLock lock(&mu_);
+  failed_.erase(name);
   // A concurrent Get or Create may have registered it meanwhile: every caller gets that one.
   auto [it, inserted] = projects_.emplace(std::string(name), std::move(*project));
   return it->second;

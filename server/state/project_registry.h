@@ -1,8 +1,10 @@
 // ProjectRegistry: the server's live projects by name, loaded from PostgreSQL.
 //
 // At start-up LoadAll() restores every project (labels, latest model version, posteriors). A
-// project that cannot be restored is logged and skipped: the others serve, and Get() tries it
-// again on each call, answering UNAVAILABLE with the reason until it loads. Get() also finds a
+// project that cannot be restored is logged and skipped: the others serve, and Get() answers
+// UNAVAILABLE with the reason, trying the load again at most every load_retry_interval (a
+// repaired project is picked up without a restart; a broken one under heavy traffic does not
+// reload on every call). Get() also finds a
 // project created by another server replica since, by loading it from PostgreSQL on first use.
 // Every caller gets the one registered LiveProject of a name, whichever call loaded or created
 // it. Projects are never unloaded while the server runs.
@@ -24,6 +26,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/state/live_project.h"
 #include "server/state/storage_handles.h"
 #include "verity/v1/projects.pb.h"
@@ -32,7 +35,10 @@ namespace verity::server {
 
 class ProjectRegistry {
  public:
-  explicit ProjectRegistry(StorageHandles& storage) : storage_(storage) {}
+  // A project that failed to load is tried again at most every `load_retry_interval`.
+  explicit ProjectRegistry(StorageHandles& storage,
+                           absl::Duration load_retry_interval = absl::Seconds(10))
+      : storage_(storage), load_retry_interval_(load_retry_interval) {}
 
   // Loads every stored project. Fails only if the projects cannot be listed; a project that
   // cannot be restored is logged (event=project_load_failed) and left to Get().
@@ -73,8 +79,15 @@ class ProjectRegistry {
 
  private:
   StorageHandles& storage_;
+  const absl::Duration load_retry_interval_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<LiveProject>> projects_ ABSL_GUARDED_BY(mu_);
+  // Projects whose last load failed: when, and the UNAVAILABLE answer until the next try.
+  struct LoadFailure {
+    absl::Time at;
+    absl::Status status;
+  };
+  absl::flat_hash_map<std::string, LoadFailure> failed_ ABSL_GUARDED_BY(mu_);
   std::function<void()> after_create_stored_;
   std::function<void()> between_write_and_apply_;
 };

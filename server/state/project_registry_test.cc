@@ -74,6 +74,38 @@ TEST_F(ProjectRegistryTest, AProjectThatCannotLoadAnswersUnavailableAndTheOthers
   EXPECT_EQ(registry.All().size(), 1u);
 }
 
+TEST_F(ProjectRegistryTest, AProjectThatCannotLoadIsTriedAgainOnlyAfterTheRetryInterval) {
+  {
+    ProjectRegistry writer(*storage_);
+    ASSERT_TRUE(writer.Create(NewProject("flaky")).ok());
+  }
+  auto set_settings = [&](const std::string& bytes_sql) {
+    ASSERT_TRUE(pool().RunInTransaction("setting stored settings", [&](pqxx::work& txn) {
+                        txn.exec("UPDATE projects SET settings = " + bytes_sql +
+                                 " WHERE name = 'flaky'");
+                        return absl::OkStatus();
+                      }).ok());
+  };
+  set_settings("'\\xffffffff'::bytea");
+  constexpr absl::Duration kRetry = absl::Milliseconds(500);
+  ProjectRegistry registry(*storage_, kRetry);
+  ASSERT_TRUE(registry.LoadAll().ok());
+  EXPECT_EQ(registry.Get("flaky").status().code(), absl::StatusCode::kUnavailable);
+
+  // Repaired at once, but a call inside the retry interval is answered from the last failure
+  // (a broken project under heavy traffic must not reload on every call).
+  set_settings("''::bytea");
+  const absl::Time repaired = absl::Now();
+  auto early = registry.Get("flaky");
+  if (absl::Now() - repaired < kRetry) {
+    EXPECT_EQ(early.status().code(), absl::StatusCode::kUnavailable) << early.status();
+    EXPECT_THAT(std::string(early.status().message()), HasSubstr("settings do not parse"));
+  }
+  absl::SleepFor(kRetry);
+  auto later = registry.Get("flaky");
+  EXPECT_TRUE(later.ok()) << later.status();
+}
+
 TEST_F(ProjectRegistryTest, CreateKeepsTheProjectAConcurrentGetLoaded) {
   ProjectRegistry registry(*storage_);
   std::shared_ptr<LiveProject> loaded_by_get;
