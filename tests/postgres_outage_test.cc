@@ -110,33 +110,55 @@ class FrozenPostgres {
   std::vector<pid_t> stopped_;
 };
 
+// A server on `postgres_url` with the project "outage", and stubs of its services.
+struct OutageServer {
+  std::unique_ptr<server::VerityServer> server;
+  std::unique_ptr<v1::ProjectService::Stub> projects;
+  std::unique_ptr<v1::IngestService::Stub> ingest;
+  std::unique_ptr<v1::TruthService::Stub> truth;
+};
+
+absl::StatusOr<OutageServer> StartServerWithProject(
+    const std::string& postgres_url,
+    absl::Duration db_timeout = server::VerityServer::Options().db_timeout) {
+  server::VerityServer::Options options;
+  options.listen = "localhost:0";
+  options.postgres_url = postgres_url;
+  options.db_timeout = db_timeout;
+  options.training.run_in_background = false;
+  auto started = server::VerityServer::Start(options);
+  if (!started.ok()) return started.status();
+  OutageServer served;
+  served.server = *std::move(started);
+  auto channel = grpc::CreateChannel(absl::StrCat("localhost:", served.server->port()),
+                                     grpc::InsecureChannelCredentials());
+  served.projects = v1::ProjectService::NewStub(channel);
+  served.ingest = v1::IngestService::NewStub(channel);
+  served.truth = v1::TruthService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(10));
+  v1::CreateProjectRequest request;
+  request.mutable_project()->set_name("outage");
+  request.mutable_project()->add_classes("a");
+  request.mutable_project()->add_classes("b");
+  v1::CreateProjectResponse response;
+  grpc::Status created = served.projects->CreateProject(&context, request, &response);
+  if (!created.ok()) return absl::InternalError("CreateProject: " + created.error_message());
+  return served;
+}
+
 TEST(PostgresOutageTest, UnavailableWhileDownAndRecoveryWithoutRestart) {
   const std::string dir = MakeTempDir("verity-outage-test");
   storage::EmbeddedPostgres::Options pg;
   pg.data_dir = dir + "/pg";
   auto postgres = storage::EmbeddedPostgres::Start(pg);
   ASSERT_TRUE(postgres.ok()) << postgres.status();
-  server::VerityServer::Options options;
-  options.listen = "localhost:0";
-  options.postgres_url = (*postgres)->connection_url();
-  options.training.run_in_background = false;
-  auto server = server::VerityServer::Start(options);
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto channel = grpc::CreateChannel(absl::StrCat("localhost:", (*server)->port()),
-                                     grpc::InsecureChannelCredentials());
-  auto projects = v1::ProjectService::NewStub(channel);
-  auto ingest = v1::IngestService::NewStub(channel);
-  auto truth = v1::TruthService::NewStub(channel);
-  {
-    grpc::ClientContext context;
-    context.set_deadline(Deadline(10));
-    v1::CreateProjectRequest request;
-    request.mutable_project()->set_name("outage");
-    request.mutable_project()->add_classes("a");
-    request.mutable_project()->add_classes("b");
-    v1::CreateProjectResponse response;
-    ASSERT_TRUE(projects->CreateProject(&context, request, &response).ok());
-  }
+  auto served = StartServerWithProject((*postgres)->connection_url());
+  ASSERT_TRUE(served.ok()) << served.status();
+  auto& server = served->server;
+  auto& projects = served->projects;
+  auto& ingest = served->ingest;
+  auto& truth = served->truth;
   int acked = 0;
   ASSERT_EQ(SubmitOne(*ingest, 1, 0, 10, "w1"), 0);
   acked += 10;
@@ -181,8 +203,8 @@ TEST(PostgresOutageTest, UnavailableWhileDownAndRecoveryWithoutRestart) {
     ASSERT_TRUE(projects->GetProject(&context, request, &response).ok());
     EXPECT_EQ(response.project().num_labels(), acked);  // nothing acked lost, nothing extra
   }
-  (*server)->Shutdown();
-  server->reset();
+  server->Shutdown();
+  server.reset();
   ASSERT_TRUE((*restarted)->Stop().ok());
   RemoveTree(dir);
 }
@@ -194,28 +216,12 @@ TEST(PostgresOutageTest, AHungDatabaseFailsCallsWithinTheBoundAndLosesNothing) {
   auto postgres = storage::EmbeddedPostgres::Start(pg);
   ASSERT_TRUE(postgres.ok()) << postgres.status();
   constexpr absl::Duration kDbTimeout = absl::Seconds(2);
-  server::VerityServer::Options options;
-  options.listen = "localhost:0";
-  options.postgres_url = (*postgres)->connection_url();
-  options.db_timeout = kDbTimeout;
-  options.training.run_in_background = false;
-  auto server = server::VerityServer::Start(options);
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto channel = grpc::CreateChannel(absl::StrCat("localhost:", (*server)->port()),
-                                     grpc::InsecureChannelCredentials());
-  auto projects = v1::ProjectService::NewStub(channel);
-  auto ingest = v1::IngestService::NewStub(channel);
-  auto truth = v1::TruthService::NewStub(channel);
-  {
-    grpc::ClientContext context;
-    context.set_deadline(Deadline(10));
-    v1::CreateProjectRequest request;
-    request.mutable_project()->set_name("outage");
-    request.mutable_project()->add_classes("a");
-    request.mutable_project()->add_classes("b");
-    v1::CreateProjectResponse response;
-    ASSERT_TRUE(projects->CreateProject(&context, request, &response).ok());
-  }
+  auto served = StartServerWithProject((*postgres)->connection_url(), kDbTimeout);
+  ASSERT_TRUE(served.ok()) << served.status();
+  auto& server = served->server;
+  auto& projects = served->projects;
+  auto& ingest = served->ingest;
+  auto& truth = served->truth;
   ASSERT_EQ(SubmitOne(*ingest, 1, 0, 10, "w1"), 0);
 
   FrozenPostgres frozen((*postgres)->data_dir() + "/pgdata");
@@ -267,8 +273,8 @@ TEST(PostgresOutageTest, AHungDatabaseFailsCallsWithinTheBoundAndLosesNothing) {
     ASSERT_TRUE(projects->GetProject(&context, request, &response).ok());
     EXPECT_EQ(response.project().num_labels(), 30);  // every acked label, once
   }
-  (*server)->Shutdown();
-  server->reset();
+  server->Shutdown();
+  server.reset();
   ASSERT_TRUE((*postgres)->Stop().ok());
   RemoveTree(dir);
 }
