@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <memory>
 #include <string>
@@ -71,12 +73,15 @@ class EndToEndTest : public ::testing::Test {
   }
   void TearDown() override { StopServer(); }
 
-  void StartServer() {
+  // By default with no background refits: tests drive them step by step. `training` replaces
+  // the scheduler's options where a test needs the background loop.
+  void StartServer(std::optional<server::TrainingScheduler::Options> training = std::nullopt) {
     server::VerityServer::Options options;
     options.listen = "localhost:0";
     options.postgres_url = pg_->url();
     options.pool_size = 4;
-    options.training.run_in_background = false;  // Tests drive refits step by step.
+    options.training.run_in_background = false;
+    if (training.has_value()) options.training = *training;
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -255,15 +260,32 @@ TEST_F(EndToEndTest, BluebirdsDawidSkeneBeatsMajorityVoteByFivePoints) {
   v1::GetAnnotatorProfilesResponse profiles;
   ASSERT_TRUE(truth_->GetAnnotatorProfiles(&context, request, &profiles).ok());
   ASSERT_EQ(profiles.profiles_size(), 39);
+  // Each worker's accuracy against gold, counted here from the dataset.
+  std::map<std::string, std::pair<int, int>> correct_and_total;
+  for (const auto& a : data.annotations) {
+    if (data.gold[a.item] < 0) continue;
+    auto& [correct, total] = correct_and_total[data.annotator_ids[a.annotator]];
+    correct += a.label == data.gold[a.item];
+    ++total;
+  }
   int labels = 0;
+  double abs_error = 0;
   for (const v1::AnnotatorProfile& p : profiles.profiles()) {
     labels += p.num_labels();
     ASSERT_EQ(p.confusion().probabilities_size(), 4);
     EXPECT_NEAR(p.confusion().probabilities(0) + p.confusion().probabilities(1), 1.0, 1e-9);
-    EXPECT_GT(p.accuracy(), 0.0);
-    EXPECT_LT(p.accuracy(), 1.0);
+    EXPECT_NEAR(p.confusion().probabilities(2) + p.confusion().probabilities(3), 1.0, 1e-9);
+    const auto [correct, total] = correct_and_total.at(p.annotator());
+    EXPECT_EQ(p.num_labels(), total) << p.annotator();  // Every bluebirds item has gold.
+    const double gold_accuracy = static_cast<double>(correct) / total;
+    // Dawid-Skene's estimate tracks the gold accuracy of a worker with 108 labels.
+    EXPECT_NEAR(p.accuracy(), gold_accuracy, 0.15) << p.annotator();
+    abs_error += std::abs(p.accuracy() - gold_accuracy);
   }
   EXPECT_EQ(labels, 4212);
+  std::cout << "profile accuracy vs gold accuracy: mean absolute error "
+            << abs_error / profiles.profiles_size() << "\n";
+  EXPECT_LE(abs_error / profiles.profiles_size(), 0.06);
 }
 
 // Labels arriving a few at a time in random order, refit whenever due: the live model must end
@@ -332,6 +354,96 @@ TEST_F(EndToEndTest, NewLabelIsInThePosteriorWhenItsAckArrives) {
   EXPECT_EQ(response.posteriors(0).num_labels(), 40);
   EXPECT_TRUE(response.posteriors(0).includes_newer_labels());
   EXPECT_EQ(response.posteriors(0).model_version(), 1);
+}
+
+// truth.proto: includes_newer_labels is true when the item has labels newer than the fit of
+// the version that produced its posterior. Checked at each step of its life.
+TEST_F(EndToEndTest, IncludesNewerLabelsIsSetByALabelAndClearedByTheFitThatSawIt) {
+  models::CsvDataset data = LoadDataset("bluebirds");
+  ASSERT_TRUE(CreateProject("newer", data.class_names).ok());
+  SubmitDataset("newer", data);
+  ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
+  auto get = [&](const std::string& item) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::GetPosteriorsRequest request;
+    request.set_project("newer");
+    request.add_items(item);
+    v1::GetPosteriorsResponse response;
+    EXPECT_TRUE(truth_->GetPosteriors(&context, request, &response).ok());
+    return response.posteriors_size() == 1 ? response.posteriors(0) : v1::Posterior();
+  };
+  // 1. After a fit over every label: false everywhere.
+  for (const v1::Posterior& p : ListAll("newer")) {
+    EXPECT_EQ(p.model_version(), 1) << p.item();
+    EXPECT_FALSE(p.includes_newer_labels()) << p.item();
+  }
+  // 2. One more label on one item: true on that item only.
+  v1::AnnotationBatch batch;
+  batch.set_batch_id(1);
+  batch.set_project("newer");
+  v1::Annotation* a = batch.add_annotations();
+  a->set_item(data.item_ids[0]);
+  a->set_annotator("one-more");
+  a->set_label(0);
+  ASSERT_EQ(Submit({batch}).at(0).accepted(), 1);
+  EXPECT_TRUE(get(data.item_ids[0]).includes_newer_labels());
+  EXPECT_EQ(get(data.item_ids[0]).model_version(), 1);
+  EXPECT_FALSE(get(data.item_ids[1]).includes_newer_labels());
+  // 3. The refit that saw it (TrainModel fits now, whatever the thresholds): false again.
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::TrainModelRequest train;
+  train.set_project("newer");
+  v1::TrainModelResponse trained;
+  ASSERT_TRUE(models_->TrainModel(&context, train, &trained).ok());
+  EXPECT_EQ(trained.version().version(), 2);
+  EXPECT_EQ(trained.version().num_labels(), 4213);
+  const v1::Posterior after = get(data.item_ids[0]);
+  EXPECT_EQ(after.model_version(), 2);
+  EXPECT_EQ(after.num_labels(), 40);
+  EXPECT_FALSE(after.includes_newer_labels());
+}
+
+// ModelSettings / --refit_staleness_seconds: a project with any new label is refit at least
+// that often, even with fewer new labels than the count threshold.
+TEST_F(EndToEndTest, AProjectIsRefitOnceItsStalenessBoundHasPassed) {
+  StopServer();
+  server::TrainingScheduler::Options training;
+  training.run_in_background = true;
+  training.poll_interval = absl::Milliseconds(50);
+  training.max_staleness = absl::Seconds(2);
+  StartServer(training);
+  models::CsvDataset data = LoadDataset("bluebirds");
+  ASSERT_TRUE(CreateProject("stale", data.class_names).ok());
+  SubmitDataset("stale", data);
+  // The first fit comes from the count threshold (every label is new).
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (ModelStatus("stale").current_version().version() < 1 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(ModelStatus("stale").current_version().version(), 1);
+  // Three new labels: far below the default threshold (max(50, 10% of 4212)).
+  v1::AnnotationBatch batch;
+  batch.set_batch_id(1);
+  batch.set_project("stale");
+  for (int i = 0; i < 3; ++i) {
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(data.item_ids[i]);
+    a->set_annotator("late");
+    a->set_label(1);
+  }
+  ASSERT_EQ(Submit({batch}).at(0).accepted(), 3);
+  const absl::Time sent = absl::Now();
+  while (ModelStatus("stale").current_version().version() < 2 &&
+         absl::Now() < sent + absl::Seconds(20)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const v1::GetModelStatusResponse status = ModelStatus("stale");
+  ASSERT_EQ(status.current_version().version(), 2) << "no refit within 20 s of a 2 s bound";
+  EXPECT_EQ(status.current_version().num_labels(), 4215);
+  std::cout << "refit " << absl::FormatDuration(absl::Now() - sent)
+            << " after 3 new labels (staleness bound 2 s)\n";
 }
 
 TEST_F(EndToEndTest, RestartServesTheSamePosteriors) {
@@ -437,7 +549,23 @@ TEST_F(EndToEndTest, SuggestionsSkipLabelledAndResolvedItemsAndLeasesHoldTheLast
   }
   auto assignment = v1::AssignmentService::NewStub(channel_);
   std::map<std::string, double> confidence;
-  for (const v1::Posterior& p : ListAll("assign")) confidence[p.item()] = p.confidence();
+  std::map<std::string, std::vector<double>> posterior;
+  for (const v1::Posterior& p : ListAll("assign")) {
+    confidence[p.item()] = p.confidence();
+    posterior[p.item()] = {p.probabilities().begin(), p.probabilities().end()};
+  }
+  // An annotator's confusion matrix as GetAnnotatorProfiles serves it.
+  auto Confusion = [&](const std::string& annotator) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::GetAnnotatorProfilesRequest request;
+    request.set_project("assign");
+    request.add_annotators(annotator);
+    v1::GetAnnotatorProfilesResponse response;
+    EXPECT_TRUE(truth_->GetAnnotatorProfiles(&context, request, &response).ok());
+    const auto& cells = response.profiles(0).confusion().probabilities();
+    return std::vector<double>(cells.begin(), cells.end());
+  };
   absl::flat_hash_set<std::pair<std::string, std::string>> labelled;
   for (const auto& a : data.annotations) {
     labelled.insert({data.item_ids[a.item], data.annotator_ids[a.annotator]});
@@ -454,8 +582,26 @@ TEST_F(EndToEndTest, SuggestionsSkipLabelledAndResolvedItemsAndLeasesHoldTheLast
       EXPECT_FALSE(labelled.contains({s.item(), annotator})) << annotator << " labelled " << s.item();
       EXPECT_LT(confidence[s.item()], 0.99) << s.item() << " is resolved";
       EXPECT_TRUE(leased.insert(s.item()).second) << s.item() << " was sent to two annotators";
-      EXPECT_GE(s.score(), 0.0);
-      EXPECT_GT(s.p_correct(), 0.0);
+      // assignment.proto: score is the expected reduction of the item's posterior entropy, and
+      // p_correct the probability of a correct label, from the posterior p and the
+      // annotator's confusion C (profile): P(y) = sum_k p_k C[k][y],
+      // gain = H(p) - sum_y P(y) H(p o C[:, y] / P(y)), p_correct = sum_k p_k C[k][k].
+      const std::vector<double>& p = posterior[s.item()];
+      const std::vector<double> c = Confusion(annotator);
+      auto entropy = [](const std::vector<double>& q) {
+        double h = 0;
+        for (double x : q) h -= x > 0 ? x * std::log(x) : 0.0;
+        return h;
+      };
+      double expected_after = 0, p_correct = 0;
+      for (int y = 0; y < 2; ++y) {
+        std::vector<double> joint = {p[0] * c[0 * 2 + y], p[1] * c[1 * 2 + y]};
+        const double py = joint[0] + joint[1];
+        if (py > 0) expected_after += py * entropy({joint[0] / py, joint[1] / py});
+        p_correct += p[y] * c[y * 2 + y];
+      }
+      EXPECT_NEAR(s.score(), entropy(p) - expected_after, 1e-4) << s.item() << " " << annotator;
+      EXPECT_NEAR(s.p_correct(), p_correct, 1e-4) << s.item() << " " << annotator;
     }
   }
   // Unresolved items are few under DS on rte; once their last slots are leased, nothing is
