@@ -190,6 +190,21 @@ std::unique_ptr<LiveProject> MakeLargeProject() {
   return std::move(*project);
 }
 
+TEST(ItemAssignerTest, SuggestAnnotatorsRanksTheMoreAccurateAnnotatorsFirst) {
+  // MakeLargeProject's annotators w0..w7 answer correctly with probability 0.45 + 0.06 a, so
+  // a better annotator tells more about any item: the ranking must follow a. Item 4 keeps one
+  // label of four, so at least seven annotators are ranked.
+  auto project = MakeLargeProject();
+  const std::vector<int32_t> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  auto ranked = RankAnnotatorsForItem(*project, *project->snapshot(), /*item=*/4, 8, all, kNow);
+  ASSERT_GE(ranked.size(), 7u);
+  std::vector<int32_t> order;
+  for (const auto& s : ranked) order.push_back(all[s.candidate]);
+  EXPECT_TRUE(std::is_sorted(order.rbegin(), order.rend())) << testing::PrintToString(order);
+  EXPECT_GT(ranked.front().gain, ranked.back().gain);
+  EXPECT_GT(ranked.front().p_correct, ranked.back().p_correct);
+}
+
 TEST(ItemAssignerTest, SkippingChunksRanksAsConsideringEveryItem) {
   auto project = MakeLargeProject();
   std::shared_ptr<const ProjectSnapshot> snapshot = project->snapshot();
