@@ -9,6 +9,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pqxx/pqxx>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -51,6 +52,20 @@ class TrainingJobStoreTest : public PostgresTest {
     return v;
   }
 
+  // Ends `job_id`'s lease an hour ago, as if its worker had died: deterministic, where a
+  // short lease and a sleep would race the clock.
+  void ExpireLease(int64_t job_id) {
+    ASSERT_THAT(pool().RunInTransaction("expiring a lease",
+                                        [&](pqxx::work& txn) {
+                                          txn.exec_params(
+                                              "UPDATE training_jobs SET lease_expires_at = "
+                                              "now() - interval '1 hour' WHERE job_id = $1",
+                                              job_id);
+                                          return absl::OkStatus();
+                                        }),
+                IsOk());
+  }
+
   std::unique_ptr<TrainingJobStore> jobs_;
   std::unique_ptr<ModelVersionStore> versions_;
 };
@@ -88,9 +103,9 @@ TEST_F(TrainingJobStoreTest, AVersionEndsTheJobOnlyWhileItsWorkerOwnsIt) {
   const int64_t p = NewProject("p");
   auto job = jobs_->Enqueue(p);
   ASSERT_THAT(job, IsOk());
-  // w1 claims with a lease that expires at once (it "died"); w2 takes the job over.
-  ASSERT_THAT(jobs_->Claim("w1", absl::Milliseconds(1)), IsOk());
-  absl::SleepFor(absl::Milliseconds(50));
+  // w1 claims, then its lease runs out (it "died"); w2 takes the job over.
+  ASSERT_THAT(jobs_->Claim("w1", absl::Minutes(1)), IsOk());
+  ExpireLease(job->job_id);
   auto taken = jobs_->Claim("w2", absl::Minutes(1));
   ASSERT_TRUE(taken.ok() && taken->has_value());
   EXPECT_EQ((*taken)->job_id, job->job_id);
@@ -139,14 +154,14 @@ TEST_F(TrainingJobStoreTest, AJobWhoseWorkersDieEndsFailedAfterMaxAttemptsAndFre
   ASSERT_THAT(job, IsOk());
   constexpr int32_t kMaxAttempts = 2;
   // Each claimant dies at once: it never renews, so its lease runs out.
-  const absl::Duration lease = absl::Milliseconds(50);
+  const absl::Duration lease = absl::Minutes(1);
   for (int attempt = 1; attempt <= kMaxAttempts; ++attempt) {
     auto claimed = jobs_->Claim(absl::StrCat("w", attempt), lease, kMaxAttempts);
     ASSERT_THAT(claimed, IsOk());
     ASSERT_TRUE(claimed->has_value()) << "attempt " << attempt;
     EXPECT_EQ((*claimed)->job_id, job->job_id);
     EXPECT_EQ((*claimed)->attempts, attempt);
-    absl::SleepFor(lease + absl::Milliseconds(100));
+    ExpireLease(job->job_id);
   }
   // The last attempt's lease has expired too: the job has had its max_attempts.
   auto none = jobs_->Claim("w-next", lease, kMaxAttempts);
