@@ -535,6 +535,36 @@ TEST_F(AuthTest, AScopedKeyListsOnlyItsProjects) {
   EXPECT_EQ(response.projects(0).name(), kOtherProject);
 }
 
+TEST_F(AuthTest, ABatchThatLeavesOutItsProjectContinuesTheLastAdmittedOne) {
+  // A writer of kProject: its batch for kOtherProject is refused, and a following batch with
+  // no project continues kProject (the stream's last admitted project), not the refused one.
+  grpc::ClientContext context;
+  Authorize(context, (*keys_)[Caller::kWriter]);
+  auto stream = v1::IngestService::NewStub(*channel_)->SubmitAnnotations(&context);
+  auto send = [&](uint64_t id, const std::string& project, v1::BatchAck* ack) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(id);
+    batch.set_project(project);
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(absl::StrCat("continued-", id));
+    a->set_annotator("continuing");
+    a->set_label(0);
+    return stream->Write(batch) && stream->Read(ack);
+  };
+  v1::BatchAck ack;
+  ASSERT_TRUE(send(1, kProject, &ack));
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  ASSERT_TRUE(send(2, kOtherProject, &ack));
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::PERMISSION_DENIED) << ack.error_message();
+  ASSERT_TRUE(send(3, "", &ack));
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  EXPECT_EQ(ack.accepted(), 1);
+  stream->WritesDone();
+  while (stream->Read(&ack)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 TEST_F(AuthTest, ARevokedKeyIsRefusedAtOnce) {
   const std::string key = CreateKey(v1::ROLE_READER, {});
   auto get = [&] {

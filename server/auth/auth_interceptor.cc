@@ -136,13 +136,15 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
       return;  // No project in the message.
     }
     std::string project = policy_->project(message);
-    // A stream's batch may leave the project out to continue with the previous one.
+    // A stream's batch may leave the project out to continue with the last admitted one (as
+    // the ingest service does: a refused batch does not change the stream's project).
     if (project.empty()) project = stream_project_;
-    stream_project_ = project;
     absl::Status status = absl::OkStatus();
     if (!project.empty() && !principal_->MayTouch(project)) {
       status = absl::PermissionDeniedError(absl::StrCat(
           "project: API key ", principal_->key_id, " is not valid for project \"", project, "\""));
+    } else {
+      stream_project_ = project;
     }
     factory_.decisions().SetMessageDecision(context_, std::move(status));
   }
@@ -156,7 +158,7 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
   const bool open_;
   // Set once the call is admitted with a key (not when authentication is off).
   std::shared_ptr<const Principal> principal_;
-  std::string stream_project_;
+  std::string stream_project_;  // The project of the stream's last admitted message.
 };
 
 }  // namespace
