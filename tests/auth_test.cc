@@ -767,6 +767,18 @@ TEST_F(AuthTest, TheBootstrapKeyIsPrivateAndMadeOnce) {
   second->Shutdown();
 }
 
+TEST(AuthOffTest, IsRefusedOnANameThatOnlyLooksLikeLoopback) {
+  server::VerityServer::Options options;
+  options.listen = "127.evil.example:0";
+  options.postgres_url = "postgresql:///never-reached";
+  options.transport.insecure = true;
+  auto started = server::VerityServer::Start(options);
+  ASSERT_FALSE(started.ok());
+  EXPECT_EQ(started.status().code(), absl::StatusCode::kFailedPrecondition) << started.status();
+  EXPECT_TRUE(absl::StrContains(started.status().message(), "authentication"))
+      << started.status();
+}
+
 TEST(AuthOffTest, IsRefusedOffLoopback) {
   server::VerityServer::Options options;
   options.listen = "0.0.0.0:0";

@@ -10,17 +10,6 @@
 
 namespace verity::server {
 
-bool IsLoopbackAddress(absl::string_view listen) {
-  absl::string_view host = listen;
-  if (absl::StartsWith(host, "[")) {
-    const size_t end = host.find(']');
-    host = end == absl::string_view::npos ? host : host.substr(1, end - 1);
-  } else if (const size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
-    host = host.substr(0, colon);
-  }
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
-}
-
 absl::StatusOr<std::string> ReadPemFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/loopback.h"
 
 namespace verity::server {
 
@@ -22,9 +23,8 @@ struct TransportSecurityOptions {
   bool insecure = false;           // allow plaintext on a non-loopback address
 };
 
-// Whether `listen` (host:port) binds only the loopback interface: localhost, 127.0.0.0/8 or
-// [::1]. An empty host, 0.0.0.0 and [::] bind every interface.
-bool IsLoopbackAddress(absl::string_view listen);
+// Whether `listen` binds only the loopback interface: common/loopback.h.
+using ::verity::IsLoopbackAddress;
 
 // The credentials for `listen`. INVALID_ARGUMENT when a key is given without a certificate (or
 // the reverse), or a client CA without TLS; FAILED_PRECONDITION, with what to do, for plaintext

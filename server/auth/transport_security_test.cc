@@ -20,6 +20,13 @@ TEST(TransportSecurityTest, LoopbackAddresses) {
   EXPECT_FALSE(IsLoopbackAddress(":50051"));
   EXPECT_FALSE(IsLoopbackAddress("10.0.0.7:50051"));
   EXPECT_FALSE(IsLoopbackAddress("example.org:443"));
+  EXPECT_FALSE(IsLoopbackAddress("127.evil.example:50051"));
+}
+
+TEST(TransportSecurityTest, ANameStartingWith127IsNotLoopback) {
+  TransportSecurityOptions options;
+  auto refused = MakeServerCredentials("127.evil.example:50051", options);
+  EXPECT_THAT(refused.status(), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST(TransportSecurityTest, PlaintextOnlyOnLoopbackUnlessInsecure) {
