@@ -1,11 +1,7 @@
 #include "server/verity_server.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -17,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/api/validation.h"
+#include "server/auth/secret_file.h"
 #include "server/auth/transport_security.h"
 #include "server/observability/log.h"
 #include "server/rpc/assignment_service.h"
@@ -28,25 +25,6 @@
 
 namespace verity::server {
 namespace {
-
-// Writes `text` to `path` readable by its owner only, replacing the file atomically.
-absl::Status WriteSecretFile(const std::string& path, const std::string& text) {
-  const std::string temp = absl::StrCat(path, ".tmp");
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write the admin key to ", temp, ": ", std::strerror(errno)));
-  }
-  const std::string line = absl::StrCat(text, "\n");
-  const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
-                       ::fsync(fd) == 0;
-  ::close(fd);
-  if (!written || ::rename(temp.c_str(), path.c_str()) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write the admin key to ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
 
 // With authentication on, the database must hold an admin key valid for every project, or
 // no one could ever create a key: the first start makes one and leaves it in `admin_key_file`.
