@@ -323,7 +323,8 @@ class PosteriorWriter {
     switch (format_) {
       case PosteriorFormat::kCsv: {
         std::vector<std::string> fields = {
-            posterior.item(), ClassName(classes_, posterior.map_label()),
+            SpreadsheetSafeCell(posterior.item()),
+            SpreadsheetSafeCell(ClassName(classes_, posterior.map_label())),
             FormatNumber(posterior.confidence())};
         for (double p : posterior.probabilities()) {
           fields.push_back(FormatNumber(p));

@@ -456,4 +456,11 @@ std::string FormatCsvRecord(absl::Span<const std::string> fields) {
   return record;
 }
 
+std::string SpreadsheetSafeCell(std::string text) {
+  if (!text.empty() && absl::string_view("=+-@\t\r").find(text[0]) != absl::string_view::npos) {
+    text.insert(text.begin(), '\'');
+  }
+  return text;
+}
+
 }  // namespace verity::client

@@ -114,6 +114,13 @@ absl::StatusOr<ItemRows> MergeGold(ItemRows items, const ItemRows& gold,
 // quote, a carriage return or a line feed (RFC 4180).
 std::string FormatCsvRecord(absl::Span<const std::string> fields);
 
+// `text` as a CSV cell a spreadsheet will show as text: a cell that starts
+// with =, +, -, @, a tab or a carriage return (which Excel, LibreOffice and
+// Google Sheets would run as a formula, e.g. =HYPERLINK(...)) gets a leading
+// single quote, as spreadsheet-safe exports do; any other text is unchanged.
+// The CLI applies it to the free-text cells it writes (item ids, class names).
+std::string SpreadsheetSafeCell(std::string text);
+
 }  // namespace verity::client
 
 #endif  // VERITY_CLIENT_CSV_INPUT_H_

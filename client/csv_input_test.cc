@@ -297,6 +297,16 @@ TEST(FormatCsvRecordTest, QuotesOnlyFieldsThatNeedIt) {
             "\"a,b\",\"say \"\"hi\"\"\",\"x\ny\",");
 }
 
+TEST(SpreadsheetSafeCellTest, PrefixesOnlyCellsASpreadsheetWouldRun) {
+  for (const std::string formula :
+       {"=1+1", "+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1", "=HYPERLINK(\"http://x\")"}) {
+    EXPECT_EQ(SpreadsheetSafeCell(formula), "'" + formula) << formula;
+  }
+  for (const std::string text : {"", "a=1", "item-1", "1.5", "'quoted", " =1"}) {
+    EXPECT_EQ(SpreadsheetSafeCell(text), text) << text;
+  }
+}
+
 TEST(FormatCsvRecordTest, RoundTripsThroughTheParser) {
   const LabelParser labels({"x,y", "z\"w"});
   const std::string text =

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/csv_input.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
@@ -314,7 +315,8 @@ std::vector<std::string> PosteriorExportHeader(
 std::vector<std::string> PosteriorExportFields(
     const v1::Posterior& posterior, absl::Span<const std::string> classes) {
   std::vector<std::string> fields = {
-      posterior.item(), ClassName(classes, posterior.map_label()),
+      SpreadsheetSafeCell(posterior.item()),
+      SpreadsheetSafeCell(ClassName(classes, posterior.map_label())),
       absl::StrCat(posterior.map_label()),
       FormatShortestDouble(posterior.confidence())};
   for (double p : posterior.probabilities()) {

@@ -192,6 +192,19 @@ TEST(PosteriorExportTest, WritesEveryFieldAtFullPrecision) {
                   "0.6666666666666666", "3", "1", "false", "true"));
 }
 
+TEST(PosteriorExportTest, FormulaLikeItemsAndClassesAreWrittenAsText) {
+  const std::vector<std::string> classes = {"@risk", "+ok"};
+  v1::Posterior posterior = Parse<v1::Posterior>(
+      "item: \"=HYPERLINK(\\\"http://x\\\",\\\"y\\\")\" map_label: 0 num_labels: 1");
+  posterior.add_probabilities(1.0);
+  posterior.add_probabilities(0.0);
+  posterior.set_confidence(1.0);
+  const std::vector<std::string> fields = PosteriorExportFields(posterior, classes);
+  EXPECT_EQ(fields[0], "'=HYPERLINK(\"http://x\",\"y\")");
+  EXPECT_EQ(fields[1], "'@risk");
+  EXPECT_EQ(fields[2], "0");  // Numbers untouched.
+}
+
 TEST(ClassNameTest, FallsBackToTheIndex) {
   EXPECT_EQ(ClassName(kClasses, 1), "true");
   EXPECT_EQ(ClassName(kClasses, 5), "5");
