@@ -180,11 +180,21 @@ absl::StatusOr<ModelVersionRecord> ModelVersionStore::LatestModelVersion(
 
 absl::StatusOr<ModelVersionRecord> ModelVersionStore::GetModelVersion(
     int64_t project_id, int32_t version) {
+  return GetOneVersion(project_id, version, /*with_parameters=*/true);
+}
+
+absl::StatusOr<ModelVersionRecord> ModelVersionStore::GetModelVersionMetadata(
+    int64_t project_id, int32_t version) {
+  return GetOneVersion(project_id, version, /*with_parameters=*/false);
+}
+
+absl::StatusOr<ModelVersionRecord> ModelVersionStore::GetOneVersion(
+    int64_t project_id, int32_t version, bool with_parameters) {
   return pool_->WithTransaction(
       "reading a model version",
       [&](pqxx::work& txn) -> absl::StatusOr<ModelVersionRecord> {
         const pqxx::result rows = txn.exec_params(
-            SelectVersionsSql(true, "WHERE project_id = $1 AND version = $2"),
+            SelectVersionsSql(with_parameters, "WHERE project_id = $1 AND version = $2"),
             project_id, version);
         if (rows.empty()) {
           return absl::NotFoundError(absl::StrCat(

@@ -77,6 +77,10 @@ class ModelVersionStore {
   // One version, with parameters. NOT_FOUND if it does not exist.
   absl::StatusOr<ModelVersionRecord> GetModelVersion(int64_t project_id,
                                                      int32_t version);
+  // One version WITHOUT parameters (`parameters` empty): its metadata only, for status calls
+  // that must not read a large checkpoint. NOT_FOUND if it does not exist.
+  absl::StatusOr<ModelVersionRecord> GetModelVersionMetadata(int64_t project_id,
+                                                             int32_t version);
 
   // Up to `limit` versions of the project, newest first, WITHOUT parameters
   // (`parameters` is left empty: checkpoints can be large). Empty for a
@@ -87,6 +91,8 @@ class ModelVersionStore {
  private:
   absl::StatusOr<ModelVersionRecord> SaveVersion(const ModelVersionRecord& record,
                                                  const ModelVersionOutputs* outputs);
+  absl::StatusOr<ModelVersionRecord> GetOneVersion(int64_t project_id, int32_t version,
+                                                   bool with_parameters);
   ConnectionPool* const pool_;
 };
 

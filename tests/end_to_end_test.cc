@@ -15,6 +15,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pqxx/pqxx>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
@@ -444,6 +445,105 @@ TEST_F(EndToEndTest, AProjectIsRefitOnceItsStalenessBoundHasPassed) {
   EXPECT_EQ(status.current_version().num_labels(), 4215);
   std::cout << "refit " << absl::FormatDuration(absl::Now() - sent)
             << " after 3 new labels (staleness bound 2 s)\n";
+}
+
+// TrainModel when nothing changed since the current version's fit returns that version and
+// writes nothing; any new input (a label, a gold label) makes it fit again.
+TEST_F(EndToEndTest, TrainModelWithNothingNewReturnsTheCurrentVersion) {
+  models::CsvDataset data = LoadDataset("bluebirds");
+  ASSERT_TRUE(CreateProject("again", data.class_names).ok());
+  SubmitDataset("again", data);
+  auto train = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::TrainModelRequest request;
+    request.set_project("again");
+    v1::TrainModelResponse response;
+    grpc::Status status = models_->TrainModel(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.version();
+  };
+  auto stored_versions = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::ListModelVersionsRequest request;
+    request.set_project("again");
+    v1::ListModelVersionsResponse response;
+    EXPECT_TRUE(models_->ListModelVersions(&context, request, &response).ok());
+    return response.versions_size();
+  };
+  const v1::ModelVersion first = train();
+  EXPECT_EQ(first.version(), 1);
+  for (int again = 0; again < 3; ++again) {
+    const v1::ModelVersion same = train();
+    EXPECT_EQ(same.version(), 1);
+    EXPECT_EQ(same.num_labels(), first.num_labels());
+    EXPECT_EQ(same.created_at().seconds(), first.created_at().seconds());
+  }
+  EXPECT_EQ(stored_versions(), 1);
+  // A new label: a new fit.
+  v1::AnnotationBatch batch;
+  batch.set_batch_id(1);
+  batch.set_project("again");
+  v1::Annotation* a = batch.add_annotations();
+  a->set_item(data.item_ids[0]);
+  a->set_annotator("another");
+  a->set_label(1);
+  ASSERT_EQ(Submit({batch}).at(0).accepted(), 1);
+  EXPECT_EQ(train().version(), 2);
+  // A new gold label and no new label: a new fit too (gold steers training).
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::AddItemsRequest gold;
+  gold.set_project("again");
+  v1::Item* item = gold.add_items();
+  item->set_id(data.item_ids[1]);
+  item->set_gold_label(0);
+  v1::AddItemsResponse added;
+  ASSERT_TRUE(projects_->AddItems(&context, gold, &added).ok());
+  EXPECT_EQ(train().version(), 3);
+  EXPECT_EQ(train().version(), 3);
+  EXPECT_EQ(stored_versions(), 3);
+}
+
+// GetModelStatus reports the served version's metadata without reading its parameters (which
+// can be large): here reading them raises an error, and the call still answers.
+TEST_F(EndToEndTest, GetModelStatusDoesNotReadTheModelParameters) {
+  models::CsvDataset data = LoadDataset("bluebirds");
+  ASSERT_TRUE(CreateProject("status", data.class_names).ok());
+  SubmitDataset("status", data);
+  ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
+  pqxx::connection sql(pg_->url());
+  {
+    // model_versions becomes a view whose parameters column fails when it is computed.
+    pqxx::work txn(sql);
+    txn.exec0(
+        "CREATE FUNCTION refuse_read(b bytea) RETURNS bytea IMMUTABLE LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'model parameters were read'; END $$");
+    txn.exec0("ALTER TABLE model_versions RENAME TO model_versions_stored");
+    txn.exec0(
+        "CREATE VIEW model_versions AS SELECT project_id, version, method, "
+        "refuse_read(parameters) AS parameters, watermark, log_likelihood, iterations, "
+        "duration_ms, num_labels, created_at FROM model_versions_stored");
+    txn.commit();
+  }
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::GetModelStatusRequest request;
+  request.set_project("status");
+  v1::GetModelStatusResponse response;
+  const grpc::Status status = models_->GetModelStatus(&context, request, &response);
+  {
+    pqxx::work txn(sql);
+    txn.exec0("DROP VIEW model_versions");
+    txn.exec0("ALTER TABLE model_versions_stored RENAME TO model_versions");
+    txn.exec0("DROP FUNCTION refuse_read(bytea)");
+    txn.commit();
+  }
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.current_version().version(), 1);
+  EXPECT_EQ(response.current_version().num_labels(), 4212);
+  EXPECT_EQ(response.current_version().method(), v1::TRUTH_METHOD_DAWID_SKENE);
 }
 
 TEST_F(EndToEndTest, RestartServesTheSamePosteriors) {

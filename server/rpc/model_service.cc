@@ -35,9 +35,11 @@ grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext* context,
                                                               : method);
   std::shared_ptr<const ProjectSnapshot> snapshot = live.snapshot();
   if (snapshot->model_version > 0) {
-    auto latest = core_.storage->versions->LatestModelVersion(live.identity().project_id);
-    if (!latest.ok()) return ToGrpcStatus(latest.status());
-    FillVersion(*latest, response->mutable_current_version());
+    // The served version's metadata; its parameters (possibly large) are not read.
+    auto current = core_.storage->versions->GetModelVersionMetadata(live.identity().project_id,
+                                                                    snapshot->model_version);
+    if (!current.ok()) return ToGrpcStatus(current.status());
+    FillVersion(*current, response->mutable_current_version());
   }
   ProjectCounts counts = live.Counts();
   response->set_num_labels(counts.num_labels);

@@ -183,6 +183,9 @@ v1::ProjectSettings LiveProject::settings() const {
 
 void LiveProject::SetSettings(v1::ProjectSettings settings) {
   absl::MutexLock lock(&mu_);
+  if (settings.model().SerializeAsString() != settings_.model().SerializeAsString()) {
+    ++input_generation_;
+  }
   settings_ = std::move(settings);
 }
 
@@ -412,6 +415,7 @@ void LiveProject::ApplyItems(absl::Span<const ItemChange> items) {
   std::shared_ptr<const ProjectSnapshot> old = snapshot();
   auto next = std::make_shared<ProjectSnapshot>(*old);
   PosteriorTable::Builder builder(old->posteriors);
+  ++input_generation_;
   for (const ItemChange& change : items) {
     EnsureItem(change.item_index, change.item_id);
     if (training_) MarkTouchedDuringFit(change.item_index);
@@ -439,6 +443,7 @@ void LiveProject::SetAnnotatorFeatures(int32_t annotator, const std::vector<floa
     return;
   }
   std::copy(features.begin(), features.end(), annotator_features_.begin() + annotator * dim);
+  ++input_generation_;
 }
 
 void LiveProject::RegisterAnnotators(
@@ -528,6 +533,16 @@ bool LiveProject::RefitDue(absl::Time now, absl::Duration max_staleness) const {
   return changes_since_fit_ >= threshold || now - last_fit_time_ >= max_staleness;
 }
 
+bool LiveProject::FitIsCurrent() const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (model_version_ == 0 || training_ || changes_since_fit_ != 0 ||
+      fitted_input_generation_ != input_generation_) {
+    return false;
+  }
+  absl::StatusOr<std::string> method = MethodName(settings_.model().method());
+  return method.ok() && *method == model_->method();
+}
+
 absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     storage::ModelVersionStore& versions,
     std::optional<storage::ModelVersionRecord::JobOwnership> job) {
@@ -548,7 +563,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   std::vector<double> priority;
   std::vector<float> item_features, annotator_features;
   std::unique_ptr<models::TruthModel> model;
-  int64_t watermark, changes_at_start;
+  int64_t watermark, changes_at_start, generation_at_start;
   std::string method;
   {
     absl::MutexLock lock(&mu_);
@@ -579,6 +594,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     lap();
     watermark = newest_seq_;
     changes_at_start = changes_since_fit_;
+    generation_at_start = input_generation_;
     training_ = true;
   }
   auto done = [this](bool) {
@@ -671,6 +687,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     absl::MutexLock lock(&mu_);
     labels_.Rebase(data, pending);
     changes_since_fit_ -= changes_at_start;
+    fitted_input_generation_ = generation_at_start;
     if (!warm_started) scratch_fit_num_labels_ = saved->num_labels;
     last_fit_time_ = absl::Now();
     training_ = false;
@@ -707,6 +724,7 @@ absl::StatusOr<bool> LiveProject::AdoptVersion(const storage::ModelVersionRecord
   if (model_version_ >= version.version) return false;
   // Labels the version did not see still count toward the next refit.
   changes_since_fit_ = std::max<int64_t>(0, labels_.num_labels() - version.num_labels);
+  fitted_input_generation_ = input_generation_;  // What the worker copied is not recorded.
   last_fit_time_ = absl::Now();
   PublishFullRecompute(std::shared_ptr<const models::TruthModel>(std::move(*model)),
                        version.version, version.watermark);

@@ -206,6 +206,13 @@ class LiveProject {
   // current model's.
   bool RefitDue(absl::Time now, absl::Duration max_staleness) const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Whether the current model version was fit on exactly today's inputs, so that a fit now
+  // would repeat it: a version exists, no fit runs, and since that fit no label, item, gold
+  // label, priority, feature or model setting changed and the configured method is the
+  // version's. (After a restart only labels are known to the stored version: item changes made
+  // before the restart and not yet fit count as current.)
+  bool FitIsCurrent() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Fits the configured method on the current labels (consolidated into CSR arrays off the
   // lock; only rows changed since the last fit are copied under it), persists the result as a new model version through
   // `versions`, then publishes it with every posterior recomputed (labels committed during the
@@ -297,6 +304,10 @@ class LiveProject {
   int64_t newest_seq_ ABSL_GUARDED_BY(mu_) = 0;
   // Labels added or revised since the current model's fit.
   int64_t changes_since_fit_ ABSL_GUARDED_BY(mu_) = 0;
+  // Counts changes of the fit's other inputs (items, gold, priorities, features, model
+  // settings); fitted_input_generation_ is its value when the current model's fit copied them.
+  int64_t input_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t fitted_input_generation_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_fit_time_ ABSL_GUARDED_BY(mu_);
   bool training_ ABSL_GUARDED_BY(mu_) = false;
   // While training_: the items whose labels, gold, priority or features changed since the fit

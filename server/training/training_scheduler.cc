@@ -115,6 +115,12 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(L
     return absl::FailedPreconditionError(
         absl::StrCat("project ", project.identity().name, " has no labels to fit yet"));
   }
+  // Nothing changed since the current version's fit: it is the answer, and nothing is written.
+  if (project.FitIsCurrent()) {
+    absl::StatusOr<storage::ModelVersionRecord> current =
+        versions_.GetModelVersionMetadata(project.identity().project_id, project.model_version());
+    if (current.ok() || !absl::IsNotFound(current.status())) return current;
+  }
   if (!options_.use_workers) {
     absl::MutexLock fit_lock(&fit_mu_);
     return RefitAndLog(project);
