@@ -1277,7 +1277,10 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
                              : environment.api_key));
     const ChannelSecurity security{line->GetString("tls_ca"), line->GetString("tls_cert"),
                                    line->GetString("tls_key")};
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(server, security);
+    const absl::Status transport = CheckKeyTransport(server, options.api_key, security,
+                                                     line->GetBool("allow_plaintext_key"));
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        transport.ok() ? CreateChannel(server, security) : transport;
     if (!channel.ok()) {
       status = absl::IsInvalidArgument(channel.status()) ? UsageError(channel.status().message())
                                                           : channel.status();

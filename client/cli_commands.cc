@@ -413,7 +413,13 @@ const std::vector<FlagSpec>& CliGlobalFlags() {
        "API key sent with every call (`authorization: Bearer KEY`), for a "
        "server with authentication on; default $VERITY_API_KEY, and "
        "--api_key= sends none. Prefer the variable: a flag shows in ps and "
-       "shell history."},
+       "shell history. A key is sent in plaintext (no --tls_ca) only to a "
+       "loopback server unless --allow_plaintext_key."},
+      {"allow_plaintext_key", "",
+       "Send the API key without TLS to a server that is not on loopback "
+       "(localhost, 127.0.0.0/8, ::1), e.g. through a tunnel you trust. "
+       "Anyone on the path can read a plaintext key.",
+       "false"},
       {"help", "", "Print usage and exit; also `verity help <command>`."},
   };
   return *flags;

@@ -151,6 +151,31 @@ TEST_F(CliTest, UnreachableServerNamesTheAddress) {
   EXPECT_THAT(result.err, HasSubstr("(server localhost:1)\n"));
 }
 
+TEST_F(CliTest, AKeyIsNotSentInPlaintextOffLoopback) {
+  // 192.0.2.1 (TEST-NET-1) is not loopback: without TLS the key must not leave, and the
+  // refusal says how to set up TLS. Nothing is connected, so it fails at once.
+  CliEnvironment environment;
+  environment.api_key = "vk_0123456789abcdef_secret";
+  CliResult result = RunWithoutServer(
+      {"project", "list", "--server=192.0.2.1:50051", "--timeout=2s"}, environment);
+  EXPECT_EQ(result.code, kExitUsage) << result.err;
+  EXPECT_THAT(result.err, HasSubstr("refusing to send the API key in plaintext to 192.0.2.1"));
+  EXPECT_THAT(result.err, HasSubstr("--tls_ca"));
+  result = RunWithoutServer({"project", "list", "--server=127.evil.example:50051",
+                             "--api_key=vk_0123456789abcdef_secret", "--timeout=2s"});
+  EXPECT_EQ(result.code, kExitUsage) << result.err;
+  // With no key, or with the opt-in, the call is attempted (and fails: nothing listens).
+  result = RunWithoutServer({"project", "list", "--server=192.0.2.1:50051", "--timeout=200ms"});
+  EXPECT_EQ(result.code, kExitFailure) << result.err;
+  result = RunWithoutServer({"project", "list", "--server=192.0.2.1:50051", "--timeout=200ms",
+                             "--allow_plaintext_key"},
+                            environment);
+  EXPECT_EQ(result.code, kExitFailure) << result.err;
+  // Loopback is fine: the fake server answers.
+  result = Run({"project", "list"}, environment);
+  EXPECT_EQ(result.code, kExitOk) << result.err;
+}
+
 TEST_F(CliTest, ProjectCreateShowAndList) {
   CliResult result = Run(
       {"project", "create", "birds", "--classes=false,true", "--method=mv"});

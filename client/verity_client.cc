@@ -20,10 +20,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/loopback.h"
 
 namespace verity::client {
 namespace {
@@ -276,6 +279,25 @@ std::shared_ptr<grpc::Channel> CreateInsecureChannel(
   arguments.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
                                    arguments);
+}
+
+absl::Status CheckKeyTransport(const std::string& address, const std::string& api_key,
+                               const ChannelSecurity& security, bool allow_plaintext) {
+  if (api_key.empty() || !security.ca_file.empty() || allow_plaintext) return absl::OkStatus();
+  absl::string_view host = address;
+  if (absl::StartsWith(host, "unix:") || absl::StartsWith(host, "unix-abstract:")) {
+    return absl::OkStatus();
+  }
+  for (absl::string_view scheme : {"dns:///", "ipv4:", "ipv6:"}) {
+    if (absl::ConsumePrefix(&host, scheme)) break;
+  }
+  if (IsLoopbackAddress(host)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "refusing to send the API key in plaintext to ", address,
+      ", which is not a loopback address: connect with TLS by giving --tls_ca=FILE (the PEM "
+      "CA that signed the server's certificate; the server runs with --tls_cert and "
+      "--tls_key, see docs/SECURITY.md), or pass --allow_plaintext_key if the network path "
+      "is one you trust"));
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const std::string& address,

@@ -59,6 +59,13 @@ struct ChannelSecurity {
   std::string key_file;   // its private key
 };
 
+// Whether `api_key` may travel to `address` over the transport `security` gives: always with
+// TLS (a CA named), with no key, to a loopback address (common/loopback.h) or a unix: socket,
+// or when `allow_plaintext` (the caller opted in). Otherwise INVALID_ARGUMENT saying how to
+// set up TLS: a plaintext key can be read by anyone on the path.
+absl::Status CheckKeyTransport(const std::string& address, const std::string& api_key,
+                               const ChannelSecurity& security, bool allow_plaintext);
+
 // A channel to `address` with TLS when `security` names a CA, else plaintext; same message
 // limit as CreateInsecureChannel. INVALID_ARGUMENT when a client certificate or key is given
 // without the CA or without the other; NOT_FOUND naming an unreadable file.

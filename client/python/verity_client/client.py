@@ -12,6 +12,7 @@ submit() blocks its calling thread until every batch is acknowledged.
 
 import dataclasses
 import datetime
+import ipaddress
 import math
 import os
 import threading
@@ -193,6 +194,32 @@ class SubmitResult:
     retries: int = 0     # Streams reopened after a retryable failure.
 
 
+def _is_loopback_target(target):
+    """Whether a gRPC target names this machine only: localhost, a 127.0.0.0/8 or ::1 literal,
+    or a unix socket (the rule of the server and the CLI, common/loopback.h)."""
+    if target.startswith(("unix:", "unix-abstract:")):
+        return True
+    for scheme in ("dns:///", "ipv4:", "ipv6:"):
+        if target.startswith(scheme):
+            target = target[len(scheme):]
+            break
+    host = target
+    if host.startswith("["):
+        end = host.find("]")
+        if end < 0:
+            return False
+        host = host[1:end]
+    elif host.count(":") == 1:
+        host = host.rsplit(":", 1)[0]
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback  # 127.0.0.0/8 (four dotted parts only) or ::1.
+
+
 class Client:
     """A connection to a Verity server.
 
@@ -211,10 +238,13 @@ class Client:
         reads the environment variable VERITY_API_KEY; "" sends no key. A call without a
         valid key raises VerityError(UNAUTHENTICATED), one outside the key's role or projects
         VerityError(PERMISSION_DENIED).
+      allow_plaintext_key: send api_key without TLS (credentials=None) to a target that is not
+        loopback (localhost, 127.0.0.0/8, ::1, a unix: socket). Off by default, when such a
+        Client raises ValueError: anyone on the network path could read the key.
     """
 
     def __init__(self, target="localhost:50051", timeout=30.0, *, credentials=None,
-                 channel_options=(), api_key=None):
+                 channel_options=(), api_key=None, allow_plaintext_key=False):
         if not timeout or timeout <= 0:
             raise ValueError("timeout must be a positive number of seconds, got %r" % timeout)
         self.target = target
@@ -222,6 +252,15 @@ class Client:
         if api_key is None:
             api_key = os.environ.get(API_KEY_VARIABLE, "")
         api_key = api_key.strip()
+        if api_key and credentials is None and not allow_plaintext_key \
+                and not _is_loopback_target(target):
+            raise ValueError(
+                "refusing to send the API key in plaintext to %s, which is not a loopback "
+                "address: connect with TLS, credentials=grpc.ssl_channel_credentials("
+                "root_certificates=open('ca.pem', 'rb').read()) (the CA that signed the "
+                "server's certificate; the server runs with --tls_cert and --tls_key, see "
+                "docs/SECURITY.md), or pass allow_plaintext_key=True if the network path is "
+                "one you trust" % target)
         # Metadata of every call; the key is kept nowhere else.
         self._metadata = (("authorization", "Bearer " + api_key),) if api_key else ()
         options = [("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES)]
