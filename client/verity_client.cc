@@ -482,12 +482,19 @@ VerityClient::GetAnnotatorProfiles(
   for (const std::string& annotator : annotators) {
     request.add_annotators(annotator);
   }
-  absl::StatusOr<v1::GetAnnotatorProfilesResponse> response =
-      CallUnary(*truth_, &v1::TruthService::Stub::GetAnnotatorProfiles, request,
-                Call());
-  if (!response.ok()) return response.status();
-  return std::vector<v1::AnnotatorProfile>(response->profiles().begin(),
-                                           response->profiles().end());
+  // Every annotator comes a page at a time; ids come in one response.
+  std::vector<v1::AnnotatorProfile> profiles;
+  do {
+    absl::StatusOr<v1::GetAnnotatorProfilesResponse> response =
+        CallUnary(*truth_, &v1::TruthService::Stub::GetAnnotatorProfiles, request,
+                  Call());
+    if (!response.ok()) return response.status();
+    for (v1::AnnotatorProfile& profile : *response->mutable_profiles()) {
+      profiles.push_back(std::move(profile));
+    }
+    request.set_page_token(response->next_page_token());
+  } while (!request.page_token().empty());
+  return profiles;
 }
 
 absl::StatusOr<v1::GetModelStatusResponse> VerityClient::GetModelStatus(

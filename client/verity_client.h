@@ -168,7 +168,7 @@ class VerityClient {
   absl::StatusOr<v1::ListPosteriorsResponse> ListPosteriors(
       absl::string_view project, int32_t page_size,
       absl::string_view page_token) const;
-  // `annotators` empty = every annotator of the project.
+  // `annotators` empty = every annotator of the project (read page by page).
   absl::StatusOr<std::vector<v1::AnnotatorProfile>> GetAnnotatorProfiles(
       absl::string_view project,
       absl::Span<const std::string> annotators) const;

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/grpc_status.h"
@@ -112,17 +113,51 @@ grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("annotators: at most ", ApiLimits::kMaxItemsPerCall, " ids")));
   }
+  const int32_t page_size = request->page_size() == 0 ? 1000 : request->page_size();
+  if (page_size < 0 || page_size > ApiLimits::kMaxItemsPerCall) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("page_size: must be in [0, ", ApiLimits::kMaxItemsPerCall, "]")));
+  }
+  int64_t first = 0;
+  if (!request->page_token().empty() &&
+      (request->annotators_size() > 0 || !absl::SimpleAtoi(request->page_token(), &first) ||
+       first < 0)) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        request->annotators_size() > 0 ? "page_token: only without annotator ids"
+                                       : "page_token: not a token this server issued"));
+  }
+  if (request->confusion_detail() != v1::CONFUSION_DETAIL_FULL &&
+      request->confusion_detail() != v1::CONFUSION_DETAIL_NONE) {
+    return ToGrpcStatus(absl::InvalidArgumentError("confusion_detail: unknown value"));
+  }
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
   LiveProject& live = **project;
   std::shared_ptr<const ProjectSnapshot> snapshot = live.snapshot();
+  const int32_t k = live.num_classes();
+  const bool with_confusion = request->confusion_detail() == v1::CONFUSION_DETAIL_FULL;
+  // An upper bound of one profile's encoded size: the id, the matrix, the scalars and tags.
+  auto profile_bytes = [&](const std::string& id) {
+    return static_cast<int64_t>(id.size()) + 64 +
+           (with_confusion ? static_cast<int64_t>(k) * k * 8 + 16 : 0);
+  };
+  const int64_t budget = ApiLimits::kMaxMessageBytes - 4096;
   std::vector<std::pair<int32_t, std::string>> wanted;
   if (request->annotators_size() == 0) {
     std::vector<std::string> all = live.AnnotatorIds();
-    for (size_t a = 0; a < all.size() && a < static_cast<size_t>(ApiLimits::kMaxItemsPerCall); ++a) {
+    int64_t bytes = 0;
+    for (int64_t a = first; a < static_cast<int64_t>(all.size()) &&
+                            static_cast<int32_t>(wanted.size()) < page_size;
+         ++a) {
+      bytes += profile_bytes(all[a]);
+      if (bytes > budget && !wanted.empty()) break;  // The page ends inside the limit.
       wanted.emplace_back(static_cast<int32_t>(a), std::move(all[a]));
     }
+    const int64_t next = first + static_cast<int64_t>(wanted.size());
+    if (next < static_cast<int64_t>(all.size())) response->set_next_page_token(absl::StrCat(next));
   } else {
+    absl::flat_hash_set<int32_t> seen;
+    int64_t bytes = 0;
     for (int i = 0; i < request->annotators_size(); ++i) {
       std::optional<int32_t> index = live.FindAnnotator(request->annotators(i));
       if (!index.has_value()) {
@@ -130,18 +165,29 @@ grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context
             "annotators[", i, "]: annotator \"",
             request->annotators(i).substr(0, ApiLimits::kMaxIdBytes), "\" not found")));
       }
+      if (!seen.insert(*index).second) continue;
+      bytes += profile_bytes(request->annotators(i));
       wanted.emplace_back(*index, request->annotators(i));
     }
+    if (bytes > budget) {
+      return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+          "annotators: the profiles of ", wanted.size(), " annotators with ", k,
+          " classes take about ", bytes, " bytes, over the ", ApiLimits::kMaxMessageBytes,
+          "-byte response limit: ask for fewer ids, or confusion_detail=CONFUSION_DETAIL_NONE")));
+    }
   }
-  const int32_t k = live.num_classes();
+  std::vector<double> confusion;
   for (auto& [index, id] : wanted) {
     v1::AnnotatorProfile* profile = response->add_profiles();
     profile->set_annotator(std::move(id));
-    std::vector<double> confusion = snapshot->model->AnnotatorConfusion(index);
-    profile->mutable_confusion()->set_num_classes(k);
+    confusion = snapshot->model->AnnotatorConfusion(index);
     double accuracy = 0;
-    for (int32_t c = 0; c < k * k; ++c) profile->mutable_confusion()->add_probabilities(confusion[c]);
     for (int32_t c = 0; c < k; ++c) accuracy += snapshot->class_prior[c] * confusion[c * k + c];
+    if (with_confusion) {
+      profile->mutable_confusion()->set_num_classes(k);
+      profile->mutable_confusion()->mutable_probabilities()->Add(confusion.begin(),
+                                                                 confusion.end());
+    }
     profile->set_accuracy(accuracy);
     profile->set_num_labels(live.AnnotatorLabelCount(index));
   }

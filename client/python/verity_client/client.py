@@ -495,12 +495,16 @@ class Client:
         """Annotator profiles as a DataFrame: annotator, accuracy (probability of a correct
         label under the class prior), num_labels, confusion (a K-by-K numpy array, row = true
         class, column = answered class). annotators: ids, or None for every annotator."""
-        response = self._call(
-            self._truth.GetAnnotatorProfiles,
-            truth_pb2.GetAnnotatorProfilesRequest(
-                project=project, annotators=[str(a) for a in (annotators or [])]),
-            "GetAnnotatorProfiles")
-        profiles = response.profiles
+        request = truth_pb2.GetAnnotatorProfilesRequest(
+            project=project, annotators=[str(a) for a in (annotators or [])])
+        profiles = []
+        while True:  # Every annotator comes a page at a time; ids in one response.
+            response = self._call(self._truth.GetAnnotatorProfiles, request,
+                                  "GetAnnotatorProfiles")
+            profiles.extend(response.profiles)
+            if not response.next_page_token:
+                break
+            request.page_token = response.next_page_token
         return pd.DataFrame({
             "annotator": pd.Series([p.annotator for p in profiles], dtype=object),
             "accuracy": np.array([p.accuracy for p in profiles], dtype=np.float64),

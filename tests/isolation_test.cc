@@ -1,0 +1,186 @@
+// Tenant isolation: what one ordinary reader or writer key can make the server do. An
+// in-process VerityServer on a real gRPC channel over a real PostgreSQL; each test builds the
+// project it needs and checks that a request's cost is bounded by what it asks for, not by
+// how it is repeated or by the project's size.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/verity_server.h"
+#include "tests/test_postgres.h"
+#include "verity/v1/assignment.grpc.pb.h"
+#include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/projects.grpc.pb.h"
+#include "verity/v1/truth.grpc.pb.h"
+
+namespace verity::tests {
+namespace {
+
+std::chrono::system_clock::time_point Deadline() {
+  return std::chrono::system_clock::now() + std::chrono::seconds(60);
+}
+
+class IsolationTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { pg_ = TestPostgres::Start("verity-isolation").release(); }
+  static void TearDownTestSuite() {
+    delete pg_;
+    pg_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(pg_, nullptr);
+    server::VerityServer::Options options;
+    options.listen = "localhost:0";
+    options.postgres_url = pg_->url();
+    options.pool_size = 4;
+    options.training.run_in_background = false;
+    auto server = server::VerityServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    // Receives up to the server's 16 MiB message limit (gRPC's client default is 4 MiB).
+    grpc::ChannelArguments arguments;
+    arguments.SetMaxReceiveMessageSize(16 << 20);
+    channel_ = grpc::CreateCustomChannel(absl::StrCat("localhost:", server_->port()),
+                                         grpc::InsecureChannelCredentials(), arguments);
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  // A project with `num_classes` classes and one label from each of `num_annotators`
+  // annotators ("a0", "a1", ...), each on its own item.
+  void CreateProjectWithAnnotators(const std::string& name, int num_classes,
+                                   int num_annotators) {
+    v1::CreateProjectRequest create;
+    create.mutable_project()->set_name(name);
+    for (int c = 0; c < num_classes; ++c) create.mutable_project()->add_classes(absl::StrCat("c", c));
+    v1::CreateProjectResponse created;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
+    grpc::ClientContext stream_context;
+    stream_context.set_deadline(Deadline());
+    auto stream = v1::IngestService::NewStub(channel_)->SubmitAnnotations(&stream_context);
+    constexpr int kPerBatch = 1000;
+    int batches = 0;
+    for (int first = 0; first < num_annotators; first += kPerBatch) {
+      v1::AnnotationBatch batch;
+      batch.set_batch_id(++batches);
+      batch.set_project(name);
+      for (int a = first; a < std::min(num_annotators, first + kPerBatch); ++a) {
+        v1::Annotation* label = batch.add_annotations();
+        label->set_item(absl::StrCat("i", a));
+        label->set_annotator(absl::StrCat("a", a));
+        label->set_label(a % num_classes);
+      }
+      ASSERT_TRUE(stream->Write(batch));
+    }
+    stream->WritesDone();
+    v1::BatchAck ack;
+    int accepted = 0;
+    while (stream->Read(&ack)) accepted += ack.accepted();
+    ASSERT_TRUE(stream->Finish().ok());
+    ASSERT_EQ(accepted, num_annotators);
+  }
+
+  grpc::Status Profiles(const v1::GetAnnotatorProfilesRequest& request,
+                        v1::GetAnnotatorProfilesResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    return v1::TruthService::NewStub(channel_)->GetAnnotatorProfiles(&context, request, response);
+  }
+
+  static TestPostgres* pg_;
+  std::unique_ptr<server::VerityServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+TestPostgres* IsolationTest::pg_ = nullptr;
+
+TEST_F(IsolationTest, RepeatedAnnotatorIdsAreAnsweredOnce) {
+  CreateProjectWithAnnotators("repeats", 4, 3);
+  v1::GetAnnotatorProfilesRequest request;
+  request.set_project("repeats");
+  for (int i = 0; i < 10000; ++i) request.add_annotators(i % 2 == 0 ? "a1" : "a0");
+  v1::GetAnnotatorProfilesResponse response;
+  ASSERT_TRUE(Profiles(request, &response).ok());
+  ASSERT_EQ(response.profiles_size(), 2);
+  EXPECT_EQ(response.profiles(0).annotator(), "a1");  // First occurrences, in order.
+  EXPECT_EQ(response.profiles(1).annotator(), "a0");
+  EXPECT_EQ(response.profiles(0).confusion().probabilities_size(), 16);
+}
+
+TEST_F(IsolationTest, EveryAnnotatorComesAPageAtATime) {
+  CreateProjectWithAnnotators("pages", 2, 2500);
+  v1::GetAnnotatorProfilesRequest request;
+  request.set_project("pages");
+  request.set_page_size(1000);
+  std::vector<std::string> seen;
+  int pages = 0;
+  do {
+    v1::GetAnnotatorProfilesResponse response;
+    ASSERT_TRUE(Profiles(request, &response).ok());
+    ASSERT_LE(response.profiles_size(), 1000);
+    for (const v1::AnnotatorProfile& p : response.profiles()) seen.push_back(p.annotator());
+    request.set_page_token(response.next_page_token());
+    ASSERT_LT(++pages, 10);
+  } while (!request.page_token().empty());
+  EXPECT_EQ(pages, 3);
+  ASSERT_EQ(seen.size(), 2500u);
+  EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 2500u);
+  EXPECT_EQ(seen.front(), "a0");
+  EXPECT_EQ(seen.back(), "a2499");
+  // A token with ids, or one the server never issued, is refused and names the field.
+  request.set_page_token("garbage");
+  v1::GetAnnotatorProfilesResponse refused;
+  grpc::Status status = Profiles(request, &refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StartsWith(status.error_message(), "page_token")) << status.error_message();
+}
+
+TEST_F(IsolationTest, AResponseOverTheSizeLimitIsRefusedBeforeItIsBuilt) {
+  // 256 classes: each matrix is 512 KiB, so 300 of them are about 157 MB.
+  CreateProjectWithAnnotators("wide", 256, 300);
+  v1::GetAnnotatorProfilesRequest request;
+  request.set_project("wide");
+  for (int a = 0; a < 300; ++a) request.add_annotators(absl::StrCat("a", a));
+  v1::GetAnnotatorProfilesResponse response;
+  grpc::Status status = Profiles(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "bytes")) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "CONFUSION_DETAIL_NONE"))
+      << status.error_message();
+  // Without the matrices they fit.
+  request.set_confusion_detail(v1::CONFUSION_DETAIL_NONE);
+  response.Clear();
+  ASSERT_TRUE(Profiles(request, &response).ok());
+  ASSERT_EQ(response.profiles_size(), 300);
+  EXPECT_FALSE(response.profiles(0).has_confusion());
+  EXPECT_EQ(response.profiles(0).num_labels(), 1);
+  EXPECT_GT(response.profiles(0).accuracy(), 0.0);
+  // Every annotator, with matrices: each page ends inside the limit.
+  v1::GetAnnotatorProfilesRequest all;
+  all.set_project("wide");
+  int total = 0;
+  do {
+    v1::GetAnnotatorProfilesResponse page;
+    status = Profiles(all, &page);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_GT(page.profiles_size(), 0);
+    EXPECT_LT(page.ByteSizeLong(), 16u << 20);
+    total += page.profiles_size();
+    all.set_page_token(page.next_page_token());
+  } while (!all.page_token().empty());
+  EXPECT_EQ(total, 300);
+}
+
+}  // namespace
+}  // namespace verity::tests
