@@ -182,5 +182,45 @@ TEST_F(IsolationTest, AResponseOverTheSizeLimitIsRefusedBeforeItIsBuilt) {
   EXPECT_EQ(total, 300);
 }
 
+TEST_F(IsolationTest, SuggestAnnotatorsCapsItsCandidatesAndSuggestsEachOnce) {
+  CreateProjectWithAnnotators("candidates", 3, 4);
+  auto suggest = [&](const std::vector<std::string>& candidates,
+                     v1::SuggestAnnotatorsResponse* response) {
+    v1::SuggestAnnotatorsRequest request;
+    request.set_project("candidates");
+    request.set_item("i0");
+    request.set_k(10);
+    for (const std::string& c : candidates) request.add_candidates(c);
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    return v1::AssignmentService::NewStub(channel_)->SuggestAnnotators(&context, request,
+                                                                        response);
+  };
+  std::vector<std::string> many;
+  for (int i = 0; i < 10001; ++i) many.push_back(absl::StrCat("newcomer-", i));
+  v1::SuggestAnnotatorsResponse response;
+  grpc::Status status = suggest(many, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "candidates: at most 10000"))
+      << status.error_message();
+  many.pop_back();
+  ASSERT_TRUE(suggest(many, &response).ok());
+  EXPECT_EQ(response.suggestions_size(), 10);
+  // Repeats count once; unknown annotators share the population's score; a0 labelled i0.
+  response.Clear();
+  ASSERT_TRUE(suggest({"x", "x", "y", "x", "a1", "a0"}, &response).ok());
+  std::vector<std::string> suggested;
+  for (const auto& s : response.suggestions()) suggested.push_back(s.annotator());
+  EXPECT_EQ(std::set<std::string>(suggested.begin(), suggested.end()),
+            (std::set<std::string>{"x", "y", "a1"}));
+  EXPECT_EQ(suggested.size(), 3u);
+  double x_score = -1, y_score = -2;
+  for (const auto& s : response.suggestions()) {
+    if (s.annotator() == "x") x_score = s.score();
+    if (s.annotator() == "y") y_score = s.score();
+  }
+  EXPECT_EQ(x_score, y_score);
+}
+
 }  // namespace
 }  // namespace verity::tests

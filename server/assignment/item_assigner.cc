@@ -1,6 +1,7 @@
 #include "server/assignment/item_assigner.h"
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <tuple>
 
@@ -401,9 +402,20 @@ std::vector<AnnotatorSuggestion> RankAnnotatorsForItem(LiveProject& project,
   std::vector<AnnotatorSuggestion> scored;
   if (item < 0 || item >= snapshot.posteriors.num_items() || k <= 0) return scored;
   absl::Span<const double> p = snapshot.posteriors.probabilities(item);
+  // Every annotator the project does not know has the population confusion: scored once.
+  std::optional<AnnotatorSuggestion> unknown;
   for (size_t i = 0; i < annotators.size(); ++i) {
     const int32_t a = annotators[i];
-    if (a >= 0 && (project.HasLabelled(item, a) || project.leases().Has(item, a, now))) continue;
+    if (a < 0) {
+      if (!unknown.has_value()) {
+        const std::vector<double> confusion = ScoringConfusion(snapshot, -1);
+        unknown = AnnotatorSuggestion{0, ExpectedEntropyReduction(p, confusion),
+                                      ProbabilityCorrect(p, confusion)};
+      }
+      scored.push_back({static_cast<int32_t>(i), unknown->gain, unknown->p_correct});
+      continue;
+    }
+    if (project.HasLabelled(item, a) || project.leases().Has(item, a, now)) continue;
     const std::vector<double> confusion = ScoringConfusion(snapshot, a);
     scored.push_back({static_cast<int32_t>(i), ExpectedEntropyReduction(p, confusion),
                       ProbabilityCorrect(p, confusion)});

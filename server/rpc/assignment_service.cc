@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/random/random.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/grpc_status.h"
 #include "server/api/validation.h"
@@ -99,9 +100,10 @@ grpc::Status AssignmentServiceImpl::SuggestAnnotators(grpc::ServerContext* conte
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   if (absl::Status s = ValidateId("item", request->item()); !s.ok()) return ToGrpcStatus(s);
   if (absl::Status s = ValidateK(request->k()); !s.ok()) return ToGrpcStatus(s);
-  if (request->candidates_size() > kMaxCandidates) {
+  if (request->candidates_size() > kMaxAnnotatorCandidates) {
     return ToGrpcStatus(absl::InvalidArgumentError(
-        absl::StrCat("candidates: at most ", kMaxCandidates, " ids")));
+        absl::StrCat("candidates: at most ", kMaxAnnotatorCandidates, " ids, got ",
+                     request->candidates_size())));
   }
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
@@ -115,11 +117,13 @@ grpc::Status AssignmentServiceImpl::SuggestAnnotators(grpc::ServerContext* conte
   std::vector<std::string> ids;
   std::vector<int32_t> indices;
   if (request->candidates_size() > 0) {
+    absl::flat_hash_set<absl::string_view> seen;
     for (int i = 0; i < request->candidates_size(); ++i) {
       const std::string& id = request->candidates(i);
       if (absl::Status s = ValidateId(absl::StrCat("candidates[", i, "]"), id); !s.ok()) {
         return ToGrpcStatus(s);
       }
+      if (!seen.insert(id).second) continue;  // Each candidate is suggested at most once.
       ids.push_back(id);
       indices.push_back(live.FindAnnotator(id).value_or(-1));
     }

@@ -11,7 +11,8 @@ namespace verity::server {
 class AssignmentServiceImpl final : public v1::AssignmentService::Service {
  public:
   static constexpr int kMaxSuggestions = 1000;
-  static constexpr int kMaxCandidates = 100000;
+  static constexpr int kMaxCandidates = 100000;  // SuggestItems' candidate_items.
+  static constexpr int kMaxAnnotatorCandidates = 10000;  // SuggestAnnotators' candidates.
 
   explicit AssignmentServiceImpl(ServerCore core) : core_(core) {}
 
