@@ -31,6 +31,7 @@
 #define VERITY_MODELS_TRUTH_MODEL_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -315,6 +316,25 @@ class TruthModel {
   // INVALID_ARGUMENT if `serialized` is corrupt, of another method or
   // version, or of another number of classes.
   virtual absl::Status Restore(std::string_view serialized) = 0;
+
+  // The most a restored model may hold: the sizes of the project it serves. A
+  // stored blob names its own sizes, and a model that allocates from them
+  // (a neural network's embedding tables) must check them against these
+  // first, so that a corrupt or forged blob cannot make it allocate more.
+  struct RestoreBounds {
+    int64_t max_items = std::numeric_limits<int32_t>::max();
+    int64_t max_annotators = std::numeric_limits<int32_t>::max();
+    int64_t max_item_feature_dim = std::numeric_limits<int32_t>::max();
+    int64_t max_annotator_feature_dim = std::numeric_limits<int32_t>::max();
+  };
+  // Restore, refusing (INVALID_ARGUMENT, the model unchanged) a blob whose
+  // sizes exceed `bounds` before allocating anything for them. Models whose
+  // allocations are bounded by the blob's own length need no more than
+  // Restore(serialized), the default.
+  virtual absl::Status Restore(std::string_view serialized, const RestoreBounds& bounds) {
+    (void)bounds;
+    return Restore(serialized);
+  }
 };
 
 // Checks the arguments of TruthModel::Fit for a model of `num_classes`

@@ -355,6 +355,10 @@ std::string NeuralTruthModel::Serialize() const {
 }
 
 absl::Status NeuralTruthModel::Restore(std::string_view serialized) {
+  return Restore(serialized, RestoreBounds());
+}
+
+absl::Status NeuralTruthModel::Restore(std::string_view serialized, const RestoreBounds& bounds) {
   absl::StatusOr<ByteReader> reader = ByteReader::Open(serialized);
   if (!reader.ok()) return reader.status();
   absl::StatusOr<bool> has_params = ReadModelHeader(*reader, method());
@@ -382,6 +386,23 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized) {
                                                    " classes, expected ", num_classes_));
   }
   if (absl::Status s = reader->ExpectEnd(); !s.ok()) return s;
+  // The sizes come from the blob: bound them by the project's before any allocation.
+  const struct {
+    const char* what;
+    uint32_t value;
+    int64_t limit;
+  } sizes[] = {{"items", *items, bounds.max_items},
+               {"annotators", *annotators, bounds.max_annotators},
+               {"item feature dimensions", *feature_dim, bounds.max_item_feature_dim},
+               {"annotator feature dimensions", *annotator_feature_dim,
+                bounds.max_annotator_feature_dim}};
+  for (const auto& size : sizes) {
+    if (static_cast<int64_t>(size.value) > size.limit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          std::string(method()), " model: parameters claim ", size.value, " ", size.what,
+          ", more than the project's ", size.limit));
+    }
+  }
   std::shared_ptr<CrowdNet> previous = std::move(net_);
   const int32_t previous_items = fitted_items_, previous_annotators = fitted_annotators_;
   const int64_t previous_feature_dim = item_feature_dim_;

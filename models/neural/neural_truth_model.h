@@ -70,6 +70,9 @@ class NeuralTruthModel : public TruthModel {
   std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const override;
   std::string Serialize() const override;
   absl::Status Restore(std::string_view serialized) override;
+  // Checks the blob's item and annotator counts and feature sizes against `bounds` before
+  // sizing any network from them.
+  absl::Status Restore(std::string_view serialized, const RestoreBounds& bounds) override;
   // Standardises each feature (zero mean, unit variance over the given rows) and keeps them for
   // the next Fit; dim 0 goes back to learned item embeddings.
   absl::Status SetItemFeatures(int32_t dim, std::vector<float> features) override;

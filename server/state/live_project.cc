@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/truth_model_factory.h"
+#include "server/observability/log.h"
 #include "server/state/information_gain.h"
 #include "server/state/version_outputs.h"
 
@@ -155,17 +156,20 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
     const storage::ModelVersionRecord& v = *stored.latest_version;
     auto restored = models::CreateTruthModel(v.method, k, ModelOptionsFromSettings(p.settings_.model()));
     if (!restored.ok()) return restored.status();
-    if (absl::Status s = (*restored)->Restore(v.parameters); !s.ok()) {
-      return absl::InternalError(absl::StrCat("project ", p.identity_.name, ": model version ",
-                                              v.version, " does not restore: ", s.message()));
+    if (absl::Status s = (*restored)->Restore(v.parameters, p.RestoreBoundsLocked()); !s.ok()) {
+      // Never loaded: the project serves majority vote until its next fit (every label counts
+      // as new, so one is due), rather than not at all.
+      LogEvent("model_version_refused", {{"project", p.identity_.name},
+                                         {"version", std::to_string(v.version)},
+                                         {"error", std::string(s.message())}});
+    } else {
+      model = std::move(*restored);
+      p.scratch_fit_num_labels_ = v.num_labels;
+      version = v.version;
+      watermark = v.watermark;
     }
-    model = std::move(*restored);
-    p.scratch_fit_num_labels_ = v.num_labels;
-    version = v.version;
-    watermark = v.watermark;
-  } else {
-    model = MajorityVoteModel(k, p.settings_.model());
   }
+  if (model == nullptr) model = MajorityVoteModel(k, p.settings_.model());
   // Labels the restored version did not see count toward the next refit, as they did before.
   p.changes_since_fit_ = 0;
   for (const StoredState::Label& l : stored.labels) {
@@ -174,6 +178,15 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
   p.last_fit_time_ = absl::Now();
   p.PublishFullRecompute(std::move(model), version, watermark);
   return project;
+}
+
+models::TruthModel::RestoreBounds LiveProject::RestoreBoundsLocked() const {
+  models::TruthModel::RestoreBounds bounds;
+  bounds.max_items = static_cast<int64_t>(item_ids_.size());
+  bounds.max_annotators = static_cast<int64_t>(annotator_ids_.size());
+  bounds.max_item_feature_dim = identity_.item_feature_dim;
+  bounds.max_annotator_feature_dim = identity_.annotator_feature_dim;
+  return bounds;
 }
 
 v1::ProjectSettings LiveProject::settings() const {
@@ -716,7 +729,15 @@ absl::StatusOr<bool> LiveProject::AdoptVersion(const storage::ModelVersionRecord
   auto model = models::CreateTruthModel(version.method, num_classes(),
                                         ModelOptionsFromSettings(settings().model()));
   if (!model.ok()) return model.status();
-  if (absl::Status s = (*model)->Restore(version.parameters); !s.ok()) {
+  models::TruthModel::RestoreBounds bounds;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    bounds = RestoreBoundsLocked();
+  }
+  if (absl::Status s = (*model)->Restore(version.parameters, bounds); !s.ok()) {
+    LogEvent("model_version_refused", {{"project", identity_.name},
+                                       {"version", std::to_string(version.version)},
+                                       {"error", std::string(s.message())}});
     return absl::InternalError(absl::StrCat("project ", identity_.name, ": model version ",
                                             version.version, " does not restore: ", s.message()));
   }

@@ -255,6 +255,8 @@ class LiveProject {
   friend class LiveProjectTestPeer;
 
   LiveProject(Identity identity, v1::ProjectSettings settings);
+  // What a restored model may hold: this project's items, annotators and feature sizes.
+  models::TruthModel::RestoreBounds RestoreBoundsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   // Recomputes one item's posterior from its live labels into `builder`.
   void RecomputeItem(const models::TruthModel& model, int32_t item,

@@ -106,6 +106,45 @@ TEST(LiveProjectTest, EveryServedMethodRestoresToItsFullEStepAndUpdatesOnline) {
   }
 }
 
+TEST(LiveProjectTest, AVersionClaimingMoreThanTheProjectHoldsIsNeverLoaded) {
+  // A neural version fit on 200 items, stored for a project that holds 100 of them: its blob
+  // sizes the networks beyond the project, so it is refused before allocating, and the
+  // project serves majority vote (version 0), with a refit due, instead of not at all.
+  auto crowd = MakeCrowd(200, 13);
+  std::unique_ptr<models::TruthModel> fitted = *models::CreateTruthModel("lia", kClasses, {});
+  ASSERT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
+  LiveProject::StoredState stored;
+  for (int32_t i = 0; i < 100; ++i) stored.item_ids.push_back(absl::StrCat("i", i));
+  stored.gold.assign(100, -1);
+  for (int32_t a = 0; a < kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("w", a));
+  int64_t seq = 0;
+  for (const models::Annotation& a : crowd.annotations) {
+    if (a.item < 100) stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
+  }
+  storage::ModelVersionRecord version;
+  version.version = 1;
+  version.method = "lia";
+  version.parameters = fitted->Serialize();
+  version.watermark = seq;
+  stored.latest_version = version;
+  auto project = LiveProject::Create(TestIdentity(), v1::ProjectSettings(), std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  auto snapshot = (*project)->snapshot();
+  EXPECT_EQ(snapshot->model_version, 0);
+  EXPECT_EQ(snapshot->posteriors.num_items(), 100);
+  EXPECT_TRUE((*project)->RefitDue(absl::Now(), absl::Hours(1)));
+  // The same bound through the model's own interface: refused, and nothing changes.
+  std::unique_ptr<models::TruthModel> other = *models::CreateTruthModel("lia", kClasses, {});
+  models::TruthModel::RestoreBounds bounds;
+  bounds.max_items = 100;
+  const absl::Status refused = other->Restore(version.parameters, bounds);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("200 items"), absl::string_view::npos) << refused;
+  EXPECT_FALSE(other->has_parameters());
+  bounds.max_items = 200;
+  EXPECT_TRUE(other->Restore(version.parameters, bounds).ok());
+}
+
 TEST(LiveProjectTest, OnlineUpdatesEqualAFullEStepAndLeaveOldSnapshotsAlone) {
   auto crowd = MakeCrowd(300, 5);
   std::unique_ptr<models::TruthModel> fitted;
