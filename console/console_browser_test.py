@@ -4,7 +4,8 @@ Starts the real verity_server (embedded PostgreSQL, console on a free metrics po
 small synthetic project with the verity CLI (labels, a model fit, leases from a suggestion),
 checks the JSON endpoints over plain HTTP, then opens the console in headless Chromium,
 clicks into the project and into an annotator, checks what the page shows and saves
-console.png into $TEST_UNDECLARED_OUTPUTS_DIR.
+console.png into $TEST_UNDECLARED_OUTPUTS_DIR. Then, with a second server with --auth=on:
+the page's key prompt, and that a reader key's page lists only the key's project.
 
 The issue asks for Playwright (playwright-core from npm); this machine cannot reach the npm
 registry, so Chromium is driven directly through the Chrome DevTools Protocol over
@@ -61,13 +62,14 @@ def wait_for(predicate, what, timeout=30.0, interval=0.1):
 
 
 class Server:
-    def __init__(self, binary, workdir):
-        self.log_path = os.path.join(workdir, "server.log")
+    def __init__(self, binary, workdir, extra_flags=(), name="server"):
+        self.log_path = os.path.join(workdir, name + ".log")
+        self.data_dir = os.path.join(workdir, name + "-var")
         self.metrics_port = free_port()
         self.log = open(self.log_path, "w")
         self.process = subprocess.Popen(
             [binary, "--listen=localhost:0", "--metrics_port=%d" % self.metrics_port,
-             "--data_dir=" + os.path.join(workdir, "var"), "--background_refit=false"],
+             "--data_dir=" + self.data_dir, "--background_refit=false"] + list(extra_flags),
             stdout=self.log, stderr=subprocess.STDOUT)
         line = wait_for(self._listening_line, "the server to listen", timeout=120)
         self.port = int(re.search(r"\bport=(\d+)", line).group(1))
@@ -362,6 +364,59 @@ def check_console_in_browser(port, workdir, outputs):
         browser.close()
 
 
+def check_console_with_a_key(server_binary, cli, workdir):
+    """Authentication on: the page asks for a key, keeps it in sessionStorage and shows only
+    the projects the key may read; /api/ without a key answers 401."""
+    server = Server(server_binary, workdir, ["--auth=on"], name="auth-server")
+    browser = None
+    try:
+        with open(os.path.join(server.data_dir, "admin.key")) as f:
+            admin_key = f.read().strip()
+
+        def verity(*args):
+            result = subprocess.run(
+                [cli, "--server=localhost:%d" % server.port, "--output=json"] + list(args),
+                capture_output=True, text=True, timeout=120,
+                env=dict(os.environ, VERITY_API_KEY=admin_key))
+            if result.returncode != 0:
+                fail("verity %s failed (%d): %s%s" % (" ".join(args), result.returncode,
+                                                      result.stdout, result.stderr))
+            return json.loads(result.stdout)
+
+        verity("project", "create", "visible", "--classes=a,b")
+        verity("project", "create", "hidden", "--classes=a,b")
+        reader_key = verity("key", "create", "--role=reader", "--projects=visible",
+                            "--name=console")["secret_key"]
+        status, _, body = http_get(server.metrics_port, "/api/projects")
+        if status != 401:
+            fail("/api/projects without a key: %s %s" % (status, body))
+
+        browser = Chromium(workdir)
+        browser.open_page("http://127.0.0.1:%d/" % server.metrics_port)
+        browser.wait_until("(document.getElementById('key-form') || {style: {}}).style.display"
+                           " === 'block'", "the key prompt")
+        browser.evaluate("document.getElementById('api-key').value = %s" % json.dumps(reader_key))
+        browser.evaluate("document.getElementById('key-form').requestSubmit()")
+        browser.wait_until(
+            "document.querySelector('#projects tbody tr[data-project=\"visible\"]') !== null",
+            "the key's project")
+        shown = browser.evaluate(
+            "[...document.querySelectorAll('#projects tbody tr')].map(r => r.dataset.project)")
+        if shown != ["visible"]:
+            fail("a reader of 'visible' is shown %r" % shown)
+        if browser.evaluate("sessionStorage.getItem('verity_api_key')") != reader_key:
+            fail("the key is not kept in sessionStorage")
+        if browser.evaluate("document.getElementById('key-form').style.display") != "none":
+            fail("the key prompt is still shown")
+        errors = browser.evaluate("document.getElementById('error').textContent")
+        if errors:
+            fail("the page shows an error: %r" % errors)
+    finally:
+        if browser is not None:
+            browser.close()
+        server.stop()
+
+
 def main():
     server_binary, cli = (os.path.abspath(p) for p in sys.argv[1:3])
     # Under /tmp and world-readable: the embedded PostgreSQL runs as an unprivileged user
@@ -378,12 +433,14 @@ def main():
         print("JSON endpoints: ok")
         check_console_in_browser(server.metrics_port, workdir, outputs)
         print("browser: ok, screenshot in " + os.path.join(outputs, "console.png"))
+        check_console_with_a_key(server_binary, cli, workdir)
+        print("browser with authentication on: ok (key prompt, one project)")
         ok = True
     finally:
         if server is not None:
             server.stop()
         if not ok:
-            for name in ("server.log", "chromium.log"):
+            for name in ("server.log", "auth-server.log", "chromium.log"):
                 path = os.path.join(workdir, name)
                 if os.path.exists(path):
                     print("---- %s (tail) ----" % name)

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -65,7 +66,16 @@ ABSL_FLAG(int, metrics_port, 9464,
           "web console (GET /); 0 = neither.");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1",
           "Address the metrics endpoint and the web console bind (0.0.0.0 = every interface). "
-          "Neither has a login: a non-loopback address is logged as event=console_exposed.");
+          "/metrics has no login, nor has the console with authentication off: a non-loopback "
+          "address is then logged as event=console_exposed.");
+ABSL_FLAG(bool, console, true,
+          "Serve the read-only web console (GET /, /api/...) on the metrics port; false serves "
+          "/metrics only. With authentication on, the console's /api/ needs an API key and "
+          "shows the projects the key may read.");
+ABSL_FLAG(std::vector<std::string>, console_allowed_hosts, {},
+          "Comma-separated host names the console answers besides localhost, 127.0.0.0/8, ::1 "
+          "and --metrics_address (requests with another Host header are refused: DNS "
+          "rebinding), e.g. the name operators reach it by.");
 ABSL_FLAG(int, max_streams, 1000,
           "Open SubmitAnnotations streams at most (each holds two threads); a stream past the "
           "limit is refused with RESOURCE_EXHAUSTED (retryable).");
@@ -146,6 +156,8 @@ int main(int argc, char** argv) {
     options.auth.admin_key_file = absl::StrCat(absl::GetFlag(FLAGS_data_dir), "/admin.key");
   }
   options.auth.key_refresh = absl::Seconds(absl::GetFlag(FLAGS_key_refresh_seconds));
+  options.console = absl::GetFlag(FLAGS_console);
+  options.console_allowed_hosts = absl::GetFlag(FLAGS_console_allowed_hosts);
   if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port != 0) {
     options.metrics_listen =
         absl::StrCat(absl::GetFlag(FLAGS_metrics_address), ":", metrics_port);

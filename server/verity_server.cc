@@ -128,26 +128,43 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
                                                " (address in use or invalid?)"));
   }
   if (!options.metrics_listen.empty()) {
-    server->console_ =
-        std::make_unique<WebConsole>(*server->registry_, *server->storage_->versions);
     MetricsHttpServer::Options http;
     http.listen = options.metrics_listen;
-    http.page_handler = [console = server->console_.get()](const std::string& path) {
-      return console->Handle(path);
-    };
+    if (options.console) {
+      WebConsole::Access access;
+      access.bound_host = options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
+      access.allowed_hosts = options.console_allowed_hosts;
+      if (options.auth.enabled) {
+        // The gRPC keys and scopes: any valid key reads the projects it may touch.
+        access.authenticate = [keys = server->keys_.get()](absl::string_view key)
+            -> absl::StatusOr<WebConsole::ProjectFilter> {
+          absl::StatusOr<std::shared_ptr<const Principal>> who = keys->Authenticate(key);
+          if (!who.ok()) return who.status();
+          return WebConsole::ProjectFilter(
+              [who = *std::move(who)](absl::string_view project) { return who->MayTouch(project); });
+        };
+      }
+      server->console_ = std::make_unique<WebConsole>(*server->registry_,
+                                                      *server->storage_->versions, access);
+      http.page_handler = [console = server->console_.get()](const HttpPageRequest& request) {
+        return console->Handle(request);
+      };
+    }
     auto metrics_http = MetricsHttpServer::Start(*server->metrics_, http);
     if (metrics_http.ok()) {
       server->metrics_http_ = std::move(*metrics_http);
-      // The console and /metrics have no login: off loopback, anyone who reaches the port reads
-      // every project's posteriors and annotators. Allowed (behind an authenticating proxy or a
-      // firewall), but never silently.
-      if (!IsLoopbackAddress(options.metrics_listen)) {
+      // Off loopback, anyone who reaches the port reads /metrics and, with authentication off,
+      // every project through the console. Allowed (behind a firewall), but never silently.
+      if (!IsLoopbackAddress(options.metrics_listen) &&
+          (!options.auth.enabled || !options.console)) {
         LogEvent("console_exposed",
                  {{"address", options.metrics_listen},
                   {"warning",
-                   "the web console and /metrics have no login and are served on a "
-                   "non-loopback address; keep --metrics_address on loopback or put an "
-                   "authenticating proxy or firewall in front"}});
+                   options.console
+                       ? "the web console (authentication off) and /metrics have no login and "
+                         "are served on a non-loopback address; keep --metrics_address on "
+                         "loopback, turn authentication on, or put a firewall in front"
+                       : "/metrics has no login and is served on a non-loopback address"}});
       }
     } else {
       // The labels matter more than their metrics: serve without (metrics_port() is 0).

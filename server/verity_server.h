@@ -53,12 +53,17 @@ class VerityServer {
     int max_streams = 1000;
     TrainingScheduler::Options training;
     // host:port of the Prometheus metrics HTTP endpoint (GET /metrics) and the web console
-    // (GET /, no login: keep it on loopback); empty: not served
+    // (GET /; with auth on its /api/ needs a key); empty: not served
     // (the default; main.cc serves 127.0.0.1:9464). Port 0 picks a free port (see
     // metrics_port()). An address that cannot be bound (another server has the port) is
     // logged (event=metrics_unavailable) and the server runs without the endpoint: a port
     // clash on the side must not stop ingest.
     std::string metrics_listen;
+    // Serve the web console beside /metrics (false: /metrics only).
+    bool console = true;
+    // Host names the console answers besides loopback names and the metrics address
+    // (server/console/console.h: DNS rebinding).
+    std::vector<std::string> console_allowed_hosts;
     // Which RPCs are logged (every failed one, slow ones, or all).
     RpcTelemetryFactory::Options rpc_log;
     // TLS of the gRPC port; plaintext only on loopback unless `insecure`

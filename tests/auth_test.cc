@@ -24,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "server/testing/http_get.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
 #include "verity/v1/assignment.grpc.pb.h"
@@ -720,6 +721,73 @@ TEST_F(AuthTest, ARevokedKeyStaysRefusedAfterTheKeyRingsRefresh) {
   }
   (*other)->Shutdown();
   (*revoking)->Shutdown();
+}
+
+// The web console on the metrics port, with authentication on: /api/ needs a key and shows
+// only the projects the key may touch; a Host that is not this console's is refused.
+TEST_F(AuthTest, TheConsoleNeedsAKeyAndShowsOnlyItsProjects) {
+  server::VerityServer::Options options;
+  options.listen = "localhost:0";
+  options.postgres_url = postgres_->url();
+  options.pool_size = 2;
+  options.training.run_in_background = false;
+  options.auth.enabled = true;
+  options.auth.admin_key_file = *admin_key_file_;
+  options.metrics_listen = "127.0.0.1:0";
+  options.console_allowed_hosts = {"verity.internal"};
+  auto console_server = server::VerityServer::Start(options);
+  ASSERT_TRUE(console_server.ok()) << console_server.status();
+  const int port = (*console_server)->metrics_port();
+  ASSERT_NE(port, 0);
+  auto get = [&](const std::string& path, const std::string& key,
+                 const std::string& host = "127.0.0.1") {
+    std::map<std::string, std::string> headers = {{"Host", host}};
+    if (!key.empty()) headers["Authorization"] = "Bearer " + key;
+    absl::StatusOr<testing::HttpResponse> response = testing::HttpGet(port, path, headers);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? *response : testing::HttpResponse();
+  };
+  // The page carries no data and loads without a key; the data does not.
+  EXPECT_EQ(get("/", "").status, 200);
+  EXPECT_EQ(get("/api/projects", "").status, 401);
+  EXPECT_EQ(get("/api/projects/alpha", "").status, 401);
+  EXPECT_EQ(get("/api/projects/alpha/annotators", "").status, 401);
+  EXPECT_EQ(get("/api/projects", (*keys_)[Caller::kWrongKey]).status, 401);
+  // A reader of alpha sees alpha only.
+  const std::string reader = (*keys_)[Caller::kReader];
+  testing::HttpResponse list = get("/api/projects", reader);
+  EXPECT_EQ(list.status, 200);
+  EXPECT_TRUE(absl::StrContains(list.body, "\"name\":\"alpha\"")) << list.body;
+  EXPECT_FALSE(absl::StrContains(list.body, "\"name\":\"beta\"")) << list.body;
+  EXPECT_EQ(get("/api/projects/alpha", reader).status, 200);
+  EXPECT_EQ(get("/api/projects/alpha/annotators", reader).status, 200);
+  EXPECT_EQ(get("/api/projects/beta", reader).status, 403);
+  EXPECT_EQ(get("/api/projects/beta/annotators", reader).status, 403);
+  // The admin of every project sees both.
+  list = get("/api/projects", (*keys_)[Caller::kAdmin]);
+  EXPECT_TRUE(absl::StrContains(list.body, "\"name\":\"beta\"")) << list.body;
+  // DNS rebinding: another name for 127.0.0.1 is refused, key or not; loopback names and
+  // --console_allowed_hosts are answered.
+  EXPECT_EQ(get("/api/projects", reader, "attacker.example:" + std::to_string(port)).status, 403);
+  EXPECT_EQ(get("/", "", "attacker.example").status, 403);
+  EXPECT_EQ(get("/api/projects", reader, "localhost:" + std::to_string(port)).status, 200);
+  EXPECT_EQ(get("/api/projects", reader, "[::1]:" + std::to_string(port)).status, 200);
+  EXPECT_EQ(get("/api/projects", reader, "Verity.Internal:" + std::to_string(port)).status, 200);
+  (*console_server)->Shutdown();
+
+  // --console=false: /metrics stays, the console is gone.
+  options.console = false;
+  auto metrics_only = server::VerityServer::Start(options);
+  ASSERT_TRUE(metrics_only.ok()) << metrics_only.status();
+  absl::StatusOr<testing::HttpResponse> metrics =
+      testing::HttpGet((*metrics_only)->metrics_port(), "/metrics");
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_EQ(metrics->status, 200);
+  absl::StatusOr<testing::HttpResponse> page =
+      testing::HttpGet((*metrics_only)->metrics_port(), "/");
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->status, 404);
+  (*metrics_only)->Shutdown();
 }
 
 TEST_F(AuthTest, MalformedAuthorizationIsUnauthenticatedAndHealthChecksNeedNoKey) {

@@ -7,7 +7,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/loopback.h"
 #include "server/api/validation.h"
 #include "server/assignment/item_assigner.h"
 #include "server/console/console_json.h"
@@ -52,12 +54,52 @@ std::vector<double> ClassPrior(const ProjectSnapshot& snapshot, int32_t k) {
 
 }  // namespace
 
-HttpResponse WebConsole::Handle(const std::string& path) {
+bool WebConsole::HostAllowed(absl::string_view host_header) const {
+  // A client without a Host header (HTTP/1.0) is no browser: DNS rebinding needs one.
+  if (host_header.empty()) return true;
+  absl::string_view host = host_header;
+  if (absl::StartsWith(host, "[")) {
+    const size_t end = host.find(']');
+    if (end == absl::string_view::npos) return false;
+    host = host.substr(1, end - 1);
+  } else if (const size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  if (IsLoopbackAddress(host)) return true;
+  if (!access_.bound_host.empty() && access_.bound_host != "0.0.0.0" &&
+      absl::EqualsIgnoreCase(host, access_.bound_host)) {
+    return true;
+  }
+  for (const std::string& name : access_.allowed_hosts) {
+    if (absl::EqualsIgnoreCase(host, name)) return true;
+  }
+  return false;
+}
+
+HttpResponse WebConsole::Handle(const HttpPageRequest& request) {
+  const std::string& path = request.path;
+  if (!HostAllowed(request.host)) {
+    return ErrorResponse(403, absl::StrCat("Host \"", request.host.substr(0, 256),
+                                           "\" is not an address of this console; name it in "
+                                           "--console_allowed_hosts to allow it"));
+  }
   if (path == "/" || path == "/index.html") {
     return HttpResponse{200, "text/html; charset=utf-8", kConsolePage};
   }
+  if (!absl::StartsWith(path, "/api/")) return ErrorResponse(404, "no such page");
+  ProjectFilter may_read = [](absl::string_view) { return true; };
+  if (access_.authenticate) {
+    absl::string_view key = request.authorization;
+    if (!absl::ConsumePrefix(&key, "Bearer ") || key.empty()) {
+      return ErrorResponse(401, "authentication is on: send an API key as "
+                                "\"Authorization: Bearer KEY\"");
+    }
+    absl::StatusOr<ProjectFilter> filter = access_.authenticate(key);
+    if (!filter.ok()) return ErrorResponse(401, filter.status().message());
+    may_read = *std::move(filter);
+  }
   constexpr absl::string_view kProjects = "/api/projects";
-  if (path == kProjects || path == "/api/projects/") return Projects(absl::Now());
+  if (path == kProjects || path == "/api/projects/") return Projects(may_read, absl::Now());
   if (!absl::StartsWith(path, "/api/projects/")) return ErrorResponse(404, "no such page");
   // {name} or {name}/annotators; project names never contain '/'.
   std::vector<std::string> parts =
@@ -65,6 +107,10 @@ HttpResponse WebConsole::Handle(const std::string& path) {
   const bool annotators = parts.size() == 2 && parts[1] == "annotators";
   if (parts.size() != 1 && !annotators) return ErrorResponse(404, "no such page");
   if (absl::Status s = ValidateProjectName(parts[0]); !s.ok()) return StatusResponse(s);
+  if (!may_read(parts[0])) {
+    return ErrorResponse(403, absl::StrCat("the API key is not valid for project \"", parts[0],
+                                           "\""));
+  }
   absl::StatusOr<std::shared_ptr<LiveProject>> project = registry_.Get(parts[0]);
   if (!project.ok()) return StatusResponse(project.status());
   return annotators ? Annotators(**project) : Project(**project, absl::Now());
@@ -83,8 +129,13 @@ double WebConsole::IngestRate(const std::string& project, int64_t labels, absl::
   return std::max<double>(0, labels - first_labels) / seconds;
 }
 
-HttpResponse WebConsole::Projects(absl::Time now) {
+HttpResponse WebConsole::Projects(const ProjectFilter& may_read, absl::Time now) {
   std::vector<std::shared_ptr<LiveProject>> projects = registry_.All();
+  projects.erase(std::remove_if(projects.begin(), projects.end(),
+                                [&](const std::shared_ptr<LiveProject>& p) {
+                                  return !may_read(p->identity().name);
+                                }),
+                 projects.end());
   std::sort(projects.begin(), projects.end(),
             [](const auto& a, const auto& b) { return a->identity().name < b->identity().name; });
   JsonWriter json;

@@ -12,8 +12,15 @@
 // the Truth service reads it) except the model versions, which come from PostgreSQL. Unknown
 // paths and projects answer 404 with {"error": "..."}; a failed database read answers 503.
 //
-// The console has no login: it is meant for the metrics address, which binds to 127.0.0.1
-// unless --metrics_address says otherwise.
+// Access (Access below, docs/SECURITY.md):
+// - Host: a request whose Host header names neither a loopback name (localhost, 127.0.0.0/8,
+//   ::1), nor the bound address, nor one of Access::allowed_hosts is refused (403), so a web
+//   page cannot read the console through an operator's browser by DNS rebinding.
+// - With authentication on (Access::authenticate set), every /api/ request needs
+//   "Authorization: Bearer KEY" (401 without a valid one) and sees only the projects the key
+//   may touch, with the gRPC scopes: a reader of project A lists only A, and B answers 403.
+//   The page itself (GET /) carries no data; it asks for the key and keeps it in
+//   sessionStorage.
 //
 // Thread-safety: Handle() is thread-safe (civetweb calls it from several threads).
 #ifndef VERITY_SERVER_CONSOLE_CONSOLE_H_
@@ -21,11 +28,14 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -50,15 +60,29 @@ class WebConsole {
   // window (null until two samples at least a second apart exist).
   static constexpr absl::Duration kRateWindow = absl::Minutes(5);
 
-  // `registry` and `versions` must outlive the console.
-  WebConsole(ProjectRegistry& registry, storage::ModelVersionStore& versions)
-      : registry_(registry), versions_(versions) {}
+  // Which projects a key may read: true for those it may touch.
+  using ProjectFilter = std::function<bool(absl::string_view project)>;
 
-  // Answers GET `path` (without its query string).
-  HttpResponse Handle(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
+  struct Access {
+    // The host part of the address the console is bound to ("" or 0.0.0.0: none).
+    std::string bound_host;
+    // Further names the Host header may carry (--console_allowed_hosts), case-insensitive.
+    std::vector<std::string> allowed_hosts;
+    // Authentication on: maps a key's text to the projects it may read, or UNAUTHENTICATED.
+    // Unset: authentication off, every project is readable.
+    std::function<absl::StatusOr<ProjectFilter>(absl::string_view key)> authenticate;
+  };
+
+  // `registry` and `versions` must outlive the console.
+  WebConsole(ProjectRegistry& registry, storage::ModelVersionStore& versions, Access access)
+      : registry_(registry), versions_(versions), access_(std::move(access)) {}
+
+  // Answers a GET request.
+  HttpResponse Handle(const HttpPageRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  HttpResponse Projects(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  bool HostAllowed(absl::string_view host_header) const;
+  HttpResponse Projects(const ProjectFilter& may_read, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   HttpResponse Project(LiveProject& project, absl::Time now);
   HttpResponse Annotators(LiveProject& project);
   // Records `labels` for `project` at `now` and returns labels per second over the window,
@@ -68,6 +92,7 @@ class WebConsole {
 
   ProjectRegistry& registry_;
   storage::ModelVersionStore& versions_;
+  const Access access_;
   absl::Mutex mu_;
   // Per project: (time, live labels) samples, oldest first, within kRateWindow.
   absl::flat_hash_map<std::string, std::deque<std::pair<absl::Time, int64_t>>> label_samples_

@@ -36,6 +36,12 @@ th.sortable:hover { background: #e4e4e4; }
 <body>
 <h1>Verity console</h1>
 <div id="error" class="error"></div>
+<form id="key-form" style="display: none">
+  <p>This server has authentication on: the console needs an API key (reader or above). It
+  shows the projects the key may read, and is kept in this tab only (sessionStorage).</p>
+  <label>API key <input id="api-key" type="password" autocomplete="off" size="48"></label>
+  <button type="submit">Use key</button>
+</form>
 <section id="list">
   <h2>Projects</h2>
   <table id="projects">
@@ -82,12 +88,31 @@ function el(tag, text, className) {
   return node;
 }
 function fixed(x, digits) { return x === null || x === undefined ? "–" : Number(x).toFixed(digits); }
+const kKeyItem = "verity_api_key";
 async function getJson(path) {
-  const response = await fetch(path, { cache: "no-store" });
+  const headers = {};
+  const key = sessionStorage.getItem(kKeyItem);
+  if (key) headers["Authorization"] = "Bearer " + key;
+  const response = await fetch(path, { cache: "no-store", headers: headers });
   const body = await response.json();
+  if (response.status === 401) {
+    // No key, or one the server refused: ask for one.
+    if (key) sessionStorage.removeItem(kKeyItem);
+    document.getElementById("key-form").style.display = "block";
+  }
   if (!response.ok) throw new Error(body.error || response.statusText);
   return body;
 }
+document.getElementById("key-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const key = document.getElementById("api-key").value.trim();
+  if (!key) return;
+  sessionStorage.setItem(kKeyItem, key);
+  document.getElementById("api-key").value = "";
+  document.getElementById("key-form").style.display = "none";
+  document.getElementById("error").textContent = "";
+  loadProjects().catch(showError);
+});
 function showError(e) { document.getElementById("error").textContent = String(e.message || e); }
 
 async function loadProjects() {

@@ -108,8 +108,13 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
             return SendMethodNotAllowed(connection);
           }
           // local_uri: decoded, without the query string.
-          const std::string path = request->local_uri != nullptr ? request->local_uri : "/";
-          HttpResponse response = self->page_handler_(path);
+          HttpPageRequest page;
+          page.path = request->local_uri != nullptr ? request->local_uri : "/";
+          if (const char* host = mg_get_header(connection, "Host")) page.host = host;
+          if (const char* authorization = mg_get_header(connection, "Authorization")) {
+            page.authorization = authorization;
+          }
+          HttpResponse response = self->page_handler_(page);
           return SendResponse(connection, response.status, response.content_type.c_str(),
                               response.body);
         },

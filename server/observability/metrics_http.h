@@ -29,10 +29,16 @@ struct HttpResponse {
   std::string body;
 };
 
+// What a page handler sees of a GET request.
+struct HttpPageRequest {
+  std::string path;           // The URI without its query string, e.g. "/api/projects".
+  std::string host;           // The Host header ("" when absent).
+  std::string authorization;  // The Authorization header ("" when absent).
+};
+
 class MetricsHttpServer {
  public:
-  // Answers GET `path` (the URI without its query string, e.g. "/api/projects").
-  using PageHandler = std::function<HttpResponse(const std::string& path)>;
+  using PageHandler = std::function<HttpResponse(const HttpPageRequest& request)>;
 
   struct Options {
     // host:port to listen on (an IPv4 address or "localhost"; 0.0.0.0 for every interface);

@@ -60,9 +60,10 @@ TEST(MetricsHttpServerTest, PageHandlerAnswersEveryOtherPathButMetrics) {
   MetricsRegistry registry;
   registry.AddCounter("test_events_total", "Events.").Get().Increment(1);
   MetricsHttpServer::Options options = AnyFreePort();
-  options.page_handler = [](const std::string& path) {
-    return ::verity::server::HttpResponse{path == "/missing" ? 404 : 200, "text/plain",
-                                          "page " + path};
+  options.page_handler = [](const ::verity::server::HttpPageRequest& request) {
+    return ::verity::server::HttpResponse{request.path == "/missing" ? 404 : 200, "text/plain",
+                                          "page " + request.path + " " + request.host + " " +
+                                              request.authorization};
   };
   auto server = MetricsHttpServer::Start(registry, options);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -74,10 +75,13 @@ TEST(MetricsHttpServerTest, PageHandlerAnswersEveryOtherPathButMetrics) {
   absl::StatusOr<HttpResponse> root = HttpGet(port, "/");
   ASSERT_TRUE(root.ok()) << root.status();
   EXPECT_EQ(root->status, 200);
-  EXPECT_EQ(root->body, "page /");
-  absl::StatusOr<HttpResponse> api = HttpGet(port, "/api/projects/p1?x=1");
+  EXPECT_EQ(root->body, "page / 127.0.0.1 ");
+  // The handler sees the path without its query, the Host and the Authorization headers.
+  absl::StatusOr<HttpResponse> api =
+      HttpGet(port, "/api/projects/p1?x=1",
+              {{"Host", "console.example:9464"}, {"Authorization", "Bearer vk_x"}});
   ASSERT_TRUE(api.ok()) << api.status();
-  EXPECT_EQ(api->body, "page /api/projects/p1");
+  EXPECT_EQ(api->body, "page /api/projects/p1 console.example:9464 Bearer vk_x");
   EXPECT_EQ(api->headers["content-type"], "text/plain");
   absl::StatusOr<HttpResponse> missing = HttpGet(port, "/missing");
   ASSERT_TRUE(missing.ok()) << missing.status();

@@ -35,7 +35,8 @@ class Socket {
 }  // namespace
 
 absl::StatusOr<HttpResponse> HttpRequest(int port, const std::string& method,
-                                         const std::string& path) {
+                                         const std::string& path,
+                                         const std::map<std::string, std::string>& headers) {
   Socket socket(::socket(AF_INET, SOCK_STREAM, 0));
   if (socket.fd() < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
   timeval timeout{30, 0};
@@ -48,8 +49,10 @@ absl::StatusOr<HttpResponse> HttpRequest(int port, const std::string& method,
     return absl::UnavailableError(
         absl::StrCat("connect to 127.0.0.1:", port, ": ", std::strerror(errno)));
   }
-  const std::string request =
-      absl::StrCat(method, " ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+  std::string request = absl::StrCat(method, " ", path, " HTTP/1.0\r\n");
+  if (headers.count("Host") == 0) absl::StrAppend(&request, "Host: 127.0.0.1\r\n");
+  for (const auto& [name, value] : headers) absl::StrAppend(&request, name, ": ", value, "\r\n");
+  absl::StrAppend(&request, "\r\n");
   for (size_t sent = 0; sent < request.size();) {
     ssize_t n = send(socket.fd(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
     if (n <= 0) return absl::UnavailableError(absl::StrCat("send: ", std::strerror(errno)));

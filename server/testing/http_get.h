@@ -19,11 +19,14 @@ struct HttpResponse {
   std::string body;
 };
 
-// UNAVAILABLE if nothing answers on `port`, INTERNAL if the answer is not HTTP.
+// UNAVAILABLE if nothing answers on `port`, INTERNAL if the answer is not HTTP. `headers`
+// are sent as given; without a "Host" among them, "Host: 127.0.0.1" is sent.
 absl::StatusOr<HttpResponse> HttpRequest(int port, const std::string& method,
-                                         const std::string& path);
-inline absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& path) {
-  return HttpRequest(port, "GET", path);
+                                         const std::string& path,
+                                         const std::map<std::string, std::string>& headers = {});
+inline absl::StatusOr<HttpResponse> HttpGet(
+    int port, const std::string& path, const std::map<std::string, std::string>& headers = {}) {
+  return HttpRequest(port, "GET", path, headers);
 }
 
 }  // namespace verity::testing
