@@ -79,6 +79,10 @@ ABSL_FLAG(std::vector<std::string>, console_allowed_hosts, {},
 ABSL_FLAG(int, max_streams, 1000,
           "Open SubmitAnnotations streams at most (each holds two threads); a stream past the "
           "limit is refused with RESOURCE_EXHAUSTED (retryable).");
+ABSL_FLAG(int64_t, grpc_memory_mb, 512,
+          "Memory gRPC may hold for calls in flight, incoming messages above all (MiB). "
+          "Messages are read before their key is checked, so this bounds what callers without "
+          "a key can make the server allocate; past it reads slow down. 0 = unbounded.");
 ABSL_FLAG(bool, log_every_rpc, false,
           "Log one event=rpc line for every RPC; by default only failed calls, unary calls over "
           "1 s and finished streams are logged.");
@@ -125,6 +129,7 @@ int main(int argc, char** argv) {
   options.postgres_url = url;
   options.pool_size = absl::GetFlag(FLAGS_pool_size);
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_mb) << 20;
   options.db_timeout = absl::Seconds(absl::GetFlag(FLAGS_db_timeout_seconds));
   options.training.run_in_background = absl::GetFlag(FLAGS_background_refit);
   options.training.max_staleness = absl::Seconds(absl::GetFlag(FLAGS_refit_staleness_seconds));

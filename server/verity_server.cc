@@ -107,6 +107,7 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   // bounds them all; past it gRPC refuses new calls with RESOURCE_EXHAUSTED instead of growing.
   grpc::ResourceQuota quota("verity");
   quota.SetMaxThreads(options.max_streams + kThreadsBesideStreams);
+  if (options.grpc_memory_bytes > 0) quota.Resize(static_cast<size_t>(options.grpc_memory_bytes));
   builder.SetResourceQuota(quota);
   server->services_.push_back(std::make_unique<ProjectServiceImpl>(server->core_));
   server->services_.push_back(

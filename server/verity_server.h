@@ -51,6 +51,11 @@ class VerityServer {
     // Open SubmitAnnotations streams at most; a stream past it is refused RESOURCE_EXHAUSTED.
     // Each open stream holds a gRPC thread and a writer thread.
     int max_streams = 1000;
+    // Memory gRPC may hold for calls in flight (incoming messages above all), in bytes. Bytes
+    // are read before a call's key is checked, so this bounds what unauthenticated callers can
+    // make the server allocate; past it gRPC slows its readers (flow control) rather than
+    // allocate more. 0 = unbounded.
+    int64_t grpc_memory_bytes = int64_t{512} << 20;
     TrainingScheduler::Options training;
     // host:port of the Prometheus metrics HTTP endpoint (GET /metrics) and the web console
     // (GET /; with auth on its /api/ needs a key); empty: not served

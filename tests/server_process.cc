@@ -41,8 +41,11 @@ void RemoveTree(const std::string& path) {
   std::filesystem::remove_all(path, ignored);
 }
 
-ServerProcess::ServerProcess(std::string binary, std::string data_dir)
-    : binary_(std::move(binary)), data_dir_(std::move(data_dir)) {}
+ServerProcess::ServerProcess(std::string binary, std::string data_dir,
+                             std::vector<std::string> extra_flags)
+    : binary_(std::move(binary)),
+      data_dir_(std::move(data_dir)),
+      extra_flags_(std::move(extra_flags)) {}
 
 ServerProcess::~ServerProcess() {
   if (pid_ > 0) Stop().IgnoreError();
@@ -61,10 +64,14 @@ absl::Status ServerProcess::Start(absl::Duration timeout) {
       dup2(fd, STDERR_FILENO);
       dup2(fd, STDOUT_FILENO);
     }
-    std::string data_flag = "--data_dir=" + data_dir_ + "/var";
-    execl(binary_.c_str(), binary_.c_str(), "--listen=localhost:0", data_flag.c_str(),
-          "--background_refit=false",
-          static_cast<char*>(nullptr));
+    std::vector<std::string> args = {binary_, "--listen=localhost:0",
+                                     "--data_dir=" + data_dir_ + "/var",
+                                     "--background_refit=false"};
+    args.insert(args.end(), extra_flags_.begin(), extra_flags_.end());
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(binary_.c_str(), argv.data());
     _exit(127);
   }
   pid_ = pid;

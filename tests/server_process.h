@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -19,8 +20,11 @@ namespace verity::tests {
 
 class ServerProcess {
  public:
-  // `binary`: path of verity_server; `data_dir`: its --data_dir (embedded PostgreSQL).
-  ServerProcess(std::string binary, std::string data_dir);
+  // `binary`: path of verity_server; `data_dir`: its --data_dir (embedded PostgreSQL);
+  // `extra_flags` are passed after the defaults (--listen=localhost:0 --data_dir=...
+  // --background_refit=false), so they may override them.
+  ServerProcess(std::string binary, std::string data_dir,
+                std::vector<std::string> extra_flags = {});
   ~ServerProcess();  // Stops the server (SIGTERM) if it runs.
 
   // Starts the server and waits up to `timeout` for it to listen.
@@ -31,12 +35,14 @@ class ServerProcess {
   absl::Status Stop();
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }  // -1 when not running.
   std::string address() const { return "localhost:" + std::to_string(port_); }
   std::string log_path() const { return data_dir_ + "/server.log"; }
 
  private:
   std::string binary_;
   std::string data_dir_;
+  std::vector<std::string> extra_flags_;
   pid_t pid_ = -1;
   int port_ = 0;
   int starts_ = 0;

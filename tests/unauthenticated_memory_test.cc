@@ -1,0 +1,139 @@
+// Memory taken before authentication: gRPC reads a whole message before the key is checked,
+// so callers without a key could make the server allocate 16 MiB per call. The server's gRPC
+// resource quota (--grpc_memory_mb) bounds it. The real verity_server binary runs as a child
+// process, so that its resident memory can be read from /proc.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "tests/server_process.h"
+#include "verity/v1/projects.grpc.pb.h"
+
+namespace verity::tests {
+namespace {
+
+constexpr int kQuotaMb = 64;
+constexpr int kCalls = 100;
+constexpr size_t kMessageBytes = 15 << 20;
+
+// Resident memory of `pid` in bytes (VmRSS), or -1.
+int64_t ResidentBytes(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    absl::string_view rest = line;
+    if (absl::ConsumePrefix(&rest, "VmRSS:")) {
+      rest = absl::StripAsciiWhitespace(rest);
+      absl::ConsumeSuffix(&rest, " kB");
+      int64_t kb = 0;
+      return absl::SimpleAtoi(rest, &kb) ? kb * 1024 : -1;
+    }
+  }
+  return -1;
+}
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+TEST(UnauthenticatedMemoryTest, ManyLargeRequestsWithoutAKeyStayWithinTheQuota) {
+  const std::string dir = MakeTempDir("verity-unauth-memory");
+  ServerProcess server(RunfilePath("server/verity_server"), dir,
+                       {"--auth=on", "--metrics_port=0",
+                        absl::StrCat("--grpc_memory_mb=", kQuotaMb)});
+  ASSERT_TRUE(server.Start().ok());
+  const std::string admin_key = ReadFirstLine(dir + "/var/admin.key");
+  ASSERT_FALSE(admin_key.empty());
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxSendMessageSize(16 << 20);
+  auto channel =
+      grpc::CreateCustomChannel(server.address(), grpc::InsecureChannelCredentials(), arguments);
+  auto list_projects = [&](std::chrono::seconds timeout) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + timeout);
+    context.AddMetadata("authorization", "Bearer " + admin_key);
+    v1::ListProjectsResponse response;
+    return v1::ProjectService::NewStub(channel)->ListProjects(&context, v1::ListProjectsRequest(),
+                                                               &response);
+  };
+  ASSERT_TRUE(list_projects(std::chrono::seconds(30)).ok());
+  const int64_t baseline = ResidentBytes(server.pid());
+  ASSERT_GT(baseline, 0);
+
+  // One 15 MiB request body (a GetProjectRequest with a huge project name), shared by every
+  // call: the client holds one copy.
+  v1::GetProjectRequest big;
+  big.set_project(std::string(kMessageBytes, 'x'));
+  const std::string bytes = big.SerializeAsString();
+  grpc::Slice slice(bytes);
+  const grpc::ByteBuffer request(&slice, 1);
+
+  grpc::GenericStub generic(channel);
+  grpc::CompletionQueue queue;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::GenericClientAsyncResponseReader>> calls;
+  std::vector<grpc::ByteBuffer> responses(kCalls);
+  std::vector<grpc::Status> statuses(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    calls.push_back(generic.PrepareUnaryCall(contexts.back().get(),
+                                             "/verity.v1.ProjectService/GetProject", request,
+                                             &queue));
+    calls.back()->StartCall();
+    calls.back()->Finish(&responses[i], &statuses[i], reinterpret_cast<void*>(i + 1));
+  }
+  // While they are in flight: the server's peak resident memory, and an authorized caller.
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> peak{baseline};
+  std::thread sampler([&] {
+    while (!done) {
+      const int64_t now = ResidentBytes(server.pid());
+      if (now > peak) peak = now;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const grpc::Status served = list_projects(std::chrono::seconds(20));
+  int finished = 0;
+  void* tag = nullptr;
+  bool ok = false;
+  while (finished < kCalls && queue.Next(&tag, &ok)) ++finished;
+  done = true;
+  sampler.join();
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) {
+  }
+
+  EXPECT_TRUE(served.ok()) << "an authenticated caller was not served during the flood: "
+                           << served.error_message();
+  int unauthenticated = 0;
+  for (const grpc::Status& s : statuses) {
+    EXPECT_FALSE(s.ok());
+    unauthenticated += s.error_code() == grpc::StatusCode::UNAUTHENTICATED;
+  }
+  const int64_t growth = peak - baseline;
+  std::cout << kCalls << " unauthenticated 15 MiB calls: server RSS peak +" << (growth >> 20)
+            << " MiB over a " << (baseline >> 20) << " MiB baseline (quota " << kQuotaMb
+            << " MiB); " << unauthenticated << " answered UNAUTHENTICATED\n";
+  EXPECT_LE(growth, (int64_t{kQuotaMb} + 64) << 20);
+  EXPECT_TRUE(server.Stop().ok());
+  RemoveTree(dir);
+}
+
+}  // namespace
+}  // namespace verity::tests
