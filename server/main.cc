@@ -79,6 +79,16 @@ ABSL_FLAG(std::vector<std::string>, console_allowed_hosts, {},
 ABSL_FLAG(int, max_streams, 1000,
           "Open SubmitAnnotations streams at most (each holds two threads); a stream past the "
           "limit is refused with RESOURCE_EXHAUSTED (retryable).");
+ABSL_FLAG(int, max_streams_per_key, 100,
+          "Open SubmitAnnotations streams per API key at most (authentication on); a stream "
+          "past it is refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_items_per_project, 10'000'000,
+          "Items a project may hold unless its settings.limits.max_items says otherwise.");
+ABSL_FLAG(int64_t, max_annotators_per_project, 1'000'000,
+          "Annotators a project may hold unless its settings.limits.max_annotators says "
+          "otherwise.");
+ABSL_FLAG(int64_t, max_labels_per_project, 100'000'000,
+          "Live labels a project may hold unless its settings.limits.max_labels says otherwise.");
 ABSL_FLAG(int64_t, grpc_memory_mb, 512,
           "Memory gRPC may hold for calls in flight, incoming messages above all (MiB). "
           "Messages are read before their key is checked, so this bounds what callers without "
@@ -130,6 +140,10 @@ int main(int argc, char** argv) {
   options.pool_size = absl::GetFlag(FLAGS_pool_size);
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
   options.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_mb) << 20;
+  options.max_streams_per_key = absl::GetFlag(FLAGS_max_streams_per_key);
+  options.project_quota.max_items = absl::GetFlag(FLAGS_max_items_per_project);
+  options.project_quota.max_annotators = absl::GetFlag(FLAGS_max_annotators_per_project);
+  options.project_quota.max_labels = absl::GetFlag(FLAGS_max_labels_per_project);
   options.db_timeout = absl::Seconds(absl::GetFlag(FLAGS_db_timeout_seconds));
   options.training.run_in_background = absl::GetFlag(FLAGS_background_refit);
   options.training.max_staleness = absl::Seconds(absl::GetFlag(FLAGS_refit_staleness_seconds));

@@ -95,7 +95,7 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   server->core_ = ServerCore{server->storage_.get(),         server->registry_.get(),
                              server->ingest_.get(),          server->scheduler_.get(),
                              server->lease_persister_.get(), server->call_authorizations_.get(),
-                             server->keys_.get()};
+                             server->keys_.get(),            options.project_quota};
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -111,7 +111,8 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   builder.SetResourceQuota(quota);
   server->services_.push_back(std::make_unique<ProjectServiceImpl>(server->core_));
   server->services_.push_back(
-      std::make_unique<IngestServiceImpl>(server->core_, options.max_streams));
+      std::make_unique<IngestServiceImpl>(server->core_, options.max_streams,
+                                          options.max_streams_per_key));
   server->services_.push_back(std::make_unique<TruthServiceImpl>(server->core_));
   server->services_.push_back(std::make_unique<ModelServiceImpl>(server->core_));
   server->services_.push_back(std::make_unique<AssignmentServiceImpl>(server->core_));

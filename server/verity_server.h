@@ -51,6 +51,11 @@ class VerityServer {
     // Open SubmitAnnotations streams at most; a stream past it is refused RESOURCE_EXHAUSTED.
     // Each open stream holds a gRPC thread and a writer thread.
     int max_streams = 1000;
+    // Open SubmitAnnotations streams per API key at most (authentication on), so that one key
+    // cannot take every stream; past it the key's stream is refused RESOURCE_EXHAUSTED.
+    int max_streams_per_key = 100;
+    // Per-project limits where a project's settings leave them 0.
+    ProjectQuota project_quota;
     // Memory gRPC may hold for calls in flight (incoming messages above all), in bytes. Bytes
     // are read before a call's key is checked, so this bounds what unauthenticated callers can
     // make the server allocate; past it gRPC slows its readers (flow control) rather than

@@ -790,6 +790,74 @@ TEST_F(AuthTest, TheConsoleNeedsAKeyAndShowsOnlyItsProjects) {
   (*metrics_only)->Shutdown();
 }
 
+// --max_streams_per_key: one key cannot hold every ingest stream; other keys still open theirs.
+TEST_F(AuthTest, OneKeyCannotOpenMoreThanItsShareOfStreams) {
+  server::VerityServer::Options options;
+  options.listen = "localhost:0";
+  options.postgres_url = postgres_->url();
+  options.pool_size = 2;
+  options.training.run_in_background = false;
+  options.auth.enabled = true;
+  options.auth.admin_key_file = *admin_key_file_;
+  options.max_streams_per_key = 2;
+  auto limited = server::VerityServer::Start(options);
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("localhost:", (*limited)->port()),
+                                     grpc::InsecureChannelCredentials());
+  struct OpenStream {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::AnnotationBatch, v1::BatchAck>> stream;
+  };
+  uint64_t next_id = 0;
+  auto open = [&](const std::string& key) {
+    auto s = std::make_unique<OpenStream>();
+    Authorize(s->context, key);
+    s->stream = v1::IngestService::NewStub(channel)->SubmitAnnotations(&s->context);
+    return s;
+  };
+  // A stream is open (holding its share) once its first batch is acked; the refused one ends
+  // with the status instead.
+  auto first_batch = [&](OpenStream& s, v1::BatchAck* ack) {
+    return SendOne(*s.stream, ++next_id, "per-key", ack);
+  };
+  const std::string writer = (*keys_)[Caller::kWriter];
+  std::vector<std::unique_ptr<OpenStream>> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(open(writer));
+    v1::BatchAck ack;
+    ASSERT_TRUE(first_batch(*held.back(), &ack));
+    ASSERT_EQ(ack.error_code(), 0) << ack.error_message();
+  }
+  auto third = open(writer);
+  v1::BatchAck ack;
+  EXPECT_FALSE(first_batch(*third, &ack));
+  grpc::Status refused = third->stream->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "--max_streams_per_key"))
+      << refused.error_message();
+  // Another key is not held back by this one's streams.
+  auto other = open((*keys_)[Caller::kAdmin]);
+  ASSERT_TRUE(first_batch(*other, &ack));
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  // Once one of the key's streams ends, the key may open another.
+  held.push_back(std::move(other));
+  held[0]->stream->WritesDone();
+  while (held[0]->stream->Read(&ack)) {
+  }
+  EXPECT_TRUE(held[0]->stream->Finish().ok());
+  auto again = open(writer);
+  ASSERT_TRUE(first_batch(*again, &ack));
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  held.push_back(std::move(again));
+  for (size_t i = 1; i < held.size(); ++i) {
+    held[i]->stream->WritesDone();
+    while (held[i]->stream->Read(&ack)) {
+    }
+    held[i]->stream->Finish();
+  }
+  (*limited)->Shutdown();
+}
+
 TEST_F(AuthTest, MalformedAuthorizationIsUnauthenticatedAndHealthChecksNeedNoKey) {
   for (const std::string& value :
        {std::string("Basic abc"), (*keys_)[Caller::kAdmin], std::string("Bearer nonsense")}) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -220,6 +221,136 @@ TEST_F(IsolationTest, SuggestAnnotatorsCapsItsCandidatesAndSuggestsEachOnce) {
     if (s.annotator() == "y") y_score = s.score();
   }
   EXPECT_EQ(x_score, y_score);
+}
+
+// ProjectLimits: a call that would pass a project's limit is refused whole, naming the limit,
+// and writes nothing; what adds nothing (a revised label) is still accepted.
+TEST_F(IsolationTest, AProjectsLimitsRefuseWholeCallsThatWouldPassThem) {
+  v1::CreateProjectRequest create;
+  create.mutable_project()->set_name("limited");
+  create.mutable_project()->add_classes("a");
+  create.mutable_project()->add_classes("b");
+  v1::ProjectLimits* limits = create.mutable_project()->mutable_settings()->mutable_limits();
+  limits->set_max_items(4);
+  limits->set_max_annotators(2);
+  limits->set_max_labels(5);
+  v1::CreateProjectResponse created;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
+  }
+  auto submit = [&](uint64_t id, std::vector<std::tuple<std::string, std::string, int>> labels) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    auto stream = v1::IngestService::NewStub(channel_)->SubmitAnnotations(&context);
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(id);
+    batch.set_project("limited");
+    for (const auto& [item, annotator, label] : labels) {
+      v1::Annotation* a = batch.add_annotations();
+      a->set_item(item);
+      a->set_annotator(annotator);
+      a->set_label(label);
+    }
+    stream->Write(batch);
+    stream->WritesDone();
+    v1::BatchAck ack;
+    EXPECT_TRUE(stream->Read(&ack));
+    EXPECT_TRUE(stream->Finish().ok());
+    return ack;
+  };
+  auto counts = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::GetProjectRequest request;
+    request.set_project("limited");
+    v1::GetProjectResponse response;
+    EXPECT_TRUE(v1::ProjectService::NewStub(channel_)->GetProject(&context, request, &response).ok());
+    return std::vector<int64_t>{response.project().num_items(),
+                                response.project().num_annotators(),
+                                response.project().num_labels()};
+  };
+  v1::BatchAck ack = submit(1, {{"i1", "w1", 0}, {"i2", "w1", 1}, {"i3", "w2", 0}});
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  EXPECT_EQ(ack.accepted(), 3);
+  // A third annotator passes max_annotators (2): the whole batch is refused, its new item too.
+  ack = submit(2, {{"i4", "w1", 0}, {"i4", "w3", 1}});
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "max_annotators (2")) << ack.error_message();
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "has 2 annotators")) << ack.error_message();
+  EXPECT_EQ(ack.accepted(), 0);
+  EXPECT_EQ(counts(), (std::vector<int64_t>{3, 2, 3}));
+  // Items: i4 and i5 would make 5 > 4.
+  ack = submit(3, {{"i4", "w2", 0}, {"i5", "w2", 0}});
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "max_items")) << ack.error_message();
+  // Labels: up to 5, then a revision (same item and annotator) adds none and is accepted.
+  ack = submit(4, {{"i1", "w2", 0}, {"i2", "w2", 1}});
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  ack = submit(5, {{"i3", "w1", 1}});
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "max_labels (5")) << ack.error_message();
+  ack = submit(6, {{"i1", "w1", 1}});
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  EXPECT_EQ(ack.revised(), 1);
+  EXPECT_EQ(counts(), (std::vector<int64_t>{3, 2, 5}));
+  // AddItems and AddAnnotators are held to the same limits, whole.
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddItemsRequest request;
+    request.set_project("limited");
+    request.add_items()->set_id("i1");  // Known: adds nothing.
+    request.add_items()->set_id("i9");
+    request.add_items()->set_id("i10");
+    v1::AddItemsResponse response;
+    grpc::Status status =
+        v1::ProjectService::NewStub(channel_)->AddItems(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_TRUE(absl::StrContains(status.error_message(), "max_items")) << status.error_message();
+  }
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddAnnotatorsRequest request;
+    request.set_project("limited");
+    request.add_annotators()->set_id("w7");
+    v1::AddAnnotatorsResponse response;
+    grpc::Status status =
+        v1::ProjectService::NewStub(channel_)->AddAnnotators(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  EXPECT_EQ(counts(), (std::vector<int64_t>{3, 2, 5}));
+}
+
+// The server-wide defaults apply where a project sets no limit.
+TEST_F(IsolationTest, TheServersDefaultLimitsApplyToProjectsWithoutTheirOwn) {
+  server_->Shutdown();
+  server::VerityServer::Options options;
+  options.listen = "localhost:0";
+  options.postgres_url = pg_->url();
+  options.pool_size = 4;
+  options.training.run_in_background = false;
+  options.project_quota.max_annotators = 10;
+  auto server = server::VerityServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = std::move(*server);
+  channel_ = grpc::CreateChannel(absl::StrCat("localhost:", server_->port()),
+                                 grpc::InsecureChannelCredentials());
+  CreateProjectWithAnnotators("defaults", 2, 10);
+  v1::AddAnnotatorsRequest request;
+  request.set_project("defaults");
+  request.add_annotators()->set_id("one-too-many");
+  v1::AddAnnotatorsResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  grpc::Status status =
+      v1::ProjectService::NewStub(channel_)->AddAnnotators(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "--max_annotators_per_project"))
+      << status.error_message();
 }
 
 }  // namespace

@@ -66,6 +66,12 @@ absl::Status ValidateSettings(const v1::ProjectSettings& settings) {
   if (!std::isfinite(m.refit_new_label_fraction()) || m.refit_new_label_fraction() < 0) {
     return Invalid("settings.model.refit_new_label_fraction", "must be finite and >= 0");
   }
+  const v1::ProjectLimits& limits = settings.limits();
+  if (limits.max_items() < 0) return Invalid("settings.limits.max_items", "must be >= 0");
+  if (limits.max_annotators() < 0) {
+    return Invalid("settings.limits.max_annotators", "must be >= 0");
+  }
+  if (limits.max_labels() < 0) return Invalid("settings.limits.max_labels", "must be >= 0");
   const v1::AssignmentSettings& a = settings.assignment();
   if (a.min_labels_per_item() < 0) {
     return Invalid("settings.assignment.min_labels_per_item", "must be >= 0");

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -42,6 +43,34 @@ void FillOutcomes(v1::BatchAck& ack, const IngestPipeline::Result& result) {
   }
 }
 
+// OK when `writes` keep `project` within its limits. Exact counting (which items, annotators
+// and (item, annotator) pairs are new) only near a limit: far below every one, the batch's
+// size bounds what it can add.
+absl::Status CheckBatchQuota(const LiveProject& project,
+                             const std::vector<storage::AnnotationWrite>& writes,
+                             const ProjectQuota& defaults) {
+  const ProjectQuota quota = EffectiveQuota(project.settings(), defaults);
+  const ProjectCounts counts = project.Counts();
+  const ProjectGrowth current{counts.num_items, counts.num_annotators, counts.num_labels};
+  const int64_t n = static_cast<int64_t>(writes.size());
+  if (CheckProjectQuota(quota, current, {n, n, n}).ok()) return absl::OkStatus();
+  absl::flat_hash_set<absl::string_view> new_items, new_annotators;
+  absl::flat_hash_set<std::pair<absl::string_view, absl::string_view>> new_labels;
+  for (const storage::AnnotationWrite& w : writes) {
+    const std::optional<int32_t> item = project.FindItem(w.item_id);
+    const std::optional<int32_t> annotator = project.FindAnnotator(w.annotator_id);
+    if (!item.has_value()) new_items.insert(w.item_id);
+    if (!annotator.has_value()) new_annotators.insert(w.annotator_id);
+    if (!item.has_value() || !annotator.has_value() || !project.HasLabelled(*item, *annotator)) {
+      new_labels.insert({w.item_id, w.annotator_id});
+    }
+  }
+  return CheckProjectQuota(quota, current,
+                           {static_cast<int64_t>(new_items.size()),
+                            static_cast<int64_t>(new_annotators.size()),
+                            static_cast<int64_t>(new_labels.size())});
+}
+
 // State shared by a stream's reader (the handler thread) and its ack writer.
 struct StreamState {
   absl::Mutex mu;
@@ -63,9 +92,30 @@ grpc::Status IngestServiceImpl::SubmitAnnotations(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::BatchAck, v1::AnnotationBatch>* stream) {
   // The key and its role; each batch's project is checked again below, after its Read.
-  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
-    return ToGrpcStatus(admitted.status());
+  auto admitted = core_.auth->Admit(context);
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
+  const std::string key_id = (*admitted)->key_id;  // "" with authentication off.
+  if (!key_id.empty()) {
+    absl::MutexLock lock(&key_streams_mu_);
+    int& open = open_streams_by_key_[key_id];
+    if (open >= max_streams_per_key_) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("API key ", key_id, " has ", open,
+                                       " open SubmitAnnotations streams: the limit is ",
+                                       max_streams_per_key_,
+                                       " per key (--max_streams_per_key); retry later"));
+    }
+    ++open;
   }
+  struct ReleaseKey {
+    IngestServiceImpl& self;
+    const std::string& key_id;
+    ~ReleaseKey() {
+      if (key_id.empty()) return;
+      absl::MutexLock lock(&self.key_streams_mu_);
+      if (--self.open_streams_by_key_[key_id] == 0) self.open_streams_by_key_.erase(key_id);
+    }
+  } release_key{*this, key_id};
   if (open_streams_.fetch_add(1) >= max_streams_) {
     open_streams_.fetch_sub(1);
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -147,7 +197,14 @@ grpc::Status IngestServiceImpl::SubmitAnnotations(
         writes.push_back(std::move(w));
       }
       item.ack.set_rejected(item.ack.rejections_size());
-      item.commit = core_.ingest->Submit(project, std::move(writes));
+      if (absl::Status quota = CheckBatchQuota(*project, writes, core_.quota_defaults);
+          !quota.ok()) {
+        item.ack.clear_rejections();
+        item.ack.set_rejected(0);
+        FailBatch(item.ack, quota);
+      } else {
+        item.commit = core_.ingest->Submit(project, std::move(writes));
+      }
     }
     absl::MutexLock lock(&state.mu);
     // Back-pressure: stop reading while too many batches of this stream wait for commit.

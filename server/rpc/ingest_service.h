@@ -6,11 +6,19 @@
 // complete. At most kMaxBatchesInFlight batches per stream wait for commit; beyond that the
 // handler stops reading, so gRPC flow control slows the client down. At most max_streams streams
 // are open at once: each holds two threads, so a stream past the limit is refused at once with
-// RESOURCE_EXHAUSTED (retryable) rather than taking threads from the others.
+// RESOURCE_EXHAUSTED (retryable) rather than taking threads from the others; so is a stream
+// past max_streams_per_key open streams of one API key. A batch that would take its project
+// past a limit (ProjectLimits) is refused whole, RESOURCE_EXHAUSTED in its ack; the check sees
+// the project as the batch is read, so batches in flight on other streams at that moment may
+// pass a limit by at most their own size.
 #ifndef VERITY_SERVER_RPC_INGEST_SERVICE_H_
 #define VERITY_SERVER_RPC_INGEST_SERVICE_H_
 
 #include <atomic>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 
 #include "server/rpc/server_core.h"
 #include "verity/v1/ingest.grpc.pb.h"
@@ -21,8 +29,9 @@ class IngestServiceImpl final : public v1::IngestService::Service {
  public:
   static constexpr int kMaxBatchesInFlight = 16;
 
-  // At most `max_streams` streams are open at once (> 0).
-  IngestServiceImpl(ServerCore core, int max_streams) : core_(core), max_streams_(max_streams) {}
+  // At most `max_streams` streams are open at once, `max_streams_per_key` of one API key (> 0).
+  IngestServiceImpl(ServerCore core, int max_streams, int max_streams_per_key)
+      : core_(core), max_streams_(max_streams), max_streams_per_key_(max_streams_per_key) {}
 
   grpc::Status SubmitAnnotations(
       grpc::ServerContext* context,
@@ -31,7 +40,10 @@ class IngestServiceImpl final : public v1::IngestService::Service {
  private:
   ServerCore core_;
   const int max_streams_;
+  const int max_streams_per_key_;
   std::atomic<int> open_streams_{0};
+  absl::Mutex key_streams_mu_;
+  absl::flat_hash_map<std::string, int> open_streams_by_key_ ABSL_GUARDED_BY(key_streams_mu_);
 };
 
 }  // namespace verity::server

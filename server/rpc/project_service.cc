@@ -4,6 +4,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/grpc_status.h"
 #include "server/api/validation.h"
@@ -134,7 +135,21 @@ grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext* context, const v1
     writes.push_back(std::move(w));
   }
   int32_t added = 0;
-  for (const v1::Item& item : request->items()) added += !live.FindItem(item.id()).has_value();
+  absl::flat_hash_set<absl::string_view> new_ids;
+  for (const v1::Item& item : request->items()) {
+    if (!live.FindItem(item.id()).has_value()) {
+      ++added;
+      new_ids.insert(item.id());
+    }
+  }
+  const ProjectCounts counts = live.Counts();
+  if (absl::Status s = CheckProjectQuota(
+          EffectiveQuota(live.settings(), core_.quota_defaults),
+          {counts.num_items, counts.num_annotators, counts.num_labels},
+          {static_cast<int64_t>(new_ids.size()), 0, 0});
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   auto indices = core_.registry->AddItems(live, std::move(writes));
   if (!indices.ok()) return ToGrpcStatus(indices.status());
   response->set_added(added);
@@ -173,7 +188,21 @@ grpc::Status ProjectServiceImpl::AddAnnotators(grpc::ServerContext* context,
     writes.push_back(std::move(w));
   }
   int32_t added = 0;
-  for (const v1::Annotator& a : request->annotators()) added += !live.FindAnnotator(a.id()).has_value();
+  absl::flat_hash_set<absl::string_view> new_ids;
+  for (const v1::Annotator& a : request->annotators()) {
+    if (!live.FindAnnotator(a.id()).has_value()) {
+      ++added;
+      new_ids.insert(a.id());
+    }
+  }
+  const ProjectCounts counts = live.Counts();
+  if (absl::Status s = CheckProjectQuota(
+          EffectiveQuota(live.settings(), core_.quota_defaults),
+          {counts.num_items, counts.num_annotators, counts.num_labels},
+          {0, static_cast<int64_t>(new_ids.size()), 0});
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   auto indices = core_.storage->items->UpsertAnnotators(live.identity().project_id, writes);
   if (!indices.ok()) return ToGrpcStatus(indices.status());
   std::vector<std::pair<int32_t, std::string>> registered;

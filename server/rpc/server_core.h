@@ -3,6 +3,7 @@
 #ifndef VERITY_SERVER_RPC_SERVER_CORE_H_
 #define VERITY_SERVER_RPC_SERVER_CORE_H_
 
+#include "server/api/project_quota.h"
 #include "server/assignment/lease_persister.h"
 #include "server/auth/auth_interceptor.h"
 #include "server/auth/key_ring.h"
@@ -22,6 +23,8 @@ struct ServerCore {
   // The authorization interceptor's decisions: every handler starts with auth->Admit().
   const CallAuthorizations* auth;
   KeyRing* keys;
+  // Per-project limits where a project's settings leave them 0 (server flags).
+  ProjectQuota quota_defaults;
 };
 
 }  // namespace verity::server

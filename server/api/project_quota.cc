@@ -1,0 +1,42 @@
+#include "server/api/project_quota.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace verity::server {
+
+ProjectQuota EffectiveQuota(const v1::ProjectSettings& settings, const ProjectQuota& defaults) {
+  const v1::ProjectLimits& limits = settings.limits();
+  ProjectQuota quota = defaults;
+  if (limits.max_items() > 0) quota.max_items = limits.max_items();
+  if (limits.max_annotators() > 0) quota.max_annotators = limits.max_annotators();
+  if (limits.max_labels() > 0) quota.max_labels = limits.max_labels();
+  return quota;
+}
+
+absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& current,
+                               const ProjectGrowth& added) {
+  const struct {
+    const char* limit;
+    const char* flag;
+    const char* noun;
+    int64_t max, now, more;
+  } checks[] = {
+      {"max_items", "--max_items_per_project", "items", quota.max_items, current.items,
+       added.items},
+      {"max_annotators", "--max_annotators_per_project", "annotators", quota.max_annotators,
+       current.annotators, added.annotators},
+      {"max_labels", "--max_labels_per_project", "labels", quota.max_labels, current.labels,
+       added.labels},
+  };
+  for (const auto& c : checks) {
+    if (c.more > 0 && c.now + c.more > c.max) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "project limit ", c.limit, " (", c.max, ", settings.limits.", c.limit, " or ", c.flag,
+          ") would be passed: the project has ", c.now, " ", c.noun, " and this call adds ",
+          c.more, "; nothing of it was written"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace verity::server
