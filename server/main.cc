@@ -79,6 +79,9 @@ ABSL_FLAG(std::vector<std::string>, console_allowed_hosts, {},
 ABSL_FLAG(int, max_streams, 1000,
           "Open SubmitAnnotations streams at most (each holds two threads); a stream past the "
           "limit is refused with RESOURCE_EXHAUSTED (retryable).");
+ABSL_FLAG(int, max_concurrent_fits, 2,
+          "In-process fits running at once over all projects (each project's fits one at a "
+          "time), so one project's long fit does not hold up the others.");
 ABSL_FLAG(int, max_streams_per_key, 100,
           "Open SubmitAnnotations streams per API key at most (authentication on); a stream "
           "past it is refused with RESOURCE_EXHAUSTED.");
@@ -141,6 +144,7 @@ int main(int argc, char** argv) {
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
   options.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_mb) << 20;
   options.max_streams_per_key = absl::GetFlag(FLAGS_max_streams_per_key);
+  options.training.max_concurrent_fits = absl::GetFlag(FLAGS_max_concurrent_fits);
   options.project_quota.max_items = absl::GetFlag(FLAGS_max_items_per_project);
   options.project_quota.max_annotators = absl::GetFlag(FLAGS_max_annotators_per_project);
   options.project_quota.max_labels = absl::GetFlag(FLAGS_max_labels_per_project);

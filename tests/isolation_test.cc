@@ -9,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "tests/test_postgres.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/models.grpc.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
 #include "verity/v1/truth.grpc.pb.h"
 
@@ -351,6 +353,64 @@ TEST_F(IsolationTest, TheServersDefaultLimitsApplyToProjectsWithoutTheirOwn) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_TRUE(absl::StrContains(status.error_message(), "--max_annotators_per_project"))
       << status.error_message();
+}
+
+// Fits run per project in a bounded pool: while one project's fit runs (held here by a test
+// hook), another project's TrainModel completes; with a pool of one it waits.
+TEST_F(IsolationTest, OneProjectsLongFitDoesNotHoldUpAnothers) {
+  for (int slots : {2, 1}) {
+    SCOPED_TRACE(absl::StrCat(slots, " fit slots"));
+    server_->Shutdown();
+    absl::Mutex mu;
+    bool slow_fit_started = false;
+    bool release_slow_fit = false;
+    server::VerityServer::Options options;
+    options.listen = "localhost:0";
+    options.postgres_url = pg_->url();
+    options.pool_size = 4;
+    options.training.run_in_background = false;
+    options.training.max_concurrent_fits = slots;
+    options.training.before_fit_for_testing = [&](const server::LiveProject& project) {
+      if (project.identity().name.rfind("slow-", 0) != 0) return;
+      absl::MutexLock lock(&mu);
+      slow_fit_started = true;
+      mu.Await(absl::Condition(&release_slow_fit));
+    };
+    auto server = server::VerityServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    channel_ = grpc::CreateChannel(absl::StrCat("localhost:", server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    const std::string slow = absl::StrCat("slow-", slots), fast = absl::StrCat("fast-", slots);
+    CreateProjectWithAnnotators(slow, 2, 20);
+    CreateProjectWithAnnotators(fast, 2, 20);
+    auto train = [&](const std::string& project, std::chrono::seconds timeout) {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + timeout);
+      v1::TrainModelRequest request;
+      request.set_project(project);
+      v1::TrainModelResponse response;
+      return v1::ModelService::NewStub(channel_)->TrainModel(&context, request, &response);
+    };
+    grpc::Status slow_status;
+    std::thread slow_fit([&] { slow_status = train(slow, std::chrono::seconds(60)); });
+    {
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(&slow_fit_started));
+    }
+    const grpc::Status fast_status = train(fast, std::chrono::seconds(slots == 2 ? 30 : 2));
+    if (slots == 2) {
+      EXPECT_TRUE(fast_status.ok()) << fast_status.error_message();
+    } else {
+      EXPECT_EQ(fast_status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    }
+    {
+      absl::MutexLock lock(&mu);
+      release_slow_fit = true;
+    }
+    slow_fit.join();
+    EXPECT_TRUE(slow_status.ok()) << slow_status.error_message();
+  }
 }
 
 }  // namespace

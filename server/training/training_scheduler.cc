@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <iostream>
+#include <thread>
+#include <vector>
 
 #include "server/observability/log.h"
 
@@ -39,7 +41,8 @@ TrainingScheduler::TrainingScheduler(ProjectRegistry& registry,
       versions_(versions),
       jobs_(jobs),
       options_(options),
-      metrics_(metrics != nullptr ? std::make_unique<Metrics>(*metrics) : nullptr) {
+      metrics_(metrics != nullptr ? std::make_unique<Metrics>(*metrics) : nullptr),
+      free_slots_(std::max(1, options.max_concurrent_fits)) {
   if (options_.run_in_background) thread_ = std::thread([this] { Loop(); });
 }
 
@@ -54,8 +57,9 @@ void TrainingScheduler::Stop() {
 }
 
 absl::Status TrainingScheduler::RefitDueProjectsNow(bool force) {
-  absl::MutexLock fit_lock(&fit_mu_);
+  absl::MutexLock pass_lock(&pass_mu_);
   absl::Status first_error;
+  std::vector<std::shared_ptr<LiveProject>> due_fits;
   for (const std::shared_ptr<LiveProject>& project : registry_.All()) {
     const bool due = force ? project->Counts().num_labels > 0
                            : project->RefitDue(absl::Now(), options_.max_staleness);
@@ -83,11 +87,38 @@ absl::Status TrainingScheduler::RefitDueProjectsNow(bool force) {
       }
       continue;
     }
-    if (!due) continue;
-    absl::StatusOr<storage::ModelVersionRecord> version = RefitAndLog(*project);
-    if (!version.ok() && first_error.ok()) first_error = version.status();
+    if (due) due_fits.push_back(project);
   }
+  // The due fits on up to max_concurrent_fits threads (RefitAndLog takes the slots).
+  absl::Mutex next_mu;
+  size_t next = 0;
+  auto fit_next = [&] {
+    while (true) {
+      std::shared_ptr<LiveProject> project;
+      {
+        absl::MutexLock lock(&next_mu);
+        if (next == due_fits.size()) return;
+        project = due_fits[next++];
+      }
+      absl::StatusOr<storage::ModelVersionRecord> version = RefitAndLog(*project);
+      absl::MutexLock lock(&next_mu);
+      if (!version.ok() && first_error.ok()) first_error = version.status();
+    }
+  };
+  const size_t threads = std::min<size_t>(due_fits.size(),
+                                          static_cast<size_t>(std::max(1, options_.max_concurrent_fits)));
+  std::vector<std::thread> fitters;
+  for (size_t t = 1; t < threads; ++t) fitters.emplace_back(fit_next);
+  fit_next();
+  for (std::thread& fitter : fitters) fitter.join();
   return first_error;
+}
+
+std::shared_ptr<absl::Mutex> TrainingScheduler::ProjectFitMutex(int64_t project_id) {
+  absl::MutexLock lock(&project_fits_mu_);
+  std::shared_ptr<absl::Mutex>& mu = project_fits_[project_id];
+  if (mu == nullptr) mu = std::make_shared<absl::Mutex>();
+  return mu;
 }
 
 absl::StatusOr<int32_t> TrainingScheduler::AdoptStoredVersion(LiveProject& project) {
@@ -121,11 +152,8 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(L
         versions_.GetModelVersionMetadata(project.identity().project_id, project.model_version());
     if (current.ok() || !absl::IsNotFound(current.status())) return current;
   }
-  if (!options_.use_workers) {
-    absl::MutexLock fit_lock(&fit_mu_);
-    return RefitAndLog(project);
-  }
-  // Workers fit; this waits without holding fit_mu_ (AdoptVersion is safe to race).
+  if (!options_.use_workers) return RefitAndLog(project);
+  // Workers fit; this waits without holding a slot (AdoptVersion is safe to race).
   const int32_t before = project.model_version();
   absl::StatusOr<storage::TrainingJob> job = jobs_->Enqueue(project.identity().project_id);
   if (!job.ok()) return job.status();
@@ -151,6 +179,24 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(L
 }
 
 absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitAndLog(LiveProject& project) {
+  // The project first (its fits run one at a time), then a slot: a fit waiting behind its own
+  // project's does not hold a slot another project could use.
+  const std::shared_ptr<absl::Mutex> project_mu = ProjectFitMutex(project.identity().project_id);
+  absl::MutexLock project_lock(project_mu.get());
+  {
+    absl::MutexLock lock(&slots_mu_);
+    auto has_slot = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(slots_mu_) { return free_slots_ > 0; };
+    slots_mu_.Await(absl::Condition(&has_slot));
+    --free_slots_;
+  }
+  struct ReleaseSlot {
+    TrainingScheduler& self;
+    ~ReleaseSlot() {
+      absl::MutexLock lock(&self.slots_mu_);
+      ++self.free_slots_;
+    }
+  } release_slot{*this};
+  if (options_.before_fit_for_testing) options_.before_fit_for_testing(project);
   auto refit = project.Refit(versions_);
   if (!refit.ok()) {
     if (metrics_) metrics_->fit_failures.Increment();

@@ -2,7 +2,8 @@
 //
 // A background thread wakes every Options::poll_interval, asks each project whether a refit
 // is due (LiveProject::RefitDue: enough new labels, staleness, or a method change) and
-//   - in-process (the default): runs the due fits one after another;
+//   - in-process (the default): runs the due fits on up to Options::max_concurrent_fits
+//     threads, each project's fits one at a time (TrainModel's fits share the same slots);
 //   - with Options::use_workers: first serves any newer model version a worker process stored
 //     (LiveProject::AdoptVersion), then enqueues a training job for each due project
 //     (storage/training_job_store.h) for a verity_worker to run.
@@ -20,9 +21,12 @@
 #ifndef VERITY_SERVER_TRAINING_TRAINING_SCHEDULER_H_
 #define VERITY_SERVER_TRAINING_TRAINING_SCHEDULER_H_
 
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/observability/metrics.h"
@@ -47,6 +51,13 @@ class TrainingScheduler {
     bool use_workers = false;
     // With use_workers: how long TrainModel waits for a worker's version.
     absl::Duration train_wait = absl::Minutes(10);
+    // In-process fits running at once, over all projects (>= 1); a project's fits run one at
+    // a time. A background pass fits its due projects on up to this many threads, and
+    // TrainModel calls take a slot too, so one project's long fit never holds up the others
+    // while a slot is free.
+    int max_concurrent_fits = 2;
+    // Tests: called in the fitting thread once a fit holds its project and its slot.
+    std::function<void(const LiveProject&)> before_fit_for_testing;
   };
 
   // `jobs` may be null unless options.use_workers. `metrics` may be null (nothing measured);
@@ -80,9 +91,13 @@ class TrainingScheduler {
   // Serves the newest stored version of `project` if a worker stored one. Returns the version
   // now served (0 before any).
   absl::StatusOr<int32_t> AdoptStoredVersion(LiveProject& project);
-  // Refits one project and logs the outcome. Requires fit_mu_.
+  // Refits one project and logs the outcome: waits for the project's fit in progress, if any,
+  // then for a free slot (max_concurrent_fits).
   absl::StatusOr<storage::ModelVersionRecord> RefitAndLog(LiveProject& project)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(fit_mu_);
+      ABSL_LOCKS_EXCLUDED(slots_mu_, project_fits_mu_);
+  // The mutex that serialises `project`'s fits.
+  std::shared_ptr<absl::Mutex> ProjectFitMutex(int64_t project_id)
+      ABSL_LOCKS_EXCLUDED(project_fits_mu_);
 
   ProjectRegistry& registry_;
   storage::ModelVersionStore& versions_;
@@ -90,7 +105,12 @@ class TrainingScheduler {
   const Options options_;
   struct Metrics;  // The scheduler's metric children; null without a registry.
   const std::unique_ptr<Metrics> metrics_;
-  absl::Mutex fit_mu_;  // One fitting pass at a time.
+  absl::Mutex pass_mu_;  // One background (or RefitDueProjectsNow) pass at a time.
+  absl::Mutex project_fits_mu_;
+  absl::flat_hash_map<int64_t, std::shared_ptr<absl::Mutex>> project_fits_
+      ABSL_GUARDED_BY(project_fits_mu_);
+  absl::Mutex slots_mu_;
+  int free_slots_ ABSL_GUARDED_BY(slots_mu_);
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
