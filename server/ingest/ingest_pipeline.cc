@@ -110,18 +110,35 @@ std::future<IngestPipeline::Result> IngestPipeline::Submit(
     return future;
   }
   const int64_t n = static_cast<int64_t>(pending.writes.size());
+  const LiveProject::Identity& identity = pending.project->identity();
+  ProjectQueue& queue = queues_[identity.project_id];
+  // An empty queue always takes one batch, however large: a batch can never be refused for
+  // good.
+  if (queue.annotations > 0 &&
+      queue.annotations + n > options_.max_queued_annotations_per_project) {
+    if (metrics_) metrics_->refused_queue_full.Increment();
+    pending.done.set_value(absl::ResourceExhaustedError(absl::StrCat(
+        "ingest queue of project ", identity.name, " full (", queue.annotations,
+        " annotations waiting for commit, its share is ",
+        options_.max_queued_annotations_per_project, "); retry the batch later")));
+    return future;
+  }
   if (queued_annotations_ > 0 && queued_annotations_ + n > options_.max_queued_annotations) {
+    if (queue.batches.empty()) queues_.erase(identity.project_id);
     if (metrics_) metrics_->refused_queue_full.Increment();
     pending.done.set_value(absl::ResourceExhaustedError(absl::StrCat(
         "ingest queue full (", queued_annotations_, " annotations waiting for commit); "
         "retry the batch later")));
     return future;
   }
+  if (queue.batches.empty()) ready_.push_back(identity.project_id);
+  queue.annotations += n;
+  queue.batches.push_back(std::move(pending));
   queued_annotations_ += n;
-  queue_.push_back(std::move(pending));
+  ++queued_batches_;
   if (metrics_) {
     metrics_->queued_annotations.Set(static_cast<double>(queued_annotations_));
-    metrics_->queued_batches.Set(static_cast<double>(queue_.size()));
+    metrics_->queued_batches.Set(static_cast<double>(queued_batches_));
   }
   return future;
 }
@@ -143,27 +160,38 @@ void IngestPipeline::CommitLoop() {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
           +[](IngestPipeline* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return self->stopping_ || !self->queue_.empty();
+            return self->stopping_ || !self->ready_.empty();
           },
           this));
-      if (queue_.empty()) {  // stopping_ and drained.
+      if (ready_.empty()) {  // stopping_ and drained.
         absl::MutexLock publish_lock(&publish_mu_);
         committer_done_ = true;
         return;
       }
+      // Round-robin: the front project's oldest batch, then that project goes to the back.
+      // A project's batches keep their order; no project waits behind another's backlog.
       int64_t taken = 0;
-      while (!queue_.empty() &&
-             (group.empty() ||
-              taken + static_cast<int64_t>(queue_.front().writes.size()) <=
-                  options_.max_group_annotations)) {
-        taken += static_cast<int64_t>(queue_.front().writes.size());
-        group.push_back(std::move(queue_.front()));
-        queue_.pop_front();
+      while (!ready_.empty()) {
+        const int64_t project_id = ready_.front();
+        ProjectQueue& queue = queues_[project_id];
+        const int64_t n = static_cast<int64_t>(queue.batches.front().writes.size());
+        if (!group.empty() && taken + n > options_.max_group_annotations) break;
+        taken += n;
+        queue.annotations -= n;
+        group.push_back(std::move(queue.batches.front()));
+        queue.batches.pop_front();
+        ready_.pop_front();
+        if (queue.batches.empty()) {
+          queues_.erase(project_id);
+        } else {
+          ready_.push_back(project_id);
+        }
       }
       queued_annotations_ -= taken;
+      queued_batches_ -= static_cast<int64_t>(group.size());
       if (metrics_) {
         metrics_->queued_annotations.Set(static_cast<double>(queued_annotations_));
-        metrics_->queued_batches.Set(static_cast<double>(queue_.size()));
+        metrics_->queued_batches.Set(static_cast<double>(queued_batches_));
       }
     }
     CommittedGroup committed = CommitGroup(std::move(group));

@@ -16,8 +16,12 @@
 // the connection broke during COMMIT so the outcome is unknown) fails every batch of the group
 // as it stands: a transaction per batch would fail the same way.
 //
-// Back-pressure: at most Options::max_queued_annotations wait at once; Submit() answers
-// RESOURCE_EXHAUSTED (retryable) beyond that rather than growing without bound.
+// Back-pressure and fairness: each project has its own queue, holding at most
+// Options::max_queued_annotations_per_project, and at most Options::max_queued_annotations
+// wait over all projects; Submit() answers RESOURCE_EXHAUSTED (retryable) beyond either rather
+// than growing without bound, so a project that floods is refused its excess while the others
+// are not. The committer builds each group round-robin over the projects with waiting batches,
+// one batch of each in turn, so one project's backlog never stands ahead of another's batch.
 //
 // Metrics (when given a registry): batches and annotations committed (by outcome), batches
 // refused, failed group transactions and the batches then committed alone (by result), the
@@ -39,6 +43,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -53,6 +58,9 @@ class IngestPipeline {
   struct Options {
     // Annotations waiting for a commit, over all streams, before Submit refuses.
     int64_t max_queued_annotations = 500000;
+    // Annotations of one project waiting for a commit before Submit refuses that project's
+    // batches (its share of the queue).
+    int64_t max_queued_annotations_per_project = 100000;
     // Most annotations written by one transaction.
     int64_t max_group_annotations = 100000;
   };
@@ -111,9 +119,19 @@ class IngestPipeline {
   const Options options_;
   const std::unique_ptr<Metrics> metrics_;
 
+  // One project's waiting batches.
+  struct ProjectQueue {
+    std::deque<Pending> batches;
+    int64_t annotations = 0;
+  };
+
   absl::Mutex mu_;
-  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
+  // By project id; a queue is erased once empty.
+  absl::flat_hash_map<int64_t, ProjectQueue> queues_ ABSL_GUARDED_BY(mu_);
+  // The projects with waiting batches, in the order the committer serves them.
+  std::deque<int64_t> ready_ ABSL_GUARDED_BY(mu_);
   int64_t queued_annotations_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t queued_batches_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   // Committed groups in commit order. The committer waits while kMaxUnpublishedGroups wait.
