@@ -1,5 +1,7 @@
 #include "server/ingest/ingest_pipeline.h"
 
+#include <limits>
+
 #include <pthread.h>
 
 #include <algorithm>
@@ -170,8 +172,11 @@ void IngestPipeline::CommitLoop() {
       }
       // Round-robin: the front project's oldest batch, then that project goes to the back.
       // A project's batches keep their order; no project waits behind another's backlog.
+      // With several projects waiting, a group is one round (a batch of each), so that a
+      // small project's batch never commits behind several rounds of a large one's.
       int64_t taken = 0;
-      while (!ready_.empty()) {
+      size_t round = ready_.size() > 1 ? ready_.size() : std::numeric_limits<size_t>::max();
+      while (!ready_.empty() && round-- > 0) {
         const int64_t project_id = ready_.front();
         ProjectQueue& queue = queues_[project_id];
         const int64_t n = static_cast<int64_t>(queue.batches.front().writes.size());
