@@ -2,6 +2,19 @@
 // over a real gRPC channel and a real (embedded) PostgreSQL, on ../shared/datasets/bluebirds.
 // API keys: the `verity` binary itself, with VERITY_API_KEY in its environment, against a
 // server with authentication on.
+//
+// Every subcommand of client/cli_commands.cc runs here against the real server:
+//   project create, submit, posteriors, accuracy, status .. TourOnBluebirdsBeatsMajorityVote
+//   model train, model versions, model status,
+//   suggest items, suggest annotators ..................... TrainThenVersionsAsJsonAndSuggest...
+//   export (jsonl, csv) ................................... ExportsASmallProjectAsJsonLinesAndCsv
+//   key create, key list, key revoke ...................... CliAuthEndToEndTest
+// and, not run against a real server before (only against client/cli_test.cc's fake):
+//   project list, project show, project settings, item add (--csv, --gold_csv), annotator
+//   add, annotator list, annotator show, annotator (short form), versions
+//                                            ProjectSettingsItemsAndAnnotatorsOnASmallProject
+// The tie rule of truth.proto (lowest class index) through posteriors and export:
+//   ExactTiesTakeTheLowestClassIndexInPosteriorsAndExport.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -34,6 +47,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
+using ::testing::UnorderedElementsAre;
 
 struct CliResult {
   int code;
@@ -197,6 +211,196 @@ TEST_F(CliEndToEndTest, ErrorsAreOneLineWithTheStatusCode) {
   EXPECT_EQ(missing.code, 1);
   EXPECT_THAT(missing.err, StartsWith("verity: NOT_FOUND: "));
   EXPECT_EQ(std::count(missing.err.begin(), missing.err.end(), '\n'), 1) << missing.err;
+}
+
+TEST_F(CliEndToEndTest, ProjectSettingsItemsAndAnnotatorsOnASmallProject) {
+  CliResult created = Run({"project", "create", "pets", "--classes=cat,dog",
+                           "--annotator_feature_dim=2"});
+  ASSERT_EQ(created.code, 0) << created.err;
+  EXPECT_THAT(created.out, HasSubstr("method: default (ds)\n"));
+
+  CliResult settings = Run({"project", "settings", "pets", "--method=mv",
+                            "--min_labels_per_item=3"});
+  ASSERT_EQ(settings.code, 0) << settings.err;
+  EXPECT_THAT(settings.out, HasSubstr("\nmethod: mv\n"
+                                      "settings: assignment { min_labels_per_item: 3 }\n"));
+
+  // Four items (i4 first in line by priority, i2 gold), then a gold label for i3.
+  const std::string items = dir_ + "/items.csv";
+  std::ofstream(items) << "item,gold,priority\ni1,,\ni2,dog,\ni3,,\ni4,,2\n";
+  CliResult added = Run({"item", "add", "--project=pets", "--csv=" + items});
+  ASSERT_EQ(added.code, 0) << added.err;
+  EXPECT_EQ(added.out, "added=4 updated=0\n");
+  const std::string gold = dir_ + "/gold.csv";
+  std::ofstream(gold) << "item,label\ni3,cat\n";
+  CliResult gold_added = Run({"item", "add", "--project=pets", "--gold_csv=" + gold});
+  ASSERT_EQ(gold_added.code, 0) << gold_added.err;
+  EXPECT_EQ(gold_added.out, "added=0 updated=1\n");
+
+  const std::string annotators = dir_ + "/annotators.csv";
+  std::ofstream(annotators) << "annotator,f0,f1\na,0.5,1\nb,1,0\n";
+  CliResult annotators_added = Run({"annotator", "add", "--project=pets", "--csv=" + annotators});
+  ASSERT_EQ(annotators_added.code, 0) << annotators_added.err;
+  EXPECT_EQ(annotators_added.out, "added=2 updated=0\n");
+  // Three feature columns for a dimension of 2: refused before anything is sent.
+  std::ofstream(annotators) << "annotator,f0,f1,f2\nc,1,2,3\n";
+  CliResult wrong_dim = Run({"annotator", "add", "--project=pets", "--csv=" + annotators});
+  EXPECT_EQ(wrong_dim.code, 1);
+  EXPECT_THAT(wrong_dim.err, HasSubstr("has annotator_feature_dim 2"));
+
+  const std::string labels = dir_ + "/labels.csv";
+  std::ofstream(labels) << "item,annotator,label\ni1,a,cat\ni1,b,cat\ni2,a,cat\ni3,b,dog\n";
+  CliResult submitted = Run({"submit", "--project=pets", "--csv=" + labels});
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  EXPECT_EQ(submitted.out, "accepted=4 duplicate=0 revised=0 stale=0 rejected=0\n");
+
+  CliResult shown = Run({"project", "show", "pets"});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_THAT(shown.out, StartsWith("name: pets\nclasses: cat, dog\nitem_feature_dim: 0\n"
+                                    "annotator_feature_dim: 2\nmethod: mv\n"
+                                    "settings: assignment { min_labels_per_item: 3 }\n"
+                                    "created_at: 20"));
+  EXPECT_THAT(shown.out, HasSubstr("\nitems: 4\nannotators: 2\nlabels: 4\n"));
+
+  ASSERT_EQ(Run({"project", "create", "other", "--classes=x,y,z"}).code, 0);
+  CliResult listed = Run({"project", "list"});
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  // ListProjects promises no order.
+  std::vector<std::string> project_rows = absl::StrSplit(listed.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(project_rows.size(), 3u) << listed.out;
+  EXPECT_EQ(project_rows[0], "NAME   CLASSES  ITEMS  ANNOTATORS  LABELS  METHOD");
+  EXPECT_THAT(std::vector<std::string>(project_rows.begin() + 1, project_rows.end()),
+              UnorderedElementsAre("other  3        0      0           0       default (ds)",
+                                   "pets   2        4      2           4       mv"));
+
+  // Gold items are clamped to their gold class whatever their labels; i1 has the smoothed vote
+  // (2 + 0.01) / (2 + 2 * 0.01) of models/truth_model.h's vote_smoothing.
+  CliResult posteriors = Run({"posteriors", "--project=pets", "--items=i2,i3,i1"});
+  ASSERT_EQ(posteriors.code, 0) << posteriors.err;
+  EXPECT_EQ(posteriors.out,
+            "item,label,confidence,p_cat,p_dog,num_labels\n"
+            "i2,dog,1,0,1,1\n"
+            "i3,cat,1,1,0,1\n"
+            "i1,cat,0.99505,0.99505,0.0049505,2\n");
+
+  // Before any fit every annotator has the uniform confusion matrix: accuracy 1/2.
+  CliResult profiles = Run({"annotator", "list", "--project=pets"});
+  ASSERT_EQ(profiles.code, 0) << profiles.err;
+  EXPECT_EQ(profiles.out,
+            "ANNOTATOR  LABELS  ACCURACY\n"
+            "a          2       0.5000\n"
+            "b          2       0.5000\n");
+  CliResult short_list = Run({"annotator", "--project=pets"});
+  ASSERT_EQ(short_list.code, 0) << short_list.err;
+  EXPECT_EQ(short_list.out, profiles.out);
+  const std::string profile_b =
+      "annotator: b\nnum_labels: 2\naccuracy: 0.5000\n"
+      "confusion (rows: true class, columns: answered class):\n"
+      "       cat     dog\n"
+      "  cat  0.5000  0.5000\n"
+      "  dog  0.5000  0.5000\n";
+  CliResult shown_b = Run({"annotator", "show", "b", "--project=pets"});
+  ASSERT_EQ(shown_b.code, 0) << shown_b.err;
+  EXPECT_EQ(shown_b.out, profile_b);
+  CliResult short_b = Run({"annotator", "b", "--project=pets"});
+  ASSERT_EQ(short_b.code, 0) << short_b.err;
+  EXPECT_EQ(short_b.out, profile_b);
+  CliResult unknown = Run({"annotator", "show", "nobody", "--project=pets"});
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_THAT(unknown.err, StartsWith("verity: NOT_FOUND: "));
+  EXPECT_THAT(unknown.err, HasSubstr("nobody"));
+
+  // item add's priority: i4 (priority 2) is suggested before every item of priority 0.
+  CliResult suggested =
+      Run({"suggest", "items", "--project=pets", "--annotator=newcomer", "--k=1"});
+  ASSERT_EQ(suggested.code, 0) << suggested.err;
+  std::vector<std::string> rows = absl::StrSplit(suggested.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 2u) << suggested.out;
+  EXPECT_THAT(rows[1], StartsWith("i4 "));
+
+  CliResult no_versions = Run({"versions", "--project=pets"});
+  ASSERT_EQ(no_versions.code, 0) << no_versions.err;
+  EXPECT_EQ(no_versions.out, "no model versions yet\n");
+  ASSERT_EQ(Run({"model", "train", "--project=pets"}).code, 0);
+  CliResult versions = Run({"versions", "--project=pets"});
+  ASSERT_EQ(versions.code, 0) << versions.err;
+  std::vector<std::string> version_rows = absl::StrSplit(versions.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(version_rows.size(), 2u) << versions.out;
+  EXPECT_THAT(version_rows[0], StartsWith("VERSION  METHOD  LABELS  WATERMARK  "));
+  std::vector<std::string> fields = absl::StrSplit(version_rows[1], ' ', absl::SkipEmpty());
+  ASSERT_GE(fields.size(), 3u) << version_rows[1];
+  EXPECT_EQ(fields[0], "1");
+  EXPECT_EQ(fields[1], "mv");
+  EXPECT_EQ(fields[2], "4");
+}
+
+// truth.proto: map_label is the lowest class index on ties. Majority vote gives equal label
+// counts exactly equal probabilities, so only that rule decides y (index 1) over z (index 2)
+// for zy and yz, and x over y and z for xyz; zzy is a control that z wins.
+TEST_F(CliEndToEndTest, ExactTiesTakeTheLowestClassIndexInPosteriorsAndExport) {
+  ASSERT_EQ(Run({"project", "create", "votes", "--classes=x,y,z", "--method=mv"}).code, 0);
+  const std::string labels = dir_ + "/votes.csv";
+  std::ofstream(labels) << "item,annotator,label\n"
+                           "zy,w1,z\nzy,w2,y\n"
+                           "yz,w1,y\nyz,w2,z\n"
+                           "xyz,w1,z\nxyz,w2,y\nxyz,w3,x\n"
+                           "zzy,w1,z\nzzy,w2,z\nzzy,w3,y\n";
+  CliResult submitted = Run({"submit", "--project=votes", "--csv=" + labels});
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  EXPECT_EQ(submitted.out, "accepted=10 duplicate=0 revised=0 stale=0 rejected=0\n");
+
+  // Before and after a majority-vote fit (model_version 0, then 1).
+  for (const std::string version : {"0", "1"}) {
+    SCOPED_TRACE("model version " + version);
+    if (version == "1") {
+      CliResult trained = Run({"model", "train", "--project=votes"});
+      ASSERT_EQ(trained.code, 0) << trained.err;
+    }
+    CliResult exported = Run({"export", "--project=votes"});
+    ASSERT_EQ(exported.code, 0) << exported.err;
+    std::vector<std::string> lines = absl::StrSplit(exported.out, '\n', absl::SkipEmpty());
+    ASSERT_EQ(lines.size(), 5u) << exported.out;
+    ASSERT_EQ(lines[0], "item,label,label_index,confidence,p_x,p_y,p_z,num_labels,model_version,"
+                        "includes_newer_labels,is_gold");
+    // item, label, label_index, then the tied probabilities (shortest exact form: equal text
+    // is an equal double), the confidence, num_labels and model_version.
+    struct Row {
+      std::string item, label, index;
+      std::vector<int> tied;  // Columns of the tied probabilities, 4 to 6.
+      std::string num_labels;
+    };
+    const std::vector<Row> expected = {{"zy", "y", "1", {5, 6}, "2"},
+                                       {"yz", "y", "1", {5, 6}, "2"},
+                                       {"xyz", "x", "0", {4, 5, 6}, "3"},
+                                       {"zzy", "z", "2", {6}, "3"}};
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const Row& e = expected[i];
+      std::vector<std::string> f = absl::StrSplit(lines[i + 1], ',');
+      ASSERT_EQ(f.size(), 11u) << lines[i + 1];
+      EXPECT_EQ(f[0], e.item);
+      EXPECT_EQ(f[1], e.label) << lines[i + 1];
+      EXPECT_EQ(f[2], e.index) << lines[i + 1];
+      for (int column : e.tied) EXPECT_EQ(f[column], f[3]) << lines[i + 1];
+      EXPECT_EQ(f[7], e.num_labels);
+      EXPECT_EQ(f[8], version);
+    }
+
+    CliResult jsonl = Run({"export", "--project=votes", "--format=jsonl", "--page_size=3"});
+    ASSERT_EQ(jsonl.code, 0) << jsonl.err;
+    std::vector<std::string> objects = absl::StrSplit(jsonl.out, '\n', absl::SkipEmpty());
+    ASSERT_EQ(objects.size(), 4u) << jsonl.out;
+    EXPECT_THAT(objects[0], StartsWith("{\"item\":\"zy\",\"label\":\"y\",\"label_index\":1,"));
+    EXPECT_THAT(objects[1], StartsWith("{\"item\":\"yz\",\"label\":\"y\",\"label_index\":1,"));
+    EXPECT_THAT(objects[2], StartsWith("{\"item\":\"xyz\",\"label\":\"x\",\"label_index\":0,"));
+    EXPECT_THAT(objects[3], StartsWith("{\"item\":\"zzy\",\"label\":\"z\",\"label_index\":2,"));
+
+    CliResult posteriors = Run({"posteriors", "--project=votes", "--items=yz,xyz"});
+    ASSERT_EQ(posteriors.code, 0) << posteriors.err;
+    std::vector<std::string> rows = absl::StrSplit(posteriors.out, '\n', absl::SkipEmpty());
+    ASSERT_EQ(rows.size(), 3u) << posteriors.out;
+    EXPECT_THAT(rows[1], StartsWith("yz,y,"));
+    EXPECT_THAT(rows[2], StartsWith("xyz,x,"));
+  }
 }
 
 // The server with authentication on (allowed on loopback too): its bootstrap admin key is

@@ -2,10 +2,25 @@
 
 One server for ClientServerTest (starting PostgreSQL takes seconds). The bluebirds project is
 created and its 4,212 labels submitted from a pandas DataFrame once, in setUpClass; tests
-that write use projects of their own. ApiKeyTest runs a second server, with authentication on.
+that write use projects of their own. ApiKeyTest runs a second server, with authentication on;
+TieRuleTest a third, without background refits.
+
+Every public call of verity_client against the real server (client.py; frames.py's functions
+run inside them: column, ids, annotations, label_indices and needs_class_names in submit and
+add_items, posterior_frame in posteriors):
+  create_project, list_projects, submit, add_items, posteriors (ListPosteriors and
+  GetPosteriors, details), annotators, model_status, suggest_items, suggest_annotators,
+  wait_until_ready, close ............................. ClientServerTest
+  create_key, list_keys, revoke_key ................... ApiKeyTest
+and, not called against a real server before:
+  get_project, Client as a context manager ............ test_get_project_from_a_fresh_client
+  model_versions (empty, then after a fit) ............ TieRuleTest
+TieRuleTest: truth.proto's tie rule (lowest class index) in posteriors() and its CSV.
 """
 
+import csv
 import datetime
+import io
 import os
 import socket
 import subprocess
@@ -19,6 +34,8 @@ import pandas as pd
 import junit
 import server_process
 import verity_client
+from verity.v1 import models_pb2
+from verity.v1 import models_pb2_grpc
 
 BLUEBIRDS = "bluebirds"
 BLUEBIRDS_LABELS = 4212
@@ -115,6 +132,33 @@ class ClientServerTest(unittest.TestCase):
         with self.assertRaises(verity_client.VerityError) as raised:
             self.client.create_project(BLUEBIRDS, ["x", "y"], exist_ok=True)
         self.assertEqual(raised.exception.code, grpc.StatusCode.ALREADY_EXISTS)
+
+    def test_get_project_from_a_fresh_client(self):
+        self.client.create_project(
+            "described", ["cat", "dog", "bird"], method="mv", annotator_feature_dim=2,
+            settings={"assignment": {"min_labels_per_item": 3}})
+        # A new client, which has not seen the project: submit() learns its classes through
+        # get_project.
+        with verity_client.Client(self.server.address, timeout=30) as fresh:
+            labels = pd.DataFrame({"item": ["i1", "i1", "i2"], "annotator": ["a", "b", "a"],
+                                   "label": ["dog", "bird", "cat"]})
+            self.assertEqual(fresh.submit("described", labels).accepted, 3)
+            self.assertEqual(fresh.add_items("described", pd.DataFrame({"item": ["i3"]})),
+                             (1, 0))
+            project = fresh.get_project("described")
+            with self.assertRaises(verity_client.VerityError) as raised:
+                fresh.get_project("no-such-project")
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertEqual((project.name, project.classes, project.method),
+                         ("described", ("cat", "dog", "bird"), "mv"))
+        self.assertEqual((project.item_feature_dim, project.annotator_feature_dim), (0, 2))
+        self.assertEqual((project.num_items, project.num_annotators, project.num_labels),
+                         (3, 2, 3))
+        self.assertEqual(project.settings.assignment.min_labels_per_item, 3)
+        self.assertIsInstance(project.created_at, datetime.datetime)
+        # The context manager closed the channel.
+        with self.assertRaises(ValueError):
+            fresh.get_project("described")
 
     # --- errors -------------------------------------------------------------------------
 
@@ -297,6 +341,94 @@ class ApiKeyTest(unittest.TestCase):
         self.assertEqual(raised.exception.code, grpc.StatusCode.UNAUTHENTICATED)
         self.assertNotIn(key.key_id, [k.key_id for k in admin.list_keys()])
         self.assertIn(key.key_id, [k.key_id for k in admin.list_keys(include_revoked=True)])
+
+
+class TieRuleTest(unittest.TestCase):
+    """truth.proto: map_label, the label column of posteriors(), is the most probable class,
+    the lowest class index on ties. Majority vote (and every method before its first fit) gives
+    an item the smoothed vote shares, so equal label counts give exactly equal probabilities
+    (asserted first) and only the rule decides. The server runs without background refits, so
+    the model versions are the ones the tests fit."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = server_process.ServerProcess(
+            server_process.runfile("server/verity_server"),
+            ["--background_refit=false", "--metrics_port=0"])
+        cls.server.start()
+        cls.addClassCleanup(cls.server.stop)
+        cls.client = verity_client.Client(cls.server.address, timeout=30)
+        cls.addClassCleanup(cls.client.close)
+
+    def train(self, project):
+        """Fits `project` now (TrainModel; the Python client has no call for it)."""
+        channel = grpc.insecure_channel(self.server.address)
+        self.addCleanup(channel.close)
+        return models_pb2_grpc.ModelServiceStub(channel).TrainModel(
+            models_pb2.TrainModelRequest(project=project), timeout=60).version
+
+    def assert_ties(self, frame, expected):
+        """expected: item -> (label, the classes tied at the top)."""
+        self.assertEqual(sorted(frame["item"]), sorted(expected))
+        for _, row in frame.iterrows():
+            label, tied = expected[row["item"]]
+            with self.subTest(item=row["item"]):
+                top = row[tied[0]]
+                for name in ("x", "y", "z"):
+                    if name in tied:
+                        self.assertEqual(row[name], top)  # Exactly: the premise.
+                    else:
+                        self.assertLess(row[name], top)
+                self.assertEqual(row["label"], label)
+                self.assertEqual(row["confidence"], top)
+
+    def test_majority_vote_ties_take_the_lowest_class_index_in_the_frame_and_its_csv(self):
+        self.client.create_project("votes", ["x", "y", "z"], method="mv")
+        labels = pd.DataFrame(
+            [("zy", "w1", "z"), ("zy", "w2", "y"),
+             ("yz", "w1", "y"), ("yz", "w2", "z"),
+             ("xyz", "w1", "z"), ("xyz", "w2", "y"), ("xyz", "w3", "x"),
+             ("zzy", "w1", "z"), ("zzy", "w2", "z"), ("zzy", "w3", "y")],  # z wins.
+            columns=["item", "annotator", "label"])
+        self.assertEqual(self.client.submit("votes", labels).accepted, 10)
+        expected = {"zy": ("y", ["y", "z"]), "yz": ("y", ["y", "z"]),
+                    "xyz": ("x", ["x", "y", "z"]), "zzy": ("z", ["z"])}
+        self.assertEqual(self.client.model_versions("votes"), [])
+
+        for version in (0, 1):
+            if version == 1:
+                fitted = self.train("votes")
+                self.assertEqual(fitted.version, 1)
+            with self.subTest(model_version=version):
+                listed = self.client.posteriors("votes", page_size=3, details=True)
+                self.assertEqual(listed["model_version"].tolist(), [version] * 4)
+                self.assert_ties(listed, expected)
+                self.assert_ties(self.client.posteriors("votes", items=["yz", "zy", "xyz",
+                                                                         "zzy"]), expected)
+                # The CSV export of the frame: floats are written in their shortest exact
+                # form, so the tied columns hold the same text.
+                rows = list(csv.DictReader(io.StringIO(listed.to_csv(index=False))))
+                self.assertEqual([(r["item"], r["label"]) for r in rows],
+                                 [("zy", "y"), ("yz", "y"), ("xyz", "x"), ("zzy", "z")])
+                self.assertEqual(rows[0]["y"], rows[0]["z"])
+                self.assertEqual(rows[2]["x"], rows[2]["z"])
+
+        versions = self.client.model_versions("votes")
+        self.assertEqual([(v.version, v.method, v.num_labels) for v in versions],
+                         [(1, "mv", 10)])
+        self.assertEqual(self.client.model_status("votes").current_version, versions[0])
+
+    def test_default_method_before_its_first_fit_ties_to_the_lowest_class_index(self):
+        self.client.create_project("default-method", ["x", "y", "z"])
+        labels = pd.DataFrame({"item": ["zy", "zy", "xy", "xy"],
+                               "annotator": ["w1", "w2", "w3", "w4"],
+                               "label": [2, 1, 1, 0]})
+        self.assertEqual(self.client.submit("default-method", labels).accepted, 4)
+        status = self.client.model_status("default-method")
+        self.assertEqual((status.method, status.current_version), ("ds", None))
+        self.assertEqual(self.client.model_versions("default-method"), [])
+        self.assert_ties(self.client.posteriors("default-method"),
+                         {"zy": ("y", ["y", "z"]), "xy": ("x", ["x", "y"])})
 
 
 if __name__ == "__main__":
