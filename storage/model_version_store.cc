@@ -23,12 +23,48 @@ constexpr int kMaxVersionAttempts = 20;
 // and a pooled connection would hold that memory for good.
 constexpr size_t kCloseConnectionAfterBytes = size_t{8} << 20;
 
-std::string SelectVersionsSql(bool with_parameters, absl::string_view rest) {
+// The metadata columns of model_versions; parameters come as '' (ReadByteaInChunks reads them).
+std::string SelectVersionsSql(absl::string_view rest) {
   return absl::StrCat(
-      "SELECT project_id, version, method, ",
-      with_parameters ? "parameters" : "''::bytea",
+      "SELECT project_id, version, method, ''::bytea",
       ", watermark, log_likelihood, iterations, duration_ms, num_labels, ",
       MicrosFromTimestampSql("created_at"), " FROM model_versions ", rest);
+}
+
+// The bytea `column` of the row of `table` with (project_id, version), read `chunk_bytes` at a
+// time into one string sized once. NOT_FOUND if there is no such row.
+absl::StatusOr<std::string> ReadByteaInChunks(pqxx::work& txn, absl::string_view table,
+                                              absl::string_view column, int64_t project_id,
+                                              int32_t version, int64_t chunk_bytes) {
+  const std::string where = " WHERE project_id = $1 AND version = $2";
+  const pqxx::result length = txn.exec_params(
+      absl::StrCat("SELECT octet_length(", column, ") FROM ", table, where), project_id,
+      version);
+  if (length.empty()) {
+    return absl::NotFoundError(absl::StrCat("model version ", version, " of project ",
+                                            project_id, " not found in ", table));
+  }
+  const int64_t total = length[0][0].as<int64_t>();
+  std::string bytes;
+  bytes.reserve(static_cast<size_t>(total));
+  for (int64_t offset = 0; offset < total; offset += chunk_bytes) {
+    // substring counts from 1.
+    const pqxx::result chunk = txn.exec_params(
+        absl::StrCat("SELECT substring(", column, " FROM $3 FOR $4) FROM ", table, where),
+        project_id, version, offset + 1, chunk_bytes);
+    if (chunk.empty()) {
+      return absl::AbortedError(absl::StrCat("model version ", version, " of project ",
+                                             project_id, " disappeared while read"));
+    }
+    const pqxx::binarystring part(chunk[0][0]);
+    bytes.append(part.get(), part.size());
+  }
+  if (static_cast<int64_t>(bytes.size()) != total) {
+    return absl::DataLossError(absl::StrCat("model version ", version, " of project ",
+                                            project_id, ": read ", bytes.size(), " of ", total,
+                                            " bytes of ", column));
+  }
+  return bytes;
 }
 
 ModelVersionRecord VersionFromRow(const pqxx::row& row) {
@@ -63,17 +99,20 @@ absl::StatusOr<ModelVersionOutputs> ModelVersionStore::GetModelVersionOutputs(
   return pool_->WithTransaction(
       "reading model version outputs",
       [&](pqxx::work& txn) -> absl::StatusOr<ModelVersionOutputs> {
-        const pqxx::result rows = txn.exec_params(
-            "SELECT posteriors, annotator_profiles FROM model_version_outputs "
-            "WHERE project_id = $1 AND version = $2",
-            project_id, version);
-        if (rows.empty()) {
+        absl::StatusOr<std::string> posteriors = ReadByteaInChunks(
+            txn, "model_version_outputs", "posteriors", project_id, version, read_chunk_bytes_);
+        if (absl::IsNotFound(posteriors.status())) {
           return absl::NotFoundError(absl::StrCat("model version ", version, " of project ",
                                                   project_id, " has no stored outputs"));
         }
+        if (!posteriors.ok()) return posteriors.status();
+        absl::StatusOr<std::string> profiles =
+            ReadByteaInChunks(txn, "model_version_outputs", "annotator_profiles", project_id,
+                              version, read_chunk_bytes_);
+        if (!profiles.ok()) return profiles.status();
         ModelVersionOutputs outputs;
-        outputs.posteriors = pqxx::binarystring(rows[0][0]).str();
-        outputs.annotator_profiles = pqxx::binarystring(rows[0][1]).str();
+        outputs.posteriors = *std::move(posteriors);
+        outputs.annotator_profiles = *std::move(profiles);
         return outputs;
       });
 }
@@ -166,15 +205,20 @@ absl::StatusOr<ModelVersionRecord> ModelVersionStore::LatestModelVersion(
       "reading the latest model version",
       [&](pqxx::work& txn) -> absl::StatusOr<ModelVersionRecord> {
         const pqxx::result rows = txn.exec_params(
-            SelectVersionsSql(true,
-                              "WHERE project_id = $1 "
+            SelectVersionsSql("WHERE project_id = $1 "
                               "ORDER BY version DESC LIMIT 1"),
             project_id);
         if (rows.empty()) {
           return absl::NotFoundError(absl::StrCat(
               "project ", project_id, " has no model version"));
         }
-        return VersionFromRow(rows[0]);
+        ModelVersionRecord record = VersionFromRow(rows[0]);
+        absl::StatusOr<std::string> parameters =
+            ReadByteaInChunks(txn, "model_versions", "parameters", project_id, record.version,
+                              read_chunk_bytes_);
+        if (!parameters.ok()) return parameters.status();
+        record.parameters = *std::move(parameters);
+        return record;
       });
 }
 
@@ -194,14 +238,21 @@ absl::StatusOr<ModelVersionRecord> ModelVersionStore::GetOneVersion(
       "reading a model version",
       [&](pqxx::work& txn) -> absl::StatusOr<ModelVersionRecord> {
         const pqxx::result rows = txn.exec_params(
-            SelectVersionsSql(with_parameters, "WHERE project_id = $1 AND version = $2"),
+            SelectVersionsSql("WHERE project_id = $1 AND version = $2"),
             project_id, version);
         if (rows.empty()) {
           return absl::NotFoundError(absl::StrCat(
               "model version ", version, " of project ", project_id,
               " not found"));
         }
-        return VersionFromRow(rows[0]);
+        ModelVersionRecord record = VersionFromRow(rows[0]);
+        if (with_parameters) {
+          absl::StatusOr<std::string> parameters = ReadByteaInChunks(
+              txn, "model_versions", "parameters", project_id, version, read_chunk_bytes_);
+          if (!parameters.ok()) return parameters.status();
+          record.parameters = *std::move(parameters);
+        }
+        return record;
       });
 }
 
@@ -216,8 +267,7 @@ ModelVersionStore::ListModelVersions(int64_t project_id, int limit) {
       [&](pqxx::work& txn) -> absl::StatusOr<std::vector<ModelVersionRecord>> {
         std::vector<ModelVersionRecord> versions;
         for (const pqxx::row& row : txn.exec_params(
-                 SelectVersionsSql(false,
-                                   "WHERE project_id = $1 "
+                 SelectVersionsSql("WHERE project_id = $1 "
                                    "ORDER BY version DESC LIMIT $2"),
                  project_id, limit)) {
           versions.push_back(VersionFromRow(row));

@@ -53,7 +53,14 @@ struct ModelVersionOutputs {
 
 class ModelVersionStore {
  public:
-  explicit ModelVersionStore(ConnectionPool* pool) : pool_(pool) {}
+  // Large columns (parameters, stored posteriors and profiles) are read in chunks of
+  // `read_chunk_bytes`: PostgreSQL sends bytea as hex text, twice its size, and no single
+  // value it builds may pass 1 GB, so a blob read whole fails from about 512 MB on. Chunks
+  // keep every allocation, on both sides, to a few times the chunk.
+  static constexpr int64_t kDefaultReadChunkBytes = int64_t{64} << 20;
+  explicit ModelVersionStore(ConnectionPool* pool,
+                             int64_t read_chunk_bytes = kDefaultReadChunkBytes)
+      : pool_(pool), read_chunk_bytes_(read_chunk_bytes) {}
 
   // Stores `record` (its version and created_at are ignored) as the
   // project's next version (previous maximum + 1, starting at 1) and returns
@@ -94,6 +101,7 @@ class ModelVersionStore {
   absl::StatusOr<ModelVersionRecord> GetOneVersion(int64_t project_id, int32_t version,
                                                    bool with_parameters);
   ConnectionPool* const pool_;
+  const int64_t read_chunk_bytes_;
 };
 
 }  // namespace storage

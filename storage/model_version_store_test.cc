@@ -102,6 +102,39 @@ TEST_F(ModelVersionStoreTest, StoresOutputsWithTheVersion) {
               StatusIs(absl::StatusCode::kNotFound));
 }
 
+TEST_F(ModelVersionStoreTest, LargeColumnsAreReadInChunksExactly) {
+  // Chunks of 1,000 bytes; blobs of every byte value, of lengths around chunk multiples.
+  ModelVersionStore chunked(&pool(), /*read_chunk_bytes=*/1000);
+  for (size_t length : {size_t{0}, size_t{1}, size_t{999}, size_t{1000}, size_t{1001},
+                        size_t{10007}}) {
+    SCOPED_TRACE(length);
+    ModelVersionRecord record = Record(1);
+    record.parameters.clear();
+    for (size_t i = 0; i < length; ++i) record.parameters.push_back(static_cast<char>(i * 7));
+    ModelVersionOutputs outputs;
+    outputs.posteriors = record.parameters + "p";
+    outputs.annotator_profiles = std::string(length / 2, '\0');
+    absl::StatusOr<ModelVersionRecord> saved = chunked.SaveModelVersion(record, outputs);
+    ASSERT_THAT(saved, IsOk());
+    absl::StatusOr<ModelVersionRecord> latest = chunked.LatestModelVersion(project_id_);
+    ASSERT_THAT(latest, IsOk());
+    EXPECT_EQ(latest->parameters, record.parameters);
+    absl::StatusOr<ModelVersionRecord> one = chunked.GetModelVersion(project_id_, saved->version);
+    ASSERT_THAT(one, IsOk());
+    EXPECT_EQ(one->parameters, record.parameters);
+    EXPECT_EQ(one->watermark, 1);
+    absl::StatusOr<ModelVersionOutputs> read =
+        chunked.GetModelVersionOutputs(project_id_, saved->version);
+    ASSERT_THAT(read, IsOk());
+    EXPECT_EQ(read->posteriors, outputs.posteriors);
+    EXPECT_EQ(read->annotator_profiles, outputs.annotator_profiles);
+    absl::StatusOr<ModelVersionRecord> metadata =
+        chunked.GetModelVersionMetadata(project_id_, saved->version);
+    ASSERT_THAT(metadata, IsOk());
+    EXPECT_TRUE(metadata->parameters.empty());
+  }
+}
+
 TEST_F(ModelVersionStoreTest, NotFoundCases) {
   EXPECT_THAT(store_->LatestModelVersion(project_id_),
               StatusIs(absl::StatusCode::kNotFound));
