@@ -88,7 +88,8 @@ FitQuality FitAndMeasure(const std::string& method, const testing::SyntheticCrow
     const std::vector<double> learned = (*model)->AnnotatorConfusion(a);
     const std::vector<double> truth = TrueConfusion(a);
     for (int32_t x = 0; x < kClasses * kClasses; ++x) {
-      quality.confusion_error += std::abs(learned[x] - truth[x]) / (kAnnotators * kClasses * kClasses);
+      quality.confusion_error +=
+          std::abs(learned[x] - truth[x]) / (kAnnotators * kClasses * kClasses);
     }
   }
   return quality;
