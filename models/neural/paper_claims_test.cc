@@ -1,10 +1,12 @@
 // Synthetic checks of the claims of the papers behind the neural models, with fixed seeds.
 // Each case builds a crowd where the paper's modelling assumption holds and compares the
 // method with the baseline the paper compares against; the measured numbers are in
-// docs/EVALUATION.md ("Synthetic checks of the papers' claims").
+// docs/EVALUATION.md ("Synthetic checks of the papers' claims"), and above each test (for
+// trace_reg and cmm the document still has the earlier single-seed measurements).
 //
-// Four claims hold here and are asserted: trace_reg, cmm, lia when items carry features
-// (without features it does not), and conal when the crowd shares a confusion on some items.
+// Four claims hold here and are asserted: trace_reg, cmm (against ds and majority vote, when
+// the annotators' groups share a bias), lia when items carry features (without features it
+// does not), and conal when the crowd shares a confusion on some items.
 // The cases where a claim does not hold, or that are not the paper's setting, are four DISABLED_
 // measurements, run with --gtest_also_run_disabled_tests, that assert only that the fits run;
 // they are kept so that the comparison can be re-run when the models change, and issue #17
@@ -212,25 +214,48 @@ TEST(PaperClaimsTest, TraceRegularisationRecoversConfusionsWithOneLabelPerItem) 
   EXPECT_LT(mean_strong, mean_without - 0.015);
 }
 
-// CMM: more annotators at a fixed number of labels (sparser annotators), from 3 groups.
+// CMM (Mena & Ñanculef, global form): more annotators at a fixed number of labels (sparser
+// annotators), from 3 groups: two thirds of the annotators read class 0 as 1 with probability
+// 0.6 (and are right 0.8 of the time on the other classes), the rest are right 0.6 of the time;
+// 1,500 items x 5 labels, 12 or 1,200 annotators (about 6 labels each). ds needs each
+// annotator's confusion and collapses as they get sparse; cmm models the groups' confusions,
+// not the annotators, so it keeps its accuracy, and it must beat majority vote with them (the
+// shared bias is what a vote cannot undo). Asserted on the mean of seeds 13-15.
+// Measured (12 -> 1,200 annotators): ds 0.768 -> 0.631, cmm 0.762 -> 0.760, mv 0.732 -> 0.740;
+// cmm beats mv by 1.8-2.4 points at 1,200 annotators on seeds 13-15 (1.1-1.8 on seeds 16-19).
+// cmm's posteriors do not use the annotators' ids (the global form): on a crowd whose groups
+// have symmetric confusions (0.85, 0.6, spammers; 3 labels per item) nothing beyond the vote
+// can be learnt without them, and cmm only matches majority vote there (10 -> 1,000
+// annotators, seed 13: ds 0.815 -> 0.702, cmm 0.733 -> 0.703, mv 0.737 -> 0.711; at 1,000
+// annotators cmm is 0.4 points below mv on the mean of seeds 13-17).
 TEST(PaperClaimsTest, CmmAsAnnotatorsGetSparse) {
   const int32_t k = 3;
-  const std::vector<double> groups[3] = {testing::SymmetricConfusion(k, 0.85),
-                                         testing::SymmetricConfusion(k, 0.6),
-                                         testing::SymmetricConfusion(k, 1.0 / k)};
-  double ds[2], cmm[2];
-  int run = 0;
-  for (int32_t annotators : {10, 1000}) {
-    Crowd crowd = Generate(1500, annotators, k, 3, 13, [&](int32_t, int32_t a) { return groups[a % 3]; });
-    ds[run] = AccuracyOf("ds", crowd);
-    cmm[run] = AccuracyOf("cmm", crowd);
-    std::printf("sparse %d: ds %.4f cmm %.4f mv %.4f\n", annotators, ds[run], cmm[run],
-                AccuracyOf("mv", crowd));
-    ++run;
+  std::vector<double> biased = testing::SymmetricConfusion(k, 0.8);
+  biased[0 * k + 0] = 0.2;
+  biased[0 * k + 1] = 0.6;
+  biased[0 * k + 2] = 0.2;
+  const std::vector<double> groups[3] = {biased, biased, testing::SymmetricConfusion(k, 0.6)};
+  double ds[2] = {0, 0}, cmm[2] = {0, 0}, mv[2] = {0, 0};
+  for (uint64_t seed : {13, 14, 15}) {
+    int run = 0;
+    for (int32_t annotators : {12, 1200}) {
+      Crowd crowd =
+          Generate(1500, annotators, k, 5, seed, [&](int32_t, int32_t a) { return groups[a % 3]; });
+      TruthModelOptions options;
+      options.neural.seed = seed;
+      const double ds_accuracy = AccuracyOf("ds", crowd);
+      const double cmm_accuracy = AccuracyOf("cmm", crowd, options);
+      const double mv_accuracy = AccuracyOf("mv", crowd);
+      std::printf("seed %d, %d annotators: ds %.4f cmm %.4f mv %.4f\n", static_cast<int>(seed),
+                  annotators, ds_accuracy, cmm_accuracy, mv_accuracy);
+      ds[run] += ds_accuracy / 3;
+      cmm[run] += cmm_accuracy / 3;
+      mv[run] += mv_accuracy / 3;
+      ++run;
+    }
   }
-  // Measured: ds 0.815 -> 0.702, cmm 0.737 -> 0.699. cmm loses less as annotators get sparse
-  // (the paper's claim), though it stays below ds here (it is near majority vote throughout).
-  EXPECT_GT(ds[0] - ds[1], (cmm[0] - cmm[1]) + 0.03);
+  EXPECT_GT(ds[0] - ds[1], (cmm[0] - cmm[1]) + 0.05);
+  EXPECT_GT(cmm[1], mv[1] + 0.01);
 }
 
 // LIA: competence depends on the item: each annotator is an expert on half of the items
