@@ -1,13 +1,17 @@
 // Synthetic checks of the claims of the papers behind the neural models, with fixed seeds.
 // Each case builds a crowd where the paper's modelling assumption holds and compares the
 // method with the baseline the paper compares against; the measured numbers are in
-// docs/EVALUATION.md ("Synthetic checks of the papers' claims").
+// docs/EVALUATION.md ("Synthetic checks of the papers' claims"), and above each test (for
+// trace_reg and cmm the document still has the earlier single-seed measurements).
 //
-// Four claims hold here and are asserted: trace_reg, cmm, lia when items carry features
-// (without features it does not), and conal when the crowd shares a confusion on some items.
-// The cases where a claim does not hold, or that are not the paper's setting, are DISABLED_
+// Four claims hold here and are asserted: trace_reg, cmm (against ds and majority vote, when
+// the annotators' groups share a bias), lia when items carry features (without features it
+// does not), and conal when the crowd shares a confusion on some items.
+// The cases where a claim does not hold, or that are not the paper's setting, are four DISABLED_
 // measurements, run with --gtest_also_run_disabled_tests, that assert only that the fits run;
-// they are kept so that the comparison can be re-run when the models change.
+// they are kept so that the comparison can be re-run when the models change, and issue #17
+// (neural models made faithful to the papers) will enable them. The line above each says why
+// it is disabled.
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -131,6 +135,8 @@ TEST(PaperClaimsTest, ConalBeatsDsWhenTheCrowdSharesAConfusionOnSomeItems) {
 
 // The same comparison over seeds 1-5, with λ = 1e-3 and the default 1e-5 (a measurement:
 // about two minutes on two CPU cores; the numbers are in docs/EVALUATION.md).
+// Disabled: a 2-minute measurement, and conal gains under a point at the paper's λ = 1e-5;
+// issue #17 (neural models made faithful to the papers) will enable it.
 TEST(PaperClaimsTest, DISABLED_ConalAgainstDsAcrossSeeds) {
   for (uint64_t seed = 1; seed <= 5; ++seed) {
     const ConalAndDs strong = ConalAgainstDsOnItemsWithACommonConfusion(seed, 1e-3);
@@ -144,6 +150,8 @@ TEST(PaperClaimsTest, DISABLED_ConalAgainstDsAcrossSeeds) {
 // Not CoNAL's setting, kept as a measurement: each annotator's confusion is half a shared one
 // (class 0 read as 1, 2 as 3) and half their own on every item, so it does not depend on the
 // item: that is exactly ds's model (one confusion per annotator), which conal can only match.
+// Disabled: not CoNAL's setting, so there is no claim to assert (conal can only match ds);
+// issue #17 (neural models made faithful to the papers) will enable it.
 TEST(PaperClaimsTest, DISABLED_ConalWithACommonConfusionSharedByTheCrowd) {
   const int32_t k = 4;
   std::vector<double> common = testing::SymmetricConfusion(k, 0.9);
@@ -162,57 +170,98 @@ TEST(PaperClaimsTest, DISABLED_ConalWithACommonConfusionSharedByTheCrowd) {
 
 // Trace regularisation: one label per item; the trace term should recover the annotators'
 // confusion matrices better than the same model without it.
+// Trace regularisation (Tanno et al. 2019): one label per item; the trace term should recover
+// the annotators' confusion matrices better than the same model without it. Without it, a free
+// item embedding absorbs the label noise into the classifier and the confusions come out too
+// close to the identity; the term pushes their diagonals down. Over three seeds (crowd and
+// model), each fit about 2 s on two CPU cores:
+//  - at the default λ = 0.01 the gain is small but the same on every seed (mean absolute error
+//    per cell 0.1448 -> 0.1432, 0.1445 -> 0.1429, 0.1443 -> 0.1425), so it is asserted per seed;
+//  - at λ = 0.1 it is large enough for a margin (mean 0.1445 -> 0.1169).
+// A penalty of the wrong sign (rewarding the trace) makes the confusions more diagonal still,
+// and fails both.
 TEST(PaperClaimsTest, TraceRegularisationRecoversConfusionsWithOneLabelPerItem) {
   const int32_t k = 3;
   std::vector<std::vector<double>> truth_confusions;
-  std::mt19937_64 rng(9);
   for (int a = 0; a < 6; ++a) {
-    std::vector<double> c = testing::SymmetricConfusion(k, 0.6 + 0.06 * a);
-    truth_confusions.push_back(c);
+    truth_confusions.push_back(testing::SymmetricConfusion(k, 0.6 + 0.06 * a));
   }
-  Crowd crowd = Generate(6000, 6, k, 1, 11, [&](int32_t, int32_t a) { return truth_confusions[a]; });
-  auto error = [&](double lambda) {
-    TruthModelOptions options;
-    options.neural.device = "cpu";
-    options.neural.trace_lambda = lambda;
-    auto model = CreateTruthModel("trace_reg", k, options);
-    EXPECT_TRUE((*model)->Fit(crowd.matrix, {}, false).ok());
-    double e = 0;
-    for (int a = 0; a < 6; ++a) {
-      std::vector<double> c = (*model)->AnnotatorConfusion(a);
-      for (int x = 0; x < k * k; ++x) e += std::abs(c[x] - truth_confusions[a][x]) / (6 * k * k);
-    }
-    return e;
-  };
-  const double with = error(0.01), without = error(0.0);
-  std::printf("trace: with %.4f without %.4f\n", with, without);
-  // Measured 0.1441 against 0.1457 (mean absolute error per cell): a small but consistent gain.
-  EXPECT_LT(with, without);
+  double mean_without = 0, mean_strong = 0;
+  for (uint64_t seed : {11, 12, 13}) {
+    Crowd crowd =
+        Generate(6000, 6, k, 1, seed, [&](int32_t, int32_t a) { return truth_confusions[a]; });
+    auto error = [&](double lambda) {
+      TruthModelOptions options;
+      options.neural.device = "cpu";
+      options.neural.seed = seed;
+      options.neural.trace_lambda = lambda;
+      auto model = CreateTruthModel("trace_reg", k, options);
+      EXPECT_TRUE((*model)->Fit(crowd.matrix, {}, false).ok());
+      double e = 0;
+      for (int a = 0; a < 6; ++a) {
+        std::vector<double> c = (*model)->AnnotatorConfusion(a);
+        for (int x = 0; x < k * k; ++x) e += std::abs(c[x] - truth_confusions[a][x]) / (6 * k * k);
+      }
+      return e;
+    };
+    const double without = error(0.0), with = error(0.01), strong = error(0.1);
+    std::printf("trace, seed %d: without %.4f, lambda 0.01 %.4f, lambda 0.1 %.4f\n",
+                static_cast<int>(seed), without, with, strong);
+    EXPECT_LT(with, without) << "seed " << seed;
+    mean_without += without / 3;
+    mean_strong += strong / 3;
+  }
+  EXPECT_LT(mean_strong, mean_without - 0.015);
 }
 
-// CMM: more annotators at a fixed number of labels (sparser annotators), from 3 groups.
+// CMM (Mena & Ñanculef, global form): more annotators at a fixed number of labels (sparser
+// annotators), from 3 groups: two thirds of the annotators read class 0 as 1 with probability
+// 0.6 (and are right 0.8 of the time on the other classes), the rest are right 0.6 of the time;
+// 1,500 items x 5 labels, 12 or 1,200 annotators (about 6 labels each). ds needs each
+// annotator's confusion and collapses as they get sparse; cmm models the groups' confusions,
+// not the annotators, so it keeps its accuracy, and it must beat majority vote with them (the
+// shared bias is what a vote cannot undo). Asserted on the mean of seeds 13-15.
+// Measured (12 -> 1,200 annotators): ds 0.768 -> 0.631, cmm 0.762 -> 0.760, mv 0.732 -> 0.740;
+// cmm beats mv by 1.8-2.4 points at 1,200 annotators on seeds 13-15 (1.1-1.8 on seeds 16-19).
+// cmm's posteriors do not use the annotators' ids (the global form): on a crowd whose groups
+// have symmetric confusions (0.85, 0.6, spammers; 3 labels per item) nothing beyond the vote
+// can be learnt without them, and cmm only matches majority vote there (10 -> 1,000
+// annotators, seed 13: ds 0.815 -> 0.702, cmm 0.733 -> 0.703, mv 0.737 -> 0.711; at 1,000
+// annotators cmm is 0.4 points below mv on the mean of seeds 13-17).
 TEST(PaperClaimsTest, CmmAsAnnotatorsGetSparse) {
   const int32_t k = 3;
-  const std::vector<double> groups[3] = {testing::SymmetricConfusion(k, 0.85),
-                                         testing::SymmetricConfusion(k, 0.6),
-                                         testing::SymmetricConfusion(k, 1.0 / k)};
-  double ds[2], cmm[2];
-  int run = 0;
-  for (int32_t annotators : {10, 1000}) {
-    Crowd crowd = Generate(1500, annotators, k, 3, 13, [&](int32_t, int32_t a) { return groups[a % 3]; });
-    ds[run] = AccuracyOf("ds", crowd);
-    cmm[run] = AccuracyOf("cmm", crowd);
-    std::printf("sparse %d: ds %.4f cmm %.4f mv %.4f\n", annotators, ds[run], cmm[run],
-                AccuracyOf("mv", crowd));
-    ++run;
+  std::vector<double> biased = testing::SymmetricConfusion(k, 0.8);
+  biased[0 * k + 0] = 0.2;
+  biased[0 * k + 1] = 0.6;
+  biased[0 * k + 2] = 0.2;
+  const std::vector<double> groups[3] = {biased, biased, testing::SymmetricConfusion(k, 0.6)};
+  double ds[2] = {0, 0}, cmm[2] = {0, 0}, mv[2] = {0, 0};
+  for (uint64_t seed : {13, 14, 15}) {
+    int run = 0;
+    for (int32_t annotators : {12, 1200}) {
+      Crowd crowd =
+          Generate(1500, annotators, k, 5, seed, [&](int32_t, int32_t a) { return groups[a % 3]; });
+      TruthModelOptions options;
+      options.neural.seed = seed;
+      const double ds_accuracy = AccuracyOf("ds", crowd);
+      const double cmm_accuracy = AccuracyOf("cmm", crowd, options);
+      const double mv_accuracy = AccuracyOf("mv", crowd);
+      std::printf("seed %d, %d annotators: ds %.4f cmm %.4f mv %.4f\n", static_cast<int>(seed),
+                  annotators, ds_accuracy, cmm_accuracy, mv_accuracy);
+      ds[run] += ds_accuracy / 3;
+      cmm[run] += cmm_accuracy / 3;
+      mv[run] += mv_accuracy / 3;
+      ++run;
+    }
   }
-  // Measured: ds 0.815 -> 0.702, cmm 0.737 -> 0.699. cmm loses less as annotators get sparse
-  // (the paper's claim), though it stays below ds here (it is near majority vote throughout).
-  EXPECT_GT(ds[0] - ds[1], (cmm[0] - cmm[1]) + 0.03);
+  EXPECT_GT(ds[0] - ds[1], (cmm[0] - cmm[1]) + 0.05);
+  EXPECT_GT(cmm[1], mv[1] + 0.01);
 }
 
 // LIA: competence depends on the item: each annotator is an expert on half of the items
 // (those whose index has the annotator's parity) and guesses on the rest.
+// Disabled: without item features lia does not beat ds (measured lia 0.906, ds 0.934);
+// issue #17 (neural models made faithful to the papers) will enable it.
 TEST(PaperClaimsTest, DISABLED_LiaWhenCompetenceDependsOnTheItem) {
   const int32_t k = 2;
   const std::vector<double> expert = testing::SymmetricConfusion(k, 0.95);
@@ -254,6 +303,8 @@ TEST(PaperClaimsTest, LiaWithItemFeaturesWhenCompetenceDependsOnTheItem) {
 // explained by items having different truths, and what an end-to-end model learns as
 // confusions is close to the labels' marginal distribution: too flat, and the posteriors that
 // use it lose to ds. crowdlayer, fitted the same way, loses too.
+// Disabled: ill-posed (with features h sees only them) and conal loses to ds here;
+// issue #17 (neural models made faithful to the papers) will enable it.
 TEST(PaperClaimsTest, DISABLED_ConalWithItemFeaturesMarkingConfusingItems) {
   const int32_t k = 4;
   std::vector<double> common = testing::SymmetricConfusion(k, 0.9);
