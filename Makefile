@@ -41,13 +41,14 @@ run: deps
 
 # Runs every test; the last line is "N passed, N failed" (test cases, from the test.xml of the
 # workspace's current test targets: bazel-testlogs also keeps those of moved or removed ones).
+# Targets tagged manual are not run by `bazel test //...`, so they are not counted either.
 test: deps
 	@set -o pipefail; status=0; \
 	VERITY_DATASETS=$(DATASETS) $(BAZEL) test //... || status=$$?; \
 	if [ $$status -ne 0 ] && [ $$status -ne 3 ]; then \
 	  echo "bazel test could not run the tests (exit $$status)"; echo "0 passed, 1 failed"; exit 1; \
 	fi; \
-	targets=$$(mktemp); $(BAZEL) query 'tests(//...)' > $$targets 2>/dev/null || { rm -f $$targets; \
+	targets=$$(mktemp); $(BAZEL) query 'tests(//...) except attr(tags, "\bmanual\b", tests(//...))' > $$targets 2>/dev/null || { rm -f $$targets; \
 	  echo "bazel query could not list the tests"; echo "0 passed, 1 failed"; exit 1; }; \
 	python3 tools/test_summary.py bazel-testlogs $$targets; summary=$$?; rm -f $$targets; \
 	if [ $$status -ne 0 ] || [ $$summary -ne 0 ]; then exit 1; fi
