@@ -175,14 +175,22 @@ class AuthTest : public ::testing::Test {
     delete postgres_;
   }
 
-  static std::unique_ptr<server::VerityServer> StartServer() {
+  // A server of the suite's database with authentication on and no background refits; tests
+  // that start one of their own change what they need.
+  static server::VerityServer::Options ServerOptions() {
     server::VerityServer::Options options;
     options.listen = "localhost:0";
     options.postgres_url = postgres_->url();
-    options.pool_size = 4;
+    options.pool_size = 2;
     options.training.run_in_background = false;
     options.auth.enabled = true;
     options.auth.admin_key_file = *admin_key_file_;
+    return options;
+  }
+
+  static std::unique_ptr<server::VerityServer> StartServer() {
+    server::VerityServer::Options options = ServerOptions();
+    options.pool_size = 4;
     auto started = server::VerityServer::Start(options);
     EXPECT_TRUE(started.ok()) << started.status();
     return started.ok() ? *std::move(started) : nullptr;
@@ -614,14 +622,8 @@ TEST_F(AuthTest, ARevocationOnAnotherServerReachesAnOpenStreamWithinTheRefreshIn
   // A second server of the same database (it loads the key at start), refreshing its keys
   // every second.
   constexpr absl::Duration kRefresh = absl::Seconds(1);
-  server::VerityServer::Options options;
-  options.listen = "localhost:0";
-  options.postgres_url = postgres_->url();
-  options.pool_size = 2;
-  options.training.run_in_background = false;
-  options.auth.enabled = true;
+  server::VerityServer::Options options = ServerOptions();
   options.auth.key_refresh = kRefresh;
-  options.auth.admin_key_file = *admin_key_file_;
   auto other = server::VerityServer::Start(options);
   ASSERT_TRUE(other.ok()) << other.status();
   auto other_channel = grpc::CreateChannel(absl::StrCat("localhost:", (*other)->port()),
@@ -670,14 +672,8 @@ TEST_F(AuthTest, ARevokedKeyStaysRefusedAfterTheKeyRingsRefresh) {
   // must never bring a revoked key back.
   constexpr absl::Duration kRefresh = absl::Milliseconds(200);
   auto start = [&] {
-    server::VerityServer::Options options;
-    options.listen = "localhost:0";
-    options.postgres_url = postgres_->url();
-    options.pool_size = 2;
-    options.training.run_in_background = false;
-    options.auth.enabled = true;
+    server::VerityServer::Options options = ServerOptions();
     options.auth.key_refresh = kRefresh;
-    options.auth.admin_key_file = *admin_key_file_;
     return server::VerityServer::Start(options);
   };
   auto revoking = start();
@@ -726,13 +722,7 @@ TEST_F(AuthTest, ARevokedKeyStaysRefusedAfterTheKeyRingsRefresh) {
 // The web console on the metrics port, with authentication on: /api/ needs a key and shows
 // only the projects the key may touch; a Host that is not this console's is refused.
 TEST_F(AuthTest, TheConsoleNeedsAKeyAndShowsOnlyItsProjects) {
-  server::VerityServer::Options options;
-  options.listen = "localhost:0";
-  options.postgres_url = postgres_->url();
-  options.pool_size = 2;
-  options.training.run_in_background = false;
-  options.auth.enabled = true;
-  options.auth.admin_key_file = *admin_key_file_;
+  server::VerityServer::Options options = ServerOptions();
   options.metrics_listen = "127.0.0.1:0";
   options.console_allowed_hosts = {"verity.internal"};
   auto console_server = server::VerityServer::Start(options);
@@ -792,13 +782,7 @@ TEST_F(AuthTest, TheConsoleNeedsAKeyAndShowsOnlyItsProjects) {
 
 // --max_streams_per_key: one key cannot hold every ingest stream; other keys still open theirs.
 TEST_F(AuthTest, OneKeyCannotOpenMoreThanItsShareOfStreams) {
-  server::VerityServer::Options options;
-  options.listen = "localhost:0";
-  options.postgres_url = postgres_->url();
-  options.pool_size = 2;
-  options.training.run_in_background = false;
-  options.auth.enabled = true;
-  options.auth.admin_key_file = *admin_key_file_;
+  server::VerityServer::Options options = ServerOptions();
   options.max_streams_per_key = 2;
   auto limited = server::VerityServer::Start(options);
   ASSERT_TRUE(limited.ok()) << limited.status();

@@ -92,6 +92,13 @@ grpc::Status ProjectServiceImpl::UpdateProjectSettings(
   return grpc::Status::OK;
 }
 
+absl::Status ProjectServiceImpl::CheckGrowth(const LiveProject& live,
+                                             const ProjectGrowth& added) const {
+  const ProjectCounts counts = live.Counts();
+  return CheckProjectQuota(EffectiveQuota(live.settings(), core_.quota_defaults),
+                           {counts.num_items, counts.num_annotators, counts.num_labels}, added);
+}
+
 grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext* context, const v1::AddItemsRequest* request,
                                           v1::AddItemsResponse* response) {
   if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
@@ -142,11 +149,7 @@ grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext* context, const v1
       new_ids.insert(item.id());
     }
   }
-  const ProjectCounts counts = live.Counts();
-  if (absl::Status s = CheckProjectQuota(
-          EffectiveQuota(live.settings(), core_.quota_defaults),
-          {counts.num_items, counts.num_annotators, counts.num_labels},
-          {static_cast<int64_t>(new_ids.size()), 0, 0});
+  if (absl::Status s = CheckGrowth(live, {static_cast<int64_t>(new_ids.size()), 0, 0});
       !s.ok()) {
     return ToGrpcStatus(s);
   }
@@ -195,11 +198,7 @@ grpc::Status ProjectServiceImpl::AddAnnotators(grpc::ServerContext* context,
       new_ids.insert(a.id());
     }
   }
-  const ProjectCounts counts = live.Counts();
-  if (absl::Status s = CheckProjectQuota(
-          EffectiveQuota(live.settings(), core_.quota_defaults),
-          {counts.num_items, counts.num_annotators, counts.num_labels},
-          {0, static_cast<int64_t>(new_ids.size()), 0});
+  if (absl::Status s = CheckGrowth(live, {0, static_cast<int64_t>(new_ids.size()), 0});
       !s.ok()) {
     return ToGrpcStatus(s);
   }
