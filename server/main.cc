@@ -92,6 +92,10 @@ ABSL_FLAG(int64_t, max_annotators_per_project, 1'000'000,
           "otherwise.");
 ABSL_FLAG(int64_t, max_labels_per_project, 100'000'000,
           "Live labels a project may hold unless its settings.limits.max_labels says otherwise.");
+ABSL_FLAG(int64_t, max_confusion_cells_per_project, 16'000'000,
+          "Annotators x classes^2 a project may reach unless its "
+          "settings.limits.max_confusion_cells says otherwise: the truth models keep a dense "
+          "confusion per annotator, so this bounds their memory and fit time.");
 ABSL_FLAG(int64_t, grpc_memory_mb, 512,
           "Memory gRPC may hold for calls in flight, incoming messages above all (MiB). "
           "Messages are read before their key is checked, so this bounds what callers without "
@@ -148,6 +152,8 @@ int main(int argc, char** argv) {
   options.project_quota.max_items = absl::GetFlag(FLAGS_max_items_per_project);
   options.project_quota.max_annotators = absl::GetFlag(FLAGS_max_annotators_per_project);
   options.project_quota.max_labels = absl::GetFlag(FLAGS_max_labels_per_project);
+  options.project_quota.max_confusion_cells =
+      absl::GetFlag(FLAGS_max_confusion_cells_per_project);
   options.db_timeout = absl::Seconds(absl::GetFlag(FLAGS_db_timeout_seconds));
   options.training.run_in_background = absl::GetFlag(FLAGS_background_refit);
   options.training.max_staleness = absl::Seconds(absl::GetFlag(FLAGS_refit_staleness_seconds));

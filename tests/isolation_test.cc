@@ -150,11 +150,11 @@ TEST_F(IsolationTest, EveryAnnotatorComesAPageAtATime) {
 }
 
 TEST_F(IsolationTest, AResponseOverTheSizeLimitIsRefusedBeforeItIsBuilt) {
-  // 256 classes: each matrix is 512 KiB, so 300 of them are about 157 MB.
-  CreateProjectWithAnnotators("wide", 256, 300);
+  // 256 classes: each matrix is 512 KiB, so 200 of them are about 105 MB.
+  CreateProjectWithAnnotators("wide", 256, 200);
   v1::GetAnnotatorProfilesRequest request;
   request.set_project("wide");
-  for (int a = 0; a < 300; ++a) request.add_annotators(absl::StrCat("a", a));
+  for (int a = 0; a < 200; ++a) request.add_annotators(absl::StrCat("a", a));
   v1::GetAnnotatorProfilesResponse response;
   grpc::Status status = Profiles(request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -165,7 +165,7 @@ TEST_F(IsolationTest, AResponseOverTheSizeLimitIsRefusedBeforeItIsBuilt) {
   request.set_confusion_detail(v1::CONFUSION_DETAIL_NONE);
   response.Clear();
   ASSERT_TRUE(Profiles(request, &response).ok());
-  ASSERT_EQ(response.profiles_size(), 300);
+  ASSERT_EQ(response.profiles_size(), 200);
   EXPECT_FALSE(response.profiles(0).has_confusion());
   EXPECT_EQ(response.profiles(0).num_labels(), 1);
   EXPECT_GT(response.profiles(0).accuracy(), 0.0);
@@ -182,7 +182,7 @@ TEST_F(IsolationTest, AResponseOverTheSizeLimitIsRefusedBeforeItIsBuilt) {
     total += page.profiles_size();
     all.set_page_token(page.next_page_token());
   } while (!all.page_token().empty());
-  EXPECT_EQ(total, 300);
+  EXPECT_EQ(total, 200);
 }
 
 TEST_F(IsolationTest, SuggestAnnotatorsCapsItsCandidatesAndSuggestsEachOnce) {
@@ -325,6 +325,43 @@ TEST_F(IsolationTest, AProjectsLimitsRefuseWholeCallsThatWouldPassThem) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
   EXPECT_EQ(counts(), (std::vector<int64_t>{3, 2, 5}));
+}
+
+// max_confusion_cells (annotators × K²): a many-class project cannot take as many annotators
+// as a binary one. At 256 classes the default 16,000,000 cells allow 244 annotators.
+TEST_F(IsolationTest, AManyClassProjectsAnnotatorsAreBoundedByItsConfusionCells) {
+  CreateProjectWithAnnotators("many-classes", 256, 240);
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  auto stream = v1::IngestService::NewStub(channel_)->SubmitAnnotations(&context);
+  v1::AnnotationBatch batch;
+  batch.set_batch_id(1);
+  batch.set_project("many-classes");
+  for (int a = 240; a < 250; ++a) {
+    v1::Annotation* label = batch.add_annotations();
+    label->set_item("i0");
+    label->set_annotator(absl::StrCat("a", a));
+    label->set_label(0);
+  }
+  stream->Write(batch);
+  stream->WritesDone();
+  v1::BatchAck ack;
+  ASSERT_TRUE(stream->Read(&ack));
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "max_confusion_cells (16000000"))
+      << ack.error_message();
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "has 15728640 confusion cells"))
+      << ack.error_message();
+  grpc::ClientContext get_context;
+  get_context.set_deadline(Deadline());
+  v1::GetProjectRequest get;
+  get.set_project("many-classes");
+  v1::GetProjectResponse project;
+  ASSERT_TRUE(
+      v1::ProjectService::NewStub(channel_)->GetProject(&get_context, get, &project).ok());
+  EXPECT_EQ(project.project().num_annotators(), 240);
+  EXPECT_EQ(project.project().num_labels(), 240);
 }
 
 // The server-wide defaults apply where a project sets no limit.

@@ -10,11 +10,13 @@ ProjectQuota EffectiveQuota(const v1::ProjectSettings& settings, const ProjectQu
   if (limits.max_items() > 0) quota.max_items = limits.max_items();
   if (limits.max_annotators() > 0) quota.max_annotators = limits.max_annotators();
   if (limits.max_labels() > 0) quota.max_labels = limits.max_labels();
+  if (limits.max_confusion_cells() > 0) quota.max_confusion_cells = limits.max_confusion_cells();
   return quota;
 }
 
 absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& current,
-                               const ProjectGrowth& added) {
+                               const ProjectGrowth& added, int32_t num_classes) {
+  const int64_t cells_per_annotator = static_cast<int64_t>(num_classes) * num_classes;
   const struct {
     const char* limit;
     const char* flag;
@@ -27,6 +29,9 @@ absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& c
        current.annotators, added.annotators},
       {"max_labels", "--max_labels_per_project", "labels", quota.max_labels, current.labels,
        added.labels},
+      {"max_confusion_cells", "--max_confusion_cells_per_project",
+       "confusion cells (annotators x classes^2)", quota.max_confusion_cells,
+       current.annotators * cells_per_annotator, added.annotators * cells_per_annotator},
   };
   for (const auto& c : checks) {
     if (c.more > 0 && c.now + c.more > c.max) {

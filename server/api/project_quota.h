@@ -14,6 +14,9 @@ struct ProjectQuota {
   int64_t max_items = 10'000'000;
   int64_t max_annotators = 1'000'000;
   int64_t max_labels = 100'000'000;
+  // Annotators × K²: every truth model keeps a dense K×K confusion (or its counts) per
+  // annotator, so this bounds their memory, fit time and stored size.
+  int64_t max_confusion_cells = 16'000'000;
 };
 
 // A project's limits: its settings' non-zero overrides, else `defaults`.
@@ -30,8 +33,9 @@ struct ProjectGrowth {
 // first limit passed, its value and the current size, e.g. "project limit max_items (1000,
 // settings.limits or --max_items_per_project) would be passed: the project has 998 items and
 // this call adds 5".
+// `num_classes` is the project's K (for max_confusion_cells).
 absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& current,
-                               const ProjectGrowth& added);
+                               const ProjectGrowth& added, int32_t num_classes);
 
 }  // namespace verity::server
 

@@ -96,7 +96,8 @@ absl::Status ProjectServiceImpl::CheckGrowth(const LiveProject& live,
                                              const ProjectGrowth& added) const {
   const ProjectCounts counts = live.Counts();
   return CheckProjectQuota(EffectiveQuota(live.settings(), core_.quota_defaults),
-                           {counts.num_items, counts.num_annotators, counts.num_labels}, added);
+                           {counts.num_items, counts.num_annotators, counts.num_labels}, added,
+                           live.num_classes());
 }
 
 grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext* context, const v1::AddItemsRequest* request,
