@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/api/validation.h"
+#include "server/auth/key_metadata_processor.h"
 #include "server/auth/secret_file.h"
 #include "server/auth/transport_security.h"
 #include "server/observability/log.h"
@@ -100,6 +101,11 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (options.auth.enabled && !options.transport.tls_cert_file.empty()) {
+    // With TLS, keyless calls are refused before their message is read.
+    (*credentials)->SetAuthMetadataProcessor(
+        std::make_shared<ApiKeyMetadataProcessor>(*server->keys_));
+  }
   builder.AddListeningPort(options.listen, *credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(ApiLimits::kMaxMessageBytes);
   builder.SetMaxSendMessageSize(ApiLimits::kMaxMessageBytes);

@@ -1,6 +1,7 @@
-// Memory taken before authentication: gRPC reads a whole message before the key is checked,
-// so callers without a key could make the server allocate 16 MiB per call. The server's gRPC
-// resource quota (--grpc_memory_mb) bounds it. The real verity_server binary runs as a child
+// Memory taken before authentication: gRPC reads a whole message before the interceptor checks
+// the key, so callers without a key could make the server allocate 16 MiB per call. With TLS
+// the server refuses a keyless call when its metadata arrives, before the message is read
+// (server/auth/key_metadata_processor.h). The real verity_server binary runs as a child
 // process, so that its resident memory can be read from /proc.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -8,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -52,16 +54,33 @@ std::string ReadFirstLine(const std::string& path) {
 
 TEST(UnauthenticatedMemoryTest, ManyLargeRequestsWithoutAKeyStayWithinTheQuota) {
   const std::string dir = MakeTempDir("verity-unauth-memory");
+  // TLS, as a server off loopback must have (and as the early key check needs).
+  const std::string script = absl::StrCat(
+      "set -e; cd ", dir, "; ",
+      "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
+      "  -subj /CN=verity-test-ca 2>/dev/null; ",
+      "printf 'subjectAltName=DNS:localhost' > san.ext; ",
+      "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
+      "  -subj /CN=localhost 2>/dev/null; ",
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+      "  -out server.pem -days 2 -extfile san.ext 2>/dev/null");
+  ASSERT_EQ(std::system(("bash -c '" + script + "'").c_str()), 0) << "openssl failed";
   ServerProcess server(RunfilePath("server/verity_server"), dir,
                        {"--auth=on", "--metrics_port=0",
-                        absl::StrCat("--grpc_memory_mb=", kQuotaMb)});
+                        absl::StrCat("--grpc_memory_mb=", kQuotaMb),
+                        "--tls_cert=" + dir + "/server.pem", "--tls_key=" + dir + "/server.key"});
   ASSERT_TRUE(server.Start().ok());
   const std::string admin_key = ReadFirstLine(dir + "/var/admin.key");
   ASSERT_FALSE(admin_key.empty());
   grpc::ChannelArguments arguments;
   arguments.SetMaxSendMessageSize(16 << 20);
+  grpc::SslCredentialsOptions ssl;
+  {
+    std::ifstream in(dir + "/ca.pem");
+    ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
   auto channel =
-      grpc::CreateCustomChannel(server.address(), grpc::InsecureChannelCredentials(), arguments);
+      grpc::CreateCustomChannel(server.address(), grpc::SslCredentials(ssl), arguments);
   auto list_projects = [&](std::chrono::seconds timeout) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + timeout);
