@@ -85,10 +85,17 @@ IngestPipeline::IngestPipeline(storage::AnnotationStore& store, Options options,
       options_(options),
       metrics_(metrics != nullptr ? std::make_unique<Metrics>(*metrics) : nullptr) {
   // Named for profilers (perf, top -H); at most 15 characters.
-  committer_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "verity-ingest");
-    CommitLoop();
-  });
+  const int lanes = std::max(1, options_.commit_lanes);
+  {
+    absl::MutexLock lock(&publish_mu_);
+    lanes_running_ = lanes;
+  }
+  for (int lane = 0; lane < lanes; ++lane) {
+    committers_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "verity-ingest");
+      CommitLoop();
+    });
+  }
   publisher_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "verity-publish");
     PublishLoop();
@@ -148,11 +155,63 @@ std::future<IngestPipeline::Result> IngestPipeline::Submit(
 void IngestPipeline::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_ && !committer_.joinable()) return;
+    if (stopping_ && committers_.empty()) return;
     stopping_ = true;
   }
-  if (committer_.joinable()) committer_.join();
+  for (std::thread& committer : committers_) committer.join();
+  committers_.clear();
   if (publisher_.joinable()) publisher_.join();
+}
+
+bool IngestPipeline::LaneHasWorkOrIsDone() const {
+  if (stopping_ && ready_.empty()) return true;
+  for (int64_t project_id : ready_) {
+    if (!held_.contains(project_id)) return true;
+  }
+  return false;
+}
+
+std::vector<IngestPipeline::Pending> IngestPipeline::TakeGroup() {
+  // The waiting projects no lane holds, in round-robin order.
+  std::vector<int64_t> available;
+  for (int64_t project_id : ready_) {
+    if (!held_.contains(project_id)) available.push_back(project_id);
+  }
+  // With several projects available, a group is one round (a batch of each), so that a small
+  // project's batch never commits behind several rounds of a large one's; with one, its
+  // batches up to the group size.
+  std::vector<Pending> group;
+  int64_t taken = 0;
+  std::vector<int64_t> served;
+  for (size_t next = 0; next < available.size();) {
+    const int64_t project_id = available[next];
+    auto queue_it = queues_.find(project_id);
+    ProjectQueue& queue = queue_it->second;
+    const int64_t n = static_cast<int64_t>(queue.batches.front().writes.size());
+    if (!group.empty() && taken + n > options_.max_group_annotations) break;
+    taken += n;
+    queue.annotations -= n;
+    group.push_back(std::move(queue.batches.front()));
+    queue.batches.pop_front();
+    if (served.empty() || served.back() != project_id) served.push_back(project_id);
+    if (queue.batches.empty()) queues_.erase(queue_it);
+    // One round over several projects; one project alone continues with its next batch.
+    if (available.size() > 1 || queues_.find(project_id) == queues_.end()) ++next;
+  }
+  // The projects served go to the back of the order (or leave it, their queue empty), and
+  // are held until this group is queued for publishing.
+  for (int64_t project_id : served) {
+    ready_.erase(std::find(ready_.begin(), ready_.end(), project_id));
+    if (queues_.contains(project_id)) ready_.push_back(project_id);
+    held_.insert(project_id);
+  }
+  queued_annotations_ -= taken;
+  queued_batches_ -= static_cast<int64_t>(group.size());
+  if (metrics_) {
+    metrics_->queued_annotations.Set(static_cast<double>(queued_annotations_));
+    metrics_->queued_batches.Set(static_cast<double>(queued_batches_));
+  }
+  return group;
 }
 
 void IngestPipeline::CommitLoop() {
@@ -162,52 +221,30 @@ void IngestPipeline::CommitLoop() {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
           +[](IngestPipeline* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return self->stopping_ || !self->ready_.empty();
+            return self->LaneHasWorkOrIsDone();
           },
           this));
-      if (ready_.empty()) {  // stopping_ and drained.
-        absl::MutexLock publish_lock(&publish_mu_);
-        committer_done_ = true;
-        return;
-      }
-      // Round-robin: the front project's oldest batch, then that project goes to the back.
-      // A project's batches keep their order; no project waits behind another's backlog.
-      // With several projects waiting, a group is one round (a batch of each), so that a
-      // small project's batch never commits behind several rounds of a large one's.
-      int64_t taken = 0;
-      size_t round = ready_.size() > 1 ? ready_.size() : std::numeric_limits<size_t>::max();
-      while (!ready_.empty() && round-- > 0) {
-        const int64_t project_id = ready_.front();
-        ProjectQueue& queue = queues_[project_id];
-        const int64_t n = static_cast<int64_t>(queue.batches.front().writes.size());
-        if (!group.empty() && taken + n > options_.max_group_annotations) break;
-        taken += n;
-        queue.annotations -= n;
-        group.push_back(std::move(queue.batches.front()));
-        queue.batches.pop_front();
-        ready_.pop_front();
-        if (queue.batches.empty()) {
-          queues_.erase(project_id);
-        } else {
-          ready_.push_back(project_id);
-        }
-      }
-      queued_annotations_ -= taken;
-      queued_batches_ -= static_cast<int64_t>(group.size());
-      if (metrics_) {
-        metrics_->queued_annotations.Set(static_cast<double>(queued_annotations_));
-        metrics_->queued_batches.Set(static_cast<double>(queued_batches_));
-      }
+      if (ready_.empty()) break;  // stopping_ and drained.
+      group = TakeGroup();
     }
+    std::vector<int64_t> held;
+    for (const Pending& p : group) held.push_back(p.project->identity().project_id);
     CommittedGroup committed = CommitGroup(std::move(group));
-    absl::MutexLock lock(&publish_mu_);
-    publish_mu_.Await(absl::Condition(
-        +[](IngestPipeline* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return self->committed_.size() < kMaxUnpublishedGroups;
-        },
-        this));
-    committed_.push_back(std::move(committed));
+    {
+      absl::MutexLock lock(&publish_mu_);
+      publish_mu_.Await(absl::Condition(
+          +[](IngestPipeline* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return self->committed_.size() < kMaxUnpublishedGroups;
+          },
+          this));
+      committed_.push_back(std::move(committed));
+    }
+    // Queued for publishing in commit order: the projects' next groups may be taken.
+    absl::MutexLock lock(&mu_);
+    for (int64_t project_id : held) held_.erase(project_id);
   }
+  absl::MutexLock publish_lock(&publish_mu_);
+  if (--lanes_running_ == 0) committer_done_ = true;
 }
 
 void IngestPipeline::PublishLoop() {

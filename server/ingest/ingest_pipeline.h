@@ -1,7 +1,7 @@
 // IngestPipeline: group commit of annotation batches from every open stream.
 //
-// Submit() queues a validated batch and returns a future. One committer thread takes every
-// queued batch (up to Options::max_group_annotations), writes them in ONE PostgreSQL
+// Submit() queues a validated batch and returns a future. A committer thread (a "lane"; there
+// are Options::commit_lanes) takes queued batches (up to Options::max_group_annotations), writes them in ONE PostgreSQL
 // transaction (passing what the live projects already know, so that new labels become a plain
 // append: storage::WriteHints), and registers the committed ids and labels with their live
 // projects. A publisher thread then updates the touched items' posteriors (online E-step) and
@@ -22,6 +22,9 @@
 // than growing without bound, so a project that floods is refused its excess while the others
 // are not. The committer builds each group round-robin over the projects with waiting batches,
 // one batch of each in turn, so one project's backlog never stands ahead of another's batch.
+// A project is in at most one lane's group until that group is committed and queued for
+// publishing, so its batches commit and publish in order; with two lanes a small project's
+// batch commits beside a flood's group instead of after it.
 //
 // Metrics (when given a registry): batches and annotations committed (by outcome), batches
 // refused, failed group transactions and the batches then committed alone (by result), the
@@ -44,6 +47,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -65,6 +69,8 @@ class IngestPipeline {
     // in progress is what a small project's batch waits for behind a flood: 10,000 gave the
     // same ingest throughput as 100,000 and halved that wait (docs/SECURITY.md, point 5).
     int64_t max_group_annotations = 10000;
+    // Committer threads (>= 1), each with its own transaction; a project is in one at a time.
+    int commit_lanes = 2;
   };
 
   using Result = absl::StatusOr<std::vector<storage::WriteResult>>;
@@ -104,6 +110,10 @@ class IngestPipeline {
   struct Metrics;
 
   void CommitLoop();
+  // Takes the next group for a lane: round-robin over the waiting projects that no lane holds.
+  // Marks its projects held. Requires a project to be available.
+  std::vector<Pending> TakeGroup() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool LaneHasWorkOrIsDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CommittedGroup CommitGroup(std::vector<Pending> group);
   // Commits batches [first, last) of `group`, whose writes are all[offsets[first],
   // offsets[last]), in one transaction; on success registers them with their projects and
@@ -134,15 +144,18 @@ class IngestPipeline {
   std::deque<int64_t> ready_ ABSL_GUARDED_BY(mu_);
   int64_t queued_annotations_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  // Projects in a group a lane is committing (until it is queued for publishing).
+  absl::flat_hash_set<int64_t> held_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   // Committed groups in commit order. The committer waits while kMaxUnpublishedGroups wait.
   static constexpr size_t kMaxUnpublishedGroups = 2;
   absl::Mutex publish_mu_;
   std::deque<CommittedGroup> committed_ ABSL_GUARDED_BY(publish_mu_);
-  bool committer_done_ ABSL_GUARDED_BY(publish_mu_) = false;
+  bool committer_done_ ABSL_GUARDED_BY(publish_mu_) = false;  // Every lane has returned.
+  int lanes_running_ ABSL_GUARDED_BY(publish_mu_) = 0;
 
-  std::thread committer_;
+  std::vector<std::thread> committers_;
   std::thread publisher_;
 };
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -318,68 +319,86 @@ TEST_F(IngestPipelineTest, ALateOlderLabelIsAckedStaleAndTheNewerOneStaysServed)
 }
 
 // Fairness: one project's backlog neither fills the queue for the others nor stands ahead of
-// their batches. While the committer is held on project A's first batch, A queues more than
-// its share (the excess is refused, naming A) and B's batch is accepted; B's batch then
-// commits right after A's next one, ahead of A's backlog (round-robin), which the
-// transactions' ids (xmin, assigned in commit order by the one committer) show.
+// their batches. While a lane is held on project A's first batch (its row lock taken here), A
+// queues more than its share (the excess is refused, naming A) and B's batch is accepted.
+// With one lane, B's batch commits right after A's next one, ahead of A's backlog
+// (round-robin); with two, the free lane commits it at once, before A's next. The
+// transactions' ids (xmin, assigned as each transaction first writes) show the order.
 TEST_F(IngestPipelineTest, OneProjectsBacklogNeitherFillsTheQueueNorGoesFirst) {
-  std::shared_ptr<LiveProject> a = project_;
-  std::shared_ptr<LiveProject> b = NewProject("b");
-  ASSERT_NE(b, nullptr);
-  IngestPipeline::Options options;
-  options.max_group_annotations = 10;             // One batch per group.
-  options.max_queued_annotations = 1000;
-  options.max_queued_annotations_per_project = 30;  // Three batches of A.
-  IngestPipeline pipeline(*store_, options);
-  auto batch = [](const LiveProject& project, const std::string& tag) {
-    std::vector<storage::AnnotationWrite> writes;
-    for (int n = 0; n < 10; ++n) {
-      writes.push_back(WriteTo(project, absl::StrCat(tag, "-", n), "w", n % 2));
+  for (int lanes : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat(lanes, " commit lanes"));
+    std::shared_ptr<LiveProject> a = NewProject(absl::StrCat("a", lanes));
+    std::shared_ptr<LiveProject> b = NewProject(absl::StrCat("b", lanes));
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    IngestPipeline::Options options;
+    options.max_group_annotations = 10;               // One batch per group.
+    options.max_queued_annotations = 1000;
+    options.max_queued_annotations_per_project = 30;  // Three batches of A.
+    options.commit_lanes = lanes;
+    IngestPipeline pipeline(*store_, options);
+    auto batch = [](const LiveProject& project, const std::string& tag) {
+      std::vector<storage::AnnotationWrite> writes;
+      for (int n = 0; n < 10; ++n) {
+        writes.push_back(WriteTo(project, absl::StrCat(tag, "-", n), "w", n % 2));
+      }
+      return writes;
+    };
+    ProjectLockHolder lock(pool(), a->identity().project_id);
+    lock.WaitLocked();
+    std::vector<std::future<IngestPipeline::Result>> of_a;
+    of_a.push_back(pipeline.Submit(a, batch(*a, "a0")));  // Taken, then held by the lock.
+    // Once a lane waits on the lock with a0, A's queue holds a1..a3 (30 = its share) and a4
+    // is refused.
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    auto lane_waits = [&] {
+      absl::StatusOr<int64_t> waiting = pool().WithTransaction(
+          "counting lock waits", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+            return txn
+                .exec1("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")[0]
+                .as<int64_t>();
+          });
+      return waiting.ok() && *waiting > 0;
+    };
+    while (!lane_waits() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_TRUE(lane_waits());
+    for (int i = 1; i <= 3; ++i) {
+      of_a.push_back(pipeline.Submit(a, batch(*a, absl::StrCat("a", i))));
     }
-    return writes;
-  };
-  ProjectLockHolder lock(pool(), a->identity().project_id);
-  lock.WaitLocked();
-  std::vector<std::future<IngestPipeline::Result>> of_a;
-  of_a.push_back(pipeline.Submit(a, batch(*a, "a0")));  // Taken, then held by the lock.
-  // Once the committer waits on the lock with a0, A's queue holds a1..a3 (30 = its share)
-  // and a4 is refused.
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  auto committer_waits = [&] {
-    absl::StatusOr<int64_t> waiting = pool().WithTransaction(
-        "counting lock waits", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
-          return txn
-              .exec1("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")[0]
-              .as<int64_t>();
-        });
-    return waiting.ok() && *waiting > 0;
-  };
-  while (!committer_waits() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
-  ASSERT_TRUE(committer_waits());
-  for (int i = 1; i <= 3; ++i) of_a.push_back(pipeline.Submit(a, batch(*a, absl::StrCat("a", i))));
-  std::future<IngestPipeline::Result> a4 = pipeline.Submit(a, batch(*a, "a4"));
-  std::future<IngestPipeline::Result> b0 = pipeline.Submit(b, batch(*b, "b0"));
-  EXPECT_THAT(a4.get(), StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("project p")));
-  ASSERT_THAT(lock.Release(), IsOk());
-  EXPECT_THAT(b0.get(), IsOk());
-  for (auto& f : of_a) EXPECT_THAT(f.get(), IsOk());
-  auto xmin_of = [&](const LiveProject& project, const std::string& item) -> int64_t {
-    absl::StatusOr<int64_t> xmin = pool().WithTransaction(
-        "reading xmin", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
-          return txn
-              .exec_params1("SELECT a.xmin::text::bigint FROM annotations a JOIN items i "
-                            "ON i.project_id = a.project_id AND i.item_index = a.item_index "
-                            "WHERE a.project_id = $1 AND i.external_id = $2",
-                            project.identity().project_id, item)[0]
-              .as<int64_t>();
-        });
-    EXPECT_THAT(xmin, IsOk());
-    return xmin.value_or(0);
-  };
-  const int64_t a1 = xmin_of(*a, "a1-0"), a2 = xmin_of(*a, "a2-0");
-  const int64_t b_first = xmin_of(*b, "b0-0");
-  EXPECT_LT(a1, b_first) << "a1 was queued first";
-  EXPECT_LT(b_first, a2) << "B's batch waited behind A's backlog";
+    std::future<IngestPipeline::Result> a4 = pipeline.Submit(a, batch(*a, "a4"));
+    std::future<IngestPipeline::Result> b0 = pipeline.Submit(b, batch(*b, "b0"));
+    EXPECT_THAT(a4.get(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                   HasSubstr(absl::StrCat("project a", lanes))));
+    // With two lanes the free one commits B's batch while A's lane still waits: it is acked
+    // before the lock is released.
+    std::optional<IngestPipeline::Result> b_result;
+    if (lanes > 1) b_result = b0.get();
+    ASSERT_THAT(lock.Release(), IsOk());
+    if (!b_result.has_value()) b_result = b0.get();
+    EXPECT_THAT(*b_result, IsOk());
+    for (auto& f : of_a) EXPECT_THAT(f.get(), IsOk());
+    auto xmin_of = [&](const LiveProject& project, const std::string& item) -> int64_t {
+      absl::StatusOr<int64_t> xmin = pool().WithTransaction(
+          "reading xmin", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+            return txn
+                .exec_params1("SELECT a.xmin::text::bigint FROM annotations a JOIN items i "
+                              "ON i.project_id = a.project_id AND i.item_index = a.item_index "
+                              "WHERE a.project_id = $1 AND i.external_id = $2",
+                              project.identity().project_id, item)[0]
+                .as<int64_t>();
+          });
+      EXPECT_THAT(xmin, IsOk());
+      return xmin.value_or(0);
+    };
+    const int64_t a1 = xmin_of(*a, "a1-0"), a2 = xmin_of(*a, "a2-0");
+    const int64_t b_first = xmin_of(*b, "b0-0");
+    if (lanes == 1) {
+      EXPECT_LT(a1, b_first) << "a1 was queued first";
+      EXPECT_LT(b_first, a2) << "B's batch waited behind A's backlog";
+    } else {
+      EXPECT_LT(b_first, a1) << "B's batch waited for A's lane";
+    }
+  }
 }
 
 TEST_F(IngestPipelineTest, ShutdownCommitsAndPublishesEverythingQueued) {
