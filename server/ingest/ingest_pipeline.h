@@ -1,13 +1,13 @@
 // IngestPipeline: group commit of annotation batches from every open stream.
 //
 // Submit() queues a validated batch and returns a future. A committer thread (a "lane"; there
-// are Options::commit_lanes) takes queued batches (up to Options::max_group_annotations), writes them in ONE PostgreSQL
-// transaction (passing what the live projects already know, so that new labels become a plain
-// append: storage::WriteHints), and registers the committed ids and labels with their live
-// projects. A publisher thread then updates the touched items' posteriors (online E-step) and
-// only then fulfils the futures, while the committer already writes the next group: an ack
-// sent on a fulfilled future is durable, and a query made after it sees the label. Groups are
-// published in commit order.
+// are Options::commit_lanes) takes queued batches (up to Options::max_group_annotations),
+// writes them in ONE PostgreSQL transaction (passing what the live projects already know, so
+// that new labels become a plain append: storage::WriteHints), and registers the committed ids
+// and labels with their live projects. A publisher thread then updates the touched items'
+// posteriors (online E-step) and only then fulfils the futures, while the lanes already write
+// the next groups: an ack sent on a fulfilled future is durable, and a query made after it
+// sees the label. Groups are published in the order the lanes queue them after commit.
 //
 // Failure isolation: one batch must not fail the other batches of its group. When a group of
 // several batches fails with an error other than UNAVAILABLE (e.g. a value the store refuses),
@@ -32,7 +32,7 @@
 // Submit() to the batch's labels being in the served posteriors.
 //
 // Thread-safety: Submit() may be called from any thread. Shutdown() drains the queue (every
-// queued batch is committed or failed, and published) and joins both threads; Submit() after
+// queued batch is committed or failed, and published) and joins every thread; Submit() after
 // it answers UNAVAILABLE.
 #ifndef VERITY_SERVER_INGEST_INGEST_PIPELINE_H_
 #define VERITY_SERVER_INGEST_INGEST_PIPELINE_H_
