@@ -11,6 +11,7 @@
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "server/api/validation.h"
 #include "server/auth/key_metadata_processor.h"
@@ -140,7 +141,11 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
     http.listen = options.metrics_listen;
     if (options.console) {
       WebConsole::Access access;
-      access.bound_host = options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
+      absl::string_view bound = options.metrics_listen;
+      bound = bound.substr(0, bound.rfind(':'));
+      absl::ConsumePrefix(&bound, "[");  // An IPv6 literal, as the Host header carries it bare.
+      absl::ConsumeSuffix(&bound, "]");
+      access.bound_host = std::string(bound);
       access.allowed_hosts = options.console_allowed_hosts;
       if (options.auth.enabled) {
         // The gRPC keys and scopes: any valid key reads the projects it may touch.
