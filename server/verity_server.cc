@@ -168,16 +168,18 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
       server->metrics_http_ = std::move(*metrics_http);
       // Off loopback, anyone who reaches the port reads /metrics and, with authentication off,
       // every project through the console. Allowed (behind a firewall), but never silently.
-      if (!IsLoopbackAddress(options.metrics_listen) &&
-          (!options.auth.enabled || !options.console)) {
+      if (!IsLoopbackAddress(options.metrics_listen)) {
         LogEvent("console_exposed",
                  {{"address", options.metrics_listen},
                   {"warning",
-                   options.console
+                   !options.console ? "/metrics has no login and is served on a non-loopback address"
+                   : !options.auth.enabled
                        ? "the web console (authentication off) and /metrics have no login and "
                          "are served on a non-loopback address; keep --metrics_address on "
                          "loopback, turn authentication on, or put a firewall in front"
-                       : "/metrics has no login and is served on a non-loopback address"}});
+                       : "the web console's API keys travel in plaintext HTTP on a non-loopback "
+                         "address, and /metrics has no login; keep --metrics_address on "
+                         "loopback or put a TLS proxy in front"}});
       }
     } else {
       // The labels matter more than their metrics: serve without (metrics_port() is 0).

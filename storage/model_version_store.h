@@ -60,7 +60,8 @@ class ModelVersionStore {
   static constexpr int64_t kDefaultReadChunkBytes = int64_t{64} << 20;
   explicit ModelVersionStore(ConnectionPool* pool,
                              int64_t read_chunk_bytes = kDefaultReadChunkBytes)
-      : pool_(pool), read_chunk_bytes_(read_chunk_bytes) {}
+      : pool_(pool),
+        read_chunk_bytes_(read_chunk_bytes > 0 ? read_chunk_bytes : kDefaultReadChunkBytes) {}
 
   // Stores `record` (its version and created_at are ignored) as the
   // project's next version (previous maximum + 1, starting at 1) and returns
