@@ -5,9 +5,10 @@
 //
 // Probabilities are the canonical state; their logarithms are derived from
 // them by one function, so parameters that are serialized and parsed again
-// compute bit-identical posteriors. Confusions are stored label-major
-// ([annotator][label][true class]) so that the E-step's inner loop over true
-// classes and the M-step's count accumulation both touch contiguous memory.
+// compute bit-identical posteriors. Confusion columns are stored label-major
+// ([label][true class]) so that the E-step's inner loop over true classes and
+// the M-step's count accumulation both touch contiguous memory. Both classes
+// keep, per annotator, only the columns of the labels it gave (see below).
 //
 // ConfusionCounts accumulates the expected counts of one M-step (and, for
 // ds's incremental refits, takes an item's contribution out again);
@@ -41,6 +42,18 @@ namespace verity::models {
 
 class ConfusionCounts;
 
+// The parameters are sparse per annotator. Row k of annotator a's confusion
+// is, as documented on TruthModelOptions,
+//   theta_a[k][l] = (n_a[k][l] + u[k][l]) / d_a[k],
+//   u[k][l] = confusion_smoothing + population_smoothing * pop[k][l],
+//   d_a[k] = n_a[k] + K * confusion_smoothing + population_smoothing,
+// where n_a[k][l] is the expected count of label l from true class k. Only
+// the labels an annotator actually gave have n_a[.][l] != 0, so an annotator
+// keeps the K-vectors (columns) of those labels and the K row denominators
+// d_a; every other column is u[.][l] / d_a, from the shared u. Annotators
+// whose counts are all empty (no informative label) keep nothing and use the
+// population confusion. Memory, serialized size and the M-step therefore grow
+// as O((labels + annotators) * K), not annotators * K^2.
 class ConfusionParameters {
  public:
   // A uniform class prior and uniform confusions, no annotators.
@@ -53,20 +66,53 @@ class ConfusionParameters {
   // log p(true class = k), k = 0..K-1.
   const double* log_prior() const { return log_prior_.data(); }
 
-  // log p(label | true class = k) for k = 0..K-1, of `annotator` (population
-  // confusion if the annotator is out of [0, num_annotators())).
-  const double* LogColumn(int32_t annotator, int32_t label) const {
-    return log_confusion_.data() + ColumnOffset(annotator, label);
+  // Adds log p(label | true class = k) of `annotator` to scores[k] for
+  // k = 0..K-1 (the population confusion's if the annotator is out of
+  // [0, num_annotators()) or has no confusion of its own).
+  void AddLogColumn(int32_t annotator, int32_t label, double* scores) const {
+    const size_t k = static_cast<size_t>(num_classes_);
+    const double* add =
+        log_population_.data() + static_cast<size_t>(label) * k;
+    if (static_cast<uint32_t>(annotator) <
+        static_cast<uint32_t>(num_annotators_)) {
+      const int32_t column =
+          column_of_[static_cast<size_t>(annotator) * k + label];
+      if (column >= 0) {
+        add = log_columns_.data() + static_cast<size_t>(column) * k;
+      } else if (const int32_t row = row_of_[annotator]; row >= 0) {
+        const double* numerator =
+            log_untouched_numerator_.data() + static_cast<size_t>(label) * k;
+        const double* denominator =
+            log_row_denominator_.data() + static_cast<size_t>(row) * k;
+        for (size_t c = 0; c < k; ++c) scores[c] += numerator[c] - denominator[c];
+        return;
+      }
+    }
+    for (size_t c = 0; c < k; ++c) scores[c] += add[c];
   }
 
+  // log p(label | true class) of `annotator`, one cell of AddLogColumn.
+  double LogCell(int32_t annotator, int32_t label, int32_t true_class) const;
+
   // Row-major K*K confusion (row = true class) of `annotator`, population
-  // confusion if out of range.
+  // confusion if out of range. O(K^2); ConfusionDiagonal is O(K).
   std::vector<double> Confusion(int32_t annotator) const;
+  // p(label = k | true class = k), k = 0..K-1, of `annotator`.
+  std::vector<double> ConfusionDiagonal(int32_t annotator) const;
   std::vector<double> ClassPrior() const { return prior_; }
 
   // Keeps the first `num_annotators` annotators; new ones get the population
   // confusion.
   void ResizeAnnotators(int32_t num_annotators);
+
+  // Annotators with a confusion of their own, and label columns they keep
+  // (the rest follow from the smoothing prior): the size of the parameters.
+  int32_t num_own_annotators() const {
+    return static_cast<int32_t>(row_annotator_.size());
+  }
+  int64_t num_own_columns() const {
+    return static_cast<int64_t>(columns_.size()) / num_classes_;
+  }
 
   // The Dawid-Skene posterior of one item: writes p(true class | labels) into
   // out (size K) and returns the log-likelihood term of the item,
@@ -77,8 +123,10 @@ class ConfusionParameters {
                    int32_t gold_label, absl::Span<double> out) const;
 
   void Serialize(ByteWriter& writer) const;
-  // Parses what Serialize wrote. INVALID_ARGUMENT if the data are truncated,
-  // of another number of classes, or not probability distributions.
+  // Parses what Serialize wrote, and the dense layout of earlier builds
+  // (every annotator's K*K confusion). INVALID_ARGUMENT if the data are
+  // truncated, of another number of classes, or not probability
+  // distributions. Allocates no more than the data's own size warrants.
   static absl::StatusOr<ConfusionParameters> Parse(ByteReader& reader,
                                                    int32_t num_classes);
 
@@ -87,27 +135,48 @@ class ConfusionParameters {
       const ConfusionCounts& counts, const TruthModelOptions& options,
       double population_diagonal);
 
-  // Slot 0 is the population confusion, slot a + 1 annotator a.
-  size_t ColumnOffset(int32_t annotator, int32_t label) const {
-    const size_t slot = (annotator >= 0 && annotator < num_annotators_)
-                            ? static_cast<size_t>(annotator) + 1
-                            : 0;
-    const size_t k = static_cast<size_t>(num_classes_);
-    return (slot * k + static_cast<size_t>(label)) * k;
+  static absl::StatusOr<ConfusionParameters> ParseDense(ByteReader& reader,
+                                                        int32_t num_classes,
+                                                        uint32_t num_annotators);
+  static absl::StatusOr<ConfusionParameters> ParseSparse(ByteReader& reader,
+                                                         int32_t num_classes);
+
+  int32_t RowOf(int32_t annotator) const {
+    return annotator >= 0 && annotator < num_annotators_ ? row_of_[annotator]
+                                                          : -1;
   }
+  // Starts the own confusion of `annotator` (the next in increasing order)
+  // with row denominators `denominator` (K); returns its row.
+  int32_t AddRow(int32_t annotator, const double* denominator);
+  // Adds column `label` (K probabilities over true classes) to the last row.
+  void AddColumn(int32_t label, const double* column);
   void RecomputeLogs();
 
   int32_t num_classes_;
   int32_t num_annotators_ = 0;
-  std::vector<double> prior_;          // K
-  std::vector<double> log_prior_;      // K
-  std::vector<double> confusion_;      // (A + 1) * K * K, label-major
-  std::vector<double> log_confusion_;  // same layout
+  std::vector<double> prior_;      // K
+  std::vector<double> log_prior_;  // K
+  // Label-major K*K ([label][true class]): the population confusion, and the
+  // numerators u of the columns an annotator does not keep.
+  std::vector<double> population_;
+  std::vector<double> log_population_;
+  std::vector<double> untouched_numerator_;
+  std::vector<double> log_untouched_numerator_;
+  // Annotator -> row of its own confusion, or -1 (population).
+  std::vector<int32_t> row_of_;
+  std::vector<int32_t> row_annotator_;        // per row, increasing
+  std::vector<double> row_denominator_;      // rows * K: d_a
+  std::vector<double> log_row_denominator_;  // rows * K
+  // Annotator * K + label -> column, or -1 (the column is not kept).
+  std::vector<int32_t> column_of_;
+  std::vector<double> columns_;              // columns * K
+  std::vector<double> log_columns_;          // columns * K
 };
 
 // Expected counts of one M-step: for each annotator, label and true class the
 // posterior mass of the items the annotator gave that label; and the
-// posterior mass of each class over labelled or gold items.
+// posterior mass of each class over labelled or gold items. Sparse like
+// ConfusionParameters: an annotator keeps a K-vector per label it gave.
 class ConfusionCounts {
  public:
   ConfusionCounts(int32_t num_classes, int32_t num_annotators);
@@ -118,8 +187,9 @@ class ConfusionCounts {
     const size_t k = static_cast<size_t>(num_classes_);
     for (size_t c = 0; c < k; ++c) class_mass_[c] += posterior[c];
     for (const AnnotationMatrix::Entry& e : labels) {
-      double* cell = counts_.data() +
-                     (static_cast<size_t>(e.other) * k + e.label) * k;
+      // (The column first: adding one may move counts_.)
+      const int32_t column = FindOrAddColumn(e.other, e.label);
+      double* cell = counts_.data() + static_cast<size_t>(column) * k;
       for (size_t c = 0; c < k; ++c) cell[c] += posterior[c];
       ++labels_per_annotator_[e.other];
     }
@@ -138,10 +208,15 @@ class ConfusionCounts {
 
   int32_t num_classes() const { return num_classes_; }
   int32_t num_annotators() const { return num_annotators_; }
+  // (annotator, label) pairs holding counts: the size of the counts.
+  int64_t num_columns() const {
+    return static_cast<int64_t>(column_label_.size());
+  }
 
   void Serialize(ByteWriter& writer) const;
-  // Parses what Serialize wrote. INVALID_ARGUMENT if the data are truncated,
-  // of another number of classes, or hold a negative or non-finite count.
+  // Parses what Serialize wrote, and the dense layout of earlier builds.
+  // INVALID_ARGUMENT if the data are truncated, of another number of
+  // classes, or hold a negative or non-finite count.
   static absl::StatusOr<ConfusionCounts> Parse(ByteReader& reader,
                                                int32_t num_classes);
 
@@ -150,9 +225,22 @@ class ConfusionCounts {
       const ConfusionCounts& counts, const TruthModelOptions& options,
       double population_diagonal);
 
+  // The column of (annotator, label), or -1.
+  int32_t FindColumn(int32_t annotator, int32_t label) const {
+    return column_of_[static_cast<size_t>(annotator) * num_classes_ + label];
+  }
+  int32_t FindOrAddColumn(int32_t annotator, int32_t label) {
+    const int32_t column = FindColumn(annotator, label);
+    return column >= 0 ? column : AddColumn(annotator, label);
+  }
+  int32_t AddColumn(int32_t annotator, int32_t label);  // zeroed
+
   int32_t num_classes_;
   int32_t num_annotators_;
-  std::vector<double> counts_;  // A * K * K, label-major like the confusions
+  std::vector<int32_t> column_of_;        // annotator * K + label, or -1
+  std::vector<int32_t> column_annotator_;  // per column
+  std::vector<int32_t> column_label_;   // per column
+  std::vector<double> counts_;          // columns * K
   std::vector<double> class_mass_;
   std::vector<int64_t> labels_per_annotator_;
 };

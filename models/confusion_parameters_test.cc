@@ -1,6 +1,8 @@
 #include "models/confusion_parameters.h"
 
 #include <cmath>
+#include <cstring>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -81,7 +83,7 @@ TEST(ConfusionParametersTest, ResizeGivesNewAnnotatorsThePopulation) {
   EXPECT_EQ(p.num_annotators(), 3);
   EXPECT_EQ(p.Confusion(0), own);
   EXPECT_EQ(p.Confusion(2), p.Confusion(-1));
-  EXPECT_EQ(p.LogColumn(2, 1)[0], p.LogColumn(-1, 1)[0]);
+  EXPECT_EQ(p.LogCell(2, 1, 0), p.LogCell(-1, 1, 0));
 }
 
 TEST(ConfusionParametersTest, ParseRejectsNonDistributions) {
@@ -237,6 +239,168 @@ TEST(ConfusionParametersTest, ModelBlobWithAMethodSection) {
       ParseConfusionModel(extended, "ds", 2,
                           [](ByteReader&) { return absl::OkStatus(); }),
       StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// The sparse representation (issue 23, point 1): an annotator keeps the columns of the labels
+// it gave; the others follow from the smoothing prior. Checked against the formula of
+// TruthModelOptions computed here densely, cell by cell.
+TEST(ConfusionParametersTest, ColumnsNotKeptFollowTheDocumentedFormula) {
+  constexpr int32_t kClasses = 4;
+  ConfusionCounts counts(kClasses, 3);
+  const double post_a[] = {0.7, 0.1, 0.1, 0.1};
+  const double post_b[] = {0.0, 0.2, 0.8, 0.0};
+  counts.AddItem(std::vector<Entry>{{0, 0}, {1, 0}}, post_a);
+  counts.AddItem(std::vector<Entry>{{0, 2}, {1, 3}}, post_b);
+  // Annotator 2 gives no label. Annotators 0 and 1 gave two labels each.
+  EXPECT_EQ(counts.num_columns(), 4);
+  TruthModelOptions options;
+  options.confusion_smoothing = 0.3;
+  options.population_smoothing = 1.5;
+  const ConfusionParameters p = EstimateParameters(counts, options, 0.7);
+  EXPECT_EQ(p.num_own_annotators(), 2);
+  EXPECT_EQ(p.num_own_columns(), 4);
+
+  // n[a][k][l]: the expected counts, dense, from the two items.
+  double n[3][kClasses][kClasses] = {};
+  for (int k = 0; k < kClasses; ++k) {
+    n[0][k][0] += post_a[k];
+    n[1][k][0] += post_a[k];
+    n[0][k][2] += post_b[k];
+    n[1][k][3] += post_b[k];
+  }
+  const std::vector<double> pop = p.Confusion(-1);
+  for (int k = 0; k < kClasses; ++k) {
+    double pooled_row = 0;
+    for (int l = 0; l < kClasses; ++l) pooled_row += n[0][k][l] + n[1][k][l];
+    for (int l = 0; l < kClasses; ++l) {
+      const double expected = (n[0][k][l] + n[1][k][l] + 0.3 + (k == l ? 0.7 : 0.0)) /
+                              (pooled_row + kClasses * 0.3 + 0.7);
+      EXPECT_NEAR(pop[k * kClasses + l], expected, 1e-15) << k << " " << l;
+    }
+  }
+  for (int a = 0; a < 2; ++a) {
+    const std::vector<double> c = p.Confusion(a);
+    const std::vector<double> diagonal = p.ConfusionDiagonal(a);
+    for (int k = 0; k < kClasses; ++k) {
+      double row = 0;
+      for (int l = 0; l < kClasses; ++l) row += n[a][k][l];
+      double row_sum = 0;
+      for (int l = 0; l < kClasses; ++l) {
+        const double expected =
+            (n[a][k][l] + 0.3 + 1.5 * pop[k * kClasses + l]) / (row + kClasses * 0.3 + 1.5);
+        EXPECT_NEAR(c[k * kClasses + l], expected, 1e-15) << a << " " << k << " " << l;
+        EXPECT_NEAR(p.LogCell(a, l, k), std::log(expected), 1e-13);
+        row_sum += c[k * kClasses + l];
+      }
+      EXPECT_NEAR(row_sum, 1.0, 1e-14);
+      EXPECT_EQ(diagonal[k], c[k * kClasses + k]);
+    }
+  }
+  EXPECT_EQ(p.Confusion(2), pop);
+
+  // The posterior of an item whose labels include a column annotator 1 does not keep (it
+  // never gave label 1): prior times the confusion cells, normalised.
+  const std::vector<Entry> labels = {{0, 1}, {1, 1}, {2, 3}};
+  std::vector<double> posterior(kClasses);
+  const double ll = p.Posterior(labels, -1, absl::MakeSpan(posterior));
+  std::vector<double> joint(kClasses);
+  double evidence = 0;
+  const std::vector<double> prior = p.ClassPrior();
+  for (int k = 0; k < kClasses; ++k) {
+    joint[k] = prior[k];
+    for (const Entry& e : labels) joint[k] *= p.Confusion(e.other)[k * kClasses + e.label];
+    evidence += joint[k];
+  }
+  for (int k = 0; k < kClasses; ++k) EXPECT_NEAR(posterior[k], joint[k] / evidence, 1e-14);
+  EXPECT_NEAR(ll, std::log(evidence), 1e-13);
+}
+
+// Size: at 256 classes, 2,000 annotators with one label each keep one column each, not a
+// 256 x 256 matrix; serialized, the parameters take O((labels + annotators) x K) bytes.
+TEST(ConfusionParametersTest, ManyClassesAndAnnotatorsKeepOnlyTheColumnsTheirLabelsTouched) {
+  constexpr int32_t kClasses = 256;
+  constexpr int32_t kAnnotators = 2000;
+  ConfusionCounts counts(kClasses, kAnnotators);
+  std::vector<double> posterior(kClasses, 0.0);
+  for (int32_t item = 0; item < kAnnotators / 4; ++item) {
+    std::fill(posterior.begin(), posterior.end(), 0.0);
+    posterior[item % kClasses] = 1.0;
+    std::vector<Entry> labels;
+    for (int32_t j = 0; j < 4; ++j) labels.push_back({4 * item + j, item % kClasses});
+    counts.AddItem(labels, posterior.data());
+  }
+  EXPECT_EQ(counts.num_columns(), kAnnotators);
+  const ConfusionParameters p = EstimateParameters(counts, TruthModelOptions(), 1.0);
+  EXPECT_EQ(p.num_own_annotators(), kAnnotators);
+  EXPECT_EQ(p.num_own_columns(), kAnnotators);
+  ByteWriter params_writer;
+  p.Serialize(params_writer);
+  ByteWriter counts_writer;
+  counts.Serialize(counts_writer);
+  // Per annotator: K denominators and one column of K doubles (parameters), one column of K
+  // doubles (counts); dense, each would be 256 x 256 doubles (1 GB in all).
+  const size_t per_annotator = 8 * kClasses;
+  EXPECT_LT(params_writer.Finish().size(), 3 * per_annotator * kAnnotators);
+  EXPECT_LT(counts_writer.Finish().size(), 2 * per_annotator * kAnnotators);
+}
+
+// The sparse layout round-trips bit for bit, and the dense layout of earlier builds still
+// parses to the same confusions.
+TEST(ConfusionParametersTest, SparseAndEarlierDenseLayoutsParse) {
+  constexpr int32_t kClasses = 3;
+  ConfusionCounts counts(kClasses, 3);
+  const double post[] = {0.6, 0.3, 0.1};
+  counts.AddItem(std::vector<Entry>{{0, 0}, {1, 2}}, post);
+  const ConfusionParameters p = EstimateParameters(counts, TruthModelOptions(), 1.0);
+
+  ByteWriter w;
+  p.Serialize(w);
+  const std::string blob = w.Finish();
+  absl::StatusOr<ByteReader> r = ByteReader::Open(blob);
+  ASSERT_THAT(r, IsOk());
+  absl::StatusOr<ConfusionParameters> parsed = ConfusionParameters::Parse(*r, kClasses);
+  ASSERT_THAT(parsed, IsOk());
+  EXPECT_THAT(r->ExpectEnd(), IsOk());
+  const std::vector<Entry> labels = {{0, 1}, {1, 2}, {2, 0}};
+  std::vector<double> before(kClasses), after(kClasses);
+  EXPECT_EQ(p.Posterior(labels, -1, absl::MakeSpan(before)),
+            parsed->Posterior(labels, -1, absl::MakeSpan(after)));
+  EXPECT_EQ(before, after);
+  for (int32_t a = -1; a < 3; ++a) EXPECT_EQ(parsed->Confusion(a), p.Confusion(a)) << a;
+
+  // Dense: K, A, the prior, then for the population and each annotator K rows of K
+  // (row = true class).
+  ByteWriter dense;
+  dense.WriteU32(kClasses);
+  dense.WriteU32(3);
+  for (double q : p.ClassPrior()) dense.WriteF64(q);
+  for (int32_t a = -1; a < 3; ++a) {
+    for (double q : p.Confusion(a)) dense.WriteF64(q);
+  }
+  const std::string dense_blob = dense.Finish();
+  absl::StatusOr<ByteReader> dr = ByteReader::Open(dense_blob);
+  ASSERT_THAT(dr, IsOk());
+  absl::StatusOr<ConfusionParameters> from_dense = ConfusionParameters::Parse(*dr, kClasses);
+  ASSERT_THAT(from_dense, IsOk());
+  for (int32_t a = -1; a < 3; ++a) {
+    EXPECT_EQ(from_dense->Confusion(a), p.Confusion(a)) << a;
+  }
+
+  // A sparse blob whose annotator row does not sum to one is refused.
+  std::string corrupt = blob;
+  // The last 8 bytes before the checksum are the last probability of the last column.
+  const size_t last = corrupt.size() - 8 - 8;
+  const double wrong = 0.999;
+  std::memcpy(&corrupt[last], &wrong, 8);
+  // Recompute the checksum (FNV-1a of the payload, little-endian) over the altered payload.
+  const uint64_t checksum = Fnv1a64(std::string_view(corrupt).substr(0, corrupt.size() - 8));
+  for (int i = 0; i < 8; ++i) {
+    corrupt[corrupt.size() - 8 + i] = static_cast<char>((checksum >> (8 * i)) & 0xff);
+  }
+  absl::StatusOr<ByteReader> cr = ByteReader::Open(corrupt);
+  ASSERT_THAT(cr, IsOk());
+  EXPECT_THAT(ConfusionParameters::Parse(*cr, kClasses),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(ConfusionParametersTest, CanonicalLabelsSortsOnlyWhenNeeded) {

@@ -703,6 +703,14 @@ std::vector<double> DawidSkeneModel::AnnotatorConfusion(
   return params_->Confusion(annotator);
 }
 
+std::vector<double> DawidSkeneModel::AnnotatorConfusionDiagonal(
+    int32_t annotator) const {
+  if (!params_.has_value()) {
+    return std::vector<double>(num_classes_, 1.0 / num_classes_);
+  }
+  return params_->ConfusionDiagonal(annotator);
+}
+
 std::vector<double> DawidSkeneModel::ClassPrior() const {
   if (!params_.has_value()) {
     return std::vector<double>(num_classes_, 1.0 / num_classes_);

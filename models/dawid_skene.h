@@ -117,6 +117,7 @@ class DawidSkeneModel : public TruthModel {
                      int32_t gold_label,
                      absl::Span<double> out) const override;
   std::vector<double> AnnotatorConfusion(int32_t annotator) const override;
+  std::vector<double> AnnotatorConfusionDiagonal(int32_t annotator) const override;
   // The parameters, followed by the kept state if the model has one (a
   // section of its own layout version; a model without it writes what ds
   // wrote before it kept one).

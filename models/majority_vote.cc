@@ -81,6 +81,14 @@ std::vector<double> MajorityVoteModel::AnnotatorConfusion(
   return params_->Confusion(annotator);
 }
 
+std::vector<double> MajorityVoteModel::AnnotatorConfusionDiagonal(
+    int32_t annotator) const {
+  if (!params_.has_value()) {
+    return std::vector<double>(num_classes_, 1.0 / num_classes_);
+  }
+  return params_->ConfusionDiagonal(annotator);
+}
+
 std::string MajorityVoteModel::Serialize() const {
   return SerializeConfusionModel(kMethod, params_);
 }

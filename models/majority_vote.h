@@ -56,6 +56,7 @@ class MajorityVoteModel : public TruthModel {
                      int32_t gold_label,
                      absl::Span<double> out) const override;
   std::vector<double> AnnotatorConfusion(int32_t annotator) const override;
+  std::vector<double> AnnotatorConfusionDiagonal(int32_t annotator) const override;
   std::string Serialize() const override;
   absl::Status Restore(std::string_view serialized) override;
 

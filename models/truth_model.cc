@@ -111,6 +111,14 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
   return absl::OkStatus();
 }
 
+std::vector<double> TruthModel::AnnotatorConfusionDiagonal(int32_t annotator) const {
+  const std::vector<double> confusion = AnnotatorConfusion(annotator);
+  const size_t k = static_cast<size_t>(num_classes());
+  std::vector<double> diagonal(k);
+  for (size_t c = 0; c < k; ++c) diagonal[c] = confusion[c * k + c];
+  return diagonal;
+}
+
 absl::Status ValidateFitInputs(int32_t num_classes,
                                const AnnotationMatrix& data,
                                absl::Span<const int32_t> gold) {

@@ -282,6 +282,11 @@ class TruthModel {
   // seen in the fit gets the population confusion.
   virtual std::vector<double> AnnotatorConfusion(int32_t annotator) const = 0;
 
+  // The diagonal of AnnotatorConfusion(annotator): p(label = k | true class = k),
+  // k = 0..num_classes()-1. Models that keep confusions sparsely override it with an O(K)
+  // computation; this default takes the diagonal of the full matrix.
+  virtual std::vector<double> AnnotatorConfusionDiagonal(int32_t annotator) const;
+
   // The predicted confusion matrix of `annotator` on item `item` (same layout as
   // AnnotatorConfusion). Models whose confusion depends on the item (glad: item easiness)
   // override it; an item out of the fitted range gets the prior item. Default: the

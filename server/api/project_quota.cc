@@ -15,8 +15,7 @@ ProjectQuota EffectiveQuota(const v1::ProjectSettings& settings, const ProjectQu
 }
 
 absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& current,
-                               const ProjectGrowth& added, int32_t num_classes) {
-  const int64_t cells_per_annotator = static_cast<int64_t>(num_classes) * num_classes;
+                               const ProjectGrowth& added, int64_t cells_per_annotator) {
   const struct {
     const char* limit;
     const char* flag;
@@ -30,7 +29,7 @@ absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& c
       {"max_labels", "--max_labels_per_project", "labels", quota.max_labels, current.labels,
        added.labels},
       {"max_confusion_cells", "--max_confusion_cells_per_project",
-       "confusion cells (annotators x classes^2)", quota.max_confusion_cells,
+       "dense confusion cells (annotators x classes^2)", quota.max_confusion_cells,
        current.annotators * cells_per_annotator, added.annotators * cells_per_annotator},
   };
   for (const auto& c : checks) {
@@ -42,6 +41,32 @@ absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& c
     }
   }
   return absl::OkStatus();
+}
+
+int64_t DenseConfusionCellsPerAnnotator(v1::TruthMethod method, int32_t num_classes) {
+  switch (method) {
+    case v1::TRUTH_METHOD_LIA:
+    case v1::TRUTH_METHOD_CROWDLAYER:
+    case v1::TRUTH_METHOD_TRACE_REG:
+    case v1::TRUTH_METHOD_CONAL:
+    case v1::TRUTH_METHOD_CMM:
+      return static_cast<int64_t>(num_classes) * num_classes;
+    default:
+      return 0;
+  }
+}
+
+absl::Status CheckMethodFitsQuota(const ProjectQuota& quota, v1::TruthMethod method,
+                                  int32_t num_classes, int64_t num_annotators) {
+  const int64_t cells = num_annotators * DenseConfusionCellsPerAnnotator(method, num_classes);
+  if (cells <= quota.max_confusion_cells) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "project limit max_confusion_cells (", quota.max_confusion_cells,
+      ", settings.limits.max_confusion_cells or --max_confusion_cells_per_project) would be "
+      "passed: settings.model.method ",
+      v1::TruthMethod_Name(method), " keeps a dense ", num_classes, "x", num_classes,
+      " confusion per annotator, ", cells, " cells for the project's ", num_annotators,
+      " annotators; the settings were not changed"));
 }
 
 }  // namespace verity::server

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "verity/v1/common.pb.h"
 #include "verity/v1/projects.pb.h"
 
 namespace verity::server {
@@ -14,8 +15,10 @@ struct ProjectQuota {
   int64_t max_items = 10'000'000;
   int64_t max_annotators = 1'000'000;
   int64_t max_labels = 100'000'000;
-  // Annotators × K²: every truth model keeps a dense K×K confusion (or its counts) per
-  // annotator, so this bounds their memory, fit time and stored size.
+  // Annotators × K², for the truth models that keep a dense K×K matrix per annotator (the
+  // neural ones; see DenseConfusionCellsPerAnnotator): it bounds their memory, fit time and
+  // stored size. The classical models keep per annotator only the confusion columns of the
+  // labels it gave, which grow with the labels and need no such budget.
   int64_t max_confusion_cells = 16'000'000;
 };
 
@@ -33,9 +36,22 @@ struct ProjectGrowth {
 // first limit passed, its value and the current size, e.g. "project limit max_items (1000,
 // settings.limits or --max_items_per_project) would be passed: the project has 998 items and
 // this call adds 5".
-// `num_classes` is the project's K (for max_confusion_cells).
+// `cells_per_annotator` is DenseConfusionCellsPerAnnotator of the project (for
+// max_confusion_cells).
 absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& current,
-                               const ProjectGrowth& added, int32_t num_classes);
+                               const ProjectGrowth& added, int64_t cells_per_annotator);
+
+// The confusion cells a project's truth model keeps densely per annotator: K² for the neural
+// methods (lia, crowdlayer, trace_reg, conal, cmm: a K×K matrix or its parameters per
+// annotator), 0 for mv, ds, one_coin and glad (the default method included), whose
+// per-annotator state grows with the annotator's labels.
+int64_t DenseConfusionCellsPerAnnotator(v1::TruthMethod method, int32_t num_classes);
+
+// OK when a project of `num_annotators` annotators may use `method` under `quota`; otherwise
+// RESOURCE_EXHAUSTED naming max_confusion_cells, the cells the method would keep, and the
+// limit (for a settings change to a method with dense confusions).
+absl::Status CheckMethodFitsQuota(const ProjectQuota& quota, v1::TruthMethod method,
+                                  int32_t num_classes, int64_t num_annotators);
 
 }  // namespace verity::server
 

@@ -24,26 +24,54 @@ TEST(ProjectQuotaTest, OverridesReplaceOnlyTheirOwnDefaults) {
 
 TEST(ProjectQuotaTest, UpToTheLimitIsAllowedAndPastItIsRefusedWithTheNumbers) {
   const ProjectQuota quota{100, 10, 1000, 1000};
-  EXPECT_THAT(CheckProjectQuota(quota, {95, 10, 0}, {5, 0, 1000}, 2), IsOk());
-  EXPECT_THAT(CheckProjectQuota(quota, {95, 10, 0}, {6, 0, 0}, 2),
+  EXPECT_THAT(CheckProjectQuota(quota, {95, 10, 0}, {5, 0, 1000}, 4), IsOk());
+  EXPECT_THAT(CheckProjectQuota(quota, {95, 10, 0}, {6, 0, 0}, 4),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        HasSubstr("max_items (100, settings.limits.max_items or "
                                  "--max_items_per_project) would be passed: the project has "
                                  "95 items and this call adds 6")));
-  EXPECT_THAT(CheckProjectQuota(quota, {0, 10, 0}, {0, 1, 0}, 2),
+  EXPECT_THAT(CheckProjectQuota(quota, {0, 10, 0}, {0, 1, 0}, 4),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_annotators")));
-  EXPECT_THAT(CheckProjectQuota(quota, {0, 0, 1000}, {0, 0, 1}, 2),
+  EXPECT_THAT(CheckProjectQuota(quota, {0, 0, 1000}, {0, 0, 1}, 4),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_labels")));
-  // Confusion cells: annotators × K². 3 annotators at K = 16 are 768 cells; a fourth makes
-  // 1,024 > 1,000.
-  EXPECT_THAT(CheckProjectQuota(quota, {0, 3, 0}, {0, 0, 5}, 16), IsOk());
-  EXPECT_THAT(CheckProjectQuota(quota, {0, 3, 0}, {0, 1, 0}, 16),
+  // Dense confusion cells: annotators × K². 3 annotators at K = 16 (256 cells each) are 768
+  // cells; a fourth makes 1,024 > 1,000.
+  EXPECT_THAT(CheckProjectQuota(quota, {0, 3, 0}, {0, 0, 5}, 256), IsOk());
+  EXPECT_THAT(CheckProjectQuota(quota, {0, 3, 0}, {0, 1, 0}, 256),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        HasSubstr("max_confusion_cells (1000, settings.limits.max_confusion_cells "
                                  "or --max_confusion_cells_per_project) would be passed: the "
-                                 "project has 768 confusion cells")));
+                                 "project has 768 dense confusion cells")));
+  // A model without dense confusions (0 cells per annotator) is not bounded by them.
+  EXPECT_THAT(CheckProjectQuota(quota, {0, 3, 0}, {0, 7, 0}, 0), IsOk());
   // A project already over a lowered limit may still do what adds nothing.
-  EXPECT_THAT(CheckProjectQuota(quota, {500, 50, 5000}, {0, 0, 0}, 2), IsOk());
+  EXPECT_THAT(CheckProjectQuota(quota, {500, 50, 5000}, {0, 0, 0}, 4), IsOk());
+}
+
+TEST(ProjectQuotaTest, OnlyTheNeuralMethodsKeepDenseConfusions) {
+  // Written from the models' documentation: the classical models keep per annotator only the
+  // columns of the labels it gave; the neural ones a K x K matrix (or its parameters).
+  for (v1::TruthMethod classical :
+       {v1::TRUTH_METHOD_UNSPECIFIED, v1::TRUTH_METHOD_MAJORITY_VOTE,
+        v1::TRUTH_METHOD_DAWID_SKENE, v1::TRUTH_METHOD_ONE_COIN, v1::TRUTH_METHOD_GLAD}) {
+    EXPECT_EQ(DenseConfusionCellsPerAnnotator(classical, 256), 0) << classical;
+  }
+  for (v1::TruthMethod neural :
+       {v1::TRUTH_METHOD_LIA, v1::TRUTH_METHOD_CROWDLAYER, v1::TRUTH_METHOD_TRACE_REG,
+        v1::TRUTH_METHOD_CONAL, v1::TRUTH_METHOD_CMM}) {
+    EXPECT_EQ(DenseConfusionCellsPerAnnotator(neural, 256), 65536) << neural;
+  }
+}
+
+TEST(ProjectQuotaTest, SwitchingToADenseMethodIsRefusedWhenTheProjectIsTooLarge) {
+  ProjectQuota quota;
+  quota.max_confusion_cells = 1'000'000;
+  // 15 annotators at K = 256: 983,040 cells fit; 16 make 1,048,576.
+  EXPECT_THAT(CheckMethodFitsQuota(quota, v1::TRUTH_METHOD_CROWDLAYER, 256, 15), IsOk());
+  EXPECT_THAT(CheckMethodFitsQuota(quota, v1::TRUTH_METHOD_CROWDLAYER, 256, 16),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("max_confusion_cells (1000000")));
+  EXPECT_THAT(CheckMethodFitsQuota(quota, v1::TRUTH_METHOD_DAWID_SKENE, 256, 2'000'000), IsOk());
 }
 
 }  // namespace

@@ -281,16 +281,18 @@ HttpResponse WebConsole::Annotators(LiveProject& project) {
   json.Key("model_version").Int(snapshot->model_version);
   json.Key("annotators").BeginArray();
   for (int32_t a = 0; a < static_cast<int32_t>(ids.size()); ++a) {
-    const std::vector<double> confusion = snapshot->model->AnnotatorConfusion(a);
-    // Estimated accuracy: the chance of a correct label on an item drawn from the prior.
+    // Estimated accuracy: the chance of a correct label on an item drawn from the prior. The
+    // diagonal is O(K); the full matrix is built only for the few classes the page draws.
+    const std::vector<double> diagonal = snapshot->model->AnnotatorConfusionDiagonal(a);
     double accuracy = 0;
-    for (int32_t c = 0; c < k; ++c) accuracy += prior[c] * confusion[c * k + c];
+    for (int32_t c = 0; c < k; ++c) accuracy += prior[c] * diagonal[c];
     json.BeginObject();
     json.Key("id").String(ids[a]);
     json.Key("labels").Int(project.AnnotatorLabelCount(a));
     json.Key("accuracy").Double(accuracy);
     json.Key("confusion");
     if (k <= kMaxConfusionClasses) {
+      const std::vector<double> confusion = snapshot->model->AnnotatorConfusion(a);
       json.BeginArray();  // Rows: true class; columns: the label given.
       for (int32_t row = 0; row < k; ++row) {
         json.BeginArray();

@@ -53,7 +53,8 @@ absl::Status CheckBatchQuota(const LiveProject& project,
   const ProjectCounts counts = project.Counts();
   const ProjectGrowth current{counts.num_items, counts.num_annotators, counts.num_labels};
   const int64_t n = static_cast<int64_t>(writes.size());
-  const int32_t k = project.num_classes();
+  const int64_t k = DenseConfusionCellsPerAnnotator(project.settings().model().method(),
+                                                    project.num_classes());
   if (CheckProjectQuota(quota, current, {n, n, n}, k).ok()) return absl::OkStatus();
   absl::flat_hash_set<absl::string_view> new_items, new_annotators;
   absl::flat_hash_set<std::pair<absl::string_view, absl::string_view>> new_labels;

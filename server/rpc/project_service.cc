@@ -85,6 +85,13 @@ grpc::Status ProjectServiceImpl::UpdateProjectSettings(
   if (absl::Status s = ValidateSettings(request->settings()); !s.ok()) return ToGrpcStatus(s);
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
+  if (absl::Status s = CheckMethodFitsQuota(
+          EffectiveQuota(request->settings(), core_.quota_defaults),
+          request->settings().model().method(), (*project)->num_classes(),
+          (*project)->Counts().num_annotators);
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   if (absl::Status s = core_.registry->UpdateSettings(**project, request->settings()); !s.ok()) {
     return ToGrpcStatus(s);
   }
@@ -97,7 +104,8 @@ absl::Status ProjectServiceImpl::CheckGrowth(const LiveProject& live,
   const ProjectCounts counts = live.Counts();
   return CheckProjectQuota(EffectiveQuota(live.settings(), core_.quota_defaults),
                            {counts.num_items, counts.num_annotators, counts.num_labels}, added,
-                           live.num_classes());
+                           DenseConfusionCellsPerAnnotator(live.settings().model().method(),
+                                                           live.num_classes()));
 }
 
 grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext* context, const v1::AddItemsRequest* request,

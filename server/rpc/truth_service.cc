@@ -180,10 +180,13 @@ grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context
   for (auto& [index, id] : wanted) {
     v1::AnnotatorProfile* profile = response->add_profiles();
     profile->set_annotator(std::move(id));
-    confusion = snapshot->model->AnnotatorConfusion(index);
+    // The accuracy needs only the diagonal (O(K) for the models that keep confusions
+    // sparsely); the full matrix is built only when asked for.
+    const std::vector<double> diagonal = snapshot->model->AnnotatorConfusionDiagonal(index);
     double accuracy = 0;
-    for (int32_t c = 0; c < k; ++c) accuracy += snapshot->class_prior[c] * confusion[c * k + c];
+    for (int32_t c = 0; c < k; ++c) accuracy += snapshot->class_prior[c] * diagonal[c];
     if (with_confusion) {
+      confusion = snapshot->model->AnnotatorConfusion(index);
       profile->mutable_confusion()->set_num_classes(k);
       profile->mutable_confusion()->mutable_probabilities()->Add(confusion.begin(),
                                                                  confusion.end());

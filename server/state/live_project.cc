@@ -663,13 +663,13 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   {
     const int32_t k = num_classes();
     std::vector<uint32_t> counts(num_annotators);
-    std::vector<double> confusions(static_cast<size_t>(num_annotators) * k * k);
+    std::vector<double> diagonals(static_cast<size_t>(num_annotators) * k);
     for (int32_t a = 0; a < num_annotators; ++a) {
       counts[a] = static_cast<uint32_t>(data->LabelsOfAnnotator(a).size());
-      std::vector<double> c = model->AnnotatorConfusion(a);
-      std::copy(c.begin(), c.end(), confusions.begin() + static_cast<size_t>(a) * k * k);
+      std::vector<double> d = model->AnnotatorConfusionDiagonal(a);
+      std::copy(d.begin(), d.end(), diagonals.begin() + static_cast<size_t>(a) * k);
     }
-    outputs.annotator_profiles = EncodeProfiles(k, counts, confusions);
+    outputs.annotator_profiles = EncodeProfiles(k, counts, diagonals);
   }
   result.outputs_ms = lap();
   absl::StatusOr<storage::ModelVersionRecord> saved = versions.SaveModelVersion(record, outputs);

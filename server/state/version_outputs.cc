@@ -1,5 +1,7 @@
 #include "server/state/version_outputs.h"
 
+#include "absl/strings/match.h"
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -52,15 +54,15 @@ std::string EncodePosteriors(int32_t num_classes, absl::Span<const double> poste
 }
 
 std::string EncodeProfiles(int32_t num_classes, absl::Span<const uint32_t> num_labels,
-                           absl::Span<const double> confusions) {
-  std::string out = "VAP1";
-  const size_t kk = static_cast<size_t>(num_classes) * num_classes;
-  out.reserve(12 + num_labels.size() * (4 + kk * 4));
+                           absl::Span<const double> diagonals) {
+  std::string out = "VAP2";
+  const size_t k = static_cast<size_t>(num_classes);
+  out.reserve(12 + num_labels.size() * (4 + k * 4));
   PutU32(out, static_cast<uint32_t>(num_labels.size()));
   PutU32(out, static_cast<uint32_t>(num_classes));
   for (size_t a = 0; a < num_labels.size(); ++a) {
     PutU32(out, num_labels[a]);
-    for (size_t c = 0; c < kk; ++c) PutF32(out, confusions[a * kk + c]);
+    for (size_t c = 0; c < k; ++c) PutF32(out, diagonals[a * k + c]);
   }
   return out;
 }
@@ -81,20 +83,30 @@ absl::StatusOr<DecodedPosteriors> DecodePosteriors(absl::string_view encoded) {
 }
 
 absl::StatusOr<DecodedProfiles> DecodeProfiles(absl::string_view encoded) {
+  // VAP1 (earlier builds) holds every annotator's full K*K matrix; keep its diagonal.
+  const bool full_matrices = absl::StartsWith(encoded, "VAP1");
   Reader r(encoded);
   uint32_t annotators = 0, k = 0;
-  if (!r.Magic("VAP1") || !r.U32(annotators) || !r.U32(k) ||
-      r.remaining() != static_cast<size_t>(annotators) * (4 + static_cast<size_t>(k) * k * 4)) {
+  if (!(full_matrices ? r.Magic("VAP1") : r.Magic("VAP2")) || !r.U32(annotators) || !r.U32(k)) {
+    return absl::InvalidArgumentError("annotator profiles blob: bad magic or size");
+  }
+  const size_t cells = full_matrices ? static_cast<size_t>(k) * k : k;
+  if (r.remaining() != static_cast<size_t>(annotators) * (4 + cells * 4)) {
     return absl::InvalidArgumentError("annotator profiles blob: bad magic or size");
   }
   DecodedProfiles out;
   out.num_annotators = static_cast<int32_t>(annotators);
   out.num_classes = static_cast<int32_t>(k);
   out.num_labels.resize(annotators);
-  out.confusions.resize(static_cast<size_t>(annotators) * k * k);
+  out.diagonals.resize(static_cast<size_t>(annotators) * k);
+  float value = 0;
   for (uint32_t a = 0; a < annotators; ++a) {
     r.U32(out.num_labels[a]);
-    for (size_t c = 0; c < static_cast<size_t>(k) * k; ++c) r.F32(out.confusions[a * k * k + c]);
+    for (size_t cell = 0; cell < cells; ++cell) {
+      r.F32(value);
+      const size_t c = full_matrices ? cell / k : cell;
+      if (!full_matrices || cell % k == c) out.diagonals[a * k + c] = value;
+    }
   }
   return out;
 }

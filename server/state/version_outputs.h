@@ -3,8 +3,12 @@
 // annotator's profile. Little-endian, versioned by a 4-byte magic:
 //
 //   posteriors:          "VPO1" u32 num_items u32 K, then num_items*K float32 (item-major)
-//   annotator_profiles:  "VAP1" u32 num_annotators u32 K, then per annotator
-//                        u32 num_labels and K*K float32 (row = true class)
+//   annotator_profiles:  "VAP2" u32 num_annotators u32 K, then per annotator
+//                        u32 num_labels and K float32: the diagonal of its confusion,
+//                        p(label = k | true class = k). O(annotators × K), so a many-class
+//                        project's version stays small; the full matrices follow from the
+//                        version's parameters. (Versions written before hold "VAP1": K*K
+//                        float32 per annotator, row = true class; both decode.)
 //
 // Pure functions, thread-safe.
 #ifndef VERITY_SERVER_STATE_VERSION_OUTPUTS_H_
@@ -30,14 +34,14 @@ struct DecodedProfiles {
   int32_t num_annotators = 0;
   int32_t num_classes = 0;
   std::vector<uint32_t> num_labels;  // per annotator
-  std::vector<float> confusions;     // num_annotators * K * K
+  std::vector<float> diagonals;      // num_annotators * K: p(label = k | true class = k)
 };
 
 // `posteriors` has num_items * num_classes entries.
 std::string EncodePosteriors(int32_t num_classes, absl::Span<const double> posteriors);
-// `confusions` has num_labels.size() * K * K entries.
+// `diagonals` has num_labels.size() * K entries.
 std::string EncodeProfiles(int32_t num_classes, absl::Span<const uint32_t> num_labels,
-                           absl::Span<const double> confusions);
+                           absl::Span<const double> diagonals);
 
 // INVALID_ARGUMENT on a wrong magic or size.
 absl::StatusOr<DecodedPosteriors> DecodePosteriors(absl::string_view encoded);

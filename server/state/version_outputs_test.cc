@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <string>
+#include <vector>
+
 namespace verity::server {
 namespace {
 
@@ -15,15 +19,39 @@ TEST(VersionOutputsTest, PosteriorsRoundTripAsFloat32) {
   for (size_t i = 0; i < p.size(); ++i) EXPECT_FLOAT_EQ(decoded->probabilities[i], p[i]);
 }
 
-TEST(VersionOutputsTest, ProfilesRoundTrip) {
+TEST(VersionOutputsTest, ProfilesKeepEachAnnotatorsDiagonalInKFloatsPerAnnotator) {
   const std::vector<uint32_t> counts = {3, 0};
-  const std::vector<double> confusions = {0.9, 0.1, 0.2, 0.8, 0.5, 0.5, 0.5, 0.5};
-  auto decoded = DecodeProfiles(EncodeProfiles(2, counts, confusions));
+  const std::vector<double> diagonals = {0.9, 0.8, 0.5, 0.25};
+  const std::string blob = EncodeProfiles(2, counts, diagonals);
+  // Magic, two sizes, then per annotator a count and K floats: O(annotators x K).
+  EXPECT_EQ(blob.size(), 12u + 2 * (4 + 2 * 4));
+  auto decoded = DecodeProfiles(blob);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->num_annotators, 2);
   EXPECT_EQ(decoded->num_labels[0], 3u);
-  EXPECT_FLOAT_EQ(decoded->confusions[2], 0.2f);
-  EXPECT_FLOAT_EQ(decoded->confusions[7], 0.5f);
+  EXPECT_EQ(decoded->diagonals, (std::vector<float>{0.9f, 0.8f, 0.5f, 0.25f}));
+}
+
+TEST(VersionOutputsTest, ProfilesOfEarlierBuildsDecodeToTheirDiagonals) {
+  // VAP1, as written before: u32 annotators, u32 K, then per annotator u32 count and the full
+  // K x K matrix (row = true class) as float32, little-endian.
+  std::string blob = "VAP1";
+  auto put_u32 = [&blob](uint32_t v) {
+    for (int i = 0; i < 4; ++i) blob.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  auto put_f32 = [&](float f) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    put_u32(bits);
+  };
+  put_u32(1);
+  put_u32(2);
+  put_u32(7);
+  for (float f : {0.9f, 0.1f, 0.3f, 0.7f}) put_f32(f);
+  auto decoded = DecodeProfiles(blob);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->num_labels[0], 7u);
+  EXPECT_EQ(decoded->diagonals, (std::vector<float>{0.9f, 0.7f}));
 }
 
 TEST(VersionOutputsTest, CorruptBlobsAreInvalidArgument) {
