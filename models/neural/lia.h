@@ -8,9 +8,19 @@
 // AMSGrad steps on the expected complete log-likelihood Σ_labels Σ_k q_i[k] (log Q_ij[k, y] +
 // log h_i[k] / n_i) (the optimiser's state carries over between EM iterations); each E-step
 // sets q_i ∝ h_i Π_j Q_ij[·, y_ij] (gold clamped). After em_iterations iterations, the model
-// is fine-tuned on the marginal likelihood for one more M-step's worth of steps. A warm start
-// begins with an E-step under the previous parameters and runs a third of the iterations.
-// Steps per M-step: StepsForFit / em_iterations, at least 50 (the paper: 1,000 steps × 10).
+// is fine-tuned on the marginal likelihood. A warm start begins with an E-step under the
+// previous parameters and runs a third of the iterations.
+//
+// Each M-step and the fine-tuning run to convergence, as the paper's (1,000 steps per M-step,
+// 10 EM iterations, then the marginal likelihood to convergence): the mean minibatch loss over
+// each window of 50 steps is compared with the previous window's, and the phase stops when it
+// improved by less than TruthModelOptions::Neural::lia_tolerance of it (relative; default
+// 1e-3), or after lia_max_steps steps (default 1,000, the paper's M-step; neural.steps /
+// em_iterations when neural.steps is set). A phase therefore takes at least 100 steps.
+// Deviations from the paper: the stopping rule (the paper states a step count, not a test);
+// windows of minibatch losses rather than the full objective, so that checking costs one read
+// of the device per 50 steps; and learned embeddings in place of features when items or
+// annotators carry none.
 //
 // Queries evaluate Q_ij from exported D (per fitted item) and C (per fitted annotator) tables:
 // K² L doubles (8 K² L bytes) per item and per annotator. An item never
