@@ -204,14 +204,59 @@ TEST(PaperClaimsTest, TraceRegularisationRecoversConfusionsWithOneLabelPerItem) 
       }
       return e;
     };
-    const double without = error(0.0), with = error(0.01), strong = error(0.1);
-    std::printf("trace, seed %d: without %.4f, lambda 0.01 %.4f, lambda 0.1 %.4f\n",
+    const double without = error(0.0), with = error(0.01), strong = error(0.03);
+    std::printf("trace, seed %d: without %.4f, lambda 0.01 %.4f, lambda 0.03 %.4f\n",
                 static_cast<int>(seed), without, with, strong);
     EXPECT_LT(with, without) << "seed " << seed;
     mean_without += without / 3;
     mean_strong += strong / 3;
   }
   EXPECT_LT(mean_strong, mean_without - 0.015);
+}
+
+// Trace regularisation against the crowd layer (Tanno et al. 2019 compare with Rodrigues &
+// Pereira): annotators who are mostly wrong (accuracy 0.40 to 0.55 over 3 classes, errors
+// spread evenly), one label per item (6,000 items) or 3 (2,000 items). The error is the mean
+// absolute difference per cell between the served and the true confusions over the 6
+// annotators; seeds 21-23 for the crowd and the models, default options otherwise.
+// Disabled: the claim does not hold here. With learned item embeddings (no features) the
+// classifier can give each item the empirical distribution of its labels, so confusions at the
+// identity are a maximum of the likelihood, and trace_reg, started at the identity as in the
+// paper, stays within a point of it at the paper's λ = 0.01 (error 0.349, the identity's 0.350)
+// while crowdlayer, which starts from the same point but whose layer is not tied to the
+// simplex, moves (0.285 with one label per item, 0.067 with 3). A larger λ moves trace_reg's
+// confusions (0.294 at λ = 0.03, one label) but collapses them soon after (λ = 0.1).
+// Measured on seed 21: trace_reg 0.3490 / 0.3496 (1 / 3 labels per item), crowdlayer 0.2856 /
+// 0.0671, ds 0.2474 / 0.0565. About 15 s on two CPU cores.
+TEST(PaperClaimsTest, DISABLED_TraceRegRecoversConfusionsBetterThanCrowdLayerWhenAnnotatorsAreMostlyWrong) {
+  const int32_t k = 3, annotators = 6;
+  std::vector<std::vector<double>> truth_confusions;
+  for (int a = 0; a < annotators; ++a) {
+    truth_confusions.push_back(testing::SymmetricConfusion(k, 0.40 + 0.03 * a));
+  }
+  for (int32_t per_item : {1, 3}) {
+    for (uint64_t seed : {21, 22, 23}) {
+      Crowd crowd = Generate(per_item == 1 ? 6000 : 2000, annotators, k, per_item, seed,
+                             [&](int32_t, int32_t a) { return truth_confusions[a]; });
+      auto error = [&](const std::string& method) {
+        TruthModelOptions options;
+        options.neural.device = "cpu";
+        options.neural.seed = seed;
+        auto model = CreateTruthModel(method, k, options);
+        EXPECT_TRUE((*model)->Fit(crowd.matrix, {}, false).ok());
+        double e = 0;
+        for (int a = 0; a < annotators; ++a) {
+          std::vector<double> c = (*model)->AnnotatorConfusion(a);
+          for (int x = 0; x < k * k; ++x) e += std::abs(c[x] - truth_confusions[a][x]) / (annotators * k * k);
+        }
+        return e;
+      };
+      const double trace_reg = error("trace_reg"), crowdlayer = error("crowdlayer");
+      std::printf("mostly wrong annotators, %d per item, seed %d: trace_reg %.4f crowdlayer %.4f\n",
+                  per_item, static_cast<int>(seed), trace_reg, crowdlayer);
+      EXPECT_GT(trace_reg, 0.0);  // a measurement: see the comment above
+    }
+  }
 }
 
 // CMM (Mena & Ñanculef, global form): more annotators at a fixed number of labels (sparser
