@@ -16,7 +16,8 @@
 // each window of 50 steps is compared with the previous window's, and the phase stops when it
 // improved by less than TruthModelOptions::Neural::lia_tolerance of it (relative; default
 // 1e-3), or after lia_max_steps steps (default 1,000, the paper's M-step; neural.steps /
-// em_iterations when neural.steps is set). A phase therefore takes at least 100 steps.
+// em_iterations when neural.steps is set). A phase takes at least 100 steps (two windows)
+// unless its budget is smaller.
 // Deviations from the paper: the stopping rule (the paper states a step count, not a test);
 // windows of minibatch losses rather than the full objective, so that checking costs one read
 // of the device per 50 steps; and learned embeddings in place of features when items or
