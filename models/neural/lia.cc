@@ -68,7 +68,12 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
   const int em = options().neural.em_iterations;
   const int iterations = warm_start ? std::max(1, em / 3) : em;
   const TruthModelOptions::Neural& n = options().neural;
-  const int64_t budget = n.steps > 0 ? std::max<int64_t>(1, n.steps / em) : n.lia_max_steps;
+  // The step budget of each phase (lia.h): neural.steps split over the iterations, else
+  // lia_max_steps, else (the default) the budget scaled with the data.
+  const int64_t budget =
+      n.steps > 0            ? std::max<int64_t>(1, n.steps / em)
+      : n.lia_max_steps > 0 ? n.lia_max_steps
+                            : std::max<int64_t>(50, StepsForFit(data.num_labels, false) / em);
   const auto float_options = data.labels_per_item.options();
 
   // First E-step: the soft majority vote, or the posteriors under the warm-started parameters.

@@ -251,7 +251,7 @@ TEST(NeuralOptionsTest, DeviceAndOptionErrors) {
   options.neural.steps = 50;
   EXPECT_THAT(Make("trace_reg", 2, options)->Fit(crowd.matrix, {}, false).status(), IsOk());
   options = FastOptions();
-  options.neural.lia_max_steps = 0;
+  options.neural.lia_max_steps = -1;
   EXPECT_THAT(CreateTruthModel("lia", 2, options).status(), StatusIs(absl::StatusCode::kInvalidArgument));
   options = FastOptions();
   options.neural.lia_tolerance = -1;
