@@ -12,6 +12,20 @@
 // taken between row-centred logits: the paper rewards W_g for differing from the W_r.
 // Q(i, r) row k = softmax(ω W_g[k] + (1 − ω) W_r[k]) (p for a one-hot f); an annotator never
 // seen gets softmax(W_g), an item never seen the mean instance embedding.
+//
+// Where this deviates from the paper, and why:
+//   - The paper writes the label distribution as the ω-mixture of two probability vectors,
+//     ω f W_g + (1 − ω) f W_r with row-stochastic W; the authors' code mixes the two
+//     confusions' logits and applies one softmax, and so does this model (the paper's results
+//     come from that code).
+//   - The regulariser is a reward, not a penalty: −λ Σ_r ||W_g − W_r||₂ (not a squared norm)
+//     lowers the loss as the common confusion moves away from each individual one, as in the
+//     paper and the authors' code. It is taken here between row-centred logits (see above).
+//     Without it W_g and W_r, which start equal, move together and ω gets no gradient.
+//   - Both confusions start at 0.8 on the diagonal, not at the identity, which a row softmax
+//     cannot represent.
+//   - Learned embeddings replace image features when items carry none; ω then depends on a free
+//     item embedding.
 #ifndef VERITY_MODELS_NEURAL_CONAL_H_
 #define VERITY_MODELS_NEURAL_CONAL_H_
 

@@ -51,6 +51,10 @@ class CrowdNet : public torch::nn::Module {
   // The method's regulariser (added to the mean loss of a minibatch); undefined when the
   // method has none (the default).
   virtual torch::Tensor Regularizer() { return torch::Tensor(); }
+  // Called after every optimiser step of the marginal-likelihood training (outside any CUDA
+  // graph), to restore constraints the parameterisation does not keep by itself, in place.
+  // Default: nothing.
+  virtual void AfterOptimizerStep() {}
 
  protected:
   void InitItems(int64_t num_items, int64_t dim, int64_t feature_dim) {

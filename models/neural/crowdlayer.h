@@ -7,14 +7,30 @@
 //   vw   — w_r ⊙ σ, w_r initialised to ones;
 //   vb   — σ + b_r, b_r initialised to zeros;
 //   vw+b — w_r ⊙ σ + b_r.
-// The confusion matrix of annotator r is the layer applied to a one-hot class:
-// Q_r[k, ·] = softmax(layer_r(e_k)). The population confusion is the mean of the annotators'.
+//
+// Posteriors and confusions. The crowd layer has no latent true class: what it trained is
+// p(y | item i, annotator r) = softmax(layer_r(σ_i))[y], a function of the classifier's output
+// σ_i, which the paper reads as the estimate of the truth. Served posteriors keep the form
+// p(k | labels) ∝ σ_i[k] Π_(r, y) Q_r[k, y] of every neural model (they must take labels that
+// arrived after the fit), with the likelihood of class k taken from the trained layer at the
+// inputs it was trained on:
+//     Q_r[k, ·] = softmax(layer_r(σ̄_k)),   σ̄_k = Σ_i σ_i[k] σ_i / Σ_i σ_i[k]
+// (sums over the fitted items): σ̄_k is the classifier output of a typical item of class k, so
+// Q_r[k, ·] is exactly the trained likelihood of such an item's labels. This is the
+// approximation: an item whose σ_i differs from σ̄_k gets the likelihood of the typical item,
+// not softmax(layer_r(σ_i)). Until issue #17 it was softmax(layer_r(e_k)), the layer at a
+// one-hot input, which training never feeds it while σ is not one-hot. Q_r is also the
+// annotator's exported confusion (profiles); an annotator never seen gets the mean of the
+// annotators' Q_r, and an item never seen the class prior. TrainedLabelDistribution gives the
+// trained likelihood itself.
 #ifndef VERITY_MODELS_NEURAL_CROWDLAYER_H_
 #define VERITY_MODELS_NEURAL_CROWDLAYER_H_
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "models/neural/annotator_confusions.h"
 #include "models/neural/neural_truth_model.h"
 
@@ -25,6 +41,12 @@ class CrowdLayerModel : public NeuralModel<CrowdLayerModel> {
   static constexpr std::string_view kMethod = "crowdlayer";
   std::string_view method() const override { return kMethod; }
 
+  // softmax(layer_r(σ)) for a distribution σ over the K classes: what the fitted crowd layer of
+  // `annotator` predicts for the labels of an item whose classifier output is σ (K values).
+  // Uniform before a fit; the population's layer (the annotators' mean parameters) for an
+  // annotator never seen.
+  std::vector<double> TrainedLabelDistribution(int32_t annotator, absl::Span<const double> sigma) const;
+
  protected:
   friend class NeuralModel<CrowdLayerModel>;
   using NeuralModel::NeuralModel;
@@ -34,6 +56,9 @@ class CrowdLayerModel : public NeuralModel<CrowdLayerModel> {
 
  private:
   AnnotatorConfusions confusions_;
+  // The crowd layers' parameters, per fitted annotator: W_r (K x K, [label][class]) for mw, or
+  // w_r and b_r (K each; ones and zeros when the variant has none).
+  std::vector<double> weights_, scales_, biases_;
 };
 
 }  // namespace verity::models::neural

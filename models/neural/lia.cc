@@ -7,6 +7,8 @@
 namespace verity::models::neural {
 namespace {
 
+constexpr int64_t kConvergenceWindow = 50;  // steps per window of the stopping rule (lia.h)
+
 class LiaNet : public CrowdNet {
  public:
   LiaNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim, int64_t annotator_feature_dim, const TruthModelOptions::Neural& options)
@@ -65,7 +67,13 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
   const int32_t k = num_classes();
   const int em = options().neural.em_iterations;
   const int iterations = warm_start ? std::max(1, em / 3) : em;
-  const int64_t steps = std::max<int64_t>(50, StepsForFit(data.num_labels, false) / em);
+  const TruthModelOptions::Neural& n = options().neural;
+  // The step budget of each phase (lia.h): neural.steps split over the iterations, else
+  // lia_max_steps, else (the default) the budget scaled with the data.
+  const int64_t budget =
+      n.steps > 0            ? std::max<int64_t>(1, n.steps / em)
+      : n.lia_max_steps > 0 ? n.lia_max_steps
+                            : std::max<int64_t>(50, StepsForFit(data.num_labels, false) / em);
   const auto float_options = data.labels_per_item.options();
 
   // First E-step: the soft majority vote, or the posteriors under the warm-started parameters.
@@ -86,6 +94,7 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
   std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
   const int64_t batch = std::min<int64_t>(options().neural.batch_size, data.num_labels);
   const torch::Tensor per_item = data.labels_per_item.clamp_min(1.0);
+  ConvergenceCheck check(budget, kConvergenceWindow, n.lia_tolerance, float_options);
   // The expected complete log-likelihood of a batch (see lia.h).
   std::unique_ptr<TrainingStep> step = MakeTrainingStep(
       *optimizer,
@@ -97,17 +106,21 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
         torch::Tensor log_q_y =
             log_confusion.gather(2, y.view({-1, 1, 1}).expand({-1, k, 1})).squeeze(2);
         torch::Tensor weighted_prior = log_prior / per_item.index_select(0, items).unsqueeze(1);
-        return WithGoldLoss(-(q.index_select(0, items) * (log_q_y + weighted_prior)).sum(1).mean(),
-                            net, data);
+        torch::Tensor loss = WithGoldLoss(
+            -(q.index_select(0, items) * (log_q_y + weighted_prior)).sum(1).mean(), net, data);
+        check.Add(loss);
+        return loss;
       },
       batch);
+  torch::Tensor order;
+  int64_t taken = 0;  // steps of the EM phase, for the minibatch order across M-steps
   for (int t = 0; t < iterations; ++t) {
-    torch::Tensor order;
-    for (int64_t s = 0; s < steps; ++s) {
-      const int64_t start = (s * batch) % data.num_labels;
+    check.Restart();
+    do {
+      const int64_t start = (taken++ * batch) % data.num_labels;
       if (start < batch) order = torch::randperm(data.num_labels, data.items.options());
       TakeStep(*step, order.narrow(0, start, std::min(batch, data.num_labels - start)));
-    }
+    } while (!check.StepDone());
     q.copy_(torch::exp(ItemLogPosteriors(net, data, k)));
     net.train();
   }
@@ -115,7 +128,7 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
   // (its moment buffers and, on CUDA, its graph's memory pool).
   step.reset();
   optimizer.reset();
-  TrainMarginal(net, data, steps);
+  TrainMarginalToConvergence(net, data, budget, kConvergenceWindow, n.lia_tolerance);
   return iterations;
 }
 

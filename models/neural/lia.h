@@ -8,9 +8,24 @@
 // AMSGrad steps on the expected complete log-likelihood Σ_labels Σ_k q_i[k] (log Q_ij[k, y] +
 // log h_i[k] / n_i) (the optimiser's state carries over between EM iterations); each E-step
 // sets q_i ∝ h_i Π_j Q_ij[·, y_ij] (gold clamped). After em_iterations iterations, the model
-// is fine-tuned on the marginal likelihood for one more M-step's worth of steps. A warm start
-// begins with an E-step under the previous parameters and runs a third of the iterations.
-// Steps per M-step: StepsForFit / em_iterations, at least 50 (the paper: 1,000 steps × 10).
+// is fine-tuned on the marginal likelihood. A warm start begins with an E-step under the
+// previous parameters and runs a third of the iterations.
+//
+// Each M-step and the fine-tuning run to convergence, as the paper's (1,000 steps per M-step,
+// 10 EM iterations, then the marginal likelihood to convergence): the mean minibatch loss over
+// each window of 50 steps is compared with the previous window's, and the phase stops when it
+// improved by less than TruthModelOptions::Neural::lia_tolerance of it (relative; default
+// 1e-3), or after a budget of steps: neural.steps / em_iterations when neural.steps is set,
+// else lia_max_steps when > 0 (1,000 is the paper's M-step), else the budget scaled with the
+// data (StepsForFit / em_iterations, at least 50). A phase takes at least 100 steps (two
+// windows) unless its budget is smaller.
+// Deviations from the paper: the stopping rule (the paper states a step count, not a test);
+// the default budget, scaled with the data rather than the paper's 1,000 steps, because
+// M-steps run that long fit the item table to the current E-step on small projects (bluebirds,
+// 108 items: 0.867 with the scaled budget of about 60 steps, 0.576 with 1,000, mean of 5 fits);
+// windows of minibatch losses rather than the full objective, so that checking costs one read
+// of the device per 50 steps; and learned embeddings in place of features when items or
+// annotators carry none.
 //
 // Queries evaluate Q_ij from exported D (per fitted item) and C (per fitted annotator) tables:
 // K² L doubles (8 K² L bytes) per item and per annotator. An item never

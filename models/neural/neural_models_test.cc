@@ -1,6 +1,7 @@
 // Tests every neural truth model through the TruthModel interface, on small synthetic crowds
 // (fixed seeds, few optimiser steps, so the whole file runs in seconds on the CPU).
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,6 +10,8 @@
 #include <torch/torch.h>
 
 #include "common/status_matchers.h"
+#include "models/neural/crowdlayer.h"
+#include "models/neural/trace_reg.h"
 #include "models/neural/training_step.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
@@ -248,6 +251,12 @@ TEST(NeuralOptionsTest, DeviceAndOptionErrors) {
   options.neural.steps = 50;
   EXPECT_THAT(Make("trace_reg", 2, options)->Fit(crowd.matrix, {}, false).status(), IsOk());
   options = FastOptions();
+  options.neural.lia_max_steps = -1;
+  EXPECT_THAT(CreateTruthModel("lia", 2, options).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  options = FastOptions();
+  options.neural.lia_tolerance = -1;
+  EXPECT_THAT(CreateTruthModel("lia", 2, options).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  options = FastOptions();
   options.neural.crowdlayer_variant = "xx";
   EXPECT_THAT(CreateTruthModel("crowdlayer", 2, options).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
@@ -256,6 +265,106 @@ TEST(NeuralOptionsTest, DeviceAndOptionErrors) {
     auto cl = Make("crowdlayer", 2, options);
     EXPECT_THAT(cl->Fit(crowd.matrix, {}, false).status(), IsOk()) << variant;
   }
+}
+
+// Tanno et al.: every confusion starts at the identity, and the penalty is λ times the trace
+// summed over the annotators, so that it grows with the crowd (a mean would not).
+TEST(TraceRegTest, ConfusionsStartAtTheIdentityAndThePenaltySumsTheirTraces) {
+  TruthModelOptions::Neural options;
+  options.trace_lambda = 0.5;
+  for (int32_t annotators : {2, 8}) {
+    neural::TraceRegNet net(10, annotators, 3, 0, options);
+    EXPECT_TRUE(torch::equal(net.Confusions(), torch::eye(3).unsqueeze(0).repeat({annotators, 1, 1})))
+        << net.Confusions();
+    EXPECT_NEAR(net.Regularizer().item<double>(), 0.5 * 3 * annotators, 1e-5) << annotators;
+    net.set_trace_weight(0.25);
+    EXPECT_NEAR(net.Regularizer().item<double>(), 0.25 * 3 * annotators, 1e-5) << annotators;
+  }
+}
+
+// After a fit the confusions stay on the simplex (the projection after every step) and the
+// diagonal of a spammer's is lower than a good annotator's.
+TEST(TraceRegTest, FittedConfusionsAreRowStochastic) {
+  testing::SyntheticCrowd crowd = MakeCrowd(3, 11);
+  auto model = Make("trace_reg", 3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+  for (int32_t a : {0, 11}) {
+    std::vector<double> c = model->AnnotatorConfusion(a);
+    for (int row = 0; row < 3; ++row) {
+      EXPECT_NEAR(c[row * 3] + c[row * 3 + 1] + c[row * 3 + 2], 1.0, 1e-5);
+      for (int y = 0; y < 3; ++y) EXPECT_GE(c[row * 3 + y], 0.5 * neural::TraceRegNet::kMinConfusion);
+    }
+  }
+}
+
+// crowdlayer serves p(k | labels) ∝ σ_i[k] Π Q_r[k, y] with Q_r[k, ·] the trained crowd layer
+// applied to σ̄_k, the mean classifier output of the fitted items weighted by their mass on k
+// (crowdlayer.h), not to a one-hot class. Everything is recomputed here from the served priors
+// σ_i and the layers.
+TEST(CrowdLayerTest, PosteriorsUseTheTrainedLayerAtTypicalClassifierOutputs) {
+  testing::SyntheticCrowd crowd = MakeCrowd(3, 11);
+  const int32_t k = 3, items = crowd.matrix.num_items();
+  auto fitted = Make("crowdlayer", k);
+  ASSERT_THAT(fitted->Fit(crowd.matrix, {}, false).status(), IsOk());
+  const auto* model = dynamic_cast<const neural::CrowdLayerModel*>(fitted.get());
+  ASSERT_NE(model, nullptr);
+  std::vector<std::vector<double>> sigma(items, std::vector<double>(k));
+  for (int32_t i = 0; i < items; ++i) model->ItemPosteriorForItem(i, {}, -1, absl::MakeSpan(sigma[i]));
+  std::vector<std::vector<double>> typical(k, std::vector<double>(k, 0.0));
+  for (int32_t c = 0; c < k; ++c) {
+    double mass = 0;
+    for (int32_t i = 0; i < items; ++i) {
+      mass += sigma[i][c];
+      for (int32_t d = 0; d < k; ++d) typical[c][d] += sigma[i][c] * sigma[i][d];
+    }
+    for (double& v : typical[c]) v /= mass;
+  }
+  // The classifier is not one-hot, so the test tells σ̄_k from e_k.
+  EXPECT_LT(typical[0][0], 0.999);
+  auto likelihood = [&](int32_t annotator, int32_t c, int32_t y) {
+    return model->TrainedLabelDistribution(annotator, typical[c])[y];
+  };
+  for (int32_t a : {0, 11}) {
+    std::vector<double> confusion = model->AnnotatorConfusion(a);
+    for (int32_t c = 0; c < k; ++c) {
+      for (int32_t y = 0; y < k; ++y) EXPECT_NEAR(confusion[c * k + y], likelihood(a, c, y), 1e-6);
+    }
+  }
+  for (int32_t i : {0, 1, 2, 150, 299}) {
+    absl::Span<const AnnotationMatrix::Entry> labels = crowd.matrix.LabelsOfItem(i);
+    std::vector<double> expected(k);
+    double sum = 0;
+    for (int32_t c = 0; c < k; ++c) {
+      expected[c] = sigma[i][c];
+      for (const AnnotationMatrix::Entry& e : labels) expected[c] *= likelihood(e.other, c, e.label);
+      sum += expected[c];
+    }
+    std::vector<double> served(k);
+    model->ItemPosteriorForItem(i, labels, -1, absl::MakeSpan(served));
+    for (int32_t c = 0; c < k; ++c) EXPECT_NEAR(served[c], expected[c] / sum, 1e-6) << "item " << i;
+  }
+}
+
+// lia's M-steps and fine-tuning stop on the convergence rule (lia.h): with a tolerance no
+// window can meet, each of the em_iterations + 1 phases stops after its second window of 50
+// steps; with the default, they stop between that and lia_max_steps.
+TEST(LiaTest, PhasesStopOnTheConvergenceRule) {
+  testing::SyntheticCrowd crowd = MakeCrowd(2, 3);
+  TruthModelOptions options = FastOptions("lia");
+  options.neural.steps = 0;
+  options.neural.lia_max_steps = 1000;
+  options.neural.lia_tolerance = 0.5;
+  absl::StatusOr<FitReport> loose = Make("lia", 2, options)->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(loose.status(), IsOk());
+  EXPECT_EQ(loose->training_steps, (options.neural.em_iterations + 1) * 100);
+  options.neural.lia_tolerance = TruthModelOptions().neural.lia_tolerance;
+  absl::StatusOr<FitReport> report = Make("lia", 2, options)->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(report.status(), IsOk());
+  std::printf("lia, tolerance %g: %lld steps over %d phases (at most %d)\n", options.neural.lia_tolerance,
+              static_cast<long long>(report->training_steps), options.neural.em_iterations + 1,
+              (options.neural.em_iterations + 1) * options.neural.lia_max_steps);
+  EXPECT_GT(report->training_steps, loose->training_steps);
+  EXPECT_LT(report->training_steps, (options.neural.em_iterations + 1) * options.neural.lia_max_steps);
 }
 
 }  // namespace

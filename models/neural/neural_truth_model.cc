@@ -123,6 +123,84 @@ torch::Tensor NeuralTruthModel::WithGoldLoss(torch::Tensor loss, CrowdNet& net,
   return loss + torch::nll_loss(net.LogPrior(data.gold_items), data.gold_labels);
 }
 
+ConvergenceCheck::ConvergenceCheck(int64_t max_steps, int64_t window, double tolerance,
+                                   const torch::TensorOptions& options)
+    : max_steps_(std::max<int64_t>(1, max_steps)),
+      window_(std::max<int64_t>(1, window)),
+      tolerance_(tolerance),
+      sum_(torch::zeros({}, options)) {}
+
+void ConvergenceCheck::Restart() {
+  torch::NoGradGuard no_grad;
+  sum_.zero_();
+  steps_ = 0;
+  has_previous_ = converged_ = false;
+}
+
+void ConvergenceCheck::Add(const torch::Tensor& loss) {
+  torch::NoGradGuard no_grad;
+  sum_.add_(loss.detach());
+}
+
+bool ConvergenceCheck::StepDone() {
+  ++steps_;
+  if (steps_ % window_ == 0) {
+    torch::NoGradGuard no_grad;
+    const double mean = sum_.item<double>() / window_;
+    sum_.zero_();
+    if (has_previous_ && previous_ - mean < tolerance_ * std::abs(previous_)) {
+      converged_ = true;
+      return true;
+    }
+    has_previous_ = true;
+    previous_ = mean;
+  }
+  return steps_ >= max_steps_;
+}
+
+namespace {
+
+// The minibatch loss of TrainMarginal: the mean negative log-likelihood of the labels `idx`,
+// plus the method's regulariser and the gold cross-entropy.
+torch::Tensor MarginalLoss(CrowdNet& net, const LabelTensors& data, const torch::Tensor& idx) {
+  torch::Tensor log_p = net.LogNoisyLabel(data.items.index_select(0, idx),
+                                          data.annotators.index_select(0, idx));
+  torch::Tensor loss = torch::nll_loss(log_p, data.labels.index_select(0, idx));
+  torch::Tensor regularizer = net.Regularizer();
+  if (regularizer.defined()) loss = loss + regularizer;
+  if (data.gold_items.numel() == 0) return loss;
+  return loss + torch::nll_loss(net.LogPrior(data.gold_items), data.gold_labels);
+}
+
+}  // namespace
+
+int64_t NeuralTruthModel::TrainMarginalToConvergence(CrowdNet& net, const LabelTensors& data,
+                                                     int64_t max_steps, int64_t window,
+                                                     double tolerance) {
+  if (data.num_labels == 0) return 0;
+  net.train();
+  std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
+  const int64_t batch = std::min<int64_t>(options_.neural.batch_size, data.num_labels);
+  ConvergenceCheck check(max_steps, window, tolerance, data.labels_per_item.options());
+  std::unique_ptr<TrainingStep> step = MakeTrainingStep(
+      *optimizer,
+      [&net, &data, &check](const torch::Tensor& idx) {
+        torch::Tensor loss = MarginalLoss(net, data, idx);
+        check.Add(loss);
+        return loss;
+      },
+      batch);
+  torch::Tensor order;
+  for (int64_t s = 0;; ++s) {
+    const int64_t start = (s * batch) % data.num_labels;
+    if (start < batch) order = torch::randperm(data.num_labels, data.items.options());
+    TakeStep(*step, order.narrow(0, start, std::min(batch, data.num_labels - start)));
+    net.AfterOptimizerStep();
+    if (check.StepDone()) break;
+  }
+  return check.steps();
+}
+
 int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int64_t steps) {
   if (data.num_labels == 0) return 0;
   net.train();
@@ -131,20 +209,13 @@ int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int
   const int64_t per_epoch = (data.num_labels + batch - 1) / batch;
   const int epochs = static_cast<int>(std::max<int64_t>(1, (steps + per_epoch - 1) / per_epoch));
   std::unique_ptr<TrainingStep> step = MakeTrainingStep(
-      *optimizer,
-      [&net, &data](const torch::Tensor& idx) {
-        torch::Tensor log_p = net.LogNoisyLabel(data.items.index_select(0, idx),
-                                                data.annotators.index_select(0, idx));
-        torch::Tensor loss = torch::nll_loss(log_p, data.labels.index_select(0, idx));
-        torch::Tensor regularizer = net.Regularizer();
-        if (regularizer.defined()) loss = loss + regularizer;
-        return WithGoldLoss(loss, net, data);
-      },
+      *optimizer, [&net, &data](const torch::Tensor& idx) { return MarginalLoss(net, data, idx); },
       batch);
   for (int epoch = 0; epoch < epochs; ++epoch) {
     torch::Tensor order = torch::randperm(data.num_labels, data.items.options());
     for (int64_t start = 0; start < data.num_labels; start += batch) {
       TakeStep(*step, order.narrow(0, start, std::min(batch, data.num_labels - start)));
+      net.AfterOptimizerStep();
     }
   }
   return epochs;

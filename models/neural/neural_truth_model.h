@@ -53,6 +53,34 @@ struct LabelTensors {
   torch::Tensor gold_items, gold_labels;    // int64; empty when there is no gold
 };
 
+// The stopping rule of a training loop run to convergence: the mean minibatch loss over each
+// window of `window` steps is compared with the previous window's, and the loop stops when it
+// improved by less than `tolerance` of it (relative; a loss that rose stops it too), or after
+// `max_steps` steps. The losses are summed on the device (Add, called inside the loss function:
+// capturable in a CUDA graph) and read on the host once per window.
+class ConvergenceCheck {
+ public:
+  ConvergenceCheck(int64_t max_steps, int64_t window, double tolerance,
+                   const torch::TensorOptions& options);
+  // Starts a new loop (the accumulator keeps its address, as a captured loss needs).
+  void Restart();
+  // Adds a step's loss (a scalar on the accumulator's device), inside the loss function.
+  void Add(const torch::Tensor& loss);
+  // Counts a step taken; true when the loop should stop.
+  bool StepDone();
+  int64_t steps() const { return steps_; }
+  // Whether the last loop stopped on the tolerance rather than on max_steps.
+  bool converged() const { return converged_; }
+
+ private:
+  int64_t max_steps_, window_;
+  double tolerance_;
+  torch::Tensor sum_;
+  int64_t steps_ = 0;
+  bool has_previous_ = false, converged_ = false;
+  double previous_ = 0;
+};
+
 class NeuralTruthModel : public TruthModel {
  public:
   NeuralTruthModel(int32_t num_classes, TruthModelOptions options);
@@ -111,6 +139,10 @@ class NeuralTruthModel : public TruthModel {
   // Minibatch AMSGrad on the marginal likelihood of the labels (see the file comment) for
   // about `steps` steps (whole epochs, at least one). Returns the epochs run.
   int TrainMarginal(CrowdNet& net, const LabelTensors& data, int64_t steps);
+  // The same loss, step by step until ConvergenceCheck(max_steps, window, tolerance) stops it.
+  // Returns the steps run.
+  int64_t TrainMarginalToConvergence(CrowdNet& net, const LabelTensors& data, int64_t max_steps,
+                                     int64_t window, double tolerance);
   // Steps of a fit: options.neural.steps, or about 3,000 scaled to whole epochs (2 to 200);
   // a quarter of that when warm-starting.
   int64_t StepsForFit(int64_t num_labels, bool warm_start) const;

@@ -7,7 +7,7 @@
 // Four claims hold here and are asserted: trace_reg, cmm (against ds and majority vote, when
 // the annotators' groups share a bias), lia when items carry features (without features it
 // does not), and conal when the crowd shares a confusion on some items.
-// The cases where a claim does not hold, or that are not the paper's setting, are four DISABLED_
+// The cases where a claim does not hold, or that are not the paper's setting, are five DISABLED_
 // measurements, run with --gtest_also_run_disabled_tests, that assert only that the fits run;
 // they are kept so that the comparison can be re-run when the models change, and issue #17
 // (neural models made faithful to the papers) will enable them. The line above each says why
@@ -172,14 +172,15 @@ TEST(PaperClaimsTest, DISABLED_ConalWithACommonConfusionSharedByTheCrowd) {
 // confusion matrices better than the same model without it.
 // Trace regularisation (Tanno et al. 2019): one label per item; the trace term should recover
 // the annotators' confusion matrices better than the same model without it. Without it, a free
-// item embedding absorbs the label noise into the classifier and the confusions come out too
-// close to the identity; the term pushes their diagonals down. Over three seeds (crowd and
-// model), each fit about 2 s on two CPU cores:
+// item embedding absorbs the label noise into the classifier and the confusions stay at the
+// identity they start from (error 0.1665-0.1667, the identity's); the term pushes their
+// diagonals down. Over three seeds (crowd and model), each fit about 2 s on two CPU cores,
+// with the trace summed over the 6 annotators as the paper:
 //  - at the default λ = 0.01 the gain is small but the same on every seed (mean absolute error
-//    per cell 0.1448 -> 0.1432, 0.1445 -> 0.1429, 0.1443 -> 0.1425), so it is asserted per seed;
-//  - at λ = 0.1 it is large enough for a margin (mean 0.1445 -> 0.1169).
-// A penalty of the wrong sign (rewarding the trace) makes the confusions more diagonal still,
-// and fails both.
+//    per cell 0.1667 -> 0.1655, 0.1665 -> 0.1659, 0.1665 -> 0.1630), so it is asserted per seed;
+//  - at λ = 0.03 it is large enough for a margin (0.1356, 0.1205, 0.1195). (Before the trace
+//    was summed, the margin was asserted at λ = 0.1 on the mean trace, about 0.017 summed; at
+//    λ = 0.1 summed the confusions now collapse, error 0.50.)
 TEST(PaperClaimsTest, TraceRegularisationRecoversConfusionsWithOneLabelPerItem) {
   const int32_t k = 3;
   std::vector<std::vector<double>> truth_confusions;
@@ -204,14 +205,59 @@ TEST(PaperClaimsTest, TraceRegularisationRecoversConfusionsWithOneLabelPerItem) 
       }
       return e;
     };
-    const double without = error(0.0), with = error(0.01), strong = error(0.1);
-    std::printf("trace, seed %d: without %.4f, lambda 0.01 %.4f, lambda 0.1 %.4f\n",
+    const double without = error(0.0), with = error(0.01), strong = error(0.03);
+    std::printf("trace, seed %d: without %.4f, lambda 0.01 %.4f, lambda 0.03 %.4f\n",
                 static_cast<int>(seed), without, with, strong);
     EXPECT_LT(with, without) << "seed " << seed;
     mean_without += without / 3;
     mean_strong += strong / 3;
   }
   EXPECT_LT(mean_strong, mean_without - 0.015);
+}
+
+// Trace regularisation against the crowd layer (Tanno et al. 2019 compare with Rodrigues &
+// Pereira): annotators who are mostly wrong (accuracy 0.40 to 0.55 over 3 classes, errors
+// spread evenly), one label per item (6,000 items) or 3 (2,000 items). The error is the mean
+// absolute difference per cell between the served and the true confusions over the 6
+// annotators; seeds 21-23 for the crowd and the models, default options otherwise.
+// Disabled: the claim does not hold here. With learned item embeddings (no features) the
+// classifier can give each item the empirical distribution of its labels, so confusions at the
+// identity are a maximum of the likelihood, and trace_reg, started at the identity as in the
+// paper, stays within a point of it at the paper's λ = 0.01 (error 0.349, the identity's 0.350)
+// while crowdlayer, which starts from the same point but whose layer is not tied to the
+// simplex, moves (0.285 with one label per item, 0.067 with 3). A larger λ moves trace_reg's
+// confusions (0.294 at λ = 0.03, one label) but collapses them soon after (λ = 0.1).
+// Measured on seed 21: trace_reg 0.3490 / 0.3496 (1 / 3 labels per item), crowdlayer 0.2856 /
+// 0.0671, ds 0.2474 / 0.0565. About 15 s on two CPU cores.
+TEST(PaperClaimsTest, DISABLED_TraceRegRecoversConfusionsBetterThanCrowdLayerWhenAnnotatorsAreMostlyWrong) {
+  const int32_t k = 3, annotators = 6;
+  std::vector<std::vector<double>> truth_confusions;
+  for (int a = 0; a < annotators; ++a) {
+    truth_confusions.push_back(testing::SymmetricConfusion(k, 0.40 + 0.03 * a));
+  }
+  for (int32_t per_item : {1, 3}) {
+    for (uint64_t seed : {21, 22, 23}) {
+      Crowd crowd = Generate(per_item == 1 ? 6000 : 2000, annotators, k, per_item, seed,
+                             [&](int32_t, int32_t a) { return truth_confusions[a]; });
+      auto error = [&](const std::string& method) {
+        TruthModelOptions options;
+        options.neural.device = "cpu";
+        options.neural.seed = seed;
+        auto model = CreateTruthModel(method, k, options);
+        EXPECT_TRUE((*model)->Fit(crowd.matrix, {}, false).ok());
+        double e = 0;
+        for (int a = 0; a < annotators; ++a) {
+          std::vector<double> c = (*model)->AnnotatorConfusion(a);
+          for (int x = 0; x < k * k; ++x) e += std::abs(c[x] - truth_confusions[a][x]) / (annotators * k * k);
+        }
+        return e;
+      };
+      const double trace_reg = error("trace_reg"), crowdlayer = error("crowdlayer");
+      std::printf("mostly wrong annotators, %d per item, seed %d: trace_reg %.4f crowdlayer %.4f\n",
+                  per_item, static_cast<int>(seed), trace_reg, crowdlayer);
+      EXPECT_GT(trace_reg, 0.0);  // a measurement: see the comment above
+    }
+  }
 }
 
 // CMM (Mena & Ñanculef, global form): more annotators at a fixed number of labels (sparser

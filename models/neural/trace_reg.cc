@@ -4,45 +4,62 @@
 #include <cmath>
 
 namespace verity::models::neural {
-namespace {
 
-class TraceRegNet : public CrowdNet {
- public:
-  TraceRegNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
-              const TruthModelOptions::Neural& options)
-      : lambda_(options.trace_lambda) {
-    InitItems(num_items, options.embedding_dim, feature_dim);
-    classifier_ = register_module("classifier", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
-    // Near the identity: 0.8 on the diagonal.
-    confusion_ = register_parameter(
-        "confusion", IdentityLogits(std::max(1, num_annotators), k, std::log(4.0 * (k - 1))));
-  }
-  torch::Tensor LogPrior(const torch::Tensor& items) override {
-    return torch::log_softmax(classifier_->forward(items_->forward(items)), 1);
-  }
-  torch::Tensor LogConfusion(const torch::Tensor&, const torch::Tensor& annotators) override {
-    return torch::log_softmax(confusion_.index_select(0, annotators), 2);
-  }
-  torch::Tensor Regularizer() override {
-    if (lambda_ == 0) return torch::Tensor();
-    return lambda_ * torch::softmax(confusion_, 2).diagonal(0, 1, 2).sum(1).mean();
-  }
-  torch::Tensor AllLogConfusions() { return torch::log_softmax(confusion_, 2); }
+TraceRegNet::TraceRegNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
+                         const TruthModelOptions::Neural& options)
+    : trace_weight_(options.trace_lambda) {
+  InitItems(num_items, options.embedding_dim, feature_dim);
+  classifier_ = register_module("classifier", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
+  confusion_ = register_parameter(
+      "confusion", torch::eye(k).unsqueeze(0).repeat({std::max(1, num_annotators), 1, 1}));
+}
 
- private:
-  double lambda_;
-  torch::nn::Sequential classifier_{nullptr};
-  torch::Tensor confusion_;
-};
+torch::Tensor TraceRegNet::LogPrior(const torch::Tensor& items) {
+  return torch::log_softmax(classifier_->forward(items_->forward(items)), 1);
+}
 
-}  // namespace
+torch::Tensor TraceRegNet::Confusions() const {
+  // The projection keeps confusion_ on the simplex; the division only matters within a step.
+  return confusion_ / confusion_.sum(2, /*keepdim=*/true);
+}
+
+torch::Tensor TraceRegNet::LogConfusion(const torch::Tensor&, const torch::Tensor& annotators) {
+  return torch::log(Confusions().index_select(0, annotators).clamp_min(kMinConfusion));
+}
+
+torch::Tensor TraceRegNet::LogNoisyLabel(const torch::Tensor& items, const torch::Tensor& annotators) {
+  torch::Tensor p = torch::exp(LogPrior(items)).unsqueeze(1);                     // B x 1 x K
+  torch::Tensor noisy = torch::bmm(p, Confusions().index_select(0, annotators));  // B x 1 x K
+  return torch::log(noisy.squeeze(1).clamp_min(1e-30));
+}
+
+torch::Tensor TraceRegNet::Regularizer() {
+  if (trace_weight_ == 0) return torch::Tensor();
+  return trace_weight_ * Confusions().diagonal(0, 1, 2).sum();
+}
+
+void TraceRegNet::AfterOptimizerStep() {
+  torch::NoGradGuard no_grad;
+  confusion_.clamp_min_(kMinConfusion);
+  confusion_.div_(confusion_.sum(2, /*keepdim=*/true));
+}
 
 std::shared_ptr<CrowdNet> TraceRegModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
   return std::make_shared<TraceRegNet>(num_items, num_annotators, num_classes(), item_feature_dim(), options().neural);
 }
 
+int TraceRegModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
+  if (data.num_labels > 0) {
+    const int64_t labelled = data.labels_per_item.gt(0).sum().item<int64_t>();
+    static_cast<TraceRegNet&>(net).set_trace_weight(options().neural.trace_lambda *
+                                                    static_cast<double>(labelled) / data.num_labels);
+  }
+  return TrainMarginal(net, data, StepsForFit(data.num_labels, warm_start));
+}
+
 void TraceRegModel::ExportTables(CrowdNet& net) {
-  torch::Tensor all = static_cast<TraceRegNet&>(net).AllLogConfusions();
+  torch::NoGradGuard no_grad;
+  torch::Tensor all = torch::log(static_cast<TraceRegNet&>(net).Confusions().clamp_min(TraceRegNet::kMinConfusion));
   confusions_.Assign(all.narrow(0, 0, std::min<int64_t>(all.size(0), fitted_annotators())));
 }
 
