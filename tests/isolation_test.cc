@@ -13,6 +13,8 @@
 #include <tuple>
 #include <vector>
 
+#include <pqxx/pqxx>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/verity_server.h"
@@ -331,6 +333,79 @@ TEST_F(IsolationTest, AProjectsLimitsRefuseWholeCallsThatWouldPassThem) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
   EXPECT_EQ(counts(), (std::vector<int64_t>{3, 2, 5}));
+}
+
+// Batches in flight on several streams are checked against a limit exactly, when they are
+// committed: while a table lock holds every commit back, three streams each send 40 new labels
+// to a project with max_labels 100. Each batch alone fits, as each stream reads it; together
+// they would make 120. Exactly two commit; the third is refused whole, naming the limit.
+TEST_F(IsolationTest, BatchesInFlightOnSeveralStreamsCannotTogetherPassALimit) {
+  v1::CreateProjectRequest create;
+  create.mutable_project()->set_name("in-flight");
+  create.mutable_project()->add_classes("a");
+  create.mutable_project()->add_classes("b");
+  create.mutable_project()->mutable_settings()->mutable_limits()->set_max_labels(100);
+  {
+    v1::CreateProjectResponse created;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
+  }
+  struct Stream {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::AnnotationBatch, v1::BatchAck>> rw;
+  };
+  std::vector<std::unique_ptr<Stream>> streams;
+  {
+    pqxx::connection connection(pg_->url());
+    pqxx::work lock(connection);
+    lock.exec0("LOCK TABLE annotations IN EXCLUSIVE MODE");
+    for (int s = 0; s < 3; ++s) {
+      auto stream = std::make_unique<Stream>();
+      stream->context.set_deadline(Deadline());
+      stream->rw = v1::IngestService::NewStub(channel_)->SubmitAnnotations(&stream->context);
+      v1::AnnotationBatch batch;
+      batch.set_batch_id(1);
+      batch.set_project("in-flight");
+      for (int i = 0; i < 40; ++i) {
+        v1::Annotation* a = batch.add_annotations();
+        a->set_item(absl::StrCat("s", s, "-i", i));
+        a->set_annotator("w");
+        a->set_label(i % 2);
+      }
+      ASSERT_TRUE(stream->rw->Write(batch));
+      stream->rw->WritesDone();
+      streams.push_back(std::move(stream));
+    }
+    // Every stream's batch is read (and passes the read-time check) while commits wait.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }  // The lock is released: the batches commit.
+  int committed = 0, refused = 0;
+  for (auto& stream : streams) {
+    v1::BatchAck ack;
+    ASSERT_TRUE(stream->rw->Read(&ack));
+    EXPECT_TRUE(stream->rw->Finish().ok());
+    if (ack.error_code() == 0) {
+      EXPECT_EQ(ack.accepted(), 40);
+      ++committed;
+    } else {
+      EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+      EXPECT_TRUE(absl::StrContains(ack.error_message(), "max_labels (100"))
+          << ack.error_message();
+      EXPECT_EQ(ack.accepted(), 0);
+      ++refused;
+    }
+  }
+  EXPECT_EQ(committed, 2);
+  EXPECT_EQ(refused, 1);
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::GetProjectRequest get;
+  get.set_project("in-flight");
+  v1::GetProjectResponse project;
+  ASSERT_TRUE(v1::ProjectService::NewStub(channel_)->GetProject(&context, get, &project).ok());
+  EXPECT_EQ(project.project().num_labels(), 80);
 }
 
 // max_confusion_cells (annotators × K²): a many-class project whose model keeps a dense K×K

@@ -25,6 +25,7 @@ struct IngestPipeline::Metrics {
         stale(annotations(registry).WithLabels({"stale"})),
         refused_queue_full(refused(registry).WithLabels({"queue_full"})),
         refused_shutting_down(refused(registry).WithLabels({"shutting_down"})),
+        refused_admission(refused(registry).WithLabels({"admission"})),
         commit_failures(registry.AddCounter(
             "verity_ingest_commit_failures_total",
             "Group-commit transactions that failed. A group of several batches that failed for "
@@ -70,6 +71,7 @@ struct IngestPipeline::Metrics {
   Counter& stale;
   Counter& refused_queue_full;
   Counter& refused_shutting_down;
+  Counter& refused_admission;  // by the commit lane's AdmissionCheck (a quota)
   Counter& commit_failures;
   Counter& isolated_committed;
   Counter& isolated_refused;
@@ -105,8 +107,9 @@ IngestPipeline::IngestPipeline(storage::AnnotationStore& store, Options options,
 IngestPipeline::~IngestPipeline() { Shutdown(); }
 
 std::future<IngestPipeline::Result> IngestPipeline::Submit(
-    std::shared_ptr<LiveProject> project, std::vector<storage::AnnotationWrite> writes) {
-  Pending pending{std::move(project), std::move(writes), {}, absl::Now()};
+    std::shared_ptr<LiveProject> project, std::vector<storage::AnnotationWrite> writes,
+    AdmissionCheck admit) {
+  Pending pending{std::move(project), std::move(writes), {}, absl::Now(), std::move(admit)};
   std::future<Result> future = pending.done.get_future();
   if (pending.writes.empty()) {
     pending.done.set_value(std::vector<storage::WriteResult>{});
@@ -266,6 +269,40 @@ void IngestPipeline::PublishLoop() {
 }
 
 IngestPipeline::CommittedGroup IngestPipeline::CommitGroup(std::vector<Pending> group) {
+  // Check every batch in queue order while the batches stay in place (the pointers in
+  // `earlier` point into `group`), then split the group.
+  std::vector<absl::Status> verdicts(group.size());
+  absl::flat_hash_map<int64_t, std::vector<const std::vector<storage::AnnotationWrite>*>> earlier;
+  for (size_t b = 0; b < group.size(); ++b) {
+    const Pending& p = group[b];
+    if (!p.admit) continue;
+    std::vector<const std::vector<storage::AnnotationWrite>*>& batches =
+        earlier[p.project->identity().project_id];
+    batches.push_back(&p.writes);
+    verdicts[b] = p.admit(*p.project, batches);
+    if (!verdicts[b].ok()) batches.pop_back();
+  }
+  std::vector<Pending> admitted;
+  std::vector<std::pair<Pending, absl::Status>> refused;
+  admitted.reserve(group.size());
+  for (size_t b = 0; b < group.size(); ++b) {
+    if (verdicts[b].ok()) {
+      admitted.push_back(std::move(group[b]));
+    } else {
+      refused.emplace_back(std::move(group[b]), std::move(verdicts[b]));
+    }
+  }
+  CommittedGroup committed;
+  if (!admitted.empty()) committed = CommitAdmitted(std::move(admitted));
+  for (auto& [batch, status] : refused) {
+    if (metrics_) metrics_->refused_admission.Increment();
+    committed.batches.push_back(std::move(batch));
+    committed.results.push_back(std::move(status));
+  }
+  return committed;
+}
+
+IngestPipeline::CommittedGroup IngestPipeline::CommitAdmitted(std::vector<Pending> group) {
   // The group's writes move into one array; batch b's are all[offsets[b], offsets[b + 1]).
   std::vector<storage::AnnotationWrite> all;
   std::vector<size_t> offsets = {0};

@@ -39,6 +39,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <thread>
@@ -51,6 +52,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "server/observability/metrics.h"
 #include "server/state/live_project.h"
 #include "storage/annotation_store.h"
@@ -75,6 +77,15 @@ class IngestPipeline {
 
   using Result = absl::StatusOr<std::vector<storage::WriteResult>>;
 
+  // An exact admission check, run in the commit lane just before a batch is written, against
+  // its project as committed so far (a project is in one lane at a time, so nothing else
+  // changes it meanwhile). `batches` holds the writes of the same project's batches admitted
+  // earlier in the same group, then the batch's own, last. A batch it refuses gets the error
+  // as its result and nothing of it is written; the others of the group commit.
+  using AdmissionCheck = std::function<absl::Status(
+      const LiveProject& project,
+      absl::Span<const std::vector<storage::AnnotationWrite>* const> batches)>;
+
   // `metrics` may be null (nothing measured); otherwise it must outlive the pipeline.
   IngestPipeline(storage::AnnotationStore& store, Options options,
                  MetricsRegistry* metrics = nullptr);
@@ -84,9 +95,10 @@ class IngestPipeline {
   // per write, in order, after COMMIT and after the project's posteriors include them; or the
   // error of the batch's transaction: nothing of the batch written, or, for UNAVAILABLE,
   // maybe written (the outcome of COMMIT unknown: resend).
+  // `admit`, if given, is the batch's AdmissionCheck.
   std::future<Result> Submit(std::shared_ptr<LiveProject> project,
-                             std::vector<storage::AnnotationWrite> writes)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                             std::vector<storage::AnnotationWrite> writes,
+                             AdmissionCheck admit = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -96,6 +108,7 @@ class IngestPipeline {
     std::vector<storage::AnnotationWrite> writes;
     std::promise<Result> done;
     absl::Time queued_at;
+    AdmissionCheck admit;  // May be null.
   };
 
   // A group after its transaction(s), waiting for the publisher.
@@ -114,7 +127,10 @@ class IngestPipeline {
   // Marks its projects held. Requires a project to be available.
   std::vector<Pending> TakeGroup() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool LaneHasWorkOrIsDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the batches' admission checks, then commits the admitted ones (CommitAdmitted); the
+  // refused ones join the result with their errors.
   CommittedGroup CommitGroup(std::vector<Pending> group);
+  CommittedGroup CommitAdmitted(std::vector<Pending> group);
   // Commits batches [first, last) of `group`, whose writes are all[offsets[first],
   // offsets[last]), in one transaction; on success registers them with their projects and
   // adds the touched items to `committed`. Returns the transaction's results or error.

@@ -43,28 +43,32 @@ void FillOutcomes(v1::BatchAck& ack, const IngestPipeline::Result& result) {
   }
 }
 
-// OK when `writes` keep `project` within its limits. Exact counting (which items, annotators
-// and (item, annotator) pairs are new) only near a limit: far below every one, the batch's
-// size bounds what it can add.
-absl::Status CheckBatchQuota(const LiveProject& project,
-                             const std::vector<storage::AnnotationWrite>& writes,
-                             const ProjectQuota& defaults) {
+// OK when `batches` (all of `project`) keep it within its limits, counted against what the
+// project holds now. Exact counting (which items, annotators and (item, annotator) pairs are
+// new) only near a limit: far below every one, the batches' size bounds what they can add.
+absl::Status CheckBatchQuota(
+    const LiveProject& project,
+    absl::Span<const std::vector<storage::AnnotationWrite>* const> batches,
+    const ProjectQuota& defaults) {
   const ProjectQuota quota = EffectiveQuota(project.settings(), defaults);
   const ProjectCounts counts = project.Counts();
   const ProjectGrowth current{counts.num_items, counts.num_annotators, counts.num_labels};
-  const int64_t n = static_cast<int64_t>(writes.size());
+  int64_t n = 0;
+  for (const auto* writes : batches) n += static_cast<int64_t>(writes->size());
   const int64_t k = DenseConfusionCellsPerAnnotator(project.settings().model().method(),
                                                     project.num_classes());
   if (CheckProjectQuota(quota, current, {n, n, n}, k).ok()) return absl::OkStatus();
   absl::flat_hash_set<absl::string_view> new_items, new_annotators;
   absl::flat_hash_set<std::pair<absl::string_view, absl::string_view>> new_labels;
-  for (const storage::AnnotationWrite& w : writes) {
-    const std::optional<int32_t> item = project.FindItem(w.item_id);
-    const std::optional<int32_t> annotator = project.FindAnnotator(w.annotator_id);
-    if (!item.has_value()) new_items.insert(w.item_id);
-    if (!annotator.has_value()) new_annotators.insert(w.annotator_id);
-    if (!item.has_value() || !annotator.has_value() || !project.HasLabelled(*item, *annotator)) {
-      new_labels.insert({w.item_id, w.annotator_id});
+  for (const auto* writes : batches) {
+    for (const storage::AnnotationWrite& w : *writes) {
+      const std::optional<int32_t> item = project.FindItem(w.item_id);
+      const std::optional<int32_t> annotator = project.FindAnnotator(w.annotator_id);
+      if (!item.has_value()) new_items.insert(w.item_id);
+      if (!annotator.has_value()) new_annotators.insert(w.annotator_id);
+      if (!item.has_value() || !annotator.has_value() || !project.HasLabelled(*item, *annotator)) {
+        new_labels.insert({w.item_id, w.annotator_id});
+      }
     }
   }
   return CheckProjectQuota(quota, current,
@@ -200,13 +204,23 @@ grpc::Status IngestServiceImpl::SubmitAnnotations(
         writes.push_back(std::move(w));
       }
       item.ack.set_rejected(item.ack.rejections_size());
-      if (absl::Status quota = CheckBatchQuota(*project, writes, core_.quota_defaults);
+      // Checked twice: here, against the project as committed so far, so that a batch that
+      // cannot fit is refused at once; and in the commit lane, exactly, with the batches
+      // committed or admitted meanwhile (other streams' batches in flight included).
+      const std::vector<storage::AnnotationWrite>* const own[] = {&writes};
+      if (absl::Status quota = CheckBatchQuota(*project, own, core_.quota_defaults);
           !quota.ok()) {
         item.ack.clear_rejections();
         item.ack.set_rejected(0);
         FailBatch(item.ack, quota);
       } else {
-        item.commit = core_.ingest->Submit(project, std::move(writes));
+        item.commit = core_.ingest->Submit(
+            project, std::move(writes),
+            [defaults = core_.quota_defaults](
+                const LiveProject& p,
+                absl::Span<const std::vector<storage::AnnotationWrite>* const> batches) {
+              return CheckBatchQuota(p, batches, defaults);
+            });
       }
     }
     absl::MutexLock lock(&state.mu);
