@@ -266,5 +266,71 @@ TEST_F(TrainingWorkersTest, TheServerEnqueuesJobsAndServesTheWorkersVersions) {
   EXPECT_EQ((*storage)->jobs->ListJobs(project_id)->size(), 1u);
 }
 
+// A label revised after a worker copied the labels, and before its version is adopted, leaves
+// the count of labels unchanged: the adopted version must still count it as a change, so that
+// the project is not "current" and TrainModel does not return that version as if it had seen it.
+TEST_F(TrainingWorkersTest, ARevisionTheWorkersVersionDidNotSeeStillCountsAsAChange) {
+  const int64_t project_id = NewProject("revised", v1::TRUTH_METHOD_DAWID_SKENE);
+  auto storage = server::StorageHandles::Open(url(), 2);
+  ASSERT_THAT(storage, IsOk());
+  server::ProjectRegistry registry(**storage);
+  ASSERT_THAT(registry.LoadAll(), IsOk());
+  server::TrainingScheduler::Options options;
+  options.run_in_background = false;
+  options.use_workers = true;
+  server::TrainingScheduler scheduler(registry, *(*storage)->versions, (*storage)->jobs.get(), options);
+  auto project = registry.Get("revised");
+  ASSERT_THAT(project, IsOk());
+  ASSERT_THAT(scheduler.RefitDueProjectsNow(/*force=*/true), IsOk());
+  server::TrainingWorker::Options worker_options;
+  worker_options.name = "in-process";
+  server::TrainingWorker worker(**storage, worker_options);
+  ASSERT_THAT(worker.RunOnce(), ::verity::testing::IsOkAndHolds(true));  // version 1 stored
+
+  // Annotator w0 revises its label of i0 (NewProject: w0 labels i0 with class 0).
+  storage::AnnotationStore annotations(&pool());
+  auto written = annotations.CommitAnnotations(
+      std::vector<storage::AnnotationWrite>{{project_id, "i0", "w0", 1, std::nullopt}});
+  ASSERT_THAT(written, IsOk());
+  ASSERT_EQ((*written)[0].outcome, storage::WriteOutcome::kRevised);
+  const auto item = (*project)->FindItem("i0");
+  const auto annotator = (*project)->FindAnnotator("w0");
+  ASSERT_TRUE(item.has_value() && annotator.has_value());
+  const server::CommittedLabel revision{*item, "i0", *annotator, "w0", 1, (*written)[0].seq, true};
+  (*project)->ApplyCommitted({&revision, 1});
+  const int64_t labels = (*project)->Counts().num_labels;
+
+  ASSERT_THAT(scheduler.RefitDueProjectsNow(), IsOk());  // adopts version 1
+  ASSERT_EQ((*project)->model_version(), 1);
+  EXPECT_EQ((*project)->Counts().num_labels, labels);
+  EXPECT_GE((*project)->Counts().labels_since_version, 1);
+  EXPECT_FALSE((*project)->FitIsCurrent());
+}
+
+// A stored version that does not restore (here: parameters of another method's format) must
+// not keep the project from getting a new job: the pass reports the error and still enqueues.
+TEST_F(TrainingWorkersTest, AVersionThatDoesNotRestoreStillLetsTheProjectBeRefit) {
+  const int64_t project_id = NewProject("unrestorable", v1::TRUTH_METHOD_DAWID_SKENE);
+  auto storage = server::StorageHandles::Open(url(), 2);
+  ASSERT_THAT(storage, IsOk());
+  storage::ModelVersionRecord bad;
+  bad.project_id = project_id;
+  bad.method = "ds";
+  bad.parameters = "not a model";
+  bad.watermark = 1;
+  bad.num_labels = 1;
+  ASSERT_THAT((*storage)->versions->SaveModelVersion(bad, storage::ModelVersionOutputs{}), IsOk());
+  server::ProjectRegistry registry(**storage);
+  ASSERT_THAT(registry.LoadAll(), IsOk());
+  server::TrainingScheduler::Options options;
+  options.run_in_background = false;
+  options.use_workers = true;
+  server::TrainingScheduler scheduler(registry, *(*storage)->versions, (*storage)->jobs.get(), options);
+  EXPECT_FALSE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());  // the bad version, reported
+  auto jobs = (*storage)->jobs->ListJobs(project_id);
+  ASSERT_THAT(jobs, IsOk());
+  EXPECT_EQ(jobs->size(), 1u);
+}
+
 }  // namespace
 }  // namespace verity::tests

@@ -743,8 +743,13 @@ absl::StatusOr<bool> LiveProject::AdoptVersion(const storage::ModelVersionRecord
   }
   absl::MutexLock lock(&mu_);
   if (model_version_ >= version.version) return false;
-  // Labels the version did not see still count toward the next refit.
-  changes_since_fit_ = std::max<int64_t>(0, labels_.num_labels() - version.num_labels);
+  // Labels the version did not see still count toward the next refit: at least the new ones
+  // (by count) and every item holding a label committed after the version's watermark (a
+  // revision, which leaves the count unchanged, included).
+  int64_t items_after_watermark = 0;
+  for (int64_t seq : item_newest_seq_) items_after_watermark += seq > version.watermark ? 1 : 0;
+  changes_since_fit_ = std::max<int64_t>(
+      items_after_watermark, std::max<int64_t>(0, labels_.num_labels() - version.num_labels));
   fitted_input_generation_ = input_generation_;  // What the worker copied is not recorded.
   last_fit_time_ = absl::Now();
   PublishFullRecompute(std::shared_ptr<const models::TruthModel>(std::move(*model)),

@@ -66,11 +66,11 @@ absl::Status TrainingScheduler::RefitDueProjectsNow(bool force) {
     if (options_.use_workers) {
       // A version a worker stored since the last pass is served first, so that a project whose
       // job just finished is not enqueued again for the labels that version already saw.
+      // A stored version that does not restore is reported, and the project still gets a job
+      // when it is due: the next version replaces it, where skipping would leave the project
+      // on its last served model for good.
       absl::StatusOr<int32_t> adopted = AdoptStoredVersion(*project);
-      if (!adopted.ok()) {
-        if (first_error.ok()) first_error = adopted.status();
-        continue;
-      }
+      if (!adopted.ok() && first_error.ok()) first_error = adopted.status();
       const bool still_due = force ? project->Counts().num_labels > 0
                                    : project->RefitDue(absl::Now(), options_.max_staleness);
       if (!due || !still_due) continue;
