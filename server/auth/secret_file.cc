@@ -38,6 +38,17 @@ absl::Status WriteSecretFile(const std::string& path, const std::string& text) {
     return failed;
   }
   if (::rename(temp.c_str(), path.c_str()) != 0) return Failed(path, "rename");
+  // The rename is durable only once the directory is: without this a crash right after start
+  // could leave no key file (or the old one) while the new key's hash is in the database.
+  const std::string::size_type slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return Failed(dir, "open directory");
+  const bool synced = ::fsync(dir_fd) == 0;
+  const int dir_errno = errno;
+  ::close(dir_fd);
+  errno = dir_errno;
+  if (!synced) return Failed(dir, "fsync directory");
   return absl::OkStatus();
 }
 
