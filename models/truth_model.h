@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -307,6 +308,23 @@ class TruthModel {
   virtual std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const {
     (void)item;
     return AnnotatorConfusion(annotator);
+  }
+
+  // The learned embedding of `annotator`, for models that learn one (lia and conal: the output
+  // of their annotator encoder, a free embedding or a projection of the annotator's features);
+  // empty for the other models, before a fit, and for annotators not in the fit.
+  virtual std::vector<float> AnnotatorEmbedding(int32_t annotator) const {
+    (void)annotator;
+    return {};
+  }
+
+  // The difficulty of item `item` for models that learn one (lia; see LiaModel), in [0, 1]: the
+  // chance that an annotator of average competence mislabels the item, averaged over its
+  // possible true classes. An item not in the fit gets the mean item's. nullopt for the other
+  // models and before a fit.
+  virtual std::optional<double> ItemDifficulty(int32_t item) const {
+    (void)item;
+    return std::nullopt;
   }
 
   // Numeric features of the items, row-major: features.size() / dim rows, row i for item i

@@ -249,6 +249,8 @@ TEST_F(EndToEndTest, BluebirdsDawidSkeneBeatsMajorityVoteByFivePoints) {
       EXPECT_FLOAT_EQ(stored->probabilities[index * 2 + c], static_cast<float>(p.probabilities(c)));
     }
   }
+  // ds learns no item difficulty and no annotator embedding: both stay unset.
+  for (const v1::Posterior& p : served) EXPECT_FALSE(p.has_difficulty()) << p.item();
   auto stored_profiles = server::DecodeProfiles(outputs->annotator_profiles);
   ASSERT_TRUE(stored_profiles.ok()) << stored_profiles.status();
   EXPECT_EQ(stored_profiles->num_annotators, 39);
@@ -282,6 +284,7 @@ TEST_F(EndToEndTest, BluebirdsDawidSkeneBeatsMajorityVoteByFivePoints) {
     // Dawid-Skene's estimate tracks the gold accuracy of a worker with 108 labels.
     EXPECT_NEAR(p.accuracy(), gold_accuracy, 0.15) << p.annotator();
     abs_error += std::abs(p.accuracy() - gold_accuracy);
+    EXPECT_EQ(p.embedding_size(), 0) << p.annotator();  // ds learns no embedding.
   }
   EXPECT_EQ(labels, 4212);
   std::cout << "profile accuracy vs gold accuracy: mean absolute error "
@@ -939,6 +942,32 @@ TEST_F(EndToEndTest, TrainModelFitsANeuralMethod) {
   EXPECT_EQ(response.version().num_labels(), 4212);
   EXPECT_EQ(ModelStatus("neural").current_version().version(), response.version().version());
   EXPECT_GT(Accuracy("neural", data), MajorityVoteAccuracy(data) + 0.03);
+
+  // What lia learns is served (proto/verity/v1/truth.proto): every posterior carries the
+  // item's difficulty, a probability of a mislabel; every profile the annotator's embedding,
+  // of the default embedding size (16).
+  std::vector<v1::Posterior> served = ListAll("neural");
+  ASSERT_EQ(served.size(), 108u);
+  double lowest = 1, highest = 0;
+  for (const v1::Posterior& p : served) {
+    ASSERT_TRUE(p.has_difficulty()) << p.item();
+    EXPECT_GE(p.difficulty(), 0.0);
+    EXPECT_LE(p.difficulty(), 1.0);
+    lowest = std::min(lowest, p.difficulty());
+    highest = std::max(highest, p.difficulty());
+  }
+  EXPECT_LT(lowest, highest);  // Per item, not one number for all.
+  grpc::ClientContext profiles_context;
+  profiles_context.set_deadline(Deadline());
+  v1::GetAnnotatorProfilesRequest profiles_request;
+  profiles_request.set_project("neural");
+  v1::GetAnnotatorProfilesResponse profiles;
+  ASSERT_TRUE(truth_->GetAnnotatorProfiles(&profiles_context, profiles_request, &profiles).ok());
+  ASSERT_EQ(profiles.profiles_size(), 39);
+  for (const v1::AnnotatorProfile& profile : profiles.profiles()) {
+    EXPECT_EQ(profile.embedding_size(), 16) << profile.annotator();
+  }
+  EXPECT_NE(profiles.profiles(0).embedding(0), profiles.profiles(1).embedding(0));
 }
 
 // Item features reach the neural models through the server: items added with features and

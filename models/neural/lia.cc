@@ -168,4 +168,14 @@ void LiaModel::LogConfusion(int32_t item, int32_t annotator, double* out) const 
   }
 }
 
+std::optional<double> LiaModel::ItemDifficulty(int32_t item) const {
+  if (!has_parameters()) return std::nullopt;
+  const int32_t k = num_classes();
+  std::vector<double> log_q(static_cast<size_t>(k) * k);
+  LogConfusion(item, /*annotator=*/-1, log_q.data());  // -1: the mean competence
+  double correct = 0;
+  for (int32_t c = 0; c < k; ++c) correct += std::exp(log_q[static_cast<size_t>(c) * k + c]);
+  return 1.0 - correct / k;
+}
+
 }  // namespace verity::models::neural

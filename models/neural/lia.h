@@ -54,6 +54,12 @@ class LiaModel : public NeuralModel<LiaModel> {
   void ExportTables(CrowdNet& net) override;
   void LogConfusion(int32_t item, int32_t annotator, double* out) const override;
 
+ public:
+  // 1 - (1/K) Σ_k Q[k, k], with Q = row-softmax(Σ_l D_item[·,·,l] C̄[·,·,l]) and C̄ the mean
+  // competence of the fitted annotators: the chance that an annotator of average competence
+  // mislabels the item, averaged over its true classes (the mean D for an item not in the fit).
+  std::optional<double> ItemDifficulty(int32_t item) const override;
+
  private:
   int32_t latent_ = 0;
   std::vector<double> difficulty_;       // fitted items x K x K x L

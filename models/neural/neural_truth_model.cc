@@ -338,7 +338,26 @@ void NeuralTruthModel::ExportAll() {
     for (int32_t c = 0; c < k; ++c) mean[c] += std::exp(item_log_prior_[static_cast<size_t>(i) * k + c]) / fitted_items_;
   }
   for (int32_t c = 0; c < k; ++c) class_log_prior_[c] = std::log(std::max(mean[c], 1e-300));
+  annotator_embedding_dim_ = 0;
+  annotator_embeddings_.clear();
+  if (!net_->annotators().is_empty() && fitted_annotators_ > 0) {
+    torch::Tensor all = torch::arange(static_cast<int64_t>(fitted_annotators_), torch::kLong);
+    for (int64_t start = 0; start < fitted_annotators_; start += kChunk) {
+      const int64_t n = std::min<int64_t>(kChunk, fitted_annotators_ - start);
+      torch::Tensor e = net_->annotators()->forward(all.narrow(0, start, n)).to(torch::kFloat).contiguous();
+      annotator_embedding_dim_ = e.size(1);
+      annotator_embeddings_.insert(annotator_embeddings_.end(), e.data_ptr<float>(),
+                                   e.data_ptr<float>() + e.numel());
+    }
+  }
   ExportTables(*net_);
+}
+
+std::vector<float> NeuralTruthModel::AnnotatorEmbedding(int32_t annotator) const {
+  if (annotator < 0 || annotator >= fitted_annotators_ || annotator_embedding_dim_ == 0) return {};
+  const size_t dim = static_cast<size_t>(annotator_embedding_dim_);
+  return std::vector<float>(annotator_embeddings_.begin() + annotator * dim,
+                            annotator_embeddings_.begin() + (annotator + 1) * dim);
 }
 
 const double* NeuralTruthModel::LogPriorOf(int32_t item) const {

@@ -96,6 +96,8 @@ class NeuralTruthModel : public TruthModel {
                             int32_t gold_label, absl::Span<double> out) const override;
   std::vector<double> AnnotatorConfusion(int32_t annotator) const override;
   std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const override;
+  // lia and conal: a row of the annotator encoder's output, exported after each fit.
+  std::vector<float> AnnotatorEmbedding(int32_t annotator) const override;
   std::string Serialize() const override;
   absl::Status Restore(std::string_view serialized) override;
   // Checks the blob's item and annotator counts and feature sizes against `bounds` before
@@ -187,6 +189,10 @@ class NeuralTruthModel : public TruthModel {
   std::vector<float> item_features_;     // standardised, rows of item_feature_dim_
   int64_t annotator_feature_dim_ = 0;
   std::vector<float> annotator_features_;
+  // The annotator encoder's output for each fitted annotator (rows of annotator_embedding_dim_);
+  // empty for models without an annotator encoder.
+  int64_t annotator_embedding_dim_ = 0;
+  std::vector<float> annotator_embeddings_;
 };
 
 // The base of each concrete neural model: Create() (argument checks, then the model) and

@@ -1,5 +1,6 @@
 #include "server/rpc/truth_service.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ void FillPosterior(const ProjectSnapshot& snapshot, int32_t item, std::string it
   out->set_model_version(snapshot.model_version);
   out->set_includes_newer_labels(table.newest_seq(item) > snapshot.model_watermark);
   out->set_is_gold(table.is_gold(item));
+  if (const std::optional<double> d = snapshot.model->ItemDifficulty(item); d.has_value()) {
+    out->set_difficulty(*d);
+  }
 }
 
 }  // namespace
@@ -136,9 +140,12 @@ grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context
   std::shared_ptr<const ProjectSnapshot> snapshot = live.snapshot();
   const int32_t k = live.num_classes();
   const bool with_confusion = request->confusion_detail() == v1::CONFUSION_DETAIL_FULL;
-  // An upper bound of one profile's encoded size: the id, the matrix, the scalars and tags.
+  // An upper bound of one profile's encoded size: the id, the matrix, the embedding (the same
+  // size for every annotator of a model), the scalars and tags.
+  const int64_t embedding_bytes =
+      static_cast<int64_t>(snapshot->model->AnnotatorEmbedding(0).size()) * 4 + 16;
   auto profile_bytes = [&](const std::string& id) {
-    return static_cast<int64_t>(id.size()) + 64 +
+    return static_cast<int64_t>(id.size()) + 64 + embedding_bytes +
            (with_confusion ? static_cast<int64_t>(k) * k * 8 + 16 : 0);
   };
   const int64_t budget = ApiLimits::kMaxMessageBytes - 4096;
@@ -193,6 +200,8 @@ grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context
     }
     profile->set_accuracy(accuracy);
     profile->set_num_labels(live.AnnotatorLabelCount(index));
+    const std::vector<float> embedding = snapshot->model->AnnotatorEmbedding(index);
+    profile->mutable_embedding()->Add(embedding.begin(), embedding.end());
   }
   return grpc::Status::OK;
 }
