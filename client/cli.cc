@@ -845,6 +845,11 @@ absl::Status PrintProfiles(const Context& context,
                 << "num_labels: " << profile.num_labels() << "\n"
                 << "accuracy: " << FormatProbability(profile.accuracy())
                 << "\n";
+    if (profile.embedding_size() > 0) {  // lia, conal
+      std::vector<std::string> values;
+      for (float v : profile.embedding()) values.push_back(FormatNumber(v));
+      context.out << "embedding: " << absl::StrJoin(values, " ") << "\n";
+    }
     PrintConfusion(classes, profile.confusion(), context.out);
   }
   return absl::OkStatus();

@@ -133,7 +133,8 @@ std::vector<CommandSpec> MakeCommands() {
       "current model and class prior. --confusion prints each profile with "
       "its confusion matrix instead. With --output=json, an array of "
       "{\"annotator\", \"num_labels\", \"accuracy\", \"confusion\": {true "
-      "class: {answered class: probability}}}.";
+      "class: {answered class: probability}}}, plus \"embedding\": [numbers] "
+      "for methods that learn one (lia, conal).";
   c->flags = {
       ProjectFlag("Project of the annotators."),
       {"confusion", "", "Print the confusion matrix of every annotator."},
@@ -145,7 +146,8 @@ std::vector<CommandSpec> MakeCommands() {
   c->min_args = 1;
   c->max_args = -1;
   c->details =
-      "For each ID: live labels, accuracy and the confusion matrix estimated "
+      "For each ID: live labels, accuracy, the learned embedding for methods "
+      "that learn one (lia, conal), and the confusion matrix estimated "
       "by the current model (rows: true class, columns: answered class). "
       "NOT_FOUND names an unknown annotator. With --output=json, an array as "
       "`annotator list --output=json` prints it.";
@@ -195,7 +197,8 @@ std::vector<CommandSpec> MakeCommands() {
       "page. With --output=json, a JSON array of {\"item\", \"label\", "
       "\"label_index\", \"confidence\", \"probabilities\": {class: p}, "
       "\"num_labels\", \"model_version\", \"includes_newer_labels\", "
-      "\"is_gold\"}, one per line. --out writes to a temporary file renamed "
+      "\"is_gold\"} (plus \"difficulty\" for methods that learn one: lia), one "
+      "per line. --out writes to a temporary file renamed "
       "over FILE on success, so a failed call leaves FILE as it was; a "
       "progress meter is drawn on stderr when it is a terminal and the "
       "posteriors do not go to a terminal. `export` writes every field at "

@@ -242,6 +242,8 @@ JsonValue PosteriorJson(const v1::Posterior& posterior,
       .Set("model_version", posterior.model_version())
       .Set("includes_newer_labels", posterior.includes_newer_labels())
       .Set("is_gold", posterior.is_gold());
+  // Only for methods that learn one (lia).
+  if (posterior.has_difficulty()) json.Set("difficulty", posterior.difficulty());
   return json;
 }
 
@@ -265,6 +267,12 @@ JsonValue AnnotatorProfileJson(const v1::AnnotatorProfile& profile,
       .Set("num_labels", profile.num_labels())
       .Set("accuracy", profile.accuracy())
       .Set("confusion", std::move(confusion));
+  // Only for methods that learn one (lia, conal).
+  if (profile.embedding_size() > 0) {
+    JsonValue embedding = JsonValue::Array();
+    for (float v : profile.embedding()) embedding.Append(static_cast<double>(v));
+    json.Set("embedding", std::move(embedding));
+  }
   return json;
 }
 

@@ -134,6 +134,34 @@ TEST(AnnotatorProfileJsonTest, NestsTheConfusionMatrixByClassOrNull) {
             "\"confusion\":null}");
 }
 
+// What lia and conal learn, shown only where the server sends it (truth.proto).
+TEST(PosteriorJsonTest, CarriesTheDifficultyOnlyWhenTheMethodLearnsOne) {
+  auto posterior = Parse<v1::Posterior>(
+      "item: \"a\" probabilities: [0.25, 0.75] map_label: 1 confidence: 0.75 difficulty: 0.125");
+  EXPECT_EQ(PosteriorJson(posterior, kClasses).Serialize(),
+            "{\"item\":\"a\",\"label\":\"true\",\"label_index\":1,"
+            "\"confidence\":0.75,\"probabilities\":{\"false\":0.25,"
+            "\"true\":0.75},\"num_labels\":0,\"model_version\":0,"
+            "\"includes_newer_labels\":false,\"is_gold\":false,\"difficulty\":0.125}");
+  // A difficulty of 0 is sent (proto3 optional) and shown; an unset one is not.
+  posterior.set_difficulty(0);
+  EXPECT_NE(PosteriorJson(posterior, kClasses).Serialize().find("\"difficulty\":0"),
+            std::string::npos);
+  posterior.clear_difficulty();
+  EXPECT_EQ(PosteriorJson(posterior, kClasses).Serialize().find("difficulty"), std::string::npos);
+}
+
+TEST(AnnotatorProfileJsonTest, CarriesTheEmbeddingOnlyWhenTheMethodLearnsOne) {
+  auto profile = Parse<v1::AnnotatorProfile>(
+      "annotator: \"w1\" accuracy: 0.9 num_labels: 10 embedding: [0.5, -1.25]");
+  EXPECT_EQ(AnnotatorProfileJson(profile, kClasses).Serialize(),
+            "{\"annotator\":\"w1\",\"num_labels\":10,\"accuracy\":0.9,"
+            "\"confusion\":null,\"embedding\":[0.5,-1.25]}");
+  profile.clear_embedding();
+  EXPECT_EQ(AnnotatorProfileJson(profile, kClasses).Serialize().find("embedding"),
+            std::string::npos);
+}
+
 TEST(SuggestionJsonTest, ItemsCarryTheLeaseExpiry) {
   EXPECT_EQ(ItemSuggestionJson(Parse<v1::ItemSuggestion>(
                                    "item: \"b\" score: 0.5 p_correct: 0.75 "

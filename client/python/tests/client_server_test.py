@@ -228,11 +228,16 @@ class ClientServerTest(unittest.TestCase):
         accuracy = (joined["label"] == joined["label_gold"]).mean()
         # Majority vote gets 0.7593, Dawid-Skene 0.8981 (README.md).
         self.assertGreater(accuracy, 0.70)
+        # Dawid-Skene learns no item difficulty (lia does): the column is all NaN.
+        self.assertIn("difficulty", posteriors.columns)
+        self.assertTrue(posteriors["difficulty"].isna().all())
 
     def test_annotator_profiles(self):
         profiles = self.client.annotators(BLUEBIRDS)
         self.assertEqual(list(profiles.columns),
-                         ["annotator", "accuracy", "num_labels", "confusion"])
+                         ["annotator", "accuracy", "num_labels", "confusion", "embedding"])
+        # Dawid-Skene learns no annotator embedding (lia and conal do).
+        self.assertTrue(all(e.shape == (0,) for e in profiles["embedding"]))
         self.assertEqual(len(profiles), BLUEBIRDS_ANNOTATORS)
         self.assertEqual(profiles["num_labels"].sum(), BLUEBIRDS_LABELS)
         self.assertTrue(((profiles["accuracy"] >= 0) & (profiles["accuracy"] <= 1)).all())

@@ -451,7 +451,9 @@ class Client:
         items: None = every item of the project (ListPosteriors, one RPC per page of
           `page_size`, in item creation order); or a list of item ids (GetPosteriors, one RPC
           per 10,000 ids, in that order; NOT_FOUND if one is unknown).
-        details: also add num_labels, model_version, includes_newer_labels and is_gold.
+        details: also add num_labels, model_version, includes_newer_labels, is_gold and
+          difficulty (the item's difficulty for methods that learn one, lia: the chance that
+          an annotator of average competence mislabels it; NaN for the other methods).
         """
         classes = self._class_names(project)
         posteriors = []
@@ -489,12 +491,17 @@ class Client:
             frame["includes_newer_labels"] = np.array(
                 [p.includes_newer_labels for p in posteriors], dtype=bool)
             frame["is_gold"] = np.array([p.is_gold for p in posteriors], dtype=bool)
+            frame["difficulty"] = np.array(
+                [p.difficulty if p.HasField("difficulty") else np.nan for p in posteriors],
+                dtype=np.float64)
         return frame
 
     def annotators(self, project, annotators=None):
         """Annotator profiles as a DataFrame: annotator, accuracy (probability of a correct
         label under the class prior), num_labels, confusion (a K-by-K numpy array, row = true
-        class, column = answered class). annotators: ids, or None for every annotator."""
+        class, column = answered class), embedding (the annotator's learned embedding as a
+        numpy array, for methods that learn one: lia, conal; empty for the others).
+        annotators: ids, or None for every annotator."""
         request = truth_pb2.GetAnnotatorProfilesRequest(
             project=project, annotators=[str(a) for a in (annotators or [])])
         profiles = []
@@ -513,6 +520,8 @@ class Client:
                 [np.array(p.confusion.probabilities).reshape(p.confusion.num_classes,
                                                              p.confusion.num_classes)
                  for p in profiles], dtype=object),
+            "embedding": pd.Series(
+                [np.array(p.embedding, dtype=np.float32) for p in profiles], dtype=object),
         })
 
     # --- models -------------------------------------------------------------------------
