@@ -188,8 +188,8 @@ struct TruthModelOptions {
     // cmm: number of annotator groups M.
     int cmm_groups = 3;
     // cmm: "global" (each label's group drawn from the crowd's mix α; annotator ids unused in
-    // the posteriors) or "individual" (from the annotator's own memberships p(m | a)); see
-    // models/neural/cmm.h for the measurement behind the default.
+    // the posteriors) or "individual" (from the annotator's own memberships p(m | a)); the
+    // default by measurement on the shared datasets (models/neural/cmm.h, docs/EVALUATION.md).
     std::string cmm_setting = "individual";
     // lia, cmm: EM iterations of a fit from scratch (a warm start runs a third of them).
     int em_iterations = 10;

@@ -16,7 +16,10 @@
 // The groups matter for the posteriors only in the Individual setting, where an annotator's
 // confusion Σ_m p(m | a) β^(m) is a mixture of a few shared confusions: Dawid-Skene with
 // M shared confusion matrices instead of one per annotator, which needs few labels per
-// annotator.
+// annotator. The default is "individual": on the 12 shared datasets it is at or above the
+// Global setting on every one, which stays near majority vote (docs/EVALUATION.md, "cmm before
+// and after issue #17"); the Global setting wins where annotators are too sparse for
+// memberships (paper_claims_test, CmmAsAnnotatorsGetSparse: about 6 labels per annotator).
 //
 // Fit (EM; 3 x em_iterations iterations, a third when warm-starting):
 //  - E-step: q_i(k) ∝ h_i[k] Π_l Σ_m w_l(m) β^(m)[k, y_l] (gold items clamped), and per label
@@ -33,7 +36,8 @@
 //    zeroed; Individual: each annotator on its row-normalised confusion against the hard
 //    majority vote (K² values). There are 20 restarts (k-means++ seeding from neural.seed and
 //    the restart's index); each is followed by 5 closed-form EM iterations with the vote as
-//    the prior, and the restart of the highest log-likelihood of the labels is kept.
+//    the prior, and the restart of the highest log-likelihood of the labels is kept (on
+//    100,000 labels the restarts take most of a fit's time).
 //
 // An annotator's confusion (AnnotatorConfusion) is Σ_m p(m | a) β^(m): in the Individual setting
 // its learned memberships; in the Global setting, as the paper's get_ann_confusionM, the
