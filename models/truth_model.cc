@@ -108,6 +108,10 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
         "neural.lia_latent_dim in [1, 64], got ", n.cmm_groups, ", ", n.em_iterations, ", ",
         n.lia_latent_dim));
   }
+  if (n.cmm_setting != "global" && n.cmm_setting != "individual") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "neural.cmm_setting must be global or individual, got \"", n.cmm_setting, "\""));
+  }
   if (n.lia_max_steps < 0 || !(n.lia_tolerance >= 0) || !std::isfinite(n.lia_tolerance)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "neural.lia_max_steps must be >= 0 and neural.lia_tolerance finite and >= 0, got ",

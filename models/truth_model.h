@@ -188,6 +188,10 @@ struct TruthModelOptions {
     std::string crowdlayer_variant = "mw";
     // cmm: number of annotator groups M.
     int cmm_groups = 3;
+    // cmm: "global" (each label's group drawn from the crowd's mix α; annotator ids unused in
+    // the posteriors) or "individual" (from the annotator's own memberships p(m | a)); the
+    // default by measurement on the shared datasets (models/neural/cmm.h, docs/EVALUATION.md).
+    std::string cmm_setting = "individual";
     // lia, cmm: EM iterations of a fit from scratch (a warm start runs a third of them).
     int em_iterations = 10;
     // lia: size L of the difficulty and competence tensors (C x C x L). The paper's value is

@@ -1,5 +1,6 @@
 // Tests every neural truth model through the TruthModel interface, on small synthetic crowds
 // (fixed seeds, few optimiser steps, so the whole file runs in seconds on the CPU).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "common/status_matchers.h"
+#include "models/neural/cmm.h"
 #include "models/neural/crowdlayer.h"
 #include "models/neural/trace_reg.h"
 #include "models/neural/training_step.h"
@@ -365,6 +367,125 @@ TEST(LiaTest, PhasesStopOnTheConvergenceRule) {
               (options.neural.em_iterations + 1) * options.neural.lia_max_steps);
   EXPECT_GT(report->training_steps, loose->training_steps);
   EXPECT_LT(report->training_steps, (options.neural.em_iterations + 1) * options.neural.lia_max_steps);
+}
+
+// cmm (Global setting): every label picks its own group, so an item's posterior is
+// h_i[k] Π_l Σ_m α_m β^(m)[k, y_l], recomputed here from the exported α, β and the priors h_i
+// served for items without labels. (One group per item, Σ_m α_m Π_l β^(m)[k, y_l], differs:
+// checked below, so the test tells the two apart.)
+TEST(CmmTest, GlobalPosteriorMixesTheGroupsPerLabel) {
+  testing::SyntheticCrowd crowd = MakeCrowd(3, 11);
+  const int32_t k = 3;
+  TruthModelOptions options = FastOptions("cmm");
+  options.neural.cmm_setting = "global";
+  auto fitted = Make("cmm", k, options);
+  ASSERT_THAT(fitted->Fit(crowd.matrix, {}, false).status(), IsOk());
+  const auto* model = dynamic_cast<const neural::CmmModel*>(fitted.get());
+  ASSERT_NE(model, nullptr);
+  const int32_t groups = model->groups();
+  ASSERT_EQ(groups, 3);
+  auto beta = [&](int32_t m, int32_t c, int32_t y) { return std::exp(model->log_beta()[(m * k + c) * k + y]); };
+  auto alpha = [&](int32_t m) { return std::exp(model->log_alpha()[m]); };
+  double largest_gap = 0;  // between the per-label and the per-item group posteriors
+  for (int32_t i : {0, 1, 2, 150, 299}) {
+    absl::Span<const AnnotationMatrix::Entry> labels = crowd.matrix.LabelsOfItem(i);
+    std::vector<double> h(k), served(k), per_label(k), per_item(k, 0.0);
+    model->ItemPosteriorForItem(i, {}, -1, absl::MakeSpan(h));
+    model->ItemPosteriorForItem(i, labels, -1, absl::MakeSpan(served));
+    double sum = 0, item_sum = 0;
+    for (int32_t c = 0; c < k; ++c) {
+      per_label[c] = h[c];
+      for (const AnnotationMatrix::Entry& e : labels) {
+        double mix = 0;
+        for (int32_t m = 0; m < groups; ++m) mix += alpha(m) * beta(m, c, e.label);
+        per_label[c] *= mix;
+      }
+      for (int32_t m = 0; m < groups; ++m) {
+        double product = alpha(m);
+        for (const AnnotationMatrix::Entry& e : labels) product *= beta(m, c, e.label);
+        per_item[c] += h[c] * product;
+      }
+      sum += per_label[c];
+      item_sum += per_item[c];
+    }
+    // In logs: with 5 labels the posteriors are near 0 or 1, where probabilities differ little.
+    for (int32_t c = 0; c < k; ++c) {
+      EXPECT_NEAR(std::log(served[c]), std::log(per_label[c] / sum), 1e-4) << "item " << i << " class " << c;
+      largest_gap = std::max(largest_gap, std::abs(std::log(per_label[c] / sum) - std::log(per_item[c] / item_sum)));
+    }
+  }
+  EXPECT_GT(largest_gap, 0.01);
+}
+
+// cmm (Individual setting): two populations, one accurate and one that reads class c as c + 1
+// most of the time, get different group memberships, each shared within its population.
+TEST(CmmTest, IndividualSettingGivesTwoPopulationsDifferentGroups) {
+  const int32_t k = 3;
+  testing::SyntheticCrowdSpec spec;
+  spec.num_items = 600;
+  spec.num_classes = k;
+  spec.labels_per_item = 6;
+  spec.seed = 4;
+  std::vector<double> shifted(k * k, 0.1);
+  for (int32_t c = 0; c < k; ++c) {
+    shifted[c * k + c] = 0.2;
+    shifted[c * k + (c + 1) % k] = 0.7;
+  }
+  for (int a = 0; a < 10; ++a) spec.confusions.push_back(testing::SymmetricConfusion(k, 0.85));
+  for (int a = 0; a < 5; ++a) spec.confusions.push_back(shifted);
+  testing::SyntheticCrowd crowd = testing::GenerateSyntheticCrowd(spec);
+  TruthModelOptions options = FastOptions("cmm");
+  options.neural.cmm_setting = "individual";
+  options.neural.cmm_groups = 2;
+  auto fitted = Make("cmm", k, options);
+  ASSERT_THAT(fitted->Fit(crowd.matrix, {}, false).status(), IsOk());
+  const auto* model = dynamic_cast<const neural::CmmModel*>(fitted.get());
+  ASSERT_NE(model, nullptr);
+  const std::vector<double>& p = model->memberships();
+  ASSERT_EQ(p.size(), 15u * 2);
+  const int32_t accurate_group = p[0] > p[1] ? 0 : 1;
+  for (int32_t a = 0; a < 15; ++a) {
+    const int32_t expected = a < 10 ? accurate_group : 1 - accurate_group;
+    EXPECT_GT(p[a * 2 + expected], 0.8) << "annotator " << a;
+  }
+  EXPECT_GE(testing::Accuracy(AllPosteriors(*model, crowd.matrix, {}), crowd.matrix, crowd.truth), 0.9);
+}
+
+// CmmKMeans: the same seed gives the same clusters; well-separated blobs are recovered.
+TEST(CmmTest, KMeansIsDeterministicForASeedAndFindsSeparatedBlobs) {
+  std::vector<float> values;
+  for (int32_t blob = 0; blob < 3; ++blob) {
+    for (int32_t j = 0; j < 30; ++j) {
+      values.push_back(10.0f * blob + 0.1f * static_cast<float>(j % 7));
+      values.push_back(-5.0f * blob + 0.1f * static_cast<float>(j % 5));
+    }
+  }
+  torch::Tensor points = torch::tensor(values).view({90, 2});
+  torch::Tensor a = neural::CmmKMeans(points, 3, 7);
+  torch::Tensor b = neural::CmmKMeans(points, 3, 7);
+  EXPECT_TRUE(torch::equal(a, b));
+  for (int32_t blob = 0; blob < 3; ++blob) {
+    const int64_t cluster = a[blob * 30].item<int64_t>();
+    for (int32_t j = 1; j < 30; ++j) EXPECT_EQ(a[blob * 30 + j].item<int64_t>(), cluster) << blob << " " << j;
+  }
+  EXPECT_NE(a[0].item<int64_t>(), a[30].item<int64_t>());
+  EXPECT_NE(a[0].item<int64_t>(), a[60].item<int64_t>());
+  EXPECT_NE(a[30].item<int64_t>(), a[60].item<int64_t>());
+  // Fits are deterministic too, K-means restarts included: the same tables twice.
+  testing::SyntheticCrowd crowd = MakeCrowd(3, 5);
+  std::vector<double> tables[2];
+  for (int run = 0; run < 2; ++run) {
+    auto fitted = Make("cmm", 3);
+    ASSERT_THAT(fitted->Fit(crowd.matrix, {}, false).status(), IsOk());
+    tables[run] = dynamic_cast<const neural::CmmModel&>(*fitted).log_beta();
+  }
+  EXPECT_EQ(tables[0], tables[1]);
+}
+
+TEST(CmmTest, RejectsAnUnknownSetting) {
+  TruthModelOptions options = FastOptions("cmm");
+  options.neural.cmm_setting = "both";
+  EXPECT_THAT(CreateTruthModel("cmm", 2, options).status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace
