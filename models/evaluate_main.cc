@@ -94,6 +94,9 @@ ABSL_FLAG(double, tolerance, verity::models::TruthModelOptions().tolerance,
 ABSL_FLAG(double, conal_lambda,
           verity::models::TruthModelOptions().neural.conal_lambda,
           "TruthModelOptions::Neural::conal_lambda");
+ABSL_FLAG(double, trace_lambda,
+          verity::models::TruthModelOptions().neural.trace_lambda,
+          "TruthModelOptions::Neural::trace_lambda");
 
 namespace verity::models {
 namespace {
@@ -333,6 +336,7 @@ int Main(const std::vector<std::string>& positional) {
   settings.options.tolerance = absl::GetFlag(FLAGS_tolerance);
   settings.options.num_threads = absl::GetFlag(FLAGS_threads);
   settings.options.neural.conal_lambda = absl::GetFlag(FLAGS_conal_lambda);
+  settings.options.neural.trace_lambda = absl::GetFlag(FLAGS_trace_lambda);
   if (absl::Status s = ValidateTruthModelOptions(settings.options); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 2;

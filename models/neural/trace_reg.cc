@@ -7,8 +7,10 @@ namespace verity::models::neural {
 
 TraceRegNet::TraceRegNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
                          const TruthModelOptions::Neural& options)
-    : trace_weight_(options.trace_lambda) {
+{
   InitItems(num_items, options.embedding_dim, feature_dim);
+  trace_weights_ = register_buffer(
+      "trace_weights", torch::full({std::max(1, num_annotators)}, options.trace_lambda));
   classifier_ = register_module("classifier", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
   confusion_ = register_parameter(
       "confusion", torch::eye(k).unsqueeze(0).repeat({std::max(1, num_annotators), 1, 1}));
@@ -34,8 +36,12 @@ torch::Tensor TraceRegNet::LogNoisyLabel(const torch::Tensor& items, const torch
 }
 
 torch::Tensor TraceRegNet::Regularizer() {
-  if (trace_weight_ == 0) return torch::Tensor();
-  return trace_weight_ * Confusions().diagonal(0, 1, 2).sum();
+  return (trace_weights_ * Confusions().diagonal(0, 1, 2).sum(1)).sum();
+}
+
+void TraceRegNet::set_trace_weights(const torch::Tensor& weights) {
+  torch::NoGradGuard no_grad;
+  trace_weights_.copy_(weights.to(trace_weights_.options()));
 }
 
 void TraceRegNet::AfterOptimizerStep() {
@@ -50,9 +56,11 @@ std::shared_ptr<CrowdNet> TraceRegModel::MakeNet(int32_t num_items, int32_t num_
 
 int TraceRegModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
   if (data.num_labels > 0) {
-    const int64_t labelled = data.labels_per_item.gt(0).sum().item<int64_t>();
-    static_cast<TraceRegNet&>(net).set_trace_weight(options().neural.trace_lambda *
-                                                    static_cast<double>(labelled) / data.num_labels);
+    // λ n_r / L for annotator r (see the file comment): its share of the labels.
+    torch::Tensor labels_per_annotator =
+        torch::bincount(data.annotators, /*weights=*/{}, data.num_annotators).to(torch::kFloat);
+    static_cast<TraceRegNet&>(net).set_trace_weights(
+        labels_per_annotator * (options().neural.trace_lambda / static_cast<double>(data.num_labels)));
   }
   return TrainMarginal(net, data, StepsForFit(data.num_labels, warm_start));
 }
