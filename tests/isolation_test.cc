@@ -42,6 +42,11 @@ class IsolationTest : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_NE(pg_, nullptr);
+    StartServer();
+  }
+  // Starts the test's server (default limits, no background training) over the suite's
+  // database, and a channel to it.
+  void StartServer() {
     server::VerityServer::Options options;
     options.listen = "localhost:0";
     options.postgres_url = pg_->url();
@@ -499,18 +504,8 @@ TEST_F(IsolationTest, AManyClassProjectWithThousandsOfAnnotatorsFitsAndSurvivesA
   EXPECT_EQ(before.posteriors(0).map_label(), 7);
 
   server_->Shutdown();
-  server::VerityServer::Options options;
-  options.listen = "localhost:0";
-  options.postgres_url = pg_->url();
-  options.pool_size = 4;
-  options.training.run_in_background = false;
-  auto restarted = server::VerityServer::Start(options);
-  ASSERT_TRUE(restarted.ok()) << restarted.status();
-  server_ = std::move(*restarted);
-  grpc::ChannelArguments arguments;
-  arguments.SetMaxReceiveMessageSize(16 << 20);
-  channel_ = grpc::CreateCustomChannel(absl::StrCat("localhost:", server_->port()),
-                                       grpc::InsecureChannelCredentials(), arguments);
+  StartServer();
+  ASSERT_NE(server_, nullptr);
 
   const v1::GetPosteriorsResponse after = posterior_of("i7");
   ASSERT_EQ(after.posteriors_size(), 1);

@@ -77,6 +77,32 @@ class ModelVersionsLocked {
   pqxx::work txn_;  // Aborted, and the lock released, on destruction.
 };
 
+// The server side with --trainer=workers over the test database: its storage, every project
+// loaded, and a scheduler that enqueues jobs instead of fitting (no background thread).
+struct WorkerModeServer {
+  static absl::StatusOr<std::unique_ptr<WorkerModeServer>> Open(const std::string& url) {
+    auto storage = server::StorageHandles::Open(url, 2);
+    if (!storage.ok()) return storage.status();
+    auto opened = std::make_unique<WorkerModeServer>(std::move(*storage));
+    if (absl::Status s = opened->registry.LoadAll(); !s.ok()) return s;
+    return opened;
+  }
+  static server::TrainingScheduler::Options Options() {
+    server::TrainingScheduler::Options options;
+    options.run_in_background = false;
+    options.use_workers = true;
+    return options;
+  }
+  explicit WorkerModeServer(std::unique_ptr<server::StorageHandles> handles)
+      : storage(std::move(handles)),
+        registry(*storage),
+        scheduler(registry, *storage->versions, storage->jobs.get(), Options()) {}
+
+  std::unique_ptr<server::StorageHandles> storage;
+  server::ProjectRegistry registry;
+  server::TrainingScheduler scheduler;
+};
+
 class TrainingWorkersTest : public PostgresTest {
  protected:
   // A project with `method`, 60 items x 5 labels from 8 annotators.
@@ -229,27 +255,24 @@ TEST_F(TrainingWorkersTest, AJobWhoseWorkersAreAllKilledEndsFailedAndTheNextJobR
 // version never goes backwards.
 TEST_F(TrainingWorkersTest, TheServerEnqueuesJobsAndServesTheWorkersVersions) {
   const int64_t project_id = NewProject("served", v1::TRUTH_METHOD_DAWID_SKENE);
-  auto storage = server::StorageHandles::Open(url(), 2);
-  ASSERT_THAT(storage, IsOk());
-  server::ProjectRegistry registry(**storage);
-  ASSERT_THAT(registry.LoadAll(), IsOk());
-  server::TrainingScheduler::Options options;
-  options.run_in_background = false;
-  options.use_workers = true;
-  server::TrainingScheduler scheduler(registry, *(*storage)->versions, (*storage)->jobs.get(), options);
+  auto server = WorkerModeServer::Open(url());
+  ASSERT_THAT(server, IsOk());
+  auto& storage = (*server)->storage;
+  server::ProjectRegistry& registry = (*server)->registry;
+  server::TrainingScheduler& scheduler = (*server)->scheduler;
   auto project = registry.Get("served");
   ASSERT_THAT(project, IsOk());
 
   ASSERT_THAT(scheduler.RefitDueProjectsNow(/*force=*/true), IsOk());
   EXPECT_EQ((*project)->model_version(), 0);  // nothing fitted in the server
-  auto open = (*storage)->jobs->ListJobs(project_id);
+  auto open = storage->jobs->ListJobs(project_id);
   ASSERT_THAT(open, IsOk());
   ASSERT_EQ(open->size(), 1u);
   EXPECT_EQ((*open)[0].state, "queued");
 
   server::TrainingWorker::Options worker_options;
   worker_options.name = "in-process";
-  server::TrainingWorker worker(**storage, worker_options);
+  server::TrainingWorker worker(*storage, worker_options);
   EXPECT_THAT(worker.RunOnce(), ::verity::testing::IsOkAndHolds(true));
   EXPECT_THAT(worker.RunOnce(), ::verity::testing::IsOkAndHolds(false));  // queue empty
 
@@ -263,7 +286,7 @@ TEST_F(TrainingWorkersTest, TheServerEnqueuesJobsAndServesTheWorkersVersions) {
   EXPECT_THAT((*project)->AdoptVersion(old), ::verity::testing::IsOkAndHolds(false));
   // No new labels: no new job.
   ASSERT_THAT(scheduler.RefitDueProjectsNow(), IsOk());
-  EXPECT_EQ((*storage)->jobs->ListJobs(project_id)->size(), 1u);
+  EXPECT_EQ(storage->jobs->ListJobs(project_id)->size(), 1u);
 }
 
 // A label revised after a worker copied the labels, and before its version is adopted, leaves
@@ -271,20 +294,17 @@ TEST_F(TrainingWorkersTest, TheServerEnqueuesJobsAndServesTheWorkersVersions) {
 // the project is not "current" and TrainModel does not return that version as if it had seen it.
 TEST_F(TrainingWorkersTest, ARevisionTheWorkersVersionDidNotSeeStillCountsAsAChange) {
   const int64_t project_id = NewProject("revised", v1::TRUTH_METHOD_DAWID_SKENE);
-  auto storage = server::StorageHandles::Open(url(), 2);
-  ASSERT_THAT(storage, IsOk());
-  server::ProjectRegistry registry(**storage);
-  ASSERT_THAT(registry.LoadAll(), IsOk());
-  server::TrainingScheduler::Options options;
-  options.run_in_background = false;
-  options.use_workers = true;
-  server::TrainingScheduler scheduler(registry, *(*storage)->versions, (*storage)->jobs.get(), options);
+  auto server = WorkerModeServer::Open(url());
+  ASSERT_THAT(server, IsOk());
+  auto& storage = (*server)->storage;
+  server::ProjectRegistry& registry = (*server)->registry;
+  server::TrainingScheduler& scheduler = (*server)->scheduler;
   auto project = registry.Get("revised");
   ASSERT_THAT(project, IsOk());
   ASSERT_THAT(scheduler.RefitDueProjectsNow(/*force=*/true), IsOk());
   server::TrainingWorker::Options worker_options;
   worker_options.name = "in-process";
-  server::TrainingWorker worker(**storage, worker_options);
+  server::TrainingWorker worker(*storage, worker_options);
   ASSERT_THAT(worker.RunOnce(), ::verity::testing::IsOkAndHolds(true));  // version 1 stored
 
   // Annotator w0 revises its label of i0 (NewProject: w0 labels i0 with class 0).
