@@ -207,6 +207,10 @@ struct TruthModelOptions {
     // (models/neural/lia.h).
     int lia_max_steps = 0;
     double lia_tolerance = 1e-3;
+    // Update the learned item and annotator embedding tables sparsely: each step reads and
+    // writes only the rows its batch used, with lazy moments (models/neural/sparse_row_amsgrad.h).
+    // false updates the whole tables at every step (dense AMSGrad), as before issue 21.
+    bool sparse_embeddings = true;
     // On a CUDA device, replay each training step from a CUDA graph (training_step.h) when the
     // build supports it; false runs every step eagerly.
     bool cuda_graphs = true;

@@ -17,8 +17,25 @@ RowEncoderImpl::RowEncoderImpl(int64_t num_rows, int64_t dim, int64_t feature_di
 torch::Tensor RowEncoderImpl::forward(const torch::Tensor& rows) {
   // The same rows as embedding_->forward, but with index_select, whose backward (an index_add
   // into zeros) never waits for the device: a training step stays capturable in a CUDA graph.
-  if (feature_dim_ == 0) return embedding_->weight.index_select(0, rows);
+  if (feature_dim_ == 0) {
+    if (sparse_training_ && torch::GradMode::is_enabled()) {
+      torch::Tensor leaf = embedding_->weight.index_select(0, rows).detach().requires_grad_(true);
+      gathers_.push_back({rows, leaf});
+      return leaf;
+    }
+    return embedding_->weight.index_select(0, rows);
+  }
   return torch::relu(projection_->forward(features_.index_select(0, rows)));
+}
+
+void RowEncoderImpl::SetSparseTraining(bool on) {
+  sparse_training_ = on && feature_dim_ == 0;
+  gathers_.clear();
+  if (feature_dim_ == 0) embedding_->weight.requires_grad_(!sparse_training_);
+}
+
+torch::Tensor RowEncoderImpl::table() const {
+  return feature_dim_ == 0 ? embedding_->weight : torch::Tensor();
 }
 
 void RowEncoderImpl::SetFeatures(const torch::Tensor& features) {

@@ -24,8 +24,23 @@ class RowEncoderImpl : public torch::nn::Module {
   void SetFeatures(const torch::Tensor& features);
   int64_t feature_dim() const { return feature_dim_; }
 
+  // Sparse training (sparse_row_amsgrad.h), for an encoder without features. While on, the
+  // table takes no gradient, and each forward pass that records gradients (grad mode on)
+  // returns its rows gathered into a leaf tensor of their own, remembered in gathers() until
+  // the optimiser applies the leaf's gradient to those rows.
+  struct Gather {
+    torch::Tensor rows;  // int64, B
+    torch::Tensor leaf;  // B × dim, requires grad
+  };
+  void SetSparseTraining(bool on);
+  std::vector<Gather>& gathers() { return gathers_; }
+  // The embedding weights (num_rows × dim); undefined with features.
+  torch::Tensor table() const;
+
  private:
   int64_t feature_dim_;
+  bool sparse_training_ = false;
+  std::vector<Gather> gathers_;
   torch::nn::Embedding embedding_{nullptr};
   torch::nn::Linear projection_{nullptr};
   torch::Tensor features_;

@@ -15,8 +15,14 @@
 namespace verity::models::neural {
 
 FlatAmsGrad::FlatAmsGrad(std::vector<torch::Tensor> parameters, double learning_rate,
-                         bool on_device_step, double beta1, double beta2, double eps)
+                         bool on_device_step, const std::vector<RowEncoderImpl*>& row_tables,
+                         double beta1, double beta2, double eps)
     : learning_rate_(learning_rate), beta1_(beta1), beta2_(beta2), eps_(eps) {
+  // First, so that the tables stop requiring a gradient and stay out of the flat buffer.
+  for (RowEncoderImpl* encoder : row_tables) {
+    row_tables_.push_back(
+        std::make_unique<SparseRowAmsGrad>(*encoder, learning_rate, beta1, beta2, eps));
+  }
   torch::NoGradGuard no_grad;
   for (torch::Tensor& p : parameters) {
     if (p.requires_grad()) parameters_.push_back(std::move(p));
@@ -53,13 +59,17 @@ FlatAmsGrad::~FlatAmsGrad() {
   for (torch::Tensor& p : parameters_) p.mutable_grad() = torch::Tensor();
 }
 
-void FlatAmsGrad::ZeroGrad() { grad_.zero_(); }
+void FlatAmsGrad::ZeroGrad() {
+  grad_.zero_();
+  for (auto& table : row_tables_) table->ZeroGrad();
+}
 
 void FlatAmsGrad::Step() {
   torch::NoGradGuard no_grad;
   ++steps_;
   if (device_step_.defined()) {
     device_step_.add_(1);
+    for (auto& table : row_tables_) table->Step(device_step_);
 #ifdef VERITY_FUSED_ADAM
     if (flat_.is_cuda()) {
       // The same update in one kernel (the step count is read on the device).
@@ -84,6 +94,7 @@ void FlatAmsGrad::Step() {
     flat_.addcdiv_(exp_avg_, denom_);
     return;
   }
+  for (auto& table : row_tables_) table->Step(steps_);
   const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(steps_));
   const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(steps_));
   torch::sqrt_out(denom_, max_exp_avg_sq_).div_(std::sqrt(bias_correction2)).add_(eps_);

@@ -102,8 +102,16 @@ std::unique_ptr<FlatAmsGrad> NeuralTruthModel::MakeOptimizer(CrowdNet& net) cons
   std::vector<torch::Tensor> parameters = net.parameters();
   const bool on_device_step = options_.neural.cuda_graphs && CudaGraphsCompiledIn() &&
                               !parameters.empty() && parameters.front().is_cuda();
+  // Embedding tables (items, and annotators where the model embeds them) are updated sparsely:
+  // a step then costs O(batch), not O(items) (sparse_row_amsgrad.h).
+  std::vector<RowEncoderImpl*> row_tables;
+  if (options_.neural.sparse_embeddings) {
+    for (RowEncoder* encoder : {&net.items(), &net.annotators()}) {
+      if (!encoder->is_empty() && (*encoder)->feature_dim() == 0) row_tables.push_back(encoder->get());
+    }
+  }
   return std::make_unique<FlatAmsGrad>(std::move(parameters), options_.neural.learning_rate,
-                                       on_device_step);
+                                       on_device_step, row_tables);
 }
 
 std::unique_ptr<TrainingStep> NeuralTruthModel::MakeTrainingStep(
