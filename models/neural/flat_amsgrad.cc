@@ -13,15 +13,24 @@
 #endif
 
 namespace verity::models::neural {
+namespace {
+
+constexpr double kRowTableBeta1 = 0.0;  // see the constructor
+
+}  // namespace
 
 FlatAmsGrad::FlatAmsGrad(std::vector<torch::Tensor> parameters, double learning_rate,
                          bool on_device_step, const std::vector<RowEncoderImpl*>& row_tables,
                          double beta1, double beta2, double eps)
     : learning_rate_(learning_rate), beta1_(beta1), beta2_(beta2), eps_(eps) {
-  // First, so that the tables stop requiring a gradient and stay out of the flat buffer.
+  // First, so that the tables stop requiring a gradient and stay out of the flat buffer. Their
+  // rows get no first moment (beta1 = 0): a row used once in a thousand steps would, with lazy
+  // moments, lose the momentum tail over which the dense update spreads its step (about
+  // 1 / (1 - beta1) = 10 times the step itself, since AMSGrad's denominator does not decay);
+  // without momentum the row moves by that total at once.
   for (RowEncoderImpl* encoder : row_tables) {
-    row_tables_.push_back(
-        std::make_unique<SparseRowAmsGrad>(*encoder, learning_rate, beta1, beta2, eps));
+    row_tables_.push_back(std::make_unique<SparseRowAmsGrad>(*encoder, learning_rate,
+                                                             kRowTableBeta1, beta2, eps));
   }
   torch::NoGradGuard no_grad;
   for (torch::Tensor& p : parameters) {

@@ -16,7 +16,8 @@
 // step's gradient of that row and the optimiser's global step count for the bias corrections,
 // so one step from the same state gives the dense update on the used rows, bit for bit on the
 // CPU. Rows a step does not use keep their values and moments ("lazy" moments, as torch's
-// SparseAdam): the dense AMSGrad would decay their moments and keep moving them by momentum.
+// SparseAdam): the dense AMSGrad would decay their moments and, when beta1 > 0, keep moving
+// them by momentum. FlatAmsGrad therefore runs its tables with beta1 = 0 (flat_amsgrad.cc).
 //
 // Thread safety: none; one training loop owns it. Precondition: the encoder outlives this
 // object and is not moved to another device meanwhile.
