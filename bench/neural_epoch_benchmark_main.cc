@@ -4,7 +4,8 @@
 //
 //   bazel build -c opt //bench:neural_epoch_benchmark
 //   bazel-out/k8-opt/bin/bench/neural_epoch_benchmark [--methods=lia,cmm] [--sizes=50k,500k,5m]
-//       [--device=cpu|cuda|cuda:N|auto] [--threads=2] [--epochs=1] [--format=markdown]
+//       [--device=cpu|cuda|cuda:N|auto] [--threads=2] [--epochs=1] [--batch_size=0]
+//       [--sparse_embeddings=true] [--bandwidth_gbs=3350] [--format=markdown]
 //
 // On a machine with PyTorch and no Bazel (a GPU worker), tools/gpu/build.sh builds it against
 // the LibTorch inside the torch package.
@@ -20,10 +21,13 @@
 //   cmm: one EM iteration: closed-form E and M steps over the items, and an M-step of h over
 //        one pass of minibatches of the labelled items. cmm runs three per configured EM
 //        iteration, so --epochs is rounded up to a multiple of 3.
-// Columns: "train s" is FitReport::training_seconds (device work waited for), "steps" the
-// optimiser steps, "passes" steps / steps of one pass (cmm: over the items), "s/pass" train s /
-// passes, "fit s" the whole Fit (label tensors, training, export of the tables to the CPU and
-// the log-likelihood pass), and "accuracy" the fitted posteriors against the simulated truth.
+// Columns: "batch" is the minibatch (--batch_size or the device's default), "train s"
+// FitReport::training_seconds (device work waited for), "steps" the optimiser steps, "passes"
+// steps / steps of one pass (cmm: over the items), "s/pass" train s / passes, "floor ms" the
+// time one pass needs at --bandwidth_gbs to move the bytes it must move at the least
+// (FloorBytesPerPass), "x floor" s/pass over that floor, "fit s" the whole Fit (label tensors,
+// training, export of the tables to the CPU and the log-likelihood pass), and "accuracy" the
+// fitted posteriors against the simulated truth.
 // Peak host memory is the process's VmHWM after the configuration (one process, so it only
 // grows). A GPU run first fits a small crowd once to warm CUDA up (context, kernels, caching
 // allocator) outside the figures.
@@ -52,6 +56,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/random_crowd.h"
 #include "models/annotation_matrix.h"
+#include "models/neural/device.h"
 #include "models/truth_model.h"
 #include "models/truth_model_factory.h"
 
@@ -63,8 +68,14 @@ ABSL_FLAG(int, classes, 5, "number of classes K");
 ABSL_FLAG(std::string, device, "auto", "TruthModelOptions::Neural::device: cpu, cuda, cuda:N, auto");
 ABSL_FLAG(int, threads, 2, "TruthModelOptions::num_threads (CPU threads of LibTorch)");
 ABSL_FLAG(int, epochs, 1, "epochs per fit (see the file comment for what an epoch is)");
-ABSL_FLAG(int, batch_size, verity::models::TruthModelOptions().neural.batch_size,
-          "TruthModelOptions::Neural::batch_size, in labels");
+ABSL_FLAG(int, batch_size, 0,
+          "TruthModelOptions::Neural::batch_size, in labels; 0 = the device's default "
+          "(1,024 on the CPU, 8,192 on CUDA; the learning rate follows the square-root rule)");
+ABSL_FLAG(bool, sparse_embeddings, true,
+          "TruthModelOptions::Neural::sparse_embeddings: update only the embedding rows a step "
+          "uses (false: the whole tables, the dense AMSGrad)");
+ABSL_FLAG(double, bandwidth_gbs, 3350,
+          "memory bandwidth in GB/s for the floor column (default: an H100 SXM's HBM3)");
 ABSL_FLAG(bool, cuda_graphs, true,
           "TruthModelOptions::Neural::cuda_graphs: replay training steps from CUDA graphs on CUDA");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the simulated crowds (the models use their default seed)");
@@ -94,6 +105,31 @@ std::string LoadAverage() {
   return absl::StrCat(one, " ", five, " ", fifteen);
 }
 
+// The minibatch of the fits: --batch_size, or the device's default (truth_model.h).
+int64_t BatchSize() {
+  if (absl::GetFlag(FLAGS_batch_size) > 0) return absl::GetFlag(FLAGS_batch_size);
+  absl::StatusOr<torch::Device> device = models::neural::ResolveDevice(absl::GetFlag(FLAGS_device));
+  return device.ok() && device->is_cuda() ? models::TruthModelOptions::Neural::kCudaBatchSize
+                                          : models::TruthModelOptions::Neural::kCpuBatchSize;
+}
+
+// The bandwidth floor of one pass (see the file comment): the bytes a pass must move at the
+// least, in fp32 with the default sizes (d = embedding_dim). Per label: its item, annotator,
+// class and permutation index (4 int64, 32 B); its item's embedding row read (4d) and, for the
+// sparse update, that row's weights and two second moments read and written (6 × 4d); the
+// annotator side: an embedding row the same way (lia, conal: 28d) and/or a K×K confusion read
+// and its gradient written (crowdlayer, trace_reg, conal: 8K²). cmm's pass is over items: the
+// item row (28d) and its posterior (4K). Activations are not counted: a fused kernel keeps them
+// on chip.
+double FloorBytesPerPass(const std::string& method, int64_t labels, int64_t items, int64_t k) {
+  const double d = models::TruthModelOptions().neural.embedding_dim;
+  if (method == "cmm") return static_cast<double>(items) * (28 * d + 4 * k + 8);
+  double per_label = 32 + 28 * d;
+  if (method == "lia" || method == "conal") per_label += 28 * d;
+  if (method != "lia") per_label += 8.0 * k * k;
+  return per_label * static_cast<double>(labels);
+}
+
 // The options of one fit of `epochs` epochs (see the file comment).
 models::TruthModelOptions EpochOptions(const std::string& method, int64_t num_labels,
                                        int64_t num_items, int epochs) {
@@ -102,7 +138,8 @@ models::TruthModelOptions EpochOptions(const std::string& method, int64_t num_la
   options.neural.device = absl::GetFlag(FLAGS_device);
   options.neural.batch_size = absl::GetFlag(FLAGS_batch_size);
   options.neural.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
-  const int64_t batch = options.neural.batch_size;
+  options.neural.sparse_embeddings = absl::GetFlag(FLAGS_sparse_embeddings);
+  const int64_t batch = BatchSize();
   if (method == "cmm") {
     // cmm runs 3 EM iterations per configured one, each of steps / iterations steps over
     // minibatches of labelled items (every item of these crowds is labelled): --epochs is
@@ -169,13 +206,14 @@ int Main(int argc, char** argv) {
   }
 
   std::printf("# %u hardware threads, load average %s; device %s (CUDA graphs %s), %d LibTorch "
-              "threads, K = %d, batch %d, %d epoch(s) per fit, crowd seed %llu\n",
+              "threads, K = %d, batch %lld, %d epoch(s) per fit, crowd seed %llu, embeddings %s\n",
               std::thread::hardware_concurrency(), LoadAverage().c_str(),
               absl::GetFlag(FLAGS_device).c_str(),
               absl::GetFlag(FLAGS_cuda_graphs) ? "on when built with them" : "off",
               absl::GetFlag(FLAGS_threads),
-              absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_batch_size), epochs,
-              static_cast<unsigned long long>(absl::GetFlag(FLAGS_seed)));
+              absl::GetFlag(FLAGS_classes), static_cast<long long>(BatchSize()), epochs,
+              static_cast<unsigned long long>(absl::GetFlag(FLAGS_seed)),
+              absl::GetFlag(FLAGS_sparse_embeddings) ? "sparse" : "dense");
 
   // Warm-up: the first CUDA fit pays for the context and the kernels' first launches.
   if (absl::GetFlag(FLAGS_device) != "cpu") {
@@ -197,10 +235,10 @@ int Main(int argc, char** argv) {
     }
   }
 
-  Print({"method", "labels", "items", "annotators", "train s", "steps", "passes", "s/pass",
-         "fit s", "peak MiB", "accuracy"},
+  Print({"method", "labels", "items", "annotators", "batch", "train s", "steps", "passes",
+         "s/pass", "floor ms", "x floor", "fit s", "peak MiB", "accuracy"},
         markdown);
-  if (markdown) Print(std::vector<std::string>(11, "---"), true);
+  if (markdown) Print(std::vector<std::string>(14, "---"), true);
   for (const Size& size : sizes) {
     RandomCrowdSpec spec;
     spec.num_items = size.items;
@@ -237,7 +275,7 @@ int Main(int argc, char** argv) {
       }
       // Steps of one pass: over the labels, or over the items for cmm's M-step of h.
       const int64_t per_pass = method == "cmm" ? crowd->num_items : labels;
-      const int64_t batch = options.neural.batch_size;
+      const int64_t batch = BatchSize();
       const double passes = static_cast<double>(report->training_steps) /
                             static_cast<double>((per_pass + batch - 1) / batch);
       int64_t correct = 0;
@@ -247,11 +285,17 @@ int Main(int argc, char** argv) {
         const auto best = std::max_element(posterior.begin(), posterior.end()) - posterior.begin();
         correct += best == crowd->truth[i];
       }
+      const double per_pass_seconds = passes > 0 ? report->training_seconds / passes : 0.0;
+      const double floor_seconds =
+          FloorBytesPerPass(method, labels, crowd->num_items, crowd->num_classes) /
+          (absl::GetFlag(FLAGS_bandwidth_gbs) * 1e9);
       Print({method, absl::StrCat(labels), absl::StrCat(crowd->num_items),
-             absl::StrCat(crowd->num_annotators),
+             absl::StrCat(crowd->num_annotators), absl::StrCat(batch),
              absl::StrFormat("%.3f", report->training_seconds),
              absl::StrCat(report->training_steps), absl::StrFormat("%.2f", passes),
-             absl::StrFormat("%.3f", passes > 0 ? report->training_seconds / passes : 0.0),
+             absl::StrFormat("%.3f", per_pass_seconds),
+             absl::StrFormat("%.3f", floor_seconds * 1e3),
+             absl::StrFormat("%.0f", per_pass_seconds / floor_seconds),
              absl::StrFormat("%.3f", fit_seconds), absl::StrFormat("%.0f", PeakRssMib()),
              absl::StrFormat("%.4f", static_cast<double>(correct) / crowd->num_items)},
             markdown);

@@ -87,9 +87,10 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
         "neural.embedding_dim must be in [1, 1024] and neural.hidden_units in [1, 4096], got ",
         n.embedding_dim, " and ", n.hidden_units));
   }
-  if (!(n.learning_rate > 0) || !std::isfinite(n.learning_rate) || n.batch_size < 1 || n.steps < 0) {
+  if (!(n.learning_rate > 0) || !std::isfinite(n.learning_rate) || n.batch_size < 0 || n.steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "neural.learning_rate must be finite and > 0, neural.batch_size >= 1 and neural.steps >= 0, "
+        "neural.learning_rate must be finite and > 0, neural.batch_size >= 0 (0: by device) and "
+        "neural.steps >= 0, "
         "got ", n.learning_rate, ", ", n.batch_size, ", ", n.steps));
   }
   if (!(n.trace_lambda >= 0) || !std::isfinite(n.trace_lambda) || !(n.conal_lambda >= 0) ||

@@ -170,13 +170,22 @@ struct TruthModelOptions {
     // Size of the learned item and annotator embeddings, and of hidden layers.
     int embedding_dim = 16;
     int hidden_units = 16;
-    // AMSGrad (Adam) learning rate and minibatch size, in labels.
+    // AMSGrad (Adam) learning rate at the reference minibatch of 1,024 labels. A fit with
+    // batches of B labels uses learning_rate × sqrt(B / 1,024) (the square-root rule for
+    // adaptive optimisers: the gradient's noise falls as 1/sqrt(B), so the step may grow as
+    // sqrt(B) for the same noise per label seen).
     double learning_rate = 1e-3;
-    int batch_size = 1024;
+    // Minibatch size in labels; 0 (the default) = by device: 1,024 on the CPU (the papers'
+    // size), kCudaBatchSize on CUDA, where a batch of 1,024 leaves the GPU mostly idle.
+    int batch_size = 0;
+    static constexpr int kCpuBatchSize = 1024;
+    static constexpr int kCudaBatchSize = 8192;
     // Optimiser steps of a fit from scratch (lia: per EM iteration); 0 = scale with the data:
-    // enough epochs for about 3,000 steps, between 2 and 200 epochs. A warm start runs a
-    // quarter of them.
+    // enough epochs for about 3,000 steps, between 2 and 200 epochs (on CUDA at least
+    // kCudaMinEpochs: an epoch there costs a fraction of a second at 5M labels). A warm start
+    // runs a quarter of them.
     int steps = 0;
+    static constexpr int kCudaMinEpochs = 20;
     // trace_reg: λ, the weight of the trace summed over the annotators' confusion matrices
     // (Tanno et al.; constant over the fit, see models/neural/trace_reg.h).
     double trace_lambda = 0.01;

@@ -237,7 +237,7 @@ int CmmModel::Train(CrowdNet& base_net, const LabelTensors& data, bool warm_star
   // (the training step reads its storage), over minibatches of labelled items.
   torch::Tensor target = torch::zeros({data.num_items, k}, float_options);
   const int64_t n = labelled.size(0);
-  const int64_t batch = std::min<int64_t>(options().neural.batch_size, std::max<int64_t>(n, 1));
+  const int64_t batch = std::min<int64_t>(batch_size(), std::max<int64_t>(n, 1));
   std::unique_ptr<TrainingStep> step = MakeTrainingStep(
       *optimizer,
       [&](const torch::Tensor& items) {
@@ -325,7 +325,7 @@ void CmmModel::ItemLogJoint(int32_t item, absl::Span<const AnnotationMatrix::Ent
     return;
   }
   const int32_t k = num_classes();
-  const double* prior = LogPriorOf(item);
+  const double* prior = PosteriorLogPriorOf(item);
   std::copy(prior, prior + k, out);
   for (const AnnotationMatrix::Entry& e : labels) {
     for (int32_t c = 0; c < k; ++c) out[c] += log_global_[static_cast<size_t>(c) * k + e.label];

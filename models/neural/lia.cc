@@ -92,7 +92,7 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
   net.train();
   auto& lia = static_cast<LiaNet&>(net);
   std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
-  const int64_t batch = std::min<int64_t>(options().neural.batch_size, data.num_labels);
+  const int64_t batch = std::min<int64_t>(batch_size(), data.num_labels);
   const torch::Tensor per_item = data.labels_per_item.clamp_min(1.0);
   ConvergenceCheck check(budget, kConvergenceWindow, n.lia_tolerance, float_options);
   // The expected complete log-likelihood of a batch (see lia.h).

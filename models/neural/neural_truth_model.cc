@@ -91,11 +91,23 @@ int64_t NeuralTruthModel::StepsForFit(int64_t num_labels, bool warm_start) const
   const TruthModelOptions::Neural& n = options_.neural;
   int64_t steps = n.steps;
   if (steps == 0) {
-    const int64_t per_epoch = std::max<int64_t>(1, (num_labels + n.batch_size - 1) / n.batch_size);
-    const int64_t epochs = std::clamp<int64_t>((3000 + per_epoch - 1) / per_epoch, 2, 200);
+    const int64_t per_epoch = std::max<int64_t>(1, (num_labels + batch_size_ - 1) / batch_size_);
+    const int64_t min_epochs = on_cuda_ ? TruthModelOptions::Neural::kCudaMinEpochs : 2;
+    const int64_t epochs =
+        std::clamp<int64_t>((3000 + per_epoch - 1) / per_epoch, min_epochs, std::max<int64_t>(min_epochs, 200));
     steps = epochs * per_epoch;
   }
   return warm_start ? std::max<int64_t>(1, steps / 4) : steps;
+}
+
+void NeuralTruthModel::SetTrainingSchedule(const torch::Device& device) {
+  const TruthModelOptions::Neural& n = options_.neural;
+  on_cuda_ = device.is_cuda();
+  batch_size_ = n.batch_size > 0 ? n.batch_size
+                : on_cuda_     ? TruthModelOptions::Neural::kCudaBatchSize
+                               : TruthModelOptions::Neural::kCpuBatchSize;
+  learning_rate_ = n.learning_rate *
+                   std::sqrt(static_cast<double>(batch_size_) / TruthModelOptions::Neural::kCpuBatchSize);
 }
 
 std::unique_ptr<FlatAmsGrad> NeuralTruthModel::MakeOptimizer(CrowdNet& net) const {
@@ -110,8 +122,8 @@ std::unique_ptr<FlatAmsGrad> NeuralTruthModel::MakeOptimizer(CrowdNet& net) cons
       if (!encoder->is_empty() && (*encoder)->feature_dim() == 0) row_tables.push_back(encoder->get());
     }
   }
-  return std::make_unique<FlatAmsGrad>(std::move(parameters), options_.neural.learning_rate,
-                                       on_device_step, row_tables);
+  return std::make_unique<FlatAmsGrad>(std::move(parameters), learning_rate_, on_device_step,
+                                       row_tables);
 }
 
 std::unique_ptr<TrainingStep> NeuralTruthModel::MakeTrainingStep(
@@ -188,7 +200,7 @@ int64_t NeuralTruthModel::TrainMarginalToConvergence(CrowdNet& net, const LabelT
   if (data.num_labels == 0) return 0;
   net.train();
   std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
-  const int64_t batch = std::min<int64_t>(options_.neural.batch_size, data.num_labels);
+  const int64_t batch = std::min<int64_t>(batch_size_, data.num_labels);
   ConvergenceCheck check(max_steps, window, tolerance, data.labels_per_item.options());
   std::unique_ptr<TrainingStep> step = MakeTrainingStep(
       *optimizer,
@@ -213,7 +225,7 @@ int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int
   if (data.num_labels == 0) return 0;
   net.train();
   std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
-  const int64_t batch = std::min<int64_t>(options_.neural.batch_size, data.num_labels);
+  const int64_t batch = std::min<int64_t>(batch_size_, data.num_labels);
   const int64_t per_epoch = (data.num_labels + batch - 1) / batch;
   const int epochs = static_cast<int>(std::max<int64_t>(1, (steps + per_epoch - 1) / per_epoch));
   std::unique_ptr<TrainingStep> step = MakeTrainingStep(
@@ -265,6 +277,7 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
   absl::StatusOr<torch::Device> device = ResolveDevice(options_.neural.device);
   if (!device.ok()) return device.status();
   const auto start = std::chrono::steady_clock::now();
+  SetTrainingSchedule(*device);
   std::shared_ptr<CrowdNet> net;
   int iterations = 0;
   double training_seconds = 0;
@@ -403,10 +416,15 @@ void NeuralTruthModel::ItemPosteriorForItem(int32_t item,
   for (double& v : out) v /= sum;
 }
 
+const double* NeuralTruthModel::PosteriorLogPriorOf(int32_t item) const {
+  if (getenv("VERITY_ITEM_PRIOR") == nullptr && item_feature_dim_ == 0) return class_log_prior_.data();
+  return LogPriorOf(item);
+}
+
 void NeuralTruthModel::ItemLogJoint(int32_t item, absl::Span<const AnnotationMatrix::Entry> labels,
                                     double* out) const {
   const int32_t k = num_classes_;
-  const double* prior = LogPriorOf(item);
+  const double* prior = PosteriorLogPriorOf(item);
   std::copy(prior, prior + k, out);
   std::vector<double> conf(static_cast<size_t>(k) * k);
   for (const AnnotationMatrix::Entry& e : labels) {

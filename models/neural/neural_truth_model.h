@@ -145,9 +145,13 @@ class NeuralTruthModel : public TruthModel {
   // Returns the steps run.
   int64_t TrainMarginalToConvergence(CrowdNet& net, const LabelTensors& data, int64_t max_steps,
                                      int64_t window, double tolerance);
-  // Steps of a fit: options.neural.steps, or about 3,000 scaled to whole epochs (2 to 200);
-  // a quarter of that when warm-starting.
+  // Steps of a fit: options.neural.steps, or about 3,000 scaled to whole epochs (2 to 200; on
+  // CUDA at least kCudaMinEpochs); a quarter of that when warm-starting.
   int64_t StepsForFit(int64_t num_labels, bool warm_start) const;
+  // The minibatch size and learning rate of the fit in progress (truth_model.h: by device
+  // when options.neural.batch_size is 0, the rate scaled by the square-root rule).
+  int64_t batch_size() const { return batch_size_; }
+  double learning_rate() const { return learning_rate_; }
   // An AMSGrad optimiser over `net`'s parameters with the configured learning rate (see
   // flat_amsgrad.h: it moves them into one buffer; `net` must stay on its device meanwhile).
   // It keeps its step count on the device when training steps can be CUDA graphs.
@@ -172,8 +176,13 @@ class NeuralTruthModel : public TruthModel {
 
   // Log prior of fitted item `item`, or the class log prior for any other id.
   const double* LogPriorOf(int32_t item) const;
+  // The prior an item's posterior starts from: LogPriorOf(item) when items carry features,
+  // else the class log prior (see the file comment).
+  const double* PosteriorLogPriorOf(int32_t item) const;
 
  private:
+  // Sets batch_size_, learning_rate_ and on_cuda_ for a fit on `device`.
+  void SetTrainingSchedule(const torch::Device& device);
   // Reads the priors and the subclass's tables out of net_ (which must be on the CPU).
   void ExportAll();
 
@@ -183,6 +192,10 @@ class NeuralTruthModel : public TruthModel {
   int32_t fitted_items_ = 0;
   int32_t fitted_annotators_ = 0;
   int64_t steps_taken_ = 0;  // optimiser steps of the fit in progress (TakeStep)
+  // Of the fit in progress (SetTrainingSchedule).
+  int64_t batch_size_ = TruthModelOptions::Neural::kCpuBatchSize;
+  double learning_rate_ = 1e-3;
+  bool on_cuda_ = false;
   std::vector<double> item_log_prior_;   // fitted_items_ x K
   std::vector<double> class_log_prior_;  // K
   int64_t item_feature_dim_ = 0;
