@@ -117,7 +117,7 @@ url="host=127.0.0.1 port=$pg_port user=postgres dbname=verity"
 note "postgres: $(psql -d verity -At -c 'SHOW server_version') up in $(since "$t") s"
 
 # --- 2. schema and project, through the server ------------------------------------------------
-cli=("$bin/verity" --server="127.0.0.1:$grpc_port" --timeout=10m)
+cli=("$bin/verity" --server="127.0.0.1:$grpc_port")
 start_server() {  # start_server LOG: starts verity_server, waits until it answers
   "$bin/verity_server" --postgres_url="$url" --listen="127.0.0.1:$grpc_port" --trainer=workers \
     --background_refit=false --metrics_port=0 --device=cpu --db_timeout_seconds=600 \
@@ -190,11 +190,15 @@ t=$(now)
 start_server server.log
 note "verity_server answering in $(since "$t") s"
 t=$(now)
-"${cli[@]}" accuracy --project="$project" --gold_csv="$run/crowd/gold.csv" > "$run/accuracy.txt"
+"${cli[@]}" --timeout=10m accuracy --project="$project" --gold_csv="$run/crowd/gold.csv" > "$run/accuracy.txt"
 note "served posteriors vs truth: $(head -1 "$run/accuracy.txt") in $(since "$t") s"
 "${cli[@]}" posteriors --project="$project" --items=i0,i1,i2 > "$run/posteriors.txt"
 note "posteriors of i0..i2 (truth $(sed -n '2,4p' "$run/crowd/gold.csv" | cut -d, -f2 | paste -sd,)):"
 while read -r line; do note "  $line"; done < "$run/posteriors.txt"
+served=$("${cli[@]}" --output=json posteriors --project="$project" --items=i0 |
+  sed -n 's/.*"model_version": *\([0-9]*\).*/\1/p')
+[[ $served == "$(field version)" ]] && verdict=ok || verdict=MISMATCH
+note "served model version ${served:-?}, the worker stored $(field version): $verdict"
 stop_server
 
 if [[ -n ${OUT:-} ]]; then
