@@ -7,7 +7,14 @@ set -euo pipefail
 kit=${1:?usage: tools/gpu/unpack_devkit.sh KIT_DIR}
 if [[ -e $kit/kit.tar.xz && ! -e $kit/.unpacked ]]; then
   start=$SECONDS
-  xz -dc -T0 "$kit/kit.tar.xz" | tar -C "$kit" -xf -
+  if command -v xz > /dev/null; then
+    xz -dc -T0 "$kit/kit.tar.xz" | tar -C "$kit" -xf -
+  else  # minimal images may lack xz-utils; Python's lzma reads it too
+    python3 -c 'import sys, tarfile
+with tarfile.open(sys.argv[1], "r:xz") as t:
+    t.extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))' \
+      "$kit/kit.tar.xz" "$kit"
+  fi
   touch "$kit/.unpacked"
   echo "unpack_devkit: $(du -sm "$kit" | cut -f1) MiB in $kit ($((SECONDS - start)) s)"
 fi

@@ -33,9 +33,9 @@
 # stopped on exit; RUN_DIR is removed unless KEEP_RUN=1.
 #
 # Environment: ITEMS (1000000), LABELS_PER_ITEM (5), ANNOTATORS (3000), CLASSES (5), SEED (1),
-# DEVICE (cuda:0; cpu for a test without a GPU), PG_PORT (54329), GRPC_PORT (50079),
-# PG_OS_USER (nobody, as root only), RUN_DIR (a new /tmp/verity-e2e.XXXXXX), WORKER_FLAGS (more
-# verity_worker flags), KEEP_RUN.
+# DEVICE (cuda:0; cpu for a test without a GPU), METHOD (lia; any of the CLI's --method values),
+# PG_PORT (54329), GRPC_PORT (50079), PG_OS_USER (nobody, as root only), RUN_DIR (a new
+# /tmp/verity-e2e.XXXXXX), WORKER_FLAGS (more verity_worker flags), KEEP_RUN.
 # Example, on the CPU at a small size:
 #   ITEMS=10000 ANNOTATORS=300 DEVICE=cpu tools/gpu/worker_e2e.sh .devkit .devkit/out
 set -euo pipefail
@@ -50,6 +50,7 @@ seed=${SEED:-1}
 device=${DEVICE:-cuda:0}
 pg_port=${PG_PORT:-54329}
 grpc_port=${GRPC_PORT:-50079}
+method=${METHOD:-lia}
 project=e2e
 for b in verity_worker verity_server verity synthetic_crowd; do
   [[ -x $bin/$b ]] || { echo "worker_e2e: $bin/$b is missing (tools/gpu/build.sh)" >&2; exit 1; }
@@ -135,10 +136,10 @@ stop_server() { kill "$server_pid"; wait "$server_pid" || true; server_pid=; }
 t=$(now)
 start_server server_setup.log
 class_names=$(seq -s, -f 'c%g' 0 $((classes - 1)))
-"${cli[@]}" project create "$project" --classes="$class_names" --method=lia > /dev/null
+"${cli[@]}" project create "$project" --classes="$class_names" --method="$method" > /dev/null
 stop_server
 project_id=$(psql -d verity -At -c "SELECT project_id FROM projects WHERE name = '$project'")
-note "schema and project $project (id $project_id, lia, K = $classes) in $(since "$t") s"
+note "schema and project $project (id $project_id, $method, K = $classes) in $(since "$t") s"
 
 # --- 3. the simulated crowd -------------------------------------------------------------------
 t=$(now)
