@@ -72,7 +72,9 @@ if [[ -z ${STD:-} ]]; then
   fi
   rm -f "$out/probe.cc"
 fi
-cxxflags=(-std=$std -O2 -DNDEBUG -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -I. -I"$kit/gen"
+# <cstdint> in every file: GCC 13's libstdc++ headers stopped including it, and the kit's headers
+# (protobuf 3.21, gRPC 1.51, libpqxx 6.4) are older than GCC 13.
+cxxflags=(-std=$std -O2 -DNDEBUG -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -include cstdint -I. -I"$kit/gen"
           -isystem "$kit/include" "${torch_include[@]}")
 # With a CUDA LibTorch and the CUDA runtime's headers, training steps can be CUDA graphs
 # (models/neural/training_step.h).
@@ -125,7 +127,8 @@ done
 echo "build: compiling ${#todo[@]} sources"
 export cxx out kit
 printf '%s\n' "${todo[@]}" | xargs -r -P "$jobs" -I{} sh -c \
-  's={}; o="$out/obj/$(echo "$s" | sed "s|^$kit/|kit/|" | tr / _).o"; '"$cxx"' '"${cxxflags[*]}"' -c "$s" -o "$o.tmp" && mv "$o.tmp" "$o" || { echo "build: $s failed" >&2; exit 255; }'
+  's={}; o="$out/obj/$(echo "$s" | sed "s|^$kit/|kit/|" | tr / _).o"; '"$cxx"' '"${cxxflags[*]}"' \
+   -c "$s" -o "$o.tmp" && mv "$o.tmp" "$o" || { echo "build: $s failed" >&2; exit 255; }'
 echo "build: compiled in $((SECONDS - start)) s"
 
 torch_libs=(-L"$torch_lib" -Wl,-rpath,"$torch_lib" -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10)

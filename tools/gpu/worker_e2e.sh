@@ -72,11 +72,9 @@ pgbin=$run/pg/usr/lib/postgresql/15/bin
 as_pg=()
 if [[ $(id -u) == 0 ]]; then
   pg_user=${PG_OS_USER:-nobody}
-  if command -v setpriv > /dev/null; then
-    as_pg=(setpriv --reuid="$(id -u "$pg_user")" --regid="$(id -g "$pg_user")" --clear-groups --)
-  else
-    as_pg=(runuser -u "$pg_user" --)
-  fi
+  # setpriv, or runuser where it does not work here (both are util-linux's).
+  as_pg=(setpriv --reuid="$(id -u "$pg_user")" --regid="$(id -g "$pg_user")" --clear-groups --)
+  "${as_pg[@]}" true 2> /dev/null || as_pg=(runuser -u "$pg_user" --)
   note "running PostgreSQL as $pg_user ($(id -u "$pg_user")) via ${as_pg[0]}"
 fi
 mkdir -p "$run/data"
@@ -166,9 +164,14 @@ COMMIT;
 ANALYZE;
 EOF
 labels=$(psql -d verity -At -c "SELECT count(*) FROM annotations WHERE project_id = $project_id")
-note "loaded $items items x $labels_per_item labels ($labels), $annotators annotators in $(since "$t") s"
+db_size=$(psql -d verity -At -c "SELECT pg_size_pretty(pg_database_size('verity'))")
+note "loaded $items items x $labels_per_item labels ($labels), $annotators annotators in" \
+  "$(since "$t") s (database $db_size)"
 
 # --- 4. one training job, run by the worker ---------------------------------------------------
+if [[ $device == cuda* ]] && command -v nvidia-smi > /dev/null; then
+  note "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
+fi
 psql -d verity -c "INSERT INTO training_jobs (project_id) VALUES ($project_id)"
 t=$(now)
 # shellcheck disable=SC2086
@@ -184,7 +187,10 @@ note "worker on $device: process ${worker_s} s; job $(seconds job_ms) s = load $
   "+ persist $(seconds persist_ms) s (version $(field version), $(field labels) labels)"
 note "job table: $(psql -d verity -At -F ' ' -c "SELECT state, 'claimed->finished',
   round(extract(epoch FROM finished_at - started_at)::numeric, 1), 's' FROM training_jobs
-  WHERE project_id = $project_id")"
+  WHERE project_id = $project_id"); version $(field version) stored $(psql -d verity -At -c "
+  SELECT pg_size_pretty(sum(length(parameters))) FROM model_versions WHERE project_id = $project_id
+  ") of parameters, $(psql -d verity -At -c "SELECT pg_size_pretty(sum(length(posteriors) +
+  length(annotator_profiles))) FROM model_version_outputs WHERE project_id = $project_id") of outputs"
 
 # --- 5. the server serves the version ---------------------------------------------------------
 t=$(now)
