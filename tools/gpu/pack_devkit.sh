@@ -66,13 +66,14 @@ cp "$lib"/libgtest.a "$lib"/libgtest_main.a "$lib"/libgmock.a "$kit/lib/"
 pg=$kit/pg
 mkdir -p "$pg$pg_bin" "$pg$pg_pkglib" "$pg$pg_share/extension"
 cp "$pg_bin"/{initdb,pg_ctl,postgres,psql,pg_isready} "$pg$pg_bin/"
-cp "$pg_pkglib"/{plpgsql.so,dict_snowball.so,libpqwalreceiver.so,pgoutput.so} "$pg_pkglib"/*_and_*.so \
-  "$pg$pg_pkglib/"
+cp "$pg_pkglib"/{plpgsql.so,dict_snowball.so,libpqwalreceiver.so,pgoutput.so} \
+  "$pg_pkglib"/*_and_*.so "$pg$pg_pkglib/"
 (cd "$pg_share" && cp -r $(ls | grep -v -x -e extension -e man -e contrib) "$pg$pg_share/")
 cp "$pg_share"/extension/plpgsql* "$pg$pg_share/extension/"
 
 # Every library those load, besides the C and C++ runtimes (which the GPU machine has, newer).
-runtime='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s)\.so'
+runtime='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil'
+runtime+='|libstdc\+\+|libgcc_s)\.so'
 mapfile -t loaded < <(ldd "$kit"/lib/*.so* "$pg$pg_bin"/* "$pg$pg_pkglib"/*.so 2>/dev/null |
   awk '/=> \// {print $1, $3}' | grep -v -E "$runtime" | sort -u | awk '{print $2}')
 for path in "${loaded[@]}"; do
@@ -88,11 +89,15 @@ protoc --proto_path=proto --proto_path=/usr/include --cpp_out="$kit/gen" --grpc_
 for target in //server/training:verity_worker //server:verity_server //client:verity; do
   bazel query "kind('source file', deps($target))" 2>/dev/null | grep '^//' | grep '\.cc$' |
     sed -e 's|^//||' -e 's|^:||' -e 's|:|/|' | sort > "$kit/sources/${target##*:}.txt"
-  [[ -s $kit/sources/${target##*:}.txt ]] || { echo "pack_devkit: bazel query $target failed" >&2; exit 1; }
+  if [[ ! -s $kit/sources/${target##*:}.txt ]]; then
+    echo "pack_devkit: bazel query $target failed" >&2
+    exit 1
+  fi
 done
 
 unpacked=$(du -sm "$kit" | cut -f1)
 tar -C "$kit" -cf - include lib gen pg | xz -6 -T2 > "$kit/kit.tar.xz"
 if [[ -n ${KEEP:-} ]]; then touch "$kit/.unpacked"; else rm -rf "$kit"/{include,lib,gen,pg}; fi
-echo "pack_devkit: ${unpacked} MiB unpacked, kit.tar.xz $(du -sm "$kit/kit.tar.xz" | cut -f1) MiB," \
+packed=$(du -sm "$kit/kit.tar.xz" | cut -f1)
+echo "pack_devkit: ${unpacked} MiB unpacked, kit.tar.xz ${packed} MiB;" \
   "$(du -sm "$kit" | cut -f1) MiB in $kit"
