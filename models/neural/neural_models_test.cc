@@ -328,10 +328,11 @@ TEST(TraceRegTest, FittedConfusionsAreRowStochastic) {
   }
 }
 
-// crowdlayer serves p(k | labels) ∝ σ_i[k] Π Q_r[k, y] with Q_r[k, ·] the trained crowd layer
+// crowdlayer serves p(k | labels) ∝ π[k] Π Q_r[k, y] with Q_r[k, ·] the trained crowd layer
 // applied to σ̄_k, the mean classifier output of the fitted items weighted by their mass on k
-// (crowdlayer.h), not to a one-hot class. Everything is recomputed here from the served priors
-// σ_i and the layers.
+// (crowdlayer.h), not to a one-hot class, and π the class prior (items without features start
+// from it, neural_truth_model.h). Everything is recomputed here from the items' priors σ_i,
+// the served class prior and the layers.
 TEST(CrowdLayerTest, PosteriorsUseTheTrainedLayerAtTypicalClassifierOutputs) {
   testing::SyntheticCrowd crowd = MakeCrowd(3, 11);
   const int32_t k = 3, items = crowd.matrix.num_items();
@@ -340,7 +341,12 @@ TEST(CrowdLayerTest, PosteriorsUseTheTrainedLayerAtTypicalClassifierOutputs) {
   const auto* model = dynamic_cast<const neural::CrowdLayerModel*>(fitted.get());
   ASSERT_NE(model, nullptr);
   std::vector<std::vector<double>> sigma(items, std::vector<double>(k));
-  for (int32_t i = 0; i < items; ++i) model->ItemPosteriorForItem(i, {}, -1, absl::MakeSpan(sigma[i]));
+  for (int32_t i = 0; i < items; ++i) sigma[i] = model->ItemPrior(i);
+  std::vector<double> class_prior(k);
+  model->ItemPosteriorForItem(0, {}, -1, absl::MakeSpan(class_prior));
+  double mean_sigma0 = 0;
+  for (int32_t i = 0; i < items; ++i) mean_sigma0 += sigma[i][0] / items;
+  EXPECT_NEAR(class_prior[0], mean_sigma0, 1e-6);  // π is the mean of the σ_i
   std::vector<std::vector<double>> typical(k, std::vector<double>(k, 0.0));
   for (int32_t c = 0; c < k; ++c) {
     double mass = 0;
@@ -366,7 +372,7 @@ TEST(CrowdLayerTest, PosteriorsUseTheTrainedLayerAtTypicalClassifierOutputs) {
     std::vector<double> expected(k);
     double sum = 0;
     for (int32_t c = 0; c < k; ++c) {
-      expected[c] = sigma[i][c];
+      expected[c] = class_prior[c];
       for (const AnnotationMatrix::Entry& e : labels) expected[c] *= likelihood(e.other, c, e.label);
       sum += expected[c];
     }

@@ -416,9 +416,15 @@ void NeuralTruthModel::ItemPosteriorForItem(int32_t item,
   for (double& v : out) v /= sum;
 }
 
+std::vector<double> NeuralTruthModel::ItemPrior(int32_t item) const {
+  const double* log_prior = LogPriorOf(item);
+  std::vector<double> prior(num_classes_);
+  for (int32_t c = 0; c < num_classes_; ++c) prior[c] = std::exp(log_prior[c]);
+  return prior;
+}
+
 const double* NeuralTruthModel::PosteriorLogPriorOf(int32_t item) const {
-  if (getenv("VERITY_ITEM_PRIOR") == nullptr && item_feature_dim_ == 0) return class_log_prior_.data();
-  return LogPriorOf(item);
+  return item_feature_dim_ == 0 ? class_log_prior_.data() : LogPriorOf(item);
 }
 
 void NeuralTruthModel::ItemLogJoint(int32_t item, absl::Span<const AnnotationMatrix::Entry> labels,

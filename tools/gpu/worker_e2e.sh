@@ -56,6 +56,10 @@ for b in verity_worker verity_server verity synthetic_crowd; do
   [[ -x $bin/$b ]] || { echo "worker_e2e: $bin/$b is missing (tools/gpu/build.sh)" >&2; exit 1; }
 done
 tools/gpu/unpack_devkit.sh "$kit"
+# The binaries' RUNPATH names the kit's lib/, but a RUNPATH is not searched for the libraries
+# of libraries (libgrpc.so's libupb.so, for one): the loader needs the folder in
+# LD_LIBRARY_PATH. Seen on the GPU machine, where nothing else provides them.
+export LD_LIBRARY_PATH="$kit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 run=${RUN_DIR:-$(mktemp -d /tmp/verity-e2e.XXXXXX)}
 mkdir -p "$run"
