@@ -239,6 +239,31 @@ TEST_P(NeuralModelTest, AnnotatorFeaturesAreUsedAndSerialized) {
   EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}), AllPosteriors(*model, crowd.matrix, {}));
 }
 
+// Without item features, an item's posterior starts from the class prior π, the mean of the
+// items' priors h_i, not from its own h_i (neural_truth_model.h): an item's posterior with no
+// labels is π whichever item it is, and the h_i themselves differ between items.
+TEST_P(NeuralModelTest, PosteriorsOfItemsWithoutFeaturesStartFromTheClassPrior) {
+  testing::SyntheticCrowd crowd = MakeCrowd(3, 11);
+  const int32_t k = 3, items = crowd.matrix.num_items();
+  auto fitted = Make(GetParam(), k);
+  ASSERT_THAT(fitted->Fit(crowd.matrix, {}, false).status(), IsOk());
+  const auto* model = dynamic_cast<const neural::NeuralTruthModel*>(fitted.get());
+  ASSERT_NE(model, nullptr);
+  std::vector<double> mean(k, 0.0);
+  double spread = 0;
+  for (int32_t i = 0; i < items; ++i) {
+    const std::vector<double> prior = model->ItemPrior(i);
+    for (int32_t c = 0; c < k; ++c) mean[c] += prior[c] / items;
+    spread = std::max(spread, std::abs(prior[0] - model->ItemPrior(0)[0]));
+  }
+  EXPECT_GT(spread, 0.01) << "the items' priors should differ";
+  for (int32_t i : {0, 7, items - 1}) {
+    std::vector<double> served(k);
+    model->ItemPosteriorForItem(i, {}, -1, absl::MakeSpan(served));
+    for (int32_t c = 0; c < k; ++c) EXPECT_NEAR(served[c], mean[c], 1e-6) << "item " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllNeuralMethods, NeuralModelTest,
                          ::testing::Values("lia", "crowdlayer", "trace_reg", "conal", "cmm"),
                          [](const auto& info) { return info.param; });
