@@ -169,6 +169,26 @@ struct TruthModelOptions {
     // Size of the learned item and annotator embeddings, and of hidden layers.
     int embedding_dim = 16;
     int hidden_units = 16;
+    // The truth network of a project with item features, h(x) = head(encoder(x)): the encoder
+    // is feature_layers layers of feature_width units, each Linear, then BatchNorm when
+    // feature_batch_norm, then ReLU, then dropout of rate feature_dropout (in training only);
+    // the head is the method's (two layers for crowdlayer, trace_reg, conal, cmm; four for lia)
+    // and feature_width replaces embedding_dim and hidden_units in it and in every other network
+    // of the model. Projects without item features ignore these four options: their items keep
+    // learned embeddings of embedding_dim and the networks hidden_units. The defaults, one
+    // 128-unit layer with 50% dropout, are the CrowdLayer and CoNAL papers' and won the grid of
+    // models/neural/feature_eval (docs/EVALUATION.md). Width in [1, 1024], layers in [1, 8],
+    // dropout in [0, 1).
+    int feature_width = 128;
+    int feature_layers = 1;
+    double feature_dropout = 0.5;
+    bool feature_batch_norm = false;
+    // Decoupled weight decay (as AdamW) of the truth network: after every optimiser step, each
+    // weight matrix of the item encoder and of the method's truth head ("classifier" or
+    // "truth") is multiplied by 1 − learning_rate · weight_decay. Biases, batch-norm
+    // parameters and the annotator side are not decayed. Finite, >= 0 and
+    // learning_rate · weight_decay < 1.
+    double weight_decay = 0.0;
     // AMSGrad (Adam) learning rate and minibatch size, in labels.
     double learning_rate = 1e-3;
     int batch_size = 1024;
