@@ -47,6 +47,13 @@ TruthModelOptions FastOptions(const std::string& method = "") {
   options.neural.batch_size = 256;
   options.neural.learning_rate = method == "lia" ? 0.005 : 0.02;
   options.neural.em_iterations = 4;
+  // lia's four-layer networks at the item-feature default (128 units, 50% dropout) do not learn
+  // the two features in these few steps (104 of 150 unlabelled items against 120 needed): its
+  // tests keep the narrow network without dropout.
+  if (method == "lia") {
+    options.neural.feature_width = 16;
+    options.neural.feature_dropout = 0;
+  }
   return options;
 }
 
@@ -421,30 +428,34 @@ TEST(TruthNetworkCapacityTest, DropoutActsInTrainingOnlyAndTheExportIsInEvalMode
     options.neural.feature_dropout = dropout;
     auto model = MakeNeural("crowdlayer", options);
     ASSERT_THAT(model->SetItemFeatures(2, TwoFeatures(crowd)), IsOk());
-    std::vector<double> eval_prior, train_prior;
+    std::vector<double> eval_prior;
+    double max_train_eval_gap = 0;  // between the encoder's outputs in training and eval mode
     model->SetCheckpointObserver(60, [&](int64_t, neural::CrowdNet& net) {
       torch::Tensor items = torch::arange(300, torch::kLong);
       eval_prior = neural::TensorToVector(torch::exp(net.LogPrior(items)));
+      const std::vector<double> eval_encoded = neural::TensorToVector(net.items()->forward(items));
       net.train();
       torch::manual_seed(5);
-      train_prior = neural::TensorToVector(torch::exp(net.LogPrior(items)));
+      const std::vector<double> train_encoded = neural::TensorToVector(net.items()->forward(items));
       net.eval();
+      for (size_t v = 0; v < eval_encoded.size(); ++v) {
+        max_train_eval_gap = std::max(max_train_eval_gap, std::abs(train_encoded[v] - eval_encoded[v]));
+      }
     });
     ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
     ASSERT_EQ(eval_prior.size(), 600u);
-    double max_train_eval_gap = 0, max_export_gap = 0;
+    double max_export_gap = 0;
     std::vector<double> p(2);
     for (int32_t i = 0; i < 300; ++i) {
       model->ItemPosteriorForItem(i, {}, -1, absl::MakeSpan(p));
       for (int c = 0; c < 2; ++c) {
         max_export_gap = std::max(max_export_gap, std::abs(p[c] - eval_prior[2 * i + c]));
-        max_train_eval_gap = std::max(max_train_eval_gap, std::abs(train_prior[2 * i + c] - eval_prior[2 * i + c]));
       }
     }
     // The served prior is the eval-mode network's.
     EXPECT_LT(max_export_gap, 1e-5) << dropout;
     if (dropout > 0) {
-      EXPECT_GT(max_train_eval_gap, 0.05);
+      EXPECT_GT(max_train_eval_gap, 0.1);
     } else {
       EXPECT_LT(max_train_eval_gap, 1e-6);
     }
