@@ -93,6 +93,19 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
         "neural.steps >= 0, "
         "got ", n.learning_rate, ", ", n.batch_size, ", ", n.steps));
   }
+  if (n.feature_width < 1 || n.feature_width > 1024 || n.feature_layers < 1 || n.feature_layers > 8 ||
+      !(n.feature_dropout >= 0 && n.feature_dropout < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "neural.feature_width must be in [1, 1024], neural.feature_layers in [1, 8] and "
+        "neural.feature_dropout in [0, 1), got ", n.feature_width, ", ", n.feature_layers, " and ",
+        n.feature_dropout));
+  }
+  if (!(n.weight_decay >= 0) || !std::isfinite(n.weight_decay) ||
+      !(n.learning_rate * n.weight_decay < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "neural.weight_decay must be finite, >= 0 and below 1 / neural.learning_rate, got ",
+        n.weight_decay));
+  }
   if (!(n.trace_lambda >= 0) || !std::isfinite(n.trace_lambda) || !(n.conal_lambda >= 0) ||
       !std::isfinite(n.conal_lambda)) {
     return absl::InvalidArgumentError("neural.trace_lambda and neural.conal_lambda must be finite and >= 0");

@@ -170,6 +170,28 @@ struct TruthModelOptions {
     // Size of the learned item and annotator embeddings, and of hidden layers.
     int embedding_dim = 16;
     int hidden_units = 16;
+    // The truth network of a project with item features, h(x) = head(encoder(x)): the encoder
+    // is feature_layers layers of feature_width units, each Linear, then BatchNorm when
+    // feature_batch_norm, then ReLU, then dropout of rate feature_dropout (in training only);
+    // the head is the method's (two layers for crowdlayer, trace_reg, conal, cmm; four for lia)
+    // and feature_width replaces embedding_dim and hidden_units in it and in every other network
+    // of the model. Projects without item features ignore these four options: their items keep
+    // learned embeddings of embedding_dim and the networks hidden_units. The defaults (one
+    // 16-unit layer, no dropout) are the network these options replaced, so that versions
+    // stored before them restore and lia keeps its measured behaviour; the papers' capacity
+    // (128 units, 50% dropout) is what models/neural/feature_eval's grid measured
+    // (docs/EVALUATION.md) and is set per fit. Width in [1, 1024], layers in [1, 8], dropout
+    // in [0, 1).
+    int feature_width = 16;
+    int feature_layers = 1;
+    double feature_dropout = 0.0;
+    bool feature_batch_norm = false;
+    // Decoupled weight decay (as AdamW) of the truth network: after every optimiser step, each
+    // weight matrix of the item encoder and of the method's truth head ("classifier" or
+    // "truth") is multiplied by 1 − learning_rate · weight_decay. Biases, batch-norm
+    // parameters and the annotator side are not decayed. Finite, >= 0 and
+    // learning_rate · weight_decay < 1.
+    double weight_decay = 0.0;
     // AMSGrad (Adam) learning rate at the reference minibatch of 1,024 labels. A fit with
     // batches of B labels uses learning_rate × sqrt(B / 1,024) (the square-root rule for
     // adaptive optimisers: the gradient's noise falls as 1/sqrt(B), so the step may grow as

@@ -1,17 +1,25 @@
 #include "models/neural/crowd_net.h"
 
+#include <algorithm>
 #include <string>
 
 namespace verity::models::neural {
 
-RowEncoderImpl::RowEncoderImpl(int64_t num_rows, int64_t dim, int64_t feature_dim)
-    : feature_dim_(feature_dim) {
+RowEncoderImpl::RowEncoderImpl(int64_t num_rows, int64_t dim, int64_t feature_dim,
+                               FeatureEncoderOptions feature_options)
+    : feature_dim_(feature_dim), dropout_(feature_options.dropout) {
   if (feature_dim_ == 0) {
     embedding_ = register_module("embedding", torch::nn::Embedding(num_rows, dim));
-  } else {
-    projection_ = register_module("projection", torch::nn::Linear(feature_dim, dim));
-    features_ = register_buffer("features", torch::zeros({num_rows, feature_dim}));
+    return;
   }
+  for (int64_t l = 0; l < std::max<int64_t>(1, feature_options.layers); ++l) {
+    layers_.push_back(register_module(l == 0 ? std::string("projection") : "layer" + std::to_string(l),
+                                      torch::nn::Linear(l == 0 ? feature_dim : dim, dim)));
+    if (feature_options.batch_norm) {
+      norms_.push_back(register_module("norm" + std::to_string(l), torch::nn::BatchNorm1d(dim)));
+    }
+  }
+  features_ = register_buffer("features", torch::zeros({num_rows, feature_dim}));
 }
 
 torch::Tensor RowEncoderImpl::forward(const torch::Tensor& rows) {
@@ -25,7 +33,14 @@ torch::Tensor RowEncoderImpl::forward(const torch::Tensor& rows) {
     }
     return embedding_->weight.index_select(0, rows);
   }
-  return torch::relu(projection_->forward(features_.index_select(0, rows)));
+  torch::Tensor x = features_.index_select(0, rows);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    x = layers_[l]->forward(x);
+    if (!norms_.empty()) x = norms_[l]->forward(x);
+    x = torch::relu(x);
+    if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());
+  }
+  return x;
 }
 
 void RowEncoderImpl::SetSparseTraining(bool on) {

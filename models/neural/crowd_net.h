@@ -13,12 +13,23 @@
 
 namespace verity::models::neural {
 
+// The layers of a feature encoder after its input (see RowEncoderImpl); a learned-embedding
+// encoder ignores them.
+struct FeatureEncoderOptions {
+  int64_t layers = 1;       // >= 1
+  double dropout = 0.0;     // in [0, 1): the rate of dropout after each layer, in training only
+  bool batch_norm = false;  // BatchNorm1d between each Linear and its ReLU
+};
+
 // The representation of an item (or an annotator): a learned embedding per row when rows carry
-// no features, or a learned linear projection (followed by ReLU) of the row's features, kept
-// in a buffer so that a serialized network carries them.
+// no features, or a small network over the row's features, kept in a buffer so that a
+// serialized network carries them: `layers` times Linear (to `dim` units), [BatchNorm], ReLU,
+// [Dropout]. Dropout and batch norm behave differently in training and eval mode
+// (torch::nn::Module::train / eval); the output is `dim` wide in both.
 class RowEncoderImpl : public torch::nn::Module {
  public:
-  RowEncoderImpl(int64_t num_rows, int64_t dim, int64_t feature_dim);
+  RowEncoderImpl(int64_t num_rows, int64_t dim, int64_t feature_dim,
+                 FeatureEncoderOptions feature_options = {});
   torch::Tensor forward(const torch::Tensor& rows);
   // Copies `features` (num_rows x feature_dim) into the buffer. Precondition: feature mode.
   void SetFeatures(const torch::Tensor& features);
@@ -41,8 +52,12 @@ class RowEncoderImpl : public torch::nn::Module {
   int64_t feature_dim_;
   bool sparse_training_ = false;
   std::vector<Gather> gathers_;
+  double dropout_ = 0;
   torch::nn::Embedding embedding_{nullptr};
-  torch::nn::Linear projection_{nullptr};
+  // Feature mode: layer 0 is "projection" (the name of the single layer before the encoder
+  // had options, so that those archives still load), later ones "layer1", "layer2", ...
+  std::vector<torch::nn::Linear> layers_;
+  std::vector<torch::nn::BatchNorm1d> norms_;  // empty without batch norm
   torch::Tensor features_;
 };
 TORCH_MODULE(RowEncoder);
@@ -53,6 +68,10 @@ class CrowdNet : public torch::nn::Module {
   RowEncoder& items() { return items_; }
   // The annotator encoder of models that embed annotators (lia, conal); null for the others.
   RowEncoder& annotators() { return annotators_; }
+  // Replaces the item encoder by `encoder`, whose output must have the width of the one the
+  // subclass created (the networks after it are sized by it). Used by NeuralTruthModel to give
+  // feature encoders the configured depth, dropout and batch norm.
+  void ReplaceItemEncoder(RowEncoder encoder) { items_ = replace_module("items", std::move(encoder)); }
 
   // log p(true class | item) for a batch of item ids (int64, B): B x K.
   virtual torch::Tensor LogPrior(const torch::Tensor& items) = 0;

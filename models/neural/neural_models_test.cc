@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,7 +13,9 @@
 
 #include "common/status_matchers.h"
 #include "models/neural/cmm.h"
+#include "models/neural/crowd_net.h"
 #include "models/neural/crowdlayer.h"
+#include "models/neural/neural_truth_model.h"
 #include "models/neural/trace_reg.h"
 #include "models/neural/training_step.h"
 #include "models/testing/synthetic_crowd.h"
@@ -546,6 +549,152 @@ TEST(CmmTest, RejectsAnUnknownSetting) {
   TruthModelOptions options = FastOptions("cmm");
   options.neural.cmm_setting = "both";
   EXPECT_THAT(CreateTruthModel("cmm", 2, options).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+// Truth-network capacity (TruthModelOptions::Neural feature_* and weight_decay). The crowd of
+// MakeCrowd(2, ·) with two item features: 1,500 labels, 6 steps per epoch at batch 256.
+std::vector<float> TwoFeatures(const testing::SyntheticCrowd& crowd) {
+  std::vector<float> features;
+  for (int32_t i = 0; i < 300; ++i) {
+    features.push_back(static_cast<float>(crowd.truth[i]) + 0.1f * static_cast<float>((i * 37) % 7 - 3));
+    features.push_back(static_cast<float>((i * 13) % 5));
+  }
+  return features;
+}
+
+int64_t Numel(const std::vector<torch::Tensor>& tensors) {
+  int64_t n = 0;
+  for (const torch::Tensor& t : tensors) n += t.numel();
+  return n;
+}
+
+std::unique_ptr<neural::NeuralTruthModel> MakeNeural(const std::string& method, TruthModelOptions options) {
+  std::unique_ptr<TruthModel> model = Make(method, 2, options);
+  return std::unique_ptr<neural::NeuralTruthModel>(dynamic_cast<neural::NeuralTruthModel*>(model.release()));
+}
+
+TEST(TruthNetworkCapacityTest, WidthLayersAndBatchNormSetTheParameterCount) {
+  testing::SyntheticCrowd crowd = MakeCrowd(2, 31);
+  TruthModelOptions options = FastOptions();
+  options.neural.steps = 6;
+  options.neural.feature_width = 24;
+  options.neural.feature_layers = 2;
+  options.neural.feature_batch_norm = true;
+  auto model = MakeNeural("crowdlayer", options);
+  ASSERT_THAT(model->SetItemFeatures(2, TwoFeatures(crowd)), IsOk());
+  int64_t encoder = -1, total = -1;
+  model->SetCheckpointObserver(6, [&](int64_t, neural::CrowdNet& net) {
+    encoder = Numel(net.items()->parameters());
+    total = Numel(net.parameters());
+  });
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+  // Two Linear layers (2 -> 24, 24 -> 24) with a BatchNorm (scale and shift) after each.
+  EXPECT_EQ(encoder, (2 * 24 + 24) + (24 * 24 + 24) + 2 * (2 * 24));
+  // The head, sized by the width too (24 -> 24 -> 2), and the 12 annotators' 2 x 2 matrices.
+  EXPECT_EQ(total, encoder + (24 * 24 + 24) + (24 * 2 + 2) + 12 * 2 * 2);
+}
+
+TEST(TruthNetworkCapacityTest, DropoutActsInTrainingOnlyAndTheExportIsInEvalMode) {
+  testing::SyntheticCrowd crowd = MakeCrowd(2, 32);
+  for (double dropout : {0.0, 0.5}) {
+    TruthModelOptions options = FastOptions();
+    options.neural.steps = 60;
+    options.neural.feature_dropout = dropout;
+    auto model = MakeNeural("crowdlayer", options);
+    ASSERT_THAT(model->SetItemFeatures(2, TwoFeatures(crowd)), IsOk());
+    std::vector<double> eval_prior;
+    double max_train_eval_gap = 0;  // between the encoder's outputs in training and eval mode
+    model->SetCheckpointObserver(60, [&](int64_t, neural::CrowdNet& net) {
+      torch::Tensor items = torch::arange(300, torch::kLong);
+      eval_prior = neural::TensorToVector(torch::exp(net.LogPrior(items)));
+      const std::vector<double> eval_encoded = neural::TensorToVector(net.items()->forward(items));
+      net.train();
+      torch::manual_seed(5);
+      const std::vector<double> train_encoded = neural::TensorToVector(net.items()->forward(items));
+      net.eval();
+      for (size_t v = 0; v < eval_encoded.size(); ++v) {
+        max_train_eval_gap = std::max(max_train_eval_gap, std::abs(train_encoded[v] - eval_encoded[v]));
+      }
+    });
+    ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+    ASSERT_EQ(eval_prior.size(), 600u);
+    double max_export_gap = 0;
+    std::vector<double> p(2);
+    for (int32_t i = 0; i < 300; ++i) {
+      model->ItemPosteriorForItem(i, {}, -1, absl::MakeSpan(p));
+      for (int c = 0; c < 2; ++c) {
+        max_export_gap = std::max(max_export_gap, std::abs(p[c] - eval_prior[2 * i + c]));
+      }
+    }
+    // The served prior is the eval-mode network's.
+    EXPECT_LT(max_export_gap, 1e-5) << dropout;
+    if (dropout > 0) {
+      EXPECT_GT(max_train_eval_gap, 0.1);
+    } else {
+      EXPECT_LT(max_train_eval_gap, 1e-6);
+    }
+  }
+}
+
+TEST(TruthNetworkCapacityTest, WeightDecayShrinksTheTruthNetworkOnly) {
+  testing::SyntheticCrowd crowd = MakeCrowd(2, 33);
+  auto norms = [&](double weight_decay) {
+    TruthModelOptions options = FastOptions();
+    options.neural.steps = 60;
+    options.neural.weight_decay = weight_decay;
+    auto model = MakeNeural("crowdlayer", options);
+    EXPECT_THAT(model->SetItemFeatures(2, TwoFeatures(crowd)), IsOk());
+    std::pair<double, double> truth_and_crowd;
+    model->SetCheckpointObserver(60, [&](int64_t, neural::CrowdNet& net) {
+      double truth = 0, crowd_layer = 0;
+      for (const auto& p : net.named_parameters()) {
+        const double square = p.value().pow(2).sum().item<double>();
+        if (p.key() == "weights") {
+          crowd_layer += square;
+        } else if (p.value().dim() >= 2) {
+          truth += square;
+        }
+      }
+      truth_and_crowd = {std::sqrt(truth), std::sqrt(crowd_layer)};
+    });
+    EXPECT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+    return truth_and_crowd;
+  };
+  const auto plain = norms(0.0);
+  // × (1 − 0.02 · 45) = 0.1 per step: AMSGrad's steps of about 0.02 cannot keep a weight above
+  // about 0.02 / 0.9, while the plain network keeps its initial scale or more.
+  const auto decayed = norms(45.0);
+  EXPECT_LT(decayed.first, 0.5 * plain.first);
+  // The crowd layer (initialised at the identity) is not decayed towards zero.
+  EXPECT_GT(decayed.second, 0.5 * std::sqrt(12.0 * 2));
+}
+
+TEST(TruthNetworkCapacityTest, ProjectsWithoutFeaturesIgnoreTheFeatureOptions) {
+  testing::SyntheticCrowd crowd = MakeCrowd(2, 34);
+  TruthModelOptions options = FastOptions();
+  options.neural.steps = 60;
+  auto plain = Make("conal", 2, options);
+  options.neural.feature_width = 64;
+  options.neural.feature_layers = 3;
+  options.neural.feature_dropout = 0.3;
+  options.neural.feature_batch_norm = true;
+  auto configured = Make("conal", 2, options);
+  ASSERT_THAT(plain->Fit(crowd.matrix, {}, false).status(), IsOk());
+  ASSERT_THAT(configured->Fit(crowd.matrix, {}, false).status(), IsOk());
+  EXPECT_EQ(AllPosteriors(*plain, crowd.matrix, {}), AllPosteriors(*configured, crowd.matrix, {}));
+}
+
+TEST(TruthNetworkCapacityTest, OptionsOutOfRangeAreRefused) {
+  const std::vector<std::function<void(TruthModelOptions::Neural&)>> breaks = {
+      [](auto& n) { n.feature_width = 0; },      [](auto& n) { n.feature_width = 1025; },
+      [](auto& n) { n.feature_layers = 0; },     [](auto& n) { n.feature_layers = 9; },
+      [](auto& n) { n.feature_dropout = -0.1; }, [](auto& n) { n.feature_dropout = 1.0; },
+      [](auto& n) { n.weight_decay = -1; },      [](auto& n) { n.weight_decay = 1000; },
+  };
+  for (size_t b = 0; b < breaks.size(); ++b) {
+    TruthModelOptions options;
+    breaks[b](options.neural);
+    EXPECT_THAT(ValidateTruthModelOptions(options), StatusIs(absl::StatusCode::kInvalidArgument)) << b;
+  }
+  EXPECT_THAT(ValidateTruthModelOptions(TruthModelOptions()), IsOk());
 }
 
 }  // namespace

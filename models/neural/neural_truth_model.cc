@@ -70,11 +70,40 @@ LabelTensors MakeLabelTensors(const AnnotationMatrix& data, absl::Span<const int
 NeuralTruthModel::NeuralTruthModel(int32_t num_classes, TruthModelOptions options)
     : num_classes_(num_classes),
       options_(std::move(options)),
+      net_options_(options_),
       class_log_prior_(num_classes, -std::log(static_cast<double>(num_classes))) {}
+
+void NeuralTruthModel::SetItemFeatureDim(int64_t dim) {
+  item_feature_dim_ = dim;
+  net_options_ = options_;
+  if (dim > 0) {
+    net_options_.neural.embedding_dim = options_.neural.feature_width;
+    net_options_.neural.hidden_units = options_.neural.feature_width;
+  }
+}
+
+std::shared_ptr<CrowdNet> NeuralTruthModel::BuildNet(int32_t num_items, int32_t num_annotators) const {
+  std::shared_ptr<CrowdNet> net = MakeNet(num_items, num_annotators);
+  if (item_feature_dim_ > 0) {
+    const TruthModelOptions::Neural& n = options_.neural;
+    FeatureEncoderOptions encoder;
+    encoder.layers = n.feature_layers;
+    encoder.dropout = n.feature_dropout;
+    encoder.batch_norm = n.feature_batch_norm;
+    net->ReplaceItemEncoder(RowEncoder(std::max<int32_t>(1, num_items), n.feature_width,
+                                       item_feature_dim_, encoder));
+  }
+  return net;
+}
+
+void NeuralTruthModel::SetCheckpointObserver(int64_t every, CheckpointObserver observer) {
+  checkpoint_every_ = observer ? every : 0;
+  checkpoint_observer_ = std::move(observer);
+}
 
 std::unique_ptr<TruthModel> NeuralTruthModel::Clone() const {
   std::unique_ptr<NeuralTruthModel> copy = NewEmpty();
-  copy->item_feature_dim_ = item_feature_dim_;
+  copy->SetItemFeatureDim(item_feature_dim_);
   copy->item_features_ = item_features_;
   copy->annotator_feature_dim_ = annotator_feature_dim_;
   copy->annotator_features_ = annotator_features_;
@@ -135,6 +164,18 @@ std::unique_ptr<TrainingStep> NeuralTruthModel::MakeTrainingStep(
 void NeuralTruthModel::TakeStep(TrainingStep& step, const torch::Tensor& rows) {
   step.Run(rows);
   ++steps_taken_;
+  if (!decayed_.empty()) {
+    torch::NoGradGuard no_grad;
+    const double keep = 1.0 - options_.neural.learning_rate * options_.neural.weight_decay;
+    for (torch::Tensor& w : decayed_) w.mul_(keep);
+  }
+  if (checkpoint_every_ > 0 && training_net_ != nullptr && steps_taken_ % checkpoint_every_ == 0) {
+    torch::NoGradGuard no_grad;
+    const bool training = training_net_->is_training();
+    training_net_->eval();
+    checkpoint_observer_(steps_taken_, *training_net_);
+    if (training) training_net_->train();
+  }
 }
 
 torch::Tensor NeuralTruthModel::WithGoldLoss(torch::Tensor loss, CrowdNet& net,
@@ -248,6 +289,15 @@ int NeuralTruthModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_s
 torch::Tensor NeuralTruthModel::ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,
                                                   int32_t num_classes) {
   torch::NoGradGuard no_grad;
+  // The E-step reads the network as an export does: no dropout, running batch statistics.
+  struct EvalMode {
+    CrowdNet& net;
+    bool training;
+    ~EvalMode() {
+      if (training) net.train();
+    }
+  } eval_mode{net, net.is_training()};
+  net.eval();
   const auto options = data.labels_per_item.options();
   torch::Tensor all_items = torch::arange(data.num_items, data.items.options());
   std::vector<torch::Tensor> priors;
@@ -284,7 +334,7 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
   try {
     torch::manual_seed(options_.neural.seed);
     torch::set_num_threads(std::max(1, options_.num_threads));
-    net = MakeNet(data.num_items(), data.num_annotators());
+    net = BuildNet(data.num_items(), data.num_annotators());
     LoadFeatures(net->items(), item_feature_dim_, item_features_, data.num_items());
     if (net->annotators()) {
       LoadFeatures(net->annotators(), annotator_feature_dim_, annotator_features_,
@@ -299,14 +349,28 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
     net->to(*device);
     LabelTensors tensors = MakeLabelTensors(data, gold, *device);
     steps_taken_ = 0;
+    training_net_ = net.get();
+    decayed_.clear();
+    if (options_.neural.weight_decay > 0) {
+      for (const auto& p : net->named_parameters()) {
+        const std::string& name = p.key();
+        const bool truth = name.rfind("items.", 0) == 0 || name.rfind("classifier.", 0) == 0 ||
+                           name.rfind("truth.", 0) == 0;
+        if (truth && p.value().dim() >= 2) decayed_.push_back(p.value());
+      }
+    }
     const auto train_start = std::chrono::steady_clock::now();
     iterations = Train(*net, tensors, warm);
+    training_net_ = nullptr;
+    decayed_.clear();
     if (device->is_cuda()) torch::cuda::synchronize(device->index());
     training_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
     net->to(torch::kCPU);
     net->eval();
   } catch (const std::exception& e) {
+    training_net_ = nullptr;
+    decayed_.clear();
     return absl::InternalError(absl::StrCat(std::string(method()), " fit failed in LibTorch: ", e.what()));
   }
   std::shared_ptr<CrowdNet> previous = std::move(net_);
@@ -531,9 +595,9 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized, const Restor
   const int64_t previous_annotator_feature_dim = annotator_feature_dim_;
   try {
     // The networks' feature buffers come back from the archive.
-    item_feature_dim_ = *feature_dim;
+    SetItemFeatureDim(*feature_dim);
     annotator_feature_dim_ = *annotator_feature_dim;
-    net_ = MakeNet(static_cast<int32_t>(*items), static_cast<int32_t>(*annotators));
+    net_ = BuildNet(static_cast<int32_t>(*items), static_cast<int32_t>(*annotators));
     std::istringstream in{std::string(*archive_bytes)};
     torch::serialize::InputArchive archive;
     archive.load_from(in);
@@ -546,7 +610,7 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized, const Restor
     net_ = std::move(previous);
     fitted_items_ = previous_items;
     fitted_annotators_ = previous_annotators;
-    item_feature_dim_ = previous_feature_dim;
+    SetItemFeatureDim(previous_feature_dim);
     annotator_feature_dim_ = previous_annotator_feature_dim;
     if (net_ != nullptr) ExportAll();
     return absl::InvalidArgumentError(
@@ -599,7 +663,7 @@ void NeuralTruthModel::LoadFeatures(RowEncoder& encoder, int64_t dim,
 
 absl::Status NeuralTruthModel::SetItemFeatures(int32_t dim, std::vector<float> features) {
   if (absl::Status s = StandardiseFeatures("item", dim, features); !s.ok()) return s;
-  item_feature_dim_ = dim;
+  SetItemFeatureDim(dim);
   item_features_ = std::move(features);
   return absl::OkStatus();
 }

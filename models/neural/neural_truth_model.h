@@ -2,7 +2,9 @@
 // share — the TruthModel interface on top of a CrowdNet.
 //
 // Model. Item i's true class has the prior h_i = softmax(h(e_i)), where e_i is a learned
-// embedding of the item (items carry no features in this version); annotator a labels it
+// embedding of the item, or, when items carry features (SetItemFeatures), the output of a
+// feature encoder of TruthModelOptions::Neural's feature_* depth, width, dropout and batch
+// norm (crowd_net.h); annotator a labels it
 // through the confusion matrix Q(i, a) (row = true class), whose form is the method's. The
 // posterior of an item given its labels is
 //     p(k | labels) ∝ h_i[k] · Π_(a, y) Q(i, a)[k, y],
@@ -25,7 +27,8 @@
 // (ItemPosteriorForItem, AnnotatorConfusion, ...) read those tables in plain C++: they never
 // call LibTorch, are thread-safe and cost O(labels · K²). A warm start copies the previous
 // network's parameters (rows of new items and annotators keep their initialisation) and runs a
-// quarter of the steps.
+// quarter of the steps. Training runs the network in training mode (dropout, batch statistics);
+// every export, E-step and checkpoint reads it in eval mode.
 //
 // Serialize() stores the network's parameters and buffers (a LibTorch archive) and the sizes;
 // Restore() rebuilds the network and re-exports the tables, so a restored model answers
@@ -37,6 +40,7 @@
 #define VERITY_MODELS_NEURAL_NEURAL_TRUTH_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -121,13 +125,23 @@ class NeuralTruthModel : public TruthModel {
   // any other id). Without item features, posteriors start from the class prior instead (see
   // the file comment); crowdlayer's typical classifier outputs are built from these.
   std::vector<double> ItemPrior(int32_t item) const;
+  // Calls `observer` every `every` optimiser steps of each later Fit (after the step, with its
+  // count), with the network being trained in eval mode on the training device, gradients off;
+  // training resumes in training mode afterwards. For model selection and early stopping
+  // outside the model (models/neural/feature_eval): the observer may read the network (e.g.
+  // CrowdNet::LogPrior of held-out items) but must not change it. every <= 0 or an empty
+  // observer removes it. Clone does not copy it.
+  using CheckpointObserver = std::function<void(int64_t step, CrowdNet& net)>;
+  void SetCheckpointObserver(int64_t every, CheckpointObserver observer);
 
   // Items and annotators of the last fit (0 before).
   int32_t fitted_items() const { return fitted_items_; }
   int32_t fitted_annotators() const { return fitted_annotators_; }
 
  protected:
-  const TruthModelOptions& options() const { return options_; }
+  // The options the networks are built with: those given, except that with item features
+  // neural.feature_width replaces neural.embedding_dim and neural.hidden_units.
+  const TruthModelOptions& options() const { return net_options_; }
   // Dimension of the item features the networks are built for (0: learned embeddings).
   int64_t item_feature_dim() const { return item_feature_dim_; }
   int64_t annotator_feature_dim() const { return annotator_feature_dim_; }
@@ -174,8 +188,9 @@ class NeuralTruthModel : public TruthModel {
   std::unique_ptr<TrainingStep> MakeTrainingStep(FlatAmsGrad& optimizer,
                                                  TrainingStep::LossFunction loss,
                                                  int64_t batch_size) const;
-  // Runs `step` on `rows`, counted in the fit's FitReport::training_steps. Every training loop
-  // steps through here.
+  // Runs `step` on `rows`, counted in the fit's FitReport::training_steps, then applies the
+  // weight decay and calls the checkpoint observer when one is due. Every training loop steps
+  // through here.
   void TakeStep(TrainingStep& step, const torch::Tensor& rows);
   // `loss` plus the cross-entropy of the prior on the gold items (`loss` itself without gold).
   static torch::Tensor WithGoldLoss(torch::Tensor loss, CrowdNet& net, const LabelTensors& data);
@@ -198,9 +213,14 @@ class NeuralTruthModel : public TruthModel {
   void SetTrainingSchedule(const torch::Device& device);
   // Reads the priors and the subclass's tables out of net_ (which must be on the CPU).
   void ExportAll();
+  // MakeNet, with the item encoder rebuilt to the feature_* options when items have features.
+  std::shared_ptr<CrowdNet> BuildNet(int32_t num_items, int32_t num_annotators) const;
+  // Sets item_feature_dim_ and the net_options_ that depend on it.
+  void SetItemFeatureDim(int64_t dim);
 
   int32_t num_classes_;
   TruthModelOptions options_;
+  TruthModelOptions net_options_;  // see options()
   std::shared_ptr<CrowdNet> net_;  // on the CPU between fits; null before the first fit
   int32_t fitted_items_ = 0;
   int32_t fitted_annotators_ = 0;
@@ -209,6 +229,10 @@ class NeuralTruthModel : public TruthModel {
   int64_t batch_size_ = TruthModelOptions::Neural::kCpuBatchSize;
   double learning_rate_ = 1e-3;
   bool on_cuda_ = false;
+  CrowdNet* training_net_ = nullptr;        // the network of the fit in progress
+  std::vector<torch::Tensor> decayed_;      // its weights under neural.weight_decay
+  int64_t checkpoint_every_ = 0;
+  CheckpointObserver checkpoint_observer_;
   std::vector<double> item_log_prior_;   // fitted_items_ x K
   std::vector<double> class_log_prior_;  // K
   int64_t item_feature_dim_ = 0;
