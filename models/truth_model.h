@@ -188,7 +188,8 @@ struct TruthModelOptions {
     bool feature_batch_norm = false;
     // Decoupled weight decay (as AdamW) of the truth network: after every optimiser step, each
     // weight matrix of the item encoder and of the method's truth head ("classifier" or
-    // "truth") is multiplied by 1 − learning_rate · weight_decay. Biases, batch-norm
+    // "truth") is multiplied by 1 − r · weight_decay, r the step's learning rate (the
+    // square-root rule's, below; at most 0 is kept). Biases, batch-norm
     // parameters and the annotator side are not decayed. Finite, >= 0 and
     // learning_rate · weight_decay < 1.
     double weight_decay = 0.0;

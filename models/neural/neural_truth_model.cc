@@ -84,8 +84,13 @@ void NeuralTruthModel::SetItemFeatureDim(int64_t dim) {
 
 std::shared_ptr<CrowdNet> NeuralTruthModel::BuildNet(int32_t num_items, int32_t num_annotators) const {
   std::shared_ptr<CrowdNet> net = MakeNet(num_items, num_annotators);
-  if (item_feature_dim_ > 0) {
-    const TruthModelOptions::Neural& n = options_.neural;
+  const TruthModelOptions::Neural& n = options_.neural;
+  // MakeNet's encoder (one layer of feature_width units, through options()) is the one these
+  // options ask for when they add no layer, dropout or batch norm: keep it, and with it the
+  // initialisation a fit drew before the options existed.
+  const bool default_encoder =
+      n.feature_layers == 1 && n.feature_dropout == 0 && !n.feature_batch_norm;
+  if (item_feature_dim_ > 0 && !default_encoder) {
     FeatureEncoderOptions encoder;
     encoder.layers = n.feature_layers;
     encoder.dropout = n.feature_dropout;
@@ -166,7 +171,9 @@ void NeuralTruthModel::TakeStep(TrainingStep& step, const torch::Tensor& rows) {
   ++steps_taken_;
   if (!decayed_.empty()) {
     torch::NoGradGuard no_grad;
-    const double keep = 1.0 - options_.neural.learning_rate * options_.neural.weight_decay;
+    // The step's own rate (the square-root rule's), as AdamW; never below zero at batches
+    // larger than the 1,024 labels the options' bound is checked at.
+    const double keep = std::max(0.0, 1.0 - learning_rate_ * options_.neural.weight_decay);
     for (torch::Tensor& w : decayed_) w.mul_(keep);
   }
   if (checkpoint_every_ > 0 && training_net_ != nullptr && steps_taken_ % checkpoint_every_ == 0) {
