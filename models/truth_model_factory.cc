@@ -17,6 +17,8 @@
 #include "models/neural/lia.h"
 #include "models/neural/trace_reg.h"
 #include "models/one_coin.h"
+#include "models/wawa.h"
+#include "models/zero_based_skill.h"
 
 namespace verity::models {
 
@@ -25,7 +27,8 @@ std::vector<std::string_view> KnownTruthModelMethods() {
           OneCoinModel::kMethod,        GladModel::kMethod,
           neural::LiaModel::kMethod,    neural::CrowdLayerModel::kMethod,
           neural::TraceRegModel::kMethod, neural::ConalModel::kMethod,
-          neural::CmmModel::kMethod};
+          neural::CmmModel::kMethod,    WawaModel::kMethod,
+          ZeroBasedSkillModel::kMethod};
 }
 
 namespace {
@@ -55,6 +58,10 @@ absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
   }
   if (method == GladModel::kMethod) {
     return Make<GladModel>(num_classes, options);
+  }
+  if (method == WawaModel::kMethod) return Make<WawaModel>(num_classes, options);
+  if (method == ZeroBasedSkillModel::kMethod) {
+    return Make<ZeroBasedSkillModel>(num_classes, options);
   }
   if (method == neural::LiaModel::kMethod) return Make<neural::LiaModel>(num_classes, options);
   if (method == neural::CrowdLayerModel::kMethod) {

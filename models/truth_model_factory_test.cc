@@ -18,7 +18,8 @@ using ::verity::testing::StatusIs;
 TEST(TruthModelFactoryTest, CreatesEachKnownMethod) {
   EXPECT_THAT(KnownTruthModelMethods(),
               ElementsAre("mv", "ds", "one_coin", "glad", "lia", "crowdlayer",
-                          "trace_reg", "conal", "cmm"));
+                          "trace_reg", "conal", "cmm", "wawa",
+                          "zero_based_skill"));
   for (std::string_view method : KnownTruthModelMethods()) {
     absl::StatusOr<std::unique_ptr<TruthModel>> model =
         CreateTruthModel(method, 4, {});
