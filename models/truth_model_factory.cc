@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "models/dawid_skene.h"
 #include "models/glad.h"
+#include "models/kos.h"
 #include "models/majority_vote.h"
 #include "models/neural/cmm.h"
 #include "models/neural/conal.h"
@@ -28,7 +29,7 @@ std::vector<std::string_view> KnownTruthModelMethods() {
           neural::LiaModel::kMethod,    neural::CrowdLayerModel::kMethod,
           neural::TraceRegModel::kMethod, neural::ConalModel::kMethod,
           neural::CmmModel::kMethod,    WawaModel::kMethod,
-          ZeroBasedSkillModel::kMethod};
+          ZeroBasedSkillModel::kMethod, KosModel::kMethod};
 }
 
 namespace {
@@ -63,6 +64,7 @@ absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
   if (method == ZeroBasedSkillModel::kMethod) {
     return Make<ZeroBasedSkillModel>(num_classes, options);
   }
+  if (method == KosModel::kMethod) return Make<KosModel>(num_classes, options);
   if (method == neural::LiaModel::kMethod) return Make<neural::LiaModel>(num_classes, options);
   if (method == neural::CrowdLayerModel::kMethod) {
     return Make<neural::CrowdLayerModel>(num_classes, options);
