@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "models/dawid_skene.h"
 #include "models/glad.h"
+#include "models/kos.h"
 #include "models/majority_vote.h"
 #include "models/neural/cmm.h"
 #include "models/neural/conal.h"
@@ -17,6 +18,8 @@
 #include "models/neural/lia.h"
 #include "models/neural/trace_reg.h"
 #include "models/one_coin.h"
+#include "models/wawa.h"
+#include "models/zero_based_skill.h"
 
 namespace verity::models {
 
@@ -25,7 +28,8 @@ std::vector<std::string_view> KnownTruthModelMethods() {
           OneCoinModel::kMethod,        GladModel::kMethod,
           neural::LiaModel::kMethod,    neural::CrowdLayerModel::kMethod,
           neural::TraceRegModel::kMethod, neural::ConalModel::kMethod,
-          neural::CmmModel::kMethod};
+          neural::CmmModel::kMethod,    WawaModel::kMethod,
+          ZeroBasedSkillModel::kMethod, KosModel::kMethod};
 }
 
 namespace {
@@ -56,6 +60,11 @@ absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
   if (method == GladModel::kMethod) {
     return Make<GladModel>(num_classes, options);
   }
+  if (method == WawaModel::kMethod) return Make<WawaModel>(num_classes, options);
+  if (method == ZeroBasedSkillModel::kMethod) {
+    return Make<ZeroBasedSkillModel>(num_classes, options);
+  }
+  if (method == KosModel::kMethod) return Make<KosModel>(num_classes, options);
   if (method == neural::LiaModel::kMethod) return Make<neural::LiaModel>(num_classes, options);
   if (method == neural::CrowdLayerModel::kMethod) {
     return Make<neural::CrowdLayerModel>(num_classes, options);

@@ -18,10 +18,19 @@ using ::verity::testing::StatusIs;
 TEST(TruthModelFactoryTest, CreatesEachKnownMethod) {
   EXPECT_THAT(KnownTruthModelMethods(),
               ElementsAre("mv", "ds", "one_coin", "glad", "lia", "crowdlayer",
-                          "trace_reg", "conal", "cmm"));
+                          "trace_reg", "conal", "cmm", "wawa",
+                          "zero_based_skill", "kos"));
   for (std::string_view method : KnownTruthModelMethods()) {
     absl::StatusOr<std::unique_ptr<TruthModel>> model =
         CreateTruthModel(method, 4, {});
+    if (method == "kos") {
+      // Karger-Oh-Shah is for binary tasks only.
+      EXPECT_THAT(model, StatusIs(absl::StatusCode::kInvalidArgument));
+      model = CreateTruthModel(method, 2, {});
+      ASSERT_THAT(model, IsOk());
+      EXPECT_EQ((*model)->num_classes(), 2);
+      continue;
+    }
     ASSERT_THAT(model, IsOk());
     EXPECT_EQ((*model)->method(), method);
     EXPECT_EQ((*model)->num_classes(), 4);

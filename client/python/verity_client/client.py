@@ -59,6 +59,9 @@ METHODS = {
     "trace_reg": common_pb2.TRUTH_METHOD_TRACE_REG,
     "conal": common_pb2.TRUTH_METHOD_CONAL,
     "cmm": common_pb2.TRUTH_METHOD_CMM,
+    "wawa": common_pb2.TRUTH_METHOD_WAWA,
+    "zero_based_skill": common_pb2.TRUTH_METHOD_ZERO_BASED_SKILL,
+    "kos": common_pb2.TRUTH_METHOD_KOS,
 }
 # API key roles by the names the server and the CLI use (keys.proto: each role may do what the
 # one before it may, and more).
@@ -317,7 +320,8 @@ class Client:
         Args:
           name: 1-128 characters of [A-Za-z0-9._-].
           classes: ordered class names (2 to 256); a label is an index into this list.
-          method: truth method, "ds" (default), "mv", "one_coin" or "glad".
+          method: truth method, "ds" (default), "mv", "one_coin", "glad", "wawa",
+            "zero_based_skill", "kos" (2 classes) or a neural method (METHODS lists them all).
           settings: a projects_pb2.ProjectSettings or a dict in its JSON form, e.g.
             {"assignment": {"min_labels_per_item": 3}}; `method` overrides settings.model.method.
           exist_ok: if the project exists with the same classes, return it instead of raising

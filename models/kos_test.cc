@@ -1,0 +1,197 @@
+#include "models/kos.h"
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/status_matchers.h"
+#include "models/annotation_matrix.h"
+#include "models/majority_vote.h"
+#include "models/testing/synthetic_crowd.h"
+#include "models/truth_model.h"
+
+namespace verity::models {
+namespace {
+
+using ::testing::HasSubstr;
+using ::verity::models::testing::Accuracy;
+using ::verity::models::testing::GenerateSyntheticCrowd;
+using ::verity::models::testing::SymmetricConfusion;
+using ::verity::models::testing::SyntheticCrowd;
+using ::verity::models::testing::SyntheticCrowdSpec;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+using Entry = AnnotationMatrix::Entry;
+
+std::unique_ptr<KosModel> MakeKos(const TruthModelOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<KosModel>> model =
+      KosModel::Create(2, options);
+  EXPECT_THAT(model, IsOk());
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+std::vector<int32_t> ArgMax(const std::vector<double>& posteriors) {
+  std::vector<int32_t> labels;
+  for (size_t i = 0; 2 * i < posteriors.size(); ++i) {
+    labels.push_back(posteriors[2 * i + 1] > posteriors[2 * i] ? 1 : 0);
+  }
+  return labels;
+}
+
+TEST(KosTest, RefusesMoreThanTwoClassesNamingTheMethod) {
+  absl::StatusOr<std::unique_ptr<KosModel>> model = KosModel::Create(3, {});
+  EXPECT_THAT(model, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model.status().message(), HasSubstr("kos"));
+  EXPECT_THAT(model.status().message(), HasSubstr("binary"));
+}
+
+// 10 items, 6 annotators (4 good, 2 mostly wrong), 4 labels per item; KOS
+// resolves the majority ties of items 1 and 3 and overrules the majority of
+// items 8 and 9 by trusting the reliable annotators. Expected labels from
+//   PYTHONPATH=../shared/peers/crowd-kit /usr/bin/python3
+//     tools/crowdkit_reference.py --methods=KOS --triples='0,1,1 0,3,0
+//     0,0,1 0,2,1 1,3,0 1,1,1 1,0,1 1,5,0 2,0,0 2,1,0 2,4,1 2,5,0 3,5,1
+//     3,1,0 3,4,0 3,2,1 4,3,0 4,1,0 4,4,1 4,5,0 5,5,0 5,2,0 5,0,0 5,1,0
+//     6,3,1 6,1,0 6,0,0 6,4,1 7,0,0 7,4,1 7,3,1 7,1,0 8,4,0 8,1,0 8,0,1
+//     8,3,0 9,4,0 9,2,1 9,3,0 9,0,1'
+// (crowd-kit 35f0661; the same labels for random_state 0 to 4), against
+// majority vote 1,0,0,0,0,0,0,0,0,0.
+TEST(KosTest, MatchesCrowdKitOnAFixedCase) {
+  const std::vector<Annotation> triples = {
+      {0, 1, 1}, {0, 3, 0}, {0, 0, 1}, {0, 2, 1}, {1, 3, 0}, {1, 1, 1},
+      {1, 0, 1}, {1, 5, 0}, {2, 0, 0}, {2, 1, 0}, {2, 4, 1}, {2, 5, 0},
+      {3, 5, 1}, {3, 1, 0}, {3, 4, 0}, {3, 2, 1}, {4, 3, 0}, {4, 1, 0},
+      {4, 4, 1}, {4, 5, 0}, {5, 5, 0}, {5, 2, 0}, {5, 0, 0}, {5, 1, 0},
+      {6, 3, 1}, {6, 1, 0}, {6, 0, 0}, {6, 4, 1}, {7, 0, 0}, {7, 4, 1},
+      {7, 3, 1}, {7, 1, 0}, {8, 4, 0}, {8, 1, 0}, {8, 0, 1}, {8, 3, 0},
+      {9, 4, 0}, {9, 2, 1}, {9, 3, 0}, {9, 0, 1}};
+  const AnnotationMatrix m = *AnnotationMatrix::Build(10, 6, 2, triples);
+  std::unique_ptr<KosModel> model = MakeKos();
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const std::vector<int32_t> expected = {1, 1, 0, 1, 0, 0, 0, 0, 1, 1};
+  EXPECT_EQ(ArgMax(AllPosteriors(*model, m, {})), expected);
+}
+
+SyntheticCrowdSpec AdversarialCrowdSpec() {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 2000;
+  spec.num_classes = 2;
+  spec.labels_per_item = 5;
+  // 15 annotators: 10 of accuracy 0.6 to 0.96, 5 adversaries of 0.2.
+  for (int a = 0; a < 15; ++a) {
+    spec.confusions.push_back(
+        SymmetricConfusion(2, a < 10 ? 0.6 + 0.04 * a : 0.2));
+  }
+  spec.seed = 31;
+  return spec;
+}
+
+TEST(KosTest, LearnsNegativeWeightsForAdversariesAndBeatsMajorityVote) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(AdversarialCrowdSpec());
+  std::unique_ptr<KosModel> model = MakeKos();
+  absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  // KOS's messages estimate 2 p_j - 1 up to a common scale: positive for
+  // every annotator better than chance, negative for the adversaries, and
+  // increasing with the accuracy.
+  for (int a = 0; a < 10; ++a) EXPECT_GT(*model->AnnotatorWeight(a), 0) << a;
+  for (int a = 10; a < 15; ++a) EXPECT_LT(*model->AnnotatorWeight(a), 0) << a;
+  EXPECT_GT(*model->AnnotatorWeight(9), *model->AnnotatorWeight(0));
+  auto mv = MajorityVoteModel::Create(2, {});
+  const double mv_accuracy = Accuracy(AllPosteriors(**mv, crowd.matrix, {}),
+                                      crowd.matrix, crowd.truth);
+  const double accuracy = Accuracy(AllPosteriors(*model, crowd.matrix, {}),
+                                   crowd.matrix, crowd.truth);
+  EXPECT_GT(accuracy, mv_accuracy + 0.05);
+  // The confusion is one-coin from the weight: adversaries below 1/2.
+  const std::vector<double> c = model->AnnotatorConfusion(12);
+  EXPECT_LT(c[0], 0.5);
+  EXPECT_DOUBLE_EQ(c[0] + c[1], 1.0);
+  EXPECT_DOUBLE_EQ(c[0], c[3]);
+}
+
+TEST(KosTest, PosteriorIsTheSigmoidOfTheWeightedVotes) {
+  std::unique_ptr<KosModel> model = MakeKos();
+  ASSERT_THAT(model->Fit(GenerateSyntheticCrowd(AdversarialCrowdSpec()).matrix,
+                         {}, false),
+              IsOk());
+  const double w0 = *model->AnnotatorWeight(0);
+  const double w3 = *model->AnnotatorWeight(3);
+  std::vector<double> out(2);
+  const std::vector<Entry> labels = {{3, 1}, {0, 0}};
+  model->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 1.0 / (1.0 + std::exp(-(w0 - w3))), 1e-12);
+  EXPECT_NEAR(out[0] + out[1], 1.0, 1e-15);
+  model->ItemPosterior({}, -1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.5, 0.5}));
+  model->ItemPosterior(labels, 1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
+  // An unseen annotator gets the pooled weight, a label-weighted mean.
+  const std::vector<Entry> unseen = {{99, 0}};
+  model->ItemPosterior(unseen, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 1.0 / (1.0 + std::exp(-*model->AnnotatorWeight(-1))),
+              1e-12);
+}
+
+TEST(KosTest, OneLabelPerItemFallsBackToMajorityVote) {
+  const std::vector<Annotation> triples = {{0, 0, 0}, {1, 1, 1}, {2, 0, 1}};
+  const AnnotationMatrix m = *AnnotationMatrix::Build(3, 2, 2, triples);
+  std::unique_ptr<KosModel> model = MakeKos();
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  EXPECT_EQ(*model->AnnotatorWeight(0), 1.0);
+  EXPECT_EQ(ArgMax(AllPosteriors(*model, m, {})),
+            std::vector<int32_t>({0, 1, 1}));
+}
+
+TEST(KosTest, WarmStartFromAConvergedFitConvergesAtOnce) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(AdversarialCrowdSpec());
+  std::unique_ptr<KosModel> model = MakeKos();
+  absl::StatusOr<FitReport> cold = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(cold, IsOk());
+  ASSERT_TRUE(cold->converged);
+  const std::vector<int32_t> before =
+      ArgMax(AllPosteriors(*model, crowd.matrix, {}));
+  absl::StatusOr<FitReport> warm = model->Fit(crowd.matrix, {}, true);
+  ASSERT_THAT(warm, IsOk());
+  EXPECT_TRUE(warm->converged);
+  EXPECT_LT(warm->iterations, cold->iterations);
+  EXPECT_EQ(ArgMax(AllPosteriors(*model, crowd.matrix, {})), before);
+}
+
+TEST(KosTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(AdversarialCrowdSpec());
+  std::unique_ptr<KosModel> model = MakeKos();
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  const std::string blob = model->Serialize();
+  std::unique_ptr<KosModel> restored = MakeKos();
+  ASSERT_THAT(restored->Restore(blob), IsOk());
+  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
+            AllPosteriors(*model, crowd.matrix, {}));
+  for (int32_t a = -1; a <= 16; ++a) {
+    EXPECT_EQ(restored->AnnotatorConfusion(a), model->AnnotatorConfusion(a));
+  }
+  EXPECT_EQ(restored->Serialize(), blob);
+  std::string flipped = blob;
+  flipped[blob.size() / 2] ^= 0x10;
+  EXPECT_THAT(restored->Restore(flipped),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(restored->Restore(blob.substr(0, blob.size() - 9)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  auto mv = MajorityVoteModel::Create(2, {});
+  absl::Status s = restored->Restore((*mv)->Serialize());
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("method"));
+  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
+            AllPosteriors(*model, crowd.matrix, {}));
+  ASSERT_THAT(restored->Restore(MakeKos()->Serialize()), IsOk());
+  EXPECT_FALSE(restored->has_parameters());
+}
+
+}  // namespace
+}  // namespace verity::models

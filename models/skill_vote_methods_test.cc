@@ -1,0 +1,371 @@
+// Tests of the skill-weighted voting methods wawa and zero_based_skill
+// (models/wawa.h, models/zero_based_skill.h, models/skill_vote.h).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/status_matchers.h"
+#include "models/annotation_matrix.h"
+#include "models/majority_vote.h"
+#include "models/skill_vote.h"
+#include "models/testing/synthetic_crowd.h"
+#include "models/truth_model.h"
+#include "models/wawa.h"
+#include "models/zero_based_skill.h"
+
+namespace verity::models {
+namespace {
+
+using ::testing::DoubleNear;
+using ::testing::HasSubstr;
+using ::verity::models::testing::Accuracy;
+using ::verity::models::testing::GenerateSyntheticCrowd;
+using ::verity::models::testing::SymmetricConfusion;
+using ::verity::models::testing::SyntheticCrowd;
+using ::verity::models::testing::SyntheticCrowdSpec;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+using Entry = AnnotationMatrix::Entry;
+
+template <typename Model>
+std::unique_ptr<Model> Make(int32_t num_classes,
+                            const TruthModelOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Create(num_classes, options);
+  EXPECT_THAT(model, IsOk());
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+// Options under which the posterior is crowd-kit's unsmoothed weighted vote
+// up to ~1e-11.
+TruthModelOptions NearlyUnsmoothed() {
+  TruthModelOptions options;
+  options.vote_smoothing = 1e-12;
+  return options;
+}
+
+// Fixed case A: 5 items, 3 annotators, K = 2; items 2 and 4 are majority
+// ties (broken toward class 0). Expected values from
+//   PYTHONPATH=../shared/peers/crowd-kit /usr/bin/python3
+//     tools/crowdkit_reference.py --methods=Wawa,ZeroBasedSkill
+//     --triples='0,0,0 0,1,0 0,2,1 1,0,1 1,1,1 1,2,0 2,0,0 2,2,1 3,1,1 3,2,1 4,0,0 4,1,1'
+// (crowd-kit 35f0661), and by hand: majority labels 0,1,0,1,0; annotator 0
+// agrees with 4 of 4, annotator 1 with 3 of 4, annotator 2 with 1 of 4.
+AnnotationMatrix CaseA() {
+  const std::vector<Annotation> triples = {
+      {0, 0, 0}, {0, 1, 0}, {0, 2, 1}, {1, 0, 1}, {1, 1, 1}, {1, 2, 0},
+      {2, 0, 0}, {2, 2, 1}, {3, 1, 1}, {3, 2, 1}, {4, 0, 0}, {4, 1, 1}};
+  return *AnnotationMatrix::Build(5, 3, 2, triples);
+}
+
+// Fixed case B: 6 items, 4 annotators, K = 3, where zero_based_skill's
+// iterations move away from wawa's answer (item 5). Expected values from
+//   PYTHONPATH=../shared/peers/crowd-kit /usr/bin/python3
+//     tools/crowdkit_reference.py --methods=Wawa,ZeroBasedSkill
+//     --triples='0,3,1 0,2,1 0,0,1 1,0,2 1,1,0 1,2,1 2,0,2 2,1,0 2,2,2 3,2,0 3,3,0 3,0,1 4,1,0 4,2,1 4,0,1 5,0,0 5,1,1 5,2,2'
+AnnotationMatrix CaseB() {
+  const std::vector<Annotation> triples = {
+      {0, 3, 1}, {0, 2, 1}, {0, 0, 1}, {1, 0, 2}, {1, 1, 0}, {1, 2, 1},
+      {2, 0, 2}, {2, 1, 0}, {2, 2, 2}, {3, 2, 0}, {3, 3, 0}, {3, 0, 1},
+      {4, 1, 0}, {4, 2, 1}, {4, 0, 1}, {5, 0, 0}, {5, 1, 1}, {5, 2, 2}};
+  return *AnnotationMatrix::Build(6, 4, 3, triples);
+}
+
+void ExpectPosteriorsNear(const std::vector<double>& actual,
+                          const std::vector<double>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t j = 0; j < expected.size(); ++j) {
+    EXPECT_NEAR(actual[j], expected[j], 1e-9) << "entry " << j;
+  }
+}
+
+std::vector<int32_t> ArgMax(const std::vector<double>& posteriors, int k) {
+  std::vector<int32_t> labels;
+  for (size_t i = 0; i * k < posteriors.size(); ++i) {
+    int32_t best = 0;
+    for (int c = 1; c < k; ++c) {
+      if (posteriors[i * k + c] > posteriors[i * k + best]) best = c;
+    }
+    labels.push_back(best);
+  }
+  return labels;
+}
+
+TEST(WawaTest, MatchesCrowdKitOnCaseA) {
+  const AnnotationMatrix m = CaseA();
+  auto model = Make<WawaModel>(2, NearlyUnsmoothed());
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(0), 1.0);
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(1), 0.75);
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(2), 0.25);
+  ExpectPosteriorsNear(AllPosteriors(*model, m, {}),
+                       {0.875, 0.125, 0.125, 0.875, 0.8, 0.2, 0.0, 1.0,
+                        4.0 / 7, 3.0 / 7});
+}
+
+TEST(WawaTest, MatchesCrowdKitOnCaseB) {
+  const AnnotationMatrix m = CaseB();
+  auto model = Make<WawaModel>(3, NearlyUnsmoothed());
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(0), 2.0 / 3);
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(1), 0.25);
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(2), 2.0 / 3);
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(3), 1.0);
+  const std::vector<double> p = AllPosteriors(*model, m, {});
+  ExpectPosteriorsNear(
+      p, {0.0, 1.0, 0.0,                                     //
+          0.15789473684210528, 0.42105263157894735, 0.42105263157894735,
+          0.15789473684210528, 0.0, 0.84210526315789469,     //
+          0.71428571428571430, 0.28571428571428575, 0.0,     //
+          0.15789473684210528, 0.84210526315789469, 0.0,     //
+          0.42105263157894735, 0.15789473684210528, 0.42105263157894735});
+  // crowd-kit's labels; items 1 and 5 are ties, broken toward the lower class.
+  const std::vector<int32_t> expected = {1, 1, 2, 0, 1, 0};
+  EXPECT_EQ(ArgMax(p, 3), expected);
+}
+
+TEST(ZeroBasedSkillTest, MatchesCrowdKitOnCaseA) {
+  const AnnotationMatrix m = CaseA();
+  auto model = Make<ZeroBasedSkillModel>(2, NearlyUnsmoothed());
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(0), 1.0);
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(1), 0.75);
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(2), 0.25);
+}
+
+TEST(ZeroBasedSkillTest, MatchesCrowdKitOnCaseB) {
+  const AnnotationMatrix m = CaseB();
+  auto model = Make<ZeroBasedSkillModel>(3, NearlyUnsmoothed());
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_NEAR(*model->AnnotatorSkill(0), 0.5, 1e-6);
+  EXPECT_NEAR(*model->AnnotatorSkill(1), 0.0, 1e-6);
+  EXPECT_NEAR(*model->AnnotatorSkill(2), 1.0, 1e-6);
+  EXPECT_NEAR(*model->AnnotatorSkill(3), 1.0, 1e-6);
+  const std::vector<double> p = AllPosteriors(*model, m, {});
+  for (size_t j = 0; j < p.size(); ++j) {
+    const double expected[] = {0.0, 1.0, 0.0,  0.0, 2.0 / 3, 1.0 / 3,
+                               0.0, 0.0, 1.0,  0.8, 0.2, 0.0,
+                               0.0, 1.0, 0.0,  1.0 / 3, 0.0, 2.0 / 3};
+    EXPECT_NEAR(p[j], expected[j], 1e-6) << "entry " << j;
+  }
+  const std::vector<int32_t> labels = {1, 1, 2, 0, 1, 2};
+  EXPECT_EQ(ArgMax(p, 3), labels);
+}
+
+// Twenty annotators, K = 3, symmetric confusions of accuracy 0.45 to 0.925,
+// and a third of them replaced by uniform spammers when `spammers`.
+SyntheticCrowdSpec CrowdSpec(bool spammers) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 3000;
+  spec.num_classes = 3;
+  spec.labels_per_item = 5;
+  for (int a = 0; a < 20; ++a) {
+    const bool spam = spammers && a % 3 == 0;
+    spec.confusions.push_back(
+        SymmetricConfusion(3, spam ? 1.0 / 3 : 0.45 + 0.025 * a));
+  }
+  spec.seed = 23;
+  return spec;
+}
+
+double MajorityVoteAccuracy(const SyntheticCrowd& crowd) {
+  auto mv = MajorityVoteModel::Create(3, {});
+  return Accuracy(AllPosteriors(**mv, crowd.matrix, {}), crowd.matrix, crowd.truth);
+}
+
+template <typename Model>
+void ExpectRecoveryOnSyntheticCrowd() {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(CrowdSpec(true));
+  auto model = Make<Model>(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  const double accuracy =
+      Accuracy(AllPosteriors(*model, crowd.matrix, {}), crowd.matrix, crowd.truth);
+  // Down-weighting the spammers must beat the plain vote.
+  EXPECT_GT(accuracy, MajorityVoteAccuracy(crowd) + 0.01);
+  // Skills are agreement rates with aggregated labels that the annotator's
+  // own vote is part of (1 of 5), so a spammer agrees more often than 1/3
+  // but less than any annotator of accuracy >= 0.7 (a >= 10), and
+  // annotator 19 (accuracy 0.925) agrees with most labels.
+  double lowest_good = 1.0;
+  for (int a = 10; a < 20; ++a) {
+    if (a % 3 != 0) lowest_good = std::min(lowest_good, *model->AnnotatorSkill(a));
+  }
+  for (int a = 0; a < 20; a += 3) {
+    EXPECT_LT(*model->AnnotatorSkill(a), 0.55) << "spammer " << a;
+    EXPECT_LT(*model->AnnotatorSkill(a), lowest_good) << "spammer " << a;
+  }
+  EXPECT_GT(*model->AnnotatorSkill(19), 0.75);
+}
+
+TEST(WawaTest, DownWeightsSpammersOnASyntheticCrowd) {
+  ExpectRecoveryOnSyntheticCrowd<WawaModel>();
+}
+
+TEST(ZeroBasedSkillTest, DownWeightsSpammersOnASyntheticCrowd) {
+  ExpectRecoveryOnSyntheticCrowd<ZeroBasedSkillModel>();
+}
+
+TEST(WawaTest, WarmStartIsIgnored) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(CrowdSpec(false));
+  auto cold = Make<WawaModel>(3);
+  ASSERT_THAT(cold->Fit(crowd.matrix, {}, false), IsOk());
+  // A model fitted on other data, then warm-started, ends where a cold fit
+  // does: wawa's fit is a function of the labels alone.
+  auto warm = Make<WawaModel>(3);
+  ASSERT_THAT(warm->Fit(CaseB(), {}, false), IsOk());
+  ASSERT_THAT(warm->Fit(crowd.matrix, {}, true), IsOk());
+  EXPECT_EQ(AllPosteriors(*warm, crowd.matrix, {}),
+            AllPosteriors(*cold, crowd.matrix, {}));
+}
+
+TEST(ZeroBasedSkillTest, WarmStartFromAConvergedFitStopsAtOnce) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(CrowdSpec(true));
+  auto model = Make<ZeroBasedSkillModel>(3);
+  absl::StatusOr<FitReport> cold = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(cold, IsOk());
+  ASSERT_TRUE(cold->converged);
+  const std::vector<double> before = AllPosteriors(*model, crowd.matrix, {});
+  absl::StatusOr<FitReport> warm = model->Fit(crowd.matrix, {}, true);
+  ASSERT_THAT(warm, IsOk());
+  EXPECT_TRUE(warm->converged);
+  EXPECT_EQ(warm->iterations, 1);
+  const std::vector<double> after = AllPosteriors(*model, crowd.matrix, {});
+  for (size_t j = 0; j < before.size(); ++j) {
+    EXPECT_NEAR(after[j], before[j], 1e-6);
+  }
+}
+
+template <typename Model, typename Other>
+void ExpectSerializationRoundTrip() {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(CrowdSpec(true));
+  auto model = Make<Model>(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  const std::string blob = model->Serialize();
+
+  auto restored = Make<Model>(3);
+  ASSERT_THAT(restored->Restore(blob), IsOk());
+  EXPECT_TRUE(restored->has_parameters());
+  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
+            AllPosteriors(*model, crowd.matrix, {}));
+  for (int32_t a = -1; a <= 21; ++a) {
+    EXPECT_EQ(restored->AnnotatorConfusion(a), model->AnnotatorConfusion(a));
+  }
+  EXPECT_EQ(restored->Serialize(), blob);
+
+  std::string flipped = blob;
+  flipped[blob.size() / 2] ^= 0x10;
+  EXPECT_THAT(restored->Restore(flipped),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(restored->Restore(blob.substr(0, blob.size() - 9)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  absl::Status s = Make<Model>(2)->Restore(blob);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("classes"));
+  // The other skill-vote method has the same layout but not the same name.
+  auto other = Make<Other>(3);
+  s = other->Restore(blob);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("method"));
+  // A failed Restore leaves the parameters unchanged.
+  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
+            AllPosteriors(*model, crowd.matrix, {}));
+
+  auto empty = Make<Model>(3);
+  ASSERT_THAT(restored->Restore(empty->Serialize()), IsOk());
+  EXPECT_FALSE(restored->has_parameters());
+}
+
+TEST(WawaTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
+  ExpectSerializationRoundTrip<WawaModel, ZeroBasedSkillModel>();
+}
+
+TEST(ZeroBasedSkillTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
+  ExpectSerializationRoundTrip<ZeroBasedSkillModel, WawaModel>();
+}
+
+TEST(WawaTest, PosteriorIsTheSmoothedWeightedVote) {
+  auto model = Make<WawaModel>(2);
+  // Before a fit: the soft majority vote, (1 + 0.01) / (1 + 0.02).
+  std::vector<double> out(2);
+  const std::vector<Entry> one = {{0, 0}};
+  model->ItemPosterior(one, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 1.01 / 1.02, 1e-12);
+
+  ASSERT_THAT(model->Fit(CaseA(), {}, false), IsOk());
+  // Skills 1, 0.75, 0.25 (CaseA); labels given in another order than sorted.
+  const std::vector<Entry> labels = {{2, 0}, {0, 1}, {1, 1}};
+  model->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], (0.25 + 0.01) / (2.0 + 0.02), 1e-12);
+  EXPECT_NEAR(out[1], (1.75 + 0.01) / (2.0 + 0.02), 1e-12);
+  // An unseen annotator has the pooled skill: 8 of 12 labels agree.
+  const std::vector<Entry> unseen = {{7, 1}, {0, 0}};
+  model->ItemPosterior(unseen, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[1], (8.0 / 12 + 0.01) / (8.0 / 12 + 1.0 + 0.02), 1e-12);
+  // No labels: uniform; gold: one-hot.
+  model->ItemPosterior({}, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 0.5, 1e-12);
+  model->ItemPosterior(labels, 0, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({1.0, 0.0}));
+}
+
+TEST(WawaTest, AnnotatorConfusionIsOneCoinFromTheSkill) {
+  auto model = Make<WawaModel>(3);
+  EXPECT_THAT(model->AnnotatorConfusion(0),
+              ::testing::Each(DoubleNear(1.0 / 3, 1e-15)));
+  ASSERT_THAT(model->Fit(CaseB(), {}, false), IsOk());
+  // Annotator 1: skill 0.25.
+  const std::vector<double> c = model->AnnotatorConfusion(1);
+  ASSERT_EQ(c.size(), 9u);
+  for (int row = 0; row < 3; ++row) {
+    for (int col = 0; col < 3; ++col) {
+      EXPECT_DOUBLE_EQ(c[row * 3 + col], row == col ? 0.25 : 0.375);
+    }
+  }
+  // Annotator 3: skill 1, clamped so that no cell is 0.
+  const std::vector<double> perfect = model->AnnotatorConfusion(3);
+  EXPECT_DOUBLE_EQ(perfect[0], 1.0 - SkillVoteParameters::kMinConfusionSkill);
+  EXPECT_GT(perfect[1], 0.0);
+}
+
+TEST(WawaTest, GoldItemsAreTheReferenceOfTheSkills) {
+  // CaseA with item 4 (a tie, majority 0) known to be class 1: annotator 1
+  // now agrees with 4 of 4, annotator 0 with 3 of 4.
+  const std::vector<int32_t> gold = {-1, -1, -1, -1, 1};
+  auto model = Make<WawaModel>(2);
+  ASSERT_THAT(model->Fit(CaseA(), gold, false), IsOk());
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(0), 0.75);
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(1), 1.0);
+}
+
+TEST(SkillVoteMethodsTest, RejectBadInput) {
+  EXPECT_THAT(WawaModel::Create(1, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  TruthModelOptions bad;
+  bad.vote_smoothing = 0;
+  EXPECT_THAT(ZeroBasedSkillModel::Create(2, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  auto model = Make<ZeroBasedSkillModel>(3);
+  EXPECT_THAT(model->Fit(CaseA(), {}, false),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(model->has_parameters());
+}
+
+TEST(SkillVoteMethodsTest, EmptyDataGivesUniformPosteriors) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(2, 0, 2, {});
+  auto model = Make<ZeroBasedSkillModel>(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  EXPECT_EQ(AllPosteriors(*model, m, {}),
+            std::vector<double>({0.5, 0.5, 0.5, 0.5}));
+}
+
+}  // namespace
+}  // namespace verity::models
