@@ -25,31 +25,34 @@ namespace {
 constexpr int32_t kClasses = 3;
 constexpr int32_t kAnnotators = 12;
 
-models::testing::SyntheticCrowd MakeCrowd(int32_t items, uint64_t seed) {
+models::testing::SyntheticCrowd MakeCrowd(int32_t items, uint64_t seed,
+                                          int32_t classes = kClasses) {
   models::testing::SyntheticCrowdSpec spec;
   spec.num_items = items;
-  spec.num_classes = kClasses;
+  spec.num_classes = classes;
   spec.labels_per_item = 4;
   for (int a = 0; a < kAnnotators; ++a) {
-    spec.confusions.push_back(models::testing::SymmetricConfusion(kClasses, a < 4 ? 0.4 : 0.85));
+    spec.confusions.push_back(models::testing::SymmetricConfusion(classes, a < 4 ? 0.4 : 0.85));
   }
   spec.seed = seed;
   return models::testing::GenerateSyntheticCrowd(spec);
 }
 
-LiveProject::Identity TestIdentity() {
+LiveProject::Identity TestIdentity(int32_t classes = kClasses) {
   LiveProject::Identity id;
   id.project_id = 1;
   id.name = "p";
   id.classes = {"a", "b", "c"};
+  id.classes.resize(classes);
   return id;
 }
 
 // A live project restored from a fitted Dawid-Skene version over `crowd`.
 std::unique_ptr<LiveProject> RestoreFitted(const models::testing::SyntheticCrowd& crowd,
                                            std::unique_ptr<models::TruthModel>& fitted,
-                                           const std::string& method = "ds") {
-  fitted = *models::CreateTruthModel(method, kClasses, {});
+                                           const std::string& method = "ds",
+                                           int32_t classes = kClasses) {
+  fitted = *models::CreateTruthModel(method, classes, {});
   EXPECT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
   LiveProject::StoredState stored;
   for (int32_t i = 0; i < crowd.matrix.num_items(); ++i) stored.item_ids.push_back(absl::StrCat("i", i));
@@ -65,7 +68,8 @@ std::unique_ptr<LiveProject> RestoreFitted(const models::testing::SyntheticCrowd
   version.parameters = fitted->Serialize();
   version.watermark = seq;
   stored.latest_version = version;
-  auto project = LiveProject::Create(TestIdentity(), v1::ProjectSettings(), std::move(stored));
+  auto project =
+      LiveProject::Create(TestIdentity(classes), v1::ProjectSettings(), std::move(stored));
   EXPECT_TRUE(project.ok()) << project.status();
   return std::move(*project);
 }
@@ -85,24 +89,32 @@ TEST(LiveProjectTest, RestoredPosteriorsEqualTheModelsFullEStep) {
   }
 }
 
+// Every method at 2 and at 3 classes, where it takes that many (kos is binary only; each
+// method must take at least one of them).
 TEST(LiveProjectTest, EveryServedMethodRestoresToItsFullEStepAndUpdatesOnline) {
   for (std::string_view method : models::KnownTruthModelMethods()) {
-    SCOPED_TRACE(std::string(method));
-    auto crowd = MakeCrowd(200, 11);
-    std::unique_ptr<models::TruthModel> fitted;
-    auto project = RestoreFitted(crowd, fitted, std::string(method));
-    std::vector<models::Annotation> all = crowd.annotations;
-    project->ApplyCommitted({{5, "i5", 11, "w11", 2, 50000, true}});
-    all.push_back({5, 11, 2});
-    auto matrix = models::AnnotationMatrix::Build(200, kAnnotators, kClasses, all);
-    ASSERT_TRUE(matrix.ok());
-    std::vector<double> expected = models::AllPosteriors(*fitted, *matrix, {});
-    auto snapshot = project->snapshot();
-    for (int32_t i = 0; i < 200; ++i) {
-      for (int32_t c = 0; c < kClasses; ++c) {
-        ASSERT_EQ(snapshot->posteriors.probabilities(i)[c], expected[i * kClasses + c]) << i;
+    int tried = 0;
+    for (int32_t k : {2, kClasses}) {
+      if (!models::CreateTruthModel(std::string(method), k, {}).ok()) continue;
+      ++tried;
+      SCOPED_TRACE(absl::StrCat(std::string(method), ", K = ", k));
+      auto crowd = MakeCrowd(200, 11, k);
+      std::unique_ptr<models::TruthModel> fitted;
+      auto project = RestoreFitted(crowd, fitted, std::string(method), k);
+      std::vector<models::Annotation> all = crowd.annotations;
+      project->ApplyCommitted({{5, "i5", 11, "w11", k - 1, 50000, true}});
+      all.push_back({5, 11, k - 1});
+      auto matrix = models::AnnotationMatrix::Build(200, kAnnotators, k, all);
+      ASSERT_TRUE(matrix.ok());
+      std::vector<double> expected = models::AllPosteriors(*fitted, *matrix, {});
+      auto snapshot = project->snapshot();
+      for (int32_t i = 0; i < 200; ++i) {
+        for (int32_t c = 0; c < k; ++c) {
+          ASSERT_EQ(snapshot->posteriors.probabilities(i)[c], expected[i * k + c]) << i;
+        }
       }
     }
+    EXPECT_GT(tried, 0) << std::string(method) << " takes neither 2 nor 3 classes";
   }
 }
 
