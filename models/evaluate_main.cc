@@ -1,6 +1,7 @@
 // eval: fits truth models on datasets in the shared/datasets format and
 // prints, per dataset and method, the accuracy and macro-F1 of their MAP
-// labels against the gold labels, the EM iterations and the fit time.
+// labels against the gold labels, the expected calibration error (10 bins)
+// and log-loss of their posteriors, the EM iterations and the fit time.
 //
 //   bazel run //models:eval -- --data ../shared/datasets/product
 //       [--methods mv,ds]
@@ -15,6 +16,8 @@
 //
 // Scoring follows shared/datasets/README.md (see models/evaluation.h): gold
 // items with at least one label, most probable class, lowest index on ties.
+// ECE and log-loss are over the same items (definitions in
+// ClassificationScores).
 // Fits are unsupervised and cold: gold is used only for scoring.
 //
 // --redundancy=R keeps a uniformly random subset of at most R labels of
@@ -256,7 +259,8 @@ absl::Status EvaluateDataset(const Dataset& dataset, const Settings& settings,
   }
 
   for (const std::string& method : settings.methods) {
-    std::vector<double> accuracy, macro_f1, class_f1, iterations, seconds;
+    std::vector<double> accuracy, macro_f1, ece, log_loss, class_f1,
+        iterations, seconds;
     int64_t scored = 0;
     for (int r = 0; r < settings.repeats; ++r) {
       const AnnotationMatrix& matrix =
@@ -273,6 +277,8 @@ absl::Status EvaluateDataset(const Dataset& dataset, const Settings& settings,
       scored = e->scores.items;
       accuracy.push_back(e->scores.accuracy);
       macro_f1.push_back(e->scores.macro_f1);
+      ece.push_back(e->scores.ece);
+      log_loss.push_back(e->scores.log_loss);
       if (f1_class >= 0) class_f1.push_back(e->scores.class_f1[f1_class]);
       iterations.push_back(e->fit.iterations);
       seconds.push_back(e->fit.seconds);
@@ -287,6 +293,8 @@ absl::Status EvaluateDataset(const Dataset& dataset, const Settings& settings,
         absl::StrCat(settings.repeats),
         FormatMean(MeanAndStandardError(accuracy)),
         FormatMean(MeanAndStandardError(macro_f1)),
+        FormatMean(MeanAndStandardError(ece)),
+        FormatMean(MeanAndStandardError(log_loss)),
     };
     if (!settings.f1_classes.empty()) {
       row.push_back(f1_class >= 0 ? FormatMean(MeanAndStandardError(class_f1))
@@ -378,7 +386,7 @@ int Main(const std::vector<std::string>& positional) {
       absl::StrSplit(absl::GetFlag(FLAGS_f1_class), ',', absl::SkipEmpty());
   std::vector<std::string> header = {"dataset", "method", "labels", "scored",
                                      "R",       "repeats", "accuracy",
-                                     "macro-F1"};
+                                     "macro-F1", "ECE",     "log-loss"};
   if (!settings.f1_classes.empty()) {
     header.push_back(
         absl::StrCat("F1(", absl::StrJoin(settings.f1_classes, "/"), ")"));

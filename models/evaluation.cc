@@ -70,7 +70,36 @@ ClassificationScores ScorePosteriors(absl::Span<const double> posteriors,
     predicted[i] = ArgMax(posteriors.subspan(static_cast<size_t>(i) * k, k));
     truth[i] = gold[i];
   }
-  return ScorePredictions(predicted, truth, k);
+  ClassificationScores scores = ScorePredictions(predicted, truth, k);
+  if (scores.items == 0) return scores;
+
+  constexpr int kBins = 10;
+  constexpr double kMinProbability = 1e-15;
+  std::vector<int64_t> bin_count(kBins, 0);
+  std::vector<int64_t> bin_correct(kBins, 0);
+  std::vector<double> bin_confidence(kBins, 0.0);
+  double log_loss_sum = 0.0;
+  for (int32_t i = 0; i < data.num_items(); ++i) {
+    if (truth[i] < 0) continue;
+    const absl::Span<const double> row =
+        posteriors.subspan(static_cast<size_t>(i) * k, k);
+    const double confidence = row[predicted[i]];
+    const int bin = std::min(
+        kBins - 1, static_cast<int>(std::floor(kBins * confidence)));
+    ++bin_count[bin];
+    bin_correct[bin] += predicted[i] == truth[i];
+    bin_confidence[bin] += confidence;
+    log_loss_sum -= std::log(std::max(row[truth[i]], kMinProbability));
+  }
+  double ece = 0.0;
+  for (int b = 0; b < kBins; ++b) {
+    if (bin_count[b] == 0) continue;
+    // (n_b / n) |acc_b - conf_b| = |correct_b - confidence_sum_b| / n.
+    ece += std::abs(bin_correct[b] - bin_confidence[b]);
+  }
+  scores.ece = ece / scores.items;
+  scores.log_loss = log_loss_sum / scores.items;
+  return scores;
 }
 
 std::vector<Annotation> SubsampleLabelsPerItem(

@@ -1,5 +1,6 @@
 // Evaluation of truth models against gold labels: the accuracy and macro-F1
-// of their MAP labels, label subsampling for redundancy experiments, and
+// of their MAP labels, the calibration of their posteriors (expected
+// calibration error and log-loss), label subsampling for redundancy experiments, and
 // mean ± standard error over repeated draws.
 //
 // The conventions are those of shared/datasets/README.md, so that the
@@ -40,6 +41,25 @@ struct ClassificationScores {
   // predicted), e.g. the positive-class F1 that some papers report for
   // binary tasks.
   std::vector<double> class_f1;
+
+  // Calibration of the posteriors, set by ScorePosteriors over the same
+  // scored items as `accuracy` (ScorePredictions, which sees no posteriors,
+  // leaves both 0). Both are 0 when no item is scored.
+  //
+  // Expected calibration error with 10 equal-width confidence bins. An
+  // item's confidence c is its largest posterior probability and it counts
+  // as correct iff its predicted class (ArgMax: lowest index on ties, as for
+  // accuracy) is the gold class. Bin b in 0..9 holds the items with
+  // b / 10 <= c < (b + 1) / 10, computed as min(9, floor(10 c)) in double, so
+  // c = 1.0 falls in the last bin [0.9, 1.0]. With n scored items, n_b of
+  // them in bin b, acc_b the fraction of those correct and conf_b their mean
+  // confidence: ece = sum over non-empty bins of (n_b / n) |acc_b - conf_b|.
+  double ece = 0.0;
+  // Mean over the scored items of -ln max(p_gold, 1e-15), p_gold the item's
+  // posterior probability of its gold class: scikit-learn's log_loss with
+  // its former default eps = 1e-15 (which also clips at 1 - 1e-15 and
+  // renormalises; that changes a normalised row's terms by < 1e-14).
+  double log_loss = 0.0;
 };
 
 // The index of the largest value, the lowest index on ties. Precondition:
@@ -56,7 +76,8 @@ ClassificationScores ScorePredictions(absl::Span<const int32_t> predicted,
 // Scores posteriors (data.num_items() * K, row-major, K =
 // data.num_classes()) against `gold` (size data.num_items(), -1 = no gold)
 // over the gold items with at least one label in `data`, predicting
-// ArgMax of each item's row.
+// ArgMax of each item's row; also sets `ece` and `log_loss` from the rows.
+// Precondition: each scored item's row is a probability distribution.
 ClassificationScores ScorePosteriors(absl::Span<const double> posteriors,
                                      const AnnotationMatrix& data,
                                      absl::Span<const int32_t> gold);

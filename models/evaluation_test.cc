@@ -72,6 +72,89 @@ TEST(ScorePosteriorsTest, ScoresGoldItemsWithLabelsBreakingTiesLow) {
   EXPECT_DOUBLE_EQ(s.macro_f1, (0.0 + 2.0 / 3) / 2);
 }
 
+// One label on each of items 0..n-1 (annotator 0, class 0), so that every
+// item with gold is scored.
+absl::StatusOr<AnnotationMatrix> OneLabelOnEachItem(int32_t num_items,
+                                                     int32_t num_classes) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < num_items; ++i) annotations.push_back({i, 0, 0});
+  return AnnotationMatrix::Build(num_items, 1, num_classes, annotations);
+}
+
+TEST(ScorePosteriorsTest, CalibrationOverTheScoredItems) {
+  // Scored items 0-3; item 4 has gold but no label, item 5 a label but no
+  // gold, and neither counts (item 4's p_gold = 0 would add 34.5 to the sum).
+  //   item  posteriors           gold  pred  conf  bin  correct  p_gold
+  //   0     0.70 0.20 0.10       0     0     0.70  7    yes      0.70
+  //   1     0.20 0.75 0.05       0     1     0.75  7    no       0.20
+  //   2     0.05 0.00 0.95       2     2     0.95  9    yes      0.95
+  //   3     0.40 0.35 0.25       1     0     0.40  4    no       0.35
+  // Bin 4: n 1, acc 0, conf 0.40 → (1/4) 0.40  = 0.1
+  // Bin 7: n 2, acc 0.5, conf 0.725 → (2/4) 0.225 = 0.1125
+  // Bin 9: n 1, acc 1, conf 0.95 → (1/4) 0.05  = 0.0125
+  // ECE = 0.225. Log-loss = -(ln 0.7 + ln 0.2 + ln 0.95 + ln 0.35) / 4
+  //     = (0.356675 + 1.609438 + 0.051293 + 1.049822) / 4 = 0.766807.
+  std::vector<Annotation> annotations = {
+      {0, 0, 0}, {1, 0, 1}, {2, 0, 2}, {3, 0, 0}, {5, 0, 1}};
+  absl::StatusOr<AnnotationMatrix> m =
+      AnnotationMatrix::Build(6, 1, 3, annotations);
+  ASSERT_THAT(m, IsOk());
+  const std::vector<double> posteriors = {
+      0.70, 0.20, 0.10,  //
+      0.20, 0.75, 0.05,  //
+      0.05, 0.00, 0.95,  //
+      0.40, 0.35, 0.25,  //
+      0.00, 1.00, 0.00,  //
+      0.10, 0.10, 0.80};
+  const ClassificationScores s = ScorePosteriors(
+      posteriors, *m, std::vector<int32_t>{0, 0, 2, 1, 0, -1});
+  EXPECT_EQ(s.items, 4);
+  EXPECT_DOUBLE_EQ(s.accuracy, 0.5);
+  EXPECT_NEAR(s.ece, 0.225, 1e-12);
+  EXPECT_NEAR(s.log_loss, 0.766807068814765, 1e-12);
+}
+
+TEST(ScorePosteriorsTest, ConfidenceOneFallsInTheLastBinAndZeroIsClamped) {
+  // All three items in bin 9 = [0.9, 1.0]: confidences 1.0, 1.0, 0.92,
+  // correct 1, 0, 1 → ECE = |2 - 2.92| / 3 = 0.306667. Item 1 gives its
+  // gold class probability 0, clamped to 1e-15:
+  // log-loss = (0 + 34.538776 + 0.083382) / 3 = 11.540719.
+  absl::StatusOr<AnnotationMatrix> m = OneLabelOnEachItem(3, 2);
+  ASSERT_THAT(m, IsOk());
+  const std::vector<double> posteriors = {1.0, 0.0, 0.0, 1.0, 0.92, 0.08};
+  const ClassificationScores s =
+      ScorePosteriors(posteriors, *m, std::vector<int32_t>{0, 0, 0});
+  EXPECT_EQ(s.items, 3);
+  EXPECT_NEAR(s.ece, 0.92 / 3, 1e-12);
+  EXPECT_NEAR(s.log_loss, 11.540719334616577, 1e-9);
+}
+
+TEST(ScorePosteriorsTest, CalibrationCountsTiesAsTheLowestClass) {
+  // Item 0 ties classes 0 and 1 at 0.4; ArgMax predicts 0 = gold, correct.
+  // Item 1 predicts 1 = gold with 0.45. Both in bin 4: correct 2, confidence
+  // sum 0.85 → ECE = |2 - 0.85| / 2 = 0.575 (0.075 if the tie went to class
+  // 1). Log-loss = -(ln 0.4 + ln 0.45) / 2 = 0.857399.
+  absl::StatusOr<AnnotationMatrix> m = OneLabelOnEachItem(2, 3);
+  ASSERT_THAT(m, IsOk());
+  const std::vector<double> posteriors = {0.4, 0.4, 0.2, 0.3, 0.45, 0.25};
+  const ClassificationScores s =
+      ScorePosteriors(posteriors, *m, std::vector<int32_t>{0, 1});
+  EXPECT_DOUBLE_EQ(s.accuracy, 1.0);
+  EXPECT_NEAR(s.ece, 0.575, 1e-12);
+  EXPECT_NEAR(s.log_loss, 0.857399214045963, 1e-12);
+}
+
+TEST(ScorePosteriorsTest, NothingScoredGivesZeroCalibration) {
+  absl::StatusOr<AnnotationMatrix> m = OneLabelOnEachItem(2, 2);
+  ASSERT_THAT(m, IsOk());
+  const ClassificationScores s = ScorePosteriors(
+      std::vector<double>{0.0, 1.0, 1.0, 0.0}, *m,
+      std::vector<int32_t>{-1, -1});
+  EXPECT_EQ(s.items, 0);
+  EXPECT_EQ(s.ece, 0.0);
+  EXPECT_EQ(s.log_loss, 0.0);
+}
+
 std::vector<Annotation> FiveItemsWithUpToSixLabels() {
   std::vector<Annotation> annotations;
   for (int32_t i = 0; i < 5; ++i) {
