@@ -167,4 +167,15 @@ absl::Status ByteReader::ExpectEnd() const {
   return absl::OkStatus();
 }
 
+absl::Status ReadClassCount(ByteReader& reader, int32_t num_classes,
+                            std::string_view what) {
+  absl::StatusOr<uint32_t> k32 = reader.ReadU32();
+  if (!k32.ok()) return k32.status();
+  if (*k32 != static_cast<uint32_t>(num_classes)) {
+    return absl::InvalidArgumentError(absl::StrCat("serialized ", std::string(what), ": ", *k32,
+                                                   " classes; this model has ", num_classes));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace verity::models

@@ -64,6 +64,12 @@ class ByteReader {
   size_t pos_ = 0;
 };
 
+// Reads the u32 class count that leads a model's parameters (or its counts) and checks it
+// against the model's: INVALID_ARGUMENT "serialized <what>: N classes; this model has K" when
+// they differ, or the reader's error.
+absl::Status ReadClassCount(ByteReader& reader, int32_t num_classes,
+                            std::string_view what = "model");
+
 // The header every serialized truth model starts with: the magic "VRTY", the format version,
 // the method name, and a flag telling whether parameters follow.
 void WriteModelHeader(ByteWriter& writer, std::string_view method, bool has_parameters);

@@ -233,13 +233,7 @@ void ConfusionParameters::Serialize(ByteWriter& writer) const {
 
 absl::StatusOr<ConfusionParameters> ConfusionParameters::Parse(
     ByteReader& reader, int32_t num_classes) {
-  absl::StatusOr<uint32_t> k32 = reader.ReadU32();
-  if (!k32.ok()) return k32.status();
-  if (*k32 != static_cast<uint32_t>(num_classes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("serialized model has ", *k32,
-                     " classes; this model has ", num_classes));
-  }
+  if (absl::Status s = ReadClassCount(reader, num_classes); !s.ok()) return s;
   absl::StatusOr<uint32_t> second = reader.ReadU32();
   if (!second.ok()) return second.status();
   if (*second == kSparseLayout) return ParseSparse(reader, num_classes);
@@ -479,13 +473,7 @@ void ConfusionCounts::Serialize(ByteWriter& writer) const {
 
 absl::StatusOr<ConfusionCounts> ConfusionCounts::Parse(ByteReader& reader,
                                                        int32_t num_classes) {
-  absl::StatusOr<uint32_t> k32 = reader.ReadU32();
-  if (!k32.ok()) return k32.status();
-  if (*k32 != static_cast<uint32_t>(num_classes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("serialized counts have ", *k32,
-                     " classes; this model has ", num_classes));
-  }
+  if (absl::Status s = ReadClassCount(reader, num_classes, "counts"); !s.ok()) return s;
   absl::StatusOr<uint32_t> second = reader.ReadU32();
   if (!second.ok()) return second.status();
   const bool sparse = *second == kSparseLayout;

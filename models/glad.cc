@@ -486,13 +486,7 @@ absl::Status CorruptError(std::string_view what, double value) {
 
 absl::StatusOr<GladParameters> ParseParameters(ByteReader& reader,
                                                int32_t num_classes) {
-  absl::StatusOr<uint32_t> k32 = reader.ReadU32();
-  if (!k32.ok()) return k32.status();
-  if (*k32 != static_cast<uint32_t>(num_classes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("serialized model has ", *k32,
-                     " classes; this model has ", num_classes));
-  }
+  if (absl::Status s = ReadClassCount(reader, num_classes); !s.ok()) return s;
   absl::StatusOr<uint32_t> a32 = reader.ReadU32();
   if (!a32.ok()) return a32.status();
   absl::StatusOr<uint32_t> n32 = reader.ReadU32();
