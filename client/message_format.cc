@@ -32,6 +32,7 @@ constexpr MethodEntry kMethods[] = {
     {v1::TRUTH_METHOD_WAWA, "wawa"},
     {v1::TRUTH_METHOD_ZERO_BASED_SKILL, "zero_based_skill"},
     {v1::TRUTH_METHOD_KOS, "kos"},
+    {v1::TRUTH_METHOD_MACE, "mace"},
 };
 
 struct PolicyEntry {

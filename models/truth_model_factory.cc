@@ -11,6 +11,7 @@
 #include "models/dawid_skene.h"
 #include "models/glad.h"
 #include "models/kos.h"
+#include "models/mace.h"
 #include "models/majority_vote.h"
 #include "models/neural/cmm.h"
 #include "models/neural/conal.h"
@@ -29,7 +30,8 @@ std::vector<std::string_view> KnownTruthModelMethods() {
           neural::LiaModel::kMethod,    neural::CrowdLayerModel::kMethod,
           neural::TraceRegModel::kMethod, neural::ConalModel::kMethod,
           neural::CmmModel::kMethod,    WawaModel::kMethod,
-          ZeroBasedSkillModel::kMethod, KosModel::kMethod};
+          ZeroBasedSkillModel::kMethod, KosModel::kMethod,
+          MaceModel::kMethod};
 }
 
 namespace {
@@ -65,6 +67,7 @@ absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
     return Make<ZeroBasedSkillModel>(num_classes, options);
   }
   if (method == KosModel::kMethod) return Make<KosModel>(num_classes, options);
+  if (method == MaceModel::kMethod) return Make<MaceModel>(num_classes, options);
   if (method == neural::LiaModel::kMethod) return Make<neural::LiaModel>(num_classes, options);
   if (method == neural::CrowdLayerModel::kMethod) {
     return Make<neural::CrowdLayerModel>(num_classes, options);
