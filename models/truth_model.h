@@ -259,7 +259,9 @@ struct FitReport {
   int iterations = 0;
   // Marginal log-likelihood of the labels under the parameters of the last
   // E-step: the sum over items without gold of log p(labels of i) plus, over
-  // gold items, log p(gold class, labels of i). Zero for data without labels.
+  // gold items, log p(gold class, labels of i). Zero for data without labels,
+  // and always zero for the methods that define no likelihood (wawa,
+  // zero_based_skill, kos).
   double log_likelihood = 0.0;
   // Whether the tolerance was met before max_iterations (always true for mv).
   bool converged = false;
