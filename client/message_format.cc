@@ -227,6 +227,19 @@ JsonValue ModelStatusJson(absl::string_view project,
       .Set("current_version", status.has_current_version()
                                   ? ModelVersionJson(status.current_version())
                                   : JsonValue());
+  if (status.has_calibration()) {
+    const v1::PosteriorCalibration& c = status.calibration();
+    JsonValue calibration = JsonValue::Object();
+    calibration.Set("kind", c.kind())
+        .Set("temperature", c.temperature())
+        .Set("source", c.source());
+    if (c.source() == "gold") {
+      calibration.Set("gold_items", c.gold_items())
+          .Set("gold_ece_raw", c.gold_ece_raw())
+          .Set("gold_ece", c.gold_ece());
+    }
+    json.Set("calibration", std::move(calibration));
+  }
   return json;
 }
 

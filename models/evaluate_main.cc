@@ -43,6 +43,8 @@
 #include <utility>
 #include <vector>
 
+#include <random>
+
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -53,6 +55,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "models/annotation_matrix.h"
+#include "models/calibrated_truth_model.h"
 #include "models/csv_dataset.h"
 #include "models/evaluation.h"
 #include "models/truth_model.h"
@@ -94,6 +97,18 @@ ABSL_FLAG(int, max_iterations,
           "TruthModelOptions::max_iterations");
 ABSL_FLAG(double, tolerance, verity::models::TruthModelOptions().tolerance,
           "TruthModelOptions::tolerance");
+ABSL_FLAG(std::string, calibration,
+          verity::models::TruthModelOptions().calibration,
+          "TruthModelOptions::calibration (auto or none)");
+ABSL_FLAG(bool, calibration_report, false,
+          "instead of the usual table, one row per dataset and method with "
+          "the accuracy, ECE and log-loss of the uncalibrated (inner) and "
+          "calibrated posteriors of the same fit, and the calibration map "
+          "(issue 18); with --gold_fraction, the gold-calibration simulation");
+ABSL_FLAG(double, gold_fraction, 0.0,
+          "with --calibration_report: pass this random fraction of the scored "
+          "items to Fit as project gold (one draw per repeat, seed + j) and "
+          "score only the other items");
 ABSL_FLAG(double, conal_lambda,
           verity::models::TruthModelOptions().neural.conal_lambda,
           "TruthModelOptions::Neural::conal_lambda");
@@ -223,7 +238,88 @@ struct Settings {
   int repeats = 1;
   uint64_t seed = 1;
   std::vector<std::string> f1_classes;  // empty: no per-class F1 column
+  double gold_fraction = 0.0;
 };
+
+// --calibration_report: per method, one fit with calibration "auto"; the
+// inner model's posteriors (raw) and the served ones (calibrated) scored on
+// the same items. With gold_fraction > 0, repeat r passes a random
+// gold_fraction of the scored items (seed + r) to Fit as gold and scores only
+// the others.
+absl::Status EvaluateCalibration(const Dataset& dataset, const Settings& settings,
+                                 Table& table) {
+  absl::StatusOr<CsvDataset> csv = ReadCsvDataset(dataset.path);
+  if (!csv.ok()) return csv.status();
+  for (const std::string& method : settings.methods) {
+    std::vector<double> acc_raw, acc_cal, ece_raw, ece_cal, ll_raw, ll_cal, tau;
+    int64_t scored = 0;
+    std::string source;
+    for (int r = 0; r < settings.repeats; ++r) {
+      std::vector<Annotation> annotations =
+          settings.redundancy > 0
+              ? SubsampleLabelsPerItem(csv->annotations, csv->num_items(),
+                                       settings.redundancy, settings.seed + r)
+              : csv->annotations;
+      absl::StatusOr<AnnotationMatrix> matrix =
+          AnnotationMatrix::Build(csv->num_items(), csv->num_annotators(),
+                                  csv->num_classes(), annotations);
+      if (!matrix.ok()) return matrix.status();
+      std::vector<int32_t> fit_gold;
+      std::vector<int32_t> score_gold = csv->gold;
+      if (settings.gold_fraction > 0) {
+        fit_gold.assign(csv->gold.size(), -1);
+        std::mt19937_64 rng(settings.seed + r);
+        std::uniform_real_distribution<double> u(0.0, 1.0);
+        for (size_t i = 0; i < csv->gold.size(); ++i) {
+          if (csv->gold[i] < 0 || matrix->LabelsOfItem(static_cast<int32_t>(i)).empty()) continue;
+          if (u(rng) < settings.gold_fraction) {
+            fit_gold[i] = csv->gold[i];
+            score_gold[i] = -1;
+          }
+        }
+      }
+      TruthModelOptions options = settings.options;
+      options.calibration = "auto";
+      options.neural.seed = settings.seed + r;
+      absl::StatusOr<std::unique_ptr<TruthModel>> model =
+          CreateTruthModel(method, csv->num_classes(), options);
+      if (!model.ok()) return model.status();
+      absl::StatusOr<FitReport> fit = (*model)->Fit(*matrix, fit_gold, /*warm_start=*/false);
+      if (!fit.ok()) {
+        return absl::Status(fit.status().code(),
+                            absl::StrCat(method, ": ", fit.status().message()));
+      }
+      const auto& calibrated = dynamic_cast<const CalibratedTruthModel&>(**model);
+      const ClassificationScores raw = ScorePosteriors(
+          AllPosteriors(calibrated.inner(), *matrix, fit_gold), *matrix, score_gold);
+      const ClassificationScores cal =
+          ScorePosteriors(AllPosteriors(calibrated, *matrix, fit_gold), *matrix, score_gold);
+      scored = raw.items;
+      acc_raw.push_back(raw.accuracy);
+      acc_cal.push_back(cal.accuracy);
+      ece_raw.push_back(raw.ece);
+      ece_cal.push_back(cal.ece);
+      ll_raw.push_back(raw.log_loss);
+      ll_cal.push_back(cal.log_loss);
+      tau.push_back(calibrated.calibration().temperature);
+      const std::string s(CalibrationSourceName(calibrated.calibration().source));
+      if (source.empty()) {
+        source = s;
+      } else if (source.find(s) == std::string::npos) {
+        absl::StrAppend(&source, "/", s);
+      }
+    }
+    table.AddRow({dataset.name, method, absl::StrCat(scored),
+                  FormatMean(MeanAndStandardError(acc_raw)),
+                  FormatMean(MeanAndStandardError(acc_cal)),
+                  FormatMean(MeanAndStandardError(ece_raw)),
+                  FormatMean(MeanAndStandardError(ece_cal)),
+                  FormatMean(MeanAndStandardError(ll_raw)),
+                  FormatMean(MeanAndStandardError(ll_cal)),
+                  FormatMean(MeanAndStandardError(tau)), source});
+  }
+  return absl::OkStatus();
+}
 
 // Evaluates every method on one dataset, adding one row per method. Returns
 // the first error (unreadable dataset, failed fit).
@@ -343,6 +439,13 @@ int Main(const std::vector<std::string>& positional) {
   settings.options.max_iterations = absl::GetFlag(FLAGS_max_iterations);
   settings.options.tolerance = absl::GetFlag(FLAGS_tolerance);
   settings.options.num_threads = absl::GetFlag(FLAGS_threads);
+  settings.options.calibration = absl::GetFlag(FLAGS_calibration);
+  settings.gold_fraction = absl::GetFlag(FLAGS_gold_fraction);
+  const bool calibration_report = absl::GetFlag(FLAGS_calibration_report);
+  if (!(settings.gold_fraction >= 0 && settings.gold_fraction < 1)) {
+    std::fprintf(stderr, "need 0 <= --gold_fraction < 1\n");
+    return 2;
+  }
   settings.options.neural.conal_lambda = absl::GetFlag(FLAGS_conal_lambda);
   settings.options.neural.trace_lambda = absl::GetFlag(FLAGS_trace_lambda);
   if (absl::Status s = ValidateTruthModelOptions(settings.options); !s.ok()) {
@@ -393,10 +496,16 @@ int Main(const std::vector<std::string>& positional) {
   }
   header.push_back("iterations");
   header.push_back("fit ms");
+  if (calibration_report) {
+    header = {"dataset", "method", "scored", "acc raw", "acc cal", "ECE raw",
+              "ECE cal", "log-loss raw", "log-loss cal", "tau", "map from"};
+  }
   Table table(std::move(header));
   int failures = 0;
   for (const Dataset& dataset : datasets) {
-    absl::Status s = EvaluateDataset(dataset, settings, table);
+    absl::Status s = calibration_report
+                         ? EvaluateCalibration(dataset, settings, table)
+                         : EvaluateDataset(dataset, settings, table);
     if (!s.ok()) {
       std::fprintf(stderr, "%s: %s\n", dataset.name.c_str(),
                    s.ToString().c_str());

@@ -81,6 +81,10 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
         "glad_log_easiness_prior_stddev must be finite and > 0, got ",
         options.glad_log_easiness_prior_stddev));
   }
+  if (options.calibration != "auto" && options.calibration != "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration must be auto or none, got \"", options.calibration, "\""));
+  }
   const TruthModelOptions::Neural& n = options.neural;
   if (n.embedding_dim < 1 || n.embedding_dim > 1024 || n.hidden_units < 1 || n.hidden_units > 4096) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -159,6 +159,17 @@ struct TruthModelOptions {
   double glad_log_easiness_prior_mean = 0.0;
   double glad_log_easiness_prior_stddev = 1.0;
 
+  // Every method: the map from the fitted model's posteriors to the served
+  // ones (models/calibrated_truth_model.h, issue 18). "auto" (the default)
+  // serves CalibratedTruthModel: after each Fit, a posterior temperature
+  // fitted on the project's gold items when it has at least
+  // CalibratedTruthModel::kMinGoldItems of them with labels, else on the
+  // crowd labels (leave-one-label-out likelihood); it keeps every MAP label
+  // and makes the served confidence (and so confidence_target) mean what it
+  // says. "none" serves the model's own posteriors (the behaviour before
+  // issue 18).
+  std::string calibration = "auto";
+
   // The neural models (lia, crowdlayer, trace_reg, conal, cmm; models/neural/).
   struct Neural {
     // "cpu", "cuda", "cuda:N" or "auto" (CUDA when available, else CPU). A CUDA device asked

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "models/calibrated_truth_model.h"
 #include "models/dawid_skene.h"
 #include "models/glad.h"
 #include "models/kos.h"
@@ -47,7 +48,7 @@ absl::StatusOr<std::unique_ptr<TruthModel>> Make(
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
+absl::StatusOr<std::unique_ptr<TruthModel>> CreateUncalibratedTruthModel(
     std::string_view method, int32_t num_classes,
     const TruthModelOptions& options) {
   if (method == MajorityVoteModel::kMethod) {
@@ -84,6 +85,16 @@ absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
   return absl::InvalidArgumentError(
       absl::StrCat("unknown truth model method \"", std::string(method),
                    "\"; known: ", known));
+}
+
+absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
+    std::string_view method, int32_t num_classes,
+    const TruthModelOptions& options) {
+  absl::StatusOr<std::unique_ptr<TruthModel>> model =
+      CreateUncalibratedTruthModel(method, num_classes, options);
+  if (!model.ok()) return model;
+  return std::unique_ptr<TruthModel>(std::make_unique<CalibratedTruthModel>(
+      *std::move(model), /*fit_map=*/options.calibration != "none"));
 }
 
 }  // namespace verity::models

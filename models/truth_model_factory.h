@@ -25,7 +25,18 @@ namespace verity::models {
 // (2 classes only), "mace" → MaceModel, all without parameters.
 // INVALID_ARGUMENT for an unknown method (the message lists the known ones),
 // num_classes < 2, or options out of range.
+// The model is wrapped in a CalibratedTruthModel
+// (models/calibrated_truth_model.h), same method name: with
+// options.calibration "auto" (the default) it serves calibrated posteriors
+// after each Fit; with "none" the inner model's posteriors (the wrapper then
+// only lets it restore versions written with calibration).
 absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
+    std::string_view method, int32_t num_classes,
+    const TruthModelOptions& options);
+
+// CreateTruthModel without the calibration wrapper, whatever
+// options.calibration says.
+absl::StatusOr<std::unique_ptr<TruthModel>> CreateUncalibratedTruthModel(
     std::string_view method, int32_t num_classes,
     const TruthModelOptions& options);
 

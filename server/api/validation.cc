@@ -66,6 +66,9 @@ absl::Status ValidateSettings(const v1::ProjectSettings& settings) {
   if (!std::isfinite(m.refit_new_label_fraction()) || m.refit_new_label_fraction() < 0) {
     return Invalid("settings.model.refit_new_label_fraction", "must be finite and >= 0");
   }
+  if (!m.calibration().empty() && m.calibration() != "auto" && m.calibration() != "none") {
+    return Invalid("settings.model.calibration", "must be \"\", \"auto\" or \"none\"");
+  }
   const v1::ProjectLimits& limits = settings.limits();
   if (limits.max_items() < 0) return Invalid("settings.limits.max_items", "must be >= 0");
   if (limits.max_annotators() < 0) {

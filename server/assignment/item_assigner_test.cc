@@ -10,8 +10,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "absl/strings/str_cat.h"
+#include "models/annotation_matrix.h"
+#include "models/calibrated_truth_model.h"
 #include "models/testing/synthetic_crowd.h"
+#include "models/truth_model.h"
 #include "server/state/information_gain.h"
 #include "models/truth_model_factory.h"
 
@@ -370,6 +375,94 @@ TEST(ItemAssignerTest, AShortlistOfAnOldSnapshotIsRankedAgainOnTheNewOne) {
   const std::vector<ItemSuggestion> full = RankItemsForAnnotator(
       *project, *project->snapshot(), rules, 2, 10, std::nullopt, kNow, 3);
   EXPECT_EQ(Items(from_shortlist), Items(full));
+}
+
+
+// A binary project of 400 items labelled by 6 annotators each, whose errors are correlated (30 %
+// of the items are hard: each annotator is right with probability 0.4 there, 0.9 elsewhere), and
+// its latest version a ds fit of those labels with a calibration map (the default). ds alone is
+// overconfident on such labels; the served posteriors are the calibrated ones.
+struct CorrelatedProject {
+  std::unique_ptr<LiveProject> project;
+  std::vector<double> raw;  // The fitted ds's own posteriors, by item.
+};
+
+CorrelatedProject MakeCorrelatedDsProject(const std::string& calibration) {
+  constexpr int32_t kItems = 400, kAnnotators = 6;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  LiveProject::StoredState stored;
+  std::vector<models::Annotation> annotations;
+  int64_t seq = 0;
+  for (int32_t i = 0; i < kItems; ++i) {
+    stored.item_ids.push_back(absl::StrCat("i", i));
+    stored.gold.push_back(-1);
+    const int32_t truth = u(rng) < 0.5 ? 0 : 1;
+    const double right = u(rng) < 0.3 ? 0.4 : 0.9;
+    for (int32_t a = 0; a < kAnnotators; ++a) {
+      const int32_t label = u(rng) < right ? truth : 1 - truth;
+      stored.labels.push_back({i, a, label, ++seq});
+      annotations.push_back({i, a, label});
+    }
+  }
+  for (int32_t a = 0; a < kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("a", a));
+  auto matrix = models::AnnotationMatrix::Build(kItems, kAnnotators, 2, annotations);
+  EXPECT_TRUE(matrix.ok()) << matrix.status();
+  auto model = models::CreateTruthModel("ds", 2, {});
+  EXPECT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE((*model)->Fit(*matrix, {}, false).ok());
+  const auto& calibrated = dynamic_cast<const models::CalibratedTruthModel&>(**model);
+  EXPECT_LT(calibrated.calibration().temperature, 1.0);
+  storage::ModelVersionRecord version;
+  version.version = 1;
+  version.method = "ds";
+  version.parameters = (*model)->Serialize();
+  version.watermark = seq;
+  version.num_labels = seq;
+  stored.latest_version = version;
+  LiveProject::Identity id;
+  id.project_id = 2;
+  id.name = "correlated";
+  id.classes = {"no", "yes"};
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_calibration(calibration);
+  auto project = LiveProject::Create(id, settings, std::move(stored));
+  EXPECT_TRUE(project.ok()) << project.status();
+  return {std::move(*project), models::AllPosteriors(calibrated.inner(), *matrix, {})};
+}
+
+TEST(ItemAssignerTest, DynamicOverlapComparesTheCalibratedConfidence) {
+  AssignmentRules rules;
+  rules.confidence_target = 0.99;
+  rules.min_labels = 1;
+  CorrelatedProject calibrated = MakeCorrelatedDsProject("");
+  CorrelatedProject raw = MakeCorrelatedDsProject("none");
+  ASSERT_EQ(calibrated.project->model_version(), 1);
+  ASSERT_EQ(raw.project->model_version(), 1);
+  // Items that ds alone puts at >= 0.99: resolved under the raw posteriors, and (some of them)
+  // still open under the served, calibrated ones, so the assigner keeps buying labels for them.
+  int raw_resolved = 0, still_open = 0;
+  for (int32_t item = 0; item < 400; ++item) {
+    const double raw_confidence = std::max(raw.raw[2 * item], raw.raw[2 * item + 1]);
+    const PosteriorTable& served = calibrated.project->snapshot()->posteriors;
+    const double served_confidence =
+        std::max(served.probabilities(item)[0], served.probabilities(item)[1]);
+    EXPECT_LE(served_confidence, raw_confidence + 1e-12) << item;
+    const bool resolved_raw = IsResolved(raw.project->snapshot()->posteriors, item, 0, rules);
+    EXPECT_EQ(resolved_raw, raw_confidence >= 0.99) << item;
+    if (!resolved_raw) continue;
+    ++raw_resolved;
+    if (!IsResolved(served, item, 0, rules)) ++still_open;
+  }
+  EXPECT_GT(raw_resolved, 100);
+  EXPECT_GT(still_open, 0);
+  // The assigner offers such an item to a new annotator; under "none" it would not.
+  const std::vector<ItemSuggestion> open = RankItemsForAnnotator(
+      *calibrated.project, *calibrated.project->snapshot(), rules, -1, 400, std::nullopt, kNow, 1);
+  const std::vector<ItemSuggestion> open_raw = RankItemsForAnnotator(
+      *raw.project, *raw.project->snapshot(), rules, -1, 400, std::nullopt, kNow, 1);
+  EXPECT_EQ(open.size(), open_raw.size() + static_cast<size_t>(still_open));
 }
 
 }  // namespace

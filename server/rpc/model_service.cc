@@ -1,6 +1,7 @@
 #include "server/rpc/model_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "models/calibrated_truth_model.h"
 #include "server/api/grpc_status.h"
 #include "server/api/validation.h"
 
@@ -40,6 +41,18 @@ grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext* context,
                                                                     snapshot->model_version);
     if (!current.ok()) return ToGrpcStatus(current.status());
     FillVersion(*current, response->mutable_current_version());
+  }
+  if (const auto* calibrated =
+          dynamic_cast<const models::CalibratedTruthModel*>(snapshot->model.get());
+      calibrated != nullptr && calibrated->fits_map()) {
+    const models::PosteriorCalibration& c = calibrated->calibration();
+    v1::PosteriorCalibration* out = response->mutable_calibration();
+    out->set_kind(std::string(models::PosteriorCalibration::kKind));
+    out->set_temperature(c.temperature);
+    out->set_source(std::string(models::CalibrationSourceName(c.source)));
+    out->set_gold_items(c.gold_items);
+    out->set_gold_ece_raw(c.gold_ece_raw);
+    out->set_gold_ece(c.gold_ece);
   }
   ProjectCounts counts = live.Counts();
   response->set_num_labels(counts.num_labels);

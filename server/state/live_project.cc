@@ -89,6 +89,7 @@ models::TruthModelOptions ModelOptionsFromSettings(const v1::ModelSettings& sett
   if (settings.prior_smoothing() > 0) options.prior_smoothing = settings.prior_smoothing();
   if (settings.max_iterations() > 0) options.max_iterations = settings.max_iterations();
   if (settings.tolerance() > 0) options.tolerance = settings.tolerance();
+  if (!settings.calibration().empty()) options.calibration = settings.calibration();
   // Fits run on the trainer thread, off the request path: use the machine's cores.
   options.num_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   return options;

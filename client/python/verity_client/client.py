@@ -140,12 +140,15 @@ class ModelVersion:
 @dataclasses.dataclass(frozen=True)
 class ModelStatus:
     """GetModelStatus: the method of the next fit, the current version (None before the first
-    fit) and how many labels arrived since it."""
+    fit) and how many labels arrived since it. `calibration` (None when the project serves raw
+    posteriors) is the map from the fitted posteriors to the served ones: a dict with kind,
+    temperature, source ("crowd_labels", "gold" or "none"), gold_items, gold_ece_raw, gold_ece."""
     method: str
     current_version: Optional[ModelVersion]
     num_labels: int
     labels_since_version: int
     training: bool
+    calibration: Optional[dict] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -537,9 +540,16 @@ class Client:
                        models_pb2.GetModelStatusRequest(project=project), "GetModelStatus")
         current = (ModelVersion.from_proto(r.current_version)
                    if r.HasField("current_version") else None)
+        calibration = None
+        if r.HasField("calibration"):
+            c = r.calibration
+            calibration = {"kind": c.kind, "temperature": c.temperature, "source": c.source,
+                           "gold_items": c.gold_items, "gold_ece_raw": c.gold_ece_raw,
+                           "gold_ece": c.gold_ece}
         return ModelStatus(method=_method_name(r.method), current_version=current,
                            num_labels=r.num_labels,
-                           labels_since_version=r.labels_since_version, training=r.training)
+                           labels_since_version=r.labels_since_version, training=r.training,
+                           calibration=calibration)
 
     def model_versions(self, project, limit=20):
         """The newest `limit` (1 to 1,000) model versions as a list of ModelVersion."""

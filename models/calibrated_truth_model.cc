@@ -1,0 +1,354 @@
+#include "models/calibrated_truth_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "models/binary_codec.h"
+
+namespace verity::models {
+namespace {
+
+constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kKindTemperature = 1;
+// Posteriors are floored here before the log, so that a class the inner
+// model gives probability 0 (underflow) keeps a finite log.
+constexpr double kMinProbability = 1e-300;
+
+uint32_t MagicU32() {
+  const std::string_view m = CalibratedTruthModel::kMagic;
+  return static_cast<uint32_t>(static_cast<unsigned char>(m[0])) |
+         static_cast<uint32_t>(static_cast<unsigned char>(m[1])) << 8 |
+         static_cast<uint32_t>(static_cast<unsigned char>(m[2])) << 16 |
+         static_cast<uint32_t>(static_cast<unsigned char>(m[3])) << 24;
+}
+
+// Minimises f over [lo, hi] (f unimodal there, else a local minimum): a grid
+// of 25 points, then golden-section search around the best one.
+double MinimiseOnInterval(const std::function<double(double)>& f, double lo, double hi) {
+  constexpr int kGrid = 25;
+  double best_x = lo;
+  double best_f = f(lo);
+  const double step = (hi - lo) / (kGrid - 1);
+  for (int g = 1; g < kGrid; ++g) {
+    const double x = g == kGrid - 1 ? hi : lo + g * step;
+    const double fx = f(x);
+    if (fx < best_f) {
+      best_f = fx;
+      best_x = x;
+    }
+  }
+  double a = std::max(lo, best_x - step);
+  double b = std::min(hi, best_x + step);
+  const double r = (std::sqrt(5.0) - 1) / 2;
+  double c = b - r * (b - a);
+  double d = a + r * (b - a);
+  double fc = f(c);
+  double fd = f(d);
+  for (int it = 0; it < 40 && b - a > 1e-6; ++it) {
+    if (fc < fd) {
+      b = d;
+      d = c;
+      fd = fc;
+      c = b - r * (b - a);
+      fc = f(c);
+    } else {
+      a = c;
+      c = d;
+      fc = fd;
+      d = a + r * (b - a);
+      fd = f(d);
+    }
+  }
+  const double x = (a + b) / 2;
+  return f(x) < best_f ? x : best_x;
+}
+
+// ECE with 10 equal-width bins (as ClassificationScores::ece; the
+// evaluation library depends on the model factory, so it is not used here).
+double ExpectedCalibrationError(absl::Span<const double> rows, int32_t k,
+                                absl::Span<const int32_t> truth) {
+  double count[10] = {}, correct[10] = {}, confidence[10] = {};
+  for (size_t i = 0; i < truth.size(); ++i) {
+    const double* p = rows.data() + i * k;
+    int32_t best = 0;
+    for (int32_t c = 1; c < k; ++c) {
+      if (p[c] > p[best]) best = c;
+    }
+    const int bin = std::min(9, static_cast<int>(std::floor(10 * p[best])));
+    count[bin] += 1;
+    correct[bin] += best == truth[i] ? 1 : 0;
+    confidence[bin] += p[best];
+  }
+  double ece = 0;
+  for (int b = 0; b < 10; ++b) {
+    if (count[b] > 0) ece += std::abs(correct[b] - confidence[b]);
+  }
+  return truth.empty() ? 0.0 : ece / static_cast<double>(truth.size());
+}
+
+}  // namespace
+
+std::string_view CalibrationSourceName(CalibrationSource source) {
+  switch (source) {
+    case CalibrationSource::kCrowdLabels:
+      return "crowd_labels";
+    case CalibrationSource::kGold:
+      return "gold";
+    case CalibrationSource::kNone:
+      break;
+  }
+  return "none";
+}
+
+void ApplyTemperature(double temperature, absl::Span<double> row) {
+  if (temperature == 1.0) return;
+  double max_log = -std::numeric_limits<double>::infinity();
+  for (double& v : row) {
+    v = temperature * std::log(std::max(v, kMinProbability));
+    max_log = std::max(max_log, v);
+  }
+  double sum = 0;
+  for (double& v : row) {
+    v = std::exp(v - max_log);
+    sum += v;
+  }
+  for (double& v : row) v /= sum;
+}
+
+double FitLabelTemperature(const TruthModel& inner, const AnnotationMatrix& data,
+                           absl::Span<const double> raw_posteriors) {
+  const int32_t k = data.num_classes();
+  // Log confusions of every annotator, computed once.
+  std::vector<double> log_confusion(static_cast<size_t>(data.num_annotators()) * k * k);
+  for (int32_t a = 0; a < data.num_annotators(); ++a) {
+    const std::vector<double> confusion = inner.AnnotatorConfusion(a);
+    for (int32_t c = 0; c < k * k; ++c) {
+      log_confusion[static_cast<size_t>(a) * k * k + c] =
+          std::log(std::max(confusion[c], kMinProbability));
+    }
+  }
+  // Per label, the log posterior of its item without it (up to a constant),
+  // kept as K values: O(labels x K) memory, computed once.
+  std::vector<double> held_out;
+  std::vector<const double*> label_confusion_row;  // pi_j[., l] via stride k
+  std::vector<int32_t> label_class;
+  held_out.reserve(static_cast<size_t>(data.num_labels()) * k);
+  for (int32_t i = 0; i < data.num_items(); ++i) {
+    const auto labels = data.LabelsOfItem(i);
+    if (labels.size() < 2) continue;  // The prior alone predicts it: no signal on tau.
+    const double* p = raw_posteriors.data() + static_cast<size_t>(i) * k;
+    for (const AnnotationMatrix::Entry& e : labels) {
+      if (e.other < 0 || e.other >= data.num_annotators()) continue;
+      const double* lc = log_confusion.data() + static_cast<size_t>(e.other) * k * k;
+      for (int32_t c = 0; c < k; ++c) {
+        held_out.push_back(std::log(std::max(p[c], kMinProbability)) - lc[c * k + e.label]);
+      }
+      label_confusion_row.push_back(lc);
+      label_class.push_back(e.label);
+    }
+  }
+  if (label_class.empty()) return 1.0;
+  std::vector<double> q(k);
+  const auto negative_log_likelihood = [&](double tau) {
+    double total = 0;
+    for (size_t n = 0; n < label_class.size(); ++n) {
+      const double* h = held_out.data() + n * k;
+      double max_log = h[0];
+      for (int32_t c = 1; c < k; ++c) max_log = std::max(max_log, h[c]);
+      double z = 0, predictive = 0;
+      const double* lc = label_confusion_row[n];
+      for (int32_t c = 0; c < k; ++c) {
+        const double w = std::exp(tau * (h[c] - max_log));
+        z += w;
+        predictive += w * std::exp(lc[c * k + label_class[n]]);
+      }
+      total -= std::log(std::max(predictive / z, kMinProbability));
+    }
+    return total;
+  };
+  return MinimiseOnInterval(negative_log_likelihood, CalibratedTruthModel::kMinTemperature,
+                            1.0);
+}
+
+double FitGoldTemperature(absl::Span<const double> raw_posteriors, int32_t num_classes,
+                          absl::Span<const int32_t> truth) {
+  const int32_t k = num_classes;
+  std::vector<double> logs(raw_posteriors.size());
+  for (size_t n = 0; n < raw_posteriors.size(); ++n) {
+    logs[n] = std::log(std::max(raw_posteriors[n], kMinProbability));
+  }
+  const auto log_loss = [&](double tau) {
+    double total = 0;
+    for (size_t i = 0; i < truth.size(); ++i) {
+      const double* h = logs.data() + i * k;
+      double max_log = h[0];
+      for (int32_t c = 1; c < k; ++c) max_log = std::max(max_log, h[c]);
+      double z = 0;
+      for (int32_t c = 0; c < k; ++c) z += std::exp(tau * (h[c] - max_log));
+      total -= tau * (h[truth[i]] - max_log) - std::log(z);
+    }
+    return total;
+  };
+  // Search log tau, where the log-loss is closer to symmetric.
+  const double log_tau = MinimiseOnInterval(
+      [&](double x) { return log_loss(std::exp(x)); },
+      std::log(CalibratedTruthModel::kMinTemperature),
+      std::log(CalibratedTruthModel::kMaxTemperature));
+  return std::exp(log_tau);
+}
+
+CalibratedTruthModel::CalibratedTruthModel(std::unique_ptr<TruthModel> inner, bool fit_map)
+    : inner_(std::move(inner)), fit_map_(fit_map) {}
+
+std::unique_ptr<TruthModel> CalibratedTruthModel::Clone() const {
+  auto copy = std::make_unique<CalibratedTruthModel>(inner_->Clone(), fit_map_);
+  copy->calibration_ = calibration_;
+  return copy;
+}
+
+absl::StatusOr<FitReport> CalibratedTruthModel::Fit(const AnnotationMatrix& data,
+                                                    absl::Span<const int32_t> gold,
+                                                    bool warm_start) {
+  absl::StatusOr<FitReport> report = inner_->Fit(data, gold, warm_start);
+  if (!report.ok()) return report;
+  PosteriorCalibration calibration;
+  if (!fit_map_ || !inner_->has_parameters()) {
+    calibration_ = calibration;
+    return report;
+  }
+  const int32_t k = data.num_classes();
+  // Unclamped posteriors of every item.
+  const std::vector<double> raw = AllPosteriors(*inner_, data, {});
+  std::vector<double> gold_rows;
+  std::vector<int32_t> gold_truth;
+  for (size_t i = 0; i < gold.size(); ++i) {
+    if (gold[i] < 0 || data.LabelsOfItem(static_cast<int32_t>(i)).empty()) continue;
+    gold_rows.insert(gold_rows.end(), raw.begin() + i * k, raw.begin() + (i + 1) * k);
+    gold_truth.push_back(gold[i]);
+  }
+  if (static_cast<int64_t>(gold_truth.size()) >= kMinGoldItems) {
+    calibration.source = CalibrationSource::kGold;
+    calibration.temperature = FitGoldTemperature(gold_rows, k, gold_truth);
+    calibration.gold_items = static_cast<int64_t>(gold_truth.size());
+    calibration.gold_ece_raw = ExpectedCalibrationError(gold_rows, k, gold_truth);
+    for (size_t n = 0; n < gold_truth.size(); ++n) {
+      ApplyTemperature(calibration.temperature, absl::MakeSpan(gold_rows.data() + n * k, k));
+    }
+    calibration.gold_ece = ExpectedCalibrationError(gold_rows, k, gold_truth);
+  } else {
+    calibration.source = CalibrationSource::kCrowdLabels;
+    calibration.temperature = FitLabelTemperature(*inner_, data, raw);
+  }
+  calibration_ = calibration;
+  return report;
+}
+
+void CalibratedTruthModel::ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels,
+                                         int32_t gold_label, absl::Span<double> out) const {
+  inner_->ItemPosterior(labels, gold_label, out);
+  if (gold_label < 0) ApplyTemperature(calibration_.temperature, out);
+}
+
+void CalibratedTruthModel::ItemPosteriorForItem(int32_t item,
+                                                absl::Span<const AnnotationMatrix::Entry> labels,
+                                                int32_t gold_label,
+                                                absl::Span<double> out) const {
+  inner_->ItemPosteriorForItem(item, labels, gold_label, out);
+  if (gold_label < 0) ApplyTemperature(calibration_.temperature, out);
+}
+
+std::string CalibratedTruthModel::Serialize() const {
+  // Identity maps are written as the bare inner blob, readable by builds
+  // without calibration.
+  if (calibration_.source == CalibrationSource::kNone && calibration_.temperature == 1.0) {
+    return inner_->Serialize();
+  }
+  ByteWriter writer;
+  writer.WriteU32(MagicU32());
+  writer.WriteU32(kFormatVersion);
+  writer.WriteU32(kKindTemperature);
+  writer.WriteF64(calibration_.temperature);
+  writer.WriteU32(static_cast<uint32_t>(calibration_.source));
+  writer.WriteU64(static_cast<uint64_t>(calibration_.gold_items));
+  writer.WriteF64(calibration_.gold_ece_raw);
+  writer.WriteF64(calibration_.gold_ece);
+  writer.WriteString(inner_->Serialize());
+  return writer.Finish();
+}
+
+absl::Status CalibratedTruthModel::Restore(std::string_view serialized) {
+  return RestoreImpl(serialized, nullptr);
+}
+
+absl::Status CalibratedTruthModel::Restore(std::string_view serialized,
+                                           const RestoreBounds& bounds) {
+  return RestoreImpl(serialized, &bounds);
+}
+
+absl::Status CalibratedTruthModel::RestoreImpl(std::string_view serialized,
+                                               const RestoreBounds* bounds) {
+  const auto restore_inner = [&](std::string_view blob) {
+    return bounds == nullptr ? inner_->Restore(blob) : inner_->Restore(blob, *bounds);
+  };
+  if (serialized.substr(0, kMagic.size()) != kMagic) {
+    // A version stored before calibration: the inner model alone.
+    if (absl::Status s = restore_inner(serialized); !s.ok()) return s;
+    calibration_ = PosteriorCalibration();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<ByteReader> reader = ByteReader::Open(serialized);
+  if (!reader.ok()) return reader.status();
+  auto magic = reader->ReadU32();
+  auto version = reader->ReadU32();
+  auto kind = reader->ReadU32();
+  auto temperature = reader->ReadF64();
+  auto source = reader->ReadU32();
+  auto gold_items = reader->ReadU64();
+  auto gold_ece_raw = reader->ReadF64();
+  auto gold_ece = reader->ReadF64();
+  auto inner_blob = reader->ReadString();
+  for (const absl::Status& s :
+       {magic.status(), version.status(), kind.status(), temperature.status(), source.status(),
+        gold_items.status(), gold_ece_raw.status(), gold_ece.status(), inner_blob.status()}) {
+    if (!s.ok()) return s;
+  }
+  if (absl::Status s = reader->ExpectEnd(); !s.ok()) return s;
+  if (*magic != MagicU32() || *version != kFormatVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("serialized calibration: format version ", *version, "; this build reads ",
+                     kFormatVersion));
+  }
+  if (*kind != kKindTemperature) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("serialized calibration: unknown map kind ", *kind));
+  }
+  if (!(*temperature >= kMinTemperature && *temperature <= kMaxTemperature)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("serialized calibration: temperature ", *temperature, " out of [",
+                     kMinTemperature, ", ", kMaxTemperature, "]"));
+  }
+  if (*source > static_cast<uint32_t>(CalibrationSource::kGold)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("serialized calibration: unknown source ", *source));
+  }
+  if (absl::Status s = restore_inner(*inner_blob); !s.ok()) return s;
+  calibration_ = PosteriorCalibration();
+  if (!fit_map_) return absl::OkStatus();
+  calibration_.temperature = *temperature;
+  calibration_.source = static_cast<CalibrationSource>(*source);
+  calibration_.gold_items = static_cast<int64_t>(*gold_items);
+  calibration_.gold_ece_raw = *gold_ece_raw;
+  calibration_.gold_ece = *gold_ece;
+  return absl::OkStatus();
+}
+
+}  // namespace verity::models

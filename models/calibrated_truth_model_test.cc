@@ -1,0 +1,255 @@
+#include "models/calibrated_truth_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/annotation_matrix.h"
+#include "models/dawid_skene.h"
+#include "models/truth_model.h"
+#include "models/truth_model_factory.h"
+
+namespace verity::models {
+namespace {
+
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+// A binary crowd whose annotators err together: 70 % of the items are easy
+// (every annotator is right with probability 0.9), 30 % are hard (right with
+// probability 0.4: most annotators fall for the same wrong answer). Labels of
+// an item are thus correlated given its class, the situation that makes ds,
+// which multiplies them as independent, overconfident. Written with its own
+// sampling, independently of the model code.
+struct Crowd {
+  AnnotationMatrix matrix;
+  std::vector<int32_t> truth;
+};
+
+Crowd CorrelatedCrowd(int32_t num_items, int32_t labels_per_item, uint64_t seed) {
+  constexpr int32_t kAnnotators = 20;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<Annotation> annotations;
+  std::vector<int32_t> truth(num_items);
+  for (int32_t i = 0; i < num_items; ++i) {
+    truth[i] = u(rng) < 0.5 ? 0 : 1;
+    const double right = u(rng) < 0.3 ? 0.4 : 0.9;
+    std::vector<int32_t> annotators(kAnnotators);
+    for (int32_t a = 0; a < kAnnotators; ++a) annotators[a] = a;
+    for (int32_t n = 0; n < labels_per_item; ++n) {
+      // Partial Fisher-Yates: distinct annotators per item.
+      const int32_t pick = n + static_cast<int32_t>(u(rng) * (kAnnotators - n));
+      std::swap(annotators[n], annotators[std::min(pick, kAnnotators - 1)]);
+      const int32_t label = u(rng) < right ? truth[i] : 1 - truth[i];
+      annotations.push_back({i, annotators[n], label});
+    }
+  }
+  absl::StatusOr<AnnotationMatrix> matrix =
+      AnnotationMatrix::Build(num_items, kAnnotators, 2, annotations);
+  EXPECT_THAT(matrix.status(), IsOk());
+  return {*std::move(matrix), std::move(truth)};
+}
+
+// ECE with 10 equal-width bins over the items in `scored` (the definition of
+// models/evaluation.h, recomputed here).
+double Ece(const std::vector<double>& posteriors, const std::vector<int32_t>& truth,
+           const std::vector<bool>& scored) {
+  double n[10] = {}, right[10] = {}, conf[10] = {};
+  double total = 0;
+  for (size_t i = 0; i < truth.size(); ++i) {
+    if (!scored[i]) continue;
+    const double p0 = posteriors[2 * i], p1 = posteriors[2 * i + 1];
+    const int32_t pred = p1 > p0 ? 1 : 0;
+    const double c = std::max(p0, p1);
+    const int b = std::min(9, static_cast<int>(std::floor(10 * c)));
+    n[b] += 1;
+    right[b] += pred == truth[i];
+    conf[b] += c;
+    total += 1;
+  }
+  double ece = 0;
+  for (int b = 0; b < 10; ++b) ece += std::abs(right[b] - conf[b]);
+  return ece / total;
+}
+
+std::unique_ptr<CalibratedTruthModel> CalibratedDs() {
+  absl::StatusOr<std::unique_ptr<DawidSkeneModel>> ds = DawidSkeneModel::Create(2, {});
+  EXPECT_THAT(ds.status(), IsOk());
+  return std::make_unique<CalibratedTruthModel>(*std::move(ds));
+}
+
+TEST(CalibratedTruthModelTest, TemperatureOneIsTheExactIdentity) {
+  std::vector<double> row = {0.123456789, 0.876543211};
+  const std::vector<double> before = row;
+  ApplyTemperature(1.0, absl::MakeSpan(row));
+  EXPECT_EQ(row, before);
+
+  // An unfitted wrapper serves the inner posteriors bit for bit.
+  const Crowd crowd = CorrelatedCrowd(300, 5, 7);
+  auto inner = DawidSkeneModel::Create(2, {});
+  ASSERT_THAT(inner.status(), IsOk());
+  ASSERT_THAT((*inner)->Fit(crowd.matrix, {}, false).status(), IsOk());
+  const std::vector<double> raw = AllPosteriors(**inner, crowd.matrix, {});
+  CalibratedTruthModel wrapped((*inner)->Clone());
+  EXPECT_EQ(wrapped.calibration().temperature, 1.0);
+  EXPECT_EQ(wrapped.calibration().source, CalibrationSource::kNone);
+  EXPECT_EQ(AllPosteriors(wrapped, crowd.matrix, {}), raw);
+}
+
+TEST(CalibratedTruthModelTest, TemperatureSoftensAndKeepsTheOrder) {
+  std::vector<double> row = {0.1, 0.9};
+  ApplyTemperature(0.5, absl::MakeSpan(row));
+  // 0.9^0.5 / (0.1^0.5 + 0.9^0.5) = 0.948683 / 1.264911 = 0.75.
+  EXPECT_NEAR(row[1], 0.75, 1e-12);
+  EXPECT_NEAR(row[0], 0.25, 1e-12);
+}
+
+TEST(CalibratedTruthModelTest, LowersTheEceOfDsOnACorrelatedCrowd) {
+  const Crowd crowd = CorrelatedCrowd(4000, 7, 11);
+  auto model = CalibratedDs();
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+  EXPECT_EQ(model->calibration().source, CalibrationSource::kCrowdLabels);
+  EXPECT_LT(model->calibration().temperature, 1.0);
+
+  const std::vector<bool> all(crowd.truth.size(), true);
+  const std::vector<double> raw = AllPosteriors(model->inner(), crowd.matrix, {});
+  const std::vector<double> calibrated = AllPosteriors(*model, crowd.matrix, {});
+  const double raw_ece = Ece(raw, crowd.truth, all);
+  const double calibrated_ece = Ece(calibrated, crowd.truth, all);
+  // ds is overconfident here: with 7 labels it puts most items above 0.99,
+  // while about 30 % x P(majority wrong | p = 0.4, 7 labels) = 0.3 x 0.71 of
+  // the items are wrong.
+  EXPECT_GT(raw_ece, 0.1);
+  EXPECT_LT(calibrated_ece, 0.5 * raw_ece);
+  EXPECT_LT(calibrated_ece, 0.08);
+
+  // The map keeps every MAP label: accuracy unchanged.
+  for (size_t i = 0; i < crowd.truth.size(); ++i) {
+    EXPECT_EQ(raw[2 * i + 1] > raw[2 * i], calibrated[2 * i + 1] > calibrated[2 * i]) << i;
+  }
+}
+
+TEST(CalibratedTruthModelTest, UsesTheGoldMapWithEnoughGoldItems) {
+  const Crowd crowd = CorrelatedCrowd(3000, 7, 13);
+  // Every 10th item is gold (300 gold items); the others are scored.
+  std::vector<int32_t> gold(crowd.truth.size(), -1);
+  std::vector<bool> scored(crowd.truth.size(), true);
+  for (size_t i = 0; i < gold.size(); i += 10) {
+    gold[i] = crowd.truth[i];
+    scored[i] = false;
+  }
+  auto model = CalibratedDs();
+  ASSERT_THAT(model->Fit(crowd.matrix, gold, false).status(), IsOk());
+  EXPECT_EQ(model->calibration().source, CalibrationSource::kGold);
+  EXPECT_EQ(model->calibration().gold_items, 300);
+  EXPECT_LT(model->calibration().temperature, 1.0);
+  EXPECT_LT(model->calibration().gold_ece, model->calibration().gold_ece_raw);
+
+  const std::vector<double> raw = AllPosteriors(model->inner(), crowd.matrix, gold);
+  const std::vector<double> calibrated = AllPosteriors(*model, crowd.matrix, gold);
+  EXPECT_LT(Ece(calibrated, crowd.truth, scored), 0.5 * Ece(raw, crowd.truth, scored));
+  // Gold items stay clamped one-hot.
+  for (size_t i = 0; i < gold.size(); i += 10) {
+    EXPECT_EQ(calibrated[2 * i + gold[i]], 1.0) << i;
+    EXPECT_EQ(calibrated[2 * i + 1 - gold[i]], 0.0) << i;
+  }
+}
+
+TEST(CalibratedTruthModelTest, FallsBackToCrowdLabelsWithTooFewGoldItems) {
+  const Crowd crowd = CorrelatedCrowd(1000, 5, 17);
+  std::vector<int32_t> gold(crowd.truth.size(), -1);
+  for (int32_t i = 0; i < CalibratedTruthModel::kMinGoldItems - 1; ++i) gold[i] = crowd.truth[i];
+  auto model = CalibratedDs();
+  ASSERT_THAT(model->Fit(crowd.matrix, gold, false).status(), IsOk());
+  EXPECT_EQ(model->calibration().source, CalibrationSource::kCrowdLabels);
+  EXPECT_EQ(model->calibration().gold_items, 0);
+}
+
+TEST(CalibratedTruthModelTest, SerializeRestoreGivesIdenticalPosteriors) {
+  const Crowd crowd = CorrelatedCrowd(1000, 5, 19);
+  auto model = CalibratedDs();
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+  ASSERT_NE(model->calibration().temperature, 1.0);
+  auto restored = CalibratedDs();
+  ASSERT_THAT(restored->Restore(model->Serialize()), IsOk());
+  EXPECT_EQ(restored->calibration().temperature, model->calibration().temperature);
+  EXPECT_EQ(restored->calibration().source, CalibrationSource::kCrowdLabels);
+  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}), AllPosteriors(*model, crowd.matrix, {}));
+  EXPECT_EQ(restored->Serialize(), model->Serialize());
+}
+
+TEST(CalibratedTruthModelTest, RestoresAVersionStoredBeforeCalibration) {
+  const Crowd crowd = CorrelatedCrowd(1000, 5, 23);
+  auto inner = DawidSkeneModel::Create(2, {});
+  ASSERT_THAT(inner.status(), IsOk());
+  ASSERT_THAT((*inner)->Fit(crowd.matrix, {}, false).status(), IsOk());
+  auto model = CalibratedDs();
+  ASSERT_THAT(model->Restore((*inner)->Serialize()), IsOk());
+  EXPECT_TRUE(model->has_parameters());
+  EXPECT_EQ(model->calibration().temperature, 1.0);
+  EXPECT_EQ(model->calibration().source, CalibrationSource::kNone);
+  EXPECT_EQ(AllPosteriors(*model, crowd.matrix, {}), AllPosteriors(**inner, crowd.matrix, {}));
+}
+
+TEST(CalibratedTruthModelTest, RefusesACorruptBlobAndStaysUnchanged) {
+  const Crowd crowd = CorrelatedCrowd(500, 5, 29);
+  auto model = CalibratedDs();
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+  std::string blob = model->Serialize();
+  blob[blob.size() / 2] ^= 0x5a;
+  auto other = CalibratedDs();
+  EXPECT_THAT(other->Restore(blob), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(other->has_parameters());
+  EXPECT_EQ(other->calibration().source, CalibrationSource::kNone);
+}
+
+TEST(CalibratedTruthModelTest, FactoryWrapsByDefaultAndNoneServesTheInnerPosteriors) {
+  TruthModelOptions options;
+  auto wrapped = CreateTruthModel("ds", 2, options);
+  ASSERT_THAT(wrapped.status(), IsOk());
+  const auto* calibrated = dynamic_cast<CalibratedTruthModel*>(wrapped->get());
+  ASSERT_NE(calibrated, nullptr);
+  EXPECT_TRUE(calibrated->fits_map());
+  EXPECT_EQ((*wrapped)->method(), "ds");
+
+  const Crowd crowd = CorrelatedCrowd(1000, 5, 37);
+  ASSERT_THAT((*wrapped)->Fit(crowd.matrix, {}, false).status(), IsOk());
+  ASSERT_NE(calibrated->calibration().temperature, 1.0);
+  options.calibration = "none";
+  auto none = CreateTruthModel("ds", 2, options);
+  ASSERT_THAT(none.status(), IsOk());
+  const auto* uncalibrated = dynamic_cast<CalibratedTruthModel*>(none->get());
+  ASSERT_NE(uncalibrated, nullptr);
+  EXPECT_FALSE(uncalibrated->fits_map());
+  // "none" reads the calibrated version and serves its inner posteriors.
+  ASSERT_THAT((*none)->Restore((*wrapped)->Serialize()), IsOk());
+  EXPECT_EQ(uncalibrated->calibration().temperature, 1.0);
+  EXPECT_EQ(AllPosteriors(**none, crowd.matrix, {}),
+            AllPosteriors(calibrated->inner(), crowd.matrix, {}));
+  // And fits no map.
+  ASSERT_THAT((*none)->Fit(crowd.matrix, {}, false).status(), IsOk());
+  EXPECT_EQ(uncalibrated->calibration().source, CalibrationSource::kNone);
+  options.calibration = "platt";
+  EXPECT_THAT(CreateTruthModel("ds", 3, options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(CalibratedTruthModelTest, CloneKeepsTheMap) {
+  const Crowd crowd = CorrelatedCrowd(800, 5, 31);
+  auto model = CalibratedDs();
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+  std::unique_ptr<TruthModel> copy = model->Clone();
+  EXPECT_EQ(AllPosteriors(*copy, crowd.matrix, {}), AllPosteriors(*model, crowd.matrix, {}));
+}
+
+}  // namespace
+}  // namespace verity::models
