@@ -302,7 +302,14 @@ absl::Status EvaluateCalibration(const Dataset& dataset, const Settings& setting
       ll_raw.push_back(raw.log_loss);
       ll_cal.push_back(cal.log_loss);
       tau.push_back(calibrated.calibration().temperature);
-      const std::string s(CalibrationSourceName(calibrated.calibration().source));
+      const std::string s =
+          calibrated.calibration().temperature == 1.0
+              ? std::string(CalibrationSourceName(calibrated.calibration().source))
+              : absl::StrCat(CalibrationSourceName(calibrated.calibration().source), ":",
+                             calibrated.calibration().kind ==
+                                     CalibrationMapKind::kTopLabelTemperature
+                                 ? "top"
+                                 : "full");
       if (source.empty()) {
         source = s;
       } else if (source.find(s) == std::string::npos) {
@@ -498,7 +505,7 @@ int Main(const std::vector<std::string>& positional) {
   header.push_back("fit ms");
   if (calibration_report) {
     header = {"dataset", "method", "scored", "acc raw", "acc cal", "ECE raw",
-              "ECE cal", "log-loss raw", "log-loss cal", "tau", "map from"};
+              "ECE cal", "log-loss raw", "log-loss cal", "tau", "map"};
   }
   Table table(std::move(header));
   int failures = 0;

@@ -47,7 +47,7 @@ grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext* context,
       calibrated != nullptr && calibrated->fits_map()) {
     const models::PosteriorCalibration& c = calibrated->calibration();
     v1::PosteriorCalibration* out = response->mutable_calibration();
-    out->set_kind(std::string(models::PosteriorCalibration::kKind));
+    out->set_kind(std::string(models::CalibrationMapKindName(c.kind)));
     out->set_temperature(c.temperature);
     out->set_source(std::string(models::CalibrationSourceName(c.source)));
     out->set_gold_items(c.gold_items);
