@@ -22,6 +22,9 @@ constexpr uint32_t kFormatVersion = 1;
 // Posteriors are floored here before the log, so that a class the inner
 // model gives probability 0 (underflow) keeps a finite log.
 constexpr double kMinProbability = 1e-300;
+// The most held-out (label, class) values FitLabelMap keeps: 2 x 16 MB, and
+// at K = 2 a million labels, plenty for one parameter.
+constexpr int64_t kMaxHeldOutValues = 2'000'000;
 
 uint32_t MagicU32() {
   const std::string_view m = CalibratedTruthModel::kMagic;
@@ -32,9 +35,10 @@ uint32_t MagicU32() {
 }
 
 // Minimises f over [lo, hi] (f unimodal there, else a local minimum): a grid
-// of 25 points, then golden-section search around the best one.
+// of 13 points, then golden-section search around the best one to a width of
+// 1e-4 (about 20 evaluations).
 double MinimiseOnInterval(const std::function<double(double)>& f, double lo, double hi) {
-  constexpr int kGrid = 25;
+  constexpr int kGrid = 13;
   double best_x = lo;
   double best_f = f(lo);
   const double step = (hi - lo) / (kGrid - 1);
@@ -53,7 +57,7 @@ double MinimiseOnInterval(const std::function<double(double)>& f, double lo, dou
   double d = a + r * (b - a);
   double fc = f(c);
   double fd = f(d);
-  for (int it = 0; it < 40 && b - a > 1e-6; ++it) {
+  for (int it = 0; it < 30 && b - a > 1e-4; ++it) {
     if (fc < fd) {
       b = d;
       d = c;
@@ -72,19 +76,17 @@ double MinimiseOnInterval(const std::function<double(double)>& f, double lo, dou
   return f(x) < best_f ? x : best_x;
 }
 
-// The map of lowest loss: a full temperature in [kMinTemperature,
-// max_temperature] and a top-label temperature in [kMinTemperature, 1] (above
-// 1 it could change the MAP label of an item whose top class is below 1/2),
-// each minimised over log tau, where the losses are closer to symmetric.
-FittedMap BestMap(const std::function<double(CalibrationMapKind, double)>& loss,
-                  double max_temperature) {
+// The map of lowest loss: a full temperature and a top-label temperature in
+// [kMinTemperature, kMaxTemperature] (above 1 the top-label map could change
+// the MAP label of an item whose top class is below 1/2), each minimised over
+// log tau, where the losses are closer to symmetric.
+FittedMap BestMap(const std::function<double(CalibrationMapKind, double)>& loss) {
   FittedMap best;
   best.loss = loss(CalibrationMapKind::kTemperature, 1.0);
   const double lo = std::log(CalibratedTruthModel::kMinTemperature);
   for (const CalibrationMapKind kind :
        {CalibrationMapKind::kTemperature, CalibrationMapKind::kTopLabelTemperature}) {
-    const double hi =
-        std::log(kind == CalibrationMapKind::kTemperature ? max_temperature : 1.0);
+    const double hi = std::log(CalibratedTruthModel::kMaxTemperature);
     const auto f = [&](double x) { return loss(kind, std::exp(x)); };
     const double x = MinimiseOnInterval(f, lo, hi);
     const double fx = f(x);
@@ -209,7 +211,12 @@ FittedMap FitLabelMap(const TruthModel& inner, const AnnotationMatrix& data,
   std::vector<double> held_out_likelihood;
   held_out.reserve(static_cast<size_t>(data.num_labels()) * k);
   held_out_likelihood.reserve(static_cast<size_t>(data.num_labels()) * k);
-  for (int32_t i = 0; i < data.num_items(); ++i) {
+  // On large projects, every stride-th item only (kMaxHeldOutValues bounds
+  // the memory and the cost of each evaluation of the loss).
+  const int64_t values = data.num_labels() * static_cast<int64_t>(k);
+  const int32_t stride = static_cast<int32_t>(
+      std::max<int64_t>(1, (values + kMaxHeldOutValues - 1) / kMaxHeldOutValues));
+  for (int32_t i = 0; i < data.num_items(); i += stride) {
     const auto labels = data.LabelsOfItem(i);
     if (labels.size() < 2) continue;  // The prior alone predicts it: no signal on tau.
     const double* p = raw_posteriors.data() + static_cast<size_t>(i) * k;
@@ -250,7 +257,7 @@ FittedMap FitLabelMap(const TruthModel& inner, const AnnotationMatrix& data,
     }
     return total;
   };
-  return BestMap(negative_log_likelihood, /*max_temperature=*/1.0);
+  return BestMap(negative_log_likelihood);
 }
 
 FittedMap FitGoldMap(absl::Span<const double> raw_posteriors, int32_t num_classes,
@@ -266,7 +273,7 @@ FittedMap FitGoldMap(absl::Span<const double> raw_posteriors, int32_t num_classe
     }
     return total;
   };
-  return BestMap(log_loss, CalibratedTruthModel::kMaxTemperature);
+  return BestMap(log_loss);
 }
 
 CalibratedTruthModel::CalibratedTruthModel(std::unique_ptr<TruthModel> inner, bool fit_map)
@@ -422,11 +429,6 @@ absl::Status CalibratedTruthModel::RestoreImpl(std::string_view serialized,
     return absl::InvalidArgumentError(
         absl::StrCat("serialized calibration: temperature ", *temperature, " out of [",
                      kMinTemperature, ", ", kMaxTemperature, "]"));
-  }
-  if (*kind == static_cast<uint32_t>(CalibrationMapKind::kTopLabelTemperature) &&
-      *temperature > 1.0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "serialized calibration: top-label temperature ", *temperature, " above 1"));
   }
   if (*source > static_cast<uint32_t>(CalibrationSource::kGold)) {
     return absl::InvalidArgumentError(

@@ -305,7 +305,7 @@ absl::Status EvaluateCalibration(const Dataset& dataset, const Settings& setting
       const std::string s =
           calibrated.calibration().temperature == 1.0
               ? std::string(CalibrationSourceName(calibrated.calibration().source))
-              : absl::StrCat(CalibrationSourceName(calibrated.calibration().source), ":",
+              : absl::StrCat(std::string(CalibrationSourceName(calibrated.calibration().source)), ":",
                              calibrated.calibration().kind ==
                                      CalibrationMapKind::kTopLabelTemperature
                                  ? "top"

@@ -198,7 +198,8 @@ absl::StatusOr<RunResult> TrainCrowdModel(const Protocol& protocol, const std::s
   options.neural.learning_rate = g.learning_rate;
   if (method == "trace_reg") options.neural.trace_lambda = g.lambda;
   if (method == "conal") options.neural.conal_lambda = g.lambda;
-  auto model = verity::models::CreateTruthModel(method, protocol.num_classes, options);
+  // The bare model: the protocol reads the network's checkpoints, not served posteriors.
+  auto model = verity::models::CreateUncalibratedTruthModel(method, protocol.num_classes, options);
   if (!model.ok()) return model.status();
   auto* neural = dynamic_cast<verity::models::neural::NeuralTruthModel*>(model->get());
   if (neural == nullptr) return absl::InvalidArgumentError(absl::StrCat(method, " is not a neural method"));

@@ -53,8 +53,10 @@ TruthModelOptions FastOptions(const std::string& method = "") {
   return options;
 }
 
+// The bare neural model (no calibration wrapper): these tests check its own posteriors and
+// reach its class through dynamic_cast.
 std::unique_ptr<TruthModel> Make(const std::string& method, int32_t k, TruthModelOptions options) {
-  auto model = CreateTruthModel(method, k, options);
+  auto model = CreateUncalibratedTruthModel(method, k, options);
   EXPECT_TRUE(model.ok()) << model.status();
   return std::move(*model);
 }
