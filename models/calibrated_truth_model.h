@@ -45,8 +45,9 @@
 //     i, the posterior of i without that label is
 //       log p_{-j}(k) = log p_i(k) - log pi_j[k, l] + const
 //     (pi_j = AnnotatorConfusion(j); exact for the models whose posterior is
-//     prior x product of confusions: ds, one_coin, mace; an approximation for
-//     the others), mapped to q_{-j} (either map), and the label's
+//     prior x product of confusions: ds, one_coin, mace, which FitLabelMap
+//     checks on every item; for the others, mv, glad, the neural models, it
+//     is not, and the map stays the identity without gold), mapped to q_{-j} (either map), and the label's
 //     predictive probability is sum_k q_{-j}(k) pi_j[k, l]. tau in
 //     [kMinTemperature, 1] maximises the sum of their logs: when labels
 //     disagree more often than the fitted model predicts (correlated
