@@ -109,6 +109,27 @@ TEST(ModelStatusJsonTest, CurrentVersionIsNullBeforeTheFirstFit) {
             "\"iterations\":7,\"duration_ms\":1.25,\"created_at\":null}}");
 }
 
+TEST(ModelStatusJsonTest, ShowsTheCalibrationOfTheServedPosteriors) {
+  auto status = Parse<v1::GetModelStatusResponse>(
+      "method: TRUTH_METHOD_DAWID_SKENE num_labels: 6 labels_since_version: 0 "
+      "calibration { kind: \"temperature\" temperature: 0.25 source: \"crowd_labels\" }");
+  EXPECT_EQ(ModelStatusJson("birds", status).Serialize(),
+            "{\"project\":\"birds\",\"method\":\"ds\",\"num_labels\":6,"
+            "\"labels_since_version\":0,\"training\":false,"
+            "\"current_version\":null,\"calibration\":{\"kind\":\"temperature\","
+            "\"temperature\":0.25,\"source\":\"crowd_labels\"}}");
+  status = Parse<v1::GetModelStatusResponse>(
+      "method: TRUTH_METHOD_DAWID_SKENE num_labels: 6 labels_since_version: 0 "
+      "calibration { kind: \"top_label_temperature\" temperature: 0.5 source: \"gold\" "
+      "gold_items: 80 gold_ece_raw: 0.25 gold_ece: 0.03125 }");
+  EXPECT_EQ(ModelStatusJson("birds", status).Serialize(),
+            "{\"project\":\"birds\",\"method\":\"ds\",\"num_labels\":6,"
+            "\"labels_since_version\":0,\"training\":false,"
+            "\"current_version\":null,\"calibration\":{\"kind\":\"top_label_temperature\","
+            "\"temperature\":0.5,\"source\":\"gold\",\"gold_items\":80,"
+            "\"gold_ece_raw\":0.25,\"gold_ece\":0.03125}}");
+}
+
 TEST(PosteriorJsonTest, KeysProbabilitiesByClassName) {
   const auto posterior = Parse<v1::Posterior>(
       "item: \"a\" probabilities: [0.25, 0.75] map_label: 1 confidence: 0.75 "

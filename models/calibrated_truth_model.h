@@ -35,10 +35,12 @@
 //     those of the served model, which was fitted with the gold clamped: its confusions were learned from the
 //     very items with their truth known, so their unclamped posteriors are
 //     optimistic (10 % gold on music, before tau was capped at 1: tau 1.23, a
-//     sharpening, while the other items needed softening). They come from a copy of the fitted model
-//     refitted without gold (warm-started: a fraction of a fit's cost). That
-//     copy is a little worse than the served model, so the map leans to
-//     softening slightly too much, the safe side for confidence_target.
+//     sharpening, while the other items needed softening). They come from
+//     two-fold cross-fitting: the gold items are split into two halves, and
+//     each half is scored by a copy of the fitted model refitted
+//     (warm-started) with only the other half's gold. A copy refitted with
+//     no gold at all is worse than the served model and leaned to softening
+//     too much (medical_cause, 30 % gold: ECE 0.075 against 0.063).
 //     gold_ece reports the ECE of those posteriors after the map.
 //   - kCrowdLabels (no or too few gold items): leave-one-label-out predictive
 //     likelihood of the crowd labels. For each label l of annotator j on item
@@ -47,8 +49,8 @@
 //     (pi_j = AnnotatorConfusion(j); exact for the models whose posterior is
 //     prior x product of confusions: ds, one_coin, mace, which FitLabelMap
 //     checks on every item; for the others, mv, glad, the neural models, it
-//     is not, and the map stays the identity without gold), mapped to q_{-j} (either map), and the label's
-//     predictive probability is sum_k q_{-j}(k) pi_j[k, l]. tau in
+//     is not, and the map stays the identity without gold), mapped to q_{-j}
+//     (either map), and the label's predictive probability is sum_k q_{-j}(k) pi_j[k, l]. tau in
 //     [kMinTemperature, 1] maximises the sum of their logs: when labels
 //     disagree more often than the fitted model predicts (correlated
 //     errors), held-out labels are better predicted from a softer posterior.
@@ -62,7 +64,7 @@
 //     more than 2M (label, class) pairs use every n-th item only, so the map
 //     costs at most about 2 x 35 passes over 2M values after one E-step.
 //     Fit costs one E-step pass more than the inner Fit (AllPosteriors), and
-//     with gold one warm refit of a copy more.
+//     with gold two warm refits of copies more.
 //   - kNone: not fitted (no parameters, or the inner model's has_parameters()
 //     is false after Fit): the identity.
 //

@@ -68,6 +68,16 @@ TEST(ValidateNewProjectTest, RejectsBadNamesClassesAndDimensions) {
   p.mutable_settings()->mutable_model()->set_tolerance(std::nan(""));
   EXPECT_THAT(ValidateNewProject(p),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tolerance")));
+
+  p = ValidProject();
+  p.mutable_settings()->mutable_model()->set_calibration("platt");
+  EXPECT_THAT(ValidateNewProject(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("calibration")));
+  for (const char* calibration : {"", "auto", "none"}) {
+    p = ValidProject();
+    p.mutable_settings()->mutable_model()->set_calibration(calibration);
+    EXPECT_TRUE(ValidateNewProject(p).ok()) << calibration;
+  }
 }
 
 TEST(ValidateFeaturesTest, RejectsWrongLengthAndNonFiniteValues) {
