@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "models/calibrated_truth_model.h"
 #include "models/truth_model_factory.h"
 #include "server/observability/log.h"
 #include "server/state/information_gain.h"
@@ -587,8 +588,15 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     absl::StatusOr<std::string> name = MethodName(settings_.model().method());
     if (!name.ok()) return name.status();
     method = *name;
+    // A warm start clones the served model, options and calibration mode included; a change
+    // of ModelSettings.calibration takes effect at once, through a cold fit.
+    const auto* calibrated = dynamic_cast<const models::CalibratedTruthModel*>(model_.get());
+    const bool same_calibration =
+        calibrated != nullptr &&
+        calibrated->fits_map() ==
+            (ModelOptionsFromSettings(settings_.model()).calibration != "none");
     const bool warm = model_->method() == method && model_->has_parameters() &&
-                      scratch_fit_num_labels_ > 0 &&
+                      same_calibration && scratch_fit_num_labels_ > 0 &&
                       static_cast<double>(labels_.num_labels()) <
                           kMaxWarmStartGrowth * static_cast<double>(scratch_fit_num_labels_);
     if (warm) {
