@@ -273,24 +273,58 @@ FittedMap FitLabelMap(const TruthModel& inner, const AnnotationMatrix& data,
   }
   if (held_out.empty()) return {};
   const size_t num_held_out = held_out.size() / k;
-  std::vector<double> q(k);
+  // Once per label: the held-out posterior as normalised log-probabilities
+  // (in place), and for the top-label map its top class's log-odds, the
+  // label's likelihood under the top class, and its mean likelihood under
+  // the other classes weighted by their probabilities. Each evaluation of
+  // the loss then costs K exponentials per label for the full temperature
+  // and one for the top-label map.
+  std::vector<double> top_log_odds(num_held_out), top_likelihood(num_held_out),
+      rest_likelihood(num_held_out);
+  for (size_t n = 0; n < num_held_out; ++n) {
+    double* h = held_out.data() + n * k;
+    const double* likelihood = held_out_likelihood.data() + n * k;
+    int32_t top = 0;
+    for (int32_t c = 1; c < k; ++c) {
+      if (h[c] > h[top]) top = c;
+    }
+    double z = 0;
+    for (int32_t c = 0; c < k; ++c) z += std::exp(h[c] - h[top]);
+    const double log_z = h[top] + std::log(z);
+    double rest = 0, rest_mass = 0;
+    for (int32_t c = 0; c < k; ++c) {
+      h[c] -= log_z;
+      if (c == top) continue;
+      const double p = std::exp(h[c]);
+      rest += p;
+      rest_mass += p * likelihood[c];
+    }
+    top_log_odds[n] = rest > 0 ? h[top] - std::log(rest)
+                               : std::numeric_limits<double>::infinity();
+    top_likelihood[n] = likelihood[top];
+    rest_likelihood[n] = rest > 0 ? rest_mass / rest : 0.0;
+  }
   const auto negative_log_likelihood = [&](CalibrationMapKind kind, double tau) {
     double total = 0;
+    if (kind == CalibrationMapKind::kTopLabelTemperature) {
+      for (size_t n = 0; n < num_held_out; ++n) {
+        const double q_top = 1.0 / (1.0 + std::exp(-tau * top_log_odds[n]));
+        const double predictive = q_top * top_likelihood[n] + (1.0 - q_top) * rest_likelihood[n];
+        total -= std::log(std::max(predictive, kMinProbability));
+      }
+      return total;
+    }
     for (size_t n = 0; n < num_held_out; ++n) {
       const double* h = held_out.data() + n * k;
       const double* likelihood = held_out_likelihood.data() + n * k;
       double max_log = h[0];
       for (int32_t c = 1; c < k; ++c) max_log = std::max(max_log, h[c]);
-      double z = 0;
+      double z = 0, predictive = 0;
       for (int32_t c = 0; c < k; ++c) {
-        q[c] = std::exp(h[c] - max_log);
-        z += q[c];
+        const double w = std::exp(tau * (h[c] - max_log));
+        z += w;
+        predictive += w * likelihood[c];
       }
-      for (int32_t c = 0; c < k; ++c) q[c] /= z;
-      ApplyCalibrationMap(kind, tau, absl::MakeSpan(q));
-      double predictive = 0;
-      for (int32_t c = 0; c < k; ++c) predictive += q[c] * likelihood[c];
-      z = 1;
       total -= std::log(std::max(predictive / z, kMinProbability));
     }
     return total;
