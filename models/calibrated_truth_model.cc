@@ -93,7 +93,11 @@ FittedMap BestMap(const std::function<double(CalibrationMapKind, double)>& loss)
     const auto f = [&](double x) { return loss(kind, std::exp(x)); };
     const double x = MinimiseOnInterval(f, lo, hi);
     const double fx = f(x);
-    if (fx < best.loss) best = {kind, std::exp(x), fx};
+    // Clamped: exp(log(t)) may fall an ulp outside [t_min, t_max], and
+    // Restore refuses temperatures out of that range.
+    const double tau = std::clamp(std::exp(x), CalibratedTruthModel::kMinTemperature,
+                                  CalibratedTruthModel::kMaxTemperature);
+    if (fx < best.loss) best = {kind, tau, fx};
   }
   return best;
 }
@@ -162,8 +166,11 @@ void ApplyTopLabelTemperature(double temperature, absl::Span<double> row) {
   }
   if (!(rest > 0) || !(row[best] > 0)) return;
   const double log_odds = std::log(row[best]) - std::log(rest);
-  const double top = 1.0 / (1.0 + std::exp(-temperature * log_odds));
-  const double scale = (1.0 - top) / rest;
+  // The new top probability 1 / (1 + e) and the others' share e / (1 + e),
+  // the latter not as 1 - top, which would round to 0 below 1e-16.
+  const double e = std::exp(-temperature * log_odds);
+  const double top = 1.0 / (1.0 + e);
+  const double scale = e / (1.0 + e) / rest;
   for (size_t c = 0; c < row.size(); ++c) row[c] = c == best ? top : row[c] * scale;
 }
 
