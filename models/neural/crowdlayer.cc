@@ -8,6 +8,9 @@
 namespace verity::models::neural {
 namespace {
 
+// The scale of mw's identity start (crowdlayer.h): 1 + ln(K - 1).
+double IdentityScale(int64_t k) { return 1.0 + std::log(static_cast<double>(k - 1)); }
+
 class CrowdLayerNet : public CrowdNet {
  public:
   CrowdLayerNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
@@ -19,7 +22,7 @@ class CrowdLayerNet : public CrowdNet {
     const int64_t a = std::max(1, num_annotators);
     InitItems(num_items, options.embedding_dim, feature_dim);
     classifier_ = register_module("classifier", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
-    if (matrix_) weights_ = register_parameter("weights", torch::eye(k).unsqueeze(0).repeat({a, 1, 1}));
+    if (matrix_) weights_ = register_parameter("weights", (torch::eye(k) * IdentityScale(k)).unsqueeze(0).repeat({a, 1, 1}));
     if (scale_) scales_ = register_parameter("scales", torch::ones({a, k}));
     if (bias_) biases_ = register_parameter("biases", torch::zeros({a, k}));
   }
