@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "models/bwa.h"
 #include "models/dawid_skene.h"
 #include "models/glad.h"
 #include "models/kos.h"
@@ -31,7 +32,7 @@ std::vector<std::string_view> KnownTruthModelMethods() {
           neural::TraceRegModel::kMethod, neural::ConalModel::kMethod,
           neural::CmmModel::kMethod,    WawaModel::kMethod,
           ZeroBasedSkillModel::kMethod, KosModel::kMethod,
-          MaceModel::kMethod};
+          MaceModel::kMethod,           BwaModel::kMethod};
 }
 
 namespace {
@@ -68,6 +69,7 @@ absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
   }
   if (method == KosModel::kMethod) return Make<KosModel>(num_classes, options);
   if (method == MaceModel::kMethod) return Make<MaceModel>(num_classes, options);
+  if (method == BwaModel::kMethod) return Make<BwaModel>(num_classes, options);
   if (method == neural::LiaModel::kMethod) return Make<neural::LiaModel>(num_classes, options);
   if (method == neural::CrowdLayerModel::kMethod) {
     return Make<neural::CrowdLayerModel>(num_classes, options);
