@@ -34,6 +34,7 @@ constexpr MethodEntry kMethods[] = {
     {v1::TRUTH_METHOD_KOS, "kos"},
     {v1::TRUTH_METHOD_MACE, "mace"},
     {v1::TRUTH_METHOD_BWA, "bwa"},
+    {v1::TRUTH_METHOD_IBCC, "ibcc"},
 };
 
 struct PolicyEntry {

@@ -11,6 +11,7 @@
 #include "models/bwa.h"
 #include "models/dawid_skene.h"
 #include "models/glad.h"
+#include "models/ibcc.h"
 #include "models/kos.h"
 #include "models/mace.h"
 #include "models/majority_vote.h"
@@ -32,7 +33,8 @@ std::vector<std::string_view> KnownTruthModelMethods() {
           neural::TraceRegModel::kMethod, neural::ConalModel::kMethod,
           neural::CmmModel::kMethod,    WawaModel::kMethod,
           ZeroBasedSkillModel::kMethod, KosModel::kMethod,
-          MaceModel::kMethod,           BwaModel::kMethod};
+          MaceModel::kMethod,           BwaModel::kMethod,
+          IbccModel::kMethod};
 }
 
 namespace {
@@ -70,6 +72,7 @@ absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
   if (method == KosModel::kMethod) return Make<KosModel>(num_classes, options);
   if (method == MaceModel::kMethod) return Make<MaceModel>(num_classes, options);
   if (method == BwaModel::kMethod) return Make<BwaModel>(num_classes, options);
+  if (method == IbccModel::kMethod) return Make<IbccModel>(num_classes, options);
   if (method == neural::LiaModel::kMethod) return Make<neural::LiaModel>(num_classes, options);
   if (method == neural::CrowdLayerModel::kMethod) {
     return Make<neural::CrowdLayerModel>(num_classes, options);

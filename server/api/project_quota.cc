@@ -50,6 +50,7 @@ int64_t DenseConfusionCellsPerAnnotator(v1::TruthMethod method, int32_t num_clas
     case v1::TRUTH_METHOD_TRACE_REG:
     case v1::TRUTH_METHOD_CONAL:
     case v1::TRUTH_METHOD_CMM:
+    case v1::TRUTH_METHOD_IBCC:
       return static_cast<int64_t>(num_classes) * num_classes;
     default:
       return 0;

@@ -63,6 +63,8 @@ TEST(ProjectQuotaTest, OnlyTheNeuralMethodsKeepDenseConfusions) {
         v1::TRUTH_METHOD_CONAL, v1::TRUTH_METHOD_CMM}) {
     EXPECT_EQ(DenseConfusionCellsPerAnnotator(neural, 256), 65536) << neural;
   }
+  // ibcc (models/ibcc.h) keeps a dense K x K Dirichlet per annotator.
+  EXPECT_EQ(DenseConfusionCellsPerAnnotator(v1::TRUTH_METHOD_IBCC, 256), 65536);
 }
 
 TEST(ProjectQuotaTest, SwitchingToADenseMethodIsRefusedWhenTheProjectIsTooLarge) {
