@@ -35,6 +35,7 @@ constexpr MethodEntry kMethods[] = {
     {v1::TRUTH_METHOD_MACE, "mace"},
     {v1::TRUTH_METHOD_BWA, "bwa"},
     {v1::TRUTH_METHOD_IBCC, "ibcc"},
+    {v1::TRUTH_METHOD_EBCC, "ebcc"},
 };
 
 struct PolicyEntry {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "models/bwa.h"
 #include "models/dawid_skene.h"
+#include "models/ebcc.h"
 #include "models/glad.h"
 #include "models/ibcc.h"
 #include "models/kos.h"
@@ -34,7 +35,7 @@ std::vector<std::string_view> KnownTruthModelMethods() {
           neural::CmmModel::kMethod,    WawaModel::kMethod,
           ZeroBasedSkillModel::kMethod, KosModel::kMethod,
           MaceModel::kMethod,           BwaModel::kMethod,
-          IbccModel::kMethod};
+          IbccModel::kMethod,           EbccModel::kMethod};
 }
 
 namespace {
@@ -73,6 +74,7 @@ absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
   if (method == MaceModel::kMethod) return Make<MaceModel>(num_classes, options);
   if (method == BwaModel::kMethod) return Make<BwaModel>(num_classes, options);
   if (method == IbccModel::kMethod) return Make<IbccModel>(num_classes, options);
+  if (method == EbccModel::kMethod) return Make<EbccModel>(num_classes, options);
   if (method == neural::LiaModel::kMethod) return Make<neural::LiaModel>(num_classes, options);
   if (method == neural::CrowdLayerModel::kMethod) {
     return Make<neural::CrowdLayerModel>(num_classes, options);

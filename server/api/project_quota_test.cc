@@ -65,6 +65,8 @@ TEST(ProjectQuotaTest, OnlyTheNeuralMethodsKeepDenseConfusions) {
   }
   // ibcc (models/ibcc.h) keeps a dense K x K Dirichlet per annotator.
   EXPECT_EQ(DenseConfusionCellsPerAnnotator(v1::TRUTH_METHOD_IBCC, 256), 65536);
+  // ebcc (models/ebcc.h) one per subtype, 10 subtypes.
+  EXPECT_EQ(DenseConfusionCellsPerAnnotator(v1::TRUTH_METHOD_EBCC, 256), 655360);
 }
 
 TEST(ProjectQuotaTest, SwitchingToADenseMethodIsRefusedWhenTheProjectIsTooLarge) {
