@@ -36,6 +36,7 @@ constexpr MethodEntry kMethods[] = {
     {v1::TRUTH_METHOD_BWA, "bwa"},
     {v1::TRUTH_METHOD_IBCC, "ibcc"},
     {v1::TRUTH_METHOD_EBCC, "ebcc"},
+    {v1::TRUTH_METHOD_MMSR, "mmsr"},
 };
 
 struct PolicyEntry {

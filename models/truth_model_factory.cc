@@ -16,6 +16,7 @@
 #include "models/kos.h"
 #include "models/mace.h"
 #include "models/majority_vote.h"
+#include "models/mmsr.h"
 #include "models/neural/cmm.h"
 #include "models/neural/conal.h"
 #include "models/neural/crowdlayer.h"
@@ -35,7 +36,8 @@ std::vector<std::string_view> KnownTruthModelMethods() {
           neural::CmmModel::kMethod,    WawaModel::kMethod,
           ZeroBasedSkillModel::kMethod, KosModel::kMethod,
           MaceModel::kMethod,           BwaModel::kMethod,
-          IbccModel::kMethod,           EbccModel::kMethod};
+          IbccModel::kMethod,           EbccModel::kMethod,
+          MmsrModel::kMethod};
 }
 
 namespace {
@@ -75,6 +77,7 @@ absl::StatusOr<std::unique_ptr<TruthModel>> CreateTruthModel(
   if (method == BwaModel::kMethod) return Make<BwaModel>(num_classes, options);
   if (method == IbccModel::kMethod) return Make<IbccModel>(num_classes, options);
   if (method == EbccModel::kMethod) return Make<EbccModel>(num_classes, options);
+  if (method == MmsrModel::kMethod) return Make<MmsrModel>(num_classes, options);
   if (method == neural::LiaModel::kMethod) return Make<neural::LiaModel>(num_classes, options);
   if (method == neural::CrowdLayerModel::kMethod) {
     return Make<neural::CrowdLayerModel>(num_classes, options);

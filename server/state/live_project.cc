@@ -37,6 +37,7 @@ constexpr std::pair<v1::TruthMethod, const char*> kMethodNames[] = {
     {v1::TRUTH_METHOD_BWA, "bwa"},
     {v1::TRUTH_METHOD_IBCC, "ibcc"},
     {v1::TRUTH_METHOD_EBCC, "ebcc"},
+    {v1::TRUTH_METHOD_MMSR, "mmsr"},
 };
 
 }  // namespace
