@@ -176,6 +176,9 @@ absl::StatusOr<FitReport> MmsrModel::Fit(const AnnotationMatrix& data,
     for (size_t j = 0; j < na; ++j) {
       scratch.clear();
       for (size_t p = first[j]; p < first[j + 1]; ++p) {
+        // A partner whose estimate fell to 0 says nothing (numpy would
+        // divide by it and carry inf or NaN into every estimate).
+        if (!(other[partner[p]] > 0.0)) continue;
         scratch.push_back(magnitude[p] / other[partner[p]]);
       }
       std::sort(scratch.begin(), scratch.end());
@@ -205,7 +208,9 @@ absl::StatusOr<FitReport> MmsrModel::Fit(const AnnotationMatrix& data,
 
   std::vector<double> params(static_cast<size_t>(num_annotators) + 1, 0.0);
   if (na > 0) {
-    const double scale = std::sqrt(std::sqrt(Dot(u, u)) / std::sqrt(Dot(v, v)));
+    const double u_norm = std::sqrt(Dot(u, u)), v_norm = std::sqrt(Dot(v, v));
+    // Both 0 only when every agreement is at chance: x = 0 for all.
+    const double scale = u_norm > 0.0 && v_norm > 0.0 ? std::sqrt(u_norm / v_norm) : 1.0;
     const double root_n = std::sqrt(static_cast<double>(num_tasks));
     double pooled = 0.0;
     for (size_t i = 0; i < na; ++i) {

@@ -35,6 +35,10 @@
 //     Verity draws them from std::mt19937(0) with numpy's double conversion,
 //     the same numbers. A warm start (model with parameters) starts from the
 //     previous |x| (new annotators from the draw).
+//   - A partner whose current estimate is 0 (every agreement of it at chance)
+//     is left out of the trimmed means; crowd-kit divides by it, and its
+//     infinities and NaNs end in an error (it fails so on the shared product
+//     dataset).
 //   - Gold: MMSR has no latent truth in its fit, so gold is only clamped in
 //     the posteriors (one-hot); the skills ignore it.
 //   - Annotators without labels, ids not in the fit: the label-weighted mean

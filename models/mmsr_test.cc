@@ -144,6 +144,23 @@ TEST(MmsrTest, PosteriorIsTheOneCoinPosteriorAndGoldIsClamped) {
   for (int32_t i = 0; i < 100; ++i) EXPECT_EQ(p[3 * i + gold[i]], 1.0) << i;
 }
 
+// Three annotators whose every pair agrees on exactly half of its common
+// items (K = 2: agreement at chance, C = 0): the estimates fall to 0, which
+// crowd-kit divides by (inf, NaN). Verity leaves such partners out: every
+// weight stays finite and every posterior a distribution.
+TEST(MmsrTest, AgreementAtChanceKeepsTheWeightsFinite) {
+  const std::vector<Annotation> triples = {
+      {0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {1, 0, 0}, {1, 1, 1}, {1, 2, 1},
+      {2, 0, 1}, {2, 1, 1}, {2, 2, 0}, {3, 0, 1}, {3, 1, 0}, {3, 2, 1}};
+  const AnnotationMatrix m = *AnnotationMatrix::Build(4, 3, 2, triples);
+  std::unique_ptr<MmsrModel> model = MakeMmsr(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  for (int a = -1; a < 3; ++a) EXPECT_TRUE(std::isfinite(*model->AnnotatorWeight(a))) << a;
+  for (double p : AllPosteriors(*model, m, {})) {
+    EXPECT_TRUE(p >= 0.0 && p <= 1.0) << p;
+  }
+}
+
 TEST(MmsrTest, WarmStartFromAConvergedFitConvergesQuickly) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
   std::unique_ptr<MmsrModel> model = MakeMmsr(3);
