@@ -44,10 +44,11 @@
 //   - Annotators without labels, ids not in the fit: the label-weighted mean
 //     weight of the fitted annotators.
 //
-// Cost: the fit keeps two dense A x A matrices (A = annotators) and the list
-// of observed pairs; building them costs O(sum over items of labels^2), each
-// iteration O(P log P) for P observed pairs. Fit refuses projects of more
-// than kMaxAnnotators annotators (RESOURCE_EXHAUSTED). This is not the
+// Cost: the fit keeps two dense A x A counts (A = annotators with labels, 8
+// bytes a pair) and the list of observed pairs (12 bytes a pair); building
+// them costs O(sum over items of labels^2), each iteration O(P log P) for P
+// observed pairs. Fit refuses more than kMaxAnnotators annotators with labels
+// (RESOURCE_EXHAUSTED): at 5,000 the fit holds up to about 500 MB. This is not the
 // O(labels * K) of the other classical methods: MMSR is a method on the
 // annotator-annotator matrix. options.max_iterations, options.tolerance and
 // options.num_threads are not read.
@@ -81,7 +82,7 @@ class MmsrModel : public TruthModel {
   static constexpr std::string_view kMethod = "mmsr";
   static constexpr int kMaxIterations = 10000;  // crowd-kit's n_iter
   static constexpr double kTolerance = 1e-10;   // crowd-kit's tol
-  static constexpr int32_t kMaxAnnotators = 20000;
+  static constexpr int32_t kMaxAnnotators = 5000;
 
   // INVALID_ARGUMENT if num_classes < 2 or an option is out of range.
   static absl::StatusOr<std::unique_ptr<MmsrModel>> Create(

@@ -161,6 +161,17 @@ TEST(MmsrTest, AgreementAtChanceKeepsTheWeightsFinite) {
   }
 }
 
+TEST(MmsrTest, RefusesMoreAnnotatorsThanItsMatrixAllows) {
+  std::vector<Annotation> triples;
+  const int32_t n = MmsrModel::kMaxAnnotators + 1;
+  for (int32_t a = 0; a < n; ++a) triples.push_back({a / 2, a, a % 2});
+  const AnnotationMatrix m = *AnnotationMatrix::Build((n + 1) / 2, n, 2, triples);
+  std::unique_ptr<MmsrModel> model = MakeMmsr(2);
+  EXPECT_THAT(model->Fit(m, {}, false),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("5001 annotators")));
+  EXPECT_FALSE(model->has_parameters());
+}
+
 TEST(MmsrTest, WarmStartFromAConvergedFitConvergesQuickly) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
   std::unique_ptr<MmsrModel> model = MakeMmsr(3);
