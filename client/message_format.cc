@@ -33,6 +33,10 @@ constexpr MethodEntry kMethods[] = {
     {v1::TRUTH_METHOD_ZERO_BASED_SKILL, "zero_based_skill"},
     {v1::TRUTH_METHOD_KOS, "kos"},
     {v1::TRUTH_METHOD_MACE, "mace"},
+    {v1::TRUTH_METHOD_BWA, "bwa"},
+    {v1::TRUTH_METHOD_IBCC, "ibcc"},
+    {v1::TRUTH_METHOD_EBCC, "ebcc"},
+    {v1::TRUTH_METHOD_MMSR, "mmsr"},
 };
 
 struct PolicyEntry {

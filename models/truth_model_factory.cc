@@ -8,12 +8,16 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "models/bwa.h"
 #include "models/calibrated_truth_model.h"
 #include "models/dawid_skene.h"
+#include "models/ebcc.h"
 #include "models/glad.h"
+#include "models/ibcc.h"
 #include "models/kos.h"
 #include "models/mace.h"
 #include "models/majority_vote.h"
+#include "models/mmsr.h"
 #include "models/neural/cmm.h"
 #include "models/neural/conal.h"
 #include "models/neural/crowdlayer.h"
@@ -32,7 +36,9 @@ std::vector<std::string_view> KnownTruthModelMethods() {
           neural::TraceRegModel::kMethod, neural::ConalModel::kMethod,
           neural::CmmModel::kMethod,    WawaModel::kMethod,
           ZeroBasedSkillModel::kMethod, KosModel::kMethod,
-          MaceModel::kMethod};
+          MaceModel::kMethod,           BwaModel::kMethod,
+          IbccModel::kMethod,           EbccModel::kMethod,
+          MmsrModel::kMethod};
 }
 
 namespace {
@@ -69,6 +75,10 @@ absl::StatusOr<std::unique_ptr<TruthModel>> CreateUncalibratedTruthModel(
   }
   if (method == KosModel::kMethod) return Make<KosModel>(num_classes, options);
   if (method == MaceModel::kMethod) return Make<MaceModel>(num_classes, options);
+  if (method == BwaModel::kMethod) return Make<BwaModel>(num_classes, options);
+  if (method == IbccModel::kMethod) return Make<IbccModel>(num_classes, options);
+  if (method == EbccModel::kMethod) return Make<EbccModel>(num_classes, options);
+  if (method == MmsrModel::kMethod) return Make<MmsrModel>(num_classes, options);
   if (method == neural::LiaModel::kMethod) return Make<neural::LiaModel>(num_classes, options);
   if (method == neural::CrowdLayerModel::kMethod) {
     return Make<neural::CrowdLayerModel>(num_classes, options);

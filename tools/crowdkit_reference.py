@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Runs crowd-kit's classification aggregators, for comparison with Verity (issue 18).
 
-Not part of the build: the reference that Verity's wawa, zero_based_skill, kos, mace (and
-later mmsr) are checked against, on the same files. Class names are mapped to their index in
+Not part of the build: the reference that Verity's wawa, zero_based_skill, kos, mace and
+mmsr (MMSR) are checked against, on the same files. Class names are mapped to their index in
 classes.txt before crowd-kit sees them, so that its ties (the first of its sorted label
 columns) fall on the lowest class index, as in Verity.
 

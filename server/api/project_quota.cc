@@ -50,7 +50,12 @@ int64_t DenseConfusionCellsPerAnnotator(v1::TruthMethod method, int32_t num_clas
     case v1::TRUTH_METHOD_TRACE_REG:
     case v1::TRUTH_METHOD_CONAL:
     case v1::TRUTH_METHOD_CMM:
+    case v1::TRUTH_METHOD_IBCC:
       return static_cast<int64_t>(num_classes) * num_classes;
+    case v1::TRUTH_METHOD_EBCC:
+      // models/ebcc.h: a K x K Dirichlet per annotator for each of its
+      // EbccModel::kSubtypes (10) subtypes of each class.
+      return int64_t{10} * num_classes * num_classes;
     default:
       return 0;
   }

@@ -55,7 +55,8 @@ TEST(ProjectQuotaTest, OnlyTheNeuralMethodsKeepDenseConfusions) {
        {v1::TRUTH_METHOD_UNSPECIFIED, v1::TRUTH_METHOD_MAJORITY_VOTE,
         v1::TRUTH_METHOD_DAWID_SKENE, v1::TRUTH_METHOD_ONE_COIN, v1::TRUTH_METHOD_GLAD,
         v1::TRUTH_METHOD_WAWA, v1::TRUTH_METHOD_ZERO_BASED_SKILL, v1::TRUTH_METHOD_KOS,
-        v1::TRUTH_METHOD_MACE}) {
+        v1::TRUTH_METHOD_MACE, v1::TRUTH_METHOD_BWA,
+        v1::TRUTH_METHOD_MMSR}) {
     EXPECT_EQ(DenseConfusionCellsPerAnnotator(classical, 256), 0) << classical;
   }
   for (v1::TruthMethod neural :
@@ -63,6 +64,10 @@ TEST(ProjectQuotaTest, OnlyTheNeuralMethodsKeepDenseConfusions) {
         v1::TRUTH_METHOD_CONAL, v1::TRUTH_METHOD_CMM}) {
     EXPECT_EQ(DenseConfusionCellsPerAnnotator(neural, 256), 65536) << neural;
   }
+  // ibcc (models/ibcc.h) keeps a dense K x K Dirichlet per annotator.
+  EXPECT_EQ(DenseConfusionCellsPerAnnotator(v1::TRUTH_METHOD_IBCC, 256), 65536);
+  // ebcc (models/ebcc.h) one per subtype, 10 subtypes.
+  EXPECT_EQ(DenseConfusionCellsPerAnnotator(v1::TRUTH_METHOD_EBCC, 256), 655360);
 }
 
 TEST(ProjectQuotaTest, SwitchingToADenseMethodIsRefusedWhenTheProjectIsTooLarge) {

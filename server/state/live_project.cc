@@ -35,6 +35,10 @@ constexpr std::pair<v1::TruthMethod, const char*> kMethodNames[] = {
     {v1::TRUTH_METHOD_CMM, "cmm"},          {v1::TRUTH_METHOD_WAWA, "wawa"},
     {v1::TRUTH_METHOD_ZERO_BASED_SKILL, "zero_based_skill"}, {v1::TRUTH_METHOD_KOS, "kos"},
     {v1::TRUTH_METHOD_MACE, "mace"},
+    {v1::TRUTH_METHOD_BWA, "bwa"},
+    {v1::TRUTH_METHOD_IBCC, "ibcc"},
+    {v1::TRUTH_METHOD_EBCC, "ebcc"},
+    {v1::TRUTH_METHOD_MMSR, "mmsr"},
 };
 
 }  // namespace

@@ -63,6 +63,10 @@ METHODS = {
     "zero_based_skill": common_pb2.TRUTH_METHOD_ZERO_BASED_SKILL,
     "kos": common_pb2.TRUTH_METHOD_KOS,
     "mace": common_pb2.TRUTH_METHOD_MACE,
+    "bwa": common_pb2.TRUTH_METHOD_BWA,
+    "ibcc": common_pb2.TRUTH_METHOD_IBCC,
+    "ebcc": common_pb2.TRUTH_METHOD_EBCC,
+    "mmsr": common_pb2.TRUTH_METHOD_MMSR,
 }
 # API key roles by the names the server and the CLI use (keys.proto: each role may do what the
 # one before it may, and more).
@@ -325,7 +329,7 @@ class Client:
           name: 1-128 characters of [A-Za-z0-9._-].
           classes: ordered class names (2 to 256); a label is an index into this list.
           method: truth method, "ds" (default), "mv", "one_coin", "glad", "wawa",
-            "zero_based_skill", "kos" (2 classes), "mace" or a neural method (METHODS lists them all).
+            "zero_based_skill", "kos" (2 classes), "mace", "bwa", "ibcc", "ebcc", "mmsr" or a neural method (METHODS lists them all).
           settings: a projects_pb2.ProjectSettings or a dict in its JSON form, e.g.
             {"assignment": {"min_labels_per_item": 3}}; `method` overrides settings.model.method.
           exist_ok: if the project exists with the same classes, return it instead of raising

@@ -1,0 +1,223 @@
+#include "models/bwa.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/status_matchers.h"
+#include "models/annotation_matrix.h"
+#include "models/binary_codec.h"
+#include "models/majority_vote.h"
+#include "models/testing/synthetic_crowd.h"
+#include "models/truth_model.h"
+
+namespace verity::models {
+namespace {
+
+using ::testing::HasSubstr;
+using ::verity::models::testing::Accuracy;
+using ::verity::models::testing::GenerateSyntheticCrowd;
+using ::verity::models::testing::SymmetricConfusion;
+using ::verity::models::testing::SyntheticCrowd;
+using ::verity::models::testing::SyntheticCrowdSpec;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+using Entry = AnnotationMatrix::Entry;
+
+std::unique_ptr<BwaModel> MakeBwa(int32_t k, const TruthModelOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<BwaModel>> model = BwaModel::Create(k, options);
+  EXPECT_THAT(model, IsOk());
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+std::vector<int32_t> ArgMax(const std::vector<double>& posteriors, int32_t k) {
+  std::vector<int32_t> labels;
+  for (size_t i = 0; i * k < posteriors.size(); ++i) {
+    int32_t best = 0;
+    for (int32_t c = 1; c < k; ++c) {
+      if (posteriors[i * k + c] > posteriors[i * k + best]) best = c;
+    }
+    labels.push_back(best);
+  }
+  return labels;
+}
+
+// 3 classes, 2000 items, 5 labels each from 10 annotators of accuracy 0.45
+// to 0.9 (errors spread evenly).
+SyntheticCrowdSpec MixedCrowdSpec() {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 2000;
+  spec.num_classes = 3;
+  spec.labels_per_item = 5;
+  for (int a = 0; a < 10; ++a) {
+    spec.confusions.push_back(SymmetricConfusion(3, 0.45 + 0.05 * a));
+  }
+  spec.seed = 11;
+  return spec;
+}
+
+TEST(BwaTest, RecoversTheTruthAndRanksTheAnnotators) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
+  std::unique_ptr<BwaModel> model = MakeBwa(3);
+  absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_EQ(report->log_likelihood, 0.0);
+  auto mv = MajorityVoteModel::Create(3, {});
+  const double mv_accuracy =
+      Accuracy(AllPosteriors(**mv, crowd.matrix, {}), crowd.matrix, crowd.truth);
+  const double accuracy =
+      Accuracy(AllPosteriors(*model, crowd.matrix, {}), crowd.matrix, crowd.truth);
+  EXPECT_GT(accuracy, 0.85);
+  EXPECT_GT(accuracy, mv_accuracy + 0.01);
+  // The best annotator is more precise than the worst in every class.
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_GT((*model->AnnotatorPrecision(9))[c], 2 * (*model->AnnotatorPrecision(0))[c])
+        << c;
+  }
+  // Class means near the uniform truth.
+  const std::vector<double> means = *model->ClassMean();
+  for (double m : means) EXPECT_NEAR(m, 1.0 / 3, 0.05);
+  // The reported confusion is one-coin and row-stochastic.
+  const std::vector<double> q = model->AnnotatorConfusion(9);
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_NEAR(q[3 * t] + q[3 * t + 1] + q[3 * t + 2], 1.0, 1e-12);
+    EXPECT_GT(q[4 * t], 0.6);
+  }
+}
+
+// Hand-set parameters, K = 2: mu = (0.6, 0.4), prior precisions (2, 2),
+// annotator 0 (4, 1), annotator 1 (1, 3). Labels 0 by annotator 0, 1 by
+// annotator 1:
+//   z_0 = (1 * 0.6 + 4) / (1 + 4 + 1) = 4.6 / 6,
+//   z_1 = (1 * 0.4 + 3) / (1 + 1 + 3) = 3.4 / 5,
+// normalised to sum to 1.
+TEST(BwaTest, HandCheckedPosterior) {
+  ByteWriter writer;
+  WriteModelHeader(writer, BwaModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(2);  // annotators
+  for (double v : {0.6, 0.4, 2.0, 2.0, 4.0, 1.0, 1.0, 3.0}) writer.WriteF64(v);
+  std::unique_ptr<BwaModel> model = MakeBwa(2);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  std::vector<double> out(2);
+  model->ItemPosterior({{0, 0}, {1, 1}}, -1, absl::MakeSpan(out));
+  const double z0 = 4.6 / 6, z1 = 3.4 / 5;
+  EXPECT_NEAR(out[0], z0 / (z0 + z1), 1e-12);
+  EXPECT_NEAR(out[1], z1 / (z0 + z1), 1e-12);
+  // Order of the labels does not matter, bit for bit.
+  std::vector<double> swapped(2);
+  model->ItemPosterior({{1, 1}, {0, 0}}, -1, absl::MakeSpan(swapped));
+  EXPECT_EQ(out, swapped);
+  // An unseen annotator gets the prior precisions: one label 1 gives
+  //   z_0 = 0.6 / 3 = 0.2, z_1 = (0.4 + 2) / 3 = 0.8.
+  model->ItemPosterior({{7, 1}}, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[1], 0.8, 1e-12);
+  // No labels: the class means.
+  model->ItemPosterior({}, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 0.6, 1e-12);
+  model->ItemPosterior({{0, 0}}, 1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
+  // Annotator 1, class 1: precision 3 gives 1 - 2 / (2 * 3) = 2/3 on the
+  // diagonal; class 0, precision 1, is clamped at chance (1/2).
+  EXPECT_EQ(model->AnnotatorConfusion(1).size(), 4u);
+  EXPECT_NEAR(model->AnnotatorConfusion(1)[3], 2.0 / 3, 1e-12);
+  EXPECT_NEAR(model->AnnotatorConfusion(1)[0], 0.5, 1e-12);
+}
+
+// 20 items of alternating truth 0, 1; annotators 0 and 1 always say 0,
+// annotator 2 always gives the truth. Items 0..18 have gold; item 19 (truth
+// 1) has none. Gold shows annotator 2 right and 0, 1 wrong on half the items,
+// so item 19 follows annotator 2; without gold the majority (0, 1) wins.
+TEST(BwaTest, GoldIsClampedAndTeachesThePrecisions) {
+  std::vector<Annotation> triples;
+  std::vector<int32_t> gold;
+  for (int32_t i = 0; i < 20; ++i) {
+    triples.push_back({i, 0, 0});
+    triples.push_back({i, 1, 0});
+    triples.push_back({i, 2, i % 2});
+    gold.push_back(i < 19 ? i % 2 : -1);
+  }
+  const AnnotationMatrix m = *AnnotationMatrix::Build(20, 3, 2, triples);
+  std::unique_ptr<BwaModel> with_gold = MakeBwa(2);
+  ASSERT_THAT(with_gold->Fit(m, gold, false), IsOk());
+  const std::vector<double> p = AllPosteriors(*with_gold, m, gold);
+  for (int32_t i = 0; i < 19; ++i) {
+    EXPECT_EQ(p[2 * i + i % 2], 1.0) << i;
+  }
+  EXPECT_GT(p[2 * 19 + 1], 0.5);
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_GT((*with_gold->AnnotatorPrecision(2))[c],
+              2 * (*with_gold->AnnotatorPrecision(0))[c]);
+  }
+  std::unique_ptr<BwaModel> without_gold = MakeBwa(2);
+  ASSERT_THAT(without_gold->Fit(m, {}, false), IsOk());
+  EXPECT_LT(AllPosteriors(*without_gold, m, {})[2 * 19 + 1], 0.5);
+  // A gold class out of range is refused.
+  gold[0] = 2;
+  EXPECT_THAT(with_gold->Fit(m, gold, false),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(BwaTest, WarmStartFromAConvergedFitConvergesQuickly) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
+  std::unique_ptr<BwaModel> model = MakeBwa(3);
+  absl::StatusOr<FitReport> cold = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(cold, IsOk());
+  ASSERT_TRUE(cold->converged);
+  const std::vector<int32_t> before = ArgMax(AllPosteriors(*model, crowd.matrix, {}), 3);
+  absl::StatusOr<FitReport> warm = model->Fit(crowd.matrix, {}, true);
+  ASSERT_THAT(warm, IsOk());
+  EXPECT_TRUE(warm->converged);
+  EXPECT_LT(warm->iterations, cold->iterations);
+  EXPECT_LE(warm->iterations, 2);
+  EXPECT_EQ(ArgMax(AllPosteriors(*model, crowd.matrix, {}), 3), before);
+}
+
+TEST(BwaTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
+  std::unique_ptr<BwaModel> model = MakeBwa(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  const std::string blob = model->Serialize();
+  std::unique_ptr<BwaModel> restored = MakeBwa(3);
+  ASSERT_THAT(restored->Restore(blob), IsOk());
+  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
+            AllPosteriors(*model, crowd.matrix, {}));
+  for (int32_t a = -1; a <= 11; ++a) {
+    EXPECT_EQ(restored->AnnotatorConfusion(a), model->AnnotatorConfusion(a));
+  }
+  EXPECT_EQ(restored->Serialize(), blob);
+  std::string flipped = blob;
+  flipped[blob.size() / 2] ^= 0x10;
+  EXPECT_THAT(restored->Restore(flipped), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(restored->Restore(blob.substr(0, blob.size() - 9)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  auto mv = MajorityVoteModel::Create(3, {});
+  absl::Status s = restored->Restore((*mv)->Serialize());
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("method"));
+  std::unique_ptr<BwaModel> binary = MakeBwa(2);
+  s = binary->Restore(blob);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("classes"));
+  EXPECT_FALSE(binary->has_parameters());
+  // A negative precision, though well-formed and checksummed, is refused and
+  // leaves the model as it was.
+  ByteWriter bad;
+  WriteModelHeader(bad, BwaModel::kMethod, true);
+  bad.WriteU32(3);
+  bad.WriteU32(0);
+  for (double v : {0.3, 0.3, 0.4, 1.0, -1.0, 1.0}) bad.WriteF64(v);
+  EXPECT_THAT(restored->Restore(bad.Finish()), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
+            AllPosteriors(*model, crowd.matrix, {}));
+  ASSERT_THAT(restored->Restore(MakeBwa(3)->Serialize()), IsOk());
+  EXPECT_FALSE(restored->has_parameters());
+}
+
+}  // namespace
+}  // namespace verity::models

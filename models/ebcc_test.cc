@@ -1,0 +1,254 @@
+#include "models/ebcc.h"
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/status_matchers.h"
+#include "models/annotation_matrix.h"
+#include "models/binary_codec.h"
+#include "models/majority_vote.h"
+#include "models/testing/synthetic_crowd.h"
+#include "models/truth_model.h"
+
+namespace verity::models {
+namespace {
+
+using ::testing::HasSubstr;
+using ::verity::models::testing::Accuracy;
+using ::verity::models::testing::GenerateSyntheticCrowd;
+using ::verity::models::testing::SymmetricConfusion;
+using ::verity::models::testing::SyntheticCrowd;
+using ::verity::models::testing::SyntheticCrowdSpec;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+using Entry = AnnotationMatrix::Entry;
+
+// The spammer crowd below needs more than the default 100 iterations for
+// EBCC's subtypes to settle (the authors' code allows 500).
+TruthModelOptions LongFit() {
+  TruthModelOptions options;
+  options.max_iterations = 500;
+  return options;
+}
+
+std::unique_ptr<EbccModel> MakeEbcc(int32_t k, const TruthModelOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<EbccModel>> model = EbccModel::Create(k, options);
+  EXPECT_THAT(model, IsOk());
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+std::vector<int32_t> ArgMax(const std::vector<double>& posteriors, int32_t k) {
+  std::vector<int32_t> labels;
+  for (size_t i = 0; i * k < posteriors.size(); ++i) {
+    int32_t best = 0;
+    for (int32_t c = 1; c < k; ++c) {
+      if (posteriors[i * k + c] > posteriors[i * k + best]) best = c;
+    }
+    labels.push_back(best);
+  }
+  return labels;
+}
+
+// 3 classes; 6 annotators of accuracy 0.65 to 0.9 and 6 spammers who answer
+// class 0 with probability 0.8 whatever the truth.
+SyntheticCrowdSpec SpammerCrowdSpec() {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 2000;
+  spec.num_classes = 3;
+  spec.labels_per_item = 5;
+  for (int a = 0; a < 6; ++a) {
+    spec.confusions.push_back(SymmetricConfusion(3, 0.65 + 0.05 * a));
+  }
+  for (int a = 0; a < 6; ++a) {
+    spec.confusions.push_back({0.8, 0.1, 0.1, 0.8, 0.1, 0.1, 0.8, 0.1, 0.1});
+  }
+  spec.seed = 7;
+  return spec;
+}
+
+TEST(EbccTest, RecoversTheTruthAndBeatsMajorityVote) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
+  std::unique_ptr<EbccModel> model = MakeEbcc(3, LongFit());
+  absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_LT(report->log_likelihood, 0.0);
+  auto mv = MajorityVoteModel::Create(3, {});
+  const double mv_accuracy =
+      Accuracy(AllPosteriors(**mv, crowd.matrix, {}), crowd.matrix, crowd.truth);
+  const double accuracy =
+      Accuracy(AllPosteriors(*model, crowd.matrix, {}), crowd.matrix, crowd.truth);
+  EXPECT_GT(accuracy, mv_accuracy + 0.05);
+  // Each annotator labels about 2000 * 5 / 12 = 833 items: the posterior
+  // means are near the generating confusions, the good annotators' diagonal
+  // somewhat below it (the items the fit gets wrong count as their errors).
+  for (int a = 0; a < 6; ++a) {
+    const std::vector<double> q = model->AnnotatorConfusion(a);
+    for (int t = 0; t < 3; ++t) EXPECT_NEAR(q[4 * t], 0.65 + 0.05 * a, 0.12) << a;
+  }
+  EXPECT_GT(model->AnnotatorConfusion(5)[0], model->AnnotatorConfusion(0)[0] + 0.1);
+  for (int a = 6; a < 12; ++a) {
+    const std::vector<double> q = model->AnnotatorConfusion(a);
+    for (int t = 0; t < 3; ++t) EXPECT_NEAR(q[3 * t], 0.8, 0.07) << a;
+  }
+}
+
+// Hand-set Dirichlets, K = 2, every subtype alike: nu = (2, 2), eta = 1 for
+// every (class, subtype), and annotator 0's rows for subtypes of class 0
+// (6, 2), of class 1 (1, 4). Then E[ln tau] + E[ln pi] is the same for every
+// (class, subtype) and the M subtypes of a class add the same term, so the
+// posterior is IBCC's with alpha = [[6, 2], [1, 4]]: with
+// psi(n) = -gamma + sum_{m<n} 1/m, a label 0 from annotator 0 gives
+// p(0) ∝ exp(psi(6) - psi(8)) = exp(-(1/6 + 1/7)),
+// p(1) ∝ exp(psi(1) - psi(5)) = exp(-25/12); an unseen annotator has the
+// prior rows (4, 1) / (1, 4): a label 1 gives p(0) ∝ exp(-25/12),
+// p(1) ∝ exp(-1/4).
+TEST(EbccTest, HandCheckedPosterior) {
+  ByteWriter writer;
+  WriteModelHeader(writer, EbccModel::kMethod, true);
+  writer.WriteU32(2);   // classes
+  writer.WriteU32(10);  // subtypes
+  writer.WriteU32(1);   // annotators
+  writer.WriteF64(2.0);
+  writer.WriteF64(2.0);
+  for (int c = 0; c < 20; ++c) writer.WriteF64(1.0);
+  for (int m = 0; m < 10; ++m) {
+    writer.WriteF64(6.0);
+    writer.WriteF64(2.0);
+  }
+  for (int m = 0; m < 10; ++m) {
+    writer.WriteF64(1.0);
+    writer.WriteF64(4.0);
+  }
+  const std::string blob = writer.Finish();
+  std::unique_ptr<EbccModel> model = MakeEbcc(2);
+  ASSERT_THAT(model->Restore(blob), IsOk());
+  std::vector<double> out(2);
+  model->ItemPosterior({{0, 0}}, -1, absl::MakeSpan(out));
+  const double a = std::exp(-(1.0 / 6 + 1.0 / 7)), b = std::exp(-25.0 / 12);
+  EXPECT_NEAR(out[0], a / (a + b), 1e-12);
+  model->ItemPosterior({{5, 1}}, -1, absl::MakeSpan(out));
+  const double c = std::exp(-25.0 / 12), d = std::exp(-0.25);
+  EXPECT_NEAR(out[1], d / (c + d), 1e-12);
+  std::vector<double> both(2), swapped(2);
+  model->ItemPosterior({{0, 0}, {5, 1}}, -1, absl::MakeSpan(both));
+  model->ItemPosterior({{5, 1}, {0, 0}}, -1, absl::MakeSpan(swapped));
+  EXPECT_NEAR(both[0], a * c / (a * c + b * d), 1e-12);
+  EXPECT_EQ(both, swapped);
+  model->ItemPosterior({}, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 0.5, 1e-15);
+  model->ItemPosterior({{0, 0}}, 1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
+  const std::vector<double> q = model->AnnotatorConfusion(0);
+  const std::vector<double> want = {6.0 / 8, 2.0 / 8, 1.0 / 5, 4.0 / 5};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(q[i], want[i], 1e-15) << i;
+  EXPECT_EQ(model->Serialize(), blob);
+  // Another number of subtypes is refused.
+  ByteWriter other;
+  WriteModelHeader(other, EbccModel::kMethod, true);
+  other.WriteU32(2);
+  other.WriteU32(3);
+  other.WriteU32(0);
+  for (int c = 0; c < 8; ++c) other.WriteF64(2.0);
+  absl::Status s = model->Restore(other.Finish());
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("subtypes"));
+}
+
+// 20 items of alternating truth; annotators 0 and 1 always say 0, annotator
+// 2 always gives the truth. Items 0..18 have gold, item 19 (truth 1) none:
+// gold shows annotator 2 right, so item 19 follows it; without gold the
+// majority (0, 1) wins.
+TEST(EbccTest, GoldIsClampedAndTeachesTheConfusions) {
+  std::vector<Annotation> triples;
+  std::vector<int32_t> gold;
+  for (int32_t i = 0; i < 20; ++i) {
+    triples.push_back({i, 0, 0});
+    triples.push_back({i, 1, 0});
+    triples.push_back({i, 2, i % 2});
+    gold.push_back(i < 19 ? i % 2 : -1);
+  }
+  const AnnotationMatrix m = *AnnotationMatrix::Build(20, 3, 2, triples);
+  std::unique_ptr<EbccModel> with_gold = MakeEbcc(2);
+  ASSERT_THAT(with_gold->Fit(m, gold, false), IsOk());
+  const std::vector<double> p = AllPosteriors(*with_gold, m, gold);
+  for (int32_t i = 0; i < 19; ++i) EXPECT_EQ(p[2 * i + i % 2], 1.0) << i;
+  EXPECT_GT(p[2 * 19 + 1], 0.5);
+  // Annotator 0 said 0 on the 9 gold items of class 1.
+  EXPECT_GT(with_gold->AnnotatorConfusion(0)[2], 0.6);
+  std::unique_ptr<EbccModel> without_gold = MakeEbcc(2);
+  ASSERT_THAT(without_gold->Fit(m, {}, false), IsOk());
+  EXPECT_LT(AllPosteriors(*without_gold, m, {})[2 * 19 + 1], 0.5);
+  gold.resize(3);
+  EXPECT_THAT(with_gold->Fit(m, gold, false), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(EbccTest, WarmStartFromAConvergedFitConvergesQuickly) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
+  std::unique_ptr<EbccModel> model = MakeEbcc(3, LongFit());
+  absl::StatusOr<FitReport> cold = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(cold, IsOk());
+  ASSERT_TRUE(cold->converged);
+  const std::vector<int32_t> before = ArgMax(AllPosteriors(*model, crowd.matrix, {}), 3);
+  absl::StatusOr<FitReport> warm = model->Fit(crowd.matrix, {}, true);
+  ASSERT_THAT(warm, IsOk());
+  EXPECT_TRUE(warm->converged);
+  EXPECT_LT(warm->iterations, cold->iterations);
+  // The tolerance stops the cold fit short of the fixed point: the warm fit
+  // may still move a few near-tied items.
+  const std::vector<int32_t> after = ArgMax(AllPosteriors(*model, crowd.matrix, {}), 3);
+  int changed = 0;
+  for (size_t i = 0; i < after.size(); ++i) changed += after[i] != before[i];
+  EXPECT_LE(changed, 10);
+}
+
+TEST(EbccTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
+  std::unique_ptr<EbccModel> model = MakeEbcc(3, LongFit());
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  const std::string blob = model->Serialize();
+  std::unique_ptr<EbccModel> restored = MakeEbcc(3);
+  ASSERT_THAT(restored->Restore(blob), IsOk());
+  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
+            AllPosteriors(*model, crowd.matrix, {}));
+  for (int32_t a = -1; a <= 13; ++a) {
+    EXPECT_EQ(restored->AnnotatorConfusion(a), model->AnnotatorConfusion(a));
+  }
+  EXPECT_EQ(restored->Serialize(), blob);
+  std::string flipped = blob;
+  flipped[blob.size() / 2] ^= 0x10;
+  EXPECT_THAT(restored->Restore(flipped), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(restored->Restore(blob.substr(0, blob.size() - 9)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  auto mv = MajorityVoteModel::Create(3, {});
+  absl::Status s = restored->Restore((*mv)->Serialize());
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("method"));
+  std::unique_ptr<EbccModel> binary = MakeEbcc(2);
+  s = binary->Restore(blob);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("classes"));
+  EXPECT_FALSE(binary->has_parameters());
+  // A Dirichlet parameter below its prior (a diagonal of 2 < 4), well-formed
+  // and checksummed, is refused and leaves the model as it was.
+  ByteWriter bad;
+  WriteModelHeader(bad, EbccModel::kMethod, true);
+  bad.WriteU32(2);
+  bad.WriteU32(10);
+  bad.WriteU32(1);
+  for (int c = 0; c < 22; ++c) bad.WriteF64(1.0);
+  for (int c = 0; c < 40; ++c) bad.WriteF64(c == 0 ? 2.0 : 4.0);
+  EXPECT_THAT(binary->Restore(bad.Finish()), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(binary->has_parameters());
+  ASSERT_THAT(restored->Restore(MakeEbcc(3)->Serialize()), IsOk());
+  EXPECT_FALSE(restored->has_parameters());
+}
+
+}  // namespace
+}  // namespace verity::models
