@@ -12,7 +12,8 @@ PACKAGES := bazel-bootstrap g++ make python3 libgrpc++-dev protobuf-compiler \
 	protobuf-compiler-grpc libprotobuf-dev libabsl-dev libpqxx-dev libpq-dev libtorch-dev \
 	libgtest-dev libgmock-dev libcivetweb-dev libssl-dev postgresql-15 \
 	python3-grpcio python3-protobuf python3-pandas python3-yaml python3-venv python3-pip \
-	python3-setuptools python3-wheel systemd chromium openssl
+	python3-setuptools python3-wheel python3-scipy python3-sklearn python3-nltk python3-attr \
+	python3-tqdm systemd chromium openssl
 
 .PHONY: run test build deps demo clean
 

@@ -555,6 +555,14 @@ class Client:
                            labels_since_version=r.labels_since_version, training=r.training,
                            calibration=calibration)
 
+    def train(self, project):
+        """Fits the project's configured method now (TrainModel: warm-started like a background
+        refit, after any fit in progress) and returns the new ModelVersion. The deadline is the
+        client's timeout. VerityError(FAILED_PRECONDITION) when the project has no labels."""
+        r = self._call(self._models.TrainModel, models_pb2.TrainModelRequest(project=project),
+                       "TrainModel")
+        return ModelVersion.from_proto(r.version)
+
     def model_versions(self, project, limit=20):
         """The newest `limit` (1 to 1,000) model versions as a list of ModelVersion."""
         r = self._call(self._models.ListModelVersions,

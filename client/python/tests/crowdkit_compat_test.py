@@ -1,0 +1,101 @@
+"""The crowd-kit switch: examples/crowdkit_switch.py (crowd-kit code, one import line apart)
+run with crowd-kit's import (its source in ../shared/peers/crowd-kit, on Debian's packages) and
+with Verity's (verity_client.aggregation against a real verity_server), on datasets of
+../shared/datasets. For every method:
+
+- every fitted attribute crowd-kit sets, Verity sets too, with the same shape and index names;
+- labels_ covers the same tasks;
+- where both reach the same accuracy on gold (within half a point), their labels agree on at
+  least 97% of the tasks.
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import junit
+import server_process
+
+# Small enough that crowd-kit's slower methods finish in seconds; two binary, one with 10 classes.
+DATASETS = ("bluebirds", "wordsim", "music")
+METHODS = ("MajorityVote", "DawidSkene", "OneCoinDawidSkene", "GLAD", "Wawa", "ZeroBasedSkill",
+           "MMSR")
+SAME_ACCURACY = 0.005
+MIN_AGREEMENT = 0.97
+
+
+def _crowdkit_source():
+    return os.path.join(os.path.dirname(server_process.find_datasets()), "peers", "crowd-kit")
+
+
+class CrowdKitCompatTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="verity-crowdkit-")
+        cls.script = server_process.runfile("client/python/examples/crowdkit_switch.py")
+        cls.server = server_process.ServerProcess(server_process.runfile("server/verity_server"))
+        cls.server.start()
+        cls.results = {}
+        for dataset in DATASETS:
+            folder = os.path.join(server_process.find_datasets(), dataset)
+            for impl in ("crowdkit", "verity"):
+                out = os.path.join(cls.work, "%s-%s.json" % (dataset, impl))
+                env = dict(os.environ)
+                env["PYTHONPATH"] = (_crowdkit_source() + os.pathsep + env["PYTHONPATH"]
+                                     if impl == "crowdkit" else env["PYTHONPATH"])
+                run = subprocess.run(
+                    ["/usr/bin/python3", cls.script, "--impl=" + impl, "--data=" + folder,
+                     "--methods=" + ",".join(METHODS), "--json=" + out,
+                     "--server=" + cls.server.address],
+                    env=env, capture_output=True, text=True, timeout=600)
+                if run.returncode != 0:
+                    raise RuntimeError("%s on %s failed:\n%s%s" % (impl, dataset, run.stdout,
+                                                                  run.stderr))
+                print(impl, dataset, run.stdout)
+                with open(out) as f:
+                    cls.results[dataset, impl] = json.load(f)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_attributes_have_crowdkits_shapes_and_index(self):
+        for dataset in DATASETS:
+            for method in METHODS:
+                theirs = self.results[dataset, "crowdkit"][method]["attributes"]
+                ours = self.results[dataset, "verity"][method]["attributes"]
+                for attribute, expected in theirs.items():
+                    with self.subTest(dataset=dataset, method=method, attribute=attribute):
+                        self.assertIn(attribute, ours)
+                        self.assertEqual(ours[attribute], expected)
+
+    def test_labels_cover_the_same_tasks(self):
+        for dataset in DATASETS:
+            for method in METHODS:
+                with self.subTest(dataset=dataset, method=method):
+                    self.assertEqual(
+                        set(self.results[dataset, "verity"][method]["labels"]),
+                        set(self.results[dataset, "crowdkit"][method]["labels"]))
+
+    def test_labels_agree_where_the_accuracies_agree(self):
+        compared = 0
+        for dataset in DATASETS:
+            for method in METHODS:
+                theirs = self.results[dataset, "crowdkit"][method]
+                ours = self.results[dataset, "verity"][method]
+                if abs(theirs["accuracy"] - ours["accuracy"]) > SAME_ACCURACY:
+                    continue
+                compared += 1
+                tasks = theirs["labels"]
+                agree = sum(ours["labels"].get(t) == label for t, label in tasks.items())
+                with self.subTest(dataset=dataset, method=method):
+                    self.assertGreaterEqual(agree / len(tasks), MIN_AGREEMENT)
+        # Most pairs reach the same accuracy; a test that compared none would check nothing.
+        self.assertGreaterEqual(compared, len(DATASETS) * len(METHODS) // 2)
+
+
+if __name__ == "__main__":
+    junit.main()
