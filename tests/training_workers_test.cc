@@ -21,6 +21,7 @@
 #include "storage/project_store.h"
 #include "storage/testing/postgres_fixture.h"
 #include "storage/training_job_store.h"
+#include "server/observability/metrics.h"
 #include "server/state/project_registry.h"
 #include "server/state/storage_handles.h"
 #include "server/training/training_scheduler.h"
@@ -350,6 +351,62 @@ TEST_F(TrainingWorkersTest, AVersionThatDoesNotRestoreStillLetsTheProjectBeRefit
   auto jobs = (*storage)->jobs->ListJobs(project_id);
   ASSERT_THAT(jobs, IsOk());
   EXPECT_EQ(jobs->size(), 1u);
+}
+
+// Issue 19: in worker mode a pass polls the newest version's number and reads a version's
+// parameters once: not on every pass, and not again after they failed to restore. Counted by
+// verity_model_version_downloads_total.
+TEST_F(TrainingWorkersTest, StoredParametersAreReadOncePerVersion) {
+  const int64_t project_id = NewProject("read-once", v1::TRUTH_METHOD_DAWID_SKENE);
+  auto storage = server::StorageHandles::Open(url(), 2);
+  ASSERT_THAT(storage, IsOk());
+  server::ProjectRegistry registry(**storage);
+  ASSERT_THAT(registry.LoadAll(), IsOk());
+  server::MetricsRegistry metrics;
+  server::TrainingScheduler::Options options;
+  options.run_in_background = false;
+  options.use_workers = true;
+  server::TrainingScheduler scheduler(registry, *(*storage)->versions, (*storage)->jobs.get(),
+                                      options, &metrics);
+  auto downloads = [&] {
+    const std::string text = metrics.RenderText();
+    const std::string name = "\nverity_model_version_downloads_total ";
+    const size_t at = text.find(name);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + name.size()));
+  };
+  // No version yet: nothing to read.
+  ASSERT_THAT(scheduler.RefitDueProjectsNow(), IsOk());
+  EXPECT_EQ(downloads(), 0);
+
+  // A worker's version (fitted here in-process, stored as a worker stores it): read once,
+  // served, and not read again by the passes after.
+  {
+    auto worker_storage = server::StorageHandles::Open(url(), 1);
+    ASSERT_THAT(worker_storage, IsOk());
+    server::ProjectRegistry worker_registry(**worker_storage);
+    ASSERT_THAT(worker_registry.LoadAll(), IsOk());
+    server::TrainingScheduler::Options in_process;
+    in_process.run_in_background = false;
+    server::TrainingScheduler fitter(worker_registry, *(*worker_storage)->versions, nullptr,
+                                     in_process);
+    ASSERT_THAT(fitter.RefitDueProjectsNow(/*force=*/true), IsOk());
+  }
+  for (int pass = 0; pass < 4; ++pass) ASSERT_THAT(scheduler.RefitDueProjectsNow(), IsOk());
+  EXPECT_EQ((*registry.Get("read-once"))->model_version(), 1);
+  EXPECT_EQ(downloads(), 1);
+
+  // A version that does not restore: read and reported once, then skipped until a newer one.
+  storage::ModelVersionRecord bad;
+  bad.project_id = project_id;
+  bad.method = "ds";
+  bad.parameters = "not a model";
+  bad.watermark = 1;
+  bad.num_labels = 1;
+  ASSERT_THAT((*storage)->versions->SaveModelVersion(bad, storage::ModelVersionOutputs{}), IsOk());
+  EXPECT_FALSE(scheduler.RefitDueProjectsNow().ok());
+  for (int pass = 0; pass < 3; ++pass) scheduler.RefitDueProjectsNow().IgnoreError();
+  EXPECT_EQ(downloads(), 2);
+  EXPECT_EQ((*registry.Get("read-once"))->model_version(), 1);
 }
 
 }  // namespace

@@ -25,12 +25,18 @@ struct TrainingScheduler::Metrics {
                                          "In-process fits that failed.").Get()),
         jobs_enqueued(registry.AddCounter("verity_training_jobs_enqueued_total",
                                           "Training jobs enqueued for verity_worker processes.")
-                          .Get()) {}
+                          .Get()),
+        version_downloads(registry.AddCounter(
+                                      "verity_model_version_downloads_total",
+                                      "Stored model versions whose parameters this server read "
+                                      "to serve them (--trainer=workers).")
+                              .Get()) {}
 
   MetricFamily<Counter>& versions;
   MetricFamily<Histogram>& fit_seconds;
   Counter& fit_failures;
   Counter& jobs_enqueued;
+  Counter& version_downloads;
 };
 
 TrainingScheduler::TrainingScheduler(ProjectRegistry& registry,
@@ -122,15 +128,32 @@ std::shared_ptr<absl::Mutex> TrainingScheduler::ProjectFitMutex(int64_t project_
 }
 
 absl::StatusOr<int32_t> TrainingScheduler::AdoptStoredVersion(LiveProject& project) {
-  absl::StatusOr<storage::ModelVersionRecord> latest =
-      versions_.LatestModelVersion(project.identity().project_id);
-  if (!latest.ok()) {
-    if (absl::IsNotFound(latest.status())) return project.model_version();
-    return latest.status();
+  const int64_t project_id = project.identity().project_id;
+  // The newest version's number first (no parameters): a pass reads a checkpoint only when it
+  // is newer than the one served and has not failed to restore before.
+  absl::StatusOr<std::vector<storage::ModelVersionRecord>> newest =
+      versions_.ListModelVersions(project_id, 1);
+  if (!newest.ok()) return newest.status();
+  if (newest->empty() || newest->front().version <= project.model_version()) {
+    return project.model_version();
   }
-  if (latest->version <= project.model_version()) return project.model_version();
+  const int32_t version = newest->front().version;
+  {
+    absl::MutexLock lock(&refused_mu_);
+    auto refused = refused_versions_.find(project_id);
+    if (refused != refused_versions_.end() && refused->second >= version) {
+      return project.model_version();
+    }
+  }
+  absl::StatusOr<storage::ModelVersionRecord> latest = versions_.GetModelVersion(project_id, version);
+  if (!latest.ok()) return latest.status();
+  if (metrics_) metrics_->version_downloads.Increment();
   absl::StatusOr<bool> adopted = project.AdoptVersion(*latest);
-  if (!adopted.ok()) return adopted.status();
+  if (!adopted.ok()) {
+    absl::MutexLock lock(&refused_mu_);
+    refused_versions_[project_id] = version;  // reported once; a newer version replaces it
+    return adopted.status();
+  }
   if (*adopted) {
     if (metrics_) metrics_->versions.WithLabels({latest->method, "worker"}).Increment();
     LogEvent("model_version_adopted", {{"project", project.identity().name},

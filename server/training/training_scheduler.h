@@ -5,7 +5,8 @@
 //   - in-process (the default): runs the due fits on up to Options::max_concurrent_fits
 //     threads, each project's fits one at a time (TrainModel's fits share the same slots);
 //   - with Options::use_workers: first serves any newer model version a worker process stored
-//     (LiveProject::AdoptVersion), then enqueues a training job for each due project
+//     (LiveProject::AdoptVersion; a pass polls the newest version's number and reads a
+//     version's parameters once, and never again one that failed to restore), then enqueues a training job for each due project
 //     (storage/training_job_store.h) for a verity_worker to run.
 // Tests call RefitDueProjectsNow() to drive it step by step.
 //
@@ -106,6 +107,10 @@ class TrainingScheduler {
   struct Metrics;  // The scheduler's metric children; null without a registry.
   const std::unique_ptr<Metrics> metrics_;
   absl::Mutex pass_mu_;  // One background (or RefitDueProjectsNow) pass at a time.
+  // Worker mode: per project, the newest stored version that failed to restore, so that its
+  // parameters are not read again on every pass (AdoptStoredVersion).
+  absl::Mutex refused_mu_;
+  absl::flat_hash_map<int64_t, int32_t> refused_versions_ ABSL_GUARDED_BY(refused_mu_);
   absl::Mutex project_fits_mu_;
   absl::flat_hash_map<int64_t, std::shared_ptr<absl::Mutex>> project_fits_
       ABSL_GUARDED_BY(project_fits_mu_);
