@@ -107,6 +107,9 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
     (*credentials)->SetAuthMetadataProcessor(
         std::make_shared<ApiKeyMetadataProcessor>(*server->keys_));
   }
+  // No SO_REUSEPORT (gRPC's default on Linux): with it a second process could bind a port in
+  // use, or be handed one for port 0, and the kernel would split connections between the two.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, *credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(ApiLimits::kMaxMessageBytes);
   builder.SetMaxSendMessageSize(ApiLimits::kMaxMessageBytes);

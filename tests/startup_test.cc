@@ -98,5 +98,26 @@ TEST(StartupTest, AProjectThatCannotLoadAnswersUnavailableAndTheOthersServe) {
   server->Shutdown();
 }
 
+// gRPC binds with SO_REUSEPORT by default, so a second server on a port in use started and
+// the kernel split new connections between the two; with port 0 it could even be handed a
+// port another process of the same user held, and a client then reached a server that was not
+// its own (seen as "Method not found" in tests running side by side). A port in use must make
+// the second start fail.
+TEST(StartupTest, ASecondServerCannotShareAListeningPort) {
+  std::unique_ptr<TestPostgres> pg = TestPostgres::Start("verity-port");
+  ASSERT_NE(pg, nullptr);
+  std::unique_ptr<server::VerityServer> first = StartServer(pg->url());
+  ASSERT_NE(first, nullptr);
+  server::VerityServer::Options options;
+  options.listen = "localhost:" + std::to_string(first->port());
+  options.postgres_url = pg->url();
+  options.pool_size = 2;
+  options.training.run_in_background = false;
+  absl::StatusOr<std::unique_ptr<server::VerityServer>> second = server::VerityServer::Start(options);
+  EXPECT_FALSE(second.ok()) << "a second server started on port " << first->port();
+  if (second.ok()) (*second)->Shutdown();
+  first->Shutdown();
+}
+
 }  // namespace
 }  // namespace verity::tests
