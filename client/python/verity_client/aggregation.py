@@ -154,11 +154,10 @@ class _VerityAggregator:
         client.create_project(project, names, method=self._method, settings=settings)
         worker_ids = np.char.add("w", worker_codes.astype(str))
         labels = data["label"].map(str).to_numpy()
-        result = client.submit(project, pd.DataFrame({
-            "task": np.char.add("t", task_codes.astype(str)),
-            "worker": worker_ids,
-            "label": labels,
-        }))
+        frame = pd.DataFrame({"task": np.char.add("t", task_codes.astype(str)),
+                              "worker": worker_ids, "label": labels})
+        # The largest batches the API takes: a one-shot load, acked batch by batch.
+        result = client.submit(project, frame, batch_size=10000)
         if result.rejections:
             first = result.rejections[0]
             raise ValueError("the server refused %d of the labels; row %d: %s"
