@@ -33,6 +33,7 @@ constexpr MethodEntry kMethods[] = {
     {v1::TRUTH_METHOD_ZERO_BASED_SKILL, "zero_based_skill"},
     {v1::TRUTH_METHOD_KOS, "kos"},
     {v1::TRUTH_METHOD_MACE, "mace"},
+    {v1::TRUTH_METHOD_AUTO, "auto"},
 };
 
 struct PolicyEntry {
@@ -239,6 +240,10 @@ JsonValue ModelStatusJson(absl::string_view project,
           .Set("gold_ece", c.gold_ece());
     }
     json.Set("calibration", std::move(calibration));
+  }
+  if (!status.chosen_method().empty()) {
+    json.Set("chosen_method", status.chosen_method())
+        .Set("choice_reason", status.choice_reason());
   }
   return json;
 }

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "models/auto_truth_model.h"
 #include "models/calibrated_truth_model.h"
 #include "models/dawid_skene.h"
 #include "models/glad.h"
@@ -32,7 +33,7 @@ std::vector<std::string_view> KnownTruthModelMethods() {
           neural::TraceRegModel::kMethod, neural::ConalModel::kMethod,
           neural::CmmModel::kMethod,    WawaModel::kMethod,
           ZeroBasedSkillModel::kMethod, KosModel::kMethod,
-          MaceModel::kMethod};
+          MaceModel::kMethod,           AutoTruthModel::kMethod};
 }
 
 namespace {
@@ -69,6 +70,12 @@ absl::StatusOr<std::unique_ptr<TruthModel>> CreateUncalibratedTruthModel(
   }
   if (method == KosModel::kMethod) return Make<KosModel>(num_classes, options);
   if (method == MaceModel::kMethod) return Make<MaceModel>(num_classes, options);
+  if (method == AutoTruthModel::kMethod) {
+    absl::StatusOr<std::unique_ptr<AutoTruthModel>> model =
+        AutoTruthModel::Create(num_classes, options, &CreateUncalibratedTruthModel);
+    if (!model.ok()) return model.status();
+    return std::unique_ptr<TruthModel>(*std::move(model));
+  }
   if (method == neural::LiaModel::kMethod) return Make<neural::LiaModel>(num_classes, options);
   if (method == neural::CrowdLayerModel::kMethod) {
     return Make<neural::CrowdLayerModel>(num_classes, options);

@@ -43,8 +43,9 @@ absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& c
 
 // The confusion cells a project's truth model keeps densely per annotator: K² for the neural
 // methods (lia, crowdlayer, trace_reg, conal, cmm: a K×K matrix or its parameters per
-// annotator), 0 for mv, ds, one_coin, glad, wawa, zero_based_skill, kos and
-// mace (the default method included), whose per-annotator state grows with the annotator's labels.
+// annotator), 0 for mv, ds, one_coin, glad, wawa, zero_based_skill, kos, mace and
+// auto (the default method, which chooses among the classical ones), whose per-annotator state
+// grows with the annotator's labels.
 int64_t DenseConfusionCellsPerAnnotator(v1::TruthMethod method, int32_t num_classes);
 
 // OK when a project of `num_annotators` annotators may use `method` under `quota`; otherwise

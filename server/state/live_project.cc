@@ -34,7 +34,7 @@ constexpr std::pair<v1::TruthMethod, const char*> kMethodNames[] = {
     {v1::TRUTH_METHOD_TRACE_REG, "trace_reg"}, {v1::TRUTH_METHOD_CONAL, "conal"},
     {v1::TRUTH_METHOD_CMM, "cmm"},          {v1::TRUTH_METHOD_WAWA, "wawa"},
     {v1::TRUTH_METHOD_ZERO_BASED_SKILL, "zero_based_skill"}, {v1::TRUTH_METHOD_KOS, "kos"},
-    {v1::TRUTH_METHOD_MACE, "mace"},
+    {v1::TRUTH_METHOD_MACE, "mace"},        {v1::TRUTH_METHOD_AUTO, "auto"},
 };
 
 }  // namespace

@@ -63,6 +63,7 @@ METHODS = {
     "zero_based_skill": common_pb2.TRUTH_METHOD_ZERO_BASED_SKILL,
     "kos": common_pb2.TRUTH_METHOD_KOS,
     "mace": common_pb2.TRUTH_METHOD_MACE,
+    "auto": common_pb2.TRUTH_METHOD_AUTO,
 }
 # API key roles by the names the server and the CLI use (keys.proto: each role may do what the
 # one before it may, and more).
@@ -142,13 +143,17 @@ class ModelStatus:
     """GetModelStatus: the method of the next fit, the current version (None before the first
     fit) and how many labels arrived since it. `calibration` (None when the project serves raw
     posteriors) is the map from the fitted posteriors to the served ones: a dict with kind,
-    temperature, source ("crowd_labels", "gold" or "none"), gold_items, gold_ece_raw, gold_ece."""
+    temperature, source ("crowd_labels", "gold" or "none"), gold_items, gold_ece_raw, gold_ece.
+    For method "auto", `chosen_method` is the method the served version uses and
+    `choice_reason` the criterion and its values per candidate (both "" otherwise)."""
     method: str
     current_version: Optional[ModelVersion]
     num_labels: int
     labels_since_version: int
     training: bool
     calibration: Optional[dict] = None
+    chosen_method: str = ""
+    choice_reason: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,7 +329,8 @@ class Client:
         Args:
           name: 1-128 characters of [A-Za-z0-9._-].
           classes: ordered class names (2 to 256); a label is an index into this list.
-          method: truth method, "ds" (default), "mv", "one_coin", "glad", "wawa",
+          method: truth method, "auto" (the server's default for new projects: chooses a
+            classical method at each refit), "ds", "mv", "one_coin", "glad", "wawa",
             "zero_based_skill", "kos" (2 classes), "mace" or a neural method (METHODS lists them all).
           settings: a projects_pb2.ProjectSettings or a dict in its JSON form, e.g.
             {"assignment": {"min_labels_per_item": 3}}; `method` overrides settings.model.method.
@@ -549,7 +555,8 @@ class Client:
         return ModelStatus(method=_method_name(r.method), current_version=current,
                            num_labels=r.num_labels,
                            labels_since_version=r.labels_since_version, training=r.training,
-                           calibration=calibration)
+                           calibration=calibration, chosen_method=r.chosen_method,
+                           choice_reason=r.choice_reason)
 
     def model_versions(self, project, limit=20):
         """The newest `limit` (1 to 1,000) model versions as a list of ModelVersion."""
