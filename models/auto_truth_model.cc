@@ -72,7 +72,10 @@ int64_t ScoreByGold(const AnnotationMatrix& data, absl::Span<const int32_t> gold
   std::shuffle(gold_items.begin(), gold_items.end(), rng);
   const int32_t k = data.num_classes();
   std::vector<double> row(k);
-  for (AutoCandidateScore& score : scores) {
+  // Per candidate, 1 for each gold item (in gold_items order) it gets right.
+  std::vector<std::vector<int>> right(scores.size(), std::vector<int>(gold_items.size(), 0));
+  for (size_t s = 0; s < scores.size(); ++s) {
+    AutoCandidateScore& score = scores[s];
     int64_t correct = 0;
     double log_loss = 0.0;
     bool ok = true;
@@ -90,7 +93,10 @@ int64_t ScoreByGold(const AnnotationMatrix& data, absl::Span<const int32_t> gold
         const int32_t item = gold_items[g];
         (*model)->ItemPosteriorForItem(item, data.LabelsOfItem(item), /*gold_label=*/-1,
                                        absl::MakeSpan(row));
-        if (ArgMax(row) == gold[item]) ++correct;
+        if (ArgMax(row) == gold[item]) {
+          ++correct;
+          right[s][g] = 1;
+        }
         log_loss -= std::log(std::max(row[gold[item]], kMinProbability));
       }
     }
@@ -98,6 +104,23 @@ int64_t ScoreByGold(const AnnotationMatrix& data, absl::Span<const int32_t> gold
     if (ok) {
       score.accuracy = static_cast<double>(correct) / gold_items.size();
       score.log_loss = log_loss / gold_items.size();
+    }
+  }
+  size_t base = scores.size();
+  for (size_t s = 0; s < scores.size(); ++s) {
+    if (scores[s].fitted && scores[s].method == AutoTruthModel::kFallbackMethod) base = s;
+  }
+  const double n = static_cast<double>(gold_items.size());
+  if (base < scores.size() && n > 1) {
+    for (size_t s = 0; s < scores.size(); ++s) {
+      if (!scores[s].fitted || s == base) continue;
+      const double mean = scores[s].accuracy - scores[base].accuracy;
+      double squares = 0.0;
+      for (size_t g = 0; g < gold_items.size(); ++g) {
+        const double d = right[s][g] - right[base][g] - mean;
+        squares += d * d;
+      }
+      scores[s].accuracy_standard_error = std::sqrt(squares / (n - 1) / n);
     }
   }
   return static_cast<int64_t>(gold_items.size());
@@ -135,7 +158,9 @@ absl::StatusOr<int64_t> ScoreByHeldOutLabels(const AnnotationMatrix& data,
   if (!train.ok()) return train.status();
   const int32_t k = data.num_classes();
   std::vector<double> q(k);
-  for (AutoCandidateScore& score : scores) {
+  std::vector<std::vector<double>> terms(scores.size());
+  for (size_t s = 0; s < scores.size(); ++s) {
+    AutoCandidateScore& score = scores[s];
     absl::StatusOr<std::unique_ptr<TruthModel>> model = factory(score.method, k, options);
     if (!model.ok() || !(*model)->Fit(*train, gold, /*warm_start=*/false).ok()) continue;
     double sum = 0.0;
@@ -149,10 +174,29 @@ absl::StatusOr<int64_t> ScoreByHeldOutLabels(const AnnotationMatrix& data,
       const std::vector<double> pi = (*model)->ItemAnnotatorConfusion(h.item, h.annotator);
       double p = 0.0;
       for (int32_t c = 0; c < k; ++c) p += q[c] * pi[static_cast<size_t>(c) * k + h.label];
-      sum += std::log(std::max(p, kMinProbability));
+      terms[s].push_back(std::log(std::max(p, kMinProbability)));
+      sum += terms[s].back();
     }
     score.fitted = true;
     score.held_out_log_likelihood = sum / held.size();
+  }
+  // Standard errors of the paired differences from the fallback.
+  size_t base = scores.size();
+  for (size_t s = 0; s < scores.size(); ++s) {
+    if (scores[s].fitted && scores[s].method == AutoTruthModel::kFallbackMethod) base = s;
+  }
+  if (base < scores.size()) {
+    const double n = static_cast<double>(held.size());
+    for (size_t s = 0; s < scores.size(); ++s) {
+      if (!scores[s].fitted || s == base) continue;
+      const double mean = scores[s].held_out_log_likelihood - scores[base].held_out_log_likelihood;
+      double squares = 0.0;
+      for (size_t h = 0; h < held.size(); ++h) {
+        const double d = terms[s][h] - terms[base][h] - mean;
+        squares += d * d;
+      }
+      scores[s].held_out_standard_error = n > 1 ? std::sqrt(squares / (n - 1) / n) : 0.0;
+    }
   }
   return static_cast<int64_t>(held.size());
 }
@@ -204,13 +248,21 @@ absl::StatusOr<AutoChoice> ChooseTruthMethod(const AnnotationMatrix& data,
       if (!s.fitted) continue;
       absl::StrAppendFormat(&values, "%s%s acc %.4f logloss %.4f", values.empty() ? "" : "; ",
                             s.method, s.accuracy, s.log_loss);
+      if (s.method != AutoTruthModel::kFallbackMethod) {
+        absl::StrAppendFormat(&values, " (se vs ds %.4f)", s.accuracy_standard_error);
+      }
     }
     const AutoCandidateScore* base = Find(scores, AutoTruthModel::kFallbackMethod);
     const AutoCandidateScore* best = nullptr;
     for (const AutoCandidateScore& s : scores) {
       if (!s.fitted || s.method == AutoTruthModel::kFallbackMethod) continue;
       const double wins = (s.accuracy - (base ? base->accuracy : 0.0)) * n;
-      if (base != nullptr && wins < AutoTruthModel::kGoldMarginItems - 1e-9) continue;
+      if (base != nullptr &&
+          (wins < AutoTruthModel::kGoldMarginItems - 1e-9 ||
+           s.accuracy - base->accuracy <
+               AutoTruthModel::kGoldStandardErrors * s.accuracy_standard_error)) {
+        continue;
+      }
       if (best == nullptr || s.accuracy > best->accuracy ||
           (s.accuracy == best->accuracy && s.log_loss < best->log_loss)) {
         best = &s;
@@ -221,10 +273,10 @@ absl::StatusOr<AutoChoice> ChooseTruthMethod(const AnnotationMatrix& data,
         "gold_cv over ", n, " gold items in ", AutoTruthModel::kGoldFolds, " folds", sampled, ": ",
         values, "; chose ", choice.method,
         best != nullptr ? absl::StrCat(" (>= ", AutoTruthModel::kGoldMarginItems,
-                                       " more gold items right than ds, then highest accuracy, "
-                                       "then lowest log-loss)")
+                                       " more gold items right than ds and 2 standard errors, "
+                                       "then highest accuracy, then lowest log-loss)")
                         : absl::StrCat(" (no candidate got ", AutoTruthModel::kGoldMarginItems,
-                                       " more gold items right than ds)"));
+                                       " more gold items right than ds by 2 standard errors)"));
   } else {
     absl::StatusOr<int64_t> held = ScoreByHeldOutLabels(sel, sel_gold, options, factory, scores);
     if (!held.ok()) return held.status();
@@ -240,15 +292,20 @@ absl::StatusOr<AutoChoice> ChooseTruthMethod(const AnnotationMatrix& data,
         if (!s.fitted) continue;
         absl::StrAppendFormat(&values, "%s%s %.4f", values.empty() ? "" : "; ", s.method,
                               s.held_out_log_likelihood);
+        if (s.method != AutoTruthModel::kFallbackMethod) {
+          absl::StrAppendFormat(&values, " (se vs ds %.4f)", s.held_out_standard_error);
+        }
       }
       const AutoCandidateScore* base = Find(scores, AutoTruthModel::kFallbackMethod);
       const AutoCandidateScore* best = nullptr;
       for (const AutoCandidateScore& s : scores) {
         if (!s.fitted || s.method == AutoTruthModel::kFallbackMethod) continue;
-        if (base != nullptr && s.held_out_log_likelihood <
-                                   base->held_out_log_likelihood +
-                                       AutoTruthModel::kHeldOutMarginNats) {
-          continue;
+        if (base != nullptr) {
+          const double gain = s.held_out_log_likelihood - base->held_out_log_likelihood;
+          if (gain < AutoTruthModel::kHeldOutMarginNats ||
+              gain < AutoTruthModel::kHeldOutStandardErrors * s.held_out_standard_error) {
+            continue;
+          }
         }
         if (best == nullptr || s.held_out_log_likelihood > best->held_out_log_likelihood) {
           best = &s;
@@ -258,10 +315,14 @@ absl::StatusOr<AutoChoice> ChooseTruthMethod(const AnnotationMatrix& data,
       choice.reason = absl::StrFormat(
           "held_out_labels: mean log-likelihood of %d held-out labels%s: %s; chose %s (%s)",
           *held, sampled, values, choice.method,
-          best != nullptr ? absl::StrFormat("beats ds by >= %.2f nats per label",
-                                            AutoTruthModel::kHeldOutMarginNats)
-                          : absl::StrFormat("no candidate beats ds by %.2f nats per label",
-                                            AutoTruthModel::kHeldOutMarginNats));
+          best != nullptr
+              ? absl::StrFormat("beats ds by >= %.2f nats per label and %.0f standard errors",
+                                AutoTruthModel::kHeldOutMarginNats,
+                                AutoTruthModel::kHeldOutStandardErrors)
+              : absl::StrFormat("no candidate beats ds by %.2f nats per label and %.0f standard "
+                                "errors",
+                                AutoTruthModel::kHeldOutMarginNats,
+                                AutoTruthModel::kHeldOutStandardErrors));
     }
   }
   choice.scores = std::move(scores);

@@ -15,7 +15,10 @@
 //     (ItemPosteriorForItem with gold_label = -1): accuracy (argmax, lowest
 //     index on ties) and log-loss. A candidate replaces ds only if it gets
 //     at least kGoldMarginItems more gold items right than ds over all
-//     folds; among those, the most accurate wins, then the lowest log-loss.
+//     folds and its accuracy gain is at least kGoldStandardErrors standard
+//     errors of the paired per-item difference (100 gold items on labelme
+//     picked a method 4 points worse without it); among those, the most
+//     accurate wins, then the lowest log-loss.
 //   - Held-out crowd labels ("held_out_labels"), otherwise: a deterministic
 //     kHeldOutFraction of the labels (never the last label of an item; only
 //     items with >= 2 labels lose any) is held out; each candidate is fitted
@@ -24,8 +27,10 @@
 //       log sum_k q_i(k) pi_ij[k, l],
 //     q_i the unclamped posterior from i's remaining labels and pi_ij =
 //     ItemAnnotatorConfusion(i, j). A candidate replaces ds only if its mean
-//     beats ds's by at least kHeldOutMarginNats per held-out label; the best
-//     such wins.
+//     beats ds's by at least kHeldOutMarginNats per held-out label and by at
+//     least kHeldOutStandardErrors standard errors of the paired per-label
+//     difference (a small project's few held-out labels rarely pass: wordsim's
+//     30 chose a worse method by noise); the best such wins.
 //   - With no usable signal (no item with 2 labels and too little gold, or
 //     no candidate fitting) the fallback kFallbackMethod (ds) serves.
 //
@@ -68,7 +73,13 @@ struct AutoCandidateScore {
   bool fitted = false;  // false: the candidate failed to fit (skipped).
   double accuracy = 0.0;
   double log_loss = 0.0;
+  // Gold CV: the standard error of the accuracy difference from ds (paired over the same gold
+  // items; 0 for ds itself).
+  double accuracy_standard_error = 0.0;
   double held_out_log_likelihood = 0.0;
+  // Held-out labels: the standard error of the mean per-label difference from ds (paired over
+  // the same held-out labels; 0 for ds itself).
+  double held_out_standard_error = 0.0;
 };
 
 struct AutoChoice {
@@ -91,8 +102,10 @@ class AutoTruthModel final : public TruthModel {
   static constexpr int64_t kMinGoldItems = 30;
   static constexpr int kGoldFolds = 3;
   static constexpr int64_t kGoldMarginItems = 2;
+  static constexpr double kGoldStandardErrors = 2.0;
   static constexpr double kHeldOutFraction = 0.1;
   static constexpr double kHeldOutMarginNats = 0.01;
+  static constexpr double kHeldOutStandardErrors = 2.0;
   static constexpr int64_t kMaxSelectionLabels = 200'000;
   static constexpr uint64_t kSeed = 0x5eed'a070;
   static constexpr std::string_view kMagic = "VAUT";
