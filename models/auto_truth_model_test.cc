@@ -395,5 +395,27 @@ TEST(AutoTruthModelTest, CalibrationAppliesThroughAuto) {
   EXPECT_EQ(AllPosteriors(a, crowd.matrix, {}), AllPosteriors(d, crowd.matrix, {}));
 }
 
+TEST(AutoTruthModelTest, GoldCalibrationOfAutoIsTheServedMethods) {
+  // With gold, the calibration wrapper cross-fits copies of the served method; when auto serves
+  // ds, its map is the one fitted on ds directly.
+  SyntheticCrowd crowd = ClassDependentCrowd(1200, 19);
+  std::vector<int32_t> gold(crowd.truth.size(), -1);
+  for (size_t i = 0; i < gold.size(); i += 8) gold[i] = crowd.truth[i];  // 150 gold items
+  absl::StatusOr<std::unique_ptr<TruthModel>> automatic = CreateTruthModel("auto", 2, {});
+  absl::StatusOr<std::unique_ptr<TruthModel>> ds = CreateTruthModel("ds", 2, {});
+  ASSERT_THAT(automatic, IsOk());
+  ASSERT_THAT(ds, IsOk());
+  ASSERT_THAT((*automatic)->Fit(crowd.matrix, gold, false), IsOk());
+  ASSERT_THAT((*ds)->Fit(crowd.matrix, gold, false), IsOk());
+  const auto& a = dynamic_cast<const CalibratedTruthModel&>(**automatic);
+  const auto& d = dynamic_cast<const CalibratedTruthModel&>(**ds);
+  const AutoChoice& choice = dynamic_cast<const AutoTruthModel&>(a.inner()).choice();
+  ASSERT_EQ(choice.method, "ds") << choice.reason;
+  EXPECT_EQ(choice.criterion, "gold_cv");
+  EXPECT_EQ(a.calibration().source, CalibrationSource::kGold);
+  EXPECT_EQ(a.calibration().gold_items, d.calibration().gold_items);
+  EXPECT_DOUBLE_EQ(a.calibration().temperature, d.calibration().temperature);
+}
+
 }  // namespace
 }  // namespace verity::models
