@@ -37,6 +37,7 @@ constexpr MethodEntry kMethods[] = {
     {v1::TRUTH_METHOD_IBCC, "ibcc"},
     {v1::TRUTH_METHOD_EBCC, "ebcc"},
     {v1::TRUTH_METHOD_MMSR, "mmsr"},
+    {v1::TRUTH_METHOD_AUTO, "auto"},
 };
 
 struct PolicyEntry {
@@ -243,6 +244,10 @@ JsonValue ModelStatusJson(absl::string_view project,
           .Set("gold_ece", c.gold_ece());
     }
     json.Set("calibration", std::move(calibration));
+  }
+  if (!status.chosen_method().empty()) {
+    json.Set("chosen_method", status.chosen_method())
+        .Set("choice_reason", status.choice_reason());
   }
   return json;
 }

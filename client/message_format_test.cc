@@ -109,6 +109,17 @@ TEST(ModelStatusJsonTest, CurrentVersionIsNullBeforeTheFirstFit) {
             "\"iterations\":7,\"duration_ms\":1.25,\"created_at\":null}}");
 }
 
+TEST(ModelStatusJsonTest, ShowsWhichMethodAutoChoseAndWhy) {
+  auto status = Parse<v1::GetModelStatusResponse>(
+      "method: TRUTH_METHOD_AUTO num_labels: 6 labels_since_version: 0 "
+      "chosen_method: \"one_coin\" choice_reason: \"held_out_labels: ds -0.5; one_coin -0.4\"");
+  EXPECT_EQ(ModelStatusJson("birds", status).Serialize(),
+            "{\"project\":\"birds\",\"method\":\"auto\",\"num_labels\":6,"
+            "\"labels_since_version\":0,\"training\":false,"
+            "\"current_version\":null,\"chosen_method\":\"one_coin\","
+            "\"choice_reason\":\"held_out_labels: ds -0.5; one_coin -0.4\"}");
+}
+
 TEST(ModelStatusJsonTest, ShowsTheCalibrationOfTheServedPosteriors) {
   auto status = Parse<v1::GetModelStatusResponse>(
       "method: TRUTH_METHOD_DAWID_SKENE num_labels: 6 labels_since_version: 0 "

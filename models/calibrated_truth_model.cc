@@ -1,5 +1,7 @@
 #include "models/calibrated_truth_model.h"
 
+#include "models/auto_truth_model.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -409,7 +411,11 @@ absl::StatusOr<FitReport> CalibratedTruthModel::Fit(const AnnotationMatrix& data
       for (size_t i = 0; i < gold.size(); ++i) {
         if (half[i] == h) fold_gold[i] = -1;
       }
-      std::unique_ptr<TruthModel> fold = inner_->Clone();
+      // Auto's copies would rerun its whole selection (up to 22 fits each) and might choose
+      // another method than the one served: the served method's model is refitted instead.
+      const auto* automatic = dynamic_cast<const AutoTruthModel*>(inner_.get());
+      std::unique_ptr<TruthModel> fold =
+          automatic != nullptr ? automatic->served().Clone() : inner_->Clone();
       ok = fold->Fit(data, fold_gold, /*warm_start=*/true).ok();
       for (size_t i = 0; ok && i < gold.size(); ++i) {
         if (half[i] != h) continue;

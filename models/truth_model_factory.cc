@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "models/auto_truth_model.h"
 #include "models/bwa.h"
 #include "models/calibrated_truth_model.h"
 #include "models/dawid_skene.h"
@@ -38,7 +39,7 @@ std::vector<std::string_view> KnownTruthModelMethods() {
           ZeroBasedSkillModel::kMethod, KosModel::kMethod,
           MaceModel::kMethod,           BwaModel::kMethod,
           IbccModel::kMethod,           EbccModel::kMethod,
-          MmsrModel::kMethod};
+          MmsrModel::kMethod,            AutoTruthModel::kMethod};
 }
 
 namespace {
@@ -79,6 +80,12 @@ absl::StatusOr<std::unique_ptr<TruthModel>> CreateUncalibratedTruthModel(
   if (method == IbccModel::kMethod) return Make<IbccModel>(num_classes, options);
   if (method == EbccModel::kMethod) return Make<EbccModel>(num_classes, options);
   if (method == MmsrModel::kMethod) return Make<MmsrModel>(num_classes, options);
+  if (method == AutoTruthModel::kMethod) {
+    absl::StatusOr<std::unique_ptr<AutoTruthModel>> model =
+        AutoTruthModel::Create(num_classes, options, &CreateUncalibratedTruthModel);
+    if (!model.ok()) return model.status();
+    return std::unique_ptr<TruthModel>(*std::move(model));
+  }
   if (method == neural::LiaModel::kMethod) return Make<neural::LiaModel>(num_classes, options);
   if (method == neural::CrowdLayerModel::kMethod) {
     return Make<neural::CrowdLayerModel>(num_classes, options);

@@ -22,7 +22,9 @@ namespace verity::models {
 // "mv" → MajorityVoteModel, "ds" → DawidSkeneModel, "one_coin" →
 // OneCoinModel, "glad" → GladModel, the neural models (models/neural/),
 // "wawa" → WawaModel, "zero_based_skill" → ZeroBasedSkillModel, "kos" → KosModel
-// (2 classes only), "mace" → MaceModel, "bwa" → BwaModel, "ibcc" → IbccModel, "ebcc" → EbccModel, "mmsr" → MmsrModel, all without parameters.
+// (2 classes only), "mace" → MaceModel, "bwa" → BwaModel, "ibcc" → IbccModel, "ebcc" →
+// EbccModel, "mmsr" → MmsrModel, "auto" → AutoTruthModel (chooses one of the classical
+// methods at each Fit, models/auto_truth_model.h), all without parameters.
 // INVALID_ARGUMENT for an unknown method (the message lists the known ones),
 // num_classes < 2, or options out of range.
 // The model is wrapped in a CalibratedTruthModel

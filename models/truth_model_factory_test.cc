@@ -19,7 +19,8 @@ TEST(TruthModelFactoryTest, CreatesEachKnownMethod) {
   EXPECT_THAT(KnownTruthModelMethods(),
               ElementsAre("mv", "ds", "one_coin", "glad", "lia", "crowdlayer",
                           "trace_reg", "conal", "cmm", "wawa",
-                          "zero_based_skill", "kos", "mace", "bwa", "ibcc", "ebcc", "mmsr"));
+                          "zero_based_skill", "kos", "mace", "bwa", "ibcc", "ebcc", "mmsr",
+                          "auto"));
   for (std::string_view method : KnownTruthModelMethods()) {
     absl::StatusOr<std::unique_ptr<TruthModel>> model =
         CreateTruthModel(method, 4, {});

@@ -96,8 +96,8 @@ ABSL_FLAG(int64_t, max_confusion_cells_per_project, 16'000'000,
           "Annotators x classes^2 a project whose method is neural (lia, crowdlayer, "
           "trace_reg, conal, cmm), ibcc or ebcc (10 x per annotator) may reach unless its settings.limits.max_confusion_cells says "
           "otherwise: those models keep a dense confusion per annotator, so this bounds their "
-          "memory and fit time. mv, ds, one_coin, glad, wawa, zero_based_skill, kos, mace, bwa and mmsr "
-          "grow with the labels instead.");
+          "memory and fit time. mv, ds, one_coin, glad, wawa, zero_based_skill, kos, mace, bwa, mmsr "
+          "and auto grow with the labels instead.");
 ABSL_FLAG(int64_t, grpc_memory_mb, 512,
           "Memory gRPC may hold for calls in flight, incoming messages above all (MiB). "
           "Messages are read before their key is checked, so this bounds what callers without "

@@ -140,7 +140,8 @@ TEST_F(CliEndToEndTest, TrainThenVersionsAsJsonAndSuggestOnBluebirds) {
   // Background refits are off in this fixture: the first version is the one TrainModel fits.
   CliResult trained = Run({"model", "train", "--project=birds", "--output=json"});
   ASSERT_EQ(trained.code, 0) << trained.err;
-  EXPECT_THAT(trained.out, StartsWith("{\"version\":1,\"method\":\"ds\",\"watermark\":"));
+  // A project created without a method is served by auto (the default since issue 18).
+  EXPECT_THAT(trained.out, StartsWith("{\"version\":1,\"method\":\"auto\",\"watermark\":"));
   EXPECT_THAT(trained.out, HasSubstr("\"num_labels\":4212,"));
 
   CliResult versions = Run({"model", "versions", "--project=birds", "--output=json"});
@@ -217,7 +218,7 @@ TEST_F(CliEndToEndTest, ProjectSettingsItemsAndAnnotatorsOnASmallProject) {
   CliResult created = Run({"project", "create", "pets", "--classes=cat,dog",
                            "--annotator_feature_dim=2"});
   ASSERT_EQ(created.code, 0) << created.err;
-  EXPECT_THAT(created.out, HasSubstr("method: default (ds)\n"));
+  EXPECT_THAT(created.out, HasSubstr("method: auto\n"));
 
   CliResult settings = Run({"project", "settings", "pets", "--method=mv",
                             "--min_labels_per_item=3"});
@@ -270,7 +271,7 @@ TEST_F(CliEndToEndTest, ProjectSettingsItemsAndAnnotatorsOnASmallProject) {
   ASSERT_EQ(project_rows.size(), 3u) << listed.out;
   EXPECT_EQ(project_rows[0], "NAME   CLASSES  ITEMS  ANNOTATORS  LABELS  METHOD");
   EXPECT_THAT(std::vector<std::string>(project_rows.begin() + 1, project_rows.end()),
-              UnorderedElementsAre("other  3        0      0           0       default (ds)",
+              UnorderedElementsAre("other  3        0      0           0       auto",
                                    "pets   2        4      2           4       mv"));
 
   // Gold items are clamped to their gold class whatever their labels; i1 has the smoothed vote

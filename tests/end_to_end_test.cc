@@ -106,14 +106,17 @@ class EndToEndTest : public ::testing::Test {
     return *data;
   }
 
+  // method UNSPECIFIED: the server's default for new projects (auto).
   grpc::Status CreateProject(const std::string& name, const std::vector<std::string>& classes,
-                             int item_feature_dim = 0) {
+                             int item_feature_dim = 0,
+                             v1::TruthMethod method = v1::TRUTH_METHOD_UNSPECIFIED) {
     grpc::ClientContext context;
     context.set_deadline(Deadline());
     v1::CreateProjectRequest request;
     request.mutable_project()->set_name(name);
     for (const auto& c : classes) request.mutable_project()->add_classes(c);
     request.mutable_project()->set_item_feature_dim(item_feature_dim);
+    request.mutable_project()->mutable_settings()->mutable_model()->set_method(method);
     v1::CreateProjectResponse response;
     return projects_->CreateProject(&context, request, &response);
   }
@@ -207,7 +210,7 @@ TestPostgres* EndToEndTest::pg_ = nullptr;
 
 TEST_F(EndToEndTest, BluebirdsDawidSkeneBeatsMajorityVoteByFivePoints) {
   models::CsvDataset data = LoadDataset("bluebirds");
-  ASSERT_TRUE(CreateProject("bluebirds", data.class_names).ok());
+  ASSERT_TRUE(CreateProject("bluebirds", data.class_names, 0, v1::TRUTH_METHOD_DAWID_SKENE).ok());
   int accepted = 0;
   for (const v1::BatchAck& ack : SubmitDataset("bluebirds", data)) {
     EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
@@ -551,7 +554,7 @@ TEST_F(EndToEndTest, TrainModelWithNothingNewReturnsTheCurrentVersion) {
 // can be large): here reading them raises an error, and the call still answers.
 TEST_F(EndToEndTest, GetModelStatusDoesNotReadTheModelParameters) {
   models::CsvDataset data = LoadDataset("bluebirds");
-  ASSERT_TRUE(CreateProject("status", data.class_names).ok());
+  ASSERT_TRUE(CreateProject("status", data.class_names, 0, v1::TRUTH_METHOD_DAWID_SKENE).ok());
   SubmitDataset("status", data);
   ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
   pqxx::connection sql(pg_->url());
@@ -585,6 +588,30 @@ TEST_F(EndToEndTest, GetModelStatusDoesNotReadTheModelParameters) {
   EXPECT_EQ(response.current_version().version(), 1);
   EXPECT_EQ(response.current_version().num_labels(), 4212);
   EXPECT_EQ(response.current_version().method(), v1::TRUTH_METHOD_DAWID_SKENE);
+}
+
+// A project created without a method is served by auto (issue 18), stored as AUTO, and
+// GetModelStatus says which method auto chose and by which criterion (bluebirds has no gold
+// passed here: the held-out crowd labels decide).
+TEST_F(EndToEndTest, NewProjectWithoutMethodGetsAutoAndStatusReportsTheChoice) {
+  models::CsvDataset data = LoadDataset("bluebirds");
+  ASSERT_TRUE(CreateProject("chooser", data.class_names).ok());
+  EXPECT_EQ(ModelStatus("chooser").method(), v1::TRUTH_METHOD_AUTO);
+  auto live = server_->core().registry->Get("chooser");
+  ASSERT_TRUE(live.ok());
+  EXPECT_EQ((*live)->settings().model().method(), v1::TRUTH_METHOD_AUTO);
+  EXPECT_EQ(ModelStatus("chooser").chosen_method(), "");
+  SubmitDataset("chooser", data);
+  ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
+  const v1::GetModelStatusResponse status = ModelStatus("chooser");
+  ASSERT_TRUE(status.has_current_version());
+  EXPECT_EQ(status.current_version().method(), v1::TRUTH_METHOD_AUTO);
+  EXPECT_THAT(status.chosen_method(),
+              ::testing::AnyOf("ds", "one_coin", "glad", "mace", "mv", "wawa", "zero_based_skill"));
+  EXPECT_THAT(status.choice_reason(), ::testing::HasSubstr("held_out_labels"));
+  EXPECT_THAT(status.choice_reason(), ::testing::HasSubstr("chose " + status.chosen_method()));
+  // The served truth is at least as good as the majority vote's.
+  EXPECT_GE(Accuracy("chooser", data), MajorityVoteAccuracy(data) - 0.01);
 }
 
 TEST_F(EndToEndTest, RestartServesTheSamePosteriors) {
@@ -623,7 +650,7 @@ TEST_F(EndToEndTest, RestartServesTheSamePosteriors) {
 
 TEST_F(EndToEndTest, ChangingTheMethodTakesEffectAtTheNextFit) {
   models::CsvDataset data = LoadDataset("bluebirds");
-  ASSERT_TRUE(CreateProject("switch", data.class_names).ok());
+  ASSERT_TRUE(CreateProject("switch", data.class_names, 0, v1::TRUTH_METHOD_DAWID_SKENE).ok());
   SubmitDataset("switch", data);
   ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
   EXPECT_EQ(ModelStatus("switch").current_version().method(), v1::TRUTH_METHOD_DAWID_SKENE);

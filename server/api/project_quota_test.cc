@@ -56,7 +56,7 @@ TEST(ProjectQuotaTest, OnlyTheNeuralMethodsKeepDenseConfusions) {
         v1::TRUTH_METHOD_DAWID_SKENE, v1::TRUTH_METHOD_ONE_COIN, v1::TRUTH_METHOD_GLAD,
         v1::TRUTH_METHOD_WAWA, v1::TRUTH_METHOD_ZERO_BASED_SKILL, v1::TRUTH_METHOD_KOS,
         v1::TRUTH_METHOD_MACE, v1::TRUTH_METHOD_BWA,
-        v1::TRUTH_METHOD_MMSR}) {
+        v1::TRUTH_METHOD_MMSR, v1::TRUTH_METHOD_AUTO}) {
     EXPECT_EQ(DenseConfusionCellsPerAnnotator(classical, 256), 0) << classical;
   }
   for (v1::TruthMethod neural :

@@ -10,6 +10,8 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/loopback.h"
+#include "models/auto_truth_model.h"
+#include "models/calibrated_truth_model.h"
 #include "server/api/validation.h"
 #include "server/assignment/item_assigner.h"
 #include "server/console/console_json.h"
@@ -165,6 +167,16 @@ HttpResponse WebConsole::Projects(const ProjectFilter& may_read, absl::Time now)
     json.Key("method").String(ConfiguredMethod(*project));
     json.Key("model_version").Int(snapshot->model_version);
     json.Key("model_method").String(std::string(snapshot->model->method()));
+  // auto: the method it chose for the served version and why ("" otherwise).
+  {
+    const models::TruthModel* served = snapshot->model.get();
+    if (const auto* calibrated = dynamic_cast<const models::CalibratedTruthModel*>(served)) {
+      served = &calibrated->inner();
+    }
+    const auto* automatic = dynamic_cast<const models::AutoTruthModel*>(served);
+    json.Key("chosen_method").String(automatic != nullptr ? automatic->choice().method : "");
+    json.Key("choice_reason").String(automatic != nullptr ? automatic->choice().reason : "");
+  }
     json.Key("training").Bool(counts.training);
     json.EndObject();
   }

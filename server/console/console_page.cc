@@ -155,7 +155,9 @@ async function openProject(name) {
       " labels (" + project.labels_since_version + " since the model version); method " +
       project.method + ", serving " +
       (project.model_version > 0 ? project.model_method + " v" + project.model_version
-                                 : "majority vote") + (project.training ? " (training)" : "");
+                                 : "majority vote") + (project.training ? " (training)" : "") +
+      (project.chosen_method ? "; auto chose " + project.chosen_method + ": " +
+                                   project.choice_reason : "");
   renderHistogram(project.confidence_histogram);
   const a = project.assignment;
   document.getElementById("assignment").textContent =

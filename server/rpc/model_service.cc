@@ -1,6 +1,7 @@
 #include "server/rpc/model_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "models/auto_truth_model.h"
 #include "models/calibrated_truth_model.h"
 #include "server/api/grpc_status.h"
 #include "server/api/validation.h"
@@ -53,6 +54,16 @@ grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext* context,
     out->set_gold_items(c.gold_items);
     out->set_gold_ece_raw(c.gold_ece_raw);
     out->set_gold_ece(c.gold_ece);
+  }
+  // auto: which method the served version uses, and why.
+  const models::TruthModel* served = snapshot->model.get();
+  if (const auto* calibrated = dynamic_cast<const models::CalibratedTruthModel*>(served)) {
+    served = &calibrated->inner();
+  }
+  if (const auto* automatic = dynamic_cast<const models::AutoTruthModel*>(served);
+      automatic != nullptr && !automatic->choice().method.empty()) {
+    response->set_chosen_method(automatic->choice().method);
+    response->set_choice_reason(automatic->choice().reason);
   }
   ProjectCounts counts = live.Counts();
   response->set_num_labels(counts.num_labels);

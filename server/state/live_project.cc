@@ -39,6 +39,7 @@ constexpr std::pair<v1::TruthMethod, const char*> kMethodNames[] = {
     {v1::TRUTH_METHOD_IBCC, "ibcc"},
     {v1::TRUTH_METHOD_EBCC, "ebcc"},
     {v1::TRUTH_METHOD_MMSR, "mmsr"},
+    {v1::TRUTH_METHOD_MACE, "mace"},        {v1::TRUTH_METHOD_AUTO, "auto"},
 };
 
 }  // namespace

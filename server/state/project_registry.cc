@@ -152,7 +152,13 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Get(absl::string_v
   return it->second;
 }
 
-absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Create(const v1::Project& project) {
+absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Create(const v1::Project& requested) {
+  // A new project without a method gets auto (issue 18), stored explicitly: projects created
+  // before, whose stored method is UNSPECIFIED, keep being served by ds (MethodName).
+  v1::Project project = requested;
+  if (project.settings().model().method() == v1::TRUTH_METHOD_UNSPECIFIED) {
+    project.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_AUTO);
+  }
   if (absl::StatusOr<std::string> m = MethodName(project.settings().model().method()); !m.ok()) {
     return m.status();
   }

@@ -250,11 +250,15 @@ class ClientServerTest(unittest.TestCase):
 
     def test_model_status(self):
         status = self.client.model_status(BLUEBIRDS)
-        self.assertEqual(status.method, "ds")
+        # Created without a method: served by auto, the default of new projects.
+        self.assertEqual(status.method, "auto")
         self.assertEqual(status.num_labels, BLUEBIRDS_LABELS)
         if status.current_version is not None:  # The background refit may not have run yet.
             self.assertGreaterEqual(status.current_version.version, 1)
-            self.assertEqual(status.current_version.method, "ds")
+            self.assertEqual(status.current_version.method, "auto")
+            self.assertIn(status.chosen_method,
+                          ("ds", "one_coin", "glad", "mace", "mv", "wawa", "zero_based_skill"))
+            self.assertIn("chose " + status.chosen_method, status.choice_reason)
 
     # --- assignment ---------------------------------------------------------------------
 
@@ -430,7 +434,8 @@ class TieRuleTest(unittest.TestCase):
                                "label": [2, 1, 1, 0]})
         self.assertEqual(self.client.submit("default-method", labels).accepted, 4)
         status = self.client.model_status("default-method")
-        self.assertEqual((status.method, status.current_version), ("ds", None))
+        # The default method of a new project is auto; before its first fit it serves the vote.
+        self.assertEqual((status.method, status.current_version), ("auto", None))
         self.assertEqual(self.client.model_versions("default-method"), [])
         self.assert_ties(self.client.posteriors("default-method"),
                          {"zy": ("y", ["y", "z"]), "xy": ("x", ["x", "y"])})

@@ -67,6 +67,7 @@ METHODS = {
     "ibcc": common_pb2.TRUTH_METHOD_IBCC,
     "ebcc": common_pb2.TRUTH_METHOD_EBCC,
     "mmsr": common_pb2.TRUTH_METHOD_MMSR,
+    "auto": common_pb2.TRUTH_METHOD_AUTO,
 }
 # API key roles by the names the server and the CLI use (keys.proto: each role may do what the
 # one before it may, and more).
@@ -146,13 +147,17 @@ class ModelStatus:
     """GetModelStatus: the method of the next fit, the current version (None before the first
     fit) and how many labels arrived since it. `calibration` (None when the project serves raw
     posteriors) is the map from the fitted posteriors to the served ones: a dict with kind,
-    temperature, source ("crowd_labels", "gold" or "none"), gold_items, gold_ece_raw, gold_ece."""
+    temperature, source ("crowd_labels", "gold" or "none"), gold_items, gold_ece_raw, gold_ece.
+    For method "auto", `chosen_method` is the method the served version uses and
+    `choice_reason` the criterion and its values per candidate (both "" otherwise)."""
     method: str
     current_version: Optional[ModelVersion]
     num_labels: int
     labels_since_version: int
     training: bool
     calibration: Optional[dict] = None
+    chosen_method: str = ""
+    choice_reason: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,8 +333,10 @@ class Client:
         Args:
           name: 1-128 characters of [A-Za-z0-9._-].
           classes: ordered class names (2 to 256); a label is an index into this list.
-          method: truth method, "ds" (default), "mv", "one_coin", "glad", "wawa",
-            "zero_based_skill", "kos" (2 classes), "mace", "bwa", "ibcc", "ebcc", "mmsr" or a neural method (METHODS lists them all).
+          method: truth method, "auto" (the server's default for new projects: chooses a
+            classical method at each refit), "ds", "mv", "one_coin", "glad", "wawa",
+            "zero_based_skill", "kos" (2 classes), "mace", "bwa", "ibcc", "ebcc", "mmsr" or a
+            neural method (METHODS lists them all).
           settings: a projects_pb2.ProjectSettings or a dict in its JSON form, e.g.
             {"assignment": {"min_labels_per_item": 3}}; `method` overrides settings.model.method.
           exist_ok: if the project exists with the same classes, return it instead of raising
@@ -553,7 +560,8 @@ class Client:
         return ModelStatus(method=_method_name(r.method), current_version=current,
                            num_labels=r.num_labels,
                            labels_since_version=r.labels_since_version, training=r.training,
-                           calibration=calibration)
+                           calibration=calibration, chosen_method=r.chosen_method,
+                           choice_reason=r.choice_reason)
 
     def train(self, project):
         """Fits the project's configured method now (TrainModel: warm-started like a background

@@ -1,0 +1,421 @@
+#include "models/auto_truth_model.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/annotation_matrix.h"
+#include "models/calibrated_truth_model.h"
+#include "models/testing/synthetic_crowd.h"
+#include "models/truth_model.h"
+#include "models/truth_model_factory.h"
+
+namespace verity::models {
+namespace {
+
+using ::testing::HasSubstr;
+using ::verity::testing::IsOk;
+using testing::GenerateSyntheticCrowd;
+using testing::SymmetricConfusion;
+using testing::SyntheticCrowd;
+using testing::SyntheticCrowdSpec;
+
+// A binary crowd whose annotators are good on class 0 and poor on class 1 (class-dependent
+// confusions, which one_coin, glad and mv cannot represent), with a skewed class prior.
+SyntheticCrowd ClassDependentCrowd(int32_t num_items, uint64_t seed) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = num_items;
+  spec.num_classes = 2;
+  spec.labels_per_item = 5;
+  spec.class_prior = {0.3, 0.7};
+  for (int a = 0; a < 10; ++a) {
+    // p(label | truth): class 0 labelled 0 with 0.95; class 1 labelled 1 with 0.6.
+    spec.confusions.push_back({0.95, 0.05, 0.4, 0.6});
+  }
+  spec.seed = seed;
+  return GenerateSyntheticCrowd(spec);
+}
+
+// Forwards to `inner` but serves the posteriors with the classes swapped (K = 2): a
+// deliberately wrong model standing in for one candidate.
+class SwappedModel final : public TruthModel {
+ public:
+  explicit SwappedModel(std::unique_ptr<TruthModel> inner) : inner_(std::move(inner)) {}
+  std::string_view method() const override { return inner_->method(); }
+  int32_t num_classes() const override { return inner_->num_classes(); }
+  bool has_parameters() const override { return inner_->has_parameters(); }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<SwappedModel>(inner_->Clone());
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix& data, absl::Span<const int32_t> gold,
+                                bool warm_start) override {
+    return inner_->Fit(data, gold, warm_start);
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    inner_->ItemPosterior(labels, gold_label, out);
+    std::swap(out[0], out[1]);
+  }
+  std::vector<double> AnnotatorConfusion(int32_t annotator) const override {
+    return inner_->AnnotatorConfusion(annotator);
+  }
+  std::string Serialize() const override { return inner_->Serialize(); }
+  absl::Status Restore(std::string_view serialized) override {
+    return inner_->Restore(serialized);
+  }
+
+ private:
+  std::unique_ptr<TruthModel> inner_;
+};
+
+// Forwards to `inner`, but an item whose gold it was given in Fit gets that gold one-hot
+// even when asked for its unclamped posterior: a model that scores perfectly on any gold it
+// saw, so a selection that leaked the scored fold's gold into the fit would choose it.
+class GoldMemorizingModel final : public TruthModel {
+ public:
+  explicit GoldMemorizingModel(std::unique_ptr<TruthModel> inner) : inner_(std::move(inner)) {}
+  std::string_view method() const override { return inner_->method(); }
+  int32_t num_classes() const override { return inner_->num_classes(); }
+  bool has_parameters() const override { return inner_->has_parameters(); }
+  std::unique_ptr<TruthModel> Clone() const override {
+    auto copy = std::make_unique<GoldMemorizingModel>(inner_->Clone());
+    copy->gold_ = gold_;
+    return copy;
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix& data, absl::Span<const int32_t> gold,
+                                bool warm_start) override {
+    gold_.assign(gold.begin(), gold.end());
+    return inner_->Fit(data, gold, warm_start);
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    inner_->ItemPosterior(labels, gold_label, out);
+  }
+  void ItemPosteriorForItem(int32_t item, absl::Span<const AnnotationMatrix::Entry> labels,
+                            int32_t gold_label, absl::Span<double> out) const override {
+    if (item >= 0 && item < static_cast<int32_t>(gold_.size()) && gold_[item] >= 0) {
+      std::fill(out.begin(), out.end(), 0.0);
+      out[gold_[item]] = 1.0;
+      return;
+    }
+    inner_->ItemPosteriorForItem(item, labels, gold_label, out);
+  }
+  std::vector<double> AnnotatorConfusion(int32_t annotator) const override {
+    return inner_->AnnotatorConfusion(annotator);
+  }
+  std::string Serialize() const override { return inner_->Serialize(); }
+  absl::Status Restore(std::string_view serialized) override {
+    return inner_->Restore(serialized);
+  }
+
+ private:
+  std::unique_ptr<TruthModel> inner_;
+  std::vector<int32_t> gold_;
+};
+
+struct FitCall {
+  std::string method;
+  bool warm_start;
+  std::vector<int32_t> gold;
+};
+
+// Records every Fit of every model it creates.
+class RecordingModel final : public TruthModel {
+ public:
+  RecordingModel(std::unique_ptr<TruthModel> inner, std::shared_ptr<std::vector<FitCall>> calls)
+      : inner_(std::move(inner)), calls_(std::move(calls)) {}
+  std::string_view method() const override { return inner_->method(); }
+  int32_t num_classes() const override { return inner_->num_classes(); }
+  bool has_parameters() const override { return inner_->has_parameters(); }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<RecordingModel>(inner_->Clone(), calls_);
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix& data, absl::Span<const int32_t> gold,
+                                bool warm_start) override {
+    calls_->push_back({std::string(inner_->method()), warm_start,
+                       std::vector<int32_t>(gold.begin(), gold.end())});
+    return inner_->Fit(data, gold, warm_start);
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    inner_->ItemPosterior(labels, gold_label, out);
+  }
+  void ItemPosteriorForItem(int32_t item, absl::Span<const AnnotationMatrix::Entry> labels,
+                            int32_t gold_label, absl::Span<double> out) const override {
+    inner_->ItemPosteriorForItem(item, labels, gold_label, out);
+  }
+  std::vector<double> AnnotatorConfusion(int32_t annotator) const override {
+    return inner_->AnnotatorConfusion(annotator);
+  }
+  std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const override {
+    return inner_->ItemAnnotatorConfusion(item, annotator);
+  }
+  std::string Serialize() const override { return inner_->Serialize(); }
+  absl::Status Restore(std::string_view serialized) override {
+    return inner_->Restore(serialized);
+  }
+
+ private:
+  std::unique_ptr<TruthModel> inner_;
+  std::shared_ptr<std::vector<FitCall>> calls_;
+};
+
+std::unique_ptr<AutoTruthModel> MakeAuto(int32_t num_classes,
+                                         AutoTruthModel::CandidateFactory factory) {
+  absl::StatusOr<std::unique_ptr<AutoTruthModel>> model =
+      AutoTruthModel::Create(num_classes, {}, std::move(factory));
+  EXPECT_THAT(model, IsOk());
+  return *std::move(model);
+}
+
+const AutoCandidateScore& ScoreOf(const AutoChoice& choice, std::string_view method) {
+  for (const AutoCandidateScore& s : choice.scores) {
+    if (s.method == method) return s;
+  }
+  ADD_FAILURE() << "no score for " << method;
+  return choice.scores.front();
+}
+
+TEST(AutoTruthModelTest, ClassDependentConfusionsWithoutGoldChooseDsByHeldOutLabels) {
+  SyntheticCrowd crowd = ClassDependentCrowd(2000, 3);
+  std::unique_ptr<AutoTruthModel> model = MakeAuto(2, &CreateUncalibratedTruthModel);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  const AutoChoice& choice = model->choice();
+  EXPECT_EQ(choice.criterion, "held_out_labels");
+  EXPECT_EQ(choice.method, "ds");
+  EXPECT_EQ(model->served().method(), "ds");
+  // ds models the class-dependent errors: it predicts held-out labels better than the
+  // symmetric-error models and the vote.
+  for (std::string_view other : {"one_coin", "mv"}) {
+    EXPECT_GT(ScoreOf(choice, "ds").held_out_log_likelihood,
+              ScoreOf(choice, other).held_out_log_likelihood)
+        << other;
+  }
+  EXPECT_THAT(choice.reason, HasSubstr("held_out_labels"));
+  EXPECT_THAT(choice.reason, HasSubstr("one_coin"));
+}
+
+TEST(AutoTruthModelTest, AWrongDsIsReplacedWithAndWithoutGold) {
+  // "ds" is replaced by a model serving the swapped classes; every other candidate is right.
+  AutoTruthModel::CandidateFactory factory =
+      [](std::string_view method, int32_t k,
+         const TruthModelOptions& options) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    absl::StatusOr<std::unique_ptr<TruthModel>> model =
+        CreateUncalibratedTruthModel(method, k, options);
+    if (!model.ok() || method != "ds") return model;
+    return std::unique_ptr<TruthModel>(std::make_unique<SwappedModel>(*std::move(model)));
+  };
+  SyntheticCrowdSpec spec;
+  spec.num_items = 600;
+  spec.labels_per_item = 3;
+  for (int a = 0; a < 6; ++a) spec.confusions.push_back(SymmetricConfusion(2, 0.8));
+  SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+
+  std::unique_ptr<AutoTruthModel> no_gold = MakeAuto(2, factory);
+  ASSERT_THAT(no_gold->Fit(crowd.matrix, {}, false), IsOk());
+  EXPECT_EQ(no_gold->choice().criterion, "held_out_labels");
+  EXPECT_NE(no_gold->choice().method, "ds");
+
+  std::vector<int32_t> gold(crowd.truth.size(), -1);
+  for (size_t i = 0; i < gold.size(); i += 6) gold[i] = crowd.truth[i];  // 100 gold items
+  std::unique_ptr<AutoTruthModel> with_gold = MakeAuto(2, factory);
+  ASSERT_THAT(with_gold->Fit(crowd.matrix, gold, false), IsOk());
+  EXPECT_EQ(with_gold->choice().criterion, "gold_cv");
+  EXPECT_NE(with_gold->choice().method, "ds");
+  EXPECT_LT(ScoreOf(with_gold->choice(), "ds").accuracy, 0.5);
+  EXPECT_GT(ScoreOf(with_gold->choice(), with_gold->choice().method).accuracy, 0.75);  // 3 votes at 0.8: 0.896 expected
+}
+
+TEST(AutoTruthModelTest, GoldCrossValidationNeverScoresGoldTheFitSaw) {
+  // "mv" memorises the gold it is fitted with: if a fold's gold reached the fit that scores
+  // it, mv would score 100 % and be chosen. The crowd (3 labels from annotators of mixed
+  // quality) gives mv clearly fewer right answers than ds on unseen items.
+  AutoTruthModel::CandidateFactory factory =
+      [](std::string_view method, int32_t k,
+         const TruthModelOptions& options) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    absl::StatusOr<std::unique_ptr<TruthModel>> model =
+        CreateUncalibratedTruthModel(method, k, options);
+    if (!model.ok() || method != "mv") return model;
+    return std::unique_ptr<TruthModel>(std::make_unique<GoldMemorizingModel>(*std::move(model)));
+  };
+  SyntheticCrowdSpec spec;
+  spec.num_items = 900;
+  spec.labels_per_item = 3;
+  for (double accuracy : {0.95, 0.95, 0.55, 0.55, 0.55}) {
+    spec.confusions.push_back(SymmetricConfusion(2, accuracy));
+  }
+  SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::vector<int32_t> gold(crowd.truth.size(), -1);
+  for (size_t i = 0; i < gold.size(); i += 9) gold[i] = crowd.truth[i];  // 100 gold items
+
+  absl::StatusOr<AutoChoice> choice =
+      ChooseTruthMethod(crowd.matrix, gold, {}, factory);
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "gold_cv");
+  EXPECT_LT(ScoreOf(*choice, "mv").accuracy, 0.95);
+  EXPECT_NE(choice->method, "mv");
+}
+
+TEST(AutoTruthModelTest, GoldFoldsPartitionTheGoldItems) {
+  auto calls = std::make_shared<std::vector<FitCall>>();
+  AutoTruthModel::CandidateFactory factory =
+      [calls](std::string_view method, int32_t k,
+              const TruthModelOptions& options) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    absl::StatusOr<std::unique_ptr<TruthModel>> model =
+        CreateUncalibratedTruthModel(method, k, options);
+    if (!model.ok()) return model;
+    return std::unique_ptr<TruthModel>(std::make_unique<RecordingModel>(*std::move(model), calls));
+  };
+  SyntheticCrowd crowd = ClassDependentCrowd(300, 5);
+  std::vector<int32_t> gold(crowd.truth.size(), -1);
+  std::set<int32_t> gold_items;
+  for (int32_t i = 0; i < 300; i += 5) {
+    gold[i] = crowd.truth[i];
+    gold_items.insert(i);
+  }
+  ASSERT_THAT(ChooseTruthMethod(crowd.matrix, gold, {}, factory), IsOk());
+  for (std::string_view method : AutoTruthModel::kCandidateMethods) {
+    std::vector<std::set<int32_t>> hidden;
+    for (const FitCall& call : *calls) {
+      if (call.method != method) continue;
+      EXPECT_FALSE(call.warm_start);
+      std::set<int32_t> h;
+      for (int32_t i : gold_items) {
+        if (call.gold[i] < 0) h.insert(i);
+        else EXPECT_EQ(call.gold[i], gold[i]);
+      }
+      hidden.push_back(std::move(h));
+    }
+    ASSERT_EQ(hidden.size(), static_cast<size_t>(AutoTruthModel::kGoldFolds)) << method;
+    std::multiset<int32_t> all;
+    for (const std::set<int32_t>& h : hidden) {
+      EXPECT_GE(h.size(), gold_items.size() / AutoTruthModel::kGoldFolds) << method;
+      all.insert(h.begin(), h.end());
+    }
+    // Every gold item is held out of exactly one fit.
+    EXPECT_EQ(all, std::multiset<int32_t>(gold_items.begin(), gold_items.end())) << method;
+  }
+}
+
+TEST(AutoTruthModelTest, TooFewGoldItemsUseHeldOutLabels) {
+  SyntheticCrowd crowd = ClassDependentCrowd(400, 7);
+  std::vector<int32_t> gold(crowd.truth.size(), -1);
+  for (int32_t i = 0; i < AutoTruthModel::kMinGoldItems - 1; ++i) gold[i] = crowd.truth[i];
+  absl::StatusOr<AutoChoice> choice =
+      ChooseTruthMethod(crowd.matrix, gold, {}, &CreateUncalibratedTruthModel);
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "held_out_labels");
+}
+
+TEST(AutoTruthModelTest, OneLabelPerItemFallsBackToDs) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 50; ++i) annotations.push_back({i, i % 3, i % 2});
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(50, 3, 2, annotations);
+  ASSERT_THAT(data, IsOk());
+  std::unique_ptr<AutoTruthModel> model = MakeAuto(2, &CreateUncalibratedTruthModel);
+  ASSERT_THAT(model->Fit(*data, {}, false), IsOk());
+  EXPECT_EQ(model->choice().criterion, "fallback");
+  EXPECT_EQ(model->choice().method, "ds");
+  EXPECT_TRUE(model->has_parameters());
+}
+
+TEST(AutoTruthModelTest, SerializeRestoresTheChosenModelAndChoice) {
+  SyntheticCrowd crowd = ClassDependentCrowd(500, 11);
+  std::unique_ptr<AutoTruthModel> model = MakeAuto(2, &CreateUncalibratedTruthModel);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  std::unique_ptr<AutoTruthModel> restored = MakeAuto(2, &CreateUncalibratedTruthModel);
+  ASSERT_THAT(restored->Restore(model->Serialize()), IsOk());
+  EXPECT_EQ(restored->choice().method, model->choice().method);
+  EXPECT_EQ(restored->choice().criterion, model->choice().criterion);
+  EXPECT_EQ(restored->choice().reason, model->choice().reason);
+  EXPECT_EQ(restored->served().method(), model->served().method());
+  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}), AllPosteriors(*model, crowd.matrix, {}));
+  EXPECT_EQ(restored->Serialize(), model->Serialize());
+
+  std::string corrupt = model->Serialize();
+  corrupt[corrupt.size() / 2] ^= 0x5a;
+  EXPECT_FALSE(restored->Restore(corrupt).ok());
+  std::unique_ptr<AutoTruthModel> three = MakeAuto(3, &CreateUncalibratedTruthModel);
+  EXPECT_FALSE(three->Restore(model->Serialize()).ok());
+}
+
+TEST(AutoTruthModelTest, SameChoiceWarmStartsTheServedModel) {
+  auto calls = std::make_shared<std::vector<FitCall>>();
+  AutoTruthModel::CandidateFactory factory =
+      [calls](std::string_view method, int32_t k,
+              const TruthModelOptions& options) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    absl::StatusOr<std::unique_ptr<TruthModel>> model =
+        CreateUncalibratedTruthModel(method, k, options);
+    if (!model.ok()) return model;
+    return std::unique_ptr<TruthModel>(std::make_unique<RecordingModel>(*std::move(model), calls));
+  };
+  SyntheticCrowd crowd = ClassDependentCrowd(800, 13);
+  std::unique_ptr<AutoTruthModel> model = MakeAuto(2, factory);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, true), IsOk());
+  ASSERT_EQ(model->choice().method, "ds");
+  ASSERT_FALSE(calls->empty());
+  EXPECT_FALSE(calls->back().warm_start);  // no parameters yet: cold
+  EXPECT_EQ(calls->back().method, "ds");
+  calls->clear();
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, true), IsOk());
+  ASSERT_EQ(model->choice().method, "ds");
+  EXPECT_TRUE(calls->back().warm_start);
+  EXPECT_EQ(calls->back().method, "ds");
+  // Every selection fit is cold.
+  for (size_t c = 0; c + 1 < calls->size(); ++c) EXPECT_FALSE((*calls)[c].warm_start);
+}
+
+TEST(AutoTruthModelTest, CalibrationAppliesThroughAuto) {
+  // The calibration wrapper's label-only map needs a posterior that is prior x product of
+  // confusions; auto forwards ds's, so its map equals the one fitted on ds directly.
+  SyntheticCrowd crowd = ClassDependentCrowd(1500, 17);
+  absl::StatusOr<std::unique_ptr<TruthModel>> automatic = CreateTruthModel("auto", 2, {});
+  absl::StatusOr<std::unique_ptr<TruthModel>> ds = CreateTruthModel("ds", 2, {});
+  ASSERT_THAT(automatic, IsOk());
+  ASSERT_THAT(ds, IsOk());
+  ASSERT_THAT((*automatic)->Fit(crowd.matrix, {}, false), IsOk());
+  ASSERT_THAT((*ds)->Fit(crowd.matrix, {}, false), IsOk());
+  const auto& a = dynamic_cast<const CalibratedTruthModel&>(**automatic);
+  const auto& d = dynamic_cast<const CalibratedTruthModel&>(**ds);
+  ASSERT_EQ(dynamic_cast<const AutoTruthModel&>(a.inner()).choice().method, "ds");
+  EXPECT_EQ(a.method(), "auto");
+  EXPECT_EQ(a.calibration().source, CalibrationSource::kCrowdLabels);
+  EXPECT_EQ(a.calibration().source, d.calibration().source);
+  EXPECT_DOUBLE_EQ(a.calibration().temperature, d.calibration().temperature);
+  EXPECT_EQ(AllPosteriors(a, crowd.matrix, {}), AllPosteriors(d, crowd.matrix, {}));
+}
+
+TEST(AutoTruthModelTest, GoldCalibrationOfAutoIsTheServedMethods) {
+  // With gold, the calibration wrapper cross-fits copies of the served method; when auto serves
+  // ds, its map is the one fitted on ds directly.
+  SyntheticCrowd crowd = ClassDependentCrowd(1200, 19);
+  std::vector<int32_t> gold(crowd.truth.size(), -1);
+  for (size_t i = 0; i < gold.size(); i += 8) gold[i] = crowd.truth[i];  // 150 gold items
+  absl::StatusOr<std::unique_ptr<TruthModel>> automatic = CreateTruthModel("auto", 2, {});
+  absl::StatusOr<std::unique_ptr<TruthModel>> ds = CreateTruthModel("ds", 2, {});
+  ASSERT_THAT(automatic, IsOk());
+  ASSERT_THAT(ds, IsOk());
+  ASSERT_THAT((*automatic)->Fit(crowd.matrix, gold, false), IsOk());
+  ASSERT_THAT((*ds)->Fit(crowd.matrix, gold, false), IsOk());
+  const auto& a = dynamic_cast<const CalibratedTruthModel&>(**automatic);
+  const auto& d = dynamic_cast<const CalibratedTruthModel&>(**ds);
+  const AutoChoice& choice = dynamic_cast<const AutoTruthModel&>(a.inner()).choice();
+  ASSERT_EQ(choice.method, "ds") << choice.reason;
+  EXPECT_EQ(choice.criterion, "gold_cv");
+  EXPECT_EQ(a.calibration().source, CalibrationSource::kGold);
+  EXPECT_EQ(a.calibration().gold_items, d.calibration().gold_items);
+  EXPECT_DOUBLE_EQ(a.calibration().temperature, d.calibration().temperature);
+}
+
+}  // namespace
+}  // namespace verity::models
