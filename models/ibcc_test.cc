@@ -20,6 +20,7 @@ namespace verity::models {
 namespace {
 
 using ::testing::HasSubstr;
+using ::verity::models::testing::ArgMax;
 using ::verity::models::testing::Accuracy;
 using ::verity::models::testing::GenerateSyntheticCrowd;
 using ::verity::models::testing::SymmetricConfusion;
@@ -33,18 +34,6 @@ std::unique_ptr<IbccModel> MakeIbcc(int32_t k, const TruthModelOptions& options 
   absl::StatusOr<std::unique_ptr<IbccModel>> model = IbccModel::Create(k, options);
   EXPECT_THAT(model, IsOk());
   return model.ok() ? *std::move(model) : nullptr;
-}
-
-std::vector<int32_t> ArgMax(const std::vector<double>& posteriors, int32_t k) {
-  std::vector<int32_t> labels;
-  for (size_t i = 0; i * k < posteriors.size(); ++i) {
-    int32_t best = 0;
-    for (int32_t c = 1; c < k; ++c) {
-      if (posteriors[i * k + c] > posteriors[i * k + best]) best = c;
-    }
-    labels.push_back(best);
-  }
-  return labels;
 }
 
 // 3 classes; 6 annotators of accuracy 0.65 to 0.9 and 6 spammers who answer

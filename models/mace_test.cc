@@ -20,6 +20,7 @@ namespace verity::models {
 namespace {
 
 using ::testing::HasSubstr;
+using ::verity::models::testing::ArgMax;
 using ::verity::models::testing::Accuracy;
 using ::verity::models::testing::GenerateSyntheticCrowd;
 using ::verity::models::testing::SymmetricConfusion;
@@ -35,18 +36,6 @@ std::unique_ptr<MaceModel> MakeMace(int32_t k,
       MaceModel::Create(k, options);
   EXPECT_THAT(model, IsOk());
   return model.ok() ? *std::move(model) : nullptr;
-}
-
-std::vector<int32_t> ArgMax(const std::vector<double>& posteriors, int32_t k) {
-  std::vector<int32_t> labels;
-  for (size_t i = 0; i * k < posteriors.size(); ++i) {
-    int32_t best = 0;
-    for (int32_t c = 1; c < k; ++c) {
-      if (posteriors[i * k + c] > posteriors[i * k + best]) best = c;
-    }
-    labels.push_back(best);
-  }
-  return labels;
 }
 
 // 10 items, 5 annotators, 3 classes: annotators 3 and 4 nearly always say 2.

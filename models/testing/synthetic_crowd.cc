@@ -87,4 +87,16 @@ double Accuracy(const std::vector<double>& posteriors,
   return total == 0 ? 0.0 : static_cast<double>(correct) / total;
 }
 
+std::vector<int32_t> ArgMax(const std::vector<double>& posteriors, int32_t k) {
+  std::vector<int32_t> labels;
+  for (size_t i = 0; i * k < posteriors.size(); ++i) {
+    int32_t best = 0;
+    for (int32_t c = 1; c < k; ++c) {
+      if (posteriors[i * k + c] > posteriors[i * k + best]) best = c;
+    }
+    labels.push_back(best);
+  }
+  return labels;
+}
+
 }  // namespace verity::models::testing

@@ -40,6 +40,10 @@ SyntheticCrowd GenerateSyntheticCrowd(const SyntheticCrowdSpec& spec);
 // A K*K confusion with `accuracy` on the diagonal and the rest spread evenly.
 std::vector<double> SymmetricConfusion(int32_t num_classes, double accuracy);
 
+// The most probable class of each item of `posteriors` (items x k, row-major), the lowest
+// class on ties.
+std::vector<int32_t> ArgMax(const std::vector<double>& posteriors, int32_t k);
+
 // Fraction of items i (with truth[i] >= 0 and at least one label in
 // `matrix`) whose argmax posterior (lowest class on ties) equals truth[i].
 double Accuracy(const std::vector<double>& posteriors,
