@@ -187,12 +187,19 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Create(const v1::P
 }
 
 absl::Status ProjectRegistry::UpdateSettings(LiveProject& project,
-                                             const v1::ProjectSettings& settings) {
-  if (absl::StatusOr<std::string> m = MethodName(settings.model().method()); !m.ok()) {
+                                             const v1::ProjectSettings& requested) {
+  if (absl::StatusOr<std::string> m = MethodName(requested.model().method()); !m.ok()) {
     return m.status();
   }
   // Held across the write and the memory update: memory applies them in commit order.
   absl::MutexLock order(&project.write_order_mu());
+  // An unset method keeps the project's own (read under the write order, so a concurrent
+  // update's method is the one kept): an update of other settings must not move a project
+  // created with the default, auto, onto ds.
+  v1::ProjectSettings settings = requested;
+  if (settings.model().method() == v1::TRUTH_METHOD_UNSPECIFIED) {
+    settings.mutable_model()->set_method(project.settings().model().method());
+  }
   absl::Status s = storage_.projects->UpdateSettings(project.identity().project_id,
                                                      settings.SerializeAsString());
   if (!s.ok()) return s;

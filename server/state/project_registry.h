@@ -53,7 +53,7 @@ class ProjectRegistry {
   absl::StatusOr<std::shared_ptr<LiveProject>> Create(const v1::Project& project)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Persists and applies new settings.
+  // Persists and applies new settings (an unset model.method keeps the project's method).
   absl::Status UpdateSettings(LiveProject& project, const v1::ProjectSettings& settings);
 
   // Persists items (AddItems: new ones, gold labels, priorities, features; validated by the

@@ -125,6 +125,28 @@ TEST_F(ProjectRegistryTest, CreateKeepsTheProjectAConcurrentGetLoaded) {
   EXPECT_EQ(created->get(), loaded_by_get.get());
 }
 
+// An update that leaves model.method unset keeps the project's method: a new project's
+// default, auto, no longer fell back to ds when an operator changed only assignment settings.
+TEST_F(ProjectRegistryTest, AnUpdateWithoutAMethodKeepsTheProjectsMethod) {
+  ProjectRegistry registry(*storage_);
+  auto created = registry.Create(NewProject("keeps-method"));
+  ASSERT_TRUE(created.ok()) << created.status();
+  LiveProject& project = **created;
+  ASSERT_EQ(project.settings().model().method(), v1::TRUTH_METHOD_AUTO);
+
+  v1::ProjectSettings update;
+  update.mutable_assignment()->set_max_labels_per_item(3);
+  ASSERT_TRUE(registry.UpdateSettings(project, update).ok());
+  EXPECT_EQ(project.settings().model().method(), v1::TRUTH_METHOD_AUTO);
+  EXPECT_EQ(StoredSettings("keeps-method").model().method(), v1::TRUTH_METHOD_AUTO);
+  EXPECT_EQ(project.settings().assignment().max_labels_per_item(), 3);
+
+  // A method given explicitly still replaces it.
+  update.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  ASSERT_TRUE(registry.UpdateSettings(project, update).ok());
+  EXPECT_EQ(StoredSettings("keeps-method").model().method(), v1::TRUTH_METHOD_DAWID_SKENE);
+}
+
 TEST_F(ProjectRegistryTest, ConcurrentSettingsUpdatesLeaveMemoryAsTheDatabase) {
   ProjectRegistry registry(*storage_);
   auto created = registry.Create(NewProject("settings"));
