@@ -17,7 +17,7 @@ import math
 import os
 import threading
 import time
-from typing import Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
@@ -259,8 +259,10 @@ class Client:
         Client raises ValueError: anyone on the network path could read the key.
     """
 
-    def __init__(self, target="localhost:50051", timeout=30.0, *, credentials=None,
-                 channel_options=(), api_key=None, allow_plaintext_key=False):
+    def __init__(self, target: str = "localhost:50051", timeout: float = 30.0, *,
+                 credentials: Optional[grpc.ChannelCredentials] = None,
+                 channel_options: Sequence[Tuple[str, Any]] = (), api_key: Optional[str] = None,
+                 allow_plaintext_key: bool = False) -> None:
         if not timeout or timeout <= 0:
             raise ValueError("timeout must be a positive number of seconds, got %r" % timeout)
         self.target = target
@@ -297,7 +299,7 @@ class Client:
 
     # --- lifetime -----------------------------------------------------------------------
 
-    def close(self):
+    def close(self) -> None:
         """Closes the channel; calls in flight are cancelled."""
         self._channel.close()
 
@@ -308,7 +310,7 @@ class Client:
         self.close()
         return False
 
-    def wait_until_ready(self, timeout=None):
+    def wait_until_ready(self, timeout: Optional[float] = None) -> None:
         """Blocks until the channel is connected; VerityError(UNAVAILABLE) after `timeout`
         seconds (default: the client's timeout)."""
         timeout = self.timeout if timeout is None else timeout
@@ -326,8 +328,10 @@ class Client:
 
     # --- projects -----------------------------------------------------------------------
 
-    def create_project(self, name, classes, *, method=None, settings=None,
-                       item_feature_dim=0, annotator_feature_dim=0, exist_ok=False):
+    def create_project(self, name: str, classes: Sequence[str], *, method: Optional[str] = None,
+                       settings: Union["projects_pb2.ProjectSettings", Dict[str, Any], None] = None,
+                       item_feature_dim: int = 0, annotator_feature_dim: int = 0,
+                       exist_ok: bool = False) -> "Project":
         """Creates a project and returns it as a Project.
 
         Args:
@@ -367,19 +371,19 @@ class Client:
             return existing
         return self._remember(Project.from_proto(response.project))
 
-    def get_project(self, name):
+    def get_project(self, name: str) -> "Project":
         """The project named `name`; VerityError(NOT_FOUND) if there is none."""
         response = self._call(self._projects.GetProject,
                               projects_pb2.GetProjectRequest(project=name), "GetProject")
         return self._remember(Project.from_proto(response.project))
 
-    def list_projects(self):
+    def list_projects(self) -> List["Project"]:
         """Every project, as a list of Project."""
         response = self._call(self._projects.ListProjects, projects_pb2.ListProjectsRequest(),
                               "ListProjects")
         return [self._remember(Project.from_proto(p)) for p in response.projects]
 
-    def add_items(self, project, df):
+    def add_items(self, project: str, df: pd.DataFrame) -> Tuple[int, int]:
         """Creates or updates items; returns (added, updated).
 
         df has a column item (or task) and optionally gold (the known class, a name or index;
@@ -426,8 +430,10 @@ class Client:
 
     # --- ingest -------------------------------------------------------------------------
 
-    def submit(self, project, df, *, batch_size=1000, max_unacked_batches=8, max_retries=4,
-               min_throughput=1000.0, max_rejections=10, progress=None):
+    def submit(self, project: str, df: pd.DataFrame, *, batch_size: int = 1000,
+               max_unacked_batches: int = 8, max_retries: int = 4,
+               min_throughput: float = 1000.0, max_rejections: int = 10,
+               progress: Optional[Callable[..., Any]] = None) -> "SubmitResult":
         """Streams the labels of `df` to `project` and returns the summed acks (SubmitResult).
 
         df has columns item (or task), annotator (or worker) and label: class names, or class
@@ -462,7 +468,8 @@ class Client:
 
     # --- truth --------------------------------------------------------------------------
 
-    def posteriors(self, project, items=None, *, page_size=1000, details=False):
+    def posteriors(self, project: str, items: Optional[Iterable[Any]] = None, *,
+                   page_size: int = 1000, details: bool = False) -> pd.DataFrame:
         """Current posteriors as a DataFrame: item, label (the most probable class name),
         confidence (its probability), then one column of probabilities per class, named by
         the class.
@@ -515,7 +522,7 @@ class Client:
                 dtype=np.float64)
         return frame
 
-    def annotators(self, project, annotators=None):
+    def annotators(self, project: str, annotators: Optional[Iterable[Any]] = None) -> pd.DataFrame:
         """Annotator profiles as a DataFrame: annotator, accuracy (probability of a correct
         label under the class prior), num_labels, confusion (a K-by-K numpy array, row = true
         class, column = answered class), embedding (the annotator's learned embedding as a
@@ -545,7 +552,7 @@ class Client:
 
     # --- models -------------------------------------------------------------------------
 
-    def model_status(self, project):
+    def model_status(self, project: str) -> "ModelStatus":
         """The project's ModelStatus."""
         r = self._call(self._models.GetModelStatus,
                        models_pb2.GetModelStatusRequest(project=project), "GetModelStatus")
@@ -563,7 +570,7 @@ class Client:
                            calibration=calibration, chosen_method=r.chosen_method,
                            choice_reason=r.choice_reason)
 
-    def train(self, project):
+    def train(self, project: str) -> "ModelVersion":
         """Fits the project's configured method now (TrainModel: warm-started like a background
         refit, after any fit in progress) and returns the new ModelVersion. The deadline is the
         client's timeout. VerityError(FAILED_PRECONDITION) when the project has no labels."""
@@ -571,7 +578,7 @@ class Client:
                        "TrainModel")
         return ModelVersion.from_proto(r.version)
 
-    def model_versions(self, project, limit=20):
+    def model_versions(self, project: str, limit: int = 20) -> List["ModelVersion"]:
         """The newest `limit` (1 to 1,000) model versions as a list of ModelVersion."""
         r = self._call(self._models.ListModelVersions,
                        models_pb2.ListModelVersionsRequest(project=project, limit=limit),
@@ -580,7 +587,8 @@ class Client:
 
     # --- assignment ---------------------------------------------------------------------
 
-    def suggest_items(self, project, annotator, k=10, candidates=None):
+    def suggest_items(self, project: str, annotator: str, k: int = 10,
+                      candidates: Optional[Iterable[str]] = None) -> pd.DataFrame:
         """The k items `annotator` should label next, best first, each leased to them, as a
         DataFrame: item, score (expected entropy reduction), p_correct, lease_expires_at
         (UTC). Fewer rows (or none) when fewer items are open. candidates: item ids to choose
@@ -600,7 +608,8 @@ class Client:
                                                utc=True),
         })
 
-    def suggest_annotators(self, project, item, k=10, candidates=None):
+    def suggest_annotators(self, project: str, item: str, k: int = 10,
+                           candidates: Optional[Iterable[str]] = None) -> pd.DataFrame:
         """The k annotators who should label `item` next, best first, as a DataFrame:
         annotator, score, p_correct. Does not lease. candidates: None = the project's active
         annotators."""
@@ -620,7 +629,8 @@ class Client:
 
     # --- API keys -----------------------------------------------------------------------
 
-    def create_key(self, role, projects=None, *, name=""):
+    def create_key(self, role: str, projects: Optional[Sequence[str]] = None, *,
+                   name: str = "") -> "CreatedKey":
         """Creates an API key and returns it as a CreatedKey (secret_key, key). Needs an admin
         key valid for every project.
 
@@ -643,7 +653,7 @@ class Client:
             "CreateKey")
         return CreatedKey(secret_key=response.secret_key, key=ApiKey.from_proto(response.key))
 
-    def list_keys(self, include_revoked=False):
+    def list_keys(self, include_revoked: bool = False) -> List["ApiKey"]:
         """The valid keys (also the revoked ones with include_revoked), oldest first, as a list
         of ApiKey. Needs an admin key valid for every project."""
         response = self._call(self._keys.ListKeys,
@@ -651,7 +661,7 @@ class Client:
                               "ListKeys")
         return [ApiKey.from_proto(k) for k in response.keys]
 
-    def revoke_key(self, key_id):
+    def revoke_key(self, key_id: str) -> "ApiKey":
         """Revokes the key `key_id` (its public id, not the key itself) and returns it as an
         ApiKey. It stops working on this server at once, on other servers of the database
         within their key refresh interval. Revoking a revoked key changes nothing;
