@@ -13,6 +13,7 @@
 #include "models/annotation_matrix.h"
 #include "models/binary_codec.h"
 #include "models/majority_vote.h"
+#include "models/testing/serialization_checks.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
 
@@ -21,6 +22,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::verity::models::testing::ArgMax;
+using ::verity::models::testing::ExpectSerializeRestoreContract;
 using ::verity::models::testing::Accuracy;
 using ::verity::models::testing::GenerateSyntheticCrowd;
 using ::verity::models::testing::SymmetricConfusion;
@@ -201,29 +203,9 @@ TEST(EbccTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
   std::unique_ptr<EbccModel> model = MakeEbcc(3, LongFit());
   ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
-  const std::string blob = model->Serialize();
   std::unique_ptr<EbccModel> restored = MakeEbcc(3);
-  ASSERT_THAT(restored->Restore(blob), IsOk());
-  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
-            AllPosteriors(*model, crowd.matrix, {}));
-  for (int32_t a = -1; a <= 13; ++a) {
-    EXPECT_EQ(restored->AnnotatorConfusion(a), model->AnnotatorConfusion(a));
-  }
-  EXPECT_EQ(restored->Serialize(), blob);
-  std::string flipped = blob;
-  flipped[blob.size() / 2] ^= 0x10;
-  EXPECT_THAT(restored->Restore(flipped), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(restored->Restore(blob.substr(0, blob.size() - 9)),
-              StatusIs(absl::StatusCode::kInvalidArgument));
-  auto mv = MajorityVoteModel::Create(3, {});
-  absl::Status s = restored->Restore((*mv)->Serialize());
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(s.message(), HasSubstr("method"));
   std::unique_ptr<EbccModel> binary = MakeEbcc(2);
-  s = binary->Restore(blob);
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(s.message(), HasSubstr("classes"));
-  EXPECT_FALSE(binary->has_parameters());
+  ExpectSerializeRestoreContract(*model, *restored, *binary, crowd.matrix, 13);
   // A Dirichlet parameter below its prior (a diagonal of 2 < 4), well-formed
   // and checksummed, is refused and leaves the model as it was.
   ByteWriter bad;

@@ -13,6 +13,7 @@
 #include "models/annotation_matrix.h"
 #include "models/binary_codec.h"
 #include "models/majority_vote.h"
+#include "models/testing/serialization_checks.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
 
@@ -21,6 +22,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::verity::models::testing::ArgMax;
+using ::verity::models::testing::ExpectSerializeRestoreContract;
 using ::verity::models::testing::Accuracy;
 using ::verity::models::testing::GenerateSyntheticCrowd;
 using ::verity::models::testing::SymmetricConfusion;
@@ -179,28 +181,8 @@ TEST(MmsrTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
   std::unique_ptr<MmsrModel> model = MakeMmsr(3);
   ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
-  const std::string blob = model->Serialize();
   std::unique_ptr<MmsrModel> restored = MakeMmsr(3);
-  ASSERT_THAT(restored->Restore(blob), IsOk());
-  EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
-            AllPosteriors(*model, crowd.matrix, {}));
-  for (int32_t a = -1; a <= 11; ++a) {
-    EXPECT_EQ(restored->AnnotatorConfusion(a), model->AnnotatorConfusion(a));
-  }
-  EXPECT_EQ(restored->Serialize(), blob);
-  std::string flipped = blob;
-  flipped[blob.size() / 2] ^= 0x10;
-  EXPECT_THAT(restored->Restore(flipped), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(restored->Restore(blob.substr(0, blob.size() - 9)),
-              StatusIs(absl::StatusCode::kInvalidArgument));
-  auto mv = MajorityVoteModel::Create(3, {});
-  absl::Status s = restored->Restore((*mv)->Serialize());
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(s.message(), HasSubstr("method"));
-  std::unique_ptr<MmsrModel> binary = MakeMmsr(2);
-  s = binary->Restore(blob);
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(s.message(), HasSubstr("classes"));
+  ExpectSerializeRestoreContract(*model, *restored, *MakeMmsr(2), crowd.matrix, 11);
   // A skill estimate of 1 (p = 1, infinite weight) is refused.
   ByteWriter bad;
   WriteModelHeader(bad, MmsrModel::kMethod, true);
