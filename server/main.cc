@@ -105,6 +105,10 @@ ABSL_FLAG(int64_t, grpc_memory_mb, 512,
 ABSL_FLAG(bool, log_every_rpc, false,
           "Log one event=rpc line for every RPC; by default only failed calls, unary calls over "
           "1 s and finished streams are logged.");
+ABSL_FLAG(bool, follow_replicas, true,
+          "Follow the labels that other verity_server replicas of the same database commit "
+          "(LISTEN/NOTIFY on one extra PostgreSQL connection, and a check of every project's "
+          "newest seq each second). Off: a single replica only.");
 ABSL_FLAG(std::string, device, "auto",
           "Device of the neural models' in-process training: auto, cpu, cuda or cuda:N.");
 
@@ -157,6 +161,7 @@ int main(int argc, char** argv) {
   options.project_quota.max_confusion_cells =
       absl::GetFlag(FLAGS_max_confusion_cells_per_project);
   options.db_timeout = absl::Seconds(absl::GetFlag(FLAGS_db_timeout_seconds));
+  options.follow_replicas = absl::GetFlag(FLAGS_follow_replicas);
   options.training.run_in_background = absl::GetFlag(FLAGS_background_refit);
   options.training.max_staleness = absl::Seconds(absl::GetFlag(FLAGS_refit_staleness_seconds));
   const double busy_fraction = absl::GetFlag(FLAGS_trainer_busy_fraction);

@@ -80,6 +80,12 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   if (absl::Status s = server->registry_->LoadAll(); !s.ok()) return s;
   server->ingest_ = std::make_unique<IngestPipeline>(*server->storage_->annotations, options.ingest,
                                                      server->metrics_.get());
+  if (options.follow_replicas) {
+    server->follower_ = std::make_unique<ReplicaFollower>(
+        options.postgres_url, *server->registry_, *server->storage_->annotations, options.follow,
+        server->metrics_.get());
+    if (absl::Status s = server->follower_->Start(); !s.ok()) return s;
+  }
   server->scheduler_ = std::make_unique<TrainingScheduler>(
       *server->registry_, *server->storage_->versions, server->storage_->jobs.get(),
       options.training, server->metrics_.get());
@@ -243,6 +249,7 @@ void VerityServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   metrics_http_.reset();  // Scrapes read the objects stopped below.
+  if (follower_ != nullptr) follower_->Stop();
   // Ingest before gRPC: every queued batch is committed while its stream is still open, so its
   // ack goes out; batches read from now on are acked UNAVAILABLE (nothing written), and a client
   // closes its stream on that ack. The other way round, a stream still sending at the end of

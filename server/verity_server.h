@@ -28,6 +28,7 @@
 #include "server/observability/metrics.h"
 #include "server/observability/metrics_http.h"
 #include "server/observability/rpc_telemetry.h"
+#include "server/replication/replica_follower.h"
 #include "server/rpc/server_core.h"
 #include "server/state/storage_handles.h"
 #include "server/training/training_scheduler.h"
@@ -62,6 +63,11 @@ class VerityServer {
     // allocate more. 0 = unbounded.
     int64_t grpc_memory_bytes = int64_t{512} << 20;
     TrainingScheduler::Options training;
+    // Follow the labels other server replicas of the same database commit (LISTEN/NOTIFY and
+    // catch-up reads by seq; server/replication/replica_follower.h). Off: this server sees only
+    // its own commits and what it loaded at start, so run a single replica.
+    bool follow_replicas = true;
+    ReplicaFollower::Options follow;
     // host:port of the Prometheus metrics HTTP endpoint (GET /metrics) and the web console
     // (GET /; with auth on its /api/ needs a key); empty: not served
     // (the default; main.cc serves 127.0.0.1:9464). Port 0 picks a free port (see
@@ -119,6 +125,7 @@ class VerityServer {
   std::unique_ptr<StorageHandles> storage_;
   std::unique_ptr<ProjectRegistry> registry_;
   std::unique_ptr<IngestPipeline> ingest_;
+  std::unique_ptr<ReplicaFollower> follower_;  // Null unless Options::follow_replicas.
   std::unique_ptr<TrainingScheduler> scheduler_;
   std::unique_ptr<LeasePersister> lease_persister_;
   std::unique_ptr<KeyRing> keys_;

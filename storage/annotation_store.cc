@@ -225,7 +225,9 @@ absl::StatusOr<std::vector<int32_t>> ResolveIndices(
 }  // namespace
 
 absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitAnnotations(
-    absl::Span<const AnnotationWrite> writes, const WriteHints* hints) {
+    absl::Span<const AnnotationWrite> writes, const WriteHints* hints,
+    std::vector<DrawnSeqs>* drawn) {
+  if (drawn != nullptr) drawn->clear();
   if (writes.empty()) return std::vector<WriteResult>();
   std::vector<int64_t> project_ids;
   for (size_t i = 0; i < writes.size(); ++i) {
@@ -255,22 +257,26 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitAnnotations(
   project_ids.erase(std::unique(project_ids.begin(), project_ids.end()),
                     project_ids.end());
 
+  std::vector<DrawnSeqs> committed_seqs;
   absl::StatusOr<std::vector<WriteResult>> results =
-      CommitOnce(writes, project_ids, hints);
+      CommitOnce(writes, project_ids, hints, committed_seqs);
   if (hints != nullptr && absl::IsAlreadyExists(results.status())) {
     // An id or a pair the hints called new exists after all (the caller's
     // memory was behind the database). Nothing was written; do it the slow way.
-    results = CommitOnce(writes, project_ids, nullptr);
+    results = CommitOnce(writes, project_ids, nullptr, committed_seqs);
   }
+  if (results.ok() && drawn != nullptr) *drawn = std::move(committed_seqs);
   return results;
 }
 
 absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
     absl::Span<const AnnotationWrite> writes,
-    absl::Span<const int64_t> project_ids, const WriteHints* hints) {
+    absl::Span<const int64_t> project_ids, const WriteHints* hints,
+    std::vector<DrawnSeqs>& drawn) {
   return pool_->WithTransaction(
       "committing annotations",
       [&](pqxx::work& txn) -> absl::StatusOr<std::vector<WriteResult>> {
+        drawn.clear();  // A retried transaction starts over.
         // 1. Lock the projects: serialises writers per project, makes seq
         //    order commit order, and guards index allocation.
         VERITY_ASSIGN_OR_RETURN(std::vector<LockedProject> locked,
@@ -437,6 +443,11 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
           if (project_new_versions[l] == 0) continue;
           next_seq[l] = ReserveSeqs(txn, locked[l].project_id,
                                     project_new_versions[l]);
+          drawn.push_back({locked[l].project_id, next_seq[l],
+                           next_seq[l] + project_new_versions[l] - 1});
+          // Delivered to the listeners only if this transaction commits.
+          txn.exec_params("SELECT pg_notify($1, $2)", kLabelsChannel,
+                          std::to_string(locked[l].project_id));
         }
 
         // 6. Replay with seqs: superseded versions go to the history. A
@@ -577,6 +588,70 @@ AnnotationStore::LoadLiveAnnotations(int64_t project_id, int64_t after_seq) {
             },
             project_id, after_seq));
         return live;
+      });
+}
+
+absl::StatusOr<LabelsSince> AnnotationStore::ReadLabelsSince(
+    int64_t project_id, int64_t after_seq) {
+  return pool_->WithTransaction(
+      absl::StrCat("reading the labels of project ", project_id, " after seq ",
+                   after_seq),
+      [&](pqxx::work& txn) -> absl::StatusOr<LabelsSince> {
+        LabelsSince since;
+        // Read first, in its own statement: every seq <= it belongs to a
+        // commit that the label query below (a later snapshot) sees.
+        pqxx::result counter = txn.exec_params(
+            "SELECT next_seq - 1 FROM projects WHERE project_id = $1",
+            project_id);
+        if (counter.empty()) {
+          return absl::NotFoundError(
+              absl::StrCat("project ", project_id, " not found"));
+        }
+        since.drawn_through = counter[0][0].as<int64_t>();
+        VERITY_RETURN_IF_ERROR(ReadInBatches(
+            txn,
+            "SELECT a.item_index, i.external_id, a.annotator_index, "
+            "       n.external_id, a.label, a.seq "
+            "FROM annotations a "
+            "JOIN items i ON i.project_id = a.project_id "
+            "            AND i.item_index = a.item_index "
+            "JOIN annotators n ON n.project_id = a.project_id "
+            "                 AND n.annotator_index = a.annotator_index "
+            "WHERE a.project_id = $1 AND a.seq > $2 ORDER BY a.seq",
+            kLoadBatchRows,
+            [&](const pqxx::result& rows) -> absl::Status {
+              for (const pqxx::row& row : rows) {
+                since.labels.push_back(
+                    {row[0].as<int32_t>(), row[1].as<std::string>(),
+                     row[2].as<int32_t>(), row[3].as<std::string>(),
+                     row[4].as<int32_t>(), row[5].as<int64_t>()});
+              }
+              return absl::OkStatus();
+            },
+            project_id, after_seq));
+        // A label newer than the counter read above is complete too: its
+        // snapshot holds every commit before it (seq order is commit order).
+        if (!since.labels.empty()) {
+          since.drawn_through =
+              std::max(since.drawn_through, since.labels.back().seq);
+        }
+        return since;
+      });
+}
+
+absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>>
+AnnotationStore::ListDrawnThrough() {
+  return pool_->WithTransaction(
+      "listing the projects' newest seqs",
+      [&](pqxx::work& txn)
+          -> absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> {
+        std::vector<std::pair<int64_t, int64_t>> drawn;
+        for (const pqxx::row& row : txn.exec(
+                 "SELECT project_id, next_seq - 1 FROM projects "
+                 "ORDER BY project_id")) {
+          drawn.emplace_back(row[0].as<int64_t>(), row[1].as<int64_t>());
+        }
+        return drawn;
       });
 }
 

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -100,6 +101,33 @@ struct WriteHints {
   std::vector<KnownEntities> projects;
 };
 
+// The seqs one CommitAnnotations call drew for one project: first .. last, every one of them
+// this transaction's (accepted, revised and stale writes each draw one). A project whose writes
+// were all duplicates draws none and is not listed.
+struct DrawnSeqs {
+  int64_t project_id = 0;
+  int64_t first = 0;
+  int64_t last = 0;
+};
+
+// A live label with its ids, as another server replica committed it (ReadLabelsSince).
+struct FollowedLabel {
+  int32_t item_index = 0;
+  std::string item_id;
+  int32_t annotator_index = 0;
+  std::string annotator_id;
+  int32_t label = 0;
+  int64_t seq = 0;
+};
+
+// What ReadLabelsSince read: the live labels with seq > after_seq, by ascending seq, and a seq
+// through which they are complete: every commit of the project that drew a seq <= drawn_through
+// is reflected in `labels` (or in labels <= after_seq, which the caller already holds).
+struct LabelsSince {
+  std::vector<FollowedLabel> labels;
+  int64_t drawn_through = 0;
+};
+
 struct LiveAnnotation {
   int32_t item_index = 0;
   int32_t annotator_index = 0;
@@ -140,9 +168,26 @@ class AnnotationStore {
   // hints not aligned with the writes; NOT_FOUND for an unknown project;
   // UNAVAILABLE if PostgreSQL is unreachable or the connection broke during
   // COMMIT (outcome unknown; a retry is safe because resends are duplicates).
+  //
+  // With `drawn` (optional), it receives the seqs the committed transaction drew, one entry per
+  // project that drew any. The same transaction sends NOTIFY on kLabelsChannel with each such
+  // project's id as the payload: PostgreSQL delivers it to every listener once COMMIT succeeded
+  // (server replicas follow each other that way, see server/replication/).
   absl::StatusOr<std::vector<WriteResult>> CommitAnnotations(
       absl::Span<const AnnotationWrite> writes,
-      const WriteHints* hints = nullptr);
+      const WriteHints* hints = nullptr, std::vector<DrawnSeqs>* drawn = nullptr);
+
+  // The NOTIFY channel of CommitAnnotations.
+  static constexpr char kLabelsChannel[] = "verity_labels";
+
+  // The live labels of the project with seq > after_seq, with their items' and annotators'
+  // external ids, by ascending seq; see LabelsSince for drawn_through. NOT_FOUND for an unknown
+  // project.
+  absl::StatusOr<LabelsSince> ReadLabelsSince(int64_t project_id, int64_t after_seq);
+
+  // Every project's newest drawn seq (projects.next_seq - 1), by project id: a cheap check of
+  // which projects changed, for a follower whose notifications may have been missed.
+  absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> ListDrawnThrough();
 
   // The live label of every (item, annotator) of the project, by ascending
   // seq, from one snapshot (streamed from PostgreSQL in batches). With
@@ -158,7 +203,8 @@ class AnnotationStore {
   // One transaction of CommitAnnotations (validated input).
   absl::StatusOr<std::vector<WriteResult>> CommitOnce(
       absl::Span<const AnnotationWrite> writes,
-      absl::Span<const int64_t> project_ids, const WriteHints* hints);
+      absl::Span<const int64_t> project_ids, const WriteHints* hints,
+      std::vector<DrawnSeqs>& drawn);
 
   ConnectionPool* const pool_;
 };

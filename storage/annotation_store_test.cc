@@ -15,6 +15,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pqxx/pqxx"
 #include "pqxx/result"
 #include "storage/item_store.h"
 #include "storage/project_store.h"
@@ -717,6 +718,89 @@ TEST_F(AnnotationStoreTest, ConcurrentGroupCommitsLoseAndDuplicateNothing) {
               g(i, a));
   }
   EXPECT_EQ(CountRows("annotation_history"), static_cast<int64_t>(pairs.size()));
+}
+
+// Several server replicas follow each other through what these three give: the seqs a commit
+// drew, a NOTIFY once it committed, and the labels since a seq with their ids.
+TEST_F(AnnotationStoreTest, ACommitReportsItsSeqsAndNotifiesListenersAfterCommit) {
+  struct Receiver final : pqxx::notification_receiver {
+    Receiver(pqxx::connection& c, std::vector<std::string>& payloads)
+        : pqxx::notification_receiver(c, AnnotationStore::kLabelsChannel), payloads(payloads) {}
+    void operator()(const std::string& payload, int) override { payloads.push_back(payload); }
+    std::vector<std::string>& payloads;
+  };
+  pqxx::connection listener(url());
+  std::vector<std::string> payloads;
+  Receiver receiver(listener, payloads);
+  pqxx::nontransaction(listener).exec("SELECT 1");  // LISTEN has taken effect.
+  const int64_t other = CreateProject("other", 2);
+
+  std::vector<DrawnSeqs> drawn;
+  AnnotationWrite in_other = Write("x", "a", 1);
+  in_other.project_id = other;
+  ASSERT_THAT(store_->CommitAnnotations(
+                  {Write("i0", "a", 0), Write("i1", "a", 2), in_other, Write("i0", "b", 1)},
+                  nullptr, &drawn),
+              IsOk());
+  ASSERT_EQ(drawn.size(), 2u);
+  std::sort(drawn.begin(), drawn.end(),
+            [](const DrawnSeqs& x, const DrawnSeqs& y) { return x.project_id < y.project_id; });
+  EXPECT_EQ(drawn[0].project_id, project_id_);
+  EXPECT_EQ(drawn[0].first, 1);
+  EXPECT_EQ(drawn[0].last, 3);
+  EXPECT_EQ(drawn[1].project_id, other);
+  EXPECT_EQ(drawn[1].first, 1);
+  EXPECT_EQ(drawn[1].last, 1);
+
+  // A resend of a live label draws nothing, and a revision the next seq.
+  ASSERT_THAT(store_->CommitAnnotations({Write("i0", "a", 0)}, nullptr, &drawn), IsOk());
+  EXPECT_THAT(drawn, IsEmpty());
+  ASSERT_THAT(store_->CommitAnnotations({Write("i1", "a", 0)}, nullptr, &drawn), IsOk());
+  ASSERT_EQ(drawn.size(), 1u);
+  EXPECT_EQ(drawn[0].first, 4);
+  EXPECT_EQ(drawn[0].last, 4);
+
+  // A refused call draws and notifies nothing.
+  const size_t notified_before = [&] {
+    while (listener.await_notification(0, 200'000) > 0) {
+    }
+    return payloads.size();
+  }();
+  EXPECT_EQ(notified_before, 3u) << "one per project per commit that drew seqs";
+  EXPECT_THAT(payloads, ::testing::Contains(std::to_string(other)));
+  EXPECT_THAT(store_->CommitAnnotations({Write("i9", "a", 99)}, nullptr, &drawn),
+              ::testing::Not(IsOk()));
+  EXPECT_THAT(drawn, IsEmpty());
+  EXPECT_EQ(listener.await_notification(0, 200'000), 0);
+}
+
+TEST_F(AnnotationStoreTest, ReadLabelsSinceGivesTheLiveLabelsAfterASeqWithTheirIds) {
+  ASSERT_THAT(store_->CommitAnnotations({Write("i0", "a", 0), Write("i1", "b", 1)}), IsOk());
+  ASSERT_THAT(store_->CommitAnnotations({Write("i0", "a", 2), Write("i2", "a", 1)}), IsOk());
+  // Seqs: i0/a 1 (revised to 3), i1/b 2, i2/a 4.
+  absl::StatusOr<LabelsSince> since = store_->ReadLabelsSince(project_id_, 1);
+  ASSERT_THAT(since, IsOk());
+  EXPECT_EQ(since->drawn_through, 4);
+  ASSERT_EQ(since->labels.size(), 3u);
+  EXPECT_EQ(since->labels[0].item_id, "i1");
+  EXPECT_EQ(since->labels[0].annotator_id, "b");
+  EXPECT_EQ(since->labels[0].seq, 2);
+  EXPECT_EQ(since->labels[1].item_id, "i0");
+  EXPECT_EQ(since->labels[1].label, 2);
+  EXPECT_EQ(since->labels[1].seq, 3);
+  EXPECT_EQ(since->labels[2].item_id, "i2");
+  EXPECT_EQ(since->labels[2].item_index, 2);
+  EXPECT_EQ(since->labels[2].annotator_index, 0);
+
+  since = store_->ReadLabelsSince(project_id_, 4);
+  ASSERT_THAT(since, IsOk());
+  EXPECT_THAT(since->labels, IsEmpty());
+  EXPECT_EQ(since->drawn_through, 4);
+  EXPECT_THAT(store_->ReadLabelsSince(987654, 0), StatusIs(absl::StatusCode::kNotFound));
+
+  absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> all = store_->ListDrawnThrough();
+  ASSERT_THAT(all, IsOk());
+  EXPECT_THAT(*all, ::testing::Contains(std::make_pair(project_id_, int64_t{4})));
 }
 
 }  // namespace

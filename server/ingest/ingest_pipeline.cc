@@ -12,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/types/span.h"
+#include "server/observability/log.h"
+#include "server/state/label_catch_up.h"
 
 namespace verity::server {
 
@@ -31,6 +33,10 @@ struct IngestPipeline::Metrics {
             "Group-commit transactions that failed. A group of several batches that failed for "
             "another reason than UNAVAILABLE is then committed batch by batch "
             "(verity_ingest_isolated_batches_total).").Get()),
+        catch_up_reads(registry.AddCounter(
+            "verity_ingest_catch_up_reads_total",
+            "Own commits that found another replica's commit to the project between them and "
+            "what memory held, and read the labels since before applying their own.").Get()),
         isolated_committed(isolated(registry).WithLabels({"committed"})),
         isolated_refused(isolated(registry).WithLabels({"refused"})),
         queued_annotations(registry.AddGauge("verity_ingest_queue_annotations",
@@ -73,6 +79,7 @@ struct IngestPipeline::Metrics {
   Counter& refused_shutting_down;
   Counter& refused_admission;  // by the commit lane's AdmissionCheck (a quota)
   Counter& commit_failures;
+  Counter& catch_up_reads;
   Counter& isolated_committed;
   Counter& isolated_refused;
   Gauge& queued_annotations;
@@ -365,15 +372,23 @@ IngestPipeline::Result IngestPipeline::CommitBatches(
   }
 
   const absl::Time commit_start = absl::Now();
-  Result results = store_.CommitAnnotations(writes, &hints);
+  std::vector<storage::DrawnSeqs> drawn;
+  Result results = store_.CommitAnnotations(writes, &hints, &drawn);
   if (metrics_) metrics_->commit_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - commit_start));
   if (!results.ok()) return results;
 
-  // Register the ids and labels now: the next transaction's hints must include them.
-  std::vector<CommittedLabel> labels;
+  // Register the ids and labels now: the next transaction's hints must include them. One call
+  // per project, with all of its batches in this transaction: the seqs it drew are one range.
+  std::vector<std::shared_ptr<LiveProject>> projects;
+  std::vector<std::vector<CommittedLabel>> labels_of;
   for (size_t b = first; b < last; ++b) {
-    labels.clear();
-    labels.reserve(offsets[b + 1] - offsets[b]);
+    const std::shared_ptr<LiveProject>& project = group[b].project;
+    size_t p = std::find(projects.begin(), projects.end(), project) - projects.begin();
+    if (p == projects.size()) {
+      projects.push_back(project);
+      labels_of.emplace_back();
+    }
+    std::vector<CommittedLabel>& labels = labels_of[p];
     for (size_t i = offsets[b]; i < offsets[b + 1]; ++i) {
       const storage::WriteResult& r = (*results)[i - offsets[first]];
       const storage::AnnotationWrite& w = all[i];
@@ -383,16 +398,49 @@ IngestPipeline::Result IngestPipeline::CommitBatches(
       labels.push_back({r.item_index, w.item_id, r.annotator_index, w.annotator_id, r.label,
                         r.seq, changed});
     }
-    std::vector<int32_t> touched = group[b].project->RegisterCommitted(labels);
+  }
+  for (size_t p = 0; p < projects.size(); ++p) {
+    std::vector<int32_t> touched =
+        RegisterOwnCommit(*projects[p], labels_of[p], DrawnSeqsOf(drawn, *projects[p]));
     auto it = std::find_if(committed.touched.begin(), committed.touched.end(),
-                           [&](const auto& t) { return t.first == group[b].project; });
+                           [&](const auto& t) { return t.first == projects[p]; });
     if (it == committed.touched.end()) {
-      committed.touched.emplace_back(group[b].project, std::move(touched));
+      committed.touched.emplace_back(projects[p], std::move(touched));
     } else {
       it->second.insert(it->second.end(), touched.begin(), touched.end());
     }
   }
   return results;
+}
+
+std::optional<storage::DrawnSeqs> IngestPipeline::DrawnSeqsOf(
+    const std::vector<storage::DrawnSeqs>& drawn, const LiveProject& project) {
+  for (const storage::DrawnSeqs& d : drawn) {
+    if (d.project_id == project.identity().project_id) return d;
+  }
+  return std::nullopt;
+}
+
+std::vector<int32_t> IngestPipeline::RegisterOwnCommit(LiveProject& project,
+                                                       absl::Span<const CommittedLabel> labels,
+                                                       std::optional<storage::DrawnSeqs> drawn) {
+  if (std::optional<std::vector<int32_t>> touched = project.RegisterOwnCommit(labels, drawn)) {
+    return *std::move(touched);
+  }
+  // Another replica committed to the project since memory last caught up: apply its labels
+  // first, so that no pair goes back to an older label.
+  if (metrics_) metrics_->catch_up_reads.Increment();
+  if (absl::Status caught_up = CatchUpLabels(store_, project); caught_up.ok()) {
+    if (std::optional<std::vector<int32_t>> touched = project.RegisterOwnCommit(labels, drawn)) {
+      return *std::move(touched);
+    }
+  } else {
+    LogEvent("label_catch_up_failed", {{"project", project.identity().name},
+                                       {"error", caught_up.ToString()}});
+  }
+  // The labels are durable and acknowledged either way; serve them now and let the replica
+  // follower fill the gap.
+  return project.RegisterOwnCommitOutOfOrder(labels, drawn);
 }
 
 void IngestPipeline::PublishGroup(CommittedGroup& group) {

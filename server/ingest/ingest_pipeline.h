@@ -42,6 +42,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -138,6 +139,15 @@ class IngestPipeline {
                        const std::vector<storage::AnnotationWrite>& all,
                        const std::vector<size_t>& offsets, size_t first, size_t last,
                        CommittedGroup& committed);
+  // The seqs `drawn` lists for `project`, if any.
+  static std::optional<storage::DrawnSeqs> DrawnSeqsOf(
+      const std::vector<storage::DrawnSeqs>& drawn, const LiveProject& project);
+  // Registers this pipeline's commit of `labels` (one project's, one transaction's) with the
+  // project: LiveProject::RegisterOwnCommit, catching up first with the labels other replicas
+  // committed before it when it asks to. Returns the items whose posteriors changed.
+  std::vector<int32_t> RegisterOwnCommit(LiveProject& project,
+                                         absl::Span<const CommittedLabel> labels,
+                                         std::optional<storage::DrawnSeqs> drawn);
   void PublishLoop();
   void PublishGroup(CommittedGroup& group);
   // Counts one committed batch. Requires metrics_.

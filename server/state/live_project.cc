@@ -149,6 +149,8 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
     p.item_newest_seq_[l.item] = std::max(p.item_newest_seq_[l.item], l.seq);
     p.newest_seq_ = std::max(p.newest_seq_, l.seq);
   }
+  // The stored labels are one snapshot's live labels, complete through their newest seq.
+  p.applied_seq_ = p.newest_seq_;
   absl::StatusOr<models::AnnotationMatrix> stored_matrix = models::AnnotationMatrix::Build(
       static_cast<int32_t>(p.item_ids_.size()), static_cast<int32_t>(p.annotator_ids_.size()), k,
       triples);
@@ -346,20 +348,33 @@ void LiveProject::ApplyCommitted(absl::Span<const CommittedLabel> labels) {
 }
 
 std::vector<int32_t> LiveProject::RegisterCommitted(absl::Span<const CommittedLabel> labels) {
+  absl::MutexLock lock(&mu_);
+  return RegisterLocked(labels, /*applied_through=*/-1);
+}
+
+std::vector<int32_t> LiveProject::RegisterLocked(absl::Span<const CommittedLabel> labels,
+                                                 int64_t applied_through) {
   std::vector<int32_t> touched;
   if (labels.empty()) return touched;
   touched.reserve(labels.size());
-  absl::MutexLock lock(&mu_);
   for (const CommittedLabel& l : labels) {
     EnsureItem(l.item_index, l.item_id);
     EnsureAnnotator(l.annotator_index, l.annotator_id);
     leases_.Release(l.item_index, l.annotator_index);
+    // Memory already reflects every commit through applied_through: this label, or a later
+    // one of the same pair that superseded it.
+    if (l.seq <= applied_through) continue;
     // A duplicate normally repeats what memory holds. If memory lacks it (another label, or an
     // older seq), an earlier transaction wrote it and its outcome never reached memory (the
     // connection broke during COMMIT, the batch was answered UNAVAILABLE and resent): apply it.
-    if (!l.changed && LiveLabel(l.item_index, l.annotator_index) == l.label &&
-        item_newest_seq_[l.item_index] >= l.seq) {
-      continue;
+    if (!l.changed) {
+      if (LiveLabel(l.item_index, l.annotator_index) == l.label &&
+          item_newest_seq_[l.item_index] >= l.seq) {
+        continue;
+      }
+      // Applied ahead of applied_seq_: a catch-up read from before this label's commit must
+      // not take the pair back.
+      follow_floor_ = std::max(follow_floor_, l.seq);
     }
     SetLabel(l.item_index, l.annotator_index, l.label, l.seq);
     ++changes_since_fit_;
@@ -371,6 +386,55 @@ std::vector<int32_t> LiveProject::RegisterCommitted(absl::Span<const CommittedLa
     for (int32_t item : touched) MarkTouchedDuringFit(item);
   }
   return touched;
+}
+
+std::optional<std::vector<int32_t>> LiveProject::RegisterOwnCommit(
+    absl::Span<const CommittedLabel> labels, std::optional<storage::DrawnSeqs> drawn) {
+  absl::MutexLock lock(&mu_);
+  if (drawn.has_value()) {
+    if (drawn->last <= applied_seq_) {
+      // A catch-up read after this commit applied it already (and maybe later commits over it).
+      return RegisterLocked(labels, applied_seq_);
+    }
+    // Another writer's commit lies between what memory holds and this one.
+    if (drawn->first != applied_seq_ + 1) return std::nullopt;
+  }
+  std::vector<int32_t> touched = RegisterLocked(labels, applied_seq_);
+  if (drawn.has_value()) applied_seq_ = drawn->last;
+  return touched;
+}
+
+std::vector<int32_t> LiveProject::RegisterOwnCommitOutOfOrder(
+    absl::Span<const CommittedLabel> labels, std::optional<storage::DrawnSeqs> drawn) {
+  absl::MutexLock lock(&mu_);
+  std::vector<int32_t> touched = RegisterLocked(labels, applied_seq_);
+  // applied_seq_ stays: the commits before this one are still missing. A catch-up read that
+  // this commit is not in would take its pairs back to older labels, so none is applied.
+  if (drawn.has_value()) follow_floor_ = std::max(follow_floor_, drawn->last);
+  return touched;
+}
+
+bool LiveProject::ApplyFollowed(const storage::LabelsSince& since) {
+  std::vector<int32_t> touched;
+  {
+    absl::MutexLock lock(&mu_);
+    if (since.drawn_through < follow_floor_ || since.drawn_through <= applied_seq_) return false;
+    std::vector<CommittedLabel> labels;
+    labels.reserve(since.labels.size());
+    for (const storage::FollowedLabel& l : since.labels) {
+      labels.push_back({l.item_index, l.item_id, l.annotator_index, l.annotator_id, l.label,
+                        l.seq, /*changed=*/true});
+    }
+    touched = RegisterLocked(labels, applied_seq_);
+    applied_seq_ = since.drawn_through;
+  }
+  PublishCommitted(touched);
+  return !touched.empty();
+}
+
+int64_t LiveProject::applied_seq() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return applied_seq_;
 }
 
 void LiveProject::MarkTouchedDuringFit(int32_t item) {

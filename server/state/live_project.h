@@ -151,6 +151,31 @@ class LiveProject {
       ABSL_LOCKS_EXCLUDED(mu_);
   void PublishCommitted(absl::Span<const int32_t> touched) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Several server replicas write one project. Memory stays the database's live labels as of
+  // one seq, applied_seq(): every commit that drew a seq <= applied_seq() is applied, whichever
+  // replica made it, and no label is applied over a newer one of its pair. (Seq order is commit
+  // order within a project; see storage/annotation_store.h.)
+  int64_t applied_seq() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // RegisterCommitted for this server's own commit of the project, which drew the seqs `drawn`
+  // (nullopt when it drew none: duplicates only). Returns nullopt, applying nothing, when
+  // another writer's commit lies between applied_seq() and drawn->first: the caller then applies
+  // the labels since applied_seq() (storage::AnnotationStore::ReadLabelsSince, ApplyFollowed)
+  // and calls again, which registers only what that read did not cover.
+  std::optional<std::vector<int32_t>> RegisterOwnCommit(
+      absl::Span<const CommittedLabel> labels, std::optional<storage::DrawnSeqs> drawn)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The fallback when that read failed (PostgreSQL unreachable): applies the own commit anyway,
+  // so that it is served, leaves applied_seq() where it was, and makes ApplyFollowed refuse
+  // reads that do not include this commit (they would take its pairs back to older labels).
+  std::vector<int32_t> RegisterOwnCommitOutOfOrder(
+      absl::Span<const CommittedLabel> labels, std::optional<storage::DrawnSeqs> drawn)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Applies a catch-up read (the labels with seq > applied_seq() when it was read, from any
+  // writer) and publishes the items it changed. A read older than what memory holds is
+  // ignored. Returns whether any item changed.
+  bool ApplyFollowed(const storage::LabelsSince& since) ABSL_LOCKS_EXCLUDED(mu_);
+
   // What this project knows about `writes` (all of this project), for
   // storage::AnnotationStore::CommitAnnotations: the registered index of each
   // item and annotator (-1 if unknown), whether the pair has no live label,
@@ -277,6 +302,10 @@ class LiveProject {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void SetLabel(int32_t item, int32_t annotator, int32_t label, int64_t seq)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RegisterCommitted's work, under mu_: labels with seq <= applied_through are only
+  // registered (ids, leases), never applied.
+  std::vector<int32_t> RegisterLocked(absl::Span<const CommittedLabel> labels,
+                                      int64_t applied_through) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // touched_during_fit_: adds `item` unless listed; empties the list.
   void MarkTouchedDuringFit(int32_t item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearTouchedDuringFit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -304,6 +333,10 @@ class LiveProject {
   models::IncrementalAnnotationMatrix labels_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> item_newest_seq_ ABSL_GUARDED_BY(mu_);
   int64_t newest_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // See applied_seq().
+  int64_t applied_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // ApplyFollowed ignores reads complete through less (RegisterOwnCommitOutOfOrder).
+  int64_t follow_floor_ ABSL_GUARDED_BY(mu_) = 0;
   // Labels added or revised since the current model's fit.
   int64_t changes_since_fit_ ABSL_GUARDED_BY(mu_) = 0;
   // Counts changes of the fit's other inputs (items, gold, priorities, features, model

@@ -1,0 +1,74 @@
+// ReplicaFollower: keeps this server's live projects up to date with the labels that other
+// server replicas of the same database commit.
+//
+// Every commit of annotations sends NOTIFY on storage::AnnotationStore::kLabelsChannel with its
+// project's id (inside the transaction, so PostgreSQL delivers it after COMMIT). The follower
+// holds one connection of its own that LISTENs there; on a notification it reads the project's
+// labels with seq above what memory holds and applies them (CatchUpLabels). Notifications are
+// not durable: a listener that was disconnected misses them. So every `poll_interval` the
+// follower also lists each project's newest drawn seq (one small query) and catches up every
+// loaded project that is behind it. A missed notification costs latency, never a label.
+//
+// Projects another replica created are not followed until this server loads them
+// (ProjectRegistry::Get loads them on first use).
+//
+// Thread-safety: Start and Stop from one thread; the follower runs on its own thread.
+#ifndef VERITY_SERVER_REPLICATION_REPLICA_FOLLOWER_H_
+#define VERITY_SERVER_REPLICATION_REPLICA_FOLLOWER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "server/observability/metrics.h"
+#include "server/state/project_registry.h"
+#include "storage/annotation_store.h"
+
+namespace verity::server {
+
+class ReplicaFollower {
+ public:
+  struct Options {
+    // How often every loaded project is checked against the database's counters, whatever
+    // the notifications said.
+    absl::Duration poll_interval = absl::Seconds(1);
+    // Wait before reconnecting the listening connection after it broke.
+    absl::Duration reconnect_delay = absl::Seconds(1);
+  };
+
+  // `registry`, `store` and `metrics` (may be null) must outlive the follower.
+  ReplicaFollower(std::string postgres_url, ProjectRegistry& registry,
+                  storage::AnnotationStore& store, Options options, MetricsRegistry* metrics);
+  ~ReplicaFollower();  // Stop()
+
+  // Connects and LISTENs, then starts following: every commit after Start returns is followed.
+  // UNAVAILABLE if PostgreSQL cannot be reached.
+  absl::Status Start();
+  void Stop();
+
+ private:
+  struct Listener;  // The LISTENing connection (libpqxx stays inside the .cc file).
+  struct Metrics;
+
+  void Run();
+  // Catches up the project with id `project_id` if this server has it loaded.
+  void CatchUp(int64_t project_id, const char* trigger);
+  // Catches up every loaded project whose newest drawn seq is above what memory holds.
+  void Poll();
+
+  const std::string postgres_url_;
+  ProjectRegistry& registry_;
+  storage::AnnotationStore& store_;
+  const Options options_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Listener> listener_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace verity::server
+
+#endif  // VERITY_SERVER_REPLICATION_REPLICA_FOLLOWER_H_

@@ -1,0 +1,189 @@
+// LiveProject under several writers (server replicas) of one project: memory holds the
+// database's live labels as of applied_seq(), and no label is ever applied over a newer one of
+// its pair, whatever order the own commits and the catch-up reads arrive in.
+//
+// Every item here has labels of one annotator at most, so an item's served majority-vote
+// posterior names that annotator's live label.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/state/live_project.h"
+#include "storage/annotation_store.h"
+
+namespace verity::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::Optional;
+
+std::unique_ptr<LiveProject> EmptyProject() {
+  LiveProject::Identity id;
+  id.project_id = 7;
+  id.name = "replicated";
+  id.classes = {"a", "b", "c"};
+  auto project = LiveProject::Create(id, v1::ProjectSettings(), {});
+  EXPECT_TRUE(project.ok()) << project.status();
+  return std::move(*project);
+}
+
+// Item i's id is "i<i>"; the annotator is "w0" (index 0).
+CommittedLabel Own(int32_t item, int32_t label, int64_t seq, bool changed = true) {
+  static const std::vector<std::string>* ids = [] {
+    auto* v = new std::vector<std::string>;
+    for (int i = 0; i < 16; ++i) v->push_back(absl::StrCat("i", i));
+    return v;
+  }();
+  return {item, (*ids)[item], 0, "w0", label, seq, changed};
+}
+
+storage::FollowedLabel Followed(int32_t item, int32_t label, int64_t seq) {
+  return {item, absl::StrCat("i", item), 0, "w0", label, seq};
+}
+
+// The served label of `item` (the argmax of its posterior), or nullopt if it has no label.
+std::optional<int32_t> ServedLabel(const LiveProject& project, int32_t item) {
+  std::shared_ptr<const ProjectSnapshot> snapshot = project.snapshot();
+  if (item >= snapshot->posteriors.num_items() || snapshot->posteriors.num_labels(item) == 0) {
+    return std::nullopt;
+  }
+  absl::Span<const double> p = snapshot->posteriors.probabilities(item);
+  int32_t best = 0;
+  for (int32_t c = 1; c < static_cast<int32_t>(p.size()); ++c) {
+    if (p[c] > p[best]) best = c;
+  }
+  return best;
+}
+
+void Publish(LiveProject& project, const std::optional<std::vector<int32_t>>& touched) {
+  ASSERT_TRUE(touched.has_value());
+  project.PublishCommitted(*touched);
+}
+
+TEST(LiveProjectReplicationTest, OwnCommitsThatFollowMemoryApplyDirectly) {
+  auto project = EmptyProject();
+  EXPECT_EQ(project->applied_seq(), 0);
+  std::vector<CommittedLabel> first = {Own(0, 1, 1), Own(1, 2, 2)};
+  auto touched = project->RegisterOwnCommit(first, storage::DrawnSeqs{7, 1, 2});
+  EXPECT_THAT(touched, Optional(ElementsAre(0, 1)));
+  Publish(*project, touched);
+  EXPECT_EQ(project->applied_seq(), 2);
+  EXPECT_THAT(ServedLabel(*project, 0), Optional(1));
+  EXPECT_THAT(ServedLabel(*project, 1), Optional(2));
+
+  // A commit of duplicates only draws no seqs and moves nothing.
+  std::vector<CommittedLabel> resend = {Own(0, 1, 1, /*changed=*/false)};
+  EXPECT_THAT(project->RegisterOwnCommit(resend, std::nullopt), Optional(IsEmpty()));
+  EXPECT_EQ(project->applied_seq(), 2);
+}
+
+TEST(LiveProjectReplicationTest, AnOwnCommitAfterAnotherWritersWaitsForTheCatchUp) {
+  auto project = EmptyProject();
+  // Another replica committed seqs 1..4; this one's commit drew 5..6.
+  std::vector<CommittedLabel> own = {Own(5, 2, 5), Own(6, 1, 6)};
+  EXPECT_EQ(project->RegisterOwnCommit(own, storage::DrawnSeqs{7, 5, 6}), std::nullopt);
+  EXPECT_FALSE(project->HasLabelled(5, 0)) << "nothing is applied past a gap";
+  EXPECT_EQ(project->applied_seq(), 0);
+
+  // The catch-up read, made after the own commit, holds both writers' labels.
+  storage::LabelsSince since;
+  for (int64_t seq = 1; seq <= 4; ++seq) since.labels.push_back(Followed(seq, 0, seq));
+  since.labels.push_back(Followed(5, 2, 5));
+  since.labels.push_back(Followed(6, 1, 6));
+  since.drawn_through = 6;
+  EXPECT_TRUE(project->ApplyFollowed(since));
+  EXPECT_EQ(project->applied_seq(), 6);
+  for (int32_t item = 1; item <= 4; ++item) EXPECT_THAT(ServedLabel(*project, item), Optional(0));
+
+  // Asked again, the own commit finds itself applied: nothing more to do.
+  EXPECT_THAT(project->RegisterOwnCommit(own, storage::DrawnSeqs{7, 5, 6}), Optional(IsEmpty()));
+  EXPECT_THAT(ServedLabel(*project, 5), Optional(2));
+  EXPECT_THAT(ServedLabel(*project, 6), Optional(1));
+}
+
+TEST(LiveProjectReplicationTest, AnOwnCommitNeverRevertsALaterRevisionAlreadyFollowed) {
+  auto project = EmptyProject();
+  // This replica commits item 3 = label 1 at seq 3; before its pipeline registers it, another
+  // replica revises the same pair to label 2 at seq 4, and the follower applies a read of both
+  // (the read shows only the live row: seq 4).
+  storage::LabelsSince since;
+  since.labels = {Followed(1, 0, 1), Followed(2, 0, 2), Followed(3, 2, 4)};
+  since.drawn_through = 4;
+  EXPECT_TRUE(project->ApplyFollowed(since));
+  std::vector<CommittedLabel> own = {Own(3, 1, 3)};
+  auto touched = project->RegisterOwnCommit(own, storage::DrawnSeqs{7, 3, 3});
+  EXPECT_THAT(touched, Optional(IsEmpty()));
+  Publish(*project, touched);
+  EXPECT_THAT(ServedLabel(*project, 3), Optional(2));
+  EXPECT_EQ(project->applied_seq(), 4);
+}
+
+TEST(LiveProjectReplicationTest, AReadOlderThanMemoryIsIgnored) {
+  auto project = EmptyProject();
+  std::vector<CommittedLabel> own = {Own(0, 1, 1), Own(0, 2, 2)};  // a revision
+  Publish(*project, project->RegisterOwnCommit(own, storage::DrawnSeqs{7, 1, 2}));
+  EXPECT_THAT(ServedLabel(*project, 0), Optional(2));
+  // A read made between the two commits (through seq 1) arrives late.
+  storage::LabelsSince stale;
+  stale.labels = {Followed(0, 1, 1)};
+  stale.drawn_through = 1;
+  EXPECT_FALSE(project->ApplyFollowed(stale));
+  EXPECT_THAT(ServedLabel(*project, 0), Optional(2));
+  EXPECT_EQ(project->applied_seq(), 2);
+}
+
+TEST(LiveProjectReplicationTest, AnOutOfOrderCommitRefusesReadsThatDoNotIncludeIt) {
+  auto project = EmptyProject();
+  // The catch-up read failed: the own commit (item 0 revised to 1 at seq 5) is served anyway.
+  std::vector<CommittedLabel> own = {Own(0, 1, 5)};
+  project->PublishCommitted(
+      project->RegisterOwnCommitOutOfOrder(own, storage::DrawnSeqs{7, 5, 5}));
+  EXPECT_THAT(ServedLabel(*project, 0), Optional(1));
+  EXPECT_EQ(project->applied_seq(), 0);
+
+  // A read through seq 4 holds the pair's older label: applying it would revert the pair.
+  storage::LabelsSince before;
+  before.labels = {Followed(0, 0, 3), Followed(1, 2, 4)};
+  before.drawn_through = 4;
+  EXPECT_FALSE(project->ApplyFollowed(before));
+  EXPECT_THAT(ServedLabel(*project, 0), Optional(1));
+  EXPECT_FALSE(project->HasLabelled(1, 0));
+
+  // A read that includes the commit fills the gap.
+  storage::LabelsSince after;
+  after.labels = {Followed(1, 2, 4), Followed(0, 1, 5)};
+  after.drawn_through = 5;
+  EXPECT_TRUE(project->ApplyFollowed(after));
+  EXPECT_EQ(project->applied_seq(), 5);
+  EXPECT_THAT(ServedLabel(*project, 0), Optional(1));
+  EXPECT_THAT(ServedLabel(*project, 1), Optional(2));
+}
+
+TEST(LiveProjectReplicationTest, RestoredProjectsStartAtTheirNewestStoredSeq) {
+  LiveProject::Identity id;
+  id.project_id = 7;
+  id.name = "restored";
+  id.classes = {"a", "b"};
+  LiveProject::StoredState stored;
+  stored.item_ids = {"i0", "i1"};
+  stored.gold = {-1, -1};
+  stored.annotator_ids = {"w0"};
+  stored.labels = {{0, 0, 1, 3}, {1, 0, 0, 9}};
+  auto project = LiveProject::Create(id, v1::ProjectSettings(), std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  EXPECT_EQ((*project)->applied_seq(), 9);
+  // The next own commit that drew 10 follows it directly.
+  std::vector<CommittedLabel> own = {{0, "i0", 0, "w0", 0, 10, true}};
+  EXPECT_THAT((*project)->RegisterOwnCommit(own, storage::DrawnSeqs{7, 10, 10}),
+              Optional(ElementsAre(0)));
+}
+
+}  // namespace
+}  // namespace verity::server

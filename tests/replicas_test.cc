@@ -1,0 +1,324 @@
+// Several verity_server replicas over one PostgreSQL database: labels streamed through one
+// replica are served by the others (LISTEN/NOTIFY and catch-up reads by seq,
+// server/replication/replica_follower.h), and concurrent writers through different replicas
+// converge on the database's live labels.
+//
+// Each replica is an in-process VerityServer on its own real gRPC port. The oracle for "the
+// database's live labels" is a replica started after the writes, which loads every project
+// from PostgreSQL (the restart path, which does not follow anything).
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/verity_server.h"
+#include "tests/test_postgres.h"
+#include "verity/v1/assignment.grpc.pb.h"
+#include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/projects.grpc.pb.h"
+#include "verity/v1/truth.grpc.pb.h"
+
+namespace verity::tests {
+namespace {
+
+constexpr int kClasses = 3;
+
+std::chrono::system_clock::time_point Deadline() {
+  return std::chrono::system_clock::now() + std::chrono::seconds(60);
+}
+
+// One replica and the stubs of a channel to it.
+struct Replica {
+  std::unique_ptr<server::VerityServer> server;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::ProjectService::Stub> projects;
+  std::unique_ptr<v1::IngestService::Stub> ingest;
+  std::unique_ptr<v1::TruthService::Stub> truth;
+  std::unique_ptr<v1::AssignmentService::Stub> assignment;
+};
+
+class ReplicasTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { pg_ = TestPostgres::Start("verity-replicas").release(); }
+  static void TearDownTestSuite() {
+    delete pg_;
+    pg_ = nullptr;
+  }
+
+  void SetUp() override { ASSERT_NE(pg_, nullptr); }
+  void TearDown() override {
+    for (auto& r : replicas_) r->server->Shutdown();
+  }
+
+  // Starts a replica over the suite's database. No background refits: every replica serves
+  // the same (majority-vote) model, so their posteriors must match exactly.
+  Replica& StartReplica() {
+    server::VerityServer::Options options;
+    options.listen = "localhost:0";
+    options.postgres_url = pg_->url();
+    options.pool_size = 4;
+    options.training.run_in_background = false;
+    auto server = server::VerityServer::Start(options);
+    EXPECT_TRUE(server.ok()) << server.status();
+    auto r = std::make_unique<Replica>();
+    r->server = std::move(*server);
+    r->channel = grpc::CreateChannel(absl::StrCat("localhost:", r->server->port()),
+                                     grpc::InsecureChannelCredentials());
+    r->projects = v1::ProjectService::NewStub(r->channel);
+    r->ingest = v1::IngestService::NewStub(r->channel);
+    r->truth = v1::TruthService::NewStub(r->channel);
+    r->assignment = v1::AssignmentService::NewStub(r->channel);
+    replicas_.push_back(std::move(r));
+    return *replicas_.back();
+  }
+
+  static void CreateProject(Replica& r, const std::string& name) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::CreateProjectRequest request;
+    request.mutable_project()->set_name(name);
+    for (int c = 0; c < kClasses; ++c) request.mutable_project()->add_classes(absl::StrCat("c", c));
+    v1::CreateProjectResponse response;
+    grpc::Status status = r.projects->CreateProject(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+
+  // The project's live label count as `r` serves it.
+  static int64_t NumLabels(Replica& r, const std::string& project) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::GetProjectRequest request;
+    request.set_project(project);
+    v1::GetProjectResponse response;
+    grpc::Status status = r.projects->GetProject(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.project().num_labels();
+  }
+
+  // Every posterior `r` serves, in item creation order.
+  static std::vector<v1::Posterior> Posteriors(Replica& r, const std::string& project) {
+    std::vector<v1::Posterior> all;
+    std::string token;
+    do {
+      grpc::ClientContext context;
+      context.set_deadline(Deadline());
+      v1::ListPosteriorsRequest request;
+      request.set_project(project);
+      request.set_page_size(10000);
+      request.set_page_token(token);
+      v1::ListPosteriorsResponse response;
+      grpc::Status status = r.truth->ListPosteriors(&context, request, &response);
+      EXPECT_TRUE(status.ok()) << status.error_message();
+      if (!status.ok()) break;
+      all.insert(all.end(), response.posteriors().begin(), response.posteriors().end());
+      token = response.next_page_token();
+    } while (!token.empty());
+    return all;
+  }
+
+  // Sends `batches` on one stream of `r`; every batch must be acked without error.
+  static void Submit(Replica& r, const std::vector<v1::AnnotationBatch>& batches) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    auto stream = r.ingest->SubmitAnnotations(&context);
+    for (const auto& b : batches) ASSERT_TRUE(stream->Write(b));
+    stream->WritesDone();
+    v1::BatchAck ack;
+    size_t acks = 0;
+    while (stream->Read(&ack)) {
+      ++acks;
+      EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+    }
+    grpc::Status status = stream->Finish();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(acks, batches.size());
+  }
+
+  // Random labels of `items` items by `annotators` annotators, `per_batch` to a batch. The
+  // same (item, annotator) may come back with another label: a revision.
+  static std::vector<v1::AnnotationBatch> RandomBatches(const std::string& project, int batches,
+                                                        int per_batch, int items, int annotators,
+                                                        uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<v1::AnnotationBatch> out(batches);
+    for (int b = 0; b < batches; ++b) {
+      out[b].set_batch_id(b + 1);
+      out[b].set_project(project);
+      for (int i = 0; i < per_batch; ++i) {
+        v1::Annotation* a = out[b].add_annotations();
+        a->set_item(absl::StrCat("item-", rng() % items));
+        a->set_annotator(absl::StrCat("annotator-", rng() % annotators));
+        a->set_label(static_cast<int32_t>(rng() % kClasses));
+      }
+    }
+    return out;
+  }
+
+  // Waits (up to 10 s) until `r` serves `expected` live labels of `project`.
+  static bool AwaitLabels(Replica& r, const std::string& project, int64_t expected) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < give_up) {
+      if (NumLabels(r, project) == expected) return true;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return false;
+  }
+
+  static bool SamePosteriors(const std::vector<v1::Posterior>& a,
+                             const std::vector<v1::Posterior>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].item() != b[i].item() || a[i].num_labels() != b[i].num_labels() ||
+          a[i].probabilities_size() != b[i].probabilities_size()) {
+        return false;
+      }
+      for (int c = 0; c < a[i].probabilities_size(); ++c) {
+        if (std::abs(a[i].probabilities(c) - b[i].probabilities(c)) > 1e-12) return false;
+      }
+    }
+    return true;
+  }
+
+  // Expects two replicas' posteriors to be the same items with the same numbers.
+  static void ExpectSamePosteriors(const std::vector<v1::Posterior>& a,
+                                   const std::vector<v1::Posterior>& b, const std::string& what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].item(), b[i].item()) << what << " #" << i;
+      EXPECT_EQ(a[i].num_labels(), b[i].num_labels()) << what << " " << a[i].item();
+      EXPECT_EQ(a[i].map_label(), b[i].map_label()) << what << " " << a[i].item();
+      ASSERT_EQ(a[i].probabilities_size(), b[i].probabilities_size()) << what;
+      for (int c = 0; c < a[i].probabilities_size(); ++c) {
+        EXPECT_NEAR(a[i].probabilities(c), b[i].probabilities(c), 1e-12)
+            << what << " " << a[i].item() << " class " << c;
+      }
+    }
+  }
+
+  static TestPostgres* pg_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+};
+
+TestPostgres* ReplicasTest::pg_ = nullptr;
+
+TEST_F(ReplicasTest, LabelsStreamedThroughOneReplicaAreServedByTheOthers) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  Replica& c = StartReplica();
+  const std::string project = "streamed-through-a";
+  CreateProject(a, project);
+  // B and C load the project (empty) before any label: from then on they follow it.
+  EXPECT_EQ(NumLabels(b, project), 0);
+  EXPECT_EQ(NumLabels(c, project), 0);
+
+  Submit(a, RandomBatches(project, 20, 250, 400, 30, /*seed=*/1));
+  const int64_t on_a = NumLabels(a, project);
+  ASSERT_GT(on_a, 0);
+  ASSERT_TRUE(AwaitLabels(b, project, on_a)) << "B serves " << NumLabels(b, project);
+  ASSERT_TRUE(AwaitLabels(c, project, on_a)) << "C serves " << NumLabels(c, project);
+
+  Replica& fresh = StartReplica();  // Loads the database's live labels.
+  const std::vector<v1::Posterior> truth = Posteriors(fresh, project);
+  EXPECT_EQ(NumLabels(fresh, project), on_a);
+  ExpectSamePosteriors(truth, Posteriors(a, project), "A");
+  ExpectSamePosteriors(truth, Posteriors(b, project), "B");
+  ExpectSamePosteriors(truth, Posteriors(c, project), "C");
+
+  // Every replica answers suggestions from the same labels.
+  for (Replica* r : {&a, &b, &c}) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::SuggestItemsRequest request;
+    request.set_project(project);
+    request.set_annotator("annotator-new");
+    request.set_k(5);
+    v1::SuggestItemsResponse response;
+    grpc::Status status = r->assignment->SuggestItems(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.suggestions_size(), 5);
+  }
+}
+
+TEST_F(ReplicasTest, ConcurrentWritersThroughTwoReplicasConvergeOnTheDatabase) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  Replica& c = StartReplica();
+  const std::string project = "two-writers";
+  CreateProject(a, project);
+  EXPECT_EQ(NumLabels(b, project), 0);
+  EXPECT_EQ(NumLabels(c, project), 0);
+
+  // Both write the same small set of pairs, so most labels revise one the other replica
+  // wrote: a replica that applied them out of seq order would end on a different label.
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      Replica& r = w == 0 ? a : b;
+      for (int round = 0; round < 10; ++round) {
+        Submit(r, RandomBatches(project, 4, 100, 40, 8, /*seed=*/100 * w + round));
+      }
+    });
+  }
+  for (std::thread& t : writers) t.join();
+
+  Replica& fresh = StartReplica();
+  const int64_t in_database = NumLabels(fresh, project);
+  ASSERT_GT(in_database, 0);
+  const std::vector<v1::Posterior> truth = Posteriors(fresh, project);
+  for (Replica* r : {&a, &b, &c}) ASSERT_TRUE(AwaitLabels(*r, project, in_database));
+  // The counts can match before the last revisions arrive; give the followers a moment.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  for (Replica* r : {&a, &b, &c}) {
+    std::vector<v1::Posterior> served = Posteriors(*r, project);
+    while (absl::Now() < give_up && !SamePosteriors(truth, served)) {
+      absl::SleepFor(absl::Milliseconds(20));
+      served = Posteriors(*r, project);
+    }
+    ExpectSamePosteriors(truth, served, r == &a ? "A" : r == &b ? "B" : "C");
+  }
+}
+
+TEST_F(ReplicasTest, MeasuresFreshnessAcrossReplicas) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  const std::string project = "freshness";
+  CreateProject(a, project);
+  EXPECT_EQ(NumLabels(b, project), 0);
+  // One label at a time: the time from A's ack to B serving it.
+  std::vector<double> ms;
+  for (int i = 0; i < 50; ++i) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(1);
+    batch.set_project(project);
+    v1::Annotation* label = batch.add_annotations();
+    label->set_item(absl::StrCat("item-", i));
+    label->set_annotator("annotator");
+    label->set_label(i % kClasses);
+    Submit(a, {batch});
+    const absl::Time acked = absl::Now();
+    ASSERT_TRUE(AwaitLabels(b, project, i + 1));
+    ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - acked));
+  }
+  std::sort(ms.begin(), ms.end());
+  // A measurement, not a timed assertion (see docs/PERFORMANCE.md for the benchmark).
+  std::cout << "cross-replica freshness over " << ms.size() << " labels: p50 "
+            << ms[ms.size() / 2] << " ms, p99 " << ms[ms.size() * 99 / 100] << " ms, max "
+            << ms.back() << " ms\n";
+}
+
+}  // namespace
+}  // namespace verity::tests
