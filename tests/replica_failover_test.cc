@@ -161,28 +161,35 @@ TEST_F(ReplicaFailoverTest, StreamFinishesOnTheSurvivorWhenItsReplicaIsKilled) {
 
   const std::vector<v1::Annotation> annotations = Annotations();
   const int64_t total = static_cast<int64_t>(annotations.size());
+  ServerProcess* holder = nullptr;  // The replica the stream went to.
   ServerProcess* killed = nullptr;
-  absl::Time killed_at;
-  absl::Duration failover = absl::InfiniteDuration();
+  absl::Time killed_at, broken_at, resumed_at;
   int64_t acked_at_kill = 0;
   client::SubmitOptions options;
   options.batch_size = kBatchSize;
   options.on_progress = [&](const client::SubmitProgress& progress) {
-    if (killed == nullptr && progress.acked >= total / 3) {
+    if (holder == nullptr) {
       // The replica holding the stream is the one whose memory has labels (replicas do not
-      // follow each other yet); kill it.
+      // follow each other yet).
       for (ServerProcess* replica : replicas) {
         absl::StatusOr<v1::Project> seen = ClientOf(replica->address()).GetProject("failover");
-        if (seen.ok() && seen->num_labels() > 0) killed = replica;
+        if (seen.ok() && seen->num_labels() > 0) holder = replica;
       }
-      ASSERT_NE(killed, nullptr);
-      killed->Kill();
+      ASSERT_NE(holder, nullptr);
+    } else if (killed == nullptr && progress.acked >= total / 3) {
+      holder->Kill();
+      killed = holder;
       killed_at = absl::Now();
       acked_at_kill = progress.acked;
-    } else if (killed != nullptr && failover == absl::InfiniteDuration() &&
-               progress.acked > acked_at_kill) {
-      failover = absl::Now() - killed_at;
+    } else if (broken_at != absl::InfinitePast() && resumed_at == absl::InfinitePast()) {
+      resumed_at = absl::Now();  // The first ack of the reopened stream.
     }
+  };
+  broken_at = resumed_at = absl::InfinitePast();
+  // Called for the back-off once the broken stream has ended.
+  options.sleep = [&](absl::Duration backoff) {
+    if (killed != nullptr && broken_at == absl::InfinitePast()) broken_at = absl::Now();
+    absl::SleepFor(backoff);
   };
   absl::StatusOr<client::SubmitTotals> totals =
       client.SubmitAnnotations("failover", annotations, options);
@@ -197,9 +204,13 @@ TEST_F(ReplicaFailoverTest, StreamFinishesOnTheSurvivorWhenItsReplicaIsKilled) {
   EXPECT_EQ(totals->accepted + totals->duplicate, total);
   EXPECT_EQ(totals->revised, 0);
   EXPECT_EQ(totals->rejected, 0);
+  ASSERT_NE(broken_at, absl::InfinitePast());
+  ASSERT_NE(resumed_at, absl::InfinitePast());
   std::cerr << "killed the replica on port " << killed->port() << " after " << acked_at_kill
-            << " acked labels; first ack on the survivor " << absl::FormatDuration(failover)
-            << " later; accepted=" << totals->accepted << " duplicate=" << totals->duplicate
+            << " acked labels; stream ended " << absl::FormatDuration(broken_at - killed_at)
+            << " later, first ack of the reopened stream (after the back-off of "
+            << absl::FormatDuration(options.initial_backoff) << ") "
+            << absl::FormatDuration(resumed_at - killed_at) << " after the kill; accepted=" << totals->accepted << " duplicate=" << totals->duplicate
             << " retries=" << totals->retries << "; unary calls=" << unary_calls.load() << "\n";
 
   // Every label (all acked, as the call succeeded) is durable with its value.
@@ -211,6 +222,17 @@ TEST_F(ReplicaFailoverTest, StreamFinishesOnTheSurvivorWhenItsReplicaIsKilled) {
     if (it == stored.end() || it->second != a.label()) ++missing_or_wrong;
   }
   EXPECT_EQ(missing_or_wrong, 0);
+
+  // Resending everything to the survivor, which never saw the labels the dead replica acked,
+  // changes nothing: PostgreSQL, not replica memory, decides what is a duplicate.
+  client::SubmitOptions resend;
+  resend.batch_size = kBatchSize;
+  absl::StatusOr<client::SubmitTotals> again =
+      client.SubmitAnnotations("failover", annotations, resend);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->accepted, 0);
+  EXPECT_EQ(again->duplicate, total);
+  EXPECT_EQ(LabelsInPostgres("failover").size(), annotations.size());
 
   {
     absl::MutexLock lock(&mu);
