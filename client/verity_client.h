@@ -238,7 +238,9 @@ class VerityClient {
   //
   // A batch acked with error_code UNAVAILABLE or RESOURCE_EXHAUSTED, or a
   // stream that breaks with either code, is retried on a new stream after a
-  // back-off, resending from the first batch not yet acknowledged in order
+  // back-off (on a channel to several replicas the new stream goes to one
+  // that is connected, so a replica that died is left behind),
+  // resending from the first batch not yet acknowledged in order
   // (resending is idempotent on the server; resending the later in-flight
   // batches too keeps revisions in submission order). Each batch is counted
   // once, from its first successful ack, so annotations committed before a

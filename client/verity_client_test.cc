@@ -1,6 +1,9 @@
 #include "client/verity_client.h"
 
+#include <grpcpp/grpcpp.h>
 #include <grpcpp/support/status.h>
+
+#include <atomic>
 
 #include <cstdint>
 #include <memory>
@@ -15,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "verity/v1/ingest.pb.h"
 #include "verity/v1/models.pb.h"
+#include "verity/v1/projects.grpc.pb.h"
 #include "verity/v1/projects.pb.h"
 
 namespace verity::client {
@@ -222,6 +226,51 @@ TEST(ReplicaChannelTest, SpreadsCallsAndFailsOverWhenOneServerStops) {
   for (int i = 0; i < 20; ++i) {
     EXPECT_THAT(client.GetProject("birds"), IsOk()) << "call " << i;
   }
+}
+
+// A ProjectService whose ListProjects and CreateProject fail UNAVAILABLE the first time each:
+// what a call sent to a replica that died at that moment sees.
+class FailingOnceProjectService final : public v1::ProjectService::Service {
+ public:
+  grpc::Status ListProjects(grpc::ServerContext*, const v1::ListProjectsRequest*,
+                            v1::ListProjectsResponse* response) override {
+    if (list_calls_++ == 0) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "going away");
+    response->add_projects()->set_name("birds");
+    return grpc::Status::OK;
+  }
+  grpc::Status CreateProject(grpc::ServerContext*, const v1::CreateProjectRequest* request,
+                             v1::CreateProjectResponse* response) override {
+    if (create_calls_++ == 0) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "going away");
+    *response->mutable_project() = request->project();
+    return grpc::Status::OK;
+  }
+  std::atomic<int> list_calls_{0};
+  std::atomic<int> create_calls_{0};
+};
+
+TEST(ReplicaChannelTest, UnaryCallsFailingUnavailableAreRetriedButCreateProjectIsNot) {
+  FailingOnceProjectService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateChannel(absl::StrCat("127.0.0.1:", port), ChannelSecurity());
+  ASSERT_THAT(channel, IsOk());
+  VerityClient client(*channel, ClientOptions());
+
+  absl::StatusOr<std::vector<v1::Project>> projects = client.ListProjects();
+  ASSERT_THAT(projects, IsOk());
+  EXPECT_EQ(service.list_calls_.load(), 2);
+  EXPECT_EQ((*channel)->GetLoadBalancingPolicyName(), "round_robin");
+
+  v1::Project project;
+  project.set_name("birds");
+  EXPECT_THAT(client.CreateProject(project), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(service.create_calls_.load(), 1);
+  server->Shutdown();
 }
 
 TEST_F(VerityClientTest, SubmitStreamsBatchesAndSumsTheAcks) {
