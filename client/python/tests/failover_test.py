@@ -1,11 +1,11 @@
-"""verity_client given several servers (issue 19): the target list, and a real verity_server
-next to an address where nothing listens (a replica that died before the client started).
-
-Every call, submit()'s stream included, must succeed through the live server: gRPC's
-round_robin skips the dead address once its connection is refused.
+"""verity_client given several servers (issue 19): the target list's rules; a real
+verity_server next to an address where nothing listens (a replica that died before the client
+started), where every call, submit()'s stream included, must succeed through the live server;
+and two real replicas on one database, the one holding a submit() stream killed mid-stream.
 """
 
 import socket
+import threading
 import unittest
 
 import grpc
@@ -91,6 +91,64 @@ class DeadReplicaTest(unittest.TestCase):
                     self.assertEqual(client.get_project(project).name, project)
                 posteriors = client.posteriors(project)
                 self.assertEqual(len(posteriors), 40)
+
+
+class KilledReplicaTest(unittest.TestCase):
+    """Two replicas on the database of a third server, which owns the embedded PostgreSQL and
+    gets no calls (killing a server that owns its PostgreSQL would leave that running)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.binary = server_process.runfile("server/verity_server")
+        cls.database = server_process.ServerProcess(cls.binary)
+        cls.database.start()
+        cls.addClassCleanup(cls.database.stop)
+
+    def start_replica(self):
+        replica = server_process.ServerProcess(
+            self.binary, ["--postgres_url=" + self.database.postgres_url])
+        replica.start()
+        self.addCleanup(replica.stop)
+        return replica
+
+    def test_submit_finishes_on_the_survivor(self):
+        project = "py-failover"
+        first = self.start_replica()
+        with verity_client.Client(first.address) as client:
+            client.create_project(project, ["a", "b", "c"])
+        # Started after the project exists: replicas do not follow each other yet.
+        second = self.start_replica()
+        labels = pd.DataFrame({
+            "item": ["i%d" % (n // 6) for n in range(12000)],
+            "annotator": ["w%d" % (n % 6) for n in range(12000)],
+            "label": ["abc"[n % 3] for n in range(12000)],
+        })
+        holder = []
+        killed = threading.Event()
+
+        def progress(acked, total):
+            if not holder:
+                # The replica with the stream is the one whose memory has labels.
+                for replica in (first, second):
+                    with verity_client.Client(replica.address) as one:
+                        if one.get_project(project).num_labels > 0:
+                            holder.append(replica)
+            elif not killed.is_set() and acked >= total // 3:
+                holder[0].kill()
+                killed.set()
+
+        with verity_client.Client("%s,%s" % (first.address, second.address),
+                                  timeout=20) as client:
+            result = client.submit(project, labels, batch_size=200, progress=progress)
+            self.assertTrue(killed.is_set())
+            self.assertGreaterEqual(result.retries, 1)
+            self.assertEqual(result.accepted + result.duplicate, len(labels))
+            self.assertEqual((result.revised, result.rejected), (0, 0))
+            for _ in range(5):
+                self.assertIn(project, [p.name for p in client.list_projects()])
+            # Every label is in PostgreSQL: resent to the survivor, all are duplicates.
+            again = client.submit(project, labels, batch_size=1000)
+            self.assertEqual((again.accepted, again.duplicate), (0, len(labels)))
 
 
 if __name__ == "__main__":
