@@ -396,7 +396,12 @@ std::vector<CommandSpec> MakeCommands() {
 
 const std::vector<FlagSpec>& CliGlobalFlags() {
   static const auto* const flags = new std::vector<FlagSpec>{
-      {"server", "HOST:PORT", "Verity server address.", "localhost:50051"},
+      {"server", "HOST:PORT[,HOST:PORT...]",
+       "Verity server address, or several replicas of one database separated by commas: "
+       "calls are spread over them and move to another replica when one fails (a stream "
+       "resends its unacknowledged batches there). A DNS name with several addresses counts "
+       "as several replicas.",
+       "localhost:50051"},
       {"tls_ca", "FILE",
        "PEM CA bundle that signed the server's certificate: connect with TLS (plaintext "
        "when empty).",

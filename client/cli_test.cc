@@ -117,6 +117,35 @@ TEST_F(CliTest, NoCommandPrintsUsageAndFails) {
   EXPECT_THAT(result.err, HasSubstr("Commands:"));
 }
 
+TEST_F(CliTest, BadServerListsAreUsageErrorsNamingTheFlag) {
+  CliResult result = RunWithoutServer({"project", "list", "--server=localhost:1,,localhost:2"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_EQ(result.err,
+            "verity: --server: empty address in \"localhost:1,,localhost:2\"\n"
+            "Run 'verity project list --help' for usage.\n");
+  result = RunWithoutServer({"project", "list", "--server=localhost:1,localhost"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_THAT(result.err, StartsWith("verity: --server: address \"localhost\" in "
+                                     "\"localhost:1,localhost\" has no port"));
+}
+
+// --server=a,b against two servers, the first of which is gone: every command still works.
+TEST_F(CliTest, ServerListSkipsAServerThatIsDown) {
+  std::unique_ptr<FakeVerityServer> gone = FakeVerityServer::Start();
+  const std::string gone_address = gone->address();
+  gone.reset();
+  const std::string classes = WriteFile("classes.txt", "false\ntrue\n");
+  const std::string servers = absl::StrCat("--server=", gone_address, ",", server_->address());
+  CliResult created = RunWithoutServer(
+      {"project", "create", "birds", absl::StrCat("--classes_file=", classes), servers});
+  ASSERT_EQ(created.code, kExitOk) << created.err;
+  for (int i = 0; i < 4; ++i) {
+    CliResult listed = RunWithoutServer({"project", "list", servers});
+    ASSERT_EQ(listed.code, kExitOk) << listed.err;
+    EXPECT_THAT(listed.out, HasSubstr("birds"));
+  }
+}
+
 TEST_F(CliTest, UsageErrorsExitWithTwoAndPointToHelp) {
   CliResult result = Run({"submit", "--project=birds", "--csv=x", "--bogus"});
   EXPECT_EQ(result.code, kExitUsage);

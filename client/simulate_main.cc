@@ -39,7 +39,8 @@
 #include "client/verity_client.h"
 #include "models/csv_dataset.h"
 
-ABSL_FLAG(std::string, server, "localhost:50051", "Verity server host:port");
+ABSL_FLAG(std::string, server, "localhost:50051",
+          "Verity server host:port, or several replicas of one database: a:1,b:2");
 ABSL_FLAG(std::string, data, "",
           "dataset folder in the shared/datasets format (classes.txt, "
           "labels.csv, gold.csv)");
@@ -159,9 +160,10 @@ int Run() {
 
   verity::client::ClientOptions client_options;
   client_options.deadline = absl::GetFlag(FLAGS_timeout);
-  verity::client::VerityClient client(
-      verity::client::CreateInsecureChannel(absl::GetFlag(FLAGS_server)),
-      client_options);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = verity::client::CreateChannel(
+      absl::GetFlag(FLAGS_server), verity::client::ChannelSecurity());
+  if (!channel.ok()) return Fail(channel.status());
+  verity::client::VerityClient client(*channel, client_options);
   verity::client::GrpcReplayServer server(client);
 
   std::cerr << absl::StrFormat(

@@ -1,5 +1,10 @@
 #include "client/verity_client.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -20,8 +25,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -30,6 +39,78 @@
 
 namespace verity::client {
 namespace {
+
+// A target that names its resolver ("dns:///name:port", "ipv4:...", "unix:/path"): kept as
+// the caller wrote it, commas included.
+bool HasOwnScheme(absl::string_view target) {
+  for (absl::string_view scheme :
+       {"dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:", "xds:"}) {
+    if (absl::StartsWith(target, scheme)) return true;
+  }
+  return false;
+}
+
+struct HostPort {
+  std::string host;  // without brackets
+  int port = 0;
+};
+
+// "host:port" or "[ipv6]:port", one address of the list `servers`.
+absl::StatusOr<HostPort> SplitHostPort(absl::string_view address, absl::string_view servers) {
+  absl::string_view host, port;
+  if (absl::StartsWith(address, "[")) {
+    const size_t close = address.find(']');
+    if (close == absl::string_view::npos || !absl::StartsWith(address.substr(close + 1), ":")) {
+      return absl::InvalidArgumentError(absl::StrCat("address \"", address, "\" in \"", servers,
+                                                     "\": expected [IPV6]:PORT"));
+    }
+    host = address.substr(1, close - 1);
+    port = address.substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("address \"", address, "\" in \"", servers,
+                                                     "\" has no port: expected HOST:PORT"));
+    }
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+    if (absl::StrContains(host, ':')) {
+      return absl::InvalidArgumentError(absl::StrCat("address \"", address, "\" in \"", servers,
+                                                     "\": write an IPv6 address as [IPV6]:PORT"));
+    }
+  }
+  int number = 0;
+  if (host.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address \"", address, "\" in \"", servers, "\" has no host"));
+  }
+  if (!absl::SimpleAtoi(port, &number) || number < 1 || number > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("address \"", address, "\" in \"", servers,
+                                                   "\": port must be 1 to 65535"));
+  }
+  return HostPort{std::string(host), number};
+}
+
+void AddOnce(std::string address, std::vector<std::string>& addresses) {
+  if (std::find(addresses.begin(), addresses.end(), address) == addresses.end()) {
+    addresses.push_back(std::move(address));
+  }
+}
+
+// Arguments of every channel made here: the message limit, the replica service config, and,
+// for a resolved list of several addresses, the authority and TLS name of its first address.
+grpc::ChannelArguments ChannelArgumentsFor(const ServerTarget& target, bool tls) {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  arguments.SetServiceConfigJSON(kReplicaServiceConfig);
+  // Retries are on by default in gRPC 1.51; said here so that a build with them off still
+  // fails over. A service config published in DNS TXT records would replace ours.
+  arguments.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
+  arguments.SetInt(GRPC_ARG_SERVICE_CONFIG_DISABLE_RESOLUTION, 1);
+  if (!target.authority.empty()) arguments.SetString(GRPC_ARG_DEFAULT_AUTHORITY, target.authority);
+  if (tls && !target.tls_name.empty()) arguments.SetSslTargetNameOverride(target.tls_name);
+  return arguments;
+}
 
 // Adds the API key, if any, to a call's metadata.
 void AddApiKey(const std::string& api_key, grpc::ClientContext& context) {
@@ -273,12 +354,114 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
                       status.error_message());
 }
 
+const char kReplicaServiceConfig[] = R"json({
+  "loadBalancingConfig": [{"round_robin": {}}],
+  "methodConfig": [
+    {
+      "name": [
+        {"service": "verity.v1.ProjectService"},
+        {"service": "verity.v1.TruthService"},
+        {"service": "verity.v1.ModelService"},
+        {"service": "verity.v1.AssignmentService"},
+        {"service": "verity.v1.KeyService"}
+      ],
+      "retryPolicy": {
+        "maxAttempts": 4,
+        "initialBackoff": "0.1s",
+        "maxBackoff": "1s",
+        "backoffMultiplier": 2,
+        "retryableStatusCodes": ["UNAVAILABLE"]
+      }
+    },
+    {
+      "name": [
+        {"service": "verity.v1.ProjectService", "method": "CreateProject"},
+        {"service": "verity.v1.KeyService", "method": "CreateKey"}
+      ]
+    }
+  ]
+})json";
+
+absl::StatusOr<ServerTarget> ResolveServerTarget(absl::string_view servers) {
+  ServerTarget result;
+  if (!absl::StrContains(servers, ',') || HasOwnScheme(servers)) {
+    result.target = std::string(servers);
+    return result;
+  }
+  // Addresses in the order given, without repeats, by family.
+  std::vector<std::string> ipv4, ipv6;
+  bool every_host_has_ipv4 = true;
+  bool every_host_has_ipv6 = true;
+  // Every address well-formed before any is resolved.
+  std::vector<HostPort> host_ports;
+  for (absl::string_view part : absl::StrSplit(servers, ',')) {
+    const absl::string_view address = absl::StripAsciiWhitespace(part);
+    if (address.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("empty address in \"", servers, "\""));
+    }
+    absl::StatusOr<HostPort> host_port = SplitHostPort(address, servers);
+    if (!host_port.ok()) return host_port.status();
+    if (result.authority.empty()) {
+      result.authority = std::string(address);
+      result.tls_name = host_port->host;
+    }
+    host_ports.push_back(*std::move(host_port));
+  }
+  for (const HostPort& host_port : host_ports) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    const std::string port = std::to_string(host_port.port);
+    const int error = getaddrinfo(host_port.host.c_str(), port.c_str(), &hints, &found);
+    if (error != 0) {
+      return absl::UnavailableError(absl::StrCat("cannot resolve \"", host_port.host,
+                                                 "\" of \"", servers,
+                                                 "\": ", gai_strerror(error)));
+    }
+    bool has_ipv4 = false, has_ipv6 = false;
+    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+      char text[INET6_ADDRSTRLEN] = {};
+      if (a->ai_family == AF_INET) {
+        inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr, text,
+                  sizeof(text));
+        AddOnce(absl::StrCat(text, ":", port), ipv4);
+        has_ipv4 = true;
+      } else if (a->ai_family == AF_INET6) {
+        inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr, text,
+                  sizeof(text));
+        AddOnce(absl::StrCat("[", text, "]:", port), ipv6);
+        has_ipv6 = true;
+      }
+    }
+    freeaddrinfo(found);
+    if (!has_ipv4 && !has_ipv6) {
+      return absl::UnavailableError(absl::StrCat("\"", host_port.host, "\" of \"", servers,
+                                                 "\" has no IPv4 or IPv6 address"));
+    }
+    every_host_has_ipv4 = every_host_has_ipv4 && has_ipv4;
+    every_host_has_ipv6 = every_host_has_ipv6 && has_ipv6;
+  }
+  // One resolver scheme per target: IPv4 when every host has an IPv4 address.
+  if (every_host_has_ipv4) {
+    result.target = absl::StrCat("ipv4:", absl::StrJoin(ipv4, ","));
+  } else if (every_host_has_ipv6) {
+    result.target = absl::StrCat("ipv6:", absl::StrJoin(ipv6, ","));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", servers, "\" mixes hosts with only IPv4 addresses and hosts with only IPv6 "
+        "addresses; list hosts of one family"));
+  }
+  return result;
+}
+
 std::shared_ptr<grpc::Channel> CreateInsecureChannel(
     const std::string& address) {
-  grpc::ChannelArguments arguments;
-  arguments.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  ServerTarget target;
+  target.target = address;
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   arguments);
+                                   ChannelArgumentsFor(target, /*tls=*/false));
 }
 
 absl::Status CheckKeyTransport(const std::string& address, const std::string& api_key,
@@ -291,7 +474,11 @@ absl::Status CheckKeyTransport(const std::string& address, const std::string& ap
   for (absl::string_view scheme : {"dns:///", "ipv4:", "ipv6:"}) {
     if (absl::ConsumePrefix(&host, scheme)) break;
   }
-  if (IsLoopbackAddress(host)) return absl::OkStatus();
+  bool every_loopback = true;
+  for (absl::string_view one : absl::StrSplit(host, ',')) {
+    every_loopback = every_loopback && IsLoopbackAddress(absl::StripAsciiWhitespace(one));
+  }
+  if (every_loopback) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "refusing to send the API key in plaintext to ", address,
       ", which is not a loopback address: connect with TLS by giving --tls_ca=FILE (the PEM "
@@ -302,14 +489,18 @@ absl::Status CheckKeyTransport(const std::string& address, const std::string& ap
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const std::string& address,
                                                              const ChannelSecurity& security) {
-  if (security.ca_file.empty()) {
-    if (!security.cert_file.empty() || !security.key_file.empty()) {
-      return absl::InvalidArgumentError("--tls_cert and --tls_key need --tls_ca");
-    }
-    return CreateInsecureChannel(address);
+  if (security.ca_file.empty() &&
+      (!security.cert_file.empty() || !security.key_file.empty())) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key need --tls_ca");
   }
-  if (security.cert_file.empty() != security.key_file.empty()) {
+  if (!security.ca_file.empty() && security.cert_file.empty() != security.key_file.empty()) {
     return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
+  }
+  absl::StatusOr<ServerTarget> target = ResolveServerTarget(address);
+  if (!target.ok()) return Annotate(target.status(), "--server: ");
+  if (security.ca_file.empty()) {
+    return grpc::CreateCustomChannel(target->target, grpc::InsecureChannelCredentials(),
+                                     ChannelArgumentsFor(*target, /*tls=*/false));
   }
   auto read = [](const std::string& path) -> absl::StatusOr<std::string> {
     std::ifstream in(path, std::ios::binary);
@@ -330,9 +521,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const std::string& 
     ssl.pem_cert_chain = *cert;
     ssl.pem_private_key = *key;
   }
-  grpc::ChannelArguments arguments;
-  arguments.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
-  return grpc::CreateCustomChannel(address, grpc::SslCredentials(ssl), arguments);
+  return grpc::CreateCustomChannel(target->target, grpc::SslCredentials(ssl),
+                                   ChannelArgumentsFor(*target, /*tls=*/true));
 }
 
 VerityClient::VerityClient(std::shared_ptr<grpc::ChannelInterface> channel,

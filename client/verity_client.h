@@ -47,8 +47,39 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // over many classes can exceed gRPC's 4 MiB default).
 inline constexpr int kMaxReceiveMessageBytes = 256 << 20;
 
-// An insecure channel to `address` ("host:port") that accepts messages up to
-// kMaxReceiveMessageBytes. Connection happens lazily on the first call.
+// The gRPC target of a --server value: one address, or several replicas of one database.
+//
+//  - One address ("host:port", a DNS name that may stand for several replicas) or a target
+//    with its own scheme ("dns:///name:port", "ipv4:a:1,b:2", "unix:/path"): the target as
+//    given; gRPC resolves it (every address of a DNS name, re-resolved when connections fail).
+//  - Several, comma-separated ("a:1,b:2", "[::1]:1,[::1]:2"): every host is resolved now
+//    (IP literals as written, names with getaddrinfo) and the addresses become one ipv4: (or,
+//    when some host has only IPv6 addresses, ipv6:) target. `authority` and `tls_name` are
+//    then the first address and its host: the :authority of every call and the name a TLS
+//    server's certificate must carry (every replica presents a certificate for that name).
+//
+// INVALID_ARGUMENT naming the fault, e.g. `empty address in "a:1,,b:2"`, for an empty
+// address, one without a port or with a port outside 1..65535, or IPv4-only hosts mixed with
+// IPv6-only ones; UNAVAILABLE when a host does not resolve.
+struct ServerTarget {
+  std::string target;
+  std::string authority;  // empty: gRPC's default (the target itself)
+  std::string tls_name;   // empty: the target's host
+};
+absl::StatusOr<ServerTarget> ResolveServerTarget(absl::string_view servers);
+
+// The service config of every channel made here: the round_robin policy, which spreads calls
+// over every address of the target that is connected and skips one whose connection failed,
+// and a retry of unary calls that fail UNAVAILABLE (up to 4 attempts, 100 ms to 1 s apart), so
+// that a call to a replica that died is resent to another. CreateProject and CreateKey are not
+// retried (a retry after a lost response would answer ALREADY_EXISTS or make a second key);
+// SubmitAnnotations streams resend their unacknowledged batches themselves (see
+// VerityClient::SubmitAnnotations).
+extern const char kReplicaServiceConfig[];
+
+// An insecure channel to the target `address` (taken as given, not resolved like a list) that
+// accepts messages up to kMaxReceiveMessageBytes, with kReplicaServiceConfig. Connection
+// happens lazily on the first call.
 std::shared_ptr<grpc::Channel> CreateInsecureChannel(
     const std::string& address);
 
@@ -60,15 +91,18 @@ struct ChannelSecurity {
 };
 
 // Whether `api_key` may travel to `address` over the transport `security` gives: always with
-// TLS (a CA named), with no key, to a loopback address (common/loopback.h) or a unix: socket,
+// TLS (a CA named), with no key, to a loopback address (common/loopback.h; with a list of
+// several, every one loopback) or a unix: socket,
 // or when `allow_plaintext` (the caller opted in). Otherwise INVALID_ARGUMENT saying how to
 // set up TLS: a plaintext key can be read by anyone on the path.
 absl::Status CheckKeyTransport(const std::string& address, const std::string& api_key,
                                const ChannelSecurity& security, bool allow_plaintext);
 
-// A channel to `address` with TLS when `security` names a CA, else plaintext; same message
-// limit as CreateInsecureChannel. INVALID_ARGUMENT when a client certificate or key is given
-// without the CA or without the other; NOT_FOUND naming an unreadable file.
+// A channel to `address` (one address or several, see ResolveServerTarget) with TLS when
+// `security` names a CA, else plaintext; same message limit and service config as
+// CreateInsecureChannel. INVALID_ARGUMENT when a client certificate or key is given without
+// the CA or without the other, or for a bad address list (the message starts "--server: ");
+// UNAVAILABLE when a host of a list does not resolve; NOT_FOUND naming an unreadable file.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const std::string& address,
                                                              const ChannelSecurity& security);
 
@@ -204,7 +238,9 @@ class VerityClient {
   //
   // A batch acked with error_code UNAVAILABLE or RESOURCE_EXHAUSTED, or a
   // stream that breaks with either code, is retried on a new stream after a
-  // back-off, resending from the first batch not yet acknowledged in order
+  // back-off (on a channel to several replicas the new stream goes to one
+  // that is connected, so a replica that died is left behind),
+  // resending from the first batch not yet acknowledged in order
   // (resending is idempotent on the server; resending the later in-flight
   // batches too keeps revisions in submission order). Each batch is counted
   // once, from its first successful ack, so annotations committed before a

@@ -1,6 +1,9 @@
 #include "client/verity_client.h"
 
+#include <grpcpp/grpcpp.h>
 #include <grpcpp/support/status.h>
+
+#include <atomic>
 
 #include <cstdint>
 #include <memory>
@@ -15,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "verity/v1/ingest.pb.h"
 #include "verity/v1/models.pb.h"
+#include "verity/v1/projects.grpc.pb.h"
 #include "verity/v1/projects.pb.h"
 
 namespace verity::client {
@@ -127,6 +131,146 @@ TEST(VerityClientUnreachableTest, FailsWithUnavailable) {
   // Port 1 on localhost is reserved (tcpmux) and not listening in tests.
   VerityClient client(CreateInsecureChannel("localhost:1"), ClientOptions());
   EXPECT_THAT(client.ListProjects(), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST(ResolveServerTargetTest, OneAddressOrOwnSchemeIsKeptAsGiven) {
+  for (const char* given : {"localhost:50051", "verity.example:443", "dns:///verity:1",
+                            "ipv4:127.0.0.1:1,127.0.0.1:2", "unix:/tmp/verity.sock"}) {
+    absl::StatusOr<ServerTarget> target = ResolveServerTarget(given);
+    ASSERT_THAT(target, IsOk()) << given;
+    EXPECT_EQ(target->target, given);
+    EXPECT_EQ(target->authority, "");
+    EXPECT_EQ(target->tls_name, "");
+  }
+}
+
+TEST(ResolveServerTargetTest, SeveralAddressesBecomeOneIpTargetNamedByTheFirst) {
+  absl::StatusOr<ServerTarget> literals = ResolveServerTarget("127.0.0.1:7001, 127.0.0.2:7002");
+  ASSERT_THAT(literals, IsOk());
+  EXPECT_EQ(literals->target, "ipv4:127.0.0.1:7001,127.0.0.2:7002");
+  EXPECT_EQ(literals->authority, "127.0.0.1:7001");
+  EXPECT_EQ(literals->tls_name, "127.0.0.1");
+
+  absl::StatusOr<ServerTarget> v6 = ResolveServerTarget("[::1]:7001,[::1]:7002");
+  ASSERT_THAT(v6, IsOk());
+  EXPECT_EQ(v6->target, "ipv6:[::1]:7001,[::1]:7002");
+  EXPECT_EQ(v6->tls_name, "::1");
+
+  // A host name is resolved here (localhost is 127.0.0.1 in /etc/hosts); IPv4 wins when every
+  // host has an IPv4 address, and a repeated address is listed once.
+  absl::StatusOr<ServerTarget> names =
+      ResolveServerTarget("localhost:7001,127.0.0.1:7002,localhost:7001");
+  ASSERT_THAT(names, IsOk());
+  EXPECT_EQ(names->target, "ipv4:127.0.0.1:7001,127.0.0.1:7002");
+  EXPECT_EQ(names->authority, "localhost:7001");
+  EXPECT_EQ(names->tls_name, "localhost");
+}
+
+TEST(ResolveServerTargetTest, BadListsAreRejectedWithTheReason) {
+  EXPECT_THAT(ResolveServerTarget("a:1,,b:2"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("empty address in \"a:1,,b:2\"")));
+  EXPECT_THAT(ResolveServerTarget("127.0.0.1:1,"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty address")));
+  EXPECT_THAT(ResolveServerTarget("127.0.0.1:1,127.0.0.1"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"127.0.0.1\" in \"127.0.0.1:1,127.0.0.1\" has no port")));
+  EXPECT_THAT(ResolveServerTarget("127.0.0.1:1,127.0.0.1:70000"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("port must be 1 to 65535")));
+  EXPECT_THAT(ResolveServerTarget("127.0.0.1:1,::1:2"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[IPV6]:PORT")));
+  EXPECT_THAT(ResolveServerTarget("127.0.0.1:1,[::1]:2"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("mixes hosts")));
+  EXPECT_THAT(ResolveServerTarget("127.0.0.1:1,no-such-host.invalid:2"),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("cannot resolve \"no-such-host.invalid\"")));
+}
+
+TEST(CreateChannelTest, ErrorsOfTheListNameTheFlag) {
+  EXPECT_THAT(CreateChannel("a:1,,b:2", ChannelSecurity()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "--server: empty address in \"a:1,,b:2\""));
+}
+
+TEST(CheckKeyTransportTest, AListIsLoopbackOnlyWhenEveryAddressIs) {
+  EXPECT_THAT(CheckKeyTransport("localhost:1,127.0.0.1:2", "key", ChannelSecurity(), false),
+              IsOk());
+  EXPECT_THAT(CheckKeyTransport("localhost:1,10.0.0.7:2", "key", ChannelSecurity(), false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plaintext")));
+  EXPECT_THAT(CheckKeyTransport("ipv4:127.0.0.1:1,127.0.0.2:2", "key", ChannelSecurity(), false),
+              IsOk());
+}
+
+// Two fake servers, one address list: the client spreads unary calls over both (round robin)
+// and keeps working, with no failed call, when one of them stops.
+TEST(ReplicaChannelTest, SpreadsCallsAndFailsOverWhenOneServerStops) {
+  std::unique_ptr<FakeVerityServer> first = FakeVerityServer::Start();
+  std::unique_ptr<FakeVerityServer> second = FakeVerityServer::Start();
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(
+      absl::StrCat(first->address(), ",", second->address()), ChannelSecurity());
+  ASSERT_THAT(channel, IsOk());
+  ClientOptions options;
+  options.deadline = absl::Seconds(10);
+  VerityClient client(*channel, options);
+  v1::Project project;
+  project.set_name("birds");
+  project.add_classes("false");
+  project.add_classes("true");
+  // Each fake keeps its own projects, so creating on both proves both got calls.
+  int created = 0;
+  for (int i = 0; i < 8 && created < 2; ++i) {
+    if (client.CreateProject(project).ok()) ++created;
+  }
+  EXPECT_EQ(created, 2);
+  first.reset();  // Stops it.
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_THAT(client.GetProject("birds"), IsOk()) << "call " << i;
+  }
+}
+
+// A ProjectService whose ListProjects and CreateProject fail UNAVAILABLE the first time each:
+// what a call sent to a replica that died at that moment sees.
+class FailingOnceProjectService final : public v1::ProjectService::Service {
+ public:
+  grpc::Status ListProjects(grpc::ServerContext*, const v1::ListProjectsRequest*,
+                            v1::ListProjectsResponse* response) override {
+    if (list_calls_++ == 0) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "going away");
+    response->add_projects()->set_name("birds");
+    return grpc::Status::OK;
+  }
+  grpc::Status CreateProject(grpc::ServerContext*, const v1::CreateProjectRequest* request,
+                             v1::CreateProjectResponse* response) override {
+    if (create_calls_++ == 0) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "going away");
+    *response->mutable_project() = request->project();
+    return grpc::Status::OK;
+  }
+  std::atomic<int> list_calls_{0};
+  std::atomic<int> create_calls_{0};
+};
+
+TEST(ReplicaChannelTest, UnaryCallsFailingUnavailableAreRetriedButCreateProjectIsNot) {
+  FailingOnceProjectService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateChannel(absl::StrCat("127.0.0.1:", port), ChannelSecurity());
+  ASSERT_THAT(channel, IsOk());
+  VerityClient client(*channel, ClientOptions());
+
+  absl::StatusOr<std::vector<v1::Project>> projects = client.ListProjects();
+  ASSERT_THAT(projects, IsOk());
+  EXPECT_EQ(service.list_calls_.load(), 2);
+  EXPECT_EQ((*channel)->GetLoadBalancingPolicyName(), "round_robin");
+
+  v1::Project project;
+  project.set_name("birds");
+  EXPECT_THAT(client.CreateProject(project), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(service.create_calls_.load(), 1);
+  server->Shutdown();
 }
 
 TEST_F(VerityClientTest, SubmitStreamsBatchesAndSumsTheAcks) {

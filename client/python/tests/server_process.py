@@ -131,3 +131,18 @@ class ServerProcess:
             shutil.rmtree(self.data_dir, ignore_errors=True)
             self.data_dir = None
         return status
+
+    def kill(self):
+        """SIGKILL: no shutdown work at all. A server's own embedded PostgreSQL keeps running
+        after it, so kill only servers started with --postgres_url; stop() cleans up after."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+
+    @property
+    def postgres_url(self):
+        """libpq connection string of this server's embedded PostgreSQL (as
+        storage/embedded_postgres.cc makes it: socket directory DATA_DIR/run, port 5432,
+        database and user verity), for other servers' --postgres_url."""
+        return "host='%s' port=5432 dbname='verity' user='verity'" % os.path.join(
+            self.data_dir, "var", "run")

@@ -13,8 +13,10 @@ submit() blocks its calling thread until every batch is acknowledged.
 import dataclasses
 import datetime
 import ipaddress
+import json
 import math
 import os
+import socket
 import threading
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -210,16 +212,129 @@ class SubmitResult:
     retries: int = 0     # Streams reopened after a retryable failure.
 
 
+# The service config of every channel (the C++ client's, client/verity_client.h): round_robin
+# spreads calls over every connected address of the target and skips one whose connection
+# failed; unary calls that fail UNAVAILABLE are retried (up to 4 attempts, 0.1 s to 1 s apart),
+# so a call to a replica that died goes to another. CreateProject and CreateKey are not retried
+# (a retry after a lost response would answer ALREADY_EXISTS or make a second key); submit()
+# resends its unacknowledged batches itself.
+SERVICE_CONFIG = json.dumps({
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "methodConfig": [
+        {
+            "name": [{"service": "verity.v1." + s} for s in (
+                "ProjectService", "TruthService", "ModelService", "AssignmentService",
+                "KeyService")],
+            "retryPolicy": {
+                "maxAttempts": 4,
+                "initialBackoff": "0.1s",
+                "maxBackoff": "1s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": ["UNAVAILABLE"],
+            },
+        },
+        {
+            "name": [{"service": "verity.v1.ProjectService", "method": "CreateProject"},
+                     {"service": "verity.v1.KeyService", "method": "CreateKey"}],
+        },
+    ],
+})
+
+_OWN_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:", "xds:")
+
+
+def _split_host_port(address, target):
+    """(host, port) of one "host:port" or "[ipv6]:port" of the list `target`."""
+    if address.startswith("["):
+        close = address.find("]")
+        if close < 0 or not address[close + 1:].startswith(":"):
+            raise ValueError('target: address "%s" in "%s": expected [IPV6]:PORT'
+                             % (address, target))
+        host, port = address[1:close], address[close + 2:]
+    else:
+        if ":" not in address:
+            raise ValueError('target: address "%s" in "%s" has no port: expected HOST:PORT'
+                             % (address, target))
+        host, port = address.rsplit(":", 1)
+        if ":" in host:
+            raise ValueError('target: address "%s" in "%s": write an IPv6 address as '
+                             '[IPV6]:PORT' % (address, target))
+    if not host:
+        raise ValueError('target: address "%s" in "%s" has no host' % (address, target))
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError('target: address "%s" in "%s": port must be 1 to 65535'
+                         % (address, target))
+    return host, int(port)
+
+
+def resolve_target(target: str) -> Tuple[str, str, str]:
+    """The gRPC target of a Client's `target`, with its authority and TLS name.
+
+    One address ("host:port", a DNS name that may stand for several replicas) or a target with
+    its own scheme ("dns:///name:port", "ipv4:a:1,b:2", "unix:/path") is kept as given, with
+    empty authority and TLS name (gRPC's defaults). Several comma-separated addresses
+    ("a:1,b:2") are resolved now into one ipv4: (or, when some host has only IPv6 addresses,
+    ipv6:) target; the authority is then the first address and the TLS name its host, the name
+    every replica's certificate must carry. Same rules as the C++ client's ResolveServerTarget.
+
+    Raises ValueError for an empty address, a missing or bad port, or IPv4-only hosts mixed
+    with IPv6-only ones, and VerityError(UNAVAILABLE) for a host that does not resolve.
+    """
+    if "," not in target or target.startswith(_OWN_SCHEMES):
+        return target, "", ""
+    host_ports = []
+    for part in target.split(","):
+        address = part.strip()
+        if not address:
+            raise ValueError('target: empty address in "%s"' % target)
+        host_ports.append(_split_host_port(address, target))
+    authority = target.split(",")[0].strip()
+    ipv4, ipv6 = [], []
+    every_host_has_ipv4 = every_host_has_ipv6 = True
+    for host, port in host_ports:
+        try:
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as error:
+            raise VerityError(grpc.StatusCode.UNAVAILABLE, 'cannot resolve "%s" of "%s": %s'
+                              % (host, target, error.strerror)) from None
+        has_ipv4 = has_ipv6 = False
+        for family, _, _, _, sockaddr in found:
+            if family == socket.AF_INET:
+                address = "%s:%d" % (sockaddr[0], port)
+                if address not in ipv4:
+                    ipv4.append(address)
+                has_ipv4 = True
+            elif family == socket.AF_INET6:
+                address = "[%s]:%d" % (sockaddr[0], port)
+                if address not in ipv6:
+                    ipv6.append(address)
+                has_ipv6 = True
+        every_host_has_ipv4 = every_host_has_ipv4 and has_ipv4
+        every_host_has_ipv6 = every_host_has_ipv6 and has_ipv6
+    tls_name = _split_host_port(authority, target)[0]
+    if every_host_has_ipv4:
+        return "ipv4:" + ",".join(ipv4), authority, tls_name
+    if every_host_has_ipv6:
+        return "ipv6:" + ",".join(ipv6), authority, tls_name
+    raise ValueError('target: "%s" mixes hosts with only IPv4 addresses and hosts with only '
+                     'IPv6 addresses; list hosts of one family' % target)
+
+
 def _is_loopback_target(target):
     """Whether a gRPC target names this machine only: localhost, a 127.0.0.0/8 or ::1 literal,
-    or a unix socket (the rule of the server and the CLI, common/loopback.h)."""
+    or a unix socket (the rule of the server and the CLI, common/loopback.h); a list of several
+    addresses when every one does."""
     if target.startswith(("unix:", "unix-abstract:")):
         return True
     for scheme in ("dns:///", "ipv4:", "ipv6:"):
         if target.startswith(scheme):
             target = target[len(scheme):]
             break
-    host = target
+    return all(_is_loopback_address(address.strip()) for address in target.split(","))
+
+
+def _is_loopback_address(host):
+    """Whether one "host:port", "[ipv6]:port" or bare host is loopback (common/loopback.h)."""
     if host.startswith("["):
         end = host.find("]")
         if end < 0:
@@ -245,7 +360,12 @@ class Client:
             posteriors = client.posteriors("birds")
 
     Args:
-      target: "host:port" of the server.
+      target: "host:port" of the server, or several replicas of one database separated by
+        commas ("a:50051,b:50051"): calls are spread over them (round robin) and move to
+        another replica when one fails, unary calls by a gRPC retry, submit() by reopening its
+        stream and resending the unacknowledged batches. A DNS name with several addresses
+        counts as several replicas. See resolve_target() for the rules; with TLS, every
+        replica's certificate must carry the first host's name.
       timeout: deadline of every RPC in seconds (submit() adds time per annotation; see there).
       credentials: grpc.ChannelCredentials for a TLS channel; None = plaintext.
       channel_options: extra gRPC channel arguments, (key, value) pairs.
@@ -281,12 +401,21 @@ class Client:
                 "one you trust" % target)
         # Metadata of every call; the key is kept nowhere else.
         self._metadata = (("authorization", "Bearer " + api_key),) if api_key else ()
-        options = [("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES)]
+        grpc_target, authority, tls_name = resolve_target(target)
+        options = [("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+                   ("grpc.service_config", SERVICE_CONFIG),
+                   ("grpc.enable_retries", 1),
+                   # A service config published in DNS TXT records would replace ours.
+                   ("grpc.service_config_disable_resolution", 1)]
+        if authority:
+            options.append(("grpc.default_authority", authority))
+        if tls_name and credentials is not None:
+            options.append(("grpc.ssl_target_name_override", tls_name))
         options += list(channel_options)
         if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=options)
+            self._channel = grpc.insecure_channel(grpc_target, options=options)
         else:
-            self._channel = grpc.secure_channel(target, credentials, options=options)
+            self._channel = grpc.secure_channel(grpc_target, credentials, options=options)
         self._projects = projects_pb2_grpc.ProjectServiceStub(self._channel)
         self._ingest = ingest_pb2_grpc.IngestServiceStub(self._channel)
         self._truth = truth_pb2_grpc.TruthServiceStub(self._channel)

@@ -1,0 +1,155 @@
+"""verity_client given several servers (issue 19): the target list's rules; a real
+verity_server next to an address where nothing listens (a replica that died before the client
+started), where every call, submit()'s stream included, must succeed through the live server;
+and two real replicas on one database, the one holding a submit() stream killed mid-stream.
+"""
+
+import socket
+import threading
+import unittest
+
+import grpc
+import pandas as pd
+
+import junit
+import server_process
+import verity_client
+from verity_client.client import resolve_target
+
+
+def dead_port():
+    """A localhost port where nothing listens (bound, then closed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ResolveTargetTest(unittest.TestCase):
+
+    def test_one_address_or_own_scheme_is_kept(self):
+        for given in ("localhost:50051", "verity.example:443", "dns:///verity:1",
+                      "ipv4:127.0.0.1:1,127.0.0.1:2", "unix:/tmp/verity.sock"):
+            self.assertEqual(resolve_target(given), (given, "", ""))
+
+    def test_several_addresses_become_one_ip_target(self):
+        self.assertEqual(resolve_target("127.0.0.1:7001, 127.0.0.2:7002"),
+                         ("ipv4:127.0.0.1:7001,127.0.0.2:7002", "127.0.0.1:7001", "127.0.0.1"))
+        self.assertEqual(resolve_target("[::1]:7001,[::1]:7002"),
+                         ("ipv6:[::1]:7001,[::1]:7002", "[::1]:7001", "::1"))
+        self.assertEqual(resolve_target("localhost:7001,127.0.0.1:7002,localhost:7001"),
+                         ("ipv4:127.0.0.1:7001,127.0.0.1:7002", "localhost:7001", "localhost"))
+
+    def test_bad_lists_raise_naming_the_argument(self):
+        with self.assertRaisesRegex(ValueError, r'^target: empty address in "a:1,,b:2"$'):
+            verity_client.Client("a:1,,b:2")
+        with self.assertRaisesRegex(ValueError, 'has no port'):
+            resolve_target("127.0.0.1:1,127.0.0.1")
+        with self.assertRaisesRegex(ValueError, 'port must be 1 to 65535'):
+            resolve_target("127.0.0.1:1,127.0.0.1:0")
+        with self.assertRaisesRegex(ValueError, r'\[IPV6\]:PORT'):
+            resolve_target("127.0.0.1:1,::1:2")
+        with self.assertRaisesRegex(ValueError, 'mixes hosts'):
+            resolve_target("127.0.0.1:1,[::1]:2")
+        with self.assertRaises(verity_client.VerityError) as raised:
+            resolve_target("127.0.0.1:1,no-such-host.invalid:2")
+        self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+    def test_a_key_travels_in_plaintext_only_to_a_list_of_loopback_addresses(self):
+        verity_client.Client("localhost:1,127.0.0.1:2", api_key="k").close()
+        with self.assertRaisesRegex(ValueError, "plaintext"):
+            verity_client.Client("localhost:1,10.0.0.7:2", api_key="k")
+
+
+class DeadReplicaTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = server_process.ServerProcess(server_process.runfile("server/verity_server"))
+        cls.server.start()
+        cls.addClassCleanup(cls.server.stop)
+
+    def test_calls_succeed_with_one_replica_dead_from_the_start(self):
+        for order in ("dead-first", "live-first"):
+            dead = "localhost:%d" % dead_port()
+            servers = [dead, self.server.address]
+            if order == "live-first":
+                servers.reverse()
+            with verity_client.Client(",".join(servers), timeout=20) as client:
+                project = "failover-" + order
+                client.create_project(project, ["no", "yes"])
+                labels = pd.DataFrame({
+                    "item": ["i%d" % (n % 40) for n in range(200)],
+                    "annotator": ["w%d" % (n // 40) for n in range(200)],
+                    "label": ["yes" if n % 3 else "no" for n in range(200)],
+                })
+                result = client.submit(project, labels, batch_size=25)
+                self.assertEqual((result.accepted, result.duplicate, result.rejected),
+                                 (200, 0, 0))
+                for _ in range(10):
+                    names = [p.name for p in client.list_projects()]
+                    self.assertIn(project, names)
+                    self.assertEqual(client.get_project(project).name, project)
+                posteriors = client.posteriors(project)
+                self.assertEqual(len(posteriors), 40)
+
+
+class KilledReplicaTest(unittest.TestCase):
+    """Two replicas on the database of a third server, which owns the embedded PostgreSQL and
+    gets no calls (killing a server that owns its PostgreSQL would leave that running)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.binary = server_process.runfile("server/verity_server")
+        cls.database = server_process.ServerProcess(cls.binary)
+        cls.database.start()
+        cls.addClassCleanup(cls.database.stop)
+
+    def start_replica(self):
+        replica = server_process.ServerProcess(
+            self.binary, ["--postgres_url=" + self.database.postgres_url])
+        replica.start()
+        self.addCleanup(replica.stop)
+        return replica
+
+    def test_submit_finishes_on_the_survivor(self):
+        project = "py-failover"
+        first = self.start_replica()
+        with verity_client.Client(first.address) as client:
+            client.create_project(project, ["a", "b", "c"])
+        # Started after the project exists: replicas do not follow each other yet.
+        second = self.start_replica()
+        labels = pd.DataFrame({
+            "item": ["i%d" % (n // 6) for n in range(12000)],
+            "annotator": ["w%d" % (n % 6) for n in range(12000)],
+            "label": ["abc"[n % 3] for n in range(12000)],
+        })
+        holder = []
+        killed = threading.Event()
+
+        def progress(acked, total):
+            if not holder:
+                # The replica with the stream is the one whose memory has labels.
+                for replica in (first, second):
+                    with verity_client.Client(replica.address) as one:
+                        if one.get_project(project).num_labels > 0:
+                            holder.append(replica)
+            elif not killed.is_set() and acked >= total // 3:
+                holder[0].kill()
+                killed.set()
+
+        with verity_client.Client("%s,%s" % (first.address, second.address),
+                                  timeout=20) as client:
+            result = client.submit(project, labels, batch_size=200, progress=progress)
+            self.assertTrue(killed.is_set())
+            self.assertGreaterEqual(result.retries, 1)
+            self.assertEqual(result.accepted + result.duplicate, len(labels))
+            self.assertEqual((result.revised, result.rejected), (0, 0))
+            for _ in range(5):
+                self.assertIn(project, [p.name for p in client.list_projects()])
+            # Every label is in PostgreSQL: resent to the survivor, all are duplicates.
+            again = client.submit(project, labels, batch_size=1000)
+            self.assertEqual((again.accepted, again.duplicate), (0, len(labels)))
+
+
+if __name__ == "__main__":
+    junit.main()
