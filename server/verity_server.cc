@@ -81,14 +81,28 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   server->ingest_ = std::make_unique<IngestPipeline>(*server->storage_->annotations, options.ingest,
                                                      server->metrics_.get());
   if (options.follow_replicas) {
-    server->follower_ = std::make_unique<ReplicaFollower>(
-        options.postgres_url, *server->registry_, *server->storage_->annotations, options.follow,
-        server->metrics_.get());
-    if (absl::Status s = server->follower_->Start(); !s.ok()) return s;
+    // One fit of a project at a time across the replicas.
+    server->fit_locks_ = std::make_unique<storage::FitLocks>(server->storage_->pool.get());
+    options.training.fit_locks = server->fit_locks_.get();
   }
   server->scheduler_ = std::make_unique<TrainingScheduler>(
       *server->registry_, *server->storage_->versions, server->storage_->jobs.get(),
       options.training, server->metrics_.get());
+  if (options.follow_replicas) {
+    TrainingScheduler* scheduler = server->scheduler_.get();
+    server->follower_ = std::make_unique<ReplicaFollower>(
+        options.postgres_url, *server->registry_, *server->storage_->annotations,
+        *server->storage_->versions,
+        [scheduler](LiveProject& project) {
+          if (absl::StatusOr<int32_t> adopted = scheduler->AdoptStoredVersion(project);
+              !adopted.ok()) {
+            LogEvent("model_version_adopt_failed", {{"project", project.identity().name},
+                                                    {"error", adopted.status().ToString()}});
+          }
+        },
+        options.follow, server->metrics_.get());
+    if (absl::Status s = server->follower_->Start(); !s.ok()) return s;
+  }
   server->AddCallbackGauges(options.training.max_staleness);
   server->lease_persister_ = std::make_unique<LeasePersister>(*server->storage_->leases,
                                                               LeasePersister::Options());

@@ -32,6 +32,7 @@
 #include "server/rpc/server_core.h"
 #include "server/state/storage_handles.h"
 #include "server/training/training_scheduler.h"
+#include "storage/fit_lock.h"
 
 namespace verity::server {
 
@@ -63,9 +64,10 @@ class VerityServer {
     // allocate more. 0 = unbounded.
     int64_t grpc_memory_bytes = int64_t{512} << 20;
     TrainingScheduler::Options training;
-    // Follow the labels other server replicas of the same database commit (LISTEN/NOTIFY and
-    // catch-up reads by seq; server/replication/replica_follower.h). Off: this server sees only
-    // its own commits and what it loaded at start, so run a single replica.
+    // Follow the labels and model versions other server replicas of the same database commit
+    // (LISTEN/NOTIFY and catch-up reads; server/replication/replica_follower.h), and claim a
+    // project's fit lock before fitting it in-process (storage/fit_lock.h). Off: this server
+    // sees only its own commits and what it loaded at start, so run a single replica.
     bool follow_replicas = true;
     ReplicaFollower::Options follow;
     // host:port of the Prometheus metrics HTTP endpoint (GET /metrics) and the web console
@@ -125,6 +127,7 @@ class VerityServer {
   std::unique_ptr<StorageHandles> storage_;
   std::unique_ptr<ProjectRegistry> registry_;
   std::unique_ptr<IngestPipeline> ingest_;
+  std::unique_ptr<storage::FitLocks> fit_locks_;  // Null unless Options::follow_replicas.
   std::unique_ptr<ReplicaFollower> follower_;  // Null unless Options::follow_replicas.
   std::unique_ptr<TrainingScheduler> scheduler_;
   std::unique_ptr<LeasePersister> lease_persister_;

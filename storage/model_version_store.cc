@@ -190,6 +190,9 @@ absl::StatusOr<ModelVersionRecord> ModelVersionStore::SaveVersion(
                   record.completes_job->worker, "; its version was not stored"));
             }
           }
+          // Delivered to the listeners (other server replicas) only if this commits.
+          txn.exec_params("SELECT pg_notify($1, $2)", kVersionsChannel,
+                          std::to_string(record.project_id));
           return saved;
         }
         return absl::AbortedError(absl::StrCat(
@@ -273,6 +276,26 @@ ModelVersionStore::ListModelVersions(int64_t project_id, int limit) {
           versions.push_back(VersionFromRow(row));
         }
         return versions;
+      });
+}
+
+absl::StatusOr<std::vector<std::pair<int64_t, int32_t>>>
+ModelVersionStore::ListNewestVersions() {
+  return pool_->WithTransaction(
+      "listing the projects' newest model versions",
+      [&](pqxx::work& txn)
+          -> absl::StatusOr<std::vector<std::pair<int64_t, int32_t>>> {
+        std::vector<std::pair<int64_t, int32_t>> newest;
+        // One index probe per project, however many versions each has.
+        for (const pqxx::row& row : txn.exec(
+                 "SELECT p.project_id, "
+                 "       (SELECT max(v.version) FROM model_versions v "
+                 "        WHERE v.project_id = p.project_id) "
+                 "FROM projects p ORDER BY p.project_id")) {
+          if (row[1].is_null()) continue;
+          newest.emplace_back(row[0].as<int64_t>(), row[1].as<int32_t>());
+        }
+        return newest;
       });
 }
 

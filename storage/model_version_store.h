@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -95,6 +96,13 @@ class ModelVersionStore {
   // project without versions. INVALID_ARGUMENT if limit < 1.
   absl::StatusOr<std::vector<ModelVersionRecord>> ListModelVersions(
       int64_t project_id, int limit);
+
+  // (project id, newest version) of every project that has a version, by project id.
+  absl::StatusOr<std::vector<std::pair<int64_t, int32_t>>> ListNewestVersions();
+
+  // Every SaveModelVersion sends NOTIFY on this channel with the project's id as the payload,
+  // inside its transaction: delivered once the version is committed (server replicas adopt it).
+  static constexpr char kVersionsChannel[] = "verity_versions";
 
  private:
   absl::StatusOr<ModelVersionRecord> SaveVersion(const ModelVersionRecord& record,

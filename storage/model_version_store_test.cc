@@ -10,6 +10,8 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pqxx/pqxx"
+#include "pqxx/pqxx"
 #include "storage/project_store.h"
 #include "storage/testing/postgres_fixture.h"
 
@@ -191,6 +193,33 @@ TEST_F(ModelVersionStoreTest, ConcurrentSavesGetDistinctConsecutiveVersions) {
   std::vector<int32_t> expected(kThreads * kSavesPerThread);
   for (size_t i = 0; i < expected.size(); ++i) expected[i] = i + 1;
   EXPECT_EQ(all, expected);
+}
+
+TEST_F(ModelVersionStoreTest, ListsEachProjectsNewestVersionAndNotifiesOnSave) {
+  struct Receiver final : pqxx::notification_receiver {
+    Receiver(pqxx::connection& c, int& count)
+        : pqxx::notification_receiver(c, ModelVersionStore::kVersionsChannel), count(count) {}
+    void operator()(const std::string&, int) override { ++count; }
+    int& count;
+  };
+  pqxx::connection listener(url());
+  int notified = 0;
+  Receiver receiver(listener, notified);
+  pqxx::nontransaction(listener).exec("SELECT 1");
+
+  ProjectStore projects(&pool());
+  ProjectRecord without;
+  without.name = "no-versions";
+  without.classes = {"a", "b"};
+  ASSERT_THAT(projects.CreateProject(without), IsOk());
+  ASSERT_THAT(store_->SaveModelVersion(Record(10)), IsOk());
+  ASSERT_THAT(store_->SaveModelVersion(Record(20)), IsOk());
+  absl::StatusOr<std::vector<std::pair<int64_t, int32_t>>> newest = store_->ListNewestVersions();
+  ASSERT_THAT(newest, IsOk());
+  EXPECT_THAT(*newest, ::testing::ElementsAre(std::make_pair(project_id_, 2)));
+  while (listener.await_notification(0, 200'000) > 0) {
+  }
+  EXPECT_EQ(notified, 2);
 }
 
 }  // namespace

@@ -13,7 +13,9 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -21,14 +23,17 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pqxx/pqxx>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/models.grpc.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
 #include "verity/v1/truth.grpc.pb.h"
 
@@ -66,12 +71,14 @@ class ReplicasTest : public ::testing::Test {
 
   // Starts a replica over the suite's database. No background refits: every replica serves
   // the same (majority-vote) model, so their posteriors must match exactly.
-  Replica& StartReplica() {
+  Replica& StartReplica(
+      std::optional<server::TrainingScheduler::Options> training = std::nullopt) {
     server::VerityServer::Options options;
     options.listen = "localhost:0";
     options.postgres_url = pg_->url();
     options.pool_size = 4;
     options.training.run_in_background = false;
+    if (training.has_value()) options.training = *training;
     auto server = server::VerityServer::Start(options);
     EXPECT_TRUE(server.ok()) << server.status();
     auto r = std::make_unique<Replica>();
@@ -86,11 +93,13 @@ class ReplicasTest : public ::testing::Test {
     return *replicas_.back();
   }
 
-  static void CreateProject(Replica& r, const std::string& name) {
+  static void CreateProject(Replica& r, const std::string& name,
+                            v1::TruthMethod method = v1::TRUTH_METHOD_UNSPECIFIED) {
     grpc::ClientContext context;
     context.set_deadline(Deadline());
     v1::CreateProjectRequest request;
     request.mutable_project()->set_name(name);
+    request.mutable_project()->mutable_settings()->mutable_model()->set_method(method);
     for (int c = 0; c < kClasses; ++c) request.mutable_project()->add_classes(absl::StrCat("c", c));
     v1::CreateProjectResponse response;
     grpc::Status status = r.projects->CreateProject(&context, request, &response);
@@ -318,6 +327,124 @@ TEST_F(ReplicasTest, MeasuresFreshnessAcrossReplicas) {
   std::cout << "cross-replica freshness over " << ms.size() << " labels: p50 "
             << ms[ms.size() / 2] << " ms, p99 " << ms[ms.size() * 99 / 100] << " ms, max "
             << ms.back() << " ms\n";
+}
+
+// The model version `r` serves for `project` (0 before the first).
+int32_t ServedVersion(Replica& r, const std::string& project) {
+  auto models = v1::ModelService::NewStub(r.channel);
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::GetModelStatusRequest request;
+  request.set_project(project);
+  v1::GetModelStatusResponse response;
+  grpc::Status status = models->GetModelStatus(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.has_current_version() ? response.current_version().version() : 0;
+}
+
+TEST_F(ReplicasTest, OneReplicaFitsEachRefitAndTheOthersServeItsVersion) {
+  // Every replica trains in the background. The hook runs inside each fit, with the fit lock
+  // held, and widens the fit so that overlapping fits would show.
+  std::atomic<int> running{0}, most_running{0}, fits{0};
+  server::TrainingScheduler::Options training;
+  training.run_in_background = true;
+  training.poll_interval = absl::Milliseconds(20);
+  training.max_busy_fraction = 1.0;
+  training.max_staleness = absl::Hours(1);  // Only new labels make a refit due.
+  const std::string project = "one-trainer";
+  training.before_fit_for_testing = [&](const server::LiveProject& fitted) {
+    // The replicas also refit the projects the other tests left in the database.
+    if (fitted.identity().name != project) return;
+    const int now = ++running;
+    int seen = most_running.load();
+    while (now > seen && !most_running.compare_exchange_weak(seen, now)) {
+    }
+    ++fits;
+    absl::SleepFor(absl::Milliseconds(300));
+    --running;
+  };
+  Replica& a = StartReplica(training);
+  Replica& b = StartReplica(training);
+  Replica& c = StartReplica(training);
+  CreateProject(a, project, v1::TRUTH_METHOD_DAWID_SKENE);
+  EXPECT_EQ(NumLabels(b, project), 0);
+  EXPECT_EQ(NumLabels(c, project), 0);
+
+  Submit(a, RandomBatches(project, 10, 200, 300, 20, /*seed=*/7));
+  const int64_t labels = NumLabels(a, project);
+  for (Replica* r : {&a, &b, &c}) ASSERT_TRUE(AwaitLabels(*r, project, labels));
+
+  // Quiet: no new version for 2 s, and every replica serves the newest stored one.
+  pqxx::connection db(pg_->url());
+  auto stored_versions = [&] {
+    pqxx::work txn(db);
+    pqxx::row row = txn.exec_params1(
+        "SELECT count(*), count(DISTINCT watermark), COALESCE(max(version), 0) "
+        "FROM model_versions WHERE project_id = (SELECT project_id FROM projects WHERE name = $1)",
+        project);
+    return std::make_tuple(row[0].as<int64_t>(), row[1].as<int64_t>(), row[2].as<int32_t>());
+  };
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  int32_t newest = -1;
+  absl::Time newest_since = absl::Now();
+  while (absl::Now() < give_up) {
+    const int32_t now_newest = std::get<2>(stored_versions());
+    if (now_newest != newest) {
+      newest = now_newest;
+      newest_since = absl::Now();
+    }
+    if (newest > 0 && absl::Now() - newest_since > absl::Seconds(2)) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_GT(newest, 0) << "no replica fitted";
+  const auto [versions, distinct_watermarks, max_version] = stored_versions();
+  EXPECT_EQ(most_running.load(), 1) << "two replicas fitted the project at once";
+  EXPECT_EQ(fits.load(), versions) << "every fit stored its version";
+  EXPECT_EQ(distinct_watermarks, versions) << "two versions were fitted on the same labels";
+  for (Replica* r : {&a, &b, &c}) EXPECT_EQ(ServedVersion(*r, project), max_version);
+  std::cout << "fits " << fits.load() << ", versions " << versions << " for " << labels
+            << " labels over 3 replicas\n";
+}
+
+TEST_F(ReplicasTest, MeasuresHowSoonOtherReplicasServeANewVersion) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  Replica& c = StartReplica();
+  const std::string project = "version-freshness";
+  CreateProject(a, project, v1::TRUTH_METHOD_DAWID_SKENE);
+  EXPECT_EQ(NumLabels(b, project), 0);
+  EXPECT_EQ(NumLabels(c, project), 0);
+  Submit(a, RandomBatches(project, 2, 200, 100, 10, /*seed=*/3));
+  auto models = v1::ModelService::NewStub(a.channel);
+  std::vector<double> ms;
+  for (int round = 0; round < 5; ++round) {
+    Submit(a, RandomBatches(project, 1, 50, 100, 10, /*seed=*/100 + round));
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::TrainModelRequest request;
+    request.set_project(project);
+    v1::TrainModelResponse response;
+    grpc::Status status = models->TrainModel(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    const absl::Time trained = absl::Now();
+    const int32_t version = ServedVersion(a, project);
+    ASSERT_GT(version, 0);
+    for (Replica* r : {&b, &c}) {
+      const absl::Time give_up = absl::Now() + absl::Seconds(10);
+      while (ServedVersion(*r, project) != version && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(2));
+      }
+      ASSERT_EQ(ServedVersion(*r, project), version);
+      ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - trained));
+    }
+  }
+  std::sort(ms.begin(), ms.end());
+  std::cout << "a new version served by the other replicas after: median " << ms[ms.size() / 2]
+            << " ms, max " << ms.back() << " ms (" << ms.size() << " adoptions)\n";
+  // The posteriors agree once every replica serves the version.
+  const std::vector<v1::Posterior> on_a = Posteriors(a, project);
+  ExpectSamePosteriors(on_a, Posteriors(b, project), "B");
+  ExpectSamePosteriors(on_a, Posteriors(c, project), "C");
 }
 
 }  // namespace

@@ -22,8 +22,8 @@ namespace verity::server {
 // Only the follower's thread (and Start, before it runs) touches it.
 struct ReplicaFollower::Listener {
   struct Receiver final : pqxx::notification_receiver {
-    Receiver(pqxx::connection& c, absl::flat_hash_set<int64_t>& ids)
-        : pqxx::notification_receiver(c, storage::AnnotationStore::kLabelsChannel), ids(ids) {}
+    Receiver(pqxx::connection& c, const char* channel, absl::flat_hash_set<int64_t>& ids)
+        : pqxx::notification_receiver(c, channel), ids(ids) {}
     void operator()(const std::string& payload, int) override {
       int64_t id = 0;
       if (absl::SimpleAtoi(payload, &id)) ids.insert(id);
@@ -32,14 +32,18 @@ struct ReplicaFollower::Listener {
   };
 
   explicit Listener(const std::string& url)
-      : connection(url), receiver(connection, notified) {
-    // The receiver's constructor sends LISTEN; a query makes sure it took effect.
+      : connection(url),
+        labels(connection, storage::AnnotationStore::kLabelsChannel, labelled),
+        versions(connection, storage::ModelVersionStore::kVersionsChannel, versioned) {
+    // The receivers' constructors send LISTEN; a query makes sure it took effect.
     pqxx::nontransaction(connection).exec("SELECT 1");
   }
 
-  absl::flat_hash_set<int64_t> notified;
+  absl::flat_hash_set<int64_t> labelled;   // Projects with new labels.
+  absl::flat_hash_set<int64_t> versioned;  // Projects with a new model version.
   pqxx::connection connection;
-  Receiver receiver;
+  Receiver labels;
+  Receiver versions;
 };
 
 struct ReplicaFollower::Metrics {
@@ -57,11 +61,15 @@ struct ReplicaFollower::Metrics {
 };
 
 ReplicaFollower::ReplicaFollower(std::string postgres_url, ProjectRegistry& registry,
-                                 storage::AnnotationStore& store, Options options,
+                                 storage::AnnotationStore& store,
+                                 storage::ModelVersionStore& versions,
+                                 AdoptStoredVersion adopt_stored_version, Options options,
                                  MetricsRegistry* metrics)
     : postgres_url_(std::move(postgres_url)),
       registry_(registry),
       store_(store),
+      versions_(versions),
+      adopt_stored_version_(std::move(adopt_stored_version)),
       options_(options),
       metrics_(metrics != nullptr ? std::make_unique<Metrics>(*metrics) : nullptr) {}
 
@@ -107,9 +115,17 @@ void ReplicaFollower::Run() {
       listener_.reset();
       continue;
     }
-    absl::flat_hash_set<int64_t> notified = std::move(listener_->notified);
-    listener_->notified.clear();
-    for (int64_t project_id : notified) CatchUp(project_id, "notify");
+    absl::flat_hash_set<int64_t> labelled = std::move(listener_->labelled);
+    listener_->labelled.clear();
+    absl::flat_hash_set<int64_t> versioned = std::move(listener_->versioned);
+    listener_->versioned.clear();
+    for (int64_t project_id : labelled) {
+      if (std::shared_ptr<LiveProject> project = Find(project_id)) CatchUp(*project, "notify");
+    }
+    for (int64_t project_id : versioned) {
+      std::shared_ptr<LiveProject> project = Find(project_id);
+      if (project != nullptr && adopt_stored_version_) adopt_stored_version_(*project);
+    }
     if (absl::Now() >= next_poll) {
       Poll();
       next_poll = absl::Now() + options_.poll_interval;
@@ -117,32 +133,42 @@ void ReplicaFollower::Run() {
   }
 }
 
-void ReplicaFollower::CatchUp(int64_t project_id, const char* trigger) {
+std::shared_ptr<LiveProject> ReplicaFollower::Find(int64_t project_id) const {
   for (const std::shared_ptr<LiveProject>& project : registry_.All()) {
-    if (project->identity().project_id != project_id) continue;
-    if (metrics_) metrics_->reads.WithLabels({trigger}).Increment();
-    if (absl::Status s = CatchUpLabels(store_, *project); !s.ok()) {
-      if (metrics_) metrics_->failures.Increment();
-      LogEvent("replica_catch_up_failed",
-               {{"project", project->identity().name}, {"error", s.ToString()}});
-    }
-    return;
+    if (project->identity().project_id == project_id) return project;
+  }
+  return nullptr;
+}
+
+void ReplicaFollower::CatchUp(LiveProject& project, const char* trigger) {
+  if (metrics_) metrics_->reads.WithLabels({trigger}).Increment();
+  if (absl::Status s = CatchUpLabels(store_, project); !s.ok()) {
+    if (metrics_) metrics_->failures.Increment();
+    LogEvent("replica_catch_up_failed",
+             {{"project", project.identity().name}, {"error", s.ToString()}});
   }
 }
 
 void ReplicaFollower::Poll() {
   absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> drawn = store_.ListDrawnThrough();
-  if (!drawn.ok()) {
+  absl::StatusOr<std::vector<std::pair<int64_t, int32_t>>> newest =
+      versions_.ListNewestVersions();
+  if (!drawn.ok() || !newest.ok()) {
     if (metrics_) metrics_->failures.Increment();
     return;
   }
   absl::flat_hash_map<int64_t, int64_t> drawn_through(drawn->begin(), drawn->end());
+  absl::flat_hash_map<int64_t, int32_t> newest_version(newest->begin(), newest->end());
   for (const std::shared_ptr<LiveProject>& project : registry_.All()) {
-    auto it = drawn_through.find(project->identity().project_id);
-    if (it == drawn_through.end() || it->second <= project->applied_seq()) continue;
-    if (metrics_) metrics_->reads.WithLabels({"poll"}).Increment();
-    if (absl::Status s = CatchUpLabels(store_, *project); !s.ok()) {
-      if (metrics_) metrics_->failures.Increment();
+    const int64_t id = project->identity().project_id;
+    if (auto it = drawn_through.find(id);
+        it != drawn_through.end() && it->second > project->applied_seq()) {
+      CatchUp(*project, "poll");
+    }
+    if (auto it = newest_version.find(id); it != newest_version.end() &&
+                                           it->second > project->model_version() &&
+                                           adopt_stored_version_) {
+      adopt_stored_version_(*project);
     }
   }
 }

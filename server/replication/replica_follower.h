@@ -9,6 +9,11 @@
 // follower also lists each project's newest drawn seq (one small query) and catches up every
 // loaded project that is behind it. A missed notification costs latency, never a label.
 //
+// Model versions follow the same way: every stored version sends NOTIFY on
+// storage::ModelVersionStore::kVersionsChannel, and the poll also lists each project's newest
+// version; a project with a newer version than it serves is handed to `adopt_stored_version`
+// (TrainingScheduler::AdoptStoredVersion, which reads its parameters once).
+//
 // Projects another replica created are not followed until this server loads them
 // (ProjectRegistry::Get loads them on first use).
 //
@@ -17,6 +22,7 @@
 #define VERITY_SERVER_REPLICATION_REPLICA_FOLLOWER_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -26,6 +32,7 @@
 #include "server/observability/metrics.h"
 #include "server/state/project_registry.h"
 #include "storage/annotation_store.h"
+#include "storage/model_version_store.h"
 
 namespace verity::server {
 
@@ -39,9 +46,14 @@ class ReplicaFollower {
     absl::Duration reconnect_delay = absl::Seconds(1);
   };
 
-  // `registry`, `store` and `metrics` (may be null) must outlive the follower.
+  // Serves the newest stored version of a project if it is newer than the one served.
+  using AdoptStoredVersion = std::function<void(LiveProject&)>;
+
+  // `registry`, `store`, `versions` and `metrics` (may be null) must outlive the follower.
   ReplicaFollower(std::string postgres_url, ProjectRegistry& registry,
-                  storage::AnnotationStore& store, Options options, MetricsRegistry* metrics);
+                  storage::AnnotationStore& store, storage::ModelVersionStore& versions,
+                  AdoptStoredVersion adopt_stored_version, Options options,
+                  MetricsRegistry* metrics);
   ~ReplicaFollower();  // Stop()
 
   // Connects and LISTENs, then starts following: every commit after Start returns is followed.
@@ -54,14 +66,19 @@ class ReplicaFollower {
   struct Metrics;
 
   void Run();
-  // Catches up the project with id `project_id` if this server has it loaded.
-  void CatchUp(int64_t project_id, const char* trigger);
-  // Catches up every loaded project whose newest drawn seq is above what memory holds.
+  // The loaded project with id `project_id`, or null.
+  std::shared_ptr<LiveProject> Find(int64_t project_id) const;
+  // Catches up the labels of `project`; `trigger` names the metric's reason.
+  void CatchUp(LiveProject& project, const char* trigger);
+  // Catches up every loaded project whose newest drawn seq is above what memory holds, and
+  // adopts every newer stored version.
   void Poll();
 
   const std::string postgres_url_;
   ProjectRegistry& registry_;
   storage::AnnotationStore& store_;
+  storage::ModelVersionStore& versions_;
+  const AdoptStoredVersion adopt_stored_version_;
   const Options options_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Listener> listener_;

@@ -15,8 +15,9 @@ struct TrainingScheduler::Metrics {
   explicit Metrics(MetricsRegistry& registry)
       : versions(registry.AddCounter("verity_model_versions_total",
                                      "Model versions served, by truth method and where they were "
-                                     "fit (inprocess, or worker for versions adopted from "
-                                     "verity_worker processes).",
+                                     "fit (inprocess; worker for versions adopted from "
+                                     "verity_worker processes; replica for versions another "
+                                     "server replica fit).",
                                      {"method", "source"})),
         fit_seconds(registry.AddHistogram("verity_training_duration_seconds",
                                           "Duration of in-process fits, by truth method.",
@@ -26,16 +27,22 @@ struct TrainingScheduler::Metrics {
         jobs_enqueued(registry.AddCounter("verity_training_jobs_enqueued_total",
                                           "Training jobs enqueued for verity_worker processes.")
                           .Get()),
+        fits_left_to_other_replicas(registry.AddCounter(
+                                      "verity_training_fits_left_to_other_replicas_total",
+                                      "Due in-process fits skipped because another server "
+                                      "replica held the project's fit lock.")
+                                        .Get()),
         version_downloads(registry.AddCounter(
                                       "verity_model_version_downloads_total",
                                       "Stored model versions whose parameters this server read "
-                                      "to serve them (--trainer=workers).")
+                                      "to serve them (from workers or other replicas).")
                               .Get()) {}
 
   MetricFamily<Counter>& versions;
   MetricFamily<Histogram>& fit_seconds;
   Counter& fit_failures;
   Counter& jobs_enqueued;
+  Counter& fits_left_to_other_replicas;
   Counter& version_downloads;
 };
 
@@ -106,7 +113,8 @@ absl::Status TrainingScheduler::RefitDueProjectsNow(bool force) {
         if (next == due_fits.size()) return;
         project = due_fits[next++];
       }
-      absl::StatusOr<storage::ModelVersionRecord> version = RefitAndLog(*project);
+      absl::StatusOr<std::optional<storage::ModelVersionRecord>> version =
+          RefitAndLog(*project, /*only_if_due=*/!force);
       absl::MutexLock lock(&next_mu);
       if (!version.ok() && first_error.ok()) first_error = version.status();
     }
@@ -155,7 +163,10 @@ absl::StatusOr<int32_t> TrainingScheduler::AdoptStoredVersion(LiveProject& proje
     return adopted.status();
   }
   if (*adopted) {
-    if (metrics_) metrics_->versions.WithLabels({latest->method, "worker"}).Increment();
+    if (metrics_) {
+      metrics_->versions.WithLabels({latest->method, options_.use_workers ? "worker" : "replica"})
+          .Increment();
+    }
     LogEvent("model_version_adopted", {{"project", project.identity().name},
                                        {"version", std::to_string(latest->version)},
                                        {"method", latest->method},
@@ -175,7 +186,27 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(L
         versions_.GetModelVersionMetadata(project.identity().project_id, project.model_version());
     if (current.ok() || !absl::IsNotFound(current.status())) return current;
   }
-  if (!options_.use_workers) return RefitAndLog(project);
+  if (!options_.use_workers) {
+    // Another replica may hold the project's fit lock: wait for its version, then fit unless
+    // that version is current.
+    const absl::Time give_up = absl::Now() + options_.train_wait;
+    while (true) {
+      absl::StatusOr<std::optional<storage::ModelVersionRecord>> fitted =
+          RefitAndLog(project, /*only_if_due=*/false);
+      if (!fitted.ok()) return fitted.status();
+      if (fitted->has_value()) return **fitted;
+      if (project.FitIsCurrent()) {
+        return versions_.GetModelVersionMetadata(project.identity().project_id,
+                                                 project.model_version());
+      }
+      if (absl::Now() >= give_up) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "another server replica held the fit of project ", project.identity().name,
+            " for ", absl::FormatDuration(options_.train_wait)));
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
   // Workers fit; this waits without holding a slot (AdoptVersion is safe to race).
   const int32_t before = project.model_version();
   absl::StatusOr<storage::TrainingJob> job = jobs_->Enqueue(project.identity().project_id);
@@ -201,7 +232,8 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(L
                                                   " within ", absl::FormatDuration(options_.train_wait)));
 }
 
-absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitAndLog(LiveProject& project) {
+absl::StatusOr<std::optional<storage::ModelVersionRecord>> TrainingScheduler::RefitAndLog(
+    LiveProject& project, bool only_if_due) {
   // The project first (its fits run one at a time), then a slot: a fit waiting behind its own
   // project's does not hold a slot another project could use.
   const std::shared_ptr<absl::Mutex> project_mu = ProjectFitMutex(project.identity().project_id);
@@ -219,6 +251,26 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitAndLog(LiveP
       ++self.free_slots_;
     }
   } release_slot{*this};
+  std::unique_ptr<storage::FitLock> fit_lock;
+  if (options_.fit_locks != nullptr) {
+    absl::StatusOr<std::unique_ptr<storage::FitLock>> claimed =
+        options_.fit_locks->TryAcquire(project.identity().project_id);
+    if (!claimed.ok()) return claimed.status();
+    if (*claimed == nullptr) {
+      if (metrics_) metrics_->fits_left_to_other_replicas.Increment();
+      return std::nullopt;  // Another replica fits it; its version is adopted when stored.
+    }
+    fit_lock = std::move(*claimed);
+    // The last holder may have stored a version this replica does not serve yet.
+    if (absl::StatusOr<int32_t> adopted = AdoptStoredVersion(project); !adopted.ok()) {
+      LogEvent("model_version_adopt_failed", {{"project", project.identity().name},
+                                              {"error", adopted.status().ToString()}});
+    }
+    if (only_if_due ? !project.RefitDue(absl::Now(), options_.max_staleness)
+                    : project.FitIsCurrent()) {
+      return std::nullopt;
+    }
+  }
   if (options_.before_fit_for_testing) options_.before_fit_for_testing(project);
   auto refit = project.Refit(versions_);
   if (!refit.ok()) {

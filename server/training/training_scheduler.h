@@ -24,6 +24,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -32,6 +33,7 @@
 #include "absl/time/time.h"
 #include "server/observability/metrics.h"
 #include "server/state/project_registry.h"
+#include "storage/fit_lock.h"
 #include "storage/model_version_store.h"
 #include "storage/training_job_store.h"
 
@@ -57,7 +59,14 @@ class TrainingScheduler {
     // TrainModel calls take a slot too, so one project's long fit never holds up the others
     // while a slot is free.
     int max_concurrent_fits = 2;
-    // Tests: called in the fitting thread once a fit holds its project and its slot.
+    // Several server replicas over one database: in-process fits claim the project's fit lock
+    // (storage/fit_lock.h), so that one replica fits a project at a time. A replica that finds
+    // the lock held skips the fit; one that takes it first serves any version stored meanwhile
+    // and fits only if that did not make the fit unnecessary. Null: no claim (one replica).
+    // Must outlive the scheduler.
+    storage::FitLocks* fit_locks = nullptr;
+    // Tests: called in the fitting thread once a fit holds its project, its slot and its fit
+    // lock.
     std::function<void(const LiveProject&)> before_fit_for_testing;
   };
 
@@ -84,17 +93,24 @@ class TrainingScheduler {
   // fitting: busy·(1 − f)/f, at least poll_interval and at most max_staleness (so that the
   // rest never delays a refit by more than the staleness bound). An f outside (0, 1] counts
   // as 1.
+  // Serves the newest version stored for `project` (by a worker, or by another replica) if it
+  // is newer than the one served: reads the newest version's number, and its parameters only
+  // when newer and not refused before. Returns the version now served (0 before any). Safe to
+  // call from any thread (the replica follower calls it when a version is stored).
+  absl::StatusOr<int32_t> AdoptStoredVersion(LiveProject& project);
+
   static absl::Duration NextPassDelay(absl::Duration busy, double max_busy_fraction,
                                       absl::Duration poll_interval, absl::Duration max_staleness);
 
  private:
   void Loop();
-  // Serves the newest stored version of `project` if a worker stored one. Returns the version
-  // now served (0 before any).
-  absl::StatusOr<int32_t> AdoptStoredVersion(LiveProject& project);
   // Refits one project and logs the outcome: waits for the project's fit in progress, if any,
-  // then for a free slot (max_concurrent_fits).
-  absl::StatusOr<storage::ModelVersionRecord> RefitAndLog(LiveProject& project)
+  // then for a free slot (max_concurrent_fits), then claims the fit lock (Options::fit_locks).
+  // Returns nullopt, without fitting, when another replica holds the lock; or when, after
+  // serving the version another replica stored, the refit is no longer due (`only_if_due`) or
+  // the served version is current.
+  absl::StatusOr<std::optional<storage::ModelVersionRecord>> RefitAndLog(LiveProject& project,
+                                                                         bool only_if_due)
       ABSL_LOCKS_EXCLUDED(slots_mu_, project_fits_mu_);
   // The mutex that serialises `project`'s fits.
   std::shared_ptr<absl::Mutex> ProjectFitMutex(int64_t project_id)
