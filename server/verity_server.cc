@@ -117,7 +117,8 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   server->core_ = ServerCore{server->storage_.get(),         server->registry_.get(),
                              server->ingest_.get(),          server->scheduler_.get(),
                              server->lease_persister_.get(), server->call_authorizations_.get(),
-                             server->keys_.get(),            options.project_quota};
+                             server->keys_.get(),            options.project_quota,
+                             /*shared_leases=*/options.follow_replicas};
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -1,5 +1,6 @@
 #include "storage/lease_store.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -58,6 +59,65 @@ absl::StatusOr<std::vector<LeaseRecord>> LeaseStore::LoadOpenLeases(int64_t proj
                             absl::FromUnixMicros(row[2].as<int64_t>())});
         }
         return leases;
+      });
+}
+
+absl::StatusOr<int64_t> LeaseStore::ClaimLeases(int64_t project_id, int64_t after_claim,
+                                                 absl::Time now, const ChooseLeases& choose) {
+  const int64_t now_micros = absl::ToUnixMicros(now);
+  const int64_t lock_key = static_cast<int64_t>((static_cast<uint64_t>(kClaimKeySpace) << 32) |
+                                                (static_cast<uint64_t>(project_id) & 0xffffffffu));
+  return pool_->WithTransaction(
+      absl::StrCat("claiming assignment leases of project ", project_id),
+      [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+        txn.exec0("SET LOCAL synchronous_commit = off");
+        txn.exec_params("SELECT pg_advisory_xact_lock($1)", lock_key);
+        // Every claim so far, the ones filtered out below included (an expired or answered
+        // lease stays so): the index answers it from its last entry.
+        int64_t newest = std::max(
+            after_claim,
+            txn.exec_params1("SELECT COALESCE(max(claim_seq), 0) FROM assignment_leases "
+                             "WHERE project_id = $1",
+                             project_id)[0]
+                .as<int64_t>());
+        std::vector<LeaseRecord> others;
+        for (const pqxx::row& row : txn.exec_params(
+                 absl::StrCat("SELECT l.item_index, l.annotator_index, ",
+                              MicrosFromTimestampSql("l.expires_at"),
+                              " FROM assignment_leases l "
+                              "WHERE l.project_id = $1 AND l.claim_seq > $2 AND l.expires_at > ",
+                              TimestampFromMicrosSql("$3::bigint"),
+                              " AND NOT EXISTS (SELECT 1 FROM annotations a "
+                              "  WHERE a.project_id = $1 AND a.item_index = l.item_index "
+                              "  AND a.annotator_index = l.annotator_index)"),
+                 project_id, after_claim, now_micros)) {
+          others.push_back({row[0].as<int32_t>(), row[1].as<int32_t>(),
+                            absl::FromUnixMicros(row[2].as<int64_t>())});
+        }
+        const std::vector<LeaseRecord> chosen = choose(others);
+        if (chosen.empty()) return newest;
+        std::vector<int32_t> items, annotators;
+        std::vector<int64_t> expiry_micros;
+        for (const LeaseRecord& l : chosen) {
+          items.push_back(l.item_index);
+          annotators.push_back(l.annotator_index);
+          expiry_micros.push_back(absl::ToUnixMicros(l.expires_at));
+        }
+        const pqxx::row written = txn.exec_params1(
+            absl::StrCat("WITH claimed AS ("
+                         "  INSERT INTO assignment_leases "
+                         "    (project_id, item_index, annotator_index, expires_at, claim_seq) "
+                         "  SELECT $1, u.i, u.a, ", TimestampFromMicrosSql("u.e"),
+                         "    , nextval('assignment_lease_claim_seq') "
+                         "  FROM unnest($2::integer[], $3::integer[], $4::bigint[]) AS u(i, a, e) "
+                         "  ON CONFLICT (project_id, item_index, annotator_index) "
+                         "  DO UPDATE SET expires_at = EXCLUDED.expires_at, "
+                         "                claim_seq = EXCLUDED.claim_seq "
+                         "  RETURNING claim_seq) "
+                         "SELECT COALESCE(max(claim_seq), 0) FROM claimed"),
+            project_id, Int32ArrayLiteral(items), Int32ArrayLiteral(annotators),
+            Int64ArrayLiteral(expiry_micros));
+        return std::max(newest, written[0].as<int64_t>());
       });
 }
 

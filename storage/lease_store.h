@@ -12,6 +12,7 @@
 #define VERITY_STORAGE_LEASE_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,6 +38,24 @@ class LeaseStore {
   // The leases still open at `now`: not expired, and whose (item, annotator) has no live
   // annotation yet. Expired or answered leases of the project are deleted on the way.
   absl::StatusOr<std::vector<LeaseRecord>> LoadOpenLeases(int64_t project_id, absl::Time now);
+
+  // Claims the leases of one suggestion, exclusively among every server replica of the
+  // database. In one transaction, under the project's assignment lock (an advisory lock held
+  // until COMMIT, so claims of a project run one at a time):
+  //  1. reads the leases claimed since `after_claim` (claim_seq > after_claim) that are open at
+  //     `now` (not expired, their pair not labelled): what the other replicas leased;
+  //  2. calls `choose` with them; it ranks with them counted and returns the leases to take;
+  //  3. writes those with new claim_seqs (the claim is visible to the next claimant at once;
+  //     synchronous_commit is off as for every lease write, so a crash may forget it).
+  // Returns the newest claim_seq the caller has seen, its own included: its next
+  // `after_claim`. `choose` may run again if the transaction is retried.
+  using ChooseLeases =
+      std::function<std::vector<LeaseRecord>(const std::vector<LeaseRecord>& claimed_by_others)>;
+  absl::StatusOr<int64_t> ClaimLeases(int64_t project_id, int64_t after_claim, absl::Time now,
+                                      const ChooseLeases& choose);
+
+  // The advisory lock key of a project's lease claims: kClaimKeySpace in the high 32 bits.
+  static constexpr int64_t kClaimKeySpace = 0x56524c53;  // "VRLS"
 
  private:
   ConnectionPool* const pool_;

@@ -63,6 +63,42 @@ TEST_F(LeaseStoreTest, OpenLeasesSurviveAndExpiredOrAnsweredOnesAreReleased) {
   EXPECT_THAT(store_->LoadOpenLeases(project_id_, now + absl::Minutes(21)), IsOkAndHolds(IsEmpty()));
 }
 
+// Two replicas claiming leases of one project: each sees what the other claimed since its last
+// claim, and nothing expired, answered or already seen.
+TEST_F(LeaseStoreTest, ClaimsSeeTheOtherClaimantsOpenLeasesSinceTheirLastClaim) {
+  const absl::Time now = absl::Now();
+  const absl::Time later = now + absl::Minutes(10);
+  std::vector<LeaseRecord> seen_by_x, seen_by_y;
+  absl::StatusOr<int64_t> x1 = store_->ClaimLeases(project_id_, 0, now, [&](const auto& others) {
+    seen_by_x = others;
+    return std::vector<LeaseRecord>{{1, 0, later}};
+  });
+  ASSERT_THAT(x1, IsOk());
+  EXPECT_THAT(seen_by_x, IsEmpty());
+  absl::StatusOr<int64_t> y1 = store_->ClaimLeases(project_id_, 0, now, [&](const auto& others) {
+    seen_by_y = others;
+    // (0, 0) and (1, 1) are labelled already; (0, 1) expired at once.
+    return std::vector<LeaseRecord>{{0, 0, later}, {1, 1, later}, {0, 1, now - absl::Seconds(1)}};
+  });
+  ASSERT_THAT(y1, IsOk());
+  EXPECT_GT(*y1, *x1);
+  EXPECT_THAT(seen_by_y, ElementsAre(AllOf(Field(&LeaseRecord::item_index, 1),
+                                           Field(&LeaseRecord::annotator_index, 0))));
+  absl::StatusOr<int64_t> x2 = store_->ClaimLeases(project_id_, *x1, now, [&](const auto& others) {
+    seen_by_x = others;
+    return std::vector<LeaseRecord>{};
+  });
+  ASSERT_THAT(x2, IsOkAndHolds(*y1));
+  EXPECT_THAT(seen_by_x, IsEmpty()) << "Y's leases were answered or expired";
+  // A claimant that saw everything sees nothing new.
+  absl::StatusOr<int64_t> y2 = store_->ClaimLeases(project_id_, *y1, now, [&](const auto& others) {
+    seen_by_y = others;
+    return std::vector<LeaseRecord>{};
+  });
+  EXPECT_THAT(y2, IsOkAndHolds(*y1));
+  EXPECT_THAT(seen_by_y, IsEmpty());
+}
+
 TEST_F(LeaseStoreTest, ItemPriorityIsStoredAndLoaded) {
   ItemStore items(&pool());
   ItemWrite w;

@@ -188,6 +188,14 @@ UPDATE projects SET next_seq =
   (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM annotation_seq);
 DROP SEQUENCE annotation_seq;
 )sql"},
+          {11, "assignment leases claimed across server replicas", R"sql(
+-- Several server replicas suggest items of one project: each claims its leases under the
+-- project's advisory lock and first reads the leases the others claimed since its last claim,
+-- by claim_seq (storage/lease_store.h, ClaimLeases). Leases written otherwise keep 0.
+CREATE SEQUENCE assignment_lease_claim_seq;
+ALTER TABLE assignment_leases ADD COLUMN claim_seq bigint NOT NULL DEFAULT 0;
+CREATE INDEX assignment_leases_project_claim ON assignment_leases (project_id, claim_seq);
+)sql"},
       };
   return *kMigrations;
 }

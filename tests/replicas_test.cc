@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <map>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -445,6 +446,74 @@ TEST_F(ReplicasTest, MeasuresHowSoonOtherReplicasServeANewVersion) {
   const std::vector<v1::Posterior> on_a = Posteriors(a, project);
   ExpectSamePosteriors(on_a, Posteriors(b, project), "B");
   ExpectSamePosteriors(on_a, Posteriors(c, project), "C");
+}
+
+TEST_F(ReplicasTest, LeasesAreExclusiveAcrossReplicas) {
+  Replica& a = StartReplica();
+  const std::string project = "shared-leases";
+  {
+    // One label per item at most: each item has one open slot, so one lease.
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::CreateProjectRequest request;
+    request.mutable_project()->set_name(project);
+    for (int c = 0; c < kClasses; ++c) request.mutable_project()->add_classes(absl::StrCat("c", c));
+    request.mutable_project()->mutable_settings()->mutable_assignment()->set_max_labels_per_item(1);
+    v1::CreateProjectResponse response;
+    grpc::Status status = a.projects->CreateProject(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  constexpr int kItems = 40;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddItemsRequest request;
+    request.set_project(project);
+    for (int i = 0; i < kItems; ++i) request.add_items()->set_id(absl::StrCat("item-", i));
+    v1::AddItemsResponse response;
+    grpc::Status status = a.projects->AddItems(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  Replica& b = StartReplica();
+  Replica& c = StartReplica();
+  std::vector<Replica*> replicas = {&a, &b, &c};
+
+  // 60 annotators, 20 on each replica, all at once, each asking for 2 items: 120 asks for 40
+  // slots.
+  absl::Mutex mu;
+  std::map<std::string, std::vector<std::string>> leased_to;  // item -> annotators
+  int failed_calls = 0;
+  std::vector<std::thread> askers;
+  for (int n = 0; n < 60; ++n) {
+    askers.emplace_back([&, n] {
+      Replica& r = *replicas[n % 3];
+      grpc::ClientContext context;
+      context.set_deadline(Deadline());
+      v1::SuggestItemsRequest request;
+      request.set_project(project);
+      request.set_annotator(absl::StrCat("annotator-", n));
+      request.set_k(2);
+      v1::SuggestItemsResponse response;
+      grpc::Status status = r.assignment->SuggestItems(&context, request, &response);
+      absl::MutexLock lock(&mu);
+      if (!status.ok()) {
+        ++failed_calls;
+        return;
+      }
+      for (const v1::ItemSuggestion& s : response.suggestions()) {
+        leased_to[s.item()].push_back(request.annotator());
+      }
+    });
+  }
+  for (std::thread& t : askers) t.join();
+  EXPECT_EQ(failed_calls, 0);
+  int leases = 0;
+  for (const auto& [item, annotators] : leased_to) {
+    leases += static_cast<int>(annotators.size());
+    EXPECT_EQ(annotators.size(), 1u) << item << " was leased to " << annotators.size()
+                                     << " annotators for its one open slot";
+  }
+  EXPECT_EQ(leases, kItems) << "every slot leased once";
 }
 
 }  // namespace

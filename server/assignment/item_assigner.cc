@@ -394,6 +394,33 @@ std::vector<ItemSuggestion> RankAndLeaseItems(LiveProject& project, const Assign
   return ranked;
 }
 
+absl::StatusOr<std::vector<ItemSuggestion>> RankAndClaimItems(
+    LiveProject& project, storage::LeaseStore& leases, const AssignmentRules& rules,
+    int32_t annotator, int32_t k, const std::optional<std::vector<int32_t>>& candidates,
+    absl::Time now, absl::Time expires, uint64_t seed) {
+  const Shortlist shortlist = ShortlistItems(project, rules, annotator, k, candidates, now, seed);
+  absl::MutexLock lock(&project.assignment_mutex());
+  std::vector<ItemSuggestion> ranked;
+  absl::StatusOr<int64_t> seen = leases.ClaimLeases(
+      project.identity().project_id, project.lease_claims_seen(), now,
+      [&](const std::vector<storage::LeaseRecord>& claimed_by_others) {
+        for (const storage::LeaseRecord& l : claimed_by_others) {
+          project.leases().Add(l.item_index, l.annotator_index, l.expires_at);
+        }
+        // Leases just added change the short list's lease counts: RankFromShortlist sees that
+        // and ranks everything again.
+        ranked = RankFromShortlist(project, shortlist, rules, annotator, k, candidates, now, seed);
+        std::vector<storage::LeaseRecord> chosen;
+        chosen.reserve(ranked.size());
+        for (const ItemSuggestion& s : ranked) chosen.push_back({s.item, annotator, expires});
+        return chosen;
+      });
+  if (!seen.ok()) return seen.status();
+  project.set_lease_claims_seen(*seen);
+  for (const ItemSuggestion& s : ranked) project.leases().Add(s.item, annotator, expires);
+  return ranked;
+}
+
 std::vector<AnnotatorSuggestion> RankAnnotatorsForItem(LiveProject& project,
                                                        const ProjectSnapshot& snapshot,
                                                        int32_t item, int32_t k,

@@ -48,9 +48,11 @@
 #include <optional>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "server/state/live_project.h"
+#include "storage/lease_store.h"
 #include "verity/v1/projects.pb.h"
 
 namespace verity::server {
@@ -108,6 +110,16 @@ std::vector<ItemSuggestion> RankAndLeaseItems(LiveProject& project, const Assign
                                               int32_t annotator, int32_t k,
                                               const std::optional<std::vector<int32_t>>& candidates,
                                               absl::Time now, absl::Time expires, uint64_t seed);
+
+// RankAndLeaseItems for a project that several server replicas serve: under the project's
+// assignment lock here and its claim lock in PostgreSQL (storage::LeaseStore::ClaimLeases),
+// first adds the leases the other replicas claimed since this one last looked, then ranks and
+// claims. Two annotators asking two replicas are therefore never both sent to an item's last
+// open slot. Errors are the database's; nothing is leased then.
+absl::StatusOr<std::vector<ItemSuggestion>> RankAndClaimItems(
+    LiveProject& project, storage::LeaseStore& leases, const AssignmentRules& rules,
+    int32_t annotator, int32_t k, const std::optional<std::vector<int32_t>>& candidates,
+    absl::Time now, absl::Time expires, uint64_t seed);
 
 // The two halves of RankAndLeaseItems, exposed for tests. ShortlistItems ranks without the
 // assignment lock; RankFromShortlist, called under it with the same arguments, returns what

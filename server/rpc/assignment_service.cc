@@ -72,13 +72,22 @@ grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext* context,
   const AssignmentRules rules = AssignmentRules::FromSettings(live.settings().assignment());
   const absl::Time now = absl::Now();
   const absl::Time expires = now + rules.lease;
-  // Rank and lease atomically within the project.
-  const std::vector<ItemSuggestion> ranked =
-      RankAndLeaseItems(live, rules, *annotator, request->k(), candidates, now, expires,
-                        absl::Uniform<uint64_t>(absl::BitGen()));
-  std::vector<storage::LeaseRecord> leases;
-  for (const ItemSuggestion& s : ranked) leases.push_back({s.item, *annotator, expires});
-  core_.lease_persister->Enqueue(live.identity().project_id, std::move(leases));
+  // Rank and lease atomically within the project; with several replicas, across them.
+  const uint64_t seed = absl::Uniform<uint64_t>(absl::BitGen());
+  std::vector<ItemSuggestion> ranked;
+  if (core_.shared_leases) {
+    absl::StatusOr<std::vector<ItemSuggestion>> claimed =
+        RankAndClaimItems(live, *core_.storage->leases, rules, *annotator, request->k(),
+                          candidates, now, expires, seed);
+    if (!claimed.ok()) return ToGrpcStatus(claimed.status());
+    ranked = *std::move(claimed);
+  } else {
+    ranked = RankAndLeaseItems(live, rules, *annotator, request->k(), candidates, now, expires,
+                               seed);
+    std::vector<storage::LeaseRecord> leases;
+    for (const ItemSuggestion& s : ranked) leases.push_back({s.item, *annotator, expires});
+    core_.lease_persister->Enqueue(live.identity().project_id, std::move(leases));
+  }
   const int64_t expiry_seconds = absl::ToUnixSeconds(expires);
   for (const ItemSuggestion& s : ranked) {
     v1::ItemSuggestion* out = response->add_suggestions();

@@ -25,6 +25,9 @@ struct ServerCore {
   KeyRing* keys;
   // Per-project limits where a project's settings leave them 0 (server flags).
   ProjectQuota quota_defaults;
+  // Several replicas share the database (VerityServer::Options::follow_replicas): leases are
+  // claimed in PostgreSQL at once (RankAndClaimItems) instead of written behind the request.
+  bool shared_leases = false;
 };
 
 }  // namespace verity::server

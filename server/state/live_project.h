@@ -223,6 +223,14 @@ class LiveProject {
   // Serialises a suggestion's ranking and leasing within the project, so that concurrent
   // suggestions see each other's leases.
   absl::Mutex& assignment_mutex() { return assignment_mu_; }
+  // Several replicas: the newest lease claim (storage::LeaseStore::ClaimLeases) this server
+  // has read into leases(). Read and set under assignment_mutex().
+  int64_t lease_claims_seen() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(assignment_mu_) {
+    return lease_claims_seen_;
+  }
+  void set_lease_claims_seen(int64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(assignment_mu_) {
+    lease_claims_seen_ = seq;
+  }
   ProjectCounts Counts() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether a refit is due: the labels changed since the last fit reach
@@ -365,6 +373,7 @@ class LiveProject {
   std::vector<float> annotator_features_ ABSL_GUARDED_BY(mu_);
   LeaseBook leases_;
   absl::Mutex assignment_mu_;
+  int64_t lease_claims_seen_ ABSL_GUARDED_BY(assignment_mu_) = 0;
 
   mutable absl::Mutex snapshot_mu_;
   std::shared_ptr<const ProjectSnapshot> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
