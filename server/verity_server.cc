@@ -91,8 +91,7 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   if (options.follow_replicas) {
     TrainingScheduler* scheduler = server->scheduler_.get();
     server->follower_ = std::make_unique<ReplicaFollower>(
-        options.postgres_url, *server->registry_, *server->storage_->annotations,
-        *server->storage_->versions,
+        options.postgres_url, *server->registry_, *server->storage_,
         [scheduler](LiveProject& project) {
           if (absl::StatusOr<int32_t> adopted = scheduler->AdoptStoredVersion(project);
               !adopted.ok()) {

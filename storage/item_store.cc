@@ -13,6 +13,7 @@
 #include "pqxx/result"
 #include "storage/cursor_reader.h"
 #include "storage/entity_index.h"
+#include "storage/project_changes.h"
 #include "storage/sql_values.h"
 
 namespace verity {
@@ -51,9 +52,11 @@ absl::Status ValidateFeatures(const std::vector<float>& features,
   return absl::OkStatus();
 }
 
+// `change_seq` (may be null): receives the project's change_seq after this write, when it
+// marked the project changed (storage/project_changes.h).
 absl::StatusOr<std::vector<int32_t>> UpsertEntities(
     ConnectionPool& pool, int64_t project_id, EntityKind kind,
-    const std::vector<EntityWrite>& writes) {
+    const std::vector<EntityWrite>& writes, int64_t* change_seq) {
   const bool items = kind == EntityKind::kItem;
   const char* what = items ? "item" : "annotator";
   for (const EntityWrite& w : writes) {
@@ -118,6 +121,12 @@ absl::StatusOr<std::vector<int32_t>> UpsertEntities(
           if (w.gold_label.has_value()) it->second.gold_label = w.gold_label;
           if (w.priority.has_value()) it->second.priority = w.priority;
         }
+        // New items, and any attribute: what other server replicas must re-read. (Annotators
+        // without features need not be: their labels bring their ids.)
+        if (items || !order.empty()) {
+          const int64_t seq = MarkProjectChanged(txn, project_id);
+          if (change_seq != nullptr) *change_seq = seq;
+        }
         if (!order.empty()) {
           std::vector<std::optional<std::vector<float>>> features;
           std::vector<std::optional<int32_t>> gold;
@@ -180,23 +189,23 @@ absl::StatusOr<std::optional<std::vector<float>>> ParseOptionalFeatures(
 }  // namespace
 
 absl::StatusOr<std::vector<int32_t>> ItemStore::UpsertItems(
-    int64_t project_id, absl::Span<const ItemWrite> items) {
+    int64_t project_id, absl::Span<const ItemWrite> items, int64_t* change_seq) {
   std::vector<EntityWrite> writes;
   writes.reserve(items.size());
   for (const ItemWrite& item : items) {
     writes.push_back({item.external_id, &item.features, item.gold_label, item.priority});
   }
-  return UpsertEntities(*pool_, project_id, EntityKind::kItem, writes);
+  return UpsertEntities(*pool_, project_id, EntityKind::kItem, writes, change_seq);
 }
 
 absl::StatusOr<std::vector<int32_t>> ItemStore::UpsertAnnotators(
-    int64_t project_id, absl::Span<const AnnotatorWrite> annotators) {
+    int64_t project_id, absl::Span<const AnnotatorWrite> annotators, int64_t* change_seq) {
   std::vector<EntityWrite> writes;
   writes.reserve(annotators.size());
   for (const AnnotatorWrite& annotator : annotators) {
     writes.push_back({annotator.external_id, &annotator.features, std::nullopt, std::nullopt});
   }
-  return UpsertEntities(*pool_, project_id, EntityKind::kAnnotator, writes);
+  return UpsertEntities(*pool_, project_id, EntityKind::kAnnotator, writes, change_seq);
 }
 
 absl::StatusOr<std::vector<ItemRecord>> ItemStore::LoadItems(

@@ -64,12 +64,19 @@ class ItemStore {
   // index of each write, in input order. All or nothing. Errors: NOT_FOUND
   // for an unknown project; INVALID_ARGUMENT for an empty external id, a gold
   // label outside [0, K), or features of the wrong length or not finite.
+  //
+  // Marks the project changed (storage/project_changes.h): always for items,
+  // for annotators only when a write carries features. `change_seq` (may be
+  // null) then receives the project's change_seq after this write (left
+  // as is otherwise).
   absl::StatusOr<std::vector<int32_t>> UpsertItems(
-      int64_t project_id, absl::Span<const ItemWrite> items);
+      int64_t project_id, absl::Span<const ItemWrite> items,
+      int64_t* change_seq = nullptr);
 
   // The same for annotators.
   absl::StatusOr<std::vector<int32_t>> UpsertAnnotators(
-      int64_t project_id, absl::Span<const AnnotatorWrite> annotators);
+      int64_t project_id, absl::Span<const AnnotatorWrite> annotators,
+      int64_t* change_seq = nullptr);
 
   // All items / annotators of the project ordered by index (so
   // result[i].index == i). NOT_FOUND for an unknown project.

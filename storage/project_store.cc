@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "pqxx/binarystring"
 #include "pqxx/result"
+#include "storage/project_changes.h"
 #include "storage/sql_values.h"
 
 namespace verity {
@@ -18,7 +19,7 @@ std::string SelectProjectsSql(absl::string_view where) {
   return absl::StrCat(
       "SELECT project_id, name, classes, item_feature_dim, "
       "annotator_feature_dim, settings, ",
-      MicrosFromTimestampSql("created_at"), " FROM projects ", where);
+      MicrosFromTimestampSql("created_at"), ", change_seq FROM projects ", where);
 }
 
 absl::StatusOr<ProjectRecord> ProjectFromRow(const pqxx::row& row) {
@@ -30,6 +31,7 @@ absl::StatusOr<ProjectRecord> ProjectFromRow(const pqxx::row& row) {
   p.annotator_feature_dim = row[4].as<int32_t>();
   p.settings = pqxx::binarystring(row[5]).str();
   p.created_at = MicrosToTime(row[6].as<int64_t>());
+  p.change_seq = row[7].as<int64_t>();
   return p;
 }
 
@@ -112,7 +114,8 @@ absl::StatusOr<std::vector<ProjectRecord>> ProjectStore::ListProjects() {
 }
 
 absl::Status ProjectStore::UpdateSettings(int64_t project_id,
-                                          absl::string_view settings) {
+                                          absl::string_view settings,
+                                          int64_t* change_seq) {
   const pqxx::binarystring blob(settings.data(), settings.size());
   return pool_->RunInTransaction(
       "updating project settings", [&](pqxx::work& txn) -> absl::Status {
@@ -123,7 +126,24 @@ absl::Status ProjectStore::UpdateSettings(int64_t project_id,
           return absl::NotFoundError(
               absl::StrCat("project ", project_id, " not found"));
         }
+        const int64_t seq = MarkProjectChanged(txn, project_id);
+        if (change_seq != nullptr) *change_seq = seq;
         return absl::OkStatus();
+      });
+}
+
+absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>>
+ProjectStore::ListChangeSeqs() {
+  return pool_->WithTransaction(
+      "listing the projects' change counters",
+      [&](pqxx::work& txn)
+          -> absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> {
+        std::vector<std::pair<int64_t, int64_t>> seqs;
+        for (const pqxx::row& row : txn.exec(
+                 "SELECT project_id, change_seq FROM projects ORDER BY project_id")) {
+          seqs.emplace_back(row[0].as<int64_t>(), row[1].as<int64_t>());
+        }
+        return seqs;
       });
 }
 

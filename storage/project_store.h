@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +32,9 @@ struct ProjectRecord {
   int32_t annotator_feature_dim = 0;  // 0: annotators have no features.
   std::string settings;               // Opaque bytes owned by the server.
   absl::Time created_at;              // Set by CreateProject.
+  // Writes of the project's items, annotator features and settings so far
+  // (storage/project_changes.h); read only.
+  int64_t change_seq = 0;
 };
 
 class ProjectStore {
@@ -50,8 +54,14 @@ class ProjectStore {
   // All projects, by ascending project_id.
   absl::StatusOr<std::vector<ProjectRecord>> ListProjects();
 
-  // Replaces the settings blob. NOT_FOUND if there is no such project.
-  absl::Status UpdateSettings(int64_t project_id, absl::string_view settings);
+  // Replaces the settings blob (and marks the project changed, see
+  // storage/project_changes.h). NOT_FOUND if there is no such project.
+  // `change_seq` (may be null) receives the project's change_seq after it.
+  absl::Status UpdateSettings(int64_t project_id, absl::string_view settings,
+                              int64_t* change_seq = nullptr);
+
+  // (project id, change_seq) of every project, by project id.
+  absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> ListChangeSeqs();
 
  private:
   ConnectionPool* const pool_;

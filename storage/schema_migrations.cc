@@ -196,6 +196,11 @@ CREATE SEQUENCE assignment_lease_claim_seq;
 ALTER TABLE assignment_leases ADD COLUMN claim_seq bigint NOT NULL DEFAULT 0;
 CREATE INDEX assignment_leases_project_claim ON assignment_leases (project_id, claim_seq);
 )sql"},
+          {12, "a change counter of each project's items, annotators and settings", R"sql(
+-- Bumped by every write of a project's items, annotator features or settings
+-- (storage/project_changes.h): server replicas re-read those when theirs is behind.
+ALTER TABLE projects ADD COLUMN change_seq bigint NOT NULL DEFAULT 0;
+)sql"},
       };
   return *kMigrations;
 }

@@ -516,5 +516,65 @@ TEST_F(ReplicasTest, LeasesAreExclusiveAcrossReplicas) {
   EXPECT_EQ(leases, kItems) << "every slot leased once";
 }
 
+TEST_F(ReplicasTest, ItemsGoldAndSettingsWrittenThroughOneReplicaAreServedByTheOthers) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  const std::string project = "items-and-settings";
+  CreateProject(a, project);
+  EXPECT_EQ(NumLabels(b, project), 0);  // B has loaded the project.
+
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddItemsRequest request;
+    request.set_project(project);
+    for (int i = 0; i < 6; ++i) {
+      v1::Item* item = request.add_items();
+      item->set_id(absl::StrCat("item-", i));
+      if (i % 2 == 0) item->set_gold_label(i % kClasses);
+    }
+    v1::AddItemsResponse response;
+    grpc::Status status = a.projects->AddItems(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    request.mutable_settings()->mutable_assignment()->set_max_labels_per_item(7);
+    v1::UpdateProjectSettingsResponse response;
+    grpc::Status status = a.projects->UpdateProjectSettings(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+
+  // B serves the items with their gold labels, and the new settings.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  std::vector<v1::Posterior> served;
+  int32_t max_labels = 0;
+  while (absl::Now() < give_up) {
+    served = Posteriors(b, project);
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::GetProjectRequest request;
+    request.set_project(project);
+    v1::GetProjectResponse response;
+    ASSERT_TRUE(b.projects->GetProject(&context, request, &response).ok());
+    max_labels = response.project().settings().assignment().max_labels_per_item();
+    if (served.size() == 6 && max_labels == 7) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(served.size(), 6u);
+  EXPECT_EQ(max_labels, 7);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(served[i].item(), absl::StrCat("item-", i));
+    EXPECT_EQ(served[i].is_gold(), i % 2 == 0) << served[i].item();
+    if (i % 2 == 0) EXPECT_EQ(served[i].map_label(), i % kClasses) << served[i].item();
+  }
+  // The same as a replica that loads the project from PostgreSQL.
+  Replica& fresh = StartReplica();
+  ExpectSamePosteriors(Posteriors(fresh, project), served, "B");
+}
+
 }  // namespace
 }  // namespace verity::tests

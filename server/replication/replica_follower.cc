@@ -1,6 +1,7 @@
 #include "server/replication/replica_follower.h"
 
 #include <cstdint>
+#include <algorithm>
 #include <exception>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "pqxx/nontransaction"
 #include "server/observability/log.h"
 #include "server/state/label_catch_up.h"
+#include "storage/project_changes.h"
 
 namespace verity::server {
 
@@ -34,24 +36,28 @@ struct ReplicaFollower::Listener {
   explicit Listener(const std::string& url)
       : connection(url),
         labels(connection, storage::AnnotationStore::kLabelsChannel, labelled),
-        versions(connection, storage::ModelVersionStore::kVersionsChannel, versioned) {
+        versions(connection, storage::ModelVersionStore::kVersionsChannel, versioned),
+        changes(connection, storage::kProjectChangesChannel, changed) {
     // The receivers' constructors send LISTEN; a query makes sure it took effect.
     pqxx::nontransaction(connection).exec("SELECT 1");
   }
 
   absl::flat_hash_set<int64_t> labelled;   // Projects with new labels.
   absl::flat_hash_set<int64_t> versioned;  // Projects with a new model version.
+  absl::flat_hash_set<int64_t> changed;    // Projects with changed items or settings.
   pqxx::connection connection;
   Receiver labels;
   Receiver versions;
+  Receiver changes;
 };
 
 struct ReplicaFollower::Metrics {
   explicit Metrics(MetricsRegistry& registry)
       : reads(registry.AddCounter("verity_replica_catch_up_reads_total",
-                                  "Reads of a project's labels committed by other replicas, by "
-                                  "what triggered them (notify: a NOTIFY after their commit; "
-                                  "poll: the periodic check of every project's newest seq).",
+                                  "Reads of what other replicas committed to a project, by "
+                                  "trigger (notify: labels, after a NOTIFY; poll: labels the "
+                                  "periodic check found behind; changes: a re-read of the "
+                                  "project's items, annotators and settings).",
                                   {"trigger"})),
         failures(registry.AddCounter(
             "verity_replica_follow_failures_total",
@@ -61,14 +67,12 @@ struct ReplicaFollower::Metrics {
 };
 
 ReplicaFollower::ReplicaFollower(std::string postgres_url, ProjectRegistry& registry,
-                                 storage::AnnotationStore& store,
-                                 storage::ModelVersionStore& versions,
+                                 StorageHandles& storage,
                                  AdoptStoredVersion adopt_stored_version, Options options,
                                  MetricsRegistry* metrics)
     : postgres_url_(std::move(postgres_url)),
       registry_(registry),
-      store_(store),
-      versions_(versions),
+      storage_(storage),
       adopt_stored_version_(std::move(adopt_stored_version)),
       options_(options),
       metrics_(metrics != nullptr ? std::make_unique<Metrics>(*metrics) : nullptr) {}
@@ -94,6 +98,7 @@ void ReplicaFollower::Stop() {
 
 void ReplicaFollower::Run() {
   absl::Time next_poll = absl::Now();
+  absl::Time last_poll = absl::InfinitePast();
   while (!stop_) {
     if (listener_ == nullptr) {
       try {
@@ -126,7 +131,14 @@ void ReplicaFollower::Run() {
       std::shared_ptr<LiveProject> project = Find(project_id);
       if (project != nullptr && adopt_stored_version_) adopt_stored_version_(*project);
     }
+    // Changed items and settings wait for the poll: one re-read per project per interval
+    // however many writes (a bulk AddItems sends many).
+    if (!listener_->changed.empty()) {
+      next_poll = std::min(next_poll, last_poll + options_.poll_interval);
+      listener_->changed.clear();
+    }
     if (absl::Now() >= next_poll) {
+      last_poll = absl::Now();
       Poll();
       next_poll = absl::Now() + options_.poll_interval;
     }
@@ -142,7 +154,7 @@ std::shared_ptr<LiveProject> ReplicaFollower::Find(int64_t project_id) const {
 
 void ReplicaFollower::CatchUp(LiveProject& project, const char* trigger) {
   if (metrics_) metrics_->reads.WithLabels({trigger}).Increment();
-  if (absl::Status s = CatchUpLabels(store_, project); !s.ok()) {
+  if (absl::Status s = CatchUpLabels(*storage_.annotations, project); !s.ok()) {
     if (metrics_) metrics_->failures.Increment();
     LogEvent("replica_catch_up_failed",
              {{"project", project.identity().name}, {"error", s.ToString()}});
@@ -150,15 +162,19 @@ void ReplicaFollower::CatchUp(LiveProject& project, const char* trigger) {
 }
 
 void ReplicaFollower::Poll() {
-  absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> drawn = store_.ListDrawnThrough();
+  absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> drawn =
+      storage_.annotations->ListDrawnThrough();
   absl::StatusOr<std::vector<std::pair<int64_t, int32_t>>> newest =
-      versions_.ListNewestVersions();
-  if (!drawn.ok() || !newest.ok()) {
+      storage_.versions->ListNewestVersions();
+  absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> changes =
+      storage_.projects->ListChangeSeqs();
+  if (!drawn.ok() || !newest.ok() || !changes.ok()) {
     if (metrics_) metrics_->failures.Increment();
     return;
   }
   absl::flat_hash_map<int64_t, int64_t> drawn_through(drawn->begin(), drawn->end());
   absl::flat_hash_map<int64_t, int32_t> newest_version(newest->begin(), newest->end());
+  absl::flat_hash_map<int64_t, int64_t> change_seq(changes->begin(), changes->end());
   for (const std::shared_ptr<LiveProject>& project : registry_.All()) {
     const int64_t id = project->identity().project_id;
     if (auto it = drawn_through.find(id);
@@ -170,7 +186,34 @@ void ReplicaFollower::Poll() {
                                            adopt_stored_version_) {
       adopt_stored_version_(*project);
     }
+    if (auto it = change_seq.find(id);
+        it != change_seq.end() && it->second > project->followed_change_seq()) {
+      FollowChanges(*project);
+    }
   }
+}
+
+void ReplicaFollower::FollowChanges(LiveProject& project) {
+  const int64_t id = project.identity().project_id;
+  // No own write interleaves between the reads below and their application.
+  absl::MutexLock order(&project.write_order_mu());
+  absl::StatusOr<storage::ProjectRecord> record = storage_.projects->GetProject(id);
+  if (!record.ok()) {
+    if (metrics_) metrics_->failures.Increment();
+    return;
+  }
+  if (record->change_seq <= project.followed_change_seq()) return;
+  if (metrics_) metrics_->reads.WithLabels({"changes"}).Increment();
+  v1::ProjectSettings settings;
+  absl::StatusOr<std::vector<storage::ItemRecord>> items = storage_.items->LoadItems(id);
+  absl::StatusOr<std::vector<storage::AnnotatorRecord>> annotators =
+      storage_.items->LoadAnnotators(id);
+  if (!settings.ParseFromString(record->settings) || !items.ok() || !annotators.ok()) {
+    if (metrics_) metrics_->failures.Increment();
+    LogEvent("replica_follow_changes_failed", {{"project", project.identity().name}});
+    return;
+  }
+  project.ApplyStoredEntities(settings, *items, *annotators, record->change_seq);
 }
 
 }  // namespace verity::server

@@ -9,6 +9,13 @@
 // follower also lists each project's newest drawn seq (one small query) and catches up every
 // loaded project that is behind it. A missed notification costs latency, never a label.
 //
+// Items, annotators and settings written by other replicas follow the same way: their writes
+// bump the project's change_seq and notify (storage/project_changes.h), and the follower then
+// re-reads the project's items, annotators and settings and applies what differs
+// (LiveProject::ApplyStoredEntities). That re-read costs O(items of the project), so such
+// notifications are handled at most once per poll_interval per project; a replica's own
+// writes need none.
+//
 // Model versions follow the same way: every stored version sends NOTIFY on
 // storage::ModelVersionStore::kVersionsChannel, and the poll also lists each project's newest
 // version; a project with a newer version than it serves is handed to `adopt_stored_version`
@@ -31,8 +38,7 @@
 #include "absl/time/time.h"
 #include "server/observability/metrics.h"
 #include "server/state/project_registry.h"
-#include "storage/annotation_store.h"
-#include "storage/model_version_store.h"
+#include "server/state/storage_handles.h"
 
 namespace verity::server {
 
@@ -49,9 +55,8 @@ class ReplicaFollower {
   // Serves the newest stored version of a project if it is newer than the one served.
   using AdoptStoredVersion = std::function<void(LiveProject&)>;
 
-  // `registry`, `store`, `versions` and `metrics` (may be null) must outlive the follower.
-  ReplicaFollower(std::string postgres_url, ProjectRegistry& registry,
-                  storage::AnnotationStore& store, storage::ModelVersionStore& versions,
+  // `registry`, `storage` and `metrics` (may be null) must outlive the follower.
+  ReplicaFollower(std::string postgres_url, ProjectRegistry& registry, StorageHandles& storage,
                   AdoptStoredVersion adopt_stored_version, Options options,
                   MetricsRegistry* metrics);
   ~ReplicaFollower();  // Stop()
@@ -70,14 +75,16 @@ class ReplicaFollower {
   std::shared_ptr<LiveProject> Find(int64_t project_id) const;
   // Catches up the labels of `project`; `trigger` names the metric's reason.
   void CatchUp(LiveProject& project, const char* trigger);
-  // Catches up every loaded project whose newest drawn seq is above what memory holds, and
-  // adopts every newer stored version.
+  // Re-reads the items, annotators and settings of `project` if its change_seq moved past
+  // what memory reflects.
+  void FollowChanges(LiveProject& project);
+  // Catches up every loaded project whose newest drawn seq is above what memory holds, adopts
+  // every newer stored version, and follows every project whose change_seq moved.
   void Poll();
 
   const std::string postgres_url_;
   ProjectRegistry& registry_;
-  storage::AnnotationStore& store_;
-  storage::ModelVersionStore& versions_;
+  StorageHandles& storage_;
   const AdoptStoredVersion adopt_stored_version_;
   const Options options_;
   std::unique_ptr<Metrics> metrics_;

@@ -211,7 +211,12 @@ grpc::Status ProjectServiceImpl::AddAnnotators(grpc::ServerContext* context,
       !s.ok()) {
     return ToGrpcStatus(s);
   }
-  auto indices = core_.storage->items->UpsertAnnotators(live.identity().project_id, writes);
+  // Held across the write and the memory update, as ProjectRegistry's writers do, so that a
+  // replica follower's re-read cannot interleave (LiveProject::ApplyStoredEntities).
+  absl::MutexLock order(&live.write_order_mu());
+  int64_t change_seq = 0;
+  auto indices =
+      core_.storage->items->UpsertAnnotators(live.identity().project_id, writes, &change_seq);
   if (!indices.ok()) return ToGrpcStatus(indices.status());
   std::vector<std::pair<int32_t, std::string>> registered;
   registered.reserve(writes.size());
@@ -220,6 +225,7 @@ grpc::Status ProjectServiceImpl::AddAnnotators(grpc::ServerContext* context,
   for (size_t i = 0; i < writes.size(); ++i) {
     if (writes[i].features.has_value()) live.SetAnnotatorFeatures((*indices)[i], *writes[i].features);
   }
+  if (change_seq > 0) live.NoteOwnChange(change_seq);
   response->set_added(added);
   response->set_updated(request->annotators_size() - added);
   return grpc::Status::OK;

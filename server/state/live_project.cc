@@ -151,6 +151,7 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
   }
   // The stored labels are one snapshot's live labels, complete through their newest seq.
   p.applied_seq_ = p.newest_seq_;
+  p.followed_change_seq_ = stored.change_seq;
   absl::StatusOr<models::AnnotationMatrix> stored_matrix = models::AnnotationMatrix::Build(
       static_cast<int32_t>(p.item_ids_.size()), static_cast<int32_t>(p.annotator_ids_.size()), k,
       triples);
@@ -430,6 +431,76 @@ bool LiveProject::ApplyFollowed(const storage::LabelsSince& since) {
   }
   PublishCommitted(touched);
   return !touched.empty();
+}
+
+int64_t LiveProject::followed_change_seq() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return followed_change_seq_;
+}
+
+void LiveProject::NoteOwnChange(int64_t change_seq) {
+  absl::MutexLock lock(&mu_);
+  if (change_seq == followed_change_seq_ + 1) followed_change_seq_ = change_seq;
+}
+
+bool LiveProject::ApplyStoredEntities(const v1::ProjectSettings& settings,
+                                      absl::Span<const storage::ItemRecord> items,
+                                      absl::Span<const storage::AnnotatorRecord> annotators,
+                                      int64_t change_seq) {
+  std::vector<ItemChange> item_changes;
+  std::vector<std::pair<int32_t, std::string>> new_annotators;
+  std::vector<std::pair<int32_t, std::vector<float>>> annotator_features;
+  bool settings_differ = false;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (change_seq <= followed_change_seq_) return false;
+    settings_differ = settings.SerializeAsString() != settings_.SerializeAsString();
+    const size_t item_dim = static_cast<size_t>(identity_.item_feature_dim);
+    for (const storage::ItemRecord& item : items) {
+      const bool known = item.index < static_cast<int32_t>(item_ids_.size()) &&
+                         !item_ids_[item.index].empty();
+      ItemChange change{item.index, item.external_id, std::nullopt, std::nullopt, std::nullopt};
+      bool differs = !known;
+      if (item.gold_label.has_value() && (!known || gold_[item.index] != *item.gold_label)) {
+        change.gold_label = item.gold_label;
+        differs = true;
+      }
+      if (!known ? item.priority != 0.0 : item_priority_[item.index] != item.priority) {
+        change.priority = item.priority;
+        differs = true;
+      }
+      if (item.features.has_value() && item.features->size() == item_dim && item_dim > 0 &&
+          (!known || !std::equal(item.features->begin(), item.features->end(),
+                                 item_features_.begin() + item.index * item_dim))) {
+        change.features = item.features;
+        differs = true;
+      }
+      if (differs) item_changes.push_back(std::move(change));
+    }
+    const size_t annotator_dim = static_cast<size_t>(identity_.annotator_feature_dim);
+    for (const storage::AnnotatorRecord& a : annotators) {
+      const bool known = a.index < static_cast<int32_t>(annotator_ids_.size()) &&
+                         !annotator_ids_[a.index].empty();
+      if (!known) new_annotators.emplace_back(a.index, a.external_id);
+      if (a.features.has_value() && a.features->size() == annotator_dim && annotator_dim > 0 &&
+          (!known || !std::equal(a.features->begin(), a.features->end(),
+                                 annotator_features_.begin() + a.index * annotator_dim))) {
+        annotator_features.emplace_back(a.index, *a.features);
+      }
+    }
+  }
+  if (settings_differ) SetSettings(settings);
+  ApplyItems(item_changes);
+  if (!new_annotators.empty()) RegisterAnnotators(new_annotators);
+  for (const auto& [annotator, features] : annotator_features) {
+    SetAnnotatorFeatures(annotator, features);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    followed_change_seq_ = std::max(followed_change_seq_, change_seq);
+  }
+  return settings_differ || !item_changes.empty() || !new_annotators.empty() ||
+         !annotator_features.empty();
 }
 
 int64_t LiveProject::applied_seq() const {

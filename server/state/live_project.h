@@ -39,6 +39,7 @@
 #include "server/state/lease_book.h"
 #include "server/state/posterior_table.h"
 #include "storage/annotation_store.h"
+#include "storage/item_store.h"
 #include "storage/lease_store.h"
 #include "storage/model_version_store.h"
 #include "verity/v1/projects.pb.h"
@@ -116,6 +117,9 @@ class LiveProject {
     std::vector<Label> labels;
     std::optional<storage::ModelVersionRecord> latest_version;
     std::vector<storage::LeaseRecord> open_leases;
+    // The project's change_seq read before the items and annotators above
+    // (storage/project_changes.h).
+    int64_t change_seq = 0;
   };
 
   // Builds the live state from stored state; restores the latest model version's parameters
@@ -171,6 +175,23 @@ class LiveProject {
   std::vector<int32_t> RegisterOwnCommitOutOfOrder(
       absl::Span<const CommittedLabel> labels, std::optional<storage::DrawnSeqs> drawn)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Items, annotators and settings that another replica wrote (storage/project_changes.h):
+  // followed_change_seq() is the project's change_seq that memory reflects. A writer of this
+  // server calls NoteOwnChange with the change_seq its write got, after applying it to memory
+  // under write_order_mu(): when it directly follows, memory is still current and no re-read
+  // is needed.
+  int64_t followed_change_seq() const ABSL_LOCKS_EXCLUDED(mu_);
+  void NoteOwnChange(int64_t change_seq) ABSL_LOCKS_EXCLUDED(mu_);
+  // Applies the stored state of the project's items, annotators and settings where memory
+  // differs (new items, gold labels, priorities, item and annotator features, annotators,
+  // settings), as of `change_seq` (read before them). Whatever equals memory is no change: it
+  // makes no refit due. The caller holds write_order_mu(), so that no own write interleaves.
+  // Returns whether anything changed.
+  bool ApplyStoredEntities(const v1::ProjectSettings& settings,
+                           absl::Span<const storage::ItemRecord> items,
+                           absl::Span<const storage::AnnotatorRecord> annotators,
+                           int64_t change_seq) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Applies a catch-up read (the labels with seq > applied_seq() when it was read, from any
   // writer) and publishes the items it changed. A read older than what memory holds is
   // ignored. Returns whether any item changed.
@@ -345,6 +366,7 @@ class LiveProject {
   int64_t applied_seq_ ABSL_GUARDED_BY(mu_) = 0;
   // ApplyFollowed ignores reads complete through less (RegisterOwnCommitOutOfOrder).
   int64_t follow_floor_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t followed_change_seq_ ABSL_GUARDED_BY(mu_) = 0;  // See followed_change_seq().
   // Labels added or revised since the current model's fit.
   int64_t changes_since_fit_ ABSL_GUARDED_BY(mu_) = 0;
   // Counts changes of the fit's other inputs (items, gold, priorities, features, model

@@ -185,5 +185,35 @@ TEST(LiveProjectReplicationTest, RestoredProjectsStartAtTheirNewestStoredSeq) {
               Optional(ElementsAre(0)));
 }
 
+TEST(LiveProjectReplicationTest, StoredEntitiesApplyOnlyWhatDiffersFromMemory) {
+  auto project = EmptyProject();
+  ASSERT_EQ(project->followed_change_seq(), 0);
+  // This server's own write (change 1) directly follows: memory stays current.
+  project->ApplyItems({{0, "i0", 1, std::nullopt, std::nullopt}});
+  project->NoteOwnChange(1);
+  EXPECT_EQ(project->followed_change_seq(), 1);
+  // Another replica's write came first (change 2): this one's (3) leaves memory behind.
+  project->NoteOwnChange(3);
+  EXPECT_EQ(project->followed_change_seq(), 1);
+
+  std::vector<storage::ItemRecord> items(3);
+  items[0] = {0, "i0", 1, 0.0, std::nullopt};  // as memory holds it
+  items[1] = {1, "i1", 2, 0.5, std::nullopt};  // new, gold 2, priority 0.5
+  items[2] = {2, "i2", std::nullopt, 0.0, std::nullopt};  // new
+  std::vector<storage::AnnotatorRecord> annotators = {{0, "w0", std::nullopt}};
+  v1::ProjectSettings settings;
+  settings.mutable_assignment()->set_max_labels_per_item(4);
+  EXPECT_TRUE(project->ApplyStoredEntities(settings, items, annotators, 3));
+  EXPECT_EQ(project->followed_change_seq(), 3);
+  EXPECT_EQ(project->settings().assignment().max_labels_per_item(), 4);
+  EXPECT_THAT(project->GoldItems(), ElementsAre(0, 1));
+  EXPECT_EQ(project->snapshot()->posteriors.num_items(), 3);
+  EXPECT_THAT(project->FindAnnotator("w0"), Optional(0));
+  // The same state again, or an older one, changes nothing.
+  EXPECT_FALSE(project->ApplyStoredEntities(settings, items, annotators, 4));
+  EXPECT_FALSE(project->ApplyStoredEntities(v1::ProjectSettings(), {}, {}, 2));
+  EXPECT_EQ(project->settings().assignment().max_labels_per_item(), 4);
+}
+
 }  // namespace
 }  // namespace verity::server

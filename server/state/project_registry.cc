@@ -34,6 +34,8 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Load(
     return absl::InternalError(absl::StrCat("project ", record.name, ": stored settings do not parse"));
   }
   LiveProject::StoredState stored;
+  // Read before the items and annotators below: a change after it is re-read (followed).
+  stored.change_seq = record.change_seq;
   auto items = storage_.items->LoadItems(record.project_id);
   if (!items.ok()) return items.status();
   stored.item_ids.resize(items->size());
@@ -200,18 +202,21 @@ absl::Status ProjectRegistry::UpdateSettings(LiveProject& project,
   if (settings.model().method() == v1::TRUTH_METHOD_UNSPECIFIED) {
     settings.mutable_model()->set_method(project.settings().model().method());
   }
+  int64_t change_seq = 0;
   absl::Status s = storage_.projects->UpdateSettings(project.identity().project_id,
-                                                     settings.SerializeAsString());
+                                                     settings.SerializeAsString(), &change_seq);
   if (!s.ok()) return s;
   if (between_write_and_apply_) between_write_and_apply_();
   project.SetSettings(settings);
+  project.NoteOwnChange(change_seq);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int32_t>> ProjectRegistry::AddItems(
     LiveProject& project, std::vector<storage::ItemWrite> writes) {
   absl::MutexLock order(&project.write_order_mu());  // As in UpdateSettings.
-  auto indices = storage_.items->UpsertItems(project.identity().project_id, writes);
+  int64_t change_seq = 0;
+  auto indices = storage_.items->UpsertItems(project.identity().project_id, writes, &change_seq);
   if (!indices.ok()) return indices.status();
   if (between_write_and_apply_) between_write_and_apply_();
   std::vector<ItemChange> changes;
@@ -221,6 +226,7 @@ absl::StatusOr<std::vector<int32_t>> ProjectRegistry::AddItems(
                        writes[i].priority, std::move(writes[i].features)});
   }
   project.ApplyItems(changes);
+  project.NoteOwnChange(change_seq);
   return indices;
 }
 
