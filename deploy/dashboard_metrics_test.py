@@ -100,7 +100,8 @@ class Server:
             if self.process.poll() is not None:
                 raise AssertionError("server exited with %s:\n%s" % (
                     self.process.returncode, open(self.log_path).read()))
-            lines = [l for l in open(self.log_path) if "event=listening" in l]
+            with open(self.log_path) as log:
+                lines = [l for l in log if "event=listening" in l]
             if lines:
                 self.port = int(re.search(r"\bport=(\d+)", lines[0]).group(1))
                 return
