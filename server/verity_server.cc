@@ -160,8 +160,9 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
               [who = *std::move(who)](absl::string_view project) { return who->MayTouch(project); });
         };
       }
-      server->console_ = std::make_unique<WebConsole>(*server->registry_,
-                                                      *server->storage_->versions, access);
+      server->console_ = std::make_unique<WebConsole>(
+          *server->registry_, *server->storage_->versions, access,
+          server->storage_->annotations.get());
       http.page_handler = [console = server->console_.get()](const HttpPageRequest& request) {
         return console->Handle(request);
       };
