@@ -293,7 +293,9 @@ function lineChart(container, times, values, yMax, format, note) {
     return;
   }
   const t0 = times[0], t1 = Math.max(times[times.length - 1], t0 + 1000);
-  const top_value = yMax !== null ? yMax : Math.max(1e-9, ...points.map((p) => p[1]));
+  // All zero (no labels arriving): a scale of 1 rather than none.
+  const largest = Math.max(...points.map((p) => p[1]));
+  const top_value = yMax !== null ? yMax : largest > 0 ? largest : 1;
   const x = (t) => left + (width - left - right) * (t - t0) / (t1 - t0);
   const y = (v) => height - bottom - (height - top - bottom) * v / top_value;
   plot.append(svg("line", { x1: left, y1: height - bottom, x2: width - right, y2: height - bottom, class: "axis" }),
@@ -367,10 +369,13 @@ function renderEmbeddings(data) {
   const x = (v) => margin + size * (v - Math.min(...xs)) / span(xs);
   const y = (v) => margin + size * (1 - (v - Math.min(...ys)) / span(ys));
   const plot = svg("svg", { width: size + 2 * margin, height: size + 2 * margin, class: "plot" });
+  plot.append(svg("text", { x: margin + size / 2 - 30, y: size + 2 * margin - 3 }, "1st component"),
+              svg("text", { x: 2, y: 10 }, "2nd component"));
   for (const a of placed) {
     const dot = svg("circle", { cx: x(a.embedding_2d[0]).toFixed(1), cy: y(a.embedding_2d[1]).toFixed(1),
                                 r: 4, class: "annotator" });
     dot.dataset.annotator = a.id;
+    if (a.id === parseRoute(location.hash).annotator) dot.setAttribute("r", 7);
     dot.append(svg("title", {}, a.id + ": accuracy " + fixed(a.accuracy, 3)));
     dot.addEventListener("click", () => { location.hash = annotatorHash(state.project, a.id); });
     plot.append(dot);
