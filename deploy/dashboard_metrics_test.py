@@ -29,6 +29,7 @@ import urllib.request
 import yaml
 
 METRIC = re.compile(r"\bverity_[a-z0-9_]+\b")
+LATE_LABELS = 7  # Labels submitted after the project's fit.
 HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
 
 
@@ -75,15 +76,17 @@ def family_of(name, types):
 
 
 def parse_exposition(text):
-    """(family -> type, set of sample names) of Prometheus' text format."""
-    types, samples = {}, set()
+    """(family -> type, sample names, series -> value) of Prometheus' text format."""
+    types, samples, values = {}, set(), {}
     for line in text.splitlines():
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split(None, 3)
             types[name] = kind.strip()
         elif line and not line.startswith("#"):
             samples.add(re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", line).group(0))
-    return types, samples
+            series, value = line.rsplit(" ", 1)
+            values[series] = float(value)
+    return types, samples, values
 
 
 class Server:
@@ -137,7 +140,7 @@ class DashboardMetricsTest(unittest.TestCase):
             cls.send_traffic()
             with urllib.request.urlopen(
                     "http://127.0.0.1:%d/metrics" % cls.server.metrics_port, timeout=10) as r:
-                cls.types, cls.samples = parse_exposition(r.read().decode("utf-8"))
+                cls.types, cls.samples, cls.values = parse_exposition(r.read().decode("utf-8"))
         except BaseException:
             cls.tearDownClass()
             raise
@@ -168,6 +171,13 @@ class DashboardMetricsTest(unittest.TestCase):
         cls.verity("project", "create", "ops", "--classes=a,b", "--method=ds")
         cls.verity("submit", "--project=ops", "--csv=" + labels_csv)
         cls.verity("model", "train", "--project=ops")
+        # Refit lag: labels committed after the fit (background refits are off).
+        late_csv = os.path.join(cls.workdir, "late.csv")
+        with open(late_csv, "w") as f:
+            f.write("item,annotator,label\n")
+            for item in range(LATE_LABELS):
+                f.write("item-%d,ann-late,a\n" % item)
+        cls.verity("submit", "--project=ops", "--csv=" + late_csv)
         cls.verity("posteriors", "--project=ops")
         cls.verity("suggest", "items", "--project=ops", "--annotator=ann-new", "--k=2")
         # An error code other than OK for the errors-by-code panel.
@@ -228,6 +238,14 @@ class DashboardMetricsTest(unittest.TestCase):
         self.assertIn("histogram_quantile(0.99", queries)
         ids = [panel["id"] for panel in self.dashboard["panels"]]
         self.assertEqual(len(ids), len(set(ids)), "panel ids must be unique: %s" % ids)
+
+    def test_refit_lag_counts_the_labels_since_the_fit(self):
+        """verity_project_labels_since_model, added for the refit-lag panel: exactly the labels
+        submitted after the fit; the project's other labels were in it."""
+        self.assertEqual(self.types["verity_project_labels_since_model"], "gauge")
+        self.assertEqual(self.values['verity_project_labels_since_model{project="ops"}'],
+                         LATE_LABELS)
+        self.assertEqual(self.values['verity_project_labels{project="ops"}'], 60 + LATE_LABELS)
 
     def test_the_traffic_reached_the_metrics(self):
         """The scrape is of a server that did the work: not only families, but values."""

@@ -226,6 +226,19 @@ void VerityServer::AddCallbackGauges(absl::Duration max_staleness) {
         }
         return samples;
       });
+  // Refit lag: what the served posteriors' model has not seen yet.
+  metrics_->AddCallbackGauge(
+      "verity_project_labels_since_model",
+      "Label changes (new or revised labels) of each project committed since the fit of the "
+      "model version it serves: the labels a refit has yet to learn from.",
+      {"project"}, [registry] {
+        std::vector<GaugeSample> samples;
+        for (const std::shared_ptr<LiveProject>& project : registry->All()) {
+          samples.push_back({{project->identity().name},
+                             static_cast<double>(project->Counts().labels_since_version)});
+        }
+        return samples;
+      });
   metrics_->AddCallbackGauge(
       "verity_training_due_projects",
       "Projects whose refit is due (enough new labels, staleness or a method change) and not "
