@@ -195,7 +195,8 @@ def check_json_endpoints(port, num_labels, gold_with_labels):
         fail("unexpected assignment state: %r" % assignment)
     if assignment["resolved_items"] + assignment["open_items"] != NUM_ITEMS:
         fail("resolved + open must be every item: %r" % assignment)
-    # History: parallel arrays, at least the sample the server took when it started.
+    # History: parallel arrays, with at least the sample this request took (a project's JSON
+    # samples it when its last sample is 5 s old or there is none).
     history = detail["history"]
     lengths = {len(history[key]) for key in
                ("time_ms", "labels", "labels_per_second", "resolved_share")}

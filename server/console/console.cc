@@ -113,21 +113,23 @@ WebConsole::~WebConsole() {
 }
 
 void WebConsole::SampleProjects(absl::Time now) {
-  for (const std::shared_ptr<LiveProject>& project : registry_.All()) {
-    const std::string& name = project->identity().name;
-    {
-      absl::MutexLock lock(&mu_);
-      const std::deque<ProjectSample>& samples = history_[name];
-      if (!samples.empty() && now - samples.back().time < kSampleInterval) continue;
-    }
-    // Off the lock: O(items).
-    ProjectSample sample{now, project->Counts().num_labels, ResolvedShare(*project, now)};
+  for (const std::shared_ptr<LiveProject>& project : registry_.All()) SampleProject(*project, now);
+}
+
+void WebConsole::SampleProject(LiveProject& project, absl::Time now) {
+  const std::string& name = project.identity().name;
+  {
     absl::MutexLock lock(&mu_);
-    std::deque<ProjectSample>& samples = history_[name];
-    if (!samples.empty() && now - samples.back().time < kSampleInterval) continue;
-    samples.push_back(sample);
-    while (static_cast<int32_t>(samples.size()) > kHistorySamples) samples.pop_front();
+    const std::deque<ProjectSample>& samples = history_[name];
+    if (!samples.empty() && now - samples.back().time < kSampleInterval) return;
   }
+  // Off the lock: O(items).
+  ProjectSample sample{now, project.Counts().num_labels, ResolvedShare(project, now)};
+  absl::MutexLock lock(&mu_);
+  std::deque<ProjectSample>& samples = history_[name];
+  if (!samples.empty() && now - samples.back().time < kSampleInterval) return;
+  samples.push_back(sample);
+  while (static_cast<int32_t>(samples.size()) > kHistorySamples) samples.pop_front();
 }
 
 bool WebConsole::HostAllowed(absl::string_view host_header) const {
@@ -404,6 +406,8 @@ HttpResponse WebConsole::Project(LiveProject& project, absl::Time now) {
   }
   json.EndArray();
   {
+    // A project created since the last tick gets its first sample now.
+    SampleProject(project, now);
     std::vector<ProjectSample> samples;
     {
       absl::MutexLock lock(&mu_);

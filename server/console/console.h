@@ -116,7 +116,8 @@ class WebConsole {
   HttpResponse Handle(const HttpPageRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Adds a history sample at `now` for every project whose last one is at least
-  // kSampleInterval old (what the sampling thread does every kSampleInterval).
+  // kSampleInterval old (what the sampling thread does every kSampleInterval; a project's
+  // JSON also samples that project, so that a new project has a sample at once).
   void SampleProjects(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -124,6 +125,7 @@ class WebConsole {
   HttpResponse Projects(const ProjectFilter& may_read, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   HttpResponse Project(LiveProject& project, absl::Time now);
   HttpResponse Annotators(LiveProject& project);
+  void SampleProject(LiveProject& project, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   // Labels per second from the oldest history sample within kRateWindow to (`now`,
   // `labels`), or a negative value when it cannot be measured yet.
   double IngestRate(const std::string& project, int64_t labels, absl::Time now)

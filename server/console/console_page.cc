@@ -186,8 +186,12 @@ async function show(navigated) {
     }
   }
   document.getElementById("error").textContent = "";
-  document.getElementById("updated-at").textContent =
-      "Updated at " + new Date().toLocaleTimeString() + (state.paused ? " (paused)" : "");
+  // A periodic refresh that was under way when the user paused leaves the line alone: paused,
+  // it keeps saying when the page last refreshed on its own.
+  if (navigated || !state.paused) {
+    document.getElementById("updated-at").textContent =
+        "Updated at " + new Date().toLocaleTimeString() + (state.paused ? " (paused)" : "");
+  }
 }
 window.addEventListener("hashchange", () => show(true).catch(showError));
 document.getElementById("refresh-toggle").addEventListener("click", () => {
