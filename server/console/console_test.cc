@@ -69,7 +69,7 @@ class WebConsoleTest : public storage::testing::PostgresTest {
 };
 
 TEST_F(WebConsoleTest, HistoryKeepsOneSamplePerIntervalAndTheLastKHistorySamples) {
-  // An hour ahead of the clock, so that the sampling thread's own samples (at the real time)
+  // Two hours ahead of the clock, so that the sampling thread's own samples (at the real time)
   // are older than every one of these, and none of its later ones is taken.
   const absl::Time base = absl::Now() + absl::Hours(2);
   const int32_t n = WebConsole::kHistorySamples + 5;
