@@ -180,8 +180,9 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
               [who = *std::move(who)](absl::string_view project) { return who->MayTouch(project); });
         };
       }
-      server->console_ = std::make_unique<WebConsole>(*server->registry_,
-                                                      *server->storage_->versions, access);
+      server->console_ = std::make_unique<WebConsole>(
+          *server->registry_, *server->storage_->versions, access,
+          server->storage_->annotations.get());
       http.page_handler = [console = server->console_.get()](const HttpPageRequest& request) {
         return console->Handle(request);
       };
@@ -242,6 +243,19 @@ void VerityServer::AddCallbackGauges(absl::Duration max_staleness) {
         for (const std::shared_ptr<LiveProject>& project : registry->All()) {
           samples.push_back({{project->identity().name},
                              static_cast<double>(project->Counts().num_labels)});
+        }
+        return samples;
+      });
+  // Refit lag: what the served posteriors' model has not seen yet.
+  metrics_->AddCallbackGauge(
+      "verity_project_labels_since_model",
+      "Label changes (new or revised labels) of each project committed since the fit of the "
+      "model version it serves: the labels a refit has yet to learn from.",
+      {"project"}, [registry] {
+        std::vector<GaugeSample> samples;
+        for (const std::shared_ptr<LiveProject>& project : registry->All()) {
+          samples.push_back({{project->identity().name},
+                             static_cast<double>(project->Counts().labels_since_version)});
         }
         return samples;
       });

@@ -1,7 +1,9 @@
 #include "server/console/console.h"
 
 #include <algorithm>
+#include <array>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -12,6 +14,7 @@
 #include "common/loopback.h"
 #include "models/auto_truth_model.h"
 #include "models/calibrated_truth_model.h"
+#include "models/mace.h"
 #include "server/api/validation.h"
 #include "server/assignment/item_assigner.h"
 #include "server/console/console_json.h"
@@ -48,6 +51,42 @@ std::string ConfiguredMethod(const LiveProject& project) {
   return name.ok() ? *name : v1::TruthMethod_Name(method);
 }
 
+// The model that computes the served posteriors, inside the calibration and auto wrappers.
+const models::TruthModel& ServedModel(const models::TruthModel& model) {
+  const models::TruthModel* served = &model;
+  for (;;) {
+    if (const auto* calibrated = dynamic_cast<const models::CalibratedTruthModel*>(served)) {
+      served = &calibrated->inner();
+    } else if (const auto* automatic = dynamic_cast<const models::AutoTruthModel*>(served)) {
+      served = &automatic->served();
+    } else {
+      return *served;
+    }
+  }
+}
+
+int32_t ArgMax(absl::Span<const double> p) {
+  return static_cast<int32_t>(std::max_element(p.begin(), p.end()) - p.begin());
+}
+
+// Resolved items / items now, or nullopt when the settings define no resolution or there are
+// no items. O(items).
+std::optional<double> ResolvedShare(LiveProject& project, absl::Time now) {
+  const AssignmentRules rules = AssignmentRules::FromSettings(project.settings().assignment());
+  if (rules.max_labels <= 0 && rules.confidence_target <= 0) return std::nullopt;
+  std::shared_ptr<const ProjectSnapshot> snapshot = project.snapshot();
+  const PosteriorTable& table = snapshot->posteriors;
+  if (table.num_items() == 0) return std::nullopt;
+  const absl::flat_hash_map<int32_t, int32_t> outstanding =
+      project.leases().OutstandingPerItem(now);
+  int64_t resolved = 0;
+  for (int32_t item = 0; item < table.num_items(); ++item) {
+    auto it = outstanding.find(item);
+    if (IsResolved(table, item, it == outstanding.end() ? 0 : it->second, rules)) ++resolved;
+  }
+  return static_cast<double>(resolved) / table.num_items();
+}
+
 // The snapshot's class prior, uniform when it has none.
 std::vector<double> ClassPrior(const ProjectSnapshot& snapshot, int32_t k) {
   if (static_cast<int32_t>(snapshot.class_prior.size()) == k) return snapshot.class_prior;
@@ -55,6 +94,43 @@ std::vector<double> ClassPrior(const ProjectSnapshot& snapshot, int32_t k) {
 }
 
 }  // namespace
+
+WebConsole::WebConsole(ProjectRegistry& registry, storage::ModelVersionStore& versions,
+                       Access access, storage::AnnotationStore* annotations)
+    : registry_(registry),
+      versions_(versions),
+      access_(std::move(access)),
+      annotations_(annotations),
+      sampler_([this] {
+        do {
+          SampleProjects(absl::Now());
+        } while (!stop_sampling_.WaitForNotificationWithTimeout(kSampleInterval));
+      }) {}
+
+WebConsole::~WebConsole() {
+  stop_sampling_.Notify();
+  sampler_.join();
+}
+
+void WebConsole::SampleProjects(absl::Time now) {
+  for (const std::shared_ptr<LiveProject>& project : registry_.All()) SampleProject(*project, now);
+}
+
+void WebConsole::SampleProject(LiveProject& project, absl::Time now) {
+  const std::string& name = project.identity().name;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::deque<ProjectSample>& samples = history_[name];
+    if (!samples.empty() && now - samples.back().time < kSampleInterval) return;
+  }
+  // Off the lock: O(items).
+  ProjectSample sample{now, project.Counts().num_labels, ResolvedShare(project, now)};
+  absl::MutexLock lock(&mu_);
+  std::deque<ProjectSample>& samples = history_[name];
+  if (!samples.empty() && now - samples.back().time < kSampleInterval) return;
+  samples.push_back(sample);
+  while (static_cast<int32_t>(samples.size()) > kHistorySamples) samples.pop_front();
+}
 
 bool WebConsole::HostAllowed(absl::string_view host_header) const {
   // A client without a Host header (HTTP/1.0) is no browser: DNS rebinding needs one.
@@ -119,16 +195,67 @@ HttpResponse WebConsole::Handle(const HttpPageRequest& request) {
 }
 
 double WebConsole::IngestRate(const std::string& project, int64_t labels, absl::Time now) {
-  std::deque<std::pair<absl::Time, int64_t>>& samples = label_samples_[project];
-  while (!samples.empty() && now - samples.front().first > kRateWindow) samples.pop_front();
-  // One sample per second at most: a page polling fast must not fill the window.
-  if (samples.empty() || now - samples.back().first >= absl::Seconds(1)) {
-    samples.emplace_back(now, labels);
+  auto it = history_.find(project);
+  if (it == history_.end()) return -1;
+  for (const ProjectSample& sample : it->second) {
+    if (now - sample.time > kRateWindow) continue;
+    const double seconds = absl::ToDoubleSeconds(now - sample.time);
+    if (seconds < 1) return -1;
+    return std::max<double>(0, labels - sample.labels) / seconds;
   }
-  const auto& [first_time, first_labels] = samples.front();
-  const double seconds = absl::ToDoubleSeconds(now - first_time);
-  if (seconds < 1) return -1;
-  return std::max<double>(0, labels - first_labels) / seconds;
+  return -1;
+}
+
+absl::StatusOr<WebConsole::GoldReliability> WebConsole::ReliabilityOnGold(
+    LiveProject& project, const ProjectSnapshot& snapshot, int64_t labels, absl::Time now) {
+  const PosteriorTable& table = snapshot.posteriors;
+  // Gold items and their class: a gold item's served posterior is one-hot on its gold label.
+  absl::flat_hash_map<int32_t, int32_t> gold_class;
+  for (int32_t item = 0; item < table.num_items(); ++item) {
+    if (table.is_gold(item)) gold_class[item] = ArgMax(table.probabilities(item));
+  }
+  GoldReliability result;
+  result.model_version = snapshot.model_version;
+  result.labels = labels;
+  result.computed_at = now;
+  result.gold_items = static_cast<int64_t>(gold_class.size());
+  if (gold_class.empty() || annotations_ == nullptr) return result;
+  const std::string& name = project.identity().name;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = reliability_.find(name);
+    if (it != reliability_.end() && it->second.gold_items == result.gold_items &&
+        ((it->second.model_version == result.model_version && it->second.labels == labels) ||
+         now - it->second.computed_at < kReliabilityRefresh)) {
+      return it->second;
+    }
+  }
+  absl::StatusOr<std::vector<storage::LiveAnnotation>> stored =
+      annotations_->LoadLiveAnnotations(project.identity().project_id);
+  if (!stored.ok()) return stored.status();
+  absl::flat_hash_map<int32_t, std::vector<models::AnnotationMatrix::Entry>> gold_labels;
+  for (const storage::LiveAnnotation& a : *stored) {
+    if (gold_class.contains(a.item_index)) {
+      gold_labels[a.item_index].push_back({a.annotator_index, a.label});
+    }
+  }
+  std::vector<double> confidence;
+  std::unique_ptr<bool[]> correct(new bool[gold_labels.size()]);
+  std::vector<double> posterior(project.num_classes());
+  for (const auto& [item, item_labels] : gold_labels) {
+    snapshot.model->ItemPosteriorForItem(item, item_labels, /*gold_label=*/-1,
+                                         absl::MakeSpan(posterior));
+    correct[confidence.size()] = ArgMax(posterior) == gold_class[item];
+    confidence.push_back(*std::max_element(posterior.begin(), posterior.end()));
+  }
+  result.gold_items_with_labels = static_cast<int64_t>(confidence.size());
+  if (!confidence.empty()) {
+    result.reliability = ComputeReliability(
+        confidence, absl::MakeConstSpan(correct.get(), confidence.size()), kReliabilityBins);
+  }
+  absl::MutexLock lock(&mu_);
+  reliability_[name] = result;
+  return result;
 }
 
 HttpResponse WebConsole::Projects(const ProjectFilter& may_read, absl::Time now) {
@@ -192,6 +319,9 @@ HttpResponse WebConsole::Project(LiveProject& project, absl::Time now) {
   std::shared_ptr<const ProjectSnapshot> snapshot = project.snapshot();
   const PosteriorTable& table = snapshot->posteriors;
   const int32_t k = project.num_classes();
+  absl::StatusOr<GoldReliability> reliability =
+      ReliabilityOnGold(project, *snapshot, counts.num_labels, now);
+  if (!reliability.ok()) return StatusResponse(reliability.status());
   const AssignmentRules rules = AssignmentRules::FromSettings(project.settings().assignment());
   const bool resolution_defined = rules.max_labels > 0 || rules.confidence_target > 0;
   absl::flat_hash_map<int32_t, int32_t> outstanding = project.leases().OutstandingPerItem(now);
@@ -275,6 +405,26 @@ HttpResponse WebConsole::Project(LiveProject& project, absl::Time now) {
     json.EndObject();
   }
   json.EndArray();
+  {
+    // A project created since the last tick gets its first sample now.
+    SampleProject(project, now);
+    std::vector<ProjectSample> samples;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = history_.find(project.identity().name);
+      if (it != history_.end()) samples.assign(it->second.begin(), it->second.end());
+    }
+    json.Key("history");
+    WriteHistory(samples, json);
+  }
+  json.Key("gold_items").Int(reliability->gold_items);
+  json.Key("gold_items_with_labels").Int(reliability->gold_items_with_labels);
+  json.Key("reliability");
+  if (reliability->reliability.has_value()) {
+    WriteReliability(*reliability->reliability, json);
+  } else {
+    json.Null();
+  }
   json.EndObject();
   return JsonResponse(200, json.text());
 }
@@ -291,6 +441,27 @@ HttpResponse WebConsole::Annotators(LiveProject& project) {
   for (const std::string& c : project.identity().classes) json.String(c);
   json.EndArray();
   json.Key("model_version").Int(snapshot->model_version);
+  // mace's spam score: 1 - theta_j, the chance that the annotator labels at random.
+  const auto* mace = dynamic_cast<const models::MaceModel*>(&ServedModel(*snapshot->model));
+  json.Key("spam_scores").Bool(mace != nullptr);
+  // Learned embeddings (lia, conal): every annotator's on the first two principal components.
+  std::vector<std::array<double, 2>> map;
+  int32_t embedding_dim = 0;
+  if (static_cast<int32_t>(ids.size()) <= kMaxEmbeddingAnnotators) {
+    std::vector<std::vector<float>> embeddings;
+    for (int32_t a = 0; a < static_cast<int32_t>(ids.size()); ++a) {
+      embeddings.push_back(snapshot->model->AnnotatorEmbedding(a));
+      if (embeddings.back().empty()) {
+        embeddings.clear();  // Not a model with embeddings, or an annotator not in the fit.
+        break;
+      }
+    }
+    if (!embeddings.empty()) {
+      embedding_dim = static_cast<int32_t>(embeddings[0].size());
+      map = PrincipalComponents2D(embeddings);
+    }
+  }
+  json.Key("embedding_dim").Int(map.empty() ? 0 : embedding_dim);
   json.Key("annotators").BeginArray();
   for (int32_t a = 0; a < static_cast<int32_t>(ids.size()); ++a) {
     // Estimated accuracy: the chance of a correct label on an item drawn from the prior. The
@@ -312,6 +483,20 @@ HttpResponse WebConsole::Annotators(LiveProject& project) {
         json.EndArray();
       }
       json.EndArray();
+    } else {
+      json.Null();
+    }
+    json.Key("spam_score");
+    std::optional<double> competence;
+    if (mace != nullptr) competence = mace->AnnotatorCompetence(a);
+    if (competence.has_value()) {
+      json.Double(1 - *competence);
+    } else {
+      json.Null();
+    }
+    json.Key("embedding_2d");
+    if (!map.empty()) {
+      json.BeginArray().Double(map[a][0]).Double(map[a][1]).EndArray();
     } else {
       json.Null();
     }

@@ -5,12 +5,26 @@
 //
 //   /api/projects                      every project: classes, counts, ingest rate, model
 //   /api/projects/{name}               one project: posterior-confidence histogram, resolved
-//                                      share, open items and leases, model versions
-//   /api/projects/{name}/annotators    every annotator: labels, estimated accuracy, confusion
+//                                      share, open items and leases, model versions, history
+//                                      (ingest rate and resolved share over time), reliability
+//                                      diagram on gold items
+//   /api/projects/{name}/annotators    every annotator: labels, estimated accuracy, confusion,
+//                                      spam score (mace), 2-D map of learned embeddings
 //
 // Everything is read from the server's in-memory state (the project's current snapshot, as
-// the Truth service reads it) except the model versions, which come from PostgreSQL. Unknown
-// paths and projects answer 404 with {"error": "..."}; a failed database read answers 503.
+// the Truth service reads it) except the model versions and the gold items' labels, which
+// come from PostgreSQL. Unknown paths and projects answer 404 with {"error": "..."}; a failed
+// database read answers 503.
+//
+// History: a background thread samples every project (live labels, resolved share) every
+// kSampleInterval into a ring buffer of kHistorySamples per project, held in memory only (a
+// restart starts it again; README.md here explains why).
+//
+// Reliability: for each gold item with labels, the served model's posterior from its labels
+// alone (the gold label held out; the served posterior of a gold item is clamped to it), its
+// confidence (largest probability) against whether its class is the gold one. The labels are
+// read from PostgreSQL at most every kReliabilityRefresh per project, and only while the
+// model version or the label count changed since the last read.
 //
 // Access (Access below, docs/SECURITY.md):
 // - Host: a request whose Host header names neither a loopback name (localhost, 127.0.0.0/8,
@@ -29,7 +43,9 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -38,10 +54,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "server/console/console_json.h"
 #include "server/observability/metrics_http.h"
 #include "server/state/live_project.h"
 #include "server/state/project_registry.h"
+#include "storage/annotation_store.h"
 #include "storage/model_version_store.h"
 
 namespace verity::server {
@@ -56,9 +75,20 @@ class WebConsole {
   static constexpr int32_t kMaxConfusionClasses = 32;
   // Model versions listed per project, newest first.
   static constexpr int32_t kMaxVersions = 20;
-  // The ingest rate is measured over label counts sampled at console requests within this
-  // window (null until two samples at least a second apart exist).
+  // The ingest rate of /api/projects is measured from the oldest history sample within this
+  // window to the request (null until that sample is a second old).
   static constexpr absl::Duration kRateWindow = absl::Minutes(5);
+  // History: one sample per project every kSampleInterval, the last kHistorySamples kept (an
+  // hour).
+  static constexpr absl::Duration kSampleInterval = absl::Seconds(5);
+  static constexpr int32_t kHistorySamples = 720;
+  // The reliability diagram's bins over [0, 1], and the least time between two reads of a
+  // project's gold labels from PostgreSQL.
+  static constexpr int32_t kReliabilityBins = 10;
+  static constexpr absl::Duration kReliabilityRefresh = absl::Seconds(30);
+  // The embedding map is drawn for projects with at most this many annotators (a PCA per
+  // request); above it "embedding_2d" is null.
+  static constexpr int32_t kMaxEmbeddingAnnotators = 10000;
 
   // Which projects a key may read: true for those it may touch.
   using ProjectFilter = std::function<bool(absl::string_view project)>;
@@ -73,30 +103,60 @@ class WebConsole {
     std::function<absl::StatusOr<ProjectFilter>(absl::string_view key)> authenticate;
   };
 
-  // `registry` and `versions` must outlive the console.
-  WebConsole(ProjectRegistry& registry, storage::ModelVersionStore& versions, Access access)
-      : registry_(registry), versions_(versions), access_(std::move(access)) {}
+  // `registry`, `versions` and `annotations` must outlive the console. Without `annotations`
+  // (null) no reliability diagram is drawn ("reliability" is null). Starts the thread that
+  // samples the history; the destructor stops it.
+  WebConsole(ProjectRegistry& registry, storage::ModelVersionStore& versions, Access access,
+             storage::AnnotationStore* annotations = nullptr);
+  ~WebConsole();
+  WebConsole(const WebConsole&) = delete;
+  WebConsole& operator=(const WebConsole&) = delete;
 
   // Answers a GET request.
   HttpResponse Handle(const HttpPageRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Adds a history sample at `now` for every project whose last one is at least
+  // kSampleInterval old (what the sampling thread does every kSampleInterval; a project's
+  // JSON also samples that project, so that a new project has a sample at once).
+  void SampleProjects(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   bool HostAllowed(absl::string_view host_header) const;
   HttpResponse Projects(const ProjectFilter& may_read, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   HttpResponse Project(LiveProject& project, absl::Time now);
   HttpResponse Annotators(LiveProject& project);
-  // Records `labels` for `project` at `now` and returns labels per second over the window,
-  // or a negative value when it cannot be measured yet.
+  void SampleProject(LiveProject& project, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // Labels per second from the oldest history sample within kRateWindow to (`now`,
+  // `labels`), or a negative value when it cannot be measured yet.
   double IngestRate(const std::string& project, int64_t labels, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // The reliability diagram of `snapshot`'s model on the project's gold items (see the file
+  // comment), from the cache when it is recent enough. UNAVAILABLE if PostgreSQL cannot be
+  // read.
+  struct GoldReliability {
+    int32_t model_version = 0;
+    int64_t labels = 0;
+    absl::Time computed_at;
+    int64_t gold_items = 0;
+    int64_t gold_items_with_labels = 0;
+    std::optional<Reliability> reliability;  // nullopt: no gold item with labels, or no store.
+  };
+  absl::StatusOr<GoldReliability> ReliabilityOnGold(LiveProject& project,
+                                                    const ProjectSnapshot& snapshot,
+                                                    int64_t labels, absl::Time now)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   ProjectRegistry& registry_;
   storage::ModelVersionStore& versions_;
   const Access access_;
+  storage::AnnotationStore* const annotations_;
   absl::Mutex mu_;
-  // Per project: (time, live labels) samples, oldest first, within kRateWindow.
-  absl::flat_hash_map<std::string, std::deque<std::pair<absl::Time, int64_t>>> label_samples_
-      ABSL_GUARDED_BY(mu_);
+  // Per project: samples, oldest first, at most kHistorySamples.
+  absl::flat_hash_map<std::string, std::deque<ProjectSample>> history_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, GoldReliability> reliability_ ABSL_GUARDED_BY(mu_);
+  absl::Notification stop_sampling_;
+  std::thread sampler_;  // Last: started once everything above is constructed.
 };
 
 }  // namespace verity::server
