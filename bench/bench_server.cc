@@ -63,9 +63,30 @@ void BenchServer::CreateProjectOrDie(const std::string& project, int num_classes
   CheckOrDie(stub->CreateProject(&context, request, &response), "CreateProject");
 }
 
+std::shared_ptr<grpc::Channel> BenchServer::StartReplicaOrDie() {
+  server::VerityServer::Options options;
+  options.listen = "localhost:0";
+  options.postgres_url = postgres_->connection_url();
+  options.training.run_in_background = false;
+  auto replica = server::VerityServer::Start(options);
+  if (!replica.ok()) {
+    std::fprintf(stderr, "replica: %s\n", replica.status().ToString().c_str());
+    std::exit(1);
+  }
+  replicas_.push_back(std::move(*replica));
+  return grpc::CreateChannel(absl::StrCat("localhost:", replicas_.back()->port()),
+                             grpc::InsecureChannelCredentials());
+}
+
 void BenchServer::SubmitOrDie(const std::string& project, const std::vector<BenchLabel>& labels,
                               int batch_size) {
-  auto stub = v1::IngestService::NewStub(channel_);
+  SubmitOrDie(channel_, project, labels, batch_size);
+}
+
+void BenchServer::SubmitOrDie(const std::shared_ptr<grpc::Channel>& channel,
+                              const std::string& project, const std::vector<BenchLabel>& labels,
+                              int batch_size) {
+  auto stub = v1::IngestService::NewStub(channel);
   grpc::ClientContext context;
   auto stream = stub->SubmitAnnotations(&context);
   v1::AnnotationBatch batch;

@@ -44,6 +44,14 @@ class BenchServer {
   // every ack.
   void SubmitOrDie(const std::string& project, const std::vector<BenchLabel>& labels,
                    int batch_size = 5000);
+  // The same through `channel` (another replica's).
+  static void SubmitOrDie(const std::shared_ptr<grpc::Channel>& channel,
+                          const std::string& project, const std::vector<BenchLabel>& labels,
+                          int batch_size = 5000);
+
+  // Starts one more server replica over the same database (following the others, as
+  // --follow_replicas does) and returns a channel to it. It stops with the BenchServer.
+  std::shared_ptr<grpc::Channel> StartReplicaOrDie();
 
   // pg_ctl starts the postmaster in a session, hence a scheduler autogroup, of its own at
   // nice 0. Under /tmp/prio_run.sh (autogroup nice -20) on a machine shared with other -20
@@ -59,6 +67,7 @@ class BenchServer {
   std::unique_ptr<storage::EmbeddedPostgres> postgres_;
   std::unique_ptr<server::VerityServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
+  std::vector<std::unique_ptr<server::VerityServer>> replicas_;
 };
 
 // Exits with `what` and the status message when `status` is not OK.
