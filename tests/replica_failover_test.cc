@@ -11,6 +11,10 @@
 // makes no claim on the survivor's posteriors for labels the dead replica acked; each server is
 // started after the project exists, so that both know it.
 #include <grpcpp/grpcpp.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -28,12 +32,17 @@
 #include <pqxx/pqxx>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/cli.h"
 #include "client/verity_client.h"
+#include "server/testing/http_get.h"
 #include "tests/server_process.h"
 #include "tests/test_postgres.h"
 #include "verity/v1/ingest.pb.h"
@@ -65,6 +74,8 @@ class ReplicaFailoverTest : public ::testing::Test {
     const std::string dir = MakeTempDir("verity-replica");
     dirs_.push_back(dir);
     extra_flags.push_back("--postgres_url=" + postgres_->url());
+    // Each replica its own metrics port (see Holds()); 0 would turn them off.
+    extra_flags.push_back(absl::StrCat("--metrics_port=", FreeLoopbackPort()));
     auto replica = std::make_unique<ServerProcess>(RunfilePath("server/verity_server"), dir,
                                                    std::move(extra_flags));
     const absl::Status started = replica->Start();
@@ -74,6 +85,55 @@ class ReplicaFailoverTest : public ::testing::Test {
 
   void TearDown() override {
     for (const std::string& dir : dirs_) RemoveTree(dir);
+  }
+
+  // A TCP port on 127.0.0.1 that nothing listens on right now.
+  static int FreeLoopbackPort() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = 0;
+    socklen_t length = sizeof(address);
+    int port = 0;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+      port = ntohs(address.sin_port);
+    }
+    close(fd);
+    return port;
+  }
+
+  // The metrics port `replica` logged when it started listening.
+  static int MetricsPort(const ServerProcess& replica) {
+    std::ifstream log(replica.log_path());
+    std::string line;
+    while (std::getline(log, line)) {
+      if (!absl::StrContains(line, "event=listening")) continue;
+      const size_t at = line.find(" metrics_port=");
+      int port = 0;
+      if (at != std::string::npos &&
+          absl::SimpleAtoi(line.substr(at + 14, line.find(' ', at + 1) - at - 14), &port)) {
+        return port;
+      }
+    }
+    return 0;
+  }
+
+  // Whether `replica` committed ingest batches: the replica the stream went to. (Every replica
+  // serves the labels, since they follow each other; only the holder counts batches.)
+  static bool Holds(const ServerProcess& replica) {
+    absl::StatusOr<verity::testing::HttpResponse> metrics =
+        verity::testing::HttpGet(MetricsPort(replica), "/metrics");
+    if (!metrics.ok()) return false;
+    for (absl::string_view line : absl::StrSplit(metrics->body, '\n')) {
+      double value = 0;
+      if (absl::ConsumePrefix(&line, "verity_ingest_batches_total ") &&
+          absl::SimpleAtod(line, &value)) {
+        return value > 0;
+      }
+    }
+    return false;
   }
 
   static client::VerityClient ClientOf(const std::string& servers) {
@@ -178,11 +238,8 @@ TEST_F(ReplicaFailoverTest, StreamFinishesOnTheSurvivorWhenItsReplicaIsKilled) {
   options.batch_size = kBatchSize;
   options.on_progress = [&](const client::SubmitProgress& progress) {
     if (holder == nullptr) {
-      // The replica holding the stream is the one whose memory has labels (replicas do not
-      // follow each other yet).
       for (ServerProcess* replica : replicas) {
-        absl::StatusOr<v1::Project> seen = ClientOf(replica->address()).GetProject("failover");
-        if (seen.ok() && seen->num_labels() > 0) holder = replica;
+        if (Holds(*replica)) holder = replica;
       }
       ASSERT_NE(holder, nullptr);
     } else if (killed == nullptr && progress.acked >= total / 3) {
@@ -238,8 +295,21 @@ TEST_F(ReplicaFailoverTest, StreamFinishesOnTheSurvivorWhenItsReplicaIsKilled) {
   }
   EXPECT_EQ(missing_or_wrong, 0);
 
-  // Resending everything to the survivor, which never saw the labels the dead replica acked,
-  // changes nothing: PostgreSQL, not replica memory, decides what is a duplicate.
+  // The survivor serves every label, those the dead replica acked included: it followed them.
+  ServerProcess* survivor = killed == first.get() ? second.get() : first.get();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  int64_t served = 0;
+  while (absl::Now() < give_up) {
+    absl::StatusOr<v1::Project> seen = ClientOf(survivor->address()).GetProject("failover");
+    ASSERT_TRUE(seen.ok()) << seen.status();
+    served = seen->num_labels();
+    if (served == total) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(served, total);
+
+  // Resending everything to the survivor changes nothing: PostgreSQL decides what is a
+  // duplicate.
   client::SubmitOptions resend;
   resend.batch_size = kBatchSize;
   absl::StatusOr<client::SubmitTotals> again =
