@@ -4,8 +4,9 @@
 //   bazel run -c opt //bench:replicas_benchmark -- --labels=200000
 //
 // For each replica count n, on a fresh embedded PostgreSQL 15 (durable commits):
-//  - ingest: --streams SubmitAnnotations streams, spread round robin over the n replicas, send
-//    --labels labels in batches of --batch; labels/s from the first send to the last ack;
+//  - ingest: --streams SubmitAnnotations streams, spread round robin over the n replicas (or all
+//    to replica 1 with --ingest_through_first), send --labels labels in batches of --batch;
+//    labels/s from the first send to the last ack;
 //  - queries: --query_threads threads, spread the same way, call GetPosteriors for --query_items
 //    random items for --query_seconds; calls/s;
 //  - freshness: --freshness_probes single labels acked by replica 1, each timed until replica n
@@ -38,6 +39,8 @@ ABSL_FLAG(int, items, 20000, "Distinct items.");
 ABSL_FLAG(int, annotators, 500, "Distinct annotators.");
 ABSL_FLAG(int, batch, 2000, "Labels per batch.");
 ABSL_FLAG(int, streams, 6, "Concurrent ingest streams, spread over the replicas.");
+ABSL_FLAG(bool, ingest_through_first, false,
+          "Send every stream to replica 1 (the others only follow) instead of spreading them.");
 ABSL_FLAG(int, query_threads, 6, "Concurrent query threads, spread over the replicas.");
 ABSL_FLAG(int, query_items, 100, "Items per GetPosteriors call.");
 ABSL_FLAG(int, query_seconds, 5, "Seconds of queries.");
@@ -90,7 +93,8 @@ Result Measure(int n) {
   std::vector<std::thread> threads;
   for (int s = 0; s < streams; ++s) {
     threads.emplace_back([&, s] {
-      BenchServer::SubmitOrDie(channels[s % n], project, per_stream[s],
+      const int replica = absl::GetFlag(FLAGS_ingest_through_first) ? 0 : s % n;
+      BenchServer::SubmitOrDie(channels[replica], project, per_stream[s],
                                absl::GetFlag(FLAGS_batch));
     });
   }

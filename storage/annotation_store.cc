@@ -592,7 +592,8 @@ AnnotationStore::LoadLiveAnnotations(int64_t project_id, int64_t after_seq) {
 }
 
 absl::StatusOr<LabelsSince> AnnotationStore::ReadLabelsSince(
-    int64_t project_id, int64_t after_seq) {
+    int64_t project_id, int64_t after_seq, int32_t ids_from_item,
+    int32_t ids_from_annotator) {
   return pool_->WithTransaction(
       absl::StrCat("reading the labels of project ", project_id, " after seq ",
                    after_seq),
@@ -610,25 +611,33 @@ absl::StatusOr<LabelsSince> AnnotationStore::ReadLabelsSince(
         since.drawn_through = counter[0][0].as<int64_t>();
         VERITY_RETURN_IF_ERROR(ReadInBatches(
             txn,
-            "SELECT a.item_index, i.external_id, a.annotator_index, "
-            "       n.external_id, a.label, a.seq "
+            // An id is looked up only where the caller may lack it (CASE
+            // evaluates the subquery only then): most catch-up rows are of
+            // items and annotators it knows.
+            "SELECT a.item_index, "
+            "       CASE WHEN a.item_index >= $3 THEN (SELECT i.external_id "
+            "         FROM items i WHERE i.project_id = a.project_id "
+            "         AND i.item_index = a.item_index) END, "
+            "       a.annotator_index, "
+            "       CASE WHEN a.annotator_index >= $4 THEN (SELECT n.external_id "
+            "         FROM annotators n WHERE n.project_id = a.project_id "
+            "         AND n.annotator_index = a.annotator_index) END, "
+            "       a.label, a.seq "
             "FROM annotations a "
-            "JOIN items i ON i.project_id = a.project_id "
-            "            AND i.item_index = a.item_index "
-            "JOIN annotators n ON n.project_id = a.project_id "
-            "                 AND n.annotator_index = a.annotator_index "
             "WHERE a.project_id = $1 AND a.seq > $2 ORDER BY a.seq",
             kLoadBatchRows,
             [&](const pqxx::result& rows) -> absl::Status {
               for (const pqxx::row& row : rows) {
                 since.labels.push_back(
-                    {row[0].as<int32_t>(), row[1].as<std::string>(),
-                     row[2].as<int32_t>(), row[3].as<std::string>(),
+                    {row[0].as<int32_t>(),
+                     row[1].is_null() ? std::string() : row[1].as<std::string>(),
+                     row[2].as<int32_t>(),
+                     row[3].is_null() ? std::string() : row[3].as<std::string>(),
                      row[4].as<int32_t>(), row[5].as<int64_t>()});
               }
               return absl::OkStatus();
             },
-            project_id, after_seq));
+            project_id, after_seq, ids_from_item, ids_from_annotator));
         // A label newer than the counter read above is complete too: its
         // snapshot holds every commit before it (seq order is commit order).
         if (!since.labels.empty()) {

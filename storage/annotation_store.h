@@ -180,10 +180,13 @@ class AnnotationStore {
   // The NOTIFY channel of CommitAnnotations.
   static constexpr char kLabelsChannel[] = "verity_labels";
 
-  // The live labels of the project with seq > after_seq, with their items' and annotators'
-  // external ids, by ascending seq; see LabelsSince for drawn_through. NOT_FOUND for an unknown
-  // project.
-  absl::StatusOr<LabelsSince> ReadLabelsSince(int64_t project_id, int64_t after_seq);
+  // The live labels of the project with seq > after_seq, by ascending seq; see LabelsSince for
+  // drawn_through. Each carries its item's external id when its index is >= ids_from_item
+  // (empty below: the caller knows those ids), and the same for annotators. NOT_FOUND for an
+  // unknown project.
+  absl::StatusOr<LabelsSince> ReadLabelsSince(int64_t project_id, int64_t after_seq,
+                                              int32_t ids_from_item = 0,
+                                              int32_t ids_from_annotator = 0);
 
   // Every project's newest drawn seq (projects.next_seq - 1), by project id: a cheap check of
   // which projects changed, for a follower whose notifications may have been missed.

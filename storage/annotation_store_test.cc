@@ -792,6 +792,15 @@ TEST_F(AnnotationStoreTest, ReadLabelsSinceGivesTheLiveLabelsAfterASeqWithTheirI
   EXPECT_EQ(since->labels[2].item_index, 2);
   EXPECT_EQ(since->labels[2].annotator_index, 0);
 
+  // Ids only from item index 2 and annotator index 1 on: the caller knows the others.
+  since = store_->ReadLabelsSince(project_id_, 0, 2, 1);
+  ASSERT_THAT(since, IsOk());
+  ASSERT_EQ(since->labels.size(), 3u);
+  EXPECT_EQ(since->labels[0].item_id, "");           // i1 (index 1)
+  EXPECT_EQ(since->labels[0].annotator_id, "b");     // index 1
+  EXPECT_EQ(since->labels[2].item_id, "i2");         // index 2
+  EXPECT_EQ(since->labels[2].annotator_id, "");      // a (index 0)
+
   since = store_->ReadLabelsSince(project_id_, 4);
   ASSERT_THAT(since, IsOk());
   EXPECT_THAT(since->labels, IsEmpty());

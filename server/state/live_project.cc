@@ -238,10 +238,14 @@ int32_t LiveProject::EnsureItem(int32_t index, absl::string_view id) {
       item_features_.resize((index + 1) * static_cast<size_t>(identity_.item_feature_dim), 0.0f);
     }
   }
-  if (item_ids_[index].empty()) {
+  if (item_ids_[index].empty() && !id.empty()) {
     absl::MutexLock ids_lock(&ids_mu_);
     item_ids_[index] = std::string(id);
     item_index_.emplace(item_ids_[index], index);
+    while (item_id_prefix_ < static_cast<int32_t>(item_ids_.size()) &&
+           !item_ids_[item_id_prefix_].empty()) {
+      ++item_id_prefix_;
+    }
   }
   return index;
 }
@@ -258,10 +262,14 @@ void LiveProject::EnsureAnnotator(int32_t index, absl::string_view id) {
       annotator_features_.resize((index + 1) * static_cast<size_t>(identity_.annotator_feature_dim), 0.0f);
     }
   }
-  if (annotator_ids_[index].empty()) {
+  if (annotator_ids_[index].empty() && !id.empty()) {
     absl::MutexLock ids_lock(&ids_mu_);
     annotator_ids_[index] = std::string(id);
     annotator_index_.emplace(annotator_ids_[index], index);
+    while (annotator_id_prefix_ < static_cast<int32_t>(annotator_ids_.size()) &&
+           !annotator_ids_[annotator_id_prefix_].empty()) {
+      ++annotator_id_prefix_;
+    }
   }
 }
 
@@ -368,15 +376,15 @@ std::vector<int32_t> LiveProject::RegisterLocked(absl::Span<const CommittedLabel
     // A duplicate normally repeats what memory holds. If memory lacks it (another label, or an
     // older seq), an earlier transaction wrote it and its outcome never reached memory (the
     // connection broke during COMMIT, the batch was answered UNAVAILABLE and resent): apply it.
-    if (!l.changed) {
-      if (LiveLabel(l.item_index, l.annotator_index) == l.label &&
-          item_newest_seq_[l.item_index] >= l.seq) {
-        continue;
-      }
-      // Applied ahead of applied_seq_: a catch-up read from before this label's commit must
-      // not take the pair back.
-      follow_floor_ = std::max(follow_floor_, l.seq);
+    // Memory holds this label already (a duplicate; or a followed label this server applied
+    // first as its own): nothing changes.
+    if (LiveLabel(l.item_index, l.annotator_index) == l.label &&
+        item_newest_seq_[l.item_index] >= l.seq) {
+      continue;
     }
+    // Applied ahead of applied_seq_: a catch-up read from before this label's commit must
+    // not take the pair back.
+    if (!l.changed) follow_floor_ = std::max(follow_floor_, l.seq);
     SetLabel(l.item_index, l.annotator_index, l.label, l.seq);
     ++changes_since_fit_;
     touched.push_back(l.item_index);
@@ -501,6 +509,11 @@ bool LiveProject::ApplyStoredEntities(const v1::ProjectSettings& settings,
   }
   return settings_differ || !item_changes.empty() || !new_annotators.empty() ||
          !annotator_features.empty();
+}
+
+std::pair<int32_t, int32_t> LiveProject::KnownIdPrefixes() const {
+  absl::ReaderMutexLock lock(&ids_mu_);
+  return {item_id_prefix_, annotator_id_prefix_};
 }
 
 int64_t LiveProject::applied_seq() const {

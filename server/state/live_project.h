@@ -160,6 +160,9 @@ class LiveProject {
   // replica made it, and no label is applied over a newer one of its pair. (Seq order is commit
   // order within a project; see storage/annotation_store.h.)
   int64_t applied_seq() const ABSL_LOCKS_EXCLUDED(mu_);
+  // How many leading item and annotator indices have their ids registered: a catch-up read
+  // needs ids only from there on.
+  std::pair<int32_t, int32_t> KnownIdPrefixes() const ABSL_LOCKS_EXCLUDED(ids_mu_);
 
   // RegisterCommitted for this server's own commit of the project, which drew the seqs `drawn`
   // (nullopt when it drew none: duplicates only). Returns nullopt, applying nothing, when
@@ -355,6 +358,9 @@ class LiveProject {
   std::vector<int32_t> gold_ ABSL_GUARDED_BY(mu_);
   absl::Mutex write_order_mu_;  // See write_order_mu().
   std::vector<std::string> annotator_ids_;                  // mu_ + ids_mu_
+  // The first item and annotator index without an id (KnownIdPrefixes); mu_ + ids_mu_.
+  int32_t item_id_prefix_ = 0;
+  int32_t annotator_id_prefix_ = 0;
   absl::flat_hash_map<std::string, int32_t> annotator_index_;  // mu_ + ids_mu_
   std::vector<int32_t> annotator_label_counts_ ABSL_GUARDED_BY(mu_);
   // Live labels, one per (item, annotator): the CSR arrays of the last fit plus the rows
