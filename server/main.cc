@@ -109,6 +109,16 @@ ABSL_FLAG(bool, follow_replicas, true,
           "Follow the labels that other verity_server replicas of the same database commit "
           "(LISTEN/NOTIFY on one extra PostgreSQL connection, and a check of every project's "
           "newest seq each second). Off: a single replica only.");
+ABSL_FLAG(int, load_threads, 0,
+          "Start serving at once and load the stored projects on this many background threads; "
+          "a project still loading answers UNAVAILABLE naming it, one not reached yet loads on "
+          "its first call. 0 (the default) loads every project before serving.");
+ABSL_FLAG(int64_t, memory_budget_mb, 0,
+          "Keep the loaded projects' estimated memory under this many MiB by unloading projects "
+          "no call used for --evict_idle_seconds, least recently used first; they load again "
+          "on their next call. 0 = no budget.");
+ABSL_FLAG(int, evict_idle_seconds, 60,
+          "With --memory_budget_mb: how long a project must be idle before it may be unloaded.");
 ABSL_FLAG(std::string, device, "auto",
           "Device of the neural models' in-process training: auto, cpu, cuda or cuda:N.");
 
@@ -162,6 +172,9 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_confusion_cells_per_project);
   options.db_timeout = absl::Seconds(absl::GetFlag(FLAGS_db_timeout_seconds));
   options.follow_replicas = absl::GetFlag(FLAGS_follow_replicas);
+  options.background_load_threads = absl::GetFlag(FLAGS_load_threads);
+  options.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_mb) << 20;
+  options.evict_after_idle = absl::Seconds(absl::GetFlag(FLAGS_evict_idle_seconds));
   options.training.run_in_background = absl::GetFlag(FLAGS_background_refit);
   options.training.max_staleness = absl::Seconds(absl::GetFlag(FLAGS_refit_staleness_seconds));
   const double busy_fraction = absl::GetFlag(FLAGS_trainer_busy_fraction);

@@ -77,7 +77,17 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   if (!storage.ok()) return storage.status();
   server->storage_ = std::move(*storage);
   server->registry_ = std::make_unique<ProjectRegistry>(*server->storage_);
-  if (absl::Status s = server->registry_->LoadAll(); !s.ok()) return s;
+  if (options.background_load_threads > 0) {
+    if (absl::Status s = server->registry_->LoadAllInBackground(options.background_load_threads);
+        !s.ok()) {
+      return s;
+    }
+  } else if (absl::Status s = server->registry_->LoadAll(); !s.ok()) {
+    return s;
+  }
+  if (options.memory_budget_bytes > 0) {
+    server->registry_->EnforceMemoryBudget(options.memory_budget_bytes, options.evict_after_idle);
+  }
   server->ingest_ = std::make_unique<IngestPipeline>(*server->storage_->annotations, options.ingest,
                                                      server->metrics_.get());
   if (options.follow_replicas) {

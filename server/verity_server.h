@@ -69,6 +69,13 @@ class VerityServer {
     // project's fit lock before fitting it in-process (storage/fit_lock.h). Off: this server
     // sees only its own commits and what it loaded at start, so run a single replica.
     bool follow_replicas = true;
+    // Start serving at once and load the stored projects on this many background threads (a
+    // project still loading answers UNAVAILABLE, naming it); 0 loads them all before serving.
+    int background_load_threads = 0;
+    // Keep the loaded projects' estimated memory under this many bytes by unloading projects
+    // idle for `evict_after_idle`, least recently used first (ProjectRegistry); 0: no budget.
+    int64_t memory_budget_bytes = 0;
+    absl::Duration evict_after_idle = absl::Seconds(60);
     ReplicaFollower::Options follow;
     // host:port of the Prometheus metrics HTTP endpoint (GET /metrics) and the web console
     // (GET /; with auth on its /api/ needs a key); empty: not served

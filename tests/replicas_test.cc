@@ -73,13 +73,16 @@ class ReplicasTest : public ::testing::Test {
   // Starts a replica over the suite's database. No background refits: every replica serves
   // the same (majority-vote) model, so their posteriors must match exactly.
   Replica& StartReplica(
-      std::optional<server::TrainingScheduler::Options> training = std::nullopt) {
+      std::optional<server::TrainingScheduler::Options> training = std::nullopt,
+      int64_t memory_budget_bytes = 0) {
     server::VerityServer::Options options;
     options.listen = "localhost:0";
     options.postgres_url = pg_->url();
     options.pool_size = 4;
     options.training.run_in_background = false;
     if (training.has_value()) options.training = *training;
+    options.memory_budget_bytes = memory_budget_bytes;
+    options.evict_after_idle = absl::ZeroDuration();
     auto server = server::VerityServer::Start(options);
     EXPECT_TRUE(server.ok()) << server.status();
     auto r = std::make_unique<Replica>();
@@ -574,6 +577,37 @@ TEST_F(ReplicasTest, ItemsGoldAndSettingsWrittenThroughOneReplicaAreServedByTheO
   // The same as a replica that loads the project from PostgreSQL.
   Replica& fresh = StartReplica();
   ExpectSamePosteriors(Posteriors(fresh, project), served, "B");
+}
+
+TEST_F(ReplicasTest, ASmallMemoryBudgetServesProjectsLargerThanItByReloadingThem) {
+  // Room for about one of the three projects (each ~1,500 labels, 300 items, 20 annotators,
+  // K = 3: LiveProject::EstimatedBytes gives about 36,000 + 88,800 + 4,880 bytes).
+  Replica& r = StartReplica(std::nullopt, /*memory_budget_bytes=*/150'000);
+  std::map<std::string, std::vector<v1::Posterior>> first;
+  for (int p = 0; p < 3; ++p) {
+    const std::string project = absl::StrCat("budget-", p);
+    CreateProject(r, project, v1::TRUTH_METHOD_DAWID_SKENE);
+    Submit(r, RandomBatches(project, 3, 500, 300, 20, /*seed=*/50 + p));
+    auto models = v1::ModelService::NewStub(r.channel);
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::TrainModelRequest request;
+    request.set_project(project);
+    v1::TrainModelResponse response;
+    ASSERT_TRUE(models->TrainModel(&context, request, &response).ok());
+    first[project] = Posteriors(r, project);
+  }
+  // The budget thread unloads idle projects every second; each call reloads its project.
+  size_t fewest_loaded = 3;
+  const absl::Time until = absl::Now() + absl::Seconds(3);
+  while (absl::Now() < until) {
+    for (const auto& [project, expected] : first) {
+      ExpectSamePosteriors(expected, Posteriors(r, project), project);
+      absl::SleepFor(absl::Milliseconds(100));
+      fewest_loaded = std::min(fewest_loaded, r.server->core().registry->All().size());
+    }
+  }
+  EXPECT_LT(fewest_loaded, 3u) << "the budget never unloaded a project";
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "server/state/project_registry.h"
 
+#include <algorithm>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +30,23 @@ absl::Status CannotLoad(absl::string_view name, const absl::Status& why) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Load(
+    const storage::ProjectRecord& record) {
+  const absl::Time start = absl::Now();
+  auto loaded = LoadFromStorage(record);
+  if (loaded.ok()) {
+    const ProjectCounts counts = (*loaded)->Counts();
+    LogEvent("project_loaded",
+             {{"project", record.name},
+              {"labels", absl::StrCat(counts.num_labels)},
+              {"items", absl::StrCat(counts.num_items)},
+              {"estimated_bytes", absl::StrCat((*loaded)->EstimatedBytes())},
+              {"ms", absl::StrCat(absl::ToDoubleMilliseconds(absl::Now() - start))}});
+    (*loaded)->MarkUsed(absl::Now());
+  }
+  return loaded;
+}
+
+absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::LoadFromStorage(
     const storage::ProjectRecord& record) {
   v1::ProjectSettings settings;
   if (!settings.ParseFromString(record.settings)) {
@@ -123,11 +142,142 @@ absl::Status ProjectRegistry::LoadAll() {
   return absl::OkStatus();
 }
 
+ProjectRegistry::~ProjectRegistry() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    to_load_.clear();
+  }
+  for (std::thread& loader : loaders_) loader.join();
+  if (budget_thread_.joinable()) budget_thread_.join();
+}
+
+absl::Status ProjectRegistry::LoadAllInBackground(int threads) {
+  auto records = storage_.projects->ListProjects();
+  if (!records.ok()) return records.status();
+  {
+    absl::MutexLock lock(&mu_);
+    // Taken from the back: the order of the list.
+    to_load_.assign(records->rbegin(), records->rend());
+  }
+  LogEvent("projects_loading", {{"projects", absl::StrCat(records->size())},
+                                {"threads", absl::StrCat(threads)}});
+  for (int t = 0; t < std::max(1, threads); ++t) {
+    loaders_.emplace_back([this] { BackgroundLoader(); });
+  }
+  return absl::OkStatus();
+}
+
+bool ProjectRegistry::BackgroundLoadDone() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return to_load_.empty() && loading_.empty();
+}
+
+void ProjectRegistry::BackgroundLoader() {
+  while (true) {
+    storage::ProjectRecord record;
+    {
+      absl::MutexLock lock(&mu_);
+      // Skips projects a first call loaded already.
+      while (!to_load_.empty() && projects_.contains(to_load_.back().name)) to_load_.pop_back();
+      if (stopping_ || to_load_.empty()) return;
+      record = std::move(to_load_.back());
+      to_load_.pop_back();
+      loading_[record.name] = absl::Now();
+    }
+    if (before_background_load_) before_background_load_(record.name);
+    auto project = Load(record);
+    absl::MutexLock lock(&mu_);
+    loading_.erase(record.name);
+    if (!project.ok()) {
+      LogEvent("project_load_failed",
+               {{"project", record.name}, {"error", project.status().ToString()}});
+      failed_[record.name] = {absl::Now(), CannotLoad(record.name, project.status())};
+      continue;
+    }
+    projects_.emplace(record.name, std::move(*project));
+  }
+}
+
+void ProjectRegistry::EnforceMemoryBudget(int64_t bytes, absl::Duration idle) {
+  {
+    absl::MutexLock lock(&mu_);
+    budget_bytes_ = bytes;
+    evict_after_idle_ = idle;
+  }
+  if (bytes > 0 && !budget_thread_.joinable()) {
+    budget_thread_ = std::thread([this] { BudgetLoop(); });
+  }
+}
+
+void ProjectRegistry::BudgetLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
+      mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Seconds(1));
+      if (stopping_) return;
+    }
+    EvictOverBudget(absl::Now());
+  }
+}
+
+std::vector<std::string> ProjectRegistry::EvictOverBudget(absl::Time now) {
+  std::vector<std::string> evicted;
+  int64_t budget = 0;
+  absl::Duration idle;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    budget = budget_bytes_;
+    idle = evict_after_idle_;
+  }
+  if (budget <= 0) return evicted;
+  // Sizes are read outside the registry's lock (each takes its project's lock).
+  struct Candidate {
+    std::shared_ptr<LiveProject> project;
+    int64_t bytes;
+    absl::Time last_used;
+  };
+  std::vector<Candidate> loaded;
+  int64_t total = 0;
+  for (const std::shared_ptr<LiveProject>& project : All()) {
+    const int64_t bytes = project->EstimatedBytes();
+    total += bytes;
+    loaded.push_back({project, bytes, project->last_used()});
+  }
+  if (total <= budget) return evicted;
+  std::sort(loaded.begin(), loaded.end(),
+            [](const Candidate& a, const Candidate& b) { return a.last_used < b.last_used; });
+  absl::MutexLock lock(&mu_);
+  for (const Candidate& c : loaded) {
+    if (total <= budget) break;
+    if (now - c.last_used < idle || c.project->Counts().training) continue;
+    auto it = projects_.find(c.project->identity().name);
+    if (it == projects_.end() || it->second != c.project) continue;
+    projects_.erase(it);
+    total -= c.bytes;
+    evicted.push_back(c.project->identity().name);
+    LogEvent("project_evicted", {{"project", c.project->identity().name},
+                                 {"estimated_bytes", absl::StrCat(c.bytes)},
+                                 {"idle_s", absl::StrCat(absl::ToInt64Seconds(now - c.last_used))}});
+  }
+  return evicted;
+}
+
 absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Get(absl::string_view name) {
   {
     absl::ReaderMutexLock lock(&mu_);
     auto it = projects_.find(name);
-    if (it != projects_.end()) return it->second;
+    if (it != projects_.end()) {
+      it->second->MarkUsed(absl::Now());
+      return it->second;
+    }
+    if (auto loading = loading_.find(name); loading != loading_.end()) {
+      return absl::UnavailableError(absl::StrCat(
+          "project \"", name, "\" is loading (for ",
+          absl::FormatDuration(absl::Trunc(absl::Now() - loading->second, absl::Milliseconds(1))),
+          " so far, since the server started); retry"));
+    }
     auto failure = failed_.find(name);
     if (failure != failed_.end() && absl::Now() - failure->second.at < load_retry_interval_) {
       return failure->second.status;
@@ -180,6 +330,7 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Create(const v1::P
   if (after_create_stored_) after_create_stored_();
   auto live = LiveProject::Create(IdentityOf(*created), project.settings(), {});
   if (!live.ok()) return live.status();
+  (*live)->MarkUsed(absl::Now());
   absl::MutexLock lock(&mu_);
   // Once the row is committed a concurrent Get can load and register the project; it then holds
   // the same state (nothing can be added before Create returns), and every caller must share one

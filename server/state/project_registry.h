@@ -1,13 +1,18 @@
 // ProjectRegistry: the server's live projects by name, loaded from PostgreSQL.
 //
-// At start-up LoadAll() restores every project (labels, latest model version, posteriors). A
+// At start-up LoadAll() restores every project (labels, latest model version, posteriors), or
+// LoadAllInBackground() starts doing so on several threads and returns at once: a project a
+// thread is loading answers UNAVAILABLE ("loading"), one no thread has reached yet loads on its
+// first call. With a memory budget (EnforceMemoryBudget), projects idle for long enough are
+// unloaded, least recently used first, while the loaded projects' estimated memory exceeds it;
+// the next call loads them again from PostgreSQL. A
 // project that cannot be restored is logged and skipped: the others serve, and Get() answers
 // UNAVAILABLE with the reason, trying the load again at most every load_retry_interval (a
 // repaired project is picked up without a restart; a broken one under heavy traffic does not
 // reload on every call). Get() also finds a
 // project created by another server replica since, by loading it from PostgreSQL on first use.
 // Every caller gets the one registered LiveProject of a name, whichever call loaded or created
-// it. Projects are never unloaded while the server runs.
+// it.
 //
 // Settings and item changes hold the project's write-order lock across their database write and
 // their memory update, so that memory ends as the database's last commit left it.
@@ -19,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include "absl/strings/string_view.h"
 #include <vector>
 
@@ -39,6 +45,20 @@ class ProjectRegistry {
   explicit ProjectRegistry(StorageHandles& storage,
                            absl::Duration load_retry_interval = absl::Seconds(10))
       : storage_(storage), load_retry_interval_(load_retry_interval) {}
+  ~ProjectRegistry();  // Stops the background loaders and the budget thread.
+
+  // Lists the stored projects and loads them on `threads` background threads (see the file
+  // comment). Fails only if the projects cannot be listed.
+  absl::Status LoadAllInBackground(int threads) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether every project LoadAllInBackground listed has been loaded (or failed to).
+  bool BackgroundLoadDone() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Keeps the loaded projects' estimated memory (LiveProject::EstimatedBytes) at most `bytes`:
+  // every second, unloads the least recently used projects that no call used for `idle` and
+  // that are not fitting, until it is. A project needed again loads on its next call.
+  void EnforceMemoryBudget(int64_t bytes, absl::Duration idle) ABSL_LOCKS_EXCLUDED(mu_);
+  // One pass of that now, at `now`; returns the names unloaded. No-op without a budget.
+  std::vector<std::string> EvictOverBudget(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Loads every stored project. Fails only if the projects cannot be listed; a project that
   // cannot be restored is logged (event=project_load_failed) and left to Get().
@@ -70,6 +90,10 @@ class ProjectRegistry {
   void SetBetweenWriteAndApplyHookForTesting(std::function<void()> hook) {
     between_write_and_apply_ = std::move(hook);
   }
+  // Runs in a background loader before it loads each project.
+  void SetBeforeBackgroundLoadHookForTesting(std::function<void(const std::string&)> hook) {
+    before_background_load_ = std::move(hook);
+  }
 
   std::vector<std::shared_ptr<LiveProject>> All() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -78,6 +102,9 @@ class ProjectRegistry {
   absl::StatusOr<std::shared_ptr<LiveProject>> Load(const storage::ProjectRecord& record);
 
  private:
+  // Load's reads (Load adds the log line and the first use).
+  absl::StatusOr<std::shared_ptr<LiveProject>> LoadFromStorage(
+      const storage::ProjectRecord& record);
   StorageHandles& storage_;
   const absl::Duration load_retry_interval_;
   mutable absl::Mutex mu_;
@@ -90,6 +117,20 @@ class ProjectRegistry {
   absl::flat_hash_map<std::string, LoadFailure> failed_ ABSL_GUARDED_BY(mu_);
   std::function<void()> after_create_stored_;
   std::function<void()> between_write_and_apply_;
+  std::function<void(const std::string&)> before_background_load_;
+
+  void BackgroundLoader() ABSL_LOCKS_EXCLUDED(mu_);
+  void BudgetLoop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Background loading: the projects not yet taken by a loader, and those being loaded (since).
+  std::vector<storage::ProjectRecord> to_load_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::Time> loading_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> loaders_;
+  // Memory budget (0: none).
+  int64_t budget_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration evict_after_idle_ ABSL_GUARDED_BY(mu_) = absl::Seconds(60);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread budget_thread_;
 };
 
 }  // namespace verity::server

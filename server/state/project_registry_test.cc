@@ -1,15 +1,18 @@
 // ProjectRegistry against a real PostgreSQL: a project that cannot load does not stop the others,
-// Create never replaces a project a concurrent Get loaded, and memory follows the database's
-// order of settings and item changes.
+// Create never replaces a project a concurrent Get loaded, memory follows the database's order
+// of settings and item changes, background loading answers UNAVAILABLE until a project is
+// loaded, and a memory budget unloads idle projects and reloads them unchanged.
 #include "server/state/project_registry.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/status_matchers.h"
@@ -210,6 +213,100 @@ TEST_F(ProjectRegistryTest, ConcurrentItemChangesLeaveMemoryAsTheDatabase) {
   ASSERT_EQ(stored->size(), 1u);
   EXPECT_EQ((*stored)[0].priority, 2.0) << "the second change commits last";
   EXPECT_EQ(project.snapshot()->posteriors.priority(0), (*stored)[0].priority);
+}
+
+// Labels (item-i, annotator-(i%5), (i/5)%2) of `n` items into `project`, committed through the
+// store and applied as the ingest pipeline would.
+void AddLabels(StorageHandles& storage, LiveProject& project, int n) {
+  std::vector<storage::AnnotationWrite> writes;
+  for (int i = 0; i < n; ++i) {
+    writes.push_back({project.identity().project_id, absl::StrCat("item-", i),
+                      absl::StrCat("annotator-", i % 5), (i / 5) % 2, std::nullopt});
+  }
+  auto results = storage.annotations->CommitAnnotations(writes);
+  ASSERT_TRUE(results.ok()) << results.status();
+  std::vector<CommittedLabel> labels;
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const storage::WriteResult& r = (*results)[i];
+    labels.push_back({r.item_index, writes[i].item_id, r.annotator_index, writes[i].annotator_id,
+                      r.label, r.seq, true});
+  }
+  project.ApplyCommitted(labels);
+}
+
+// The served probabilities of every item, in item order.
+std::vector<double> Served(const LiveProject& project) {
+  std::vector<double> all;
+  const PosteriorTable& table = project.snapshot()->posteriors;
+  for (int32_t i = 0; i < table.num_items(); ++i) {
+    for (double p : table.probabilities(i)) all.push_back(p);
+  }
+  return all;
+}
+
+TEST_F(ProjectRegistryTest, ProjectsLoadingInTheBackgroundAnswerUnavailableUntilLoaded) {
+  std::vector<double> before;
+  {
+    ProjectRegistry writer(*storage_);
+    auto created = writer.Create(NewProject("slow"));
+    ASSERT_TRUE(created.ok()) << created.status();
+    AddLabels(*storage_, **created, 50);
+    before = Served(**created);
+    ASSERT_TRUE(writer.Create(NewProject("other")).ok());
+  }
+  ProjectRegistry registry(*storage_);
+  absl::Notification entered, release;
+  registry.SetBeforeBackgroundLoadHookForTesting([&](const std::string& name) {
+    if (name != "slow") return;
+    entered.Notify();
+    release.WaitForNotification();
+  });
+  ASSERT_TRUE(registry.LoadAllInBackground(1).ok());
+  // The one loader is held on "slow" (the first listed): it answers UNAVAILABLE naming it.
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  absl::StatusOr<std::shared_ptr<LiveProject>> loading = registry.Get("slow");
+  ASSERT_FALSE(loading.ok());
+  EXPECT_EQ(loading.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(loading.status().message()), HasSubstr("\"slow\" is loading"));
+  EXPECT_FALSE(registry.BackgroundLoadDone());
+  // "other", not reached by the loader yet, loads on its first call.
+  EXPECT_TRUE(registry.Get("other").ok());
+
+  release.Notify();
+  while (!registry.BackgroundLoadDone()) absl::SleepFor(absl::Milliseconds(5));
+  auto loaded = registry.Get("slow");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(Served(**loaded), before);
+  EXPECT_EQ(registry.All().size(), 2u);
+}
+
+TEST_F(ProjectRegistryTest, ABudgetUnloadsIdleProjectsLeastRecentlyUsedFirstAndReloadsThem) {
+  ProjectRegistry registry(*storage_);
+  std::map<std::string, std::vector<double>> served;
+  int64_t one_project = 0;
+  for (const char* name : {"p0", "p1", "p2"}) {
+    auto project = registry.Create(NewProject(name));
+    ASSERT_TRUE(project.ok()) << project.status();
+    AddLabels(*storage_, **project, 300);
+    served[name] = Served(**project);
+    one_project = (*project)->EstimatedBytes();
+  }
+  ASSERT_GT(one_project, 0);
+  // Room for a project and a half; p0, p1, p2 were used in that order.
+  registry.EnforceMemoryBudget(one_project * 3 / 2, absl::Seconds(30));
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(registry.Get("p1").ok());  // p1 is now the most recent.
+  EXPECT_TRUE(registry.EvictOverBudget(t0).empty()) << "nothing has been idle 30 s yet";
+  EXPECT_THAT(registry.EvictOverBudget(t0 + absl::Minutes(1)),
+              ::testing::ElementsAre("p0", "p2"));
+  EXPECT_EQ(registry.All().size(), 1u);
+  // Each comes back from PostgreSQL on its next call, serving what it served before.
+  for (const char* name : {"p0", "p1", "p2"}) {
+    auto project = registry.Get(name);
+    ASSERT_TRUE(project.ok()) << project.status();
+    EXPECT_EQ(Served(**project), served[name]) << name;
+  }
+  EXPECT_EQ(registry.All().size(), 3u);
 }
 
 }  // namespace
