@@ -9,8 +9,14 @@
 
 namespace verity::storage {
 
-absl::Status LeaseStore::UpsertLeases(int64_t project_id, absl::Span<const LeaseRecord> leases) {
-  if (leases.empty()) return absl::OkStatus();
+namespace {
+
+// The leases as three array literals, for unnest($2::integer[], $3::integer[], $4::bigint[]).
+struct LeaseColumns {
+  std::string items, annotators, expiry_micros;
+};
+
+LeaseColumns ToColumns(absl::Span<const LeaseRecord> leases) {
   std::vector<int32_t> items, annotators;
   std::vector<int64_t> expiry_micros;
   for (const LeaseRecord& l : leases) {
@@ -18,6 +24,15 @@ absl::Status LeaseStore::UpsertLeases(int64_t project_id, absl::Span<const Lease
     annotators.push_back(l.annotator_index);
     expiry_micros.push_back(absl::ToUnixMicros(l.expires_at));
   }
+  return {Int32ArrayLiteral(items), Int32ArrayLiteral(annotators),
+          Int64ArrayLiteral(expiry_micros)};
+}
+
+}  // namespace
+
+absl::Status LeaseStore::UpsertLeases(int64_t project_id, absl::Span<const LeaseRecord> leases) {
+  if (leases.empty()) return absl::OkStatus();
+  const LeaseColumns columns = ToColumns(leases);
   return pool_->RunInTransaction(
       absl::StrCat("writing assignment leases of project ", project_id), [&](pqxx::work& txn) {
         txn.exec0("SET LOCAL synchronous_commit = off");
@@ -28,8 +43,7 @@ absl::Status LeaseStore::UpsertLeases(int64_t project_id, absl::Span<const Lease
                          " FROM unnest($2::integer[], $3::integer[], $4::bigint[]) AS u(i, a, e) "
                          "ON CONFLICT (project_id, item_index, annotator_index) "
                          "DO UPDATE SET expires_at = EXCLUDED.expires_at"),
-            project_id, Int32ArrayLiteral(items), Int32ArrayLiteral(annotators),
-            Int64ArrayLiteral(expiry_micros));
+            project_id, columns.items, columns.annotators, columns.expiry_micros);
         return absl::OkStatus();
       });
 }
@@ -96,13 +110,7 @@ absl::StatusOr<int64_t> LeaseStore::ClaimLeases(int64_t project_id, int64_t afte
         }
         const std::vector<LeaseRecord> chosen = choose(others);
         if (chosen.empty()) return newest;
-        std::vector<int32_t> items, annotators;
-        std::vector<int64_t> expiry_micros;
-        for (const LeaseRecord& l : chosen) {
-          items.push_back(l.item_index);
-          annotators.push_back(l.annotator_index);
-          expiry_micros.push_back(absl::ToUnixMicros(l.expires_at));
-        }
+        const LeaseColumns columns = ToColumns(chosen);
         const pqxx::row written = txn.exec_params1(
             absl::StrCat("WITH claimed AS ("
                          "  INSERT INTO assignment_leases "
@@ -115,8 +123,7 @@ absl::StatusOr<int64_t> LeaseStore::ClaimLeases(int64_t project_id, int64_t afte
                          "                claim_seq = EXCLUDED.claim_seq "
                          "  RETURNING claim_seq) "
                          "SELECT COALESCE(max(claim_seq), 0) FROM claimed"),
-            project_id, Int32ArrayLiteral(items), Int32ArrayLiteral(annotators),
-            Int64ArrayLiteral(expiry_micros));
+            project_id, columns.items, columns.annotators, columns.expiry_micros);
         return std::max(newest, written[0].as<int64_t>());
       });
 }
