@@ -180,8 +180,10 @@ if [[ ${CONTAINER_TEST_NO_DISK_CACHE:-0} != 1 && -d $disk_cache ]]; then
   echo "with the Bazel disk cache $disk_cache"
 fi
 pod build "${build_options[@]}" --build-arg BAZEL_BUILD_OPTIONS="$bazel_options" . \
-  2>&1 | tee "$work/build.log" | grep -E '^(STEP|COMMIT)|INFO: (Elapsed|[0-9]+ processes)|^libtorch|^lib|ERROR' || true
+  2>&1 | tee "$work/build.log" | grep --line-buffered -E 'STEP [0-9]|COMMIT|INFO: (Elapsed|[0-9]+ processes)|ERROR' || true
 [[ ${PIPESTATUS[0]} == 0 ]] || { tail -40 "$work/build.log" >&2; exit 1; }
+# runtime_packages.sh's list, which the build stage prints: one package per line.
+echo "runtime packages: $(grep -cE '^[a-z0-9][a-z0-9.+-]+$' "$work/build.log")"
 pod images --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$verity_image"
 end
 
@@ -222,8 +224,8 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
   -addext subjectAltName=DNS:localhost,DNS:server,DNS:server-b \
   -keyout "$tls/tls.key" -out "$tls/tls.crt" 2>/dev/null
 cp "$tls/tls.crt" "$tls/ca.crt"
-# The server runs as uid 10001 and reads the key.
-chmod 0644 "$tls/tls.key"
+# The server runs as uid 10001 and must read the key, which openssl writes with mode 0600.
+chown 10001:10001 "$tls/tls.key"
 
 # Compose resolves service names with its own DNS; Debian's Podman has no DNS plugin for its
 # CNI networks, so the names are --add-host entries for fixed addresses.
