@@ -12,12 +12,16 @@
 #   3. start: compose.yaml's postgres, server, server-b and worker services, with the commands,
 #      environment and volumes compose.yaml gives them (read from it, interpolated as Compose
 #      would with VERITY_TRAINER=workers, since the worker runs), on a Podman network;
-#   4. check: the server's Compose health check, the gRPC health of both replicas, a submit to
-#      one replica, a fit that the worker runs, and a posterior query on the other replica,
-#      all with the `verity` CLI of the image.
+#   4. check: the server's Compose health check, both replicas answering by name and on their
+#      published ports, a submit to one replica, a fit that the worker runs, and a posterior
+#      query on the other replica, all with the `verity` CLI of the image.
+#
+# Before all that it checks deploy/k8s/*.yaml against the Kubernetes API schema of Debian's
+# python3-kubernetes (deploy/k8s_schema_check.py; no cluster is needed or used).
 #
 # Usage (as root, from anywhere): deploy/container_test.sh
-# Prerequisites (Debian 12): apt-get install podman buildah debootstrap runc openssl python3-yaml
+# Prerequisites (Debian 12):
+#   apt-get install podman buildah debootstrap runc openssl python3-yaml python3-kubernetes
 #
 # Environment:
 #   CONTAINER_TEST_REBUILD_BASE=1  make the base images again even if they exist
@@ -60,9 +64,11 @@ for tool in podman debootstrap runc openssl python3; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
 /usr/bin/python3 -c 'import yaml' 2>/dev/null || missing+=(python3-yaml)
+/usr/bin/python3 -c 'import kubernetes' 2>/dev/null || missing+=(python3-kubernetes)
 if (( ${#missing[@]} )); then
   echo "container_test: missing ${missing[*]}; install with:" >&2
-  echo "  apt-get install -y --no-install-recommends podman buildah debootstrap runc openssl python3-yaml" >&2
+  echo "  apt-get install -y --no-install-recommends podman buildah debootstrap runc openssl" \
+    "python3-yaml python3-kubernetes" >&2
   exit 1
 fi
 
@@ -119,6 +125,10 @@ trap cleanup EXIT
 for c in "${containers[@]}"; do pod rm -f -t 0 "$c" >/dev/null 2>&1 || true; done
 pod volume rm -f "$volume" >/dev/null 2>&1 || true
 pod network rm -f "$network" >/dev/null 2>&1 || true
+
+begin "0. Kubernetes manifests against the API schema"
+/usr/bin/python3 deploy/k8s_schema_check.py deploy/k8s/*.yaml
+end
 
 # ------------------------------------------------------------------------------------------
 # 1. Base images from Debian's archive.
@@ -183,7 +193,9 @@ pod build "${build_options[@]}" --build-arg BAZEL_BUILD_OPTIONS="$bazel_options"
   2>&1 | tee "$work/build.log" | grep --line-buffered -E 'STEP [0-9]|COMMIT|INFO: (Elapsed|[0-9]+ processes)|ERROR' || true
 [[ ${PIPESTATUS[0]} == 0 ]] || { tail -40 "$work/build.log" >&2; exit 1; }
 # runtime_packages.sh's list, which the build stage prints: one package per line.
-echo "runtime packages: $(grep -cE '^[a-z0-9][a-z0-9.+-]+$' "$work/build.log")"
+# (lines that are a bare package name; Podman's image ID is the one other bare word)
+echo "runtime packages: $(grep -xE '[a-z][a-z0-9.+-]*[a-z0-9+]' "$work/build.log" |
+  grep -cvxE '[0-9a-f]{64}')"
 pod images --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$verity_image"
 end
 
