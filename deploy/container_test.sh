@@ -27,6 +27,8 @@
 #   CONTAINER_TEST_REBUILD_BASE=1  make the base images again even if they exist
 #   CONTAINER_TEST_NO_DISK_CACHE=1 build without the host's Bazel disk cache (a full build)
 #   CONTAINER_TEST_JOBS=N          Bazel --jobs in the image build (default 2)
+#   CONTAINER_TEST_LAYERS=1        keep Podman's layer cache (the build stage: about 4 GB per
+#                                  base image), so that a rebuild skips `make deps`
 #   CONTAINER_TEST_KEEP=1          leave the containers, network and volume running
 #   CONTAINER_TEST_REMOVE_IMAGES=1 also remove the images this script made
 #   DEBIAN_MIRROR                  archive for debootstrap (default http://deb.debian.org/debian)
@@ -179,8 +181,12 @@ end
 # 2. Images.
 
 begin "2a. build deploy/docker/Dockerfile"
+# Without the layer cache by default: the build stage's layers (the Makefile's packages and
+# the build) take about 4 GB, and every new base image adds another copy of them.
+layers=--layers=false
+[[ ${CONTAINER_TEST_LAYERS:-0} == 1 ]] && layers=--layers=true
 build_options=(-f deploy/docker/Dockerfile --ignorefile deploy/docker/Dockerfile.dockerignore
-               -t "$verity_image")
+               "$layers" -t "$verity_image")
 bazel_options="--jobs=$jobs"
 if [[ ${CONTAINER_TEST_NO_DISK_CACHE:-0} != 1 && -d $disk_cache ]]; then
   # Bazel 4 keys its actions on the inherited PATH, so entries made on this host are found
@@ -200,7 +206,7 @@ pod images --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$verity_image"
 end
 
 begin "2b. build deploy/docker/postgres"
-pod build -q -t "$postgres_image" deploy/docker/postgres >/dev/null
+pod build -q "$layers" -t "$postgres_image" deploy/docker/postgres >/dev/null
 pod images --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$postgres_image"
 end
 
