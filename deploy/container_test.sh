@@ -128,6 +128,14 @@ for c in "${containers[@]}"; do pod rm -f -t 0 "$c" >/dev/null 2>&1 || true; don
 pod volume rm -f "$volume" >/dev/null 2>&1 || true
 pod network rm -f "$network" >/dev/null 2>&1 || true
 
+# The image that a new one replaced under the same tag (the verity image's runtime layer
+# alone is over 1 GB); kept if something still uses it.
+remove_replaced() {  # OLD_ID TAG
+  if [[ -n $1 && $1 != "$(pod image inspect --format '{{.Id}}' "$2")" ]]; then
+    pod rmi "$1" >/dev/null 2>&1 || true
+  fi
+}
+
 begin "0. Kubernetes manifests against the API schema"
 /usr/bin/python3 deploy/k8s_schema_check.py deploy/k8s/*.yaml
 end
@@ -140,6 +148,8 @@ if [[ ${CONTAINER_TEST_REBUILD_BASE:-0} != 1 ]] && pod image exists "$base_image
    pod image exists "$slim_image"; then
   echo "$base_image and $slim_image exist (CONTAINER_TEST_REBUILD_BASE=1 makes them again)"
 else
+  previous_base=$(pod image inspect --format '{{.Id}}' "$base_image" 2>/dev/null || true)
+  previous_slim=$(pod image inspect --format '{{.Id}}' "$slim_image" 2>/dev/null || true)
   rootfs=$work/rootfs
   debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 ||
     { tail -20 "$work/debootstrap.log" >&2; exit 1; }
@@ -173,6 +183,8 @@ EOF
   find "$rootfs/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
   tar -C "$rootfs" -c . | pod import -q "${import_changes[@]}" - "$slim_image"
   rm -rf "$rootfs"
+  remove_replaced "$previous_base" "$base_image"
+  remove_replaced "$previous_slim" "$slim_image"
 fi
 pod images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep '^localhost/debian:'
 end
@@ -195,6 +207,7 @@ if [[ ${CONTAINER_TEST_NO_DISK_CACHE:-0} != 1 && -d $disk_cache ]]; then
   bazel_options+=" --action_env=PATH=$PATH"
   echo "with the Bazel disk cache $disk_cache"
 fi
+previous_verity=$(pod image inspect --format '{{.Id}}' "$verity_image" 2>/dev/null || true)
 pod build "${build_options[@]}" --build-arg BAZEL_BUILD_OPTIONS="$bazel_options" . \
   2>&1 | tee "$work/build.log" | grep --line-buffered -E 'STEP [0-9]|COMMIT|INFO: (Elapsed|[0-9]+ processes)|ERROR' || true
 [[ ${PIPESTATUS[0]} == 0 ]] || { tail -40 "$work/build.log" >&2; exit 1; }
@@ -203,10 +216,13 @@ pod build "${build_options[@]}" --build-arg BAZEL_BUILD_OPTIONS="$bazel_options"
 echo "runtime packages: $(grep -xE '[a-z][a-z0-9.+-]*[a-z0-9+]' "$work/build.log" |
   grep -cvxE '[0-9a-f]{64}')"
 pod images --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$verity_image"
+remove_replaced "$previous_verity" "$verity_image"
 end
 
 begin "2b. build deploy/docker/postgres"
+previous_postgres=$(pod image inspect --format '{{.Id}}' "$postgres_image" 2>/dev/null || true)
 pod build -q "$layers" -t "$postgres_image" deploy/docker/postgres >/dev/null
+remove_replaced "$previous_postgres" "$postgres_image"
 pod images --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$postgres_image"
 end
 
