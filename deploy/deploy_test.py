@@ -1,7 +1,8 @@
 """Static checks of the deployment files under deploy/ (run by //deploy:deploy_test).
 
-Docker, Compose and Kubernetes cannot run on the machines this repository is built on, so what
-is checked is what can be checked without them:
+These checks need no container engine or cluster: they run in `make test` on every machine.
+(The images are built and Compose's services run with Podman by deploy/container_test.sh, by
+hand; see deploy/README.md.) What is checked here:
 
 - the systemd units pass `systemd-analyze verify` (against the Bazel-built verity_server and
   verity_worker) and `systemd-analyze security --offline`, and the dedicated user they run as
