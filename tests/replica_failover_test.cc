@@ -1,15 +1,15 @@
-// Clients that fail over (issue 19, point 5): two real verity_server processes over one
-// PostgreSQL database, and clients configured with both addresses.
+// Clients that fail over (issue 19, point 5): real verity_server processes over one PostgreSQL
+// database, and clients configured with all of their addresses.
 //
-//  - The C++ client streams labels while one replica is killed with SIGKILL mid-stream: the
-//    call completes, every label is in PostgreSQL with its value, the totals count each label
-//    once (accepted + duplicate, nothing lost), and unary calls made throughout never fail.
+//  - The C++ client, given three replicas, streams labels while the replica holding the stream
+//    is killed with SIGKILL mid-stream: the call completes, every label is in PostgreSQL with
+//    its value, the totals count each label once (accepted + duplicate, nothing lost), both
+//    survivors serve every label (they follow each other), and unary calls made throughout
+//    never fail.
 //  - The `verity` CLI with --server=a,b keeps working when one of the two has been killed.
 //  - TLS: a channel to two replicas checks their certificates against the first host's name.
 //
-// Replicas do not follow each other's in-memory state yet (issue 19, point 1), so the test
-// makes no claim on the survivor's posteriors for labels the dead replica acked; each server is
-// started after the project exists, so that both know it.
+// Each server is started after the project exists, so that every one knows it.
 #include <grpcpp/grpcpp.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -206,10 +206,13 @@ TEST_F(ReplicaFailoverTest, StreamFinishesOnTheSurvivorWhenItsReplicaIsKilled) {
   ASSERT_TRUE(ClientOf(first->address()).CreateProject(Project("failover")).ok());
   std::unique_ptr<ServerProcess> second = StartReplica();
   ASSERT_NE(second, nullptr);
-  ServerProcess* replicas[] = {first.get(), second.get()};
+  std::unique_ptr<ServerProcess> third = StartReplica();
+  ASSERT_NE(third, nullptr);
+  ServerProcess* replicas[] = {first.get(), second.get(), third.get()};
 
-  const std::string both = absl::StrCat(first->address(), ",", second->address());
-  client::VerityClient client = ClientOf(both);
+  const std::string all = absl::StrCat(first->address(), ",", second->address(), ",",
+                                       third->address());
+  client::VerityClient client = ClientOf(all);
 
   // Unary calls through the list, all along: none may fail.
   std::atomic<bool> done{false};
@@ -295,18 +298,20 @@ TEST_F(ReplicaFailoverTest, StreamFinishesOnTheSurvivorWhenItsReplicaIsKilled) {
   }
   EXPECT_EQ(missing_or_wrong, 0);
 
-  // The survivor serves every label, those the dead replica acked included: it followed them.
-  ServerProcess* survivor = killed == first.get() ? second.get() : first.get();
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  int64_t served = 0;
-  while (absl::Now() < give_up) {
-    absl::StatusOr<v1::Project> seen = ClientOf(survivor->address()).GetProject("failover");
-    ASSERT_TRUE(seen.ok()) << seen.status();
-    served = seen->num_labels();
-    if (served == total) break;
-    absl::SleepFor(absl::Milliseconds(20));
+  // The survivors serve every label, those the dead replica acked included: they followed them.
+  for (ServerProcess* survivor : replicas) {
+    if (survivor == killed) continue;
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    int64_t served = 0;
+    while (absl::Now() < give_up) {
+      absl::StatusOr<v1::Project> seen = ClientOf(survivor->address()).GetProject("failover");
+      ASSERT_TRUE(seen.ok()) << seen.status();
+      served = seen->num_labels();
+      if (served == total) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_EQ(served, total) << "replica on port " << survivor->port();
   }
-  EXPECT_EQ(served, total);
 
   // Resending everything to the survivor changes nothing: PostgreSQL decides what is a
   // duplicate.
