@@ -1,8 +1,9 @@
 // LiveProject: one project's in-memory state in the server — its labels, id maps, the current
 // model version and the immutable snapshot that queries read.
 //
-// Writers: the ingest pipeline (RegisterCommitted and PublishCommitted, after each COMMIT), the
-// project service (ApplyItems, SetSettings) and the training scheduler (Refit). They serialise
+// Writers: the ingest pipeline (RegisterOwnCommit and PublishCommitted, after each COMMIT), the
+// project service (ApplyItems, SetSettings), the training scheduler (Refit, AdoptVersion) and,
+// with several server replicas, the replica follower (ApplyFollowed, ApplyStoredEntities). They serialise
 // on mu_; PublishCommitted, which changes only the snapshot, holds it shared. After every write the project publishes a new ProjectSnapshot with one pointer store;
 // a snapshot is never modified once published, so readers that hold one finish on it.
 //
