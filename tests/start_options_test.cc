@@ -3,7 +3,7 @@
 //  - --load_threads: the server listens at once, loads every stored project in the background,
 //    and each answers once loaded;
 //  - --memory_budget_mb with --evict_idle_seconds: a project larger than the budget is unloaded
-//    when idle and loads again, unchanged, on its next call.
+//    when idle, listed without being loaded, and loads again, unchanged, on its next call.
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -110,6 +110,14 @@ TEST(StartOptionsTest, AMemoryBudgetUnloadsAnIdleProjectAndReloadsIt) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   ASSERT_GE(CountLines(server, "event=project_evicted", "project=big"), 1) << Log(server);
+  // A listing (a health check) shows it from its stored record without loading it.
+  absl::StatusOr<std::vector<v1::Project>> listed = client.ListProjects();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].name(), "big");
+  EXPECT_EQ((*listed)[0].num_items(), 5000);
+  EXPECT_EQ(CountLines(server, "event=project_loaded", "project=big"), 0)
+      << "listing loaded the unloaded project";
   absl::StatusOr<v1::Project> big = client.GetProject("big");
   ASSERT_TRUE(big.ok()) << big.status();
   EXPECT_EQ(big->num_items(), 5000);

@@ -30,6 +30,23 @@ v1::Project ProjectToProto(const LiveProject& project) {
   return out;
 }
 
+v1::Project ProjectToProto(const storage::ProjectRecord& record, const ProjectCounts& counts) {
+  v1::Project out;
+  out.set_name(record.name);
+  for (const std::string& c : record.classes) out.add_classes(c);
+  out.set_item_feature_dim(record.item_feature_dim);
+  out.set_annotator_feature_dim(record.annotator_feature_dim);
+  out.mutable_settings()->ParseFromString(record.settings);
+  const int64_t seconds = absl::ToUnixSeconds(record.created_at);
+  out.mutable_created_at()->set_seconds(seconds);
+  out.mutable_created_at()->set_nanos(static_cast<int32_t>(
+      absl::ToInt64Nanoseconds(record.created_at - absl::FromUnixSeconds(seconds))));
+  out.set_num_items(counts.num_items);
+  out.set_num_annotators(counts.num_annotators);
+  out.set_num_labels(counts.num_labels);
+  return out;
+}
+
 grpc::Status ProjectServiceImpl::CreateProject(grpc::ServerContext* context,
                                                const v1::CreateProjectRequest* request,
                                                v1::CreateProjectResponse* response) {
@@ -65,6 +82,14 @@ grpc::Status ProjectServiceImpl::ListProjects(grpc::ServerContext* context,
   if (!records.ok()) return ToGrpcStatus(records.status());
   for (const storage::ProjectRecord& record : *records) {
     if (!(*admitted)->MayTouch(record.name)) continue;  // Only the key's projects.
+    // A project the memory budget unloaded is listed from its stored record and its counts
+    // when unloaded: loading it here would undo the budget at every listing.
+    if (core_.registry->IfLoaded(record.name) == nullptr) {
+      if (std::optional<ProjectCounts> counts = core_.registry->CountsIfUnloaded(record.name)) {
+        *response->add_projects() = ProjectToProto(record, *counts);
+        continue;
+      }
+    }
     auto project = core_.registry->Get(record.name);
     // A project that cannot be loaded is left out rather than failing the whole list (and the
     // health checks that list projects); GetProject on it says why.

@@ -3,6 +3,7 @@
 #define VERITY_SERVER_RPC_PROJECT_SERVICE_H_
 
 #include "server/rpc/server_core.h"
+#include "storage/project_store.h"
 #include "verity/v1/projects.grpc.pb.h"
 
 namespace verity::server {
@@ -33,6 +34,8 @@ class ProjectServiceImpl final : public v1::ProjectService::Service {
 
 // The v1 view of a live project (settings and counts included).
 v1::Project ProjectToProto(const LiveProject& project);
+// The same for a project not loaded: its stored record, and counts known from elsewhere.
+v1::Project ProjectToProto(const storage::ProjectRecord& record, const ProjectCounts& counts);
 
 }  // namespace verity::server
 

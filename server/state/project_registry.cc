@@ -254,6 +254,7 @@ std::vector<std::string> ProjectRegistry::EvictOverBudget(absl::Time now) {
     if (now - c.last_used < idle || c.project->Counts().training) continue;
     auto it = projects_.find(c.project->identity().name);
     if (it == projects_.end() || it->second != c.project) continue;
+    unloaded_[c.project->identity().name] = c.project->Counts();
     projects_.erase(it);
     total -= c.bytes;
     evicted.push_back(c.project->identity().name);
@@ -262,6 +263,20 @@ std::vector<std::string> ProjectRegistry::EvictOverBudget(absl::Time now) {
                                  {"idle_s", absl::StrCat(absl::ToInt64Seconds(now - c.last_used))}});
   }
   return evicted;
+}
+
+std::shared_ptr<LiveProject> ProjectRegistry::IfLoaded(absl::string_view name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = projects_.find(name);
+  return it == projects_.end() ? nullptr : it->second;
+}
+
+std::optional<ProjectCounts> ProjectRegistry::CountsIfUnloaded(absl::string_view name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (projects_.contains(name)) return std::nullopt;
+  auto it = unloaded_.find(name);
+  if (it == unloaded_.end()) return std::nullopt;
+  return it->second;
 }
 
 absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Get(absl::string_view name) {
@@ -299,6 +314,7 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Get(absl::string_v
   }
   absl::MutexLock lock(&mu_);
   failed_.erase(name);
+  unloaded_.erase(name);
   // A concurrent Get or Create may have registered it meanwhile: every caller gets that one.
   auto [it, inserted] = projects_.emplace(std::string(name), std::move(*project));
   return it->second;

@@ -23,6 +23,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include "absl/strings/string_view.h"
@@ -59,6 +60,14 @@ class ProjectRegistry {
   void EnforceMemoryBudget(int64_t bytes, absl::Duration idle) ABSL_LOCKS_EXCLUDED(mu_);
   // One pass of that now, at `now`; returns the names unloaded. No-op without a budget.
   std::vector<std::string> EvictOverBudget(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The loaded project of that name, or null; never loads one (a listing must not undo the
+  // budget's work).
+  std::shared_ptr<LiveProject> IfLoaded(absl::string_view name) const ABSL_LOCKS_EXCLUDED(mu_);
+  // For a project the budget unloaded and no call has loaded since: its counts when it was
+  // unloaded (labels other replicas commit meanwhile are not in them).
+  std::optional<ProjectCounts> CountsIfUnloaded(absl::string_view name) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Loads every stored project. Fails only if the projects cannot be listed; a project that
   // cannot be restored is logged (event=project_load_failed) and left to Get().
@@ -131,6 +140,8 @@ class ProjectRegistry {
   absl::Duration evict_after_idle_ ABSL_GUARDED_BY(mu_) = absl::Seconds(60);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread budget_thread_;
+  // Projects the budget unloaded, with their counts then; erased when one loads again.
+  absl::flat_hash_map<std::string, ProjectCounts> unloaded_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace verity::server
