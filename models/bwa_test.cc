@@ -12,6 +12,7 @@
 #include "models/annotation_matrix.h"
 #include "models/binary_codec.h"
 #include "models/majority_vote.h"
+#include "models/testing/create_model.h"
 #include "models/testing/serialization_checks.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
@@ -21,6 +22,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::verity::models::testing::ArgMax;
+using ::verity::models::testing::CreateOrFail;
 using ::verity::models::testing::ExpectSerializeRestoreContract;
 using ::verity::models::testing::Accuracy;
 using ::verity::models::testing::GenerateSyntheticCrowd;
@@ -30,12 +32,6 @@ using ::verity::models::testing::SyntheticCrowdSpec;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
-
-std::unique_ptr<BwaModel> MakeBwa(int32_t k, const TruthModelOptions& options = {}) {
-  absl::StatusOr<std::unique_ptr<BwaModel>> model = BwaModel::Create(k, options);
-  EXPECT_THAT(model, IsOk());
-  return model.ok() ? *std::move(model) : nullptr;
-}
 
 // 3 classes, 2000 items, 5 labels each from 10 annotators of accuracy 0.45
 // to 0.9 (errors spread evenly).
@@ -53,7 +49,7 @@ SyntheticCrowdSpec MixedCrowdSpec() {
 
 TEST(BwaTest, RecoversTheTruthAndRanksTheAnnotators) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
-  std::unique_ptr<BwaModel> model = MakeBwa(3);
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(3);
   absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
   ASSERT_THAT(report, IsOk());
   EXPECT_TRUE(report->converged);
@@ -93,7 +89,7 @@ TEST(BwaTest, HandCheckedPosterior) {
   writer.WriteU32(2);  // classes
   writer.WriteU32(2);  // annotators
   for (double v : {0.6, 0.4, 2.0, 2.0, 4.0, 1.0, 1.0, 3.0}) writer.WriteF64(v);
-  std::unique_ptr<BwaModel> model = MakeBwa(2);
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(2);
   ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
   std::vector<double> out(2);
   model->ItemPosterior({{0, 0}, {1, 1}}, -1, absl::MakeSpan(out));
@@ -134,7 +130,7 @@ TEST(BwaTest, GoldIsClampedAndTeachesThePrecisions) {
     gold.push_back(i < 19 ? i % 2 : -1);
   }
   const AnnotationMatrix m = *AnnotationMatrix::Build(20, 3, 2, triples);
-  std::unique_ptr<BwaModel> with_gold = MakeBwa(2);
+  std::unique_ptr<BwaModel> with_gold = CreateOrFail<BwaModel>(2);
   ASSERT_THAT(with_gold->Fit(m, gold, false), IsOk());
   const std::vector<double> p = AllPosteriors(*with_gold, m, gold);
   for (int32_t i = 0; i < 19; ++i) {
@@ -145,7 +141,7 @@ TEST(BwaTest, GoldIsClampedAndTeachesThePrecisions) {
     EXPECT_GT((*with_gold->AnnotatorPrecision(2))[c],
               2 * (*with_gold->AnnotatorPrecision(0))[c]);
   }
-  std::unique_ptr<BwaModel> without_gold = MakeBwa(2);
+  std::unique_ptr<BwaModel> without_gold = CreateOrFail<BwaModel>(2);
   ASSERT_THAT(without_gold->Fit(m, {}, false), IsOk());
   EXPECT_LT(AllPosteriors(*without_gold, m, {})[2 * 19 + 1], 0.5);
   // A gold class out of range is refused.
@@ -156,7 +152,7 @@ TEST(BwaTest, GoldIsClampedAndTeachesThePrecisions) {
 
 TEST(BwaTest, WarmStartFromAConvergedFitConvergesQuickly) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
-  std::unique_ptr<BwaModel> model = MakeBwa(3);
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(3);
   absl::StatusOr<FitReport> cold = model->Fit(crowd.matrix, {}, false);
   ASSERT_THAT(cold, IsOk());
   ASSERT_TRUE(cold->converged);
@@ -171,10 +167,10 @@ TEST(BwaTest, WarmStartFromAConvergedFitConvergesQuickly) {
 
 TEST(BwaTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
-  std::unique_ptr<BwaModel> model = MakeBwa(3);
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(3);
   ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
-  std::unique_ptr<BwaModel> restored = MakeBwa(3);
-  ExpectSerializeRestoreContract(*model, *restored, *MakeBwa(2), crowd.matrix, 11);
+  std::unique_ptr<BwaModel> restored = CreateOrFail<BwaModel>(3);
+  ExpectSerializeRestoreContract(*model, *restored, *CreateOrFail<BwaModel>(2), crowd.matrix, 11);
   // A negative precision, though well-formed and checksummed, is refused and
   // leaves the model as it was.
   ByteWriter bad;
@@ -185,7 +181,7 @@ TEST(BwaTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   EXPECT_THAT(restored->Restore(bad.Finish()), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
             AllPosteriors(*model, crowd.matrix, {}));
-  ASSERT_THAT(restored->Restore(MakeBwa(3)->Serialize()), IsOk());
+  ASSERT_THAT(restored->Restore(CreateOrFail<BwaModel>(3)->Serialize()), IsOk());
   EXPECT_FALSE(restored->has_parameters());
 }
 

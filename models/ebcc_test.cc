@@ -13,6 +13,7 @@
 #include "models/annotation_matrix.h"
 #include "models/binary_codec.h"
 #include "models/majority_vote.h"
+#include "models/testing/create_model.h"
 #include "models/testing/serialization_checks.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
@@ -22,6 +23,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::verity::models::testing::ArgMax;
+using ::verity::models::testing::CreateOrFail;
 using ::verity::models::testing::ExpectSerializeRestoreContract;
 using ::verity::models::testing::Accuracy;
 using ::verity::models::testing::GenerateSyntheticCrowd;
@@ -38,12 +40,6 @@ TruthModelOptions LongFit() {
   TruthModelOptions options;
   options.max_iterations = 500;
   return options;
-}
-
-std::unique_ptr<EbccModel> MakeEbcc(int32_t k, const TruthModelOptions& options = {}) {
-  absl::StatusOr<std::unique_ptr<EbccModel>> model = EbccModel::Create(k, options);
-  EXPECT_THAT(model, IsOk());
-  return model.ok() ? *std::move(model) : nullptr;
 }
 
 // 3 classes; 6 annotators of accuracy 0.65 to 0.9 and 6 spammers who answer
@@ -65,7 +61,7 @@ SyntheticCrowdSpec SpammerCrowdSpec() {
 
 TEST(EbccTest, RecoversTheTruthAndBeatsMajorityVote) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
-  std::unique_ptr<EbccModel> model = MakeEbcc(3, LongFit());
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(3, LongFit());
   absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
   ASSERT_THAT(report, IsOk());
   EXPECT_TRUE(report->converged);
@@ -118,7 +114,7 @@ TEST(EbccTest, HandCheckedPosterior) {
     writer.WriteF64(4.0);
   }
   const std::string blob = writer.Finish();
-  std::unique_ptr<EbccModel> model = MakeEbcc(2);
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2);
   ASSERT_THAT(model->Restore(blob), IsOk());
   std::vector<double> out(2);
   model->ItemPosterior({{0, 0}}, -1, absl::MakeSpan(out));
@@ -166,14 +162,14 @@ TEST(EbccTest, GoldIsClampedAndTeachesTheConfusions) {
     gold.push_back(i < 19 ? i % 2 : -1);
   }
   const AnnotationMatrix m = *AnnotationMatrix::Build(20, 3, 2, triples);
-  std::unique_ptr<EbccModel> with_gold = MakeEbcc(2);
+  std::unique_ptr<EbccModel> with_gold = CreateOrFail<EbccModel>(2);
   ASSERT_THAT(with_gold->Fit(m, gold, false), IsOk());
   const std::vector<double> p = AllPosteriors(*with_gold, m, gold);
   for (int32_t i = 0; i < 19; ++i) EXPECT_EQ(p[2 * i + i % 2], 1.0) << i;
   EXPECT_GT(p[2 * 19 + 1], 0.5);
   // Annotator 0 said 0 on the 9 gold items of class 1.
   EXPECT_GT(with_gold->AnnotatorConfusion(0)[2], 0.6);
-  std::unique_ptr<EbccModel> without_gold = MakeEbcc(2);
+  std::unique_ptr<EbccModel> without_gold = CreateOrFail<EbccModel>(2);
   ASSERT_THAT(without_gold->Fit(m, {}, false), IsOk());
   EXPECT_LT(AllPosteriors(*without_gold, m, {})[2 * 19 + 1], 0.5);
   gold.resize(3);
@@ -182,7 +178,7 @@ TEST(EbccTest, GoldIsClampedAndTeachesTheConfusions) {
 
 TEST(EbccTest, WarmStartFromAConvergedFitConvergesQuickly) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
-  std::unique_ptr<EbccModel> model = MakeEbcc(3, LongFit());
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(3, LongFit());
   absl::StatusOr<FitReport> cold = model->Fit(crowd.matrix, {}, false);
   ASSERT_THAT(cold, IsOk());
   ASSERT_TRUE(cold->converged);
@@ -201,10 +197,10 @@ TEST(EbccTest, WarmStartFromAConvergedFitConvergesQuickly) {
 
 TEST(EbccTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
-  std::unique_ptr<EbccModel> model = MakeEbcc(3, LongFit());
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(3, LongFit());
   ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
-  std::unique_ptr<EbccModel> restored = MakeEbcc(3);
-  std::unique_ptr<EbccModel> binary = MakeEbcc(2);
+  std::unique_ptr<EbccModel> restored = CreateOrFail<EbccModel>(3);
+  std::unique_ptr<EbccModel> binary = CreateOrFail<EbccModel>(2);
   ExpectSerializeRestoreContract(*model, *restored, *binary, crowd.matrix, 13);
   // A Dirichlet parameter below its prior (a diagonal of 2 < 4), well-formed
   // and checksummed, is refused and leaves the model as it was.
@@ -217,7 +213,7 @@ TEST(EbccTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   for (int c = 0; c < 40; ++c) bad.WriteF64(c == 0 ? 2.0 : 4.0);
   EXPECT_THAT(binary->Restore(bad.Finish()), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_FALSE(binary->has_parameters());
-  ASSERT_THAT(restored->Restore(MakeEbcc(3)->Serialize()), IsOk());
+  ASSERT_THAT(restored->Restore(CreateOrFail<EbccModel>(3)->Serialize()), IsOk());
   EXPECT_FALSE(restored->has_parameters());
 }
 

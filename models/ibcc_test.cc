@@ -13,6 +13,7 @@
 #include "models/annotation_matrix.h"
 #include "models/binary_codec.h"
 #include "models/majority_vote.h"
+#include "models/testing/create_model.h"
 #include "models/testing/serialization_checks.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
@@ -22,6 +23,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::verity::models::testing::ArgMax;
+using ::verity::models::testing::CreateOrFail;
 using ::verity::models::testing::ExpectSerializeRestoreContract;
 using ::verity::models::testing::Accuracy;
 using ::verity::models::testing::GenerateSyntheticCrowd;
@@ -31,12 +33,6 @@ using ::verity::models::testing::SyntheticCrowdSpec;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
-
-std::unique_ptr<IbccModel> MakeIbcc(int32_t k, const TruthModelOptions& options = {}) {
-  absl::StatusOr<std::unique_ptr<IbccModel>> model = IbccModel::Create(k, options);
-  EXPECT_THAT(model, IsOk());
-  return model.ok() ? *std::move(model) : nullptr;
-}
 
 // 3 classes; 6 annotators of accuracy 0.65 to 0.9 and 6 spammers who answer
 // class 0 with probability 0.8 whatever the truth.
@@ -57,7 +53,7 @@ SyntheticCrowdSpec SpammerCrowdSpec() {
 
 TEST(IbccTest, LearnsTheConfusionsAndBeatsMajorityVote) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
-  std::unique_ptr<IbccModel> model = MakeIbcc(3);
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(3);
   absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
   ASSERT_THAT(report, IsOk());
   EXPECT_TRUE(report->converged);
@@ -96,7 +92,7 @@ TEST(IbccTest, HandCheckedPosterior) {
   writer.WriteU32(2);  // classes
   writer.WriteU32(1);  // annotators
   for (double v : {2.0, 2.0, 6.0, 2.0, 1.0, 4.0}) writer.WriteF64(v);
-  std::unique_ptr<IbccModel> model = MakeIbcc(2);
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(2);
   ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
   std::vector<double> out(2);
   model->ItemPosterior({{0, 0}}, -1, absl::MakeSpan(out));
@@ -135,14 +131,14 @@ TEST(IbccTest, GoldIsClampedAndTeachesTheConfusions) {
     gold.push_back(i < 19 ? i % 2 : -1);
   }
   const AnnotationMatrix m = *AnnotationMatrix::Build(20, 3, 2, triples);
-  std::unique_ptr<IbccModel> with_gold = MakeIbcc(2);
+  std::unique_ptr<IbccModel> with_gold = CreateOrFail<IbccModel>(2);
   ASSERT_THAT(with_gold->Fit(m, gold, false), IsOk());
   const std::vector<double> p = AllPosteriors(*with_gold, m, gold);
   for (int32_t i = 0; i < 19; ++i) EXPECT_EQ(p[2 * i + i % 2], 1.0) << i;
   EXPECT_GT(p[2 * 19 + 1], 0.5);
   // Annotator 0 said 0 on the 9 gold items of class 1 (plus the prior 1).
   EXPECT_GT((*with_gold->AnnotatorDirichlet(0))[2], 9.0);
-  std::unique_ptr<IbccModel> without_gold = MakeIbcc(2);
+  std::unique_ptr<IbccModel> without_gold = CreateOrFail<IbccModel>(2);
   ASSERT_THAT(without_gold->Fit(m, {}, false), IsOk());
   EXPECT_LT(AllPosteriors(*without_gold, m, {})[2 * 19 + 1], 0.5);
   gold.resize(3);
@@ -151,7 +147,7 @@ TEST(IbccTest, GoldIsClampedAndTeachesTheConfusions) {
 
 TEST(IbccTest, WarmStartFromAConvergedFitConvergesQuickly) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
-  std::unique_ptr<IbccModel> model = MakeIbcc(3);
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(3);
   absl::StatusOr<FitReport> cold = model->Fit(crowd.matrix, {}, false);
   ASSERT_THAT(cold, IsOk());
   ASSERT_TRUE(cold->converged);
@@ -170,10 +166,10 @@ TEST(IbccTest, WarmStartFromAConvergedFitConvergesQuickly) {
 
 TEST(IbccTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
-  std::unique_ptr<IbccModel> model = MakeIbcc(3);
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(3);
   ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
-  std::unique_ptr<IbccModel> restored = MakeIbcc(3);
-  std::unique_ptr<IbccModel> binary = MakeIbcc(2);
+  std::unique_ptr<IbccModel> restored = CreateOrFail<IbccModel>(3);
+  std::unique_ptr<IbccModel> binary = CreateOrFail<IbccModel>(2);
   ExpectSerializeRestoreContract(*model, *restored, *binary, crowd.matrix, 13);
   // A Dirichlet parameter below its prior (a diagonal of 2 < 4), well-formed
   // and checksummed, is refused and leaves the model as it was.
@@ -184,7 +180,7 @@ TEST(IbccTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   for (double v : {1.0, 1.0, 2.0, 1.0, 1.0, 4.0}) bad.WriteF64(v);
   EXPECT_THAT(binary->Restore(bad.Finish()), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_FALSE(binary->has_parameters());
-  ASSERT_THAT(restored->Restore(MakeIbcc(3)->Serialize()), IsOk());
+  ASSERT_THAT(restored->Restore(CreateOrFail<IbccModel>(3)->Serialize()), IsOk());
   EXPECT_FALSE(restored->has_parameters());
 }
 

@@ -13,6 +13,7 @@
 #include "models/annotation_matrix.h"
 #include "models/binary_codec.h"
 #include "models/majority_vote.h"
+#include "models/testing/create_model.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
 
@@ -21,6 +22,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::verity::models::testing::ArgMax;
+using ::verity::models::testing::CreateOrFail;
 using ::verity::models::testing::Accuracy;
 using ::verity::models::testing::GenerateSyntheticCrowd;
 using ::verity::models::testing::SymmetricConfusion;
@@ -29,14 +31,6 @@ using ::verity::models::testing::SyntheticCrowdSpec;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
-
-std::unique_ptr<MaceModel> MakeMace(int32_t k,
-                                    const TruthModelOptions& options = {}) {
-  absl::StatusOr<std::unique_ptr<MaceModel>> model =
-      MaceModel::Create(k, options);
-  EXPECT_THAT(model, IsOk());
-  return model.ok() ? *std::move(model) : nullptr;
-}
 
 // 10 items, 5 annotators, 3 classes: annotators 3 and 4 nearly always say 2.
 // Expected labels from crowd-kit's MACE (default: variational Bayes, 10
@@ -61,7 +55,7 @@ TEST(MaceTest, MatchesCrowdKitOnAFixedCase) {
       {8, 1, 0}, {8, 2, 0}, {8, 3, 2}, {9, 1, 1}, {9, 2, 1}, {9, 3, 2},
       {9, 4, 2}};
   const AnnotationMatrix m = *AnnotationMatrix::Build(10, 5, 3, triples);
-  std::unique_ptr<MaceModel> model = MakeMace(3);
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(3);
   ASSERT_THAT(model->Fit(m, {}, false), IsOk());
   const std::vector<int32_t> expected = {0, 1, 2, 0, 1, 0, 2, 1, 0, 1};
   EXPECT_EQ(ArgMax(AllPosteriors(*model, m, {}), 3), expected);
@@ -87,7 +81,7 @@ SyntheticCrowdSpec SpammerCrowdSpec() {
 
 TEST(MaceTest, FindsTheSpammersAndBeatsMajorityVote) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
-  std::unique_ptr<MaceModel> model = MakeMace(3);
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(3);
   absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
   ASSERT_THAT(report, IsOk());
   EXPECT_TRUE(report->converged);
@@ -123,7 +117,7 @@ TEST(MaceTest, FindsTheSpammersAndBeatsMajorityVote) {
 }
 
 TEST(MaceTest, PosteriorIsTheProductOfTheConfusions) {
-  std::unique_ptr<MaceModel> model = MakeMace(3);
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(3);
   ASSERT_THAT(
       model->Fit(GenerateSyntheticCrowd(SpammerCrowdSpec()).matrix, {}, false),
       IsOk());
@@ -165,7 +159,7 @@ TEST(MaceTest, HandCheckedPosterior) {
   for (double v : {0.5, 0.5, 0.5, 0.8, 0.5, 0.5, 0.2, 0.9, 0.1}) {
     writer.WriteF64(v);
   }
-  std::unique_ptr<MaceModel> model = MakeMace(2);
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2);
   ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
   std::vector<double> out(2);
   model->ItemPosterior({{0, 0}, {1, 1}}, -1, absl::MakeSpan(out));
@@ -191,7 +185,7 @@ TEST(MaceTest, HandCheckedPosterior) {
 
 TEST(MaceTest, WarmStartFromAConvergedFitConvergesQuickly) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
-  std::unique_ptr<MaceModel> model = MakeMace(3);
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(3);
   absl::StatusOr<FitReport> cold = model->Fit(crowd.matrix, {}, false);
   ASSERT_THAT(cold, IsOk());
   ASSERT_TRUE(cold->converged);
@@ -206,10 +200,10 @@ TEST(MaceTest, WarmStartFromAConvergedFitConvergesQuickly) {
 
 TEST(MaceTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
-  std::unique_ptr<MaceModel> model = MakeMace(3);
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(3);
   ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
   const std::string blob = model->Serialize();
-  std::unique_ptr<MaceModel> restored = MakeMace(3);
+  std::unique_ptr<MaceModel> restored = CreateOrFail<MaceModel>(3);
   ASSERT_THAT(restored->Restore(blob), IsOk());
   EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
             AllPosteriors(*model, crowd.matrix, {}));
@@ -228,14 +222,14 @@ TEST(MaceTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(s.message(), HasSubstr("method"));
   // Another class count is refused by the header.
-  std::unique_ptr<MaceModel> binary = MakeMace(2);
+  std::unique_ptr<MaceModel> binary = CreateOrFail<MaceModel>(2);
   s = binary->Restore(blob);
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(s.message(), HasSubstr("classes"));
   EXPECT_FALSE(binary->has_parameters());
   EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
             AllPosteriors(*model, crowd.matrix, {}));
-  ASSERT_THAT(restored->Restore(MakeMace(3)->Serialize()), IsOk());
+  ASSERT_THAT(restored->Restore(CreateOrFail<MaceModel>(3)->Serialize()), IsOk());
   EXPECT_FALSE(restored->has_parameters());
 }
 

@@ -13,6 +13,7 @@
 #include "models/annotation_matrix.h"
 #include "models/binary_codec.h"
 #include "models/majority_vote.h"
+#include "models/testing/create_model.h"
 #include "models/testing/serialization_checks.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
@@ -22,6 +23,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::verity::models::testing::ArgMax;
+using ::verity::models::testing::CreateOrFail;
 using ::verity::models::testing::ExpectSerializeRestoreContract;
 using ::verity::models::testing::Accuracy;
 using ::verity::models::testing::GenerateSyntheticCrowd;
@@ -31,12 +33,6 @@ using ::verity::models::testing::SyntheticCrowdSpec;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
-
-std::unique_ptr<MmsrModel> MakeMmsr(int32_t k, const TruthModelOptions& options = {}) {
-  absl::StatusOr<std::unique_ptr<MmsrModel>> model = MmsrModel::Create(k, options);
-  EXPECT_THAT(model, IsOk());
-  return model.ok() ? *std::move(model) : nullptr;
-}
 
 // 12 items, 6 annotators, 3 classes, 4 labels per item. Expected labels and
 // weights from crowd-kit's MMSR (defaults: n_iter 10000, tol 1e-10,
@@ -62,7 +58,7 @@ TEST(MmsrTest, MatchesCrowdKitOnAFixedCase) {
       {8, 4, 2}, {9, 0, 1}, {9, 1, 1}, {9, 2, 0}, {9, 4, 1}, {10, 0, 1}, {10, 1, 1},
       {10, 3, 1}, {10, 5, 1}, {11, 1, 2}, {11, 2, 2}, {11, 3, 2}, {11, 5, 2}};
   const AnnotationMatrix m = *AnnotationMatrix::Build(12, 6, 3, triples);
-  std::unique_ptr<MmsrModel> model = MakeMmsr(3);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(3);
   absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
   ASSERT_THAT(report, IsOk());
   EXPECT_TRUE(report->converged);
@@ -90,7 +86,7 @@ SyntheticCrowdSpec MixedCrowdSpec() {
 
 TEST(MmsrTest, RecoversTheSkillsAndBeatsMajorityVote) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
-  std::unique_ptr<MmsrModel> model = MakeMmsr(3);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(3);
   ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
   auto mv = MajorityVoteModel::Create(3, {});
   const double mv_accuracy =
@@ -113,7 +109,7 @@ TEST(MmsrTest, PosteriorIsTheOneCoinPosteriorAndGoldIsClamped) {
   writer.WriteU32(2);
   writer.WriteU32(2);
   for (double v : {0.2, 0.6, 0.2}) writer.WriteF64(v);
-  std::unique_ptr<MmsrModel> model = MakeMmsr(2);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
   ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
   std::vector<double> out(2);
   // Labels 0 (annotator 0) and 1 (annotator 1): p(0) ∝ 4, p(1) ∝ 1.5.
@@ -129,7 +125,7 @@ TEST(MmsrTest, PosteriorIsTheOneCoinPosteriorAndGoldIsClamped) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
   std::vector<int32_t> gold(crowd.matrix.num_items(), -1);
   for (int32_t i = 0; i < 100; ++i) gold[i] = (crowd.truth[i] + 1) % 3;
-  std::unique_ptr<MmsrModel> fitted = MakeMmsr(3);
+  std::unique_ptr<MmsrModel> fitted = CreateOrFail<MmsrModel>(3);
   ASSERT_THAT(fitted->Fit(crowd.matrix, gold, false), IsOk());
   const std::vector<double> p = AllPosteriors(*fitted, crowd.matrix, gold);
   for (int32_t i = 0; i < 100; ++i) EXPECT_EQ(p[3 * i + gold[i]], 1.0) << i;
@@ -144,7 +140,7 @@ TEST(MmsrTest, AgreementAtChanceKeepsTheWeightsFinite) {
       {0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {1, 0, 0}, {1, 1, 1}, {1, 2, 1},
       {2, 0, 1}, {2, 1, 1}, {2, 2, 0}, {3, 0, 1}, {3, 1, 0}, {3, 2, 1}};
   const AnnotationMatrix m = *AnnotationMatrix::Build(4, 3, 2, triples);
-  std::unique_ptr<MmsrModel> model = MakeMmsr(2);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
   ASSERT_THAT(model->Fit(m, {}, false), IsOk());
   for (int a = -1; a < 3; ++a) EXPECT_TRUE(std::isfinite(*model->AnnotatorWeight(a))) << a;
   for (double p : AllPosteriors(*model, m, {})) {
@@ -157,7 +153,7 @@ TEST(MmsrTest, RefusesMoreAnnotatorsThanItsMatrixAllows) {
   const int32_t n = MmsrModel::kMaxAnnotators + 1;
   for (int32_t a = 0; a < n; ++a) triples.push_back({a / 2, a, a % 2});
   const AnnotationMatrix m = *AnnotationMatrix::Build((n + 1) / 2, n, 2, triples);
-  std::unique_ptr<MmsrModel> model = MakeMmsr(2);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
   EXPECT_THAT(model->Fit(m, {}, false),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("5001 annotators")));
   EXPECT_FALSE(model->has_parameters());
@@ -165,7 +161,7 @@ TEST(MmsrTest, RefusesMoreAnnotatorsThanItsMatrixAllows) {
 
 TEST(MmsrTest, WarmStartFromAConvergedFitConvergesQuickly) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
-  std::unique_ptr<MmsrModel> model = MakeMmsr(3);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(3);
   absl::StatusOr<FitReport> cold = model->Fit(crowd.matrix, {}, false);
   ASSERT_THAT(cold, IsOk());
   ASSERT_TRUE(cold->converged);
@@ -179,10 +175,10 @@ TEST(MmsrTest, WarmStartFromAConvergedFitConvergesQuickly) {
 
 TEST(MmsrTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
-  std::unique_ptr<MmsrModel> model = MakeMmsr(3);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(3);
   ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
-  std::unique_ptr<MmsrModel> restored = MakeMmsr(3);
-  ExpectSerializeRestoreContract(*model, *restored, *MakeMmsr(2), crowd.matrix, 11);
+  std::unique_ptr<MmsrModel> restored = CreateOrFail<MmsrModel>(3);
+  ExpectSerializeRestoreContract(*model, *restored, *CreateOrFail<MmsrModel>(2), crowd.matrix, 11);
   // A skill estimate of 1 (p = 1, infinite weight) is refused.
   ByteWriter bad;
   WriteModelHeader(bad, MmsrModel::kMethod, true);
@@ -192,7 +188,7 @@ TEST(MmsrTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   EXPECT_THAT(restored->Restore(bad.Finish()), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(AllPosteriors(*restored, crowd.matrix, {}),
             AllPosteriors(*model, crowd.matrix, {}));
-  ASSERT_THAT(restored->Restore(MakeMmsr(3)->Serialize()), IsOk());
+  ASSERT_THAT(restored->Restore(CreateOrFail<MmsrModel>(3)->Serialize()), IsOk());
   EXPECT_FALSE(restored->has_parameters());
 }
 
