@@ -371,6 +371,20 @@ class TruthModel {
     return {};
   }
 
+  // The confusion (AnnotatorConfusion's layout) that the model predicts from an annotator's
+  // features, for an annotator its fit did not see: `features` are the annotator's raw
+  // annotator_feature_dim values, as given to SetAnnotatorFeatures. lia predicts it with its
+  // competence network (lia.h); every other model, an annotator in the fit (AnnotatorConfusion
+  // answers for it), features of the wrong size, and a model fitted without annotator
+  // features give an empty vector: the caller then serves AnnotatorConfusion, the population
+  // confusion.
+  virtual std::vector<double> AnnotatorConfusionFromFeatures(int32_t annotator,
+                                                             absl::Span<const float> features) const {
+    (void)annotator;
+    (void)features;
+    return {};
+  }
+
   // The difficulty of item `item` for models that learn one (lia; see LiaModel), in [0, 1]: the
   // chance that an annotator of average competence mislabels the item, averaged over its
   // possible true classes. An item not in the fit gets the mean item's. nullopt for the other

@@ -53,6 +53,20 @@ torch::Tensor RowEncoderImpl::table() const {
   return feature_dim_ == 0 ? embedding_->weight : torch::Tensor();
 }
 
+std::vector<DenseLayer> RowEncoderImpl::ExportDenseLayers() const {
+  std::vector<DenseLayer> out;
+  if (feature_dim_ == 0 || !norms_.empty()) return out;
+  for (const torch::nn::Linear& linear : layers_) {
+    DenseLayer layer;
+    layer.outputs = linear->weight.size(0);
+    layer.inputs = linear->weight.size(1);
+    layer.weight = TensorToVector(linear->weight);
+    layer.bias = TensorToVector(linear->bias);
+    out.push_back(std::move(layer));
+  }
+  return out;
+}
+
 void RowEncoderImpl::SetFeatures(const torch::Tensor& features) {
   torch::NoGradGuard no_grad;
   const int64_t rows = std::min(features.size(0), features_.size(0));

@@ -11,6 +11,8 @@
 
 #include <torch/torch.h>
 
+#include "models/neural/dense_layers.h"
+
 namespace verity::models::neural {
 
 // The layers of a feature encoder after its input (see RowEncoderImpl); a learned-embedding
@@ -47,6 +49,10 @@ class RowEncoderImpl : public torch::nn::Module {
   std::vector<Gather>& gathers() { return gathers_; }
   // The embedding weights (num_rows × dim); undefined with features.
   torch::Tensor table() const;
+  // Feature mode without batch norm: the layers as plain C++ (dense_layers.h), which compute
+  // forward() in eval mode on any standardised feature row. Empty otherwise (learned
+  // embeddings, or batch norm, which the plain layers do not carry).
+  std::vector<DenseLayer> ExportDenseLayers() const;
 
  private:
   int64_t feature_dim_;

@@ -26,6 +26,8 @@ class LiaNet : public CrowdNet {
   torch::Tensor Difficulty(const torch::Tensor& items) {
     return difficulty_->forward(items_->forward(items)).view({-1, k_, k_, latent_});
   }
+  // The competence network c_ψ (the linear layer after the annotator encoder).
+  torch::nn::Linear& competence_layer() { return competence_; }
   torch::Tensor Competence(const torch::Tensor& annotators) {
     return competence_->forward(annotators_->forward(annotators)).view({-1, k_, k_, latent_});
   }
@@ -55,6 +57,26 @@ class LiaNet : public CrowdNet {
   torch::nn::Sequential truth_{nullptr}, difficulty_{nullptr};
   torch::nn::Linear competence_{nullptr};
 };
+
+// log Q = row-log-softmax(Σ_l D[·,·,l] C[·,·,l]) into `out` (K x K), from a difficulty D and
+// a competence C (K x K x L each).
+void LogConfusionFrom(const double* d, const double* c, int32_t k, int32_t latent, double* out) {
+  for (int32_t row = 0; row < k; ++row) {
+    double* logits = out + row * k;
+    double m = -1e300;
+    for (int32_t y = 0; y < k; ++y) {
+      double v = 0;
+      const size_t base = (static_cast<size_t>(row) * k + y) * latent;
+      for (int32_t l = 0; l < latent; ++l) v += d[base + l] * c[base + l];
+      logits[y] = v;
+      m = std::max(m, v);
+    }
+    double s = 0;
+    for (int32_t y = 0; y < k; ++y) s += std::exp(logits[y] - m);
+    const double norm = m + std::log(s);
+    for (int32_t y = 0; y < k; ++y) logits[y] -= norm;
+  }
+}
 
 }  // namespace
 
@@ -143,6 +165,21 @@ void LiaModel::ExportTables(CrowdNet& net) {
   const int64_t k = num_classes();
   mean_difficulty_ = fitted_items() > 0 ? TensorToVector(d.mean(0)) : std::vector<double>(k * k * latent_, 1.0);
   mean_competence_ = fitted_annotators() > 0 ? TensorToVector(c.mean(0)) : std::vector<double>(k * k * latent_, 0.0);
+  torch::nn::Linear& layer = lia.competence_layer();
+  competence_network_.outputs = layer->weight.size(0);
+  competence_network_.inputs = layer->weight.size(1);
+  competence_network_.weight = TensorToVector(layer->weight);
+  competence_network_.bias = TensorToVector(layer->bias);
+}
+
+std::vector<double> LiaModel::ConfusionFromAnnotatorEmbedding(absl::Span<const double> embedding) const {
+  const std::vector<double> competence = ApplyLinear(competence_network_, embedding);
+  const int32_t k = num_classes();
+  if (competence.size() != static_cast<size_t>(k) * k * latent_) return {};
+  std::vector<double> q(static_cast<size_t>(k) * k);
+  LogConfusionFrom(mean_difficulty_.data(), competence.data(), k, latent_, q.data());
+  for (double& v : q) v = std::exp(v);
+  return q;
 }
 
 void LiaModel::LogConfusion(int32_t item, int32_t annotator, double* out) const {
@@ -151,21 +188,7 @@ void LiaModel::LogConfusion(int32_t item, int32_t annotator, double* out) const 
   const double* d = item >= 0 && item < fitted_items() ? difficulty_.data() + item * cell : mean_difficulty_.data();
   const double* c = annotator >= 0 && annotator < fitted_annotators() ? competence_.data() + annotator * cell
                                                                       : mean_competence_.data();
-  for (int32_t row = 0; row < k; ++row) {
-    double* logits = out + row * k;
-    double m = -1e300;
-    for (int32_t y = 0; y < k; ++y) {
-      double v = 0;
-      const size_t base = (static_cast<size_t>(row) * k + y) * latent_;
-      for (int32_t l = 0; l < latent_; ++l) v += d[base + l] * c[base + l];
-      logits[y] = v;
-      m = std::max(m, v);
-    }
-    double s = 0;
-    for (int32_t y = 0; y < k; ++y) s += std::exp(logits[y] - m);
-    const double norm = m + std::log(s);
-    for (int32_t y = 0; y < k; ++y) logits[y] -= norm;
-  }
+  LogConfusionFrom(d, c, k, latent_, out);
 }
 
 std::optional<double> LiaModel::ItemDifficulty(int32_t item) const {

@@ -29,7 +29,11 @@
 //
 // Queries evaluate Q_ij from exported D (per fitted item) and C (per fitted annotator) tables:
 // K² L doubles (8 K² L bytes) per item and per annotator. An item never
-// seen gets the mean D, an annotator never seen the mean C.
+// seen gets the mean D, an annotator never seen the mean C. With annotator features, r is a
+// projection of the annotator's features, and an annotator added after the fit who was given
+// features is served c_ψ(r) of its own features (AnnotatorConfusionFromFeatures: the exported
+// encoder and competence layer, in plain C++), the paper's prediction of a new annotator's
+// competence, instead of the mean C.
 #ifndef VERITY_MODELS_NEURAL_LIA_H_
 #define VERITY_MODELS_NEURAL_LIA_H_
 
@@ -53,6 +57,10 @@ class LiaModel : public NeuralModel<LiaModel> {
   int Train(CrowdNet& net, const LabelTensors& data, bool warm_start) override;
   void ExportTables(CrowdNet& net) override;
   void LogConfusion(int32_t item, int32_t annotator, double* out) const override;
+  // Q = row-softmax(Σ_l D̄[·,·,l] c_ψ(r)[·,·,l]): the competence network applied to the
+  // annotator encoder's output r, on the mean item's difficulty D̄, as AnnotatorConfusion of a
+  // fitted annotator is computed from its own c_ψ(r_j).
+  std::vector<double> ConfusionFromAnnotatorEmbedding(absl::Span<const double> embedding) const override;
 
  public:
   // 1 - (1/K) Σ_k Q[k, k], with Q = row-softmax(Σ_l D_item[·,·,l] C̄[·,·,l]) and C̄ the mean
@@ -66,6 +74,7 @@ class LiaModel : public NeuralModel<LiaModel> {
   std::vector<double> mean_difficulty_;  // K x K x L
   std::vector<double> competence_;       // fitted annotators x K x K x L
   std::vector<double> mean_competence_;  // K x K x L
+  DenseLayer competence_network_;        // c_ψ: embedding -> K x K x L
 };
 
 }  // namespace verity::models::neural

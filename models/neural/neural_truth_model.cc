@@ -112,6 +112,8 @@ std::unique_ptr<TruthModel> NeuralTruthModel::Clone() const {
   copy->item_features_ = item_features_;
   copy->annotator_feature_dim_ = annotator_feature_dim_;
   copy->annotator_features_ = annotator_features_;
+  copy->annotator_feature_mean_ = annotator_feature_mean_;
+  copy->annotator_feature_scale_ = annotator_feature_scale_;
   if (has_parameters()) {
     absl::Status restored = copy->Restore(Serialize());
     // Serialize/Restore of the same class and sizes cannot disagree; if LibTorch failed
@@ -382,9 +384,14 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
   }
   std::shared_ptr<CrowdNet> previous = std::move(net_);
   const int32_t previous_items = fitted_items_, previous_annotators = fitted_annotators_;
+  std::vector<double> previous_mean = std::move(fitted_feature_mean_);
+  std::vector<double> previous_scale = std::move(fitted_feature_scale_);
   net_ = std::move(net);
   fitted_items_ = data.num_items();
   fitted_annotators_ = data.num_annotators();
+  const bool feature_annotators = net_->annotators() && net_->annotators()->feature_dim() > 0;
+  fitted_feature_mean_ = feature_annotators ? annotator_feature_mean_ : std::vector<double>();
+  fitted_feature_scale_ = feature_annotators ? annotator_feature_scale_ : std::vector<double>();
   try {
     ExportAll();
   } catch (const std::exception& e) {
@@ -392,6 +399,8 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
     net_ = std::move(previous);
     fitted_items_ = previous_items;
     fitted_annotators_ = previous_annotators;
+    fitted_feature_mean_ = std::move(previous_mean);
+    fitted_feature_scale_ = std::move(previous_scale);
     if (net_ != nullptr) ExportAll();
     return absl::InternalError(absl::StrCat(std::string(method()), " export failed in LibTorch: ", e.what()));
   }
@@ -442,7 +451,29 @@ void NeuralTruthModel::ExportAll() {
                                    e.data_ptr<float>() + e.numel());
     }
   }
+  annotator_encoder_.clear();
+  if (net_->annotators() && net_->annotators()->feature_dim() > 0) {
+    annotator_encoder_ = net_->annotators()->ExportDenseLayers();
+  }
   ExportTables(*net_);
+}
+
+std::vector<double> NeuralTruthModel::AnnotatorConfusionFromFeatures(
+    int32_t annotator, absl::Span<const float> features) const {
+  if (!has_parameters() || (annotator >= 0 && annotator < fitted_annotators_)) return {};
+  const size_t dim = fitted_feature_mean_.size();
+  if (dim == 0 || annotator_encoder_.empty() || features.size() != dim ||
+      fitted_feature_scale_.size() != dim) {
+    return {};
+  }
+  std::vector<double> standardised(dim);
+  for (size_t c = 0; c < dim; ++c) {
+    if (!std::isfinite(features[c])) return {};
+    standardised[c] = (features[c] - fitted_feature_mean_[c]) * fitted_feature_scale_[c];
+  }
+  const std::vector<double> embedding = ApplyDenseLayers(annotator_encoder_, standardised);
+  if (embedding.empty()) return {};
+  return ConfusionFromAnnotatorEmbedding(embedding);
 }
 
 std::vector<float> NeuralTruthModel::AnnotatorEmbedding(int32_t annotator) const {
@@ -543,6 +574,13 @@ std::string NeuralTruthModel::Serialize() const {
       archive_bytes.str("");
     }
     writer.WriteString(archive_bytes.str());
+    // The annotator features' standardisation (absent from blobs written before it was kept;
+    // Restore accepts both).
+    writer.WriteU32(static_cast<uint32_t>(fitted_feature_mean_.size()));
+    for (size_t c = 0; c < fitted_feature_mean_.size(); ++c) {
+      writer.WriteF64(fitted_feature_mean_[c]);
+      writer.WriteF64(fitted_feature_scale_[c]);
+    }
   }
   return writer.Finish();
 }
@@ -560,6 +598,9 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized, const Restor
     if (absl::Status s = reader->ExpectEnd(); !s.ok()) return s;
     net_ = nullptr;
     fitted_items_ = fitted_annotators_ = 0;
+    fitted_feature_mean_.clear();
+    fitted_feature_scale_.clear();
+    annotator_encoder_.clear();
     item_log_prior_.clear();
     std::fill(class_log_prior_.begin(), class_log_prior_.end(), -std::log(static_cast<double>(num_classes_)));
     return absl::OkStatus();
@@ -577,6 +618,25 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized, const Restor
   if (*k != static_cast<uint32_t>(num_classes_)) {
     return absl::InvalidArgumentError(absl::StrCat(std::string(method()), " model has ", *k,
                                                    " classes, expected ", num_classes_));
+  }
+  std::vector<double> feature_mean, feature_scale;
+  if (reader->remaining() > 0) {
+    absl::StatusOr<uint32_t> columns = reader->ReadU32();
+    if (!columns.ok() || *columns != *annotator_feature_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          std::string(method()), " model: the annotator feature standardisation does not match ",
+          *annotator_feature_dim, " annotator feature dimensions"));
+    }
+    for (uint32_t c = 0; c < *columns; ++c) {
+      absl::StatusOr<double> mean = reader->ReadF64();
+      absl::StatusOr<double> scale = reader->ReadF64();
+      if (!mean.ok() || !scale.ok() || !std::isfinite(*mean) || !std::isfinite(*scale)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            std::string(method()), " model: truncated or invalid annotator feature standardisation"));
+      }
+      feature_mean.push_back(*mean);
+      feature_scale.push_back(*scale);
+    }
   }
   if (absl::Status s = reader->ExpectEnd(); !s.ok()) return s;
   // The sizes come from the blob: bound them by the project's before any allocation.
@@ -600,6 +660,7 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized, const Restor
   const int32_t previous_items = fitted_items_, previous_annotators = fitted_annotators_;
   const int64_t previous_feature_dim = item_feature_dim_;
   const int64_t previous_annotator_feature_dim = annotator_feature_dim_;
+  std::vector<double> previous_mean = fitted_feature_mean_, previous_scale = fitted_feature_scale_;
   try {
     // The networks' feature buffers come back from the archive.
     SetItemFeatureDim(*feature_dim);
@@ -612,6 +673,8 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized, const Restor
     net_->eval();
     fitted_items_ = static_cast<int32_t>(*items);
     fitted_annotators_ = static_cast<int32_t>(*annotators);
+    fitted_feature_mean_ = std::move(feature_mean);
+    fitted_feature_scale_ = std::move(feature_scale);
     ExportAll();
   } catch (const std::exception& e) {
     net_ = std::move(previous);
@@ -619,6 +682,8 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized, const Restor
     fitted_annotators_ = previous_annotators;
     SetItemFeatureDim(previous_feature_dim);
     annotator_feature_dim_ = previous_annotator_feature_dim;
+    fitted_feature_mean_ = std::move(previous_mean);
+    fitted_feature_scale_ = std::move(previous_scale);
     if (net_ != nullptr) ExportAll();
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(method()), " model: parameters do not load: ", e.what()));
@@ -628,8 +693,10 @@ absl::Status NeuralTruthModel::Restore(std::string_view serialized, const Restor
 
 namespace {
 
-// Validates and standardises (zero mean, unit variance per column) row-major features.
-absl::Status StandardiseFeatures(const char* what, int32_t dim, std::vector<float>& features) {
+// Validates and standardises (zero mean, unit variance per column) row-major features; `mean`
+// and `scale` receive each column's mean and the factor applied after subtracting it.
+absl::Status StandardiseFeatures(const char* what, int32_t dim, std::vector<float>& features,
+                                 std::vector<double>& mean_out, std::vector<double>& scale_out) {
   if (dim < 0 || (dim == 0 && !features.empty()) ||
       (dim > 0 && features.size() % static_cast<size_t>(dim) != 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -641,11 +708,15 @@ absl::Status StandardiseFeatures(const char* what, int32_t dim, std::vector<floa
     }
   }
   const size_t rows = dim > 0 ? features.size() / dim : 0;
+  mean_out.assign(dim, 0.0);
+  scale_out.assign(dim, 1.0);
   for (int32_t c = 0; c < dim; ++c) {
     double mean = 0, square = 0;
     for (size_t r = 0; r < rows; ++r) mean += features[r * dim + c] / rows;
     for (size_t r = 0; r < rows; ++r) square += std::pow(features[r * dim + c] - mean, 2) / rows;
     const double scale = square > 1e-12 ? 1.0 / std::sqrt(square) : 1.0;
+    mean_out[c] = mean;
+    scale_out[c] = scale;
     for (size_t r = 0; r < rows; ++r) {
       features[r * dim + c] = static_cast<float>((features[r * dim + c] - mean) * scale);
     }
@@ -669,14 +740,22 @@ void NeuralTruthModel::LoadFeatures(RowEncoder& encoder, int64_t dim,
 }
 
 absl::Status NeuralTruthModel::SetItemFeatures(int32_t dim, std::vector<float> features) {
-  if (absl::Status s = StandardiseFeatures("item", dim, features); !s.ok()) return s;
+  std::vector<double> unused_mean, unused_scale;
+  if (absl::Status s = StandardiseFeatures("item", dim, features, unused_mean, unused_scale);
+      !s.ok()) {
+    return s;
+  }
   SetItemFeatureDim(dim);
   item_features_ = std::move(features);
   return absl::OkStatus();
 }
 
 absl::Status NeuralTruthModel::SetAnnotatorFeatures(int32_t dim, std::vector<float> features) {
-  if (absl::Status s = StandardiseFeatures("annotator", dim, features); !s.ok()) return s;
+  if (absl::Status s = StandardiseFeatures("annotator", dim, features, annotator_feature_mean_,
+                                          annotator_feature_scale_);
+      !s.ok()) {
+    return s;
+  }
   annotator_feature_dim_ = dim;
   annotator_features_ = std::move(features);
   return absl::OkStatus();

@@ -49,6 +49,7 @@
 #include <torch/torch.h>
 
 #include "models/neural/crowd_net.h"
+#include "models/neural/dense_layers.h"
 #include "models/neural/flat_amsgrad.h"
 #include "models/neural/training_step.h"
 #include "models/truth_model.h"
@@ -110,6 +111,12 @@ class NeuralTruthModel : public TruthModel {
   std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const override;
   // lia and conal: a row of the annotator encoder's output, exported after each fit.
   std::vector<float> AnnotatorEmbedding(int32_t annotator) const override;
+  // An annotator outside the fit, given features: the features standardised as the fit's were,
+  // through the exported annotator encoder (dense_layers.h), then the subclass's
+  // ConfusionFromAnnotatorEmbedding. Empty as truth_model.h says, and for models fitted before
+  // the standardisation was stored with the parameters (until their next fit).
+  std::vector<double> AnnotatorConfusionFromFeatures(int32_t annotator,
+                                                     absl::Span<const float> features) const override;
   std::string Serialize() const override;
   absl::Status Restore(std::string_view serialized) override;
   // Checks the blob's item and annotator counts and feature sizes against `bounds` before
@@ -202,6 +209,14 @@ class NeuralTruthModel : public TruthModel {
   static void LoadFeatures(RowEncoder& encoder, int64_t dim, const std::vector<float>& features,
                            int32_t num_rows);
 
+  // The confusion (K x K, row-major, rows summing to 1) of an annotator whose annotator-encoder
+  // output is `embedding`, on the mean item; empty when the method has no competence network
+  // over the embedding (the default: every method but lia).
+  virtual std::vector<double> ConfusionFromAnnotatorEmbedding(absl::Span<const double> embedding) const {
+    (void)embedding;
+    return {};
+  }
+
   // Log prior of fitted item `item`, or the class log prior for any other id.
   const double* LogPriorOf(int32_t item) const;
   // The prior an item's posterior starts from: LogPriorOf(item) when items carry features,
@@ -239,6 +254,13 @@ class NeuralTruthModel : public TruthModel {
   std::vector<float> item_features_;     // standardised, rows of item_feature_dim_
   int64_t annotator_feature_dim_ = 0;
   std::vector<float> annotator_features_;
+  // The per-column mean and scale (1 / standard deviation) SetAnnotatorFeatures standardised
+  // with, and those of the features the current network was fitted on: stored with the
+  // parameters (Serialize), so that a new annotator's raw features can be standardised alike.
+  std::vector<double> annotator_feature_mean_, annotator_feature_scale_;
+  std::vector<double> fitted_feature_mean_, fitted_feature_scale_;
+  // The annotator encoder as plain layers (feature mode only; exported with the tables).
+  std::vector<DenseLayer> annotator_encoder_;
   // The annotator encoder's output for each fitted annotator (rows of annotator_embedding_dim_);
   // empty for models without an annotator encoder.
   int64_t annotator_embedding_dim_ = 0;
