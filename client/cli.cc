@@ -844,6 +844,7 @@ absl::Status PrintProfiles(const Context& context,
     context.out << "annotator: " << profile.annotator() << "\n"
                 << "num_labels: " << profile.num_labels() << "\n"
                 << "accuracy: " << FormatProbability(profile.accuracy())
+                << (profile.predicted_from_features() ? " (predicted from its features)" : "")
                 << "\n";
     if (profile.embedding_size() > 0) {  // lia, conal
       std::vector<std::string> values;

@@ -134,7 +134,9 @@ std::vector<CommandSpec> MakeCommands() {
       "its confusion matrix instead. With --output=json, an array of "
       "{\"annotator\", \"num_labels\", \"accuracy\", \"confusion\": {true "
       "class: {answered class: probability}}}, plus \"embedding\": [numbers] "
-      "for methods that learn one (lia, conal).";
+      "for methods that learn one (lia, conal), and \"predicted_from_features\": "
+      "true when lia predicted the confusion from the features of an annotator "
+      "its fit did not see.";
   c->flags = {
       ProjectFlag("Project of the annotators."),
       {"confusion", "", "Print the confusion matrix of every annotator."},
@@ -148,7 +150,9 @@ std::vector<CommandSpec> MakeCommands() {
   c->details =
       "For each ID: live labels, accuracy, the learned embedding for methods "
       "that learn one (lia, conal), and the confusion matrix estimated "
-      "by the current model (rows: true class, columns: answered class). "
+      "by the current model (rows: true class, columns: answered class), "
+      "or predicted by lia from the annotator's features for an annotator "
+      "its fit did not see (the accuracy line then says so). "
       "NOT_FOUND names an unknown annotator. With --output=json, an array as "
       "`annotator list --output=json` prints it.";
   c->flags = {ProjectFlag("Project of the annotators.")};

@@ -299,6 +299,8 @@ JsonValue AnnotatorProfileJson(const v1::AnnotatorProfile& profile,
     for (float v : profile.embedding()) embedding.Append(static_cast<double>(v));
     json.Set("embedding", std::move(embedding));
   }
+  // Only when the competence network predicted the confusion from the annotator's features.
+  if (profile.predicted_from_features()) json.Set("predicted_from_features", true);
   return json;
 }
 

@@ -194,6 +194,17 @@ TEST(AnnotatorProfileJsonTest, CarriesTheEmbeddingOnlyWhenTheMethodLearnsOne) {
             std::string::npos);
 }
 
+TEST(AnnotatorProfileJsonTest, SaysWhenTheConfusionWasPredictedFromFeatures) {
+  auto profile = Parse<v1::AnnotatorProfile>(
+      "annotator: \"new\" accuracy: 0.8 num_labels: 0 predicted_from_features: true");
+  EXPECT_EQ(AnnotatorProfileJson(profile, kClasses).Serialize(),
+            "{\"annotator\":\"new\",\"num_labels\":0,\"accuracy\":0.8,"
+            "\"confusion\":null,\"predicted_from_features\":true}");
+  profile.set_predicted_from_features(false);
+  EXPECT_EQ(AnnotatorProfileJson(profile, kClasses).Serialize().find("predicted_from_features"),
+            std::string::npos);
+}
+
 TEST(SuggestionJsonTest, ItemsCarryTheLeaseExpiry) {
   EXPECT_EQ(ItemSuggestionJson(Parse<v1::ItemSuggestion>(
                                    "item: \"b\" score: 0.5 p_correct: 0.75 "

@@ -1098,6 +1098,131 @@ TEST_F(EndToEndTest, ItemFeaturesGiveUnlabelledItemsATruthEstimate) {
   EXPECT_GE(correct, 34);  // 85 %; without features every unlabelled item gets the class prior
 }
 
+// An annotator added after lia's fit, with features, is profiled and ranked by the confusion
+// lia's competence network predicts from those features (truth.proto, predicted_from_features);
+// one added without features gets the population confusion, and a fitted annotator its fit's.
+TEST_F(EndToEndTest, NewAnnotatorsWithFeaturesGetTheCompetenceNetworksPrediction) {
+  const std::string project = "annotator-features";
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::CreateProjectRequest request;
+    request.mutable_project()->set_name(project);
+    for (const char* c : {"a", "b", "c"}) request.mutable_project()->add_classes(c);
+    request.mutable_project()->set_annotator_feature_dim(2);
+    request.mutable_project()->mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_LIA);
+    v1::CreateProjectResponse response;
+    grpc::Status status = projects_->CreateProject(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  // 40 annotators: feature 0 is +1 for the skilled (right 90% of the time) and -1 for guessers
+  // (right 40%, else a uniformly wrong class); feature 1 is noise.
+  constexpr int kAnnotators = 40, kItems = 300;
+  auto add_annotators = [&](const std::vector<std::pair<std::string, std::vector<float>>>& rows) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddAnnotatorsRequest request;
+    request.set_project(project);
+    for (const auto& [id, features] : rows) {
+      v1::Annotator* a = request.add_annotators();
+      a->set_id(id);
+      for (float f : features) a->add_features(f);
+    }
+    v1::AddAnnotatorsResponse response;
+    grpc::Status status = projects_->AddAnnotators(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  };
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> unit(0, 1);
+  std::vector<std::pair<std::string, std::vector<float>>> crowd;
+  for (int a = 0; a < kAnnotators; ++a) {
+    crowd.push_back({absl::StrCat("w", a), {a % 2 == 0 ? 1.0f : -1.0f, static_cast<float>(unit(rng) - 0.5)}});
+  }
+  add_annotators(crowd);
+  v1::AnnotationBatch batch;
+  batch.set_project(project);
+  batch.set_batch_id(1);
+  std::vector<int> pool(kAnnotators);
+  for (int a = 0; a < kAnnotators; ++a) pool[a] = a;
+  for (int i = 0; i < kItems; ++i) {
+    const int y = static_cast<int>(rng() % 3);
+    for (int j = 0; j < 5; ++j) {
+      std::swap(pool[j], pool[j + rng() % (kAnnotators - j)]);
+      const bool skilled = pool[j] % 2 == 0;
+      int label = y;
+      if (unit(rng) >= (skilled ? 0.9 : 0.4)) label = (y + 1 + static_cast<int>(rng() % 2)) % 3;
+      v1::Annotation* out = batch.add_annotations();
+      out->set_item(absl::StrCat("i", i));
+      out->set_annotator(absl::StrCat("w", pool[j]));
+      out->set_label(label);
+    }
+  }
+  Submit({batch});
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));  // hang guard
+    v1::TrainModelRequest request;
+    request.set_project(project);
+    v1::TrainModelResponse response;
+    grpc::Status status = models_->TrainModel(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  add_annotators({{"new-skilled", {1.0f, 0.1f}}, {"new-guesser", {-1.0f, 0.1f}}, {"new-plain", {}}});
+
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::GetAnnotatorProfilesRequest request;
+  request.set_project(project);
+  for (const char* id : {"new-skilled", "new-guesser", "new-plain", "w0"}) request.add_annotators(id);
+  v1::GetAnnotatorProfilesResponse profiles;
+  grpc::Status status = truth_->GetAnnotatorProfiles(&context, request, &profiles);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(profiles.profiles_size(), 4);
+  const v1::AnnotatorProfile& skilled = profiles.profiles(0);
+  const v1::AnnotatorProfile& guesser = profiles.profiles(1);
+  EXPECT_TRUE(skilled.predicted_from_features());
+  EXPECT_TRUE(guesser.predicted_from_features());
+  EXPECT_FALSE(profiles.profiles(2).predicted_from_features());  // no features: the population
+  EXPECT_FALSE(profiles.profiles(3).predicted_from_features());   // in the fit
+  EXPECT_GT(skilled.accuracy(), guesser.accuracy() + 0.3);
+  EXPECT_LT(guesser.accuracy(), profiles.profiles(2).accuracy() - 0.1);
+  EXPECT_EQ(skilled.confusion().probabilities_size(), 9);
+  double diagonal = 0;
+  for (int c = 0; c < 3; ++c) diagonal += skilled.confusion().probabilities(c * 3 + c) / 3;
+  EXPECT_GT(diagonal, 0.75);
+
+  // SuggestAnnotators ranks the new annotators by the same predictions.
+  auto assignment = v1::AssignmentService::NewStub(channel_);
+  grpc::ClientContext suggest_context;
+  suggest_context.set_deadline(Deadline());
+  v1::SuggestAnnotatorsRequest suggest;
+  suggest.set_project(project);
+  suggest.set_item("i0");
+  suggest.set_k(2);
+  suggest.add_candidates("new-guesser");
+  suggest.add_candidates("new-skilled");
+  v1::SuggestAnnotatorsResponse suggestions;
+  status = assignment->SuggestAnnotators(&suggest_context, suggest, &suggestions);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(suggestions.suggestions_size(), 2);
+  EXPECT_EQ(suggestions.suggestions(0).annotator(), "new-skilled");
+  EXPECT_GT(suggestions.suggestions(0).p_correct(), suggestions.suggestions(1).p_correct() + 0.2);
+
+  // After a restart (features and the stored version read back from PostgreSQL), the same.
+  StopServer();
+  StartServer();
+  grpc::ClientContext again;
+  again.set_deadline(Deadline());
+  v1::GetAnnotatorProfilesResponse reloaded;
+  status = truth_->GetAnnotatorProfiles(&again, request, &reloaded);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(reloaded.profiles_size(), 4);
+  for (int p = 0; p < 4; ++p) {
+    EXPECT_EQ(reloaded.profiles(p).predicted_from_features(), profiles.profiles(p).predicted_from_features()) << p;
+    EXPECT_NEAR(reloaded.profiles(p).accuracy(), profiles.profiles(p).accuracy(), 1e-9) << p;
+  }
+}
+
 TEST_F(EndToEndTest, GoldItemsAreClampedToTheirLabel) {
   ASSERT_TRUE(CreateProject("gold", {"no", "yes"}).ok());
   grpc::ClientContext context;

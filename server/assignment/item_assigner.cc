@@ -443,7 +443,10 @@ std::vector<AnnotatorSuggestion> RankAnnotatorsForItem(LiveProject& project,
       continue;
     }
     if (project.HasLabelled(item, a) || project.leases().Has(item, a, now)) continue;
-    const std::vector<double> confusion = ScoringConfusion(snapshot, a);
+    // An annotator outside the fit who was given features is scored by the confusion the
+    // model predicts from them (lia), as GetAnnotatorProfiles serves it.
+    std::vector<double> confusion = project.ConfusionPredictedFromFeatures(snapshot, a);
+    if (confusion.empty()) confusion = ScoringConfusion(snapshot, a);
     scored.push_back({static_cast<int32_t>(i), ExpectedEntropyReduction(p, confusion),
                       ProbabilityCorrect(p, confusion)});
   }

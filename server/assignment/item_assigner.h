@@ -142,7 +142,8 @@ std::vector<ItemSuggestion> RankFromShortlist(LiveProject& project, const Shortl
 
 // The best k of `annotators` (indices, -1 = unknown to the project: population confusion) to
 // label `item` next, by expected gain. Annotators who labelled the item or hold a lease on it
-// are skipped.
+// are skipped. An annotator outside the model's fit who was given features is scored by the
+// confusion the model predicts from them (LiveProject::ConfusionPredictedFromFeatures).
 std::vector<AnnotatorSuggestion> RankAnnotatorsForItem(LiveProject& project,
                                                        const ProjectSnapshot& snapshot,
                                                        int32_t item, int32_t k,

@@ -189,11 +189,18 @@ grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context
     profile->set_annotator(std::move(id));
     // The accuracy needs only the diagonal (O(K) for the models that keep confusions
     // sparsely); the full matrix is built only when asked for.
-    const std::vector<double> diagonal = snapshot->model->AnnotatorConfusionDiagonal(index);
+    const std::vector<double> predicted = live.ConfusionPredictedFromFeatures(*snapshot, index);
+    std::vector<double> diagonal;
+    if (predicted.empty()) {
+      diagonal = snapshot->model->AnnotatorConfusionDiagonal(index);
+    } else {
+      for (int32_t c = 0; c < k; ++c) diagonal.push_back(predicted[static_cast<size_t>(c) * k + c]);
+      profile->set_predicted_from_features(true);
+    }
     double accuracy = 0;
     for (int32_t c = 0; c < k; ++c) accuracy += snapshot->class_prior[c] * diagonal[c];
     if (with_confusion) {
-      confusion = snapshot->model->AnnotatorConfusion(index);
+      confusion = predicted.empty() ? snapshot->model->AnnotatorConfusion(index) : predicted;
       profile->mutable_confusion()->set_num_classes(k);
       profile->mutable_confusion()->mutable_probabilities()->Add(confusion.begin(),
                                                                  confusion.end());

@@ -129,6 +129,8 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
     p.annotator_features_ = std::move(stored.annotator_features);
     p.annotator_features_.resize(
         p.annotator_ids_.size() * static_cast<size_t>(p.identity_.annotator_feature_dim), 0.0f);
+    p.annotator_has_features_ = std::move(stored.annotator_has_features);
+    p.annotator_has_features_.resize(p.annotator_ids_.size(), false);
   }
   for (const storage::LeaseRecord& lease : stored.open_leases) {
     p.leases_.Add(lease.item_index, lease.annotator_index, lease.expires_at);
@@ -260,6 +262,7 @@ void LiveProject::EnsureAnnotator(int32_t index, absl::string_view id) {
     labels_.EnsureAnnotators(index + 1);
     if (identity_.annotator_feature_dim > 0) {
       annotator_features_.resize((index + 1) * static_cast<size_t>(identity_.annotator_feature_dim), 0.0f);
+      annotator_has_features_.resize(index + 1, false);
     }
   }
   if (annotator_ids_[index].empty() && !id.empty()) {
@@ -613,7 +616,25 @@ void LiveProject::SetAnnotatorFeatures(int32_t annotator, const std::vector<floa
     return;
   }
   std::copy(features.begin(), features.end(), annotator_features_.begin() + annotator * dim);
+  annotator_has_features_[annotator] = true;
   ++input_generation_;
+}
+
+std::vector<double> LiveProject::ConfusionPredictedFromFeatures(const ProjectSnapshot& snapshot,
+                                                                int32_t annotator) const {
+  const size_t dim = static_cast<size_t>(identity_.annotator_feature_dim);
+  if (dim == 0 || annotator < 0 || snapshot.model == nullptr) return {};
+  std::vector<float> features;
+  {
+    absl::MutexLock lock(&mu_);
+    if (annotator >= static_cast<int32_t>(annotator_has_features_.size()) ||
+        !annotator_has_features_[annotator]) {
+      return {};
+    }
+    features.assign(annotator_features_.begin() + annotator * dim,
+                    annotator_features_.begin() + (annotator + 1) * dim);
+  }
+  return snapshot.model->AnnotatorConfusionFromFeatures(annotator, features);
 }
 
 void LiveProject::RegisterAnnotators(

@@ -115,6 +115,8 @@ class LiveProject {
     std::vector<float> item_features;
     // The same for annotators (identity.annotator_feature_dim per annotator).
     std::vector<float> annotator_features;
+    // By annotator index: whether features were given (empty: none were).
+    std::vector<bool> annotator_has_features;
     struct Label { int32_t item, annotator, label; int64_t seq; };
     std::vector<Label> labels;
     std::optional<storage::ModelVersionRecord> latest_version;
@@ -226,6 +228,11 @@ class LiveProject {
   // caller), used from the next fit on.
   void SetAnnotatorFeatures(int32_t annotator, const std::vector<float>& features)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The confusion `snapshot`'s model predicts for `annotator` from the features it was given
+  // (TruthModel::AnnotatorConfusionFromFeatures: lia, for an annotator outside the fit); empty
+  // when the annotator was given no features or the model makes no such prediction.
+  std::vector<double> ConfusionPredictedFromFeatures(const ProjectSnapshot& snapshot,
+                                                     int32_t annotator) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Id lookups take ids_mu_ only (see the file comment).
   std::optional<int32_t> FindItem(absl::string_view item_id) const ABSL_LOCKS_EXCLUDED(ids_mu_);
@@ -409,6 +416,7 @@ class LiveProject {
   // model before each fit (neural models learn h(x) from them).
   std::vector<float> item_features_ ABSL_GUARDED_BY(mu_);
   std::vector<float> annotator_features_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> annotator_has_features_ ABSL_GUARDED_BY(mu_);  // by annotator index
   LeaseBook leases_;
   absl::Mutex assignment_mu_;
   int64_t lease_claims_seen_ ABSL_GUARDED_BY(assignment_mu_) = 0;

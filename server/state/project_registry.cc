@@ -90,10 +90,12 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::LoadFromStorage(
   if (record.annotator_feature_dim > 0) {
     const size_t dim = static_cast<size_t>(record.annotator_feature_dim);
     stored.annotator_features.assign(annotators->size() * dim, 0.0f);
+    stored.annotator_has_features.assign(annotators->size(), false);
     for (const auto& a : *annotators) {
       if (a.features.has_value() && a.features->size() == dim) {
         std::copy(a.features->begin(), a.features->end(),
                   stored.annotator_features.begin() + a.index * dim);
+        stored.annotator_has_features[a.index] = true;
       }
     }
   }

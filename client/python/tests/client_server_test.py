@@ -235,9 +235,12 @@ class ClientServerTest(unittest.TestCase):
     def test_annotator_profiles(self):
         profiles = self.client.annotators(BLUEBIRDS)
         self.assertEqual(list(profiles.columns),
-                         ["annotator", "accuracy", "num_labels", "confusion", "embedding"])
+                         ["annotator", "accuracy", "num_labels", "confusion", "embedding",
+                          "predicted_from_features"])
         # Dawid-Skene learns no annotator embedding (lia and conal do).
         self.assertTrue(all(e.shape == (0,) for e in profiles["embedding"]))
+        # Nor predicts a confusion from annotator features (lia does, for new annotators).
+        self.assertFalse(profiles["predicted_from_features"].any())
         self.assertEqual(len(profiles), BLUEBIRDS_ANNOTATORS)
         self.assertEqual(profiles["num_labels"].sum(), BLUEBIRDS_LABELS)
         self.assertTrue(((profiles["accuracy"] >= 0) & (profiles["accuracy"] <= 1)).all())

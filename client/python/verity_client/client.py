@@ -655,7 +655,9 @@ class Client:
         """Annotator profiles as a DataFrame: annotator, accuracy (probability of a correct
         label under the class prior), num_labels, confusion (a K-by-K numpy array, row = true
         class, column = answered class), embedding (the annotator's learned embedding as a
-        numpy array, for methods that learn one: lia, conal; empty for the others).
+        numpy array, for methods that learn one: lia, conal; empty for the others),
+        predicted_from_features (True when the confusion and accuracy are lia's prediction
+        from the annotator's features, for an annotator the current fit did not see).
         annotators: ids, or None for every annotator."""
         request = truth_pb2.GetAnnotatorProfilesRequest(
             project=project, annotators=[str(a) for a in (annotators or [])])
@@ -677,6 +679,8 @@ class Client:
                  for p in profiles], dtype=object),
             "embedding": pd.Series(
                 [np.array(p.embedding, dtype=np.float32) for p in profiles], dtype=object),
+            "predicted_from_features": np.array(
+                [p.predicted_from_features for p in profiles], dtype=bool),
         })
 
     # --- models -------------------------------------------------------------------------
