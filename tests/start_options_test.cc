@@ -160,6 +160,7 @@ TEST(StartOptionsTest, ByDefaultTheServerAnswersBeforeItsStoredProjectsHaveLoade
     absl::StatusOr<std::vector<v1::Posterior>> posteriors = client.GetPosteriors("big", items);
     ASSERT_TRUE(posteriors.ok()) << posteriors.status();
     stored = *std::move(posteriors);
+    ASSERT_GT(stored[0].model_version(), 0) << "served from the stored version";
     ASSERT_TRUE(first.Stop().ok());
   }
 
@@ -184,6 +185,16 @@ TEST(StartOptionsTest, ByDefaultTheServerAnswersBeforeItsStoredProjectsHaveLoade
   absl::StatusOr<Health> loaded = CheckHealth(server, kProjectsLoaded);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(*loaded, Health::kNotServing);
+  // A call to a project no loader has taken yet would load it itself (and wait here too): wait
+  // until the loader's read is the one queued behind the lock.
+  const absl::Time loader_deadline = absl::Now() + absl::Seconds(10);
+  auto loader_waits = [&] {
+    return lock->exec1("SELECT count(*) FROM pg_locks WHERE NOT granted AND "
+                       "relation = 'items'::regclass")[0]
+               .as<int>() > 0;
+  };
+  while (!loader_waits() && absl::Now() < loader_deadline) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE(loader_waits()) << "no loader reads the project's items";
   client::VerityClient client = ClientOf(server);
   // A listing answers, leaving out the project still loading; the project names why it waits.
   absl::StatusOr<std::vector<v1::Project>> listed = client.ListProjects();
@@ -216,7 +227,6 @@ TEST(StartOptionsTest, ByDefaultTheServerAnswersBeforeItsStoredProjectsHaveLoade
       EXPECT_NEAR((*after)[i].probabilities(k), stored[i].probabilities(k), 1e-12) << items[i];
     }
   }
-  ASSERT_GT(stored[0].model_version(), 0);
   ASSERT_TRUE(server.Stop().ok());
 }
 
