@@ -171,8 +171,11 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   }
   if (grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
       health != nullptr) {
-    // Shutdown() stops the loaders before the gRPC server, so the callback never outlives it.
-    health->SetServingStatus(kProjectsLoadedHealthService, false);
+    // SERVING at once after a load before serving; a background load that ends between these
+    // two lines runs the callback at once. Shutdown() stops the loaders before the gRPC server,
+    // so the callback never outlives it.
+    health->SetServingStatus(kProjectsLoadedHealthService,
+                             server->registry_->BackgroundLoadDone());
     server->registry_->OnBackgroundLoadDone(
         [health] { health->SetServingStatus(kProjectsLoadedHealthService, true); });
   }

@@ -4,9 +4,9 @@
 // LoadAllInBackground() starts doing so on several threads and returns at once: a project a
 // thread is loading answers UNAVAILABLE ("loading"), one no thread has reached yet loads on its
 // first call; when every listed project has loaded (or failed to), the initial load is over
-// (OnBackgroundLoadDone, event=projects_loaded). With a memory budget (EnforceMemoryBudget), projects idle for long enough are
-// unloaded, least recently used first, while the loaded projects' estimated memory exceeds it;
-// the next call loads them again from PostgreSQL. A
+// (OnBackgroundLoadDone, event=projects_loaded). With a memory budget (EnforceMemoryBudget),
+// projects idle for long enough are unloaded, least recently used first, while the loaded
+// projects' estimated memory exceeds it; the next call loads them again from PostgreSQL. A
 // project that cannot be restored is logged and skipped: the others serve, and Get() answers
 // UNAVAILABLE with the reason, trying the load again at most every load_retry_interval (a
 // repaired project is picked up without a restart; a broken one under heavy traffic does not
