@@ -109,10 +109,13 @@ ABSL_FLAG(bool, follow_replicas, true,
           "Follow the labels that other verity_server replicas of the same database commit "
           "(LISTEN/NOTIFY on one extra PostgreSQL connection, and a check of every project's "
           "newest seq each second). Off: a single replica only.");
-ABSL_FLAG(int, load_threads, 0,
-          "Start serving at once and load the stored projects on this many background threads; "
-          "a project still loading answers UNAVAILABLE naming it, one not reached yet loads on "
-          "its first call. 0 (the default) loads every project before serving.");
+ABSL_FLAG(int, load_threads, 4,
+          "Start serving at once and load the stored projects on this many background threads "
+          "(each holds a PostgreSQL connection of --pool_size while it loads); a project still "
+          "loading answers UNAVAILABLE naming it, one not reached yet loads on its first call. "
+          "The gRPC health service name verity.v1.ProjectsLoaded is NOT_SERVING until every "
+          "stored project has loaded (event=projects_loaded); \"\" is SERVING from the start. "
+          "0 loads every project before serving.");
 ABSL_FLAG(int64_t, memory_budget_mb, 0,
           "Keep the loaded projects' estimated memory under this many MiB by unloading projects "
           "no call used for --evict_idle_seconds, least recently used first; they load again "
@@ -173,6 +176,11 @@ int main(int argc, char** argv) {
   options.db_timeout = absl::Seconds(absl::GetFlag(FLAGS_db_timeout_seconds));
   options.follow_replicas = absl::GetFlag(FLAGS_follow_replicas);
   options.background_load_threads = absl::GetFlag(FLAGS_load_threads);
+  if (options.background_load_threads < 0) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--load_threads must be 0 (load before serving) or more, got ",
+        options.background_load_threads)));
+  }
   options.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_mb) << 20;
   options.evict_after_idle = absl::Seconds(absl::GetFlag(FLAGS_evict_idle_seconds));
   options.training.run_in_background = absl::GetFlag(FLAGS_background_refit);

@@ -169,6 +169,16 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen,
                                                " (address in use or invalid?)"));
   }
+  if (grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
+      health != nullptr) {
+    // SERVING at once after a load before serving; a background load that ends between these
+    // two lines runs the callback at once. Shutdown() stops the loaders before the gRPC server,
+    // so the callback never outlives it.
+    health->SetServingStatus(kProjectsLoadedHealthService,
+                             server->registry_->BackgroundLoadDone());
+    server->registry_->OnBackgroundLoadDone(
+        [health] { health->SetServingStatus(kProjectsLoadedHealthService, true); });
+  }
   if (!options.metrics_listen.empty()) {
     MetricsHttpServer::Options http;
     http.listen = options.metrics_listen;
@@ -270,6 +280,15 @@ void VerityServer::AddCallbackGauges(absl::Duration max_staleness) {
         return samples;
       });
   metrics_->AddCallbackGauge(
+      "verity_projects_loading",
+      "Projects stored before the start that the background load (--load_threads) has not yet "
+      "loaded or failed to load; 0 once the initial load has finished (health service "
+      "verity.v1.ProjectsLoaded SERVING).",
+      {}, [registry] {
+        return std::vector<GaugeSample>{
+            {{}, static_cast<double>(registry->ProjectsStillLoading())}};
+      });
+  metrics_->AddCallbackGauge(
       "verity_training_due_projects",
       "Projects whose refit is due (enough new labels, staleness or a method change) and not "
       "yet fit: the training queue's length.",
@@ -287,6 +306,8 @@ void VerityServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   metrics_http_.reset();  // Scrapes read the objects stopped below.
+  // Before the gRPC server: the end of the initial load sets its health service's status.
+  if (registry_ != nullptr) registry_->StopBackgroundWork();
   if (follower_ != nullptr) follower_->Stop();
   // Ingest before gRPC: every queued batch is committed while its stream is still open, so its
   // ack goes out; batches read from now on are acked UNAVAILABLE (nothing written), and a client

@@ -38,6 +38,13 @@ namespace verity::server {
 
 class VerityServer {
  public:
+  // The standard health service (grpc.health.v1.Health) answers this service name NOT_SERVING
+  // while the projects stored before the start are still loading in the background
+  // (Options::background_load_threads) and SERVING once every one has loaded or failed to
+  // (event=projects_loaded); SERVING from the start without background loading. The overall
+  // name "" is SERVING from the start either way: a replica serves while it loads.
+  static constexpr char kProjectsLoadedHealthService[] = "verity.v1.ProjectsLoaded";
+
   struct Options {
     // host:port to listen on; port 0 picks a free port (see port()).
     std::string listen = "localhost:50051";
@@ -70,7 +77,11 @@ class VerityServer {
     // sees only its own commits and what it loaded at start, so run a single replica.
     bool follow_replicas = true;
     // Start serving at once and load the stored projects on this many background threads (a
-    // project still loading answers UNAVAILABLE, naming it); 0 loads them all before serving.
+    // project still loading answers UNAVAILABLE, naming it; the health service name
+    // kProjectsLoadedHealthService is NOT_SERVING until every one has loaded); 0 loads them all
+    // before serving. The binary's default is 4 (server/main.cc); this default stays 0 so that
+    // the in-process tests, which query projects they stored before a restart right away, stay
+    // deterministic without waiting.
     int background_load_threads = 0;
     // Keep the loaded projects' estimated memory under this many bytes by unloading projects
     // idle for `evict_after_idle`, least recently used first (ProjectRegistry); 0: no budget.
@@ -105,7 +116,8 @@ class VerityServer {
     } auth;
   };
 
-  // Connects, migrates, restores every project, then starts serving. UNAVAILABLE if the
+  // Connects, migrates, restores every project (or starts doing so in the background), then
+  // starts serving. UNAVAILABLE if the
   // database cannot be reached or the address cannot be bound; FAILED_PRECONDITION for
   // authentication off on a non-loopback address, or for a missing admin key with no
   // admin_key_file to write one to.

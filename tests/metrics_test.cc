@@ -273,9 +273,12 @@ TEST_F(MetricsTest, EveryFamilyOfTheServerIsExposed) {
         "verity_ingest_queue_batches", "verity_ingest_commit_duration_seconds",
         "verity_posterior_freshness_seconds", "verity_model_versions_total", "verity_model_version",
         "verity_training_duration_seconds", "verity_training_due_projects",
-        "verity_db_pool_connections"}) {
+        "verity_db_pool_connections", "verity_projects_loading"}) {
     EXPECT_EQ(families.count(expected), 1u) << expected;
   }
+  // Loaded before serving (Options::background_load_threads 0): nothing left to load.
+  ASSERT_EQ(scrape.samples.count("verity_projects_loading"), 1u);
+  EXPECT_EQ(scrape.Value("verity_projects_loading"), 0);
   EXPECT_EQ(scrape.types.at("verity_rpc_duration_seconds"), "histogram");
   EXPECT_EQ(scrape.types.at("verity_rpc_total"), "counter");
   EXPECT_EQ(scrape.types.at("verity_ingest_queue_annotations"), "gauge");

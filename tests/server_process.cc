@@ -52,6 +52,14 @@ ServerProcess::~ServerProcess() {
 }
 
 absl::Status ServerProcess::Start(absl::Duration timeout) {
+  return StartAndWait(timeout, /*until_loaded=*/true);
+}
+
+absl::Status ServerProcess::StartListening(absl::Duration timeout) {
+  return StartAndWait(timeout, /*until_loaded=*/false);
+}
+
+absl::Status ServerProcess::StartAndWait(absl::Duration timeout, bool until_loaded) {
   ++starts_;
   // A fresh log per start, so the port line read is this start's.
   const std::string log = log_path();
@@ -87,18 +95,25 @@ absl::Status ServerProcess::Start(absl::Duration timeout) {
     }
     std::ifstream in(log);
     std::string line;
+    bool listening = false;
+    // Before event=listening when the server loads every project first (--load_threads=0).
+    bool loaded = false;
     while (std::getline(in, line)) {
+      loaded = loaded || absl::StrContains(line, "event=projects_loaded");
       if (!absl::StrContains(line, "event=listening")) continue;
       size_t at = line.find(" port=");
       if (at == std::string::npos) continue;
       std::string rest = line.substr(at + 6);
       rest = rest.substr(0, rest.find(' '));
-      if (absl::SimpleAtoi(rest, &port_) && port_ > 0) return absl::OkStatus();
+      listening = absl::SimpleAtoi(rest, &port_) && port_ > 0;
     }
+    if (listening && (loaded || !until_loaded)) return absl::OkStatus();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   Kill();
-  return absl::DeadlineExceededError("verity_server did not start listening in time");
+  return absl::DeadlineExceededError(until_loaded
+                                         ? "verity_server did not listen and load its projects in time"
+                                         : "verity_server did not start listening in time");
 }
 
 void ServerProcess::Kill() {

@@ -2,7 +2,10 @@
 // (durability) — start, wait until it listens, SIGKILL or SIGTERM it, restart on the same data.
 //
 // The server's stderr goes to a log file in the data directory; Start() parses the
-// `event=listening ... port=N` line to learn the port (the server is started with port 0).
+// `event=listening ... port=N` line to learn the port (the server is started with port 0), and
+// waits for `event=projects_loaded` too: the server listens before the projects stored by an
+// earlier run have loaded (--load_threads), and tests that query them after a restart must not
+// see their UNAVAILABLE "loading" answers.
 //
 // Thread-compatible.
 #ifndef VERITY_TESTS_SERVER_PROCESS_H_
@@ -27,8 +30,11 @@ class ServerProcess {
                 std::vector<std::string> extra_flags = {});
   ~ServerProcess();  // Stops the server (SIGTERM) if it runs.
 
-  // Starts the server and waits up to `timeout` for it to listen.
+  // Starts the server and waits up to `timeout` for it to listen and to have loaded every
+  // stored project (or failed to: event=projects_loaded).
   absl::Status Start(absl::Duration timeout = absl::Seconds(60));
+  // The same, but returns as soon as it listens, the stored projects perhaps still loading.
+  absl::Status StartListening(absl::Duration timeout = absl::Seconds(60));
   // SIGKILL: no shutdown work at all (the embedded PostgreSQL keeps running).
   void Kill();
   // SIGTERM and wait for a clean exit; returns the exit status.
@@ -40,6 +46,8 @@ class ServerProcess {
   std::string log_path() const { return data_dir_ + "/server.log"; }
 
  private:
+  absl::Status StartAndWait(absl::Duration timeout, bool until_loaded);
+
   std::string binary_;
   std::string data_dir_;
   std::vector<std::string> extra_flags_;

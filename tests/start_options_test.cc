@@ -1,5 +1,9 @@
 // The start-up and memory flags of the verity_server binary (README.md's flag table), on its
 // own embedded PostgreSQL:
+//  - by default (no --load_threads) the server answers before its stored projects have loaded:
+//    a project still loading is UNAVAILABLE naming it, the health name
+//    verity.v1.ProjectsLoaded goes NOT_SERVING -> SERVING, and the project then serves what was
+//    stored;
 //  - --load_threads: the server listens at once, loads every stored project in the background,
 //    and each answers once loaded;
 //  - --memory_budget_mb with --evict_idle_seconds: a project larger than the budget is unloaded
@@ -12,13 +16,19 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <pqxx/pqxx>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/verity_client.h"
 #include "tests/server_process.h"
+#include "tests/test_postgres.h"
 #include "verity/v1/projects.pb.h"
+#include "verity/v1/truth.pb.h"
 
 namespace verity::tests {
 namespace {
@@ -71,6 +81,171 @@ absl::StatusOr<v1::Project> GetWhenLoaded(client::VerityClient& client, const st
   return project;
 }
 
+// grpc.health.v1.HealthCheckResponse.ServingStatus.
+enum class Health { kUnknown = 0, kServing = 1, kNotServing = 2 };
+
+// grpc.health.v1.Health/Check of `service` (the repository has no generated health stubs: the
+// request is field 1, the name; the response field 1, the status, absent when 0). NOT_FOUND for
+// a name the server does not know.
+absl::StatusOr<Health> CheckHealth(const ServerProcess& server, const std::string& service) {
+  std::string request;
+  request.push_back(0x0a);
+  request.push_back(static_cast<char>(service.size()));  // Names under 128 bytes.
+  request += service;
+  grpc::Slice slice(request);
+  grpc::ByteBuffer request_buffer(&slice, 1);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::GenericStub generic(grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  grpc::CompletionQueue queue;
+  auto call =
+      generic.PrepareUnaryCall(&context, "/grpc.health.v1.Health/Check", request_buffer, &queue);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  queue.Next(&tag, &ok);
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) {
+  }
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  }
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return absl::InternalError("unreadable health response");
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  if (bytes.empty()) return Health::kUnknown;
+  if (bytes.size() != 2 || bytes[0] != 0x08) {
+    return absl::InternalError(absl::StrCat("unexpected health response of ", bytes.size(), " bytes"));
+  }
+  return static_cast<Health>(bytes[1]);
+}
+
+constexpr char kProjectsLoaded[] = "verity.v1.ProjectsLoaded";
+
+TEST(StartOptionsTest, ByDefaultTheServerAnswersBeforeItsStoredProjectsHaveLoaded) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-load-default");
+  ASSERT_NE(postgres, nullptr);
+  const std::vector<std::string> flags = {"--metrics_port=0", "--postgres_url=" + postgres->url()};
+  std::vector<std::string> items;
+  std::vector<v1::Posterior> stored;
+  {
+    ServerProcess first(RunfilePath("server/verity_server"), postgres->dir(), flags);
+    ASSERT_TRUE(first.Start().ok());
+    client::VerityClient client = ClientOf(first);
+    v1::Project project;
+    project.set_name("big");
+    for (const char* c : {"a", "b", "c"}) project.add_classes(c);
+    project.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+    ASSERT_TRUE(client.CreateProject(project).ok());
+    std::vector<v1::Annotation> labels;
+    for (int i = 0; i < 300; ++i) {
+      items.push_back(absl::StrCat("item-", i));
+      for (int j = 0; j < 3; ++j) {
+        v1::Annotation& a = labels.emplace_back();
+        a.set_item(items.back());
+        a.set_annotator(absl::StrCat("worker-", (i * 7 + j * 13) % 11));
+        a.set_label((i + j * (i % 5 == 0)) % 3);
+      }
+    }
+    absl::StatusOr<client::SubmitTotals> submitted =
+        client.SubmitAnnotations("big", labels, client::SubmitOptions());
+    ASSERT_TRUE(submitted.ok()) << submitted.status();
+    ASSERT_EQ(submitted->accepted, 900);
+    absl::StatusOr<v1::ModelVersion> fitted = client.TrainModel("big", absl::Minutes(1));
+    ASSERT_TRUE(fitted.ok()) << fitted.status();
+    absl::StatusOr<std::vector<v1::Posterior>> posteriors = client.GetPosteriors("big", items);
+    ASSERT_TRUE(posteriors.ok()) << posteriors.status();
+    stored = *std::move(posteriors);
+    ASSERT_GT(stored[0].model_version(), 0) << "served from the stored version";
+    ASSERT_TRUE(first.Stop().ok());
+  }
+
+  // The load's first read (the project's items) waits behind this lock until it is released:
+  // however fast the machine, the project is still loading while the test looks.
+  pqxx::connection holder(postgres->url());
+  auto lock = std::make_unique<pqxx::work>(holder);
+  lock->exec0("LOCK TABLE items IN ACCESS EXCLUSIVE MODE");
+
+  // No --load_threads: the default. Loading every project before serving, it would never
+  // listen while the lock is held.
+  ServerProcess server(RunfilePath("server/verity_server"), postgres->dir(), flags);
+  ASSERT_TRUE(server.StartListening(absl::Seconds(15)).ok())
+      << "the server did not listen while a stored project could not load\n" << Log(server);
+  EXPECT_EQ(CountLines(server, "event=projects_loading", "projects=1 threads=4"), 1)
+      << Log(server);
+  EXPECT_EQ(CountLines(server, "event=projects_loaded", ""), 0) << Log(server);
+  // Live and ready ("") at once; the stored projects not yet loaded.
+  absl::StatusOr<Health> overall = CheckHealth(server, "");
+  ASSERT_TRUE(overall.ok()) << overall.status();
+  EXPECT_EQ(*overall, Health::kServing);
+  absl::StatusOr<Health> loaded = CheckHealth(server, kProjectsLoaded);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(*loaded, Health::kNotServing);
+  // A call to a project no loader has taken yet would load it itself (and wait here too): wait
+  // until the loader's read is the one queued behind the lock.
+  const absl::Time loader_deadline = absl::Now() + absl::Seconds(10);
+  auto loader_waits = [&] {
+    return lock->exec1("SELECT count(*) FROM pg_locks WHERE NOT granted AND "
+                       "relation = 'items'::regclass")[0]
+               .as<int>() > 0;
+  };
+  while (!loader_waits() && absl::Now() < loader_deadline) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE(loader_waits()) << "no loader reads the project's items";
+  client::VerityClient client = ClientOf(server);
+  // A listing answers, leaving out the project still loading; the project names why it waits.
+  absl::StatusOr<std::vector<v1::Project>> listed = client.ListProjects();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_TRUE(listed->empty());
+  absl::StatusOr<v1::Project> loading = client.GetProject("big");
+  ASSERT_FALSE(loading.ok());
+  EXPECT_EQ(loading.status().code(), absl::StatusCode::kUnavailable) << loading.status();
+  EXPECT_TRUE(absl::StrContains(loading.status().message(), "\"big\" is loading"))
+      << loading.status();
+
+  lock->commit();
+  const absl::Time give_up = absl::Now() + absl::Seconds(15);
+  while (loaded.ok() && *loaded == Health::kNotServing && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+    loaded = CheckHealth(server, kProjectsLoaded);
+  }
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(*loaded, Health::kServing);
+  EXPECT_EQ(CountLines(server, "event=projects_loaded", "projects=1 loaded=1 failed=0"), 1)
+      << Log(server);
+  // Serves what was stored, as it was before the restart.
+  absl::StatusOr<std::vector<v1::Posterior>> after = client.GetPosteriors("big", items);
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->size(), stored.size());
+  for (size_t i = 0; i < stored.size(); ++i) {
+    EXPECT_EQ((*after)[i].model_version(), stored[i].model_version()) << items[i];
+    ASSERT_EQ((*after)[i].probabilities_size(), 3) << items[i];
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_NEAR((*after)[i].probabilities(k), stored[i].probabilities(k), 1e-12) << items[i];
+    }
+  }
+  ASSERT_TRUE(server.Stop().ok());
+}
+
+TEST(StartOptionsTest, WithoutBackgroundLoadingProjectsLoadedIsServingAtOnce) {
+  const std::string dir = MakeTempDir("verity-load-before");
+  ServerProcess server(RunfilePath("server/verity_server"), dir,
+                       {"--metrics_port=0", "--load_threads=0"});
+  ASSERT_TRUE(server.StartListening().ok());
+  absl::StatusOr<Health> loaded = CheckHealth(server, kProjectsLoaded);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(*loaded, Health::kServing);
+  absl::StatusOr<Health> unknown = CheckHealth(server, "verity.v1.NoSuchThing");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound) << unknown.status();
+  EXPECT_EQ(CountLines(server, "event=projects_loaded", "projects=0 loaded=0 failed=0"), 1)
+      << Log(server);
+  ASSERT_TRUE(server.Stop().ok());
+  RemoveTree(dir);
+}
+
 TEST(StartOptionsTest, LoadThreadsServeAtOnceAndLoadEveryStoredProject) {
   const std::string dir = MakeTempDir("verity-start-options");
   {
@@ -82,7 +257,7 @@ TEST(StartOptionsTest, LoadThreadsServeAtOnceAndLoadEveryStoredProject) {
   }
   ServerProcess server(RunfilePath("server/verity_server"), dir,
                        {"--metrics_port=0", "--load_threads=2"});
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_TRUE(server.StartListening().ok());
   EXPECT_EQ(CountLines(server, "event=projects_loading", "projects=3 threads=2"), 1)
       << Log(server);
   client::VerityClient client = ClientOf(server);

@@ -120,6 +120,7 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::LoadFromStorage(
 }
 
 absl::Status ProjectRegistry::LoadAll() {
+  const absl::Time start = absl::Now();
   auto records = storage_.projects->ListProjects();
   if (!records.ok()) return records.status();
   int failed = 0;
@@ -137,34 +138,44 @@ absl::Status ProjectRegistry::LoadAll() {
     absl::MutexLock lock(&mu_);
     projects_.emplace(record.name, std::move(*project));
   }
-  if (failed > 0) {
-    LogEvent("projects_loaded", {{"loaded", absl::StrCat(records->size() - failed)},
-                                 {"failed", absl::StrCat(failed)}});
-  }
+  LogEvent("projects_loaded", {{"projects", absl::StrCat(records->size())},
+                               {"loaded", absl::StrCat(records->size() - failed)},
+                               {"failed", absl::StrCat(failed)},
+                               {"ms", absl::StrCat(absl::ToInt64Milliseconds(absl::Now() - start))}});
   return absl::OkStatus();
 }
 
-ProjectRegistry::~ProjectRegistry() {
+ProjectRegistry::~ProjectRegistry() { StopBackgroundWork(); }
+
+void ProjectRegistry::StopBackgroundWork() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
     to_load_.clear();
   }
-  for (std::thread& loader : loaders_) loader.join();
+  for (std::thread& loader : loaders_) {
+    if (loader.joinable()) loader.join();
+  }
   if (budget_thread_.joinable()) budget_thread_.join();
 }
 
 absl::Status ProjectRegistry::LoadAllInBackground(int threads) {
   auto records = storage_.projects->ListProjects();
   if (!records.ok()) return records.status();
+  threads = std::max(1, threads);
   {
     absl::MutexLock lock(&mu_);
     // Taken from the back: the order of the list.
     to_load_.assign(records->rbegin(), records->rend());
+    background_done_ = false;
+    background_listed_ = static_cast<int64_t>(records->size());
+    background_failed_ = 0;
+    background_start_ = absl::Now();
+    background_threads_ = threads;
   }
   LogEvent("projects_loading", {{"projects", absl::StrCat(records->size())},
                                 {"threads", absl::StrCat(threads)}});
-  for (int t = 0; t < std::max(1, threads); ++t) {
+  for (int t = 0; t < threads; ++t) {
     loaders_.emplace_back([this] { BackgroundLoader(); });
   }
   return absl::OkStatus();
@@ -172,17 +183,53 @@ absl::Status ProjectRegistry::LoadAllInBackground(int threads) {
 
 bool ProjectRegistry::BackgroundLoadDone() const {
   absl::ReaderMutexLock lock(&mu_);
-  return to_load_.empty() && loading_.empty();
+  return background_done_;
+}
+
+void ProjectRegistry::OnBackgroundLoadDone(std::function<void()> done) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!background_done_) {
+      on_background_done_ = std::move(done);
+      return;
+    }
+  }
+  done();
+}
+
+int64_t ProjectRegistry::ProjectsStillLoading() const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (background_done_) return 0;
+  int64_t waiting = 0;
+  for (const storage::ProjectRecord& record : to_load_) {
+    waiting += !projects_.contains(record.name);  // Not one a first call loaded meanwhile.
+  }
+  return waiting + static_cast<int64_t>(loading_.size());
 }
 
 void ProjectRegistry::BackgroundLoader() {
+  std::function<void()> done;
   while (true) {
     storage::ProjectRecord record;
     {
       absl::MutexLock lock(&mu_);
       // Skips projects a first call loaded already.
       while (!to_load_.empty() && projects_.contains(to_load_.back().name)) to_load_.pop_back();
-      if (stopping_ || to_load_.empty()) return;
+      if (stopping_) return;
+      if (to_load_.empty()) {
+        // The last loader to run out of projects ends the initial load.
+        if (!loading_.empty() || background_done_) return;
+        background_done_ = true;
+        done = std::move(on_background_done_);
+        on_background_done_ = nullptr;
+        LogEvent("projects_loaded",
+                 {{"projects", absl::StrCat(background_listed_)},
+                  {"loaded", absl::StrCat(background_listed_ - background_failed_)},
+                  {"failed", absl::StrCat(background_failed_)},
+                  {"threads", absl::StrCat(background_threads_)},
+                  {"ms", absl::StrCat(absl::ToInt64Milliseconds(absl::Now() - background_start_))}});
+        break;
+      }
       record = std::move(to_load_.back());
       to_load_.pop_back();
       loading_[record.name] = absl::Now();
@@ -192,6 +239,7 @@ void ProjectRegistry::BackgroundLoader() {
     absl::MutexLock lock(&mu_);
     loading_.erase(record.name);
     if (!project.ok()) {
+      ++background_failed_;
       LogEvent("project_load_failed",
                {{"project", record.name}, {"error", project.status().ToString()}});
       failed_[record.name] = {absl::Now(), CannotLoad(record.name, project.status())};
@@ -199,6 +247,7 @@ void ProjectRegistry::BackgroundLoader() {
     }
     projects_.emplace(record.name, std::move(*project));
   }
+  if (done) done();
 }
 
 void ProjectRegistry::EnforceMemoryBudget(int64_t bytes, absl::Duration idle) {

@@ -3,9 +3,10 @@
 // At start-up LoadAll() restores every project (labels, latest model version, posteriors), or
 // LoadAllInBackground() starts doing so on several threads and returns at once: a project a
 // thread is loading answers UNAVAILABLE ("loading"), one no thread has reached yet loads on its
-// first call. With a memory budget (EnforceMemoryBudget), projects idle for long enough are
-// unloaded, least recently used first, while the loaded projects' estimated memory exceeds it;
-// the next call loads them again from PostgreSQL. A
+// first call; when every listed project has loaded (or failed to), the initial load is over
+// (OnBackgroundLoadDone, event=projects_loaded). With a memory budget (EnforceMemoryBudget),
+// projects idle for long enough are unloaded, least recently used first, while the loaded
+// projects' estimated memory exceeds it; the next call loads them again from PostgreSQL. A
 // project that cannot be restored is logged and skipped: the others serve, and Get() answers
 // UNAVAILABLE with the reason, trying the load again at most every load_retry_interval (a
 // repaired project is picked up without a restart; a broken one under heavy traffic does not
@@ -46,13 +47,24 @@ class ProjectRegistry {
   explicit ProjectRegistry(StorageHandles& storage,
                            absl::Duration load_retry_interval = absl::Seconds(10))
       : storage_(storage), load_retry_interval_(load_retry_interval) {}
-  ~ProjectRegistry();  // Stops the background loaders and the budget thread.
+  ~ProjectRegistry();  // StopBackgroundWork().
 
   // Lists the stored projects and loads them on `threads` background threads (see the file
   // comment). Fails only if the projects cannot be listed.
   absl::Status LoadAllInBackground(int threads) ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether every project LoadAllInBackground listed has been loaded (or failed to).
+  // Whether every project LoadAllInBackground listed has been loaded (or failed to); true when
+  // it was never called.
   bool BackgroundLoadDone() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs `done` once when BackgroundLoadDone() becomes true: on the last background loader,
+  // after it logs event=projects_loaded, or at once on this thread if it is true already. Never
+  // after StopBackgroundWork() (a load stopped half-way is not done). At most one callback.
+  void OnBackgroundLoadDone(std::function<void()> done) ABSL_LOCKS_EXCLUDED(mu_);
+  // Projects LoadAllInBackground listed that are neither loaded nor failed yet (0 when done).
+  int64_t ProjectsStillLoading() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops the background loaders (a project one is loading finishes first; the rest are left
+  // to their first call) and the budget thread, and joins them. Idempotent; call it before
+  // whatever OnBackgroundLoadDone's callback uses goes away.
+  void StopBackgroundWork() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Keeps the loaded projects' estimated memory (LiveProject::EstimatedBytes) at most `bytes`:
   // every second, unloads the least recently used projects that no call used for `idle` and
@@ -135,6 +147,14 @@ class ProjectRegistry {
   std::vector<storage::ProjectRecord> to_load_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, absl::Time> loading_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> loaders_;
+  // False from LoadAllInBackground until its last loader finishes.
+  bool background_done_ ABSL_GUARDED_BY(mu_) = true;
+  std::function<void()> on_background_done_ ABSL_GUARDED_BY(mu_);
+  // For event=projects_loaded: the projects listed, those whose load failed, and since when.
+  int64_t background_listed_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t background_failed_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time background_start_ ABSL_GUARDED_BY(mu_);
+  int background_threads_ ABSL_GUARDED_BY(mu_) = 0;
   // Memory budget (0: none).
   int64_t budget_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration evict_after_idle_ ABSL_GUARDED_BY(mu_) = absl::Seconds(60);

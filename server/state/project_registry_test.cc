@@ -269,11 +269,22 @@ TEST_F(ProjectRegistryTest, ProjectsLoadingInTheBackgroundAnswerUnavailableUntil
   EXPECT_EQ(loading.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(loading.status().message()), HasSubstr("\"slow\" is loading"));
   EXPECT_FALSE(registry.BackgroundLoadDone());
+  absl::Notification done;
+  registry.OnBackgroundLoadDone([&] { done.Notify(); });
+  EXPECT_EQ(registry.ProjectsStillLoading(), 2);
   // "other", not reached by the loader yet, loads on its first call.
   EXPECT_TRUE(registry.Get("other").ok());
+  EXPECT_EQ(registry.ProjectsStillLoading(), 1);
+  EXPECT_FALSE(done.HasBeenNotified());
 
   release.Notify();
-  while (!registry.BackgroundLoadDone()) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(registry.BackgroundLoadDone());
+  EXPECT_EQ(registry.ProjectsStillLoading(), 0);
+  // Once done, a callback runs at once.
+  bool ran_at_once = false;
+  registry.OnBackgroundLoadDone([&] { ran_at_once = true; });
+  EXPECT_TRUE(ran_at_once);
   auto loaded = registry.Get("slow");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(Served(**loaded), before);

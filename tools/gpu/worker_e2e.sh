@@ -25,7 +25,8 @@
 #      and `verity_worker --once --device=DEVICE` runs it: claim, load the labels, fit, store the
 #      version with its outputs. Its job_done line gives each part (load_ms, consolidate_ms,
 #      fit_ms, outputs_ms, persist_ms, job_ms); the job table gives claimed -> finished.
-#   5. verity_server starts again on the database (timed until it answers), and
+#   5. verity_server starts again on the database (timed until it has loaded the project and
+#      answers), and
 #      `verity accuracy` scores the served posteriors against the simulated truth (gold.csv);
 #      a few items' posteriors are printed with the model version that served them.
 # A compact summary goes to stdout and, when OUT is set, to $OUT/worker_e2e.txt; the logs stay in
@@ -121,13 +122,15 @@ note "postgres: $(psql -d verity -At -c 'SHOW server_version') up in $(since "$t
 
 # --- 2. schema and project, through the server ------------------------------------------------
 cli=("$bin/verity" --server="127.0.0.1:$grpc_port")
-start_server() {  # start_server LOG: starts verity_server, waits until it answers
+start_server() {  # start_server LOG: starts verity_server, waits until it answers and has
+  # loaded the stored projects (it listens before: event=projects_loaded ends the load)
   "$bin/verity_server" --postgres_url="$url" --listen="127.0.0.1:$grpc_port" --trainer=workers \
     --background_refit=false --metrics_port=0 --device=cpu --db_timeout_seconds=600 \
     > "$run/$1" 2>&1 &
   server_pid=$!
   for _ in $(seq 1200); do
-    "${cli[@]}" --timeout=2s project list > /dev/null 2>&1 && return 0
+    grep -q "event=projects_loaded" "$run/$1" &&
+      "${cli[@]}" --timeout=2s project list > /dev/null 2>&1 && return 0
     kill -0 "$server_pid" 2> /dev/null || { cat "$run/$1" >&2; exit 1; }
     sleep 0.5
   done

@@ -3,8 +3,9 @@
 The server is started with --listen=localhost:0 and a fresh data directory under /tmp (made
 0755 so that PostgreSQL, run as the `postgres` OS user when the test runs as root, can reach
 it). Its output goes to server.log in that directory through a reader thread, which learns the
-port from the `event=listening ... port=N` line; start() waits for that line (or the process's
-exit) without polling.
+port from the `event=listening ... port=N` line; start() waits for that line and for
+`event=projects_loaded` (the server listens before the projects stored by an earlier run, or by
+another replica, have loaded: --load_threads), or for the process's exit, without polling.
 """
 
 import os
@@ -16,6 +17,9 @@ import tempfile
 import threading
 
 _LISTENING = re.compile(r"event=listening\b.*\bport=(\d+)")
+# Logged once every stored project has loaded (or failed to); before event=listening with
+# --load_threads=0.
+_LOADED = re.compile(r"event=projects_loaded\b")
 
 
 def runfile(path_in_workspace):
@@ -58,6 +62,7 @@ class ServerProcess:
         self._process = None
         self._reader = None
         self._listening = threading.Event()
+        self._loaded = False
         self.port = None
         self.data_dir = None
         self._last_log = ""
@@ -71,8 +76,9 @@ class ServerProcess:
         return os.path.join(self.data_dir, "server.log")
 
     def start(self, timeout=120):
-        """Starts the server; returns once it listens. RuntimeError (with the log) if it exits
-        first or does not listen within `timeout` seconds."""
+        """Starts the server; returns once it listens and has loaded every stored project.
+        RuntimeError (with the log) if it exits first or does not get there within `timeout`
+        seconds."""
         self.data_dir = tempfile.mkdtemp(prefix="verity-pyclient-", dir="/tmp")
         os.chmod(self.data_dir, 0o755)
         self._process = subprocess.Popen(
@@ -83,7 +89,7 @@ class ServerProcess:
         self._reader.start()
         if not self._listening.wait(timeout) or self.port is None:
             self.stop()
-            raise RuntimeError("verity_server did not start listening within %ds:\n%s" %
+            raise RuntimeError("verity_server did not listen and load within %ds:\n%s" %
                                (timeout, self._last_log))
 
     def _copy_output(self):
@@ -91,10 +97,13 @@ class ServerProcess:
             for line in self._process.stdout:
                 log.write(line)
                 log.flush()
-                if self.port is None:
-                    match = _LISTENING.search(line.decode("utf-8", "replace"))
+                if not self._listening.is_set():
+                    text = line.decode("utf-8", "replace")
+                    self._loaded = self._loaded or bool(_LOADED.search(text))
+                    match = _LISTENING.search(text)
                     if match:
                         self.port = int(match.group(1))
+                    if self.port is not None and self._loaded:
                         self._listening.set()
         # The server exited (or closed its output): wake start() if it still waits.
         self._listening.set()
