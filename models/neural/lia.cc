@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <utility>
 
 namespace verity::models::neural {
@@ -103,6 +104,8 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
   torch::Tensor q;
   if (warm_start) {
     q = torch::exp(ItemLogPosteriors(net, data, k));
+  } else if (std::getenv("VERITY_EXP_DS_START") != nullptr) {
+    q = DawidSkenePosteriors(data, k, options().vote_smoothing, 20);
   } else {
     q = torch::full({data.num_items, k}, options().vote_smoothing, float_options);
     q.index_add_(0, data.items, torch::one_hot(data.labels, k).to(torch::kFloat));

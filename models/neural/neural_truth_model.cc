@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -291,8 +292,69 @@ int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int
   return epochs;
 }
 
+void NeuralTruthModel::PretrainPrior(CrowdNet& net, const LabelTensors& data, const torch::Tensor& q,
+                                     int64_t steps) {
+  if (data.num_labels == 0) return;
+  net.train();
+  std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
+  const int64_t batch = std::min<int64_t>(batch_size_, data.num_labels);
+  std::unique_ptr<TrainingStep> step = MakeTrainingStep(
+      *optimizer,
+      [&net, &data, &q](const torch::Tensor& idx) {
+        torch::Tensor items = data.items.index_select(0, idx);
+        return -(q.index_select(0, items) * net.LogPrior(items)).sum(1).mean();
+      },
+      batch);
+  int64_t taken = 0;
+  while (taken < steps) {
+    torch::Tensor order = torch::randperm(data.num_labels, data.items.options());
+    for (int64_t start = 0; start < data.num_labels && taken < steps; start += batch, ++taken) {
+      TakeStep(*step, order.narrow(0, start, std::min(batch, data.num_labels - start)));
+      net.AfterOptimizerStep();
+    }
+  }
+}
+
 int NeuralTruthModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
   return TrainMarginal(net, data, StepsForFit(data.num_labels, warm_start));
+}
+
+torch::Tensor NeuralTruthModel::DawidSkenePosteriors(const LabelTensors& data, int32_t num_classes,
+                                                     double smoothing, int iterations) {
+  torch::NoGradGuard no_grad;
+  const int64_t k = num_classes;
+  const auto options = data.labels_per_item.options();
+  torch::Tensor one_hot = torch::one_hot(data.labels, k).to(torch::kFloat);
+  auto clamp_gold = [&](torch::Tensor& q) {
+    if (data.gold_items.numel() > 0) {
+      q.index_copy_(0, data.gold_items, torch::one_hot(data.gold_labels, k).to(torch::kFloat));
+    }
+  };
+  torch::Tensor q = torch::full({data.num_items, k}, smoothing, options);
+  q.index_add_(0, data.items, one_hot);
+  q.div_(q.sum(1, /*keepdim=*/true));
+  clamp_gold(q);
+  // Annotator a's confusion, flattened: row a * K + true class, column label.
+  const torch::Tensor rows_of = data.annotators * k;
+  for (int it = 0; it < iterations; ++it) {
+    torch::Tensor counts = torch::full({static_cast<int64_t>(data.num_annotators) * k, k}, smoothing, options);
+    torch::Tensor q_of = q.index_select(0, data.items);  // L x K
+    // counts[a * K + c, y] += q_i[c] for every label (i, a, y).
+    torch::Tensor cells = (rows_of.unsqueeze(1) + torch::arange(k, data.labels.options())).reshape({-1});
+    torch::Tensor contributions = (q_of.unsqueeze(2) * one_hot.unsqueeze(1)).reshape({-1, k});
+    counts.index_add_(0, cells, contributions);
+    torch::Tensor log_confusion = torch::log(counts / counts.sum(1, /*keepdim=*/true));
+    torch::Tensor log_prior = torch::log((q.sum(0) + smoothing) / (q.sum() + smoothing * k));
+    // log q_i[c] = log prior[c] + Σ_labels log π_a[c, y].
+    torch::Tensor per_label = log_confusion.index_select(0, cells).view({-1, k, k})
+                                  .gather(2, data.labels.view({-1, 1, 1}).expand({-1, k, 1}))
+                                  .squeeze(2);  // L x K
+    torch::Tensor log_q = log_prior.unsqueeze(0).expand({data.num_items, k}).clone();
+    log_q.index_add_(0, data.items, per_label);
+    q = torch::softmax(log_q, 1);
+    clamp_gold(q);
+  }
+  return q;
 }
 
 torch::Tensor NeuralTruthModel::ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,
@@ -369,6 +431,13 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
       }
     }
     const auto train_start = std::chrono::steady_clock::now();
+    if (!warm && std::getenv("VERITY_EXP_DS_START") != nullptr &&
+        (method() == "crowdlayer" || method() == "trace_reg" || method() == "conal")) {
+      const char* frac = std::getenv("VERITY_EXP_DS_FRACTION");
+      const double f = frac != nullptr ? std::atof(frac) : 0.25;
+      PretrainPrior(*net, tensors, DawidSkenePosteriors(tensors, num_classes_, options_.vote_smoothing, 20),
+                    std::max<int64_t>(1, static_cast<int64_t>(f * StepsForFit(tensors.num_labels, false))));
+    }
     iterations = Train(*net, tensors, warm);
     training_net_ = nullptr;
     decayed_.clear();
