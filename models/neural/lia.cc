@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <utility>
 
 namespace verity::models::neural {
 namespace {
 
 constexpr int64_t kConvergenceWindow = 50;  // steps per window of the stopping rule (lia.h)
+constexpr int kDawidSkeneStartIterations = 20;  // EM iterations of the first E-step (lia.h)
 
 class LiaNet : public CrowdNet {
  public:
@@ -99,21 +99,12 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
                             : std::max<int64_t>(50, StepsForFit(data.num_labels, false) / em);
   const auto float_options = data.labels_per_item.options();
 
-  // First E-step: the soft majority vote, or the posteriors under the warm-started parameters.
-  // q keeps its storage for the whole fit (later E-steps refill it): the training step reads it.
-  torch::Tensor q;
-  if (warm_start) {
-    q = torch::exp(ItemLogPosteriors(net, data, k));
-  } else if (std::getenv("VERITY_EXP_DS_START") != nullptr) {
-    q = DawidSkenePosteriors(data, k, options().vote_smoothing, 20);
-  } else {
-    q = torch::full({data.num_items, k}, options().vote_smoothing, float_options);
-    q.index_add_(0, data.items, torch::one_hot(data.labels, k).to(torch::kFloat));
-    q.div_(q.sum(1, /*keepdim=*/true));
-    if (data.gold_items.numel() > 0) {
-      q.index_copy_(0, data.gold_items, torch::one_hot(data.gold_labels, k).to(torch::kFloat));
-    }
-  }
+  // First E-step: Dawid-Skene's posteriors (lia.h), or the posteriors under the warm-started
+  // parameters. q keeps its storage for the whole fit (later E-steps refill it): the training
+  // step reads it.
+  torch::Tensor q = warm_start ? torch::exp(ItemLogPosteriors(net, data, k))
+                               : DawidSkenePosteriors(data, k, options().vote_smoothing,
+                                                      kDawidSkeneStartIterations);
   net.train();
   auto& lia = static_cast<LiaNet&>(net);
   std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -725,6 +726,59 @@ TEST(TruthNetworkCapacityTest, OptionsOutOfRangeAreRefused) {
     EXPECT_THAT(ValidateTruthModelOptions(options), StatusIs(absl::StatusCode::kInvalidArgument)) << b;
   }
   EXPECT_THAT(ValidateTruthModelOptions(TruthModelOptions()), IsOk());
+}
+
+// lia's first E-step (lia.h): Dawid-Skene's posteriors. Three annotators right 90% of the time
+// and four who answer class 0 95% of the time label every item: the majority vote follows the
+// four (right on about 60% of the items), while Dawid-Skene learns that their answers carry no
+// information and follows the three (a NumPy rebuild of the same EM: 98.5%). A gold item is
+// clamped to its class, and every row is a distribution.
+TEST(DawidSkeneStartTest, LearnsToIgnoreAnnotatorsWhoOutvoteTheSkilledOnes) {
+  constexpr int32_t kItems = 400, kSkilled = 3, kBiased = 4, kAnnotators = kSkilled + kBiased;
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> unit(0, 1);
+  std::vector<int64_t> items, annotators, labels;
+  std::vector<int32_t> truth;
+  for (int32_t i = 0; i < kItems; ++i) {
+    truth.push_back(static_cast<int32_t>(rng() % 2));
+    for (int32_t a = 0; a < kAnnotators; ++a) {
+      items.push_back(i);
+      annotators.push_back(a);
+      if (a < kSkilled) {
+        labels.push_back(unit(rng) < 0.9 ? truth[i] : 1 - truth[i]);
+      } else {
+        labels.push_back(unit(rng) < 0.95 ? 0 : 1);
+      }
+    }
+  }
+  neural::LabelTensors data;
+  data.num_items = kItems;
+  data.num_annotators = kAnnotators;
+  data.num_labels = static_cast<int64_t>(labels.size());
+  data.items = torch::tensor(items, torch::kLong);
+  data.annotators = torch::tensor(annotators, torch::kLong);
+  data.labels = torch::tensor(labels, torch::kLong);
+  data.labels_per_item = torch::full({kItems}, static_cast<float>(kAnnotators));
+  const int32_t gold_class = 1 - truth[0];  // a gold label the crowd contradicts
+  data.gold_items = torch::tensor(std::vector<int64_t>{0}, torch::kLong);
+  data.gold_labels = torch::tensor(std::vector<int64_t>{gold_class}, torch::kLong);
+
+  const torch::Tensor q = neural::DawidSkenePosteriors(data, 2, 0.01, 20);
+  ASSERT_EQ(q.size(0), kItems);
+  ASSERT_EQ(q.size(1), 2);
+  EXPECT_TRUE(torch::allclose(q.sum(1), torch::ones({kItems}), 1e-5, 1e-5));
+  EXPECT_FLOAT_EQ(q[0][gold_class].item<float>(), 1.0f);
+  const torch::Tensor map = q.argmax(1);
+  int ds_right = 0, mv_right = 0;
+  for (int32_t i = 1; i < kItems; ++i) {
+    ds_right += map[i].item<int64_t>() == truth[i];
+    int votes = 0;
+    for (int32_t a = 0; a < kAnnotators; ++a) votes += labels[i * kAnnotators + a] == truth[i];
+    mv_right += votes * 2 > kAnnotators;
+  }
+  std::printf("right of %d: Dawid-Skene start %d, majority vote %d\n", kItems - 1, ds_right, mv_right);
+  EXPECT_GE(ds_right, (kItems - 1) * 95 / 100);
+  EXPECT_LE(mv_right, (kItems - 1) * 70 / 100);
 }
 
 }  // namespace

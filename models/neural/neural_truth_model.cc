@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -292,35 +291,12 @@ int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int
   return epochs;
 }
 
-void NeuralTruthModel::PretrainPrior(CrowdNet& net, const LabelTensors& data, const torch::Tensor& q,
-                                     int64_t steps) {
-  if (data.num_labels == 0) return;
-  net.train();
-  std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
-  const int64_t batch = std::min<int64_t>(batch_size_, data.num_labels);
-  std::unique_ptr<TrainingStep> step = MakeTrainingStep(
-      *optimizer,
-      [&net, &data, &q](const torch::Tensor& idx) {
-        torch::Tensor items = data.items.index_select(0, idx);
-        return -(q.index_select(0, items) * net.LogPrior(items)).sum(1).mean();
-      },
-      batch);
-  int64_t taken = 0;
-  while (taken < steps) {
-    torch::Tensor order = torch::randperm(data.num_labels, data.items.options());
-    for (int64_t start = 0; start < data.num_labels && taken < steps; start += batch, ++taken) {
-      TakeStep(*step, order.narrow(0, start, std::min(batch, data.num_labels - start)));
-      net.AfterOptimizerStep();
-    }
-  }
-}
-
 int NeuralTruthModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
   return TrainMarginal(net, data, StepsForFit(data.num_labels, warm_start));
 }
 
-torch::Tensor NeuralTruthModel::DawidSkenePosteriors(const LabelTensors& data, int32_t num_classes,
-                                                     double smoothing, int iterations) {
+torch::Tensor DawidSkenePosteriors(const LabelTensors& data, int32_t num_classes, double smoothing,
+                                   int iterations) {
   torch::NoGradGuard no_grad;
   const int64_t k = num_classes;
   const auto options = data.labels_per_item.options();
@@ -431,13 +407,6 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
       }
     }
     const auto train_start = std::chrono::steady_clock::now();
-    if (!warm && std::getenv("VERITY_EXP_DS_START") != nullptr &&
-        (method() == "crowdlayer" || method() == "trace_reg" || method() == "conal")) {
-      const char* frac = std::getenv("VERITY_EXP_DS_FRACTION");
-      const double f = frac != nullptr ? std::atof(frac) : 0.25;
-      PretrainPrior(*net, tensors, DawidSkenePosteriors(tensors, num_classes_, options_.vote_smoothing, 20),
-                    std::max<int64_t>(1, static_cast<int64_t>(f * StepsForFit(tensors.num_labels, false))));
-    }
     iterations = Train(*net, tensors, warm);
     training_net_ = nullptr;
     decayed_.clear();

@@ -66,6 +66,12 @@ struct LabelTensors {
   torch::Tensor gold_items, gold_labels;    // int64; empty when there is no gold
 };
 
+// q(true class | labels) of every item (num_items x K, on data's device, gold clamped) under
+// Dawid-Skene, fitted by `iterations` EM iterations from the soft majority vote, with the
+// confusion counts and the class prior smoothed by `smoothing`: lia's first E-step (lia.h).
+torch::Tensor DawidSkenePosteriors(const LabelTensors& data, int32_t num_classes, double smoothing,
+                                   int iterations);
+
 // The stopping rule of a training loop run to convergence: the mean minibatch loss over each
 // window of `window` steps is compared with the previous window's, and the loop stops when it
 // improved by less than `tolerance` of it (relative; a loss that rose stops it too), or after
@@ -201,15 +207,6 @@ class NeuralTruthModel : public TruthModel {
   void TakeStep(TrainingStep& step, const torch::Tensor& rows);
   // `loss` plus the cross-entropy of the prior on the gold items (`loss` itself without gold).
   static torch::Tensor WithGoldLoss(torch::Tensor loss, CrowdNet& net, const LabelTensors& data);
-  // q(true class | labels) of every item (num_items x K, on data's device, gold clamped) under
-  // Dawid-Skene fitted by `iterations` EM iterations from the soft majority vote (confusion
-  // counts and the class prior smoothed by `smoothing`): the start of a cold fit
-  // (TruthModelOptions::Neural::start).
-  static torch::Tensor DawidSkenePosteriors(const LabelTensors& data, int32_t num_classes,
-                                            double smoothing, int iterations);
-  // `steps` AMSGrad steps of the cross-entropy of the prior h_i against q_i (num_items x K),
-  // over minibatches of labels: the truth network's start from q.
-  void PretrainPrior(CrowdNet& net, const LabelTensors& data, const torch::Tensor& q, int64_t steps);
   // log q(true class | labels) of every item (num_items x K), gold clamped: the E-step.
   static torch::Tensor ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,
                                          int32_t num_classes);
