@@ -135,6 +135,10 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
         "neural.lia_max_steps must be >= 0 and neural.lia_tolerance finite and >= 0, got ",
         n.lia_max_steps, " and ", n.lia_tolerance));
   }
+  if (!(n.ds_start_fraction >= 0 && n.ds_start_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("neural.ds_start_fraction must be in [0, 1], got ", n.ds_start_fraction));
+  }
   return absl::OkStatus();
 }
 

@@ -26,6 +26,14 @@
 //     cannot represent.
 //   - Learned embeddings replace image features when items carry none; ω then depends on a free
 //     item embedding.
+// How a fit starts: from a random truth network, as the paper does. The Dawid-Skene start of
+// crowdlayer (NeuralTruthModel::StartsFromDawidSkene) was measured here too and is off. Mean of
+// 2 fits without features (docs/EVALUATION.md, "The Dawid-Skene start") it lifted relevance
+// from 0.494 to 0.607 and bluebirds from 0.806 to 0.843, but on the 12-annotator crowd of
+// NeuralModelTest.WarmStartsOntoNewItemsAndAnnotatorsAndHandlesUnseenIds the population
+// confusion it served (the common confusion, for annotators outside the fit) became "always
+// class 1" (p(0 | 0) = 0.0015): the regulariser that rewards the common confusion's difference
+// from the annotators' ones is free to push it anywhere once h is anchored.
 #ifndef VERITY_MODELS_NEURAL_CONAL_H_
 #define VERITY_MODELS_NEURAL_CONAL_H_
 

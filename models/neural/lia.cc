@@ -8,7 +8,6 @@ namespace verity::models::neural {
 namespace {
 
 constexpr int64_t kConvergenceWindow = 50;  // steps per window of the stopping rule (lia.h)
-constexpr int kDawidSkeneStartIterations = 20;  // EM iterations of the first E-step (lia.h)
 
 class LiaNet : public CrowdNet {
  public:

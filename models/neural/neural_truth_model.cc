@@ -291,6 +291,30 @@ int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int
   return epochs;
 }
 
+void NeuralTruthModel::StartFromPosteriors(CrowdNet& net, const LabelTensors& data, const torch::Tensor& q,
+                                    int64_t steps) {
+  if (data.num_labels == 0) return;
+  net.train();
+  std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
+  const int64_t batch = std::min<int64_t>(batch_size_, data.num_labels);
+  std::unique_ptr<TrainingStep> step = MakeTrainingStep(
+      *optimizer,
+      [&net, &data, &q](const torch::Tensor& rows) {
+        torch::Tensor items = data.items.index_select(0, rows);
+        return MarginalLoss(net, data, rows) -
+               (q.index_select(0, items) * net.LogPrior(items)).sum(1).mean();
+      },
+      batch);
+  int64_t taken = 0;
+  while (taken < steps) {
+    torch::Tensor order = torch::randperm(data.num_labels, data.items.options());
+    for (int64_t start = 0; start < data.num_labels && taken < steps; start += batch, ++taken) {
+      TakeStep(*step, order.narrow(0, start, std::min(batch, data.num_labels - start)));
+      net.AfterOptimizerStep();
+    }
+  }
+}
+
 int NeuralTruthModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
   return TrainMarginal(net, data, StepsForFit(data.num_labels, warm_start));
 }
@@ -407,6 +431,15 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
       }
     }
     const auto train_start = std::chrono::steady_clock::now();
+    if (!warm && StartsFromDawidSkene() && options_.neural.ds_start_fraction > 0) {
+      const int64_t steps = std::max<int64_t>(
+          1, static_cast<int64_t>(options_.neural.ds_start_fraction *
+                                  static_cast<double>(StepsForFit(tensors.num_labels, false))));
+      StartFromPosteriors(*net, tensors,
+                   DawidSkenePosteriors(tensors, num_classes_, options_.vote_smoothing,
+                                        kDawidSkeneStartIterations),
+                   steps);
+    }
     iterations = Train(*net, tensors, warm);
     training_net_ = nullptr;
     decayed_.clear();

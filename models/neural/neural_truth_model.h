@@ -22,7 +22,9 @@
 //
 // Fit. The subclass trains its CrowdNet (default: minibatch AMSGrad on the marginal
 // likelihood of every label, log Σ_k h_i[k] Q(i, a)[k, y], plus the method's regulariser and
-// the cross-entropy of h on gold items). Then, on the CPU, the base reads every item's prior
+// the cross-entropy of h on gold items); crowdlayer starts a cold fit with h anchored to
+// Dawid-Skene's posteriors (StartsFromDawidSkene). Then, on the CPU, the base
+// reads every item's prior
 // and the subclass its confusion tables out of the network (ExportTables). Queries
 // (ItemPosteriorForItem, AnnotatorConfusion, ...) read those tables in plain C++: they never
 // call LibTorch, are thread-safe and cost O(labels · K²). A warm start copies the previous
@@ -68,9 +70,13 @@ struct LabelTensors {
 
 // q(true class | labels) of every item (num_items x K, on data's device, gold clamped) under
 // Dawid-Skene, fitted by `iterations` EM iterations from the soft majority vote, with the
-// confusion counts and the class prior smoothed by `smoothing`: lia's first E-step (lia.h).
+// confusion counts and the class prior smoothed by `smoothing`: where lia's EM and the other
+// models' truth network start (lia.h, TruthModelOptions::Neural::ds_start_fraction).
 torch::Tensor DawidSkenePosteriors(const LabelTensors& data, int32_t num_classes, double smoothing,
                                    int iterations);
+// The EM iterations of the Dawid-Skene start (lia's first E-step, and the posteriors the other
+// models' truth network starts from: TruthModelOptions::Neural::ds_start_fraction).
+inline constexpr int kDawidSkeneStartIterations = 20;
 
 // The stopping rule of a training loop run to convergence: the mean minibatch loss over each
 // window of `window` steps is compared with the previous window's, and the loop stops when it
@@ -166,6 +172,11 @@ class NeuralTruthModel : public TruthModel {
   // Trains `net` (on data's device, initialised or warm-started). Returns the iterations to
   // report (epochs, or EM iterations). Default: TrainMarginal(StepsForFit(...)).
   virtual int Train(CrowdNet& net, const LabelTensors& data, bool warm_start);
+  // Whether a cold fit first trains with the truth network anchored to Dawid-Skene's posteriors
+  // (TruthModelOptions::Neural::ds_start_fraction): crowdlayer. lia starts its EM from the
+  // same posteriors instead (lia.h); cmm from K-means (cmm.h); trace_reg and conal as their
+  // papers do, which measured better for them (trace_reg.h, conal.h).
+  virtual bool StartsFromDawidSkene() const { return false; }
   // Reads the tables LogConfusion needs from `net` (on the CPU, in eval mode).
   virtual void ExportTables(CrowdNet& net) = 0;
   // Writes log Q(item, annotator) (K x K, row-major) into `out`. `item` outside
@@ -207,6 +218,12 @@ class NeuralTruthModel : public TruthModel {
   void TakeStep(TrainingStep& step, const torch::Tensor& rows);
   // `loss` plus the cross-entropy of the prior on the gold items (`loss` itself without gold).
   static torch::Tensor WithGoldLoss(torch::Tensor loss, CrowdNet& net, const LabelTensors& data);
+  // The Dawid-Skene start: `steps` AMSGrad steps of the marginal-likelihood loss (as
+  // TrainMarginal's) plus the cross-entropy of the prior h_i against q_i (num_items x K, on
+  // data's device), which anchors h to q while the annotators' layers learn their confusions
+  // against it, as an M-step of Dawid-Skene would. Without the anchor, h drifts to the majority
+  // vote before the layers have learnt which annotators to discount.
+  void StartFromPosteriors(CrowdNet& net, const LabelTensors& data, const torch::Tensor& q, int64_t steps);
   // log q(true class | labels) of every item (num_items x K), gold clamped: the E-step.
   static torch::Tensor ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,
                                          int32_t num_classes);

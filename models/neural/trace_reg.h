@@ -35,6 +35,11 @@
 // The served confusion of annotator r is A^(r) (entries at least kMinConfusion, so that a label
 // the matrix calls impossible still leaves a finite posterior); an annotator never seen gets the
 // mean of the annotators' matrices.
+// How a fit starts: from the identity confusions and a random truth network, as the paper
+// does. The Dawid-Skene start of crowdlayer (NeuralTruthModel::StartsFromDawidSkene)
+// was measured here too and is off: mean of 2 fits without features (docs/EVALUATION.md, "The
+// Dawid-Skene start"), it took relevance from 0.586 to 0.147 (the classes flipped) and product
+// from 0.911 to 0.809.
 #ifndef VERITY_MODELS_NEURAL_TRACE_REG_H_
 #define VERITY_MODELS_NEURAL_TRACE_REG_H_
 
