@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -77,38 +78,49 @@ class TrimmedMeanRows {
   // half-widths for this target vector and is updated.
   void Update(std::vector<double>& target, const std::vector<double>& other,
               std::vector<double>& width) {
-    for (size_t j = 0; j < target.size(); ++j) Row(j, target[j], other, width[j]);
+    // A partner whose estimate fell to 0 says nothing (numpy would divide by
+    // it and carry inf or NaN into every estimate): dividing by NaN instead
+    // leaves it out of every count below without a branch.
+    divisor_.resize(other.size());
+    for (size_t q = 0; q < other.size(); ++q) {
+      divisor_[q] = other[q] > 0.0 ? other[q] : std::numeric_limits<double>::quiet_NaN();
+    }
+    for (size_t j = 0; j < target.size(); ++j) Row(j, target[j], width[j]);
   }
 
  private:
-  void Row(size_t j, double& target, const std::vector<double>& other, double& width) {
+  void Row(size_t j, double& target, double& width) {
     const double a = target;
     const double low = a - width, high = a + width;
     int64_t n = 0, below = 0, above = 0, under = 0, over = 0, inside = 0;
-    double* const values = values_.data();
+    const double* const divisor = divisor_.data();
     double* const window = window_.data();
     for (size_t p = first_[j]; p < first_[j + 1]; ++p) {
-      const double o = other[partner_[p]];
-      // A partner whose estimate fell to 0 says nothing (numpy would
-      // divide by it and carry inf or NaN into every estimate).
-      if (!(o > 0.0)) continue;
-      const double y = magnitude_[p] / o;
-      values[n++] = y;
+      const double y = magnitude_[p] / divisor[partner_[p]];
+      n += y == y;
       below += y < a;
       above += y > a;
       under += y < low;
       over += y > high;
       window[inside] = y;
-      inside += !(y < low) & !(y > high);
+      inside += (y >= low) & (y <= high);
     }
     const KeptRanks kept = RanksKept(n, below, above, f_);
     if (kept.end <= kept.begin) return;
     const bool in_window = kept.begin >= under && kept.end <= n - over;
-    double* const sorted = in_window ? window + (kept.begin - under) : values + kept.begin;
+    double* sorted;
     if (in_window) {
       SelectRanks(window, inside, kept.begin - under, kept.end - under);
+      sorted = window + (kept.begin - under);
     } else {
+      double* const values = values_.data();
+      int64_t m = 0;
+      for (size_t p = first_[j]; p < first_[j + 1]; ++p) {
+        const double y = magnitude_[p] / divisor[partner_[p]];
+        if (y == y) values[m++] = y;
+      }
       SelectRanks(values, n, kept.begin, kept.end);
+      sorted = values + kept.begin;
     }
     const int64_t count = kept.end - kept.begin;
     if (count == 1 && sorted[0] == 0.0) {
@@ -138,6 +150,7 @@ class TrimmedMeanRows {
   const std::vector<double>& magnitude_;
   const int64_t f_;
   const int64_t num_tasks_;
+  std::vector<double> divisor_;  // per partner: its estimate, NaN where <= 0
   std::vector<double> values_;
   std::vector<double> window_;
 };
