@@ -52,9 +52,11 @@
 // values near its current estimate, or among all its values when that window
 // misses: O(P) expected, where crowd-kit sorts every row (O(P log P)); the
 // kept values are still summed in ascending order, so the estimates are those
-// of sorting, bit for bit. The iterations to crowd-kit's tolerance grow with
-// A (about 100 at 300 annotators, 500 at 3,000: docs/PERFORMANCE.md). Fit
-// refuses more than kMaxAnnotators annotators with labels (RESOURCE_EXHAUSTED): at 5,000 the fit holds up to about 500 MB. This is not the
+// of sorting, bit for bit. The number of iterations to crowd-kit's tolerance
+// depends on the data: 97 on the benchmark's 500k crowd (300 annotators), 489
+// on its 5M crowd (3,000; docs/PERFORMANCE.md). Fit refuses more than
+// kMaxAnnotators annotators with labels (RESOURCE_EXHAUSTED): at 5,000 the fit
+// holds up to about 500 MB. This is not the
 // O(labels * K) of the other classical methods: MMSR is a method on the
 // annotator-annotator matrix. options.max_iterations, options.tolerance and
 // options.num_threads are not read.
