@@ -39,6 +39,21 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// y[c] += x[c] and y[c] *= x[c] for c < km, a multiple of M, written as
+// blocks of M so that even the cheapest vectoriser (GCC's at -O2) packs them:
+// the E-step's inner loops (y and x never overlap).
+inline void AddInto(double* __restrict y, const double* __restrict x, size_t km) {
+  for (size_t b = 0; b < km; b += kM) {
+    for (size_t m = 0; m < kM; ++m) y[b + m] += x[b + m];
+  }
+}
+
+inline void MultiplyInto(double* __restrict y, const double* __restrict x, size_t km) {
+  for (size_t b = 0; b < km; b += kM) {
+    for (size_t m = 0; m < kM; ++m) y[b + m] *= x[b + m];
+  }
+}
+
 // Unnormalised log q(k, m) into scores (size K * M).
 template <typename ColumnFn>
 void LogScores(absl::Span<const Entry> labels, const double* log_class_subtype,
@@ -167,11 +182,11 @@ absl::StatusOr<FitReport> EbccModel::Fit(const AnnotationMatrix& data,
     params.Derive(num_classes_);
   };
   auto accumulate = [&](absl::Span<const Entry> labels, const double* q) {
-    for (size_t c = 0; c < km; ++c) subtype_counts[c] += q[c];
+    AddInto(subtype_counts.data(), q, km);
     for (const Entry& e : labels) {
       double* n_a = &counts[static_cast<size_t>(e.other) * block +
                             static_cast<size_t>(e.label) * km];
-      for (size_t c = 0; c < km; ++c) n_a[c] += q[c];
+      AddInto(n_a, q, km);
     }
   };
 
@@ -265,7 +280,7 @@ absl::StatusOr<FitReport> EbccModel::Fit(const AnnotationMatrix& data,
       for (const Entry& e : labels) {
         const size_t column = column_of(e);
         const double* factor = &factors[column * km];
-        for (size_t c = 0; c < km; ++c) q[c] *= factor[c];
+        MultiplyInto(q.data(), factor, km);
         log_scale += log_scales[column];
       }
       double top = 0.0, sum = 0.0;
