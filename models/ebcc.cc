@@ -39,12 +39,18 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// y[c] += x[c] and y[c] *= x[c] for c < km, a multiple of M, written as
-// blocks of M so that even the cheapest vectoriser (GCC's at -O2) packs them:
-// the E-step's inner loops (y and x never overlap).
+// y[c] += x[c], y[c] /= x and y[c] *= x[c] for c < km, a multiple of M,
+// written as blocks of M so that even the cheapest vectoriser (GCC's at -O2)
+// packs them: the E-step's inner loops (y and x never overlap).
 inline void AddInto(double* __restrict y, const double* __restrict x, size_t km) {
   for (size_t b = 0; b < km; b += kM) {
     for (size_t m = 0; m < kM; ++m) y[b + m] += x[b + m];
+  }
+}
+
+inline void DivideBy(double* y, double x, size_t km) {
+  for (size_t b = 0; b < km; b += kM) {
+    for (size_t m = 0; m < kM; ++m) y[b + m] /= x;
   }
 }
 
@@ -289,7 +295,7 @@ absl::StatusOr<FitReport> EbccModel::Fit(const AnnotationMatrix& data,
         sum += q[c];
       }
       if (top > kSmallestProduct) {
-        for (size_t c = begin; c < end; ++c) q[c] /= sum;
+        DivideBy(&q[begin], sum, end - begin);
         std::fill(q.begin(), q.begin() + begin, 0.0);
         std::fill(q.begin() + end, q.end(), 0.0);
         ll += log_scale + std::log(sum);
