@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -61,16 +62,25 @@ KeptRanks RanksKept(int64_t n, int64_t below, int64_t above, int64_t f) {
 // is the same, hence so is the result; the window only saves time.
 class TrimmedMeanRows {
  public:
+  // Rows are split over up to num_threads threads, one per kPairsPerThread
+  // observed pairs at most; each row's result depends on nothing else, so the
+  // estimates are the same for any number of threads.
   TrimmedMeanRows(const std::vector<size_t>& first, const std::vector<int32_t>& partner,
-                  const std::vector<double>& magnitude, int64_t f, int64_t num_tasks)
+                  const std::vector<double>& magnitude, int64_t f, int64_t num_tasks,
+                  int num_threads)
       : first_(first), partner_(partner), magnitude_(magnitude), f_(f),
         num_tasks_(num_tasks) {
     size_t longest = 0;
     for (size_t j = 0; j + 1 < first.size(); ++j) {
       longest = std::max(longest, first[j + 1] - first[j]);
     }
-    values_.resize(longest);
-    window_.resize(longest);
+    const int64_t useful = std::max<int64_t>(
+        1, static_cast<int64_t>(partner.size()) / kPairsPerThread);
+    scratch_.resize(static_cast<size_t>(std::min<int64_t>(std::max(num_threads, 1), useful)));
+    for (Scratch& s : scratch_) {
+      s.values.resize(longest);
+      s.window.resize(longest);
+    }
   }
 
   // target[j] := the trimmed mean for row j given `other`, for every row
@@ -85,16 +95,34 @@ class TrimmedMeanRows {
     for (size_t q = 0; q < other.size(); ++q) {
       divisor_[q] = other[q] > 0.0 ? other[q] : std::numeric_limits<double>::quiet_NaN();
     }
-    for (size_t j = 0; j < target.size(); ++j) Row(j, target[j], width[j]);
+    const size_t threads = scratch_.size();
+    auto run = [&](size_t t) {
+      const size_t end = target.size() * (t + 1) / threads;
+      for (size_t j = target.size() * t / threads; j < end; ++j) {
+        Row(j, target[j], width[j], scratch_[t]);
+      }
+    };
+    std::vector<std::thread> workers;
+    workers.reserve(threads - 1);
+    for (size_t t = 1; t < threads; ++t) workers.emplace_back(run, t);
+    run(0);
+    for (std::thread& w : workers) w.join();
   }
 
  private:
-  void Row(size_t j, double& target, double& width) {
+  static constexpr int64_t kPairsPerThread = 100000;
+
+  struct Scratch {
+    std::vector<double> values;
+    std::vector<double> window;
+  };
+
+  void Row(size_t j, double& target, double& width, Scratch& scratch) const {
     const double a = target;
     const double low = a - width, high = a + width;
     int64_t n = 0, below = 0, above = 0, under = 0, over = 0, inside = 0;
     const double* const divisor = divisor_.data();
-    double* const window = window_.data();
+    double* const window = scratch.window.data();
     for (size_t p = first_[j]; p < first_[j + 1]; ++p) {
       const double y = magnitude_[p] / divisor[partner_[p]];
       n += y == y;
@@ -113,7 +141,7 @@ class TrimmedMeanRows {
       SelectRanks(window, inside, kept.begin - under, kept.end - under);
       sorted = window + (kept.begin - under);
     } else {
-      double* const values = values_.data();
+      double* const values = scratch.values.data();
       int64_t m = 0;
       for (size_t p = first_[j]; p < first_[j + 1]; ++p) {
         const double y = magnitude_[p] / divisor[partner_[p]];
@@ -151,8 +179,7 @@ class TrimmedMeanRows {
   const int64_t f_;
   const int64_t num_tasks_;
   std::vector<double> divisor_;  // per partner: its estimate, NaN where <= 0
-  std::vector<double> values_;
-  std::vector<double> window_;
+  std::vector<Scratch> scratch_;  // per thread
 };
 
 double Dot(const std::vector<double>& a, const std::vector<double>& b) {
@@ -268,7 +295,7 @@ absl::StatusOr<FitReport> MmsrModel::Fit(const AnnotationMatrix& data,
   std::vector<double> v = u;
 
   FitReport report;
-  TrimmedMeanRows rows(first, partner, magnitude, f, num_tasks);
+  TrimmedMeanRows rows(first, partner, magnitude, f, num_tasks, options_.num_threads);
   std::vector<double> u_width(na, 0.0), v_width(na, 0.0);
   std::vector<double> u_previous(na), v_previous(na), du(na), dv(na);
   while (report.iterations < kMaxIterations && na > 0) {

@@ -58,8 +58,11 @@
 // kMaxAnnotators annotators with labels (RESOURCE_EXHAUSTED): at 5,000 the fit
 // holds up to about 500 MB. This is not the
 // O(labels * K) of the other classical methods: MMSR is a method on the
-// annotator-annotator matrix. options.max_iterations, options.tolerance and
-// options.num_threads are not read.
+// annotator-annotator matrix. options.max_iterations and options.tolerance
+// are not read. Each half-step's rows are split over up to
+// options.num_threads threads (one per 100,000 observed pairs at most); a
+// row's result depends on nothing else, so the estimates are the same for any
+// number of threads.
 //
 // AnnotatorConfusion: one-coin, p_j on the diagonal and (1 - p_j) / (K - 1)
 // elsewhere.

@@ -240,6 +240,32 @@ TEST(MmsrTest, MatchesTheSortingReferenceOnAWideCrowd) {
   }
 }
 
+// 600 annotators on 6,000 items with 10 labels each (about 280,000 observed
+// pairs): enough for the fit to split its rows over threads, which must not
+// change a bit of the estimates.
+TEST(MmsrTest, TheFitIsTheSameForAnyNumberOfThreads) {
+  SyntheticCrowdSpec spec;
+  spec.num_items = 6000;
+  spec.num_classes = 3;
+  spec.labels_per_item = 10;
+  for (int a = 0; a < 600; ++a) {
+    spec.confusions.push_back(SymmetricConfusion(3, 0.4 + 0.5 * (a % 50) / 49));
+  }
+  spec.seed = 7;
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<MmsrModel> one = CreateOrFail<MmsrModel>(3);
+  TruthModelOptions options;
+  options.num_threads = 4;
+  std::unique_ptr<MmsrModel> four = CreateOrFail<MmsrModel>(3, options);
+  absl::StatusOr<FitReport> one_report = one->Fit(crowd.matrix, {}, false);
+  absl::StatusOr<FitReport> four_report = four->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(one_report, IsOk());
+  ASSERT_THAT(four_report, IsOk());
+  EXPECT_TRUE(one_report->converged);
+  EXPECT_EQ(four_report->iterations, one_report->iterations);
+  EXPECT_EQ(four->Serialize(), one->Serialize());
+}
+
 TEST(MmsrTest, PosteriorIsTheOneCoinPosteriorAndGoldIsClamped) {
   // Hand-set skill estimates, K = 2: pooled x = 0.2, annotator 0 x = 0.6
   // (p = 0.8, weight ln 4), annotator 1 x = 0.2 (p = 0.6, weight ln 1.5).
