@@ -42,9 +42,15 @@
 //     row-stochastic; ItemPosterior uses the VB expectations of the logs.
 //
 // Memory: M K^2 Dirichlet parameters and M K^2 expectations per annotator
-// (dense; the project quota counts M K^2 cells). Cost per iteration:
-// O(labels * K * M + annotators * K^2 * M) (the second term the digammas),
-// no allocation inside the iterations: M = 10 times ibcc's. Single-threaded
+// (dense; the project quota counts M K^2 cells), and in a fit as many
+// exp(E[ln v]) factors. Cost per iteration:
+// O(labels * K * M + annotators * K^2 * M) (the second term the digammas and
+// exps per annotator), no allocation inside the iterations: M = 10 times
+// ibcc's. The fit's E-step multiplies per-label factors exp(E[ln v]) (each
+// (annotator, label) column scaled to a largest entry of 1) instead of adding
+// logs and taking K * M exps per item, which agrees with the log form to
+// rounding (an item whose product falls below 1e-200, hundreds of labels,
+// takes the log form); ItemPosterior keeps the log form. Single-threaded
 // (options.num_threads is not read).
 //
 // Thread safety: as for every TruthModel — const methods are safe to call

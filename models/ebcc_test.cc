@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -174,6 +175,33 @@ TEST(EbccTest, GoldIsClampedAndTeachesTheConfusions) {
   EXPECT_LT(AllPosteriors(*without_gold, m, {})[2 * 19 + 1], 0.5);
   gold.resize(3);
   EXPECT_THAT(with_gold->Fit(m, gold, false), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// 20 items, each labelled by all 5,000 annotators, 45 % of the labels wrong
+// at random: the E-step's product of per-label factors underflows on every
+// item, so the fit takes the log form there, and its parameters and
+// posteriors stay finite and follow the majority.
+TEST(EbccTest, ThousandsOfLabelsOnAnItemKeepTheFitFinite) {
+  std::vector<Annotation> triples;
+  std::mt19937 generator(3);
+  std::bernoulli_distribution wrong(0.45);
+  for (int32_t i = 0; i < 20; ++i) {
+    for (int32_t a = 0; a < 5000; ++a) {
+      triples.push_back({i, a, (i % 2) ^ static_cast<int32_t>(wrong(generator))});
+    }
+  }
+  const AnnotationMatrix m = *AnnotationMatrix::Build(20, 5000, 2, triples);
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(std::isfinite(report->log_likelihood));
+  for (double v : model->AnnotatorConfusion(0)) EXPECT_TRUE(std::isfinite(v)) << v;
+  const std::vector<double> p = AllPosteriors(*model, m, {});
+  for (int32_t i = 0; i < 20; ++i) {
+    ASSERT_TRUE(std::isfinite(p[2 * i]) && std::isfinite(p[2 * i + 1])) << i;
+    EXPECT_NEAR(p[2 * i] + p[2 * i + 1], 1.0, 1e-12) << i;
+    EXPECT_GT(p[2 * i + i % 2], 0.5) << i;
+  }
 }
 
 TEST(EbccTest, WarmStartFromAConvergedFitConvergesQuickly) {

@@ -4,10 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -28,34 +30,157 @@ int64_t PythonIndex(int64_t index, int64_t n) {
   return std::clamp<int64_t>(index, 0, n);
 }
 
-// crowd-kit's _remove_largest_and_smallest_F_value followed by the mean of
-// what is left: `y` sorted ascending, `a` the current value. Returns nullopt
-// when nothing is left (the caller keeps `a`).
-std::optional<double> TrimmedMean(absl::Span<const double> y, int64_t f, double a,
-                                  int64_t num_tasks) {
-  int64_t begin = 0, end = static_cast<int64_t>(y.size());
-  const int64_t below = std::lower_bound(y.begin(), y.end(), a) - y.begin();
-  if (below < f) {
-    begin = below;
-  } else {
-    begin = PythonIndex(f, end);
-  }
-  const int64_t m = end - begin;
-  const int64_t above =
-      y.end() - std::upper_bound(y.begin() + begin, y.end(), a);
-  if (above < f) {
-    end -= above;
-  } else {
-    end = begin + PythonIndex(m - f, m);
-  }
-  if (end <= begin) return std::nullopt;
-  if (end - begin == 1 && y[begin] == 0.0) {
-    return 1.0 / std::sqrt(static_cast<double>(num_tasks));
-  }
-  double sum = 0.0;
-  for (int64_t i = begin; i < end; ++i) sum += y[i];
-  return sum / static_cast<double>(end - begin);
+// The ranks [begin, end) that crowd-kit's _remove_largest_and_smallest_F_value
+// keeps of n values sorted ascending, `below` of them < a (the current
+// estimate) and `above` of them > a.
+struct KeptRanks {
+  int64_t begin;
+  int64_t end;
+};
+
+KeptRanks RanksKept(int64_t n, int64_t below, int64_t above, int64_t f) {
+  const int64_t begin = below < f ? below : PythonIndex(f, n);
+  const int64_t m = n - begin;
+  // The values > a are the last `above` of the sorted ones.
+  const int64_t above_kept = std::min(above, m);
+  const int64_t end = above_kept < f ? n - above_kept : begin + PythonIndex(m - f, m);
+  return {begin, end};
 }
+
+// One MSR half-step for one row: the trimmed mean of {|C_jq| / other_q} over
+// the observed partners q of annotator j. crowd-kit sorts these values; only
+// the kept ranks matter, so they are selected instead (std::nth_element) and
+// then sorted and summed in ascending order, which gives the sorting
+// implementation's sum bit for bit.
+//
+// Near convergence the kept values lie close to the current estimate, so each
+// row keeps a window [a - width, a + width] around its estimate: the values
+// inside it are copied aside as the pass counts the ones below and above, and
+// when the kept ranks fall inside the window only those few are selected from.
+// Otherwise (the first iterations, or a window that turned out too narrow)
+// the selection runs over all the row's values. Either way the kept multiset
+// is the same, hence so is the result; the window only saves time.
+class TrimmedMeanRows {
+ public:
+  // Rows are split over up to num_threads threads, one per kPairsPerThread
+  // observed pairs at most; each row's result depends on nothing else, so the
+  // estimates are the same for any number of threads.
+  TrimmedMeanRows(const std::vector<size_t>& first, const std::vector<int32_t>& partner,
+                  const std::vector<double>& magnitude, int64_t f, int64_t num_tasks,
+                  int num_threads)
+      : first_(first), partner_(partner), magnitude_(magnitude), f_(f),
+        num_tasks_(num_tasks) {
+    size_t longest = 0;
+    for (size_t j = 0; j + 1 < first.size(); ++j) {
+      longest = std::max(longest, first[j + 1] - first[j]);
+    }
+    const int64_t useful = std::max<int64_t>(
+        1, static_cast<int64_t>(partner.size()) / kPairsPerThread);
+    scratch_.resize(static_cast<size_t>(std::min<int64_t>(std::max(num_threads, 1), useful)));
+    for (Scratch& s : scratch_) {
+      s.values.resize(longest);
+      s.window.resize(longest);
+    }
+  }
+
+  // target[j] := the trimmed mean for row j given `other`, for every row
+  // (kept as is where nothing is left). `width` holds the rows' window
+  // half-widths for this target vector and is updated.
+  void Update(std::vector<double>& target, const std::vector<double>& other,
+              std::vector<double>& width) {
+    // A partner whose estimate fell to 0 says nothing (numpy would divide by
+    // it and carry inf or NaN into every estimate): dividing by NaN instead
+    // leaves it out of every count below without a branch.
+    divisor_.resize(other.size());
+    for (size_t q = 0; q < other.size(); ++q) {
+      divisor_[q] = other[q] > 0.0 ? other[q] : std::numeric_limits<double>::quiet_NaN();
+    }
+    const size_t threads = scratch_.size();
+    auto run = [&](size_t t) {
+      const size_t end = target.size() * (t + 1) / threads;
+      for (size_t j = target.size() * t / threads; j < end; ++j) {
+        Row(j, target[j], width[j], scratch_[t]);
+      }
+    };
+    std::vector<std::thread> workers;
+    workers.reserve(threads - 1);
+    for (size_t t = 1; t < threads; ++t) workers.emplace_back(run, t);
+    run(0);
+    for (std::thread& w : workers) w.join();
+  }
+
+ private:
+  static constexpr int64_t kPairsPerThread = 100000;
+
+  struct Scratch {
+    std::vector<double> values;
+    std::vector<double> window;
+  };
+
+  void Row(size_t j, double& target, double& width, Scratch& scratch) const {
+    const double a = target;
+    const double low = a - width, high = a + width;
+    int64_t n = 0, below = 0, above = 0, under = 0, over = 0, inside = 0;
+    const double* const divisor = divisor_.data();
+    double* const window = scratch.window.data();
+    for (size_t p = first_[j]; p < first_[j + 1]; ++p) {
+      const double y = magnitude_[p] / divisor[partner_[p]];
+      n += y == y;
+      below += y < a;
+      above += y > a;
+      under += y < low;
+      over += y > high;
+      window[inside] = y;
+      inside += (y >= low) & (y <= high);
+    }
+    const KeptRanks kept = RanksKept(n, below, above, f_);
+    if (kept.end <= kept.begin) return;
+    const bool in_window = kept.begin >= under && kept.end <= n - over;
+    double* sorted;
+    if (in_window) {
+      SelectRanks(window, inside, kept.begin - under, kept.end - under);
+      sorted = window + (kept.begin - under);
+    } else {
+      double* const values = scratch.values.data();
+      int64_t m = 0;
+      for (size_t p = first_[j]; p < first_[j + 1]; ++p) {
+        const double y = magnitude_[p] / divisor[partner_[p]];
+        if (y == y) values[m++] = y;
+      }
+      SelectRanks(values, n, kept.begin, kept.end);
+      sorted = values + kept.begin;
+    }
+    const int64_t count = kept.end - kept.begin;
+    if (count == 1 && sorted[0] == 0.0) {
+      target = 1.0 / std::sqrt(static_cast<double>(num_tasks_));
+    } else {
+      double sum = 0.0;
+      for (int64_t i = 0; i < count; ++i) sum += sorted[i];
+      target = sum / static_cast<double>(count);
+    }
+    // Next time, a window holding this time's kept values around the new
+    // estimate, with room for the estimates' drift (doubled after a miss).
+    const double spread = std::max(target - sorted[0], sorted[count - 1] - target);
+    const double fitted = 2 * spread + 4 * std::abs(target - a) + 1e-9 * target;
+    width = in_window ? fitted : std::max(fitted, 2 * width);
+  }
+
+  // Reorders y[0, n) so that y[begin, end) holds the values of those ranks,
+  // ascending.
+  static void SelectRanks(double* y, int64_t n, int64_t begin, int64_t end) {
+    if (begin > 0) std::nth_element(y, y + begin, y + n);
+    if (end < n) std::nth_element(y + begin, y + end, y + n);
+    std::sort(y + begin, y + end);
+  }
+
+  const std::vector<size_t>& first_;
+  const std::vector<int32_t>& partner_;
+  const std::vector<double>& magnitude_;
+  const int64_t f_;
+  const int64_t num_tasks_;
+  std::vector<double> divisor_;  // per partner: its estimate, NaN where <= 0
+  std::vector<Scratch> scratch_;  // per thread
+};
 
 double Dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0.0;
@@ -170,27 +295,14 @@ absl::StatusOr<FitReport> MmsrModel::Fit(const AnnotationMatrix& data,
   std::vector<double> v = u;
 
   FitReport report;
-  std::vector<double> scratch;
+  TrimmedMeanRows rows(first, partner, magnitude, f, num_tasks, options_.num_threads);
+  std::vector<double> u_width(na, 0.0), v_width(na, 0.0);
   std::vector<double> u_previous(na), v_previous(na), du(na), dv(na);
-  auto update = [&](std::vector<double>& target, const std::vector<double>& other) {
-    for (size_t j = 0; j < na; ++j) {
-      scratch.clear();
-      for (size_t p = first[j]; p < first[j + 1]; ++p) {
-        // A partner whose estimate fell to 0 says nothing (numpy would
-        // divide by it and carry inf or NaN into every estimate).
-        if (!(other[partner[p]] > 0.0)) continue;
-        scratch.push_back(magnitude[p] / other[partner[p]]);
-      }
-      std::sort(scratch.begin(), scratch.end());
-      const std::optional<double> mean = TrimmedMean(scratch, f, target[j], num_tasks);
-      if (mean.has_value()) target[j] = *mean;
-    }
-  };
   while (report.iterations < kMaxIterations && na > 0) {
     u_previous = u;
     v_previous = v;
-    update(v, u);
-    update(u, v);
+    rows.Update(v, u, v_width);
+    rows.Update(u, v, u_width);
     ++report.iterations;
     // ||u v^T - u' v'^T||_F^2 with u v^T - u' v'^T = du v^T + u' dv^T, which
     // keeps its precision when the change is small.
