@@ -7,6 +7,7 @@ and two real replicas on one database, the one holding a submit() stream killed 
 import socket
 import threading
 import unittest
+import urllib.request
 
 import grpc
 import pandas as pd
@@ -17,7 +18,7 @@ import verity_client
 from verity_client.client import resolve_target
 
 
-def dead_port():
+def free_loopback_port():
     """A localhost port where nothing listens (bound, then closed)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -70,7 +71,7 @@ class DeadReplicaTest(unittest.TestCase):
 
     def test_calls_succeed_with_one_replica_dead_from_the_start(self):
         for order in ("dead-first", "live-first"):
-            dead = "localhost:%d" % dead_port()
+            dead = "localhost:%d" % free_loopback_port()
             servers = [dead, self.server.address]
             if order == "live-first":
                 servers.reverse()
@@ -105,18 +106,33 @@ class KilledReplicaTest(unittest.TestCase):
         cls.addClassCleanup(cls.database.stop)
 
     def start_replica(self):
+        metrics_port = free_loopback_port()
         replica = server_process.ServerProcess(
-            self.binary, ["--postgres_url=" + self.database.postgres_url])
+            self.binary, ["--postgres_url=" + self.database.postgres_url,
+                          "--metrics_port=%d" % metrics_port])
+        replica.metrics_port = metrics_port
         replica.start()
         self.addCleanup(replica.stop)
         return replica
+
+    @staticmethod
+    def holds_the_stream(replica):
+        """Whether `replica` committed ingest batches: the one the stream went to. (Every
+        replica serves the labels, since they follow each other; only the holder counts
+        batches.)"""
+        url = "http://127.0.0.1:%d/metrics" % replica.metrics_port
+        with urllib.request.urlopen(url, timeout=5) as response:
+            for line in response.read().decode("utf-8").splitlines():
+                if line.startswith("verity_ingest_batches_total "):
+                    return float(line.split()[1]) > 0
+        return False
 
     def test_submit_finishes_on_the_survivor(self):
         project = "py-failover"
         first = self.start_replica()
         with verity_client.Client(first.address) as client:
             client.create_project(project, ["a", "b", "c"])
-        # Started after the project exists: replicas do not follow each other yet.
+        # Started after the project exists: it reads it at start.
         second = self.start_replica()
         labels = pd.DataFrame({
             "item": ["i%d" % (n // 6) for n in range(12000)],
@@ -128,11 +144,7 @@ class KilledReplicaTest(unittest.TestCase):
 
         def progress(acked, total):
             if not holder:
-                # The replica with the stream is the one whose memory has labels.
-                for replica in (first, second):
-                    with verity_client.Client(replica.address) as one:
-                        if one.get_project(project).num_labels > 0:
-                            holder.append(replica)
+                holder.extend(r for r in (first, second) if self.holds_the_stream(r))
             elif not killed.is_set() and acked >= total // 3:
                 holder[0].kill()
                 killed.set()
