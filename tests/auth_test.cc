@@ -5,7 +5,6 @@
 // policy gives (proto/verity/v1/keys.proto's Role comments, README.md's key section), written
 // out by hand below (kDocumentedPolicy): nothing here is read from the server's own table.
 // Calls that are refused must leave no trace.
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -26,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "server/testing/http_get.h"
 #include "server/verity_server.h"
+#include "tests/health_check.h"
 #include "tests/test_postgres.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
@@ -854,25 +854,9 @@ TEST_F(AuthTest, MalformedAuthorizationIsUnauthenticatedAndHealthChecksNeedNoKey
     EXPECT_FALSE(absl::StrContains(status.error_message(), absl::StripPrefix(value, "Bearer ")))
         << "the refusal must not echo the key: " << status.error_message();
   }
-  grpc::ClientContext context;
-  grpc::Slice no_bytes("");
-  grpc::ByteBuffer empty_request(&no_bytes, 1);
   // grpc.health.v1.Health/Check with an empty request (every service).
-  grpc::GenericStub generic(*channel_);
-  grpc::CompletionQueue queue;
-  auto call = generic.PrepareUnaryCall(&context, "/grpc.health.v1.Health/Check", empty_request,
-                                       &queue);
-  call->StartCall();
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  call->Finish(&response, &status, reinterpret_cast<void*>(1));
-  void* tag = nullptr;
-  bool ok = false;
-  ASSERT_TRUE(queue.Next(&tag, &ok));
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  queue.Shutdown();
-  while (queue.Next(&tag, &ok)) {
-  }
+  absl::StatusOr<::verity::testing::Health> health = ::verity::testing::CheckHealth(*channel_, "");
+  EXPECT_TRUE(health.ok()) << health.status();
 }
 
 TEST_F(AuthTest, TheBootstrapKeyIsPrivateAndMadeOnce) {

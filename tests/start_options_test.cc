@@ -16,7 +16,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <pqxx/pqxx>
 
@@ -25,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/verity_client.h"
+#include "tests/health_check.h"
 #include "tests/server_process.h"
 #include "tests/test_postgres.h"
 #include "verity/v1/projects.pb.h"
@@ -82,46 +82,12 @@ absl::StatusOr<v1::Project> GetWhenLoaded(client::VerityClient& client, const st
 }
 
 // grpc.health.v1.HealthCheckResponse.ServingStatus.
-enum class Health { kUnknown = 0, kServing = 1, kNotServing = 2 };
+using ::verity::testing::Health;
 
-// grpc.health.v1.Health/Check of `service` (the repository has no generated health stubs: the
-// request is field 1, the name; the response field 1, the status, absent when 0). NOT_FOUND for
-// a name the server does not know.
+// grpc.health.v1.Health/Check of `service` on `server` (tests/health_check.h).
 absl::StatusOr<Health> CheckHealth(const ServerProcess& server, const std::string& service) {
-  std::string request;
-  request.push_back(0x0a);
-  request.push_back(static_cast<char>(service.size()));  // Names under 128 bytes.
-  request += service;
-  grpc::Slice slice(request);
-  grpc::ByteBuffer request_buffer(&slice, 1);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  grpc::GenericStub generic(grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
-  grpc::CompletionQueue queue;
-  auto call =
-      generic.PrepareUnaryCall(&context, "/grpc.health.v1.Health/Check", request_buffer, &queue);
-  call->StartCall();
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  call->Finish(&response, &status, reinterpret_cast<void*>(1));
-  void* tag = nullptr;
-  bool ok = false;
-  queue.Next(&tag, &ok);
-  queue.Shutdown();
-  while (queue.Next(&tag, &ok)) {
-  }
-  if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-  }
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) return absl::InternalError("unreadable health response");
-  std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  if (bytes.empty()) return Health::kUnknown;
-  if (bytes.size() != 2 || bytes[0] != 0x08) {
-    return absl::InternalError(absl::StrCat("unexpected health response of ", bytes.size(), " bytes"));
-  }
-  return static_cast<Health>(bytes[1]);
+  return ::verity::testing::CheckHealth(
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()), service);
 }
 
 constexpr char kProjectsLoaded[] = "verity.v1.ProjectsLoaded";
