@@ -150,8 +150,8 @@ class AutoTruthModel final : public TruthModel {
   std::optional<double> ItemDifficulty(int32_t item) const override {
     return inner_->ItemDifficulty(item);
   }
-  std::vector<double> AnnotatorConfusionFromFeatures(int32_t annotator,
-                                                     absl::Span<const float> features) const override {
+  std::vector<double> AnnotatorConfusionFromFeatures(
+      int32_t annotator, absl::Span<const float> features) const override {
     return inner_->AnnotatorConfusionFromFeatures(annotator, features);
   }
 

@@ -36,8 +36,9 @@
 // TruthModelOptions::Neural::ds_start_fraction (0.25) of its steps with the truth network
 // anchored to Dawid-Skene's posteriors (NeuralTruthModel::StartsFromDawidSkene), where the paper
 // starts from a random network. Mean of 2 fits without features (docs/EVALUATION.md, "The
-// Dawid-Skene start"): relevance 0.362 -> 0.606, labelme 0.732 -> 0.769, bluebirds 0.847 -> 0.866, music
-// 0.756 -> 0.769, wordsim unchanged, and product 0.921 -> 0.877 (the one loss).
+// Dawid-Skene start"): relevance 0.362 -> 0.606, labelme 0.732 -> 0.769, bluebirds
+// 0.847 -> 0.866, music 0.756 -> 0.769, wordsim unchanged, and product 0.921 -> 0.877 (the one
+// loss).
 #ifndef VERITY_MODELS_NEURAL_CROWDLAYER_H_
 #define VERITY_MODELS_NEURAL_CROWDLAYER_H_
 

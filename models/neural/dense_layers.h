@@ -23,7 +23,8 @@ struct DenseLayer {
 
 // The encoder's output for `input` (layers.front().inputs values): each layer in turn, ReLU after
 // every layer. Empty when `layers` is empty or `input` has the wrong size.
-std::vector<double> ApplyDenseLayers(absl::Span<const DenseLayer> layers, absl::Span<const double> input);
+std::vector<double> ApplyDenseLayers(absl::Span<const DenseLayer> layers,
+                                     absl::Span<const double> input);
 
 // W x + b of one layer without the ReLU (the linear heads after an encoder, such as lia's
 // competence layer). Empty when `input` has the wrong size.

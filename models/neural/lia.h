@@ -22,16 +22,16 @@
 // windows) unless its budget is smaller.
 // Deviations from the paper: the first E-step, which the paper takes from the majority vote
 // (symmetry breaking only). Dawid-Skene's posteriors are a better start at the same cost
-// (milliseconds): mean of 2 fits without features (docs/EVALUATION.md, "lia's Dawid-Skene
-// start"), majority-vote start -> Dawid-Skene start: bluebirds 0.852 -> 0.889, wordsim 0.900 ->
-// 0.933, labelme 0.757 -> 0.771, music 0.744 -> 0.754, product 0.906 -> 0.927, possent 0.953 ->
-// 0.958, medical_treat 0.829 -> 0.842. Also the stopping rule (the paper states a step count, not a test);
-// the default budget, scaled with the data rather than the paper's 1,000 steps, because
-// M-steps run that long fit the item table to the current E-step on small projects (bluebirds,
-// 108 items: 0.867 with the scaled budget of about 60 steps, 0.576 with 1,000, mean of 5 fits);
-// windows of minibatch losses rather than the full objective, so that checking costs one read
-// of the device per 50 steps; and learned embeddings in place of features when items or
-// annotators carry none.
+// (milliseconds): mean of 2 fits without features (docs/EVALUATION.md, "The Dawid-Skene
+// start"), majority-vote start -> Dawid-Skene start: bluebirds 0.852 -> 0.889, wordsim
+// 0.900 -> 0.933, labelme 0.757 -> 0.771, music 0.744 -> 0.754, product 0.906 -> 0.927,
+// possent 0.953 -> 0.958, medical_treat 0.829 -> 0.842. Also: the stopping rule (the paper
+// states a step count, not a test); the default budget, scaled with the data rather than the
+// paper's 1,000 steps, because M-steps run that long fit the item table to the current E-step
+// on small projects (bluebirds, 108 items: 0.867 with the scaled budget of about 60 steps,
+// 0.576 with 1,000, mean of 5 fits); windows of minibatch losses rather than the full
+// objective, so that checking costs one read of the device per 50 steps; and learned
+// embeddings in place of features when items or annotators carry none.
 //
 // Queries evaluate Q_ij from exported D (per fitted item) and C (per fitted annotator) tables:
 // K² L doubles (8 K² L bytes) per item and per annotator. An item never

@@ -291,8 +291,8 @@ int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int
   return epochs;
 }
 
-void NeuralTruthModel::StartFromPosteriors(CrowdNet& net, const LabelTensors& data, const torch::Tensor& q,
-                                    int64_t steps) {
+void NeuralTruthModel::StartFromPosteriors(CrowdNet& net, const LabelTensors& data,
+                                           const torch::Tensor& q, int64_t steps) {
   if (data.num_labels == 0) return;
   net.train();
   std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
@@ -436,9 +436,9 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
           1, static_cast<int64_t>(options_.neural.ds_start_fraction *
                                   static_cast<double>(StepsForFit(tensors.num_labels, false))));
       StartFromPosteriors(*net, tensors,
-                   DawidSkenePosteriors(tensors, num_classes_, options_.vote_smoothing,
-                                        kDawidSkeneStartIterations),
-                   steps);
+                          DawidSkenePosteriors(tensors, num_classes_, options_.vote_smoothing,
+                                               kDawidSkeneStartIterations),
+                          steps);
     }
     iterations = Train(*net, tensors, warm);
     training_net_ = nullptr;

@@ -223,7 +223,8 @@ class NeuralTruthModel : public TruthModel {
   // data's device), which anchors h to q while the annotators' layers learn their confusions
   // against it, as an M-step of Dawid-Skene would. Without the anchor, h drifts to the majority
   // vote before the layers have learnt which annotators to discount.
-  void StartFromPosteriors(CrowdNet& net, const LabelTensors& data, const torch::Tensor& q, int64_t steps);
+  void StartFromPosteriors(CrowdNet& net, const LabelTensors& data, const torch::Tensor& q,
+                           int64_t steps);
   // log q(true class | labels) of every item (num_items x K), gold clamped: the E-step.
   static torch::Tensor ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,
                                          int32_t num_classes);
