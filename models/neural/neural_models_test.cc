@@ -290,6 +290,13 @@ TEST(NeuralOptionsTest, DeviceAndOptionErrors) {
   options = FastOptions();
   options.neural.lia_tolerance = -1;
   EXPECT_THAT(CreateTruthModel("lia", 2, options).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  for (double fraction : {-0.1, 1.5, std::nan("")}) {
+    options = FastOptions();
+    options.neural.ds_start_fraction = fraction;
+    EXPECT_THAT(CreateTruthModel("crowdlayer", 2, options).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << fraction;
+  }
   options = FastOptions();
   options.neural.crowdlayer_variant = "xx";
   EXPECT_THAT(CreateTruthModel("crowdlayer", 2, options).status(),
