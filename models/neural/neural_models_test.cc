@@ -745,6 +745,25 @@ struct BiasedCrowd {
   static constexpr int32_t kItems = 400, kSkilled = 3, kBiased = 4, kAnnotators = kSkilled + kBiased;
   std::vector<int64_t> items, annotators, labels;  // one entry per label
   std::vector<int32_t> truth;
+
+  AnnotationMatrix Matrix() const {
+    std::vector<Annotation> all;
+    for (size_t l = 0; l < labels.size(); ++l) {
+      all.push_back({static_cast<int32_t>(items[l]), static_cast<int32_t>(annotators[l]),
+                     static_cast<int32_t>(labels[l])});
+    }
+    return *AnnotationMatrix::Build(kItems, kAnnotators, 2, all);
+  }
+  // Items whose posterior under `model` puts its larger probability on the true class.
+  int RightUnder(const TruthModel& model, const AnnotationMatrix& data) const {
+    int right = 0;
+    std::vector<double> p(2);
+    for (int32_t i = 0; i < kItems; ++i) {
+      model.ItemPosteriorForItem(i, data.LabelsOfItem(i), -1, absl::MakeSpan(p));
+      right += (p[1] > p[0] ? 1 : 0) == truth[i];
+    }
+    return right;
+  }
 };
 
 BiasedCrowd SkilledOutvotedByBiased() {
@@ -812,13 +831,7 @@ TEST(DawidSkeneStartTest, LearnsToIgnoreAnnotatorsWhoOutvoteTheSkilledOnes) {
 // and conal's fits are the same with or without the option.
 TEST(DawidSkeneStartTest, CrowdLayerStartsFromIt) {
   const BiasedCrowd crowd = SkilledOutvotedByBiased();
-  std::vector<Annotation> labels;
-  for (size_t l = 0; l < crowd.labels.size(); ++l) {
-    labels.push_back({static_cast<int32_t>(crowd.items[l]), static_cast<int32_t>(crowd.annotators[l]),
-                      static_cast<int32_t>(crowd.labels[l])});
-  }
-  const AnnotationMatrix data =
-      *AnnotationMatrix::Build(BiasedCrowd::kItems, BiasedCrowd::kAnnotators, 2, labels);
+  const AnnotationMatrix data = crowd.Matrix();
   for (const char* method : {"crowdlayer", "conal", "trace_reg"}) {
     int64_t steps[2] = {0, 0};
     double accuracy[2] = {0, 0};
@@ -832,13 +845,7 @@ TEST(DawidSkeneStartTest, CrowdLayerStartsFromIt) {
       absl::StatusOr<FitReport> report = (*model)->Fit(data, {}, false);
       ASSERT_THAT(report, IsOk()) << method;
       steps[with_start] = report->training_steps;
-      int right = 0;
-      std::vector<double> p(2);
-      for (int32_t i = 0; i < BiasedCrowd::kItems; ++i) {
-        (*model)->ItemPosteriorForItem(i, data.LabelsOfItem(i), -1, absl::MakeSpan(p));
-        right += (p[1] > p[0] ? 1 : 0) == crowd.truth[i];
-      }
-      accuracy[with_start] = static_cast<double>(right) / BiasedCrowd::kItems;
+      accuracy[with_start] = static_cast<double>(crowd.RightUnder(**model, data)) / BiasedCrowd::kItems;
     }
     std::printf("%s: accuracy %.3f from the Dawid-Skene start, %.3f from a random one; steps %lld, %lld\n",
                 method, accuracy[1], accuracy[0], static_cast<long long>(steps[1]),
@@ -858,25 +865,14 @@ TEST(DawidSkeneStartTest, CrowdLayerStartsFromIt) {
 // vote is right on about 60% of the items, lia follows the skilled annotators.
 TEST(DawidSkeneStartTest, LiaStartsItsEmFromIt) {
   const BiasedCrowd crowd = SkilledOutvotedByBiased();
-  std::vector<Annotation> labels;
-  for (size_t l = 0; l < crowd.labels.size(); ++l) {
-    labels.push_back({static_cast<int32_t>(crowd.items[l]), static_cast<int32_t>(crowd.annotators[l]),
-                      static_cast<int32_t>(crowd.labels[l])});
-  }
-  const AnnotationMatrix data =
-      *AnnotationMatrix::Build(BiasedCrowd::kItems, BiasedCrowd::kAnnotators, 2, labels);
+  const AnnotationMatrix data = crowd.Matrix();
   TruthModelOptions options;
   options.neural.device = "cpu";
   options.neural.seed = 5;
   auto model = CreateTruthModel("lia", 2, options);
   ASSERT_THAT(model, IsOk());
   ASSERT_THAT((*model)->Fit(data, {}, false).status(), IsOk());
-  int right = 0;
-  std::vector<double> p(2);
-  for (int32_t i = 0; i < BiasedCrowd::kItems; ++i) {
-    (*model)->ItemPosteriorForItem(i, data.LabelsOfItem(i), -1, absl::MakeSpan(p));
-    right += (p[1] > p[0] ? 1 : 0) == crowd.truth[i];
-  }
+  const int right = crowd.RightUnder(**model, data);
   std::printf("lia: %d of %d right\n", right, BiasedCrowd::kItems);
   EXPECT_GE(right, BiasedCrowd::kItems * 9 / 10);
 }
