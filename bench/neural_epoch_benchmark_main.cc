@@ -22,8 +22,10 @@
 //        one pass of minibatches of the labelled items. cmm runs three per configured EM
 //        iteration, so --epochs is rounded up to a multiple of 3.
 // Columns: "batch" is the minibatch (--batch_size or the device's default), "train s"
-// FitReport::training_seconds (device work waited for), "steps" the optimiser steps, "passes"
-// steps / steps of one pass (cmm: over the items), "s/pass" train s / passes, "floor ms" the
+// FitReport::training_seconds (device work waited for), "init s" the part of it a cold fit
+// spends once before its passes (FitReport::initialisation_seconds: the Dawid-Skene posteriors
+// lia and crowdlayer start from, cmm's K-means restarts), "steps" the optimiser steps, "passes"
+// steps / steps of one pass (cmm: over the items), "s/pass" (train s − init s) / passes, "floor ms" the
 // time one pass needs at --bandwidth_gbs to move the bytes it must move at the least
 // (FloorBytesPerPass), "x floor" s/pass over that floor, "fit s" the whole Fit (label tensors,
 // training, export of the tables to the CPU and the log-likelihood pass), and "accuracy" the
@@ -79,6 +81,12 @@ ABSL_FLAG(double, bandwidth_gbs, 3350,
 ABSL_FLAG(bool, cuda_graphs, true,
           "TruthModelOptions::Neural::cuda_graphs: replay training steps from CUDA graphs on CUDA");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the simulated crowds (the models use their default seed)");
+ABSL_FLAG(double, learning_rate, verity::models::TruthModelOptions().neural.learning_rate,
+          "TruthModelOptions::Neural::learning_rate (at 1,024 labels; scaled by the batch's rule)");
+ABSL_FLAG(double, trace_lambda, verity::models::TruthModelOptions().neural.trace_lambda,
+          "TruthModelOptions::Neural::trace_lambda (trace_reg)");
+ABSL_FLAG(double, conal_lambda, verity::models::TruthModelOptions().neural.conal_lambda,
+          "TruthModelOptions::Neural::conal_lambda (conal)");
 ABSL_FLAG(std::string, format, "text", "text or markdown");
 
 namespace verity::bench {
@@ -139,6 +147,9 @@ models::TruthModelOptions EpochOptions(const std::string& method, int64_t num_la
   options.neural.batch_size = absl::GetFlag(FLAGS_batch_size);
   options.neural.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   options.neural.sparse_embeddings = absl::GetFlag(FLAGS_sparse_embeddings);
+  options.neural.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  options.neural.trace_lambda = absl::GetFlag(FLAGS_trace_lambda);
+  options.neural.conal_lambda = absl::GetFlag(FLAGS_conal_lambda);
   const int64_t batch = BatchSize();
   if (method == "cmm") {
     // cmm runs 3 EM iterations per configured one, each of steps / iterations steps over
@@ -235,10 +246,10 @@ int Main(int argc, char** argv) {
     }
   }
 
-  Print({"method", "labels", "items", "annotators", "batch", "train s", "steps", "passes",
+  Print({"method", "labels", "items", "annotators", "batch", "train s", "init s", "steps", "passes",
          "s/pass", "floor ms", "x floor", "fit s", "peak MiB", "accuracy"},
         markdown);
-  if (markdown) Print(std::vector<std::string>(14, "---"), true);
+  if (markdown) Print(std::vector<std::string>(15, "---"), true);
   for (const Size& size : sizes) {
     RandomCrowdSpec spec;
     spec.num_items = size.items;
@@ -285,13 +296,15 @@ int Main(int argc, char** argv) {
         const auto best = std::max_element(posterior.begin(), posterior.end()) - posterior.begin();
         correct += best == crowd->truth[i];
       }
-      const double per_pass_seconds = passes > 0 ? report->training_seconds / passes : 0.0;
+      const double per_pass_seconds =
+          passes > 0 ? (report->training_seconds - report->initialisation_seconds) / passes : 0.0;
       const double floor_seconds =
           FloorBytesPerPass(method, labels, crowd->num_items, crowd->num_classes) /
           (absl::GetFlag(FLAGS_bandwidth_gbs) * 1e9);
       Print({method, absl::StrCat(labels), absl::StrCat(crowd->num_items),
              absl::StrCat(crowd->num_annotators), absl::StrCat(batch),
              absl::StrFormat("%.3f", report->training_seconds),
+             absl::StrFormat("%.3f", report->initialisation_seconds),
              absl::StrCat(report->training_steps), absl::StrFormat("%.2f", passes),
              absl::StrFormat("%.3f", per_pass_seconds),
              absl::StrFormat("%.3f", floor_seconds * 1e3),

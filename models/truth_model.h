@@ -290,6 +290,10 @@ struct FitReport {
   // took. Export of the tables and the log-likelihood pass on the CPU are outside it.
   double training_seconds = 0.0;
   int64_t training_steps = 0;
+  // Neural models only: the part of `training_seconds` a cold fit spends once, before its
+  // training passes: the Dawid-Skene posteriors it starts from (lia, crowdlayer) and cmm's
+  // K-means restarts. What is left of training_seconds is the passes themselves.
+  double initialisation_seconds = 0.0;
 };
 
 class TruthModel {

@@ -1,6 +1,7 @@
 #include "models/neural/cmm.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -194,6 +195,7 @@ int CmmModel::Train(CrowdNet& base_net, const LabelTensors& data, bool warm_star
   Groups current{net.log_beta.clone(), net.log_alpha.clone(), net.membership.clone()};
   torch::Tensor first_prior;  // soft majority vote for a cold start's first E-step
   if (!warm_start) {
+    const auto start = std::chrono::steady_clock::now();
     torch::NoGradGuard no_grad;
     torch::Tensor counts = torch::zeros({data.num_items, k}, float_options);
     AddRows(counts, data.items, torch::one_hot(data.labels, k).to(counts.dtype()));
@@ -231,6 +233,7 @@ int CmmModel::Train(CrowdNet& base_net, const LabelTensors& data, bool warm_star
         current = g;
       }
     }
+    CountAsInitialisation(start);
   }
   std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
   // h's M-step: cross-entropy against target = q_i(k), refilled in place by every iteration

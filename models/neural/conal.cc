@@ -25,29 +25,28 @@ class ConalNet : public CrowdNet {
   torch::Tensor LogPrior(const torch::Tensor& items) override {
     return torch::log_softmax(classifier_->forward(items_->forward(items)), 1);
   }
-  torch::Tensor InstanceVectors(const torch::Tensor& items) {
-    return torch::nn::functional::normalize(instance_->forward(items_->forward(items)),
-                                            torch::nn::functional::NormalizeFuncOptions().dim(1));
-  }
+  torch::Tensor InstanceVectors(const torch::Tensor& items) { return InstanceVectorsOf(items_->forward(items)); }
   torch::Tensor AnnotatorVectors(const torch::Tensor& annotators) {
     return torch::nn::functional::normalize(annotators_->forward(annotators),
                                             torch::nn::functional::NormalizeFuncOptions().dim(1));
   }
-  // ω(i, r) for each (item, annotator) pair of the batch: B.
-  torch::Tensor Omega(const torch::Tensor& items, const torch::Tensor& annotators) {
-    return torch::sigmoid((InstanceVectors(items) * AnnotatorVectors(annotators)).sum(1));
+  // ω(i, r) for each (item, annotator) pair of the batch, from the items' encodings: B.
+  torch::Tensor Omega(const torch::Tensor& item_encodings, const torch::Tensor& annotators) {
+    return torch::sigmoid((InstanceVectorsOf(item_encodings) * AnnotatorVectors(annotators)).sum(1));
   }
-  // The paper's noisy-label distribution: softmax(ω f W_g + (1 − ω) f W_r), f the prior.
+  // The paper's noisy-label distribution: softmax(ω f W_g + (1 − ω) f W_r), f the prior. The
+  // items are encoded once for f and for ω (a training step's item rows are gathered once).
   torch::Tensor LogNoisyLabel(const torch::Tensor& items, const torch::Tensor& annotators) override {
-    torch::Tensor f = torch::exp(LogPrior(items));                                            // B x K
+    torch::Tensor encodings = items_->forward(items);                                         // B x D
+    torch::Tensor f = torch::softmax(classifier_->forward(encodings), 1);                     // B x K
     torch::Tensor common = f.matmul(common_);                                                  // B x K
     torch::Tensor own = torch::bmm(f.unsqueeze(1), individual_.index_select(0, annotators)).squeeze(1);
-    torch::Tensor omega = Omega(items, annotators).unsqueeze(1);
+    torch::Tensor omega = Omega(encodings, annotators).unsqueeze(1);
     return torch::log_softmax(omega * common + (1 - omega) * own, 1);
   }
   // The same for a one-hot f: row k is softmax(ω W_g[k] + (1 − ω) W_r[k]).
   torch::Tensor LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) override {
-    torch::Tensor omega = Omega(items, annotators).view({-1, 1, 1});
+    torch::Tensor omega = Omega(items_->forward(items), annotators).view({-1, 1, 1});
     return torch::log_softmax(omega * common_.unsqueeze(0) + (1 - omega) * individual_.index_select(0, annotators), 2);
   }
   // −λ Σ_r ||W_g − W_r||₂, as in the authors' code: the distance is rewarded, so that the
@@ -62,6 +61,10 @@ class ConalNet : public CrowdNet {
     return -lambda_ * (difference.pow(2).sum({1, 2}) + 1e-12).sqrt().sum();
   }
   const torch::Tensor& common() const { return common_; }
+  torch::Tensor InstanceVectorsOf(const torch::Tensor& item_encodings) {
+    return torch::nn::functional::normalize(instance_->forward(item_encodings),
+                                            torch::nn::functional::NormalizeFuncOptions().dim(1));
+  }
   const torch::Tensor& individual() const { return individual_; }
 
  private:

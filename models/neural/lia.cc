@@ -1,6 +1,7 @@
 #include "models/neural/lia.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <utility>
 
@@ -101,9 +102,11 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
   // First E-step: Dawid-Skene's posteriors (lia.h), or the posteriors under the warm-started
   // parameters. q keeps its storage for the whole fit (later E-steps refill it): the training
   // step reads it.
+  const auto start = std::chrono::steady_clock::now();
   torch::Tensor q = warm_start ? torch::exp(ItemLogPosteriors(net, data, k))
                                : DawidSkenePosteriors(data, k, options().vote_smoothing,
                                                       kDawidSkeneStartIterations);
+  if (!warm_start) CountAsInitialisation(start);
   net.train();
   auto& lia = static_cast<LiaNet&>(net);
   std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);

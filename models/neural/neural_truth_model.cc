@@ -136,9 +136,15 @@ int64_t NeuralTruthModel::StepsForFit(int64_t num_labels, bool warm_start) const
   return warm_start ? std::max<int64_t>(1, steps / 4) : steps;
 }
 
+void NeuralTruthModel::CountAsInitialisation(std::chrono::steady_clock::time_point since) {
+  if (on_cuda_) torch::cuda::synchronize(device_index_);
+  initialisation_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
 void NeuralTruthModel::SetTrainingSchedule(const torch::Device& device) {
   const TruthModelOptions::Neural& n = options_.neural;
   on_cuda_ = device.is_cuda();
+  device_index_ = device.index();
   batch_size_ = n.batch_size > 0 ? n.batch_size
                 : on_cuda_     ? TruthModelOptions::Neural::kCudaBatchSize
                                : TruthModelOptions::Neural::kCpuBatchSize;
@@ -420,6 +426,7 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
     net->to(*device);
     LabelTensors tensors = MakeLabelTensors(data, gold, *device);
     steps_taken_ = 0;
+    initialisation_seconds_ = 0;
     training_net_ = net.get();
     decayed_.clear();
     if (options_.neural.weight_decay > 0) {
@@ -435,10 +442,10 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
       const int64_t steps = std::max<int64_t>(
           1, static_cast<int64_t>(options_.neural.ds_start_fraction *
                                   static_cast<double>(StepsForFit(tensors.num_labels, false))));
-      StartFromPosteriors(*net, tensors,
-                          DawidSkenePosteriors(tensors, num_classes_, options_.vote_smoothing,
-                                               kDawidSkeneStartIterations),
-                          steps);
+      torch::Tensor q =
+          DawidSkenePosteriors(tensors, num_classes_, options_.vote_smoothing, kDawidSkeneStartIterations);
+      CountAsInitialisation(train_start);
+      StartFromPosteriors(*net, tensors, q, steps);
     }
     iterations = Train(*net, tensors, warm);
     training_net_ = nullptr;
@@ -481,6 +488,7 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
   report.converged = true;  // a fixed step budget, not a tolerance
   report.training_seconds = training_seconds;
   report.training_steps = steps_taken_;
+  report.initialisation_seconds = initialisation_seconds_;
   std::vector<double> log_post(num_classes_);
   for (int32_t i = 0; i < data.num_items(); ++i) {
     absl::Span<const AnnotationMatrix::Entry> labels = data.LabelsOfItem(i);

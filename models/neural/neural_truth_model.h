@@ -41,6 +41,7 @@
 #ifndef VERITY_MODELS_NEURAL_NEURAL_TRUTH_MODEL_H_
 #define VERITY_MODELS_NEURAL_NEURAL_TRUTH_MODEL_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -225,6 +226,9 @@ class NeuralTruthModel : public TruthModel {
   // vote before the layers have learnt which annotators to discount.
   void StartFromPosteriors(CrowdNet& net, const LabelTensors& data, const torch::Tensor& q,
                            int64_t steps);
+  // Counts the time since `since` (device work waited for) as the fit's one-off initialisation
+  // (FitReport::initialisation_seconds). Called by a Train that starts with such work.
+  void CountAsInitialisation(std::chrono::steady_clock::time_point since);
   // log q(true class | labels) of every item (num_items x K), gold clamped: the E-step.
   static torch::Tensor ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,
                                          int32_t num_classes);
@@ -268,6 +272,8 @@ class NeuralTruthModel : public TruthModel {
   int64_t batch_size_ = TruthModelOptions::Neural::kCpuBatchSize;
   double learning_rate_ = 1e-3;
   bool on_cuda_ = false;
+  torch::DeviceIndex device_index_ = -1;  // the CUDA device of the fit, when on_cuda_
+  double initialisation_seconds_ = 0;     // CountAsInitialisation's sum in the fit in progress
   CrowdNet* training_net_ = nullptr;        // the network of the fit in progress
   std::vector<torch::Tensor> decayed_;      // its weights under neural.weight_decay
   int64_t checkpoint_every_ = 0;

@@ -4,7 +4,10 @@
 # bandwidth floor, time the default fits, and run the worker end to end. Each stage writes its
 # output to $OUT (when set) so that a stage that runs out of time still reports what it did.
 #
-#   tools/gpu/device_checks.sh STAGE...     stages: build tests epochs fits worker
+#   tools/gpu/device_checks.sh STAGE...     stages: build tests epochs fits batches worker
+#
+# `batches` times 20 epochs of the label-pass models at larger batches than the default, with
+# their accuracy, to show how a pass's time falls with fewer, larger steps.
 #
 # Environment: KIT (default .devkit), BIN (default KIT/out), JOBS (default nproc).
 set -uo pipefail
@@ -41,6 +44,12 @@ for s in "$@"; do
       stage fits
       "$bin/fit_benchmark" --methods=ds,lia,crowdlayer,trace_reg,conal,cmm --sizes=5m --classes=5 \
         --threads=2 --runs=1 --timeout_s=120 --format=markdown 2>&1 | tee "$out/fits.md" ;;
+    batches)
+      stage batches
+      for b in 16384 32768; do
+        "$bin/neural_epoch_benchmark" --device=cuda --sizes=5m --methods=crowdlayer,trace_reg,conal,cmm \
+          --batch_size=$b --epochs=20 --format=markdown 2>&1 | tee "$out/batches_$b.md"
+      done ;;
     worker)
       stage worker
       OUT=$out tools/gpu/worker_e2e.sh "$kit" "$bin" > "$out/worker_e2e.log" 2>&1 || status=1
