@@ -32,14 +32,18 @@ for s in "$@"; do
         tail -3 "$out/$t.log"
       done
       "$bin/neural_models_test" --gtest_filter='*Cuda*' > "$out/neural_models_test.log" 2>&1 || status=1
-      grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/neural_models_test.log" | tail -12 ;;
+      grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/neural_models_test.log" | tail -12
+      # One file back instead of four ($OUT returns at most 8 files).
+      for t in sparse_row_amsgrad_test flat_amsgrad_test training_step_test neural_models_test; do
+        { echo "### $t"; cat "$out/$t.log"; } >> "$out/tests.log"; rm "$out/$t.log"
+      done ;;
     epochs)
       stage epochs
-      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-      "$bin/neural_epoch_benchmark" --device=cuda --sizes=5m --format=markdown 2>&1 | tee "$out/epochs.md"
+      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/epochs.md"
+      "$bin/neural_epoch_benchmark" --device=cuda --sizes=5m --format=markdown 2>&1 | tee -a "$out/epochs.md"
       # The previous schedule (dense tables, batch 1,024) on the same GPU, for the ratio.
       "$bin/neural_epoch_benchmark" --device=cuda --sizes=5m --methods=lia,crowdlayer \
-        --batch_size=1024 --sparse_embeddings=false --format=markdown 2>&1 | tee "$out/epochs_dense.md" ;;
+        --batch_size=1024 --sparse_embeddings=false --format=markdown 2>&1 | tee -a "$out/epochs.md" ;;
     fits)
       stage fits
       "$bin/fit_benchmark" --methods=ds,lia,crowdlayer,trace_reg,conal,cmm --sizes=5m --classes=5 \
@@ -48,7 +52,7 @@ for s in "$@"; do
       stage batches
       for b in 16384 32768; do
         "$bin/neural_epoch_benchmark" --device=cuda --sizes=5m --methods=crowdlayer,trace_reg,conal,cmm \
-          --batch_size=$b --epochs=20 --format=markdown 2>&1 | tee "$out/batches_$b.md"
+          --batch_size=$b --epochs=20 --format=markdown 2>&1 | tee -a "$out/batches.md"
       done ;;
     worker)
       stage worker
