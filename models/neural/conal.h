@@ -22,14 +22,6 @@
 //     lowers the loss as the common confusion moves away from each individual one, as in the
 //     paper and the authors' code. It is taken here between row-centred logits (see above).
 //     Without it W_g and W_r, which start equal, move together and ω gets no gradient.
-//   - The reward sums over the distinct annotators of each minibatch, not over all of them.
-//     In the paper's datasets every annotator labels items of almost every minibatch, and the
-//     two are the same. In a large crowd most annotators have no label in a given minibatch:
-//     summed over all, their W_r would get the reward's push at every step and their
-//     likelihood's gradient at few, and AMSGrad, which scales each parameter's step by its own
-//     gradient history, turns that steady push into steps of full size. On a simulated crowd of
-//     3,000 annotators (5M labels, docs/PERFORMANCE.md) the fits then got worse the more steps
-//     they took.
 //   - Both confusions start at 0.8 on the diagonal, not at the identity, which a row softmax
 //     cannot represent.
 //   - Learned embeddings replace image features when items carry none; ω then depends on a free
@@ -52,37 +44,6 @@
 #include "models/neural/neural_truth_model.h"
 
 namespace verity::models::neural {
-
-// The network of conal (exposed for its unit tests).
-class ConalNet : public CrowdNet {
- public:
-  // Both confusions start at 0.8 on the diagonal (see the file comment).
-  ConalNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
-           int64_t annotator_feature_dim, const TruthModelOptions::Neural& options);
-  torch::Tensor LogPrior(const torch::Tensor& items) override;
-  // The paper's noisy-label distribution: log softmax(ω f W_g + (1 − ω) f W_r), f the prior.
-  // The items are encoded once for f and for ω (a training step's item rows are gathered once).
-  torch::Tensor LogNoisyLabel(const torch::Tensor& items, const torch::Tensor& annotators) override;
-  // The same for a one-hot f: row k is log softmax(ω W_g[k] + (1 − ω) W_r[k]).
-  torch::Tensor LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) override;
-  // −λ Σ_r ||W_g − W_r||₂ over the distinct annotators of the minibatch, the distance taken
-  // between row-centred logits (see the file comment); undefined when λ = 0.
-  torch::Tensor Regularizer(const torch::Tensor& annotators) override;
-  // The instance vectors v_i of items (L2-normalised), and of item encodings.
-  torch::Tensor InstanceVectors(const torch::Tensor& items);
-  torch::Tensor InstanceVectorsOf(const torch::Tensor& item_encodings);
-  // The annotator vectors u_r (L2-normalised).
-  torch::Tensor AnnotatorVectors(const torch::Tensor& annotators);
-  // ω(i, r) for each (item encoding, annotator) pair of a batch: B.
-  torch::Tensor Omega(const torch::Tensor& item_encodings, const torch::Tensor& annotators);
-  const torch::Tensor& common() const { return common_; }          // W_g, K x K logits
-  const torch::Tensor& individual() const { return individual_; }  // W_r, A x K x K logits
-
- private:
-  double lambda_;
-  torch::nn::Sequential classifier_{nullptr}, instance_{nullptr};
-  torch::Tensor common_, individual_;
-};
 
 class ConalModel : public NeuralModel<ConalModel> {
  public:

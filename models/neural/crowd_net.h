@@ -88,12 +88,9 @@ class CrowdNet : public torch::nn::Module {
   virtual torch::Tensor LogNoisyLabel(const torch::Tensor& items, const torch::Tensor& annotators) {
     return torch::logsumexp(LogPrior(items).unsqueeze(2) + LogConfusion(items, annotators), 1);
   }
-  // The method's regulariser, added to the mean loss of the minibatch whose labels' annotators
-  // are `annotators` (int64, B); undefined when the method has none (the default).
-  virtual torch::Tensor Regularizer(const torch::Tensor& annotators) {
-    (void)annotators;
-    return torch::Tensor();
-  }
+  // The method's regulariser (added to the mean loss of a minibatch); undefined when the
+  // method has none (the default).
+  virtual torch::Tensor Regularizer() { return torch::Tensor(); }
   // Called after every optimiser step of the marginal-likelihood training (outside any CUDA
   // graph), to restore constraints the parameterisation does not keep by itself, in place.
   // Default: nothing.

@@ -14,7 +14,6 @@
 
 #include "common/status_matchers.h"
 #include "models/neural/cmm.h"
-#include "models/neural/conal.h"
 #include "models/neural/crowd_net.h"
 #include "models/neural/crowdlayer.h"
 #include "models/neural/neural_truth_model.h"
@@ -309,50 +308,6 @@ TEST(NeuralOptionsTest, DeviceAndOptionErrors) {
   }
 }
 
-// Chu et al.'s reward −λ Σ_r ||W_g − W_r||₂ (row-centred logits) counts each annotator of the
-// minibatch once and no other (conal.h): an annotator without a label in the batch gets no
-// gradient from it, and one with two labels counts once.
-TEST(ConalTest, TheRewardCoversTheMinibatchsAnnotatorsOnce) {
-  TruthModelOptions::Neural options;
-  options.conal_lambda = 0.5;
-  const int32_t k = 3, annotators = 4;
-  neural::ConalNet net(10, annotators, k, 0, 0, options);
-  {
-    torch::NoGradGuard no_grad;
-    torch::manual_seed(7);
-    net.individual().add_(torch::randn({annotators, k, k}));
-  }
-  const torch::Tensor batch = torch::tensor({1, 3, 1}, torch::kLong);
-  torch::Tensor reward = net.Regularizer(batch);
-  // The expected value, entry by entry: annotators 1 and 3.
-  auto common = net.common().accessor<float, 2>();
-  auto individual = net.individual().accessor<float, 3>();
-  double expected = 0;
-  for (int32_t r : {1, 3}) {
-    double squares = 0;
-    for (int32_t row = 0; row < k; ++row) {
-      double mean = 0;
-      for (int32_t y = 0; y < k; ++y) mean += (individual[r][row][y] - common[row][y]) / k;
-      for (int32_t y = 0; y < k; ++y) {
-        const double d = individual[r][row][y] - common[row][y] - mean;
-        squares += d * d;
-      }
-    }
-    expected -= 0.5 * std::sqrt(squares);
-  }
-  EXPECT_NEAR(reward.item<double>(), expected, 1e-4);
-  reward.backward();
-  const torch::Tensor grad = net.individual().grad();
-  for (int32_t r = 0; r < annotators; ++r) {
-    const double size = grad[r].abs().sum().item<double>();
-    if (r == 1 || r == 3) {
-      EXPECT_GT(size, 1e-3) << r;
-    } else {
-      EXPECT_EQ(size, 0.0) << r;
-    }
-  }
-}
-
 // Tanno et al.: every confusion starts at the identity, and the penalty is λ times the trace
 // summed over the annotators, so that it grows with the crowd (a mean would not).
 TEST(TraceRegTest, ConfusionsStartAtTheIdentityAndThePenaltySumsTheirTraces) {
@@ -362,10 +317,10 @@ TEST(TraceRegTest, ConfusionsStartAtTheIdentityAndThePenaltySumsTheirTraces) {
     neural::TraceRegNet net(10, annotators, 3, 0, options);
     EXPECT_TRUE(torch::equal(net.Confusions(), torch::eye(3).unsqueeze(0).repeat({annotators, 1, 1})))
         << net.Confusions();
-    EXPECT_NEAR(net.Regularizer(torch::arange(annotators)).item<double>(), 0.5 * 3 * annotators, 1e-5) << annotators;
+    EXPECT_NEAR(net.Regularizer().item<double>(), 0.5 * 3 * annotators, 1e-5) << annotators;
     // Per-annotator weights: annotator r's trace (3 at the identity) counts weight_r times.
     net.set_trace_weights(torch::arange(annotators, torch::kFloat) * 0.25);
-    EXPECT_NEAR(net.Regularizer(torch::arange(annotators)).item<double>(),
+    EXPECT_NEAR(net.Regularizer().item<double>(),
                 0.25 * 3 * (annotators * (annotators - 1) / 2), 1e-5) << annotators;
   }
 }

@@ -239,10 +239,10 @@ namespace {
 // The minibatch loss of TrainMarginal: the mean negative log-likelihood of the labels `idx`,
 // plus the method's regulariser and the gold cross-entropy.
 torch::Tensor MarginalLoss(CrowdNet& net, const LabelTensors& data, const torch::Tensor& idx) {
-  torch::Tensor annotators = data.annotators.index_select(0, idx);
-  torch::Tensor log_p = net.LogNoisyLabel(data.items.index_select(0, idx), annotators);
+  torch::Tensor log_p = net.LogNoisyLabel(data.items.index_select(0, idx),
+                                          data.annotators.index_select(0, idx));
   torch::Tensor loss = torch::nll_loss(log_p, data.labels.index_select(0, idx));
-  torch::Tensor regularizer = net.Regularizer(annotators);
+  torch::Tensor regularizer = net.Regularizer();
   if (regularizer.defined()) loss = loss + regularizer;
   if (data.gold_items.numel() == 0) return loss;
   return loss + torch::nll_loss(net.LogPrior(data.gold_items), data.gold_labels);

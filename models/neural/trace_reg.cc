@@ -35,7 +35,7 @@ torch::Tensor TraceRegNet::LogNoisyLabel(const torch::Tensor& items, const torch
   return torch::log(noisy.squeeze(1).clamp_min(1e-30));
 }
 
-torch::Tensor TraceRegNet::Regularizer(const torch::Tensor&) {
+torch::Tensor TraceRegNet::Regularizer() {
   return (trace_weights_ * Confusions().diagonal(0, 1, 2).sum(1)).sum();
 }
 

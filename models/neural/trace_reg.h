@@ -65,9 +65,8 @@ class TraceRegNet : public CrowdNet {
   torch::Tensor LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) override;
   // log (A^(r)ᵀ p_θ(x))[y], as the paper.
   torch::Tensor LogNoisyLabel(const torch::Tensor& items, const torch::Tensor& annotators) override;
-  // Σ_r weight_r · tr(A^(r)) over every annotator (the minibatch's `annotators` are not used:
-  // the weights already scale each trace by its annotator's share of the labels).
-  torch::Tensor Regularizer(const torch::Tensor& annotators) override;
+  // Σ_r weight_r · tr(A^(r)).
+  torch::Tensor Regularizer() override;
   // Projects every A^(r) back onto the simplex (see the file comment).
   void AfterOptimizerStep() override;
 
