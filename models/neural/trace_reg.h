@@ -35,7 +35,8 @@
 // The served confusion of annotator r is A^(r) (entries at least kMinConfusion, so that a label
 // the matrix calls impossible still leaves a finite posterior); an annotator never seen gets the
 // mean of the annotators' matrices.
-// Known weakness of the parameterisation by probabilities: a cell an annotator rarely uses gets
+// Known weakness of the parameterisation by probabilities (the likely mechanism; measured: many
+// entries at the floor): a cell an annotator rarely uses gets
 // a positive gradient in few minibatches and the normalisation's small negative one in all the
 // others, AMSGrad makes both steps of about the learning rate, and the entry sinks to
 // kMinConfusion; a later label there then weighs as near-impossible evidence. On simulated
