@@ -35,12 +35,12 @@
 // The served confusion of annotator r is A^(r) (entries at least kMinConfusion, so that a label
 // the matrix calls impossible still leaves a finite posterior); an annotator never seen gets the
 // mean of the annotators' matrices.
-// Known weakness of the parameterisation by probabilities (the likely mechanism; measured: many
-// entries at the floor): a cell an annotator rarely uses gets
-// a positive gradient in few minibatches and the normalisation's small negative one in all the
-// others, AMSGrad makes both steps of about the learning rate, and the entry sinks to
-// kMinConfusion; a later label there then weighs as near-impossible evidence. On simulated
-// crowds this puts trace_reg below majority vote (docs/PERFORMANCE.md, issue 21's default fits).
+// Known weakness of the parameterisation by probabilities. Measured: many entries end at
+// kMinConfusion. The likely mechanism: a cell an annotator rarely uses gets a positive gradient
+// in few minibatches and the normalisation's small negative one in all the others, AMSGrad
+// makes both steps of about the learning rate, and the entry sinks to the floor; a later label
+// there then weighs as near-impossible evidence. On simulated crowds this puts trace_reg below
+// majority vote (docs/PERFORMANCE.md, issue 21's default fits).
 // How a fit starts: from the identity confusions and a random truth network, as the paper
 // does. The Dawid-Skene start of crowdlayer (NeuralTruthModel::StartsFromDawidSkene)
 // was measured here too and is off: mean of 2 fits without features (docs/EVALUATION.md, "The
