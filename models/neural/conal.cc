@@ -95,12 +95,34 @@ void ConalModel::ExportTables(CrowdNet& net) {
       conal.AnnotatorVectors(torch::arange(static_cast<int64_t>(fitted_annotators()), torch::kLong)));
   common_ = TensorToVector(conal.common());
   individual_ = TensorToVector(conal.individual().narrow(0, 0, fitted_annotators()));
+  // An annotator never seen: the mean of the fitted annotators' confusions on the mean item.
+  const int32_t k = num_classes();
+  const size_t kk = static_cast<size_t>(k) * k;
+  population_.assign(kk, 0.0);
+  std::vector<double> one(kk);
+  for (int32_t a = 0; a < fitted_annotators(); ++a) {
+    MixedLogConfusion(-1, a, one.data());
+    for (size_t c = 0; c < kk; ++c) population_[c] += std::exp(one[c]) / fitted_annotators();
+  }
+  if (fitted_annotators() == 0) {
+    MixedLogConfusion(-1, -1, population_.data());  // no annotators: softmax(W_g)
+  } else {
+    for (double& p : population_) p = std::log(std::max(p, 1e-300));
+  }
 }
 
 void ConalModel::LogConfusion(int32_t item, int32_t annotator, double* out) const {
+  if (annotator < 0 || annotator >= fitted_annotators()) {
+    std::copy(population_.begin(), population_.end(), out);
+    return;
+  }
+  MixedLogConfusion(item, annotator, out);
+}
+
+void ConalModel::MixedLogConfusion(int32_t item, int32_t annotator, double* out) const {
   const int32_t k = num_classes();
   const size_t kk = static_cast<size_t>(k) * k;
-  double omega = 1.0;  // an unknown annotator: the common confusion alone
+  double omega = 1.0;  // an annotator outside the fit: the common confusion alone
   const double* own = common_.data();
   if (annotator >= 0 && annotator < fitted_annotators()) {
     const double* v = item >= 0 && item < fitted_items() ? item_vectors_.data() + static_cast<size_t>(item) * dim_

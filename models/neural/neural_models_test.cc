@@ -167,6 +167,31 @@ TEST_P(NeuralModelTest, WarmStartsOntoNewItemsAndAnnotatorsAndHandlesUnseenIds) 
   EXPECT_GT(population[0], 0.5);  // the crowd is better than chance
 }
 
+// conal's confusion for an annotator outside the fit is the mean of the fitted annotators'
+// confusions on the mean item (conal.h), not its common confusion W_g alone.
+TEST(ConalTest, AnAnnotatorNeverSeenGetsTheFittedAnnotatorsMeanConfusion) {
+  testing::SyntheticCrowd crowd = MakeCrowd(3, 7);
+  auto model = Make("conal", 3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+  std::vector<double> mean(9, 0.0);
+  const int32_t annotators = crowd.matrix.num_annotators();
+  for (int32_t a = 0; a < annotators; ++a) {
+    const std::vector<double> confusion = model->AnnotatorConfusion(a);
+    ASSERT_EQ(confusion.size(), 9u);
+    for (int c = 0; c < 9; ++c) mean[c] += confusion[c] / annotators;
+  }
+  for (int32_t unseen : {annotators, 99}) {
+    const std::vector<double> population = model->AnnotatorConfusion(unseen);
+    ASSERT_EQ(population.size(), 9u);
+    for (int c = 0; c < 9; ++c) EXPECT_NEAR(population[c], mean[c], 1e-9) << unseen << " " << c;
+  }
+  // Restored from its parameters, the same.
+  auto restored = Make("conal", 3);
+  ASSERT_THAT(restored->Restore(model->Serialize()), IsOk());
+  const std::vector<double> again = restored->AnnotatorConfusion(99);
+  for (int c = 0; c < 9; ++c) EXPECT_NEAR(again[c], mean[c], 1e-9) << c;
+}
+
 TEST_P(NeuralModelTest, FitIsDeterministicGivenTheSeed) {
   testing::SyntheticCrowd crowd = MakeCrowd(2, 3);
   auto a = Make(GetParam(), 2);
@@ -823,13 +848,13 @@ TEST(DawidSkeneStartTest, LearnsToIgnoreAnnotatorsWhoOutvoteTheSkilledOnes) {
   EXPECT_LE(mv_right, (kItems - 1) * 70 / 100);
 }
 
-// crowdlayer starts with its truth network anchored to the Dawid-Skene start
-// (TruthModelOptions::Neural::ds_start_fraction); trace_reg and conal do not (their headers say
-// why). On the crowd above, where the majority vote is right on about 60% of the items,
-// crowdlayer ends above 80% (from a random start, the paper's: 52.5% at seed 5), and the
-// start's steps are counted in the fit's training steps (a quarter of the fit's). trace_reg's
-// and conal's fits are the same with or without the option.
-TEST(DawidSkeneStartTest, CrowdLayerStartsFromIt) {
+// crowdlayer and conal start with their truth network anchored to the Dawid-Skene start
+// (TruthModelOptions::Neural::ds_start_fraction); trace_reg does not (trace_reg.h says why). On
+// the crowd above, where the majority vote is right on about 60% of the items, crowdlayer ends
+// above 80% (from a random start, the paper's: 52.5% at seed 5) and conal above its random
+// start (59.5% against 53%), and the start's steps are counted in the fit's training steps (a
+// quarter of the fit's). trace_reg's fits are the same with or without the option.
+TEST(DawidSkeneStartTest, CrowdLayerAndConalStartFromIt) {
   const BiasedCrowd crowd = SkilledOutvotedByBiased();
   const AnnotationMatrix data = crowd.Matrix();
   for (const char* method : {"crowdlayer", "conal", "trace_reg"}) {
@@ -850,12 +875,13 @@ TEST(DawidSkeneStartTest, CrowdLayerStartsFromIt) {
     std::printf("%s: accuracy %.3f from the Dawid-Skene start, %.3f from a random one; steps %lld, %lld\n",
                 method, accuracy[1], accuracy[0], static_cast<long long>(steps[1]),
                 static_cast<long long>(steps[0]));
-    if (std::string(method) != "crowdlayer") {
+    if (std::string(method) == "trace_reg") {
       EXPECT_EQ(steps[1], steps[0]) << method;
       EXPECT_EQ(accuracy[1], accuracy[0]) << method;
       continue;
     }
-    EXPECT_GE(accuracy[1], 0.8);
+    EXPECT_GE(accuracy[1], std::string(method) == "crowdlayer" ? 0.8 : 0.57) << method;
+    EXPECT_GT(accuracy[1], accuracy[0]) << method;
     EXPECT_GT(steps[1], steps[0]) << method;
     EXPECT_LE(steps[1] - steps[0], steps[0] / 4 + 1) << method;
   }
