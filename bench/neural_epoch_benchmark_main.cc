@@ -87,6 +87,8 @@ ABSL_FLAG(double, trace_lambda, verity::models::TruthModelOptions().neural.trace
           "TruthModelOptions::Neural::trace_lambda (trace_reg)");
 ABSL_FLAG(double, conal_lambda, verity::models::TruthModelOptions().neural.conal_lambda,
           "TruthModelOptions::Neural::conal_lambda (conal)");
+ABSL_FLAG(double, ds_start_fraction, verity::models::TruthModelOptions().neural.ds_start_fraction,
+          "TruthModelOptions::Neural::ds_start_fraction (crowdlayer, conal; 0: the papers' start)");
 ABSL_FLAG(std::string, format, "text", "text or markdown");
 
 namespace verity::bench {
@@ -150,6 +152,7 @@ models::TruthModelOptions EpochOptions(const std::string& method, int64_t num_la
   options.neural.learning_rate = absl::GetFlag(FLAGS_learning_rate);
   options.neural.trace_lambda = absl::GetFlag(FLAGS_trace_lambda);
   options.neural.conal_lambda = absl::GetFlag(FLAGS_conal_lambda);
+  options.neural.ds_start_fraction = absl::GetFlag(FLAGS_ds_start_fraction);
   const int64_t batch = BatchSize();
   if (method == "cmm") {
     // cmm runs 3 EM iterations per configured one, each of steps / iterations steps over
