@@ -11,12 +11,17 @@ void AnnotatorConfusions::Assign(const torch::Tensor& log_q) {
   num_annotators_ = static_cast<int32_t>(cpu.size(0));
   k_ = static_cast<int32_t>(cpu.size(1));
   log_q_.assign(cpu.data_ptr<double>(), cpu.data_ptr<double>() + cpu.numel());
-  const size_t kk = static_cast<size_t>(k_) * k_;
-  population_.assign(kk, num_annotators_ > 0 ? 0.0 : 1.0 / k_);
-  for (int32_t a = 0; a < num_annotators_; ++a) {
-    for (size_t c = 0; c < kk; ++c) population_[c] += std::exp(log_q_[a * kk + c]) / num_annotators_;
+  population_ = PopulationLogConfusion(log_q_.data(), num_annotators_, k_);
+}
+
+std::vector<double> PopulationLogConfusion(const double* log_q, int32_t num_annotators, int32_t k) {
+  const size_t kk = static_cast<size_t>(k) * k;
+  std::vector<double> population(kk, num_annotators > 0 ? 0.0 : 1.0 / k);
+  for (int32_t a = 0; a < num_annotators; ++a) {
+    for (size_t c = 0; c < kk; ++c) population[c] += std::exp(log_q[a * kk + c]) / num_annotators;
   }
-  for (double& v : population_) v = std::log(std::max(v, 1e-300));
+  for (double& v : population) v = std::log(std::max(v, 1e-300));
+  return population;
 }
 
 void AnnotatorConfusions::Get(int32_t a, double* out) const {

@@ -26,6 +26,10 @@ class AnnotatorConfusions {
   std::vector<double> population_;  // K x K
 };
 
+// The population confusion of `num_annotators` log confusions (num_annotators x K x K,
+// row-major): log of the mean of their probabilities; uniform when there are none.
+std::vector<double> PopulationLogConfusion(const double* log_q, int32_t num_annotators, int32_t k);
+
 // Row-normalised log probabilities of a K x K (or B x K x K) matrix of logits whose diagonal is
 // `diagonal` and off-diagonal 0: the "identity" initialisation of a confusion (probability
 // on the diagonal e^d / (e^d + K - 1)).

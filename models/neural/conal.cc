@@ -98,17 +98,10 @@ void ConalModel::ExportTables(CrowdNet& net) {
   // An annotator never seen: the mean of the fitted annotators' confusions on the mean item.
   const int32_t k = num_classes();
   const size_t kk = static_cast<size_t>(k) * k;
-  population_.assign(kk, 0.0);
-  std::vector<double> one(kk);
-  for (int32_t a = 0; a < fitted_annotators(); ++a) {
-    MixedLogConfusion(-1, a, one.data());
-    for (size_t c = 0; c < kk; ++c) population_[c] += std::exp(one[c]) / fitted_annotators();
-  }
-  if (fitted_annotators() == 0) {
-    MixedLogConfusion(-1, -1, population_.data());  // no annotators: softmax(W_g)
-  } else {
-    for (double& p : population_) p = std::log(std::max(p, 1e-300));
-  }
+  std::vector<double> fitted(static_cast<size_t>(fitted_annotators()) * kk);
+  for (int32_t a = 0; a < fitted_annotators(); ++a) MixedLogConfusion(-1, a, fitted.data() + a * kk);
+  population_ = PopulationLogConfusion(fitted.data(), fitted_annotators(), k);
+  if (fitted_annotators() == 0) MixedLogConfusion(-1, -1, population_.data());  // softmax(W_g)
 }
 
 void ConalModel::LogConfusion(int32_t item, int32_t annotator, double* out) const {
