@@ -762,6 +762,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   std::vector<float> item_features, annotator_features;
   std::unique_ptr<models::TruthModel> model;
   int64_t watermark, changes_at_start, generation_at_start;
+  int32_t version_at_start;
   std::string method;
   {
     absl::MutexLock lock(&mu_);
@@ -800,6 +801,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     watermark = newest_seq_;
     changes_at_start = changes_since_fit_;
     generation_at_start = input_generation_;
+    version_at_start = model_version_;
     training_ = true;
   }
   auto done = [this](bool) {
@@ -870,6 +872,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     return saved.status();
   }
   result.persist_ms = lap();
+  if (after_version_stored_for_testing_) after_version_stored_for_testing_(*saved);
 
   // 4. Publish every posterior under the new parameters. The table is built off the lock from
   // the fit's input; under the lock only the items whose labels, gold or priority changed
@@ -891,20 +894,33 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   {
     absl::MutexLock lock(&mu_);
     labels_.Rebase(data, pending);
-    changes_since_fit_ -= changes_at_start;
-    fitted_input_generation_ = generation_at_start;
-    if (!warm_started) scratch_fit_num_labels_ = saved->num_labels;
-    last_fit_time_ = absl::Now();
     training_ = false;
-    builder.Resize(static_cast<int32_t>(item_ids_.size()));
-    for (int32_t i = fitted_items; i < builder.num_items(); ++i) RecomputeItem(*model, i, builder);
-    for (int32_t i : touched_during_fit_) {
-      if (i < fitted_items) RecomputeItem(*model, i, builder);
+    if (model_version_ <= saved->version) {
+      if (!warm_started) scratch_fit_num_labels_ = saved->num_labels;
+      fitted_input_generation_ = generation_at_start;
     }
-    ClearTouchedDuringFit();
-    PublishRecomputed(std::move(snapshot), std::move(builder),
-                      std::shared_ptr<const models::TruthModel>(std::move(model)),
-                      saved->version, saved->watermark);
+    if (model_version_ >= saved->version) {
+      // Adopted meanwhile: a replica follower, notified of this very version (or of a newer
+      // one), restored and published it with every posterior and counted the changes since
+      // it. Publishing again would repeat that work, or go back a version.
+      ClearTouchedDuringFit();
+    } else {
+      // The changes the fit did not see: those since it copied its input, unless a version was
+      // adopted during the fit (and recounted them against itself).
+      changes_since_fit_ = model_version_ == version_at_start
+                               ? changes_since_fit_ - changes_at_start
+                               : ChangesAfterVersionLocked(saved->watermark, saved->num_labels);
+      last_fit_time_ = absl::Now();
+      builder.Resize(static_cast<int32_t>(item_ids_.size()));
+      for (int32_t i = fitted_items; i < builder.num_items(); ++i) RecomputeItem(*model, i, builder);
+      for (int32_t i : touched_during_fit_) {
+        if (i < fitted_items) RecomputeItem(*model, i, builder);
+      }
+      ClearTouchedDuringFit();
+      PublishRecomputed(std::move(snapshot), std::move(builder),
+                        std::shared_ptr<const models::TruthModel>(std::move(model)),
+                        saved->version, saved->watermark);
+    }
   }
   result.publish_ms = lap();
   result.version = *std::move(saved);
@@ -914,6 +930,15 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
 int32_t LiveProject::model_version() const {
   absl::ReaderMutexLock lock(&mu_);
   return model_version_;
+}
+
+int64_t LiveProject::ChangesAfterVersionLocked(int64_t watermark, int64_t num_labels) const {
+  // At least the new labels (by count) and every item holding a label committed after the
+  // watermark (a revision, which leaves the count unchanged, included).
+  int64_t items_after_watermark = 0;
+  for (int64_t seq : item_newest_seq_) items_after_watermark += seq > watermark ? 1 : 0;
+  return std::max<int64_t>(items_after_watermark,
+                           std::max<int64_t>(0, labels_.num_labels() - num_labels));
 }
 
 absl::StatusOr<bool> LiveProject::AdoptVersion(const storage::ModelVersionRecord& version) {
@@ -935,13 +960,8 @@ absl::StatusOr<bool> LiveProject::AdoptVersion(const storage::ModelVersionRecord
   }
   absl::MutexLock lock(&mu_);
   if (model_version_ >= version.version) return false;
-  // Labels the version did not see still count toward the next refit: at least the new ones
-  // (by count) and every item holding a label committed after the version's watermark (a
-  // revision, which leaves the count unchanged, included).
-  int64_t items_after_watermark = 0;
-  for (int64_t seq : item_newest_seq_) items_after_watermark += seq > version.watermark ? 1 : 0;
-  changes_since_fit_ = std::max<int64_t>(
-      items_after_watermark, std::max<int64_t>(0, labels_.num_labels() - version.num_labels));
+  // Labels the version did not see still count toward the next refit.
+  changes_since_fit_ = ChangesAfterVersionLocked(version.watermark, version.num_labels);
   fitted_input_generation_ = input_generation_;  // What the worker copied is not recorded.
   last_fit_time_ = absl::Now();
   PublishFullRecompute(std::shared_ptr<const models::TruthModel>(std::move(*model)),

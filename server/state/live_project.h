@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -325,6 +326,14 @@ class LiveProject {
       ABSL_LOCKS_EXCLUDED(mu_);
   int32_t model_version() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Test hook: Refit calls it, off the lock, right after its version is stored and before it
+  // is published: where a replica follower, notified of the stored version, may adopt it (or a
+  // newer one) first.
+  void SetAfterVersionStoredForTesting(
+      std::function<void(const storage::ModelVersionRecord&)> hook) {
+    after_version_stored_for_testing_ = std::move(hook);
+  }
+
  private:
   friend class LiveProjectTestPeer;
 
@@ -332,6 +341,10 @@ class LiveProject {
   // What a restored model may hold: this project's items, annotators and feature sizes.
   models::TruthModel::RestoreBounds RestoreBoundsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
+  // Labels a version with `watermark` and `num_labels` did not see, counted toward the next
+  // refit (see the definition).
+  int64_t ChangesAfterVersionLocked(int64_t watermark, int64_t num_labels) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Recomputes one item's posterior from its live labels into `builder`.
   void RecomputeItem(const models::TruthModel& model, int32_t item,
                      PosteriorTable::Builder& builder) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -418,6 +431,7 @@ class LiveProject {
   std::vector<float> annotator_features_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> annotator_has_features_ ABSL_GUARDED_BY(mu_);  // by annotator index
   LeaseBook leases_;
+  std::function<void(const storage::ModelVersionRecord&)> after_version_stored_for_testing_;
   absl::Mutex assignment_mu_;
   int64_t lease_claims_seen_ ABSL_GUARDED_BY(assignment_mu_) = 0;
 

@@ -152,5 +152,30 @@ TEST_F(LiveProjectRefitTest, ChangesDuringARefitAreInThePosteriorsItPublishes) {
   ExpectServedEqualsFullEStep(*project);
 }
 
+// A replica follower is notified of every stored version, the server's own included, and may
+// adopt it between Refit's store and its publish. The count of labels since the served version
+// must still be what arrived after that version's input: none here, then one per new label.
+TEST_F(LiveProjectRefitTest, AVersionAdoptedBeforeItsOwnRefitPublishesItKeepsTheCountsRight) {
+  std::unique_ptr<LiveProject> project = CreateProject();
+  ASSERT_NE(project, nullptr);
+  EXPECT_EQ(project->Counts().labels_since_version, kItems * 4);
+  storage::ModelVersionStore versions(&pool());
+  bool adopted = false;
+  project->SetAfterVersionStoredForTesting([&](const storage::ModelVersionRecord& stored) {
+    absl::StatusOr<bool> adoption = project->AdoptVersion(stored);
+    ASSERT_THAT(adoption, IsOk());
+    adopted = *adoption;
+  });
+  absl::StatusOr<LiveProject::RefitResult> refit = project->Refit(versions);
+  ASSERT_THAT(refit, IsOk());
+  EXPECT_TRUE(adopted);
+  EXPECT_EQ(project->model_version(), refit->version.version);
+  EXPECT_EQ(project->Counts().labels_since_version, 0);
+  ExpectServedEqualsFullEStep(*project);
+  for (int n = 1; n <= 3; ++n) CommitOneMore(*project, n);
+  EXPECT_EQ(project->Counts().labels_since_version, 3);
+  ExpectServedEqualsFullEStep(*project);
+}
+
 }  // namespace
 }  // namespace verity::server

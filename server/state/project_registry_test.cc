@@ -45,7 +45,9 @@ class ProjectRegistryTest : public storage::testing::PostgresTest {
     auto record = storage_->projects->GetProjectByName(name);
     EXPECT_TRUE(record.ok()) << record.status();
     v1::ProjectSettings settings;
-    if (record.ok()) EXPECT_TRUE(settings.ParseFromString(record->settings));
+    if (record.ok()) {
+      EXPECT_TRUE(settings.ParseFromString(record->settings));
+    }
     return settings;
   }
 
