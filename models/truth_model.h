@@ -223,10 +223,11 @@ struct TruthModelOptions {
     // trace_reg: λ, the weight of the trace summed over the annotators' confusion matrices
     // (Tanno et al.; constant over the fit, see models/neural/trace_reg.h).
     double trace_lambda = 0.01;
-    // conal: λ of the regulariser −λ Σ_r ||W_g − W_r||_2 (Chu et al., as the authors' code: the
-    // distance between the common and each individual confusion is rewarded; taken between
-    // row-centred logits, see models/neural/conal.h).
-    double conal_lambda = 1e-5;
+    // conal: λ of the regulariser −λ mean_r ||W_g − W_r||_2 (Chu et al., as the authors' code:
+    // the distance between the common and each individual confusion is rewarded; taken between
+    // row-centred logits, and a mean where the paper sums, see models/neural/conal.h). 5.9e-4 is
+    // the paper's 1e-5 on its sum over LabelMe's 59 annotators.
+    double conal_lambda = 5.9e-4;
     // crowdlayer: "mw" (matrix), "vw" (vector), "vb" (bias) or "vw+b".
     std::string crowdlayer_variant = "mw";
     // cmm: number of annotator groups M.

@@ -6,74 +6,66 @@
 #include "models/neural/annotator_confusions.h"
 
 namespace verity::models::neural {
-namespace {
+ConalNet::ConalNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
+                   int64_t annotator_feature_dim, const TruthModelOptions::Neural& options)
+    : lambda_(options.conal_lambda) {
+  const int64_t a = std::max(1, num_annotators);
+  const double diagonal = std::log(4.0 * (k - 1));  // 0.8 on the diagonal
+  InitItems(num_items, options.embedding_dim, feature_dim);
+  classifier_ = register_module("classifier", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
+  instance_ = register_module("instance", MakeMlp(options.embedding_dim, options.hidden_units, options.embedding_dim, 2));
+  InitAnnotators(a, options.embedding_dim, annotator_feature_dim);
+  common_ = register_parameter("common", IdentityLogits(1, k, diagonal).squeeze(0));
+  individual_ = register_parameter("individual", IdentityLogits(a, k, diagonal));
+}
 
-class ConalNet : public CrowdNet {
- public:
-  ConalNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim, int64_t annotator_feature_dim,
-           const TruthModelOptions::Neural& options)
-      : lambda_(options.conal_lambda) {
-    const int64_t a = std::max(1, num_annotators);
-    const double diagonal = std::log(4.0 * (k - 1));  // 0.8 on the diagonal
-    InitItems(num_items, options.embedding_dim, feature_dim);
-    classifier_ = register_module("classifier", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
-    instance_ = register_module("instance", MakeMlp(options.embedding_dim, options.hidden_units, options.embedding_dim, 2));
-    InitAnnotators(a, options.embedding_dim, annotator_feature_dim);
-    common_ = register_parameter("common", IdentityLogits(1, k, diagonal).squeeze(0));
-    individual_ = register_parameter("individual", IdentityLogits(a, k, diagonal));
-  }
-  torch::Tensor LogPrior(const torch::Tensor& items) override {
-    return torch::log_softmax(classifier_->forward(items_->forward(items)), 1);
-  }
-  torch::Tensor InstanceVectors(const torch::Tensor& items) { return InstanceVectorsOf(items_->forward(items)); }
-  torch::Tensor AnnotatorVectors(const torch::Tensor& annotators) {
-    return torch::nn::functional::normalize(annotators_->forward(annotators),
-                                            torch::nn::functional::NormalizeFuncOptions().dim(1));
-  }
-  // ω(i, r) for each (item, annotator) pair of the batch, from the items' encodings: B.
-  torch::Tensor Omega(const torch::Tensor& item_encodings, const torch::Tensor& annotators) {
-    return torch::sigmoid((InstanceVectorsOf(item_encodings) * AnnotatorVectors(annotators)).sum(1));
-  }
-  // The paper's noisy-label distribution: softmax(ω f W_g + (1 − ω) f W_r), f the prior. The
-  // items are encoded once for f and for ω (a training step's item rows are gathered once).
-  torch::Tensor LogNoisyLabel(const torch::Tensor& items, const torch::Tensor& annotators) override {
-    torch::Tensor encodings = items_->forward(items);                                         // B x D
-    torch::Tensor f = torch::softmax(classifier_->forward(encodings), 1);                     // B x K
-    torch::Tensor common = f.matmul(common_);                                                  // B x K
-    torch::Tensor own = torch::bmm(f.unsqueeze(1), individual_.index_select(0, annotators)).squeeze(1);
-    torch::Tensor omega = Omega(encodings, annotators).unsqueeze(1);
-    return torch::log_softmax(omega * common + (1 - omega) * own, 1);
-  }
-  // The same for a one-hot f: row k is softmax(ω W_g[k] + (1 − ω) W_r[k]).
-  torch::Tensor LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) override {
-    torch::Tensor omega = Omega(items_->forward(items), annotators).view({-1, 1, 1});
-    return torch::log_softmax(omega * common_.unsqueeze(0) + (1 - omega) * individual_.index_select(0, annotators), 2);
-  }
-  // −λ Σ_r ||W_g − W_r||₂, as in the authors' code: the distance is rewarded, so that the
-  // common confusion becomes what the individual ones are not (W_g and W_r start equal, and
-  // while they are, ω gets no gradient). The distance is taken between row-centred logits: a
-  // constant added to a row changes no probability, and rewarding it would only make the
-  // logits drift. The small constant keeps the gradient finite where W_r = W_g.
-  torch::Tensor Regularizer() override {
-    if (lambda_ == 0) return torch::Tensor();
-    torch::Tensor difference = individual_ - common_.unsqueeze(0);
-    difference = difference - difference.mean(2, /*keepdim=*/true);
-    return -lambda_ * (difference.pow(2).sum({1, 2}) + 1e-12).sqrt().sum();
-  }
-  const torch::Tensor& common() const { return common_; }
-  torch::Tensor InstanceVectorsOf(const torch::Tensor& item_encodings) {
-    return torch::nn::functional::normalize(instance_->forward(item_encodings),
-                                            torch::nn::functional::NormalizeFuncOptions().dim(1));
-  }
-  const torch::Tensor& individual() const { return individual_; }
+torch::Tensor ConalNet::LogPrior(const torch::Tensor& items) {
+  return torch::log_softmax(classifier_->forward(items_->forward(items)), 1);
+}
 
- private:
-  double lambda_;
-  torch::nn::Sequential classifier_{nullptr}, instance_{nullptr};
-  torch::Tensor common_, individual_;
-};
+torch::Tensor ConalNet::InstanceVectors(const torch::Tensor& items) {
+  return InstanceVectorsOf(items_->forward(items));
+}
 
-}  // namespace
+torch::Tensor ConalNet::InstanceVectorsOf(const torch::Tensor& item_encodings) {
+  return torch::nn::functional::normalize(instance_->forward(item_encodings),
+                                          torch::nn::functional::NormalizeFuncOptions().dim(1));
+}
+
+torch::Tensor ConalNet::AnnotatorVectors(const torch::Tensor& annotators) {
+  return torch::nn::functional::normalize(annotators_->forward(annotators),
+                                          torch::nn::functional::NormalizeFuncOptions().dim(1));
+}
+
+torch::Tensor ConalNet::Omega(const torch::Tensor& item_encodings, const torch::Tensor& annotators) {
+  return torch::sigmoid((InstanceVectorsOf(item_encodings) * AnnotatorVectors(annotators)).sum(1));
+}
+
+torch::Tensor ConalNet::LogNoisyLabel(const torch::Tensor& items, const torch::Tensor& annotators) {
+  torch::Tensor encodings = items_->forward(items);                      // B x D
+  torch::Tensor f = torch::softmax(classifier_->forward(encodings), 1);  // B x K
+  torch::Tensor common = f.matmul(common_);                              // B x K
+  torch::Tensor own = torch::bmm(f.unsqueeze(1), individual_.index_select(0, annotators)).squeeze(1);
+  torch::Tensor omega = Omega(encodings, annotators).unsqueeze(1);
+  return torch::log_softmax(omega * common + (1 - omega) * own, 1);
+}
+
+torch::Tensor ConalNet::LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) {
+  torch::Tensor omega = Omega(items_->forward(items), annotators).view({-1, 1, 1});
+  return torch::log_softmax(omega * common_.unsqueeze(0) + (1 - omega) * individual_.index_select(0, annotators), 2);
+}
+
+// As in the authors' code the distance is rewarded, so that the common confusion becomes what
+// the individual ones are not (W_g and W_r start equal, and while they are, ω gets no
+// gradient). It is taken between row-centred logits: a constant added to a row changes no
+// probability, and rewarding it would only make the logits drift. The small constant keeps the
+// gradient finite where W_r = W_g. The mean over annotators, not the paper's sum: conal.h.
+torch::Tensor ConalNet::Regularizer() {
+  if (lambda_ == 0) return torch::Tensor();
+  torch::Tensor difference = individual_ - common_.unsqueeze(0);
+  difference = difference - difference.mean(2, /*keepdim=*/true);
+  return -lambda_ * (difference.pow(2).sum({1, 2}) + 1e-12).sqrt().mean();
+}
 
 std::shared_ptr<CrowdNet> ConalModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
   return std::make_shared<ConalNet>(num_items, num_annotators, num_classes(), item_feature_dim(), annotator_feature_dim(), options().neural);

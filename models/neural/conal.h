@@ -8,8 +8,8 @@
 // with u_r a learned annotator embedding and v_i an instance embedding computed from the item
 // (an MLP over its embedding), both L2-normalised (so ω stays within [0.27, 0.73]; the scale of
 // the logits, not ω, makes the mixture sharp). Loss: cross-entropy of p against each label
-// − λ Σ_r ||W_g − W_r||₂ (TruthModelOptions::Neural::conal_lambda, default 1e-5), the distance
-// taken between row-centred logits: the paper rewards W_g for differing from the W_r.
+// − λ mean_r ||W_g − W_r||₂ (TruthModelOptions::Neural::conal_lambda, default 5.9e-4), the
+// distance taken between row-centred logits: the paper rewards W_g for differing from the W_r.
 // Q(i, r) row k = softmax(ω W_g[k] + (1 − ω) W_r[k]) (p for a one-hot f); an item never seen
 // gets the mean instance embedding, and an annotator never seen the mean of the fitted
 // annotators' Q on the mean item, as crowdlayer and trace_reg do. Not softmax(W_g): the reward
@@ -26,6 +26,13 @@
 //     lowers the loss as the common confusion moves away from each individual one, as in the
 //     paper and the authors' code. It is taken here between row-centred logits (see above).
 //     Without it W_g and W_r, which start equal, move together and ω gets no gradient.
+//   - The reward is the mean over annotators, not the paper's sum, so that its weight against
+//     the likelihood (a mean over a minibatch's labels) does not grow with the crowd. The
+//     reward is unbounded: the confusions drift apart until the likelihood's gradient
+//     balances λ × (number of annotators) under the sum, and the fit gets worse the longer it
+//     trains. On a simulated crowd of 3,000 annotators (5M labels) the paper's λ on the sum
+//     gave 0.907 against λ = 0's 0.969 (docs/PERFORMANCE.md). The default λ, 5.9e-4, is the
+//     paper's 1e-5 times LabelMe's 59 annotators: the paper's reward on the paper's data.
 //   - Both confusions start at 0.8 on the diagonal, not at the identity, which a row softmax
 //     cannot represent.
 //   - Learned embeddings replace image features when items carry none; ω then depends on a free
@@ -47,6 +54,37 @@
 #include "models/neural/neural_truth_model.h"
 
 namespace verity::models::neural {
+
+// The network of conal (exposed for its unit tests).
+class ConalNet : public CrowdNet {
+ public:
+  // Both confusions start at 0.8 on the diagonal (see the file comment).
+  ConalNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
+           int64_t annotator_feature_dim, const TruthModelOptions::Neural& options);
+  torch::Tensor LogPrior(const torch::Tensor& items) override;
+  // The paper's noisy-label distribution: log softmax(ω f W_g + (1 − ω) f W_r), f the prior.
+  // The items are encoded once for f and for ω (a training step's item rows are gathered once).
+  torch::Tensor LogNoisyLabel(const torch::Tensor& items, const torch::Tensor& annotators) override;
+  // The same for a one-hot f: row k is log softmax(ω W_g[k] + (1 − ω) W_r[k]).
+  torch::Tensor LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) override;
+  // −λ mean_r ||W_g − W_r||₂ over every annotator of the net, the distance taken between
+  // row-centred logits (see the file comment); undefined when λ = 0.
+  torch::Tensor Regularizer() override;
+  // The instance vectors v_i of items (L2-normalised), and of item encodings.
+  torch::Tensor InstanceVectors(const torch::Tensor& items);
+  torch::Tensor InstanceVectorsOf(const torch::Tensor& item_encodings);
+  // The annotator vectors u_r (L2-normalised).
+  torch::Tensor AnnotatorVectors(const torch::Tensor& annotators);
+  // ω(i, r) for each (item encoding, annotator) pair of a batch: B.
+  torch::Tensor Omega(const torch::Tensor& item_encodings, const torch::Tensor& annotators);
+  const torch::Tensor& common() const { return common_; }          // W_g, K x K logits
+  const torch::Tensor& individual() const { return individual_; }  // W_r, A x K x K logits
+
+ private:
+  double lambda_;
+  torch::nn::Sequential classifier_{nullptr}, instance_{nullptr};
+  torch::Tensor common_, individual_;
+};
 
 class ConalModel : public NeuralModel<ConalModel> {
  public:

@@ -14,6 +14,7 @@
 
 #include "common/status_matchers.h"
 #include "models/neural/cmm.h"
+#include "models/neural/conal.h"
 #include "models/neural/crowd_net.h"
 #include "models/neural/crowdlayer.h"
 #include "models/neural/neural_truth_model.h"
@@ -331,6 +332,42 @@ TEST(NeuralOptionsTest, DeviceAndOptionErrors) {
     auto cl = Make("crowdlayer", 2, options);
     EXPECT_THAT(cl->Fit(crowd.matrix, {}, false).status(), IsOk()) << variant;
   }
+}
+
+// Chu et al.'s reward for the common confusion W_g differing from each individual W_r, taken
+// here as λ times the mean over annotators of ||W_g − W_r||₂ between row-centred logits (the
+// paper sums; conal.h says why): its value entry by entry, and a crowd of the same annotators
+// twice over gets the same reward, not twice it.
+TEST(ConalTest, TheRewardIsTheMeanDistanceSoItDoesNotGrowWithTheCrowd) {
+  TruthModelOptions::Neural options;
+  options.conal_lambda = 0.5;
+  const int32_t k = 3, annotators = 4;
+  neural::ConalNet net(10, annotators, k, 0, 0, options);
+  neural::ConalNet twice(10, 2 * annotators, k, 0, 0, options);
+  {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(7);
+    net.individual().add_(torch::randn({annotators, k, k}));
+    twice.individual().copy_(torch::cat({net.individual(), net.individual()}, 0));
+    twice.common().copy_(net.common());
+  }
+  auto common = net.common().accessor<float, 2>();
+  auto individual = net.individual().accessor<float, 3>();
+  double expected = 0;
+  for (int32_t r = 0; r < annotators; ++r) {
+    double squares = 0;
+    for (int32_t row = 0; row < k; ++row) {
+      double mean = 0;
+      for (int32_t y = 0; y < k; ++y) mean += (individual[r][row][y] - common[row][y]) / k;
+      for (int32_t y = 0; y < k; ++y) {
+        const double d = individual[r][row][y] - common[row][y] - mean;
+        squares += d * d;
+      }
+    }
+    expected -= 0.5 * std::sqrt(squares) / annotators;
+  }
+  EXPECT_NEAR(net.Regularizer().item<double>(), expected, 1e-5);
+  EXPECT_NEAR(twice.Regularizer().item<double>(), expected, 1e-5);
 }
 
 // Tanno et al.: every confusion starts at the identity, and the penalty is λ times the trace
