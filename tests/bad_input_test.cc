@@ -424,6 +424,29 @@ std::vector<BadInput> BadInputs() {
          }));
        },
        kInvalid, "settings.model.method: unknown method"},
+      // kos (Karger-Oh-Shah) is for binary tasks only (common.proto): a project of 3 classes
+      // with it would accept labels and then fail every fit.
+      {"CreateProjectKosWithThreeClasses",
+       [](const Stubs& s) {
+         v1::Project p = NewProjectWithSettings([](v1::ProjectSettings& settings) {
+           settings.mutable_model()->set_method(v1::TRUTH_METHOD_KOS);
+         });
+         p.add_classes("maybe");
+         return CreateProject(s, p);
+       },
+       kInvalid, "settings.model.method: kos is for binary tasks only; the project has 3 classes"},
+      {"UpdateSettingsKosOnAThreeClassProject",
+       [](const Stubs& s) {
+         v1::Project p = NewProject();
+         p.add_classes("maybe");
+         if (Outcome created = CreateProject(s, p); created.code != grpc::StatusCode::OK) {
+           return created;
+         }
+         v1::ProjectSettings settings;
+         settings.mutable_model()->set_method(v1::TRUTH_METHOD_KOS);
+         return UpdateSettings(s, p.name(), settings);
+       },
+       kInvalid, "settings.model.method: kos is for binary tasks only; the project has 3 classes"},
       {"CreateProjectNaNConfusionSmoothing",
        [](const Stubs& s) {
          return CreateProject(s, NewProjectWithSettings([](v1::ProjectSettings& settings) {

@@ -337,6 +337,23 @@ TEST_F(IsolationTest, AProjectsLimitsRefuseWholeCallsThatWouldPassThem) {
         v1::ProjectService::NewStub(channel_)->AddAnnotators(&context, request, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
+  // SuggestItems registers an annotator it has not seen (assignment.proto): a new one would
+  // pass max_annotators too, and is refused; a known one is still served.
+  auto suggest = [&](const std::string& annotator) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::SuggestItemsRequest request;
+    request.set_project("limited");
+    request.set_annotator(annotator);
+    request.set_k(1);
+    v1::SuggestItemsResponse response;
+    return v1::AssignmentService::NewStub(channel_)->SuggestItems(&context, request, &response);
+  };
+  grpc::Status suggested = suggest("w8");
+  EXPECT_EQ(suggested.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(suggested.error_message(), "max_annotators (2"))
+      << suggested.error_message();
+  EXPECT_TRUE(suggest("w1").ok());
   EXPECT_EQ(counts(), (std::vector<int64_t>{3, 2, 5}));
 }
 

@@ -132,7 +132,17 @@ absl::Status ValidateNewProject(const v1::Project& project) {
       return Invalid(field, absl::StrCat("must be in [0, ", ApiLimits::kMaxFeatureDim, "]"));
     }
   }
-  return ValidateSettings(project.settings());
+  if (absl::Status s = ValidateSettings(project.settings()); !s.ok()) return s;
+  return ValidateMethodForClasses(project.settings(), n);
+}
+
+absl::Status ValidateMethodForClasses(const v1::ProjectSettings& settings, int num_classes) {
+  if (settings.model().method() == v1::TRUTH_METHOD_KOS && num_classes != 2) {
+    return Invalid("settings.model.method",
+                   absl::StrCat("kos is for binary tasks only; the project has ", num_classes,
+                                " classes"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateFeatures(absl::string_view field, absl::Span<const float> features,

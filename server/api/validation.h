@@ -50,6 +50,11 @@ absl::Status ValidateNewProject(const v1::Project& project);
 
 absl::Status ValidateSettings(const v1::ProjectSettings& settings);
 
+// `settings` on a project of `num_classes` classes: the method must handle that many (kos is
+// for 2 only). ValidateNewProject checks it; UpdateProjectSettings checks it against the
+// project's classes.
+absl::Status ValidateMethodForClasses(const v1::ProjectSettings& settings, int num_classes);
+
 // Features must have exactly `dim` finite values, or be empty.
 absl::Status ValidateFeatures(absl::string_view field, absl::Span<const float> features,
                               int32_t dim);

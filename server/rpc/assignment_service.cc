@@ -23,10 +23,12 @@ absl::Status ValidateK(int32_t k) {
   return absl::OkStatus();
 }
 
-// The annotator's index, registering an annotator the project has not seen yet.
+// The annotator's index, registering an annotator the project has not seen yet, if the
+// project's limits allow one more (RESOURCE_EXHAUSTED otherwise, as AddAnnotators).
 absl::StatusOr<int32_t> EnsureAnnotator(ServerCore& core, LiveProject& project,
                                         const std::string& id) {
   if (std::optional<int32_t> index = project.FindAnnotator(id)) return *index;
+  if (absl::Status s = core.CheckGrowth(project, {0, 1, 0}); !s.ok()) return s;
   storage::AnnotatorWrite write;
   write.external_id = id;
   auto indices = core.storage->items->UpsertAnnotators(project.identity().project_id, {write});

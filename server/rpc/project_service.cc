@@ -110,6 +110,10 @@ grpc::Status ProjectServiceImpl::UpdateProjectSettings(
   if (absl::Status s = ValidateSettings(request->settings()); !s.ok()) return ToGrpcStatus(s);
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
+  if (absl::Status s = ValidateMethodForClasses(request->settings(), (*project)->num_classes());
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   if (absl::Status s = CheckMethodFitsQuota(
           EffectiveQuota(request->settings(), core_.quota_defaults),
           request->settings().model().method(), (*project)->num_classes(),
@@ -122,15 +126,6 @@ grpc::Status ProjectServiceImpl::UpdateProjectSettings(
   }
   *response->mutable_project() = ProjectToProto(**project);
   return grpc::Status::OK;
-}
-
-absl::Status ProjectServiceImpl::CheckGrowth(const LiveProject& live,
-                                             const ProjectGrowth& added) const {
-  const ProjectCounts counts = live.Counts();
-  return CheckProjectQuota(EffectiveQuota(live.settings(), core_.quota_defaults),
-                           {counts.num_items, counts.num_annotators, counts.num_labels}, added,
-                           DenseConfusionCellsPerAnnotator(live.settings().model().method(),
-                                                           live.num_classes()));
 }
 
 grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext* context, const v1::AddItemsRequest* request,
@@ -183,7 +178,7 @@ grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext* context, const v1
       new_ids.insert(item.id());
     }
   }
-  if (absl::Status s = CheckGrowth(live, {static_cast<int64_t>(new_ids.size()), 0, 0});
+  if (absl::Status s = core_.CheckGrowth(live, {static_cast<int64_t>(new_ids.size()), 0, 0});
       !s.ok()) {
     return ToGrpcStatus(s);
   }
@@ -232,7 +227,7 @@ grpc::Status ProjectServiceImpl::AddAnnotators(grpc::ServerContext* context,
       new_ids.insert(a.id());
     }
   }
-  if (absl::Status s = CheckGrowth(live, {0, static_cast<int64_t>(new_ids.size()), 0});
+  if (absl::Status s = core_.CheckGrowth(live, {0, static_cast<int64_t>(new_ids.size()), 0});
       !s.ok()) {
     return ToGrpcStatus(s);
   }

@@ -26,9 +26,6 @@ class ProjectServiceImpl final : public v1::ProjectService::Service {
                              v1::AddAnnotatorsResponse*) override;
 
  private:
-  // OK when `added` keeps `live` within its limits (settings.limits, else the server's).
-  absl::Status CheckGrowth(const LiveProject& live, const ProjectGrowth& added) const;
-
   ServerCore core_;
 };
 

@@ -3,6 +3,7 @@
 #ifndef VERITY_SERVER_RPC_SERVER_CORE_H_
 #define VERITY_SERVER_RPC_SERVER_CORE_H_
 
+#include "absl/status/status.h"
 #include "server/api/project_quota.h"
 #include "server/assignment/lease_persister.h"
 #include "server/auth/auth_interceptor.h"
@@ -28,6 +29,17 @@ struct ServerCore {
   // Several replicas share the database (VerityServer::Options::follow_replicas): leases are
   // claimed in PostgreSQL at once (RankAndClaimItems) instead of written behind the request.
   bool shared_leases = false;
+
+  // OK when `added` keeps `live` within its limits (settings.limits, else quota_defaults);
+  // otherwise RESOURCE_EXHAUSTED naming the limit. Every handler that adds items or annotators
+  // outside ingest (which checks whole batches) asks first.
+  absl::Status CheckGrowth(const LiveProject& live, const ProjectGrowth& added) const {
+    const ProjectCounts counts = live.Counts();
+    return CheckProjectQuota(EffectiveQuota(live.settings(), quota_defaults),
+                             {counts.num_items, counts.num_annotators, counts.num_labels}, added,
+                             DenseConfusionCellsPerAnnotator(live.settings().model().method(),
+                                                             live.num_classes()));
+  }
 };
 
 }  // namespace verity::server
