@@ -885,13 +885,13 @@ TEST(DawidSkeneStartTest, LearnsToIgnoreAnnotatorsWhoOutvoteTheSkilledOnes) {
   EXPECT_LE(mv_right, (kItems - 1) * 70 / 100);
 }
 
-// crowdlayer starts with its truth network anchored to the Dawid-Skene start
-// (TruthModelOptions::Neural::ds_start_fraction); trace_reg and conal do not (their headers say
-// why). On the crowd above, where the majority vote is right on about 60% of the items,
-// crowdlayer ends above 80% (from a random start, the paper's: 52.5% at seed 5), and the
-// start's steps are counted in the fit's training steps (a quarter of the fit's). trace_reg's
-// and conal's fits are the same with or without the option.
-TEST(DawidSkeneStartTest, CrowdLayerStartsFromIt) {
+// crowdlayer and conal start with their truth network anchored to the Dawid-Skene start
+// (TruthModelOptions::Neural::ds_start_fraction); trace_reg does not (trace_reg.h says why). On
+// the crowd above, where the majority vote is right on about 60% of the items, crowdlayer ends
+// above 80% (from a random start, the paper's: 52.5% at seed 5) and conal above its random
+// start (59.5% against 53%), and the start's steps are counted in the fit's training steps (a
+// quarter of the fit's). trace_reg's fits are the same with or without the option.
+TEST(DawidSkeneStartTest, CrowdLayerAndConalStartFromIt) {
   const BiasedCrowd crowd = SkilledOutvotedByBiased();
   const AnnotationMatrix data = crowd.Matrix();
   for (const char* method : {"crowdlayer", "conal", "trace_reg"}) {
@@ -912,12 +912,13 @@ TEST(DawidSkeneStartTest, CrowdLayerStartsFromIt) {
     std::printf("%s: accuracy %.3f from the Dawid-Skene start, %.3f from a random one; steps %lld, %lld\n",
                 method, accuracy[1], accuracy[0], static_cast<long long>(steps[1]),
                 static_cast<long long>(steps[0]));
-    if (std::string(method) != "crowdlayer") {
+    if (std::string(method) == "trace_reg") {
       EXPECT_EQ(steps[1], steps[0]) << method;
       EXPECT_EQ(accuracy[1], accuracy[0]) << method;
       continue;
     }
-    EXPECT_GE(accuracy[1], 0.8);
+    EXPECT_GE(accuracy[1], std::string(method) == "crowdlayer" ? 0.8 : 0.57) << method;
+    EXPECT_GT(accuracy[1], accuracy[0]) << method;
     EXPECT_GT(steps[1], steps[0]) << method;
     EXPECT_LE(steps[1] - steps[0], steps[0] / 4 + 1) << method;
   }

@@ -22,8 +22,8 @@
 //
 // Fit. The subclass trains its CrowdNet (default: minibatch AMSGrad on the marginal
 // likelihood of every label, log Σ_k h_i[k] Q(i, a)[k, y], plus the method's regulariser and
-// the cross-entropy of h on gold items); crowdlayer starts a cold fit with h anchored to
-// Dawid-Skene's posteriors (StartsFromDawidSkene). Then, on the CPU, the base
+// the cross-entropy of h on gold items); crowdlayer and conal start a cold fit with h anchored
+// to Dawid-Skene's posteriors (StartsFromDawidSkene). Then, on the CPU, the base
 // reads every item's prior
 // and the subclass its confusion tables out of the network (ExportTables). Queries
 // (ItemPosteriorForItem, AnnotatorConfusion, ...) read those tables in plain C++: they never
@@ -174,9 +174,9 @@ class NeuralTruthModel : public TruthModel {
   // report (epochs, or EM iterations). Default: TrainMarginal(StepsForFit(...)).
   virtual int Train(CrowdNet& net, const LabelTensors& data, bool warm_start);
   // Whether a cold fit first trains with the truth network anchored to Dawid-Skene's posteriors
-  // (TruthModelOptions::Neural::ds_start_fraction): crowdlayer. lia starts its EM from the
-  // same posteriors instead (lia.h); cmm from K-means (cmm.h); trace_reg and conal as their
-  // papers do, which measured better for them (trace_reg.h, conal.h).
+  // (TruthModelOptions::Neural::ds_start_fraction): crowdlayer and conal. lia starts its EM
+  // from the same posteriors instead (lia.h); cmm from K-means (cmm.h); trace_reg as its paper
+  // does, which measured better for it (trace_reg.h).
   virtual bool StartsFromDawidSkene() const { return false; }
   // Reads the tables LogConfusion needs from `net` (on the CPU, in eval mode).
   virtual void ExportTables(CrowdNet& net) = 0;
