@@ -769,6 +769,16 @@ std::vector<BadInput> BadInputs() {
        kInvalid, "limit: must be in [0, 1000]"},
       {"TrainModelUnknownProject", [](const Stubs& s) { return TrainModel(s, "no-such-project"); },
        C::NOT_FOUND, "project \"no-such-project\" does not exist"},
+      // models.proto: TrainModel on a project without labels is FAILED_PRECONDITION.
+      {"TrainModelWithoutLabels",
+       [](const Stubs& s) {
+         const v1::Project p = NewProject();
+         if (Outcome created = CreateProject(s, p); created.code != grpc::StatusCode::OK) {
+           return created;
+         }
+         return TrainModel(s, p.name());
+       },
+       C::FAILED_PRECONDITION, "has no labels to fit yet"},
 
       // AssignmentService.
       {"SuggestItemsKZero", [](const Stubs& s) { return SuggestItems(s, SuggestItemsFor("w1", 0)); },
@@ -802,6 +812,13 @@ std::vector<BadInput> BadInputs() {
       {"SuggestAnnotatorsUnknownItem",
        [](const Stubs& s) { return SuggestAnnotators(s, SuggestAnnotatorsFor("ghost", 3)); },
        C::NOT_FOUND, "item \"ghost\" not found in project bad-input"},
+      {"SuggestAnnotatorsUnknownProject",
+       [](const Stubs& s) {
+         v1::SuggestAnnotatorsRequest request = SuggestAnnotatorsFor("i1", 3);
+         request.set_project("no-such-project");
+         return SuggestAnnotators(s, request);
+       },
+       C::NOT_FOUND, "project \"no-such-project\" does not exist"},
       {"SuggestAnnotatorsKTooLarge",
        [](const Stubs& s) { return SuggestAnnotators(s, SuggestAnnotatorsFor("i1", 5000)); },
        kInvalid, "k: 5000 not in [1, 1000]"},

@@ -266,5 +266,42 @@ TEST(LiveProjectTest, GoldItemIsClampedAndRefitIsDueAfterEnoughNewLabels) {
   EXPECT_TRUE(project->RefitDue(now, absl::Hours(1)));
 }
 
+// projects.proto: a background refit is due once max(refit_min_new_labels,
+// refit_new_label_fraction × labels) labels changed since the fit, 50 and 0.1 when unset. Each
+// project starts from a fitted version over 400 labels; labels are added one at a time, and the
+// due points are counted here from that rule.
+TEST(LiveProjectTest, RefitIsDueAtTheDocumentedThresholds) {
+  auto crowd = MakeCrowd(100, 9);
+  ASSERT_EQ(crowd.annotations.size(), 400u);
+  const absl::Time now = absl::Now();
+  // Adds new labels (each on a new item) until RefitDue; returns how many it took.
+  auto labels_until_due = [&](LiveProject& project) {
+    for (int n = 1; n <= 1000; ++n) {
+      const int32_t item = 99 + n;
+      project.ApplyCommitted({{item, absl::StrCat("new", n), 0, "w0", 1, 10000 + n, true}});
+      if (project.RefitDue(now, absl::Hours(1))) return n;
+    }
+    return -1;
+  };
+  struct Case {
+    int64_t min_new_labels;  // 0: unset
+    double fraction;         // 0: unset
+    int expected;
+  };
+  // Defaults: 10% of 449 is 44 < 50, so the 50th label. 25% of 400 + n reaches n at n = 133
+  // (0.25 × 533 = 133.25). With min 300 and 1%, the minimum rules: the 300th.
+  for (const Case& c : {Case{0, 0, 50}, Case{20, 0.25, 133}, Case{300, 0.01, 300}}) {
+    std::unique_ptr<models::TruthModel> fitted;
+    auto project = RestoreFitted(crowd, fitted);
+    v1::ProjectSettings settings;
+    settings.mutable_model()->set_refit_min_new_labels(c.min_new_labels);
+    settings.mutable_model()->set_refit_new_label_fraction(c.fraction);
+    project->SetSettings(settings);
+    EXPECT_FALSE(project->RefitDue(now, absl::Hours(1)));
+    EXPECT_EQ(labels_until_due(*project), c.expected)
+        << "min " << c.min_new_labels << ", fraction " << c.fraction;
+  }
+}
+
 }  // namespace
 }  // namespace verity::server
