@@ -33,10 +33,10 @@ class LiveProjectRefitTest : public storage::testing::PostgresTest {
  protected:
   // A project of kItems items with 4 labels each, stored in PostgreSQL (its row only: Refit
   // writes model versions) and live in memory, not yet fitted.
-  std::unique_ptr<LiveProject> CreateProject() {
+  std::unique_ptr<LiveProject> CreateProject(const v1::ProjectSettings& settings = {}) {
     storage::ProjectStore projects(&pool());
     storage::ProjectRecord record;
-    record.name = "refit";
+    record.name = absl::StrCat("refit", ++projects_created_);
     record.classes = {"a", "b", "c"};
     absl::StatusOr<storage::ProjectRecord> created = projects.CreateProject(record);
     EXPECT_THAT(created, IsOk());
@@ -65,7 +65,7 @@ class LiveProjectRefitTest : public storage::testing::PostgresTest {
     }
     gold_.assign(kItems, -1);
     absl::StatusOr<std::unique_ptr<LiveProject>> project =
-        LiveProject::Create(identity, v1::ProjectSettings(), std::move(stored));
+        LiveProject::Create(identity, settings, std::move(stored));
     EXPECT_THAT(project, IsOk());
     return project.ok() ? std::move(*project) : nullptr;
   }
@@ -118,6 +118,7 @@ class LiveProjectRefitTest : public storage::testing::PostgresTest {
     }
   }
 
+  int projects_created_ = 0;  // Each CreateProject stores a project of its own name.
   int64_t seq_ = 0;
   std::vector<models::Annotation> labels_;  // The live labels, one per pair.
   absl::flat_hash_map<std::pair<int32_t, int32_t>, size_t> label_of_pair_;  // Into labels_.
@@ -150,6 +151,26 @@ TEST_F(LiveProjectRefitTest, ChangesDuringARefitAreInThePosteriorsItPublishes) {
   // Online updates after the last refit still agree with its model.
   for (int n = 0; n < 50; ++n) CommitOneMore(*project, ++committed);
   ExpectServedEqualsFullEStep(*project);
+}
+
+// The project's ModelSettings reach the fit: a Dawid-Skene fit capped at 3 EM iterations
+// stores a version of 3 iterations, where the same fit uncapped takes more.
+TEST_F(LiveProjectRefitTest, TheIterationCapOfTheSettingsBoundsTheStoredFit) {
+  storage::ModelVersionStore versions(&pool());
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  std::unique_ptr<LiveProject> uncapped = CreateProject(settings);
+  ASSERT_NE(uncapped, nullptr);
+  absl::StatusOr<LiveProject::RefitResult> free_fit = uncapped->Refit(versions);
+  ASSERT_THAT(free_fit, IsOk());
+  EXPECT_GT(free_fit->version.iterations, 3);
+  settings.mutable_model()->set_max_iterations(3);
+  std::unique_ptr<LiveProject> capped = CreateProject(settings);
+  ASSERT_NE(capped, nullptr);
+  absl::StatusOr<LiveProject::RefitResult> capped_fit = capped->Refit(versions);
+  ASSERT_THAT(capped_fit, IsOk());
+  EXPECT_EQ(capped_fit->version.method, "ds");
+  EXPECT_EQ(capped_fit->version.iterations, 3);
 }
 
 // A replica follower is notified of every stored version, the server's own included, and may

@@ -266,6 +266,31 @@ TEST(LiveProjectTest, GoldItemIsClampedAndRefitIsDueAfterEnoughNewLabels) {
   EXPECT_TRUE(project->RefitDue(now, absl::Hours(1)));
 }
 
+// projects.proto's ModelSettings reach the fit's options: each set field replaces the model's
+// default, and 0 (or an empty calibration) keeps it.
+TEST(LiveProjectTest, ModelSettingsBecomeTheFitsOptions) {
+  const models::TruthModelOptions defaults;
+  const models::TruthModelOptions unset = ModelOptionsFromSettings(v1::ModelSettings());
+  EXPECT_EQ(unset.confusion_smoothing, defaults.confusion_smoothing);
+  EXPECT_EQ(unset.prior_smoothing, defaults.prior_smoothing);
+  EXPECT_EQ(unset.max_iterations, defaults.max_iterations);
+  EXPECT_EQ(unset.tolerance, defaults.tolerance);
+  EXPECT_EQ(unset.calibration, defaults.calibration);
+  EXPECT_EQ(defaults.max_iterations, 100);  // "0 = default (100)"
+  v1::ModelSettings settings;
+  settings.set_confusion_smoothing(0.7);
+  settings.set_prior_smoothing(3.5);
+  settings.set_max_iterations(7);
+  settings.set_tolerance(0.02);
+  settings.set_calibration("none");
+  const models::TruthModelOptions set = ModelOptionsFromSettings(settings);
+  EXPECT_EQ(set.confusion_smoothing, 0.7);
+  EXPECT_EQ(set.prior_smoothing, 3.5);
+  EXPECT_EQ(set.max_iterations, 7);
+  EXPECT_EQ(set.tolerance, 0.02);
+  EXPECT_EQ(set.calibration, "none");
+}
+
 // projects.proto: a background refit is due once max(refit_min_new_labels,
 // refit_new_label_fraction × labels) labels changed since the fit, 50 and 0.1 when unset. Each
 // project starts from a fitted version over 400 labels; labels are added one at a time, and the
