@@ -1,6 +1,7 @@
 #include "server/assignment/item_assigner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <thread>
@@ -138,6 +139,61 @@ TEST(ItemAssignerTest, UniformPolicyPicksTheFewestLabelledItems) {
   rules.policy = v1::ASSIGNMENT_POLICY_UNIFORM;
   auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 2, std::nullopt, kNow, 9);
   EXPECT_THAT(Items(ranked), ElementsAre(3, 1));  // 0 labels, then 1 label
+}
+
+// projects.proto: UNCERTAINTY sends the items of highest posterior entropy first, whoever
+// asks (the entropies are computed here from the served posteriors). The asker's own items
+// are still left out.
+TEST(ItemAssignerTest, UncertaintyPolicyRanksByPosteriorEntropyWhoeverAsks) {
+  auto project = MakeProject();
+  AssignmentRules rules;
+  rules.policy = v1::ASSIGNMENT_POLICY_UNCERTAINTY;
+  const auto snapshot = project->snapshot();
+  auto entropy = [&](int32_t item) {
+    double h = 0;
+    for (double p : snapshot->posteriors.probabilities(item)) h -= p > 0 ? p * std::log(p) : 0;
+    return h;
+  };
+  for (int32_t annotator : {-1, 2}) {
+    auto ranked = RankItemsForAnnotator(*project, *snapshot, rules, annotator, 10, std::nullopt,
+                                        kNow, 5);
+    // Every item but the gold one (4), and but the asker's own (a2 labelled item 0).
+    const std::vector<int32_t> open = annotator == 2 ? std::vector<int32_t>{1, 2, 3}
+                                                     : std::vector<int32_t>{0, 1, 2, 3};
+    std::vector<int32_t> items = Items(ranked);
+    std::vector<int32_t> sorted = items;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, open) << annotator;
+    for (size_t r = 1; r < items.size(); ++r) {
+      EXPECT_GE(entropy(items[r - 1]), entropy(items[r]) - 1e-12)
+          << "annotator " << annotator << ": item " << items[r - 1] << " before " << items[r];
+    }
+    // Items 2 (one label each way) and 3 (none) are at 50/50: first, in either order.
+    ASSERT_GE(items.size(), 2u);
+    EXPECT_THAT(std::vector<int32_t>(items.begin(), items.begin() + 2),
+                ::testing::UnorderedElementsAre(2, 3));
+  }
+}
+
+// projects.proto: RANDOM picks an open item uniformly at random (by the request's seed). Over
+// 400 seeds each of the 4 open items comes first about 100 times (a binomial's standard
+// deviation is 8.7; the bounds are 4.6 of them), and the gold item never.
+TEST(ItemAssignerTest, RandomPolicyPicksEachOpenItemAboutEquallyOften) {
+  auto project = MakeProject();
+  AssignmentRules rules;
+  rules.policy = v1::ASSIGNMENT_POLICY_RANDOM;
+  std::map<int32_t, int> first;
+  for (uint64_t seed = 1; seed <= 400; ++seed) {
+    auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, -1, 1,
+                                        std::nullopt, kNow, seed);
+    ASSERT_EQ(ranked.size(), 1u);
+    ++first[ranked[0].item];
+  }
+  EXPECT_EQ(first.count(4), 0u);
+  for (int32_t item = 0; item < 4; ++item) {
+    EXPECT_GE(first[item], 60) << item;
+    EXPECT_LE(first[item], 140) << item;
+  }
 }
 
 TEST(ItemAssignerTest, SuggestAnnotatorsSkipsThoseWhoLabelledTheItem) {
