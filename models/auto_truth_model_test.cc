@@ -236,6 +236,45 @@ TEST(AutoTruthModelTest, AWrongDsIsReplacedWithAndWithoutGold) {
   EXPECT_GT(ScoreOf(with_gold->choice(), with_gold->choice().method).accuracy, 0.75);  // 3 votes at 0.8: 0.896 expected
 }
 
+// Above kMaxSelectionLabels labels selection runs on every n-th item, renumbered, with the gold
+// of those items (auto_truth_model.h). The case above at 210,000 labels (70,000 items, so every
+// 2nd item): the gold cross-validation still scores the wrong ds below 0.5 and the others near
+// 3 votes' 0.896, which it could not if an item's gold were paired with another item's labels;
+// the served model, fitted on every item, gets them right as often.
+TEST(AutoTruthModelTest, SelectionOnASubsampleOfALargeProjectKeepsEachItemsGold) {
+  AutoTruthModel::CandidateFactory factory =
+      [](std::string_view method, int32_t k,
+         const TruthModelOptions& options) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    absl::StatusOr<std::unique_ptr<TruthModel>> model =
+        CreateUncalibratedTruthModel(method, k, options);
+    if (!model.ok() || method != "ds") return model;
+    return std::unique_ptr<TruthModel>(std::make_unique<SwappedModel>(*std::move(model)));
+  };
+  SyntheticCrowdSpec spec;
+  spec.num_items = 70'000;
+  spec.labels_per_item = 3;
+  for (int a = 0; a < 6; ++a) spec.confusions.push_back(SymmetricConfusion(2, 0.8));
+  SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  ASSERT_GT(crowd.matrix.num_labels(), AutoTruthModel::kMaxSelectionLabels);
+  std::vector<int32_t> gold(crowd.truth.size(), -1);
+  for (size_t i = 0; i < gold.size(); i += 6) gold[i] = crowd.truth[i];
+  std::unique_ptr<AutoTruthModel> model = MakeAuto(2, factory);
+  ASSERT_THAT(model->Fit(crowd.matrix, gold, false), IsOk());
+  EXPECT_EQ(model->choice().criterion, "gold_cv");
+  EXPECT_NE(model->choice().method, "ds");
+  EXPECT_LT(ScoreOf(model->choice(), "ds").accuracy, 0.5);
+  EXPECT_GT(ScoreOf(model->choice(), model->choice().method).accuracy, 0.85);
+  // Served: every item, the gold ones clamped; count the others against the truth.
+  const std::vector<double> posteriors = AllPosteriors(*model, crowd.matrix, gold);
+  int64_t right = 0, scored = 0;
+  for (int32_t i = 0; i < crowd.matrix.num_items(); ++i) {
+    if (gold[i] >= 0) continue;
+    ++scored;
+    right += (posteriors[2 * i + 1] > posteriors[2 * i]) == (crowd.truth[i] == 1) ? 1 : 0;
+  }
+  EXPECT_GT(static_cast<double>(right) / scored, 0.85);
+}
+
 TEST(AutoTruthModelTest, GoldCrossValidationNeverScoresGoldTheFitSaw) {
   // "mv" memorises the gold it is fitted with: if a fold's gold reached the fit that scores
   // it, mv would score 100 % and be chosen. The crowd (3 labels from annotators of mixed
