@@ -162,6 +162,42 @@ TEST_F(IsolationTest, EveryAnnotatorComesAPageAtATime) {
   EXPECT_TRUE(absl::StartsWith(status.error_message(), "page_token")) << status.error_message();
 }
 
+// truth.proto: a page_size of 0 means 1,000 for ListPosteriors (items in creation order) and
+// for GetAnnotatorProfiles without ids. 2,500 items and annotators: pages of 1,000, 1,000, 500.
+TEST_F(IsolationTest, APageSizeOfZeroMeansAThousand) {
+  CreateProjectWithAnnotators("default-pages", 2, 2500);
+  std::vector<int> posterior_pages;
+  std::vector<std::string> items;
+  v1::ListPosteriorsRequest list;
+  list.set_project("default-pages");
+  do {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::ListPosteriorsResponse page;
+    ASSERT_TRUE(v1::TruthService::NewStub(channel_)->ListPosteriors(&context, list, &page).ok());
+    posterior_pages.push_back(page.posteriors_size());
+    for (const v1::Posterior& p : page.posteriors()) items.push_back(p.item());
+    list.set_page_token(page.next_page_token());
+    ASSERT_LT(posterior_pages.size(), 10u);
+  } while (!list.page_token().empty());
+  EXPECT_EQ(posterior_pages, (std::vector<int>{1000, 1000, 500}));
+  ASSERT_EQ(items.size(), 2500u);
+  for (int i = 0; i < 2500; ++i) ASSERT_EQ(items[i], absl::StrCat("i", i)) << i;
+
+  std::vector<int> profile_pages;
+  v1::GetAnnotatorProfilesRequest profiles;
+  profiles.set_project("default-pages");
+  profiles.set_confusion_detail(v1::CONFUSION_DETAIL_NONE);
+  do {
+    v1::GetAnnotatorProfilesResponse page;
+    ASSERT_TRUE(Profiles(profiles, &page).ok());
+    profile_pages.push_back(page.profiles_size());
+    profiles.set_page_token(page.next_page_token());
+    ASSERT_LT(profile_pages.size(), 10u);
+  } while (!profiles.page_token().empty());
+  EXPECT_EQ(profile_pages, (std::vector<int>{1000, 1000, 500}));
+}
+
 TEST_F(IsolationTest, AResponseOverTheSizeLimitIsRefusedBeforeItIsBuilt) {
   // 256 classes: each matrix is 512 KiB, so 200 of them are about 105 MB.
   CreateProjectWithAnnotators("wide", 256, 200);
