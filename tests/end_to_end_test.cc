@@ -824,6 +824,57 @@ TEST_F(EndToEndTest, ACandidateSentTwiceIsSuggestedOnce) {
   EXPECT_EQ(items, (std::set<std::string>{data.item_ids[0], data.item_ids[1]}));
 }
 
+// projects.proto: a suggestion reserves a slot on its item for lease_seconds, and
+// assignment.proto's lease_expires_at says until when; once it expires the slot is free. One
+// unlabelled item, at most 1 label per item, leases of 2 s.
+TEST_F(EndToEndTest, ASuggestionHoldsItsSlotForLeaseSecondsThenFreesIt) {
+  ASSERT_TRUE(CreateProject("leases", {"no", "yes"}).ok());
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project("leases");
+    request.mutable_settings()->mutable_assignment()->set_max_labels_per_item(1);
+    request.mutable_settings()->mutable_assignment()->set_lease_seconds(2);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(projects_->UpdateProjectSettings(&context, request, &response).ok());
+    v1::AddItemsRequest items;
+    items.set_project("leases");
+    items.add_items()->set_id("only");
+    v1::AddItemsResponse added;
+    grpc::ClientContext add_context;
+    add_context.set_deadline(Deadline());
+    ASSERT_TRUE(projects_->AddItems(&add_context, items, &added).ok());
+  }
+  auto assignment = v1::AssignmentService::NewStub(channel_);
+  auto suggest = [&](const std::string& annotator) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::SuggestItemsRequest request;
+    request.set_project("leases");
+    request.set_annotator(annotator);
+    request.set_k(1);
+    v1::SuggestItemsResponse response;
+    EXPECT_TRUE(assignment->SuggestItems(&context, request, &response).ok());
+    return response;
+  };
+  const absl::Time asked = absl::Now();
+  v1::SuggestItemsResponse first = suggest("a");
+  ASSERT_EQ(first.suggestions_size(), 1);
+  EXPECT_EQ(first.suggestions(0).item(), "only");
+  const absl::Time expires =
+      absl::FromUnixSeconds(first.suggestions(0).lease_expires_at().seconds()) +
+      absl::Nanoseconds(first.suggestions(0).lease_expires_at().nanos());
+  EXPECT_GE(expires, asked + absl::Seconds(2) - absl::Milliseconds(50));
+  EXPECT_LE(expires, absl::Now() + absl::Seconds(2) + absl::Milliseconds(50));
+  // The only slot is leased to a: b gets nothing until the lease expires.
+  EXPECT_EQ(suggest("b").suggestions_size(), 0);
+  absl::SleepFor(expires - absl::Now() + absl::Milliseconds(300));
+  v1::SuggestItemsResponse later = suggest("b");
+  ASSERT_EQ(later.suggestions_size(), 1);
+  EXPECT_EQ(later.suggestions(0).item(), "only");
+}
+
 TEST_F(EndToEndTest, UnknownProjectIsNotFound) {
   grpc::ClientContext context;
   context.set_deadline(Deadline());
