@@ -11,6 +11,7 @@
 #include <set>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -873,6 +874,34 @@ TEST_F(EndToEndTest, ASuggestionHoldsItsSlotForLeaseSecondsThenFreesIt) {
   v1::SuggestItemsResponse later = suggest("b");
   ASSERT_EQ(later.suggestions_size(), 1);
   EXPECT_EQ(later.suggestions(0).item(), "only");
+}
+
+// models.proto: TrainModel waits for a fit in progress first. Four calls at once on one
+// project (relevance, 97k labels: its fit takes long enough to overlap) all succeed, none with
+// "a fit of this project is running", and they agree on one stored version.
+TEST_F(EndToEndTest, TrainModelCallsAtOnceWaitForEachOther) {
+  models::CsvDataset data = LoadDataset("relevance");
+  ASSERT_TRUE(CreateProject("together", data.class_names, 0, v1::TRUTH_METHOD_DAWID_SKENE).ok());
+  SubmitDataset("together", data, 5000);
+  std::vector<grpc::Status> statuses(4);
+  std::vector<int32_t> versions(4, 0);
+  std::vector<std::thread> calls;
+  for (int c = 0; c < 4; ++c) {
+    calls.emplace_back([&, c] {
+      grpc::ClientContext context;
+      context.set_deadline(Deadline());
+      v1::TrainModelRequest request;
+      request.set_project("together");
+      v1::TrainModelResponse response;
+      statuses[c] = models_->TrainModel(&context, request, &response);
+      versions[c] = response.version().version();
+    });
+  }
+  for (std::thread& t : calls) t.join();
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_TRUE(statuses[c].ok()) << c << ": " << statuses[c].error_message();
+    EXPECT_EQ(versions[c], 1) << c;
+  }
 }
 
 TEST_F(EndToEndTest, UnknownProjectIsNotFound) {
