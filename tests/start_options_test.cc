@@ -92,6 +92,30 @@ absl::StatusOr<Health> CheckHealth(const ServerProcess& server, const std::strin
 
 constexpr char kProjectsLoaded[] = "verity.v1.ProjectsLoaded";
 
+// README: --auth=auto (the default) turns authentication on when the server listens beyond
+// loopback, and leaves it off on localhost. The same calls without a key: refused on
+// 0.0.0.0 (plaintext allowed there by --insecure), answered on localhost.
+TEST(StartOptionsTest, ByDefaultAuthenticationIsOnExactlyWhenListeningBeyondLoopback) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-auth-auto");
+  ASSERT_NE(postgres, nullptr);
+  {
+    ServerProcess open_to_all(RunfilePath("server/verity_server"), postgres->dir(),
+                              {"--metrics_port=0", "--postgres_url=" + postgres->url(),
+                               "--listen=0.0.0.0:0", "--insecure",
+                               "--admin_key_file=" + postgres->dir() + "/admin.key"});
+    ASSERT_TRUE(open_to_all.Start().ok()) << Log(open_to_all);
+    absl::StatusOr<std::vector<v1::Project>> listed = ClientOf(open_to_all).ListProjects();
+    EXPECT_TRUE(absl::IsUnauthenticated(listed.status())) << listed.status();
+    ASSERT_TRUE(open_to_all.Stop().ok());
+  }
+  ServerProcess local(RunfilePath("server/verity_server"), postgres->dir(),
+                      {"--metrics_port=0", "--postgres_url=" + postgres->url()});
+  ASSERT_TRUE(local.Start().ok()) << Log(local);
+  absl::StatusOr<std::vector<v1::Project>> listed = ClientOf(local).ListProjects();
+  EXPECT_TRUE(listed.ok()) << listed.status();
+  ASSERT_TRUE(local.Stop().ok());
+}
+
 TEST(StartOptionsTest, ByDefaultTheServerAnswersBeforeItsStoredProjectsHaveLoaded) {
   std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-load-default");
   ASSERT_NE(postgres, nullptr);
