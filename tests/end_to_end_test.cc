@@ -904,6 +904,28 @@ TEST_F(EndToEndTest, TrainModelCallsAtOnceWaitForEachOther) {
   }
 }
 
+// ingest.proto: an empty batch is acknowledged, with nothing accepted and no error; the
+// stream goes on.
+TEST_F(EndToEndTest, AnEmptyBatchIsAcknowledgedWithNothingAccepted) {
+  ASSERT_TRUE(CreateProject("empty-batch", {"no", "yes"}).ok());
+  v1::AnnotationBatch empty;
+  empty.set_batch_id(1);
+  empty.set_project("empty-batch");
+  v1::AnnotationBatch one;
+  one.set_batch_id(2);
+  v1::Annotation* a = one.add_annotations();
+  a->set_item("i");
+  a->set_annotator("w");
+  a->set_label(1);
+  std::vector<v1::BatchAck> acks = Submit({empty, one});
+  ASSERT_EQ(acks.size(), 2u);
+  EXPECT_EQ(acks[0].batch_id(), 1u);
+  EXPECT_EQ(acks[0].error_code(), 0) << acks[0].error_message();
+  EXPECT_EQ(acks[0].accepted(), 0);
+  EXPECT_EQ(acks[1].batch_id(), 2u);
+  EXPECT_EQ(acks[1].accepted(), 1);
+}
+
 TEST_F(EndToEndTest, UnknownProjectIsNotFound) {
   grpc::ClientContext context;
   context.set_deadline(Deadline());
