@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/grpc_status.h"
+#include "server/api/proto_time.h"
 #include "server/api/validation.h"
 #include "server/assignment/item_assigner.h"
 
@@ -90,14 +91,13 @@ grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext* context,
     for (const ItemSuggestion& s : ranked) leases.push_back({s.item, *annotator, expires});
     core_.lease_persister->Enqueue(live.identity().project_id, std::move(leases));
   }
-  const int64_t expiry_seconds = absl::ToUnixSeconds(expires);
   for (const ItemSuggestion& s : ranked) {
     v1::ItemSuggestion* out = response->add_suggestions();
     std::vector<std::string> id = live.ItemIds(s.item, 1);
     out->set_item(id.empty() ? "" : id[0]);
     out->set_score(s.gain);
     out->set_p_correct(s.p_correct);
-    out->mutable_lease_expires_at()->set_seconds(expiry_seconds);
+    SetTimestamp(expires, out->mutable_lease_expires_at());
   }
   return grpc::Status::OK;
 }

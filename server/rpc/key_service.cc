@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/api/grpc_status.h"
+#include "server/api/proto_time.h"
 #include "server/auth/auth_interceptor.h"
 
 namespace verity::server {
@@ -31,12 +32,6 @@ v1::Role RoleToProto(const std::string& name) {
     case Role::kAdmin: return v1::ROLE_ADMIN;
   }
   return v1::ROLE_UNSPECIFIED;
-}
-
-void SetTimestamp(absl::Time t, google::protobuf::Timestamp* out) {
-  const int64_t seconds = absl::ToUnixSeconds(t);
-  out->set_seconds(seconds);
-  out->set_nanos(static_cast<int32_t>(absl::ToInt64Nanoseconds(t - absl::FromUnixSeconds(seconds))));
 }
 
 void KeyToProto(const storage::ApiKeyRecord& record, v1::ApiKey* out) {

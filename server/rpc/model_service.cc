@@ -4,6 +4,7 @@
 #include "models/auto_truth_model.h"
 #include "models/calibrated_truth_model.h"
 #include "server/api/grpc_status.h"
+#include "server/api/proto_time.h"
 #include "server/api/validation.h"
 
 namespace verity::server {
@@ -17,7 +18,7 @@ void FillVersion(const storage::ModelVersionRecord& record, v1::ModelVersion* ou
   out->set_log_likelihood(record.log_likelihood);
   out->set_iterations(record.iterations);
   out->set_duration_ms(record.duration_ms);
-  out->mutable_created_at()->set_seconds(absl::ToUnixSeconds(record.created_at));
+  SetTimestamp(record.created_at, out->mutable_created_at());
 }
 
 }  // namespace

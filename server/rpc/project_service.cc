@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/grpc_status.h"
+#include "server/api/proto_time.h"
 #include "server/api/validation.h"
 
 namespace verity::server {
@@ -19,10 +20,7 @@ v1::Project ProjectToProto(const LiveProject& project) {
   out.set_item_feature_dim(id.item_feature_dim);
   out.set_annotator_feature_dim(id.annotator_feature_dim);
   *out.mutable_settings() = project.settings();
-  const int64_t seconds = absl::ToUnixSeconds(id.created_at);
-  out.mutable_created_at()->set_seconds(seconds);
-  out.mutable_created_at()->set_nanos(static_cast<int32_t>(
-      absl::ToInt64Nanoseconds(id.created_at - absl::FromUnixSeconds(seconds))));
+  SetTimestamp(id.created_at, out.mutable_created_at());
   ProjectCounts counts = project.Counts();
   out.set_num_items(counts.num_items);
   out.set_num_annotators(counts.num_annotators);
@@ -37,10 +35,7 @@ v1::Project ProjectToProto(const storage::ProjectRecord& record, const ProjectCo
   out.set_item_feature_dim(record.item_feature_dim);
   out.set_annotator_feature_dim(record.annotator_feature_dim);
   out.mutable_settings()->ParseFromString(record.settings);
-  const int64_t seconds = absl::ToUnixSeconds(record.created_at);
-  out.mutable_created_at()->set_seconds(seconds);
-  out.mutable_created_at()->set_nanos(static_cast<int32_t>(
-      absl::ToInt64Nanoseconds(record.created_at - absl::FromUnixSeconds(seconds))));
+  SetTimestamp(record.created_at, out.mutable_created_at());
   out.set_num_items(counts.num_items);
   out.set_num_annotators(counts.num_annotators);
   out.set_num_labels(counts.num_labels);
