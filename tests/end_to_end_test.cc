@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <iostream>
@@ -876,13 +877,22 @@ TEST_F(EndToEndTest, ASuggestionHoldsItsSlotForLeaseSecondsThenFreesIt) {
   EXPECT_EQ(later.suggestions(0).item(), "only");
 }
 
-// models.proto: TrainModel waits for a fit in progress first. Four calls at once on one
-// project (relevance, 97k labels: its fit takes long enough to overlap) all succeed, none with
-// "a fit of this project is running", and they agree on one stored version.
+// models.proto: TrainModel waits for a fit in progress first. The first fit is held for a
+// second once it has its project (before_fit_for_testing), so the other three calls arrive
+// while it runs: all four succeed, none with "a fit of this project is running", with one
+// fit between them and one stored version.
 TEST_F(EndToEndTest, TrainModelCallsAtOnceWaitForEachOther) {
-  models::CsvDataset data = LoadDataset("relevance");
+  StopServer();
+  std::atomic<int> fits{0};
+  server::TrainingScheduler::Options training;
+  training.run_in_background = false;
+  training.before_fit_for_testing = [&](const server::LiveProject&) {
+    if (fits.fetch_add(1) == 0) absl::SleepFor(absl::Seconds(1));
+  };
+  StartServer(training);
+  models::CsvDataset data = LoadDataset("bluebirds");
   ASSERT_TRUE(CreateProject("together", data.class_names, 0, v1::TRUTH_METHOD_DAWID_SKENE).ok());
-  SubmitDataset("together", data, 5000);
+  SubmitDataset("together", data);
   std::vector<grpc::Status> statuses(4);
   std::vector<int32_t> versions(4, 0);
   std::vector<std::thread> calls;
@@ -902,6 +912,7 @@ TEST_F(EndToEndTest, TrainModelCallsAtOnceWaitForEachOther) {
     EXPECT_TRUE(statuses[c].ok()) << c << ": " << statuses[c].error_message();
     EXPECT_EQ(versions[c], 1) << c;
   }
+  EXPECT_EQ(fits.load(), 1);
 }
 
 // ingest.proto: an empty batch is acknowledged, with nothing accepted and no error; the

@@ -176,16 +176,17 @@ TEST(ItemAssignerTest, UncertaintyPolicyRanksByPosteriorEntropyWhoeverAsks) {
 }
 
 // projects.proto: RANDOM picks an open item uniformly at random (by the request's seed). Over
-// 400 seeds each of the 4 open items comes first about 100 times (a binomial's standard
+// 400 seeds, spread over 64 bits (consecutive ones would cycle through the 4 items whatever
+// the mixing), each of the 4 open items comes first about 100 times (a binomial's standard
 // deviation is 8.7; the bounds are 4.6 of them), and the gold item never.
 TEST(ItemAssignerTest, RandomPolicyPicksEachOpenItemAboutEquallyOften) {
   auto project = MakeProject();
   AssignmentRules rules;
   rules.policy = v1::ASSIGNMENT_POLICY_RANDOM;
   std::map<int32_t, int> first;
-  for (uint64_t seed = 1; seed <= 400; ++seed) {
+  for (uint64_t s = 1; s <= 400; ++s) {
     auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, -1, 1,
-                                        std::nullopt, kNow, seed);
+                                        std::nullopt, kNow, s * 0x9E3779B97F4A7C15ull);
     ASSERT_EQ(ranked.size(), 1u);
     ++first[ranked[0].item];
   }

@@ -311,6 +311,10 @@ class LiveProject {
     double publish_ms = 0;      // every posterior recomputed and swapped in (under the lock)
   };
   //
+  // A version adopted while the fit ran (AdoptVersion: a replica follower, notified of this
+  // fit's own stored version or of a newer one) is not published over: the result is still
+  // the version this fit stored, which is then served only if it is the adopted one.
+  //
   // `job`: the training job this fit runs for (a worker process); the version is stored only if
   // the worker still owns the job, which it ends in the same transaction (ABORTED otherwise).
   absl::StatusOr<RefitResult> Refit(

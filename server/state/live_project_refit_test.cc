@@ -33,7 +33,11 @@ class LiveProjectRefitTest : public storage::testing::PostgresTest {
  protected:
   // A project of kItems items with 4 labels each, stored in PostgreSQL (its row only: Refit
   // writes model versions) and live in memory, not yet fitted.
+  // Each call starts the expected labels (labels_, label_of_pair_, gold_) afresh.
   std::unique_ptr<LiveProject> CreateProject(const v1::ProjectSettings& settings = {}) {
+    labels_.clear();
+    label_of_pair_.clear();
+    seq_ = 0;
     storage::ProjectStore projects(&pool());
     storage::ProjectRecord record;
     record.name = absl::StrCat("refit", ++projects_created_);
@@ -64,8 +68,17 @@ class LiveProjectRefitTest : public storage::testing::PostgresTest {
       labels_.push_back(a);
     }
     gold_.assign(kItems, -1);
+    last_ = {identity, settings, stored};
     absl::StatusOr<std::unique_ptr<LiveProject>> project =
         LiveProject::Create(identity, settings, std::move(stored));
+    EXPECT_THAT(project, IsOk());
+    return project.ok() ? std::move(*project) : nullptr;
+  }
+
+  // The last created project live a second time, as another server replica holds it.
+  std::unique_ptr<LiveProject> ReplicaOfLastProject() {
+    absl::StatusOr<std::unique_ptr<LiveProject>> project =
+        LiveProject::Create(last_.identity, last_.settings, last_.stored);
     EXPECT_THAT(project, IsOk());
     return project.ok() ? std::move(*project) : nullptr;
   }
@@ -119,6 +132,11 @@ class LiveProjectRefitTest : public storage::testing::PostgresTest {
   }
 
   int projects_created_ = 0;  // Each CreateProject stores a project of its own name.
+  struct {
+    LiveProject::Identity identity;
+    v1::ProjectSettings settings;
+    LiveProject::StoredState stored;
+  } last_;  // What the last CreateProject made its project from.
   int64_t seq_ = 0;
   std::vector<models::Annotation> labels_;  // The live labels, one per pair.
   absl::flat_hash_map<std::pair<int32_t, int32_t>, size_t> label_of_pair_;  // Into labels_.
@@ -196,6 +214,36 @@ TEST_F(LiveProjectRefitTest, AVersionAdoptedBeforeItsOwnRefitPublishesItKeepsThe
   for (int n = 1; n <= 3; ++n) CommitOneMore(*project, n);
   EXPECT_EQ(project->Counts().labels_since_version, 3);
   ExpectServedEqualsFullEStep(*project);
+}
+
+// Another replica's version, older than this fit's, adopted between this fit's store and its
+// publish: the fit's own (newer) version is published, and the labels since it are counted
+// against it. The replica fitted the same labels, so none are outstanding; 3 more are 3.
+TEST_F(LiveProjectRefitTest, AnOlderVersionAdoptedDuringARefitLeavesTheCountsToTheNewer) {
+  std::unique_ptr<LiveProject> project = CreateProject();
+  ASSERT_NE(project, nullptr);
+  std::unique_ptr<LiveProject> replica = ReplicaOfLastProject();
+  ASSERT_NE(replica, nullptr);
+  storage::ModelVersionStore versions(&pool());
+  // The replica's version is stored first; this project's fit, started before it could see
+  // it, adopts it from the hook, after storing its own.
+  absl::StatusOr<LiveProject::RefitResult> replicas_fit = replica->Refit(versions);
+  ASSERT_THAT(replicas_fit, IsOk());
+  bool adopted = false;
+  project->SetAfterVersionStoredForTesting([&](const storage::ModelVersionRecord& stored) {
+    EXPECT_GT(stored.version, replicas_fit->version.version);
+    absl::StatusOr<bool> adoption = project->AdoptVersion(replicas_fit->version);
+    ASSERT_THAT(adoption, IsOk());
+    adopted = *adoption;
+  });
+  absl::StatusOr<LiveProject::RefitResult> refit = project->Refit(versions);
+  ASSERT_THAT(refit, IsOk());
+  EXPECT_TRUE(adopted);
+  EXPECT_EQ(project->model_version(), refit->version.version);
+  EXPECT_EQ(project->Counts().labels_since_version, 0);
+  ExpectServedEqualsFullEStep(*project);
+  for (int n = 1; n <= 3; ++n) CommitOneMore(*project, n);
+  EXPECT_EQ(project->Counts().labels_since_version, 3);
 }
 
 }  // namespace
