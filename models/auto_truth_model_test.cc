@@ -205,21 +205,30 @@ TEST(AutoTruthModelTest, ClassDependentConfusionsWithoutGoldChooseDsByHeldOutLab
   EXPECT_THAT(choice.reason, HasSubstr("one_coin"));
 }
 
-TEST(AutoTruthModelTest, AWrongDsIsReplacedWithAndWithoutGold) {
-  // "ds" is replaced by a model serving the swapped classes; every other candidate is right.
-  AutoTruthModel::CandidateFactory factory =
-      [](std::string_view method, int32_t k,
-         const TruthModelOptions& options) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+// Candidates as usual, but "ds" serves the swapped classes: every other candidate is right.
+AutoTruthModel::CandidateFactory FactoryWithDsSwapped() {
+  return [](std::string_view method, int32_t k,
+            const TruthModelOptions& options) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
     absl::StatusOr<std::unique_ptr<TruthModel>> model =
         CreateUncalibratedTruthModel(method, k, options);
     if (!model.ok() || method != "ds") return model;
     return std::unique_ptr<TruthModel>(std::make_unique<SwappedModel>(*std::move(model)));
   };
+}
+
+// `items` binary items, 3 labels each from 6 annotators right 80 % of the time.
+SyntheticCrowd ThreeVotesAtEightyPercent(int32_t items) {
   SyntheticCrowdSpec spec;
-  spec.num_items = 600;
+  spec.num_items = items;
   spec.labels_per_item = 3;
   for (int a = 0; a < 6; ++a) spec.confusions.push_back(SymmetricConfusion(2, 0.8));
-  SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  return GenerateSyntheticCrowd(spec);
+}
+
+TEST(AutoTruthModelTest, AWrongDsIsReplacedWithAndWithoutGold) {
+  // "ds" is replaced by a model serving the swapped classes; every other candidate is right.
+  AutoTruthModel::CandidateFactory factory = FactoryWithDsSwapped();
+  SyntheticCrowd crowd = ThreeVotesAtEightyPercent(600);
 
   std::unique_ptr<AutoTruthModel> no_gold = MakeAuto(2, factory);
   ASSERT_THAT(no_gold->Fit(crowd.matrix, {}, false), IsOk());
@@ -242,19 +251,8 @@ TEST(AutoTruthModelTest, AWrongDsIsReplacedWithAndWithoutGold) {
 // 3 votes' 0.896, which it could not if an item's gold were paired with another item's labels;
 // the served model, fitted on every item, gets them right as often.
 TEST(AutoTruthModelTest, SelectionOnASubsampleOfALargeProjectKeepsEachItemsGold) {
-  AutoTruthModel::CandidateFactory factory =
-      [](std::string_view method, int32_t k,
-         const TruthModelOptions& options) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
-    absl::StatusOr<std::unique_ptr<TruthModel>> model =
-        CreateUncalibratedTruthModel(method, k, options);
-    if (!model.ok() || method != "ds") return model;
-    return std::unique_ptr<TruthModel>(std::make_unique<SwappedModel>(*std::move(model)));
-  };
-  SyntheticCrowdSpec spec;
-  spec.num_items = 70'000;
-  spec.labels_per_item = 3;
-  for (int a = 0; a < 6; ++a) spec.confusions.push_back(SymmetricConfusion(2, 0.8));
-  SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  AutoTruthModel::CandidateFactory factory = FactoryWithDsSwapped();
+  SyntheticCrowd crowd = ThreeVotesAtEightyPercent(70'000);
   ASSERT_GT(crowd.matrix.num_labels(), AutoTruthModel::kMaxSelectionLabels);
   std::vector<int32_t> gold(crowd.truth.size(), -1);
   for (size_t i = 0; i < gold.size(); i += 6) gold[i] = crowd.truth[i];

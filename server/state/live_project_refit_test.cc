@@ -4,6 +4,7 @@
 // Whatever the interleaving, the served posteriors must equal the full E-step of the served
 // model over every live label.
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -131,6 +132,31 @@ class LiveProjectRefitTest : public storage::testing::PostgresTest {
     }
   }
 
+  // Refits `project` and, between the fit's store and its publish, adopts the version that
+  // `to_adopt` gives for the stored one (as a replica follower may). Then what must hold
+  // whichever version that was, if not newer: the fit's own version is served, no label is
+  // outstanding, 3 more labels are 3, and the served posteriors are the full E-step's.
+  void RefitAdoptingMidway(
+      LiveProject& project, storage::ModelVersionStore& versions,
+      const std::function<storage::ModelVersionRecord(const storage::ModelVersionRecord&)>&
+          to_adopt) {
+    bool adopted = false;
+    project.SetAfterVersionStoredForTesting([&](const storage::ModelVersionRecord& stored) {
+      absl::StatusOr<bool> adoption = project.AdoptVersion(to_adopt(stored));
+      ASSERT_THAT(adoption, IsOk());
+      adopted = *adoption;
+    });
+    absl::StatusOr<LiveProject::RefitResult> refit = project.Refit(versions);
+    ASSERT_THAT(refit, IsOk());
+    EXPECT_TRUE(adopted);
+    EXPECT_EQ(project.model_version(), refit->version.version);
+    EXPECT_EQ(project.Counts().labels_since_version, 0);
+    ExpectServedEqualsFullEStep(project);
+    for (int n = 1; n <= 3; ++n) CommitOneMore(project, n);
+    EXPECT_EQ(project.Counts().labels_since_version, 3);
+    ExpectServedEqualsFullEStep(project);
+  }
+
   int projects_created_ = 0;  // Each CreateProject stores a project of its own name.
   struct {
     LiveProject::Identity identity;
@@ -199,21 +225,8 @@ TEST_F(LiveProjectRefitTest, AVersionAdoptedBeforeItsOwnRefitPublishesItKeepsThe
   ASSERT_NE(project, nullptr);
   EXPECT_EQ(project->Counts().labels_since_version, kItems * 4);
   storage::ModelVersionStore versions(&pool());
-  bool adopted = false;
-  project->SetAfterVersionStoredForTesting([&](const storage::ModelVersionRecord& stored) {
-    absl::StatusOr<bool> adoption = project->AdoptVersion(stored);
-    ASSERT_THAT(adoption, IsOk());
-    adopted = *adoption;
-  });
-  absl::StatusOr<LiveProject::RefitResult> refit = project->Refit(versions);
-  ASSERT_THAT(refit, IsOk());
-  EXPECT_TRUE(adopted);
-  EXPECT_EQ(project->model_version(), refit->version.version);
-  EXPECT_EQ(project->Counts().labels_since_version, 0);
-  ExpectServedEqualsFullEStep(*project);
-  for (int n = 1; n <= 3; ++n) CommitOneMore(*project, n);
-  EXPECT_EQ(project->Counts().labels_since_version, 3);
-  ExpectServedEqualsFullEStep(*project);
+  RefitAdoptingMidway(*project, versions,
+                      [](const storage::ModelVersionRecord& stored) { return stored; });
 }
 
 // Another replica's version, older than this fit's, adopted between this fit's store and its
@@ -229,21 +242,10 @@ TEST_F(LiveProjectRefitTest, AnOlderVersionAdoptedDuringARefitLeavesTheCountsToT
   // it, adopts it from the hook, after storing its own.
   absl::StatusOr<LiveProject::RefitResult> replicas_fit = replica->Refit(versions);
   ASSERT_THAT(replicas_fit, IsOk());
-  bool adopted = false;
-  project->SetAfterVersionStoredForTesting([&](const storage::ModelVersionRecord& stored) {
+  RefitAdoptingMidway(*project, versions, [&](const storage::ModelVersionRecord& stored) {
     EXPECT_GT(stored.version, replicas_fit->version.version);
-    absl::StatusOr<bool> adoption = project->AdoptVersion(replicas_fit->version);
-    ASSERT_THAT(adoption, IsOk());
-    adopted = *adoption;
+    return replicas_fit->version;
   });
-  absl::StatusOr<LiveProject::RefitResult> refit = project->Refit(versions);
-  ASSERT_THAT(refit, IsOk());
-  EXPECT_TRUE(adopted);
-  EXPECT_EQ(project->model_version(), refit->version.version);
-  EXPECT_EQ(project->Counts().labels_since_version, 0);
-  ExpectServedEqualsFullEStep(*project);
-  for (int n = 1; n <= 3; ++n) CommitOneMore(*project, n);
-  EXPECT_EQ(project->Counts().labels_since_version, 3);
 }
 
 }  // namespace
