@@ -556,6 +556,30 @@ std::vector<BadInput> BadInputs() {
          return UpdateSettings(s, kProject, settings);
        },
        kInvalid, "settings.assignment.confidence_target"},
+      // projects.proto: a change of model.method to a dense one (lia: K² cells per annotator)
+      // that the project's annotators already pass is refused. One annotator × 2² = 4 > 1.
+      {"UpdateSettingsToADenseMethodPastMaxConfusionCells",
+       [](const Stubs& s) {
+         const v1::Project p = NewProject();
+         if (Outcome created = CreateProject(s, p); created.code != grpc::StatusCode::OK) {
+           return created;
+         }
+         v1::AnnotationBatch batch;
+         batch.set_batch_id(1);
+         batch.set_project(p.name());
+         v1::Annotation* a = batch.add_annotations();
+         a->set_item("i1");
+         a->set_annotator("w1");
+         a->set_label(1);
+         if (Outcome submitted = Submit(s, {batch}); submitted.code != grpc::StatusCode::OK) {
+           return submitted;
+         }
+         v1::ProjectSettings settings;
+         settings.mutable_model()->set_method(v1::TRUTH_METHOD_LIA);
+         settings.mutable_limits()->set_max_confusion_cells(1);
+         return UpdateSettings(s, p.name(), settings);
+       },
+       C::RESOURCE_EXHAUSTED, "project limit max_confusion_cells (1"},
       {"UpdateSettingsUnknownProject",
        [](const Stubs& s) { return UpdateSettings(s, "no-such-project", {}); }, C::NOT_FOUND,
        "project \"no-such-project\" does not exist"},
