@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <set>
@@ -391,6 +392,99 @@ TEST_F(IsolationTest, AProjectsLimitsRefuseWholeCallsThatWouldPassThem) {
       << suggested.error_message();
   EXPECT_TRUE(suggest("w1").ok());
   EXPECT_EQ(counts(), (std::vector<int64_t>{3, 2, 5}));
+}
+
+// New annotators asking for work at once (SuggestItems registers them) cannot together pass
+// max_annotators: with room for one more, of 8 concurrent calls from 8 new annotators exactly
+// one is served and the others get RESOURCE_EXHAUSTED; the project ends at its limit.
+TEST_F(IsolationTest, NewAnnotatorsAskingAtOnceCannotTogetherPassMaxAnnotators) {
+  v1::CreateProjectRequest create;
+  create.mutable_project()->set_name("one-more");
+  create.mutable_project()->add_classes("a");
+  create.mutable_project()->add_classes("b");
+  create.mutable_project()->mutable_settings()->mutable_limits()->set_max_annotators(2);
+  {
+    v1::CreateProjectResponse created;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
+    v1::AddAnnotatorsRequest request;
+    request.set_project("one-more");
+    request.add_annotators()->set_id("first");
+    v1::AddAnnotatorsResponse response;
+    grpc::ClientContext add_context;
+    add_context.set_deadline(Deadline());
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(channel_)->AddAnnotators(&add_context, request, &response).ok());
+  }
+  std::vector<grpc::StatusCode> codes(8);
+  std::vector<std::thread> calls;
+  for (int c = 0; c < 8; ++c) {
+    calls.emplace_back([&, c] {
+      grpc::ClientContext context;
+      context.set_deadline(Deadline());
+      v1::SuggestItemsRequest request;
+      request.set_project("one-more");
+      request.set_annotator(absl::StrCat("new", c));
+      request.set_k(1);
+      v1::SuggestItemsResponse response;
+      codes[c] = v1::AssignmentService::NewStub(channel_)
+                     ->SuggestItems(&context, request, &response)
+                     .error_code();
+    });
+  }
+  for (std::thread& t : calls) t.join();
+  EXPECT_EQ(std::count(codes.begin(), codes.end(), grpc::StatusCode::OK), 1);
+  EXPECT_EQ(std::count(codes.begin(), codes.end(), grpc::StatusCode::RESOURCE_EXHAUSTED), 7);
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::GetProjectRequest request;
+  request.set_project("one-more");
+  v1::GetProjectResponse response;
+  ASSERT_TRUE(v1::ProjectService::NewStub(channel_)->GetProject(&context, request, &response).ok());
+  EXPECT_EQ(response.project().num_annotators(), 2);
+}
+
+// The same for items: 8 AddItems calls at once, each with a new item, on a project with room
+// for one more: exactly one is served.
+TEST_F(IsolationTest, ItemsAddedAtOnceCannotTogetherPassMaxItems) {
+  v1::CreateProjectRequest create;
+  create.mutable_project()->set_name("one-more-item");
+  create.mutable_project()->add_classes("a");
+  create.mutable_project()->add_classes("b");
+  create.mutable_project()->mutable_settings()->mutable_limits()->set_max_items(1);
+  {
+    v1::CreateProjectResponse created;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
+  }
+  std::vector<grpc::StatusCode> codes(8);
+  std::vector<std::thread> calls;
+  for (int c = 0; c < 8; ++c) {
+    calls.emplace_back([&, c] {
+      grpc::ClientContext context;
+      context.set_deadline(Deadline());
+      v1::AddItemsRequest request;
+      request.set_project("one-more-item");
+      request.add_items()->set_id(absl::StrCat("item", c));
+      v1::AddItemsResponse response;
+      codes[c] =
+          v1::ProjectService::NewStub(channel_)->AddItems(&context, request, &response).error_code();
+    });
+  }
+  for (std::thread& t : calls) t.join();
+  EXPECT_EQ(std::count(codes.begin(), codes.end(), grpc::StatusCode::OK), 1);
+  EXPECT_EQ(std::count(codes.begin(), codes.end(), grpc::StatusCode::RESOURCE_EXHAUSTED), 7);
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::GetProjectRequest request;
+  request.set_project("one-more-item");
+  v1::GetProjectResponse response;
+  ASSERT_TRUE(v1::ProjectService::NewStub(channel_)->GetProject(&context, request, &response).ok());
+  EXPECT_EQ(response.project().num_items(), 1);
 }
 
 // Batches in flight on several streams are checked against a limit exactly, when they are

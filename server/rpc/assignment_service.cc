@@ -25,16 +25,24 @@ absl::Status ValidateK(int32_t k) {
 }
 
 // The annotator's index, registering an annotator the project has not seen yet, if the
-// project's limits allow one more (RESOURCE_EXHAUSTED otherwise, as AddAnnotators).
+// project's limits allow one more (RESOURCE_EXHAUSTED otherwise, as AddAnnotators). The check,
+// the write and the registration hold the project's write order, as AddAnnotators does: new
+// annotators asking at once are counted one after the other, and a replica follower's re-read
+// cannot interleave.
 absl::StatusOr<int32_t> EnsureAnnotator(ServerCore& core, LiveProject& project,
                                         const std::string& id) {
   if (std::optional<int32_t> index = project.FindAnnotator(id)) return *index;
+  absl::MutexLock order(&project.write_order_mu());
+  if (std::optional<int32_t> index = project.FindAnnotator(id)) return *index;  // Meanwhile.
   if (absl::Status s = core.CheckGrowth(project, {0, 1, 0}); !s.ok()) return s;
   storage::AnnotatorWrite write;
   write.external_id = id;
-  auto indices = core.storage->items->UpsertAnnotators(project.identity().project_id, {write});
+  int64_t change_seq = 0;
+  auto indices =
+      core.storage->items->UpsertAnnotators(project.identity().project_id, {write}, &change_seq);
   if (!indices.ok()) return indices.status();
   project.RegisterAnnotators({{(*indices)[0], id}});
+  if (change_seq > 0) project.NoteOwnChange(change_seq);
   return (*indices)[0];
 }
 

@@ -165,19 +165,20 @@ grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext* context, const v1
     }
     writes.push_back(std::move(w));
   }
+  // Counted under the project's write order (AddItems runs it there): calls at once are held to
+  // the limits one after the other.
   int32_t added = 0;
-  absl::flat_hash_set<absl::string_view> new_ids;
-  for (const v1::Item& item : request->items()) {
-    if (!live.FindItem(item.id()).has_value()) {
-      ++added;
-      new_ids.insert(item.id());
+  auto admit = [&]() -> absl::Status {
+    absl::flat_hash_set<absl::string_view> new_ids;
+    for (const v1::Item& item : request->items()) {
+      if (!live.FindItem(item.id()).has_value()) {
+        ++added;
+        new_ids.insert(item.id());
+      }
     }
-  }
-  if (absl::Status s = core_.CheckGrowth(live, {static_cast<int64_t>(new_ids.size()), 0, 0});
-      !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  auto indices = core_.registry->AddItems(live, std::move(writes));
+    return core_.CheckGrowth(live, {static_cast<int64_t>(new_ids.size()), 0, 0});
+  };
+  auto indices = core_.registry->AddItems(live, std::move(writes), admit);
   if (!indices.ok()) return ToGrpcStatus(indices.status());
   response->set_added(added);
   response->set_updated(request->items_size() - added);
@@ -214,6 +215,10 @@ grpc::Status ProjectServiceImpl::AddAnnotators(grpc::ServerContext* context,
     if (a.features_size() > 0) w.features.emplace(a.features().begin(), a.features().end());
     writes.push_back(std::move(w));
   }
+  // Held across the check, the write and the memory update, as ProjectRegistry's writers do:
+  // calls at once are counted against the limits one after the other, and a replica
+  // follower's re-read cannot interleave (LiveProject::ApplyStoredEntities).
+  absl::MutexLock order(&live.write_order_mu());
   int32_t added = 0;
   absl::flat_hash_set<absl::string_view> new_ids;
   for (const v1::Annotator& a : request->annotators()) {
@@ -226,9 +231,6 @@ grpc::Status ProjectServiceImpl::AddAnnotators(grpc::ServerContext* context,
       !s.ok()) {
     return ToGrpcStatus(s);
   }
-  // Held across the write and the memory update, as ProjectRegistry's writers do, so that a
-  // replica follower's re-read cannot interleave (LiveProject::ApplyStoredEntities).
-  absl::MutexLock order(&live.write_order_mu());
   int64_t change_seq = 0;
   auto indices =
       core_.storage->items->UpsertAnnotators(live.identity().project_id, writes, &change_seq);

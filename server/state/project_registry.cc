@@ -431,8 +431,12 @@ absl::Status ProjectRegistry::UpdateSettings(LiveProject& project,
 }
 
 absl::StatusOr<std::vector<int32_t>> ProjectRegistry::AddItems(
-    LiveProject& project, std::vector<storage::ItemWrite> writes) {
+    LiveProject& project, std::vector<storage::ItemWrite> writes,
+    const std::function<absl::Status()>& admit) {
   absl::MutexLock order(&project.write_order_mu());  // As in UpdateSettings.
+  if (admit) {
+    if (absl::Status s = admit(); !s.ok()) return s;
+  }
   int64_t change_seq = 0;
   auto indices = storage_.items->UpsertItems(project.identity().project_id, writes, &change_seq);
   if (!indices.ok()) return indices.status();

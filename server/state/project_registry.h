@@ -98,9 +98,12 @@ class ProjectRegistry {
   absl::Status UpdateSettings(LiveProject& project, const v1::ProjectSettings& settings);
 
   // Persists items (AddItems: new ones, gold labels, priorities, features; validated by the
-  // caller) and registers them with the project. Returns each write's item index.
-  absl::StatusOr<std::vector<int32_t>> AddItems(LiveProject& project,
-                                                std::vector<storage::ItemWrite> writes);
+  // caller) and registers them with the project. Returns each write's item index. `admit`, if
+  // set, runs first under the project's write order (so that calls at once are admitted one
+  // after the other, e.g. against the project's limits); its error refuses the call.
+  absl::StatusOr<std::vector<int32_t>> AddItems(
+      LiveProject& project, std::vector<storage::ItemWrite> writes,
+      const std::function<absl::Status()>& admit = nullptr);
 
   // Test-only hooks: run after Create's INSERT has committed and before the project is
   // registered; and between the database write and the memory update of UpdateSettings and
