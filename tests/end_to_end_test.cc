@@ -915,6 +915,46 @@ TEST_F(EndToEndTest, TrainModelCallsAtOnceWaitForEachOther) {
   EXPECT_EQ(fits.load(), 1);
 }
 
+// projects.proto: items of higher priority are suggested before any of lower priority, and
+// an AddItems without priority leaves an item's priority unchanged (0 for a new item). Three
+// unlabelled items, alike but for their priority.
+TEST_F(EndToEndTest, HigherPriorityItemsAreSuggestedFirstAndAnUpdateWithoutOneKeepsIt) {
+  ASSERT_TRUE(CreateProject("priorities", {"no", "yes"}).ok());
+  auto add = [&](const std::string& id, std::optional<double> priority) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddItemsRequest request;
+    request.set_project("priorities");
+    v1::Item* item = request.add_items();
+    item->set_id(id);
+    if (priority.has_value()) item->set_priority(*priority);
+    v1::AddItemsResponse response;
+    ASSERT_TRUE(projects_->AddItems(&context, request, &response).ok());
+  };
+  add("low", std::nullopt);
+  add("high", 5.0);
+  add("middle", 2.0);
+  auto assignment = v1::AssignmentService::NewStub(channel_);
+  auto suggested = [&](const std::string& annotator) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::SuggestItemsRequest request;
+    request.set_project("priorities");
+    request.set_annotator(annotator);
+    request.set_k(3);
+    v1::SuggestItemsResponse response;
+    EXPECT_TRUE(assignment->SuggestItems(&context, request, &response).ok());
+    std::vector<std::string> items;
+    for (const v1::ItemSuggestion& s : response.suggestions()) items.push_back(s.item());
+    return items;
+  };
+  EXPECT_EQ(suggested("a1"), (std::vector<std::string>{"high", "middle", "low"}));
+  // "high" sent again without a priority keeps 5; "low" rises to 3.
+  add("high", std::nullopt);
+  add("low", 3.0);
+  EXPECT_EQ(suggested("a2"), (std::vector<std::string>{"high", "low", "middle"}));
+}
+
 // ingest.proto: an empty batch is acknowledged, with nothing accepted and no error; the
 // stream goes on.
 TEST_F(EndToEndTest, AnEmptyBatchIsAcknowledgedWithNothingAccepted) {
