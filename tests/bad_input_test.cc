@@ -782,6 +782,40 @@ std::vector<BadInput> BadInputs() {
          return GetAnnotatorProfiles(s, request);
        },
        kInvalid, "annotators: at most 10000 ids"},
+      // truth.proto: page_size 1 to 10,000 (0 = 1,000), and page_token only without ids.
+      {"GetAnnotatorProfilesNegativePageSize",
+       [](const Stubs& s) {
+         v1::GetAnnotatorProfilesRequest request;
+         request.set_project(kProject);
+         request.set_page_size(-1);
+         return GetAnnotatorProfiles(s, request);
+       },
+       kInvalid, "page_size: must be in [0, 10000]"},
+      {"GetAnnotatorProfilesPageSizeTooLarge",
+       [](const Stubs& s) {
+         v1::GetAnnotatorProfilesRequest request;
+         request.set_project(kProject);
+         request.set_page_size(10001);
+         return GetAnnotatorProfiles(s, request);
+       },
+       kInvalid, "page_size: must be in [0, 10000]"},
+      {"GetAnnotatorProfilesPageTokenWithIds",
+       [](const Stubs& s) {
+         v1::GetAnnotatorProfilesRequest request;
+         request.set_project(kProject);
+         request.add_annotators("w1");
+         request.set_page_token("1");
+         return GetAnnotatorProfiles(s, request);
+       },
+       kInvalid, "page_token: only without annotator ids"},
+      {"GetAnnotatorProfilesUnknownConfusionDetail",
+       [](const Stubs& s) {
+         v1::GetAnnotatorProfilesRequest request;
+         request.set_project(kProject);
+         request.set_confusion_detail(static_cast<v1::ConfusionDetail>(7));
+         return GetAnnotatorProfiles(s, request);
+       },
+       kInvalid, "confusion_detail: unknown value"},
 
       // ModelService.
       {"GetModelStatusNameTooLong",
