@@ -260,5 +260,40 @@ TEST(CalibratedTruthModelTest, CloneKeepsTheMap) {
   EXPECT_EQ(AllPosteriors(*copy, crowd.matrix, {}), AllPosteriors(*model, crowd.matrix, {}));
 }
 
+// calibrated_truth_model.h: the top-label map replaces the top class's probability by
+// sigmoid(tau logit(p_top)) and shares the rest in proportion to the other classes; a tie for the
+// top goes to the lowest index. Computed here at tau = 0.5: logit(0.6) = log 1.5, and
+// sigmoid(0.5 log 1.5) = sqrt(1.5) / (1 + sqrt(1.5)).
+TEST(CalibrationMapTest, TopLabelTemperatureOnThreeClasses) {
+  const double top = std::sqrt(1.5) / (1 + std::sqrt(1.5));  // 0.5505103
+  std::vector<double> row = {0.6, 0.3, 0.1};
+  ApplyTopLabelTemperature(0.5, absl::MakeSpan(row));
+  EXPECT_NEAR(row[0], top, 1e-9);
+  EXPECT_NEAR(row[1], (1 - top) * 0.75, 1e-9);
+  EXPECT_NEAR(row[2], (1 - top) * 0.25, 1e-9);
+  // A tie: class 0 is the top; logit(0.4) = log(2/3).
+  const double tied = std::sqrt(2.0 / 3.0) / (1 + std::sqrt(2.0 / 3.0));  // 0.4494897
+  row = {0.4, 0.4, 0.2};
+  ApplyTopLabelTemperature(0.5, absl::MakeSpan(row));
+  EXPECT_NEAR(row[0], tied, 1e-9);
+  EXPECT_NEAR(row[1], (1 - tied) * 2.0 / 3.0, 1e-9);
+  EXPECT_NEAR(row[2], (1 - tied) / 3.0, 1e-9);
+}
+
+// The gold map's tau stays in [kMinTemperature, 1]: gold always agreeing with an underconfident
+// posterior would want tau > 1 (sharpening without bound) and gets 1; gold always against a
+// confident one wants tau -> 0 and gets the floor.
+TEST(CalibrationMapTest, TheGoldMapsTemperatureStaysWithinItsBounds) {
+  std::vector<double> under, wrong;
+  for (int i = 0; i < 10; ++i) {
+    under.insert(under.end(), {0.7, 0.3});
+    wrong.insert(wrong.end(), {0.9, 0.1});
+  }
+  const std::vector<int32_t> zeros(10, 0), ones(10, 1);
+  EXPECT_DOUBLE_EQ(FitGoldMap(under, 2, zeros).temperature, 1.0);
+  const FittedMap floor = FitGoldMap(wrong, 2, ones);
+  EXPECT_NEAR(floor.temperature, CalibratedTruthModel::kMinTemperature, 1e-9);
+}
+
 }  // namespace
 }  // namespace verity::models

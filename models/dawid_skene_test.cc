@@ -1023,5 +1023,20 @@ TEST(DawidSkeneTest, CreateRejectsBadOptions) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// truth_model.h: ds learns from items with at least two labels *or with gold*. One gold item
+// of class 0 with a single label: the class prior is (1 + 1, 0 + 1) / (1 + 2) = (2/3, 1/3) with
+// prior_smoothing 1; were the item left out, it would stay (1/2, 1/2).
+TEST(DawidSkeneTest, AGoldItemWithOneLabelStillTeachesTheClassPrior) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 1, 2, {{0, 0, 1}});
+  absl::StatusOr<std::unique_ptr<DawidSkeneModel>> model =
+      DawidSkeneModel::Create(2, TruthModelOptions());
+  ASSERT_THAT(model, IsOk());
+  ASSERT_THAT((*model)->Fit(m, std::vector<int32_t>{0}, false), IsOk());
+  const std::vector<double> prior = (*model)->ClassPrior();
+  ASSERT_EQ(prior.size(), 2u);
+  EXPECT_NEAR(prior[0], 2.0 / 3.0, 1e-9);
+  EXPECT_NEAR(prior[1], 1.0 / 3.0, 1e-9);
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -184,5 +184,25 @@ TEST(IbccTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   EXPECT_FALSE(restored->has_parameters());
 }
 
+// ibcc.h: alpha_j[k][l] = alpha0[k][l] + sum_i q_i(k) [j said l on i], alpha0 = 4 on the
+// diagonal and 1 elsewhere; nu = 1 + sum_i q_i. Every item gold (q fixed): classes 0, 1, 1, and
+// annotator 0 says 0, 0, 1. Row k is the true class: (5, 1 | 2, 5); nu = (2, 3); an annotator
+// outside the fit gets the prior (4, 1 | 1, 4).
+TEST(IbccTest, TheDirichletsArePriorPlusCountsByTrueClass) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(3, 1, 2, {{0, 0, 0}, {1, 0, 0}, {2, 0, 1}});
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(2);
+  ASSERT_THAT(model->Fit(m, std::vector<int32_t>{0, 1, 1}, false), IsOk());
+  const auto near = [](const std::vector<double>& actual, const std::vector<double>& expected) {
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(actual[i], expected[i], 1e-9) << i;
+  };
+  ASSERT_TRUE(model->AnnotatorDirichlet(0).has_value());
+  near(*model->AnnotatorDirichlet(0), {5, 1, 2, 5});
+  ASSERT_TRUE(model->ClassDirichlet().has_value());
+  near(*model->ClassDirichlet(), {2, 3});
+  ASSERT_TRUE(model->AnnotatorDirichlet(7).has_value());
+  near(*model->AnnotatorDirichlet(7), {4, 1, 1, 4});
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -233,5 +233,21 @@ TEST(MaceTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   EXPECT_FALSE(restored->has_parameters());
 }
 
+// mace.h: theta = (truthful + 0.5) / (labels + 1), xi[y] = (spam[y] + 10) / (spam + 10 K), and
+// gold items are clamped in fits. One gold item of class 1 that annotator 0 labels 0: that
+// label can only be spam, so theta = 0.5 / 2 = 0.25 and xi = (11/21, 10/21), at every
+// iteration (unclamped, the item could be class 0 and theta would rise).
+TEST(MaceTest, AGoldItemIsClampedAndThePriorsAreThePseudoCounts) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 1, 2, {{0, 0, 0}});
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2);
+  ASSERT_THAT(model->Fit(m, std::vector<int32_t>{1}, false), IsOk());
+  ASSERT_TRUE(model->AnnotatorCompetence(0).has_value());
+  EXPECT_NEAR(*model->AnnotatorCompetence(0), 0.25, 1e-9);
+  const std::optional<std::vector<double>> xi = model->AnnotatorStrategy(0);
+  ASSERT_TRUE(xi.has_value());
+  EXPECT_NEAR((*xi)[0], 11.0 / 21.0, 1e-9);
+  EXPECT_NEAR((*xi)[1], 10.0 / 21.0, 1e-9);
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -488,5 +488,22 @@ TEST(OneCoinTest, CreateRejectsBadOptions) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// one_coin.h: the pooled accuracy is (C + s) / (N + K s) and annotator a's is
+// (c_a + s + m pooled) / (n_a + K s + m), s = confusion_smoothing (0.1), m =
+// population_smoothing (2). Every item gold (0, 1, 0), so the counts are fixed: annotator 0 says
+// 0, 1, 1 (2 of 3 right), annotator 1 says 0 on item 0 (1 of 1). Pooled 3.1 / 4.2; annotator 0
+// (2.1 + 2 pooled) / 5.2; annotator 1 (1.1 + 2 pooled) / 3.2; an unknown one the pooled value.
+TEST(OneCoinTest, AccuraciesAreTheSmoothedCountsShrunkTowardThePool) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(3, 2, 2, {{0, 0, 0}, {1, 0, 1}, {2, 0, 1}, {0, 1, 0}});
+  absl::StatusOr<std::unique_ptr<OneCoinModel>> model = OneCoinModel::Create(2, TruthModelOptions());
+  ASSERT_THAT(model, IsOk());
+  ASSERT_THAT((*model)->Fit(m, std::vector<int32_t>{0, 1, 0}, false), IsOk());
+  const double pooled = 3.1 / 4.2;
+  EXPECT_NEAR((*model)->AnnotatorAccuracy(0), (2.1 + 2 * pooled) / 5.2, 1e-9);
+  EXPECT_NEAR((*model)->AnnotatorAccuracy(1), (1.1 + 2 * pooled) / 3.2, 1e-9);
+  EXPECT_NEAR((*model)->AnnotatorAccuracy(99), pooled, 1e-9);
+}
+
 }  // namespace
 }  // namespace verity::models
