@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -1021,6 +1023,44 @@ TEST(DawidSkeneTest, CreateRejectsBadOptions) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(DawidSkeneModel::Create(1, {}),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// truth_model.h's option ranges, each refused with INVALID_ARGUMENT naming the option, and
+// their boundary values accepted.
+TEST(DawidSkeneTest, EveryOptionOutsideItsRangeIsRefusedByName) {
+  const double nan = std::nan("");
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    const char* name;
+    std::function<void(TruthModelOptions&)> set;
+  };
+  const std::vector<Case> refused = {
+      {"confusion_smoothing", [&](TruthModelOptions& o) { o.confusion_smoothing = nan; }},
+      {"population_smoothing", [](TruthModelOptions& o) { o.population_smoothing = -0.5; }},
+      {"prior_smoothing", [&](TruthModelOptions& o) { o.prior_smoothing = inf; }},
+      {"vote_smoothing", [](TruthModelOptions& o) { o.vote_smoothing = 0; }},
+      {"max_iterations", [](TruthModelOptions& o) { o.max_iterations = -3; }},
+      {"tolerance", [](TruthModelOptions& o) { o.tolerance = -1e-9; }},
+      {"population_diagonal_prior", [](TruthModelOptions& o) { o.population_diagonal_prior = 0; }},
+      {"incremental_refit_max_fraction",
+       [](TruthModelOptions& o) { o.incremental_refit_max_fraction = 1.5; }},
+      {"incremental_refit_max_fraction",
+       [](TruthModelOptions& o) { o.incremental_refit_max_fraction = -0.1; }},
+  };
+  for (const Case& c : refused) {
+    TruthModelOptions options;
+    c.set(options);
+    absl::StatusOr<std::unique_ptr<DawidSkeneModel>> m = DawidSkeneModel::Create(2, options);
+    EXPECT_THAT(m, StatusIs(absl::StatusCode::kInvalidArgument)) << c.name;
+    EXPECT_THAT(m.status().message(), HasSubstr(c.name));
+  }
+  TruthModelOptions edges;
+  edges.population_smoothing = 0;
+  edges.tolerance = 0;
+  edges.incremental_refit_max_fraction = 1;
+  EXPECT_THAT(DawidSkeneModel::Create(2, edges), IsOk());
+  edges.incremental_refit_max_fraction = 0;
+  EXPECT_THAT(DawidSkeneModel::Create(2, edges), IsOk());
 }
 
 // truth_model.h: ds learns from items with at least two labels *or with gold*. One gold item
