@@ -702,6 +702,25 @@ AnnotationMatrix WithoutItemsFrom(const std::vector<Annotation>& annotations,
 constexpr double kPosteriorTolerance = 0.02;
 constexpr double kParameterTolerance = 0.005;
 
+// dawid_skene.h: a warm fit after a fit that did not converge runs full EM passes, not an
+// incremental refit. One EM iteration cannot converge (convergence compares two
+// log-likelihoods); the same change after a converged fit is refitted incrementally (the test
+// below).
+TEST(DawidSkeneTest, NoIncrementalRefitAfterAFitThatDidNotConverge) {
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(20000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  const AnnotationMatrix before =
+      WithoutItemsFrom(crowd.annotations, 19800, spec.num_items, 20, 3);
+  TruthModelOptions options;
+  options.max_iterations = 1;
+  std::unique_ptr<DawidSkeneModel> model = MakeDs(3, options);
+  absl::StatusOr<FitReport> cold = model->Fit(before, {}, false);
+  ASSERT_THAT(cold, IsOk());
+  EXPECT_FALSE(cold->converged);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, true), IsOk());
+  EXPECT_EQ(model->incremental_refits_in_a_row(), 0);
+}
+
 TEST(DawidSkeneTest, IncrementalRefitAfterNewItemsIsCloseToAFullWarmFit) {
   const SyntheticCrowdSpec spec = VariedCrowdSpec(20000);
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
