@@ -116,6 +116,30 @@ TEST(KosTest, LearnsNegativeWeightsForAdversariesAndBeatsMajorityVote) {
   EXPECT_DOUBLE_EQ(c[0], c[3]);
 }
 
+// kos.h: the weights are divided by the root mean square of y_j over the annotators with
+// labels, so their squares average 1 over those annotators, with a 16th annotator that has no
+// label in the matrix (left out of the mean).
+TEST(KosTest, WeightsHaveUnitRootMeanSquareOverAnnotatorsWithLabels) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(AdversarialCrowdSpec());
+  std::vector<Annotation> labels;
+  for (int32_t i = 0; i < crowd.matrix.num_items(); ++i) {
+    for (const AnnotationMatrix::Entry& e : crowd.matrix.LabelsOfItem(i)) {
+      labels.push_back({i, e.other, e.label});
+    }
+  }
+  const int32_t with_labels = crowd.matrix.num_annotators();
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(crowd.matrix.num_items(), with_labels + 1, 2, labels);
+  std::unique_ptr<KosModel> model = MakeKos();
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  double squares = 0;
+  for (int32_t a = 0; a < with_labels; ++a) {
+    ASSERT_TRUE(model->AnnotatorWeight(a).has_value()) << a;
+    squares += *model->AnnotatorWeight(a) * *model->AnnotatorWeight(a);
+  }
+  EXPECT_NEAR(squares / with_labels, 1.0, 1e-9);
+}
+
 TEST(KosTest, PosteriorIsTheSigmoidOfTheWeightedVotes) {
   std::unique_ptr<KosModel> model = MakeKos();
   ASSERT_THAT(model->Fit(GenerateSyntheticCrowd(AdversarialCrowdSpec()).matrix,
