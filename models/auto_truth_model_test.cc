@@ -273,6 +273,28 @@ TEST(AutoTruthModelTest, SelectionOnASubsampleOfALargeProjectKeepsEachItemsGold)
   EXPECT_GT(static_cast<double>(right) / scored, 0.85);
 }
 
+// auto_truth_model.h: a candidate replaces ds only when it is better by the margin; when every
+// candidate is ds in disguise (the same fits, the same scores), ds is kept, with and without
+// gold.
+TEST(AutoTruthModelTest, CandidatesThatTieWithDsLeaveDsServed) {
+  AutoTruthModel::CandidateFactory every_one_ds =
+      [](std::string_view, int32_t k,
+         const TruthModelOptions& options) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    return CreateUncalibratedTruthModel("ds", k, options);
+  };
+  SyntheticCrowd crowd = ThreeVotesAtEightyPercent(600);
+  std::unique_ptr<AutoTruthModel> no_gold = MakeAuto(2, every_one_ds);
+  ASSERT_THAT(no_gold->Fit(crowd.matrix, {}, false), IsOk());
+  EXPECT_EQ(no_gold->choice().criterion, "held_out_labels");
+  EXPECT_EQ(no_gold->choice().method, "ds");
+  std::vector<int32_t> gold(crowd.truth.size(), -1);
+  for (size_t i = 0; i < gold.size(); i += 6) gold[i] = crowd.truth[i];
+  std::unique_ptr<AutoTruthModel> with_gold = MakeAuto(2, every_one_ds);
+  ASSERT_THAT(with_gold->Fit(crowd.matrix, gold, false), IsOk());
+  EXPECT_EQ(with_gold->choice().criterion, "gold_cv");
+  EXPECT_EQ(with_gold->choice().method, "ds");
+}
+
 TEST(AutoTruthModelTest, GoldCrossValidationNeverScoresGoldTheFitSaw) {
   // "mv" memorises the gold it is fitted with: if a fold's gold reached the fit that scores
   // it, mv would score 100 % and be chosen. The crowd (3 labels from annotators of mixed
