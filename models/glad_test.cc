@@ -262,6 +262,23 @@ TEST(GladTest, BeatsMajorityVoteWhenAThirdAreSpammers) {
   EXPECT_LT(best_spammer, worst_good);
 }
 
+// glad.h: an item outside the fit, or no item, gets the prior easiness
+// exp(glad_log_easiness_prior_mean): exp(0.7) here, not the default's 1; ItemPosterior (no
+// item) uses it: with one label of an annotator of ability alpha, the posterior of that label is
+// sigmoid(alpha exp(0.7)) (K = 2).
+TEST(GladTest, ItemsOutsideTheFitGetThePriorEasinessOfTheOptions) {
+  const GladCrowd crowd = GenerateGladCrowd(300, 2, 5, Abilities(), 0.5, 4);
+  TruthModelOptions options;
+  options.glad_log_easiness_prior_mean = 0.7;
+  std::unique_ptr<GladModel> model = MakeGlad(2, options);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  EXPECT_NEAR(model->ItemEasiness(-1), std::exp(0.7), 1e-12);
+  EXPECT_NEAR(model->ItemEasiness(300), std::exp(0.7), 1e-12);
+  std::vector<double> out(2);
+  model->ItemPosterior(std::vector<Entry>{{3, 1}}, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[1], Sigmoid(model->AnnotatorAbility(3) * std::exp(0.7)), 1e-9);
+}
+
 TEST(GladTest, PosteriorIsTheGladFormulaWithTheItemsEasiness) {
   const GladCrowd crowd = GenerateGladCrowd(500, 3, 5, Abilities(), 0.5, 4);
   std::unique_ptr<GladModel> model = MakeGlad(3);
