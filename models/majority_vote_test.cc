@@ -81,6 +81,22 @@ TEST(MajorityVoteTest, ConfusionEstimatesAgreementWithTheMajority) {
   EXPECT_LT(disagree[0], 0.5);
 }
 
+// majority_vote.h: the confusions are one M-step on the soft-majority-vote posteriors with
+// gold clamped. Item 0 is gold class 1 and both annotators label it 0: clamped, their row of
+// true class 1 learns "answers 0" (P(0 | 1) > P(1 | 1)); fitted without the gold, where the
+// vote puts most of the item in class 0, that row learns it far less.
+TEST(MajorityVoteTest, ConfusionsAreLearnedWithGoldClamped) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 2, 2, {{0, 0, 0}, {0, 1, 0}});
+  absl::StatusOr<std::unique_ptr<MajorityVoteModel>> model = MajorityVoteModel::Create(2, {});
+  ASSERT_TRUE(model.ok());
+  ASSERT_TRUE((*model)->Fit(m, std::vector<int32_t>{1}, false).ok());
+  const std::vector<double> clamped = (*model)->AnnotatorConfusion(0);
+  EXPECT_GT(clamped[1 * 2 + 0], clamped[1 * 2 + 1]);
+  ASSERT_TRUE((*model)->Fit(m, {}, false).ok());
+  const std::vector<double> voted = (*model)->AnnotatorConfusion(0);
+  EXPECT_GT(clamped[1 * 2 + 0], voted[1 * 2 + 0] + 0.1);
+}
+
 TEST(MajorityVoteTest, SerializeRestoreRoundTrip) {
   const std::vector<Annotation> triples = {{0, 0, 1}, {0, 1, 1}, {1, 0, 0}};
   const AnnotationMatrix m = *AnnotationMatrix::Build(2, 2, 2, triples);
