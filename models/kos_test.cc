@@ -140,6 +140,25 @@ TEST(KosTest, WeightsHaveUnitRootMeanSquareOverAnnotatorsWithLabels) {
   EXPECT_NEAR(squares / with_labels, 1.0, 1e-9);
 }
 
+// kos.h: gold items are clamped in the posteriors but do not enter the messages: the weights
+// fitted with a third of the items gold equal those fitted without gold, and a gold item's
+// posterior is its class.
+TEST(KosTest, GoldDoesNotEnterTheMessages) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(AdversarialCrowdSpec());
+  std::vector<int32_t> gold(crowd.truth.size(), -1);
+  for (size_t i = 0; i < gold.size(); i += 3) gold[i] = crowd.truth[i];
+  std::unique_ptr<KosModel> without = MakeKos();
+  ASSERT_THAT(without->Fit(crowd.matrix, {}, false), IsOk());
+  std::unique_ptr<KosModel> with = MakeKos();
+  ASSERT_THAT(with->Fit(crowd.matrix, gold, false), IsOk());
+  for (int32_t a = 0; a < crowd.matrix.num_annotators(); ++a) {
+    EXPECT_EQ(*with->AnnotatorWeight(a), *without->AnnotatorWeight(a)) << a;
+  }
+  std::vector<double> out(2);
+  with->ItemPosteriorForItem(0, crowd.matrix.LabelsOfItem(0), gold[0], absl::MakeSpan(out));
+  EXPECT_EQ(out[gold[0]], 1.0);
+}
+
 TEST(KosTest, PosteriorIsTheSigmoidOfTheWeightedVotes) {
   std::unique_ptr<KosModel> model = MakeKos();
   ASSERT_THAT(model->Fit(GenerateSyntheticCrowd(AdversarialCrowdSpec()).matrix,
