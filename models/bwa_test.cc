@@ -185,5 +185,20 @@ TEST(BwaTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   EXPECT_FALSE(restored->has_parameters());
 }
 
+// bwa.h: b_k = a_v c (label-weighted mean of z_ik (1 - z_ik) under the majority vote),
+// c = 4 (1 - 1 / K), and an id outside the fit gets the prior mean precision a_v / b_k. One item
+// labelled 0, 1 and 2 by three annotators (K = 3): the vote gives z = 1/3 for every class, so
+// b_k = 15 (8/3) (2/9) = 80/9 and a_v / b_k = 27/16 for every class.
+TEST(BwaTest, ThePriorCorrectionSetsThePrecisionOfAnUnknownAnnotator) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 3, 3, {{0, 0, 0}, {0, 1, 1}, {0, 2, 2}});
+  absl::StatusOr<std::unique_ptr<BwaModel>> model = BwaModel::Create(3, TruthModelOptions());
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE((*model)->Fit(m, {}, false).ok());
+  const std::optional<std::vector<double>> precision = (*model)->AnnotatorPrecision(-1);
+  ASSERT_TRUE(precision.has_value());
+  ASSERT_EQ(precision->size(), 3u);
+  for (double v : *precision) EXPECT_NEAR(v, 27.0 / 16.0, 1e-9);
+}
+
 }  // namespace
 }  // namespace verity::models
