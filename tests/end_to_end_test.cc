@@ -977,6 +977,32 @@ TEST_F(EndToEndTest, AnEmptyBatchIsAcknowledgedWithNothingAccepted) {
   EXPECT_EQ(acks[1].accepted(), 1);
 }
 
+// assignment.proto: candidate_items the project does not know are ignored; when none is known
+// the answer is empty, not an error.
+TEST_F(EndToEndTest, UnknownCandidatesAreIgnored) {
+  models::CsvDataset data = LoadDataset("rte");
+  ASSERT_TRUE(CreateProject("unknown-candidates", data.class_names).ok());
+  SubmitDataset("unknown-candidates", data, 1000);
+  auto assignment = v1::AssignmentService::NewStub(channel_);
+  auto suggest = [&](const std::vector<std::string>& candidates) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::SuggestItemsRequest request;
+    request.set_project("unknown-candidates");
+    request.set_annotator("newcomer");
+    request.set_k(5);
+    for (const std::string& id : candidates) request.add_candidate_items(id);
+    v1::SuggestItemsResponse response;
+    EXPECT_TRUE(assignment->SuggestItems(&context, request, &response).ok());
+    std::set<std::string> items;
+    for (const v1::ItemSuggestion& s : response.suggestions()) items.insert(s.item());
+    return items;
+  };
+  EXPECT_TRUE(suggest({"ghost-1", "ghost-2"}).empty());
+  EXPECT_EQ(suggest({"ghost-1", data.item_ids[3], "ghost-2"}),
+            (std::set<std::string>{data.item_ids[3]}));
+}
+
 TEST_F(EndToEndTest, UnknownProjectIsNotFound) {
   grpc::ClientContext context;
   context.set_deadline(Deadline());
