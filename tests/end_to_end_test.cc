@@ -1003,6 +1003,37 @@ TEST_F(EndToEndTest, UnknownCandidatesAreIgnored) {
             (std::set<std::string>{data.item_ids[3]}));
 }
 
+// models.proto: ListModelVersions with limit 0 returns the 20 newest versions, newest first.
+// 22 versions, each trained after one more label.
+TEST_F(EndToEndTest, ListModelVersionsGivesTheTwentyNewestByDefault) {
+  ASSERT_TRUE(CreateProject("many-versions", {"no", "yes"}, 0, v1::TRUTH_METHOD_MAJORITY_VOTE).ok());
+  for (int v = 1; v <= 22; ++v) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(v);
+    batch.set_project("many-versions");
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(absl::StrCat("i", v));
+    a->set_annotator("w");
+    a->set_label(v % 2);
+    ASSERT_EQ(Submit({batch}).size(), 1u);
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::TrainModelRequest request;
+    request.set_project("many-versions");
+    v1::TrainModelResponse response;
+    ASSERT_TRUE(models_->TrainModel(&context, request, &response).ok());
+    ASSERT_EQ(response.version().version(), v);
+  }
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::ListModelVersionsRequest request;
+  request.set_project("many-versions");
+  v1::ListModelVersionsResponse response;
+  ASSERT_TRUE(models_->ListModelVersions(&context, request, &response).ok());
+  ASSERT_EQ(response.versions_size(), 20);
+  for (int r = 0; r < 20; ++r) EXPECT_EQ(response.versions(r).version(), 22 - r) << r;
+}
+
 TEST_F(EndToEndTest, UnknownProjectIsNotFound) {
   grpc::ClientContext context;
   context.set_deadline(Deadline());
