@@ -123,6 +123,23 @@ class EndToEndTest : public ::testing::Test {
     return projects_->CreateProject(&context, request, &response);
   }
 
+  // SuggestItems for `annotator` (k items, from `candidates` if any), expected to succeed.
+  v1::SuggestItemsResponse Suggest(const std::string& project, const std::string& annotator,
+                                   int32_t k, const std::vector<std::string>& candidates = {}) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::SuggestItemsRequest request;
+    request.set_project(project);
+    request.set_annotator(annotator);
+    request.set_k(k);
+    for (const std::string& id : candidates) request.add_candidate_items(id);
+    v1::SuggestItemsResponse response;
+    grpc::Status status =
+        v1::AssignmentService::NewStub(channel_)->SuggestItems(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
   // Sends `batches` on one stream and returns one ack per batch, in order.
   std::vector<v1::BatchAck> Submit(const std::vector<v1::AnnotationBatch>& batches) {
     grpc::ClientContext context;
@@ -848,18 +865,7 @@ TEST_F(EndToEndTest, ASuggestionHoldsItsSlotForLeaseSecondsThenFreesIt) {
     add_context.set_deadline(Deadline());
     ASSERT_TRUE(projects_->AddItems(&add_context, items, &added).ok());
   }
-  auto assignment = v1::AssignmentService::NewStub(channel_);
-  auto suggest = [&](const std::string& annotator) {
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    v1::SuggestItemsRequest request;
-    request.set_project("leases");
-    request.set_annotator(annotator);
-    request.set_k(1);
-    v1::SuggestItemsResponse response;
-    EXPECT_TRUE(assignment->SuggestItems(&context, request, &response).ok());
-    return response;
-  };
+  auto suggest = [&](const std::string& annotator) { return Suggest("leases", annotator, 1); };
   const absl::Time asked = absl::Now();
   v1::SuggestItemsResponse first = suggest("a");
   ASSERT_EQ(first.suggestions_size(), 1);
@@ -934,16 +940,8 @@ TEST_F(EndToEndTest, HigherPriorityItemsAreSuggestedFirstAndAnUpdateWithoutOneKe
   add("low", std::nullopt);
   add("high", 5.0);
   add("middle", 2.0);
-  auto assignment = v1::AssignmentService::NewStub(channel_);
   auto suggested = [&](const std::string& annotator) {
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    v1::SuggestItemsRequest request;
-    request.set_project("priorities");
-    request.set_annotator(annotator);
-    request.set_k(3);
-    v1::SuggestItemsResponse response;
-    EXPECT_TRUE(assignment->SuggestItems(&context, request, &response).ok());
+    const v1::SuggestItemsResponse response = Suggest("priorities", annotator, 3);
     std::vector<std::string> items;
     for (const v1::ItemSuggestion& s : response.suggestions()) items.push_back(s.item());
     return items;
@@ -983,17 +981,9 @@ TEST_F(EndToEndTest, UnknownCandidatesAreIgnored) {
   models::CsvDataset data = LoadDataset("rte");
   ASSERT_TRUE(CreateProject("unknown-candidates", data.class_names).ok());
   SubmitDataset("unknown-candidates", data, 1000);
-  auto assignment = v1::AssignmentService::NewStub(channel_);
   auto suggest = [&](const std::vector<std::string>& candidates) {
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    v1::SuggestItemsRequest request;
-    request.set_project("unknown-candidates");
-    request.set_annotator("newcomer");
-    request.set_k(5);
-    for (const std::string& id : candidates) request.add_candidate_items(id);
-    v1::SuggestItemsResponse response;
-    EXPECT_TRUE(assignment->SuggestItems(&context, request, &response).ok());
+    const v1::SuggestItemsResponse response =
+        Suggest("unknown-candidates", "newcomer", 5, candidates);
     std::set<std::string> items;
     for (const v1::ItemSuggestion& s : response.suggestions()) items.insert(s.item());
     return items;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -69,6 +70,41 @@ class IsolationTest : public ::testing::Test {
   // A project with `num_classes` classes and one label from each of `num_annotators`
   // annotators ("a0", "a1", ...), `annotators_per_item` of them on each item ("i0", "i1",
   // ...), and the truth model `method`.
+  // Creates a 2-class project `name` whose limits `limit` sets.
+  void CreateLimitedProject(const std::string& name,
+                            const std::function<void(v1::ProjectLimits&)>& limit) {
+    v1::CreateProjectRequest create;
+    create.mutable_project()->set_name(name);
+    create.mutable_project()->add_classes("a");
+    create.mutable_project()->add_classes("b");
+    limit(*create.mutable_project()->mutable_settings()->mutable_limits());
+    v1::CreateProjectResponse created;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
+  }
+
+  // Runs call(0) ... call(n - 1) on n threads at once; returns their codes, in call order.
+  std::vector<grpc::StatusCode> AtOnce(int n, const std::function<grpc::Status(int)>& call) {
+    std::vector<grpc::StatusCode> codes(n);
+    std::vector<std::thread> threads;
+    for (int c = 0; c < n; ++c) threads.emplace_back([&, c] { codes[c] = call(c).error_code(); });
+    for (std::thread& t : threads) t.join();
+    return codes;
+  }
+
+  v1::Project GetProjectOf(const std::string& name) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::GetProjectRequest request;
+    request.set_project(name);
+    v1::GetProjectResponse response;
+    EXPECT_TRUE(
+        v1::ProjectService::NewStub(channel_)->GetProject(&context, request, &response).ok());
+    return response.project();
+  }
+
   void CreateProjectWithAnnotators(const std::string& name, int num_classes, int num_annotators,
                                    int annotators_per_item = 1,
                                    v1::TruthMethod method = v1::TRUTH_METHOD_UNSPECIFIED) {
@@ -398,93 +434,48 @@ TEST_F(IsolationTest, AProjectsLimitsRefuseWholeCallsThatWouldPassThem) {
 // max_annotators: with room for one more, of 8 concurrent calls from 8 new annotators exactly
 // one is served and the others get RESOURCE_EXHAUSTED; the project ends at its limit.
 TEST_F(IsolationTest, NewAnnotatorsAskingAtOnceCannotTogetherPassMaxAnnotators) {
-  v1::CreateProjectRequest create;
-  create.mutable_project()->set_name("one-more");
-  create.mutable_project()->add_classes("a");
-  create.mutable_project()->add_classes("b");
-  create.mutable_project()->mutable_settings()->mutable_limits()->set_max_annotators(2);
+  CreateLimitedProject("one-more", [](v1::ProjectLimits& limits) { limits.set_max_annotators(2); });
   {
-    v1::CreateProjectResponse created;
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    ASSERT_TRUE(
-        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
     v1::AddAnnotatorsRequest request;
     request.set_project("one-more");
     request.add_annotators()->set_id("first");
     v1::AddAnnotatorsResponse response;
-    grpc::ClientContext add_context;
-    add_context.set_deadline(Deadline());
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
     ASSERT_TRUE(
-        v1::ProjectService::NewStub(channel_)->AddAnnotators(&add_context, request, &response).ok());
+        v1::ProjectService::NewStub(channel_)->AddAnnotators(&context, request, &response).ok());
   }
-  std::vector<grpc::StatusCode> codes(8);
-  std::vector<std::thread> calls;
-  for (int c = 0; c < 8; ++c) {
-    calls.emplace_back([&, c] {
-      grpc::ClientContext context;
-      context.set_deadline(Deadline());
-      v1::SuggestItemsRequest request;
-      request.set_project("one-more");
-      request.set_annotator(absl::StrCat("new", c));
-      request.set_k(1);
-      v1::SuggestItemsResponse response;
-      codes[c] = v1::AssignmentService::NewStub(channel_)
-                     ->SuggestItems(&context, request, &response)
-                     .error_code();
-    });
-  }
-  for (std::thread& t : calls) t.join();
+  const std::vector<grpc::StatusCode> codes = AtOnce(8, [&](int c) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::SuggestItemsRequest request;
+    request.set_project("one-more");
+    request.set_annotator(absl::StrCat("new", c));
+    request.set_k(1);
+    v1::SuggestItemsResponse response;
+    return v1::AssignmentService::NewStub(channel_)->SuggestItems(&context, request, &response);
+  });
   EXPECT_EQ(std::count(codes.begin(), codes.end(), grpc::StatusCode::OK), 1);
   EXPECT_EQ(std::count(codes.begin(), codes.end(), grpc::StatusCode::RESOURCE_EXHAUSTED), 7);
-  grpc::ClientContext context;
-  context.set_deadline(Deadline());
-  v1::GetProjectRequest request;
-  request.set_project("one-more");
-  v1::GetProjectResponse response;
-  ASSERT_TRUE(v1::ProjectService::NewStub(channel_)->GetProject(&context, request, &response).ok());
-  EXPECT_EQ(response.project().num_annotators(), 2);
+  EXPECT_EQ(GetProjectOf("one-more").num_annotators(), 2);
 }
 
 // The same for items: 8 AddItems calls at once, each with a new item, on a project with room
 // for one more: exactly one is served.
 TEST_F(IsolationTest, ItemsAddedAtOnceCannotTogetherPassMaxItems) {
-  v1::CreateProjectRequest create;
-  create.mutable_project()->set_name("one-more-item");
-  create.mutable_project()->add_classes("a");
-  create.mutable_project()->add_classes("b");
-  create.mutable_project()->mutable_settings()->mutable_limits()->set_max_items(1);
-  {
-    v1::CreateProjectResponse created;
+  CreateLimitedProject("one-more-item", [](v1::ProjectLimits& limits) { limits.set_max_items(1); });
+  const std::vector<grpc::StatusCode> codes = AtOnce(8, [&](int c) {
     grpc::ClientContext context;
     context.set_deadline(Deadline());
-    ASSERT_TRUE(
-        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
-  }
-  std::vector<grpc::StatusCode> codes(8);
-  std::vector<std::thread> calls;
-  for (int c = 0; c < 8; ++c) {
-    calls.emplace_back([&, c] {
-      grpc::ClientContext context;
-      context.set_deadline(Deadline());
-      v1::AddItemsRequest request;
-      request.set_project("one-more-item");
-      request.add_items()->set_id(absl::StrCat("item", c));
-      v1::AddItemsResponse response;
-      codes[c] =
-          v1::ProjectService::NewStub(channel_)->AddItems(&context, request, &response).error_code();
-    });
-  }
-  for (std::thread& t : calls) t.join();
+    v1::AddItemsRequest request;
+    request.set_project("one-more-item");
+    request.add_items()->set_id(absl::StrCat("item", c));
+    v1::AddItemsResponse response;
+    return v1::ProjectService::NewStub(channel_)->AddItems(&context, request, &response);
+  });
   EXPECT_EQ(std::count(codes.begin(), codes.end(), grpc::StatusCode::OK), 1);
   EXPECT_EQ(std::count(codes.begin(), codes.end(), grpc::StatusCode::RESOURCE_EXHAUSTED), 7);
-  grpc::ClientContext context;
-  context.set_deadline(Deadline());
-  v1::GetProjectRequest request;
-  request.set_project("one-more-item");
-  v1::GetProjectResponse response;
-  ASSERT_TRUE(v1::ProjectService::NewStub(channel_)->GetProject(&context, request, &response).ok());
-  EXPECT_EQ(response.project().num_items(), 1);
+  EXPECT_EQ(GetProjectOf("one-more-item").num_items(), 1);
 }
 
 // Batches in flight on several streams are checked against a limit exactly, when they are
