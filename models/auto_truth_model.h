@@ -147,6 +147,7 @@ class AutoTruthModel final : public TruthModel {
   std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const override {
     return inner_->ItemAnnotatorConfusion(item, annotator);
   }
+  bool ConfusionsDependOnItem() const override { return inner_->ConfusionsDependOnItem(); }
   std::optional<double> ItemDifficulty(int32_t item) const override {
     return inner_->ItemDifficulty(item);
   }

@@ -192,15 +192,32 @@ std::string_view CalibrationMapKindName(CalibrationMapKind kind) {
 FittedMap FitLabelMap(const TruthModel& inner, const AnnotationMatrix& data,
                       absl::Span<const double> raw_posteriors) {
   const int32_t k = data.num_classes();
-  // Log confusions of every annotator, computed once.
-  std::vector<double> log_confusion(static_cast<size_t>(data.num_annotators()) * k * k);
-  for (int32_t a = 0; a < data.num_annotators(); ++a) {
+  // The log confusion of annotator a on item i: computed once per annotator,
+  // or per label for models whose confusions depend on the item (glad, the
+  // neural models), into `scratch`, valid until the next call.
+  const bool per_item = inner.ConfusionsDependOnItem();
+  std::vector<double> log_confusion(
+      per_item ? 0 : static_cast<size_t>(data.num_annotators()) * k * k);
+  for (int32_t a = 0; !per_item && a < data.num_annotators(); ++a) {
     const std::vector<double> confusion = inner.AnnotatorConfusion(a);
     for (int32_t c = 0; c < k * k; ++c) {
       log_confusion[static_cast<size_t>(a) * k * k + c] =
           std::log(std::max(confusion[c], kMinProbability));
     }
   }
+  std::vector<double> scratch(static_cast<size_t>(k) * k);
+  const auto log_confusion_of = [&](int32_t item, int32_t annotator) -> const double* {
+    if (!per_item) return log_confusion.data() + static_cast<size_t>(annotator) * k * k;
+    const std::vector<double> confusion = inner.ItemAnnotatorConfusion(item, annotator);
+    for (int32_t c = 0; c < k * k; ++c) scratch[c] = std::log(std::max(confusion[c], kMinProbability));
+    return scratch.data();
+  };
+  // On large projects, every stride-th item only (kMaxHeldOutValues bounds
+  // the memory and the cost of each evaluation of the loss, and of the
+  // product-form check with per-item confusions).
+  const int64_t values = data.num_labels() * static_cast<int64_t>(k);
+  const int32_t stride = static_cast<int32_t>(
+      std::max<int64_t>(1, (values + kMaxHeldOutValues - 1) / kMaxHeldOutValues));
   // Expected class counts of every annotator's items, N_j[k] = sum over the
   // items i that j labelled of p_i(k): with them, the held-out label's own
   // share can be taken out of pi_j (below).
@@ -213,16 +230,16 @@ FittedMap FitLabelMap(const TruthModel& inner, const AnnotationMatrix& data,
     }
   }
   // The held-out posterior below is exact only if the model's posterior is
-  // prior x product of AnnotatorConfusion terms. Check it: log p_i(k) minus
-  // the item's log confusion terms, centred over k, must be the same (the
-  // centred log prior) for every item. mv's vote shares, glad's per-item
-  // confusions and the neural models fail it, and there the map fitted on
-  // the held-out labels misled: mv, already underconfident, was softened
-  // further (labelme ECE 0.08 -> 0.26). Such models keep the identity
-  // unless the project has gold.
+  // prior x product of ItemAnnotatorConfusion terms. Check it: log p_i(k)
+  // minus the item's log confusion terms, centred over k, must be the same
+  // (the centred log prior) for every item. mv's vote shares, cmm's mixture
+  // over groups and any model with a per-item prior (the neural models given
+  // item features) fail it, and there the map fitted on the held-out labels
+  // misled: mv, already underconfident, was softened further (labelme ECE
+  // 0.08 -> 0.26). Such models keep the identity unless the project has gold.
   {
     std::vector<double> reference, residual(k);
-    for (int32_t i = 0; i < data.num_items(); ++i) {
+    for (int32_t i = 0; i < data.num_items(); i += stride) {
       const double* p = raw_posteriors.data() + static_cast<size_t>(i) * k;
       bool extreme = false;
       for (int32_t c = 0; c < k; ++c) {
@@ -232,7 +249,7 @@ FittedMap FitLabelMap(const TruthModel& inner, const AnnotationMatrix& data,
       if (extreme) continue;  // Underflow would break the identity.
       for (const AnnotationMatrix::Entry& e : data.LabelsOfItem(i)) {
         if (e.other < 0 || e.other >= data.num_annotators()) continue;
-        const double* lc = log_confusion.data() + static_cast<size_t>(e.other) * k * k;
+        const double* lc = log_confusion_of(i, e.other);
         for (int32_t c = 0; c < k; ++c) residual[c] -= lc[c * k + e.label];
       }
       double mean = 0;
@@ -258,18 +275,13 @@ FittedMap FitLabelMap(const TruthModel& inner, const AnnotationMatrix& data,
   std::vector<double> held_out_likelihood;
   held_out.reserve(static_cast<size_t>(data.num_labels()) * k);
   held_out_likelihood.reserve(static_cast<size_t>(data.num_labels()) * k);
-  // On large projects, every stride-th item only (kMaxHeldOutValues bounds
-  // the memory and the cost of each evaluation of the loss).
-  const int64_t values = data.num_labels() * static_cast<int64_t>(k);
-  const int32_t stride = static_cast<int32_t>(
-      std::max<int64_t>(1, (values + kMaxHeldOutValues - 1) / kMaxHeldOutValues));
   for (int32_t i = 0; i < data.num_items(); i += stride) {
     const auto labels = data.LabelsOfItem(i);
     if (labels.size() < 2) continue;  // The prior alone predicts it: no signal on tau.
     const double* p = raw_posteriors.data() + static_cast<size_t>(i) * k;
     for (const AnnotationMatrix::Entry& e : labels) {
       if (e.other < 0 || e.other >= data.num_annotators()) continue;
-      const double* lc = log_confusion.data() + static_cast<size_t>(e.other) * k * k;
+      const double* lc = log_confusion_of(i, e.other);
       const double* n_j = class_count.data() + static_cast<size_t>(e.other) * k;
       for (int32_t c = 0; c < k; ++c) {
         held_out.push_back(std::log(std::max(p[c], kMinProbability)) - lc[c * k + e.label]);

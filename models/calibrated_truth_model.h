@@ -203,6 +203,7 @@ class CalibratedTruthModel final : public TruthModel {
   std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const override {
     return inner_->ItemAnnotatorConfusion(item, annotator);
   }
+  bool ConfusionsDependOnItem() const override { return inner_->ConfusionsDependOnItem(); }
   std::vector<float> AnnotatorEmbedding(int32_t annotator) const override {
     return inner_->AnnotatorEmbedding(annotator);
   }

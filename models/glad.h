@@ -168,6 +168,7 @@ class GladModel : public TruthModel {
   // fit).
   std::vector<double> AnnotatorConfusion(int32_t annotator) const override;
   std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const override;
+  bool ConfusionsDependOnItem() const override { return true; }
   std::string Serialize() const override;
   absl::Status Restore(std::string_view serialized) override;
 

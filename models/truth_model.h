@@ -376,6 +376,11 @@ class TruthModel {
     return AnnotatorConfusion(annotator);
   }
 
+  // True when ItemAnnotatorConfusion(item, a) may differ from AnnotatorConfusion(a) (glad's item
+  // easiness, the neural models' item-dependent confusions). Callers that need every label's
+  // confusion (the label-free calibration map) may then not cache one matrix per annotator.
+  virtual bool ConfusionsDependOnItem() const { return false; }
+
   // The learned embedding of `annotator`, for models that learn one (lia and conal: the output
   // of their annotator encoder, a free embedding or a projection of the annotator's features);
   // empty for the other models, before a fit, and for annotators not in the fit.

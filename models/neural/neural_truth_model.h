@@ -122,6 +122,9 @@ class NeuralTruthModel : public TruthModel {
                             int32_t gold_label, absl::Span<double> out) const override;
   std::vector<double> AnnotatorConfusion(int32_t annotator) const override;
   std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const override;
+  // Conservatively true for every neural model: lia's and conal's confusions depend on the
+  // item, and ItemAnnotatorConfusion is exactly the factor ItemLogJoint multiplies in.
+  bool ConfusionsDependOnItem() const override { return true; }
   // lia and conal: a row of the annotator encoder's output, exported after each fit.
   std::vector<float> AnnotatorEmbedding(int32_t annotator) const override;
   // An annotator outside the fit, given features: the features standardised as the fit's were,
