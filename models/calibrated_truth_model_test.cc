@@ -147,6 +147,32 @@ TEST(CalibratedTruthModelTest, LowersTheEceOfDsOnACorrelatedCrowd) {
   }
 }
 
+TEST(CalibratedTruthModelTest, FitsTheLabelMapForConfusionsThatDependOnTheItem) {
+  // glad's confusion of annotator j on item i depends on i's easiness, so its
+  // posterior is the prior times ItemAnnotatorConfusion(i, j), not
+  // AnnotatorConfusion(j): the map must take each label's own confusion (it
+  // kept the identity when it took the annotator's).
+  const Crowd crowd = CorrelatedCrowd(3000, 7, 23, 0.5, 0.55);
+  absl::StatusOr<std::unique_ptr<TruthModel>> glad = CreateTruthModel("glad", 2, {});
+  ASSERT_THAT(glad.status(), IsOk());
+  auto* model = dynamic_cast<CalibratedTruthModel*>(glad->get());
+  ASSERT_NE(model, nullptr);
+  EXPECT_TRUE(model->inner().ConfusionsDependOnItem());
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+  EXPECT_EQ(model->calibration().source, CalibrationSource::kCrowdLabels);
+  EXPECT_LT(model->calibration().temperature, 1.0);
+
+  const std::vector<bool> all(crowd.truth.size(), true);
+  const std::vector<double> raw = AllPosteriors(model->inner(), crowd.matrix, {});
+  const std::vector<double> calibrated = AllPosteriors(*model, crowd.matrix, {});
+  const double raw_ece = Ece(raw, crowd.truth, all);
+  const double calibrated_ece = Ece(calibrated, crowd.truth, all);
+  RecordProperty("raw_ece", std::to_string(raw_ece));
+  RecordProperty("calibrated_ece", std::to_string(calibrated_ece));
+  RecordProperty("temperature", std::to_string(model->calibration().temperature));
+  EXPECT_LT(calibrated_ece, 0.8 * raw_ece);
+}
+
 TEST(CalibratedTruthModelTest, UsesTheGoldMapWithEnoughGoldItems) {
   const Crowd crowd = CorrelatedCrowd(3000, 7, 13);
   // Every 10th item is gold (300 gold items); the others are scored.
