@@ -46,11 +46,14 @@
 //   - kCrowdLabels (no or too few gold items): leave-one-label-out predictive
 //     likelihood of the crowd labels. For each label l of annotator j on item
 //     i, the posterior of i without that label is
-//       log p_{-j}(k) = log p_i(k) - log pi_j[k, l] + const
-//     (pi_j = AnnotatorConfusion(j); exact for the models whose posterior is
-//     prior x product of confusions: ds, one_coin, mace, which FitLabelMap
-//     checks on every item; for the others, mv, glad, the neural models, it
-//     is not, and the map stays the identity without gold), mapped to q_{-j}
+//       log p_{-j}(k) = log p_i(k) - log pi_ij[k, l] + const
+//     (pi_ij = ItemAnnotatorConfusion(i, j), AnnotatorConfusion(j) for the
+//     models whose confusions do not depend on the item; exact for the models
+//     whose posterior is prior x product of those confusions: ds, one_coin,
+//     mace, glad and the neural models without item features, which
+//     FitLabelMap checks on every item; for the others, mv's vote shares and
+//     the neural models given item features (a per-item prior), it is not,
+//     and the map stays the identity without gold), mapped to q_{-j}
 //     (either map), and the label's predictive probability is sum_k q_{-j}(k) pi_j[k, l]. tau in
 //     [kMinTemperature, 1] maximises the sum of their logs: when labels
 //     disagree more often than the fitted model predicts (correlated
