@@ -235,6 +235,46 @@ TEST_F(IsolationTest, APageSizeOfZeroMeansAThousand) {
   EXPECT_EQ(profile_pages, (std::vector<int>{1000, 1000, 500}));
 }
 
+// truth.proto: next_page_token is "Empty on the last page". When the items (annotators) are an
+// exact multiple of the page size, the page that ends them is the last one: 2,000 of each in
+// pages of 1,000 give two pages, the second without a token (not a third, empty page).
+TEST_F(IsolationTest, APageThatEndsTheItemsExactlyHasNoToken) {
+  CreateProjectWithAnnotators("exact-pages", 2, 2000);
+  v1::ListPosteriorsRequest list;
+  list.set_project("exact-pages");
+  list.set_page_size(1000);
+  std::vector<int> posterior_pages;
+  std::vector<std::string> tokens;
+  do {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::ListPosteriorsResponse page;
+    ASSERT_TRUE(v1::TruthService::NewStub(channel_)->ListPosteriors(&context, list, &page).ok());
+    posterior_pages.push_back(page.posteriors_size());
+    tokens.push_back(page.next_page_token());
+    list.set_page_token(page.next_page_token());
+    ASSERT_LT(posterior_pages.size(), 10u);
+  } while (!list.page_token().empty());
+  EXPECT_EQ(posterior_pages, (std::vector<int>{1000, 1000}));
+  ASSERT_EQ(tokens.size(), 2u);
+  EXPECT_FALSE(tokens[0].empty());
+  EXPECT_TRUE(tokens[1].empty());
+
+  v1::GetAnnotatorProfilesRequest profiles;
+  profiles.set_project("exact-pages");
+  profiles.set_page_size(1000);
+  profiles.set_confusion_detail(v1::CONFUSION_DETAIL_NONE);
+  std::vector<int> profile_pages;
+  do {
+    v1::GetAnnotatorProfilesResponse page;
+    ASSERT_TRUE(Profiles(profiles, &page).ok());
+    profile_pages.push_back(page.profiles_size());
+    profiles.set_page_token(page.next_page_token());
+    ASSERT_LT(profile_pages.size(), 10u);
+  } while (!profiles.page_token().empty());
+  EXPECT_EQ(profile_pages, (std::vector<int>{1000, 1000}));
+}
+
 TEST_F(IsolationTest, AResponseOverTheSizeLimitIsRefusedBeforeItIsBuilt) {
   // 256 classes: each matrix is 512 KiB, so 200 of them are about 105 MB.
   CreateProjectWithAnnotators("wide", 256, 200);
