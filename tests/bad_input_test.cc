@@ -512,6 +512,71 @@ std::vector<BadInput> BadInputs() {
          }));
        },
        kInvalid, "settings.assignment.max_labels_per_item: must be >= min_labels_per_item"},
+      // projects.proto: ProjectLimits are 0 (the server's default) or a positive limit; the
+      // message says ">= 0", so -1 is as wrong as -2.
+      {"CreateProjectMaxConfusionCellsMinusOne",
+       [](const Stubs& s) {
+         return CreateProject(s, NewProjectWithSettings([](v1::ProjectSettings& settings) {
+           settings.mutable_limits()->set_max_confusion_cells(-1);
+         }));
+       },
+       kInvalid, "settings.limits.max_confusion_cells: must be >= 0"},
+      {"CreateProjectNegativeMaxItems",
+       [](const Stubs& s) {
+         return CreateProject(s, NewProjectWithSettings([](v1::ProjectSettings& settings) {
+           settings.mutable_limits()->set_max_items(-1);
+         }));
+       },
+       kInvalid, "settings.limits.max_items: must be >= 0"},
+      {"CreateProjectNegativeMaxAnnotators",
+       [](const Stubs& s) {
+         return CreateProject(s, NewProjectWithSettings([](v1::ProjectSettings& settings) {
+           settings.mutable_limits()->set_max_annotators(-1);
+         }));
+       },
+       kInvalid, "settings.limits.max_annotators: must be >= 0"},
+      {"CreateProjectNegativeMaxLabels",
+       [](const Stubs& s) {
+         return CreateProject(s, NewProjectWithSettings([](v1::ProjectSettings& settings) {
+           settings.mutable_limits()->set_max_labels(-1);
+         }));
+       },
+       kInvalid, "settings.limits.max_labels: must be >= 0"},
+      {"CreateProjectNegativeConfusionSmoothing",
+       [](const Stubs& s) {
+         return CreateProject(s, NewProjectWithSettings([](v1::ProjectSettings& settings) {
+           settings.mutable_model()->set_confusion_smoothing(-0.5);
+         }));
+       },
+       kInvalid, "settings.model.confusion_smoothing"},
+      {"CreateProjectNegativeMaxIterations",
+       [](const Stubs& s) {
+         return CreateProject(s, NewProjectWithSettings([](v1::ProjectSettings& settings) {
+           settings.mutable_model()->set_max_iterations(-1);
+         }));
+       },
+       kInvalid, "settings.model.max_iterations: must be in [0, 100000]"},
+      {"CreateProjectNegativeTolerance",
+       [](const Stubs& s) {
+         return CreateProject(s, NewProjectWithSettings([](v1::ProjectSettings& settings) {
+           settings.mutable_model()->set_tolerance(-0.1);
+         }));
+       },
+       kInvalid, "settings.model.tolerance: must be in [0, 1)"},
+      {"CreateProjectNegativeRefitFraction",
+       [](const Stubs& s) {
+         return CreateProject(s, NewProjectWithSettings([](v1::ProjectSettings& settings) {
+           settings.mutable_model()->set_refit_new_label_fraction(-1);
+         }));
+       },
+       kInvalid, "settings.model.refit_new_label_fraction"},
+      {"CreateProjectNaNConfidenceTarget",
+       [](const Stubs& s) {
+         return CreateProject(s, NewProjectWithSettings([](v1::ProjectSettings& settings) {
+           settings.mutable_assignment()->set_confidence_target(std::nan(""));
+         }));
+       },
+       kInvalid, "settings.assignment.confidence_target: must be in [0, 1]"},
       {"CreateProjectConfidenceTargetAboveOne",
        [](const Stubs& s) {
          return CreateProject(s, NewProjectWithSettings([](v1::ProjectSettings& settings) {
@@ -995,6 +1060,31 @@ TEST(BadInputTableTest, HasAtLeastThirtyRowsWithUniqueNames) {
   EXPECT_GE(rows.size(), 30u);
   std::set<std::string> names;
   for (const BadInput& row : rows) EXPECT_TRUE(names.insert(row.name).second) << row.name;
+}
+
+// The other side of the table: settings at the inclusive ends of their documented ranges are
+// accepted. projects.proto: confidence_target is in [0, 1]; a project's name is 1-128
+// characters of [A-Za-z0-9._-]; max_labels_per_item is a cap and min_labels_per_item a floor,
+// so both at 3 asks for exactly 3 labels per item (the error for max below min says
+// "must be >= min_labels_per_item"); common.proto: kos is for binary tasks.
+TEST_F(RefusedWriteTest, SettingsAtTheEndsOfTheirRangesAreAccepted) {
+  auto accepted = [&](const std::string& what, const v1::Project& project) {
+    Outcome created = CreateProject(stubs(), project);
+    EXPECT_EQ(created.code, grpc::StatusCode::OK) << what << ": " << created.message;
+  };
+  accepted("min = max labels per item",
+           NewProjectWithSettings([](v1::ProjectSettings& settings) {
+             settings.mutable_assignment()->set_min_labels_per_item(3);
+             settings.mutable_assignment()->set_max_labels_per_item(3);
+           }));
+  accepted("confidence_target 1", NewProjectWithSettings([](v1::ProjectSettings& settings) {
+             settings.mutable_assignment()->set_confidence_target(1.0);
+           }));
+  accepted("kos on two classes", NewProjectWithSettings([](v1::ProjectSettings& settings) {
+             settings.mutable_model()->set_method(v1::TRUTH_METHOD_KOS);
+           }));
+  accepted("dots and underscores", NewProject("a.b_C-9"));
+  accepted("128 characters", NewProject(std::string(128, 'n')));
 }
 
 // A refused AddItems writes nothing, not even the valid items before the bad one.
