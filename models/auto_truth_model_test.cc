@@ -1,7 +1,9 @@
 #include "models/auto_truth_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -474,6 +476,189 @@ TEST(AutoTruthModelTest, GoldCalibrationOfAutoIsTheServedMethods) {
   EXPECT_EQ(a.calibration().source, CalibrationSource::kGold);
   EXPECT_EQ(a.calibration().gold_items, d.calibration().gold_items);
   EXPECT_DOUBLE_EQ(a.calibration().temperature, d.calibration().temperature);
+}
+
+// A stand-in candidate with fixed outputs: the posterior of item i is right(i) ? (0.9, 0.1) :
+// (0.1, 0.9) (K = 2; class 0 is "right"), or (0.5, 0.5) without `right`; every annotator's
+// confusion is `confusion` (2 x 2, row-major). Fit does nothing. If `held` is set, every
+// ItemAnnotatorConfusion(item, annotator) call is recorded there (held-out scoring asks for one
+// per held-out label).
+class FixedModel final : public TruthModel {
+ public:
+  FixedModel(std::string method, std::function<bool(int32_t)> right,
+             std::vector<double> confusion,
+             std::shared_ptr<std::vector<std::pair<int32_t, int32_t>>> held)
+      : method_(std::move(method)),
+        right_(std::move(right)),
+        confusion_(std::move(confusion)),
+        held_(std::move(held)) {}
+  std::string_view method() const override { return method_; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return fitted_; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<FixedModel>(*this);
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>,
+                                bool) override {
+    fitted_ = true;
+    return FitReport();
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry>, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    ItemPosteriorForItem(-1, {}, gold_label, out);
+  }
+  void ItemPosteriorForItem(int32_t item, absl::Span<const AnnotationMatrix::Entry>,
+                            int32_t gold_label, absl::Span<double> out) const override {
+    if (gold_label >= 0) {
+      out[0] = gold_label == 0 ? 1.0 : 0.0;
+      out[1] = 1.0 - out[0];
+    } else if (!right_) {
+      out[0] = out[1] = 0.5;
+    } else {
+      out[0] = right_(item) ? 0.9 : 0.1;
+      out[1] = 1.0 - out[0];
+    }
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override { return confusion_; }
+  std::vector<double> ItemAnnotatorConfusion(int32_t item, int32_t annotator) const override {
+    if (held_ != nullptr) held_->push_back({item, annotator});
+    return confusion_;
+  }
+  std::string Serialize() const override { return method_; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+
+ private:
+  std::string method_;
+  std::function<bool(int32_t)> right_;
+  std::vector<double> confusion_;
+  std::shared_ptr<std::vector<std::pair<int32_t, int32_t>>> held_;
+  bool fitted_ = false;
+};
+
+// Only "ds" and "mv" exist (the other candidates fail to be created and are skipped).
+AutoTruthModel::CandidateFactory DsAndMv(std::function<bool(int32_t)> ds_right,
+                                         std::function<bool(int32_t)> mv_right,
+                                         std::vector<double> mv_confusion = {0.5, 0.5, 0.5, 0.5},
+                                         std::shared_ptr<std::vector<std::pair<int32_t, int32_t>>>
+                                             ds_held = nullptr) {
+  return [=](std::string_view method, int32_t,
+             const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    if (method == "ds") {
+      return std::unique_ptr<TruthModel>(std::make_unique<FixedModel>(
+          "ds", ds_right, std::vector<double>{0.5, 0.5, 0.5, 0.5}, ds_held));
+    }
+    if (method == "mv") {
+      return std::unique_ptr<TruthModel>(
+          std::make_unique<FixedModel>("mv", mv_right, mv_confusion, nullptr));
+    }
+    return absl::InvalidArgumentError("not a candidate here");
+  };
+}
+
+// Promise (auto_truth_model.h): with gold, a candidate replaces ds only if it gets at least
+// kGoldMarginItems (2) more gold items right than ds AND its accuracy gain is at least
+// kGoldStandardErrors (2) standard errors of the paired per-item difference d_i =
+// right_candidate(i) - right_ds(i), SE = sqrt(sum (d_i - mean)^2 / (n - 1) / n).
+// 30 gold items, all of class 0, one label each (annotator 0 says 0):
+//   - ds wrong on items 0..7, mv wrong on items 8..11: mv gets 4 more right (margin passes);
+//     d = +1 on 8 items, -1 on 4, 0 on 18; mean = 4/30 = 0.133333;
+//     sum (d - mean)^2 = 12 - 30 (4/30)^2 = 11.466667; SE = sqrt(11.466667 / 29 / 30)
+//     = 0.1148045; 2 SE = 0.229609 > 0.133333: ds is kept.
+//   - control, ds wrong on items 0..3 and mv never: again 4 more right, but
+//     sum (d - mean)^2 = 4 - 0.533333 = 3.466667, SE = 0.0631243, 2 SE = 0.126249 < 0.133333:
+//     mv replaces ds.
+TEST(AutoTruthModelTest, GoldCvKeepsDsWhenTheMarginPassesButTwoStandardErrorsDoNot) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 30; ++i) annotations.push_back({i, 0, 0});
+  const AnnotationMatrix data = *AnnotationMatrix::Build(30, 1, 2, annotations);
+  const std::vector<int32_t> gold(30, 0);
+
+  absl::StatusOr<AutoChoice> noisy = ChooseTruthMethod(
+      data, gold, {}, DsAndMv([](int32_t i) { return i >= 8; },
+                              [](int32_t i) { return i < 8 || i >= 12; }));
+  ASSERT_THAT(noisy, IsOk());
+  EXPECT_EQ(noisy->criterion, "gold_cv");
+  EXPECT_NEAR(ScoreOf(*noisy, "ds").accuracy, 22.0 / 30, 1e-12);
+  EXPECT_NEAR(ScoreOf(*noisy, "mv").accuracy, 26.0 / 30, 1e-12);
+  EXPECT_NEAR(ScoreOf(*noisy, "mv").accuracy_standard_error, 0.1148045148, 1e-9);
+  EXPECT_EQ(noisy->method, "ds") << noisy->reason;
+
+  absl::StatusOr<AutoChoice> clear = ChooseTruthMethod(
+      data, gold, {}, DsAndMv([](int32_t i) { return i >= 4; }, [](int32_t) { return true; }));
+  ASSERT_THAT(clear, IsOk());
+  EXPECT_NEAR(ScoreOf(*clear, "ds").accuracy, 26.0 / 30, 1e-12);
+  EXPECT_NEAR(ScoreOf(*clear, "mv").accuracy, 1.0, 1e-12);
+  EXPECT_NEAR(ScoreOf(*clear, "mv").accuracy_standard_error, 0.0631242769, 1e-9);
+  EXPECT_EQ(clear->method, "mv") << clear->reason;
+}
+
+// Promise (auto_truth_model.h): without gold, a candidate replaces ds only if its mean
+// held-out log-likelihood beats ds's by kHeldOutMarginNats (0.01) per label AND by
+// kHeldOutStandardErrors (2) standard errors of the paired per-label difference.
+// Both stand-ins give every item q = (1/2, 1/2); ds's annotators are uniform, so every held-out
+// label scores log(1/2); mv's say 0 with probability 0.8 whatever the truth, so a held-out label
+// scores log 0.8 if it is 0 and log 0.2 if it is 1: d = log 1.6 = +0.4700036 for a 0 and
+// log 0.4 = -0.9162907 for a 1. With n0 zeros and n1 ones among the n held-out labels (read
+// from the labels ds was asked to predict; which labels are held out is a seeded draw),
+// f = n0 / n, mean = f log 1.6 + (1 - f) log 0.4 and, d taking two values,
+// sum (d - mean)^2 = n f (1 - f) (log 1.6 - log 0.4)^2, SE = log 4 sqrt(f (1 - f) / (n - 1)).
+// A quarter of the labels are 1, so mean ~ 0.75 * 0.470 - 0.25 * 0.916 = 0.123 and the
+// standard deviation of d ~ log 4 * sqrt(3/16) = 0.60: on 160 items (~48 held-out labels,
+// SE ~ 0.087) the gain is more than the margin and more than one SE but less than 2 SE, and ds
+// is kept (the draw of this seed holds out 42 labels, 10 of them 1: mean 0.140, 2 SE 0.184);
+// on 3000 items (~900 held-out labels, 2 SE ~ 0.04) mv replaces ds.
+TEST(AutoTruthModelTest, HeldOutLabelsKeepDsWhenTheMarginPassesButTwoStandardErrorsDoNot) {
+  const auto label_of = [](int32_t item, int32_t annotator) {
+    const int32_t j = (annotator - item % 6 + 6) % 6;  // 0, 1 or 2: the label's slot
+    return (3 * item + j) % 4 == 0 ? 1 : 0;
+  };
+  const auto crowd = [&](int32_t items) {
+    std::vector<Annotation> annotations;
+    for (int32_t i = 0; i < items; ++i) {
+      for (int32_t j = 0; j < 3; ++j) {
+        const int32_t annotator = (i + j) % 6;
+        annotations.push_back({i, annotator, label_of(i, annotator)});
+      }
+    }
+    return *AnnotationMatrix::Build(items, 6, 2, annotations);
+  };
+  const double d0 = std::log(1.6), d1 = std::log(0.4);
+  struct Expected {
+    double mean;
+    double se;
+  };
+  const auto expected = [&](const std::vector<std::pair<int32_t, int32_t>>& held) {
+    double n0 = 0, n1 = 0;
+    for (const auto& [item, annotator] : held) (label_of(item, annotator) == 0 ? n0 : n1) += 1;
+    const double n = n0 + n1, f = n0 / n;
+    return Expected{f * d0 + (1 - f) * d1, (d0 - d1) * std::sqrt(f * (1 - f) / (n - 1))};
+  };
+  const std::vector<double> says_zero = {0.8, 0.2, 0.8, 0.2};
+
+  auto small_held = std::make_shared<std::vector<std::pair<int32_t, int32_t>>>();
+  absl::StatusOr<AutoChoice> small = ChooseTruthMethod(
+      crowd(160), {}, {}, DsAndMv(nullptr, nullptr, says_zero, small_held));
+  ASSERT_THAT(small, IsOk());
+  EXPECT_EQ(small->criterion, "held_out_labels");
+  ASSERT_GE(small_held->size(), 3u);
+  const Expected s = expected(*small_held);
+  EXPECT_NEAR(ScoreOf(*small, "ds").held_out_log_likelihood, std::log(0.5), 1e-12);
+  EXPECT_NEAR(ScoreOf(*small, "mv").held_out_log_likelihood - std::log(0.5), s.mean, 1e-12);
+  EXPECT_NEAR(ScoreOf(*small, "mv").held_out_standard_error, s.se, 1e-12);
+  // The case this test is about: the margin passes, two standard errors do not.
+  ASSERT_GE(s.mean, AutoTruthModel::kHeldOutMarginNats);
+  ASSERT_GT(s.mean, s.se);
+  ASSERT_LT(s.mean, 2 * s.se);
+  EXPECT_EQ(small->method, "ds") << small->reason;
+
+  auto large_held = std::make_shared<std::vector<std::pair<int32_t, int32_t>>>();
+  absl::StatusOr<AutoChoice> large = ChooseTruthMethod(
+      crowd(3000), {}, {}, DsAndMv(nullptr, nullptr, says_zero, large_held));
+  ASSERT_THAT(large, IsOk());
+  const Expected l = expected(*large_held);
+  EXPECT_NEAR(ScoreOf(*large, "mv").held_out_standard_error, l.se, 1e-12);
+  ASSERT_GE(l.mean, 2 * l.se);
+  EXPECT_EQ(large->method, "mv") << large->reason;
 }
 
 }  // namespace

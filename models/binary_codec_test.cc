@@ -110,5 +110,18 @@ TEST(BinaryCodecTest, AModelHeaderOfAnotherVersionOrMethodIsRefused) {
   EXPECT_THAT(read(header("XXXX", 1, "mv"), "mv"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// Promise (binary_codec.h): Fnv1a64 is the standard 64-bit FNV-1a hash: offset basis
+// 0xcbf29ce484222325, prime 0x100000001b3, each byte XORed in (as an unsigned octet) and then
+// multiplied. Expected values are the published FNV-1a 64 test vectors ("" is the offset basis
+// itself; "a" and "foobar" from the reference test suite); the "\xff" vector checks the byte is
+// taken unsigned: (0xcbf29ce484222325 ^ 0xff) * 0x100000001b3 mod 2^64 = 0xaf64724c8602eb6e
+// (sign-extending would XOR 0xffffffffffffffff instead).
+TEST(BinaryCodecTest, Fnv1a64MatchesTheStandardTestVectors) {
+  EXPECT_EQ(Fnv1a64(""), 0xcbf29ce484222325ULL);
+  EXPECT_EQ(Fnv1a64("a"), 0xaf63dc4c8601ec8cULL);
+  EXPECT_EQ(Fnv1a64("foobar"), 0x85944171f73967e8ULL);
+  EXPECT_EQ(Fnv1a64(std::string("\xff", 1)), 0xaf64724c8602eb6eULL);
+}
+
 }  // namespace
 }  // namespace verity::models

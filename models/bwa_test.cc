@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -198,6 +199,45 @@ TEST(BwaTest, ThePriorCorrectionSetsThePrecisionOfAnUnknownAnnotator) {
   ASSERT_TRUE(precision.has_value());
   ASSERT_EQ(precision->size(), 3u);
   for (double v : *precision) EXPECT_NEAR(v, 27.0 / 16.0, 1e-9);
+}
+
+// Promise (bwa.h): v_jk = (a_v + n_j) / (b_k + sum over j's labels of (z_ik - [y_ij = k])^2),
+// a_v = 15, with gold items clamped one-hot in every update, mu_k the mean of z_ik over the
+// items, and b_k = a_v c (label-weighted mean of z_ik (1 - z_ik) under the majority vote),
+// c = 4 (1 - 1/2) = 2; an id outside the fit gets a_v / b_k. Both items gold (0, 1), K = 2:
+//   item 0: annotators 0, 1, 2 say 0, 0, 0;  item 1: annotators 0, 1 say 0, 1.
+// Majority vote: item 0 z = (1, 0), z (1 - z) = 0; item 1 z = (1/2, 1/2), z (1 - z) = 1/4 with
+// weight 2; mean over the 5 labels = 0.5 / 5 = 0.1, so b_k = 15 * 2 * 0.1 = 3 (both classes).
+// Clamped z: item 0 (1, 0), item 1 (0, 1); mu = (1/2, 1/2).
+//   annotator 0 (n = 2; right on item 0, wrong on item 1): squares 1 for each class,
+//     v = (15 + 2) / (3 + 1) = 4.25;
+//   annotator 1 (n = 2, right twice): squares 0, v = 17 / 3;
+//   annotator 2 (n = 1, right): v = 16 / 3;
+//   unknown id: 15 / 3 = 5.
+// Every item is gold, so z never moves and the fit stops after one iteration.
+TEST(BwaTest, HandCheckedPrecisionsOnAGoldClampedFit) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(
+      2, 3, 2, {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {1, 0, 0}, {1, 1, 1}});
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(2);
+  absl::StatusOr<FitReport> report = model->Fit(m, std::vector<int32_t>{0, 1}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, 1);
+  const auto expect_precision = [&](int32_t annotator, double want) {
+    const std::optional<std::vector<double>> v = model->AnnotatorPrecision(annotator);
+    ASSERT_TRUE(v.has_value());
+    ASSERT_EQ(v->size(), 2u);
+    EXPECT_NEAR((*v)[0], want, 1e-12) << annotator;
+    EXPECT_NEAR((*v)[1], want, 1e-12) << annotator;
+  };
+  expect_precision(0, 4.25);
+  expect_precision(1, 17.0 / 3);
+  expect_precision(2, 16.0 / 3);
+  expect_precision(-1, 5.0);
+  expect_precision(9, 5.0);
+  const std::optional<std::vector<double>> mu = model->ClassMean();
+  ASSERT_TRUE(mu.has_value());
+  EXPECT_NEAR((*mu)[0], 0.5, 1e-12);
+  EXPECT_NEAR((*mu)[1], 0.5, 1e-12);
 }
 
 }  // namespace

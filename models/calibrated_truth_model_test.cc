@@ -321,5 +321,23 @@ TEST(CalibrationMapTest, TheGoldMapsTemperatureStaysWithinItsBounds) {
   EXPECT_NEAR(floor.temperature, CalibratedTruthModel::kMinTemperature, 1e-9);
 }
 
+// Promise (calibrated_truth_model.h): the gold map minimises the summed log-loss over tau in
+// [kMinTemperature, 1], found (calibrated_truth_model.cc) by a 13-point grid on log tau and then
+// golden-section search to a width of 1e-4. Four rows (0.9, 0.1) with truth 0, 0, 0, 1: for K = 2
+// both maps give q0 = 0.9^tau / (0.9^tau + 0.1^tau) = 1 / (1 + 9^-tau), and the log-loss
+// -[3 log q0 + log(1 - q0)] is least at q0 = 3/4 (the empirical frequency), i.e. 9^-tau = 1/3,
+// tau = ln 3 / ln 9 = 0.5 exactly. That lies between grid points (log tau = -0.693; the grid on
+// [ln 0.05, 0] steps 0.2496: -0.749 and -0.499, tau 0.473 and 0.607), so only a working
+// golden-section search lands within 1e-3. The loss there: -(3 ln 0.75 + ln 0.25)
+// = 3 * 0.2876821 + 1.3862944 = 2.2493406.
+TEST(CalibrationMapTest, TheGoldMapFindsTheLogLossOptimumBetweenGridPoints) {
+  const std::vector<double> rows = {0.9, 0.1, 0.9, 0.1, 0.9, 0.1, 0.9, 0.1};
+  const std::vector<int32_t> truth = {0, 0, 0, 1};
+  const FittedMap map = FitGoldMap(rows, 2, truth);
+  EXPECT_NEAR(map.temperature, 0.5, 1e-3);
+  EXPECT_NEAR(map.loss, -(3 * std::log(0.75) + std::log(0.25)), 1e-6);
+  EXPECT_NEAR(map.loss, 2.2493406, 1e-6);
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -245,5 +245,71 @@ TEST(EbccTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   EXPECT_FALSE(restored->has_parameters());
 }
 
+// A restored model with the asymmetric class Dirichlet nu = (3, 1), subtype Dirichlets eta = 1 for
+// every subtype of class 0 and 2 for every subtype of class 1, and no annotators (every id gets
+// the prior beta: rows (4, 1) for class 0, (1, 4) for class 1).
+std::unique_ptr<EbccModel> AsymmetricPriorModel(const TruthModelOptions& options = {}) {
+  ByteWriter writer;
+  WriteModelHeader(writer, EbccModel::kMethod, true);
+  writer.WriteU32(2);   // classes
+  writer.WriteU32(10);  // subtypes
+  writer.WriteU32(0);   // annotators
+  writer.WriteF64(3.0);
+  writer.WriteF64(1.0);
+  for (int m = 0; m < 10; ++m) writer.WriteF64(1.0);
+  for (int m = 0; m < 10; ++m) writer.WriteF64(2.0);
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2, options);
+  EXPECT_THAT(model->Restore(writer.Finish()), IsOk());
+  return model;
+}
+
+// H_n = 1 + 1/2 + ... + 1/n, so that psi(n + 1) - psi(1) = H_n.
+double Harmonic(int n) {
+  double h = 0;
+  for (int i = 1; i <= n; ++i) h += 1.0 / i;
+  return h;
+}
+
+// Promise (ebcc.h): with no labels q(k, m) ∝ exp(E[ln tau_k] + E[ln pi_km]), E[ln tau_k] =
+// psi(nu_k) - psi(sum nu), E[ln pi_km] = psi(eta_km) - psi(sum_m eta_km). Each class's 10
+// subtypes are equal, so q(0) / q(1) = exp([psi(3) - psi(1)] + [psi(1) - psi(10)] -
+// [psi(2) - psi(20)]) = exp(1.5 - H_9 + (H_19 - 1)) = exp(0.5 + 1/10 + ... + 1/19)
+// = exp(1.2187714); q(0) = 1 / (1 + exp(-1.2187714)) = 0.7718473. Neither digamma normaliser
+// cancels: the class prior is asymmetric and the subtype rows of the two classes have different
+// totals (10 and 20).
+TEST(EbccTest, TheClassAndSubtypePriorsEnterAsDigammaExpectations) {
+  std::unique_ptr<EbccModel> model = AsymmetricPriorModel();
+  std::vector<double> out(2);
+  model->ItemPosterior({}, -1, absl::MakeSpan(out));
+  const double log_ratio = 1.5 - Harmonic(9) + (Harmonic(19) - 1);
+  EXPECT_NEAR(log_ratio, 1.2187714, 1e-7);
+  EXPECT_NEAR(out[0], 1 / (1 + std::exp(-log_ratio)), 1e-12);
+  EXPECT_NEAR(out[0], 0.7718473, 1e-7);
+  EXPECT_NEAR(out[0] + out[1], 1.0, 1e-12);
+}
+
+// Promise (ebcc.h): FitReport::log_likelihood is the log normaliser of the E-step, sum_i
+// ln(sum_{k,m} exp(E[ln tau_k] + E[ln pi_km] + sum_labels E[ln v_jkml])), and a warm fit starts
+// from the previous Dirichlets. One warm iteration from the model above; one item labelled 0 by
+// an annotator with the prior (E[ln v] of label 0: psi(4) - psi(5) = -1/4 for class 0,
+// psi(1) - psi(5) = -25/12 for class 1). Per subtype:
+//   class 0: psi(3) - psi(4) + psi(1) - psi(10) - 1/4 = -1/3 - H_9 - 1/4,
+//   class 1: psi(1) - psi(4) + psi(2) - psi(20) - 25/12 = -11/6 - (H_19 - 1) - 25/12,
+// ll = log(10 exp(class 0) + 10 exp(class 1)) = -1.0635399.
+TEST(EbccTest, TheLogLikelihoodKeepsTheNormalisersOfThePriors) {
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<EbccModel> model = AsymmetricPriorModel(one_iteration);
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 1, 2, {{0, 0, 0}});
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, true);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, 1);
+  const double class0 = -1.0 / 3 - Harmonic(9) - 0.25;
+  const double class1 = -11.0 / 6 - (Harmonic(19) - 1) - 25.0 / 12;
+  EXPECT_NEAR(report->log_likelihood, std::log(10 * std::exp(class0) + 10 * std::exp(class1)),
+              1e-12);
+  EXPECT_NEAR(report->log_likelihood, -1.0635399, 1e-7);
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -695,5 +695,52 @@ TEST(GladTest, CreateRejectsBadOptions) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// Promise (glad.h): Fit finds the MAP under b_i ~ N(glad_log_easiness_prior_mean,
+// glad_log_easiness_prior_stddev^2). At the MAP each b_i balances the prior's pull
+// (b_i - mean) / stddev^2 against the gradient of its labels' log-likelihood,
+// sum over the item's labels of (q_i[label] - s) alpha_a beta_i, |.| <= sum |alpha_a| beta_i:
+// with 5 labels, abilities of a few units and beta_i ~ 1 that is at most ~25, so with
+// stddev = 1e-3 (precision 1e6) every |b_i| <= ~2.5e-5 < 1e-4. With the default stddev 1 the
+// same crowd (log easiness drawn with stddev 1) fits easiness far from 1 (control).
+TEST(GladTest, ATightEasinessPriorHoldsEveryLogEasinessAtItsMean) {
+  const GladCrowd crowd = GenerateGladCrowd(600, 3, 5, Abilities(), 1.0, 31);
+  TruthModelOptions tight;
+  tight.glad_log_easiness_prior_stddev = 1e-3;
+  std::unique_ptr<GladModel> model = MakeGlad(3, tight);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  for (int32_t i = 0; i < 600; ++i) {
+    EXPECT_NEAR(std::log(model->ItemEasiness(i)), 0.0, 1e-4) << i;
+  }
+  std::unique_ptr<GladModel> loose = MakeGlad(3);
+  ASSERT_THAT(loose->Fit(crowd.matrix, {}, false), IsOk());
+  double largest = 0;
+  for (int32_t i = 0; i < 600; ++i) {
+    largest = std::max(largest, std::abs(std::log(loose->ItemEasiness(i))));
+  }
+  EXPECT_GT(largest, 0.1);
+}
+
+// Promise (glad.h): alpha_a ~ N(glad_ability_prior_mean, glad_ability_prior_stddev^2) at the
+// MAP; the pull (alpha_a - mean) / stddev^2 balances sum over a's labels of (q - s) beta_i,
+// at most n_a max beta ~ 150 labels x ~20 = 3000 here, so with stddev = 1e-4 (precision 1e8)
+// every ability, and the population ability (their label-weighted mean), is within ~3e-5 of
+// the prior mean 1.5 (not the default 1), whatever the annotators' true abilities (-0.6 to 3.2).
+// With the default prior the abilities spread (control).
+TEST(GladTest, ATightAbilityPriorHoldsEveryAbilityAtItsMean) {
+  const GladCrowd crowd = GenerateGladCrowd(600, 3, 5, Abilities(), 1.0, 31);
+  TruthModelOptions tight;
+  tight.glad_ability_prior_mean = 1.5;
+  tight.glad_ability_prior_stddev = 1e-4;
+  std::unique_ptr<GladModel> model = MakeGlad(3, tight);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  for (int32_t a = 0; a < 20; ++a) {
+    EXPECT_NEAR(model->AnnotatorAbility(a), 1.5, 1e-3) << a;
+  }
+  EXPECT_NEAR(model->AnnotatorAbility(-1), 1.5, 1e-3);
+  std::unique_ptr<GladModel> loose = MakeGlad(3);
+  ASSERT_THAT(loose->Fit(crowd.matrix, {}, false), IsOk());
+  EXPECT_GT(loose->AnnotatorAbility(19) - loose->AnnotatorAbility(0), 1.0);
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -204,5 +204,53 @@ TEST(IbccTest, TheDirichletsArePriorPlusCountsByTrueClass) {
   near(*model->AnnotatorDirichlet(7), {4, 1, 1, 4});
 }
 
+// A restored model with the asymmetric class Dirichlet nu = (3, 1) and no annotators (every id
+// gets the prior alpha0 = (4, 1 | 1, 4)).
+std::unique_ptr<IbccModel> AsymmetricClassPriorModel() {
+  ByteWriter writer;
+  WriteModelHeader(writer, IbccModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(0);  // annotators
+  writer.WriteF64(3.0);
+  writer.WriteF64(1.0);
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(2);
+  EXPECT_THAT(model->Restore(writer.Finish()), IsOk());
+  return model;
+}
+
+// Promise (ibcc.h): E[ln kappa_k] = psi(nu_k) - psi(sum nu). With nu = (3, 1) and no labels,
+// q(0) / q(1) = exp(psi(3) - psi(1)) = exp(1 + 1/2) = e^1.5 (psi(n + 1) = psi(n) + 1/n), so
+// q(0) = e^1.5 / (1 + e^1.5) = 0.8175745. (The plug-in log(nu_k / sum nu) would give 3/4.)
+TEST(IbccTest, TheClassPriorEntersAsTheDigammaExpectation) {
+  std::unique_ptr<IbccModel> model = AsymmetricClassPriorModel();
+  std::vector<double> out(2);
+  model->ItemPosterior({}, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], std::exp(1.5) / (1 + std::exp(1.5)), 1e-12);
+  EXPECT_NEAR(out[0], 0.8175745, 1e-7);
+  EXPECT_NEAR(out[1], 1 / (1 + std::exp(1.5)), 1e-12);
+}
+
+// Promise (ibcc.h): FitReport::log_likelihood is sum_i ln(sum_k exp(E[ln kappa_k] +
+// sum_labels E[ln pi_j[k][l]])), with E[ln kappa_k] = psi(nu_k) - psi(sum nu) (so the
+// psi(sum nu) term does not cancel here, unlike in the posterior), and a warm fit starts from the
+// previous nu. One warm iteration from nu = (3, 1), one item labelled 0 by an annotator with the
+// prior rows (4, 1 | 1, 4):
+//   class 0: psi(3) - psi(4) + psi(4) - psi(5) = -1/3 - 1/4 = -7/12,
+//   class 1: psi(1) - psi(4) + psi(1) - psi(5) = -11/6 - 25/12 = -47/12,
+// ll = -7/12 + log(1 + exp(-40/12)) = -0.5482809.
+TEST(IbccTest, TheLogLikelihoodKeepsTheNormaliserOfTheClassPrior) {
+  std::unique_ptr<IbccModel> model = AsymmetricClassPriorModel();
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<IbccModel> fitted = CreateOrFail<IbccModel>(2, one_iteration);
+  ASSERT_THAT(fitted->Restore(model->Serialize()), IsOk());
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 1, 2, {{0, 0, 0}});
+  absl::StatusOr<FitReport> report = fitted->Fit(m, {}, true);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, 1);
+  EXPECT_NEAR(report->log_likelihood, -7.0 / 12 + std::log1p(std::exp(-40.0 / 12)), 1e-12);
+  EXPECT_NEAR(report->log_likelihood, -0.5482809, 1e-7);
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -249,5 +249,32 @@ TEST(MaceTest, AGoldItemIsClampedAndThePriorsAreThePseudoCounts) {
   EXPECT_NEAR((*xi)[1], 10.0 / 21.0, 1e-9);
 }
 
+// Promise (mace.h): the E-step's expected truthful count of a label (j, y) is
+// q_i[y] theta_j / Q_j[y][y], Q_j[y][y] = theta_j + (1 - theta_j) xi_j[y], the rest
+// (1 - truthful) counting as spam towards xi_j[y]; the M-step is theta = (truthful + 0.5) /
+// (n + 1), xi[y] = (spam[y] + 10) / (spam + 10 K); a cold fit's first M-step uses the soft
+// majority vote (one-hot on gold). One item, gold 0, labelled 0 by annotator 0, K = 2:
+//   start: truthful = q[0] = 1, spam[0] = 1: theta = 1.5 / 2 = 3/4, xi = (11/21, 10/21);
+//   iteration 1: Q[0][0] = 3/4 + (1/4)(11/21) = 63/84 + 11/84 = 74/84, so
+//     truthful = (3/4) / (74/84) = 63/74, spam[0] = 11/74;
+//     theta = (63/74 + 37/74) / 2 = 50/74 = 25/37 = 0.6756757,
+//     xi[0] = (11/74 + 10) / (11/74 + 20) = 751/1491, xi[1] = 740/1491.
+// (Counting the whole label as truthful would keep theta at 3/4 and xi at (11/21, 10/21).)
+TEST(MaceTest, OneIterationSplitsAGoldAgreeingLabelIntoTruthfulAndSpam) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 1, 2, {{0, 0, 0}});
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2, one_iteration);
+  absl::StatusOr<FitReport> report = model->Fit(m, std::vector<int32_t>{0}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, 1);
+  ASSERT_TRUE(model->AnnotatorCompetence(0).has_value());
+  EXPECT_NEAR(*model->AnnotatorCompetence(0), 25.0 / 37.0, 1e-12);
+  const std::optional<std::vector<double>> xi = model->AnnotatorStrategy(0);
+  ASSERT_TRUE(xi.has_value());
+  EXPECT_NEAR((*xi)[0], 751.0 / 1491.0, 1e-12);
+  EXPECT_NEAR((*xi)[1], 740.0 / 1491.0, 1e-12);
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -505,5 +505,30 @@ TEST(OneCoinTest, AccuraciesAreTheSmoothedCountsShrunkTowardThePool) {
   EXPECT_NEAR((*model)->AnnotatorAccuracy(99), pooled, 1e-9);
 }
 
+// Promise (one_coin.h): OneCoinParameters::Posterior returns log p(labels) (log p(gold, labels)
+// for gold), where a label of annotator a is right with probability p_a and each wrong label has
+// probability (1 - p_a) / (K - 1). K = 3, uniform prior 1/3, accuracies 0.5 (annotator 0) and
+// 0.8 (annotator 1); annotator 0 says 0, annotator 1 says 1:
+//   p(labels | 0) = 0.5 * 0.1 = 0.05, p(labels | 1) = 0.25 * 0.8 = 0.2,
+//   p(labels | 2) = 0.25 * 0.1 = 0.025;
+//   p(labels) = (0.05 + 0.2 + 0.025) / 3 = 0.275 / 3, posterior (2/11, 8/11, 1/11);
+//   gold 2: p(2, labels) = 0.025 / 3; gold 1: 0.2 / 3.
+// Every label's wrong-label term log((1 - p_a) / 2) is part of both results.
+TEST(OneCoinTest, PosteriorReturnsTheMarginalLogLikelihoodOfTheLabels) {
+  OneCoinParameters params(3);
+  params.accuracy = {1.0 / 3, 0.5, 0.8};
+  params.DeriveLogs();
+  const std::vector<Entry> labels = {{0, 0}, {1, 1}};
+  std::vector<double> out(3);
+  const double ll = params.Posterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(ll, std::log(0.275 / 3), 1e-12);
+  EXPECT_NEAR(out[0], 2.0 / 11, 1e-12);
+  EXPECT_NEAR(out[1], 8.0 / 11, 1e-12);
+  EXPECT_NEAR(out[2], 1.0 / 11, 1e-12);
+  EXPECT_NEAR(params.Posterior(labels, 2, absl::MakeSpan(out)), std::log(0.025 / 3), 1e-12);
+  EXPECT_EQ(out, std::vector<double>({0.0, 0.0, 1.0}));
+  EXPECT_NEAR(params.Posterior(labels, 1, absl::MakeSpan(out)), std::log(0.2 / 3), 1e-12);
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -232,5 +232,120 @@ TEST(ValidateBatchShapeTest, RejectsOversizedBatch) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the limit is 10000")));
 }
 
+// Promise (validation.h, projects.proto Project.name): project names are 1-128 characters of
+// [A-Za-z0-9._-]. Every character class, '.' and '_' included, is accepted, and so is a name of
+// exactly 128 bytes; 129 and a character outside the set are refused.
+TEST(ValidateProjectNameTest, AcceptsTheWholeCharsetAndExactly128Bytes) {
+  EXPECT_THAT(ValidateProjectName("a.b_C-9"), IsOk());
+  EXPECT_THAT(ValidateProjectName("._-"), IsOk());
+  EXPECT_THAT(ValidateProjectName("AZaz09"), IsOk());
+  EXPECT_THAT(ValidateProjectName(std::string(128, 'n')), IsOk());
+  EXPECT_THAT(ValidateProjectName(std::string(129, 'n')),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("128")));
+  EXPECT_THAT(ValidateProjectName("a/b"), StatusIs(absl::StatusCode::kInvalidArgument));
+  v1::Project p = ValidProject();
+  p.set_name("a.b_C-9");
+  EXPECT_THAT(ValidateNewProject(p), IsOk());
+  p.set_name(std::string(128, 'n'));
+  EXPECT_THAT(ValidateNewProject(p), IsOk());
+}
+
+// Promise (common.proto TRUTH_METHOD_KOS, validation.h ValidateMethodForClasses): kos serves
+// projects of 2 classes only; CreateProject refuses it for others. A 2-class kos project is
+// accepted; 3 classes are refused naming settings.model.method.
+TEST(ValidateNewProjectTest, KosIsAcceptedWithTwoClassesOnly) {
+  v1::Project p = ValidProject();
+  p.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_KOS);
+  EXPECT_THAT(ValidateNewProject(p), IsOk());
+  EXPECT_THAT(ValidateMethodForClasses(p.settings(), 2), IsOk());
+  p.add_classes("maybe");
+  EXPECT_THAT(ValidateNewProject(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("settings.model.method")));
+}
+
+// Promise (validation.h: INVALID_ARGUMENT naming the offending field; projects.proto
+// ProjectLimits: sizes, 0 = the server's default): a negative limit is refused, naming it.
+TEST(ValidateSettingsTest, NegativeLimitsAreRefusedNamingTheField) {
+  struct Case {
+    const char* field;
+    void (*set)(v1::ProjectLimits&);
+  };
+  const Case cases[] = {
+      {"settings.limits.max_items", [](v1::ProjectLimits& l) { l.set_max_items(-1); }},
+      {"settings.limits.max_annotators", [](v1::ProjectLimits& l) { l.set_max_annotators(-1); }},
+      {"settings.limits.max_labels", [](v1::ProjectLimits& l) { l.set_max_labels(-1); }},
+      {"settings.limits.max_confusion_cells",
+       [](v1::ProjectLimits& l) { l.set_max_confusion_cells(-1); }},
+  };
+  for (const Case& c : cases) {
+    v1::ProjectSettings s;
+    c.set(*s.mutable_limits());
+    EXPECT_THAT(ValidateSettings(s),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.field)))
+        << c.field;
+  }
+  v1::ProjectSettings zero_and_positive;
+  zero_and_positive.mutable_limits()->set_max_items(1);
+  zero_and_positive.mutable_limits()->set_max_annotators(0);
+  zero_and_positive.mutable_limits()->set_max_labels(5);
+  zero_and_positive.mutable_limits()->set_max_confusion_cells(0);
+  EXPECT_THAT(ValidateSettings(zero_and_positive), IsOk());
+}
+
+// Promise (projects.proto AssignmentSettings; validation.cc's range "[0, 1]" and
+// "max_labels_per_item must be >= min_labels_per_item"): confidence_target is a posterior
+// confidence, so 1.0 (resolve only certain items) is in range and 1.0 + epsilon is not; a cap
+// equal to the minimum (exactly n labels per item) is consistent, one below is not.
+TEST(ValidateSettingsTest, ConfidenceTargetOneAndMinEqualToMaxAreAccepted) {
+  v1::ProjectSettings s;
+  s.mutable_assignment()->set_confidence_target(1.0);
+  EXPECT_THAT(ValidateSettings(s), IsOk());
+  s.mutable_assignment()->set_confidence_target(std::nextafter(1.0, 2.0));
+  EXPECT_THAT(ValidateSettings(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("settings.assignment.confidence_target")));
+  s = v1::ProjectSettings();
+  s.mutable_assignment()->set_min_labels_per_item(3);
+  s.mutable_assignment()->set_max_labels_per_item(3);
+  EXPECT_THAT(ValidateSettings(s), IsOk());
+  s.mutable_assignment()->set_max_labels_per_item(2);
+  EXPECT_THAT(ValidateSettings(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("settings.assignment.max_labels_per_item")));
+}
+
+// Promise (projects.proto Project.classes: "each 1-128 bytes", no charset; docs/SECURITY.md:
+// class names 128 bytes): a space and UTF-8 are accepted, as is a name of exactly 128 bytes
+// (here 64 two-byte UTF-8 characters); 129 bytes are refused. The DEL byte is refused as a
+// control character (validation.cc's rule; the proto does not spell it out).
+TEST(ValidateNewProjectTest, ClassNamesAreBytesWithSpacesAndUtf8) {
+  v1::Project p = ValidProject();
+  p.clear_classes();
+  p.add_classes("not sure");
+  p.add_classes("caf\xc3\xa9");
+  EXPECT_THAT(ValidateNewProject(p), IsOk());
+  std::string long_name;
+  for (int i = 0; i < 64; ++i) long_name += "\xc3\xa9";
+  ASSERT_EQ(long_name.size(), 128u);
+  p.add_classes(long_name);
+  EXPECT_THAT(ValidateNewProject(p), IsOk());
+  p.set_classes(2, long_name + "x");
+  EXPECT_THAT(ValidateNewProject(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("project.classes[2]")));
+  p.set_classes(2, "a\x7f");
+  EXPECT_THAT(ValidateNewProject(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("project.classes[2]")));
+}
+
+// Promise (validation.h, projects.proto Item): ids are 1-256 bytes of printable ASCII without
+// spaces, 0x21-0x7e: both ends of the range are accepted; DEL (0x7f), the byte after, and the
+// space (0x20), the byte before, are refused.
+TEST(ValidateIdTest, AcceptsBothEndsOfThePrintableRangeAndRefusesDel) {
+  EXPECT_THAT(ValidateId("item", "!~"), IsOk());
+  EXPECT_THAT(ValidateId("item", "\x7f"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("item")));
+  EXPECT_THAT(ValidateId("item", "a\x7f"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ValidateId("item", " "), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ValidateId("item", "\x80"), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 }  // namespace
 }  // namespace verity::server
