@@ -1,6 +1,7 @@
 #include "storage/api_key_store.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -89,6 +90,61 @@ TEST_F(ApiKeyStoreTest, RevokeKeepsTheRowAndHidesItFromTheActiveList) {
   ASSERT_EQ(all->size(), 2u);
   EXPECT_TRUE((*all)[0].revoked_at.has_value());
   EXPECT_FALSE((*all)[1].revoked_at.has_value());
+}
+
+// api_key_store.h: InsertIfNoAdminForEveryProject inserts the bootstrap key
+// "unless an unrevoked one exists" — an unrevoked admin key for every project
+// (projects empty = every project). Keys that are not that do not count: a
+// revoked all-project admin, an admin scoped to one project, an unscoped
+// writer. Each case below starts from an empty table (a fresh database).
+class BootstrapKeyTest : public ApiKeyStoreTest {
+ protected:
+  // Whether the bootstrap key gets minted next to `existing` (inserted, then
+  // revoked if `revoke`).
+  bool MintsBesides(ApiKeyRecord existing, bool revoke) {
+    EXPECT_THAT(store_->Insert(existing), IsOk());
+    if (revoke) {
+      EXPECT_THAT(store_->Revoke(existing.key_id), IsOk());
+    }
+    absl::StatusOr<std::optional<ApiKeyRecord>> minted =
+        store_->InsertIfNoAdminForEveryProject(Key("boot", "admin"));
+    EXPECT_THAT(minted, IsOk());
+    const bool was_minted = minted.ok() && minted->has_value();
+    // What it answered is what the table holds.
+    EXPECT_EQ(store_->Get("boot").ok(), was_minted);
+    return was_minted;
+  }
+};
+
+TEST_F(BootstrapKeyTest, MintedBesidesOnlyARevokedAllProjectAdmin) {
+  EXPECT_TRUE(MintsBesides(Key("old-admin", "admin"), /*revoke=*/true));
+}
+
+TEST_F(BootstrapKeyTest, MintedBesidesAnAdminScopedToOneProject) {
+  ApiKeyRecord scoped = Key("scoped-admin", "admin");
+  scoped.projects = {"birds"};
+  EXPECT_TRUE(MintsBesides(scoped, /*revoke=*/false));
+}
+
+TEST_F(BootstrapKeyTest, MintedBesidesAnUnscopedNonAdmin) {
+  EXPECT_TRUE(MintsBesides(Key("writer", "writer"), /*revoke=*/false));
+}
+
+TEST_F(BootstrapKeyTest, NotMintedBesidesAnUnrevokedAllProjectAdmin) {
+  EXPECT_FALSE(MintsBesides(Key("admin", "admin"), /*revoke=*/false));
+}
+
+TEST_F(BootstrapKeyTest, MintedOnceOnAnEmptyTable) {
+  absl::StatusOr<std::optional<ApiKeyRecord>> first =
+      store_->InsertIfNoAdminForEveryProject(Key("boot1", "admin"));
+  ASSERT_THAT(first, IsOk());
+  ASSERT_TRUE(first->has_value());
+  EXPECT_EQ((*first)->key_id, "boot1");
+  absl::StatusOr<std::optional<ApiKeyRecord>> second =
+      store_->InsertIfNoAdminForEveryProject(Key("boot2", "admin"));
+  ASSERT_THAT(second, IsOk());
+  EXPECT_FALSE(second->has_value());
+  EXPECT_THAT(store_->Get("boot2"), StatusIs(absl::StatusCode::kNotFound));
 }
 
 }  // namespace

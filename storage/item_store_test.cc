@@ -150,6 +150,109 @@ TEST_F(ItemStoreTest, ExternalIdsMayContainAnyText) {
   }
 }
 
+// item_store.h: "attributes a write leaves unset keep their stored value"
+// (ItemWrite::priority: "unset leaves it as it was"). A features-only update
+// of x keeps its gold label 2 and priority 4, as read back from the database.
+TEST_F(ItemStoreTest, AFeaturesOnlyUpdateKeepsGoldAndPriority) {
+  ItemWrite x = Item("x", std::nullopt, 2);
+  x.priority = 4;
+  ASSERT_THAT(store_->UpsertItems(project_id_, {x}), IsOk());
+  ASSERT_THAT(store_->UpsertItems(project_id_, {Item("x", std::vector<float>{1, 2})}),
+              IsOk());
+  absl::StatusOr<std::vector<ItemRecord>> items = store_->LoadItems(project_id_);
+  ASSERT_THAT(items, IsOk());
+  ASSERT_EQ(items->size(), 1u);
+  EXPECT_EQ((*items)[0].features, (std::vector<float>{1, 2}));
+  EXPECT_EQ((*items)[0].gold_label, 2);
+  EXPECT_EQ((*items)[0].priority, 4.0);
+}
+
+// The same promise for a priority-only update: gold and features stay.
+TEST_F(ItemStoreTest, APriorityOnlyUpdateKeepsGoldAndFeatures) {
+  ASSERT_THAT(store_->UpsertItems(project_id_,
+                                  {Item("x", std::vector<float>{0.5f, 1.5f}, 1)}),
+              IsOk());
+  ItemWrite p = Item("x");
+  p.priority = -3;
+  ASSERT_THAT(store_->UpsertItems(project_id_, {p}), IsOk());
+  absl::StatusOr<std::vector<ItemRecord>> items = store_->LoadItems(project_id_);
+  ASSERT_THAT(items, IsOk());
+  ASSERT_EQ(items->size(), 1u);
+  EXPECT_EQ((*items)[0].gold_label, 1);
+  EXPECT_EQ((*items)[0].features, (std::vector<float>{0.5f, 1.5f}));
+  EXPECT_EQ((*items)[0].priority, -3.0);
+}
+
+// ItemRecord::priority is a double and ItemWrite::priority "finite": a value
+// with more digits than a float holds comes back exactly.
+TEST_F(ItemStoreTest, PrioritiesRoundTripExactly) {
+  ItemWrite x = Item("x");
+  x.priority = 0.1234567890123;
+  ItemWrite y = Item("y");
+  y.priority = 1e300;
+  ASSERT_THAT(store_->UpsertItems(project_id_, {x, y}), IsOk());
+  absl::StatusOr<std::vector<ItemRecord>> items = store_->LoadItems(project_id_);
+  ASSERT_THAT(items, IsOk());
+  ASSERT_EQ(items->size(), 2u);
+  EXPECT_EQ((*items)[0].priority, 0.1234567890123);
+  EXPECT_EQ((*items)[1].priority, 1e300);
+}
+
+// item_store.h: a write's features replace the stored ones (the later write
+// wins); for annotators as for items: alice {0.25} then {0.75} is {0.75}.
+TEST_F(ItemStoreTest, AnnotatorFeaturesAreReplacedByALaterWrite) {
+  ASSERT_THAT(store_->UpsertAnnotators(
+                  project_id_, {AnnotatorWrite{"alice", std::vector<float>{0.25f}}}),
+              IsOk());
+  ASSERT_THAT(store_->UpsertAnnotators(
+                  project_id_, {AnnotatorWrite{"alice", std::vector<float>{0.75f}}}),
+              IsOk());
+  // A write without features keeps them.
+  ASSERT_THAT(store_->UpsertAnnotators(project_id_, {AnnotatorWrite{"alice", std::nullopt}}),
+              IsOk());
+  absl::StatusOr<std::vector<AnnotatorRecord>> annotators =
+      store_->LoadAnnotators(project_id_);
+  ASSERT_THAT(annotators, IsOk());
+  ASSERT_EQ(annotators->size(), 1u);
+  EXPECT_EQ((*annotators)[0].features, std::vector<float>{0.75f});
+}
+
+// item_store.h / project_changes.h: UpsertItems marks the project changed
+// "always for items" (a new plain item included) and returns the project's
+// new change_seq; annotators only "when a write carries features" (change_seq
+// "left as is otherwise"). ProjectRecord::change_seq reads the same counter.
+TEST_F(ItemStoreTest, ItemWritesAndAnnotatorFeaturesBumpTheProjectsChangeSeq) {
+  ProjectStore projects(&pool());
+  absl::StatusOr<ProjectRecord> before = projects.GetProject(project_id_);
+  ASSERT_THAT(before, IsOk());
+
+  int64_t seq = -1;
+  ASSERT_THAT(store_->UpsertItems(project_id_, {Item("plain")}, &seq), IsOk());
+  EXPECT_GT(seq, before->change_seq);
+  EXPECT_EQ(projects.GetProject(project_id_)->change_seq, seq);
+
+  // Re-sending the same plain item is an item write too.
+  int64_t again = -1;
+  ASSERT_THAT(store_->UpsertItems(project_id_, {Item("plain")}, &again), IsOk());
+  EXPECT_GT(again, seq);
+
+  // An annotator without features: nothing to re-read, no bump.
+  int64_t untouched = -7;
+  ASSERT_THAT(store_->UpsertAnnotators(project_id_, {AnnotatorWrite{"bob", std::nullopt}},
+                                       &untouched),
+              IsOk());
+  EXPECT_EQ(untouched, -7);
+  EXPECT_EQ(projects.GetProject(project_id_)->change_seq, again);
+
+  int64_t with_features = -1;
+  ASSERT_THAT(store_->UpsertAnnotators(
+                  project_id_, {AnnotatorWrite{"bob", std::vector<float>{1}}},
+                  &with_features),
+              IsOk());
+  EXPECT_GT(with_features, again);
+  EXPECT_EQ(projects.GetProject(project_id_)->change_seq, with_features);
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity

@@ -1,6 +1,7 @@
 #include "storage/lease_store.h"
 
 #include <memory>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -110,6 +111,122 @@ TEST_F(LeaseStoreTest, ItemPriorityIsStoredAndLoaded) {
   ASSERT_EQ(loaded->size(), 2u);
   EXPECT_EQ((*loaded)[0].priority, 0.0);
   EXPECT_EQ((*loaded)[1].priority, 2.5);
+}
+
+// lease_store.h, ClaimLeases: step 3 writes the chosen leases "with new
+// claim_seqs" — a lease claimed again (here extended) gets a new claim_seq and
+// the new expiry, so the return value grows past the other claimant's and the
+// other claimant, asking for claims since its last, sees the extension.
+TEST_F(LeaseStoreTest, ReclaimingALeaseGivesItANewClaimSeqAndExpiry) {
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  const absl::Time later = now + absl::Minutes(10);
+  const absl::Time much_later = now + absl::Minutes(30);
+  std::vector<LeaseRecord> seen_by_x, seen_by_y;
+  absl::StatusOr<int64_t> x1 = store_->ClaimLeases(project_id_, 0, now, [&](const auto&) {
+    return std::vector<LeaseRecord>{{1, 0, later}};
+  });
+  ASSERT_THAT(x1, IsOk());
+  absl::StatusOr<int64_t> y1 = store_->ClaimLeases(project_id_, 0, now, [&](const auto& others) {
+    seen_by_y = others;
+    return std::vector<LeaseRecord>{{0, 1, later}};
+  });
+  ASSERT_THAT(y1, IsOk());
+  EXPECT_GT(*y1, *x1);
+  // X extends its lease (1, 0).
+  absl::StatusOr<int64_t> x2 = store_->ClaimLeases(project_id_, *x1, now, [&](const auto& others) {
+    seen_by_x = others;
+    return std::vector<LeaseRecord>{{1, 0, much_later}};
+  });
+  ASSERT_THAT(x2, IsOk());
+  EXPECT_THAT(seen_by_x, ElementsAre(AllOf(Field(&LeaseRecord::item_index, 0),
+                                           Field(&LeaseRecord::annotator_index, 1))));
+  EXPECT_GT(*x2, *y1) << "the re-claim must draw a new claim_seq";
+  // Y, having seen everything up to y1, sees X's extension with its new expiry.
+  absl::StatusOr<int64_t> y2 = store_->ClaimLeases(project_id_, *y1, now, [&](const auto& others) {
+    seen_by_y = others;
+    return std::vector<LeaseRecord>{};
+  });
+  EXPECT_THAT(y2, IsOkAndHolds(*x2));
+  EXPECT_THAT(seen_by_y, ElementsAre(AllOf(Field(&LeaseRecord::item_index, 1),
+                                           Field(&LeaseRecord::annotator_index, 0),
+                                           Field(&LeaseRecord::expires_at, much_later))));
+}
+
+// Leases, labels and claims are per project (every table is keyed by
+// project_id first, ARCHITECTURE.md): a label of pair (0, 0) in project B
+// answers B's lease of that pair, not A's; B's claimant sees none of A's
+// claims; loading B's leases releases nothing of A's.
+TEST_F(LeaseStoreTest, LeasesLabelsAndClaimsOfAnotherProjectDoNotInterfere) {
+  // B: the fixture's project, where (0, 0) and (1, 1) are labelled.
+  const int64_t b = project_id_;
+  ProjectStore projects(&pool());
+  ProjectRecord pa;
+  pa.name = "a";
+  pa.classes = {"x", "y"};
+  absl::StatusOr<ProjectRecord> created = projects.CreateProject(pa);
+  ASSERT_THAT(created, IsOk());
+  const int64_t a = created->project_id;
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  const absl::Time later = now + absl::Minutes(10);
+
+  // X claims (0, 0) and (0, 1) in A; (0, 1) is unlabelled in B as well.
+  absl::StatusOr<int64_t> x1 = store_->ClaimLeases(a, 0, now, [&](const auto&) {
+    return std::vector<LeaseRecord>{{0, 0, later}, {0, 1, later}};
+  });
+  ASSERT_THAT(x1, IsOk());
+  // Y, a claimant of A, sees both: B's label of (0, 0) does not answer A's lease.
+  std::vector<LeaseRecord> seen;
+  ASSERT_THAT(store_->ClaimLeases(a, 0, now, [&](const auto& others) {
+    seen = others;
+    return std::vector<LeaseRecord>{};
+  }),
+              IsOkAndHolds(*x1));
+  EXPECT_THAT(seen, ::testing::UnorderedElementsAre(
+                        AllOf(Field(&LeaseRecord::item_index, 0),
+                              Field(&LeaseRecord::annotator_index, 0)),
+                        AllOf(Field(&LeaseRecord::item_index, 0),
+                              Field(&LeaseRecord::annotator_index, 1))));
+  // A claimant of B sees nothing of A, and has seen no claim of B.
+  seen = {{9, 9, later}};
+  EXPECT_THAT(store_->ClaimLeases(b, 0, now, [&](const auto& others) {
+    seen = others;
+    return std::vector<LeaseRecord>{};
+  }),
+              IsOkAndHolds(0));
+  EXPECT_THAT(seen, IsEmpty());
+
+  // Loading B's open leases releases nothing of A's; A's are both still open.
+  EXPECT_THAT(store_->LoadOpenLeases(b, now), IsOkAndHolds(IsEmpty()));
+  EXPECT_THAT(store_->LoadOpenLeases(a, now),
+              IsOkAndHolds(::testing::UnorderedElementsAre(
+                  AllOf(Field(&LeaseRecord::item_index, 0),
+                        Field(&LeaseRecord::annotator_index, 0),
+                        Field(&LeaseRecord::expires_at, later)),
+                  AllOf(Field(&LeaseRecord::item_index, 0),
+                        Field(&LeaseRecord::annotator_index, 1)))));
+}
+
+// A lease reserves its slot "until it expires" (lease_store.h); the serving
+// copy drops leases that "expired at or before the `now` it is given"
+// (server/state/lease_book.h). So a lease expiring exactly at `now` is not
+// open at `now`, though it is one microsecond earlier.
+TEST_F(LeaseStoreTest, ALeaseExpiringExactlyAtNowIsNotOpen) {
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  // Claimed by X at an earlier time, expiring exactly at `now`.
+  ASSERT_THAT(store_->ClaimLeases(project_id_, 0, now - absl::Minutes(1), [&](const auto&) {
+    return std::vector<LeaseRecord>{{1, 0, now}};
+  }),
+              IsOk());
+  std::vector<LeaseRecord> seen = {{9, 9, now}};
+  ASSERT_THAT(store_->ClaimLeases(project_id_, 0, now, [&](const auto& others) {
+    seen = others;
+    return std::vector<LeaseRecord>{};
+  }),
+              IsOk());
+  EXPECT_THAT(seen, IsEmpty());
+  EXPECT_THAT(store_->LoadOpenLeases(project_id_, now - absl::Microseconds(1)),
+              IsOkAndHolds(ElementsAre(Field(&LeaseRecord::expires_at, now))));
+  EXPECT_THAT(store_->LoadOpenLeases(project_id_, now), IsOkAndHolds(IsEmpty()));
 }
 
 }  // namespace

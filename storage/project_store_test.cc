@@ -1,6 +1,7 @@
 #include "storage/project_store.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -111,6 +112,46 @@ TEST_F(ProjectStoreTest, UpdateSettingsReplacesTheBlob) {
               IsOk());
   EXPECT_EQ(store_->GetProject(p->project_id)->settings,
             std::string("v2\0", 3));
+}
+
+// project_store.h: UpdateSettings replaces the settings blob of the project
+// it names; another project's settings stay as they were.
+TEST_F(ProjectStoreTest, UpdateSettingsChangesOnlyThatProject) {
+  ProjectRecord a = Project("a");
+  a.settings = "settings of a";
+  ProjectRecord b = Project("b");
+  b.settings = "settings of b";
+  absl::StatusOr<ProjectRecord> created_a = store_->CreateProject(a);
+  absl::StatusOr<ProjectRecord> created_b = store_->CreateProject(b);
+  ASSERT_THAT(created_a, IsOk());
+  ASSERT_THAT(created_b, IsOk());
+  const int64_t b_seq = store_->GetProject(created_b->project_id)->change_seq;
+
+  ASSERT_THAT(store_->UpdateSettings(created_a->project_id, "new settings of a"), IsOk());
+  EXPECT_EQ(store_->GetProject(created_a->project_id)->settings, "new settings of a");
+  absl::StatusOr<ProjectRecord> got_b = store_->GetProject(created_b->project_id);
+  ASSERT_THAT(got_b, IsOk());
+  EXPECT_EQ(got_b->settings, "settings of b");
+  EXPECT_EQ(got_b->change_seq, b_seq);
+}
+
+// project_store.h / project_changes.h: UpdateSettings marks the project
+// changed: its change_seq grows, `change_seq` receives the new value, and
+// ListChangeSeqs / GetProject report it.
+TEST_F(ProjectStoreTest, UpdateSettingsBumpsTheChangeSeq) {
+  absl::StatusOr<ProjectRecord> p = store_->CreateProject(Project("s"));
+  ASSERT_THAT(p, IsOk());
+  const int64_t before = store_->GetProject(p->project_id)->change_seq;
+  int64_t seq = -1;
+  ASSERT_THAT(store_->UpdateSettings(p->project_id, "v2", &seq), IsOk());
+  EXPECT_GT(seq, before);
+  EXPECT_EQ(store_->GetProject(p->project_id)->change_seq, seq);
+  int64_t seq2 = -1;
+  ASSERT_THAT(store_->UpdateSettings(p->project_id, "v3", &seq2), IsOk());
+  EXPECT_GT(seq2, seq);
+  EXPECT_THAT(store_->ListChangeSeqs(),
+              ::verity::testing::IsOkAndHolds(
+                  ElementsAre(std::make_pair(p->project_id, seq2))));
 }
 
 }  // namespace

@@ -208,5 +208,59 @@ TEST_F(TrainingJobStoreTest, ConcurrentClaimersNeverShareAJob) {
   EXPECT_EQ(std::unique(claimed.begin(), claimed.end()), claimed.end());
 }
 
+// model_version_store.h: a version that completes a job is stored only if
+// `worker` "still owns the running job" — a job of project p1 is p1's, so a
+// version saved for p2 naming it is refused ABORTED, p2 gets no version, and
+// the job stays running under its worker (who can still complete it for p1).
+TEST_F(TrainingJobStoreTest, AVersionOfAnotherProjectDoesNotCompleteTheJob) {
+  const int64_t p1 = NewProject("p1"), p2 = NewProject("p2");
+  auto job = jobs_->Enqueue(p1);
+  ASSERT_THAT(job, IsOk());
+  auto claimed = jobs_->Claim("w", absl::Minutes(1));
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_EQ((*claimed)->job_id, job->job_id);
+
+  EXPECT_THAT(versions_->SaveModelVersion(Version(p2, job->job_id, "w")).status(),
+              StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(versions_->ListModelVersions(p2, 10).value(), IsEmpty());
+  auto still = jobs_->GetJob(job->job_id);
+  ASSERT_THAT(still, IsOk());
+  EXPECT_EQ(still->state, "running");
+  EXPECT_EQ(still->worker, "w");
+  EXPECT_FALSE(still->version.has_value());
+
+  auto saved = versions_->SaveModelVersion(Version(p1, job->job_id, "w"));
+  ASSERT_THAT(saved, IsOk());
+  EXPECT_EQ(saved->version, 1);
+  EXPECT_EQ(jobs_->GetJob(job->job_id)->state, "done");
+}
+
+// training_job_store.h: Renew and Fail act on a job `worker` owns and answer
+// ABORTED once "the job ended". After the worker stored its version the job
+// is done: a late Renew or Fail by the same worker is refused and the job
+// stays done with that version (not queued again, not failed).
+TEST_F(TrainingJobStoreTest, RenewAndFailAfterTheJobIsDoneAreRefused) {
+  const int64_t p = NewProject("p");
+  auto job = jobs_->Enqueue(p);
+  ASSERT_THAT(job, IsOk());
+  ASSERT_THAT(jobs_->Claim("w", absl::Minutes(1)), IsOk());
+  auto saved = versions_->SaveModelVersion(Version(p, job->job_id, "w"));
+  ASSERT_THAT(saved, IsOk());
+
+  EXPECT_THAT(jobs_->Renew(job->job_id, "w", absl::Minutes(1)),
+              StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(jobs_->Fail(job->job_id, "w", "late error", 3),
+              StatusIs(absl::StatusCode::kAborted));
+  auto done = jobs_->GetJob(job->job_id);
+  ASSERT_THAT(done, IsOk());
+  EXPECT_EQ(done->state, "done");
+  EXPECT_EQ(done->version, saved->version);
+  EXPECT_EQ(done->error, "");
+  // Nothing to claim: the done job was not queued again.
+  auto none = jobs_->Claim("other", absl::Minutes(1));
+  ASSERT_THAT(none, IsOk());
+  EXPECT_FALSE(none->has_value());
+}
+
 }  // namespace
 }  // namespace verity::storage
