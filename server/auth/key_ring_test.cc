@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "storage/api_key_store.h"
 #include "storage/testing/postgres_fixture.h"
 
@@ -63,6 +65,50 @@ TEST_F(KeyRingTest, ALoadThatReadTheKeysBeforeACreationKeepsTheNewKey) {
   ASSERT_TRUE(created.has_value());
   auto principal = ring.Authenticate(created->text);
   EXPECT_TRUE(principal.ok()) << "the new key was dropped: " << principal.status();
+}
+
+// key_ring.h: a key created on another server reaches this one "at once for an unknown key
+// id", not only at the next periodic refresh (here an hour away).
+TEST_F(KeyRingTest, AKeyCreatedOnAnotherServerAuthenticatesAtOnce) {
+  std::unique_ptr<storage::ConnectionPool> other_pool = NewPool(1);
+  storage::ApiKeyStore other_store(other_pool.get());
+  KeyRing here(*store_, absl::Hours(1));
+  KeyRing there(other_store, absl::Hours(1));
+  ASSERT_TRUE(here.Load().ok());
+  ASSERT_TRUE(there.Load().ok());
+  // Past the one-refresh-per-second bound on unknown ids.
+  absl::SleepFor(absl::Milliseconds(1100));
+  auto created = there.Create("made-elsewhere", Role::kWriter, {}, "");
+  ASSERT_TRUE(created.ok()) << created.status();
+  auto principal = here.Authenticate(created->text);
+  EXPECT_TRUE(principal.ok()) << principal.status();
+}
+
+// With the database down, a key the ring cannot check is UNAVAILABLE (retry later), not
+// UNAUTHENTICATED (a wrong key); a key already in the cache still authenticates; a key that is
+// not even well-formed is UNAUTHENTICATED without the database.
+TEST_F(KeyRingTest, WithTheDatabaseDownUnknownKeysAreUnavailableAndCachedOnesStillWork) {
+  KeyRing ring(*store_, absl::Hours(1));
+  ASSERT_TRUE(ring.Load().ok());
+  auto cached = ring.Create("cached", Role::kWriter, {}, "");
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  // A well-formed key this ring has never seen (made, then revoked, through another ring).
+  std::unique_ptr<storage::ConnectionPool> other_pool = NewPool(1);
+  storage::ApiKeyStore other_store(other_pool.get());
+  KeyRing other(other_store, absl::Hours(1));
+  auto unknown = other.Create("unknown", Role::kWriter, {}, "");
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  ASSERT_TRUE(other.Revoke(unknown->record.key_id).ok());
+  absl::SleepFor(absl::Milliseconds(1100));
+
+  ASSERT_TRUE(cluster().Stop().ok());
+  auto unavailable = ring.Authenticate(unknown->text);
+  auto still = ring.Authenticate(cached->text);
+  auto malformed = ring.Authenticate("not-a-key");
+  ASSERT_TRUE(cluster().Start().ok());
+  EXPECT_EQ(unavailable.status().code(), absl::StatusCode::kUnavailable) << unavailable.status();
+  EXPECT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ(malformed.status().code(), absl::StatusCode::kUnauthenticated) << malformed.status();
 }
 
 TEST_F(KeyRingTest, ServersBootstrappingOneDatabaseAtOnceMintOneAdminKey) {
