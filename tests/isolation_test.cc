@@ -629,6 +629,80 @@ TEST_F(IsolationTest, AManyClassProjectsAnnotatorsAreBoundedByItsConfusionCells)
   EXPECT_EQ(project.project().num_labels(), 240);
 }
 
+// projects.proto: max_confusion_cells counts annotators × classes² for the dense methods, so
+// it is the annotators, not the items or labels, that a dense project may not grow past it.
+// Limit 8 at K = 2 (4 cells per annotator): 2 annotators, on 5 items with 6 labels (so that
+// items × 4 = 20 and labels × 4 = 24 would both pass it), may switch ds to lia; then more
+// items for them are taken, and a third annotator is refused, at ingest and at a switch back.
+TEST_F(IsolationTest, ConfusionCellsCountAnnotatorsNotItemsOrLabels) {
+  v1::CreateProjectRequest create;
+  create.mutable_project()->set_name("cells");
+  create.mutable_project()->add_classes("a");
+  create.mutable_project()->add_classes("b");
+  create.mutable_project()->mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  create.mutable_project()->mutable_settings()->mutable_limits()->set_max_confusion_cells(8);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::CreateProjectResponse created;
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
+  }
+  auto submit = [&](uint64_t id, std::vector<std::tuple<std::string, std::string, int>> labels) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    auto stream = v1::IngestService::NewStub(channel_)->SubmitAnnotations(&context);
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(id);
+    batch.set_project("cells");
+    for (const auto& [item, annotator, label] : labels) {
+      v1::Annotation* a = batch.add_annotations();
+      a->set_item(item);
+      a->set_annotator(annotator);
+      a->set_label(label);
+    }
+    stream->Write(batch);
+    stream->WritesDone();
+    v1::BatchAck ack;
+    EXPECT_TRUE(stream->Read(&ack));
+    EXPECT_TRUE(stream->Finish().ok());
+    return ack;
+  };
+  auto switch_to = [&](v1::TruthMethod method) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project("cells");
+    request.mutable_settings()->mutable_model()->set_method(method);
+    request.mutable_settings()->mutable_limits()->set_max_confusion_cells(8);
+    v1::UpdateProjectSettingsResponse response;
+    return v1::ProjectService::NewStub(channel_)->UpdateProjectSettings(&context, request,
+                                                                         &response);
+  };
+  v1::BatchAck ack = submit(1, {{"i0", "w0", 0}, {"i1", "w0", 1}, {"i2", "w0", 0},
+                                {"i3", "w0", 1}, {"i4", "w0", 0}, {"i0", "w1", 0}});
+  ASSERT_EQ(ack.error_code(), 0) << ack.error_message();
+  grpc::Status switched = switch_to(v1::TRUTH_METHOD_LIA);
+  ASSERT_TRUE(switched.ok()) << "2 annotators x 4 cells = 8: " << switched.error_message();
+  // More items and labels for the same two annotators add no cells.
+  ack = submit(2, {{"i5", "w0", 1}, {"i6", "w1", 0}, {"i1", "w1", 1}});
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  EXPECT_EQ(ack.accepted(), 3);
+  // A third annotator would make 12 cells.
+  ack = submit(3, {{"i0", "w2", 0}});
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "max_confusion_cells (8"))
+      << ack.error_message();
+  // Under ds the third annotator is taken (ds keeps no dense confusion); lia is then refused.
+  ASSERT_TRUE(switch_to(v1::TRUTH_METHOD_DAWID_SKENE).ok());
+  ack = submit(4, {{"i0", "w2", 0}});
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  switched = switch_to(v1::TRUTH_METHOD_LIA);
+  EXPECT_EQ(switched.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(switched.error_message(), "max_confusion_cells (8"))
+      << switched.error_message();
+}
+
 // The classical models keep per annotator only the confusion columns of the labels it gave
 // (issue 23, point 1): the review's case, many annotators at 256 classes, is served rather than
 // refused or exhausting the server. 2,000 annotators with one label each, four on each of 500
