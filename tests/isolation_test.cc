@@ -94,6 +94,29 @@ class IsolationTest : public ::testing::Test {
     return codes;
   }
 
+  // Streams one batch of (item, annotator, label) to `project` and returns its ack.
+  v1::BatchAck SubmitLabels(const std::string& project, uint64_t batch_id,
+                            const std::vector<std::tuple<std::string, std::string, int>>& labels) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    auto stream = v1::IngestService::NewStub(channel_)->SubmitAnnotations(&context);
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(batch_id);
+    batch.set_project(project);
+    for (const auto& [item, annotator, label] : labels) {
+      v1::Annotation* a = batch.add_annotations();
+      a->set_item(item);
+      a->set_annotator(annotator);
+      a->set_label(label);
+    }
+    stream->Write(batch);
+    stream->WritesDone();
+    v1::BatchAck ack;
+    EXPECT_TRUE(stream->Read(&ack));
+    EXPECT_TRUE(stream->Finish().ok());
+    return ack;
+  }
+
   v1::Project GetProjectOf(const std::string& name) {
     grpc::ClientContext context;
     context.set_deadline(Deadline());
@@ -370,24 +393,7 @@ TEST_F(IsolationTest, AProjectsLimitsRefuseWholeCallsThatWouldPassThem) {
         v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
   }
   auto submit = [&](uint64_t id, std::vector<std::tuple<std::string, std::string, int>> labels) {
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    auto stream = v1::IngestService::NewStub(channel_)->SubmitAnnotations(&context);
-    v1::AnnotationBatch batch;
-    batch.set_batch_id(id);
-    batch.set_project("limited");
-    for (const auto& [item, annotator, label] : labels) {
-      v1::Annotation* a = batch.add_annotations();
-      a->set_item(item);
-      a->set_annotator(annotator);
-      a->set_label(label);
-    }
-    stream->Write(batch);
-    stream->WritesDone();
-    v1::BatchAck ack;
-    EXPECT_TRUE(stream->Read(&ack));
-    EXPECT_TRUE(stream->Finish().ok());
-    return ack;
+    return SubmitLabels("limited", id, labels);
   };
   auto counts = [&] {
     grpc::ClientContext context;
@@ -649,24 +655,7 @@ TEST_F(IsolationTest, ConfusionCellsCountAnnotatorsNotItemsOrLabels) {
         v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
   }
   auto submit = [&](uint64_t id, std::vector<std::tuple<std::string, std::string, int>> labels) {
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    auto stream = v1::IngestService::NewStub(channel_)->SubmitAnnotations(&context);
-    v1::AnnotationBatch batch;
-    batch.set_batch_id(id);
-    batch.set_project("cells");
-    for (const auto& [item, annotator, label] : labels) {
-      v1::Annotation* a = batch.add_annotations();
-      a->set_item(item);
-      a->set_annotator(annotator);
-      a->set_label(label);
-    }
-    stream->Write(batch);
-    stream->WritesDone();
-    v1::BatchAck ack;
-    EXPECT_TRUE(stream->Read(&ack));
-    EXPECT_TRUE(stream->Finish().ok());
-    return ack;
+    return SubmitLabels("cells", id, labels);
   };
   auto switch_to = [&](v1::TruthMethod method) {
     grpc::ClientContext context;
