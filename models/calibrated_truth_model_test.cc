@@ -82,6 +82,27 @@ double Ece(const std::vector<double>& posteriors, const std::vector<int32_t>& tr
   return ece / total;
 }
 
+// The inner model's and the served posteriors of every item of `crowd`, and
+// their ECE against its truth (recorded as test properties with the map's
+// temperature).
+struct CalibrationOutcome {
+  std::vector<double> raw, calibrated;
+  double raw_ece = 0, calibrated_ece = 0;
+};
+
+CalibrationOutcome ScoreCalibration(const CalibratedTruthModel& model, const Crowd& crowd) {
+  const std::vector<bool> all(crowd.truth.size(), true);
+  CalibrationOutcome outcome;
+  outcome.raw = AllPosteriors(model.inner(), crowd.matrix, {});
+  outcome.calibrated = AllPosteriors(model, crowd.matrix, {});
+  outcome.raw_ece = Ece(outcome.raw, crowd.truth, all);
+  outcome.calibrated_ece = Ece(outcome.calibrated, crowd.truth, all);
+  ::testing::Test::RecordProperty("raw_ece", std::to_string(outcome.raw_ece));
+  ::testing::Test::RecordProperty("calibrated_ece", std::to_string(outcome.calibrated_ece));
+  ::testing::Test::RecordProperty("temperature", std::to_string(model.calibration().temperature));
+  return outcome;
+}
+
 std::unique_ptr<CalibratedTruthModel> CalibratedDs() {
   absl::StatusOr<std::unique_ptr<DawidSkeneModel>> ds = DawidSkeneModel::Create(2, {});
   EXPECT_THAT(ds.status(), IsOk());
@@ -125,18 +146,15 @@ TEST(CalibratedTruthModelTest, LowersTheEceOfDsOnACorrelatedCrowd) {
   EXPECT_EQ(model->calibration().source, CalibrationSource::kCrowdLabels);
   EXPECT_LT(model->calibration().temperature, 1.0);
 
-  const std::vector<bool> all(crowd.truth.size(), true);
-  const std::vector<double> raw = AllPosteriors(model->inner(), crowd.matrix, {});
-  const std::vector<double> calibrated = AllPosteriors(*model, crowd.matrix, {});
-  const double raw_ece = Ece(raw, crowd.truth, all);
-  const double calibrated_ece = Ece(calibrated, crowd.truth, all);
+  const CalibrationOutcome outcome = ScoreCalibration(*model, crowd);
+  const std::vector<double>& raw = outcome.raw;
+  const std::vector<double>& calibrated = outcome.calibrated;
+  const double raw_ece = outcome.raw_ece;
+  const double calibrated_ece = outcome.calibrated_ece;
   // ds is overconfident here: it takes every annotator to be right with
   // probability 0.5 x 0.9 + 0.5 x 0.55 = 0.725, so a 5-2 vote gives odds
   // (0.725 / 0.275)^3 = 18 (0.95), while on a hard item a 5-2 majority is
   // right with probability 0.55^3 / (0.55^3 + 0.45^3) = 0.65.
-  RecordProperty("raw_ece", std::to_string(raw_ece));
-  RecordProperty("calibrated_ece", std::to_string(calibrated_ece));
-  RecordProperty("temperature", std::to_string(model->calibration().temperature));
   EXPECT_GT(raw_ece, 0.05);
   EXPECT_LT(calibrated_ece, 0.6 * raw_ece);
   EXPECT_LT(calibrated_ece, 0.08);
@@ -162,15 +180,8 @@ TEST(CalibratedTruthModelTest, FitsTheLabelMapForConfusionsThatDependOnTheItem) 
   EXPECT_EQ(model->calibration().source, CalibrationSource::kCrowdLabels);
   EXPECT_LT(model->calibration().temperature, 1.0);
 
-  const std::vector<bool> all(crowd.truth.size(), true);
-  const std::vector<double> raw = AllPosteriors(model->inner(), crowd.matrix, {});
-  const std::vector<double> calibrated = AllPosteriors(*model, crowd.matrix, {});
-  const double raw_ece = Ece(raw, crowd.truth, all);
-  const double calibrated_ece = Ece(calibrated, crowd.truth, all);
-  RecordProperty("raw_ece", std::to_string(raw_ece));
-  RecordProperty("calibrated_ece", std::to_string(calibrated_ece));
-  RecordProperty("temperature", std::to_string(model->calibration().temperature));
-  EXPECT_LT(calibrated_ece, 0.8 * raw_ece);
+  const CalibrationOutcome outcome = ScoreCalibration(*model, crowd);
+  EXPECT_LT(outcome.calibrated_ece, 0.8 * outcome.raw_ece);
 }
 
 TEST(CalibratedTruthModelTest, UsesTheGoldMapWithEnoughGoldItems) {
