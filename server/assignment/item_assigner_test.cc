@@ -206,6 +206,210 @@ TEST(ItemAssignerTest, SuggestAnnotatorsSkipsThoseWhoLabelledTheItem) {
   EXPECT_THAT(chosen, testing::UnorderedElementsAre(2, -1));
 }
 
+// A binary majority-vote project (version 0, no fit) with the given items' gold classes (-1 =
+// none), annotators a0..a<annotators-1> and stored labels {item, annotator, label, seq}.
+std::unique_ptr<LiveProject> MakeProjectWith(std::vector<int32_t> gold, int32_t annotators,
+                                             std::vector<LiveProject::StoredState::Label> labels) {
+  LiveProject::Identity id;
+  id.project_id = 1;
+  id.name = "p";
+  id.classes = {"no", "yes"};
+  LiveProject::StoredState stored;
+  for (size_t i = 0; i < gold.size(); ++i) stored.item_ids.push_back(absl::StrCat("i", i));
+  stored.gold = std::move(gold);
+  for (int a = 0; a < annotators; ++a) stored.annotator_ids.push_back(absl::StrCat("a", a));
+  stored.labels = std::move(labels);
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
+  auto project = LiveProject::Create(id, settings, std::move(stored));
+  EXPECT_TRUE(project.ok()) << project.status();
+  return std::move(*project);
+}
+
+// projects.proto, AssignmentSettings: an item is resolved when its confidence reached
+// confidence_target "and min_labels_per_item" (docs/ASSIGNMENT.md: "with at least
+// min_labels_per_item labels"). Item 0 has 2 agreeing labels (a confident posterior, checked
+// below); items 1 and 2 have none. With target 0.9 and a minimum of 2 the item is resolved
+// (2 >= 2) and a new annotator is not sent it; with a minimum of 3 (set through
+// AssignmentSettings, so FromSettings must carry it) it is still open.
+TEST(ItemAssignerTest, AConfidentItemIsResolvedExactlyAtTheMinimumLabels) {
+  auto project = MakeProjectWith({-1, -1, -1}, 2, {{0, 0, 1, 1}, {0, 1, 1, 2}});
+  const auto snapshot = project->snapshot();
+  ASSERT_EQ(snapshot->posteriors.num_labels(0), 2);
+  ASSERT_GE(snapshot->posteriors.probabilities(0)[1], 0.9);
+  v1::AssignmentSettings settings;
+  settings.set_confidence_target(0.9);
+  settings.set_min_labels_per_item(2);
+  AssignmentRules rules = AssignmentRules::FromSettings(settings);
+  EXPECT_TRUE(IsResolved(snapshot->posteriors, 0, 0, rules));
+  auto ranked = RankItemsForAnnotator(*project, *snapshot, rules, -1, 10, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ::testing::UnorderedElementsAre(1, 2));
+  settings.set_min_labels_per_item(3);
+  rules = AssignmentRules::FromSettings(settings);
+  EXPECT_FALSE(IsResolved(snapshot->posteriors, 0, 0, rules));
+  ranked = RankItemsForAnnotator(*project, *snapshot, rules, -1, 10, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ::testing::UnorderedElementsAre(0, 1, 2));
+}
+
+// Items 0, 1, 2 are gold with 0, 1 and 2 labels; 3 and 4 are not gold.
+//   a0 labelled gold item 1            (1 label)
+//   a1 labelled gold item 2 and item 4 (2 labels)
+//   a2 labelled gold item 2            (1 label)
+std::unique_ptr<LiveProject> MakeGoldProject() {
+  return MakeProjectWith({1, 0, 1, -1, -1}, 3,
+                         {{1, 0, 0, 1}, {2, 1, 1, 2}, {2, 2, 1, 3}, {4, 1, 0, 4}});
+}
+
+// projects.proto: "An annotator with fewer labels than this [gold_items_for_new_annotators =
+// N] is first sent gold (control) items" that they have not labelled, fewest labels first
+// (item_assigner.h), until they would reach N labels: N - (their labels) gold items, then the
+// ordinary ranking (which never includes gold). With N = 2:
+//   - a new annotator (0 labels), k = 3: gold 0 (0 labels), gold 1 (1 label), then item 3 or 4;
+//   - a0 and a2 (1 label each): exactly one gold item, the least labelled they did not label
+//     (a0 labelled gold 1, so gold 0; a2 too: gold 0);
+//   - a1 (2 labels = N): no gold item, and a short list as for anyone else (ShortlistItems is
+//     empty only "when the annotator is still sent gold items");
+//   - with N = 3, a0 (1 label) is sent two gold items: 0, then 2 (never 1, which a0 labelled);
+//   - candidates restrict the gold items too.
+TEST(ItemAssignerTest, NewAnnotatorsGetTheLeastLabelledGoldItemsUpToTheSetCount) {
+  auto project = MakeGoldProject();
+  const auto snapshot = project->snapshot();
+  AssignmentRules rules;
+  rules.gold_items_for_new_annotators = 2;
+  auto ranked = RankItemsForAnnotator(*project, *snapshot, rules, -1, 3, std::nullopt, kNow, 1);
+  ASSERT_EQ(ranked.size(), 3u);
+  EXPECT_EQ(ranked[0].item, 0);
+  EXPECT_EQ(ranked[1].item, 1);
+  EXPECT_THAT(ranked[2].item, ::testing::AnyOf(3, 4));
+
+  for (int32_t annotator : {0, 2}) {
+    ranked = RankItemsForAnnotator(*project, *snapshot, rules, annotator, 3, std::nullopt, kNow, 1);
+    ASSERT_EQ(ranked.size(), 3u) << annotator;
+    EXPECT_EQ(ranked[0].item, 0) << annotator;
+    EXPECT_THAT(ranked[1].item, ::testing::AnyOf(3, 4)) << annotator;
+    EXPECT_THAT(ranked[2].item, ::testing::AnyOf(3, 4)) << annotator;
+  }
+
+  ranked = RankItemsForAnnotator(*project, *snapshot, rules, 1, 3, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(3));  // a1 labelled 4; no gold.
+  const Shortlist shortlist = ShortlistItems(*project, rules, 1, 3, std::nullopt, kNow, 1);
+  EXPECT_EQ(shortlist.size, 3 * 3 + 16);
+  EXPECT_THAT(Items(shortlist.items), ElementsAre(3));
+
+  rules.gold_items_for_new_annotators = 3;
+  ranked = RankItemsForAnnotator(*project, *snapshot, rules, 0, 3, std::nullopt, kNow, 1);
+  ASSERT_EQ(ranked.size(), 3u);
+  EXPECT_EQ(ranked[0].item, 0);
+  EXPECT_EQ(ranked[1].item, 2);
+  EXPECT_THAT(ranked[2].item, ::testing::AnyOf(3, 4));
+
+  rules.gold_items_for_new_annotators = 2;
+  ranked = RankItemsForAnnotator(*project, *snapshot, rules, -1, 3, std::vector<int32_t>{1, 3},
+                                 kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(1, 3));
+}
+
+// projects.proto, AssignmentSettings: "Zero values mean 'server default'": policy
+// INFORMATION_GAIN (AssignmentPolicy UNSPECIFIED), min_labels_per_item 1, max 0 (unlimited),
+// confidence_target 0 (never), lease_seconds 600, gold_items_for_new_annotators 0 (off). Set
+// values are taken as they are.
+TEST(ItemAssignerTest, AssignmentSettingsMapToRulesWithTheDocumentedDefaults) {
+  const AssignmentRules defaults = AssignmentRules::FromSettings(v1::AssignmentSettings());
+  EXPECT_EQ(defaults.policy, v1::ASSIGNMENT_POLICY_INFORMATION_GAIN);
+  EXPECT_EQ(defaults.min_labels, 1);
+  EXPECT_EQ(defaults.max_labels, 0);
+  EXPECT_EQ(defaults.confidence_target, 0.0);
+  EXPECT_EQ(defaults.lease, absl::Seconds(600));
+  EXPECT_EQ(defaults.gold_items_for_new_annotators, 0);
+
+  v1::AssignmentSettings settings;
+  settings.set_policy(v1::ASSIGNMENT_POLICY_UNIFORM);
+  settings.set_min_labels_per_item(3);
+  settings.set_max_labels_per_item(7);
+  settings.set_confidence_target(0.95);
+  settings.set_lease_seconds(45);
+  settings.set_gold_items_for_new_annotators(2);
+  const AssignmentRules set = AssignmentRules::FromSettings(settings);
+  EXPECT_EQ(set.policy, v1::ASSIGNMENT_POLICY_UNIFORM);
+  EXPECT_EQ(set.min_labels, 3);
+  EXPECT_EQ(set.max_labels, 7);
+  EXPECT_EQ(set.confidence_target, 0.95);
+  EXPECT_EQ(set.lease, absl::Seconds(45));
+  EXPECT_EQ(set.gold_items_for_new_annotators, 2);
+}
+
+// projects.proto: UNIFORM is "fewest labels (live + leased) first". In MakeProject, item 3
+// has no label but is leased to a0 and a1 (2), item 1 has 1 label: a2 is sent item 1 before
+// item 3.
+TEST(ItemAssignerTest, UniformPolicyCountsLeasesAsLabels) {
+  auto project = MakeProject();
+  project->leases().Add(3, 0, kNow + absl::Minutes(5));
+  project->leases().Add(3, 1, kNow + absl::Minutes(5));
+  AssignmentRules rules;
+  rules.policy = v1::ASSIGNMENT_POLICY_UNIFORM;
+  auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 10, std::nullopt,
+                                      kNow, 9);
+  const std::vector<int32_t> items = Items(ranked);
+  ASSERT_THAT(items, ::testing::UnorderedElementsAre(1, 2, 3));
+  EXPECT_EQ(items[0], 1);  // 1 (1 label) before 2 and 3 (2 each, live + leased).
+}
+
+// projects.proto: INFORMATION_GAIN ranks by the gain "divided by 1 + the labels already on the
+// item (live + leased)". Items 2 (1 vs 1) and 3 (none) of MakeProject are both at 50/50, so
+// their plain gains are equal; unleased, 3 comes first (1/1 > 1/3). Leased to a0, a1 and a2,
+// item 3 counts 3 (1/4 < 1/3): a new annotator is sent item 2 first.
+TEST(ItemAssignerTest, InformationGainDiscountCountsLeases) {
+  auto project = MakeProject();
+  for (int32_t a : {0, 1, 2}) project->leases().Add(3, a, kNow + absl::Minutes(5));
+  AssignmentRules rules;
+  auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, -1, 2, std::nullopt,
+                                      kNow, 7);
+  EXPECT_THAT(Items(ranked), ElementsAre(2, 3));
+  ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, -1, 2,
+                                 std::vector<int32_t>{3, 2}, kNow, 7);
+  EXPECT_THAT(Items(ranked), ElementsAre(2, 3));
+}
+
+// item_assigner.h, RankAnnotatorsForItem: annotators who "hold a lease on" the item are
+// skipped. Item 3 of MakeProject has no label; a0 holds a lease on it.
+TEST(ItemAssignerTest, SuggestAnnotatorsSkipsThoseHoldingALease) {
+  auto project = MakeProject();
+  project->leases().Add(3, 0, kNow + absl::Minutes(5));
+  const std::vector<int32_t> all = {0, 1, 2, -1};
+  auto ranked = RankAnnotatorsForItem(*project, *project->snapshot(), 3, 10, all, kNow);
+  std::vector<int32_t> chosen;
+  for (const auto& s : ranked) chosen.push_back(all[s.candidate]);
+  EXPECT_THAT(chosen, testing::UnorderedElementsAre(1, 2, -1));
+}
+
+// docs/ASSIGNMENT.md: "Before the project's first fit every annotator is assumed to answer
+// correctly with probability 0.7". For item 3 of MakeProject (no labels: p = (0.5, 0.5)) and
+// confusion [[0.7, 0.3], [0.3, 0.7]], the gain is H(Y) − Σ_z p_z H(C_z) = ln 2 − H(0.7, 0.3)
+// = 0.693147 − 0.610864 = 0.082283 nats, and P(correct) = Σ_z p_z C_zz = 0.7.
+TEST(ItemAssignerTest, ScoresBeforeTheFirstFitUseThePriorAccuracy) {
+  auto project = MakeProject();
+  const auto snapshot = project->snapshot();
+  ASSERT_EQ(snapshot->model_version, 0);
+  ASSERT_DOUBLE_EQ(snapshot->posteriors.probabilities(3)[0], 0.5);
+  const double expected_gain = std::log(2.0) + 0.7 * std::log(0.7) + 0.3 * std::log(0.3);
+  EXPECT_NEAR(expected_gain, 0.082283, 1e-6);
+  AssignmentRules rules;
+  for (int32_t annotator : {-1, 1}) {
+    auto ranked = RankItemsForAnnotator(*project, *snapshot, rules, annotator, 1,
+                                        std::vector<int32_t>{3}, kNow, 1);
+    ASSERT_EQ(ranked.size(), 1u);
+    EXPECT_NEAR(ranked[0].gain, expected_gain, 1e-9) << annotator;
+    EXPECT_NEAR(ranked[0].p_correct, 0.7, 1e-9) << annotator;
+  }
+  const std::vector<int32_t> who = {1, -1};
+  auto annotators = RankAnnotatorsForItem(*project, *snapshot, 3, 2, who, kNow);
+  ASSERT_EQ(annotators.size(), 2u);
+  for (const auto& s : annotators) {
+    EXPECT_NEAR(s.gain, expected_gain, 1e-9);
+    EXPECT_NEAR(s.p_correct, 0.7, 1e-9);
+  }
+}
+
 // A Dawid-Skene project over 5 chunks of items: labels 1 to 4 per item, a few gold items, a
 // few with a priority, so that chunks differ in their bounds.
 std::unique_ptr<LiveProject> MakeLargeProject() {

@@ -403,6 +403,58 @@ TEST_F(IngestPipelineTest, OneProjectsBacklogNeitherFillsTheQueueNorGoesFirst) {
   }
 }
 
+// ingest_pipeline.h: "at most Options::max_queued_annotations wait over all projects;
+// Submit() answers RESOURCE_EXHAUSTED (retryable) beyond" it. With a cap of 20 (and a project
+// share far above it, so only the global cap can refuse) and the one lane held on project P's
+// first batch (its row lock taken here; a taken batch no longer waits in the queue), a batch
+// of P and one of Q fill the queue exactly (10 + 10 = 20: accepted), and a further annotation
+// of Q is refused. Once everything committed, the queue is empty again: a full batch of 20 is
+// accepted.
+TEST_F(IngestPipelineTest, TheGlobalQueueCapRefusesTheExcessAndIsReleasedOnCommit) {
+  std::shared_ptr<LiveProject> other;
+  ASSERT_NO_FATAL_FAILURE(other = NewProject("q"));
+  IngestPipeline::Options options;
+  options.max_group_annotations = 10;  // One batch per group.
+  options.max_queued_annotations = 20;
+  options.max_queued_annotations_per_project = 1000;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options);
+  auto batch = [](const LiveProject& project, const std::string& tag, int size) {
+    std::vector<storage::AnnotationWrite> writes;
+    for (int n = 0; n < size; ++n) {
+      writes.push_back(WriteTo(project, absl::StrCat(tag, "-", n), "w", n % 2));
+    }
+    return writes;
+  };
+  ProjectLockHolder lock(pool(), project_->identity().project_id);
+  lock.WaitLocked();
+  std::vector<std::future<IngestPipeline::Result>> accepted;
+  accepted.push_back(pipeline.Submit(project_, batch(*project_, "p0", 10)));
+  // Wait until the lane holds p0 and waits on the lock.
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  auto lane_waits = [&] {
+    absl::StatusOr<int64_t> waiting = pool().WithTransaction(
+        "counting lock waits", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+          return txn
+              .exec1("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")[0]
+              .as<int64_t>();
+        });
+    return waiting.ok() && *waiting > 0;
+  };
+  while (!lane_waits() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE(lane_waits());
+  accepted.push_back(pipeline.Submit(project_, batch(*project_, "p1", 10)));
+  accepted.push_back(pipeline.Submit(other, batch(*other, "q0", 10)));
+  EXPECT_THAT(pipeline.Submit(other, batch(*other, "q1", 1)).get(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  ASSERT_THAT(lock.Release(), IsOk());
+  for (auto& f : accepted) EXPECT_THAT(f.get(), IsOk());
+  EXPECT_EQ(ServedLabelsOf(*other, "q0-9"), 1);
+  EXPECT_EQ(ServedLabelsOf(*other, "q1-0"), 0);
+  EXPECT_THAT(pipeline.Submit(other, batch(*other, "q2", 20)).get(), IsOk());
+  EXPECT_EQ(ServedLabelsOf(*other, "q2-19"), 1);
+}
+
 TEST_F(IngestPipelineTest, ShutdownCommitsAndPublishesEverythingQueued) {
   IngestPipeline pipeline(*store_, IngestPipeline::Options());
   std::vector<std::future<IngestPipeline::Result>> futures;

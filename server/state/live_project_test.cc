@@ -328,5 +328,48 @@ TEST(LiveProjectTest, RefitIsDueAtTheDocumentedThresholds) {
   }
 }
 
+// live_project.h, RefitDue: a refit is due when enough labels changed, "or any changed and
+// `max_staleness` passed since the last fit". A restored, fitted project with no label after
+// its version is therefore not due even two hours past a staleness of one hour; one new label
+// makes it due then (1 < 50 labels, so only by staleness).
+TEST(LiveProjectTest, StalenessAloneDoesNotMakeARefitDue) {
+  auto crowd = MakeCrowd(100, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  const absl::Time later = absl::Now() + absl::Hours(2);
+  ASSERT_EQ(project->Counts().labels_since_version, 0);
+  EXPECT_FALSE(project->RefitDue(later, absl::Hours(1)));
+  project->ApplyCommitted({{100, "new", 0, "w0", 1, 10001, true}});
+  EXPECT_EQ(project->Counts().labels_since_version, 1);
+  EXPECT_FALSE(project->RefitDue(absl::Now(), absl::Hours(1)));
+  EXPECT_TRUE(project->RefitDue(later, absl::Hours(1)));
+}
+
+// live_project.h, CommittedLabel: a duplicate "normally repeats what memory holds": nothing to
+// do. Re-applying the newest label of an item (same label, same seq as stored) changes
+// nothing: no label counts toward the next version and the fit stays current (FitIsCurrent:
+// "since that fit no label ... changed").
+TEST(LiveProjectTest, ReapplyingAnItemsNewestLabelChangesNothing) {
+  auto crowd = MakeCrowd(100, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  ASSERT_TRUE(project->FitIsCurrent());
+  // The stored seq of annotation n is n + 1 (RestoreFitted); item 8's newest is its last one.
+  int64_t newest = -1;
+  for (size_t n = 0; n < crowd.annotations.size(); ++n) {
+    if (crowd.annotations[n].item == 8) newest = static_cast<int64_t>(n);
+  }
+  ASSERT_GE(newest, 0);
+  const models::Annotation& a = crowd.annotations[newest];
+  ASSERT_EQ(project->snapshot()->posteriors.newest_seq(8), newest + 1);
+  const std::string worker = absl::StrCat("w", a.annotator);
+  for (bool changed : {false, true}) {
+    project->ApplyCommitted({{8, "i8", a.annotator, worker, a.label, newest + 1, changed}});
+    EXPECT_EQ(project->Counts().labels_since_version, 0) << changed;
+    EXPECT_TRUE(project->FitIsCurrent()) << changed;
+  }
+  EXPECT_EQ(project->Counts().num_labels, static_cast<int64_t>(crowd.annotations.size()));
+}
+
 }  // namespace
 }  // namespace verity::server
