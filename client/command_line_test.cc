@@ -268,5 +268,40 @@ TEST(FormatUsageTest, GroupUsageListsOnlyTheGroupsCommands) {
   EXPECT_THAT(usage, ::testing::Not(HasSubstr("submit")));
 }
 
+// GetInt and GetDouble take values in the CLOSED range [min, max].
+TEST(CommandLineTest, IntAndDoubleRangesIncludeTheirBounds) {
+  absl::StatusOr<CommandLine> line =
+      Parse({"submit", "--project=p", "--csv=x", "--batch_size=10000"});
+  ASSERT_THAT(line, IsOk());
+  absl::StatusOr<int64_t> n = line->GetInt("batch_size", 1, 10000);
+  ASSERT_THAT(n, IsOk());
+  EXPECT_EQ(*n, 10000);
+  n = line->GetInt("batch_size", 10000, 20000);
+  ASSERT_THAT(n, IsOk());
+  EXPECT_EQ(*n, 10000);
+  absl::StatusOr<double> x = line->GetDouble("batch_size", 0, 10000);
+  ASSERT_THAT(x, IsOk());
+  EXPECT_EQ(*x, 10000);
+  x = line->GetDouble("batch_size", 10000, 1e9);
+  ASSERT_THAT(x, IsOk());
+  EXPECT_EQ(*x, 10000);
+  EXPECT_THAT(line->GetInt("batch_size", 1, 9999),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// A boolean flag is true for --name, --name=true or --name=1 (command_line.h).
+TEST(CommandLineTest, BooleanFlagsAcceptOneAndZero) {
+  absl::StatusOr<CommandLine> line =
+      Parse({"annotator", "--project=p", "--confusion=1"});
+  ASSERT_THAT(line, IsOk());
+  EXPECT_TRUE(line->GetBool("confusion"));
+  line = Parse({"annotator", "--project=p", "--confusion=0"});
+  ASSERT_THAT(line, IsOk());
+  EXPECT_FALSE(line->GetBool("confusion"));
+  line = Parse({"annotator", "--project=p"});
+  ASSERT_THAT(line, IsOk());
+  EXPECT_FALSE(line->GetBool("confusion"));
+}
+
 }  // namespace
 }  // namespace verity::client

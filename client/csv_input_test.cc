@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -318,6 +319,47 @@ TEST(FormatCsvRecordTest, RoundTripsThroughTheParser) {
   EXPECT_EQ(rows->annotations[0].item(), "i,1");
   EXPECT_EQ(rows->annotations[0].annotator(), "a\"1");
   EXPECT_EQ(rows->annotations[0].label(), 0);
+}
+
+// RFC 4180 (csv_input.h): a field holding a carriage return is quoted too,
+// not only one holding a line feed.
+TEST(FormatCsvRecordTest, QuotesAFieldWithALoneCarriageReturn) {
+  EXPECT_EQ(FormatCsvRecord({"x\ry", "z"}), "\"x\ry\",z");
+  EXPECT_EQ(FormatCsvRecord({"\r"}), "\"\r\"");
+}
+
+TEST(ParseAnnotationsCsvTest, RefusesAnEmptyAnnotatorWithItsLine) {
+  const LabelParser labels = BirdLabels();
+  EXPECT_THAT(ParseAnnotationsCsv("item,annotator,label\ni1,w1,true\ni2,,true\n",
+                                  "l.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "l.csv: line 3: empty annotator id"));
+}
+
+// MergeGold contradicts only a DIFFERENT gold label; an agreeing one is fine,
+// and a gold row without a label (empty cell) neither sets nor appends.
+TEST(MergeGoldTest, AcceptsAgreeingGoldAndSkipsGoldRowsWithoutALabel) {
+  const LabelParser labels = BirdLabels();
+  ItemRows items = *ParseItemsCsv("item,gold\na,true\nb,\n", "i.csv", labels);
+  const ItemRows gold =
+      *ParseItemsCsv("item,label\na,true\nb,\nc,\n", "g.csv", labels);
+  absl::StatusOr<ItemRows> merged = MergeGold(std::move(items), gold, "g.csv");
+  ASSERT_THAT(merged, IsOk());
+  ASSERT_EQ(merged->items.size(), 2u);
+  EXPECT_EQ(merged->items[0].gold_label(), 1);
+  EXPECT_FALSE(merged->items[1].has_gold_label());
+}
+
+// An items CSV priority is "a finite number" (csv_input.h).
+TEST(ParseItemsCsvTest, RefusesNonFinitePriorities) {
+  const LabelParser labels = BirdLabels();
+  for (const char* bad : {"nan", "inf", "-inf"}) {
+    EXPECT_THAT(ParseItemsCsv(absl::StrCat("item,priority\na,", bad, "\n"),
+                              "p.csv", labels),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("p.csv: line 2: priority")))
+        << bad;
+  }
 }
 
 }  // namespace

@@ -75,5 +75,15 @@ TEST(JsonArrayWriterTest, WritesAnEmptyArrayOnOneLine) {
   EXPECT_EQ(out.str(), "[]\n");
 }
 
+// Only the characters below U+0020 are control characters JSON must escape
+// (json_value.h): the space, DEL and printable ASCII pass through, and NUL is
+// \u0000.
+TEST(JsonValueTest, EscapesOnlyTheControlCharactersBelowSpace) {
+  EXPECT_EQ(JsonQuote("a b~"), "\"a b~\"");
+  EXPECT_EQ(JsonQuote(std::string("\x7f", 1)), std::string("\"\x7f\"", 3));
+  EXPECT_EQ(JsonQuote(std::string("\0", 1)), "\"\\u0000\"");
+  EXPECT_EQ(JsonQuote(std::string("\x08\x0c", 2)), "\"\\u0008\\u000c\"");
+}
+
 }  // namespace
 }  // namespace verity::client

@@ -282,5 +282,85 @@ TEST(ClassNameTest, FallsBackToTheIndex) {
   EXPECT_EQ(ClassName(kClasses, -1), "-1");
 }
 
+// Every setting under its own proto field name (message_format.h), with
+// distinct values so that no two fields can be swapped unnoticed.
+TEST(ProjectJsonTest, EverySettingIsKeyedByItsOwnField) {
+  const auto project = Parse<v1::Project>(R"pb(
+    name: "p"
+    classes: [ "a", "b" ]
+    item_feature_dim: 2
+    annotator_feature_dim: 5
+    settings {
+      model {
+        method: TRUTH_METHOD_GLAD
+        confusion_smoothing: 0.5
+        prior_smoothing: 0.25
+        max_iterations: 40
+        tolerance: 0.125
+        refit_min_new_labels: 17
+        refit_new_label_fraction: 0.75
+      }
+      assignment {
+        min_labels_per_item: 2
+        max_labels_per_item: 9
+        confidence_target: 0.875
+        lease_seconds: 600
+        policy: ASSIGNMENT_POLICY_INFORMATION_GAIN
+        gold_items_for_new_annotators: 3
+      }
+    }
+    num_items: 11
+    num_annotators: 12
+    num_labels: 13
+  )pb");
+  EXPECT_EQ(
+      ProjectJson(project).Serialize(),
+      "{\"name\":\"p\",\"classes\":[\"a\",\"b\"],"
+      "\"item_feature_dim\":2,\"annotator_feature_dim\":5,\"method\":\"glad\","
+      "\"settings\":{\"model\":{\"method\":\"glad\",\"confusion_smoothing\":0.5,"
+      "\"prior_smoothing\":0.25,\"max_iterations\":40,\"tolerance\":0.125,"
+      "\"refit_min_new_labels\":17,\"refit_new_label_fraction\":0.75},"
+      "\"assignment\":{\"min_labels_per_item\":2,\"max_labels_per_item\":9,"
+      "\"confidence_target\":0.875,\"lease_seconds\":600,"
+      "\"policy\":\"information_gain\",\"gold_items_for_new_annotators\":3}},"
+      "\"created_at\":null,\"num_items\":11,\"num_annotators\":12,"
+      "\"num_labels\":13}");
+}
+
+TEST(ModelVersionJsonTest, EveryFieldIsKeyedByItsOwnName) {
+  const auto version = Parse<v1::ModelVersion>(
+      "version: 3 method: TRUTH_METHOD_ONE_COIN watermark: 41 num_labels: 37 "
+      "log_likelihood: -2.5 iterations: 9 duration_ms: 0.5 "
+      "created_at { seconds: 1700000000 nanos: 7000000 }");
+  EXPECT_EQ(ModelVersionJson(version).Serialize(),
+            "{\"version\":3,\"method\":\"one_coin\",\"watermark\":41,"
+            "\"num_labels\":37,\"log_likelihood\":-2.5,\"iterations\":9,"
+            "\"duration_ms\":0.5,\"created_at\":\"2023-11-14T22:13:20.007Z\"}");
+}
+
+// Only a zero timestamp (seconds and nanos both 0) is unset.
+TEST(FormatTimestampTest, ATimestampWithOnlyNanosIsSet) {
+  EXPECT_EQ(FormatTimestamp(Parse<google::protobuf::Timestamp>("nanos: 5000000")),
+            "1970-01-01T00:00:00.005Z");
+  EXPECT_EQ(FormatTimestamp(Parse<google::protobuf::Timestamp>("seconds: 1")),
+            "1970-01-01T00:00:01.000Z");
+}
+
+// The confusion is null unless the server sent a valid K-by-K matrix: K 0
+// (no matrix) and a size other than K*K are both null.
+TEST(AnnotatorProfileJsonTest, ConfusionIsNullWithoutAValidMatrix) {
+  auto profile = Parse<v1::AnnotatorProfile>(
+      "annotator: \"w\" accuracy: 0.5 num_labels: 1 confusion { num_classes: 0 }");
+  EXPECT_EQ(AnnotatorProfileJson(profile, kClasses).Serialize(),
+            "{\"annotator\":\"w\",\"num_labels\":1,\"accuracy\":0.5,"
+            "\"confusion\":null}");
+  profile = Parse<v1::AnnotatorProfile>(
+      "annotator: \"w\" accuracy: 0.5 num_labels: 1 confusion { num_classes: 2 "
+      "probabilities: [0.5, 0.5, 0.5] }");
+  EXPECT_EQ(AnnotatorProfileJson(profile, kClasses).Serialize(),
+            "{\"annotator\":\"w\",\"num_labels\":1,\"accuracy\":0.5,"
+            "\"confusion\":null}");
+}
+
 }  // namespace
 }  // namespace verity::client

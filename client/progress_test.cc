@@ -84,5 +84,22 @@ TEST(ProgressMeterTest, FinishWithoutDrawingWritesNothing) {
   EXPECT_EQ(out.str(), "");
 }
 
+// The units switch at whole minutes and hours (progress.h: "42s", "3m05s",
+// "2h07m").
+TEST(FormatEtaTest, SwitchesUnitsExactlyAtAMinuteAndAnHour) {
+  EXPECT_EQ(FormatEta(absl::Seconds(59)), "59s");
+  EXPECT_EQ(FormatEta(absl::Seconds(60)), "1m00s");
+  EXPECT_EQ(FormatEta(absl::Seconds(3599)), "59m59s");
+  EXPECT_EQ(FormatEta(absl::Seconds(3600)), "1h00m");
+}
+
+// The percentage is rounded down: 999 of 1,000 is not yet 100%.
+TEST(FormatProgressTest, RoundsThePercentageDown) {
+  EXPECT_EQ(FormatProgress(999, 1000, absl::Seconds(1), "labels"),
+            "999/1,000 labels (99%)  999 labels/s  ETA 0s");
+  EXPECT_EQ(FormatProgress(1, 3, absl::Seconds(1), "items"),
+            "1/3 items (33%)  1 items/s  ETA 2s");
+}
+
 }  // namespace
 }  // namespace verity::client

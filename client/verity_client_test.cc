@@ -456,5 +456,19 @@ TEST_F(VerityClientTest, GetPosteriorsKeepsRequestOrder) {
               StatusIs(absl::StatusCode::kNotFound));
 }
 
+// batch_size is "1 to 10,000" (verity_client.h): both bounds are accepted.
+TEST_F(VerityClientTest, SubmitAcceptsBatchSizesAtBothBounds) {
+  absl::StatusOr<SubmitTotals> totals = client_->SubmitAnnotations(
+      "birds", Annotations(3), RecordingOptions(VerityClient::kMaxItemsPerCall));
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->accepted, 3);
+  EXPECT_THAT(server_->received_batch_ids(), ElementsAre(1));
+  totals = client_->SubmitAnnotations("birds", Annotations(2),
+                                      RecordingOptions(1));
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->duplicate, 2);
+  EXPECT_THAT(server_->received_batch_ids(), ElementsAre(1, 1, 2));
+}
+
 }  // namespace
 }  // namespace verity::client

@@ -184,6 +184,60 @@ class SubmitStreamTest(unittest.TestCase):
             self.client.submit("p", frame(1), batch_size=10001)
 
 
+    def test_batch_size_bounds_are_inclusive(self):
+        # "batch_size (1 to 10,000)": 0 is refused, 1 and 10,000 are accepted.
+        with self.assertRaisesRegex(ValueError, "batch_size must be 1 to 10,000"):
+            self.client.submit("p", frame(1), batch_size=0)
+        stub = self.use(FakeIngestStub(ok, ok))
+        self.assertEqual(self.client.submit("p", frame(3), batch_size=10000).accepted, 3)
+        self.assertEqual(self.client.submit("p", frame(2), batch_size=1).accepted, 2)
+        self.assertEqual(stub.streams, [[1], [1, 2]])
+
+    def test_keeps_only_the_first_max_rejections(self):
+        def script(batch):
+            ack = ok(batch)
+            ack.accepted, ack.rejected = 0, 2
+            ack.rejections.add(index=0, reason="first")
+            ack.rejections.add(index=1, reason="second")
+            return ack
+        self.use(FakeIngestStub(script))
+        result = self.client.submit("p", frame(4), batch_size=2, max_rejections=3)
+        # Every rejection is counted; only the first three are kept, rows as in the frame.
+        self.assertEqual(result.rejected, 4)
+        self.assertEqual(result.rejections,
+                         [verity_client.Rejection(0, "first"),
+                          verity_client.Rejection(1, "second"),
+                          verity_client.Rejection(2, "first")])
+
+    def test_resource_exhausted_is_retried_and_the_back_off_is_capped(self):
+        def busy(batch):
+            return FakeRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
+        stub = self.use(FakeIngestStub(*([busy] * 6 + [ok])))
+        result = self.client.submit("p", frame(2), batch_size=2, max_retries=6)
+        self.assertEqual((result.accepted, result.retries), (2, 6))
+        self.assertEqual(len(stub.streams), 7)
+        # Doubling from 0.2 s, at most 5 s.
+        self.assertEqual([round(c.args[0], 6) for c in self.sleep.call_args_list],
+                         [0.2, 0.4, 0.8, 1.6, 3.2, 5.0])
+
+    def test_progress_resets_the_retry_count_and_the_back_off(self):
+        # max_retries counts failures "in a row without progress": a stream that got a batch
+        # through starts the count and the back-off afresh.
+        def fail_at(batch_id):
+            def script(batch):
+                if batch.batch_id == batch_id:
+                    return ingest_pb2.BatchAck(batch_id=batch_id, error_code=UNAVAILABLE,
+                                               error_message="down")
+                return ok(batch)
+            return script
+        stub = self.use(FakeIngestStub(fail_at(2), fail_at(3), ok))
+        result = self.client.submit("p", frame(6), batch_size=2, max_unacked_batches=1,
+                                    max_retries=1)
+        self.assertEqual((result.accepted, result.retries), (6, 2))
+        self.assertEqual(stub.streams, [[1, 2], [2, 3], [3]])
+        self.assertEqual([c.args[0] for c in self.sleep.call_args_list], [0.2, 0.2])
+
+
 class FakeUnaryStub:
     """Any unary method: records its metadata and answers an empty response of `response_type`."""
 
