@@ -60,7 +60,11 @@
 //     errors), held-out labels are better predicted from a softer posterior.
 //     pi_j was itself fitted with the held-out label, which makes the
 //     annotator predict its own label too well and rewards overconfidence;
-//     the label's share is taken out of it (FitLabelMap). This map cannot see
+//     the label's share is taken out of it (FitLabelMap). Where confusions
+//     depend on the item, pi_ij also holds the item's own parameters, fitted
+//     with the label: the label is then predicted with pi_j =
+//     AnnotatorConfusion(j), the annotator on an item outside the fit (pi_ij
+//     still takes it out of the posterior). This map cannot see
 //     where the crowd as a whole disagrees with the gold (ducks, relevance,
 //     medical_cause): only gold can calibrate that.
 //     Each evaluation of tau costs O(labels x K); the item posteriors and the

@@ -184,6 +184,67 @@ TEST(CalibratedTruthModelTest, FitsTheLabelMapForConfusionsThatDependOnTheItem) 
   EXPECT_LT(outcome.calibrated_ece, 0.8 * outcome.raw_ece);
 }
 
+// A binary model whose confusion on every item it fitted (0.9 right) is
+// sharper than its annotators' confusion on an item it has not seen (0.8
+// right), as when per-item parameters (glad's easiness, lia's difficulty) were
+// fitted with the item's own labels. Posterior: uniform prior x the item
+// confusions.
+class ItemSharpenedModel final : public TruthModel {
+ public:
+  std::string_view method() const override { return "item_sharpened"; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return true; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<ItemSharpenedModel>();
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>,
+                                bool) override {
+    return FitReport{};
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    out[0] = out[1] = 0.5;
+    if (gold_label >= 0) {
+      out[gold_label] = 1.0;
+      out[1 - gold_label] = 0.0;
+      return;
+    }
+    for (const AnnotationMatrix::Entry& e : labels) {
+      out[0] *= e.label == 0 ? 0.9 : 0.1;
+      out[1] *= e.label == 1 ? 0.9 : 0.1;
+    }
+    const double sum = out[0] + out[1];
+    out[0] /= sum;
+    out[1] /= sum;
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override { return {0.8, 0.2, 0.2, 0.8}; }
+  std::vector<double> ItemAnnotatorConfusion(int32_t, int32_t) const override {
+    return {0.9, 0.1, 0.1, 0.9};
+  }
+  bool ConfusionsDependOnItem() const override { return true; }
+  std::string Serialize() const override { return ""; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+};
+
+TEST(CalibratedTruthModelTest, AHeldOutLabelIsPredictedWithoutTheItemsOwnParameters) {
+  // One item, labelled 0 by annotators 0 and 1 (each has no other label, so
+  // the correction of the annotator's share leaves its confusion as it is).
+  // Holding out either label leaves the other: q_-j = (0.9, 0.1) at tau = 1,
+  // q ∝ (0.9^tau, 0.1^tau). The held-out label is predicted with the
+  // annotator's confusion on an item not fitted with it, 0.8 right:
+  // p = 0.8 q_0 + 0.2 q_1, largest at tau = 1, loss = -2 ln(0.8 x 0.9 +
+  // 0.2 x 0.1) = -2 ln 0.74 = 0.602175. With the item's fitted confusion the
+  // label would predict itself from parameters it helped fit: -2 ln 0.82.
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(1, 2, 2, {{0, 0, 0}, {0, 1, 0}});
+  ASSERT_THAT(data.status(), IsOk());
+  const ItemSharpenedModel model;
+  std::vector<double> posterior(2);
+  model.ItemPosterior(data->LabelsOfItem(0), -1, absl::MakeSpan(posterior));
+  const FittedMap map = FitLabelMap(model, *data, posterior);
+  EXPECT_NEAR(map.temperature, 1.0, 1e-3);
+  EXPECT_NEAR(map.loss, -2 * std::log(0.74), 1e-6);
+}
+
 TEST(CalibratedTruthModelTest, UsesTheGoldMapWithEnoughGoldItems) {
   const Crowd crowd = CorrelatedCrowd(3000, 7, 13);
   // Every 10th item is gold (300 gold items); the others are scored.
