@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -156,6 +157,118 @@ TEST(StatusCodeNameTest, NamesEveryCode) {
   EXPECT_STREQ(StatusCodeName(5), "NOT_FOUND");
   EXPECT_STREQ(StatusCodeName(16), "UNAUTHENTICATED");
   EXPECT_STREQ(StatusCodeName(99), "UNKNOWN");
+}
+
+
+TEST(StatusCodeNameTest, NamesEveryCanonicalGrpcCode) {
+  // The canonical names of gRPC's status codes 0..16, in code order.
+  const char* const expected[] = {"OK",
+                                  "CANCELLED",
+                                  "UNKNOWN",
+                                  "INVALID_ARGUMENT",
+                                  "DEADLINE_EXCEEDED",
+                                  "NOT_FOUND",
+                                  "ALREADY_EXISTS",
+                                  "PERMISSION_DENIED",
+                                  "RESOURCE_EXHAUSTED",
+                                  "FAILED_PRECONDITION",
+                                  "ABORTED",
+                                  "OUT_OF_RANGE",
+                                  "UNIMPLEMENTED",
+                                  "INTERNAL",
+                                  "UNAVAILABLE",
+                                  "DATA_LOSS",
+                                  "UNAUTHENTICATED"};
+  for (int code = 0; code <= 16; ++code) EXPECT_STREQ(StatusCodeName(code), expected[code]) << code;
+  EXPECT_STREQ(StatusCodeName(17), "UNKNOWN");
+  EXPECT_STREQ(StatusCodeName(-1), "UNKNOWN");
+}
+
+TEST(BucketsTest, LatencyBucketsSpanOneMillisecondToTenSeconds) {
+  const std::vector<double> bounds = LatencyBuckets();
+  ASSERT_FALSE(bounds.empty());
+  EXPECT_EQ(bounds.front(), 0.001);
+  EXPECT_EQ(bounds.back(), 10.0);
+  for (size_t i = 1; i < bounds.size(); ++i) EXPECT_LT(bounds[i - 1], bounds[i]) << i;
+  // Boundaries a dashboard's quantiles read: 100 ms and 1 s are bucket edges.
+  EXPECT_NE(std::find(bounds.begin(), bounds.end(), 0.1), bounds.end());
+  EXPECT_NE(std::find(bounds.begin(), bounds.end(), 1.0), bounds.end());
+}
+
+TEST(BucketsTest, TrainingBucketsSpanTenMillisecondsToThirtyMinutes) {
+  const std::vector<double> bounds = TrainingDurationBuckets();
+  ASSERT_FALSE(bounds.empty());
+  EXPECT_EQ(bounds.front(), 0.01);
+  EXPECT_EQ(bounds.back(), 1800.0);
+  for (size_t i = 1; i < bounds.size(); ++i) EXPECT_LT(bounds[i - 1], bounds[i]) << i;
+  // The registry accepts them (finite and strictly increasing).
+  MetricsRegistry registry;
+  registry.AddHistogram("fit_seconds", "Fits.", {}, bounds).Get().Observe(3600);
+  std::vector<uint64_t> expected(bounds.size(), 0);
+  expected.push_back(1);  // an hour: above 30 min, in +Inf only
+  EXPECT_EQ(registry.AddHistogram("fit_seconds", "Fits.", {}, bounds).Get().snapshot().cumulative,
+            expected);
+}
+
+TEST(HistogramTest, ValuesAboveTheLastBoundCountOnlyInInfAndInTheSum) {
+  Histogram histogram({0.5, 1});
+  histogram.Observe(0.5000001);
+  histogram.Observe(2);
+  histogram.Observe(-3);  // below every bound: the first bucket
+  const Histogram::Snapshot snapshot = histogram.snapshot();
+  EXPECT_EQ(snapshot.bounds, (std::vector<double>{0.5, 1}));
+  EXPECT_EQ(snapshot.cumulative, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(snapshot.count, 3u);
+  EXPECT_NEAR(snapshot.sum, -0.4999999, 1e-12);
+}
+
+TEST(MetricsRegistryTest, CountersIgnoreNanIncrementsAndCountZero) {
+  Counter counter;
+  counter.Increment(std::nan(""));
+  counter.Increment(0);
+  EXPECT_EQ(counter.value(), 0);
+  counter.Increment();
+  EXPECT_EQ(counter.value(), 1);
+}
+
+TEST(FormatMetricValueTest, LargeIntegersAndNegativeFractions) {
+  EXPECT_EQ(FormatMetricValue(999999999999999.0), "999999999999999");
+  EXPECT_EQ(FormatMetricValue(1e15), "1e+15");
+  EXPECT_EQ(FormatMetricValue(-0.5), "-0.5");
+  EXPECT_EQ(FormatMetricValue(1800), "1800");
+}
+
+TEST(MetricsRegistryTest, ValidNamesMayUseColonsAndDigitsAfterTheFirstCharacter) {
+  MetricsRegistry registry;
+  registry.AddCounter("job:rate_5m_total", "Colon.", {"label_2"}).WithLabels({"x"}).Increment();
+  registry.AddGauge("_g2", "Underscore first.").Get().Set(1);
+  const std::string text = registry.RenderText();
+  EXPECT_NE(text.find("job:rate_5m_total{label_2=\"x\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("_g2 1\n"), std::string::npos) << text;
+}
+
+TEST(MetricsRegistryDeathTest, InvalidNamesAndReservedLabelsAbort) {
+  MetricsRegistry registry;
+  EXPECT_DEATH(registry.AddCounter("2xx_total", "X."), "invalid metric name");
+  EXPECT_DEATH(registry.AddCounter("", "X."), "invalid metric name");
+  EXPECT_DEATH(registry.AddCounter("x_total", "X.", {"a:b"}), "invalid label name");
+  EXPECT_DEATH(registry.AddCounter("x_total", "X.", {"9a"}), "invalid label name");
+  EXPECT_DEATH(registry.AddCounter("x_total", "X.", {"__reserved"}), "invalid label name");
+  EXPECT_DEATH(registry.AddHistogram("h", "H.", {}, {1, std::numeric_limits<double>::infinity()}),
+               "strictly increasing");
+  EXPECT_DEATH(registry.AddHistogram("h", "H.", {}, {2, 1}), "strictly increasing");
+  registry.AddHistogram("h2", "H.", {}, {1, 2});
+  EXPECT_DEATH(registry.AddHistogram("h2", "H.", {}, {1, 3}), "registered twice differently");
+  registry.AddCallbackGauge("cb", "C.", {}, [] { return std::vector<GaugeSample>{}; });
+  EXPECT_DEATH(
+      registry.AddCallbackGauge("cb", "C.", {}, [] { return std::vector<GaugeSample>{}; }),
+      "registered twice differently");
+}
+
+TEST(MetricsRegistryTest, LeIsAllowedOutsideHistograms) {
+  MetricsRegistry registry;
+  registry.AddGauge("g", "G.", {"le"}).WithLabels({"1"}).Set(2);
+  EXPECT_NE(registry.RenderText().find("g{le=\"1\"} 2\n"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,127 @@
+// ReplicaFollower against a real PostgreSQL (replica_follower.h): labels another replica
+// commits are caught up after its NOTIFY, and the periodic check reads nothing and adopts
+// nothing for a project that is already current. Counted by verity_replica_catch_up_reads_total.
+#include "server/replication/replica_follower.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/observability/metrics.h"
+#include "server/state/project_registry.h"
+#include "server/state/storage_handles.h"
+#include "storage/annotation_store.h"
+#include "storage/project_store.h"
+#include "storage/testing/postgres_fixture.h"
+#include "verity/v1/projects.pb.h"
+
+namespace verity::server {
+namespace {
+
+double Sample(const MetricsRegistry& metrics, const std::string& series) {
+  const std::string text = "\n" + metrics.RenderText();
+  const std::string key = absl::StrCat("\n", series, " ");
+  const size_t at = text.find(key);
+  return at == std::string::npos ? 0.0 : std::stod(text.substr(at + key.size()));
+}
+
+class ReplicaFollowerTest : public storage::testing::PostgresTest {
+ protected:
+  void SetUp() override {
+    PostgresTest::SetUp();
+    storage::ProjectStore projects(&pool());
+    storage::ProjectRecord p;
+    p.name = "p";
+    p.classes = {"a", "b"};
+    v1::ProjectSettings settings;
+    settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+    p.settings = settings.SerializeAsString();
+    auto created = projects.CreateProject(p);
+    ASSERT_TRUE(created.ok()) << created.status();
+    project_id_ = created->project_id;
+    ASSERT_TRUE(Commit(0, 30).ok());
+    auto storage = StorageHandles::Open(url(), 3);
+    ASSERT_TRUE(storage.ok()) << storage.status();
+    storage_ = std::move(*storage);
+    registry_ = std::make_unique<ProjectRegistry>(*storage_);
+    ASSERT_TRUE(registry_->LoadAll().ok());
+    project_ = *registry_->Get("p");
+    // This replica fits and serves version 1: the newest stored.
+    ASSERT_TRUE(project_->Refit(*storage_->versions).ok());
+    ASSERT_EQ(project_->model_version(), 1);
+  }
+  void TearDown() override {
+    follower_.reset();
+    project_.reset();
+    registry_.reset();
+    storage_.reset();
+    PostgresTest::TearDown();
+  }
+
+  // Labels of items [from, to), 2 each, committed as another replica would (NOTIFY included).
+  absl::Status Commit(int from, int to) {
+    std::vector<storage::AnnotationWrite> writes;
+    for (int i = from; i < to; ++i) {
+      for (int r = 0; r < 2; ++r) {
+        writes.push_back(
+            {project_id_, absl::StrCat("i", i), absl::StrCat("w", r), i % 2, std::nullopt});
+      }
+    }
+    storage::AnnotationStore annotations(&pool());
+    return annotations.CommitAnnotations(writes).status();
+  }
+
+  void StartFollower(absl::Duration poll_interval = absl::Milliseconds(50)) {
+    ReplicaFollower::Options options;
+    options.poll_interval = poll_interval;
+    follower_ = std::make_unique<ReplicaFollower>(
+        url(), *registry_, *storage_, [this](LiveProject&) { ++adopt_calls_; }, options,
+        &metrics_);
+    ASSERT_TRUE(follower_->Start().ok());
+  }
+
+  int64_t project_id_ = 0;
+  std::unique_ptr<StorageHandles> storage_;
+  std::unique_ptr<ProjectRegistry> registry_;
+  std::shared_ptr<LiveProject> project_;
+  MetricsRegistry metrics_;
+  std::atomic<int> adopt_calls_{0};
+  std::unique_ptr<ReplicaFollower> follower_;
+};
+
+TEST_F(ReplicaFollowerTest, ACurrentProjectIsNeitherReadNorAdoptedByThePoll) {
+  StartFollower();
+  absl::SleepFor(absl::Milliseconds(600));  // about 10 polls
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"poll\"}"), 0);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"notify\"}"), 0);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"changes\"}"), 0);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_follow_failures_total"), 0);
+  EXPECT_EQ(adopt_calls_.load(), 0) << "version 1 is served already";
+}
+
+TEST_F(ReplicaFollowerTest, LabelsAnotherReplicaCommitsAreCaughtUpAfterItsNotify) {
+  // One poll at the start, then none for an hour: only the NOTIFY can bring the labels.
+  StartFollower(absl::Hours(1));
+  // Time for that first poll to have run, even on a loaded machine (it must not be the one that
+  // finds the commit below).
+  absl::SleepFor(absl::Milliseconds(1000));
+  const int64_t before = project_->Counts().num_labels;
+  ASSERT_EQ(before, 60);
+  ASSERT_TRUE(Commit(30, 40).ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (project_->Counts().num_labels < 80 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(project_->Counts().num_labels, 80);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"notify\"}"), 1);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"poll\"}"), 0);
+  EXPECT_EQ(adopt_calls_.load(), 0);
+}
+
+}  // namespace
+}  // namespace verity::server

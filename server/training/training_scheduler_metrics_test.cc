@@ -1,0 +1,184 @@
+// TrainingScheduler's metrics against a real PostgreSQL (training_scheduler.h): model versions
+// served by source (inprocess, worker, replica) and method, fit durations, training jobs
+// enqueued, and fits left to another replica holding the fit lock.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/observability/metrics.h"
+#include "server/state/project_registry.h"
+#include "server/state/storage_handles.h"
+#include "server/training/training_scheduler.h"
+#include "server/training/training_worker.h"
+#include "storage/annotation_store.h"
+#include "storage/fit_lock.h"
+#include "storage/project_store.h"
+#include "storage/testing/postgres_fixture.h"
+#include "verity/v1/projects.pb.h"
+
+namespace verity::server {
+namespace {
+
+// The value of the sample `series` (name and labels, as rendered) in `metrics`, or -1 when
+// it is not rendered.
+double Sample(const MetricsRegistry& metrics, const std::string& series) {
+  const std::string text = "\n" + metrics.RenderText();
+  const std::string key = absl::StrCat("\n", series, " ");
+  const size_t at = text.find(key);
+  return at == std::string::npos ? -1.0 : std::stod(text.substr(at + key.size()));
+}
+
+class TrainingSchedulerMetricsTest : public storage::testing::PostgresTest {
+ protected:
+  // A Dawid-Skene project ("ds") with 40 items x 3 labels.
+  int64_t NewProject(const std::string& name) {
+    storage::ProjectStore projects(&pool());
+    storage::ProjectRecord p;
+    p.name = name;
+    p.classes = {"a", "b"};
+    v1::ProjectSettings settings;
+    settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+    p.settings = settings.SerializeAsString();
+    auto created = projects.CreateProject(p);
+    EXPECT_TRUE(created.ok()) << created.status();
+    std::vector<storage::AnnotationWrite> writes;
+    for (int i = 0; i < 40; ++i) {
+      for (int r = 0; r < 3; ++r) {
+        const int annotator = (i + r) % 5;
+        writes.push_back({created->project_id, absl::StrCat("i", i), absl::StrCat("w", annotator),
+                          annotator < 4 ? i % 2 : 1 - i % 2, std::nullopt});
+      }
+    }
+    storage::AnnotationStore annotations(&pool());
+    EXPECT_TRUE(annotations.CommitAnnotations(writes).ok());
+    return created->project_id;
+  }
+
+  // One server's state over the test database.
+  struct Server {
+    std::unique_ptr<StorageHandles> storage;
+    std::unique_ptr<ProjectRegistry> registry;
+  };
+  Server Open() {
+    Server server;
+    auto storage = StorageHandles::Open(url(), 2);
+    EXPECT_TRUE(storage.ok()) << storage.status();
+    server.storage = std::move(*storage);
+    server.registry = std::make_unique<ProjectRegistry>(*server.storage);
+    EXPECT_TRUE(server.registry->LoadAll().ok());
+    return server;
+  }
+  static TrainingScheduler::Options InProcess() {
+    TrainingScheduler::Options options;
+    options.run_in_background = false;
+    return options;
+  }
+};
+
+TEST_F(TrainingSchedulerMetricsTest, AnInProcessFitIsCountedAsInprocessAndTimed) {
+  NewProject("p");
+  Server server = Open();
+  MetricsRegistry metrics;
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions, nullptr, InProcess(),
+                              &metrics);
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  ASSERT_EQ((*server.registry->Get("p"))->model_version(), 1);
+  EXPECT_EQ(Sample(metrics, "verity_model_versions_total{method=\"ds\",source=\"inprocess\"}"), 1);
+  EXPECT_EQ(Sample(metrics, "verity_model_versions_total{method=\"ds\",source=\"worker\"}"), -1);
+  EXPECT_EQ(Sample(metrics, "verity_model_versions_total{method=\"ds\",source=\"replica\"}"), -1);
+  EXPECT_EQ(Sample(metrics, "verity_training_duration_seconds_count{method=\"ds\"}"), 1);
+  EXPECT_EQ(Sample(metrics, "verity_training_duration_seconds_bucket{method=\"ds\",le=\"+Inf\"}"),
+            1);
+  // Observed in seconds: the stored version's duration_ms / 1000.
+  auto stored = server.storage->versions->ListModelVersions((*server.registry->Get("p"))->identity().project_id, 1);
+  ASSERT_TRUE(stored.ok() && stored->size() == 1u);
+  ASSERT_GT(stored->front().duration_ms, 0);
+  EXPECT_NEAR(Sample(metrics, "verity_training_duration_seconds_sum{method=\"ds\"}"),
+              stored->front().duration_ms / 1000.0, 1e-6);
+  EXPECT_EQ(Sample(metrics, "verity_training_failures_total"), 0);
+  EXPECT_EQ(Sample(metrics, "verity_training_jobs_enqueued_total"), 0);
+  EXPECT_EQ(Sample(metrics, "verity_model_version_downloads_total"), 0);
+  EXPECT_EQ(Sample(metrics, "verity_training_fits_left_to_other_replicas_total"), 0);
+}
+
+TEST_F(TrainingSchedulerMetricsTest, WorkerModeCountsTheJobAndTheWorkersVersion) {
+  NewProject("p");
+  Server server = Open();
+  MetricsRegistry metrics;
+  TrainingScheduler::Options options = InProcess();
+  options.use_workers = true;
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions,
+                              server.storage->jobs.get(), options, &metrics);
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  EXPECT_EQ(Sample(metrics, "verity_training_jobs_enqueued_total"), 1);
+  EXPECT_EQ((*server.registry->Get("p"))->model_version(), 0);
+
+  TrainingWorker::Options worker_options;
+  worker_options.name = "w";
+  TrainingWorker worker(*server.storage, worker_options);
+  absl::StatusOr<bool> ran = worker.RunOnce();
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  ASSERT_TRUE(*ran);
+
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow().ok());
+  EXPECT_EQ((*server.registry->Get("p"))->model_version(), 1);
+  EXPECT_EQ(Sample(metrics, "verity_model_versions_total{method=\"ds\",source=\"worker\"}"), 1);
+  EXPECT_EQ(Sample(metrics, "verity_model_versions_total{method=\"ds\",source=\"inprocess\"}"), -1);
+  EXPECT_EQ(Sample(metrics, "verity_model_version_downloads_total"), 1);
+  // Nothing was fit in this process.
+  EXPECT_EQ(Sample(metrics, "verity_training_duration_seconds_count{method=\"ds\"}"), -1);
+}
+
+TEST_F(TrainingSchedulerMetricsTest, AVersionAnotherReplicaFitIsAdoptedOnceAsReplica) {
+  NewProject("p");
+  Server a = Open();
+  Server b = Open();
+  TrainingScheduler fitter(*a.registry, *a.storage->versions, nullptr, InProcess());
+  ASSERT_TRUE(fitter.RefitDueProjectsNow(/*force=*/true).ok());
+
+  MetricsRegistry metrics;
+  TrainingScheduler follower(*b.registry, *b.storage->versions, nullptr, InProcess(), &metrics);
+  std::shared_ptr<LiveProject> project = *b.registry->Get("p");
+  ASSERT_EQ(project->model_version(), 0);
+  EXPECT_EQ(follower.AdoptStoredVersion(*project).value_or(-1), 1);
+  EXPECT_EQ(project->model_version(), 1);
+  // Served already: not read or counted again.
+  EXPECT_EQ(follower.AdoptStoredVersion(*project).value_or(-1), 1);
+  EXPECT_EQ(Sample(metrics, "verity_model_versions_total{method=\"ds\",source=\"replica\"}"), 1);
+  EXPECT_EQ(Sample(metrics, "verity_model_versions_total{method=\"ds\",source=\"worker\"}"), -1);
+  EXPECT_EQ(Sample(metrics, "verity_model_version_downloads_total"), 1);
+}
+
+TEST_F(TrainingSchedulerMetricsTest, AFitWhoseLockAnotherReplicaHoldsIsSkippedAndCounted) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  // Another replica (another session) fits the project.
+  storage::FitLocks other(&pool());
+  absl::StatusOr<std::unique_ptr<storage::FitLock>> held = other.TryAcquire(project_id);
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_NE(*held, nullptr);
+
+  storage::FitLocks locks(server.storage->pool.get());
+  TrainingScheduler::Options options = InProcess();
+  options.fit_locks = &locks;
+  MetricsRegistry metrics;
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions, nullptr, options,
+                              &metrics);
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  EXPECT_EQ((*server.registry->Get("p"))->model_version(), 0);
+  EXPECT_EQ(Sample(metrics, "verity_training_fits_left_to_other_replicas_total"), 1);
+  EXPECT_EQ(Sample(metrics, "verity_model_versions_total{method=\"ds\",source=\"inprocess\"}"), -1);
+
+  // Released: this replica fits.
+  held->reset();
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  EXPECT_EQ((*server.registry->Get("p"))->model_version(), 1);
+  EXPECT_EQ(Sample(metrics, "verity_training_fits_left_to_other_replicas_total"), 1);
+  EXPECT_EQ(Sample(metrics, "verity_model_versions_total{method=\"ds\",source=\"inprocess\"}"), 1);
+}
+
+}  // namespace
+}  // namespace verity::server
