@@ -39,6 +39,7 @@ absl::StatusOr<TrainingJob> TrainingJobStore::Enqueue(int64_t project_id) {
                          "ON CONFLICT (project_id) WHERE state IN ('queued', 'running') "
                          "DO NOTHING RETURNING ", kColumns),
             project_id);
+        const bool created = !rows.empty();
         if (rows.empty()) {
           rows = txn.exec_params(
               absl::StrCat("SELECT ", kColumns, " FROM training_jobs WHERE project_id = $1 "
@@ -48,7 +49,9 @@ absl::StatusOr<TrainingJob> TrainingJobStore::Enqueue(int64_t project_id) {
         if (rows.empty()) {
           return absl::AbortedError("the project's open training job ended while enqueueing");
         }
-        return JobFromRow(rows[0]);
+        TrainingJob job = JobFromRow(rows[0]);
+        job.created = created;
+        return job;
       });
 }
 

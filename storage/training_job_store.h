@@ -38,13 +38,17 @@ struct TrainingJob {
   std::string worker;            // The last claimant ("" if never claimed).
   std::optional<int32_t> version;  // The version a done job stored.
   std::string error;             // The last attempt's error, if any.
+  // Enqueue only: true when this call created the job, false when it returned the project's
+  // job that was already open (queued or running).
+  bool created = false;
 };
 
 class TrainingJobStore {
  public:
   explicit TrainingJobStore(ConnectionPool* pool) : pool_(pool) {}
 
-  // The project's open job, created 'queued' if there is none. NOT_FOUND for an unknown project.
+  // The project's open job, created 'queued' if there is none (then `created` is true). NOT_FOUND
+  // for an unknown project.
   absl::StatusOr<TrainingJob> Enqueue(int64_t project_id);
 
   // Claims the oldest claimable job for `worker` with a lease of `lease`; nullopt when there is

@@ -75,9 +75,11 @@ TEST_F(TrainingJobStoreTest, OneOpenJobPerProjectAndClaimsInOrder) {
   auto first = jobs_->Enqueue(p1);
   ASSERT_THAT(first, IsOk());
   EXPECT_EQ(first->state, "queued");
+  EXPECT_TRUE(first->created);
   auto again = jobs_->Enqueue(p1);
   ASSERT_THAT(again, IsOk());
   EXPECT_EQ(again->job_id, first->job_id);  // still open: the same job
+  EXPECT_FALSE(again->created);
   ASSERT_THAT(jobs_->Enqueue(p2), IsOk());
   EXPECT_THAT(jobs_->Enqueue(999999).status(), StatusIs(absl::StatusCode::kNotFound));
 
@@ -88,7 +90,10 @@ TEST_F(TrainingJobStoreTest, OneOpenJobPerProjectAndClaimsInOrder) {
   EXPECT_EQ((*claimed)->state, "running");
   EXPECT_EQ((*claimed)->attempts, 1);
   // While running, enqueueing the project returns the running job.
-  EXPECT_EQ(jobs_->Enqueue(p1)->job_id, first->job_id);
+  auto running = jobs_->Enqueue(p1);
+  ASSERT_THAT(running, IsOk());
+  EXPECT_EQ(running->job_id, first->job_id);
+  EXPECT_FALSE(running->created);
   auto second = jobs_->Claim("w2", absl::Minutes(1));
   ASSERT_TRUE(second.ok() && second->has_value());
   EXPECT_EQ((*second)->project_id, p2);

@@ -92,7 +92,7 @@ absl::Status TrainingScheduler::RefitDueProjectsNow(bool force) {
         if (first_error.ok()) first_error = job.status();
         continue;
       }
-      if (job->attempts == 0) {
+      if (job->created) {
         if (metrics_) metrics_->jobs_enqueued.Increment();
         LogEvent("training_job", {{"project", project->identity().name},
                                   {"job", std::to_string(job->job_id)},

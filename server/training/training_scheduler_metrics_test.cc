@@ -104,6 +104,23 @@ TEST_F(TrainingSchedulerMetricsTest, AnInProcessFitIsCountedAsInprocessAndTimed)
   EXPECT_EQ(Sample(metrics, "verity_training_fits_left_to_other_replicas_total"), 0);
 }
 
+// "Training jobs enqueued" counts jobs, not passes: a pass that finds the project's job still
+// queued (no worker has claimed it yet) is handed that job back (training_job_store.h) and
+// must not count it again.
+TEST_F(TrainingSchedulerMetricsTest, AJobStillQueuedIsNotCountedAgainByTheNextPass) {
+  NewProject("p");
+  Server server = Open();
+  MetricsRegistry metrics;
+  TrainingScheduler::Options options = InProcess();
+  options.use_workers = true;
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions,
+                              server.storage->jobs.get(), options, &metrics);
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  EXPECT_EQ(Sample(metrics, "verity_training_jobs_enqueued_total"), 1);
+}
+
 TEST_F(TrainingSchedulerMetricsTest, WorkerModeCountsTheJobAndTheWorkersVersion) {
   NewProject("p");
   Server server = Open();
