@@ -16,22 +16,9 @@ namespace {
 // What `log` writes to stderr.
 template <typename F>
 std::string CaptureStderr(F log) {
-  char path[] = "/tmp/log_test_XXXXXX";
-  const int fd = mkstemp(path);
-  EXPECT_GE(fd, 0);
-  fflush(stderr);
-  const int saved = dup(STDERR_FILENO);
-  dup2(fd, STDERR_FILENO);
+  ::testing::internal::CaptureStderr();
   log();
-  fflush(stderr);
-  dup2(saved, STDERR_FILENO);
-  close(saved);
-  close(fd);
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  unlink(path);
-  return text.str();
+  return ::testing::internal::GetCapturedStderr();
 }
 
 // The line without its "ts=<timestamp> " prefix.

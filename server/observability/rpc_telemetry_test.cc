@@ -23,22 +23,9 @@ using Type = grpc::experimental::ServerRpcInfo::Type;
 
 template <typename F>
 std::string CaptureStderr(F run) {
-  char path[] = "/tmp/rpc_telemetry_test_XXXXXX";
-  const int fd = mkstemp(path);
-  EXPECT_GE(fd, 0);
-  fflush(stderr);
-  const int saved = dup(STDERR_FILENO);
-  dup2(fd, STDERR_FILENO);
+  ::testing::internal::CaptureStderr();
   run();
-  fflush(stderr);
-  dup2(saved, STDERR_FILENO);
-  close(saved);
-  close(fd);
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  unlink(path);
-  return text.str();
+  return ::testing::internal::GetCapturedStderr();
 }
 
 RpcTelemetryFactory::CallRecord Call(std::string method, Type type, int code,

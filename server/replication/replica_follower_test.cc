@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/observability/metric_sample.h"
 #include "server/observability/metrics.h"
 #include "server/state/project_registry.h"
 #include "server/state/storage_handles.h"
@@ -23,11 +24,9 @@
 namespace verity::server {
 namespace {
 
+// The value of `series` in `metrics` as a scrape would read it; 0.0 when it is not rendered.
 double Sample(const MetricsRegistry& metrics, const std::string& series) {
-  const std::string text = "\n" + metrics.RenderText();
-  const std::string key = absl::StrCat("\n", series, " ");
-  const size_t at = text.find(key);
-  return at == std::string::npos ? 0.0 : std::stod(text.substr(at + key.size()));
+  return MetricSample(metrics, series).value_or(0.0);
 }
 
 class ReplicaFollowerTest : public storage::testing::PostgresTest {

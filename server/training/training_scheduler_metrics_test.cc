@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/observability/metric_sample.h"
 #include "server/observability/metrics.h"
 #include "server/state/project_registry.h"
 #include "server/state/storage_handles.h"
@@ -22,13 +23,9 @@
 namespace verity::server {
 namespace {
 
-// The value of the sample `series` (name and labels, as rendered) in `metrics`, or -1 when
-// it is not rendered.
+// The value of `series` in `metrics` as a scrape would read it; -1.0 when it is not rendered.
 double Sample(const MetricsRegistry& metrics, const std::string& series) {
-  const std::string text = "\n" + metrics.RenderText();
-  const std::string key = absl::StrCat("\n", series, " ");
-  const size_t at = text.find(key);
-  return at == std::string::npos ? -1.0 : std::stod(text.substr(at + key.size()));
+  return MetricSample(metrics, series).value_or(-1.0);
 }
 
 class TrainingSchedulerMetricsTest : public storage::testing::PostgresTest {
