@@ -1,0 +1,729 @@
+// Contracts of the neural truth models beyond accuracy, each checked against values worked out
+// by hand from the documented formulas (models/truth_model.h's TruthModelOptions::Neural,
+// neural_truth_model.h, sparse_row_amsgrad.h, flat_amsgrad.h): the square-root learning-rate
+// rule, the step budget (StepsForFit) and the Dawid-Skene start's share of it, feature
+// standardisation, Restore's bounds and blob checks, the lazy row optimiser's arithmetic, and the
+// options' documented ranges. Tiny data and few steps: the whole file runs in seconds.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "common/status_matchers.h"
+#include "models/annotation_matrix.h"
+#include "models/binary_codec.h"
+#include "models/neural/crowd_net.h"
+#include "models/neural/flat_amsgrad.h"
+#include "models/neural/neural_truth_model.h"
+#include "models/neural/sparse_row_amsgrad.h"
+#include "models/truth_model.h"
+#include "models/truth_model_factory.h"
+
+namespace verity::models {
+namespace {
+
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+// `items` binary items labelled by every one of `annotators` annotators (label = the item's
+// parity, except that annotator 1 flips every third label): items x annotators labels.
+AnnotationMatrix TinyCrowd(int32_t items, int32_t annotators) {
+  std::vector<Annotation> labels;
+  for (int32_t i = 0; i < items; ++i) {
+    for (int32_t a = 0; a < annotators; ++a) {
+      int32_t y = i % 2;
+      if (a == 1 && i % 3 == 0) y = 1 - y;
+      labels.push_back({i, a, y});
+    }
+  }
+  return *AnnotationMatrix::Build(items, annotators, 2, labels);
+}
+
+TruthModelOptions CpuOptions() {
+  TruthModelOptions options;
+  options.neural.device = "cpu";
+  options.neural.seed = 7;
+  return options;
+}
+
+std::unique_ptr<neural::NeuralTruthModel> MakeNeural(const std::string& method,
+                                                     const TruthModelOptions& options,
+                                                     int32_t k = 2) {
+  auto model = CreateUncalibratedTruthModel(method, k, options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return nullptr;
+  auto* neural = dynamic_cast<neural::NeuralTruthModel*>(model->get());
+  EXPECT_NE(neural, nullptr) << method;
+  model->release();
+  return std::unique_ptr<neural::NeuralTruthModel>(neural);
+}
+
+torch::Tensor NamedParameter(neural::CrowdNet& net, const std::string& name) {
+  for (const auto& p : net.named_parameters()) {
+    if (p.key() == name) return p.value().detach().clone();
+  }
+  ADD_FAILURE() << "no parameter " << name;
+  return torch::Tensor();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The square-root rule (truth_model.h): batches of B labels use learning_rate × sqrt(B / 1,024).
+// AMSGrad's first step moves every parameter with a gradient by the rate exactly (m̂ = g and
+// v̂ = g², so the step is rate · g / |g|): crowdlayer's crowd layers start at the identity
+// (1 + ln(K − 1) = 1 at K = 2), so after one step the largest |W − I| is the step's rate.
+double FirstStepOfTheCrowdLayer(int batch_size, double learning_rate) {
+  TruthModelOptions options = CpuOptions();
+  options.neural.batch_size = batch_size;
+  options.neural.learning_rate = learning_rate;
+  options.neural.steps = 1;
+  options.neural.ds_start_fraction = 0;  // the first step is the fit's first
+  auto model = MakeNeural("crowdlayer", options);
+  double largest = -1;
+  model->SetCheckpointObserver(1, [&](int64_t step, neural::CrowdNet& net) {
+    if (step != 1) return;
+    torch::Tensor w = NamedParameter(net, "weights");
+    torch::Tensor identity = torch::eye(2).unsqueeze(0).expand_as(w);
+    largest = (w - identity).abs().max().item<double>();
+  });
+  EXPECT_THAT(model->Fit(TinyCrowd(40, 3), {}, false).status(), IsOk());
+  return largest;
+}
+
+TEST(LearningRateRuleTest, TheStepRateIsTheOptionsRateTimesTheRootOfTheBatchOver1024) {
+  // 0.04 × sqrt(16 / 1024) = 0.04 / 8.
+  EXPECT_NEAR(FirstStepOfTheCrowdLayer(16, 0.04), 0.005, 1e-6);
+  // 0.04 × sqrt(64 / 1024) = 0.04 / 4.
+  EXPECT_NEAR(FirstStepOfTheCrowdLayer(64, 0.04), 0.01, 1e-6);
+  // batch_size 0 on the CPU is 1,024 labels: the options' rate itself.
+  EXPECT_NEAR(FirstStepOfTheCrowdLayer(0, 0.003), 0.003, 1e-6);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The step budget (truth_model.h, neural.steps = 0): enough whole epochs for about 3,000 steps,
+// between 2 and 200 epochs; a warm start runs a quarter of them. FitReport::iterations is the
+// epochs run, training_steps every optimiser step.
+FitReport FitFor(const std::string& method, TruthModelOptions options, const AnnotationMatrix& data,
+                 neural::NeuralTruthModel* model = nullptr, bool warm = false) {
+  std::unique_ptr<neural::NeuralTruthModel> own;
+  if (model == nullptr) {
+    own = MakeNeural(method, options);
+    model = own.get();
+  }
+  absl::StatusOr<FitReport> report = model->Fit(data, {}, warm);
+  EXPECT_THAT(report.status(), IsOk()) << method;
+  return report.ok() ? *report : FitReport();
+}
+
+TEST(StepBudgetTest, EpochsForAbout3000StepsCappedAt200) {
+  TruthModelOptions options = CpuOptions();
+  options.neural.ds_start_fraction = 0;
+  // 20 labels in one batch of 1,024: 3,000 epochs wanted, 200 run.
+  const AnnotationMatrix tiny = TinyCrowd(10, 2);
+  for (const char* method : {"trace_reg", "crowdlayer", "conal"}) {
+    const FitReport report = FitFor(method, options, tiny);
+    EXPECT_EQ(report.training_steps, 200) << method;
+    EXPECT_EQ(report.iterations, 200) << method;
+  }
+  // 20 labels in batches of 3: 7 steps an epoch, ceil(3000 / 7) = 429 epochs wanted, 200 run.
+  options.neural.batch_size = 3;
+  FitReport report = FitFor("trace_reg", options, tiny);
+  EXPECT_EQ(report.iterations, 200);
+  EXPECT_EQ(report.training_steps, 200 * 7);
+  // Batches of 8 over 120 labels: 15 steps an epoch, 200 epochs: exactly 3,000 steps, uncapped.
+  options.neural.batch_size = 8;
+  report = FitFor("trace_reg", options, TinyCrowd(40, 3));
+  EXPECT_EQ(report.iterations, 200);
+  EXPECT_EQ(report.training_steps, 3000);
+  // Batches of 4 over 120 labels: 30 steps an epoch, 100 epochs: 3,000 steps, below the cap.
+  options.neural.batch_size = 4;
+  report = FitFor("trace_reg", options, TinyCrowd(40, 3));
+  EXPECT_EQ(report.iterations, 100);
+  EXPECT_EQ(report.training_steps, 3000);
+}
+
+TEST(StepBudgetTest, AtLeastTwoEpochs) {
+  // 3,200 labels in batches of 2: 1,600 steps an epoch, ceil(3000 / 1600) = 2 epochs; in
+  // batches of 4: 800 an epoch, 4 epochs (3,200 steps). In batches of 1 with 3,200 labels,
+  // one epoch would already exceed 3,000 steps: still 2 epochs (6,400 steps).
+  TruthModelOptions options = CpuOptions();
+  options.neural.ds_start_fraction = 0;
+  const AnnotationMatrix data = TinyCrowd(1600, 2);
+  options.neural.batch_size = 4;
+  FitReport report = FitFor("trace_reg", options, data);
+  EXPECT_EQ(report.iterations, 4);
+  EXPECT_EQ(report.training_steps, 3200);
+  options.neural.batch_size = 1;
+  report = FitFor("trace_reg", options, data);
+  EXPECT_EQ(report.iterations, 2);
+  EXPECT_EQ(report.training_steps, 6400);
+}
+
+TEST(StepBudgetTest, AWarmStartRunsAQuarterAndNoDawidSkeneStart) {
+  TruthModelOptions options = CpuOptions();
+  const AnnotationMatrix tiny = TinyCrowd(10, 2);
+  for (const char* method : {"trace_reg", "crowdlayer"}) {
+    auto model = MakeNeural(method, options);
+    FitFor(method, options, tiny, model.get());
+    // 200 / 4 = 50 single-batch epochs; a warm fit never runs the Dawid-Skene start.
+    const FitReport warm = FitFor(method, options, tiny, model.get(), /*warm=*/true);
+    EXPECT_EQ(warm.training_steps, 50) << method;
+    EXPECT_EQ(warm.iterations, 50) << method;
+  }
+  // neural.steps set: a quarter of it, in whole epochs (one batch an epoch here).
+  options.neural.steps = 40;
+  auto model = MakeNeural("trace_reg", options);
+  EXPECT_EQ(FitFor("trace_reg", options, tiny, model.get()).training_steps, 40);
+  EXPECT_EQ(FitFor("trace_reg", options, tiny, model.get(), true).training_steps, 10);
+}
+
+// ds_start_fraction (truth_model.h): a cold fit of crowdlayer or conal first trains that share
+// of its steps (StepsForFit) anchored to Dawid-Skene, counted in training_steps; trace_reg never.
+TEST(StepBudgetTest, TheDawidSkeneStartTakesItsShareOfTheSteps) {
+  const AnnotationMatrix tiny = TinyCrowd(10, 2);  // one batch an epoch
+  for (const char* method : {"crowdlayer", "conal"}) {
+    TruthModelOptions options = CpuOptions();
+    options.neural.steps = 40;
+    options.neural.ds_start_fraction = 0.3;
+    FitReport report = FitFor(method, options, tiny);
+    EXPECT_EQ(report.training_steps, 40 + 12) << method;
+    EXPECT_EQ(report.iterations, 40) << method;
+    options.neural.ds_start_fraction = 1.0;
+    EXPECT_EQ(FitFor(method, options, tiny).training_steps, 80) << method;
+    // With the budget scaled to the data: 200 epochs of one step, and a quarter of that first.
+    options.neural.steps = 0;
+    options.neural.ds_start_fraction = 0.25;
+    EXPECT_EQ(FitFor(method, options, tiny).training_steps, 250) << method;
+  }
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 40;
+  options.neural.ds_start_fraction = 0.5;
+  EXPECT_EQ(FitFor("trace_reg", options, tiny).training_steps, 40);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SetItemFeatures / SetAnnotatorFeatures standardise each column to zero mean and unit variance
+// over the given rows (the population variance); a constant column becomes 0. The network is
+// fitted on the standardised values: read here from the encoders' feature buffers.
+torch::Tensor FeatureBuffer(neural::RowEncoder& encoder) {
+  for (const auto& b : encoder->named_buffers()) {
+    if (b.key() == "features") return b.value().detach().clone();
+  }
+  ADD_FAILURE() << "no feature buffer";
+  return torch::Tensor();
+}
+
+TEST(FeatureStandardisationTest, ColumnsGetZeroMeanAndUnitPopulationVariance) {
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 1;
+  options.neural.ds_start_fraction = 0;
+  auto model = MakeNeural("conal", options);
+  // 4 items: column 0 = 1, 2, 3, 4 (mean 2.5, variance 1.25); column 1 constant.
+  ASSERT_THAT(model->SetItemFeatures(2, {1, 7, 2, 7, 3, 7, 4, 7}), IsOk());
+  // 3 annotators: column 0 = 1, 4, 7 (mean 4, variance 6); column 1 = -2, 0, 2 (variance 8/3).
+  ASSERT_THAT(model->SetAnnotatorFeatures(2, {1, -2, 4, 0, 7, 2}), IsOk());
+  torch::Tensor items, annotators;
+  model->SetCheckpointObserver(1, [&](int64_t, neural::CrowdNet& net) {
+    items = FeatureBuffer(net.items());
+    annotators = FeatureBuffer(net.annotators());
+  });
+  ASSERT_THAT(model->Fit(TinyCrowd(4, 3), {}, false).status(), IsOk());
+  ASSERT_TRUE(items.defined());
+  ASSERT_TRUE(annotators.defined());
+  ASSERT_EQ(items.sizes(), (std::vector<int64_t>{4, 2}));
+  ASSERT_EQ(annotators.sizes(), (std::vector<int64_t>{3, 2}));
+  const double item_sd = std::sqrt(1.25);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(items[i][0].item<double>(), (i + 1 - 2.5) / item_sd, 1e-6) << i;
+    EXPECT_NEAR(items[i][1].item<double>(), 0.0, 1e-7) << i;
+  }
+  const double raw[3][2] = {{1, -2}, {4, 0}, {7, 2}};
+  const double sd0 = std::sqrt(6.0), sd1 = std::sqrt(8.0 / 3);
+  for (int a = 0; a < 3; ++a) {
+    EXPECT_NEAR(annotators[a][0].item<double>(), (raw[a][0] - 4) / sd0, 1e-6) << a;
+    EXPECT_NEAR(annotators[a][1].item<double>(), raw[a][1] / sd1, 1e-6) << a;
+  }
+  // Non-finite values are refused.
+  EXPECT_THAT(model->SetItemFeatures(1, {1, std::nanf(""), 3, 4}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->SetAnnotatorFeatures(1, {1, INFINITY, 3}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Restore: the blob's sizes are bounded before anything is sized from them; a refused blob
+// leaves the model as it was. A blob is (neural_truth_model.cc) the header, K, items,
+// annotators, item and annotator feature dimensions, the LibTorch archive, then the annotator
+// features' standardisation (absent from older blobs, which Restore accepts).
+struct Blob {
+  uint32_t k = 0, items = 0, annotators = 0, feature_dim = 0, annotator_feature_dim = 0;
+  std::string archive;
+  bool has_standardisation = true;
+  uint32_t columns = 0;
+  std::vector<double> mean, scale;
+  bool extra_byte = false;
+
+  std::string Write(std::string_view method) const {
+    ByteWriter w;
+    WriteModelHeader(w, method, true);
+    w.WriteU32(k);
+    w.WriteU32(items);
+    w.WriteU32(annotators);
+    w.WriteU32(feature_dim);
+    w.WriteU32(annotator_feature_dim);
+    w.WriteString(archive);
+    if (has_standardisation) {
+      w.WriteU32(columns);
+      for (size_t c = 0; c < mean.size(); ++c) {
+        w.WriteF64(mean[c]);
+        w.WriteF64(scale[c]);
+      }
+    }
+    if (extra_byte) w.WriteU32(0);
+    return w.Finish();
+  }
+};
+
+Blob ParseBlob(const std::string& blob, std::string_view method) {
+  Blob b;
+  absl::StatusOr<ByteReader> r = ByteReader::Open(blob);
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(*ReadModelHeader(*r, method));
+  b.k = *r->ReadU32();
+  b.items = *r->ReadU32();
+  b.annotators = *r->ReadU32();
+  b.feature_dim = *r->ReadU32();
+  b.annotator_feature_dim = *r->ReadU32();
+  b.archive = std::string(*r->ReadString());
+  b.columns = *r->ReadU32();
+  for (uint32_t c = 0; c < b.columns; ++c) {
+    b.mean.push_back(*r->ReadF64());
+    b.scale.push_back(*r->ReadF64());
+  }
+  EXPECT_THAT(r->ExpectEnd(), IsOk());
+  return b;
+}
+
+// lia fitted on 6 items with 3 item features and 4 annotators with 2 annotator features.
+std::unique_ptr<neural::NeuralTruthModel> FittedLia(const TruthModelOptions& options) {
+  auto model = MakeNeural("lia", options);
+  EXPECT_THAT(model->SetItemFeatures(3, {1, 0, 2, 2, 1, 0, 3, 0, 1, 4, 1, 1, 5, 0, 0, 6, 1, 2}), IsOk());
+  EXPECT_THAT(model->SetAnnotatorFeatures(2, {1, 0, -1, 1, 1, 2, -1, 3}), IsOk());
+  EXPECT_THAT(model->Fit(TinyCrowd(6, 4), {}, false).status(), IsOk());
+  return model;
+}
+
+TruthModelOptions QuickLia() {
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 4;
+  options.neural.em_iterations = 1;
+  return options;
+}
+
+TEST(RestoreTest, EverySizeIsBoundedAndARefusedBlobChangesNothing) {
+  const TruthModelOptions options = QuickLia();
+  auto model = FittedLia(options);
+  const std::string blob = model->Serialize();
+  const Blob parsed = ParseBlob(blob, "lia");
+  ASSERT_EQ(parsed.items, 6u);
+  ASSERT_EQ(parsed.annotators, 4u);
+  ASSERT_EQ(parsed.feature_dim, 3u);
+  ASSERT_EQ(parsed.annotator_feature_dim, 2u);
+  ASSERT_EQ(parsed.columns, 2u);
+
+  TruthModel::RestoreBounds exact;
+  exact.max_items = 6;
+  exact.max_annotators = 4;
+  exact.max_item_feature_dim = 3;
+  exact.max_annotator_feature_dim = 2;
+  auto target = MakeNeural("lia", options);
+  ASSERT_THAT(target->Restore(blob, exact), IsOk());
+  EXPECT_EQ(target->fitted_items(), 6);
+  EXPECT_EQ(target->fitted_annotators(), 4);
+  const std::vector<double> confusion = target->ItemAnnotatorConfusion(2, 1);
+  EXPECT_EQ(confusion, model->ItemAnnotatorConfusion(2, 1));
+
+  const std::vector<std::function<void(TruthModel::RestoreBounds&)>> tighter = {
+      [](auto& b) { b.max_items = 5; },
+      [](auto& b) { b.max_annotators = 3; },
+      [](auto& b) { b.max_item_feature_dim = 2; },
+      [](auto& b) { b.max_annotator_feature_dim = 1; },
+  };
+  for (size_t t = 0; t < tighter.size(); ++t) {
+    TruthModel::RestoreBounds bounds = exact;
+    tighter[t](bounds);
+    auto empty = MakeNeural("lia", options);
+    EXPECT_THAT(empty->Restore(blob, bounds), StatusIs(absl::StatusCode::kInvalidArgument)) << t;
+    EXPECT_FALSE(empty->has_parameters()) << t;
+    // A fitted model refusing it keeps its parameters and answers.
+    EXPECT_THAT(target->Restore(blob, bounds), StatusIs(absl::StatusCode::kInvalidArgument)) << t;
+    EXPECT_TRUE(target->has_parameters()) << t;
+    EXPECT_EQ(target->ItemAnnotatorConfusion(2, 1), confusion) << t;
+  }
+}
+
+TEST(RestoreTest, CorruptOrInconsistentBlobsAreRefusedAndOldBlobsAccepted) {
+  const TruthModelOptions options = QuickLia();
+  auto model = FittedLia(options);
+  const std::string blob = model->Serialize();
+  const Blob good = ParseBlob(blob, "lia");
+  // Rebuilding the blob field by field gives it back byte for byte (the test's view is right).
+  ASSERT_EQ(good.Write("lia"), blob);
+  const std::vector<double> confusion = model->ItemAnnotatorConfusion(1, 2);
+  const std::vector<float> skilled = {1.0f, 1.0f};
+  const std::vector<double> predicted = model->AnnotatorConfusionFromFeatures(9, skilled);
+  ASSERT_EQ(predicted.size(), 4u);
+
+  auto expect_refused = [&](const Blob& b, const char* what) {
+    auto fresh = MakeNeural("lia", options);
+    EXPECT_THAT(fresh->Restore(b.Write("lia")), StatusIs(absl::StatusCode::kInvalidArgument)) << what;
+    EXPECT_FALSE(fresh->has_parameters()) << what;
+    std::unique_ptr<TruthModel> fitted = model->Clone();
+    EXPECT_THAT(fitted->Restore(b.Write("lia")), StatusIs(absl::StatusCode::kInvalidArgument)) << what;
+    EXPECT_TRUE(fitted->has_parameters()) << what;
+    EXPECT_EQ(fitted->ItemAnnotatorConfusion(1, 2), confusion) << what;
+    EXPECT_EQ(fitted->AnnotatorConfusionFromFeatures(9, skilled), predicted) << what;
+  };
+  Blob b = good;
+  b.k = 3;
+  expect_refused(b, "class count");
+  b = good;
+  b.columns = 1;  // the standardisation of 1 column for 2 annotator feature dimensions
+  b.mean.resize(1);
+  b.scale.resize(1);
+  expect_refused(b, "standardisation columns");
+  b = good;
+  b.mean[1] = std::nan("");
+  expect_refused(b, "non-finite mean");
+  b = good;
+  b.scale[0] = INFINITY;
+  expect_refused(b, "non-finite scale");
+  b = good;
+  b.extra_byte = true;
+  expect_refused(b, "trailing bytes");
+  b = good;
+  b.archive = "not a LibTorch archive";
+  expect_refused(b, "archive");
+  b = good;
+  b.items = 7;  // the archive's tables have 6 rows
+  expect_refused(b, "items disagreeing with the archive");
+
+  // A blob written before the standardisation was stored restores, answers alike, and predicts
+  // no confusion from features (neural_truth_model.h) until its next fit.
+  b = good;
+  b.has_standardisation = false;
+  auto old = MakeNeural("lia", options);
+  ASSERT_THAT(old->Restore(b.Write("lia")), IsOk());
+  EXPECT_EQ(old->ItemAnnotatorConfusion(1, 2), confusion);
+  EXPECT_TRUE(old->AnnotatorConfusionFromFeatures(9, skilled).empty());
+  // ... and a current blob restores the prediction exactly.
+  auto current = MakeNeural("lia", options);
+  ASSERT_THAT(current->Restore(blob), IsOk());
+  EXPECT_EQ(current->AnnotatorConfusionFromFeatures(9, skilled), predicted);
+
+  // A blob without parameters empties a fitted model (majority-vote answers, uniform confusions).
+  std::unique_ptr<TruthModel> emptied = model->Clone();
+  ASSERT_THAT(emptied->Restore(MakeNeural("lia", options)->Serialize()), IsOk());
+  EXPECT_FALSE(emptied->has_parameters());
+  EXPECT_EQ(emptied->AnnotatorConfusion(0), (std::vector<double>{0.5, 0.5, 0.5, 0.5}));
+  EXPECT_TRUE(emptied->AnnotatorConfusionFromFeatures(9, skilled).empty());
+}
+
+// An item beyond the fit gets the class prior, the mean of the fitted items' priors, also when
+// items carry features (where fitted items answer from their own h(x)).
+TEST(UnseenIdsTest, AnItemBeyondTheFitGetsTheMeanPriorWithFeatures) {
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 30;
+  options.neural.learning_rate = 0.05;
+  auto model = MakeNeural("crowdlayer", options);
+  std::vector<float> features;
+  for (int i = 0; i < 10; ++i) features.push_back(static_cast<float>(i % 2));
+  ASSERT_THAT(model->SetItemFeatures(1, features), IsOk());
+  ASSERT_THAT(model->Fit(TinyCrowd(10, 3), {}, false).status(), IsOk());
+  std::vector<double> mean(2, 0.0);
+  for (int32_t i = 0; i < 10; ++i) {
+    const std::vector<double> prior = model->ItemPrior(i);
+    for (int c = 0; c < 2; ++c) mean[c] += prior[c] / 10;
+  }
+  ASSERT_GT(std::abs(model->ItemPrior(0)[0] - model->ItemPrior(1)[0]), 0.01);
+  for (int32_t unseen : {10, 11, 1000, -1}) {
+    std::vector<double> served(2);
+    model->ItemPosteriorForItem(unseen, {}, -1, absl::MakeSpan(served));
+    for (int c = 0; c < 2; ++c) {
+      EXPECT_NEAR(model->ItemPrior(unseen)[c], mean[c], 1e-9) << unseen;
+      EXPECT_NEAR(served[c], mean[c], 1e-9) << unseen;
+    }
+  }
+  // A fitted item with features answers from its own prior.
+  std::vector<double> own(2);
+  model->ItemPosteriorForItem(1, {}, -1, absl::MakeSpan(own));
+  EXPECT_NEAR(own[0], model->ItemPrior(1)[0], 1e-9);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A warm start (neural_truth_model.h) copies the previous network's parameters, and the rows of
+// new items and annotators keep their initialisation. Seen after the warm fit's first step,
+// which moves no parameter by more than the step's rate (AMSGrad): the old annotators' crowd
+// layers, the classifier and the old items' rows are within the rate of where the cold fit left
+// them, and the new annotator's crowd layer within it of its identity start.
+TEST(WarmStartTest, CopiesTheFittedParametersAndStartsNewRowsFresh) {
+  constexpr double kRate = 0.04;  // batch_size 0 on the CPU: 1,024 labels, the options' rate
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 60;
+  options.neural.learning_rate = kRate;
+  options.neural.ds_start_fraction = 0;
+  auto model = MakeNeural("crowdlayer", options);
+  std::map<std::string, torch::Tensor> cold, warm;
+  auto snapshot = [](neural::CrowdNet& net, std::map<std::string, torch::Tensor>& into) {
+    into.clear();
+    for (const auto& p : net.named_parameters()) into[p.key()] = p.value().detach().clone();
+  };
+  model->SetCheckpointObserver(60, [&](int64_t, neural::CrowdNet& net) { snapshot(net, cold); });
+  ASSERT_THAT(model->Fit(TinyCrowd(10, 3), {}, false).status(), IsOk());
+  ASSERT_TRUE(cold.count("weights"));
+  // The cold fit moved the crowd layers well away from the identity (the test is not vacuous).
+  ASSERT_GT((cold["weights"] - torch::eye(2)).abs().max().item<double>(), 10 * kRate);
+
+  // Grown: annotator 3 (new) labels items 10 (new) and 0; item 11 (new) has no label.
+  std::vector<Annotation> labels;
+  const AnnotationMatrix old_data = TinyCrowd(10, 3);
+  for (int32_t i = 0; i < 10; ++i) {
+    for (const AnnotationMatrix::Entry& e : old_data.LabelsOfItem(i)) labels.push_back({i, e.other, e.label});
+  }
+  labels.push_back({10, 3, 0});
+  labels.push_back({0, 3, 0});
+  labels.push_back({10, 0, 0});
+  const AnnotationMatrix grown = *AnnotationMatrix::Build(12, 4, 2, labels);
+  model->SetCheckpointObserver(1, [&](int64_t step, neural::CrowdNet& net) {
+    if (step == 1) snapshot(net, warm);
+  });
+  absl::StatusOr<FitReport> report = model->Fit(grown, {}, true);
+  ASSERT_THAT(report.status(), IsOk());
+  EXPECT_EQ(report->training_steps, 15);  // a quarter of 60, one batch an epoch
+  ASSERT_TRUE(warm.count("weights"));
+  const double slack = kRate + 1e-5;
+  for (const auto& [name, before] : cold) {
+    ASSERT_TRUE(warm.count(name)) << name;
+    torch::Tensor after = warm[name];
+    if (after.sizes() == before.sizes()) {
+      EXPECT_LE((after - before).abs().max().item<double>(), slack) << name;
+      continue;
+    }
+    // The tables that grew: the old rows are copied, the new ones are fresh.
+    ASSERT_EQ(after.size(0), before.size(0) + (name == "weights" ? 1 : 2)) << name;
+    EXPECT_LE((after.narrow(0, 0, before.size(0)) - before).abs().max().item<double>(), slack) << name;
+  }
+  EXPECT_LE((warm["weights"][3] - torch::eye(2)).abs().max().item<double>(), slack);
+  EXPECT_GT(model->fitted_annotators(), 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SparseRowAmsGrad (sparse_row_amsgrad.h): AMSGrad on the rows a step used, the bias corrections
+// at the optimiser's global step count, lazy moments for the rows a step skipped. Worked by hand
+// with beta1 = 0.9 and beta2 = 0.5 (a small beta2, so that the running maximum of the second
+// moment differs from the current one).
+struct OneColumnTable {
+  neural::RowEncoder encoder{4, 1, 0};
+  OneColumnTable() {
+    torch::NoGradGuard no_grad;
+    encoder->table().copy_(torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}).view({4, 1}));
+  }
+  // A loss whose gradient on row r is grads[r] (summed over repeats).
+  void Backward(const std::vector<int64_t>& rows, const std::vector<float>& coefficients) {
+    torch::Tensor out = encoder->forward(torch::tensor(rows, torch::kLong));
+    (out.view({-1}) * torch::tensor(coefficients)).sum().backward();
+  }
+  float Row(int64_t r) { return encoder->table()[r][0].item<float>(); }
+};
+
+struct Moments {
+  double m = 0, v = 0, max_v = 0;
+  // Applies gradient g at global step t; returns the change of the weight.
+  double Step(double g, int t, double lr, double b1, double b2, double eps) {
+    m = b1 * m + (1 - b1) * g;
+    v = b2 * v + (1 - b2) * g * g;
+    max_v = std::max(max_v, v);
+    const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+    return -lr / bc1 * m / (std::sqrt(max_v) / std::sqrt(bc2) + eps);
+  }
+};
+
+void CheckLazyRows(bool device_step) {
+  constexpr double kLr = 0.1, kB1 = 0.9, kB2 = 0.5, kEps = 1e-8;
+  OneColumnTable t;
+  neural::SparseRowAmsGrad opt(*t.encoder, kLr, kB1, kB2, kEps);
+  torch::Tensor count = torch::zeros({});
+  auto step = [&](int s) {
+    if (device_step) {
+      count.add_(1);
+      opt.Step(count);
+    } else {
+      opt.Step(s);
+    }
+  };
+  Moments row0, row1;
+  double w0 = 1, w1 = 2;
+  // Step 1: row 0 with gradient 1.
+  opt.ZeroGrad();
+  t.Backward({0}, {1.0f});
+  step(1);
+  w0 += row0.Step(1.0, 1, kLr, kB1, kB2, kEps);
+  EXPECT_NEAR(t.Row(0), w0, 1e-6);
+  EXPECT_NEAR(t.Row(0), 0.9, 1e-6);  // the first step moves by the rate
+  // Step 2: row 1 used twice (gradients 2 and 1 sum to 3); row 0 skipped and untouched.
+  opt.ZeroGrad();
+  t.Backward({1, 1}, {2.0f, 1.0f});
+  step(2);
+  w1 += row1.Step(3.0, 2, kLr, kB1, kB2, kEps);
+  EXPECT_NEAR(t.Row(1), w1, 1e-6);
+  EXPECT_FLOAT_EQ(t.Row(0), static_cast<float>(w0));
+  // Step 3: row 0 again with a small gradient: its moments resume where step 1 left them, the
+  // maximum of its second moment (0.5, not the current 0.255) and the bias corrections of
+  // global step 3 (not of its own second update).
+  opt.ZeroGrad();
+  t.Backward({0, 1}, {0.1f, -1.0f});
+  step(3);
+  w0 += row0.Step(0.1, 3, kLr, kB1, kB2, kEps);
+  w1 += row1.Step(-1.0, 3, kLr, kB1, kB2, kEps);
+  EXPECT_NEAR(t.Row(0), w0, 1e-6);
+  EXPECT_NEAR(t.Row(1), w1, 1e-6);
+  // By hand: m = 0.1, max v = 0.5, 1 − 0.9³ = 0.271, 1 − 0.5³ = 0.875.
+  EXPECT_NEAR(t.Row(0), 0.9 - 0.1 / 0.271 * 0.1 / std::sqrt(0.5 / 0.875), 1e-6);
+  EXPECT_FLOAT_EQ(t.Row(2), 3.0f);
+  EXPECT_FLOAT_EQ(t.Row(3), 4.0f);
+}
+
+TEST(SparseRowAmsGradMathTest, LazyRowsUseTheGlobalStepAndTheLargestSecondMoment) {
+  CheckLazyRows(/*device_step=*/false);
+}
+
+TEST(SparseRowAmsGradMathTest, TheSameWithTheStepCountOnTheDevice) {
+  CheckLazyRows(/*device_step=*/true);
+}
+
+// FlatAmsGrad runs its row tables without a first moment (flat_amsgrad.h / .cc), whatever its
+// own beta1: a row's second update is rate · g₂ / sqrt(max v / (1 − beta2²)), not a momentum mix.
+TEST(SparseRowAmsGradMathTest, FlatAmsGradGivesItsRowTablesNoFirstMoment) {
+  constexpr double kLr = 0.1;
+  for (bool device_step : {false, true}) {
+    OneColumnTable t;
+    neural::FlatAmsGrad opt(t.encoder->parameters(), kLr, device_step, {t.encoder.get()});
+    Moments row;  // beta1 = 0, the default beta2 and eps
+    double w = 1;
+    const float grads[] = {1.0f, 3.0f, 0.5f};
+    for (int s = 1; s <= 3; ++s) {
+      opt.ZeroGrad();
+      t.Backward({0}, {grads[s - 1]});
+      opt.Step();
+      w += row.Step(grads[s - 1], s, kLr, 0.0, 0.999, 1e-8);
+      // On the device the bias corrections are float32 (flat_amsgrad.h: "differs in the last
+      // bits"): 1 − 0.999ᵗ carries a relative error of about 3e-5 there.
+      EXPECT_NEAR(t.Row(0), w, device_step ? 1e-5 : 1e-6) << "step " << s << (device_step ? " on device" : "");
+    }
+    EXPECT_EQ(opt.steps(), 3);
+  }
+}
+
+// FlatAmsGrad's own update, by hand (beta1 0.9, beta2 0.5): the running maximum of the second
+// moment and both bias corrections.
+TEST(FlatAmsGradMathTest, UpdatesByTheAmsGradFormula) {
+  for (bool device_step : {false, true}) {
+    torch::Tensor w = torch::tensor({1.0f, -1.0f}).requires_grad_(true);
+    neural::FlatAmsGrad opt({w}, 0.1, device_step, {}, 0.9, 0.5, 1e-8);
+    Moments m0, m1;
+    double expect0 = 1, expect1 = -1;
+    const float g0[] = {1.0f, 0.1f, 0.2f}, g1[] = {-2.0f, 0.0f, 4.0f};
+    for (int s = 1; s <= 3; ++s) {
+      opt.ZeroGrad();
+      (w * torch::tensor({g0[s - 1], g1[s - 1]})).sum().backward();
+      opt.Step();
+      expect0 += m0.Step(g0[s - 1], s, 0.1, 0.9, 0.5, 1e-8);
+      expect1 += m1.Step(g1[s - 1], s, 0.1, 0.9, 0.5, 1e-8);
+      EXPECT_NEAR(w[0].item<double>(), expect0, 1e-6) << s;
+      EXPECT_NEAR(w[1].item<double>(), expect1, 1e-6) << s;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ranges truth_model.h documents for TruthModelOptions::Neural: the bounds themselves pass,
+// one beyond is refused (and so is creating a neural model with it).
+TEST(NeuralOptionRangesTest, BoundsPassAndOneBeyondIsRefused) {
+  using Set = std::function<void(TruthModelOptions::Neural&)>;
+  const std::vector<Set> valid = {
+      [](auto& n) { n.embedding_dim = 1; },      [](auto& n) { n.embedding_dim = 1024; },
+      [](auto& n) { n.hidden_units = 1; },       [](auto& n) { n.hidden_units = 4096; },
+      [](auto& n) { n.feature_width = 1; },      [](auto& n) { n.feature_width = 1024; },
+      [](auto& n) { n.feature_layers = 1; },     [](auto& n) { n.feature_layers = 8; },
+      [](auto& n) { n.feature_dropout = 0; },    [](auto& n) { n.feature_dropout = 0.99; },
+      [](auto& n) { n.batch_size = 0; },         [](auto& n) { n.steps = 0; },
+      [](auto& n) { n.cmm_groups = 1; },         [](auto& n) { n.cmm_groups = 64; },
+      [](auto& n) { n.lia_latent_dim = 1; },     [](auto& n) { n.lia_latent_dim = 64; },
+      [](auto& n) { n.em_iterations = 1; },      [](auto& n) { n.lia_max_steps = 0; },
+      [](auto& n) { n.lia_tolerance = 0; },      [](auto& n) { n.trace_lambda = 0; },
+      [](auto& n) { n.conal_lambda = 0; },       [](auto& n) { n.ds_start_fraction = 0; },
+      [](auto& n) { n.ds_start_fraction = 1; },  [](auto& n) { n.weight_decay = 0; },
+      [](auto& n) { n.learning_rate = 0.01; n.weight_decay = 99; },
+  };
+  const std::vector<Set> invalid = {
+      [](auto& n) { n.embedding_dim = 0; },       [](auto& n) { n.embedding_dim = 1025; },
+      [](auto& n) { n.hidden_units = 0; },        [](auto& n) { n.hidden_units = 4097; },
+      [](auto& n) { n.learning_rate = 0; },       [](auto& n) { n.learning_rate = -1e-3; },
+      [](auto& n) { n.learning_rate = INFINITY; }, [](auto& n) { n.learning_rate = std::nan(""); },
+      [](auto& n) { n.batch_size = -1; },         [](auto& n) { n.steps = -1; },
+      [](auto& n) { n.cmm_groups = 0; },          [](auto& n) { n.cmm_groups = 65; },
+      [](auto& n) { n.lia_latent_dim = 0; },      [](auto& n) { n.lia_latent_dim = 65; },
+      [](auto& n) { n.em_iterations = 0; },       [](auto& n) { n.trace_lambda = -0.1; },
+      [](auto& n) { n.trace_lambda = INFINITY; }, [](auto& n) { n.conal_lambda = -0.1; },
+      [](auto& n) { n.conal_lambda = std::nan(""); },
+      [](auto& n) { n.weight_decay = INFINITY; }, [](auto& n) { n.weight_decay = std::nan(""); },
+      [](auto& n) { n.learning_rate = 0.01; n.weight_decay = 100; },
+      [](auto& n) { n.lia_tolerance = INFINITY; },
+      [](auto& n) { n.cmm_setting = "Global"; },
+  };
+  for (size_t v = 0; v < valid.size(); ++v) {
+    TruthModelOptions options;
+    valid[v](options.neural);
+    EXPECT_THAT(ValidateTruthModelOptions(options), IsOk()) << "valid " << v;
+  }
+  for (size_t v = 0; v < invalid.size(); ++v) {
+    TruthModelOptions options;
+    invalid[v](options.neural);
+    EXPECT_THAT(ValidateTruthModelOptions(options), StatusIs(absl::StatusCode::kInvalidArgument))
+        << "invalid " << v;
+    EXPECT_THAT(CreateUncalibratedTruthModel("conal", 2, options).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << "invalid " << v;
+  }
+  EXPECT_THAT(CreateUncalibratedTruthModel("conal", 1, TruthModelOptions()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// Device specs (truth_model.h): cpu, cuda, cuda:N or auto; anything else is refused at Fit.
+TEST(DeviceSpecTest, MalformedSpecsAreRefused) {
+  const AnnotationMatrix tiny = TinyCrowd(4, 2);
+  for (const char* spec : {"gpu", "CPU", "cuda:", "cuda:-1", "cuda:x", "cuda0", ""}) {
+    TruthModelOptions options = CpuOptions();
+    options.neural.device = spec;
+    options.neural.steps = 1;
+    auto model = MakeNeural("trace_reg", options);
+    EXPECT_THAT(model->Fit(tiny, {}, false).status(), StatusIs(absl::StatusCode::kInvalidArgument))
+        << "\"" << spec << "\"";
+    EXPECT_FALSE(model->has_parameters()) << spec;
+  }
+  for (const char* spec : {"cpu", "auto", "cuda", "cuda:0", "cuda:7"}) {
+    TruthModelOptions options = CpuOptions();
+    options.neural.device = spec;
+    options.neural.steps = 1;
+    auto model = MakeNeural("trace_reg", options);
+    EXPECT_THAT(model->Fit(tiny, {}, false).status(), IsOk()) << spec;
+  }
+}
+
+}  // namespace
+}  // namespace verity::models
