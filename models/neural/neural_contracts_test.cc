@@ -685,6 +685,12 @@ TEST(NeuralOptionRangesTest, BoundsPassAndOneBeyondIsRefused) {
       [](auto& n) { n.learning_rate = 0.01; n.weight_decay = 100; },
       [](auto& n) { n.lia_tolerance = INFINITY; },
       [](auto& n) { n.cmm_setting = "Global"; },
+      [](auto& n) { n.feature_width = 0; },       [](auto& n) { n.feature_width = 1025; },
+      [](auto& n) { n.feature_layers = 0; },      [](auto& n) { n.feature_layers = 9; },
+      [](auto& n) { n.feature_dropout = 1; },     [](auto& n) { n.feature_dropout = -0.1; },
+      [](auto& n) { n.ds_start_fraction = -0.1; }, [](auto& n) { n.ds_start_fraction = 1.1; },
+      [](auto& n) { n.lia_max_steps = -1; },      [](auto& n) { n.lia_tolerance = -0.1; },
+      [](auto& n) { n.crowdlayer_variant = "MW"; },
   };
   for (size_t v = 0; v < valid.size(); ++v) {
     TruthModelOptions options;
