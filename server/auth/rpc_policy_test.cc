@@ -72,5 +72,17 @@ TEST(RpcPolicyTest, RolesFollowTheDocumentedSplit) {
   EXPECT_TRUE(IsOpenMethod("/grpc.health.v1.Health/Check"));
 }
 
+// docs/SECURITY.md: "Health and reflection pass without a key" — both reflection versions, the
+// health service's streaming Watch too; nothing that merely starts like them.
+TEST(RpcPolicyTest, HealthAndReflectionAreOpenAndNothingElse) {
+  EXPECT_TRUE(IsOpenMethod("/grpc.health.v1.Health/Watch"));
+  EXPECT_TRUE(IsOpenMethod("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"));
+  EXPECT_TRUE(IsOpenMethod("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"));
+  EXPECT_FALSE(IsOpenMethod("/grpc.health.v1.HealthX/Check"));
+  EXPECT_FALSE(IsOpenMethod("/grpc.reflection.v2.ServerReflection/ServerReflectionInfo"));
+  EXPECT_FALSE(IsOpenMethod("grpc.health.v1.Health/Check"));
+  EXPECT_FALSE(IsOpenMethod(""));
+}
+
 }  // namespace
 }  // namespace verity::server
