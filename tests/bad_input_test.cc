@@ -1087,6 +1087,32 @@ TEST_F(RefusedWriteTest, SettingsAtTheEndsOfTheirRangesAreAccepted) {
   accepted("128 characters", NewProject(std::string(128, 'n')));
 }
 
+// The per-call limits are inclusive (validation.h, kMaxItemsPerCall = 10,000; the table above
+// refuses 10,001): AddItems, AddAnnotators, a batch and GetPosteriors of exactly 10,000 are
+// accepted, in a project of their own.
+TEST_F(RefusedWriteTest, CallsOfExactlyTheLimitAreAccepted) {
+  const v1::Project project = NewProject();
+  ASSERT_EQ(CreateProject(stubs(), project).code, grpc::StatusCode::OK);
+  v1::AddItemsRequest items = Items(10000);
+  items.set_project(project.name());
+  Outcome outcome = AddItems(stubs(), items);
+  EXPECT_EQ(outcome.code, grpc::StatusCode::OK) << outcome.message;
+  v1::AddAnnotatorsRequest annotators = Annotators(10000);
+  annotators.set_project(project.name());
+  outcome = AddAnnotators(stubs(), annotators);
+  EXPECT_EQ(outcome.code, grpc::StatusCode::OK) << outcome.message;
+  v1::AnnotationBatch batch = Batch(10000);
+  batch.set_project(project.name());
+  outcome = Submit(stubs(), {batch});
+  EXPECT_EQ(outcome.code, grpc::StatusCode::OK) << outcome.message;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 10000; ++i) ids.push_back(absl::StrCat("item-", i));
+  v1::GetPosteriorsRequest posteriors = PosteriorsOf(ids);
+  posteriors.set_project(project.name());
+  outcome = GetPosteriors(stubs(), posteriors);
+  EXPECT_EQ(outcome.code, grpc::StatusCode::OK) << outcome.message;
+}
+
 // A refused AddItems writes nothing, not even the valid items before the bad one.
 TEST_F(RefusedWriteTest, RefusedAddItemsWritesNoItem) {
   v1::AddItemsRequest request = Items(2);
