@@ -328,6 +328,23 @@ TEST(LiveProjectTest, RefitIsDueAtTheDocumentedThresholds) {
   }
 }
 
+// live_project.h, FitIsCurrent: the version is current unless, among others, a model setting
+// changed since its fit (so TrainModel fits again rather than answer with it); a change of the
+// assignment settings alone leaves it current.
+TEST(LiveProjectTest, AChangedModelSettingMakesTheFitNotCurrent) {
+  auto crowd = MakeCrowd(100, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  ASSERT_TRUE(project->FitIsCurrent());
+  v1::ProjectSettings settings = project->settings();
+  settings.mutable_assignment()->set_min_labels_per_item(3);
+  project->SetSettings(settings);
+  EXPECT_TRUE(project->FitIsCurrent()) << "only the assignment settings changed";
+  settings.mutable_model()->set_max_iterations(3);
+  project->SetSettings(settings);
+  EXPECT_FALSE(project->FitIsCurrent()) << "max_iterations changed";
+}
+
 // live_project.h, RefitDue: a refit is due when enough labels changed, "or any changed and
 // `max_staleness` passed since the last fit". A restored, fitted project with no label after
 // its version is therefore not due even two hours past a staleness of one hour; one new label
