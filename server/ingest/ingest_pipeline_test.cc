@@ -84,6 +84,23 @@ class IngestPipelineTest : public storage::testing::PostgresTest {
     return snapshot->posteriors.num_labels(*index);
   }
 
+  // Waits (at most 30 s) until some session waits on a row lock: a commit lane holding a batch
+  // behind a test's lock. False if none did.
+  bool WaitUntilALaneWaitsOnALock() {
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    auto lane_waits = [&] {
+      absl::StatusOr<int64_t> waiting = pool().WithTransaction(
+          "counting lock waits", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+            return txn
+                .exec1("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")[0]
+                .as<int64_t>();
+          });
+      return waiting.ok() && *waiting > 0;
+    };
+    while (!lane_waits() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
+    return lane_waits();
+  }
+
   std::unique_ptr<storage::AnnotationStore> store_;
   std::shared_ptr<LiveProject> project_;
 };
@@ -351,18 +368,7 @@ TEST_F(IngestPipelineTest, OneProjectsBacklogNeitherFillsTheQueueNorGoesFirst) {
     of_a.push_back(pipeline.Submit(a, batch(*a, "a0")));  // Taken, then held by the lock.
     // Once a lane waits on the lock with a0, A's queue holds a1..a3 (30 = its share) and a4
     // is refused.
-    const absl::Time give_up = absl::Now() + absl::Seconds(30);
-    auto lane_waits = [&] {
-      absl::StatusOr<int64_t> waiting = pool().WithTransaction(
-          "counting lock waits", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
-            return txn
-                .exec1("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")[0]
-                .as<int64_t>();
-          });
-      return waiting.ok() && *waiting > 0;
-    };
-    while (!lane_waits() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
-    ASSERT_TRUE(lane_waits());
+    ASSERT_TRUE(WaitUntilALaneWaitsOnALock());
     for (int i = 1; i <= 3; ++i) {
       of_a.push_back(pipeline.Submit(a, batch(*a, absl::StrCat("a", i))));
     }
@@ -431,18 +437,7 @@ TEST_F(IngestPipelineTest, TheGlobalQueueCapRefusesTheExcessAndIsReleasedOnCommi
   std::vector<std::future<IngestPipeline::Result>> accepted;
   accepted.push_back(pipeline.Submit(project_, batch(*project_, "p0", 10)));
   // Wait until the lane holds p0 and waits on the lock.
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  auto lane_waits = [&] {
-    absl::StatusOr<int64_t> waiting = pool().WithTransaction(
-        "counting lock waits", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
-          return txn
-              .exec1("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")[0]
-              .as<int64_t>();
-        });
-    return waiting.ok() && *waiting > 0;
-  };
-  while (!lane_waits() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
-  ASSERT_TRUE(lane_waits());
+  ASSERT_TRUE(WaitUntilALaneWaitsOnALock());
   accepted.push_back(pipeline.Submit(project_, batch(*project_, "p1", 10)));
   accepted.push_back(pipeline.Submit(other, batch(*other, "q0", 10)));
   EXPECT_THAT(pipeline.Submit(other, batch(*other, "q1", 1)).get(),

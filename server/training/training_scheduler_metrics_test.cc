@@ -73,6 +73,14 @@ class TrainingSchedulerMetricsTest : public storage::testing::PostgresTest {
     options.run_in_background = false;
     return options;
   }
+  // A scheduler of `server` that enqueues jobs for workers instead of fitting.
+  static std::unique_ptr<TrainingScheduler> WorkerModeScheduler(const Server& server,
+                                                                MetricsRegistry& metrics) {
+    TrainingScheduler::Options options = InProcess();
+    options.use_workers = true;
+    return std::make_unique<TrainingScheduler>(*server.registry, *server.storage->versions,
+                                               server.storage->jobs.get(), options, &metrics);
+  }
 };
 
 TEST_F(TrainingSchedulerMetricsTest, AnInProcessFitIsCountedAsInprocessAndTimed) {
@@ -108,10 +116,8 @@ TEST_F(TrainingSchedulerMetricsTest, AJobStillQueuedIsNotCountedAgainByTheNextPa
   NewProject("p");
   Server server = Open();
   MetricsRegistry metrics;
-  TrainingScheduler::Options options = InProcess();
-  options.use_workers = true;
-  TrainingScheduler scheduler(*server.registry, *server.storage->versions,
-                              server.storage->jobs.get(), options, &metrics);
+  std::unique_ptr<TrainingScheduler> owned = WorkerModeScheduler(server, metrics);
+  TrainingScheduler& scheduler = *owned;
   ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
   ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
   ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
@@ -122,10 +128,8 @@ TEST_F(TrainingSchedulerMetricsTest, WorkerModeCountsTheJobAndTheWorkersVersion)
   NewProject("p");
   Server server = Open();
   MetricsRegistry metrics;
-  TrainingScheduler::Options options = InProcess();
-  options.use_workers = true;
-  TrainingScheduler scheduler(*server.registry, *server.storage->versions,
-                              server.storage->jobs.get(), options, &metrics);
+  std::unique_ptr<TrainingScheduler> owned = WorkerModeScheduler(server, metrics);
+  TrainingScheduler& scheduler = *owned;
   ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
   EXPECT_EQ(Sample(metrics, "verity_training_jobs_enqueued_total"), 1);
   EXPECT_EQ((*server.registry->Get("p"))->model_version(), 0);
