@@ -41,8 +41,10 @@
 //     dataset).
 //   - Gold: MMSR has no latent truth in its fit, so gold is only clamped in
 //     the posteriors (one-hot); the skills ignore it.
-//   - Annotators without labels, ids not in the fit: the label-weighted mean
-//     weight of the fitted annotators.
+//   - Annotators without labels, ids not in the fit: the skill x that is the
+//     label-weighted mean of the fitted annotators' x, and the weight that
+//     follows from it (not the mean of their weights: the weight is not
+//     linear in x).
 //
 // Cost: the fit keeps two dense A x A counts (A = annotators with labels, 8
 // bytes a pair) and the list of observed pairs (12 bytes a pair); building

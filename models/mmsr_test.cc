@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -101,6 +102,30 @@ TEST(MmsrTest, RecoversTheSkillsAndBeatsMajorityVote) {
   for (int a = 0; a < 10; ++a) {
     EXPECT_NEAR(model->AnnotatorConfusion(a)[0], 0.45 + 0.05 * a, 0.06) << a;
   }
+}
+
+// mmsr.h: an id not in the fit gets the skill x that is the label-weighted mean of the fitted
+// annotators' x, and its weight. Each fitted x is recovered from its weight by inverting
+// w = ln((K - 1) p / (1 - p)), p = x (K - 1) / K + 1 / K: p = e^w / (K - 1 + e^w).
+TEST(MmsrTest, AnIdOutsideTheFitGetsTheWeightOfTheLabelWeightedMeanSkill) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
+  constexpr int kClasses = 3;
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(kClasses);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  double pooled_x = 0;
+  for (int32_t a = 0; a < crowd.matrix.num_annotators(); ++a) {
+    const std::optional<double> w = model->AnnotatorWeight(a);
+    ASSERT_TRUE(w.has_value()) << a;
+    const double p = std::exp(*w) / (kClasses - 1 + std::exp(*w));
+    const double x = (p - 1.0 / kClasses) * kClasses / (kClasses - 1);
+    pooled_x += x * static_cast<double>(crowd.matrix.LabelsOfAnnotator(a).size()) /
+                static_cast<double>(crowd.matrix.num_labels());
+  }
+  const double p = pooled_x * (kClasses - 1) / kClasses + 1.0 / kClasses;
+  const double expected = std::log((kClasses - 1) * p / (1 - p));
+  const std::optional<double> unseen = model->AnnotatorWeight(crowd.matrix.num_annotators() + 7);
+  ASSERT_TRUE(unseen.has_value());
+  EXPECT_NEAR(*unseen, expected, 1e-9);
 }
 
 struct ReferenceFit {
