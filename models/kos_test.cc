@@ -118,7 +118,7 @@ TEST(KosTest, LearnsNegativeWeightsForAdversariesAndBeatsMajorityVote) {
 
 // kos.h: the weights are divided by the root mean square of y_j over the annotators with
 // labels, so their squares average 1 over those annotators, with a 16th annotator that has no
-// label in the matrix (left out of the mean).
+// label in the matrix (left out of the mean, and given the pooled weight).
 TEST(KosTest, WeightsHaveUnitRootMeanSquareOverAnnotatorsWithLabels) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(AdversarialCrowdSpec());
   std::vector<Annotation> labels;
@@ -138,6 +138,14 @@ TEST(KosTest, WeightsHaveUnitRootMeanSquareOverAnnotatorsWithLabels) {
     squares += *model->AnnotatorWeight(a) * *model->AnnotatorWeight(a);
   }
   EXPECT_NEAR(squares / with_labels, 1.0, 1e-9);
+  // kos.h: annotators without labels and ids not in the fit get the label-weighted mean weight.
+  double weighted = 0;
+  for (int32_t a = 0; a < with_labels; ++a) {
+    weighted += *model->AnnotatorWeight(a) * static_cast<double>(m.LabelsOfAnnotator(a).size());
+  }
+  const double pooled = weighted / static_cast<double>(m.num_labels());
+  EXPECT_NEAR(*model->AnnotatorWeight(with_labels), pooled, 1e-12);
+  EXPECT_NEAR(*model->AnnotatorWeight(with_labels + 10), pooled, 1e-12);
 }
 
 // kos.h: gold items are clamped in the posteriors but do not enter the messages: the weights
