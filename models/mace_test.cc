@@ -116,6 +116,41 @@ TEST(MaceTest, FindsTheSpammersAndBeatsMajorityVote) {
   }
 }
 
+// mace.h: an annotator without labels, and any id not in the fit, gets the label-weighted mean
+// theta and xi of the fitted annotators. The crowd is rebuilt with a 13th annotator that has
+// no label, and the first annotator's labels cut to a third, so that label counts differ.
+TEST(MaceTest, AnnotatorsOutsideTheFitGetTheLabelWeightedMeanParameters) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
+  std::vector<Annotation> labels;
+  int kept_of_first = 0;
+  for (int32_t i = 0; i < crowd.matrix.num_items(); ++i) {
+    for (const AnnotationMatrix::Entry& e : crowd.matrix.LabelsOfItem(i)) {
+      if (e.other == 0 && kept_of_first++ % 3 != 0) continue;
+      labels.push_back({i, e.other, e.label});
+    }
+  }
+  const int32_t fitted = crowd.matrix.num_annotators();
+  absl::StatusOr<AnnotationMatrix> m =
+      AnnotationMatrix::Build(crowd.matrix.num_items(), fitted + 1, 3, labels);
+  ASSERT_THAT(m.status(), IsOk());
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(3);
+  ASSERT_THAT(model->Fit(*m, {}, false), IsOk());
+  double theta = 0;
+  std::vector<double> xi(3, 0.0);
+  const double total = static_cast<double>(m->num_labels());
+  for (int32_t a = 0; a < fitted; ++a) {
+    const double share = static_cast<double>(m->LabelsOfAnnotator(a).size()) / total;
+    theta += *model->AnnotatorCompetence(a) * share;
+    const std::vector<double> strategy = *model->AnnotatorStrategy(a);
+    for (int y = 0; y < 3; ++y) xi[y] += strategy[y] * share;
+  }
+  for (int32_t id : {fitted, fitted + 5}) {
+    EXPECT_NEAR(*model->AnnotatorCompetence(id), theta, 1e-12) << id;
+    const std::vector<double> strategy = *model->AnnotatorStrategy(id);
+    for (int y = 0; y < 3; ++y) EXPECT_NEAR(strategy[y], xi[y], 1e-12) << id << " " << y;
+  }
+}
+
 TEST(MaceTest, PosteriorIsTheProductOfTheConfusions) {
   std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(3);
   ASSERT_THAT(
