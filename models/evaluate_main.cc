@@ -112,6 +112,9 @@ ABSL_FLAG(double, gold_fraction, 0.0,
 ABSL_FLAG(double, conal_lambda,
           verity::models::TruthModelOptions().neural.conal_lambda,
           "TruthModelOptions::Neural::conal_lambda");
+ABSL_FLAG(double, heldout_label_fraction,
+          verity::models::TruthModelOptions().neural.heldout_label_fraction,
+          "TruthModelOptions::Neural::heldout_label_fraction (neural early stopping)");
 ABSL_FLAG(double, trace_lambda,
           verity::models::TruthModelOptions().neural.trace_lambda,
           "TruthModelOptions::Neural::trace_lambda");
@@ -454,6 +457,7 @@ int Main(const std::vector<std::string>& positional) {
     return 2;
   }
   settings.options.neural.conal_lambda = absl::GetFlag(FLAGS_conal_lambda);
+  settings.options.neural.heldout_label_fraction = absl::GetFlag(FLAGS_heldout_label_fraction);
   settings.options.neural.trace_lambda = absl::GetFlag(FLAGS_trace_lambda);
   if (absl::Status s = ValidateTruthModelOptions(settings.options); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());

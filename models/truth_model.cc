@@ -110,6 +110,10 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
         "neural.weight_decay must be finite, >= 0 and below 1 / neural.learning_rate, got ",
         n.weight_decay));
   }
+  if (!(n.heldout_label_fraction >= 0 && n.heldout_label_fraction <= 0.5)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "neural.heldout_label_fraction must be in [0, 0.5], got ", n.heldout_label_fraction));
+  }
   if (!(n.trace_lambda >= 0) || !std::isfinite(n.trace_lambda) || !(n.conal_lambda >= 0) ||
       !std::isfinite(n.conal_lambda)) {
     return absl::InvalidArgumentError("neural.trace_lambda and neural.conal_lambda must be finite and >= 0");

@@ -263,6 +263,14 @@ struct TruthModelOptions {
     // writes only the rows its batch used, with lazy moments (models/neural/sparse_row_amsgrad.h).
     // false updates the whole tables at every step (dense AMSGrad), as before issue 21.
     bool sparse_embeddings = true;
+    // Early stopping on held-out crowd labels (issue 17's protocol without gold): each item with
+    // two or more labels holds this share of them out of training (stochastically rounded, at
+    // most all but one), the held-out labels' mean log-likelihood log p(y | item, annotator) is
+    // scored at about kSelectionCheckpoints points of the fit and at its end, and the fit keeps
+    // the parameters of the best checkpoint. The posteriors then use every label. 0 trains on
+    // every label and keeps the last step. In [0, 0.5].
+    double heldout_label_fraction = 0.0;
+    static constexpr int kSelectionCheckpoints = 30;
     // On a CUDA device, replay each training step from a CUDA graph (training_step.h) when the
     // build supports it; false runs every step eagerly.
     bool cuda_graphs = true;

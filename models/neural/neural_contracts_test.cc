@@ -669,6 +669,7 @@ TEST(NeuralOptionRangesTest, BoundsPassAndOneBeyondIsRefused) {
       [](auto& n) { n.conal_lambda = 0; },       [](auto& n) { n.ds_start_fraction = 0; },
       [](auto& n) { n.ds_start_fraction = 1; },  [](auto& n) { n.weight_decay = 0; },
       [](auto& n) { n.learning_rate = 0.01; n.weight_decay = 99; },
+      [](auto& n) { n.heldout_label_fraction = 0; }, [](auto& n) { n.heldout_label_fraction = 0.5; },
   };
   const std::vector<Set> invalid = {
       [](auto& n) { n.embedding_dim = 0; },       [](auto& n) { n.embedding_dim = 1025; },
@@ -691,6 +692,9 @@ TEST(NeuralOptionRangesTest, BoundsPassAndOneBeyondIsRefused) {
       [](auto& n) { n.ds_start_fraction = -0.1; }, [](auto& n) { n.ds_start_fraction = 1.1; },
       [](auto& n) { n.lia_max_steps = -1; },      [](auto& n) { n.lia_tolerance = -0.1; },
       [](auto& n) { n.crowdlayer_variant = "MW"; },
+      [](auto& n) { n.heldout_label_fraction = -0.01; },
+      [](auto& n) { n.heldout_label_fraction = 0.51; },
+      [](auto& n) { n.heldout_label_fraction = std::nan(""); },
   };
   for (size_t v = 0; v < valid.size(); ++v) {
     TruthModelOptions options;
@@ -729,6 +733,149 @@ TEST(DeviceSpecTest, MalformedSpecsAreRefused) {
     auto model = MakeNeural("trace_reg", options);
     EXPECT_THAT(model->Fit(tiny, {}, false).status(), IsOk()) << spec;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Early stopping on held-out labels (truth_model.h, neural.heldout_label_fraction).
+
+// Items with 1, 2, 5 and 40 labels, many of each.
+AnnotationMatrix RaggedCrowd() {
+  std::vector<Annotation> labels;
+  const int32_t sizes[] = {1, 2, 5, 40};
+  int32_t item = 0;
+  for (int32_t copy = 0; copy < 2000; ++copy) {
+    for (int32_t n : sizes) {
+      for (int32_t a = 0; a < n; ++a) labels.push_back({item, a, (item + a) % 3 == 0 ? 1 : 0});
+      ++item;
+    }
+  }
+  return *AnnotationMatrix::Build(item, 40, 2, labels);
+}
+
+TEST(HeldOutLabelsTest, HoldsTheShareOutOfEachItemAndLeavesOneLabelAtLeast) {
+  const AnnotationMatrix data = RaggedCrowd();
+  const double fraction = 0.3;
+  const std::vector<bool> held = neural::HeldOutLabels(data, fraction, 5);
+  ASSERT_EQ(held.size(), static_cast<size_t>(data.num_labels()));
+  std::map<size_t, std::vector<int>> held_by_size;  // labels of the item -> held out, per item
+  size_t l = 0;
+  for (int32_t i = 0; i < data.num_items(); ++i) {
+    const size_t n = data.LabelsOfItem(i).size();
+    int h = 0;
+    for (size_t j = 0; j < n; ++j) h += held[l++] ? 1 : 0;
+    held_by_size[n].push_back(h);
+  }
+  for (const auto& [n, counts] : held_by_size) {
+    double sum = 0;
+    for (int h : counts) {
+      // floor(0.3 n + u): between floor(0.3 n) and that plus one, never all of the item's labels.
+      EXPECT_GE(h, static_cast<int>(std::floor(fraction * n))) << n;
+      EXPECT_LE(h, static_cast<int>(std::floor(fraction * n)) + 1) << n;
+      EXPECT_LE(h, static_cast<int>(n) - 1) << n;
+      sum += h;
+    }
+    if (n == 1) EXPECT_EQ(sum, 0);
+    // The expectation is 0.3 n (2: 0.6, 5: 1.5, 40: 12); 2,000 items, each count a 0/1 draw
+    // around it (standard deviation of the mean at most 0.5 / sqrt(2000) = 0.011).
+    if (n > 1) EXPECT_NEAR(sum / counts.size(), fraction * n, 0.05) << n;
+  }
+  EXPECT_EQ(neural::HeldOutLabels(data, fraction, 5), held);
+  EXPECT_NE(neural::HeldOutLabels(data, fraction, 6), held);
+}
+
+// A small noisy crowd that a high learning rate overfits: the held-out labels' likelihood peaks
+// before the last step.
+AnnotationMatrix OverfittableCrowd() {
+  std::vector<Annotation> labels;
+  uint32_t state = 12345;
+  auto next = [&state]() {
+    state = state * 1664525u + 1013904223u;
+    return (state >> 8) % 1000;
+  };
+  for (int32_t i = 0; i < 60; ++i) {
+    for (int32_t a = 0; a < 6; ++a) {
+      const int32_t truth = i % 3;
+      const bool right = next() < (a < 3 ? 700u : 450u);
+      labels.push_back({i, a, right ? truth : static_cast<int32_t>((truth + 1 + next() % 2) % 3)});
+    }
+  }
+  return *AnnotationMatrix::Build(60, 6, 3, labels);
+}
+
+// The fit keeps the parameters of the checkpoint whose held-out labels' mean log-likelihood is
+// the highest: recomputed here at every checkpoint from the network (the observer runs after
+// the same step), over the labels HeldOutLabels names.
+void ExpectTheBestCheckpointIsKept(const std::string& method) {
+  const AnnotationMatrix data = OverfittableCrowd();
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 300;
+  options.neural.batch_size = 64;
+  options.neural.learning_rate = 0.05;
+  options.neural.heldout_label_fraction = 0.2;
+  options.neural.ds_start_fraction = 0;
+  const int64_t every = 300 / TruthModelOptions::Neural::kSelectionCheckpoints;
+  const std::vector<bool> held = neural::HeldOutLabels(data, 0.2, options.neural.seed);
+  std::vector<int64_t> items, annotators, ys;
+  size_t l = 0;
+  for (int32_t i = 0; i < data.num_items(); ++i) {
+    for (const AnnotationMatrix::Entry& e : data.LabelsOfItem(i)) {
+      if (held[l++]) {
+        items.push_back(i);
+        annotators.push_back(e.other);
+        ys.push_back(e.label);
+      }
+    }
+  }
+  ASSERT_GT(items.size(), 20u);
+  const torch::Tensor ti = torch::tensor(items), ta = torch::tensor(annotators), ty = torch::tensor(ys);
+  std::map<int64_t, double> score;                    // step -> held-out mean log-likelihood
+  std::map<int64_t, std::vector<double>> prior;      // step -> h(item 0)
+  std::map<int64_t, std::vector<double>> confusion;  // step -> Q(item 0, annotator 4)
+  auto model = MakeNeural(method, options, 3);
+  model->SetCheckpointObserver(1, [&](int64_t step, neural::CrowdNet& net) {
+    score[step] = net.LogNoisyLabel(ti, ta).gather(1, ty.unsqueeze(1)).mean().item<double>();
+    prior[step] = neural::TensorToVector(net.LogPrior(torch::tensor({int64_t{0}})).exp());
+    confusion[step] = neural::TensorToVector(
+        net.LogConfusion(torch::tensor({int64_t{0}}), torch::tensor({int64_t{4}})).exp());
+  });
+  absl::StatusOr<FitReport> report = model->Fit(data, {}, false);
+  ASSERT_THAT(report.status(), IsOk());
+  const int64_t last = report->training_steps;
+  int64_t best = -1;
+  for (const auto& [step, s] : score) {
+    if ((step % every == 0 || step == last) && (best < 0 || s > score[best])) best = step;
+  }
+  ASSERT_GT(best, 0);
+  EXPECT_LT(best, last) << method << ": the crowd should be overfitted before the last step";
+  EXPECT_EQ(model->selected_step(), best) << method;
+  // The kept network's prior of item 0 (and, for trace_reg, whose exported confusion is the
+  // network's, Q(0, 4)) is the best checkpoint's, which differs from the last step's.
+  const std::vector<double> kept_prior = model->ItemPrior(0);
+  ASSERT_EQ(kept_prior.size(), prior[best].size());
+  double moved = 0;
+  for (size_t c = 0; c < kept_prior.size(); ++c) {
+    EXPECT_NEAR(kept_prior[c], prior[best][c], 1e-5) << method << " class " << c;
+    moved += std::abs(prior[best][c] - prior[last][c]);
+  }
+  EXPECT_GT(moved, 1e-3) << method << ": the kept and the last parameters should differ";
+  if (method == "trace_reg") {
+    const std::vector<double> kept = model->ItemAnnotatorConfusion(0, 4);
+    ASSERT_EQ(kept.size(), confusion[best].size());
+    for (size_t c = 0; c < kept.size(); ++c) {
+      EXPECT_NEAR(kept[c], confusion[best][c], 1e-5) << method << " entry " << c;
+    }
+  }
+}
+
+TEST(HeldOutSelectionTest, TraceRegKeepsTheBestCheckpoint) { ExpectTheBestCheckpointIsKept("trace_reg"); }
+TEST(HeldOutSelectionTest, CrowdLayerKeepsTheBestCheckpoint) { ExpectTheBestCheckpointIsKept("crowdlayer"); }
+
+TEST(HeldOutSelectionTest, WithoutAHeldOutShareTheLastStepIsKept) {
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 20;
+  auto model = MakeNeural("trace_reg", options);
+  ASSERT_THAT(model->Fit(TinyCrowd(40, 3), {}, false).status(), IsOk());
+  EXPECT_EQ(model->selected_step(), -1);
 }
 
 }  // namespace

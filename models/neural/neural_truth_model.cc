@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <utility>
 
@@ -25,25 +26,29 @@ double LogSumExp(const double* x, int32_t n) {
   return m + std::log(s);
 }
 
+// The labels of `data` as tensors on `device`; when `skip` is not empty, without the labels it
+// marks (indexed as HeldOutLabels), which then also leave labels_per_item.
 LabelTensors MakeLabelTensors(const AnnotationMatrix& data, absl::Span<const int32_t> gold,
-                              torch::Device device) {
+                              torch::Device device, const std::vector<bool>& skip = {}) {
   LabelTensors t;
   t.num_items = data.num_items();
   t.num_annotators = data.num_annotators();
-  t.num_labels = data.num_labels();
   std::vector<int64_t> items, annotators, labels;
-  items.reserve(t.num_labels);
-  annotators.reserve(t.num_labels);
-  labels.reserve(t.num_labels);
+  items.reserve(data.num_labels());
+  annotators.reserve(data.num_labels());
+  labels.reserve(data.num_labels());
   std::vector<float> per_item(t.num_items, 0.0f);
+  size_t l = 0;
   for (int32_t i = 0; i < data.num_items(); ++i) {
     for (const AnnotationMatrix::Entry& e : data.LabelsOfItem(i)) {
+      if (!skip.empty() && skip[l++]) continue;
       items.push_back(i);
       annotators.push_back(e.other);
       labels.push_back(e.label);
+      per_item[i] += 1.0f;
     }
-    per_item[i] = static_cast<float>(data.LabelsOfItem(i).size());
   }
+  t.num_labels = static_cast<int64_t>(items.size());
   auto as_long = [&](std::vector<int64_t>& v) {
     return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())}, torch::kLong)
         .clone()
@@ -184,12 +189,42 @@ void NeuralTruthModel::TakeStep(TrainingStep& step, const torch::Tensor& rows) {
     const double keep = std::max(0.0, 1.0 - learning_rate_ * options_.neural.weight_decay);
     for (torch::Tensor& w : decayed_) w.mul_(keep);
   }
+  if (selection_ != nullptr && training_net_ != nullptr && steps_taken_ % selection_->every == 0) {
+    SelectionCheckpoint();
+  }
   if (checkpoint_every_ > 0 && training_net_ != nullptr && steps_taken_ % checkpoint_every_ == 0) {
     torch::NoGradGuard no_grad;
     const bool training = training_net_->is_training();
     training_net_->eval();
     checkpoint_observer_(steps_taken_, *training_net_);
     if (training) training_net_->train();
+  }
+}
+
+void NeuralTruthModel::SelectionCheckpoint() {
+  HeldOutSelection& selection = *selection_;
+  const LabelTensors& held_out = selection.labels;
+  torch::NoGradGuard no_grad;
+  const bool training = training_net_->is_training();
+  training_net_->eval();
+  torch::Tensor sum = torch::zeros({}, held_out.labels_per_item.options().dtype(torch::kDouble));
+  for (int64_t start = 0; start < held_out.num_labels; start += kChunk) {
+    const int64_t n = std::min(kChunk, held_out.num_labels - start);
+    torch::Tensor log_p = training_net_->LogNoisyLabel(held_out.items.narrow(0, start, n),
+                                                       held_out.annotators.narrow(0, start, n));
+    sum += log_p.gather(1, held_out.labels.narrow(0, start, n).unsqueeze(1)).to(torch::kDouble).sum();
+  }
+  if (training) training_net_->train();
+  const double mean = sum.item<double>() / static_cast<double>(held_out.num_labels);
+  if (!(mean > selection.best)) return;
+  selection.best = mean;
+  selection.best_step = steps_taken_;
+  std::vector<torch::Tensor> state = training_net_->parameters();
+  for (const torch::Tensor& b : training_net_->buffers()) state.push_back(b);
+  if (selection.best_state.empty()) {
+    for (const torch::Tensor& t : state) selection.best_state.push_back(t.detach().clone());
+  } else {
+    for (size_t i = 0; i < state.size(); ++i) selection.best_state[i].copy_(state[i]);
   }
 }
 
@@ -325,6 +360,28 @@ int NeuralTruthModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_s
   return TrainMarginal(net, data, StepsForFit(data.num_labels, warm_start));
 }
 
+std::vector<bool> HeldOutLabels(const AnnotationMatrix& data, double fraction, uint64_t seed) {
+  std::vector<bool> held_out(static_cast<size_t>(data.num_labels()), false);
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<size_t> order;
+  size_t first = 0;
+  for (int32_t i = 0; i < data.num_items(); ++i) {
+    const size_t n = data.LabelsOfItem(i).size();
+    if (n >= 2) {
+      const size_t h = std::min(n - 1, static_cast<size_t>(fraction * static_cast<double>(n) + uniform(rng)));
+      order.resize(n);
+      for (size_t l = 0; l < n; ++l) order[l] = l;
+      for (size_t l = 0; l < h; ++l) {  // the first h of a partial Fisher-Yates shuffle
+        std::swap(order[l], order[l + static_cast<size_t>(rng() % (n - l))]);
+        held_out[first + order[l]] = true;
+      }
+    }
+    first += n;
+  }
+  return held_out;
+}
+
 torch::Tensor DawidSkenePosteriors(const LabelTensors& data, int32_t num_classes, double smoothing,
                                    int iterations) {
   torch::NoGradGuard no_grad;
@@ -424,7 +481,23 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
                        net_->annotators()->feature_dim() == net->annotators()->feature_dim());
     if (warm) CopyOverlappingParameters(*net_, *net);
     net->to(*device);
-    LabelTensors tensors = MakeLabelTensors(data, gold, *device);
+    // With heldout_label_fraction, the network trains on the other labels and the held-out
+    // ones choose the checkpoint it keeps (SelectionCheckpoint).
+    std::vector<bool> held_out;
+    if (options_.neural.heldout_label_fraction > 0) {
+      held_out = HeldOutLabels(data, options_.neural.heldout_label_fraction, options_.neural.seed);
+    }
+    LabelTensors tensors = MakeLabelTensors(data, gold, *device, held_out);
+    selection_.reset();
+    selected_step_ = -1;
+    if (tensors.num_labels < data.num_labels()) {
+      std::vector<bool> trained(held_out.size());
+      for (size_t l = 0; l < held_out.size(); ++l) trained[l] = !held_out[l];
+      selection_ = std::make_unique<HeldOutSelection>();
+      selection_->labels = MakeLabelTensors(data, {}, *device, trained);
+      selection_->every = std::max<int64_t>(
+          1, StepsForFit(tensors.num_labels, warm) / TruthModelOptions::Neural::kSelectionCheckpoints);
+    }
     steps_taken_ = 0;
     initialisation_seconds_ = 0;
     training_net_ = net.get();
@@ -448,6 +521,15 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
       StartFromPosteriors(*net, tensors, q, steps);
     }
     iterations = Train(*net, tensors, warm);
+    if (selection_ != nullptr) {
+      SelectionCheckpoint();  // the last step competes too
+      torch::NoGradGuard no_grad;
+      std::vector<torch::Tensor> state = net->parameters();
+      for (const torch::Tensor& b : net->buffers()) state.push_back(b);
+      for (size_t i = 0; i < state.size(); ++i) state[i].copy_(selection_->best_state[i]);
+      selected_step_ = selection_->best_step;
+      selection_.reset();
+    }
     training_net_ = nullptr;
     decayed_.clear();
     if (device->is_cuda()) torch::cuda::synchronize(device->index());
@@ -458,6 +540,7 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
   } catch (const std::exception& e) {
     training_net_ = nullptr;
     decayed_.clear();
+    selection_.reset();
     return absl::InternalError(absl::StrCat(std::string(method()), " fit failed in LibTorch: ", e.what()));
   }
   std::shared_ptr<CrowdNet> previous = std::move(net_);

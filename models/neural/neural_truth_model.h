@@ -44,6 +44,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -75,6 +76,13 @@ struct LabelTensors {
 // models' truth network start (lia.h, TruthModelOptions::Neural::ds_start_fraction).
 torch::Tensor DawidSkenePosteriors(const LabelTensors& data, int32_t num_classes, double smoothing,
                                    int iterations);
+// The labels a fit with TruthModelOptions::Neural::heldout_label_fraction = `fraction` and seed
+// `seed` holds out of training, indexed as data.LabelsOfItem enumerates them item by item: of
+// each item with n >= 2 labels, floor(fraction · n + u) chosen at random, u uniform in [0, 1)
+// (so fraction · n on average), at most n − 1; none of an item with one label. Deterministic
+// given `seed`.
+std::vector<bool> HeldOutLabels(const AnnotationMatrix& data, double fraction, uint64_t seed);
+
 // The EM iterations of the Dawid-Skene start (lia's first E-step, and the posteriors the other
 // models' truth network starts from: TruthModelOptions::Neural::ds_start_fraction).
 inline constexpr int kDawidSkeneStartIterations = 20;
@@ -156,6 +164,11 @@ class NeuralTruthModel : public TruthModel {
   // observer removes it. Clone does not copy it.
   using CheckpointObserver = std::function<void(int64_t step, CrowdNet& net)>;
   void SetCheckpointObserver(int64_t every, CheckpointObserver observer);
+
+  // The optimiser step (counted as FitReport::training_steps) whose parameters the last fit
+  // kept by early stopping on held-out labels (TruthModelOptions::Neural::
+  // heldout_label_fraction); -1 when it held no label out.
+  int64_t selected_step() const { return selected_step_; }
 
   // Items and annotators of the last fit (0 before).
   int32_t fitted_items() const { return fitted_items_; }
@@ -281,6 +294,19 @@ class NeuralTruthModel : public TruthModel {
   std::vector<torch::Tensor> decayed_;      // its weights under neural.weight_decay
   int64_t checkpoint_every_ = 0;
   CheckpointObserver checkpoint_observer_;
+  // Early stopping on held-out labels in the fit in progress (heldout_label_fraction > 0).
+  struct HeldOutSelection {
+    LabelTensors labels;  // the held-out labels, on the training device
+    int64_t every = 1;    // optimiser steps between checkpoints
+    double best = -std::numeric_limits<double>::infinity();  // mean log-likelihood per label
+    int64_t best_step = -1;
+    std::vector<torch::Tensor> best_state;  // the parameters, then the buffers, at best_step
+  };
+  // Scores training_net_ (in eval mode) on the held-out labels and copies its parameters and
+  // buffers into selection_ when the score is the best so far.
+  void SelectionCheckpoint();
+  std::unique_ptr<HeldOutSelection> selection_;
+  int64_t selected_step_ = -1;
   std::vector<double> item_log_prior_;   // fitted_items_ x K
   std::vector<double> class_log_prior_;  // K
   int64_t item_feature_dim_ = 0;
