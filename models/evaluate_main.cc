@@ -115,6 +115,15 @@ ABSL_FLAG(double, conal_lambda,
 ABSL_FLAG(double, heldout_label_fraction,
           verity::models::TruthModelOptions().neural.heldout_label_fraction,
           "TruthModelOptions::Neural::heldout_label_fraction (neural early stopping)");
+ABSL_FLAG(int, neural_steps, verity::models::TruthModelOptions().neural.steps,
+          "TruthModelOptions::Neural::steps (0: scaled with the data)");
+ABSL_FLAG(double, neural_learning_rate, verity::models::TruthModelOptions().neural.learning_rate,
+          "TruthModelOptions::Neural::learning_rate");
+ABSL_FLAG(double, featureless_learning_rate,
+          verity::models::TruthModelOptions().neural.featureless_learning_rate,
+          "TruthModelOptions::Neural::featureless_learning_rate");
+ABSL_FLAG(bool, featureless_em, verity::models::TruthModelOptions().neural.featureless_em,
+          "TruthModelOptions::Neural::featureless_em");
 ABSL_FLAG(double, trace_lambda,
           verity::models::TruthModelOptions().neural.trace_lambda,
           "TruthModelOptions::Neural::trace_lambda");
@@ -458,6 +467,10 @@ int Main(const std::vector<std::string>& positional) {
   }
   settings.options.neural.conal_lambda = absl::GetFlag(FLAGS_conal_lambda);
   settings.options.neural.heldout_label_fraction = absl::GetFlag(FLAGS_heldout_label_fraction);
+  settings.options.neural.featureless_em = absl::GetFlag(FLAGS_featureless_em);
+  settings.options.neural.steps = absl::GetFlag(FLAGS_neural_steps);
+  settings.options.neural.learning_rate = absl::GetFlag(FLAGS_neural_learning_rate);
+  settings.options.neural.featureless_learning_rate = absl::GetFlag(FLAGS_featureless_learning_rate);
   settings.options.neural.trace_lambda = absl::GetFlag(FLAGS_trace_lambda);
   if (absl::Status s = ValidateTruthModelOptions(settings.options); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());

@@ -97,6 +97,10 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
         "neural.steps >= 0, "
         "got ", n.learning_rate, ", ", n.batch_size, ", ", n.steps));
   }
+  if (!(n.featureless_learning_rate > 0) || !std::isfinite(n.featureless_learning_rate)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "neural.featureless_learning_rate must be finite and > 0, got ", n.featureless_learning_rate));
+  }
   if (n.feature_width < 1 || n.feature_width > 1024 || n.feature_layers < 1 || n.feature_layers > 8 ||
       !(n.feature_dropout >= 0 && n.feature_dropout < 1)) {
     return absl::InvalidArgumentError(absl::StrCat(

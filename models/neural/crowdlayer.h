@@ -68,6 +68,8 @@ class CrowdLayerModel : public NeuralModel<CrowdLayerModel> {
   using NeuralModel::NeuralModel;
   std::shared_ptr<CrowdNet> MakeNet(int32_t num_items, int32_t num_annotators) const override;
   bool StartsFromDawidSkene() const override { return true; }
+  // Without item features, generalised EM (truth_model.h, neural.featureless_em).
+  bool TrainsByEmWithoutFeatures() const override { return true; }
   void ExportTables(CrowdNet& net) override;
   void LogConfusion(int32_t item, int32_t annotator, double* out) const override;
 

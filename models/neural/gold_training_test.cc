@@ -63,6 +63,7 @@ TruthModelOptions FastOptions(const std::string& method) {
   options.neural.batch_size = 256;
   // Per step 0.005 (lia) and 0.02: the square-root rule halves the rate at batch 256.
   options.neural.learning_rate = method == "lia" ? 0.01 : 0.04;
+  options.neural.featureless_learning_rate = options.neural.learning_rate;  // the same either way
   options.neural.em_iterations = 4;
   return options;
 }

@@ -73,17 +73,25 @@ torch::Tensor NamedParameter(neural::CrowdNet& net, const std::string& name) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The square-root rule (truth_model.h): batches of B labels use learning_rate × sqrt(B / 1,024).
+// The square-root rule (truth_model.h): batches of B labels use learning_rate × sqrt(B / 1,024)
+// (featureless_learning_rate × sqrt(B / 1,024) when items carry no features).
 // AMSGrad's first step moves every parameter with a gradient by the rate exactly (m̂ = g and
 // v̂ = g², so the step is rate · g / |g|): crowdlayer's crowd layers start at the identity
 // (1 + ln(K − 1) = 1 at K = 2), so after one step the largest |W − I| is the step's rate.
-double FirstStepOfTheCrowdLayer(int batch_size, double learning_rate) {
+// `learning_rate` is the rate the fit should use; the other option is set to 10 times it.
+double FirstStepOfTheCrowdLayer(int batch_size, double learning_rate, bool features = false) {
   TruthModelOptions options = CpuOptions();
   options.neural.batch_size = batch_size;
-  options.neural.learning_rate = learning_rate;
+  options.neural.featureless_learning_rate = features ? 10 * learning_rate : learning_rate;
+  options.neural.learning_rate = features ? learning_rate : 10 * learning_rate;
   options.neural.steps = 1;
   options.neural.ds_start_fraction = 0;  // the first step is the fit's first
   auto model = MakeNeural("crowdlayer", options);
+  if (features) {
+    std::vector<float> column;
+    for (int i = 0; i < 40; ++i) column.push_back(static_cast<float>(i % 2));
+    EXPECT_THAT(model->SetItemFeatures(1, column), IsOk());
+  }
   double largest = -1;
   model->SetCheckpointObserver(1, [&](int64_t step, neural::CrowdNet& net) {
     if (step != 1) return;
@@ -102,6 +110,11 @@ TEST(LearningRateRuleTest, TheStepRateIsTheOptionsRateTimesTheRootOfTheBatchOver
   EXPECT_NEAR(FirstStepOfTheCrowdLayer(64, 0.04), 0.01, 1e-6);
   // batch_size 0 on the CPU is 1,024 labels: the options' rate itself.
   EXPECT_NEAR(FirstStepOfTheCrowdLayer(0, 0.003), 0.003, 1e-6);
+}
+
+TEST(LearningRateRuleTest, ItemsWithFeaturesUseLearningRateAndTheOthersTheFeaturelessRate) {
+  EXPECT_NEAR(FirstStepOfTheCrowdLayer(64, 0.004, /*features=*/true), 0.001, 1e-6);
+  EXPECT_NEAR(FirstStepOfTheCrowdLayer(64, 0.004, /*features=*/false), 0.001, 1e-6);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -475,7 +488,7 @@ TEST(WarmStartTest, CopiesTheFittedParametersAndStartsNewRowsFresh) {
   constexpr double kRate = 0.04;  // batch_size 0 on the CPU: 1,024 labels, the options' rate
   TruthModelOptions options = CpuOptions();
   options.neural.steps = 60;
-  options.neural.learning_rate = kRate;
+  options.neural.featureless_learning_rate = kRate;
   options.neural.ds_start_fraction = 0;
   auto model = MakeNeural("crowdlayer", options);
   std::map<std::string, torch::Tensor> cold, warm;
@@ -670,6 +683,7 @@ TEST(NeuralOptionRangesTest, BoundsPassAndOneBeyondIsRefused) {
       [](auto& n) { n.ds_start_fraction = 1; },  [](auto& n) { n.weight_decay = 0; },
       [](auto& n) { n.learning_rate = 0.01; n.weight_decay = 99; },
       [](auto& n) { n.heldout_label_fraction = 0; }, [](auto& n) { n.heldout_label_fraction = 0.5; },
+      [](auto& n) { n.featureless_learning_rate = 1e-6; },
   };
   const std::vector<Set> invalid = {
       [](auto& n) { n.embedding_dim = 0; },       [](auto& n) { n.embedding_dim = 1025; },
@@ -695,6 +709,8 @@ TEST(NeuralOptionRangesTest, BoundsPassAndOneBeyondIsRefused) {
       [](auto& n) { n.heldout_label_fraction = -0.01; },
       [](auto& n) { n.heldout_label_fraction = 0.51; },
       [](auto& n) { n.heldout_label_fraction = std::nan(""); },
+      [](auto& n) { n.featureless_learning_rate = 0; },
+      [](auto& n) { n.featureless_learning_rate = INFINITY; },
   };
   for (size_t v = 0; v < valid.size(); ++v) {
     TruthModelOptions options;
@@ -810,7 +826,7 @@ void ExpectTheBestCheckpointIsKept(const std::string& method) {
   TruthModelOptions options = CpuOptions();
   options.neural.steps = 300;
   options.neural.batch_size = 64;
-  options.neural.learning_rate = 0.05;
+  options.neural.featureless_learning_rate = 0.05;
   options.neural.heldout_label_fraction = 0.2;
   options.neural.ds_start_fraction = 0;
   const int64_t every = 300 / TruthModelOptions::Neural::kSelectionCheckpoints;

@@ -153,7 +153,7 @@ void NeuralTruthModel::SetTrainingSchedule(const torch::Device& device) {
   batch_size_ = n.batch_size > 0 ? n.batch_size
                 : on_cuda_     ? TruthModelOptions::Neural::kCudaBatchSize
                                : TruthModelOptions::Neural::kCpuBatchSize;
-  learning_rate_ = n.learning_rate *
+  learning_rate_ = (item_feature_dim_ > 0 ? n.learning_rate : n.featureless_learning_rate) *
                    std::sqrt(static_cast<double>(batch_size_) / TruthModelOptions::Neural::kCpuBatchSize);
 }
 
@@ -312,8 +312,65 @@ int64_t NeuralTruthModel::TrainMarginalToConvergence(CrowdNet& net, const LabelT
   return check.steps();
 }
 
+int NeuralTruthModel::TrainByEm(CrowdNet& net, const LabelTensors& data, int64_t steps) {
+  const int32_t k = num_classes_;
+  net.train();
+  std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
+  const int64_t batch = std::min<int64_t>(batch_size_, data.num_labels);
+  const int64_t per_epoch = (data.num_labels + batch - 1) / batch;
+  const int epochs = static_cast<int>(std::max<int64_t>(1, (steps + per_epoch - 1) / per_epoch));
+  const int refresh = std::max(1, epochs / TruthModelOptions::Neural::kFeaturelessEmSteps);
+  // q lives at one address for the whole loop (the step's contract): E-steps refill it.
+  torch::Tensor q = torch::zeros({data.num_items, k}, data.labels_per_item.options());
+  torch::Tensor labelled = data.labels_per_item > 0;
+  const int64_t labelled_items = labelled.sum().item<int64_t>();
+  bool first = true;
+  auto e_step = [&]() {
+    torch::NoGradGuard no_grad;
+    // π: the mean of q over the labelled items; at the first E-step, the mean of h (the
+    // Dawid-Skene start's, where the method has one).
+    torch::Tensor mean;
+    if (!first) {
+      mean = q.index({labelled}).mean(0);
+    } else {
+      first = false;
+      const bool training = net.is_training();
+      net.eval();
+      mean = net.LogPrior(torch::arange(data.num_items, data.items.options()).index({labelled})).exp().mean(0);
+      if (training) net.train();
+    }
+    q.copy_(ItemLogPosteriors(net, data, k, torch::log(mean.clamp_min(1e-6))).exp());
+  };
+  std::unique_ptr<TrainingStep> step = MakeTrainingStep(
+      *optimizer,
+      [&net, &data, &q, k](const torch::Tensor& idx) {
+        torch::Tensor items = data.items.index_select(0, idx);
+        torch::Tensor q_b = q.index_select(0, items);
+        torch::Tensor y = data.labels.index_select(0, idx).view({-1, 1, 1}).expand({-1, k, 1});
+        // [b, k] = log Q(b)[k, y_b]
+        torch::Tensor log_q_y = net.LogConfusion(items, data.annotators.index_select(0, idx)).gather(2, y).squeeze(2);
+        torch::Tensor loss = -(q_b * (log_q_y + net.LogPrior(items))).sum(1).mean();
+        torch::Tensor regularizer = net.Regularizer();
+        if (regularizer.defined()) loss = loss + regularizer;
+        return WithGoldLoss(loss, net, data);
+      },
+      batch);
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    if (epoch % refresh == 0 && labelled_items > 0) e_step();
+    torch::Tensor order = torch::randperm(data.num_labels, data.items.options());
+    for (int64_t start = 0; start < data.num_labels; start += batch) {
+      TakeStep(*step, order.narrow(0, start, std::min(batch, data.num_labels - start)));
+      net.AfterOptimizerStep();
+    }
+  }
+  return epochs;
+}
+
 int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int64_t steps) {
   if (data.num_labels == 0) return 0;
+  if (item_feature_dim_ == 0 && options_.neural.featureless_em && TrainsByEmWithoutFeatures()) {
+    return TrainByEm(net, data, steps);
+  }
   net.train();
   std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
   const int64_t batch = std::min<int64_t>(batch_size_, data.num_labels);
@@ -421,7 +478,8 @@ torch::Tensor DawidSkenePosteriors(const LabelTensors& data, int32_t num_classes
 }
 
 torch::Tensor NeuralTruthModel::ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,
-                                                  int32_t num_classes) {
+                                                  int32_t num_classes,
+                                                  const torch::Tensor& class_log_prior) {
   torch::NoGradGuard no_grad;
   // The E-step reads the network as an export does: no dropout, running batch statistics.
   struct EvalMode {
@@ -433,12 +491,17 @@ torch::Tensor NeuralTruthModel::ItemLogPosteriors(CrowdNet& net, const LabelTens
   } eval_mode{net, net.is_training()};
   net.eval();
   const auto options = data.labels_per_item.options();
-  torch::Tensor all_items = torch::arange(data.num_items, data.items.options());
-  std::vector<torch::Tensor> priors;
-  for (int64_t start = 0; start < data.num_items; start += kChunk) {
-    priors.push_back(net.LogPrior(all_items.narrow(0, start, std::min(kChunk, data.num_items - start))));
+  torch::Tensor log_q;
+  if (class_log_prior.defined()) {
+    log_q = class_log_prior.to(options).view({1, num_classes}).repeat({data.num_items, 1});
+  } else {
+    torch::Tensor all_items = torch::arange(data.num_items, data.items.options());
+    std::vector<torch::Tensor> priors;
+    for (int64_t start = 0; start < data.num_items; start += kChunk) {
+      priors.push_back(net.LogPrior(all_items.narrow(0, start, std::min(kChunk, data.num_items - start))));
+    }
+    log_q = priors.empty() ? torch::zeros({0, num_classes}, options) : torch::cat(priors);
   }
-  torch::Tensor log_q = priors.empty() ? torch::zeros({0, num_classes}, options) : torch::cat(priors);
   for (int64_t start = 0; start < data.num_labels; start += kChunk) {
     const int64_t n = std::min(kChunk, data.num_labels - start);
     torch::Tensor items = data.items.narrow(0, start, n);

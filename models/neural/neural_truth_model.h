@@ -194,6 +194,13 @@ class NeuralTruthModel : public TruthModel {
   // from the same posteriors instead (lia.h); cmm from K-means (cmm.h); trace_reg as its paper
   // does, which measured better for it (trace_reg.h).
   virtual bool StartsFromDawidSkene() const { return false; }
+  // Whether TrainMarginal trains by EM when items carry no features and neural.featureless_em
+  // is set (truth_model.h): crowdlayer. trace_reg and conal keep the paper's loss, which
+  // measured better for them (docs/EVALUATION.md, "Generalised EM without features"): trace_reg's
+  // identity start makes the first E-step the majority vote with near certainty, and conal's
+  // per-item mix of the common and the individual confusions, free without features, lets EM
+  // fit each item's own labels.
+  virtual bool TrainsByEmWithoutFeatures() const { return false; }
   // Reads the tables LogConfusion needs from `net` (on the CPU, in eval mode).
   virtual void ExportTables(CrowdNet& net) = 0;
   // Writes log Q(item, annotator) (K x K, row-major) into `out`. `item` outside
@@ -207,8 +214,14 @@ class NeuralTruthModel : public TruthModel {
                             double* out) const;
 
   // Minibatch AMSGrad on the marginal likelihood of the labels (see the file comment) for
-  // about `steps` steps (whole epochs, at least one). Returns the epochs run.
+  // about `steps` steps (whole epochs, at least one); for items without features and
+  // neural.featureless_em, TrainByEm instead. Returns the epochs run.
   int TrainMarginal(CrowdNet& net, const LabelTensors& data, int64_t steps);
+  // Generalised EM for items without features (TruthModelOptions::Neural::featureless_em):
+  // whole epochs of AMSGrad steps on the expected complete log-likelihood given q, with an
+  // E-step before the first and then every epochs / kFeaturelessEmSteps epochs (at least one).
+  // Returns the epochs run.
+  int TrainByEm(CrowdNet& net, const LabelTensors& data, int64_t steps);
   // The same loss, step by step until ConvergenceCheck(max_steps, window, tolerance) stops it.
   // Returns the steps run.
   int64_t TrainMarginalToConvergence(CrowdNet& net, const LabelTensors& data, int64_t max_steps,
@@ -245,9 +258,11 @@ class NeuralTruthModel : public TruthModel {
   // Counts the time since `since` (device work waited for) as the fit's one-off initialisation
   // (FitReport::initialisation_seconds). Called by a Train that starts with such work.
   void CountAsInitialisation(std::chrono::steady_clock::time_point since);
-  // log q(true class | labels) of every item (num_items x K), gold clamped: the E-step.
+  // log q(true class | labels) of every item (num_items x K), gold clamped: the E-step. Each
+  // item's prior is the network's h_i, or `class_log_prior` (K) for every item when given.
   static torch::Tensor ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,
-                                         int32_t num_classes);
+                                         int32_t num_classes,
+                                         const torch::Tensor& class_log_prior = torch::Tensor());
 
   // Copies `features` (rows of `dim`) into `encoder` for `num_rows` rows; nothing when dim is 0.
   static void LoadFeatures(RowEncoder& encoder, int64_t dim, const std::vector<float>& features,
