@@ -256,10 +256,19 @@ int CmmModel::Train(CrowdNet& base_net, const LabelTensors& data, bool warm_star
     }
     return torch::cat(chunks);
   };
+  // The E-step's prior of each item: h_i with features; without them the class prior, the mean
+  // of h over the labelled items, as the served posteriors take it (neural_truth_model.h): h_i
+  // is then fitted to the item's own q_i, and starting from it would count the item's labels
+  // again at every iteration.
+  auto e_step_prior = [&] {
+    torch::Tensor class_log_prior = EStepClassLogPrior(net, data);
+    if (!class_log_prior.defined()) return all_priors();
+    return class_log_prior.view({1, k}).expand({data.num_items, k}).contiguous();
+  };
   for (int t = 0; t < iterations; ++t) {
     {
       torch::NoGradGuard no_grad;
-      em.EStep(t == 0 && !warm_start ? first_prior : all_priors(), current);
+      em.EStep(t == 0 && !warm_start ? first_prior : e_step_prior(), current);
       current = em.MStep();
     }
     net.train();

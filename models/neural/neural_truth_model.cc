@@ -329,17 +329,10 @@ int NeuralTruthModel::TrainByEm(CrowdNet& net, const LabelTensors& data, int64_t
     torch::NoGradGuard no_grad;
     // π: the mean of q over the labelled items; at the first E-step, the mean of h (the
     // Dawid-Skene start's, where the method has one).
-    torch::Tensor mean;
-    if (!first) {
-      mean = q.index({labelled}).mean(0);
-    } else {
-      first = false;
-      const bool training = net.is_training();
-      net.eval();
-      mean = net.LogPrior(torch::arange(data.num_items, data.items.options()).index({labelled})).exp().mean(0);
-      if (training) net.train();
-    }
-    q.copy_(ItemLogPosteriors(net, data, k, torch::log(mean.clamp_min(1e-6))).exp());
+    torch::Tensor log_prior = first ? EStepClassLogPrior(net, data)
+                                    : torch::log(q.index({labelled}).mean(0).clamp_min(1e-6));
+    first = false;
+    q.copy_(ItemLogPosteriors(net, data, k, log_prior).exp());
   };
   std::unique_ptr<TrainingStep> step = MakeTrainingStep(
       *optimizer,
@@ -475,6 +468,22 @@ torch::Tensor DawidSkenePosteriors(const LabelTensors& data, int32_t num_classes
     clamp_gold(q);
   }
   return q;
+}
+
+torch::Tensor NeuralTruthModel::EStepClassLogPrior(CrowdNet& net, const LabelTensors& data) const {
+  if (item_feature_dim_ > 0) return torch::Tensor();
+  torch::NoGradGuard no_grad;
+  const bool training = net.is_training();
+  net.eval();
+  torch::Tensor labelled = torch::nonzero(data.labels_per_item > 0).squeeze(1);
+  torch::Tensor sum = torch::zeros({num_classes_}, data.labels_per_item.options());
+  for (int64_t start = 0; start < labelled.size(0); start += kChunk) {
+    const int64_t n = std::min<int64_t>(kChunk, labelled.size(0) - start);
+    sum += net.LogPrior(labelled.narrow(0, start, n)).exp().sum(0);
+  }
+  if (training) net.train();
+  if (labelled.size(0) == 0) return torch::full({num_classes_}, -std::log(static_cast<double>(num_classes_)), sum.options());
+  return torch::log((sum / static_cast<double>(labelled.size(0))).clamp_min(1e-30));
 }
 
 torch::Tensor NeuralTruthModel::ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,

@@ -258,6 +258,11 @@ class NeuralTruthModel : public TruthModel {
   // Counts the time since `since` (device work waited for) as the fit's one-off initialisation
   // (FitReport::initialisation_seconds). Called by a Train that starts with such work.
   void CountAsInitialisation(std::chrono::steady_clock::time_point since);
+  // The prior an E-step should start every item from when items carry no features: the class
+  // log prior log mean_i h_i over the labelled items (K), as the served posteriors take it (see
+  // the file comment; h_i, fitted to the item's own posterior, would count its labels again).
+  // Undefined with features, where each item starts from its own h(x).
+  torch::Tensor EStepClassLogPrior(CrowdNet& net, const LabelTensors& data) const;
   // log q(true class | labels) of every item (num_items x K), gold clamped: the E-step. Each
   // item's prior is the network's h_i, or `class_log_prior` (K) for every item when given.
   static torch::Tensor ItemLogPosteriors(CrowdNet& net, const LabelTensors& data,
