@@ -209,8 +209,10 @@ struct TruthModelOptions {
     // adaptive optimisers: the gradient's noise falls as 1/sqrt(B), so the step may grow as
     // sqrt(B) for the same noise per label seen).
     double learning_rate = 1e-3;
-    // The same for projects whose items carry no features (learned item embeddings), under the
-    // same square-root rule. Measured on the 12 shared datasets (docs/EVALUATION.md,
+    // The same for fits where neither items nor annotators carry features (every input a
+    // learned embedding), under the same square-root rule; learning_rate is for networks over
+    // features (lia's competence network over annotator features saturated at 1e-2:
+    // served_fields_test). Measured on the 12 shared datasets (docs/EVALUATION.md,
     // "Generalised EM without features"): at 1e-3 a fit of up to 200 epochs moves the
     // annotators' confusion logits by a few tenths at most on small projects (wordsim: 250
     // steps), so they stay near their start; 1e-2 lets them reach Dawid-Skene's.

@@ -153,7 +153,8 @@ void NeuralTruthModel::SetTrainingSchedule(const torch::Device& device) {
   batch_size_ = n.batch_size > 0 ? n.batch_size
                 : on_cuda_     ? TruthModelOptions::Neural::kCudaBatchSize
                                : TruthModelOptions::Neural::kCpuBatchSize;
-  learning_rate_ = (item_feature_dim_ > 0 ? n.learning_rate : n.featureless_learning_rate) *
+  const bool features = item_feature_dim_ > 0 || annotator_feature_dim_ > 0;
+  learning_rate_ = (features ? n.learning_rate : n.featureless_learning_rate) *
                    std::sqrt(static_cast<double>(batch_size_) / TruthModelOptions::Neural::kCpuBatchSize);
 }
 

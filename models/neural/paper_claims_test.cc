@@ -116,6 +116,11 @@ ConalAndDs ConalAgainstDsOnItemsWithACommonConfusion(uint64_t seed, double conal
   TruthModelOptions options;
   options.neural.seed = seed;
   options.neural.conal_lambda = conal_lambda;
+  // The papers' training without features, at which the claim was measured. At today's
+  // featureless defaults (rate 1e-2, crowdlayer by EM: truth_model.h) the claim does not hold
+  // on these crowds: mean of seeds 1-3, ds 0.8493, conal 0.8463, crowdlayer 0.8490.
+  options.neural.featureless_learning_rate = 1e-3;
+  options.neural.featureless_em = false;
   return {AccuracyOf("ds", crowd), AccuracyOf("conal", crowd, options),
           with_crowdlayer ? AccuracyOf("crowdlayer", crowd, options) : -1.0};
 }
@@ -210,6 +215,9 @@ TEST(PaperClaimsTest, TraceRegularisationRecoversConfusionsWithOneLabelPerItem) 
       options.neural.device = "cpu";
       options.neural.seed = seed;
       options.neural.trace_lambda = lambda;
+      // The rate the claim was measured at. At the featureless default (1e-2) λ = 0.18
+      // overshoots: mean error 0.457 against 0.152 without (seeds 11-13).
+      options.neural.featureless_learning_rate = 1e-3;
       auto model = CreateTruthModel("trace_reg", k, options);
       EXPECT_TRUE((*model)->Fit(crowd.matrix, {}, false).ok());
       double e = 0;
