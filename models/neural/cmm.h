@@ -22,7 +22,9 @@
 // memberships (paper_claims_test, CmmAsAnnotatorsGetSparse: about 6 labels per annotator).
 //
 // Fit (EM; 3 x em_iterations iterations, a third when warm-starting):
-//  - E-step: q_i(k) ∝ h_i[k] Π_l Σ_m w_l(m) β^(m)[k, y_l] (gold items clamped), and per label
+//  - E-step: q_i(k) ∝ h_i[k] Π_l Σ_m w_l(m) β^(m)[k, y_l] (gold items clamped; without item
+//    features the class prior, mean_i h_i, replaces h_i: h_i is then fitted to the item's own
+//    q_i and would count its labels again at every iteration), and per label
 //    the group responsibilities r_l(k, m) = q_i(k) w_l(m) β^(m)[k, y_l] / Σ_m' (same)_m'.
 //  - M-step in closed form: β^(m)[k, y] ∝ Σ_{l: y_l = y} r_l(k, m) + confusion_smoothing;
 //    α_m ∝ Σ_l Σ_k r_l(k, m) + prior_smoothing; Individual: p(m | a) ∝ Σ_{l of a} Σ_k r_l(k, m)

@@ -23,7 +23,10 @@
 // Fit. The subclass trains its CrowdNet (default: minibatch AMSGrad on the marginal
 // likelihood of every label, log Σ_k h_i[k] Q(i, a)[k, y], plus the method's regulariser and
 // the cross-entropy of h on gold items); crowdlayer and conal start a cold fit with h anchored
-// to Dawid-Skene's posteriors (StartsFromDawidSkene). Then, on the CPU, the base
+// to Dawid-Skene's posteriors (StartsFromDawidSkene). Without any features, crowdlayer trains
+// by generalised EM instead (TruthModelOptions::Neural::featureless_em, TrainByEm), every
+// method at neural.featureless_learning_rate, and E-steps start items from the class prior
+// (EStepClassLogPrior; lia keeps h_i, which measured better for it). Then, on the CPU, the base
 // reads every item's prior
 // and the subclass its confusion tables out of the network (ExportTables). Queries
 // (ItemPosteriorForItem, AnnotatorConfusion, ...) read those tables in plain C++: they never
