@@ -81,8 +81,11 @@ ABSL_FLAG(double, bandwidth_gbs, 3350,
 ABSL_FLAG(bool, cuda_graphs, true,
           "TruthModelOptions::Neural::cuda_graphs: replay training steps from CUDA graphs on CUDA");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the simulated crowds (the models use their default seed)");
-ABSL_FLAG(double, learning_rate, verity::models::TruthModelOptions().neural.learning_rate,
-          "TruthModelOptions::Neural::learning_rate (at 1,024 labels; scaled by the batch's rule)");
+ABSL_FLAG(double, learning_rate, verity::models::TruthModelOptions().neural.featureless_learning_rate,
+          "TruthModelOptions::Neural::featureless_learning_rate, the rate of these crowds (no "
+          "features; at 1,024 labels, scaled by the batch's rule)");
+ABSL_FLAG(bool, featureless_em, verity::models::TruthModelOptions().neural.featureless_em,
+          "TruthModelOptions::Neural::featureless_em (crowdlayer by EM; false: the paper's loss)");
 ABSL_FLAG(double, trace_lambda, verity::models::TruthModelOptions().neural.trace_lambda,
           "TruthModelOptions::Neural::trace_lambda (trace_reg)");
 ABSL_FLAG(double, conal_lambda, verity::models::TruthModelOptions().neural.conal_lambda,
@@ -149,7 +152,8 @@ models::TruthModelOptions EpochOptions(const std::string& method, int64_t num_la
   options.neural.batch_size = absl::GetFlag(FLAGS_batch_size);
   options.neural.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   options.neural.sparse_embeddings = absl::GetFlag(FLAGS_sparse_embeddings);
-  options.neural.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  options.neural.featureless_learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  options.neural.featureless_em = absl::GetFlag(FLAGS_featureless_em);
   options.neural.trace_lambda = absl::GetFlag(FLAGS_trace_lambda);
   options.neural.conal_lambda = absl::GetFlag(FLAGS_conal_lambda);
   options.neural.ds_start_fraction = absl::GetFlag(FLAGS_ds_start_fraction);
