@@ -1,5 +1,6 @@
 #include "models/truth_model.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstdint>
@@ -109,9 +110,10 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
         n.feature_dropout));
   }
   if (!(n.weight_decay >= 0) || !std::isfinite(n.weight_decay) ||
-      !(n.learning_rate * n.weight_decay < 1)) {
+      !(std::max(n.learning_rate, n.featureless_learning_rate) * n.weight_decay < 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "neural.weight_decay must be finite, >= 0 and below 1 / neural.learning_rate, got ",
+        "neural.weight_decay must be finite, >= 0 and below 1 / max(neural.learning_rate, "
+        "neural.featureless_learning_rate), got ",
         n.weight_decay));
   }
   if (!(n.heldout_label_fraction >= 0 && n.heldout_label_fraction <= 0.5)) {

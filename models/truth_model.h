@@ -202,7 +202,7 @@ struct TruthModelOptions {
     // "truth") is multiplied by 1 − r · weight_decay, r the step's learning rate (the
     // square-root rule's, below; at most 0 is kept). Biases, batch-norm
     // parameters and the annotator side are not decayed. Finite, >= 0 and
-    // learning_rate · weight_decay < 1.
+    // max(learning_rate, featureless_learning_rate) · weight_decay < 1.
     double weight_decay = 0.0;
     // AMSGrad (Adam) learning rate at the reference minibatch of 1,024 labels. A fit with
     // batches of B labels uses learning_rate × sqrt(B / 1,024) (the square-root rule for

@@ -270,6 +270,11 @@ int CmmModel::Train(CrowdNet& base_net, const LabelTensors& data, bool warm_star
       torch::NoGradGuard no_grad;
       em.EStep(t == 0 && !warm_start ? first_prior : e_step_prior(), current);
       current = em.MStep();
+      // The network carries the current groups while h trains, so that a checkpoint (early
+      // stopping, observers) scores the model of this iteration, not the starting tables.
+      net.log_beta.copy_(current.log_beta);
+      net.log_alpha.copy_(current.log_alpha);
+      if (by_annotator) net.membership.copy_(current.membership);
     }
     net.train();
     target.copy_(em.q());

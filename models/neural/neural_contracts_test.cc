@@ -684,6 +684,7 @@ TEST(NeuralOptionRangesTest, BoundsPassAndOneBeyondIsRefused) {
       [](auto& n) { n.learning_rate = 0.01; n.weight_decay = 99; },
       [](auto& n) { n.heldout_label_fraction = 0; }, [](auto& n) { n.heldout_label_fraction = 0.5; },
       [](auto& n) { n.featureless_learning_rate = 1e-6; },
+      [](auto& n) { n.featureless_learning_rate = 0.02; n.weight_decay = 49; },
   };
   const std::vector<Set> invalid = {
       [](auto& n) { n.embedding_dim = 0; },       [](auto& n) { n.embedding_dim = 1025; },
@@ -711,6 +712,7 @@ TEST(NeuralOptionRangesTest, BoundsPassAndOneBeyondIsRefused) {
       [](auto& n) { n.heldout_label_fraction = std::nan(""); },
       [](auto& n) { n.featureless_learning_rate = 0; },
       [](auto& n) { n.featureless_learning_rate = INFINITY; },
+      [](auto& n) { n.featureless_learning_rate = 0.02; n.weight_decay = 50; },
   };
   for (size_t v = 0; v < valid.size(); ++v) {
     TruthModelOptions options;

@@ -1043,6 +1043,33 @@ TEST(CmmTest, WithoutFeaturesTheEStepStartsFromTheClassPrior) {
   EXPECT_GE(accuracy, ds_accuracy - 0.01);
 }
 
+// cmm's network carries the groups of the current EM iteration while h trains (cmm.cc), so a
+// checkpoint — early stopping on held-out labels, or an observer — scores the model being fitted,
+// not the uniform tables a cold fit starts from.
+TEST(CmmTest, CheckpointsSeeTheCurrentGroups) {
+  const FewLabelsCase few;
+  TruthModelOptions options;
+  options.neural.device = "cpu";
+  options.neural.seed = 5;
+  options.neural.steps = 60;
+  auto created = CreateUncalibratedTruthModel("cmm", 2, options);
+  ASSERT_THAT(created, IsOk());
+  auto* model = dynamic_cast<neural::NeuralTruthModel*>(created->get());
+  ASSERT_NE(model, nullptr);
+  double largest_move = 0;  // of log β from its uniform start, over the checkpoints
+  int checkpoints = 0;
+  model->SetCheckpointObserver(1, [&](int64_t, neural::CrowdNet& net) {
+    for (const auto& b : net.named_buffers()) {
+      if (b.key() != "log_beta") continue;
+      largest_move = std::max(largest_move, (b.value() + std::log(2.0)).abs().max().item<double>());
+      ++checkpoints;
+    }
+  });
+  ASSERT_THAT(model->Fit(few.data, {}, false).status(), IsOk());
+  ASSERT_GT(checkpoints, 0);
+  EXPECT_GT(largest_move, 0.1);
+}
+
 // trace_reg and conal keep the papers' losses (neural_truth_model.h, TrainsByEmWithoutFeatures):
 // featureless_em changes nothing for them.
 TEST(FeaturelessEmTest, TraceRegAndConalKeepThePapersLoss) {

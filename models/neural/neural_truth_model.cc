@@ -146,14 +146,13 @@ void NeuralTruthModel::CountAsInitialisation(std::chrono::steady_clock::time_poi
   initialisation_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-void NeuralTruthModel::SetTrainingSchedule(const torch::Device& device) {
+void NeuralTruthModel::SetTrainingSchedule(const torch::Device& device, bool features) {
   const TruthModelOptions::Neural& n = options_.neural;
   on_cuda_ = device.is_cuda();
   device_index_ = device.index();
   batch_size_ = n.batch_size > 0 ? n.batch_size
                 : on_cuda_     ? TruthModelOptions::Neural::kCudaBatchSize
                                : TruthModelOptions::Neural::kCpuBatchSize;
-  const bool features = item_feature_dim_ > 0 || annotator_feature_dim_ > 0;
   learning_rate_ = (features ? n.learning_rate : n.featureless_learning_rate) *
                    std::sqrt(static_cast<double>(batch_size_) / TruthModelOptions::Neural::kCpuBatchSize);
 }
@@ -182,6 +181,7 @@ std::unique_ptr<TrainingStep> NeuralTruthModel::MakeTrainingStep(
 
 void NeuralTruthModel::TakeStep(TrainingStep& step, const torch::Tensor& rows) {
   step.Run(rows);
+  if (training_net_ != nullptr) training_net_->AfterOptimizerStep();
   ++steps_taken_;
   if (!decayed_.empty()) {
     torch::NoGradGuard no_grad;
@@ -307,7 +307,6 @@ int64_t NeuralTruthModel::TrainMarginalToConvergence(CrowdNet& net, const LabelT
     const int64_t start = (s * batch) % data.num_labels;
     if (start < batch) order = torch::randperm(data.num_labels, data.items.options());
     TakeStep(*step, order.narrow(0, start, std::min(batch, data.num_labels - start)));
-    net.AfterOptimizerStep();
     if (check.StepDone()) break;
   }
   return check.steps();
@@ -354,7 +353,6 @@ int NeuralTruthModel::TrainByEm(CrowdNet& net, const LabelTensors& data, int64_t
     torch::Tensor order = torch::randperm(data.num_labels, data.items.options());
     for (int64_t start = 0; start < data.num_labels; start += batch) {
       TakeStep(*step, order.narrow(0, start, std::min(batch, data.num_labels - start)));
-      net.AfterOptimizerStep();
     }
   }
   return epochs;
@@ -377,7 +375,6 @@ int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int
     torch::Tensor order = torch::randperm(data.num_labels, data.items.options());
     for (int64_t start = 0; start < data.num_labels; start += batch) {
       TakeStep(*step, order.narrow(0, start, std::min(batch, data.num_labels - start)));
-      net.AfterOptimizerStep();
     }
   }
   return epochs;
@@ -402,7 +399,6 @@ void NeuralTruthModel::StartFromPosteriors(CrowdNet& net, const LabelTensors& da
     torch::Tensor order = torch::randperm(data.num_labels, data.items.options());
     for (int64_t start = 0; start < data.num_labels && taken < steps; start += batch, ++taken) {
       TakeStep(*step, order.narrow(0, start, std::min(batch, data.num_labels - start)));
-      net.AfterOptimizerStep();
     }
   }
 }
@@ -534,10 +530,10 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
   absl::StatusOr<torch::Device> device = ResolveDevice(options_.neural.device);
   if (!device.ok()) return device.status();
   const auto start = std::chrono::steady_clock::now();
-  SetTrainingSchedule(*device);
   std::shared_ptr<CrowdNet> net;
   int iterations = 0;
   double training_seconds = 0;
+  int64_t selected = -1;  // selected_step() of this fit, once it succeeds
   try {
     torch::manual_seed(options_.neural.seed);
     torch::set_num_threads(std::max(1, options_.num_threads));
@@ -547,6 +543,10 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
       LoadFeatures(net->annotators(), annotator_feature_dim_, annotator_features_,
                    data.num_annotators());
     }
+    // Features the network reads (a model without an annotator encoder ignores annotator
+    // features, which the server sets on every model) choose the learning rate.
+    SetTrainingSchedule(*device, net->items()->feature_dim() > 0 ||
+                                     (net->annotators() && net->annotators()->feature_dim() > 0));
     // A net of another item representation (features added or dropped) starts afresh.
     const bool warm = warm_start && net_ != nullptr &&
                       net_->items()->feature_dim() == net->items()->feature_dim() &&
@@ -562,7 +562,6 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
     }
     LabelTensors tensors = MakeLabelTensors(data, gold, *device, held_out);
     selection_.reset();
-    selected_step_ = -1;
     if (tensors.num_labels < data.num_labels()) {
       std::vector<bool> trained(held_out.size());
       for (size_t l = 0; l < held_out.size(); ++l) trained[l] = !held_out[l];
@@ -599,8 +598,11 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
       torch::NoGradGuard no_grad;
       std::vector<torch::Tensor> state = net->parameters();
       for (const torch::Tensor& b : net->buffers()) state.push_back(b);
-      for (size_t i = 0; i < state.size(); ++i) state[i].copy_(selection_->best_state[i]);
-      selected_step_ = selection_->best_step;
+      // Nothing to restore when no checkpoint scored a finite likelihood (a diverged fit).
+      if (selection_->best_state.size() == state.size()) {
+        for (size_t i = 0; i < state.size(); ++i) state[i].copy_(selection_->best_state[i]);
+      }
+      selected = selection_->best_step;
       selection_.reset();
     }
     training_net_ = nullptr;
@@ -638,6 +640,7 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
     if (net_ != nullptr) ExportAll();
     return absl::InternalError(absl::StrCat(std::string(method()), " export failed in LibTorch: ", e.what()));
   }
+  selected_step_ = selected;
 
   FitReport report;
   report.iterations = iterations;

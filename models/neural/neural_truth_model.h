@@ -245,8 +245,9 @@ class NeuralTruthModel : public TruthModel {
   std::unique_ptr<TrainingStep> MakeTrainingStep(FlatAmsGrad& optimizer,
                                                  TrainingStep::LossFunction loss,
                                                  int64_t batch_size) const;
-  // Runs `step` on `rows`, counted in the fit's FitReport::training_steps, then applies the
-  // weight decay and calls the checkpoint observer when one is due. Every training loop steps
+  // Runs `step` on `rows`, counted in the fit's FitReport::training_steps, then restores the
+  // network's constraints (CrowdNet::AfterOptimizerStep), applies the weight decay, and scores
+  // the held-out labels and calls the checkpoint observer when due. Every training loop steps
   // through here.
   void TakeStep(TrainingStep& step, const torch::Tensor& rows);
   // `loss` plus the cross-entropy of the prior on the gold items (`loss` itself without gold).
@@ -262,9 +263,10 @@ class NeuralTruthModel : public TruthModel {
   // (FitReport::initialisation_seconds). Called by a Train that starts with such work.
   void CountAsInitialisation(std::chrono::steady_clock::time_point since);
   // The prior an E-step should start every item from when items carry no features: the class
-  // log prior log mean_i h_i over the labelled items (K), as the served posteriors take it (see
-  // the file comment; h_i, fitted to the item's own posterior, would count its labels again).
-  // Undefined with features, where each item starts from its own h(x).
+  // log prior log mean_i h_i over the labelled items (K); served posteriors start from a class
+  // prior too (the mean over every fitted item), see the file comment. h_i, fitted to the
+  // item's own posterior, would count its labels again. Undefined with features, where each
+  // item starts from its own h(x).
   torch::Tensor EStepClassLogPrior(CrowdNet& net, const LabelTensors& data) const;
   // log q(true class | labels) of every item (num_items x K), gold clamped: the E-step. Each
   // item's prior is the network's h_i, or `class_log_prior` (K) for every item when given.
@@ -291,8 +293,9 @@ class NeuralTruthModel : public TruthModel {
   const double* PosteriorLogPriorOf(int32_t item) const;
 
  private:
-  // Sets batch_size_, learning_rate_ and on_cuda_ for a fit on `device`.
-  void SetTrainingSchedule(const torch::Device& device);
+  // Sets batch_size_, learning_rate_ and on_cuda_ for a fit on `device` of a network that reads
+  // item or annotator `features` (learning_rate) or none (featureless_learning_rate).
+  void SetTrainingSchedule(const torch::Device& device, bool features);
   // Reads the priors and the subclass's tables out of net_ (which must be on the CPU).
   void ExportAll();
   // MakeNet, with the item encoder rebuilt to the feature_* options when items have features.
