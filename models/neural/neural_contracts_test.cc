@@ -79,7 +79,8 @@ torch::Tensor NamedParameter(neural::CrowdNet& net, const std::string& name) {
 // v̂ = g², so the step is rate · g / |g|): crowdlayer's crowd layers start at the identity
 // (1 + ln(K − 1) = 1 at K = 2), so after one step the largest |W − I| is the step's rate.
 // `learning_rate` is the rate the fit should use; the other option is set to 10 times it.
-double FirstStepOfTheCrowdLayer(int batch_size, double learning_rate, bool features = false) {
+double FirstStepOfTheCrowdLayer(int batch_size, double learning_rate, bool features = false,
+                                bool annotator_features = false) {
   TruthModelOptions options = CpuOptions();
   options.neural.batch_size = batch_size;
   options.neural.featureless_learning_rate = features ? 10 * learning_rate : learning_rate;
@@ -91,6 +92,9 @@ double FirstStepOfTheCrowdLayer(int batch_size, double learning_rate, bool featu
     std::vector<float> column;
     for (int i = 0; i < 40; ++i) column.push_back(static_cast<float>(i % 2));
     EXPECT_THAT(model->SetItemFeatures(1, column), IsOk());
+  }
+  if (annotator_features) {  // which crowdlayer, without an annotator encoder, does not read
+    EXPECT_THAT(model->SetAnnotatorFeatures(1, {0.0f, 1.0f, 2.0f}), IsOk());
   }
   double largest = -1;
   model->SetCheckpointObserver(1, [&](int64_t step, neural::CrowdNet& net) {
@@ -115,6 +119,10 @@ TEST(LearningRateRuleTest, TheStepRateIsTheOptionsRateTimesTheRootOfTheBatchOver
 TEST(LearningRateRuleTest, ItemsWithFeaturesUseLearningRateAndTheOthersTheFeaturelessRate) {
   EXPECT_NEAR(FirstStepOfTheCrowdLayer(64, 0.004, /*features=*/true), 0.001, 1e-6);
   EXPECT_NEAR(FirstStepOfTheCrowdLayer(64, 0.004, /*features=*/false), 0.001, 1e-6);
+  // Annotator features the network does not read (the server sets them on every model) leave
+  // the featureless rate.
+  EXPECT_NEAR(FirstStepOfTheCrowdLayer(64, 0.004, /*features=*/false, /*annotator_features=*/true),
+              0.001, 1e-6);
 }
 
 // ---------------------------------------------------------------------------------------------
