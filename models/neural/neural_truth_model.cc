@@ -17,6 +17,28 @@ namespace {
 
 constexpr int64_t kChunk = 1 << 16;  // rows per forward pass when exporting or E-stepping
 
+// Puts `net` in eval mode for the scope and back into training mode after, if it was in it.
+class EvalMode {
+ public:
+  explicit EvalMode(torch::nn::Module& net) : net_(net), training_(net.is_training()) { net_.eval(); }
+  ~EvalMode() {
+    if (training_) net_.train();
+  }
+  EvalMode(const EvalMode&) = delete;
+  EvalMode& operator=(const EvalMode&) = delete;
+
+ private:
+  torch::nn::Module& net_;
+  bool training_;
+};
+
+// The tensors a checkpoint of `net` keeps: its parameters, then its buffers.
+std::vector<torch::Tensor> ParametersAndBuffers(torch::nn::Module& net) {
+  std::vector<torch::Tensor> state = net.parameters();
+  for (const torch::Tensor& b : net.buffers()) state.push_back(b);
+  return state;
+}
+
 double LogSumExp(const double* x, int32_t n) {
   double m = -std::numeric_limits<double>::infinity();
   for (int32_t k = 0; k < n; ++k) m = std::max(m, x[k]);
@@ -195,10 +217,8 @@ void NeuralTruthModel::TakeStep(TrainingStep& step, const torch::Tensor& rows) {
   }
   if (checkpoint_every_ > 0 && training_net_ != nullptr && steps_taken_ % checkpoint_every_ == 0) {
     torch::NoGradGuard no_grad;
-    const bool training = training_net_->is_training();
-    training_net_->eval();
+    EvalMode eval_mode(*training_net_);
     checkpoint_observer_(steps_taken_, *training_net_);
-    if (training) training_net_->train();
   }
 }
 
@@ -206,22 +226,21 @@ void NeuralTruthModel::SelectionCheckpoint() {
   HeldOutSelection& selection = *selection_;
   const LabelTensors& held_out = selection.labels;
   torch::NoGradGuard no_grad;
-  const bool training = training_net_->is_training();
-  training_net_->eval();
   torch::Tensor sum = torch::zeros({}, held_out.labels_per_item.options().dtype(torch::kDouble));
-  for (int64_t start = 0; start < held_out.num_labels; start += kChunk) {
-    const int64_t n = std::min(kChunk, held_out.num_labels - start);
-    torch::Tensor log_p = training_net_->LogNoisyLabel(held_out.items.narrow(0, start, n),
-                                                       held_out.annotators.narrow(0, start, n));
-    sum += log_p.gather(1, held_out.labels.narrow(0, start, n).unsqueeze(1)).to(torch::kDouble).sum();
+  {
+    EvalMode eval_mode(*training_net_);
+    for (int64_t start = 0; start < held_out.num_labels; start += kChunk) {
+      const int64_t n = std::min(kChunk, held_out.num_labels - start);
+      torch::Tensor log_p = training_net_->LogNoisyLabel(held_out.items.narrow(0, start, n),
+                                                         held_out.annotators.narrow(0, start, n));
+      sum += log_p.gather(1, held_out.labels.narrow(0, start, n).unsqueeze(1)).to(torch::kDouble).sum();
+    }
   }
-  if (training) training_net_->train();
   const double mean = sum.item<double>() / static_cast<double>(held_out.num_labels);
   if (!(mean > selection.best)) return;
   selection.best = mean;
   selection.best_step = steps_taken_;
-  std::vector<torch::Tensor> state = training_net_->parameters();
-  for (const torch::Tensor& b : training_net_->buffers()) state.push_back(b);
+  const std::vector<torch::Tensor> state = ParametersAndBuffers(*training_net_);
   if (selection.best_state.empty()) {
     for (const torch::Tensor& t : state) selection.best_state.push_back(t.detach().clone());
   } else {
@@ -470,15 +489,13 @@ torch::Tensor DawidSkenePosteriors(const LabelTensors& data, int32_t num_classes
 torch::Tensor NeuralTruthModel::EStepClassLogPrior(CrowdNet& net, const LabelTensors& data) const {
   if (item_feature_dim_ > 0) return torch::Tensor();
   torch::NoGradGuard no_grad;
-  const bool training = net.is_training();
-  net.eval();
+  EvalMode eval_mode(net);
   torch::Tensor labelled = torch::nonzero(data.labels_per_item > 0).squeeze(1);
   torch::Tensor sum = torch::zeros({num_classes_}, data.labels_per_item.options());
   for (int64_t start = 0; start < labelled.size(0); start += kChunk) {
     const int64_t n = std::min<int64_t>(kChunk, labelled.size(0) - start);
     sum += net.LogPrior(labelled.narrow(0, start, n)).exp().sum(0);
   }
-  if (training) net.train();
   if (labelled.size(0) == 0) return torch::full({num_classes_}, -std::log(static_cast<double>(num_classes_)), sum.options());
   return torch::log((sum / static_cast<double>(labelled.size(0))).clamp_min(1e-30));
 }
@@ -488,14 +505,7 @@ torch::Tensor NeuralTruthModel::ItemLogPosteriors(CrowdNet& net, const LabelTens
                                                   const torch::Tensor& class_log_prior) {
   torch::NoGradGuard no_grad;
   // The E-step reads the network as an export does: no dropout, running batch statistics.
-  struct EvalMode {
-    CrowdNet& net;
-    bool training;
-    ~EvalMode() {
-      if (training) net.train();
-    }
-  } eval_mode{net, net.is_training()};
-  net.eval();
+  EvalMode eval_mode(net);
   const auto options = data.labels_per_item.options();
   torch::Tensor log_q;
   if (class_log_prior.defined()) {
@@ -596,8 +606,7 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
     if (selection_ != nullptr) {
       SelectionCheckpoint();  // the last step competes too
       torch::NoGradGuard no_grad;
-      std::vector<torch::Tensor> state = net->parameters();
-      for (const torch::Tensor& b : net->buffers()) state.push_back(b);
+      const std::vector<torch::Tensor> state = ParametersAndBuffers(*net);
       // Nothing to restore when no checkpoint scored a finite likelihood (a diverged fit).
       if (selection_->best_state.size() == state.size()) {
         for (size_t i = 0; i < state.size(); ++i) state[i].copy_(selection_->best_state[i]);
