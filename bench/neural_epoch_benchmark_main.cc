@@ -88,8 +88,10 @@ ABSL_FLAG(bool, featureless_em, verity::models::TruthModelOptions().neural.featu
           "TruthModelOptions::Neural::featureless_em (crowdlayer by EM; false: the paper's loss)");
 ABSL_FLAG(double, trace_lambda, verity::models::TruthModelOptions().neural.trace_lambda,
           "TruthModelOptions::Neural::trace_lambda (trace_reg)");
-ABSL_FLAG(double, conal_lambda, verity::models::TruthModelOptions().neural.conal_lambda,
-          "TruthModelOptions::Neural::conal_lambda (conal)");
+ABSL_FLAG(double, conal_lambda,
+          verity::models::TruthModelOptions().neural.featureless_conal_lambda,
+          "TruthModelOptions::Neural::featureless_conal_lambda, conal's λ on these crowds (no "
+          "features)");
 ABSL_FLAG(double, ds_start_fraction, verity::models::TruthModelOptions().neural.ds_start_fraction,
           "TruthModelOptions::Neural::ds_start_fraction (crowdlayer, conal; 0: the papers' start)");
 ABSL_FLAG(std::string, format, "text", "text or markdown");
@@ -155,7 +157,7 @@ models::TruthModelOptions EpochOptions(const std::string& method, int64_t num_la
   options.neural.featureless_learning_rate = absl::GetFlag(FLAGS_learning_rate);
   options.neural.featureless_em = absl::GetFlag(FLAGS_featureless_em);
   options.neural.trace_lambda = absl::GetFlag(FLAGS_trace_lambda);
-  options.neural.conal_lambda = absl::GetFlag(FLAGS_conal_lambda);
+  options.neural.featureless_conal_lambda = absl::GetFlag(FLAGS_conal_lambda);
   options.neural.ds_start_fraction = absl::GetFlag(FLAGS_ds_start_fraction);
   const int64_t batch = BatchSize();
   if (method == "cmm") {

@@ -111,7 +111,10 @@ ABSL_FLAG(double, gold_fraction, 0.0,
           "score only the other items");
 ABSL_FLAG(double, conal_lambda,
           verity::models::TruthModelOptions().neural.conal_lambda,
-          "TruthModelOptions::Neural::conal_lambda");
+          "TruthModelOptions::Neural::conal_lambda (conal over item features)");
+ABSL_FLAG(double, featureless_conal_lambda,
+          verity::models::TruthModelOptions().neural.featureless_conal_lambda,
+          "TruthModelOptions::Neural::featureless_conal_lambda (conal without features)");
 ABSL_FLAG(double, heldout_label_fraction,
           verity::models::TruthModelOptions().neural.heldout_label_fraction,
           "TruthModelOptions::Neural::heldout_label_fraction (neural early stopping)");
@@ -466,6 +469,7 @@ int Main(const std::vector<std::string>& positional) {
     return 2;
   }
   settings.options.neural.conal_lambda = absl::GetFlag(FLAGS_conal_lambda);
+  settings.options.neural.featureless_conal_lambda = absl::GetFlag(FLAGS_featureless_conal_lambda);
   settings.options.neural.heldout_label_fraction = absl::GetFlag(FLAGS_heldout_label_fraction);
   settings.options.neural.featureless_em = absl::GetFlag(FLAGS_featureless_em);
   settings.options.neural.steps = absl::GetFlag(FLAGS_neural_steps);

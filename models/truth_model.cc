@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -120,9 +121,13 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "neural.heldout_label_fraction must be in [0, 0.5], got ", n.heldout_label_fraction));
   }
-  if (!(n.trace_lambda >= 0) || !std::isfinite(n.trace_lambda) || !(n.conal_lambda >= 0) ||
-      !std::isfinite(n.conal_lambda)) {
-    return absl::InvalidArgumentError("neural.trace_lambda and neural.conal_lambda must be finite and >= 0");
+  for (const auto& [name, lambda] : {std::pair<const char*, double>{"trace_lambda", n.trace_lambda},
+                                     {"conal_lambda", n.conal_lambda},
+                                     {"featureless_conal_lambda", n.featureless_conal_lambda}}) {
+    if (!(lambda >= 0) || !std::isfinite(lambda)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("neural.", name, " must be finite and >= 0, got ", lambda));
+    }
   }
   if (n.crowdlayer_variant != "mw" && n.crowdlayer_variant != "vw" && n.crowdlayer_variant != "vb" &&
       n.crowdlayer_variant != "vw+b") {

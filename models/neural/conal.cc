@@ -8,7 +8,8 @@
 namespace verity::models::neural {
 ConalNet::ConalNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
                    int64_t annotator_feature_dim, const TruthModelOptions::Neural& options)
-    : lambda_(options.conal_lambda) {
+    : lambda_(feature_dim > 0 || annotator_feature_dim > 0 ? options.conal_lambda
+                                                           : options.featureless_conal_lambda) {
   const int64_t a = std::max(1, num_annotators);
   const double diagonal = std::log(4.0 * (k - 1));  // 0.8 on the diagonal
   InitItems(num_items, options.embedding_dim, feature_dim);

@@ -8,8 +8,9 @@
 // with u_r a learned annotator embedding and v_i an instance embedding computed from the item
 // (an MLP over its embedding), both L2-normalised (so ω stays within [0.27, 0.73]; the scale of
 // the logits, not ω, makes the mixture sharp). Loss: cross-entropy of p against each label
-// − λ mean_r ||W_g − W_r||₂ (TruthModelOptions::Neural::conal_lambda, default 5.9e-4), the
-// distance taken between row-centred logits: the paper rewards W_g for differing from the W_r.
+// − λ mean_r ||W_g − W_r||₂ (TruthModelOptions::Neural::conal_lambda, default 5.9e-4; see below
+// for fits without features), the distance taken between row-centred logits: the paper
+// rewards W_g for differing from the W_r.
 // Q(i, r) row k = softmax(ω W_g[k] + (1 − ω) W_r[k]) (p for a one-hot f); an item never seen
 // gets the mean instance embedding, and an annotator never seen the mean of the fitted
 // annotators' Q on the mean item, as crowdlayer and trace_reg do. Not softmax(W_g): the reward
@@ -33,6 +34,9 @@
 //     trains. On a simulated crowd of 3,000 annotators (5M labels) the paper's λ on the sum
 //     gave 0.907 against λ = 0's 0.969 (docs/PERFORMANCE.md). The default λ, 5.9e-4, is the
 //     paper's 1e-5 times LabelMe's 59 annotators: the paper's reward on the paper's data.
+//     Where neither items nor annotators carry features the fit trains at ten times the
+//     learning rate (TruthModelOptions::Neural::featureless_learning_rate), so the reward's
+//     drift per step is ten times larger; there λ is featureless_conal_lambda, a tenth.
 //   - Both confusions start at 0.8 on the diagonal, not at the identity, which a row softmax
 //     cannot represent.
 //   - Learned embeddings replace image features when items carry none; ω then depends on a free
@@ -61,7 +65,10 @@ namespace verity::models::neural {
 // The network of conal (exposed for its unit tests).
 class ConalNet : public CrowdNet {
  public:
-  // Both confusions start at 0.8 on the diagonal (see the file comment).
+  // Both confusions start at 0.8 on the diagonal (see the file comment). λ is
+  // options.conal_lambda when items or annotators carry features (feature_dim or
+  // annotator_feature_dim > 0), else options.featureless_conal_lambda: the rule that chooses
+  // the learning rate (NeuralTruthModel::SetTrainingSchedule).
   ConalNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
            int64_t annotator_feature_dim, const TruthModelOptions::Neural& options);
   torch::Tensor LogPrior(const torch::Tensor& items) override;
@@ -71,7 +78,7 @@ class ConalNet : public CrowdNet {
   // The same for a one-hot f: row k is log softmax(ω W_g[k] + (1 − ω) W_r[k]).
   torch::Tensor LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) override;
   // −λ mean_r ||W_g − W_r||₂ over every annotator of the net, the distance taken between
-  // row-centred logits (see the file comment); undefined when λ = 0.
+  // row-centred logits (see the file comment); undefined when λ = 0. λ: the constructor's.
   torch::Tensor Regularizer() override;
   // The instance vectors v_i of items (L2-normalised), and of item encodings.
   torch::Tensor InstanceVectors(const torch::Tensor& items);

@@ -693,6 +693,7 @@ TEST(NeuralOptionRangesTest, BoundsPassAndOneBeyondIsRefused) {
       [](auto& n) { n.heldout_label_fraction = 0; }, [](auto& n) { n.heldout_label_fraction = 0.5; },
       [](auto& n) { n.featureless_learning_rate = 1e-6; },
       [](auto& n) { n.featureless_learning_rate = 0.02; n.weight_decay = 49; },
+      [](auto& n) { n.featureless_conal_lambda = 0; },
   };
   const std::vector<Set> invalid = {
       [](auto& n) { n.embedding_dim = 0; },       [](auto& n) { n.embedding_dim = 1025; },
@@ -721,6 +722,9 @@ TEST(NeuralOptionRangesTest, BoundsPassAndOneBeyondIsRefused) {
       [](auto& n) { n.featureless_learning_rate = 0; },
       [](auto& n) { n.featureless_learning_rate = INFINITY; },
       [](auto& n) { n.featureless_learning_rate = 0.02; n.weight_decay = 50; },
+      [](auto& n) { n.featureless_conal_lambda = -1e-9; },
+      [](auto& n) { n.featureless_conal_lambda = INFINITY; },
+      [](auto& n) { n.featureless_conal_lambda = std::nan(""); },
   };
   for (size_t v = 0; v < valid.size(); ++v) {
     TruthModelOptions options;

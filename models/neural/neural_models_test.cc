@@ -341,7 +341,7 @@ TEST(NeuralOptionsTest, DeviceAndOptionErrors) {
 // twice over gets the same reward, not twice it.
 TEST(ConalTest, TheRewardIsTheMeanDistanceSoItDoesNotGrowWithTheCrowd) {
   TruthModelOptions::Neural options;
-  options.conal_lambda = 0.5;
+  options.featureless_conal_lambda = 0.5;  // these nets read no features
   const int32_t k = 3, annotators = 4;
   neural::ConalNet net(10, annotators, k, 0, 0, options);
   neural::ConalNet twice(10, 2 * annotators, k, 0, 0, options);
@@ -369,6 +369,35 @@ TEST(ConalTest, TheRewardIsTheMeanDistanceSoItDoesNotGrowWithTheCrowd) {
   }
   EXPECT_NEAR(net.Regularizer().item<double>(), expected, 1e-5);
   EXPECT_NEAR(twice.Regularizer().item<double>(), expected, 1e-5);
+}
+
+// λ follows the rule that chooses the learning rate: conal_lambda for a network over item or
+// annotator features, featureless_conal_lambda where every input is a learned embedding
+// (truth_model.h). Nets with the same confusions, so the rewards differ by λ alone.
+TEST(ConalTest, FeaturelessNetsWeighTheRewardByTheFeaturelessLambda) {
+  TruthModelOptions::Neural options;
+  options.conal_lambda = 0.3;
+  options.featureless_conal_lambda = 0.02;
+  const int32_t k = 3, annotators = 4;
+  neural::ConalNet featureless(10, annotators, k, 0, 0, options);
+  neural::ConalNet item_features(10, annotators, k, 5, 0, options);
+  neural::ConalNet annotator_features(10, annotators, k, 0, 2, options);
+  {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(3);
+    featureless.individual().add_(torch::randn({annotators, k, k}));
+    for (neural::ConalNet* net : {&item_features, &annotator_features}) {
+      net->individual().copy_(featureless.individual());
+      net->common().copy_(featureless.common());
+    }
+  }
+  const double distance = -featureless.Regularizer().item<double>() / 0.02;
+  ASSERT_GT(distance, 0.1);
+  EXPECT_NEAR(item_features.Regularizer().item<double>(), -0.3 * distance, 1e-5);
+  EXPECT_NEAR(annotator_features.Regularizer().item<double>(), -0.3 * distance, 1e-5);
+  // The default is a tenth of conal_lambda's, as the ten-times rate asks (conal.h).
+  const TruthModelOptions::Neural defaults;
+  EXPECT_DOUBLE_EQ(defaults.featureless_conal_lambda, defaults.conal_lambda / 10);
 }
 
 // Tanno et al.: every confusion starts at the identity, and the penalty is λ times the trace
