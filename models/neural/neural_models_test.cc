@@ -417,6 +417,40 @@ TEST(TraceRegTest, ConfusionsStartAtTheIdentityAndThePenaltySumsTheirTraces) {
   }
 }
 
+// Fits by generalised EM hold the confusions as logits, started at 0.9 on the diagonal
+// (trace_reg.h): the rows are softmaxes, so no projection touches them after a step, and the
+// trace penalty is the same function of the probabilities.
+TEST(TraceRegTest, LogitConfusionsStartAtNinetyPercentAndNeedNoProjection) {
+  TruthModelOptions::Neural options;
+  options.trace_lambda = 0.5;
+  const int32_t k = 3, annotators = 4;
+  neural::TraceRegNet net(10, annotators, k, 0, options, neural::TraceRegNet::Parameterisation::kLogits);
+  torch::Tensor start = net.Confusions();
+  for (int32_t r = 0; r < annotators; ++r) {
+    for (int32_t row = 0; row < k; ++row) {
+      for (int32_t y = 0; y < k; ++y) {
+        EXPECT_NEAR(start[r][row][y].item<double>(), row == y ? 0.9 : 0.05, 1e-6) << r << row << y;
+      }
+    }
+  }
+  EXPECT_NEAR(net.Regularizer().item<double>(), 0.5 * 0.9 * k * annotators, 1e-5);
+  // A parameter named for its kind, so that a stored net of the other kind does not load.
+  std::vector<std::string> names;
+  for (const auto& p : net.named_parameters()) names.push_back(p.key());
+  EXPECT_THAT(names, ::testing::Contains("confusion_logits"));
+  EXPECT_THAT(names, ::testing::Not(::testing::Contains("confusion")));
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : net.named_parameters()) {
+      if (p.key() == "confusion_logits") p.value().add_(torch::randn(p.value().sizes()) * 3);
+    }
+  }
+  torch::Tensor before = net.Confusions().clone();
+  net.AfterOptimizerStep();
+  EXPECT_TRUE(torch::equal(net.Confusions(), before));
+  EXPECT_TRUE(torch::allclose(before.sum(2), torch::ones({annotators, k})));
+}
+
 // A fit weights each annotator's trace by its share of the labels, λ n_r / L (trace_reg.h): in
 // a crowd of one annotator with many labels and others with few, the few-label annotators'
 // penalty is small, so the fit does not flip the classes to lower their traces. A crowd where
@@ -1031,28 +1065,31 @@ struct FewLabelsCase {
   }
 };
 
-// Without item features, crowdlayer trains by generalised EM (truth_model.h,
-// neural.featureless_em) and ends within a point of Dawid-Skene's accuracy.
-TEST(FeaturelessEmTest, CrowdLayerComesWithinAPointOfDawidSkene) {
+// Without item features, crowdlayer and trace_reg train by generalised EM (truth_model.h,
+// neural.featureless_em) and end within a point of Dawid-Skene's accuracy, where the papers'
+// per-label losses stay near the majority vote.
+TEST(FeaturelessEmTest, CrowdLayerAndTraceRegComeWithinAPointOfDawidSkene) {
   const FewLabelsCase few;
   const AnnotationMatrix& data = few.data;
   auto accuracy_of = [&](const TruthModel& model) { return few.AccuracyOf(model); };
   const double ds_accuracy = few.DawidSkeneAccuracy();
-  TruthModelOptions options;
-  options.neural.device = "cpu";
-  options.neural.seed = 5;
-  double accuracy[2] = {0, 0};
-  for (int em = 0; em < 2; ++em) {
-    options.neural.featureless_em = em == 1;
-    auto model = CreateUncalibratedTruthModel("crowdlayer", 2, options);
-    ASSERT_THAT(model, IsOk());
-    ASSERT_THAT((*model)->Fit(data, {}, false).status(), IsOk());
-    accuracy[em] = accuracy_of(**model);
+  for (const char* method : {"crowdlayer", "trace_reg"}) {
+    TruthModelOptions options;
+    options.neural.device = "cpu";
+    options.neural.seed = 5;
+    double accuracy[2] = {0, 0};
+    for (int em = 0; em < 2; ++em) {
+      options.neural.featureless_em = em == 1;
+      auto model = CreateUncalibratedTruthModel(method, 2, options);
+      ASSERT_THAT(model, IsOk());
+      ASSERT_THAT((*model)->Fit(data, {}, false).status(), IsOk());
+      accuracy[em] = accuracy_of(**model);
+    }
+    std::printf("ds %.4f, %s by EM %.4f, by the per-label loss %.4f\n", ds_accuracy, method,
+                accuracy[1], accuracy[0]);
+    EXPECT_GE(accuracy[1], ds_accuracy - 0.01) << method;
+    EXPECT_GT(accuracy[1], accuracy[0] + 0.02) << method;
   }
-  std::printf("ds %.4f, crowdlayer by EM %.4f, by the per-label loss %.4f\n", ds_accuracy,
-              accuracy[1], accuracy[0]);
-  EXPECT_GE(accuracy[1], ds_accuracy - 0.01);
-  EXPECT_GT(accuracy[1], accuracy[0] + 0.02);
 }
 
 // cmm without item features starts each E-step from the class prior (neural_truth_model.h,
@@ -1099,12 +1136,35 @@ TEST(CmmTest, CheckpointsSeeTheCurrentGroups) {
   EXPECT_GT(largest_move, 0.1);
 }
 
-// trace_reg and conal keep the papers' losses (neural_truth_model.h, TrainsByEmWithoutFeatures):
-// featureless_em changes nothing for them.
-TEST(FeaturelessEmTest, TraceRegAndConalKeepThePapersLoss) {
+// The parameterisation follows the loss: a model that trains by EM (no features,
+// featureless_em) cannot restore a version stored by one on the paper's loss, whose
+// confusions are probabilities; it refuses rather than reading them as logits.
+TEST(TraceRegTest, AVersionOfTheOtherParameterisationIsRefused) {
+  const FewLabelsCase few;
+  TruthModelOptions options;
+  options.neural.device = "cpu";
+  options.neural.steps = 20;
+  options.neural.featureless_em = false;
+  auto paper = CreateUncalibratedTruthModel("trace_reg", 2, options);
+  ASSERT_THAT(paper, IsOk());
+  ASSERT_THAT((*paper)->Fit(few.data, {}, false).status(), IsOk());
+  const std::string stored = (*paper)->Serialize();
+  options.neural.featureless_em = true;
+  auto em = CreateUncalibratedTruthModel("trace_reg", 2, options);
+  ASSERT_THAT(em, IsOk());
+  EXPECT_THAT((*em)->Restore(stored), StatusIs(absl::StatusCode::kInvalidArgument));
+  options.neural.featureless_em = false;
+  auto same = CreateUncalibratedTruthModel("trace_reg", 2, options);
+  ASSERT_THAT(same, IsOk());
+  EXPECT_THAT((*same)->Restore(stored), IsOk());
+}
+
+// conal keeps the paper's loss (neural_truth_model.h, TrainsByEmWithoutFeatures): featureless_em
+// changes nothing for it.
+TEST(FeaturelessEmTest, ConalKeepsThePapersLoss) {
   const BiasedCrowd crowd = SkilledOutvotedByBiased();
   const AnnotationMatrix data = crowd.Matrix();
-  for (const char* method : {"trace_reg", "conal"}) {
+  for (const char* method : {"conal"}) {
     std::vector<double> posterior[2];
     for (int em = 0; em < 2; ++em) {
       TruthModelOptions options;

@@ -377,11 +377,13 @@ int NeuralTruthModel::TrainByEm(CrowdNet& net, const LabelTensors& data, int64_t
   return epochs;
 }
 
+bool NeuralTruthModel::TrainsByEm() const {
+  return item_feature_dim_ == 0 && options_.neural.featureless_em && TrainsByEmWithoutFeatures();
+}
+
 int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int64_t steps) {
   if (data.num_labels == 0) return 0;
-  if (item_feature_dim_ == 0 && options_.neural.featureless_em && TrainsByEmWithoutFeatures()) {
-    return TrainByEm(net, data, steps);
-  }
+  if (TrainsByEm()) return TrainByEm(net, data, steps);
   net.train();
   std::unique_ptr<FlatAmsGrad> optimizer = MakeOptimizer(net);
   const int64_t batch = std::min<int64_t>(batch_size_, data.num_labels);

@@ -23,8 +23,9 @@
 // Fit. The subclass trains its CrowdNet (default: minibatch AMSGrad on the marginal
 // likelihood of every label, log Σ_k h_i[k] Q(i, a)[k, y], plus the method's regulariser and
 // the cross-entropy of h on gold items); crowdlayer and conal start a cold fit with h anchored
-// to Dawid-Skene's posteriors (StartsFromDawidSkene). Without any features, crowdlayer trains
-// by generalised EM instead (TruthModelOptions::Neural::featureless_em, TrainByEm), every
+// to Dawid-Skene's posteriors (StartsFromDawidSkene). Without any features, crowdlayer and
+// trace_reg train by generalised EM instead (TruthModelOptions::Neural::featureless_em,
+// TrainByEm), every
 // method at neural.featureless_learning_rate, and E-steps start items from the class prior
 // (EStepClassLogPrior; lia keeps h_i, which measured better for it). Then, on the CPU, the base
 // reads every item's prior
@@ -198,12 +199,14 @@ class NeuralTruthModel : public TruthModel {
   // does, which measured better for it (trace_reg.h).
   virtual bool StartsFromDawidSkene() const { return false; }
   // Whether TrainMarginal trains by EM when items carry no features and neural.featureless_em
-  // is set (truth_model.h): crowdlayer. trace_reg and conal keep the paper's loss, which
-  // measured better for them (docs/EVALUATION.md, "Generalised EM without features"): trace_reg's
-  // identity start makes the first E-step the majority vote with near certainty, and conal's
-  // per-item mix of the common and the individual confusions, free without features, lets EM
-  // fit each item's own labels.
+  // is set (truth_model.h): crowdlayer and trace_reg (with its confusions as logits:
+  // trace_reg.h). conal keeps the paper's loss, which measured better for it
+  // (docs/EVALUATION.md, "Generalised EM without features"): its per-item mix of the common
+  // and the individual confusions, free without features, lets EM fit each item's own labels.
   virtual bool TrainsByEmWithoutFeatures() const { return false; }
+  // Whether a fit of this model trains by EM: no item features, neural.featureless_em and
+  // TrainsByEmWithoutFeatures(). Known before the net is built (MakeNet may depend on it).
+  bool TrainsByEm() const;
   // Reads the tables LogConfusion needs from `net` (on the CPU, in eval mode).
   virtual void ExportTables(CrowdNet& net) = 0;
   // Writes log Q(item, annotator) (K x K, row-major) into `out`. `item` outside

@@ -6,14 +6,20 @@
 namespace verity::models::neural {
 
 TraceRegNet::TraceRegNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim,
-                         const TruthModelOptions::Neural& options)
-{
+                         const TruthModelOptions::Neural& options, Parameterisation parameterisation)
+    : parameterisation_(parameterisation) {
   InitItems(num_items, options.embedding_dim, feature_dim);
-  trace_weights_ = register_buffer(
-      "trace_weights", torch::full({std::max(1, num_annotators)}, options.trace_lambda));
+  const int64_t annotators = std::max(1, num_annotators);
+  trace_weights_ = register_buffer("trace_weights", torch::full({annotators}, options.trace_lambda));
   classifier_ = register_module("classifier", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
-  confusion_ = register_parameter(
-      "confusion", torch::eye(k).unsqueeze(0).repeat({std::max(1, num_annotators), 1, 1}));
+  // Distinct names, so that a stored net of one parameterisation fails to load into the other
+  // rather than being read as the wrong kind of number.
+  if (parameterisation_ == Parameterisation::kProbabilities) {
+    confusion_ = register_parameter("confusion", torch::eye(k).unsqueeze(0).repeat({annotators, 1, 1}));
+  } else {
+    const double diagonal = std::log(kLogitStartDiagonal * (k - 1) / (1 - kLogitStartDiagonal));
+    confusion_ = register_parameter("confusion_logits", IdentityLogits(annotators, k, diagonal));
+  }
 }
 
 torch::Tensor TraceRegNet::LogPrior(const torch::Tensor& items) {
@@ -21,6 +27,7 @@ torch::Tensor TraceRegNet::LogPrior(const torch::Tensor& items) {
 }
 
 torch::Tensor TraceRegNet::Confusions() const {
+  if (parameterisation_ == Parameterisation::kLogits) return torch::softmax(confusion_, 2);
   // The projection keeps confusion_ on the simplex; the division only matters within a step.
   return confusion_ / confusion_.sum(2, /*keepdim=*/true);
 }
@@ -45,13 +52,17 @@ void TraceRegNet::set_trace_weights(const torch::Tensor& weights) {
 }
 
 void TraceRegNet::AfterOptimizerStep() {
+  if (parameterisation_ == Parameterisation::kLogits) return;  // rows are softmaxes
   torch::NoGradGuard no_grad;
   confusion_.clamp_min_(kMinConfusion);
   confusion_.div_(confusion_.sum(2, /*keepdim=*/true));
 }
 
 std::shared_ptr<CrowdNet> TraceRegModel::MakeNet(int32_t num_items, int32_t num_annotators) const {
-  return std::make_shared<TraceRegNet>(num_items, num_annotators, num_classes(), item_feature_dim(), options().neural);
+  return std::make_shared<TraceRegNet>(
+      num_items, num_annotators, num_classes(), item_feature_dim(), options().neural,
+      TrainsByEm() ? TraceRegNet::Parameterisation::kLogits
+                   : TraceRegNet::Parameterisation::kProbabilities);
 }
 
 int TraceRegModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
