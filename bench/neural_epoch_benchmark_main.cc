@@ -85,7 +85,8 @@ ABSL_FLAG(double, learning_rate, verity::models::TruthModelOptions().neural.feat
           "TruthModelOptions::Neural::featureless_learning_rate, the rate of these crowds (no "
           "features; at 1,024 labels, scaled by the batch's rule)");
 ABSL_FLAG(bool, featureless_em, verity::models::TruthModelOptions().neural.featureless_em,
-          "TruthModelOptions::Neural::featureless_em (crowdlayer by EM; false: the paper's loss)");
+          "TruthModelOptions::Neural::featureless_em (crowdlayer and trace_reg by EM; false: the "
+          "papers' losses)");
 ABSL_FLAG(double, trace_lambda, verity::models::TruthModelOptions().neural.trace_lambda,
           "TruthModelOptions::Neural::trace_lambda (trace_reg)");
 ABSL_FLAG(double, conal_lambda,
