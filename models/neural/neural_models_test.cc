@@ -451,6 +451,26 @@ TEST(TraceRegTest, LogitConfusionsStartAtNinetyPercentAndNeedNoProjection) {
   EXPECT_TRUE(torch::allclose(before.sum(2), torch::ones({annotators, k})));
 }
 
+// Logit confusions take no floor in training: a label on an entry far below kMinConfusion
+// still raises it (a floor would pass no gradient, and the entry could never come back).
+TEST(TraceRegTest, ALabelOnALogitEntryBelowTheFloorStillRaisesIt) {
+  TruthModelOptions::Neural options;
+  neural::TraceRegNet net(4, 2, 3, 0, options, neural::TraceRegNet::Parameterisation::kLogits);
+  torch::Tensor logits;
+  for (const auto& p : net.named_parameters()) {
+    if (p.key() == "confusion_logits") logits = p.value();
+  }
+  ASSERT_TRUE(logits.defined());
+  {
+    torch::NoGradGuard no_grad;
+    logits[1][0][2].fill_(-40.0);  // p(label 2 | class 0) for annotator 1: about 1e-18
+  }
+  ASSERT_LT(net.Confusions()[1][0][2].item<double>(), neural::TraceRegNet::kMinConfusion);
+  torch::Tensor log_q = net.LogConfusion(torch::tensor({0}, torch::kLong), torch::tensor({1}, torch::kLong));
+  (-log_q[0][0][2]).backward();
+  EXPECT_LT(logits.grad()[1][0][2].item<double>(), -0.5);  // a step against it raises the entry
+}
+
 // A fit weights each annotator's trace by its share of the labels, λ n_r / L (trace_reg.h): in
 // a crowd of one annotator with many labels and others with few, the few-label annotators'
 // penalty is small, so the fit does not flip the classes to lower their traces. A crowd where
@@ -466,29 +486,43 @@ TEST(TraceRegTest, EachAnnotatorsTraceIsWeightedByItsShareOfTheLabels) {
     spec.confusions.push_back(testing::SymmetricConfusion(2, 0.8));
   }
   testing::SyntheticCrowd crowd = testing::GenerateSyntheticCrowd(spec);
-  TruthModelOptions options = FastOptions("trace_reg");
-  options.neural.trace_lambda = 0.01;
-  options.neural.steps = 600;
-  auto model = Make("trace_reg", 2, options);
-  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
-  const double accuracy =
-      testing::Accuracy(AllPosteriors(*model, crowd.matrix, {}), crowd.matrix, crowd.truth);
-  std::printf("trace_reg, 300 annotators with about 6 labels each: accuracy %.4f\n", accuracy);
-  EXPECT_GT(accuracy, 0.85);
+  for (bool em : {false, true}) {  // the paper's loss and generalised EM share the penalty
+    TruthModelOptions options = FastOptions("trace_reg");
+    options.neural.trace_lambda = 0.01;
+    options.neural.steps = 600;
+    options.neural.featureless_em = em;
+    auto model = Make("trace_reg", 2, options);
+    ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+    const double accuracy =
+        testing::Accuracy(AllPosteriors(*model, crowd.matrix, {}), crowd.matrix, crowd.truth);
+    std::printf("trace_reg (featureless_em %d), 300 annotators with about 6 labels each: "
+                "accuracy %.4f\n", em, accuracy);
+    EXPECT_GT(accuracy, 0.85) << em;
+  }
 }
 
-// After a fit the confusions stay on the simplex (the projection after every step) and the
-// diagonal of a spammer's is lower than a good annotator's.
+// After a fit the confusions stay on the simplex (on the paper's loss, the projection after
+// every step; by EM, softmaxes of logits) and the diagonal of a spammer's (annotators 8-11 of
+// MakeCrowd answer at random) is lower than a good annotator's (0-7, 0.8 right).
 TEST(TraceRegTest, FittedConfusionsAreRowStochastic) {
   testing::SyntheticCrowd crowd = MakeCrowd(3, 11);
-  auto model = Make("trace_reg", 3);
-  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
-  for (int32_t a : {0, 11}) {
-    std::vector<double> c = model->AnnotatorConfusion(a);
-    for (int row = 0; row < 3; ++row) {
-      EXPECT_NEAR(c[row * 3] + c[row * 3 + 1] + c[row * 3 + 2], 1.0, 1e-5);
-      for (int y = 0; y < 3; ++y) EXPECT_GE(c[row * 3 + y], 0.5 * neural::TraceRegNet::kMinConfusion);
+  for (bool em : {false, true}) {
+    TruthModelOptions options = FastOptions("trace_reg");
+    options.neural.featureless_em = em;
+    auto model = Make("trace_reg", 3, options);
+    ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+    double diagonal[2] = {0, 0};
+    for (int32_t a : {0, 11}) {
+      std::vector<double> c = model->AnnotatorConfusion(a);
+      for (int row = 0; row < 3; ++row) {
+        EXPECT_NEAR(c[row * 3] + c[row * 3 + 1] + c[row * 3 + 2], 1.0, 1e-5) << em;
+        for (int y = 0; y < 3; ++y) EXPECT_GE(c[row * 3 + y], 0.5 * neural::TraceRegNet::kMinConfusion);
+        diagonal[a == 0 ? 0 : 1] += c[row * 3 + row] / 3;
+      }
     }
+    std::printf("featureless_em %d: mean diagonal, good annotator %.3f, spammer %.3f\n", em,
+                diagonal[0], diagonal[1]);
+    EXPECT_GT(diagonal[0], diagonal[1] + 0.1) << em;
   }
 }
 
@@ -1136,27 +1170,36 @@ TEST(CmmTest, CheckpointsSeeTheCurrentGroups) {
   EXPECT_GT(largest_move, 0.1);
 }
 
-// The parameterisation follows the loss: a model that trains by EM (no features,
-// featureless_em) cannot restore a version stored by one on the paper's loss, whose
-// confusions are probabilities; it refuses rather than reading them as logits.
-TEST(TraceRegTest, AVersionOfTheOtherParameterisationIsRefused) {
+// The parameterisation follows the loss, and a version stored under the other one restores
+// converted (trace_reg.h, TraceRegNet::load): before trace_reg trained by EM every stored net
+// held probabilities. A model that trains by EM restores one stored by the paper's loss, and
+// the reverse, with the same served confusions; each can then warm-start from it.
+TEST(TraceRegTest, AVersionOfTheOtherParameterisationRestoresConverted) {
   const FewLabelsCase few;
-  TruthModelOptions options;
-  options.neural.device = "cpu";
-  options.neural.steps = 20;
-  options.neural.featureless_em = false;
-  auto paper = CreateUncalibratedTruthModel("trace_reg", 2, options);
-  ASSERT_THAT(paper, IsOk());
-  ASSERT_THAT((*paper)->Fit(few.data, {}, false).status(), IsOk());
-  const std::string stored = (*paper)->Serialize();
-  options.neural.featureless_em = true;
-  auto em = CreateUncalibratedTruthModel("trace_reg", 2, options);
-  ASSERT_THAT(em, IsOk());
-  EXPECT_THAT((*em)->Restore(stored), StatusIs(absl::StatusCode::kInvalidArgument));
-  options.neural.featureless_em = false;
-  auto same = CreateUncalibratedTruthModel("trace_reg", 2, options);
-  ASSERT_THAT(same, IsOk());
-  EXPECT_THAT((*same)->Restore(stored), IsOk());
+  for (bool stored_by_em : {false, true}) {
+    TruthModelOptions options;
+    options.neural.device = "cpu";
+    options.neural.steps = 20;
+    options.neural.featureless_em = stored_by_em;
+    auto stored = CreateUncalibratedTruthModel("trace_reg", 2, options);
+    ASSERT_THAT(stored, IsOk());
+    ASSERT_THAT((*stored)->Fit(few.data, {}, false).status(), IsOk());
+    options.neural.featureless_em = !stored_by_em;
+    auto other = CreateUncalibratedTruthModel("trace_reg", 2, options);
+    ASSERT_THAT(other, IsOk());
+    ASSERT_THAT((*other)->Restore((*stored)->Serialize()), IsOk()) << stored_by_em;
+    double largest_difference = 0;
+    for (int32_t a = 0; a < 40; ++a) {
+      const std::vector<double> want = (*stored)->AnnotatorConfusion(a);
+      const std::vector<double> got = (*other)->AnnotatorConfusion(a);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t x = 0; x < want.size(); ++x) {
+        largest_difference = std::max(largest_difference, std::abs(got[x] - want[x]));
+      }
+    }
+    EXPECT_LT(largest_difference, 1e-5) << stored_by_em;
+    EXPECT_THAT((*other)->Fit(few.data, {}, true).status(), IsOk()) << stored_by_em;
+  }
 }
 
 // conal keeps the paper's loss (neural_truth_model.h, TrainsByEmWithoutFeatures): featureless_em

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace verity::models::neural {
 
@@ -12,13 +13,12 @@ TraceRegNet::TraceRegNet(int32_t num_items, int32_t num_annotators, int32_t k, i
   const int64_t annotators = std::max(1, num_annotators);
   trace_weights_ = register_buffer("trace_weights", torch::full({annotators}, options.trace_lambda));
   classifier_ = register_module("classifier", MakeMlp(options.embedding_dim, options.hidden_units, k, 2));
-  // Distinct names, so that a stored net of one parameterisation fails to load into the other
-  // rather than being read as the wrong kind of number.
+  // Distinct names, so that load() knows which kind a stored net holds.
   if (parameterisation_ == Parameterisation::kProbabilities) {
-    confusion_ = register_parameter("confusion", torch::eye(k).unsqueeze(0).repeat({annotators, 1, 1}));
+    confusion_ = register_parameter(kProbabilitiesName, torch::eye(k).unsqueeze(0).repeat({annotators, 1, 1}));
   } else {
     const double diagonal = std::log(kLogitStartDiagonal * (k - 1) / (1 - kLogitStartDiagonal));
-    confusion_ = register_parameter("confusion_logits", IdentityLogits(annotators, k, diagonal));
+    confusion_ = register_parameter(kLogitsName, IdentityLogits(annotators, k, diagonal));
   }
 }
 
@@ -33,6 +33,11 @@ torch::Tensor TraceRegNet::Confusions() const {
 }
 
 torch::Tensor TraceRegNet::LogConfusion(const torch::Tensor&, const torch::Tensor& annotators) {
+  // Logits need no floor, and one would stop the gradient of an entry below it: the labels
+  // could not raise it again.
+  if (parameterisation_ == Parameterisation::kLogits) {
+    return torch::log_softmax(confusion_.index_select(0, annotators), 2);
+  }
   return torch::log(Confusions().index_select(0, annotators).clamp_min(kMinConfusion));
 }
 
@@ -44,6 +49,34 @@ torch::Tensor TraceRegNet::LogNoisyLabel(const torch::Tensor& items, const torch
 
 torch::Tensor TraceRegNet::Regularizer() {
   return (trace_weights_ * Confusions().diagonal(0, 1, 2).sum(1)).sum();
+}
+
+void TraceRegNet::load(torch::serialize::InputArchive& archive) {
+  torch::NoGradGuard no_grad;
+  // As Module::load, for everything but the confusions.
+  for (auto& parameter : named_parameters(/*recurse=*/false)) {
+    if (!parameter.value().is_same(confusion_)) archive.read(parameter.key(), parameter.value());
+  }
+  for (auto& buffer : named_buffers(/*recurse=*/false)) {
+    archive.read(buffer.key(), buffer.value(), /*is_buffer=*/true);
+  }
+  for (const auto& child : named_children()) {
+    torch::serialize::InputArchive child_archive;
+    archive.read(child.key(), child_archive);
+    child.value()->load(child_archive);
+  }
+  torch::Tensor stored;
+  if (archive.try_read(kLogitsName, stored)) {
+    if (parameterisation_ == Parameterisation::kProbabilities) stored = torch::softmax(stored, 2);
+  } else if (archive.try_read(kProbabilitiesName, stored)) {
+    if (parameterisation_ == Parameterisation::kLogits) stored = torch::log(stored.clamp_min(kMinConfusion));
+  } else {
+    throw std::runtime_error("trace_reg: the stored net has no confusions");
+  }
+  if (!stored.sizes().equals(confusion_.sizes())) {
+    throw std::runtime_error("trace_reg: the stored confusions have another shape");
+  }
+  confusion_.copy_(stored);
 }
 
 void TraceRegNet::set_trace_weights(const torch::Tensor& weights) {

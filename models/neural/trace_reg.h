@@ -1,7 +1,8 @@
 // trace_reg: Tanno et al. (2019), "Learning from Noisy Labels by Regularized Estimation of
 // Annotator Confusion". A classifier p_θ(x) (here an MLP over a learned item embedding) and one
 // confusion matrix A^(r) per annotator (row = true class, rows on the simplex) are trained
-// together on the paper's objective
+// together (where items carry features, or with neural.featureless_em off; otherwise by
+// generalised EM on the same penalty, below) on the paper's objective
 //     (1/N) Σ_i Σ_(r labelled i) CE(A^(r)ᵀ p_θ(x_i), ỹ_i^(r)) + λ Σ_r tr(A^(r)),
 // whose trace term makes the confusions, not the classifier, absorb the label noise
 // (TruthModelOptions::Neural::trace_lambda, λ, default 0.01).
@@ -9,7 +10,7 @@
 // As the paper:
 //   - the trace is summed over the annotators (not averaged), so the penalty grows with the
 //     crowd as in the paper's objective;
-//   - every A^(r) starts at the identity exactly;
+//   - every A^(r) starts at the identity exactly (on the paper's loss; EM fits: below);
 //   - λ is constant over the fit: the paper gives one λ for the whole training and no
 //     schedule, and the released code of the same group (UCLBrain/LearnNoisyLabels) also uses a
 //     constant weight (one variant there switches the term on only after some epochs, which
@@ -25,8 +26,9 @@
 //     with 3 labels as much as one with 3,000, and it dominated the likelihood: at λ = 0.01
 //     the fits flipped the classes (accuracy on product 0.409, labelme 0.404, music 0.462,
 //     3 fits each; 0.883, 0.743 and 0.676 at λ = 0.001, and see docs/EVALUATION.md).
-//   - A^(r) is parameterised by its probabilities directly, projected back onto the simplex
-//     (entries clamped at kMinConfusion = 1e-6, rows renormalised) after every optimiser step.
+//   - On the paper's loss, A^(r) is parameterised by its probabilities directly, projected
+//     back onto the simplex (entries clamped at kMinConfusion = 1e-6, rows renormalised) after
+//     every optimiser step.
 //     The identity is not reachable through a row softmax, and a softmax started near it
 //     saturates: AMSGrad moves a logit by about the learning rate a step, so a diagonal of
 //     0.99 could not come down to an annotator's 0.6 within a fit's budget.
@@ -53,8 +55,9 @@
 // kMinConfusion. The likely mechanism: a cell an annotator rarely uses gets a positive gradient
 // in few minibatches and the normalisation's small negative one in all the others, AMSGrad
 // makes both steps of about the learning rate, and the entry sinks to the floor; a later label
-// there then weighs as near-impossible evidence. On simulated crowds this puts trace_reg below
-// majority vote (docs/PERFORMANCE.md, issue 21's default fits).
+// there then weighs as near-impossible evidence. On simulated crowds this put trace_reg below
+// majority vote (docs/PERFORMANCE.md, issue 21's default fits, measured before fits without
+// features trained by EM over logits).
 // How a fit starts: from the identity confusions (logits at 0.9 for EM, above) and a random
 // truth network, as the paper does. The Dawid-Skene start of crowdlayer (NeuralTruthModel::StartsFromDawidSkene)
 // was measured here too and is off: mean of 2 fits without features (docs/EVALUATION.md, "The
@@ -95,6 +98,11 @@ class TraceRegNet : public CrowdNet {
   torch::Tensor Regularizer() override;
   // kProbabilities: projects every A^(r) back onto the simplex (see the file comment).
   void AfterOptimizerStep() override;
+  // Module::load, but a net stored under the other parameterisation (every stored net before
+  // trace_reg trained by EM held probabilities) is converted: logits = log p (p floored at
+  // kMinConfusion), p = softmax(logits). Throws (as Module::load does) on a missing or
+  // misshapen entry.
+  void load(torch::serialize::InputArchive& archive) override;
 
   // One weight per annotator (R values), on any device.
   void set_trace_weights(const torch::Tensor& weights);
@@ -102,6 +110,8 @@ class TraceRegNet : public CrowdNet {
   torch::Tensor Confusions() const;
 
  private:
+  static constexpr const char* kProbabilitiesName = "confusion";
+  static constexpr const char* kLogitsName = "confusion_logits";
   Parameterisation parameterisation_;
   torch::Tensor trace_weights_;  // R, a buffer on the training device
   torch::nn::Sequential classifier_{nullptr};
