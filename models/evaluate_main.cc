@@ -120,6 +120,8 @@ ABSL_FLAG(double, heldout_label_fraction,
           "TruthModelOptions::Neural::heldout_label_fraction (neural early stopping)");
 ABSL_FLAG(int, neural_steps, verity::models::TruthModelOptions().neural.steps,
           "TruthModelOptions::Neural::steps (0: scaled with the data)");
+ABSL_FLAG(double, neural_weight_decay, verity::models::TruthModelOptions().neural.weight_decay,
+          "TruthModelOptions::Neural::weight_decay");
 ABSL_FLAG(double, neural_learning_rate, verity::models::TruthModelOptions().neural.learning_rate,
           "TruthModelOptions::Neural::learning_rate");
 ABSL_FLAG(double, featureless_learning_rate,
@@ -474,6 +476,7 @@ int Main(const std::vector<std::string>& positional) {
   settings.options.neural.featureless_em = absl::GetFlag(FLAGS_featureless_em);
   settings.options.neural.steps = absl::GetFlag(FLAGS_neural_steps);
   settings.options.neural.learning_rate = absl::GetFlag(FLAGS_neural_learning_rate);
+  settings.options.neural.weight_decay = absl::GetFlag(FLAGS_neural_weight_decay);
   settings.options.neural.featureless_learning_rate = absl::GetFlag(FLAGS_featureless_learning_rate);
   settings.options.neural.trace_lambda = absl::GetFlag(FLAGS_trace_lambda);
   if (absl::Status s = ValidateTruthModelOptions(settings.options); !s.ok()) {
