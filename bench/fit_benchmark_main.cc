@@ -109,6 +109,9 @@ ABSL_FLAG(int, neural_steps, 0,
           "neural models: optimiser steps of a fit (TruthModelOptions::Neural::steps; lia: per "
           "EM iteration times --neural_em_iterations); 0 = the model's default. labels / 1024 "
           "steps is one epoch");
+ABSL_FLAG(bool, neural_featureless_em, verity::models::TruthModelOptions().neural.featureless_em,
+          "TruthModelOptions::Neural::featureless_em (crowdlayer and trace_reg by generalised EM on "
+          "these featureless crowds; false: the papers' losses)");
 ABSL_FLAG(int, neural_em_iterations, verity::models::TruthModelOptions().neural.em_iterations,
           "neural models: lia's EM iterations (cmm runs 3x this many)");
 
@@ -513,6 +516,7 @@ int Main() {
   options.tolerance = absl::GetFlag(FLAGS_tolerance);
   options.neural.steps = absl::GetFlag(FLAGS_neural_steps);
   options.neural.em_iterations = absl::GetFlag(FLAGS_neural_em_iterations);
+  options.neural.featureless_em = absl::GetFlag(FLAGS_neural_featureless_em);
   if (absl::Status s = models::ValidateTruthModelOptions(options); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 2;
