@@ -25,16 +25,14 @@
 // the cross-entropy of h on gold items); crowdlayer and conal start a cold fit with h anchored
 // to Dawid-Skene's posteriors (StartsFromDawidSkene). Without any features, crowdlayer and
 // trace_reg train by generalised EM instead (TruthModelOptions::Neural::featureless_em,
-// TrainByEm), every
-// method at neural.featureless_learning_rate, and E-steps start items from the class prior
-// (EStepClassLogPrior; lia keeps h_i, which measured better for it). Then, on the CPU, the base
-// reads every item's prior
-// and the subclass its confusion tables out of the network (ExportTables). Queries
-// (ItemPosteriorForItem, AnnotatorConfusion, ...) read those tables in plain C++: they never
-// call LibTorch, are thread-safe and cost O(labels · K²). A warm start copies the previous
-// network's parameters (rows of new items and annotators keep their initialisation) and runs a
-// quarter of the steps. Training runs the network in training mode (dropout, batch statistics);
-// every export, E-step and checkpoint reads it in eval mode.
+// TrainByEm), every method at neural.featureless_learning_rate, and E-steps start items from
+// the class prior (EStepClassLogPrior; lia keeps h_i, which measured better for it). Then, on
+// the CPU, the base reads every item's prior and the subclass its confusion tables out of the
+// network (ExportTables). Queries (ItemPosteriorForItem, AnnotatorConfusion, ...) read those
+// tables in plain C++: they never call LibTorch, are thread-safe and cost O(labels · K²). A
+// warm start copies the previous network's parameters (rows of new items and annotators keep
+// their initialisation) and runs a quarter of the steps. Training runs the network in training
+// mode (dropout, batch statistics); every export, E-step and checkpoint reads it in eval mode.
 //
 // Serialize() stores the network's parameters and buffers (a LibTorch archive) and the sizes;
 // Restore() rebuilds the network and re-exports the tables, so a restored model answers

@@ -33,8 +33,6 @@ torch::Tensor TraceRegNet::Confusions() const {
 }
 
 torch::Tensor TraceRegNet::LogConfusion(const torch::Tensor&, const torch::Tensor& annotators) {
-  // Logits need no floor, and one would stop the gradient of an entry below it: the labels
-  // could not raise it again.
   if (parameterisation_ == Parameterisation::kLogits) {
     return torch::log_softmax(confusion_.index_select(0, annotators), 2);
   }

@@ -28,10 +28,9 @@
 //     3 fits each; 0.883, 0.743 and 0.676 at λ = 0.001, and see docs/EVALUATION.md).
 //   - On the paper's loss, A^(r) is parameterised by its probabilities directly, projected
 //     back onto the simplex (entries clamped at kMinConfusion = 1e-6, rows renormalised) after
-//     every optimiser step.
-//     The identity is not reachable through a row softmax, and a softmax started near it
-//     saturates: AMSGrad moves a logit by about the learning rate a step, so a diagonal of
-//     0.99 could not come down to an annotator's 0.6 within a fit's budget.
+//     every optimiser step. The identity is not reachable through a row softmax, and a softmax
+//     started near it saturates: AMSGrad moves a logit by about the learning rate a step, so a
+//     diagonal of 0.99 could not come down to an annotator's 0.6 within a fit's budget.
 //   - Item embeddings replace the paper's image features when items carry none.
 //   - Without item features, trace_reg trains by generalised EM, as crowdlayer does
 //     (TruthModelOptions::Neural::featureless_em; NeuralTruthModel::TrainByEm): gradient steps
@@ -42,8 +41,8 @@
 //     For these fits A^(r) is a row softmax of logits started at kLogitStartDiagonal (0.9) on
 //     the diagonal, not the paper's identity: an identity start makes the first E-step the
 //     majority vote with near certainty (bluebirds 0.773 under EM from the identity), and EM
-//     over the parameterisation by probabilities flipped the classes (product 0.166, rte
-//     0.117: the floor mechanism below, driven by the E-step). At the featureless learning
+//     over the probabilities from the Dawid-Skene start flipped the classes (product 0.166,
+//     rte 0.117; the floor mechanism below is the likely cause). At the featureless learning
 //     rate (1e-2) a logit moves far enough within a fit. Measured, 2 seeds, 6 datasets
 //     (docs/EVALUATION.md, "trace_reg by generalised EM"): product 0.906 -> 0.938, music
 //     0.737 -> 0.771, labelme 0.771 -> 0.793, relevance 0.600 -> 0.611.
@@ -59,10 +58,11 @@
 // majority vote (docs/PERFORMANCE.md, issue 21's default fits, measured before fits without
 // features trained by EM over logits).
 // How a fit starts: from the identity confusions (logits at 0.9 for EM, above) and a random
-// truth network, as the paper does. The Dawid-Skene start of crowdlayer (NeuralTruthModel::StartsFromDawidSkene)
-// was measured here too and is off: mean of 2 fits without features (docs/EVALUATION.md, "The
-// Dawid-Skene start"), it took relevance from 0.586 to 0.147 (the classes flipped) and product
-// from 0.911 to 0.809; followed by EM over logits it flipped them too (product 0.099).
+// truth network, as the paper does. The Dawid-Skene start of crowdlayer
+// (NeuralTruthModel::StartsFromDawidSkene) was measured here too and is off: mean of 2 fits
+// without features (docs/EVALUATION.md, "The Dawid-Skene start"), it took relevance from 0.586
+// to 0.147 (the classes flipped) and product from 0.911 to 0.809; followed by EM over logits
+// it flipped them too (product 0.099).
 #ifndef VERITY_MODELS_NEURAL_TRACE_REG_H_
 #define VERITY_MODELS_NEURAL_TRACE_REG_H_
 
@@ -90,7 +90,8 @@ class TraceRegNet : public CrowdNet {
               const TruthModelOptions::Neural& options,
               Parameterisation parameterisation = Parameterisation::kProbabilities);
   torch::Tensor LogPrior(const torch::Tensor& items) override;
-  // log A^(r), entries floored at kMinConfusion.
+  // log A^(r): kProbabilities floored at kMinConfusion; kLogits a log-softmax, no floor (a
+  // floor would stop the gradient of an entry below it).
   torch::Tensor LogConfusion(const torch::Tensor& items, const torch::Tensor& annotators) override;
   // log (A^(r)ᵀ p_θ(x))[y], as the paper.
   torch::Tensor LogNoisyLabel(const torch::Tensor& items, const torch::Tensor& annotators) override;
