@@ -132,6 +132,10 @@ ABSL_FLAG(bool, featureless_em, verity::models::TruthModelOptions().neural.featu
 ABSL_FLAG(double, trace_lambda,
           verity::models::TruthModelOptions().neural.trace_lambda,
           "TruthModelOptions::Neural::trace_lambda");
+ABSL_FLAG(int, lia_latent_dim, verity::models::TruthModelOptions().neural.lia_latent_dim,
+          "TruthModelOptions::Neural::lia_latent_dim");
+ABSL_FLAG(int, neural_em_iterations, verity::models::TruthModelOptions().neural.em_iterations,
+          "TruthModelOptions::Neural::em_iterations (lia and cmm)");
 
 namespace verity::models {
 namespace {
@@ -479,6 +483,8 @@ int Main(const std::vector<std::string>& positional) {
   settings.options.neural.weight_decay = absl::GetFlag(FLAGS_neural_weight_decay);
   settings.options.neural.featureless_learning_rate = absl::GetFlag(FLAGS_featureless_learning_rate);
   settings.options.neural.trace_lambda = absl::GetFlag(FLAGS_trace_lambda);
+  settings.options.neural.lia_latent_dim = absl::GetFlag(FLAGS_lia_latent_dim);
+  settings.options.neural.em_iterations = absl::GetFlag(FLAGS_neural_em_iterations);
   if (absl::Status s = ValidateTruthModelOptions(settings.options); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 2;
