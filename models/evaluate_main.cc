@@ -133,7 +133,10 @@ ABSL_FLAG(double, trace_lambda,
           verity::models::TruthModelOptions().neural.trace_lambda,
           "TruthModelOptions::Neural::trace_lambda");
 ABSL_FLAG(int, lia_latent_dim, verity::models::TruthModelOptions().neural.lia_latent_dim,
-          "TruthModelOptions::Neural::lia_latent_dim");
+          "TruthModelOptions::Neural::lia_latent_dim (lia over features)");
+ABSL_FLAG(int, featureless_lia_latent_dim,
+          verity::models::TruthModelOptions().neural.featureless_lia_latent_dim,
+          "TruthModelOptions::Neural::featureless_lia_latent_dim (lia without features)");
 ABSL_FLAG(int, neural_em_iterations, verity::models::TruthModelOptions().neural.em_iterations,
           "TruthModelOptions::Neural::em_iterations (lia and cmm)");
 
@@ -484,6 +487,7 @@ int Main(const std::vector<std::string>& positional) {
   settings.options.neural.featureless_learning_rate = absl::GetFlag(FLAGS_featureless_learning_rate);
   settings.options.neural.trace_lambda = absl::GetFlag(FLAGS_trace_lambda);
   settings.options.neural.lia_latent_dim = absl::GetFlag(FLAGS_lia_latent_dim);
+  settings.options.neural.featureless_lia_latent_dim = absl::GetFlag(FLAGS_featureless_lia_latent_dim);
   settings.options.neural.em_iterations = absl::GetFlag(FLAGS_neural_em_iterations);
   if (absl::Status s = ValidateTruthModelOptions(settings.options); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());

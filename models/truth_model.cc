@@ -141,6 +141,10 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
         "neural.lia_latent_dim in [1, 64], got ", n.cmm_groups, ", ", n.em_iterations, ", ",
         n.lia_latent_dim));
   }
+  if (n.featureless_lia_latent_dim < 1 || n.featureless_lia_latent_dim > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "neural.featureless_lia_latent_dim must be in [1, 64], got ", n.featureless_lia_latent_dim));
+  }
   if (n.cmm_setting != "global" && n.cmm_setting != "individual") {
     return absl::InvalidArgumentError(absl::StrCat(
         "neural.cmm_setting must be global or individual, got \"", n.cmm_setting, "\""));

@@ -255,6 +255,13 @@ struct TruthModelOptions {
     // lia: size L of the difficulty and competence tensors (C x C x L). The paper's value is
     // not stated for every dataset; 4 keeps the per-item table at 4 K^2 floats.
     int lia_latent_dim = 4;
+    // lia where neither items nor annotators carry features: L of the per-item difficulty and
+    // per-annotator competence, then learned embeddings that only the few labels of each item
+    // identify. With L = 1, D_i and C_j are K x K each and Q_ij = row-softmax(D_i ⊙ C_j); the
+    // larger L gave each item's difficulty room to explain its own labels away (labelme -1.5
+    // points below ds at L = 4, -0.7 at L = 1; docs/EVALUATION.md, "lia's latent size without
+    // features"). In [1, 64]. A stored net keeps the L it was fitted with (lia.h).
+    int featureless_lia_latent_dim = 1;
     // lia: each M-step, and the marginal-likelihood fine-tuning after the last, runs until the
     // mean minibatch loss over a window of 50 steps improves on the previous window's by less
     // than lia_tolerance of it (relative), or for at most a budget of steps: neural.steps /

@@ -95,6 +95,10 @@ class CrowdNet : public torch::nn::Module {
   // graph), to restore constraints the parameterisation does not keep by itself, in place.
   // Default: nothing.
   virtual void AfterOptimizerStep() {}
+  // Whether a warm start may copy `previous`'s parameters into this net (CopyOverlappingParameters
+  // copies what has the same name and trailing sizes). Default: yes. A net whose parameters
+  // change meaning with a size that the copy cannot see (lia's latent size L) says no.
+  virtual bool CanWarmStartFrom(const CrowdNet& previous) const { return true; }
 
  protected:
   void InitItems(int64_t num_items, int64_t dim, int64_t feature_dim) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace verity::models::neural {
@@ -12,14 +14,43 @@ constexpr int64_t kConvergenceWindow = 50;  // steps per window of the stopping 
 
 class LiaNet : public CrowdNet {
  public:
+  // L is featureless_lia_latent_dim where neither items nor annotators carry features, else
+  // lia_latent_dim (truth_model.h).
   LiaNet(int32_t num_items, int32_t num_annotators, int32_t k, int64_t feature_dim, int64_t annotator_feature_dim, const TruthModelOptions::Neural& options)
-      : k_(k), latent_(options.lia_latent_dim) {
-    const int64_t d = options.embedding_dim, h = options.hidden_units;
-    InitItems(num_items, d, feature_dim);
-    InitAnnotators(num_annotators, d, annotator_feature_dim);
-    truth_ = register_module("truth", MakeMlp(d, h, k, 4));
-    difficulty_ = register_module("difficulty", MakeMlp(d, h, k * k * latent_, 4));
-    competence_ = register_module("competence", torch::nn::Linear(d, k * k * latent_));
+      : k_(k),
+        latent_(feature_dim == 0 && annotator_feature_dim == 0 ? options.featureless_lia_latent_dim
+                                                               : options.lia_latent_dim),
+        width_(options.embedding_dim),
+        hidden_(options.hidden_units) {
+    InitItems(num_items, width_, feature_dim);
+    InitAnnotators(num_annotators, width_, annotator_feature_dim);
+    truth_ = register_module("truth", MakeMlp(width_, hidden_, k, 4));
+    difficulty_ = register_module("difficulty", MakeMlp(width_, hidden_, k * k * latent_, 4));
+    competence_ = register_module("competence", torch::nn::Linear(width_, k * k * latent_));
+  }
+  int64_t latent() const { return latent_; }
+  // A net of another L: the copy would pair unrelated (class, label, l) entries.
+  bool CanWarmStartFrom(const CrowdNet& previous) const override {
+    const auto* lia = dynamic_cast<const LiaNet*>(&previous);
+    return lia != nullptr && lia->latent_ == latent_;
+  }
+  // Restores a stored net of any L: its own, or another (a version fitted before the default
+  // changed), whose difficulty and competence networks are rebuilt at the stored size first.
+  void load(torch::serialize::InputArchive& archive) override {
+    torch::serialize::InputArchive stored_competence;
+    torch::Tensor weight;
+    if (archive.try_read("competence", stored_competence) &&
+        stored_competence.try_read("weight", weight) && weight.dim() == 2 &&
+        weight.size(0) != k_ * k_ * latent_) {
+      if (weight.size(0) % (k_ * k_) != 0) {
+        throw std::runtime_error("lia: the stored competence network has " +
+                                 std::to_string(weight.size(0)) + " outputs, not a multiple of K²");
+      }
+      latent_ = weight.size(0) / (k_ * k_);
+      difficulty_ = replace_module("difficulty", MakeMlp(width_, hidden_, k_ * k_ * latent_, 4));
+      competence_ = replace_module("competence", torch::nn::Linear(width_, k_ * k_ * latent_));
+    }
+    torch::nn::Module::load(archive);
   }
   torch::Tensor LogPrior(const torch::Tensor& items) override {
     return torch::log_softmax(truth_->forward(items_->forward(items)), 1);
@@ -54,7 +85,7 @@ class LiaNet : public CrowdNet {
     return torch::log_softmax((difficulty.view({-1, k_, k_, latent_}) * Competence(annotators)).sum(3), 2);
   }
 
-  int64_t k_, latent_;
+  int64_t k_, latent_, width_, hidden_;
   torch::nn::Sequential truth_{nullptr}, difficulty_{nullptr};
   torch::nn::Linear competence_{nullptr};
 };
@@ -153,7 +184,7 @@ int LiaModel::Train(CrowdNet& net, const LabelTensors& data, bool warm_start) {
 void LiaModel::ExportTables(CrowdNet& net) {
   torch::NoGradGuard no_grad;
   auto& lia = static_cast<LiaNet&>(net);
-  latent_ = options().neural.lia_latent_dim;
+  latent_ = static_cast<int32_t>(lia.latent());
   torch::Tensor d = lia.Difficulty(torch::arange(static_cast<int64_t>(fitted_items()), torch::kLong));
   torch::Tensor c = lia.Competence(torch::arange(static_cast<int64_t>(fitted_annotators()), torch::kLong));
   difficulty_ = TensorToVector(d);

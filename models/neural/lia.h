@@ -2,7 +2,13 @@
 // difficulty d_φ(x) ∈ R^{K×K×L} and annotator competence c_ψ(r) ∈ R^{K×K×L}; the confusion of
 // annotator j on item i is Q_ij = row-softmax(Σ_l D_i[·,·,l] C_j[·,·,l]). Items and annotators
 // carry no features here, so x and r are learned embeddings (size embedding_dim); h and d are
-// 4-layer MLPs with hidden_units units, c is linear (the paper's settings).
+// 4-layer MLPs with hidden_units units, c is linear (the paper's settings). L is
+// lia_latent_dim where items or annotators carry features, featureless_lia_latent_dim (1) where
+// neither does: a free embedding per item, identified by the item's few labels alone, gave the
+// larger difficulty room to explain those labels away (truth_model.h). A stored net keeps the L
+// it was fitted with: LiaNet::load rebuilds the difficulty and competence networks at the
+// stored size, and a warm start from a net of another L is a cold fit (its entries would pair
+// other (class, label, l) cells).
 //
 // Fit (EM): the first E-step is Dawid-Skene's posteriors (20 EM iterations from the soft
 // majority vote, on the device: DawidSkenePosteriors); each M-step runs

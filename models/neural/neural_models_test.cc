@@ -627,6 +627,73 @@ TEST(LiaTest, PhasesStopOnTheConvergenceRule) {
   EXPECT_LT(report->training_steps, (options.neural.em_iterations + 1) * options.neural.lia_max_steps);
 }
 
+// lia's latent size L (truth_model.h): featureless_lia_latent_dim where nothing carries features,
+// lia_latent_dim where items do. L sizes the competence and difficulty networks' outputs
+// (K² L each), so a stored net's size tells which L the fit used: the same L gives the same
+// size, another L another.
+TEST(LiaTest, TheLatentSizeFollowsTheFeatures) {
+  testing::SyntheticCrowd crowd = MakeCrowd(2, 3);
+  auto stored_size = [&](int featureless_latent, int latent, bool features) {
+    TruthModelOptions options = FastOptions("lia");
+    options.neural.steps = 20;
+    options.neural.featureless_lia_latent_dim = featureless_latent;
+    options.neural.lia_latent_dim = latent;
+    auto model = Make("lia", 2, options);
+    if (features) {
+      std::vector<float> column(crowd.matrix.num_items());
+      for (size_t i = 0; i < column.size(); ++i) column[i] = static_cast<float>(i % 7);
+      EXPECT_THAT(model->SetItemFeatures(1, column), IsOk());
+    }
+    EXPECT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+    return model->Serialize().size();
+  };
+  // Without features: the featureless L decides, lia_latent_dim does not.
+  EXPECT_EQ(stored_size(1, 4, false), stored_size(1, 1, false));
+  EXPECT_LT(stored_size(1, 4, false), stored_size(4, 4, false));
+  // With item features: lia_latent_dim decides.
+  EXPECT_EQ(stored_size(1, 4, true), stored_size(4, 4, true));
+  EXPECT_LT(stored_size(1, 1, true), stored_size(1, 4, true));
+}
+
+// A version stored at another L (every featureless lia version before the featureless L
+// existed was fitted at L = 4) restores as stored: the same served posteriors and confusions.
+// A warm refit under the new L cannot reuse it (its parameters pair other entries), so it is
+// the cold fit, to the last digit.
+TEST(LiaTest, AVersionOfAnotherLatentSizeRestoresAsStoredAndRefitsCold) {
+  testing::SyntheticCrowd crowd = MakeCrowd(2, 3);
+  TruthModelOptions old_options = FastOptions("lia");
+  old_options.neural.steps = 40;
+  old_options.neural.featureless_lia_latent_dim = 4;
+  auto stored = Make("lia", 2, old_options);
+  ASSERT_THAT(stored->Fit(crowd.matrix, {}, false).status(), IsOk());
+  TruthModelOptions options = old_options;
+  options.neural.featureless_lia_latent_dim = 1;
+  auto restored = Make("lia", 2, options);
+  ASSERT_THAT(restored->Restore(stored->Serialize()), IsOk());
+  EXPECT_TRUE(restored->Serialize() == stored->Serialize()) << "the restored net differs";
+  std::vector<double> want(2), got(2);
+  double largest_difference = 0;
+  for (int32_t i = 0; i < crowd.matrix.num_items(); i += 7) {
+    stored->ItemPosteriorForItem(i, crowd.matrix.LabelsOfItem(i), -1, absl::MakeSpan(want));
+    restored->ItemPosteriorForItem(i, crowd.matrix.LabelsOfItem(i), -1, absl::MakeSpan(got));
+    for (int c = 0; c < 2; ++c) largest_difference = std::max(largest_difference, std::abs(got[c] - want[c]));
+  }
+  for (int32_t a = 0; a < crowd.matrix.num_annotators(); ++a) {
+    const std::vector<double> stored_confusion = stored->AnnotatorConfusion(a);
+    const std::vector<double> restored_confusion = restored->AnnotatorConfusion(a);
+    ASSERT_EQ(restored_confusion.size(), stored_confusion.size());
+    for (size_t x = 0; x < stored_confusion.size(); ++x) {
+      largest_difference = std::max(largest_difference, std::abs(restored_confusion[x] - stored_confusion[x]));
+    }
+  }
+  EXPECT_LT(largest_difference, 1e-12);
+
+  ASSERT_THAT(restored->Fit(crowd.matrix, {}, /*warm_start=*/true).status(), IsOk());
+  auto cold = Make("lia", 2, options);
+  ASSERT_THAT(cold->Fit(crowd.matrix, {}, false).status(), IsOk());
+  EXPECT_TRUE(restored->Serialize() == cold->Serialize()) << "the refit is not the cold fit";
+}
+
 // cmm (Global setting): every label picks its own group, so an item's posterior is
 // h_i[k] Π_l Σ_m α_m β^(m)[k, y_l], recomputed here from the exported α, β and the priors h_i
 // served for items without labels. (One group per item, Σ_m α_m Π_l β^(m)[k, y_l], differs:

@@ -559,8 +559,9 @@ absl::StatusOr<FitReport> NeuralTruthModel::Fit(const AnnotationMatrix& data,
     // features, which the server sets on every model) choose the learning rate.
     SetTrainingSchedule(*device, net->items()->feature_dim() > 0 ||
                                      (net->annotators() && net->annotators()->feature_dim() > 0));
-    // A net of another item representation (features added or dropped) starts afresh.
-    const bool warm = warm_start && net_ != nullptr &&
+    // A net of another item representation (features added or dropped), or one the new net
+    // cannot read (CanWarmStartFrom), starts afresh.
+    const bool warm = warm_start && net_ != nullptr && net->CanWarmStartFrom(*net_) &&
                       net_->items()->feature_dim() == net->items()->feature_dim() &&
                       (!net->annotators() ||
                        net_->annotators()->feature_dim() == net->annotators()->feature_dim());
