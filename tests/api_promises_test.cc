@@ -1,0 +1,374 @@
+// Promises of the v1 API's proto comments that no other test held the server to: leases end
+// when the annotator's label arrives and SuggestAnnotators takes none (assignment.proto), a
+// stream's later batch may name another project (ingest.proto), UpdateProjectSettings replaces
+// the settings whole (projects.proto), GetModelStatus's labels_since_version and calibration
+// (models.proto), and what lia serves for items and annotators its fit did not see
+// (truth.proto). Each test drives an in-process server over a real gRPC channel and a real
+// PostgreSQL; the expectations are the proto text's.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/verity_client.h"
+#include "common/status_matchers.h"
+#include "server/verity_server.h"
+#include "tests/test_postgres.h"
+#include "verity/v1/assignment.pb.h"
+#include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/models.pb.h"
+#include "verity/v1/projects.pb.h"
+#include "verity/v1/truth.pb.h"
+
+namespace verity::tests {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
+
+class ApiPromisesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { pg_ = TestPostgres::Start("verity-api-promises").release(); }
+  static void TearDownTestSuite() {
+    delete pg_;
+    pg_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(pg_, nullptr);
+    server::VerityServer::Options options;
+    options.listen = "localhost:0";
+    options.postgres_url = pg_->url();
+    options.pool_size = 2;
+    // No background refit: a test's model versions are the fits it asks for.
+    options.training.run_in_background = false;
+    auto server = server::VerityServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    channel_ = client::CreateInsecureChannel(absl::StrCat("localhost:", server_->port()));
+    client_ = std::make_unique<client::VerityClient>(channel_, client::ClientOptions{});
+  }
+  void TearDown() override {
+    client_.reset();
+    if (server_ != nullptr) server_->Shutdown();
+    server_.reset();
+  }
+
+  void CreateProject(const std::string& name, const v1::ProjectSettings& settings = {}) {
+    v1::Project project;
+    project.set_name(name);
+    project.add_classes("no");
+    project.add_classes("yes");
+    *project.mutable_settings() = settings;
+    ASSERT_THAT(client_->CreateProject(project), IsOk());
+  }
+
+  // A project with one unlabelled item, "only", and at most `max_labels` labels per item.
+  void CreateProjectWithOneItem(const std::string& name, int32_t max_labels) {
+    v1::ProjectSettings settings;
+    settings.mutable_assignment()->set_max_labels_per_item(max_labels);
+    CreateProject(name, settings);
+    AddItems(name, {"only"});
+  }
+
+  void AddItems(const std::string& project, const std::vector<std::string>& ids) {
+    std::vector<v1::Item> items;
+    for (const std::string& id : ids) items.emplace_back().set_id(id);
+    ASSERT_THAT(client_->AddItems(project, items), IsOk());
+  }
+
+  // Submits (item, annotator, label) triples on one stream; every one must be accepted.
+  void Submit(const std::string& project,
+              const std::vector<std::tuple<std::string, std::string, int32_t>>& labels) {
+    std::vector<v1::Annotation> annotations;
+    for (const auto& [item, annotator, label] : labels) {
+      v1::Annotation& a = annotations.emplace_back();
+      a.set_item(item);
+      a.set_annotator(annotator);
+      a.set_label(label);
+    }
+    absl::StatusOr<client::SubmitTotals> totals =
+        client_->SubmitAnnotations(project, annotations, client::SubmitOptions{});
+    ASSERT_THAT(totals, IsOk());
+    ASSERT_EQ(totals->accepted, static_cast<int64_t>(labels.size()));
+  }
+
+  // The item ids SuggestItems returns to `annotator` (k = 10), in order.
+  std::vector<std::string> SuggestedItems(const std::string& project, const std::string& annotator) {
+    absl::StatusOr<std::vector<v1::ItemSuggestion>> suggestions =
+        client_->SuggestItems(project, annotator, 10, {});
+    EXPECT_THAT(suggestions, IsOk());
+    std::vector<std::string> items;
+    if (suggestions.ok()) {
+      for (const v1::ItemSuggestion& s : *suggestions) items.push_back(s.item());
+    }
+    return items;
+  }
+
+  // A hang guard, not a speed check: a neural fit shares the machine with other suites.
+  absl::StatusOr<v1::ModelVersion> Train(const std::string& project) {
+    return client_->TrainModel(project, absl::Minutes(10));
+  }
+
+  static TestPostgres* pg_;
+  std::unique_ptr<server::VerityServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<client::VerityClient> client_;
+};
+
+TestPostgres* ApiPromisesTest::pg_ = nullptr;
+
+// assignment.proto: a suggestion reserves a slot "until this time (or until the annotator's
+// label for it arrives)". With at most 2 labels on the item, a's lease held after a's label
+// would count twice (1 label + 1 lease = 2) and leave nothing for c.
+TEST_F(ApiPromisesTest, ALeaseEndsWhenTheAnnotatorsLabelArrives) {
+  CreateProjectWithOneItem("lease-ends", /*max_labels=*/2);
+  ASSERT_THAT(SuggestedItems("lease-ends", "a"), ElementsAre("only"));
+  Submit("lease-ends", {{"only", "a", 1}});
+  EXPECT_THAT(SuggestedItems("lease-ends", "c"), ElementsAre("only"));
+  // The slots are still counted: a's label and c's lease fill the item.
+  EXPECT_THAT(SuggestedItems("lease-ends", "d"), IsEmpty());
+}
+
+// assignment.proto: SuggestAnnotators "does not lease". With at most 1 label on the item, any
+// lease it took for a would leave nothing for b.
+TEST_F(ApiPromisesTest, SuggestAnnotatorsTakesNoLease) {
+  CreateProjectWithOneItem("no-lease", /*max_labels=*/1);
+  // A known annotator, so a lease could be recorded against them.
+  v1::Annotator a;
+  a.set_id("a");
+  ASSERT_THAT(client_->AddAnnotators("no-lease", {a}), IsOk());
+  for (int call = 0; call < 3; ++call) {
+    absl::StatusOr<std::vector<v1::AnnotatorSuggestion>> suggested =
+        client_->SuggestAnnotators("no-lease", "only", 1, {"a"});
+    ASSERT_THAT(suggested, IsOk());
+    std::vector<std::string> annotators;
+    for (const v1::AnnotatorSuggestion& s : *suggested) annotators.push_back(s.annotator());
+    EXPECT_THAT(annotators, ElementsAre("a")) << "call " << call;
+  }
+  EXPECT_THAT(SuggestedItems("no-lease", "b"), ElementsAre("only"));
+  // The limit holds: b's lease takes the only slot.
+  EXPECT_THAT(SuggestedItems("no-lease", "c"), IsEmpty());
+}
+
+// ingest.proto: "later batches may leave it empty to reuse it, or name another project". One
+// stream: x to A, y to B, z with no project (B again). GetPosteriors answers NOT_FOUND for an
+// item the project does not have (truth.proto).
+TEST_F(ApiPromisesTest, ALaterBatchOfAStreamMayNameAnotherProject) {
+  CreateProject("stream-a");
+  CreateProject("stream-b");
+  auto batch = [](uint64_t id, const std::string& project, const std::string& item) {
+    v1::AnnotationBatch b;
+    b.set_batch_id(id);
+    b.set_project(project);
+    v1::Annotation* a = b.add_annotations();
+    a->set_item(item);
+    a->set_annotator("w");
+    a->set_label(1);
+    return b;
+  };
+  {
+    auto ingest = v1::IngestService::NewStub(channel_);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto stream = ingest->SubmitAnnotations(&context);
+    for (const v1::AnnotationBatch& b :
+         {batch(1, "stream-a", "x"), batch(2, "stream-b", "y"), batch(3, "", "z")}) {
+      ASSERT_TRUE(stream->Write(b));
+    }
+    stream->WritesDone();
+    std::vector<v1::BatchAck> acks;
+    for (v1::BatchAck ack; stream->Read(&ack);) acks.push_back(ack);
+    const grpc::Status status = stream->Finish();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(acks.size(), 3u);
+    for (uint64_t b = 0; b < 3; ++b) {
+      EXPECT_EQ(acks[b].batch_id(), b + 1);
+      EXPECT_EQ(acks[b].error_code(), 0) << acks[b].error_message();
+      EXPECT_EQ(acks[b].accepted(), 1) << "batch " << b + 1;
+    }
+  }
+  auto posteriors = [&](const std::string& project, const std::string& item) {
+    return client_->GetPosteriors(project, {item});
+  };
+  absl::StatusOr<std::vector<v1::Posterior>> x = posteriors("stream-a", "x");
+  ASSERT_THAT(x, IsOk());
+  EXPECT_EQ((*x)[0].num_labels(), 1);
+  EXPECT_THAT(posteriors("stream-a", "y"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(posteriors("stream-a", "z"), StatusIs(absl::StatusCode::kNotFound));
+  for (const char* item : {"y", "z"}) {
+    absl::StatusOr<std::vector<v1::Posterior>> in_b = posteriors("stream-b", item);
+    ASSERT_THAT(in_b, IsOk()) << item;
+    EXPECT_EQ((*in_b)[0].num_labels(), 1) << item;
+  }
+  EXPECT_THAT(posteriors("stream-b", "x"), StatusIs(absl::StatusCode::kNotFound));
+  absl::StatusOr<v1::Project> a = client_->GetProject("stream-a");
+  absl::StatusOr<v1::Project> b = client_->GetProject("stream-b");
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  EXPECT_EQ(a->num_labels(), 1);
+  EXPECT_EQ(b->num_labels(), 2);
+}
+
+// projects.proto: UpdateProjectSettings "replaces the project's settings whole, except that an
+// unset model.method keeps the project's method"; zero values mean the server's default. An
+// update that sets only max_labels_per_item leaves every other setting at zero, the method
+// as created, and the old item limit no longer refuses a sixth item.
+TEST_F(ApiPromisesTest, UpdateProjectSettingsReplacesTheSettingsWholeButTheMethod) {
+  v1::ProjectSettings created;
+  created.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  created.mutable_model()->set_max_iterations(7);
+  created.mutable_model()->set_calibration("none");
+  created.mutable_assignment()->set_min_labels_per_item(3);
+  created.mutable_assignment()->set_lease_seconds(30);
+  created.mutable_limits()->set_max_items(5);
+  CreateProject("replace", created);
+  // The premise: the limit is in force.
+  AddItems("replace", {"i1", "i2", "i3", "i4", "i5"});
+  v1::Item sixth;
+  sixth.set_id("i6");
+  EXPECT_THAT(client_->AddItems("replace", {sixth}),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+
+  v1::ProjectSettings update;
+  update.mutable_assignment()->set_max_labels_per_item(4);
+  absl::StatusOr<v1::Project> updated = client_->UpdateProjectSettings("replace", update);
+  ASSERT_THAT(updated, IsOk());
+  absl::StatusOr<v1::Project> read = client_->GetProject("replace");
+  ASSERT_THAT(read, IsOk());
+  for (const v1::Project* project : {&*updated, &*read}) {
+    SCOPED_TRACE(project == &*updated ? "UpdateProjectSettings response" : "GetProject");
+    const v1::ProjectSettings& s = project->settings();
+    EXPECT_EQ(s.model().method(), v1::TRUTH_METHOD_DAWID_SKENE);
+    EXPECT_EQ(s.model().max_iterations(), 0);
+    EXPECT_EQ(s.model().calibration(), "");
+    EXPECT_EQ(s.assignment().min_labels_per_item(), 0);
+    EXPECT_EQ(s.assignment().lease_seconds(), 0);
+    EXPECT_EQ(s.assignment().max_labels_per_item(), 4);
+    EXPECT_EQ(s.limits().max_items(), 0);
+  }
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("replace");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->method(), v1::TRUTH_METHOD_DAWID_SKENE);
+  EXPECT_THAT(client_->AddItems("replace", {sixth}), IsOk());
+}
+
+// models.proto: labels_since_version counts the labels committed after the current version's
+// watermark, and calibration is "absent when ModelSettings.calibration is \"none\"".
+TEST_F(ApiPromisesTest, ModelStatusCountsLabelsSinceTheVersionAndOmitsCalibrationNone) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_calibration("none");
+  CreateProject("since", settings);
+  std::vector<std::tuple<std::string, std::string, int32_t>> labels;
+  for (int i = 0; i < 6; ++i) {
+    for (int w = 0; w < 3; ++w) {
+      labels.emplace_back(absl::StrCat("i", i), absl::StrCat("w", w), (i + (w == 2 ? 1 : 0)) % 2);
+    }
+  }
+  Submit("since", labels);
+  absl::StatusOr<v1::ModelVersion> first = Train("since");
+  ASSERT_THAT(first, IsOk());
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("since");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->current_version().version(), first->version());
+  EXPECT_EQ(status->labels_since_version(), 0);
+  EXPECT_FALSE(status->has_calibration()) << status->calibration().DebugString();
+
+  Submit("since", {{"i0", "late", 0}, {"i1", "late", 1}, {"i2", "late", 0}});
+  status = client_->GetModelStatus("since");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->current_version().version(), first->version());
+  EXPECT_EQ(status->num_labels(), 21);
+  EXPECT_EQ(status->labels_since_version(), 3);
+  EXPECT_FALSE(status->has_calibration()) << status->calibration().DebugString();
+
+  absl::StatusOr<v1::ModelVersion> second = Train("since");
+  ASSERT_THAT(second, IsOk());
+  status = client_->GetModelStatus("since");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->current_version().version(), second->version());
+  EXPECT_EQ(status->labels_since_version(), 0);
+  EXPECT_FALSE(status->has_calibration()) << status->calibration().DebugString();
+}
+
+// truth.proto, for lia: "an item created after the fit gets the mean item's" difficulty, and
+// the embedding is "empty ... for annotators not in the current version's fit". Two items
+// created after the fit (one added, one by its first label) get the same difficulty; two
+// annotators created after it (one added, one by their first label) no embedding.
+TEST_F(ApiPromisesTest, LiaServesTheMeanDifficultyAndNoEmbeddingForWhatItsFitDidNotSee) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_LIA);
+  CreateProject("lia-after-fit", settings);
+  // 40 items, each labelled by 6 annotators who are wrong 25%, 29%, ..., 45% of the time.
+  std::mt19937 rng(7);
+  std::vector<std::tuple<std::string, std::string, int32_t>> labels;
+  for (int i = 0; i < 40; ++i) {
+    const int truth = static_cast<int>(rng() % 2);
+    for (int w = 0; w < 6; ++w) {
+      const bool wrong = static_cast<int>(rng() % 100) < 25 + 4 * w;
+      labels.emplace_back(absl::StrCat("i", i), absl::StrCat("w", w), wrong ? 1 - truth : truth);
+    }
+  }
+  Submit("lia-after-fit", labels);
+  absl::StatusOr<v1::ModelVersion> fitted = Train("lia-after-fit");
+  ASSERT_THAT(fitted, IsOk());
+  ASSERT_EQ(fitted->method(), v1::TRUTH_METHOD_LIA);
+
+  AddItems("lia-after-fit", {"added-item"});
+  v1::Annotator added;
+  added.set_id("added-annotator");
+  ASSERT_THAT(client_->AddAnnotators("lia-after-fit", {added}), IsOk());
+  Submit("lia-after-fit", {{"labelled-item", "w0", 1}, {"i0", "labelling-annotator", 0}});
+
+  std::vector<std::string> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back(absl::StrCat("i", i));
+  ids.push_back("added-item");
+  ids.push_back("labelled-item");
+  absl::StatusOr<std::vector<v1::Posterior>> posteriors =
+      client_->GetPosteriors("lia-after-fit", ids);
+  ASSERT_THAT(posteriors, IsOk());
+  ASSERT_THAT(*posteriors, SizeIs(42));
+  // The premise: the fit learned a difficulty per item, not one for all.
+  double lowest = 1, highest = 0;
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE((*posteriors)[i].has_difficulty()) << ids[i];
+    lowest = std::min(lowest, (*posteriors)[i].difficulty());
+    highest = std::max(highest, (*posteriors)[i].difficulty());
+  }
+  EXPECT_LT(lowest, highest);
+  const v1::Posterior& added_item = (*posteriors)[40];
+  const v1::Posterior& labelled_item = (*posteriors)[41];
+  ASSERT_TRUE(added_item.has_difficulty());
+  ASSERT_TRUE(labelled_item.has_difficulty());
+  EXPECT_EQ(labelled_item.num_labels(), 1);
+  EXPECT_DOUBLE_EQ(added_item.difficulty(), labelled_item.difficulty());
+  EXPECT_GE(added_item.difficulty(), 0.0);
+  EXPECT_LE(added_item.difficulty(), 1.0);
+
+  absl::StatusOr<std::vector<v1::AnnotatorProfile>> profiles = client_->GetAnnotatorProfiles(
+      "lia-after-fit", {"w0", "added-annotator", "labelling-annotator"});
+  ASSERT_THAT(profiles, IsOk());
+  ASSERT_THAT(*profiles, SizeIs(3));
+  // The premise: an annotator in the fit has an embedding.
+  EXPECT_THAT((*profiles)[0].embedding(), SizeIs(16));
+  EXPECT_THAT((*profiles)[1].embedding(), IsEmpty());
+  EXPECT_THAT((*profiles)[2].embedding(), IsEmpty());
+}
+
+}  // namespace
+}  // namespace verity::tests
