@@ -190,8 +190,26 @@ void LiaModel::ExportTables(CrowdNet& net) {
   difficulty_ = TensorToVector(d);
   competence_ = TensorToVector(c);
   const int64_t k = num_classes();
-  mean_difficulty_ = fitted_items() > 0 ? TensorToVector(d.mean(0)) : std::vector<double>(k * k * latent_, 1.0);
   mean_competence_ = fitted_annotators() > 0 ? TensorToVector(c.mean(0)) : std::vector<double>(k * k * latent_, 0.0);
+  // The items that stand for the mean item (lia.h): every fitted item up to kMeanItemSample,
+  // else that many spread evenly over the table; a model without fitted items has one
+  // difficulty of ones (every annotator's competence alone).
+  const size_t cell = static_cast<size_t>(k) * k * latent_;
+  mean_item_sample_.clear();
+  if (fitted_items() == 0) {
+    difficulty_.assign(cell, 1.0);
+    mean_item_sample_.push_back(0);
+  } else {
+    const int64_t n = fitted_items(), m = std::min<int64_t>(n, kMeanItemSample);
+    for (int64_t s = 0; s < m; ++s) mean_item_sample_.push_back(static_cast<int32_t>(s * n / m));
+  }
+  // Q of the mean item for each fitted annotator, and (last) for the mean competence.
+  const size_t kk = static_cast<size_t>(k) * k;
+  unseen_item_confusion_.assign((static_cast<size_t>(fitted_annotators()) + 1) * kk, 0.0);
+  for (int32_t a = 0; a <= fitted_annotators(); ++a) {
+    const double* competence = a < fitted_annotators() ? competence_.data() + a * cell : mean_competence_.data();
+    MeanItemConfusion(competence, unseen_item_confusion_.data() + a * kk);
+  }
   torch::nn::Linear& layer = lia.competence_layer();
   competence_network_.outputs = layer->weight.size(0);
   competence_network_.inputs = layer->weight.size(1);
@@ -199,23 +217,41 @@ void LiaModel::ExportTables(CrowdNet& net) {
   competence_network_.bias = TensorToVector(layer->bias);
 }
 
+void LiaModel::MeanItemConfusion(const double* competence, double* out) const {
+  const int32_t k = num_classes();
+  const size_t kk = static_cast<size_t>(k) * k, cell = kk * latent_;
+  std::vector<double> log_q(kk);
+  std::fill(out, out + kk, 0.0);
+  for (int32_t item : mean_item_sample_) {
+    LogConfusionFrom(difficulty_.data() + item * cell, competence, k, latent_, log_q.data());
+    for (size_t x = 0; x < kk; ++x) out[x] += std::exp(log_q[x]);
+  }
+  const double n = static_cast<double>(mean_item_sample_.size());
+  for (size_t x = 0; x < kk; ++x) out[x] /= n;
+}
+
 std::vector<double> LiaModel::ConfusionFromAnnotatorEmbedding(absl::Span<const double> embedding) const {
   const std::vector<double> competence = ApplyLinear(competence_network_, embedding);
   const int32_t k = num_classes();
   if (competence.size() != static_cast<size_t>(k) * k * latent_) return {};
   std::vector<double> q(static_cast<size_t>(k) * k);
-  LogConfusionFrom(mean_difficulty_.data(), competence.data(), k, latent_, q.data());
-  for (double& v : q) v = std::exp(v);
+  MeanItemConfusion(competence.data(), q.data());
   return q;
 }
 
 void LiaModel::LogConfusion(int32_t item, int32_t annotator, double* out) const {
   const int32_t k = num_classes();
+  const bool fitted_annotator = annotator >= 0 && annotator < fitted_annotators();
+  if (item < 0 || item >= fitted_items()) {
+    // The mean item's Q, precomputed per annotator (ExportTables).
+    const size_t kk = static_cast<size_t>(k) * k;
+    const double* q = unseen_item_confusion_.data() + (fitted_annotator ? annotator : fitted_annotators()) * kk;
+    for (size_t x = 0; x < kk; ++x) out[x] = std::log(std::max(q[x], 1e-300));
+    return;
+  }
   const size_t cell = static_cast<size_t>(k) * k * latent_;
-  const double* d = item >= 0 && item < fitted_items() ? difficulty_.data() + item * cell : mean_difficulty_.data();
-  const double* c = annotator >= 0 && annotator < fitted_annotators() ? competence_.data() + annotator * cell
-                                                                      : mean_competence_.data();
-  LogConfusionFrom(d, c, k, latent_, out);
+  const double* c = fitted_annotator ? competence_.data() + annotator * cell : mean_competence_.data();
+  LogConfusionFrom(difficulty_.data() + item * cell, c, k, latent_, out);
 }
 
 std::optional<double> LiaModel::ItemDifficulty(int32_t item) const {

@@ -40,8 +40,13 @@
 // embeddings in place of features when items or annotators carry none.
 //
 // Queries evaluate Q_ij from exported D (per fitted item) and C (per fitted annotator) tables:
-// K² L doubles (8 K² L bytes) per item and per annotator. An item never
-// seen gets the mean D, an annotator never seen the mean C. With annotator features, r is a
+// K² L doubles (8 K² L bytes) per item and per annotator. An annotator never seen gets the mean
+// C. An item never seen gets the mean item's confusion: Q averaged, as probabilities, over the
+// fitted items (over kMeanItemSample of them, spread evenly, on larger projects), precomputed
+// for each fitted annotator (K² doubles each) and for the mean C. Averaging D instead was
+// dominated by the easiest items, whose D grows without bound: an item labelled after the fit
+// was served near certainty from one label (posterior 1 - 1e-13 where a fitted item with the
+// same label got 0.52; difficulty 5e-8 against a mean of 0.12 over the fitted items). With annotator features, r is a
 // projection of the annotator's features, and an annotator added after the fit who was given
 // features is served c_ψ(r) of its own features (AnnotatorConfusionFromFeatures: the exported
 // encoder and competence layer, in plain C++), the paper's prediction of a new annotator's
@@ -69,21 +74,30 @@ class LiaModel : public NeuralModel<LiaModel> {
   int Train(CrowdNet& net, const LabelTensors& data, bool warm_start) override;
   void ExportTables(CrowdNet& net) override;
   void LogConfusion(int32_t item, int32_t annotator, double* out) const override;
-  // Q = row-softmax(Σ_l D̄[·,·,l] c_ψ(r)[·,·,l]): the competence network applied to the
-  // annotator encoder's output r, on the mean item's difficulty D̄, as AnnotatorConfusion of a
-  // fitted annotator is computed from its own c_ψ(r_j).
+  // Q = row-softmax(Σ_l D_i[·,·,l] c_ψ(r)[·,·,l]) averaged over the mean item's sample of
+  // fitted items i: the competence network applied to the annotator encoder's output r, as
+  // AnnotatorConfusion of a fitted annotator is computed from its own c_ψ(r_j).
   std::vector<double> ConfusionFromAnnotatorEmbedding(absl::Span<const double> embedding) const override;
 
  public:
   // 1 - (1/K) Σ_k Q[k, k], with Q = row-softmax(Σ_l D_item[·,·,l] C̄[·,·,l]) and C̄ the mean
   // competence of the fitted annotators: the chance that an annotator of average competence
-  // mislabels the item, averaged over its true classes (the mean D for an item not in the fit).
+  // mislabels the item, averaged over its true classes. For an item not in the fit, the mean
+  // item's Q: the mean of the fitted items' difficulties (over the sample, on large projects).
   std::optional<double> ItemDifficulty(int32_t item) const override;
 
  private:
   int32_t latent_ = 0;
+  // At most this many fitted items stand for the mean item (export cost: annotators x this x
+  // K² L).
+  static constexpr int64_t kMeanItemSample = 256;
+  // The mean item's Q (K x K, probabilities) for a competence C (K x K x L): the mean over
+  // mean_item_sample_ of row-softmax(Σ_l D_i C).
+  void MeanItemConfusion(const double* competence, double* out) const;
+
   std::vector<double> difficulty_;       // fitted items x K x K x L
-  std::vector<double> mean_difficulty_;  // K x K x L
+  std::vector<int32_t> mean_item_sample_;
+  std::vector<double> unseen_item_confusion_;  // (fitted annotators + 1) x K x K, probabilities
   std::vector<double> competence_;       // fitted annotators x K x K x L
   std::vector<double> mean_competence_;  // K x K x L
   DenseLayer competence_network_;        // c_ψ: embedding -> K x K x L

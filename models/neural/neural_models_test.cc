@@ -694,6 +694,48 @@ TEST(LiaTest, AVersionOfAnotherLatentSizeRestoresAsStoredAndRefitsCold) {
   EXPECT_TRUE(restored->Serialize() == cold->Serialize()) << "the refit is not the cold fit";
 }
 
+// An item not in lia's fit gets the mean item's confusion (lia.h): for every annotator, the
+// fitted items' confusions averaged as probabilities (all of them: 200 items, under the sample
+// size), so its difficulty is the mean of theirs and one label from a noisy crowd leaves it far
+// from certain. (Averaging the difficulty tables instead served 1 - 1e-13 from one label.)
+TEST(LiaTest, AnItemNotInTheFitGetsTheMeanItemsConfusion) {
+  testing::SyntheticCrowdSpec spec;
+  spec.num_items = 200;
+  spec.num_classes = 3;
+  spec.labels_per_item = 5;
+  spec.seed = 3;
+  for (int a = 0; a < 8; ++a) spec.confusions.push_back(testing::SymmetricConfusion(3, 0.7));
+  for (int a = 0; a < 4; ++a) spec.confusions.push_back(testing::SymmetricConfusion(3, 1.0 / 3));
+  const testing::SyntheticCrowd crowd = testing::GenerateSyntheticCrowd(spec);
+  TruthModelOptions options;
+  options.neural.device = "cpu";
+  auto model = Make("lia", 3, options);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+  const int32_t items = crowd.matrix.num_items(), unseen = items + 5;
+  double largest_gap = 0;
+  for (int32_t a = 0; a < crowd.matrix.num_annotators(); ++a) {
+    std::vector<double> mean(9, 0.0);
+    for (int32_t i = 0; i < items; ++i) {
+      const std::vector<double> q = model->ItemAnnotatorConfusion(i, a);
+      ASSERT_EQ(q.size(), 9u);
+      for (int x = 0; x < 9; ++x) mean[x] += q[x] / items;
+    }
+    const std::vector<double> served = model->ItemAnnotatorConfusion(unseen, a);
+    ASSERT_EQ(served.size(), 9u);
+    for (int x = 0; x < 9; ++x) largest_gap = std::max(largest_gap, std::abs(served[x] - mean[x]));
+  }
+  EXPECT_LT(largest_gap, 1e-9);
+  double mean_difficulty = 0;
+  for (int32_t i = 0; i < items; ++i) mean_difficulty += *model->ItemDifficulty(i) / items;
+  ASSERT_TRUE(model->ItemDifficulty(unseen).has_value());
+  EXPECT_NEAR(*model->ItemDifficulty(unseen), mean_difficulty, 1e-9);
+  EXPECT_GT(mean_difficulty, 0.05);
+  std::vector<double> p(3);
+  const AnnotationMatrix::Entry one = crowd.matrix.LabelsOfItem(0)[0];
+  model->ItemPosteriorForItem(unseen, absl::MakeConstSpan(&one, 1), -1, absl::MakeSpan(p));
+  EXPECT_LT(*std::max_element(p.begin(), p.end()), 0.99) << p[0] << " " << p[1] << " " << p[2];
+}
+
 // cmm (Global setting): every label picks its own group, so an item's posterior is
 // h_i[k] Π_l Σ_m α_m β^(m)[k, y_l], recomputed here from the exported α, β and the priors h_i
 // served for items without labels. (One group per item, Σ_m α_m Π_l β^(m)[k, y_l], differs:
