@@ -370,5 +370,34 @@ TEST_F(ApiPromisesTest, LiaServesTheMeanDifficultyAndNoEmbeddingForWhatItsFitDid
   EXPECT_THAT((*profiles)[2].embedding(), IsEmpty());
 }
 
+// projects.proto: AddItems and AddAnnotators add new ids and update existing ones, and the
+// response counts each. An id given twice in one call is one new entity, added by its first
+// entry and updated by its second: added counts what the project gained.
+TEST_F(ApiPromisesTest, AnIdTwiceInOneCallIsAddedOnceAndUpdatedOnce) {
+  CreateProject("twice");
+  AddItems("twice", {"old"});
+  std::vector<v1::Item> items(3);
+  items[0].set_id("new");
+  items[1].set_id("new");
+  items[2].set_id("old");
+  absl::StatusOr<client::AddItemsTotals> added_items = client_->AddItems("twice", items);
+  ASSERT_THAT(added_items, IsOk());
+  EXPECT_EQ(added_items->added, 1);
+  EXPECT_EQ(added_items->updated, 2);
+  std::vector<v1::Annotator> annotators(3);
+  annotators[0].set_id("a");
+  annotators[1].set_id("b");
+  annotators[2].set_id("a");
+  absl::StatusOr<client::AddItemsTotals> added_annotators =
+      client_->AddAnnotators("twice", annotators);
+  ASSERT_THAT(added_annotators, IsOk());
+  EXPECT_EQ(added_annotators->added, 2);
+  EXPECT_EQ(added_annotators->updated, 1);
+  absl::StatusOr<v1::Project> project = client_->GetProject("twice");
+  ASSERT_THAT(project, IsOk());
+  EXPECT_EQ(project->num_items(), 2);
+  EXPECT_EQ(project->num_annotators(), 2);
+}
+
 }  // namespace
 }  // namespace verity::tests

@@ -167,15 +167,15 @@ grpc::Status ProjectServiceImpl::AddItems(grpc::ServerContext* context, const v1
   }
   // Counted under the project's write order (AddItems runs it there): calls at once are held to
   // the limits one after the other.
+  // added: the distinct new ids (an id given twice is added by its first entry and updated by
+  // its second); updated: every other entry.
   int32_t added = 0;
   auto admit = [&]() -> absl::Status {
     absl::flat_hash_set<absl::string_view> new_ids;
     for (const v1::Item& item : request->items()) {
-      if (!live.FindItem(item.id()).has_value()) {
-        ++added;
-        new_ids.insert(item.id());
-      }
+      if (!live.FindItem(item.id()).has_value()) new_ids.insert(item.id());
     }
+    added = static_cast<int32_t>(new_ids.size());
     return core_.CheckGrowth(live, {static_cast<int64_t>(new_ids.size()), 0, 0});
   };
   auto indices = core_.registry->AddItems(live, std::move(writes), admit);
@@ -219,14 +219,12 @@ grpc::Status ProjectServiceImpl::AddAnnotators(grpc::ServerContext* context,
   // calls at once are counted against the limits one after the other, and a replica
   // follower's re-read cannot interleave (LiveProject::ApplyStoredEntities).
   absl::MutexLock order(&live.write_order_mu());
-  int32_t added = 0;
+  // added and updated as AddItems counts them.
   absl::flat_hash_set<absl::string_view> new_ids;
   for (const v1::Annotator& a : request->annotators()) {
-    if (!live.FindAnnotator(a.id()).has_value()) {
-      ++added;
-      new_ids.insert(a.id());
-    }
+    if (!live.FindAnnotator(a.id()).has_value()) new_ids.insert(a.id());
   }
+  const int32_t added = static_cast<int32_t>(new_ids.size());
   if (absl::Status s = core_.CheckGrowth(live, {0, static_cast<int64_t>(new_ids.size()), 0});
       !s.ok()) {
     return ToGrpcStatus(s);
