@@ -2,17 +2,20 @@
 // when the annotator's label arrives and SuggestAnnotators takes none (assignment.proto), a
 // stream's later batch may name another project (ingest.proto), UpdateProjectSettings replaces
 // the settings whole (projects.proto), GetModelStatus's labels_since_version and calibration
-// (models.proto), and what lia serves for items and annotators its fit did not see
+// (models.proto), what lia serves for items and annotators its fit did not see, and that an
+// annotator's accuracy is the prior-weighted diagonal of the confusion served with it
 // (truth.proto). Each test drives an in-process server over a real gRPC channel and a real
 // PostgreSQL; the expectations are the proto text's.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -29,6 +32,7 @@
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/models.pb.h"
 #include "verity/v1/projects.pb.h"
+#include "verity/v1/truth.grpc.pb.h"
 #include "verity/v1/truth.pb.h"
 
 namespace verity::tests {
@@ -36,6 +40,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
@@ -122,6 +127,24 @@ class ApiPromisesTest : public ::testing::Test {
   // A hang guard, not a speed check: a neural fit shares the machine with other suites.
   absl::StatusOr<v1::ModelVersion> Train(const std::string& project) {
     return client_->TrainModel(project, absl::Minutes(10));
+  }
+
+  // GetAnnotatorProfiles with a confusion detail, which the client library does not take.
+  absl::StatusOr<std::vector<v1::AnnotatorProfile>> ProfilesWithDetail(
+      const std::string& project, const std::vector<std::string>& annotators,
+      v1::ConfusionDetail detail) {
+    v1::GetAnnotatorProfilesRequest request;
+    request.set_project(project);
+    for (const std::string& annotator : annotators) request.add_annotators(annotator);
+    request.set_confusion_detail(detail);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::GetAnnotatorProfilesResponse response;
+    const grpc::Status status =
+        v1::TruthService::NewStub(channel_)->GetAnnotatorProfiles(&context, request, &response);
+    if (!status.ok()) return client::FromGrpcStatus(status);
+    return std::vector<v1::AnnotatorProfile>(response.profiles().begin(),
+                                             response.profiles().end());
   }
 
   static TestPostgres* pg_;
@@ -368,6 +391,95 @@ TEST_F(ApiPromisesTest, LiaServesTheMeanDifficultyAndNoEmbeddingForWhatItsFitDid
   EXPECT_THAT((*profiles)[0].embedding(), SizeIs(16));
   EXPECT_THAT((*profiles)[1].embedding(), IsEmpty());
   EXPECT_THAT((*profiles)[2].embedding(), IsEmpty());
+}
+
+// truth.proto: AnnotatorProfile.accuracy is the "probability of a correct label under the
+// current class prior: sum_k prior_k * confusion[k][k]", confusion being the matrix the profile
+// carries. The API does not serve the prior, so the test holds each method's accuracies to what
+// that sum allows of one prior (a distribution over the classes, the same for every annotator
+// of the project): accuracy lies between the smallest and the largest diagonal entry, and an
+// annotator whose two diagonal entries differ implies prior_yes = (accuracy - C[no][no]) /
+// (C[yes][yes] - C[no][no]), which must be one number for all of them and near the data's share
+// of yes items (32 of 40). CONFUSION_DETAIL_NONE leaves out the matrix, not the accuracy: the
+// same number either way.
+TEST_F(ApiPromisesTest, AccuracyIsThePriorWeightedDiagonalOfTheServedConfusion) {
+  // 40 items, every fifth of class no; four annotators wrong 10%, 15%, 20% and 25% of the time,
+  // and one who answers yes to everything, whose two diagonal entries are far apart.
+  std::mt19937 rng(11);
+  std::vector<std::tuple<std::string, std::string, int32_t>> labels;
+  for (int i = 0; i < 40; ++i) {
+    const int truth = i % 5 == 0 ? 0 : 1;
+    for (int w = 0; w < 4; ++w) {
+      const bool wrong = static_cast<int>(rng() % 100) < 10 + 5 * w;
+      labels.emplace_back(absl::StrCat("i", i), absl::StrCat("w", w), wrong ? 1 - truth : truth);
+    }
+    labels.emplace_back(absl::StrCat("i", i), "yes-sayer", 1);
+  }
+  const std::vector<std::string> annotators = {"w0", "w1", "w2", "w3", "yes-sayer"};
+  struct Method {
+    v1::TruthMethod method;
+    const char* name;
+    // common.proto: "full confusion per annotator", so the yes-sayer's diagonal entries differ.
+    bool full_confusion;
+  };
+  for (const Method& m : {Method{v1::TRUTH_METHOD_DAWID_SKENE, "ds", true},
+                          Method{v1::TRUTH_METHOD_MAJORITY_VOTE, "mv", false},
+                          Method{v1::TRUTH_METHOD_ONE_COIN, "one-coin", false},
+                          Method{v1::TRUTH_METHOD_GLAD, "glad", false},
+                          Method{v1::TRUTH_METHOD_MACE, "mace", false},
+                          Method{v1::TRUTH_METHOD_LIA, "lia", false}}) {
+    SCOPED_TRACE(m.name);
+    const std::string project = absl::StrCat("accuracy-", m.name);
+    v1::ProjectSettings settings;
+    settings.mutable_model()->set_method(m.method);
+    settings.mutable_model()->set_calibration("none");
+    CreateProject(project, settings);
+    Submit(project, labels);
+    absl::StatusOr<v1::ModelVersion> fitted = Train(project);
+    ASSERT_THAT(fitted, IsOk());
+    ASSERT_EQ(fitted->method(), m.method);
+
+    absl::StatusOr<std::vector<v1::AnnotatorProfile>> full =
+        ProfilesWithDetail(project, annotators, v1::CONFUSION_DETAIL_FULL);
+    absl::StatusOr<std::vector<v1::AnnotatorProfile>> none =
+        ProfilesWithDetail(project, annotators, v1::CONFUSION_DETAIL_NONE);
+    ASSERT_THAT(full, IsOk());
+    ASSERT_THAT(none, IsOk());
+    ASSERT_THAT(*full, SizeIs(annotators.size()));
+    ASSERT_THAT(*none, SizeIs(annotators.size()));
+    std::vector<std::pair<std::string, double>> implied_yes_priors;  // (annotator, prior_yes)
+    for (size_t a = 0; a < annotators.size(); ++a) {
+      SCOPED_TRACE(annotators[a]);
+      const v1::AnnotatorProfile& profile = (*full)[a];
+      ASSERT_EQ(profile.annotator(), annotators[a]);
+      ASSERT_EQ((*none)[a].annotator(), annotators[a]);
+      ASSERT_TRUE(profile.has_confusion());
+      ASSERT_EQ(profile.confusion().num_classes(), 2);
+      ASSERT_THAT(profile.confusion().probabilities(), SizeIs(4));
+      const double no_no = profile.confusion().probabilities(0);
+      const double yes_yes = profile.confusion().probabilities(3);
+      const double accuracy = profile.accuracy();
+      EXPECT_GE(accuracy, std::min(no_no, yes_yes) - 1e-12)
+          << "C[no][no] " << no_no << ", C[yes][yes] " << yes_yes;
+      EXPECT_LE(accuracy, std::max(no_no, yes_yes) + 1e-12)
+          << "C[no][no] " << no_no << ", C[yes][yes] " << yes_yes;
+      EXPECT_FALSE((*none)[a].has_confusion());
+      EXPECT_EQ((*none)[a].accuracy(), accuracy);
+      if (std::abs(yes_yes - no_no) > 0.2) {
+        implied_yes_priors.emplace_back(annotators[a], (accuracy - no_no) / (yes_yes - no_no));
+      }
+    }
+    // The premise: some annotator's accuracy tells the prior apart.
+    if (m.full_confusion) {
+      ASSERT_THAT(implied_yes_priors, Not(IsEmpty()));
+    }
+    for (const auto& [annotator, prior_yes] : implied_yes_priors) {
+      EXPECT_NEAR(prior_yes, implied_yes_priors.front().second, 1e-9)
+          << annotator << " and " << implied_yes_priors.front().first;
+      EXPECT_GE(prior_yes, 0.65) << annotator;
+      EXPECT_LE(prior_yes, 0.95) << annotator;
+    }
+  }
 }
 
 // projects.proto: AddItems and AddAnnotators add new ids and update existing ones, and the
