@@ -1,0 +1,199 @@
+// The lease promises of the v1 API held in single-replica mode (VerityServer::Options::
+// follow_replicas = false, the binary's --follow_replicas=false). There SuggestItems leases in
+// memory (RankAndLeaseItems) and hands the leases to the LeasePersister, which writes them to
+// PostgreSQL behind the request path; every other server test runs the default several-replica
+// mode, which claims leases in PostgreSQL first. Expectations are the proto text's
+// (assignment.proto: a suggestion "reserves one label slot on the item until this time (or
+// until the annotator's label for it arrives)"; projects.proto: lease_seconds) and the storage
+// layer's (storage/lease_store.h: leases are in PostgreSQL "so they survive a restart";
+// server/assignment/lease_persister.h: written every flush interval "and at Shutdown"). Each
+// test drives an in-process server over a real gRPC channel and a real PostgreSQL.
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/verity_client.h"
+#include "common/status_matchers.h"
+#include "server/verity_server.h"
+#include "tests/test_postgres.h"
+#include "verity/v1/assignment.pb.h"
+#include "verity/v1/ingest.pb.h"
+#include "verity/v1/projects.pb.h"
+
+namespace verity::tests {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::verity::testing::IsOk;
+
+class SingleReplicaTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { pg_ = TestPostgres::Start("verity-single-replica").release(); }
+  static void TearDownTestSuite() {
+    delete pg_;
+    pg_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(pg_, nullptr);
+    StartServer();
+  }
+  void TearDown() override { StopServer(); }
+
+  // A server over the suite's database that follows no other replica.
+  void StartServer() {
+    server::VerityServer::Options options;
+    options.listen = "localhost:0";
+    options.postgres_url = pg_->url();
+    options.pool_size = 2;
+    options.follow_replicas = false;
+    // No background refit: nothing here needs a model version.
+    options.training.run_in_background = false;
+    auto server = server::VerityServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    // The mode under test: leases are not claimed in PostgreSQL on the request path.
+    ASSERT_FALSE(server_->core().shared_leases);
+    channel_ = client::CreateInsecureChannel(absl::StrCat("localhost:", server_->port()));
+    client_ = std::make_unique<client::VerityClient>(channel_, client::ClientOptions{});
+  }
+  void StopServer() {
+    client_.reset();
+    if (server_ != nullptr) server_->Shutdown();
+    server_.reset();
+  }
+
+  // A two-class project with the items `ids`, at most `max_labels` labels per item and leases
+  // of `lease_seconds`.
+  void CreateProject(const std::string& name, const std::vector<std::string>& ids,
+                     int32_t max_labels, int32_t lease_seconds = 600) {
+    v1::Project project;
+    project.set_name(name);
+    project.add_classes("no");
+    project.add_classes("yes");
+    v1::AssignmentSettings* assignment = project.mutable_settings()->mutable_assignment();
+    assignment->set_max_labels_per_item(max_labels);
+    assignment->set_lease_seconds(lease_seconds);
+    ASSERT_THAT(client_->CreateProject(project), IsOk());
+    std::vector<v1::Item> items;
+    for (const std::string& id : ids) items.emplace_back().set_id(id);
+    ASSERT_THAT(client_->AddItems(name, items), IsOk());
+  }
+
+  // Submits (item, annotator, label) triples on one stream; every one must be accepted.
+  void Submit(const std::string& project,
+              const std::vector<std::tuple<std::string, std::string, int32_t>>& labels) {
+    std::vector<v1::Annotation> annotations;
+    for (const auto& [item, annotator, label] : labels) {
+      v1::Annotation& a = annotations.emplace_back();
+      a.set_item(item);
+      a.set_annotator(annotator);
+      a.set_label(label);
+    }
+    absl::StatusOr<client::SubmitTotals> totals =
+        client_->SubmitAnnotations(project, annotations, client::SubmitOptions{});
+    ASSERT_THAT(totals, IsOk());
+    ASSERT_EQ(totals->accepted, static_cast<int64_t>(labels.size()));
+  }
+
+  // SuggestItems for `annotator` (k = 10, restricted to `candidates` if any), expected to
+  // succeed.
+  std::vector<v1::ItemSuggestion> Suggest(const std::string& project, const std::string& annotator,
+                                          const std::vector<std::string>& candidates = {}) {
+    absl::StatusOr<std::vector<v1::ItemSuggestion>> suggestions =
+        client_->SuggestItems(project, annotator, 10, candidates);
+    EXPECT_THAT(suggestions, IsOk());
+    if (!suggestions.ok()) return {};
+    return *std::move(suggestions);
+  }
+
+  // The item ids of Suggest(...), in order.
+  std::vector<std::string> SuggestedItems(const std::string& project, const std::string& annotator,
+                                          const std::vector<std::string>& candidates = {}) {
+    std::vector<std::string> items;
+    for (const v1::ItemSuggestion& s : Suggest(project, annotator, candidates)) {
+      items.push_back(s.item());
+    }
+    return items;
+  }
+
+  static TestPostgres* pg_;
+  std::unique_ptr<server::VerityServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<client::VerityClient> client_;
+};
+
+TestPostgres* SingleReplicaTest::pg_ = nullptr;
+
+absl::Time FromTimestamp(const google::protobuf::Timestamp& t) {
+  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
+}
+
+// projects.proto: a suggestion reserves a slot on its item for lease_seconds, and
+// assignment.proto's lease_expires_at says until when. One item, at most 1 label on it: while
+// a's lease holds, b is suggested nothing.
+TEST_F(SingleReplicaTest, ASuggestionHoldsItsSlotForLeaseSeconds) {
+  CreateProject("holds", {"only"}, /*max_labels=*/1, /*lease_seconds=*/60);
+  const absl::Time asked = absl::Now();
+  std::vector<v1::ItemSuggestion> first = Suggest("holds", "a");
+  const absl::Time answered = absl::Now();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].item(), "only");
+  const absl::Time expires = FromTimestamp(first[0].lease_expires_at());
+  EXPECT_GE(expires, asked + absl::Seconds(60) - absl::Milliseconds(50));
+  EXPECT_LE(expires, answered + absl::Seconds(60) + absl::Milliseconds(50));
+  EXPECT_THAT(SuggestedItems("holds", "b"), IsEmpty());
+  EXPECT_THAT(SuggestedItems("holds", "c"), IsEmpty());
+}
+
+// assignment.proto: the slot is reserved "until this time (or until the annotator's label for
+// it arrives)". With at most 2 labels on the item, a's lease held after a's label would count
+// twice (1 label + 1 lease = 2) and leave nothing for c.
+TEST_F(SingleReplicaTest, ALeaseEndsWhenTheAnnotatorsLabelArrives) {
+  CreateProject("lease-ends", {"only"}, /*max_labels=*/2);
+  ASSERT_THAT(SuggestedItems("lease-ends", "a"), ElementsAre("only"));
+  Submit("lease-ends", {{"only", "a", 1}});
+  EXPECT_THAT(SuggestedItems("lease-ends", "c"), ElementsAre("only"));
+  // The slots are still counted: a's label and c's lease fill the item.
+  EXPECT_THAT(SuggestedItems("lease-ends", "d"), IsEmpty());
+}
+
+// storage/lease_store.h: leases are kept in PostgreSQL "so they survive a restart"; in this
+// mode the LeasePersister writes them, at the latest at Shutdown. Two items, at most 1 label
+// each: a is suggested "held" (the only candidate it asks about); after a restart over the same
+// database b is suggested "free" only, so the project is served and a's lease still holds.
+TEST_F(SingleReplicaTest, ALeaseSurvivesARestart) {
+  CreateProject("restart", {"held", "free"}, /*max_labels=*/1);
+  ASSERT_THAT(SuggestedItems("restart", "a", {"held"}), ElementsAre("held"));
+  StopServer();
+  StartServer();
+  EXPECT_THAT(SuggestedItems("restart", "b"), ElementsAre("free"));
+  EXPECT_THAT(SuggestedItems("restart", "c", {"held"}), IsEmpty());
+}
+
+// The two promises together across a restart: a lease answered by its annotator's label before
+// the restart does not come back after it (lease_store.h: a lease holds "until it expires or
+// that annotator's label for the item arrives"), even though the persister may write the lease
+// after the label. At most 2 labels: a's label and b's lease fill the item; a lease of a's
+// brought back would leave b nothing.
+TEST_F(SingleReplicaTest, ALeaseAnsweredBeforeARestartStaysEndedAfterIt) {
+  CreateProject("answered", {"only"}, /*max_labels=*/2);
+  ASSERT_THAT(SuggestedItems("answered", "a"), ElementsAre("only"));
+  Submit("answered", {{"only", "a", 0}});
+  StopServer();
+  StartServer();
+  EXPECT_THAT(SuggestedItems("answered", "b"), ElementsAre("only"));
+  EXPECT_THAT(SuggestedItems("answered", "c"), IsEmpty());
+}
+
+}  // namespace
+}  // namespace verity::tests
