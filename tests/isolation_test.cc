@@ -19,6 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
 #include "verity/v1/assignment.grpc.pb.h"
@@ -595,6 +596,81 @@ TEST_F(IsolationTest, BatchesInFlightOnSeveralStreamsCannotTogetherPassALimit) {
   v1::GetProjectResponse project;
   ASSERT_TRUE(v1::ProjectService::NewStub(channel_)->GetProject(&context, get, &project).ok());
   EXPECT_EQ(project.project().num_labels(), 80);
+}
+
+// Acks come in the order the batches were sent, refusals included: while a table lock holds
+// every commit back, one stream sends a valid batch, a batch naming an unknown project
+// (NOT_FOUND), a batch over 10,000 annotations (INVALID_ARGUMENT) and another valid batch. The
+// two refused at read time are not acked ahead of the held first batch: no ack comes while
+// the lock is held, and after it is released the four acks come 1, 2, 3, 4.
+TEST_F(IsolationTest, RefusedBatchesAreAckedInOrderBehindAHeldCommit) {
+  CreateLimitedProject("ack-order", [](v1::ProjectLimits&) {});
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  auto stream = v1::IngestService::NewStub(channel_)->SubmitAnnotations(&context);
+  auto valid = [](uint64_t id, const std::string& item) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(id);
+    batch.set_project("ack-order");
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(item);
+    a->set_annotator("w");
+    a->set_label(1);
+    return batch;
+  };
+  absl::Mutex mu;
+  std::vector<v1::BatchAck> acks;
+  std::thread reader([&] {
+    v1::BatchAck ack;
+    while (stream->Read(&ack)) {
+      absl::MutexLock lock(&mu);
+      acks.push_back(ack);
+    }
+  });
+  {
+    pqxx::connection connection(pg_->url());
+    pqxx::work lock(connection);
+    lock.exec0("LOCK TABLE annotations IN EXCLUSIVE MODE");
+    EXPECT_TRUE(stream->Write(valid(101, "first")));
+    v1::AnnotationBatch unknown = valid(102, "unknown-project");
+    unknown.set_project("no-such-project");
+    EXPECT_TRUE(stream->Write(unknown));
+    v1::AnnotationBatch oversized;
+    oversized.set_batch_id(103);
+    oversized.set_project("ack-order");
+    for (int i = 0; i < 10001; ++i) {
+      v1::Annotation* a = oversized.add_annotations();
+      a->set_item(absl::StrCat("big", i));
+      a->set_annotator("w");
+      a->set_label(0);
+    }
+    EXPECT_TRUE(stream->Write(oversized));
+    EXPECT_TRUE(stream->Write(valid(104, "last")));
+    stream->WritesDone();
+    // Every batch is read (the refused ones are refused at once) while the first one's commit
+    // waits on the lock.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    absl::MutexLock held(&mu);
+    std::vector<uint64_t> early;
+    for (const v1::BatchAck& ack : acks) early.push_back(ack.batch_id());
+    EXPECT_TRUE(early.empty()) << "acked while batch 101's commit was held: "
+                               << ::testing::PrintToString(early);
+  }  // The lock is released: batches 101 and 104 commit.
+  reader.join();
+  EXPECT_TRUE(stream->Finish().ok());
+  std::vector<uint64_t> order;
+  for (const v1::BatchAck& ack : acks) order.push_back(ack.batch_id());
+  ASSERT_EQ(order, (std::vector<uint64_t>{101, 102, 103, 104}));
+  EXPECT_EQ(acks[0].error_code(), 0) << acks[0].error_message();
+  EXPECT_EQ(acks[0].accepted(), 1);
+  EXPECT_EQ(acks[1].error_code(), grpc::StatusCode::NOT_FOUND) << acks[1].error_message();
+  EXPECT_EQ(acks[1].accepted(), 0);
+  EXPECT_EQ(acks[2].error_code(), grpc::StatusCode::INVALID_ARGUMENT) << acks[2].error_message();
+  EXPECT_TRUE(absl::StrContains(acks[2].error_message(), "10000")) << acks[2].error_message();
+  EXPECT_EQ(acks[2].accepted(), 0);
+  EXPECT_EQ(acks[3].error_code(), 0) << acks[3].error_message();
+  EXPECT_EQ(acks[3].accepted(), 1);
+  EXPECT_EQ(GetProjectOf("ack-order").num_labels(), 2);
 }
 
 // max_confusion_cells (annotators × K²): a many-class project whose model keeps a dense K×K
