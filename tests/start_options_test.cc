@@ -7,7 +7,22 @@
 //  - --load_threads: the server listens at once, loads every stored project in the background,
 //    and each answers once loaded;
 //  - --memory_budget_mb with --evict_idle_seconds: a project larger than the budget is unloaded
-//    when idle, listed without being loaded, and loads again, unchanged, on its next call.
+//    when idle, listed without being loaded, and loads again, unchanged, on its next call;
+//  - --trainer_busy_fraction outside (0, 1] is refused at start, naming the flag; 1 is allowed;
+//  - --metrics_port on a port another socket holds: logged (event=metrics_unavailable, naming
+//    the port) and the server runs without metrics;
+//  - --auth=off on loopback: every call is admitted without a key, KeyService included
+//    (proto/verity/v1/keys.proto), and the keys it makes hold once authentication is on.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -27,6 +42,7 @@
 #include "tests/health_check.h"
 #include "tests/server_process.h"
 #include "tests/test_postgres.h"
+#include "verity/v1/keys.pb.h"
 #include "verity/v1/projects.pb.h"
 #include "verity/v1/truth.pb.h"
 
@@ -290,6 +306,300 @@ TEST(StartOptionsTest, AMemoryBudgetUnloadsAnIdleProjectAndReloadsIt) {
       << "the call after the eviction loaded it from PostgreSQL";
   ASSERT_TRUE(server.Stop().ok());
   RemoveTree(dir);
+}
+
+// What a verity_server run that was expected to refuse its flags did.
+struct RefusedRun {
+  bool exited = false;    // false: still running at the deadline (then killed)
+  int exit_code = -1;     // when it exited normally
+  bool signalled = false; // when it was ended by a signal
+  std::string output;     // stdout and stderr together
+};
+
+// Runs verity_server with `flags` (after --listen=localhost:0 --data_dir=DIR/var) until it exits
+// or `timeout` passes; a server still running then, or one that logged event=listening, is
+// killed (SIGKILL) and reported as not exited.
+RefusedRun RunUntilExit(const std::string& dir, const std::vector<std::string>& flags,
+                        absl::Duration timeout = absl::Seconds(30)) {
+  RefusedRun run;
+  const std::string log = absl::StrCat(dir, "/refused-", absl::ToUnixNanos(absl::Now()), ".log");
+  const std::string binary = RunfilePath("server/verity_server");
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDERR_FILENO);
+      dup2(fd, STDOUT_FILENO);
+    }
+    std::vector<std::string> args = {binary, "--listen=localhost:0", "--data_dir=" + dir + "/var",
+                                      "--background_refit=false"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  auto read_log = [&log] {
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  const absl::Time deadline = absl::Now() + timeout;
+  while (pid > 0) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      run.exited = true;
+      if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+      run.signalled = WIFSIGNALED(status);
+      break;
+    }
+    if (absl::Now() > deadline || absl::StrContains(read_log(), "event=listening")) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  run.output = read_log();
+  return run;
+}
+
+// README's flag table and the flag's help: --trainer_busy_fraction is "in (0, 1]". A value
+// outside is refused at start: the process exits non-zero without serving, and its error
+// output names the flag. 1 ("fits back to back") is inside and starts.
+TEST(StartOptionsTest, ATrainerBusyFractionOutsideZeroToOneIsRefusedAtStart) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-busy-fraction");
+  ASSERT_NE(postgres, nullptr);
+  for (const std::string value : {"0", "-0.1", "1.5", "-1", "2", "nan", "inf"}) {
+    SCOPED_TRACE(absl::StrCat("--trainer_busy_fraction=", value));
+    RefusedRun run = RunUntilExit(postgres->dir(),
+                                  {"--metrics_port=0", "--postgres_url=" + postgres->url(),
+                                   "--trainer_busy_fraction=" + value});
+    ASSERT_TRUE(run.exited) << "the server started (or hung) with an out-of-range fraction:\n"
+                            << run.output;
+    EXPECT_FALSE(run.signalled) << run.output;
+    EXPECT_NE(run.exit_code, 0) << run.output;
+    EXPECT_FALSE(absl::StrContains(run.output, "event=listening")) << run.output;
+    EXPECT_TRUE(absl::StrContains(run.output, "trainer_busy_fraction"))
+        << "the error does not name the flag:\n" << run.output;
+  }
+  // The bounds of (0, 1]: 1 is in, and so is a small positive fraction.
+  for (const std::string value : {"1", "0.05"}) {
+    ServerProcess server(RunfilePath("server/verity_server"), postgres->dir(),
+                         {"--metrics_port=0", "--postgres_url=" + postgres->url(),
+                          "--trainer_busy_fraction=" + value});
+    ASSERT_TRUE(server.Start().ok()) << "--trainer_busy_fraction=" << value << "\n" << Log(server);
+    absl::StatusOr<std::vector<v1::Project>> listed = ClientOf(server).ListProjects();
+    EXPECT_TRUE(listed.ok()) << listed.status();
+    ASSERT_TRUE(server.Stop().ok());
+  }
+}
+
+// README's flag table: --metrics_port "A port already taken is logged
+// (event=metrics_unavailable) and the server runs without it". Another socket listens on the
+// port first: the server still starts and serves gRPC, and says so in a line naming the port,
+// never silently.
+TEST(StartOptionsTest, AMetricsPortAlreadyTakenIsLoggedAndTheServerRunsWithoutIt) {
+  const int taker = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(taker, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  ASSERT_EQ(bind(taker, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(taker, 16), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(taker, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int taken = ntohs(address.sin_port);
+  ASSERT_GT(taken, 0);
+
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-metrics-taken");
+  ASSERT_NE(postgres, nullptr);
+  ServerProcess server(RunfilePath("server/verity_server"), postgres->dir(),
+                       {"--postgres_url=" + postgres->url(), "--metrics_address=127.0.0.1",
+                        absl::StrCat("--metrics_port=", taken)});
+  ASSERT_TRUE(server.Start().ok()) << "the server did not run without its metrics port\n"
+                                   << Log(server);
+  EXPECT_EQ(CountLines(server, "event=metrics_unavailable", absl::StrCat(":", taken)), 1)
+      << "no event=metrics_unavailable line naming port " << taken << "\n" << Log(server);
+  // gRPC serves: a write and a read.
+  client::VerityClient client = ClientOf(server);
+  v1::Project project;
+  project.set_name("still-serving");
+  for (const char* c : {"a", "b"}) project.add_classes(c);
+  absl::StatusOr<v1::Project> created = client.CreateProject(project);
+  ASSERT_TRUE(created.ok()) << created.status();
+  absl::StatusOr<std::vector<v1::Project>> listed = client.ListProjects();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].name(), "still-serving");
+  // The port is still ours: a connection to it lands on the socket that took it.
+  const int probe = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(probe, 0);
+  ASSERT_EQ(connect(probe, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  const int accepted = accept4(taker, nullptr, nullptr, SOCK_NONBLOCK);
+  EXPECT_GE(accepted, 0) << "the connection to port " << taken << " did not reach its owner";
+  if (accepted >= 0) close(accepted);
+  close(probe);
+  ASSERT_TRUE(server.Stop().ok()) << Log(server);
+  close(taker);
+}
+
+client::VerityClient ClientWithKey(const ServerProcess& server, const std::string& key) {
+  client::ClientOptions options;
+  options.api_key = key;
+  return client::VerityClient(client::CreateInsecureChannel(server.address()), options);
+}
+
+// proto/verity/v1/keys.proto: "When the server runs with authentication off (only allowed
+// while it listens on loopback only: the development default) every call is admitted and this
+// service still works." README: --auth=off on a loopback --listen. Without any key: ordinary
+// calls answer, and KeyService creates, lists and revokes keys as documented (the key text
+// "vk_<key_id>_<secret>", NOT_FOUND for an unknown key_id, revoking twice a no-op). The keys it
+// made are real: once the server runs with authentication on, the writer key writes within its
+// project only and the revoked key is UNAUTHENTICATED.
+TEST(StartOptionsTest, WithAuthenticationOffEveryCallIsAdmittedKeyServiceIncluded) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-auth-off");
+  ASSERT_NE(postgres, nullptr);
+  const std::vector<std::string> common = {
+      "--metrics_port=0", "--postgres_url=" + postgres->url(),
+      "--admin_key_file=" + postgres->dir() + "/admin.key"};
+  std::vector<std::string> off = common;
+  off.push_back("--auth=off");
+  std::string writer_key;
+  std::string writer_id;
+  std::string revoked_id;
+  std::string revoked_key;
+  {
+    ServerProcess server(RunfilePath("server/verity_server"), postgres->dir(), off);
+    ASSERT_TRUE(server.Start().ok()) << Log(server);
+    client::VerityClient client = ClientOf(server);  // No key.
+
+    // Ordinary calls without a key.
+    v1::Project project;
+    project.set_name("open");
+    for (const char* c : {"no", "yes"}) project.add_classes(c);
+    absl::StatusOr<v1::Project> created = client.CreateProject(project);
+    ASSERT_TRUE(created.ok()) << created.status();
+    std::vector<v1::Annotation> labels;
+    for (const char* annotator : {"w1", "w2"}) {
+      v1::Annotation& a = labels.emplace_back();
+      a.set_item("item-1");
+      a.set_annotator(annotator);
+      a.set_label(1);
+    }
+    absl::StatusOr<client::SubmitTotals> submitted =
+        client.SubmitAnnotations("open", labels, client::SubmitOptions());
+    ASSERT_TRUE(submitted.ok()) << submitted.status();
+    EXPECT_EQ(submitted->accepted, 2);
+    absl::StatusOr<std::vector<v1::Posterior>> posteriors =
+        client.GetPosteriors("open", std::vector<std::string>{"item-1"});
+    ASSERT_TRUE(posteriors.ok()) << posteriors.status();
+    ASSERT_EQ(posteriors->size(), 1u);
+    EXPECT_EQ((*posteriors)[0].num_labels(), 2);
+    absl::StatusOr<std::vector<v1::Project>> listed = client.ListProjects();
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    ASSERT_EQ(listed->size(), 1u);
+    EXPECT_EQ((*listed)[0].name(), "open");
+
+    // KeyService without a key: create.
+    v1::CreateKeyRequest writer_request;
+    writer_request.set_name("made-with-auth-off");
+    writer_request.set_role(v1::ROLE_WRITER);
+    writer_request.add_projects("open");
+    absl::StatusOr<v1::CreateKeyResponse> writer = client.CreateKey(writer_request);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    writer_id = writer->key().key_id();
+    writer_key = writer->secret_key();
+    EXPECT_EQ(writer_id.size(), 16u) << writer_id;
+    EXPECT_TRUE(std::all_of(writer_id.begin(), writer_id.end(),
+                            [](unsigned char c) { return std::isxdigit(c); }))
+        << writer_id;
+    EXPECT_TRUE(absl::StartsWith(writer_key, absl::StrCat("vk_", writer_id, "_")))
+        << writer_key;
+    EXPECT_GT(writer_key.size(), writer_id.size() + 4) << "no secret in " << writer_key;
+    EXPECT_EQ(writer->key().name(), "made-with-auth-off");
+    EXPECT_EQ(writer->key().role(), v1::ROLE_WRITER);
+    ASSERT_EQ(writer->key().projects_size(), 1);
+    EXPECT_EQ(writer->key().projects(0), "open");
+    EXPECT_TRUE(writer->key().has_created_at());
+    EXPECT_FALSE(writer->key().has_revoked_at());
+    v1::CreateKeyRequest reader_request;
+    reader_request.set_name("to-revoke");
+    reader_request.set_role(v1::ROLE_READER);
+    absl::StatusOr<v1::CreateKeyResponse> reader = client.CreateKey(reader_request);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    revoked_id = reader->key().key_id();
+    revoked_key = reader->secret_key();
+    EXPECT_NE(revoked_id, writer_id);
+
+    // List.
+    auto ids = [](const std::vector<v1::ApiKey>& keys) {
+      std::vector<std::string> out;
+      for (const v1::ApiKey& key : keys) out.push_back(key.key_id());
+      return out;
+    };
+    absl::StatusOr<std::vector<v1::ApiKey>> keys = client.ListKeys(/*include_revoked=*/false);
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    EXPECT_THAT(ids(*keys), ::testing::IsSupersetOf({writer_id, revoked_id}));
+
+    // Revoke: at once; again, a no-op returning it; an unknown key_id, NOT_FOUND.
+    absl::StatusOr<v1::ApiKey> revoked = client.RevokeKey(revoked_id);
+    ASSERT_TRUE(revoked.ok()) << revoked.status();
+    EXPECT_EQ(revoked->key_id(), revoked_id);
+    EXPECT_TRUE(revoked->has_revoked_at());
+    absl::StatusOr<v1::ApiKey> again = client.RevokeKey(revoked_id);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->key_id(), revoked_id);
+    EXPECT_TRUE(again->has_revoked_at());
+    EXPECT_EQ(again->revoked_at().seconds(), revoked->revoked_at().seconds());
+    EXPECT_EQ(again->revoked_at().nanos(), revoked->revoked_at().nanos());
+    std::string unknown = "0123456789abcdef";
+    if (unknown == writer_id || unknown == revoked_id) unknown = "fedcba9876543210";
+    absl::StatusOr<v1::ApiKey> missing = client.RevokeKey(unknown);
+    EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
+    keys = client.ListKeys(/*include_revoked=*/false);
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    EXPECT_THAT(ids(*keys), ::testing::Contains(writer_id));
+    EXPECT_THAT(ids(*keys), ::testing::Not(::testing::Contains(revoked_id)));
+    keys = client.ListKeys(/*include_revoked=*/true);
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    EXPECT_THAT(ids(*keys), ::testing::IsSupersetOf({writer_id, revoked_id}));
+
+    // "Every call is admitted": a call carrying a key that is no key is admitted too.
+    absl::StatusOr<std::vector<v1::Project>> with_junk =
+        ClientWithKey(server, "vk_0000000000000000_nonsense").ListProjects();
+    EXPECT_TRUE(with_junk.ok()) << with_junk.status();
+    ASSERT_TRUE(server.Stop().ok()) << Log(server);
+  }
+
+  // The same database with authentication on: the keys made with it off are the keys.
+  std::vector<std::string> on = common;
+  on.push_back("--auth=on");
+  ServerProcess server(RunfilePath("server/verity_server"), postgres->dir(), on);
+  ASSERT_TRUE(server.Start().ok()) << Log(server);
+  absl::StatusOr<std::vector<v1::Project>> anonymous = ClientOf(server).ListProjects();
+  EXPECT_EQ(anonymous.status().code(), absl::StatusCode::kUnauthenticated) << anonymous.status();
+  client::VerityClient writer = ClientWithKey(server, writer_key);
+  v1::Annotation label;
+  label.set_item("item-2");
+  label.set_annotator("w1");
+  label.set_label(0);
+  absl::StatusOr<client::SubmitTotals> written =
+      writer.SubmitAnnotations("open", std::vector<v1::Annotation>{label}, client::SubmitOptions());
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->accepted, 1);
+  v1::Project other;
+  other.set_name("not-for-a-writer");
+  for (const char* c : {"a", "b"}) other.add_classes(c);
+  EXPECT_EQ(writer.CreateProject(other).status().code(), absl::StatusCode::kPermissionDenied);
+  // The key revoked with authentication off stays revoked.
+  absl::StatusOr<std::vector<v1::Project>> revoked =
+      ClientWithKey(server, revoked_key).ListProjects();
+  EXPECT_EQ(revoked.status().code(), absl::StatusCode::kUnauthenticated) << revoked.status();
+  ASSERT_TRUE(server.Stop().ok()) << Log(server);
 }
 
 }  // namespace
