@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "pqxx/pqxx"
 #include "storage/sql_values.h"
@@ -16,10 +19,18 @@ struct LeaseColumns {
   std::string items, annotators, expiry_micros;
 };
 
+// One row per (item, annotator), the last entry of each pair: INSERT ... ON CONFLICT DO UPDATE
+// refuses to touch a row twice in one statement.
 LeaseColumns ToColumns(absl::Span<const LeaseRecord> leases) {
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, size_t> last;
+  for (size_t n = 0; n < leases.size(); ++n) {
+    last[{leases[n].item_index, leases[n].annotator_index}] = n;
+  }
   std::vector<int32_t> items, annotators;
   std::vector<int64_t> expiry_micros;
-  for (const LeaseRecord& l : leases) {
+  for (size_t n = 0; n < leases.size(); ++n) {
+    const LeaseRecord& l = leases[n];
+    if (last[{l.item_index, l.annotator_index}] != n) continue;
     items.push_back(l.item_index);
     annotators.push_back(l.annotator_index);
     expiry_micros.push_back(absl::ToUnixMicros(l.expires_at));

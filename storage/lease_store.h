@@ -32,7 +32,8 @@ class LeaseStore {
  public:
   explicit LeaseStore(ConnectionPool* pool) : pool_(pool) {}
 
-  // Creates or extends the leases (one transaction).
+  // Creates or extends the leases (one transaction). A pair listed more than once takes its
+  // last entry's expiry.
   absl::Status UpsertLeases(int64_t project_id, absl::Span<const LeaseRecord> leases);
 
   // The leases still open at `now`: not expired, and whose (item, annotator) has no live

@@ -19,6 +19,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::Field;
 using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
 using ::verity::storage::testing::PostgresTest;
 using ::verity::testing::IsOk;
 using ::verity::testing::IsOkAndHolds;
@@ -62,6 +63,25 @@ TEST_F(LeaseStoreTest, OpenLeasesSurviveAndExpiredOrAnsweredOnesAreReleased) {
   EXPECT_THAT(store_->LoadOpenLeases(project_id_, now + absl::Minutes(15)),
               IsOkAndHolds(ElementsAre(Field(&LeaseRecord::expires_at, now + absl::Minutes(20)))));
   EXPECT_THAT(store_->LoadOpenLeases(project_id_, now + absl::Minutes(21)), IsOkAndHolds(IsEmpty()));
+}
+
+// Promise (lease_store.h): a pair listed more than once in one UpsertLeases takes its last
+// entry's expiry. The lease persister queues a pair twice when its lease expired while writes
+// were failing and the pair was leased again; one INSERT ... ON CONFLICT DO UPDATE cannot touch
+// a row twice, so without this every later flush of the project failed.
+TEST_F(LeaseStoreTest, APairListedTwiceInOneUpsertTakesItsLastExpiry) {
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  ASSERT_THAT(store_->UpsertLeases(project_id_, {{1, 0, now + absl::Minutes(10)},
+                                                 {0, 1, now + absl::Minutes(5)},
+                                                 {1, 0, now + absl::Minutes(30)},
+                                                 {1, 0, now + absl::Minutes(20)}}),
+              IsOk());
+  EXPECT_THAT(store_->LoadOpenLeases(project_id_, now),
+              IsOkAndHolds(UnorderedElementsAre(
+                  AllOf(Field(&LeaseRecord::item_index, 1), Field(&LeaseRecord::annotator_index, 0),
+                        Field(&LeaseRecord::expires_at, now + absl::Minutes(20))),
+                  AllOf(Field(&LeaseRecord::item_index, 0), Field(&LeaseRecord::annotator_index, 1),
+                        Field(&LeaseRecord::expires_at, now + absl::Minutes(5))))));
 }
 
 // Two replicas claiming leases of one project: each sees what the other claimed since its last
