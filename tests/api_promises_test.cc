@@ -511,5 +511,95 @@ TEST_F(ApiPromisesTest, AnIdTwiceInOneCallIsAddedOnceAndUpdatedOnce) {
   EXPECT_EQ(project->num_annotators(), 2);
 }
 
+// projects.proto, ModelSettings.method: "UNSPECIFIED: auto for a project created from now on
+// (the server stores AUTO), ds for one created before auto existed". The project below is
+// written straight to the database as a server from before auto stored it: its settings blob is
+// ProjectSettings without a method (UNSPECIFIED is not on the wire). This server loads it on
+// first use and must fit it with ds and report ds (GetModelStatus: "the method the next fit will
+// use"; the version's method), also after an UpdateProjectSettings that sets no method ("an
+// unset model.method keeps the project's method") and after a restart.
+TEST_F(ApiPromisesTest, AProjectStoredBeforeAutoIsFittedAndReportedAsDs) {
+  v1::ProjectSettings old_settings;
+  old_settings.mutable_assignment()->set_max_labels_per_item(5);
+  ASSERT_EQ(old_settings.model().method(), v1::TRUTH_METHOD_UNSPECIFIED);
+  storage::ProjectRecord record;
+  record.name = "before-auto";
+  record.classes = {"no", "yes"};
+  record.settings = old_settings.SerializeAsString();
+  absl::StatusOr<storage::ProjectRecord> stored =
+      server_->core().storage->projects->CreateProject(record);
+  ASSERT_THAT(stored, IsOk());
+  const int64_t project_id = stored->project_id;
+
+  absl::StatusOr<v1::GetModelStatusResponse> before = client_->GetModelStatus("before-auto");
+  ASSERT_THAT(before, IsOk());
+  EXPECT_EQ(before->method(), v1::TRUTH_METHOD_DAWID_SKENE);
+  EXPECT_EQ(before->chosen_method(), "") << "chosen_method is for method auto only";
+
+  Submit("before-auto", {{"i1", "a", 1}, {"i1", "b", 1}, {"i1", "c", 0},
+                         {"i2", "a", 0}, {"i2", "b", 0}, {"i2", "c", 0},
+                         {"i3", "a", 1}, {"i3", "b", 0}, {"i3", "c", 1}});
+  absl::StatusOr<v1::ModelVersion> fitted = Train("before-auto");
+  ASSERT_THAT(fitted, IsOk());
+  EXPECT_EQ(fitted->method(), v1::TRUTH_METHOD_DAWID_SKENE);
+  absl::StatusOr<storage::ModelVersionRecord> stored_version =
+      server_->core().storage->versions->GetModelVersionMetadata(project_id, fitted->version());
+  ASSERT_THAT(stored_version, IsOk());
+  EXPECT_EQ(stored_version->method, "ds");
+  absl::StatusOr<v1::GetModelStatusResponse> after = client_->GetModelStatus("before-auto");
+  ASSERT_THAT(after, IsOk());
+  EXPECT_EQ(after->method(), v1::TRUTH_METHOD_DAWID_SKENE);
+  EXPECT_EQ(after->current_version().method(), v1::TRUTH_METHOD_DAWID_SKENE);
+  EXPECT_EQ(after->chosen_method(), "");
+  absl::StatusOr<std::vector<v1::ModelVersion>> versions =
+      client_->ListModelVersions("before-auto", 0);
+  ASSERT_THAT(versions, IsOk());
+  ASSERT_THAT(*versions, SizeIs(1));
+  EXPECT_EQ((*versions)[0].method(), v1::TRUTH_METHOD_DAWID_SKENE);
+
+  // An update without a method keeps the project's method: still ds, not the new default.
+  v1::ProjectSettings update;
+  update.mutable_assignment()->set_max_labels_per_item(6);
+  ASSERT_THAT(client_->UpdateProjectSettings("before-auto", update), IsOk());
+  absl::StatusOr<v1::ModelVersion> refitted = Train("before-auto");
+  ASSERT_THAT(refitted, IsOk());
+  EXPECT_EQ(refitted->method(), v1::TRUTH_METHOD_DAWID_SKENE);
+
+  // A restarted server loads it from the database again: still ds.
+  TearDown();
+  SetUp();
+  ASSERT_NE(server_, nullptr);
+  absl::StatusOr<v1::GetModelStatusResponse> restarted = client_->GetModelStatus("before-auto");
+  ASSERT_THAT(restarted, IsOk());
+  EXPECT_EQ(restarted->method(), v1::TRUTH_METHOD_DAWID_SKENE);
+  absl::StatusOr<v1::ModelVersion> after_restart = Train("before-auto");
+  ASSERT_THAT(after_restart, IsOk());
+  EXPECT_EQ(after_restart->method(), v1::TRUTH_METHOD_DAWID_SKENE);
+}
+
+// The other half of the same comment: a project created now with method UNSPECIFIED is auto,
+// and "the server stores AUTO" — the database row itself names AUTO, so that it is not taken
+// for a project from before auto (which UNSPECIFIED means when read back), also after a restart.
+TEST_F(ApiPromisesTest, ANewProjectWithoutAMethodIsStoredAsAuto) {
+  CreateProject("after-auto");
+  absl::StatusOr<storage::ProjectRecord> row =
+      server_->core().storage->projects->GetProjectByName("after-auto");
+  ASSERT_THAT(row, IsOk());
+  v1::ProjectSettings stored;
+  ASSERT_TRUE(stored.ParseFromString(row->settings));
+  EXPECT_EQ(stored.model().method(), v1::TRUTH_METHOD_AUTO);
+
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("after-auto");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->method(), v1::TRUTH_METHOD_AUTO);
+
+  TearDown();
+  SetUp();
+  ASSERT_NE(server_, nullptr);
+  absl::StatusOr<v1::GetModelStatusResponse> restarted = client_->GetModelStatus("after-auto");
+  ASSERT_THAT(restarted, IsOk());
+  EXPECT_EQ(restarted->method(), v1::TRUTH_METHOD_AUTO);
+}
+
 }  // namespace
 }  // namespace verity::tests
