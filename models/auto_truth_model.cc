@@ -157,23 +157,15 @@ absl::StatusOr<int64_t> ScoreByHeldOutLabels(const AnnotationMatrix& data,
       AnnotationMatrix::Build(data.num_items(), data.num_annotators(), data.num_classes(), kept);
   if (!train.ok()) return train.status();
   const int32_t k = data.num_classes();
-  std::vector<double> q(k);
   std::vector<std::vector<double>> terms(scores.size());
   for (size_t s = 0; s < scores.size(); ++s) {
     AutoCandidateScore& score = scores[s];
     absl::StatusOr<std::unique_ptr<TruthModel>> model = factory(score.method, k, options);
     if (!model.ok() || !(*model)->Fit(*train, gold, /*warm_start=*/false).ok()) continue;
     double sum = 0.0;
-    int32_t current = -1;
     for (const Annotation& h : held) {
-      if (h.item != current) {
-        current = h.item;
-        (*model)->ItemPosteriorForItem(h.item, train->LabelsOfItem(h.item), /*gold_label=*/-1,
-                                       absl::MakeSpan(q));
-      }
-      const std::vector<double> pi = (*model)->ItemAnnotatorConfusion(h.item, h.annotator);
-      double p = 0.0;
-      for (int32_t c = 0; c < k; ++c) p += q[c] * pi[static_cast<size_t>(c) * k + h.label];
+      const double p =
+          (*model)->PredictLabel(h.item, train->LabelsOfItem(h.item), h.annotator)[h.label];
       terms[s].push_back(std::log(std::max(p, kMinProbability)));
       sum += terms[s].back();
     }

@@ -593,7 +593,7 @@ TEST(AutoTruthModelTest, GoldCvKeepsDsWhenTheMarginPassesButTwoStandardErrorsDoN
 }
 
 // Promise (auto_truth_model.h): without gold, a candidate replaces ds only if its mean
-// held-out log-likelihood beats ds's by kHeldOutMarginNats (0.01) per label AND by
+// held-out log-likelihood beats ds's by kHeldOutMarginNats (0.05) per label AND by
 // kHeldOutStandardErrors (2) standard errors of the paired per-label difference.
 // Both stand-ins give every item q = (1/2, 1/2); ds's annotators are uniform, so every held-out
 // label scores log(1/2); mv's say 0 with probability 0.8 whatever the truth, so a held-out label
@@ -658,6 +658,95 @@ TEST(AutoTruthModelTest, HeldOutLabelsKeepDsWhenTheMarginPassesButTwoStandardErr
   const Expected l = expected(*large_held);
   EXPECT_NEAR(ScoreOf(*large, "mv").held_out_standard_error, l.se, 1e-12);
   ASSERT_GE(l.mean, 2 * l.se);
+  EXPECT_EQ(large->method, "mv") << large->reason;
+}
+
+// A candidate whose posterior is uninformative (1/2, 1/2) and whose confusion is uniform, but
+// whose PredictLabel says the item's first label again with probability 0.9: it scores held-out
+// labels only through PredictLabel.
+class EchoPredictingModel final : public TruthModel {
+ public:
+  std::string_view method() const override { return "ebcc"; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return fitted_; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<EchoPredictingModel>(*this);
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>,
+                                bool) override {
+    fitted_ = true;
+    return FitReport();
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry>, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    out[0] = gold_label < 0 ? 0.5 : (gold_label == 0 ? 1.0 : 0.0);
+    out[1] = 1.0 - out[0];
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override { return {0.5, 0.5, 0.5, 0.5}; }
+  std::vector<double> PredictLabel(int32_t, absl::Span<const AnnotationMatrix::Entry> labels,
+                                   int32_t) const override {
+    if (labels.empty()) return {0.5, 0.5};
+    return labels[0].label == 0 ? std::vector<double>{0.9, 0.1} : std::vector<double>{0.1, 0.9};
+  }
+  std::string Serialize() const override { return "ebcc"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+
+ private:
+  bool fitted_ = false;
+};
+
+// Promise (auto_truth_model.h): without gold, a held-out label (j, l) on item i scores
+// log PredictLabel(i, remaining labels, j)[l], the candidate's own predictive (ebcc's conditions
+// on the subtype), not sum_k q_i(k) pi_ij[k, l]. Every annotator gives item i the label i % 2,
+// so the echoing candidate scores log 0.9 on every held-out label and ds (uniform) log 0.5;
+// scored by posterior times confusion the candidate would tie with ds at log 0.5.
+TEST(AutoTruthModelTest, HeldOutLabelsAreScoredByTheCandidatesPredictLabel) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 400; ++i) {
+    for (int32_t a = 0; a < 4; ++a) annotations.push_back({i, a, i % 2});
+  }
+  const AnnotationMatrix data = *AnnotationMatrix::Build(400, 4, 2, annotations);
+  const AutoTruthModel::CandidateFactory factory =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    if (method == "ds") {
+      return std::unique_ptr<TruthModel>(std::make_unique<FixedModel>(
+          "ds", nullptr, std::vector<double>{0.5, 0.5, 0.5, 0.5}, nullptr));
+    }
+    if (method == "ebcc") return std::unique_ptr<TruthModel>(std::make_unique<EchoPredictingModel>());
+    return absl::InvalidArgumentError("not a candidate here");
+  };
+  absl::StatusOr<AutoChoice> choice = ChooseTruthMethod(data, {}, {}, factory);
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "held_out_labels");
+  EXPECT_NEAR(ScoreOf(*choice, "ds").held_out_log_likelihood, std::log(0.5), 1e-12);
+  EXPECT_NEAR(ScoreOf(*choice, "ebcc").held_out_log_likelihood, std::log(0.9), 1e-12);
+  EXPECT_EQ(choice->method, "ebcc") << choice->reason;
+}
+
+// Promise (auto_truth_model.h): the held-out margin is kHeldOutMarginNats = 0.05 nats per label.
+// Every label is 0; ds (uniform) scores log 0.5 on each held-out label and mv, whose annotators
+// say 0 with probability p whatever the truth, log p, so the gain is log 2p on every label and
+// its standard error 0. p = 0.51 (gain log 1.02 = 0.0198 nats) keeps ds; p = 0.54 (log 1.08 =
+// 0.0770) chooses mv.
+TEST(AutoTruthModelTest, HeldOutGainsBelowFiveHundredthsOfANatKeepDs) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 300; ++i) {
+    for (int32_t a = 0; a < 3; ++a) annotations.push_back({i, a, 0});
+  }
+  const AnnotationMatrix data = *AnnotationMatrix::Build(300, 3, 2, annotations);
+  absl::StatusOr<AutoChoice> small =
+      ChooseTruthMethod(data, {}, {}, DsAndMv(nullptr, nullptr, {0.51, 0.49, 0.51, 0.49}));
+  ASSERT_THAT(small, IsOk());
+  EXPECT_NEAR(ScoreOf(*small, "mv").held_out_log_likelihood - std::log(0.5), std::log(1.02),
+              1e-12);
+  EXPECT_NEAR(ScoreOf(*small, "mv").held_out_standard_error, 0.0, 1e-12);
+  EXPECT_EQ(small->method, "ds") << small->reason;
+  absl::StatusOr<AutoChoice> large =
+      ChooseTruthMethod(data, {}, {}, DsAndMv(nullptr, nullptr, {0.54, 0.46, 0.54, 0.46}));
+  ASSERT_THAT(large, IsOk());
+  EXPECT_NEAR(ScoreOf(*large, "mv").held_out_log_likelihood - std::log(0.5), std::log(1.08),
+              1e-12);
   EXPECT_EQ(large->method, "mv") << large->reason;
 }
 

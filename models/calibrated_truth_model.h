@@ -211,6 +211,11 @@ class CalibratedTruthModel final : public TruthModel {
     return inner_->ItemAnnotatorConfusion(item, annotator);
   }
   bool ConfusionsDependOnItem() const override { return inner_->ConfusionsDependOnItem(); }
+  // The inner model's own predictive, before the calibration map.
+  std::vector<double> PredictLabel(int32_t item, absl::Span<const AnnotationMatrix::Entry> labels,
+                                   int32_t annotator) const override {
+    return inner_->PredictLabel(item, labels, annotator);
+  }
   std::vector<float> AnnotatorEmbedding(int32_t annotator) const override {
     return inner_->AnnotatorEmbedding(annotator);
   }

@@ -361,6 +361,32 @@ void EbccModel::ItemPosterior(absl::Span<const Entry> labels, int32_t gold_label
   }
 }
 
+std::vector<double> EbccModel::PredictLabel(int32_t item, absl::Span<const Entry> labels,
+                                            int32_t annotator) const {
+  if (!params_.has_value()) return TruthModel::PredictLabel(item, labels, annotator);
+  const size_t k = static_cast<size_t>(num_classes_);
+  const size_t km = k * kM;
+  std::vector<Entry> scratch;
+  std::vector<double> q(km);
+  LogScores(CanonicalLabels(labels, scratch), params_->log_class_subtype.data(),
+            [&](int32_t a, int32_t l) {
+              return &params_->log_v[SlotOf(a) * km * k + static_cast<size_t>(l) * km];
+            },
+            absl::MakeSpan(q));
+  NormaliseLogScores(absl::MakeSpan(q), 0, km);
+  // mu is [annotator][k][m][label]: row (k, m) of the annotator's block is E[v_jkm] once
+  // normalised.
+  const double* block = &params_->mu[SlotOf(annotator) * km * k];
+  std::vector<double> out(k, 0.0);
+  for (size_t c = 0; c < km; ++c) {
+    const double* row = &block[c * k];
+    double total = 0.0;
+    for (size_t l = 0; l < k; ++l) total += row[l];
+    for (size_t l = 0; l < k; ++l) out[l] += q[c] * row[l] / total;
+  }
+  return out;
+}
+
 std::optional<std::vector<double>> EbccModel::SubtypeProportions() const {
   if (!params_.has_value()) return std::nullopt;
   const size_t k = static_cast<size_t>(num_classes_);

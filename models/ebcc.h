@@ -103,6 +103,11 @@ class EbccModel : public TruthModel {
                      int32_t gold_label,
                      absl::Span<double> out) const override;
   std::vector<double> AnnotatorConfusion(int32_t annotator) const override;
+  // Sum over (k, m) of q(k, m | labels) E[v_{annotator,k,m}]: the new label shares the item's
+  // subtype with its other labels, so annotators who erred alike on the item's subtype predict
+  // each other; the default (posterior of k times AnnotatorConfusion) averages the subtype out.
+  std::vector<double> PredictLabel(int32_t item, absl::Span<const AnnotationMatrix::Entry> labels,
+                                   int32_t annotator) const override;
   std::string Serialize() const override;
   // Also INVALID_ARGUMENT if the blob has another number of subtypes, or a
   // Dirichlet parameter is below its prior or not finite.

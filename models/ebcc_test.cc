@@ -311,5 +311,58 @@ TEST(EbccTest, TheLogLikelihoodKeepsTheNormalisersOfThePriors) {
   EXPECT_NEAR(report->log_likelihood, -1.0635399, 1e-7);
 }
 
+// Promise (ebcc.h, PredictLabel): the predictive of a new label conditions on the item's
+// subtype, so annotators who err alike predict each other. 800 items of 2 classes, 30 % of
+// them "hard"; annotators 0..2 (a clique) give the wrong class on hard items and the right one
+// on easy items with probability 0.9, annotators 3..8 the right class with probability 0.9
+// everywhere (so the class is clear). On item i the label of clique member i % 3 is held out
+// and predicted from the item's other labels: on a hard item the other clique members' wrong
+// labels say what it will answer, which sum_k p(k | labels) AnnotatorConfusion(a)[k][.]
+// (TruthModel::PredictLabel, the class alone) cannot express. Without parameters the
+// predictive is the default one.
+TEST(EbccTest, PredictLabelConditionsOnTheSubtypeSoCorrelatedAnnotatorsPredictEachOther) {
+  constexpr int32_t kItems = 800;
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<Annotation> kept;
+  std::vector<int32_t> held(kItems);
+  for (int32_t i = 0; i < kItems; ++i) {
+    const int32_t truth = uniform(rng) < 0.5 ? 0 : 1;
+    const bool hard = uniform(rng) < 0.3;
+    for (int32_t a = 0; a < 9; ++a) {
+      const bool clique = a < 3;
+      const double right = clique ? (hard ? 0.1 : 0.9) : 0.9;
+      const int32_t label = uniform(rng) < right ? truth : 1 - truth;
+      if (a == i % 3) {
+        held[i] = label;
+      } else {
+        kept.push_back({i, a, label});
+      }
+    }
+  }
+  const AnnotationMatrix data = *AnnotationMatrix::Build(kItems, 9, 2, kept);
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2, LongFit());
+
+  const std::vector<double> before = model->PredictLabel(0, data.LabelsOfItem(0), 0);
+  const std::vector<double> before_default =
+      model->TruthModel::PredictLabel(0, data.LabelsOfItem(0), 0);
+  ASSERT_EQ(before.size(), 2u);
+  EXPECT_EQ(before, before_default);
+
+  ASSERT_THAT(model->Fit(data, {}, /*warm_start=*/false), IsOk());
+  double subtype = 0.0, class_only = 0.0;
+  for (int32_t i = 0; i < kItems; ++i) {
+    const std::vector<double> p = model->PredictLabel(i, data.LabelsOfItem(i), i % 3);
+    const std::vector<double> d =
+        model->TruthModel::PredictLabel(i, data.LabelsOfItem(i), i % 3);
+    ASSERT_EQ(p.size(), 2u);
+    EXPECT_NEAR(p[0] + p[1], 1.0, 1e-12) << i;
+    EXPECT_NEAR(d[0] + d[1], 1.0, 1e-12) << i;
+    subtype += std::log(p[held[i]]) / kItems;
+    class_only += std::log(d[held[i]]) / kItems;
+  }
+  EXPECT_GT(subtype, class_only + 0.05) << "subtype " << subtype << " class only " << class_only;
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -161,6 +161,20 @@ absl::Status ValidateTruthModelOptions(const TruthModelOptions& options) {
   return absl::OkStatus();
 }
 
+std::vector<double> TruthModel::PredictLabel(int32_t item,
+                                             absl::Span<const AnnotationMatrix::Entry> labels,
+                                             int32_t annotator) const {
+  const size_t k = static_cast<size_t>(num_classes());
+  std::vector<double> posterior(k);
+  ItemPosteriorForItem(item, labels, /*gold_label=*/-1, absl::MakeSpan(posterior));
+  const std::vector<double> confusion = ItemAnnotatorConfusion(item, annotator);
+  std::vector<double> out(k, 0.0);
+  for (size_t t = 0; t < k; ++t) {
+    for (size_t l = 0; l < k; ++l) out[l] += posterior[t] * confusion[t * k + l];
+  }
+  return out;
+}
+
 std::vector<double> TruthModel::AnnotatorConfusionDiagonal(int32_t annotator) const {
   const std::vector<double> confusion = AnnotatorConfusion(annotator);
   const size_t k = static_cast<size_t>(num_classes());

@@ -425,6 +425,16 @@ class TruthModel {
   // confusion (the label-free calibration map) may then not cache one matrix per annotator.
   virtual bool ConfusionsDependOnItem() const { return false; }
 
+  // The predictive distribution of one more label from `annotator` on item `item` whose labels
+  // so far are `labels`: num_classes() probabilities summing to 1. Default:
+  // sum_k p(k | labels) ItemAnnotatorConfusion(item, annotator)[k][.], with p(k | labels) from
+  // ItemPosteriorForItem; right for every model whose labels are independent given the class.
+  // Models whose labels depend on each other given the class override it (ebcc: the labels
+  // also share the item's subtype). auto scores held-out crowd labels with it.
+  virtual std::vector<double> PredictLabel(int32_t item,
+                                           absl::Span<const AnnotationMatrix::Entry> labels,
+                                           int32_t annotator) const;
+
   // The learned embedding of `annotator`, for models that learn one (lia and conal: the output
   // of their annotator encoder, a free embedding or a projection of the annotator's features);
   // empty for the other models, before a fit, and for annotators not in the fit.
