@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "models/binary_codec.h"
+#include "models/ebcc.h"
 
 namespace verity::models {
 namespace {
@@ -218,6 +219,11 @@ absl::StatusOr<AutoChoice> ChooseTruthMethod(const AnnotationMatrix& data,
   for (std::string_view method : AutoTruthModel::kCandidateMethods) {
     // Skips candidates that cannot serve this project (e.g. too many classes).
     if (!factory(method, data.num_classes(), options).ok()) continue;
+    if (method == EbccModel::kMethod) {
+      const int64_t k = data.num_classes();
+      const int64_t cells = (int64_t{data.num_annotators()} + 1) * EbccModel::kSubtypes * k * k;
+      if (cells > AutoTruthModel::kMaxEbccCells) continue;
+    }
     scores.push_back({std::string(method)});
   }
   const std::string sampled =

@@ -4,7 +4,8 @@
 //
 // The candidates are kCandidateMethods (one constant: add a method there to
 // make it eligible). A candidate that cannot be created for the project
-// (e.g. a 2-class-only method) is skipped. The criterion:
+// (e.g. a 2-class-only method) is skipped, and so is ebcc above
+// kMaxEbccCells. The criterion:
 //
 //   - Gold cross-validation ("gold_cv"), when the project has at least
 //     kMinGoldItems gold items with labels: the gold items are split into
@@ -117,6 +118,11 @@ class AutoTruthModel final : public TruthModel {
   static constexpr double kHeldOutMarginNats = 0.05;
   static constexpr double kHeldOutStandardErrors = 2.0;
   static constexpr int64_t kMaxSelectionLabels = 200'000;
+  // ebcc keeps EbccModel::kSubtypes K x K Dirichlets per annotator whatever labels it gave
+  // (the other candidates' state grows with the labels, and the project quota does not bound
+  // auto's): it is a candidate only while (annotators + 1) * kSubtypes * K^2 stays within this
+  // (32 MB of doubles per array; K = 5: 16,000 annotators; K = 100: 39).
+  static constexpr int64_t kMaxEbccCells = 4'000'000;
   static constexpr uint64_t kSeed = 0x5eed'a070;
   static constexpr std::string_view kMagic = "VAUT";
 

@@ -750,5 +750,37 @@ TEST(AutoTruthModelTest, HeldOutGainsBelowFiveHundredthsOfANatKeepDs) {
   EXPECT_EQ(large->method, "mv") << large->reason;
 }
 
+// Promise (auto_truth_model.h, kMaxEbccCells): ebcc is a candidate only while its dense state,
+// (annotators + 1) * 10 subtypes * K^2 cells, is at most 4,000,000. At K = 100, 39 annotators
+// make 40 * 10 * 10^4 = 4,000,000 cells (a candidate) and 40 annotators 4,100,000 (not one).
+TEST(AutoTruthModelTest, EbccIsACandidateOnlyWhileItsDenseStateIsBounded) {
+  const auto candidates = [](int32_t annotators) {
+    std::vector<Annotation> annotations;
+    for (int32_t i = 0; i < 50; ++i) {
+      // Labels 0 and 1 only: the stand-ins serve 2 classes.
+      for (int32_t a = 0; a < annotators; ++a) annotations.push_back({i, a, i % 2});
+    }
+    const AnnotationMatrix data = *AnnotationMatrix::Build(50, annotators, 100, annotations);
+    const AutoTruthModel::CandidateFactory factory =
+        [](std::string_view method, int32_t,
+           const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+      if (method == "ds" || method == "ebcc") {
+        return std::unique_ptr<TruthModel>(std::make_unique<FixedModel>(
+            std::string(method), nullptr, std::vector<double>{0.5, 0.5, 0.5, 0.5}, nullptr));
+      }
+      return absl::InvalidArgumentError("not a candidate here");
+    };
+    absl::StatusOr<AutoChoice> choice = ChooseTruthMethod(data, {}, {}, factory);
+    EXPECT_THAT(choice, IsOk());
+    std::vector<std::string> methods;
+    if (choice.ok()) {
+      for (const AutoCandidateScore& s : choice->scores) methods.push_back(s.method);
+    }
+    return methods;
+  };
+  EXPECT_THAT(candidates(39), ::testing::UnorderedElementsAre("ds", "ebcc"));
+  EXPECT_THAT(candidates(40), ::testing::UnorderedElementsAre("ds"));
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -45,8 +45,9 @@ absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& c
 // methods (lia, crowdlayer, trace_reg, conal, cmm: a K×K matrix or its parameters per
 // annotator) and ibcc (a K×K Dirichlet per annotator, whatever labels it gave), 10 K² for
 // ebcc (one K×K Dirichlet per annotator and subtype, 10 subtypes), 0 for mv, ds, one_coin, glad, wawa, zero_based_skill, kos and
-// mace, bwa, mmsr and auto (the default method, which chooses among the classical ones),
-// whose per-annotator state grows with the annotator's labels.
+// mace, bwa, mmsr, whose per-annotator state grows with the annotator's labels, and auto (the
+// default method, which chooses among the classical ones; it considers ebcc only while ebcc's
+// dense state is within AutoTruthModel::kMaxEbccCells, 4,000,000 cells).
 int64_t DenseConfusionCellsPerAnnotator(v1::TruthMethod method, int32_t num_classes);
 
 // OK when a project of `num_annotators` annotators may use `method` under `quota`; otherwise
