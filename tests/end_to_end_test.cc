@@ -626,7 +626,8 @@ TEST_F(EndToEndTest, NewProjectWithoutMethodGetsAutoAndStatusReportsTheChoice) {
   ASSERT_TRUE(status.has_current_version());
   EXPECT_EQ(status.current_version().method(), v1::TRUTH_METHOD_AUTO);
   EXPECT_THAT(status.chosen_method(),
-              ::testing::AnyOf("ds", "one_coin", "glad", "mace", "mv", "wawa", "zero_based_skill"));
+              ::testing::AnyOf("ds", "one_coin", "glad", "mace", "mv", "wawa", "zero_based_skill",
+                              "ebcc"));
   EXPECT_THAT(status.choice_reason(), ::testing::HasSubstr("held_out_labels"));
   EXPECT_THAT(status.choice_reason(), ::testing::HasSubstr("chose " + status.chosen_method()));
   // The served truth is at least as good as the majority vote's.

@@ -260,7 +260,8 @@ class ClientServerTest(unittest.TestCase):
             self.assertGreaterEqual(status.current_version.version, 1)
             self.assertEqual(status.current_version.method, "auto")
             self.assertIn(status.chosen_method,
-                          ("ds", "one_coin", "glad", "mace", "mv", "wawa", "zero_based_skill"))
+                          ("ds", "one_coin", "glad", "mace", "mv", "wawa", "zero_based_skill",
+                           "ebcc"))
             self.assertIn("chose " + status.chosen_method, status.choice_reason)
 
     # --- assignment ---------------------------------------------------------------------
