@@ -308,6 +308,32 @@ TEST(StartOptionsTest, AMemoryBudgetUnloadsAnIdleProjectAndReloadsIt) {
   RemoveTree(dir);
 }
 
+// Promise (README, --memory_budget_mb: projects idle for --evict_idle_seconds are unloaded;
+// ListProjects lists an unloaded project without loading it): listing projects is not a use.
+// A health check that lists every few seconds (deploy/compose.yaml: every 10 s) must not keep a
+// loaded project from being unloaded.
+TEST(StartOptionsTest, ListingProjectsDoesNotKeepALoadedProjectFromBeingUnloaded) {
+  const std::string dir = MakeTempDir("verity-memory-budget-listing");
+  ServerProcess server(RunfilePath("server/verity_server"), dir,
+                       {"--metrics_port=0", "--memory_budget_mb=1", "--evict_idle_seconds=2"});
+  ASSERT_TRUE(server.Start().ok());
+  client::VerityClient client = ClientOf(server);
+  CreateProjectWithItems(client, "big", 5000);
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (CountLines(server, "event=project_evicted", "project=big") == 0 &&
+         absl::Now() < give_up) {
+    absl::StatusOr<std::vector<v1::Project>> listed = client.ListProjects();
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    ASSERT_EQ(listed->size(), 1u);
+    EXPECT_EQ((*listed)[0].num_items(), 5000);
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  EXPECT_GE(CountLines(server, "event=project_evicted", "project=big"), 1)
+      << "listings every 0.5 s kept the project loaded\n" << Log(server);
+  ASSERT_TRUE(server.Stop().ok());
+  RemoveTree(dir);
+}
+
 // What a verity_server run that was expected to refuse its flags did.
 struct RefusedRun {
   bool exited = false;    // false: still running at the deadline (then killed)

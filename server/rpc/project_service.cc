@@ -77,13 +77,17 @@ grpc::Status ProjectServiceImpl::ListProjects(grpc::ServerContext* context,
   if (!records.ok()) return ToGrpcStatus(records.status());
   for (const storage::ProjectRecord& record : *records) {
     if (!(*admitted)->MayTouch(record.name)) continue;  // Only the key's projects.
-    // A project the memory budget unloaded is listed from its stored record and its counts
-    // when unloaded: loading it here would undo the budget at every listing.
-    if (core_.registry->IfLoaded(record.name) == nullptr) {
-      if (std::optional<ProjectCounts> counts = core_.registry->CountsIfUnloaded(record.name)) {
-        *response->add_projects() = ProjectToProto(record, *counts);
-        continue;
-      }
+    // Listing is not a use: a loaded project is listed without marking it used (Get would, and
+    // a health check listing every few seconds would then keep every project loaded), and one
+    // the memory budget unloaded from its stored record and its counts when unloaded (loading
+    // it here would undo the budget at every listing).
+    if (std::shared_ptr<LiveProject> loaded = core_.registry->IfLoaded(record.name)) {
+      *response->add_projects() = ProjectToProto(*loaded);
+      continue;
+    }
+    if (std::optional<ProjectCounts> counts = core_.registry->CountsIfUnloaded(record.name)) {
+      *response->add_projects() = ProjectToProto(record, *counts);
+      continue;
     }
     auto project = core_.registry->Get(record.name);
     // A project that cannot be loaded is left out rather than failing the whole list (and the
