@@ -25,6 +25,7 @@
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
 #include "verity/v1/assignment.pb.h"
+#include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/ingest.pb.h"
 #include "verity/v1/projects.pb.h"
 
@@ -50,8 +51,11 @@ class SingleReplicaTest : public ::testing::Test {
   void TearDown() override { StopServer(); }
 
   // A server over the suite's database that follows no other replica.
-  void StartServer() {
+  // memory_budget_bytes > 0: the memory budget, with projects unloadable at once when idle.
+  void StartServer(int64_t memory_budget_bytes = 0) {
     server::VerityServer::Options options;
+    options.memory_budget_bytes = memory_budget_bytes;
+    options.evict_after_idle = absl::ZeroDuration();
     options.listen = "localhost:0";
     options.postgres_url = pg_->url();
     options.pool_size = 2;
@@ -193,6 +197,51 @@ TEST_F(SingleReplicaTest, ALeaseAnsweredBeforeARestartStaysEndedAfterIt) {
   StartServer();
   EXPECT_THAT(SuggestedItems("answered", "b"), ElementsAre("only"));
   EXPECT_THAT(SuggestedItems("answered", "c"), IsEmpty());
+}
+
+// Promise (README: the posteriors of the touched items are updated before the ack, so a query
+// made after an ack sees the label; --memory_budget_mb unloads projects no call used for
+// --evict_idle_seconds). An open ingest stream keeps using its project: its batches after the
+// first name no project, and the memory budget must not unload the project under it, else
+// they are committed into an unloaded copy, acked, and (without replicas to follow) never
+// served by the copy the next query loads.
+TEST_F(SingleReplicaTest, AProjectAnOpenStreamWritesToIsNotUnloadedUnderIt) {
+  StopServer();
+  StartServer(/*memory_budget_bytes=*/1);
+  CreateProject("streamed", {"a", "b"}, /*max_labels=*/5);
+  auto stub = v1::IngestService::NewStub(channel_);
+  grpc::ClientContext context;
+  auto stream = stub->SubmitAnnotations(&context);
+  const auto send = [&](uint64_t id, const std::string& project, const std::string& item) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(id);
+    batch.set_project(project);
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(item);
+    a->set_annotator("w1");
+    a->set_label(1);
+    ASSERT_TRUE(stream->Write(batch));
+    v1::BatchAck ack;
+    ASSERT_TRUE(stream->Read(&ack));
+    EXPECT_EQ(ack.batch_id(), id);
+    EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+    EXPECT_EQ(ack.accepted(), 1);
+  };
+  send(1, "streamed", "a");
+  // The budget's pass (it also runs every second) at a time when every project is idle.
+  server_->core().registry->EvictOverBudget(absl::Now() + absl::Hours(1));
+  absl::SleepFor(absl::Milliseconds(1500));
+  absl::StatusOr<std::vector<v1::Posterior>> before = client_->GetPosteriors("streamed", {"a"});
+  ASSERT_THAT(before, IsOk());
+  EXPECT_EQ((*before)[0].num_labels(), 1);
+  send(2, "", "b");  // The stream's project, unnamed.
+  absl::StatusOr<std::vector<v1::Posterior>> after =
+      client_->GetPosteriors("streamed", {"a", "b"});
+  ASSERT_THAT(after, IsOk());
+  EXPECT_EQ((*after)[0].num_labels(), 1);
+  EXPECT_EQ((*after)[1].num_labels(), 1) << "the label acked on the stream is not served";
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
 }
 
 }  // namespace

@@ -176,6 +176,8 @@ grpc::Status IngestServiceImpl::SubmitAnnotations(
     if (batch_status.ok() && project == nullptr) {
       batch_status = absl::InvalidArgumentError("project: required on the first batch of a stream");
     }
+    // Every batch is a use of the stream's project (registry->Get marks only the first).
+    if (batch_status.ok()) project->MarkUsed(absl::Now());
     if (!batch_status.ok()) {
       FailBatch(item.ack, batch_status);
     } else {

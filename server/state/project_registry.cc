@@ -302,7 +302,11 @@ std::vector<std::string> ProjectRegistry::EvictOverBudget(absl::Time now) {
   absl::MutexLock lock(&mu_);
   for (const Candidate& c : loaded) {
     if (total <= budget) break;
-    if (now - c.last_used < idle || c.project->Counts().training) continue;
+    // In use: used lately, fitting, or held by someone else than the registry and this pass
+    // (an open ingest stream keeps its project between batches; a call in flight holds it).
+    if (now - c.last_used < idle || c.project->Counts().training || c.project.use_count() > 2) {
+      continue;
+    }
     auto it = projects_.find(c.project->identity().name);
     if (it == projects_.end() || it->second != c.project) continue;
     unloaded_[c.project->identity().name] = c.project->Counts();

@@ -67,8 +67,9 @@ class ProjectRegistry {
   void StopBackgroundWork() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Keeps the loaded projects' estimated memory (LiveProject::EstimatedBytes) at most `bytes`:
-  // every second, unloads the least recently used projects that no call used for `idle` and
-  // that are not fitting, until it is. A project needed again loads on its next call.
+  // every second, unloads the least recently used projects that no call used for `idle`, that
+  // are not fitting and that nothing else holds (an open ingest stream holds its project), until
+  // it is. A project needed again loads on its next call.
   void EnforceMemoryBudget(int64_t bytes, absl::Duration idle) ABSL_LOCKS_EXCLUDED(mu_);
   // One pass of that now, at `now`; returns the names unloaded. No-op without a budget.
   std::vector<std::string> EvictOverBudget(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
