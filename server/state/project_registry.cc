@@ -55,6 +55,16 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::LoadFromStorage(
   LiveProject::StoredState stored;
   // Read before the items and annotators below: a change after it is re-read (followed).
   stored.change_seq = record.change_seq;
+  // The labels before the items and annotators, in separate queries: a label commits with (or
+  // after) its item and annotator, so every label read here names an item and an annotator the
+  // reads below see. Read after them, a label committed in between on a new item named an item
+  // the load had not read, and the load failed.
+  auto labels = storage_.annotations->LoadLiveAnnotations(record.project_id);
+  if (!labels.ok()) return labels.status();
+  stored.labels.reserve(labels->size());
+  for (const auto& l : *labels) {
+    stored.labels.push_back({l.item_index, l.annotator_index, l.label, l.seq});
+  }
   auto items = storage_.items->LoadItems(record.project_id);
   if (!items.ok()) return items.status();
   stored.item_ids.resize(items->size());
@@ -98,12 +108,6 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::LoadFromStorage(
         stored.annotator_has_features[a.index] = true;
       }
     }
-  }
-  auto labels = storage_.annotations->LoadLiveAnnotations(record.project_id);
-  if (!labels.ok()) return labels.status();
-  stored.labels.reserve(labels->size());
-  for (const auto& l : *labels) {
-    stored.labels.push_back({l.item_index, l.annotator_index, l.label, l.seq});
   }
   auto leases = storage_.leases->LoadOpenLeases(record.project_id, absl::Now());
   if (!leases.ok()) return leases.status();

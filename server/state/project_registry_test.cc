@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -320,6 +321,52 @@ TEST_F(ProjectRegistryTest, ABudgetUnloadsIdleProjectsLeastRecentlyUsedFirstAndR
     EXPECT_EQ(Served(**project), served[name]) << name;
   }
   EXPECT_EQ(registry.All().size(), 3u);
+}
+
+// Promise (projects.proto: UNAVAILABLE only for a project whose stored state cannot be loaded;
+// README: each training job yields exactly one version): a load that runs while labels on new
+// items are committed succeeds. Items, annotators and labels are read by separate queries, so
+// the labels must not be read after the items: a label committed in between, on an item created
+// with it, would name an item the load has not read (it was refused as "stored label out of
+// range"). A writer commits labels on new items in a loop while fresh registries load the
+// project, each load from PostgreSQL.
+TEST_F(ProjectRegistryTest, ALoadWhileLabelsOnNewItemsCommitSucceeds) {
+  int64_t project_id = 0;
+  {
+    ProjectRegistry creator(*storage_);
+    auto created = creator.Create(NewProject("racing"));
+    ASSERT_TRUE(created.ok()) << created.status();
+    project_id = (*created)->identity().project_id;
+  }
+  // Enough items that reading them takes a while.
+  for (int batch = 0; batch < 4; ++batch) {
+    std::vector<storage::AnnotationWrite> writes;
+    for (int i = 0; i < 5000; ++i) {
+      writes.push_back({project_id, absl::StrCat("seed-", batch, "-", i), "annotator-0", i % 2,
+                        std::nullopt});
+    }
+    ASSERT_TRUE(storage_->annotations->CommitAnnotations(writes).ok());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> commits{0};
+  std::thread writer([&] {
+    for (int n = 0; !stop.load(); ++n) {
+      std::vector<storage::AnnotationWrite> writes;
+      for (int i = 0; i < 20; ++i) {
+        writes.push_back({project_id, absl::StrCat("new-", n, "-", i), "annotator-1", i % 2,
+                          std::nullopt});
+      }
+      if (storage_->annotations->CommitAnnotations(writes).ok()) commits.fetch_add(1);
+    }
+  });
+  for (int load = 0; load < 15; ++load) {
+    ProjectRegistry reader(*storage_);
+    auto loaded = reader.Get("racing");
+    EXPECT_TRUE(loaded.ok()) << "load " << load << ": " << loaded.status();
+  }
+  stop.store(true);
+  writer.join();
+  EXPECT_GT(commits.load(), 15) << "the writer did not run alongside the loads";
 }
 
 }  // namespace
