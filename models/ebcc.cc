@@ -333,6 +333,20 @@ absl::StatusOr<FitReport> EbccModel::Fit(const AnnotationMatrix& data,
   return report;
 }
 
+std::vector<double> EbccModel::ClassSubtypePosterior(absl::Span<const Entry> labels) const {
+  const size_t k = static_cast<size_t>(num_classes_);
+  const size_t km = k * kM;
+  std::vector<Entry> scratch;
+  std::vector<double> q(km);
+  LogScores(CanonicalLabels(labels, scratch), params_->log_class_subtype.data(),
+            [&](int32_t a, int32_t l) {
+              return &params_->log_v[SlotOf(a) * km * k + static_cast<size_t>(l) * km];
+            },
+            absl::MakeSpan(q));
+  NormaliseLogScores(absl::MakeSpan(q), 0, km);
+  return q;
+}
+
 void EbccModel::ItemPosterior(absl::Span<const Entry> labels, int32_t gold_label,
                               absl::Span<double> out) const {
   if (!params_.has_value()) {
@@ -345,15 +359,7 @@ void EbccModel::ItemPosterior(absl::Span<const Entry> labels, int32_t gold_label
     return;
   }
   const size_t k = static_cast<size_t>(num_classes_);
-  const size_t km = k * kM;
-  std::vector<Entry> scratch;
-  std::vector<double> q(km);
-  LogScores(CanonicalLabels(labels, scratch), params_->log_class_subtype.data(),
-            [&](int32_t a, int32_t l) {
-              return &params_->log_v[SlotOf(a) * km * k + static_cast<size_t>(l) * km];
-            },
-            absl::MakeSpan(q));
-  NormaliseLogScores(absl::MakeSpan(q), 0, km);
+  const std::vector<double> q = ClassSubtypePosterior(labels);
   for (size_t t = 0; t < k; ++t) {
     double p = 0.0;
     for (size_t m = 0; m < kM; ++m) p += q[t * kM + m];
@@ -366,14 +372,7 @@ std::vector<double> EbccModel::PredictLabel(int32_t item, absl::Span<const Entry
   if (!params_.has_value()) return TruthModel::PredictLabel(item, labels, annotator);
   const size_t k = static_cast<size_t>(num_classes_);
   const size_t km = k * kM;
-  std::vector<Entry> scratch;
-  std::vector<double> q(km);
-  LogScores(CanonicalLabels(labels, scratch), params_->log_class_subtype.data(),
-            [&](int32_t a, int32_t l) {
-              return &params_->log_v[SlotOf(a) * km * k + static_cast<size_t>(l) * km];
-            },
-            absl::MakeSpan(q));
-  NormaliseLogScores(absl::MakeSpan(q), 0, km);
+  const std::vector<double> q = ClassSubtypePosterior(labels);
   // mu is [annotator][k][m][label]: row (k, m) of the annotator's block is E[v_jkm] once
   // normalised.
   const double* block = &params_->mu[SlotOf(annotator) * km * k];

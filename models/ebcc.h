@@ -135,6 +135,8 @@ class EbccModel : public TruthModel {
       : num_classes_(num_classes), options_(options) {}
 
   size_t SlotOf(int32_t annotator) const;
+  // q(k, m | labels), K x M row-major, from the VB expectations of the logs; needs params_.
+  std::vector<double> ClassSubtypePosterior(absl::Span<const AnnotationMatrix::Entry> labels) const;
 
   int32_t num_classes_;
   TruthModelOptions options_;
