@@ -305,6 +305,17 @@ void VerityServer::AddCallbackGauges(absl::Duration max_staleness) {
 void VerityServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
+  // First: from here on new calls are answered UNAVAILABLE by the handlers, and health checks
+  // NOT_SERVING, while the steps below drain; the streams already open go on.
+  if (call_authorizations_ != nullptr) {
+    call_authorizations_->RefuseNewCalls(absl::UnavailableError("the server is shutting down"));
+  }
+  if (grpc_server_ != nullptr) {
+    if (grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+        health != nullptr) {
+      health->Shutdown();
+    }
+  }
   metrics_http_.reset();  // Scrapes read the objects stopped below.
   // Before the gRPC server: the end of the initial load sets its health service's status.
   if (registry_ != nullptr) registry_->StopBackgroundWork();

@@ -131,9 +131,10 @@ class VerityServer {
   const MetricsRegistry& metrics() const { return *metrics_; }
   ServerCore core() { return core_; }
 
-  // Commits and acks every queued batch (later batches are acked UNAVAILABLE, nothing
-  // written), then stops accepting calls and lets in-flight calls finish for up to `grace`
-  // (streams are cancelled after that), and stops the trainer.
+  // Answers new calls UNAVAILABLE ("the server is shutting down") and health checks
+  // NOT_SERVING from its first step; commits and acks every queued batch (later batches are
+  // acked UNAVAILABLE, nothing written), then stops accepting connections and lets in-flight
+  // calls finish for up to `grace` (streams are cancelled after that), and stops the trainer.
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
  private:

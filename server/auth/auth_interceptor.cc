@@ -59,7 +59,10 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
  private:
   void DecideCall(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
     CallAuthorizations& decisions = factory_.decisions();
-    if (open_ || factory_.keys() == nullptr) {
+    // No decision for an open method: its handler (gRPC's) never asks, and a refusal recorded
+    // for it would replace the health service's answer during a shutdown.
+    if (open_) return;
+    if (factory_.keys() == nullptr) {
       decisions.SetCallDecision(context_, absl::OkStatus(), AuthOffPrincipal());
       return;
     }
@@ -185,8 +188,18 @@ void CallAuthorizations::SetCallDecision(const grpc::ServerContextBase* context,
                                          std::shared_ptr<const Principal> principal) {
   absl::MutexLock lock(&mu_);
   Decision& decision = decisions_[context];
+  if (!new_call_refusal_.ok()) {
+    decision.call = new_call_refusal_;
+    decision.principal = nullptr;
+    return;
+  }
   decision.call = std::move(status);
   decision.principal = std::move(principal);
+}
+
+void CallAuthorizations::RefuseNewCalls(absl::Status refusal) {
+  absl::MutexLock lock(&mu_);
+  new_call_refusal_ = std::move(refusal);
 }
 
 void CallAuthorizations::SetMessageDecision(const grpc::ServerContextBase* context,

@@ -60,6 +60,14 @@ class CallAuthorizations {
   absl::StatusOr<std::shared_ptr<const Principal>> Admit(
       const grpc::ServerContextBase* context) const;
 
+  // Every call decided from now on is refused with `refusal` (not OK), whatever its key:
+  // a server that is shutting down answers new calls UNAVAILABLE itself rather than leave them
+  // to the gRPC shutdown, which cancels a call that arrives as it closes the listener
+  // (CANCELLED, which clients do not retry). Calls decided before keep their decision, so a
+  // stream admitted earlier goes on reading and acking. Open methods (health, reflection) are
+  // never refused: the health service reports NOT_SERVING itself.
+  void RefuseNewCalls(absl::Status refusal);
+
   // Interceptor side.
   void SetCallDecision(const grpc::ServerContextBase* context, absl::Status status,
                        std::shared_ptr<const Principal> principal);
@@ -70,6 +78,7 @@ class CallAuthorizations {
  private:
   mutable absl::Mutex mu_;
   absl::flat_hash_map<const grpc::ServerContextBase*, Decision> decisions_ ABSL_GUARDED_BY(mu_);
+  absl::Status new_call_refusal_ ABSL_GUARDED_BY(mu_);  // OK until RefuseNewCalls.
 };
 
 class AuthInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
