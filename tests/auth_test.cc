@@ -27,6 +27,7 @@
 #include "server/verity_server.h"
 #include "tests/health_check.h"
 #include "tests/test_postgres.h"
+#include "tests/test_server.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/keys.grpc.pb.h"
@@ -178,11 +179,7 @@ class AuthTest : public ::testing::Test {
   // A server of the suite's database with authentication on and no background refits; tests
   // that start one of their own change what they need.
   static server::VerityServer::Options ServerOptions() {
-    server::VerityServer::Options options;
-    options.listen = "localhost:0";
-    options.postgres_url = postgres_->url();
-    options.pool_size = 2;
-    options.training.run_in_background = false;
+    server::VerityServer::Options options = TestServerOptions(postgres_->url(), 2);
     options.auth.enabled = true;
     options.auth.admin_key_file = *admin_key_file_;
     return options;

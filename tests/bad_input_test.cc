@@ -26,6 +26,7 @@
 #include "storage/embedded_postgres.h"
 #include "tests/server_process.h"
 #include "tests/test_postgres.h"
+#include "tests/test_server.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/keys.grpc.pb.h"
@@ -988,11 +989,7 @@ class ServerFixture : public ::testing::Test {
     pg_ = TestPostgres::Start("verity-bad-input").release();
     ASSERT_NE(pg_, nullptr);
 
-    server::VerityServer::Options options;
-    options.listen = "localhost:0";
-    options.postgres_url = pg_->url();
-    options.pool_size = 2;
-    options.training.run_in_background = false;
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 2);
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();

@@ -29,6 +29,7 @@
 #include "storage/embedded_postgres.h"
 #include "tests/server_process.h"
 #include "tests/test_postgres.h"
+#include "tests/test_server.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/models.grpc.pb.h"
@@ -79,11 +80,7 @@ class EndToEndTest : public ::testing::Test {
   // By default with no background refits: tests drive them step by step. `training` replaces
   // the scheduler's options where a test needs the background loop.
   void StartServer(std::optional<server::TrainingScheduler::Options> training = std::nullopt) {
-    server::VerityServer::Options options;
-    options.listen = "localhost:0";
-    options.postgres_url = pg_->url();
-    options.pool_size = 4;
-    options.training.run_in_background = false;
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
     if (training.has_value()) options.training = *training;
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();

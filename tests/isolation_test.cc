@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
+#include "tests/test_server.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/models.grpc.pb.h"
@@ -50,11 +51,7 @@ class IsolationTest : public ::testing::Test {
   // Starts the test's server (default limits, no background training) over the suite's
   // database, and a channel to it.
   void StartServer() {
-    server::VerityServer::Options options;
-    options.listen = "localhost:0";
-    options.postgres_url = pg_->url();
-    options.pool_size = 4;
-    options.training.run_in_background = false;
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -844,11 +841,7 @@ TEST_F(IsolationTest, AManyClassProjectWithThousandsOfAnnotatorsFitsAndSurvivesA
 // The server-wide defaults apply where a project sets no limit.
 TEST_F(IsolationTest, TheServersDefaultLimitsApplyToProjectsWithoutTheirOwn) {
   server_->Shutdown();
-  server::VerityServer::Options options;
-  options.listen = "localhost:0";
-  options.postgres_url = pg_->url();
-  options.pool_size = 4;
-  options.training.run_in_background = false;
+  server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
   options.project_quota.max_annotators = 10;
   auto server = server::VerityServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -878,11 +871,7 @@ TEST_F(IsolationTest, OneProjectsLongFitDoesNotHoldUpAnothers) {
     absl::Mutex mu;
     bool slow_fit_started = false;
     bool release_slow_fit = false;
-    server::VerityServer::Options options;
-    options.listen = "localhost:0";
-    options.postgres_url = pg_->url();
-    options.pool_size = 4;
-    options.training.run_in_background = false;
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
     options.training.max_concurrent_fits = slots;
     options.training.before_fit_for_testing = [&](const server::LiveProject& project) {
       if (project.identity().name.rfind("slow-", 0) != 0) return;

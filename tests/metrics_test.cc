@@ -28,6 +28,7 @@
 #include "storage/embedded_postgres.h"
 #include "tests/server_process.h"
 #include "tests/test_postgres.h"
+#include "tests/test_server.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
 
@@ -112,12 +113,8 @@ class MetricsTest : public ::testing::Test {
     pg_ = TestPostgres::Start("verity-metrics").release();
     ASSERT_NE(pg_, nullptr);
 
-    server::VerityServer::Options options;
-    options.listen = "localhost:0";
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 2);
     options.metrics_listen = "127.0.0.1:0";
-    options.postgres_url = pg_->url();
-    options.pool_size = 2;
-    options.training.run_in_background = false;
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
@@ -350,12 +347,8 @@ TEST_F(MetricsTest, UnknownMethodsShareOneLabel) {
 // The console and /metrics have no login (README.md): serving them on every interface must not
 // pass without a word in the log. A second server of the same database, started for this test.
 std::string StartupLogWithMetricsOn(const std::string& pg_url, const std::string& metrics_listen) {
-  server::VerityServer::Options options;
-  options.listen = "localhost:0";
+  server::VerityServer::Options options = TestServerOptions(pg_url, 1);
   options.metrics_listen = metrics_listen;
-  options.postgres_url = pg_url;
-  options.pool_size = 1;
-  options.training.run_in_background = false;
   ::testing::internal::CaptureStderr();
   auto server = server::VerityServer::Start(options);
   const std::string log = ::testing::internal::GetCapturedStderr();

@@ -24,6 +24,7 @@
 #include "common/status_matchers.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
+#include "tests/test_server.h"
 #include "verity/v1/assignment.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/ingest.pb.h"
@@ -53,15 +54,10 @@ class SingleReplicaTest : public ::testing::Test {
   // A server over the suite's database that follows no other replica.
   // memory_budget_bytes > 0: the memory budget, with projects unloadable at once when idle.
   void StartServer(int64_t memory_budget_bytes = 0) {
-    server::VerityServer::Options options;
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 2);
     options.memory_budget_bytes = memory_budget_bytes;
     options.evict_after_idle = absl::ZeroDuration();
-    options.listen = "localhost:0";
-    options.postgres_url = pg_->url();
-    options.pool_size = 2;
     options.follow_replicas = false;
-    // No background refit: nothing here needs a model version.
-    options.training.run_in_background = false;
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -94,19 +90,8 @@ class SingleReplicaTest : public ::testing::Test {
   }
 
   // Submits (item, annotator, label) triples on one stream; every one must be accepted.
-  void Submit(const std::string& project,
-              const std::vector<std::tuple<std::string, std::string, int32_t>>& labels) {
-    std::vector<v1::Annotation> annotations;
-    for (const auto& [item, annotator, label] : labels) {
-      v1::Annotation& a = annotations.emplace_back();
-      a.set_item(item);
-      a.set_annotator(annotator);
-      a.set_label(label);
-    }
-    absl::StatusOr<client::SubmitTotals> totals =
-        client_->SubmitAnnotations(project, annotations, client::SubmitOptions{});
-    ASSERT_THAT(totals, IsOk());
-    ASSERT_EQ(totals->accepted, static_cast<int64_t>(labels.size()));
+  void Submit(const std::string& project, const std::vector<LabelTriple>& labels) {
+    SubmitAllAccepted(*client_, project, labels);
   }
 
   // SuggestItems for `annotator` (k = 10, restricted to `candidates` if any), expected to

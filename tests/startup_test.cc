@@ -16,6 +16,7 @@
 #include "pqxx/nontransaction"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
+#include "tests/test_server.h"
 #include "verity/v1/projects.pb.h"
 
 namespace verity::tests {
@@ -26,11 +27,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 std::unique_ptr<server::VerityServer> StartServer(const std::string& url) {
-  server::VerityServer::Options options;
-  options.listen = "localhost:0";
-  options.postgres_url = url;
-  options.pool_size = 2;
-  options.training.run_in_background = false;
+  server::VerityServer::Options options = TestServerOptions(url, 2);
   auto server = server::VerityServer::Start(options);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(*server) : nullptr;

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
+#include "tests/test_server.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
 
@@ -38,11 +39,7 @@ class StreamLimitTest : public ::testing::Test {
   void SetUp() override {
     pg_ = TestPostgres::Start("verity-streams");
     ASSERT_NE(pg_, nullptr);
-    server::VerityServer::Options options;
-    options.listen = "localhost:0";
-    options.postgres_url = pg_->url();
-    options.pool_size = 2;
-    options.training.run_in_background = false;
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 2);
     options.max_streams = kMaxStreams;
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();

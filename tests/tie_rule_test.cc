@@ -20,6 +20,7 @@
 #include "common/status_matchers.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
+#include "tests/test_server.h"
 #include "verity/v1/common.pb.h"
 #include "verity/v1/ingest.pb.h"
 #include "verity/v1/projects.pb.h"
@@ -47,12 +48,7 @@ class TieRuleTest : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_NE(pg_, nullptr);
-    server::VerityServer::Options options;
-    options.listen = "localhost:0";
-    options.postgres_url = pg_->url();
-    options.pool_size = 2;
-    // No background refit: a test's posteriors change only by its own labels and fits.
-    options.training.run_in_background = false;
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 2);
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -77,20 +73,9 @@ class TieRuleTest : public ::testing::Test {
     ASSERT_THAT(client_->CreateProject(project), IsOk());
   }
 
-  // Submits (item, annotator, label) triples; every one must be accepted.
-  void Submit(const std::string& project,
-              const std::vector<std::tuple<std::string, std::string, int32_t>>& labels) {
-    std::vector<v1::Annotation> annotations;
-    for (const auto& [item, annotator, label] : labels) {
-      v1::Annotation& a = annotations.emplace_back();
-      a.set_item(item);
-      a.set_annotator(annotator);
-      a.set_label(label);
-    }
-    absl::StatusOr<client::SubmitTotals> totals =
-        client_->SubmitAnnotations(project, annotations, client::SubmitOptions{});
-    ASSERT_THAT(totals, IsOk());
-    ASSERT_EQ(totals->accepted, static_cast<int64_t>(labels.size()));
+  // Submits (item, annotator, label) triples on one stream; every one must be accepted.
+  void Submit(const std::string& project, const std::vector<LabelTriple>& labels) {
+    SubmitAllAccepted(*client_, project, labels);
   }
 
   // Checks every expected item through GetPosteriors and through ListPosteriors (pages of 2,
