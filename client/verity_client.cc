@@ -638,17 +638,25 @@ absl::StatusOr<std::vector<v1::Posterior>> VerityClient::GetPosteriors(
     absl::string_view project, absl::Span<const std::string> items) const {
   std::vector<v1::Posterior> posteriors;
   posteriors.reserve(items.size());
-  for (size_t begin = 0; begin < items.size(); begin += kMaxItemsPerCall) {
-    const size_t end = std::min(items.size(), begin + kMaxItemsPerCall);
+  // Calls of up to 10,000 ids; fewer when the server answers that their posteriors would pass
+  // its response limit (RESOURCE_EXHAUSTED: a project with many classes), halving until they fit.
+  size_t chunk = kMaxItemsPerCall;
+  for (size_t begin = 0; begin < items.size();) {
+    const size_t end = std::min(items.size(), begin + chunk);
     v1::GetPosteriorsRequest request;
     request.set_project(std::string(project));
     for (size_t i = begin; i < end; ++i) request.add_items(items[i]);
     absl::StatusOr<v1::GetPosteriorsResponse> response = CallUnary(
         *truth_, &v1::TruthService::Stub::GetPosteriors, request, Call());
+    if (absl::IsResourceExhausted(response.status()) && end - begin > 1) {
+      chunk = (end - begin) / 2;
+      continue;
+    }
     if (!response.ok()) return response.status();
     for (v1::Posterior& posterior : *response->mutable_posteriors()) {
       posteriors.push_back(std::move(posterior));
     }
+    begin = end;
   }
   return posteriors;
 }

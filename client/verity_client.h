@@ -194,8 +194,10 @@ class VerityClient {
       absl::Span<const v1::Annotator> annotators) const;
 
   // TruthService.
-  // One GetPosteriors RPC per kMaxItemsPerCall ids; posteriors in `items`
-  // order. NOT_FOUND if an item is unknown.
+  // One GetPosteriors RPC per kMaxItemsPerCall ids, or per half as many while
+  // the server answers RESOURCE_EXHAUSTED (posteriors past its response
+  // limit: many classes); posteriors in `items` order. NOT_FOUND if an item
+  // is unknown.
   absl::StatusOr<std::vector<v1::Posterior>> GetPosteriors(
       absl::string_view project, absl::Span<const std::string> items) const;
   // One page; an empty next_page_token marks the last.

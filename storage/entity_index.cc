@@ -68,7 +68,7 @@ absl::StatusOr<std::vector<LockedProject>> LockProjects(
 
 absl::StatusOr<std::vector<int32_t>> ResolveOrCreateIndices(
     pqxx::work& txn, int64_t project_id, EntityKind kind,
-    absl::Span<const absl::string_view> external_ids) {
+    absl::Span<const absl::string_view> external_ids, int32_t* created) {
   const KindNames names = NamesFor(kind);
   // Distinct ids in order of first appearance.
   absl::flat_hash_map<absl::string_view, int32_t> index_of;
@@ -97,6 +97,7 @@ absl::StatusOr<std::vector<int32_t>> ResolveOrCreateIndices(
   for (absl::string_view id : distinct) {
     if (index_of[id] < 0) missing.push_back(id);
   }
+  if (created != nullptr) *created = static_cast<int32_t>(missing.size());
   if (!missing.empty()) {
     const pqxx::row counter = txn.exec_params1(
         absl::StrCat("SELECT ", names.counter_column,

@@ -56,10 +56,10 @@ absl::StatusOr<std::vector<LockedProject>> LockProjects(
 // ids may repeat), creating the missing ones with consecutive new indices in
 // order of first appearance. Ids must already be validated
 // (ValidateExternalId). Returns RESOURCE_EXHAUSTED if the project would exceed
-// 2^31 - 1 entities of the kind.
+// 2^31 - 1 entities of the kind. `created`, when given, receives how many were created.
 absl::StatusOr<std::vector<int32_t>> ResolveOrCreateIndices(
     pqxx::work& txn, int64_t project_id, EntityKind kind,
-    absl::Span<const absl::string_view> external_ids);
+    absl::Span<const absl::string_view> external_ids, int32_t* created = nullptr);
 
 // Requires: the project's row is locked by this transaction, `next_index` is
 // the kind's counter as read under that lock (LockedProject), and `new_ids`

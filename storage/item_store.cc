@@ -97,9 +97,10 @@ absl::StatusOr<std::vector<int32_t>> UpsertEntities(
                 " classes"));
           }
         }
+        int32_t created = 0;
         VERITY_ASSIGN_OR_RETURN(
             std::vector<int32_t> indices,
-            ResolveOrCreateIndices(txn, project_id, kind, ids));
+            ResolveOrCreateIndices(txn, project_id, kind, ids, &created));
 
         // Attribute updates, merged per entity (the later write wins).
         struct Update {
@@ -121,9 +122,11 @@ absl::StatusOr<std::vector<int32_t>> UpsertEntities(
           if (w.gold_label.has_value()) it->second.gold_label = w.gold_label;
           if (w.priority.has_value()) it->second.priority = w.priority;
         }
-        // New items, and any attribute: what other server replicas must re-read. (Annotators
-        // without features need not be: their labels bring their ids.)
-        if (items || !order.empty()) {
+        // New items and annotators, and any attribute: what other server replicas must
+        // re-read. (An annotator without features is not left for its first label to bring:
+        // until then the other replicas would not know it.) Annotators already stored change
+        // nothing, so SuggestItems' registration of a known annotator costs no re-read.
+        if (items || created > 0 || !order.empty()) {
           const int64_t seq = MarkProjectChanged(txn, project_id);
           if (change_seq != nullptr) *change_seq = seq;
         }

@@ -66,7 +66,7 @@ class ItemStore {
   // label outside [0, K), or features of the wrong length or not finite.
   //
   // Marks the project changed (storage/project_changes.h): always for items,
-  // for annotators only when a write carries features. `change_seq` (may be
+  // for annotators when a write creates one or carries features. `change_seq` (may be
   // null) then receives the project's change_seq after this write (left
   // as is otherwise).
   absl::StatusOr<std::vector<int32_t>> UpsertItems(

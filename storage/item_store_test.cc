@@ -219,9 +219,9 @@ TEST_F(ItemStoreTest, AnnotatorFeaturesAreReplacedByALaterWrite) {
 
 // item_store.h / project_changes.h: UpsertItems marks the project changed
 // "always for items" (a new plain item included) and returns the project's
-// new change_seq; annotators only "when a write carries features" (change_seq
+// new change_seq; annotators "when a write creates one or carries features" (change_seq
 // "left as is otherwise"). ProjectRecord::change_seq reads the same counter.
-TEST_F(ItemStoreTest, ItemWritesAndAnnotatorFeaturesBumpTheProjectsChangeSeq) {
+TEST_F(ItemStoreTest, ItemWritesNewAnnotatorsAndAnnotatorFeaturesBumpTheProjectsChangeSeq) {
   ProjectStore projects(&pool());
   absl::StatusOr<ProjectRecord> before = projects.GetProject(project_id_);
   ASSERT_THAT(before, IsOk());
@@ -236,20 +236,28 @@ TEST_F(ItemStoreTest, ItemWritesAndAnnotatorFeaturesBumpTheProjectsChangeSeq) {
   ASSERT_THAT(store_->UpsertItems(project_id_, {Item("plain")}, &again), IsOk());
   EXPECT_GT(again, seq);
 
-  // An annotator without features: nothing to re-read, no bump.
+  // A new annotator without features: the other replicas must learn of it, a bump.
+  int64_t created = -1;
+  ASSERT_THAT(store_->UpsertAnnotators(project_id_, {AnnotatorWrite{"bob", std::nullopt}},
+                                       &created),
+              IsOk());
+  EXPECT_GT(created, again);
+  EXPECT_EQ(projects.GetProject(project_id_)->change_seq, created);
+
+  // The same annotator again, without features: nothing to re-read, no bump.
   int64_t untouched = -7;
   ASSERT_THAT(store_->UpsertAnnotators(project_id_, {AnnotatorWrite{"bob", std::nullopt}},
                                        &untouched),
               IsOk());
   EXPECT_EQ(untouched, -7);
-  EXPECT_EQ(projects.GetProject(project_id_)->change_seq, again);
+  EXPECT_EQ(projects.GetProject(project_id_)->change_seq, created);
 
   int64_t with_features = -1;
   ASSERT_THAT(store_->UpsertAnnotators(
                   project_id_, {AnnotatorWrite{"bob", std::vector<float>{1}}},
                   &with_features),
               IsOk());
-  EXPECT_GT(with_features, again);
+  EXPECT_GT(with_features, created);
   EXPECT_EQ(projects.GetProject(project_id_)->change_seq, with_features);
 }
 

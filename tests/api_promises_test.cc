@@ -22,12 +22,14 @@
 #include <gtest/gtest.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/verity_client.h"
 #include "common/status_matchers.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
+#include "tests/test_server.h"
 #include "verity/v1/assignment.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/models.pb.h"
@@ -55,12 +57,7 @@ class ApiPromisesTest : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_NE(pg_, nullptr);
-    server::VerityServer::Options options;
-    options.listen = "localhost:0";
-    options.postgres_url = pg_->url();
-    options.pool_size = 2;
-    // No background refit: a test's model versions are the fits it asks for.
-    options.training.run_in_background = false;
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 2);
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -97,19 +94,8 @@ class ApiPromisesTest : public ::testing::Test {
   }
 
   // Submits (item, annotator, label) triples on one stream; every one must be accepted.
-  void Submit(const std::string& project,
-              const std::vector<std::tuple<std::string, std::string, int32_t>>& labels) {
-    std::vector<v1::Annotation> annotations;
-    for (const auto& [item, annotator, label] : labels) {
-      v1::Annotation& a = annotations.emplace_back();
-      a.set_item(item);
-      a.set_annotator(annotator);
-      a.set_label(label);
-    }
-    absl::StatusOr<client::SubmitTotals> totals =
-        client_->SubmitAnnotations(project, annotations, client::SubmitOptions{});
-    ASSERT_THAT(totals, IsOk());
-    ASSERT_EQ(totals->accepted, static_cast<int64_t>(labels.size()));
+  void Submit(const std::string& project, const std::vector<LabelTriple>& labels) {
+    SubmitAllAccepted(*client_, project, labels);
   }
 
   // The item ids SuggestItems returns to `annotator` (k = 10), in order.
@@ -485,6 +471,57 @@ TEST_F(ApiPromisesTest, AccuracyIsThePriorWeightedDiagonalOfTheServedConfusion) 
 // projects.proto: AddItems and AddAnnotators add new ids and update existing ones, and the
 // response counts each. An id given twice in one call is one new entity, added by its first
 // entry and updated by its second: added counts what the project gained.
+// truth.proto: GetPosteriors takes 1 to 10,000 ids and ListPosteriors pages of up to 10,000
+// items, and projects have up to 256 classes; but the server sends at most 16 MiB. At 256
+// classes a posterior takes over 2,048 bytes, so 10,000 of them (over 20 MB) do not fit. A
+// page ends early (its token continues it: every item once, in creation order); GetPosteriors
+// answers RESOURCE_EXHAUSTED naming `items`; the client's GetPosteriors splits its calls and
+// returns every posterior. (Before the fix both calls failed on gRPC's send limit.)
+TEST_F(ApiPromisesTest, PosteriorsOfManyClassesArePagedWithinTheResponseLimit) {
+  const int kItems = 10000;
+  v1::Project project;
+  project.set_name("many-classes");
+  for (int c = 0; c < 256; ++c) project.add_classes(absl::StrCat("c", c));
+  ASSERT_THAT(client_->CreateProject(project), IsOk());
+  std::vector<std::string> ids;
+  for (int i = 0; i < kItems; ++i) ids.push_back(absl::StrCat("item-", 100000 + i));
+  AddItems("many-classes", ids);
+
+  std::vector<std::string> listed;
+  std::string token;
+  int pages = 0;
+  do {
+    absl::StatusOr<v1::ListPosteriorsResponse> page =
+        client_->ListPosteriors("many-classes", /*page_size=*/10000, token);
+    ASSERT_THAT(page, IsOk());
+    ASSERT_GT(page->posteriors_size(), 0);
+    for (const v1::Posterior& p : page->posteriors()) {
+      listed.push_back(p.item());
+      EXPECT_EQ(p.probabilities_size(), 256);
+    }
+    token = page->next_page_token();
+    ++pages;
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(listed, ids);
+  EXPECT_GE(pages, 2) << "10,000 posteriors of 256 classes cannot fit in one 16 MiB response";
+
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::GetPosteriorsRequest request;
+  request.set_project("many-classes");
+  for (const std::string& id : ids) request.add_items(id);
+  v1::GetPosteriorsResponse response;
+  const grpc::Status status =
+      v1::TruthService::NewStub(channel_)->GetPosteriors(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StartsWith(status.error_message(), "items:")) << status.error_message();
+
+  absl::StatusOr<std::vector<v1::Posterior>> got = client_->GetPosteriors("many-classes", ids);
+  ASSERT_THAT(got, IsOk());
+  ASSERT_EQ(got->size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) ASSERT_EQ((*got)[i].item(), ids[i]) << i;
+}
+
 TEST_F(ApiPromisesTest, AnIdTwiceInOneCallIsAddedOnceAndUpdatedOnce) {
   CreateProject("twice");
   AddItems("twice", {"old"});

@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
+#include "tests/test_server.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/models.grpc.pb.h"
@@ -75,11 +76,7 @@ class ReplicasTest : public ::testing::Test {
   Replica& StartReplica(
       std::optional<server::TrainingScheduler::Options> training = std::nullopt,
       int64_t memory_budget_bytes = 0) {
-    server::VerityServer::Options options;
-    options.listen = "localhost:0";
-    options.postgres_url = pg_->url();
-    options.pool_size = 4;
-    options.training.run_in_background = false;
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
     if (training.has_value()) options.training = *training;
     options.memory_budget_bytes = memory_budget_bytes;
     options.evict_after_idle = absl::ZeroDuration();
@@ -577,6 +574,50 @@ TEST_F(ReplicasTest, ItemsGoldAndSettingsWrittenThroughOneReplicaAreServedByTheO
   // The same as a replica that loads the project from PostgreSQL.
   Replica& fresh = StartReplica();
   ExpectSamePosteriors(Posteriors(fresh, project), served, "B");
+}
+
+// deploy/README.md: annotators written through one replica are re-read by the others within
+// the poll, also annotators without features (before the fix, only their first label brought
+// them: B answered NOT_FOUND for their profile and counted one annotator fewer).
+TEST_F(ReplicasTest, AnnotatorsAddedWithoutFeaturesThroughOneReplicaAreServedByTheOthers) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  const std::string project = "annotators-without-features";
+  CreateProject(a, project);
+  EXPECT_EQ(NumLabels(b, project), 0);  // B has loaded the project.
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddAnnotatorsRequest request;
+    request.set_project(project);
+    request.add_annotators()->set_id("w-new");
+    v1::AddAnnotatorsResponse response;
+    grpc::Status status = a.projects->AddAnnotators(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  auto num_annotators = [&](Replica& r) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::GetProjectRequest request;
+    request.set_project(project);
+    v1::GetProjectResponse response;
+    EXPECT_TRUE(r.projects->GetProject(&context, request, &response).ok());
+    return response.project().num_annotators();
+  };
+  ASSERT_EQ(num_annotators(a), 1);
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (num_annotators(b) != 1 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(num_annotators(b), 1);
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::GetAnnotatorProfilesRequest request;
+  request.set_project(project);
+  request.add_annotators("w-new");
+  v1::GetAnnotatorProfilesResponse response;
+  grpc::Status status = b.truth->GetAnnotatorProfiles(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.profiles_size(), 1);
+  EXPECT_EQ(response.profiles(0).annotator(), "w-new");
 }
 
 TEST_F(ReplicasTest, ASmallMemoryBudgetServesProjectsLargerThanItByReloadingThem) {

@@ -43,6 +43,15 @@ void FillPosterior(const ProjectSnapshot& snapshot, int32_t item, std::string it
   }
 }
 
+// An upper bound of one posterior's encoded size: the id, K packed doubles, the scalars.
+int64_t PosteriorBytesBound(int32_t num_classes, absl::string_view item_id) {
+  return static_cast<int64_t>(item_id.size()) + int64_t{8} * num_classes + 64;
+}
+
+// What the posteriors of one response may take: the response limit, less room for the
+// message's own framing.
+constexpr int64_t kPosteriorBytesBudget = ApiLimits::kMaxMessageBytes - 4096;
+
 }  // namespace
 
 grpc::Status TruthServiceImpl::GetPosteriors(grpc::ServerContext* context,
@@ -61,6 +70,14 @@ grpc::Status TruthServiceImpl::GetPosteriors(grpc::ServerContext* context,
   std::shared_ptr<const ProjectSnapshot> snapshot = (*project)->snapshot();
   const std::vector<absl::string_view> ids(request->items().begin(), request->items().end());
   const std::vector<std::optional<int32_t>> indices = (*project)->FindItems(ids);
+  int64_t bytes = 0;
+  for (absl::string_view id : ids) bytes += PosteriorBytesBound((*project)->num_classes(), id);
+  if (bytes > kPosteriorBytesBudget) {
+    return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+        "items: the posteriors of ", ids.size(), " items with ", (*project)->num_classes(),
+        " classes take about ", bytes, " bytes, over the ", ApiLimits::kMaxMessageBytes,
+        "-byte response limit: ask for fewer ids")));
+  }
   response->mutable_posteriors()->Reserve(request->items_size());
   for (int i = 0; i < request->items_size(); ++i) {
     const std::string& id = request->items(i);
@@ -95,13 +112,17 @@ grpc::Status TruthServiceImpl::ListPosteriors(grpc::ServerContext* context,
   if (!project.ok()) return ToGrpcStatus(project.status());
   std::shared_ptr<const ProjectSnapshot> snapshot = (*project)->snapshot();
   std::vector<std::string> ids = (*project)->ItemIds(first, page_size);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    FillPosterior(*snapshot, first + static_cast<int32_t>(i), std::move(ids[i]),
-                  response->add_posteriors());
+  // The page ends early where its posteriors would pass the response limit (many classes).
+  int64_t bytes = 0;
+  int32_t served = 0;
+  for (std::string& id : ids) {
+    bytes += PosteriorBytesBound((*project)->num_classes(), id);
+    if (bytes > kPosteriorBytesBudget && served > 0) break;
+    FillPosterior(*snapshot, first + served, std::move(id), response->add_posteriors());
+    ++served;
   }
-  if (static_cast<int32_t>(ids.size()) == page_size &&
-      (*project)->Counts().num_items > first + page_size) {
-    response->set_next_page_token(absl::StrCat(first + page_size));
+  if ((*project)->Counts().num_items > int64_t{first} + served) {
+    response->set_next_page_token(absl::StrCat(int64_t{first} + served));
   }
   return grpc::Status::OK;
 }

@@ -1,6 +1,7 @@
 #include "server/state/live_project.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 #include <utility>
 
@@ -727,8 +728,12 @@ bool LiveProject::RefitDue(absl::Time now, absl::Duration max_staleness) const {
   const v1::ModelSettings& m = settings_.model();
   const int64_t min_new = m.refit_min_new_labels() > 0 ? m.refit_min_new_labels() : 50;
   const double fraction = m.refit_new_label_fraction() > 0 ? m.refit_new_label_fraction() : 0.1;
-  const int64_t threshold = std::max<int64_t>(min_new, static_cast<int64_t>(fraction * labels_.num_labels()));
-  return changes_since_fit_ >= threshold || now - last_fit_time_ >= max_staleness;
+  // Compared in double: fraction × labels may be past int64's range (any finite fraction is
+  // valid, and a huge one means "refit on staleness only").
+  const bool enough_changes =
+      changes_since_fit_ >= min_new &&
+      static_cast<double>(changes_since_fit_) >= std::floor(fraction * labels_.num_labels());
+  return enough_changes || now - last_fit_time_ >= max_staleness;
 }
 
 bool LiveProject::FitIsCurrent() const {

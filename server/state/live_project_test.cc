@@ -314,8 +314,11 @@ TEST(LiveProjectTest, RefitIsDueAtTheDocumentedThresholds) {
     int expected;
   };
   // Defaults: 10% of 449 is 44 < 50, so the 50th label. 25% of 400 + n reaches n at n = 133
-  // (0.25 × 533 = 133.25). With min 300 and 1%, the minimum rules: the 300th.
-  for (const Case& c : {Case{0, 0, 50}, Case{20, 0.25, 133}, Case{300, 0.01, 300}}) {
+  // (0.25 × 533 = 133.25). With min 300 and 1%, the minimum rules: the 300th. A fraction
+  // of 1e300 (validation accepts any finite value) puts the threshold beyond any label count:
+  // never due by count within 1,000 labels (-1), staleness alone refits.
+  for (const Case& c : {Case{0, 0, 50}, Case{20, 0.25, 133}, Case{300, 0.01, 300},
+                        Case{0, 1e300, -1}}) {
     std::unique_ptr<models::TruthModel> fitted;
     auto project = RestoreFitted(crowd, fitted);
     v1::ProjectSettings settings;

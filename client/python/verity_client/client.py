@@ -50,6 +50,10 @@ MAX_RECEIVE_MESSAGE_BYTES = 256 << 20
 # Items per AddItems call and ids per GetPosteriors call (the API's limit).
 MAX_ITEMS_PER_CALL = 10000
 
+# The server's largest response, and the longest item id it accepts (server/api/validation.h).
+_SERVER_RESPONSE_LIMIT = 16 << 20
+_MAX_ID_BYTES = 256
+
 # Truth methods by the short names the server and the CLI use.
 METHODS = {
     "mv": common_pb2.TRUTH_METHOD_MAJORITY_VOTE,
@@ -604,8 +608,9 @@ class Client:
         the class.
 
         items: None = every item of the project (ListPosteriors, one RPC per page of
-          `page_size`, in item creation order); or a list of item ids (GetPosteriors, one RPC
-          per 10,000 ids, in that order; NOT_FOUND if one is unknown).
+          `page_size`, in item creation order; a page ends early where the server's 16 MiB
+          response limit would be passed); or a list of item ids (GetPosteriors, one RPC per
+          10,000 ids, fewer with many classes, in that order; NOT_FOUND if one is unknown).
         details: also add num_labels, model_version, includes_newer_labels, is_gold and
           difficulty (the item's difficulty for methods that learn one, lia: the chance that
           an annotator of average competence mislabels it; NaN for the other methods).
@@ -626,11 +631,16 @@ class Client:
                     break
         else:
             items = [str(item) for item in items]
-            for lo in range(0, len(items), MAX_ITEMS_PER_CALL):
+            # As many ids per call as the server's response limit holds at the longest id
+            # (its bound per posterior: the id, 8 bytes a class and 64), at most 10,000.
+            per_call = max(1, min(MAX_ITEMS_PER_CALL,
+                                  (_SERVER_RESPONSE_LIMIT - 4096)
+                                  // (_MAX_ID_BYTES + 8 * len(classes) + 64)))
+            for lo in range(0, len(items), per_call):
                 response = self._call(
                     self._truth.GetPosteriors,
                     truth_pb2.GetPosteriorsRequest(project=project,
-                                                   items=items[lo:lo + MAX_ITEMS_PER_CALL]),
+                                                   items=items[lo:lo + per_call]),
                     "GetPosteriors")
                 posteriors.extend(response.posteriors)
         probabilities = np.zeros((len(posteriors), len(classes)))
