@@ -220,6 +220,20 @@ class ClientServerTest(unittest.TestCase):
         self.assertEqual(posteriors["label"].tolist(),
                          [self.classes[k] for k in probabilities.argmax(axis=1)])
 
+    def test_posteriors_of_many_classes_split_their_calls_within_the_response_limit(self):
+        # 10,000 posteriors of 256 classes take over 20 MB, past the server's 16 MiB response:
+        # the server refuses one GetPosteriors of them all (RESOURCE_EXHAUSTED), so the client
+        # must ask in smaller calls, and a full-size page must end early with a token.
+        classes = ["c%d" % c for c in range(256)]
+        self.client.create_project("many-classes", classes, method="mv")
+        ids = ["item-%d" % (100000 + i) for i in range(10000)]
+        self.client.add_items("many-classes", pd.DataFrame({"item": ids}))
+        by_id = self.client.posteriors("many-classes", items=ids)
+        self.assertEqual(by_id["item"].tolist(), ids)
+        self.assertEqual(by_id.shape, (10000, 2 + 1 + 256))
+        listed = self.client.posteriors("many-classes", page_size=10000)
+        self.assertEqual(listed["item"].tolist(), ids)
+
     def test_posteriors_beat_chance_like_majority_vote_on_gold(self):
         posteriors = self.client.posteriors(BLUEBIRDS, details=True)
         self.assertEqual(posteriors["num_labels"].sum(), BLUEBIRDS_LABELS)
