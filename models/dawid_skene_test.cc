@@ -1097,5 +1097,224 @@ TEST(DawidSkeneTest, AGoldItemWithOneLabelStillTeachesTheClassPrior) {
   EXPECT_NEAR(prior[1], 1.0 / 3.0, 1e-9);
 }
 
+
+// --- Contracts a user relies on (each pinned by a mutation that survived
+// the tests above) ---
+
+TEST(DawidSkeneTest, UnfittedModelHasUniformPriorAndConfusionDiagonal) {
+  // K = 3, so that 1/K differs from 1/2.
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(3);
+  ASSERT_FALSE(ds->has_parameters());
+  EXPECT_THAT(ds->ClassPrior(),
+              ElementsAre(DoubleNear(1.0 / 3, 1e-15), DoubleNear(1.0 / 3, 1e-15),
+                          DoubleNear(1.0 / 3, 1e-15)));
+  EXPECT_THAT(ds->AnnotatorConfusionDiagonal(0),
+              ElementsAre(DoubleNear(1.0 / 3, 1e-15), DoubleNear(1.0 / 3, 1e-15),
+                          DoubleNear(1.0 / 3, 1e-15)));
+}
+
+TEST(DawidSkeneTest, ConfusionDiagonalIsThatOfEachAnnotator) {
+  // Annotator a has accuracy 0.6 + 0.035 a, a = 0..10 (0.6 to 0.95): each
+  // annotator's fitted diagonal is near its own accuracy, not another's, and
+  // is the diagonal of its AnnotatorConfusion.
+  SyntheticCrowdSpec spec;
+  spec.num_items = 3000;
+  spec.labels_per_item = 5;
+  for (int a = 0; a <= 10; ++a) {
+    spec.confusions.push_back(SymmetricConfusion(2, 0.6 + 0.035 * a));
+  }
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(2);
+  ASSERT_THAT(ds->Fit(crowd.matrix, {}, false), IsOk());
+  for (int32_t a = 0; a <= 10; ++a) {
+    const std::vector<double> diagonal = ds->AnnotatorConfusionDiagonal(a);
+    const std::vector<double> confusion = ds->AnnotatorConfusion(a);
+    ASSERT_EQ(diagonal.size(), 2u);
+    EXPECT_EQ(diagonal[0], confusion[0]) << "annotator " << a;
+    EXPECT_EQ(diagonal[1], confusion[3]) << "annotator " << a;
+    // About 1360 labels per annotator: standard error of a row < 0.02.
+    EXPECT_NEAR(diagonal[0], 0.6 + 0.035 * a, 0.07) << "annotator " << a;
+    EXPECT_NEAR(diagonal[1], 0.6 + 0.035 * a, 0.07) << "annotator " << a;
+  }
+}
+
+TEST(DawidSkeneTest, FitStopsAfterExactlyMaxIterations) {
+  // tolerance 0 never stops EM early on this data (the log-likelihood keeps
+  // moving in its last bits), so a fit runs options.max_iterations M-steps,
+  // no more, and reports that it did not converge.
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(VariedCrowdSpec(500));
+  for (int max_iterations : {1, 2, 5}) {
+    TruthModelOptions options;
+    options.tolerance = 0;
+    options.max_iterations = max_iterations;
+    std::unique_ptr<DawidSkeneModel> ds = MakeDs(3, options);
+    absl::StatusOr<FitReport> report = ds->Fit(crowd.matrix, {}, false);
+    ASSERT_THAT(report, IsOk());
+    EXPECT_EQ(report->iterations, max_iterations);
+    EXPECT_FALSE(report->converged) << max_iterations;
+  }
+}
+
+TEST(DawidSkeneTest, ColdFitOfAFittedModelIgnoresItsParametersAndState) {
+  // warm_start = false: the result is that of a fresh model, bit for bit,
+  // even when the data changed by one item only (which a warm fit would
+  // refit incrementally) or not at all.
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(2000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  const AnnotationMatrix before =
+      WithoutItemsFrom(crowd.annotations, 1999, spec.num_items, 20, 3);
+  std::unique_ptr<DawidSkeneModel> fresh = MakeDs(3);
+  absl::StatusOr<FitReport> fresh_report = fresh->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(fresh_report, IsOk());
+  ASSERT_GE(fresh_report->iterations, 2);
+
+  std::unique_ptr<DawidSkeneModel> refitted = MakeDs(3);
+  ASSERT_THAT(refitted->Fit(before, {}, false), IsOk());
+  absl::StatusOr<FitReport> report = refitted->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, fresh_report->iterations);
+  EXPECT_EQ(refitted->incremental_refits_in_a_row(), 0);
+  EXPECT_EQ(refitted->Serialize(), fresh->Serialize());
+
+  report = refitted->Fit(crowd.matrix, {}, false);  // the same data again
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, fresh_report->iterations);
+  EXPECT_EQ(refitted->Serialize(), fresh->Serialize());
+}
+
+// The budget of incremental refits is cumulative: the labels touched by the
+// refits since the last full EM, added up, may not exceed
+// incremental_refit_max_fraction of all labels. 1990 items of five labels
+// (9950 labels) and a fraction of 0.0012 give a budget of 11.9 labels.
+constexpr double kSmallRefitFraction = 0.0012;
+
+TEST(DawidSkeneTest, IncrementalRefitBudgetAddsUpNewLabels) {
+  // One new item of five labels per refit: 5 and 10 labels fit the budget,
+  // 15 do not, so the third refit is full EM and the fourth starts over.
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(2000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  TruthModelOptions options;
+  options.incremental_refit_max_fraction = kSmallRefitFraction;
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(3, options);
+  int32_t first_new = 1990;
+  absl::StatusOr<FitReport> report = ds->Fit(
+      WithoutItemsFrom(crowd.annotations, first_new, spec.num_items, 20, 3),
+      {}, false);
+  ASSERT_THAT(report, IsOk());
+  ASSERT_TRUE(report->converged);
+  for (int32_t expected : {1, 2, 0, 1}) {
+    ++first_new;
+    report = ds->Fit(
+        WithoutItemsFrom(crowd.annotations, first_new, spec.num_items, 20, 3),
+        {}, true);
+    ASSERT_THAT(report, IsOk());
+    ASSERT_TRUE(report->converged);
+    EXPECT_EQ(ds->incremental_refits_in_a_row(), expected)
+        << "items < " << first_new;
+  }
+}
+
+TEST(DawidSkeneTest, IncrementalRefitBudgetCountsRemovedLabels) {
+  // The same with one item losing its five labels per refit: a removal
+  // touches the labels the item had, so again the third refit is full EM.
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(2000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  TruthModelOptions options;
+  options.incremental_refit_max_fraction = kSmallRefitFraction;
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(3, options);
+  int32_t first_removed = 1990;
+  absl::StatusOr<FitReport> report = ds->Fit(
+      WithoutItemsFrom(crowd.annotations, first_removed, spec.num_items, 20, 3),
+      {}, false);
+  ASSERT_THAT(report, IsOk());
+  ASSERT_TRUE(report->converged);
+  for (int32_t expected : {1, 2, 0, 1}) {
+    --first_removed;
+    report = ds->Fit(WithoutItemsFrom(crowd.annotations, first_removed,
+                                      spec.num_items, 20, 3),
+                     {}, true);
+    ASSERT_THAT(report, IsOk());
+    ASSERT_TRUE(report->converged);
+    EXPECT_EQ(ds->incremental_refits_in_a_row(), expected)
+        << "items < " << first_removed;
+  }
+}
+
+TEST(DawidSkeneTest, RestoredStateOfAFitThatDidNotConvergeRefitsFully) {
+  // dawid_skene.h: no incremental refit after a fit that did not converge,
+  // also when the model was serialized and restored in between.
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(2000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<DawidSkeneModel> model = MakeDs(3, one_iteration);
+  absl::StatusOr<FitReport> cold = model->Fit(
+      WithoutItemsFrom(crowd.annotations, 1990, spec.num_items, 20, 3), {},
+      false);
+  ASSERT_THAT(cold, IsOk());
+  ASSERT_FALSE(cold->converged);
+
+  std::unique_ptr<DawidSkeneModel> restored = MakeDs(3);
+  ASSERT_THAT(restored->Restore(model->Serialize()), IsOk());
+  ASSERT_TRUE(restored->has_refit_state());
+  ASSERT_THAT(restored->Fit(crowd.matrix, {}, true), IsOk());
+  EXPECT_EQ(restored->incremental_refits_in_a_row(), 0);
+}
+
+
+TEST(DawidSkeneTest, IncrementalRefitOfSingleLabelItemsKeepsTheParameters) {
+  // dawid_skene.h: single-label items get posteriors but add no expected
+  // counts, in incremental refits too. New items with one label each leave
+  // the counts, hence the parameters, bit for bit as they were.
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(2000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::vector<Annotation> grown;
+  std::vector<int32_t> seen(spec.num_items, 0);
+  for (const Annotation& a : crowd.annotations) {
+    if (a.item < 1980 || seen[a.item]++ == 0) grown.push_back(a);
+  }
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(3);
+  ASSERT_THAT(ds->Fit(WithoutItemsFrom(crowd.annotations, 1980,
+                                       spec.num_items, 20, 3),
+                      {}, false),
+              IsOk());
+  const std::vector<double> prior = ds->ClassPrior();
+  std::vector<std::vector<double>> confusions;
+  for (int32_t a = -1; a < 20; ++a) {
+    confusions.push_back(ds->AnnotatorConfusion(a));
+  }
+  const AnnotationMatrix after =
+      *AnnotationMatrix::Build(spec.num_items, 20, 3, grown);
+  ASSERT_THAT(ds->Fit(after, {}, true), IsOk());
+  ASSERT_EQ(ds->incremental_refits_in_a_row(), 1);
+  EXPECT_EQ(ds->ClassPrior(), prior);
+  for (int32_t a = -1; a < 20; ++a) {
+    EXPECT_EQ(ds->AnnotatorConfusion(a), confusions[a + 1]) << "annotator " << a;
+  }
+}
+
+TEST(DawidSkeneTest, IncrementalRefitLearnsFromGoldOnAnItemWithoutLabels) {
+  // Item 0 has one label, item 1 none: nothing informs the first fit, whose
+  // class prior stays (1/2, 1/2). Gold class 0 on item 1 then informs it, in
+  // the incremental refit as in a full fit: with prior_smoothing 1 the prior
+  // is (1 + 1, 0 + 1) / (1 + 2) = (2/3, 1/3).
+  const AnnotationMatrix m = *AnnotationMatrix::Build(2, 1, 2, {{0, 0, 1}});
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(2);
+  absl::StatusOr<FitReport> cold = ds->Fit(m, {}, false);
+  ASSERT_THAT(cold, IsOk());
+  ASSERT_TRUE(cold->converged);
+  EXPECT_THAT(ds->ClassPrior(),
+              ElementsAre(DoubleNear(0.5, 1e-12), DoubleNear(0.5, 1e-12)));
+  const std::vector<int32_t> gold = {-1, 0};
+  ASSERT_THAT(ds->Fit(m, gold, true), IsOk());
+  EXPECT_EQ(ds->incremental_refits_in_a_row(), 1);
+  EXPECT_THAT(ds->ClassPrior(), ElementsAre(DoubleNear(2.0 / 3, 1e-9),
+                                            DoubleNear(1.0 / 3, 1e-9)));
+  std::unique_ptr<DawidSkeneModel> full = MakeDs(2);
+  ASSERT_THAT(full->Fit(m, gold, false), IsOk());
+  EXPECT_THAT(full->ClassPrior(), ElementsAre(DoubleNear(2.0 / 3, 1e-9),
+                                              DoubleNear(1.0 / 3, 1e-9)));
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -144,6 +144,35 @@ TEST(ScorePosteriorsTest, CalibrationCountsTiesAsTheLowestClass) {
   EXPECT_NEAR(s.log_loss, 0.857399214045963, 1e-12);
 }
 
+TEST(ScorePosteriorsTest, CalibrationUsesTenBinsNotFewer) {
+  // Confidences 0.65 (correct) and 0.75 (wrong) fall in different tenths,
+  // bins 6 and 7: ECE = (|1 - 0.65| + |0 - 0.75|) / 2 = 0.55. With 5 bins
+  // (width 0.2) both would share [0.6, 0.8): |1 - 1.40| / 2 = 0.2.
+  // Log-loss = -(ln 0.65 + ln 0.25) / 2 = (0.430783 + 1.386294) / 2.
+  absl::StatusOr<AnnotationMatrix> m = OneLabelOnEachItem(2, 2);
+  ASSERT_THAT(m, IsOk());
+  const std::vector<double> posteriors = {0.65, 0.35, 0.75, 0.25};
+  const ClassificationScores s =
+      ScorePosteriors(posteriors, *m, std::vector<int32_t>{0, 1});
+  EXPECT_DOUBLE_EQ(s.accuracy, 0.5);
+  EXPECT_NEAR(s.ece, 0.55, 1e-12);
+  EXPECT_NEAR(s.log_loss, 0.9085386386061725, 1e-12);
+}
+
+TEST(ScorePosteriorsTest, ConfidenceOnABinEdgeFallsInTheUpperBin) {
+  // Bin b holds b/10 <= c < (b+1)/10. Confidences 0.5 (correct) and 0.5625
+  // (wrong), both exact in binary, share bin 5: ECE = |1 - 1.0625| / 2 =
+  // 0.03125. Were 0.5 put in bin 4: (|1 - 0.5| + |0 - 0.5625|) / 2 = 0.53125.
+  absl::StatusOr<AnnotationMatrix> m = OneLabelOnEachItem(2, 3);
+  ASSERT_THAT(m, IsOk());
+  const std::vector<double> posteriors = {0.5,    0.3,    0.2,  //
+                                          0.1875, 0.5625, 0.25};
+  const ClassificationScores s =
+      ScorePosteriors(posteriors, *m, std::vector<int32_t>{0, 0});
+  EXPECT_DOUBLE_EQ(s.accuracy, 0.5);
+  EXPECT_NEAR(s.ece, 0.03125, 1e-12);
+}
+
 TEST(ScorePosteriorsTest, NothingScoredGivesZeroCalibration) {
   absl::StatusOr<AnnotationMatrix> m = OneLabelOnEachItem(2, 2);
   ASSERT_THAT(m, IsOk());
@@ -222,6 +251,27 @@ TEST(SubsampleLabelsPerItemTest, EachLabelIsEquallyLikely) {
   }
 }
 
+TEST(SubsampleLabelsPerItemTest, EverySubsetOfTwoOfThreeIsEquallyLikely) {
+  // One item with three labels, R = 2, 9000 seeds: each label is the one
+  // left out about 3000 times (binomial standard deviation
+  // sqrt(9000 * 1/3 * 2/3) = 44.7; the bounds are 5.6 of them). A shuffle
+  // that draws from all n positions at every step instead of the n - j not
+  // yet placed leaves them out 2/9, 3/9 and 4/9 of the time.
+  const std::vector<Annotation> all = {{0, 0, 0}, {0, 1, 1}, {0, 2, 0}};
+  std::vector<int> times_left_out(3, 0);
+  for (uint64_t seed = 0; seed < 9000; ++seed) {
+    const std::vector<Annotation> kept =
+        SubsampleLabelsPerItem(all, 1, 2, seed);
+    ASSERT_EQ(kept.size(), 2u);
+    ASSERT_NE(kept[0].annotator, kept[1].annotator);
+    ++times_left_out[3 - kept[0].annotator - kept[1].annotator];
+  }
+  for (int count : times_left_out) {
+    EXPECT_GT(count, 2750);
+    EXPECT_LT(count, 3250);
+  }
+}
+
 TEST(MeanAndStandardErrorTest, SampleStandardDeviationOverRootN) {
   const MeanWithError m = MeanAndStandardError({1.0, 2.0, 3.0, 4.0});
   EXPECT_EQ(m.count, 4);
@@ -238,6 +288,15 @@ TEST(MeanAndStandardErrorTest, OneValueHasNoErrorAndNoValuesAreZero) {
   const MeanWithError none = MeanAndStandardError({});
   EXPECT_EQ(none.count, 0);
   EXPECT_EQ(none.mean, 0.0);
+}
+
+TEST(MeanAndStandardErrorTest, TwoValuesHaveAnError) {
+  // {1, 3}: mean 2, sample variance ((1 - 2)^2 + (3 - 2)^2) / 1 = 2,
+  // standard error sqrt(2 / 2) = 1.
+  const MeanWithError m = MeanAndStandardError({1.0, 3.0});
+  EXPECT_EQ(m.count, 2);
+  EXPECT_DOUBLE_EQ(m.mean, 2.0);
+  EXPECT_DOUBLE_EQ(m.standard_error, 1.0);
 }
 
 TEST(FitAndScoreTest, MajorityVoteScoresItsVotes) {
@@ -258,6 +317,26 @@ TEST(FitAndScoreTest, MajorityVoteScoresItsVotes) {
   EXPECT_EQ(e->fit.iterations, 1);
 }
 
+TEST(FitAndScoreTest, GoldIsUsedForScoringOnlyNeverForFitting) {
+  // Six items, each with one label 1 from annotator 0; gold says class 0 for
+  // all. No item has two labels, so an unsupervised ds keeps its priors and
+  // predicts each item's only label, 1 (dawid_skene.h): accuracy 0. Had the
+  // gold been passed to Fit, ds would learn that annotator 0 says 1 for
+  // class 0 and that class 0 is common, and predict 0 everywhere.
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 6; ++i) annotations.push_back({i, 0, 1});
+  absl::StatusOr<AnnotationMatrix> m =
+      AnnotationMatrix::Build(6, 1, 2, annotations);
+  ASSERT_THAT(m, IsOk());
+  absl::StatusOr<MethodEvaluation> e =
+      FitAndScore("ds", {}, *m, std::vector<int32_t>(6, 0));
+  ASSERT_THAT(e, IsOk());
+  EXPECT_EQ(e->scores.items, 6);
+  EXPECT_EQ(e->scores.accuracy, 0.0);
+  // Class 0: TP 0, FN 6 → 0; class 1: TP 0, FP 6 → 0.
+  EXPECT_EQ(e->scores.macro_f1, 0.0);
+}
+
 TEST(FitAndScoreTest, RejectsUnknownMethodAndGoldOfWrongSize) {
   absl::StatusOr<AnnotationMatrix> m =
       AnnotationMatrix::Build(2, 1, 2, {{0, 0, 1}, {1, 0, 0}});
@@ -266,6 +345,8 @@ TEST(FitAndScoreTest, RejectsUnknownMethodAndGoldOfWrongSize) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("no_such_method")));
   EXPECT_THAT(FitAndScore("mv", {}, *m, std::vector<int32_t>{1}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("gold")));
+  EXPECT_THAT(FitAndScore("mv", {}, *m, std::vector<int32_t>{1, 0, 0}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("gold")));
 }
 
