@@ -107,8 +107,8 @@ class ReplicasTest : public ::testing::Test {
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
 
-  // The project's live label count as `r` serves it.
-  static int64_t NumLabels(Replica& r, const std::string& project) {
+  // The project as `r` serves it (GetProject, expected to succeed).
+  static v1::Project ServedProject(Replica& r, const std::string& project) {
     grpc::ClientContext context;
     context.set_deadline(Deadline());
     v1::GetProjectRequest request;
@@ -116,7 +116,12 @@ class ReplicasTest : public ::testing::Test {
     v1::GetProjectResponse response;
     grpc::Status status = r.projects->GetProject(&context, request, &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
-    return response.project().num_labels();
+    return response.project();
+  }
+
+  // The project's live label count as `r` serves it.
+  static int64_t NumLabels(Replica& r, const std::string& project) {
+    return ServedProject(r, project).num_labels();
   }
 
   // Every posterior `r` serves, in item creation order.
@@ -554,13 +559,7 @@ TEST_F(ReplicasTest, ItemsGoldAndSettingsWrittenThroughOneReplicaAreServedByTheO
   int32_t max_labels = 0;
   while (absl::Now() < give_up) {
     served = Posteriors(b, project);
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    v1::GetProjectRequest request;
-    request.set_project(project);
-    v1::GetProjectResponse response;
-    ASSERT_TRUE(b.projects->GetProject(&context, request, &response).ok());
-    max_labels = response.project().settings().assignment().max_labels_per_item();
+    max_labels = ServedProject(b, project).settings().assignment().max_labels_per_item();
     if (served.size() == 6 && max_labels == 7) break;
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -595,15 +594,7 @@ TEST_F(ReplicasTest, AnnotatorsAddedWithoutFeaturesThroughOneReplicaAreServedByT
     grpc::Status status = a.projects->AddAnnotators(&context, request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
-  auto num_annotators = [&](Replica& r) {
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    v1::GetProjectRequest request;
-    request.set_project(project);
-    v1::GetProjectResponse response;
-    EXPECT_TRUE(r.projects->GetProject(&context, request, &response).ok());
-    return response.project().num_annotators();
-  };
+  auto num_annotators = [&](Replica& r) { return ServedProject(r, project).num_annotators(); };
   ASSERT_EQ(num_annotators(a), 1);
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
   while (num_annotators(b) != 1 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(20));
