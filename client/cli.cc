@@ -463,8 +463,10 @@ absl::StatusOr<int> ApplySettingsFlags(const CommandLine& line,
   if (line.Has("method")) {
     ++given;
     const std::string name = line.GetString("method");
+    // "default" names the server's default for new projects, auto: an unset method would keep
+    // the project's (UpdateProjectSettings), so a reset must name it.
     std::optional<v1::TruthMethod> method =
-        name == "default" ? v1::TRUTH_METHOD_UNSPECIFIED : MethodFromName(name);
+        name == "default" ? v1::TRUTH_METHOD_AUTO : MethodFromName(name);
     if (!method.has_value()) {
       return UsageError(absl::StrCat("--method=", name, ": expected one of ",
                                      absl::StrJoin(MethodNames(), ", "),

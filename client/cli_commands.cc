@@ -442,7 +442,7 @@ const std::vector<FlagSpec>& ProjectSettingsFlags() {
       {"method", "METHOD",
        absl::StrCat(
            "Truth-inference method: ", absl::StrJoin(MethodNames(), ", "),
-           ", or default (the server's, ds).")},
+           ", or default (the server's default for new projects, auto).")},
       {"confusion_smoothing", "X",
        "Dirichlet pseudo-count added to every confusion-matrix cell."},
       {"prior_smoothing", "X", "Pseudo-count added to every class prior."},

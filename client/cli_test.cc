@@ -526,8 +526,8 @@ TEST_F(CliTest, ProjectCreateAndSettingsSetModelAndAssignmentSettings) {
                 "--max_iterations=0", "--output=json"});
   ASSERT_EQ(result.code, kExitOk) << result.err;
   EXPECT_THAT(result.out,
-              HasSubstr("\"method\":\"default\",\"settings\":{\"model\":{"
-                        "\"method\":\"default\",\"confusion_smoothing\":0,"
+              HasSubstr("\"method\":\"auto\",\"settings\":{\"model\":{"
+                        "\"method\":\"auto\",\"confusion_smoothing\":0,"
                         "\"prior_smoothing\":0,\"max_iterations\":0,"));
   EXPECT_THAT(result.out, HasSubstr("\"confidence_target\":0.95,"
                                     "\"lease_seconds\":60,"

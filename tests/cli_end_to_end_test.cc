@@ -225,6 +225,12 @@ TEST_F(CliEndToEndTest, ProjectSettingsItemsAndAnnotatorsOnASmallProject) {
   ASSERT_EQ(settings.code, 0) << settings.err;
   EXPECT_THAT(settings.out, HasSubstr("\nmethod: mv\n"
                                       "settings: assignment { min_labels_per_item: 3 }\n"));
+  // --method=default resets the method to the server's default for new projects, auto (the
+  // API keeps the method when it is left unset, so the CLI must name it).
+  CliResult reset = Run({"project", "settings", "pets", "--method=default"});
+  ASSERT_EQ(reset.code, 0) << reset.err;
+  EXPECT_THAT(reset.out, HasSubstr("\nmethod: auto\n"));
+  ASSERT_EQ(Run({"project", "settings", "pets", "--method=mv"}).code, 0);  // What follows uses mv.
 
   // Four items (i4 first in line by priority, i2 gold), then a gold label for i3.
   const std::string items = dir_ + "/items.csv";
