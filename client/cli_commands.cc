@@ -73,8 +73,9 @@ std::vector<CommandSpec> MakeCommands() {
       "differ from the server defaults, creation time and the numbers of "
       "items, annotators and live labels. With --output=json: {\"name\", "
       "\"classes\", \"item_feature_dim\", \"annotator_feature_dim\", "
-      "\"method\", \"settings\": {\"model\": {...}, \"assignment\": {...}} "
-      "with every setting (0 = server default), \"created_at\", "
+      "\"method\", \"settings\": {\"model\": {...}, \"assignment\": {...}, "
+      "\"limits\": {...}} with every setting (0 or \"\" = server default), "
+      "\"created_at\", "
       "\"num_items\", \"num_annotators\", \"num_labels\"}.";
 
   c = add("project settings",

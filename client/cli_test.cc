@@ -482,10 +482,13 @@ TEST_F(CliTest, ProjectCommandsPrintJson) {
       "\"item_feature_dim\":0,\"annotator_feature_dim\":0,\"method\":\"mv\","
       "\"settings\":{\"model\":{\"method\":\"mv\",\"confusion_smoothing\":0,"
       "\"prior_smoothing\":0,\"max_iterations\":0,\"tolerance\":0,"
-      "\"refit_min_new_labels\":0,\"refit_new_label_fraction\":0},"
+      "\"refit_min_new_labels\":0,\"refit_new_label_fraction\":0,"
+      "\"calibration\":\"\"},"
       "\"assignment\":{\"min_labels_per_item\":0,\"max_labels_per_item\":0,"
       "\"confidence_target\":0,\"lease_seconds\":0,\"policy\":\"default\","
-      "\"gold_items_for_new_annotators\":0}},"
+      "\"gold_items_for_new_annotators\":0},"
+      "\"limits\":{\"max_items\":0,\"max_annotators\":0,\"max_labels\":0,"
+      "\"max_confusion_cells\":0}},"
       "\"created_at\":\"2023-11-14T22:13:20.000Z\",\"num_items\":0,"
       "\"num_annotators\":0,\"num_labels\":0}";
   EXPECT_EQ(result.out, birds + "\n");

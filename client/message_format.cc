@@ -76,7 +76,17 @@ JsonValue ModelSettingsJson(const v1::ModelSettings& model) {
       .Set("max_iterations", model.max_iterations())
       .Set("tolerance", model.tolerance())
       .Set("refit_min_new_labels", model.refit_min_new_labels())
-      .Set("refit_new_label_fraction", model.refit_new_label_fraction());
+      .Set("refit_new_label_fraction", model.refit_new_label_fraction())
+      .Set("calibration", model.calibration());
+  return json;
+}
+
+JsonValue ProjectLimitsJson(const v1::ProjectLimits& limits) {
+  JsonValue json = JsonValue::Object();
+  json.Set("max_items", limits.max_items())
+      .Set("max_annotators", limits.max_annotators())
+      .Set("max_labels", limits.max_labels())
+      .Set("max_confusion_cells", limits.max_confusion_cells());
   return json;
 }
 
@@ -193,7 +203,8 @@ JsonValue ProjectJson(const v1::Project& project) {
   JsonValue settings = JsonValue::Object();
   settings.Set("model", ModelSettingsJson(project.settings().model()))
       .Set("assignment",
-           AssignmentSettingsJson(project.settings().assignment()));
+           AssignmentSettingsJson(project.settings().assignment()))
+      .Set("limits", ProjectLimitsJson(project.settings().limits()));
   JsonValue json = JsonValue::Object();
   json.Set("name", project.name())
       .Set("classes", std::move(classes))

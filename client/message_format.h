@@ -62,9 +62,9 @@ std::optional<std::string> FormatTimestamp(
 std::string ClassName(absl::Span<const std::string> classes, int32_t index);
 
 // {"name","classes","item_feature_dim","annotator_feature_dim","method",
-//  "settings":{"model":{...},"assignment":{...}},"created_at","num_items",
-//  "num_annotators","num_labels"}; settings hold every field, 0 meaning the
-// server default.
+//  "settings":{"model":{...},"assignment":{...},"limits":{...}},"created_at",
+//  "num_items","num_annotators","num_labels"}; settings hold every field, 0 or
+// "" meaning the server default.
 JsonValue ProjectJson(const v1::Project& project);
 
 // {"version","method","watermark","num_labels","log_likelihood",

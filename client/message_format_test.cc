@@ -82,10 +82,13 @@ TEST(ProjectJsonTest, HoldsEverySettingAndTheCounts) {
       "\"item_feature_dim\":3,\"annotator_feature_dim\":0,\"method\":\"mv\","
       "\"settings\":{\"model\":{\"method\":\"mv\",\"confusion_smoothing\":0,"
       "\"prior_smoothing\":0,\"max_iterations\":50,\"tolerance\":0,"
-      "\"refit_min_new_labels\":0,\"refit_new_label_fraction\":0},"
+      "\"refit_min_new_labels\":0,\"refit_new_label_fraction\":0,"
+      "\"calibration\":\"\"},"
       "\"assignment\":{\"min_labels_per_item\":0,\"max_labels_per_item\":0,"
       "\"confidence_target\":0.9,\"lease_seconds\":0,\"policy\":\"uniform\","
-      "\"gold_items_for_new_annotators\":0}},"
+      "\"gold_items_for_new_annotators\":0},"
+      "\"limits\":{\"max_items\":0,\"max_annotators\":0,\"max_labels\":0,"
+      "\"max_confusion_cells\":0}},"
       "\"created_at\":\"2023-11-14T22:13:20.000Z\",\"num_items\":4,"
       "\"num_annotators\":2,\"num_labels\":6}");
 }
@@ -299,6 +302,7 @@ TEST(ProjectJsonTest, EverySettingIsKeyedByItsOwnField) {
         tolerance: 0.125
         refit_min_new_labels: 17
         refit_new_label_fraction: 0.75
+        calibration: "none"
       }
       assignment {
         min_labels_per_item: 2
@@ -307,6 +311,12 @@ TEST(ProjectJsonTest, EverySettingIsKeyedByItsOwnField) {
         lease_seconds: 600
         policy: ASSIGNMENT_POLICY_INFORMATION_GAIN
         gold_items_for_new_annotators: 3
+      }
+      limits {
+        max_items: 101
+        max_annotators: 102
+        max_labels: 103
+        max_confusion_cells: 104
       }
     }
     num_items: 11
@@ -319,10 +329,13 @@ TEST(ProjectJsonTest, EverySettingIsKeyedByItsOwnField) {
       "\"item_feature_dim\":2,\"annotator_feature_dim\":5,\"method\":\"glad\","
       "\"settings\":{\"model\":{\"method\":\"glad\",\"confusion_smoothing\":0.5,"
       "\"prior_smoothing\":0.25,\"max_iterations\":40,\"tolerance\":0.125,"
-      "\"refit_min_new_labels\":17,\"refit_new_label_fraction\":0.75},"
+      "\"refit_min_new_labels\":17,\"refit_new_label_fraction\":0.75,"
+      "\"calibration\":\"none\"},"
       "\"assignment\":{\"min_labels_per_item\":2,\"max_labels_per_item\":9,"
       "\"confidence_target\":0.875,\"lease_seconds\":600,"
-      "\"policy\":\"information_gain\",\"gold_items_for_new_annotators\":3}},"
+      "\"policy\":\"information_gain\",\"gold_items_for_new_annotators\":3},"
+      "\"limits\":{\"max_items\":101,\"max_annotators\":102,\"max_labels\":103,"
+      "\"max_confusion_cells\":104}},"
       "\"created_at\":null,\"num_items\":11,\"num_annotators\":12,"
       "\"num_labels\":13}");
 }
