@@ -104,6 +104,11 @@ class ClientServerTest(unittest.TestCase):
         self.assertEqual(len(second.rejections), 1)
         self.assertEqual(second.rejections[0].row, 3)
         self.assertIn("label", second.rejections[0].reason)
+        # A negative index is out of range too: the server rejects it alone (README).
+        negative = self.client.submit("small-indices", pd.DataFrame(
+            {"task": ["i4", "i5"], "worker": ["w1", "w1"], "label": [1, -1]}))
+        self.assertEqual((negative.accepted, negative.rejected), (1, 1))
+        self.assertEqual(negative.rejections[0].row, 1)
         posteriors = self.client.posteriors("small-indices", items=["i2", "i1"], details=True)
         self.assertEqual(posteriors["item"].tolist(), ["i2", "i1"])
         self.assertEqual(posteriors["label"].iloc[0], "c")

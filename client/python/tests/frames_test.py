@@ -74,9 +74,18 @@ class LabelIndicesTest(unittest.TestCase):
         labels = pd.Series([0, 7], name="label")
         np.testing.assert_array_equal(frames.label_indices(labels, CLASSES), [0, 7])
 
-    def test_refuses_negative_index(self):
-        with self.assertRaisesRegex(ValueError, "row 1: class index -1 is negative"):
-            frames.label_indices(pd.Series([0, -1], name="label"), CLASSES)
+    def test_negative_indices_pass_through_for_the_server_to_check(self):
+        # README: an integer index out of range is rejected by the server alone.
+        np.testing.assert_array_equal(
+            frames.label_indices(pd.Series([0, -1], name="label"), CLASSES), [0, -1])
+        np.testing.assert_array_equal(
+            frames.label_indices(pd.Series([0, -1], name="label", dtype=object), CLASSES), [0, -1])
+
+    def test_refuses_an_index_a_32_bit_label_cannot_carry(self):
+        with self.assertRaisesRegex(ValueError, "row 1: class index 2147483648 does not fit"):
+            frames.label_indices(pd.Series([0, 2**31], name="label"), CLASSES)
+        with self.assertRaisesRegex(ValueError, "row 1: class index -2147483649 does not fit"):
+            frames.label_indices(pd.Series([0, -2**31 - 1], name="label", dtype=object), CLASSES)
 
     def test_refuses_booleans(self):
         with self.assertRaisesRegex(ValueError, "dtype=str"):

@@ -42,8 +42,9 @@ def ids(series):
 def label_indices(series, classes):
     """Class indices of a label column: class names (str) or indices (int), mixed or not.
 
-    An integer is passed through as an index without a range check: the server rejects an
-    out-of-range index per annotation and reports it in the ack, like any invalid label. A
+    An integer is passed through as an index without a range check, negative ones included:
+    the server rejects an out-of-range index per annotation and reports it in the ack, like any
+    invalid label. Only an integer that the API's 32-bit label cannot carry is refused here. A
     string must be one of `classes` exactly; digit strings are names, not indices. Booleans,
     missing values and fractional numbers are refused (read CSVs with dtype=str to keep class
     names such as "true" from becoming booleans).
@@ -85,10 +86,11 @@ def _one_label(column, row, value, index_of, classes):
 
 
 def _check_index_range(column, values, row=None):
-    bad = np.flatnonzero((values < 0) | (values > _INT32_MAX))
+    # Only what a 32-bit label cannot carry: the server checks the class range itself.
+    bad = np.flatnonzero((values < -_INT32_MAX - 1) | (values > _INT32_MAX))
     if bad.size:
         at = row if row is not None else int(bad[0])
-        raise ValueError("column %r, row %d: class index %d is negative or too large" %
+        raise ValueError("column %r, row %d: class index %d does not fit the API's 32-bit label" %
                          (column, at, int(values[bad[0]])))
 
 
