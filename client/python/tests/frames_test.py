@@ -112,6 +112,19 @@ class PosteriorFrameTest(unittest.TestCase):
         self.assertEqual(frame["label"].tolist(), ["true", "false"])
         np.testing.assert_allclose(frame["true"], [0.8, 0.1])
 
+    def test_a_class_named_like_a_column_overwrites_nothing(self):
+        # Classes "item" and "other": the item ids stay in "item", and every class column is
+        # named "p_" + its class (as the CLI names them).
+        frame = frames.posterior_frame(["a", "b"], [[0.2, 0.8], [0.9, 0.1]], [1, 0],
+                                       [0.8, 0.9], ["item", "other"])
+        self.assertEqual(list(frame.columns), ["item", "label", "confidence", "p_item", "p_other"])
+        self.assertEqual(frame["item"].tolist(), ["a", "b"])
+        self.assertEqual(frame["label"].tolist(), ["other", "item"])
+        np.testing.assert_allclose(frame["p_item"], [0.2, 0.9])
+        # A detail column's name (added by posteriors(details=True)) counts too.
+        self.assertEqual(frames.class_columns(["difficulty", "x"]), ["p_difficulty", "p_x"])
+        self.assertEqual(frames.class_columns(["cat", "dog"]), ["cat", "dog"])
+
     def test_empty(self):
         frame = frames.posterior_frame([], np.zeros((0, 2)), [], [], CLASSES)
         self.assertEqual(frame.shape, (0, 5))

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from verity.v1 import projects_pb2
+from verity_client import frames
 from verity_client.client import Client
 from verity_client.local import LocalServer
 
@@ -167,7 +168,7 @@ class _VerityAggregator:
         posteriors = client.posteriors(project)
         index = pd.Index([tasks[t] for t in posteriors["item"]], name="task")
         columns = pd.Index(values, name="label")
-        probas = posteriors[names[:len(values)]].to_numpy(dtype=np.float64)
+        probas = posteriors[frames.class_columns(names)[:len(values)]].to_numpy(dtype=np.float64)
         self.probas_ = pd.DataFrame(probas, index=index, columns=columns)
         by_name = dict(zip(names, values))
         self.labels_ = pd.Series([by_name.get(n, n) for n in posteriors["label"]], index=index,

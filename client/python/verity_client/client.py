@@ -605,7 +605,8 @@ class Client:
                    page_size: int = 1000, details: bool = False) -> pd.DataFrame:
         """Current posteriors as a DataFrame: item, label (the most probable class name),
         confidence (its probability), then one column of probabilities per class, named by
-        the class.
+        the class (by "p_" + the class, for every class, when a class name is also the name
+        of one of the frame's columns: item, label, confidence or a details column).
 
         items: None = every item of the project (ListPosteriors, one RPC per page of
           `page_size`, in item creation order; a page ends early where the server's 16 MiB

@@ -112,8 +112,23 @@ def annotations(df):
     return items, annotators, column(df, ("label",))
 
 
+# The posterior frame's own columns (posteriors(details=True) adds the last five).
+POSTERIOR_COLUMNS = ("item", "label", "confidence", "num_labels", "model_version",
+                     "includes_newer_labels", "is_gold", "difficulty")
+
+
+def class_columns(classes):
+    """The names of the per-class probability columns: the class names, or, when one of them
+    is also the name of one of the frame's own columns (POSTERIOR_COLUMNS), "p_" + every class
+    name (as the CLI names them), so that no column overwrites another."""
+    if any(name in POSTERIOR_COLUMNS for name in classes):
+        return ["p_" + name for name in classes]
+    return list(classes)
+
+
 def posterior_frame(item_ids, probabilities, map_labels, confidences, classes):
-    """DataFrame with columns item, label (class name), confidence, then one per class."""
+    """DataFrame with columns item, label (class name), confidence, then one per class, named
+    by class_columns(classes)."""
     probabilities = np.asarray(probabilities, dtype=np.float64).reshape(
         len(item_ids), len(classes))
     class_names = np.asarray(classes, dtype=object)
@@ -123,6 +138,6 @@ def posterior_frame(item_ids, probabilities, map_labels, confidences, classes):
                            if len(item_ids) else [], dtype=object),
         "confidence": np.asarray(confidences, dtype=np.float64),
     })
-    for k, name in enumerate(classes):
+    for k, name in enumerate(class_columns(classes)):
         frame[name] = probabilities[:, k]
     return frame
