@@ -726,5 +726,269 @@ TEST(ItemAssignerTest, DynamicOverlapComparesTheCalibratedConfidence) {
   EXPECT_EQ(open.size(), open_raw.size() + static_cast<size_t>(still_open));
 }
 
+
+// projects.proto, AssignmentSettings: an item is resolved when its "posterior confidence
+// reached" confidence_target (docs/ASSIGNMENT.md: "confidence reached confidence_target").
+// Reaching includes equality: with the target set to exactly item 0's confidence (2 agreeing
+// labels, min_labels 1), item 0 is resolved and not suggested; with the next larger double
+// it is open again. Item 1 (no labels) is open either way (below min_labels).
+TEST(ItemAssignerTest, AnItemWhoseConfidenceEqualsTheTargetIsResolved) {
+  auto project = MakeProjectWith({-1, -1}, 2, {{0, 0, 1, 1}, {0, 1, 1, 2}});
+  const auto snapshot = project->snapshot();
+  const absl::Span<const double> p = snapshot->posteriors.probabilities(0);
+  const double confidence = std::max(p[0], p[1]);
+  ASSERT_GT(confidence, 0.5);
+  ASSERT_LT(confidence, 1.0);
+  AssignmentRules rules;
+  rules.min_labels = 1;
+  rules.confidence_target = confidence;
+  EXPECT_TRUE(IsResolved(snapshot->posteriors, 0, 0, rules));
+  auto ranked = RankItemsForAnnotator(*project, *snapshot, rules, -1, 10, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(1));
+  ranked = RankItemsForAnnotator(*project, *snapshot, rules, -1, 10, std::vector<int32_t>{0, 1},
+                                 kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(1));
+  rules.confidence_target = std::nextafter(confidence, 1.0);
+  EXPECT_FALSE(IsResolved(snapshot->posteriors, 0, 0, rules));
+  ranked = RankItemsForAnnotator(*project, *snapshot, rules, -1, 10, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ::testing::UnorderedElementsAre(0, 1));
+}
+
+// lease_book.h / projects.proto: a lease reserves a slot only "until this time"; an expired
+// lease no longer counts toward max_labels_per_item. The candidate-list path counts leases
+// separately from the scan of every item, so check it too: item 1 (1 label, max 2) leased
+// to a1 is full for a2 while the lease runs, and open (with no lease counted) once it expired.
+TEST(ItemAssignerTest, ExpiredLeasesNoLongerCountOnACandidateList) {
+  auto project = MakeProject();
+  AssignmentRules rules;
+  rules.max_labels = 2;
+  project->leases().Add(1, 1, kNow + absl::Minutes(5));
+  const std::vector<int32_t> candidates = {1, 3};
+  auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 10, candidates,
+                                      kNow, 3);
+  EXPECT_THAT(Items(ranked), ElementsAre(3));
+  ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 10, candidates,
+                                 kNow + absl::Minutes(6), 3);
+  EXPECT_THAT(Items(ranked), Contains(1));
+  for (const ItemSuggestion& s : ranked) EXPECT_EQ(s.leases_when_ranked, 0) << s.item;
+  // Under UNIFORM, an expired lease does not count as a label either: item 3 (no label, an
+  // expired lease) comes before item 1 (1 label).
+  project->leases().Add(3, 0, kNow + absl::Minutes(5));
+  project->leases().Add(3, 1, kNow + absl::Minutes(5));
+  rules.max_labels = 0;
+  rules.policy = v1::ASSIGNMENT_POLICY_UNIFORM;
+  ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 10, candidates,
+                                 kNow + absl::Minutes(6), 3);
+  EXPECT_THAT(Items(ranked), ElementsAre(3, 1));
+}
+
+// item_assigner.h / docs/ASSIGNMENT.md: an item is not suggested to an annotator who "holds a
+// lease on it", on the scan of every item, on a candidate list, and for the gold items sent
+// to a new annotator; once the lease expired it is suggested again.
+TEST(ItemAssignerTest, AnItemIsNotSuggestedAgainToTheAnnotatorHoldingItsLease) {
+  auto project = MakeProject();
+  project->leases().Add(3, 2, kNow + absl::Minutes(5));
+  AssignmentRules rules;
+  // a2 labelled item 0, item 4 is gold, a2 holds the lease on 3: items 1 and 2 remain.
+  auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 10, std::nullopt,
+                                      kNow, 1);
+  EXPECT_THAT(Items(ranked), ::testing::UnorderedElementsAre(1, 2));
+  ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 10,
+                                 std::vector<int32_t>{3, 1}, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(1));
+  ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 10, std::nullopt,
+                                 kNow + absl::Minutes(6), 1);
+  EXPECT_THAT(Items(ranked), Contains(3));
+  // a2 has 1 label, fewer than 5: sent gold item 4 first, unless a2 holds a lease on it.
+  rules.gold_items_for_new_annotators = 5;
+  ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 1, std::nullopt,
+                                 kNow + absl::Minutes(6), 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(4));
+  project->leases().Add(4, 2, kNow + absl::Minutes(10));
+  ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 10, std::nullopt,
+                                 kNow + absl::Minutes(6), 1);
+  EXPECT_THAT(Items(ranked), Not(Contains(4)));
+  EXPECT_THAT(Items(ranked), Not(::testing::IsEmpty()));
+}
+
+// projects.proto, gold_items_for_new_annotators: gold items "are sent whatever their label
+// count (max_labels_per_item does not apply ...)", and assignment.proto: "the resolution rules
+// do not apply to them". In MakeGoldProject, gold items 1 (1 label) and 2 (2 agreeing labels)
+// are full under max_labels_per_item = 1 and confident under a low confidence_target, yet a
+// new annotator owed 3 gold items is sent all three, fewest labels first.
+TEST(ItemAssignerTest, GoldItemsForNewAnnotatorsIgnoreTheResolutionRules) {
+  auto project = MakeGoldProject();
+  const auto snapshot = project->snapshot();
+  AssignmentRules rules;
+  rules.gold_items_for_new_annotators = 3;
+  rules.max_labels = 1;
+  ASSERT_TRUE(IsResolved(snapshot->posteriors, 1, 0, rules));
+  ASSERT_TRUE(IsResolved(snapshot->posteriors, 2, 0, rules));
+  auto ranked = RankItemsForAnnotator(*project, *snapshot, rules, -1, 3, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(0, 1, 2));
+  rules.max_labels = 0;
+  rules.confidence_target = 0.5;
+  rules.min_labels = 1;
+  ASSERT_TRUE(IsResolved(snapshot->posteriors, 2, 0, rules));
+  ranked = RankItemsForAnnotator(*project, *snapshot, rules, -1, 3, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(0, 1, 2));
+  // a0 (1 label, labelled gold 1) is owed 2: gold 0 and gold 2, though 2 is resolved.
+  ranked = RankItemsForAnnotator(*project, *snapshot, rules, 0, 2, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(0, 2));
+}
+
+// projects.proto, INFORMATION_GAIN: the ranking is by the expected gain "divided by 1 + the
+// labels already on the item (live + leased)"; items of higher priority first. Against that
+// key computed here (ExpectedEntropyReduction with the scoring confusion), on a candidate list
+// of MakeLargeProject items with 1 to 4 labels and a few leases, the whole returned order must
+// be non-increasing (up to rounding), and every eligible candidate returned.
+TEST(ItemAssignerTest, InformationGainOrdersByGainOverOnePlusLiveAndLeasedLabels) {
+  auto project = MakeLargeProject();
+  std::shared_ptr<const ProjectSnapshot> snapshot = project->snapshot();
+  const PosteriorTable& table = snapshot->posteriors;
+  constexpr int32_t kAnnotator = 0;
+  std::vector<int32_t> candidates;
+  for (int32_t i = 1; i <= 240; ++i) candidates.push_back(i);
+  // Leases by other annotators on some items (0 to 2 each).
+  for (int32_t i = 1; i <= 240; i += 7) project->leases().Add(i, 5, kNow + absl::Minutes(5));
+  for (int32_t i = 1; i <= 240; i += 11) project->leases().Add(i, 6, kNow + absl::Minutes(5));
+  const std::vector<double> confusion = ScoringConfusion(*snapshot, kAnnotator);
+  const std::vector<int32_t> leases = project->leases().OutstandingOn(candidates, kNow);
+  std::map<int32_t, std::pair<double, double>> key_of;
+  for (size_t n = 0; n < candidates.size(); ++n) {
+    const int32_t i = candidates[n];
+    if (table.is_gold(i) || project->HasLabelled(i, kAnnotator)) continue;
+    key_of[i] = {table.priority(i), ExpectedEntropyReduction(table.probabilities(i), confusion) /
+                                        (1.0 + table.num_labels(i) + leases[n])};
+  }
+  ASSERT_GT(key_of.size(), 100u);
+  AssignmentRules rules;
+  const std::vector<ItemSuggestion> ranked = RankItemsForAnnotator(
+      *project, *snapshot, rules, kAnnotator, 1000, candidates, kNow, 4);
+  ASSERT_EQ(ranked.size(), key_of.size());
+  for (size_t r = 1; r < ranked.size(); ++r) {
+    const auto& before = key_of.at(ranked[r - 1].item);
+    const auto& after = key_of.at(ranked[r].item);
+    EXPECT_TRUE(before.first > after.first ||
+                (before.first == after.first && before.second >= after.second - 1e-12))
+        << "item " << ranked[r - 1].item << " (" << before.first << ", " << before.second
+        << ") ranked before item " << ranked[r].item << " (" << after.first << ", "
+        << after.second << ")";
+  }
+}
+
+// item_assigner.h, RankAnnotatorsForItem: "The best k of `annotators` ... by expected gain".
+// A ds fit of four good annotators (0.85) and one who is mostly wrong (0.1): the latter's
+// labels tell the most about the item (an almost deterministic flip) though they are rarely
+// correct, so the ranking by gain puts them first and p_correct does not decide the order.
+TEST(ItemAssignerTest, SuggestAnnotatorsRanksByGainNotByProbabilityCorrect) {
+  constexpr int32_t kItems = 300, kAnnotators = 5;
+  models::testing::SyntheticCrowdSpec spec;
+  spec.num_items = kItems;
+  spec.num_classes = 2;
+  spec.labels_per_item = kAnnotators;
+  for (int a = 0; a < 4; ++a) spec.confusions.push_back(models::testing::SymmetricConfusion(2, 0.85));
+  spec.confusions.push_back(models::testing::SymmetricConfusion(2, 0.1));
+  spec.seed = 7;
+  const models::testing::SyntheticCrowd crowd = models::testing::GenerateSyntheticCrowd(spec);
+  std::unique_ptr<models::TruthModel> fitted = *models::CreateTruthModel("ds", 2, {});
+  ASSERT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
+  LiveProject::Identity id;
+  id.project_id = 3;
+  id.name = "flip";
+  id.classes = {"no", "yes"};
+  LiveProject::StoredState stored;
+  for (int32_t i = 0; i < kItems; ++i) stored.item_ids.push_back(absl::StrCat("i", i));
+  stored.gold.assign(kItems, -1);
+  for (int a = 0; a < kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("a", a));
+  int64_t seq = 0;
+  for (const models::Annotation& a : crowd.annotations) {
+    if (a.item == kItems - 1) continue;  // The last item keeps no label: everyone is eligible.
+    stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
+  }
+  storage::ModelVersionRecord version;
+  version.version = 1;
+  version.method = "ds";
+  version.parameters = fitted->Serialize();
+  version.watermark = seq;
+  stored.latest_version = version;
+  auto project = LiveProject::Create(id, v1::ProjectSettings(), std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  const std::vector<int32_t> all = {0, 1, 2, 3, 4};
+  auto ranked = RankAnnotatorsForItem(**project, *(*project)->snapshot(), kItems - 1, 5, all, kNow);
+  ASSERT_EQ(ranked.size(), 5u);
+  for (size_t r = 1; r < ranked.size(); ++r) {
+    EXPECT_GE(ranked[r - 1].gain, ranked[r].gain) << r;
+  }
+  EXPECT_EQ(all[ranked[0].candidate], 4);
+  EXPECT_LT(ranked[0].p_correct, 0.5);
+  EXPECT_GT(ranked[1].p_correct, 0.5);
+}
+
+
+// item_assigner.h, "Concurrency": when "a new snapshot was published meanwhile, it ranks
+// everything again under the lock", and items of higher priority "always come first". An item
+// outside the short list given the highest priority between the two halves (AddItems
+// publishes a new snapshot) must come first, as in a full ranking.
+TEST(ItemAssignerTest, AShortlistRanksAgainWhenAnItemOutsideItGainsPriority) {
+  auto project = MakeLargeProject();
+  AssignmentRules rules;
+  constexpr int32_t kAnnotator = 2, kK = 10;
+  const Shortlist shortlist = ShortlistItems(*project, rules, kAnnotator, kK, std::nullopt, kNow, 3);
+  ASSERT_EQ(shortlist.items.size(), static_cast<size_t>(shortlist.size));
+  const std::vector<int32_t> listed = Items(shortlist.items);
+  const PosteriorTable& table = shortlist.snapshot->posteriors;
+  int32_t outside = -1;
+  for (int32_t i = 1; i < table.num_items() && outside < 0; ++i) {
+    if (!table.is_gold(i) && !project->HasLabelled(i, kAnnotator) &&
+        std::find(listed.begin(), listed.end(), i) == listed.end()) {
+      outside = i;
+    }
+  }
+  ASSERT_GE(outside, 0);
+  project->ApplyItems({{outside, absl::StrCat("i", outside), std::nullopt, 100.0}});
+  ASSERT_NE(project->snapshot(), shortlist.snapshot);
+  const std::vector<ItemSuggestion> from_shortlist =
+      RankFromShortlist(*project, shortlist, rules, kAnnotator, kK, std::nullopt, kNow, 3);
+  ASSERT_EQ(from_shortlist.size(), static_cast<size_t>(kK));
+  EXPECT_EQ(from_shortlist[0].item, outside);
+  const std::vector<ItemSuggestion> full = RankItemsForAnnotator(
+      *project, *project->snapshot(), rules, kAnnotator, kK, std::nullopt, kNow, 3);
+  EXPECT_EQ(Items(from_shortlist), Items(full));
+}
+
+
+// item_assigner.h: RankFromShortlist "returns what RankItemsForAnnotator(...) would return at
+// that moment", and an item is never suggested to an annotator who labelled it. The
+// annotator's own labels on all but 5 of the short list's items are committed meanwhile
+// (registered, the snapshot not yet published): the 5 left are fewer than k, so the ranking
+// must look past the short list and still return k items, none of them labelled by them.
+TEST(ItemAssignerTest, AShortlistRanksAgainWhenTheAnnotatorLabelledItsItemsMeanwhile) {
+  auto project = MakeLargeProject();
+  AssignmentRules rules;
+  constexpr int32_t kAnnotator = 2, kK = 10;
+  const Shortlist shortlist = ShortlistItems(*project, rules, kAnnotator, kK, std::nullopt, kNow, 3);
+  ASSERT_EQ(shortlist.items.size(), static_cast<size_t>(shortlist.size));
+  std::vector<CommittedLabel> labels;
+  int64_t seq = 1'000'000;
+  for (size_t i = 0; i + 5 < shortlist.items.size(); ++i) {
+    const int32_t item = shortlist.items[i].item;
+    labels.push_back({item, absl::StrCat("i", item), kAnnotator, absl::StrCat("w", kAnnotator), 0,
+                      ++seq, true});
+  }
+  project->RegisterCommitted(labels);
+  ASSERT_EQ(project->snapshot(), shortlist.snapshot);
+  ASSERT_TRUE(project->HasLabelled(shortlist.items[0].item, kAnnotator));
+  const std::vector<ItemSuggestion> from_shortlist =
+      RankFromShortlist(*project, shortlist, rules, kAnnotator, kK, std::nullopt, kNow, 3);
+  EXPECT_EQ(from_shortlist.size(), static_cast<size_t>(kK));
+  for (const ItemSuggestion& s : from_shortlist) {
+    EXPECT_FALSE(project->HasLabelled(s.item, kAnnotator)) << s.item;
+  }
+  const std::vector<ItemSuggestion> full = RankItemsForAnnotator(
+      *project, *shortlist.snapshot, rules, kAnnotator, kK, std::nullopt, kNow, 3);
+  EXPECT_EQ(Items(from_shortlist), Items(full));
+}
+
 }  // namespace
 }  // namespace verity::server
