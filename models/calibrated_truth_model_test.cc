@@ -411,5 +411,365 @@ TEST(CalibrationMapTest, TheGoldMapFindsTheLogLossOptimumBetweenGridPoints) {
   EXPECT_NEAR(map.loss, 2.2493406, 1e-6);
 }
 
+// A binary model that serves (p0, 1 - p0) (label 0) or (0.14, 0.86) (label 1) for every item
+// whose gold it was not fitted with, and
+// (0.001, 0.999)-sharp posteriors toward the gold of the items it was fitted with: a model that
+// has memorised the gold it saw. Its clones keep nothing of the fit, so the cross-fitted
+// posteriors of the gold map reveal exactly which gold each fold's copy was given. Product
+// form: uniform prior x AnnotatorConfusion (0.9 right) on items with one label 0.
+class GoldMemorisingModel final : public TruthModel {
+ public:
+  explicit GoldMemorisingModel(double p0 = 0.9) : p0_(p0) {}
+  std::string_view method() const override { return "gold_memorising"; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return true; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<GoldMemorisingModel>(p0_);
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t> gold,
+                                bool) override {
+    fitted_gold_.assign(gold.begin(), gold.end());
+    return FitReport{};
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    if (gold_label >= 0) {
+      out[gold_label] = 1.0;
+      out[1 - gold_label] = 0.0;
+      return;
+    }
+    const bool says1 = !labels.empty() && labels[0].label == 1;
+    out[0] = says1 ? 0.14 : p0_;
+    out[1] = says1 ? 0.86 : 1 - p0_;
+  }
+  void ItemPosteriorForItem(int32_t item, absl::Span<const AnnotationMatrix::Entry> labels,
+                            int32_t gold_label, absl::Span<double> out) const override {
+    ItemPosterior(labels, gold_label, out);
+    if (gold_label < 0 && item < static_cast<int32_t>(fitted_gold_.size()) &&
+        fitted_gold_[item] >= 0) {
+      out[fitted_gold_[item]] = 0.999;
+      out[1 - fitted_gold_[item]] = 0.001;
+    }
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override { return {0.9, 0.1, 0.1, 0.9}; }
+  std::string Serialize() const override { return "inner"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+
+ private:
+  double p0_;
+  std::vector<int32_t> fitted_gold_;
+};
+
+// Items 0..99 have one label and gold, 0 except every 4th (25 ones); items 100..102 have gold 1
+// but no label; items 103..109 have a label and no gold. The gold map must score each labelled
+// gold item with a copy that did not see its gold: all 100 rows are then (0.9, 0.1) against a
+// truth 0 three times in four. As in TheGoldMapFindsTheLogLossOptimumBetweenGridPoints, the
+// log-loss -[75 log q0 + 25 log(1 - q0)] with q0 = 1 / (1 + 9^-tau) is least at q0 = 3/4,
+// tau = ln 3 / ln 9 = 1/2. ECE (10 bins): before, one bin of confidence 0.9 and accuracy 0.75,
+// |75 - 90| / 100 = 0.15; after, confidence 0.75 = accuracy, about 0. Had a copy seen the gold
+// of the items it scores, its rows would follow the gold (0.999) and the map would stay at
+// tau = 1; had the unlabelled gold items been scored (they carry no crowd signal), there would
+// be 103 rows.
+AnnotationMatrix GoldMapData(int32_t labelled_gold, std::vector<int32_t>& gold) {
+  constexpr int32_t kItems = 110;
+  std::vector<Annotation> annotations;
+  gold.assign(kItems, -1);
+  for (int32_t i = 0; i < kItems; ++i) {
+    if (i < labelled_gold) gold[i] = i % 4 == 3 ? 1 : 0;
+    if (i >= 100 && i < 103) {
+      gold[i] = 1;
+      continue;
+    }
+    annotations.push_back({i, 0, 0});
+  }
+  absl::StatusOr<AnnotationMatrix> matrix = AnnotationMatrix::Build(kItems, 1, 2, annotations);
+  EXPECT_THAT(matrix.status(), IsOk());
+  return *std::move(matrix);
+}
+
+TEST(CalibrationMapTest, TheGoldMapScoresOnlyLabelledGoldItemsWithCopiesBlindToTheirGold) {
+  std::vector<int32_t> gold;
+  const AnnotationMatrix data = GoldMapData(100, gold);
+  CalibratedTruthModel model(std::make_unique<GoldMemorisingModel>());
+  ASSERT_THAT(model.Fit(data, gold, false).status(), IsOk());
+  EXPECT_EQ(model.calibration().source, CalibrationSource::kGold);
+  EXPECT_EQ(model.calibration().gold_items, 100);
+  EXPECT_NEAR(model.calibration().temperature, 0.5, 1e-3);
+  EXPECT_NEAR(model.calibration().gold_ece_raw, 0.15, 1e-12);
+  EXPECT_NEAR(model.calibration().gold_ece, 0.0, 1e-3);
+
+  // Served: a non-gold item's (0.9, 0.1) through the map, q0 = 1 / (1 + 9^-1/2) = 3/4; gold
+  // stays one-hot through both entry points.
+  std::vector<double> out(2);
+  model.ItemPosterior(data.LabelsOfItem(105), -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 0.75, 1e-3);
+  EXPECT_NEAR(out[0] + out[1], 1.0, 1e-12);
+  model.ItemPosterior(data.LabelsOfItem(3), 1, absl::MakeSpan(out));
+  EXPECT_EQ(out, (std::vector<double>{0.0, 1.0}));
+  model.ItemPosteriorForItem(3, data.LabelsOfItem(3), 1, absl::MakeSpan(out));
+  EXPECT_EQ(out, (std::vector<double>{0.0, 1.0}));
+}
+
+// kMinGoldItems labelled gold items are enough for the gold map (not one more).
+TEST(CalibrationMapTest, ExactlyTheMinimumNumberOfGoldItemsUsesTheGoldMap) {
+  std::vector<int32_t> gold;
+  const AnnotationMatrix data =
+      GoldMapData(static_cast<int32_t>(CalibratedTruthModel::kMinGoldItems), gold);
+  CalibratedTruthModel model(std::make_unique<GoldMemorisingModel>());
+  ASSERT_THAT(model.Fit(data, gold, false).status(), IsOk());
+  EXPECT_EQ(model.calibration().source, CalibrationSource::kGold);
+  EXPECT_EQ(model.calibration().gold_items, CalibratedTruthModel::kMinGoldItems);
+}
+
+// gold_ece_raw is the ECE (10 equal-width bins, bin = floor(10 x confidence)) of the gold
+// items' cross-fitted posteriors. Items 0..59 say 0 and are served (0.95, 0.05), gold 0 except
+// every 4th (45 right); items 60..99 say 1 and are served (0.14, 0.86), all gold 1 (40 right).
+// Bin 9 holds the first 60: |45 - 60 x 0.95| = 12; bin 8 the other 40: |40 - 40 x 0.86| = 5.6.
+// ECE = (12 + 5.6) / 100 = 0.176. (One bin for all, as rounding 8.6 up would give, is
+// |85 - 91.4| / 100 = 0.064; the signed sum -0.064.)
+TEST(CalibrationMapTest, TheGoldEceIsTheBinnedCalibrationErrorOfTheCrossFittedRows) {
+  std::vector<Annotation> annotations;
+  std::vector<int32_t> gold(100);
+  for (int32_t i = 0; i < 100; ++i) {
+    const int32_t label = i < 60 ? 0 : 1;
+    annotations.push_back({i, 0, label});
+    gold[i] = i < 60 ? (i % 4 == 3 ? 1 : 0) : 1;
+  }
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(100, 1, 2, annotations);
+  ASSERT_THAT(data.status(), IsOk());
+  CalibratedTruthModel model(std::make_unique<GoldMemorisingModel>(0.95));
+  ASSERT_THAT(model.Fit(*data, gold, false).status(), IsOk());
+  ASSERT_EQ(model.calibration().source, CalibrationSource::kGold);
+  EXPECT_NEAR(model.calibration().gold_ece_raw, 0.176, 1e-12);
+  EXPECT_LT(model.calibration().gold_ece, model.calibration().gold_ece_raw);
+}
+
+// A model whose posterior is a uniform prior times AnnotatorConfusion (0.8 right), the same for
+// every annotator and item (ds's product form).
+class ProductFormModel final : public TruthModel {
+ public:
+  std::string_view method() const override { return "product_form"; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return true; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<ProductFormModel>();
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>,
+                                bool) override {
+    return FitReport{};
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    out[0] = out[1] = 0.5;
+    if (gold_label >= 0) {
+      out[gold_label] = 1.0;
+      out[1 - gold_label] = 0.0;
+      return;
+    }
+    for (const AnnotationMatrix::Entry& e : labels) {
+      out[0] *= e.label == 0 ? 0.8 : 0.2;
+      out[1] *= e.label == 1 ? 0.8 : 0.2;
+    }
+    const double sum = out[0] + out[1];
+    out[0] /= sum;
+    out[1] /= sum;
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override { return {0.8, 0.2, 0.2, 0.8}; }
+  std::string Serialize() const override { return "inner"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+};
+
+// FitLabelMap takes each held-out label's share out of its annotator's confusion
+// (calibrated_truth_model.h). Items 0 and 1 are each labelled 0 by annotators 0 and 1; item 2 is
+// labelled 1 by annotator 2 alone. Posteriors: items 0, 1 p = (0.64, 0.04) / 0.68 =
+// (16/17, 1/17); item 2 (0.2, 0.8).
+//   - Held out, a label of item 0 or 1 leaves q ∝ p / pi[., 0] = (0.8, 0.2), q ∝ (0.8^tau,
+//     0.2^tau). Its annotator's expected class counts are N = 2p, so without this item
+//     pi^-i[k, 0] = (pi[k, 0] N_k - p_k) / (N_k - p_k) = 2 pi[k, 0] - 1: 0.6 for k = 0, and
+//     -0.6, clamped to 1e-6, for k = 1. Predictive 0.6 q0 + 1e-6 q1, largest at tau = 1:
+//     each of the 4 labels costs -ln(0.8 x 0.6 + 0.2 x 1e-6). Uncorrected it would be
+//     -ln(0.8 x 0.8 + 0.2 x 0.2) = -ln 0.68.
+//   - Item 2's only label says nothing about tau (without it only the prior is left) and is
+//     not counted; counted it would add -ln 0.5.
+TEST(CalibrationMapTest, TheLabelMapTakesTheHeldOutLabelsShareOutOfItsAnnotator) {
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(
+      3, 3, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 0}, {1, 1, 0}, {2, 2, 1}});
+  ASSERT_THAT(data.status(), IsOk());
+  const ProductFormModel model;
+  const std::vector<double> posteriors = AllPosteriors(model, *data, {});
+  ASSERT_NEAR(posteriors[0], 16.0 / 17, 1e-15);
+  const FittedMap map = FitLabelMap(model, *data, posteriors);
+  EXPECT_NEAR(map.temperature, 1.0, 1e-3);
+  EXPECT_NEAR(map.loss, -4 * std::log(0.8 * 0.6 + 0.2 * 1e-6), 1e-9);
+}
+
+// A map fitted on crowd labels that came out the identity (no item with two labels) is
+// still written with its header (its source is crowd_labels), and tau = 1 is inside the range
+// Restore accepts, [kMinTemperature, kMaxTemperature].
+TEST(CalibrationMapTest, AnIdentityMapFittedOnCrowdLabelsRestores) {
+  absl::StatusOr<AnnotationMatrix> data =
+      AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {1, 1, 1}});
+  ASSERT_THAT(data.status(), IsOk());
+  CalibratedTruthModel model(std::make_unique<ProductFormModel>());
+  ASSERT_THAT(model.Fit(*data, {}, false).status(), IsOk());
+  ASSERT_EQ(model.calibration().source, CalibrationSource::kCrowdLabels);
+  ASSERT_EQ(model.calibration().temperature, 1.0);
+  CalibratedTruthModel restored(std::make_unique<ProductFormModel>());
+  ASSERT_THAT(restored.Restore(model.Serialize()), IsOk());
+  EXPECT_EQ(restored.calibration().source, CalibrationSource::kCrowdLabels);
+  EXPECT_EQ(restored.calibration().temperature, 1.0);
+}
+
+// Both maps must predict a held-out label from its own posterior's top class with that class's
+// likelihood. One item, labelled 0 by annotator 0 and 1 by annotator 1 (no other labels, so no
+// share correction), under ProductFormModel (0.8 right): the posterior is (0.5, 0.5), and
+// holding out either label leaves q ∝ p / pi[., l] whose top class is the other label's:
+// q_top = 1 / (1 + 4^-tau) on the class that mispredicts the held-out label. Its predictive
+// probability 0.8 (1 - q_top) + 0.2 q_top = 0.8 - 0.6 q_top is largest where q_top is
+// smallest: tau at the floor kMinTemperature = 0.05, for either map (the same for K = 2), and
+// loss -2 ln(0.8 - 0.6 / (1 + 4^-0.05)) = 1.4284.
+TEST(CalibrationMapTest, TheLabelMapSoftensAPosteriorWhoseTopClassMispredictsHeldOutLabels) {
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(1, 2, 2, {{0, 0, 0}, {0, 1, 1}});
+  ASSERT_THAT(data.status(), IsOk());
+  const ProductFormModel model;
+  const std::vector<double> posteriors = AllPosteriors(model, *data, {});
+  const FittedMap map = FitLabelMap(model, *data, posteriors);
+  EXPECT_NEAR(map.temperature, CalibratedTruthModel::kMinTemperature, 1e-4);
+  const double q_top = 1 / (1 + std::pow(4.0, -CalibratedTruthModel::kMinTemperature));
+  EXPECT_NEAR(map.loss, -2 * std::log(0.8 - 0.6 * q_top), 1e-4);
+}
+
+// A three-class model that serves (0.6, 0.3, 0.1) for every item without gold.
+class FixedRowModel final : public TruthModel {
+ public:
+  std::string_view method() const override { return "fixed_row"; }
+  int32_t num_classes() const override { return 3; }
+  bool has_parameters() const override { return true; }
+  std::unique_ptr<TruthModel> Clone() const override { return std::make_unique<FixedRowModel>(); }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>,
+                                bool) override {
+    return FitReport{};
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry>, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    if (gold_label >= 0) {
+      std::fill(out.begin(), out.end(), 0.0);
+      out[gold_label] = 1.0;
+      return;
+    }
+    out[0] = 0.6;
+    out[1] = 0.3;
+    out[2] = 0.1;
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override {
+    return {0.8, 0.1, 0.1, 0.1, 0.8, 0.1, 0.1, 0.1, 0.8};
+  }
+  std::string Serialize() const override { return "inner"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+};
+
+// With three classes the gold map chooses the top-label map when it fits better, and serves it.
+// 80 gold items, all served (0.6, 0.3, 0.1), truth 0 44 times, 1 27 times, 2 9 times: the
+// empirical distribution (0.55, 0.3375, 0.1125) keeps the others' 3 : 1 proportions, so the
+// top-label map with q_top = 0.55 reaches the least log-loss of any distribution, at
+// tau = logit(0.55) / logit(0.6) = ln(11/9) / ln(1.5) = 0.4949; the full temperature cannot
+// (it would need tau = 0.705 for class 1 and 0.886 for class 2). Served rows are then
+// (0.55, 0.3375, 0.1125).
+TEST(CalibrationMapTest, TheGoldMapServesTheTopLabelMapWhenItFitsBetter) {
+  std::vector<Annotation> annotations;
+  std::vector<int32_t> gold(81, -1);
+  for (int32_t i = 0; i < 81; ++i) {
+    annotations.push_back({i, 0, 0});
+    if (i < 80) gold[i] = i < 44 ? 0 : (i < 71 ? 1 : 2);
+  }
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(81, 1, 3, annotations);
+  ASSERT_THAT(data.status(), IsOk());
+  CalibratedTruthModel model(std::make_unique<FixedRowModel>());
+  ASSERT_THAT(model.Fit(*data, gold, false).status(), IsOk());
+  ASSERT_EQ(model.calibration().source, CalibrationSource::kGold);
+  EXPECT_EQ(model.calibration().kind, CalibrationMapKind::kTopLabelTemperature);
+  EXPECT_NEAR(model.calibration().temperature, std::log(11.0 / 9) / std::log(1.5), 1e-3);
+  std::vector<double> out(3);
+  model.ItemPosteriorForItem(80, data->LabelsOfItem(80), -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 0.55, 1e-4);
+  EXPECT_NEAR(out[1], 0.3375, 1e-4);
+  EXPECT_NEAR(out[2], 0.1125, 1e-4);
+}
+
+// Three classes, posterior = uniform prior x the product of a fixed confusion (row = true
+// class) for every annotator: ds's product form.
+constexpr double kThreeClassConfusion[3][3] = {
+    {0.7, 0.25, 0.05}, {0.2, 0.75, 0.05}, {0.15, 0.15, 0.7}};
+
+class ProductForm3Model final : public TruthModel {
+ public:
+  std::string_view method() const override { return "product_form3"; }
+  int32_t num_classes() const override { return 3; }
+  bool has_parameters() const override { return true; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<ProductForm3Model>();
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>,
+                                bool) override {
+    return FitReport{};
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    if (gold_label >= 0) {
+      std::fill(out.begin(), out.end(), 0.0);
+      out[gold_label] = 1.0;
+      return;
+    }
+    double sum = 0;
+    for (int k = 0; k < 3; ++k) {
+      out[k] = 1.0;
+      for (const AnnotationMatrix::Entry& e : labels) out[k] *= kThreeClassConfusion[k][e.label];
+      sum += out[k];
+    }
+    for (int k = 0; k < 3; ++k) out[k] /= sum;
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override {
+    std::vector<double> c;
+    for (const auto& row : kThreeClassConfusion) c.insert(c.end(), row, row + 3);
+    return c;
+  }
+  std::string Serialize() const override { return "inner"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+};
+
+// The map fitted on crowd labels is served with the kind it was fitted as. Items 0..2 are
+// labelled 0, 0, 1 and item 3 0, 0, 0, each label by its own annotator (so no share
+// correction). Held out, a label leaves the product of the other two: (0, 1) ->
+// (0.504, 0.432, 0.065), (0, 0) -> (0.887, 0.072, 0.041). The label-1 labels, predicted mostly
+// by class 1, want mass moved from class 0 to class 1 but not to class 2. Evaluated outside
+// this code (a 20,001-point grid over tau in [0.05, 1] of the two losses of
+// calibrated_truth_model.h): the full temperature is best at tau = 1 (loss 9.9388), the top-label
+// map at tau = 0.611 (loss 9.9124), so the top-label map is chosen. Served, it keeps the
+// proportions of the other classes and sets the top to sigmoid(tau logit(p_top)).
+TEST(CalibrationMapTest, TheCrowdLabelMapServesTheTopLabelMapWhenItFitsBetter) {
+  std::vector<Annotation> annotations;
+  const int32_t labels[4][3] = {{0, 0, 1}, {0, 0, 1}, {0, 0, 1}, {0, 0, 0}};
+  for (int32_t i = 0; i < 4; ++i) {
+    for (int32_t n = 0; n < 3; ++n) annotations.push_back({i, 3 * i + n, labels[i][n]});
+  }
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(4, 12, 3, annotations);
+  ASSERT_THAT(data.status(), IsOk());
+  CalibratedTruthModel model(std::make_unique<ProductForm3Model>());
+  ASSERT_THAT(model.Fit(*data, {}, false).status(), IsOk());
+  ASSERT_EQ(model.calibration().source, CalibrationSource::kCrowdLabels);
+  EXPECT_EQ(model.calibration().kind, CalibrationMapKind::kTopLabelTemperature);
+  const double tau = model.calibration().temperature;
+  EXPECT_NEAR(tau, 0.611, 0.005);
+
+  // Item 0's inner posterior ∝ C[k][0]^2 C[k][1]: (0.1225, 0.03, 0.003375) / 0.155875.
+  const double p[3] = {0.1225 / 0.155875, 0.03 / 0.155875, 0.003375 / 0.155875};
+  const double top = 1 / (1 + std::pow((1 - p[0]) / p[0], tau));
+  std::vector<double> out(3);
+  model.ItemPosteriorForItem(0, data->LabelsOfItem(0), -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], top, 1e-12);
+  EXPECT_NEAR(out[1], (1 - top) * p[1] / (1 - p[0]), 1e-12);
+  EXPECT_NEAR(out[2], (1 - top) * p[2] / (1 - p[0]), 1e-12);
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -414,5 +414,133 @@ TEST(ConfusionParametersTest, CanonicalLabelsSortsOnlyWhenNeeded) {
   EXPECT_EQ(c[1].other, 2);
 }
 
+// SoftMajorityVote (confusion_parameters.h): (count_k + smoothing) / (n + K * smoothing), and
+// one-hot with gold. Three labels 0, 0, 1 over K = 3 classes with smoothing 0.5:
+// (2.5, 1.5, 0.5) / (3 + 1.5) = (5/9, 3/9, 1/9), a distribution.
+TEST(ConfusionParametersTest, SoftMajorityVoteFollowsTheDocumentedFormula) {
+  const std::vector<Entry> labels = {{0, 0}, {1, 0}, {2, 1}};
+  std::vector<double> out(3, -1.0);
+  SoftMajorityVote(labels, -1, 0.5, absl::MakeSpan(out));
+  EXPECT_THAT(out, ElementsAre(DoubleNear(5.0 / 9, 1e-15), DoubleNear(3.0 / 9, 1e-15),
+                               DoubleNear(1.0 / 9, 1e-15)));
+  SoftMajorityVote(labels, 2, 0.5, absl::MakeSpan(out));
+  EXPECT_THAT(out, ElementsAre(0.0, 0.0, 1.0));
+  // Gold class 0 is gold too.
+  SoftMajorityVote(labels, 0, 0.5, absl::MakeSpan(out));
+  EXPECT_THAT(out, ElementsAre(1.0, 0.0, 0.0));
+}
+
+// The E-step must stay finite when the classes' scores differ by more than exp can represent.
+// Annotator 0: 9 items of certain class 0 labelled 0, 9 of certain class 1 labelled 1;
+// confusion_smoothing 1, population_smoothing 0, prior_smoothing 1: theta row 0 =
+// (10/11, 1/11), row 1 = (1/11, 10/11), prior (1/2, 1/2). An item with 400 labels 1 from it:
+// log joint of class 0 = log(1/2) + 400 log(1/11) (about -960), of class 1 = log(1/2) +
+// 400 log(10/11) (about -39): the posterior of class 1 is 1 / (1 + 10^-400) = 1 in doubles,
+// and log p(labels) = log(1/2) + 400 log(10/11) + log(1 + 10^-400) = log(1/2) + 400 log(10/11).
+TEST(ConfusionParametersTest, PosteriorIsStableWhenScoresDifferByHundredsOfNats) {
+  ConfusionCounts counts(2, 1);
+  const double class0[] = {1.0, 0.0};
+  const double class1[] = {0.0, 1.0};
+  for (int i = 0; i < 9; ++i) {
+    counts.AddItem(std::vector<Entry>{{0, 0}}, class0);
+    counts.AddItem(std::vector<Entry>{{0, 1}}, class1);
+  }
+  TruthModelOptions options;
+  options.confusion_smoothing = 1.0;
+  options.population_smoothing = 0.0;
+  options.prior_smoothing = 1.0;
+  const ConfusionParameters p = EstimateParameters(counts, options);
+  EXPECT_THAT(p.Confusion(0), ElementsAre(DoubleNear(10.0 / 11, 1e-15), DoubleNear(1.0 / 11, 1e-15),
+                                          DoubleNear(1.0 / 11, 1e-15), DoubleNear(10.0 / 11, 1e-15)));
+  const std::vector<Entry> many(400, Entry{0, 1});
+  std::vector<double> out(2);
+  const double ll = p.Posterior(many, -1, absl::MakeSpan(out));
+  EXPECT_TRUE(std::isfinite(out[0]) && std::isfinite(out[1]));
+  EXPECT_NEAR(out[1], 1.0, 1e-15);
+  EXPECT_NEAR(out[0], 0.0, 1e-15);
+  EXPECT_NEAR(ll, std::log(0.5) + 400 * std::log(10.0 / 11), 1e-9);
+  // And the other way round (the largest score is not the first).
+  const std::vector<Entry> many0(400, Entry{0, 0});
+  const double ll0 = p.Posterior(many0, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 1.0, 1e-15);
+  EXPECT_NEAR(ll0, std::log(0.5) + 400 * std::log(10.0 / 11), 1e-9);
+}
+
+// Merge adds counts and class masses: merging the counts of two halves gives the M-step of
+// the whole. Item A (posterior (0.2, 0.8), annotator 0 says 1) in one half, item B (posterior
+// (0.6, 0.4), annotator 1 says 0) in the other. prior_smoothing 1: class mass (0.8, 1.2), prior
+// (1.8, 2.2) / 4. confusion_smoothing 1, population_smoothing 0: annotator 1 row 0 =
+// (0.6 + 1, 0 + 1) / (0.6 + 2), row 1 = (0.4 + 1, 1) / (0.4 + 2); annotator 0 row 0 =
+// (1, 0.2 + 1) / 2.2, row 1 = (1, 1.8) / 2.8.
+TEST(ConfusionParametersTest, MergeAddsCountsAndClassMass) {
+  const double a[] = {0.2, 0.8};
+  const double b[] = {0.6, 0.4};
+  ConfusionCounts first(2, 2), second(2, 2);
+  first.AddItem(std::vector<Entry>{{0, 1}}, a);
+  second.AddItem(std::vector<Entry>{{1, 0}}, b);
+  first.Merge(second);
+  TruthModelOptions options;
+  options.confusion_smoothing = 1.0;
+  options.population_smoothing = 0.0;
+  options.prior_smoothing = 1.0;
+  const ConfusionParameters p = EstimateParameters(first, options);
+  EXPECT_THAT(p.ClassPrior(), ElementsAre(DoubleNear(0.45, 1e-15), DoubleNear(0.55, 1e-15)));
+  EXPECT_THAT(p.Confusion(1), ElementsAre(DoubleNear(1.6 / 2.6, 1e-15), DoubleNear(1 / 2.6, 1e-15),
+                                          DoubleNear(1.4 / 2.4, 1e-15), DoubleNear(1 / 2.4, 1e-15)));
+  EXPECT_THAT(p.Confusion(0), ElementsAre(DoubleNear(1 / 2.2, 1e-15), DoubleNear(1.2 / 2.2, 1e-15),
+                                          DoubleNear(1 / 2.8, 1e-15), DoubleNear(1.8 / 2.8, 1e-15)));
+}
+
+// An annotator whose every label was taken out again (RemoveItem) has no labels, and so, as
+// documented on EstimateParameters, exactly the population confusion, not its own row of
+// smoothing alone. Annotator 0 labels 0 two items of class 0; annotator 1 one item of class 1,
+// which is then removed. confusion_smoothing 1, population_smoothing 1: population row 0 =
+// (2 + 1, 1) / 4, row 1 uniform. A row of annotator 1 of smoothing alone would be
+// (1 + 0.75, 1 + 0.25) / 3 = (0.583, 0.417), not (0.75, 0.25).
+TEST(ConfusionParametersTest, AnAnnotatorWithAllLabelsRemovedGetsThePopulation) {
+  ConfusionCounts counts(2, 2);
+  const double class0[] = {1.0, 0.0};
+  const double class1[] = {0.0, 1.0};
+  counts.AddItem(std::vector<Entry>{{0, 0}}, class0);
+  counts.AddItem(std::vector<Entry>{{0, 0}}, class0);
+  counts.AddItem(std::vector<Entry>{{1, 1}}, class1);
+  counts.RemoveItem(std::vector<Entry>{{1, 1}}, class1);
+  TruthModelOptions options;
+  options.confusion_smoothing = 1.0;
+  options.population_smoothing = 1.0;
+  const ConfusionParameters p = EstimateParameters(counts, options);
+  EXPECT_THAT(p.Confusion(-1), ElementsAre(DoubleNear(0.75, 1e-15), DoubleNear(0.25, 1e-15),
+                                           0.5, 0.5));
+  EXPECT_EQ(p.num_own_annotators(), 1);
+  EXPECT_EQ(p.Confusion(1), p.Confusion(-1));
+}
+
+// The gold branch of the E-step reads single cells (LogCell); for an annotator without a
+// confusion of its own (no labels, or out of range) they are the population's, p(label | true
+// class), not its transpose. Population as in PopulationDiagonalIsOnThePopulationOnly: row 0 =
+// (3.5, 0.5) / 4, row 1 = (0.5, 2.5) / 3. prior_smoothing 1 and class mass (1, 0): prior
+// (2/3, 1/3). Annotator 1 (no labels) says 1 on an item of gold class 0:
+// log p(gold, labels) = log(2/3) + log(0.5 / 4).
+TEST(ConfusionParametersTest, GoldLogLikelihoodOfAnnotatorsWithoutLabelsUsesThePopulationRow) {
+  ConfusionCounts counts(2, 2);
+  const double class0[] = {1.0, 0.0};
+  counts.AddItem(std::vector<Entry>{{0, 0}}, class0);
+  TruthModelOptions options;
+  options.confusion_smoothing = 0.5;
+  options.population_smoothing = 1.0;
+  options.prior_smoothing = 1.0;
+  const ConfusionParameters p = EstimateParameters(counts, options, 2.0);
+  EXPECT_NEAR(p.LogCell(1, 1, 0), std::log(0.5 / 4), 1e-14);
+  EXPECT_NEAR(p.LogCell(-1, 1, 0), std::log(0.5 / 4), 1e-14);
+  EXPECT_NEAR(p.LogCell(7, 0, 1), std::log(0.5 / 3), 1e-14);
+  std::vector<double> out(2);
+  const double ll = p.Posterior(std::vector<Entry>{{1, 1}}, 0, absl::MakeSpan(out));
+  EXPECT_THAT(out, ElementsAre(1.0, 0.0));
+  EXPECT_NEAR(ll, std::log(2.0 / 3) + std::log(0.5 / 4), 1e-14);
+  // Gold class 1 and an annotator out of range saying 0: log(1/3) + log(0.5 / 3).
+  EXPECT_NEAR(p.Posterior(std::vector<Entry>{{9, 0}}, 1, absl::MakeSpan(out)),
+              std::log(1.0 / 3) + std::log(0.5 / 3), 1e-14);
+}
+
 }  // namespace
 }  // namespace verity::models
