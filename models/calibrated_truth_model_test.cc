@@ -184,18 +184,21 @@ TEST(CalibratedTruthModelTest, FitsTheLabelMapForConfusionsThatDependOnTheItem) 
   EXPECT_LT(outcome.calibrated_ece, 0.8 * outcome.raw_ece);
 }
 
-// A binary model whose confusion on every item it fitted (0.9 right) is
-// sharper than its annotators' confusion on an item it has not seen (0.8
-// right), as when per-item parameters (glad's easiness, lia's difficulty) were
-// fitted with the item's own labels. Posterior: uniform prior x the item
-// confusions.
-class ItemSharpenedModel final : public TruthModel {
+// A binary model with a uniform prior whose posterior is the prior times its item confusions,
+// each `item_accuracy` right; its annotators' confusion, on an item it has not seen, is
+// `annotator_accuracy` right. Equal accuracies: ds's product form. A sharper item confusion:
+// as when per-item parameters (glad's easiness, lia's difficulty) were fitted with the item's
+// own labels.
+class SymmetricBinaryModel final : public TruthModel {
  public:
-  std::string_view method() const override { return "item_sharpened"; }
+  SymmetricBinaryModel(double item_accuracy, double annotator_accuracy)
+      : item_accuracy_(item_accuracy), annotator_accuracy_(annotator_accuracy) {}
+
+  std::string_view method() const override { return "symmetric_binary"; }
   int32_t num_classes() const override { return 2; }
   bool has_parameters() const override { return true; }
   std::unique_ptr<TruthModel> Clone() const override {
-    return std::make_unique<ItemSharpenedModel>();
+    return std::make_unique<SymmetricBinaryModel>(item_accuracy_, annotator_accuracy_);
   }
   absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>,
                                 bool) override {
@@ -210,20 +213,27 @@ class ItemSharpenedModel final : public TruthModel {
       return;
     }
     for (const AnnotationMatrix::Entry& e : labels) {
-      out[0] *= e.label == 0 ? 0.9 : 0.1;
-      out[1] *= e.label == 1 ? 0.9 : 0.1;
+      out[0] *= e.label == 0 ? item_accuracy_ : 1 - item_accuracy_;
+      out[1] *= e.label == 1 ? item_accuracy_ : 1 - item_accuracy_;
     }
     const double sum = out[0] + out[1];
     out[0] /= sum;
     out[1] /= sum;
   }
-  std::vector<double> AnnotatorConfusion(int32_t) const override { return {0.8, 0.2, 0.2, 0.8}; }
-  std::vector<double> ItemAnnotatorConfusion(int32_t, int32_t) const override {
-    return {0.9, 0.1, 0.1, 0.9};
+  std::vector<double> AnnotatorConfusion(int32_t) const override {
+    return {annotator_accuracy_, 1 - annotator_accuracy_, 1 - annotator_accuracy_,
+            annotator_accuracy_};
   }
-  bool ConfusionsDependOnItem() const override { return true; }
-  std::string Serialize() const override { return ""; }
+  std::vector<double> ItemAnnotatorConfusion(int32_t, int32_t) const override {
+    return {item_accuracy_, 1 - item_accuracy_, 1 - item_accuracy_, item_accuracy_};
+  }
+  bool ConfusionsDependOnItem() const override { return item_accuracy_ != annotator_accuracy_; }
+  std::string Serialize() const override { return "inner"; }
   absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+
+ private:
+  const double item_accuracy_;
+  const double annotator_accuracy_;
 };
 
 TEST(CalibratedTruthModelTest, AHeldOutLabelIsPredictedWithoutTheItemsOwnParameters) {
@@ -237,7 +247,7 @@ TEST(CalibratedTruthModelTest, AHeldOutLabelIsPredictedWithoutTheItemsOwnParamet
   // label would predict itself from parameters it helped fit: -2 ln 0.82.
   absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(1, 2, 2, {{0, 0, 0}, {0, 1, 0}});
   ASSERT_THAT(data.status(), IsOk());
-  const ItemSharpenedModel model;
+  const SymmetricBinaryModel model(/*item_accuracy=*/0.9, /*annotator_accuracy=*/0.8);
   std::vector<double> posterior(2);
   model.ItemPosterior(data->LabelsOfItem(0), -1, absl::MakeSpan(posterior));
   const FittedMap map = FitLabelMap(model, *data, posterior);
@@ -544,41 +554,6 @@ TEST(CalibrationMapTest, TheGoldEceIsTheBinnedCalibrationErrorOfTheCrossFittedRo
   EXPECT_LT(model.calibration().gold_ece, model.calibration().gold_ece_raw);
 }
 
-// A model whose posterior is a uniform prior times AnnotatorConfusion (0.8 right), the same for
-// every annotator and item (ds's product form).
-class ProductFormModel final : public TruthModel {
- public:
-  std::string_view method() const override { return "product_form"; }
-  int32_t num_classes() const override { return 2; }
-  bool has_parameters() const override { return true; }
-  std::unique_ptr<TruthModel> Clone() const override {
-    return std::make_unique<ProductFormModel>();
-  }
-  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>,
-                                bool) override {
-    return FitReport{};
-  }
-  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
-                     absl::Span<double> out) const override {
-    out[0] = out[1] = 0.5;
-    if (gold_label >= 0) {
-      out[gold_label] = 1.0;
-      out[1 - gold_label] = 0.0;
-      return;
-    }
-    for (const AnnotationMatrix::Entry& e : labels) {
-      out[0] *= e.label == 0 ? 0.8 : 0.2;
-      out[1] *= e.label == 1 ? 0.8 : 0.2;
-    }
-    const double sum = out[0] + out[1];
-    out[0] /= sum;
-    out[1] /= sum;
-  }
-  std::vector<double> AnnotatorConfusion(int32_t) const override { return {0.8, 0.2, 0.2, 0.8}; }
-  std::string Serialize() const override { return "inner"; }
-  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
-};
-
 // FitLabelMap takes each held-out label's share out of its annotator's confusion
 // (calibrated_truth_model.h). Items 0 and 1 are each labelled 0 by annotators 0 and 1; item 2 is
 // labelled 1 by annotator 2 alone. Posteriors: items 0, 1 p = (0.64, 0.04) / 0.68 =
@@ -595,7 +570,7 @@ TEST(CalibrationMapTest, TheLabelMapTakesTheHeldOutLabelsShareOutOfItsAnnotator)
   absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(
       3, 3, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 0}, {1, 1, 0}, {2, 2, 1}});
   ASSERT_THAT(data.status(), IsOk());
-  const ProductFormModel model;
+  const SymmetricBinaryModel model(0.8, 0.8);  // The product form.
   const std::vector<double> posteriors = AllPosteriors(model, *data, {});
   ASSERT_NEAR(posteriors[0], 16.0 / 17, 1e-15);
   const FittedMap map = FitLabelMap(model, *data, posteriors);
@@ -610,11 +585,11 @@ TEST(CalibrationMapTest, AnIdentityMapFittedOnCrowdLabelsRestores) {
   absl::StatusOr<AnnotationMatrix> data =
       AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {1, 1, 1}});
   ASSERT_THAT(data.status(), IsOk());
-  CalibratedTruthModel model(std::make_unique<ProductFormModel>());
+  CalibratedTruthModel model(std::make_unique<SymmetricBinaryModel>(0.8, 0.8));
   ASSERT_THAT(model.Fit(*data, {}, false).status(), IsOk());
   ASSERT_EQ(model.calibration().source, CalibrationSource::kCrowdLabels);
   ASSERT_EQ(model.calibration().temperature, 1.0);
-  CalibratedTruthModel restored(std::make_unique<ProductFormModel>());
+  CalibratedTruthModel restored(std::make_unique<SymmetricBinaryModel>(0.8, 0.8));
   ASSERT_THAT(restored.Restore(model.Serialize()), IsOk());
   EXPECT_EQ(restored.calibration().source, CalibrationSource::kCrowdLabels);
   EXPECT_EQ(restored.calibration().temperature, 1.0);
@@ -622,7 +597,7 @@ TEST(CalibrationMapTest, AnIdentityMapFittedOnCrowdLabelsRestores) {
 
 // Both maps must predict a held-out label from its own posterior's top class with that class's
 // likelihood. One item, labelled 0 by annotator 0 and 1 by annotator 1 (no other labels, so no
-// share correction), under ProductFormModel (0.8 right): the posterior is (0.5, 0.5), and
+// share correction), under SymmetricBinaryModel(0.8, 0.8): the posterior is (0.5, 0.5), and
 // holding out either label leaves q ∝ p / pi[., l] whose top class is the other label's:
 // q_top = 1 / (1 + 4^-tau) on the class that mispredicts the held-out label. Its predictive
 // probability 0.8 (1 - q_top) + 0.2 q_top = 0.8 - 0.6 q_top is largest where q_top is
@@ -631,7 +606,7 @@ TEST(CalibrationMapTest, AnIdentityMapFittedOnCrowdLabelsRestores) {
 TEST(CalibrationMapTest, TheLabelMapSoftensAPosteriorWhoseTopClassMispredictsHeldOutLabels) {
   absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(1, 2, 2, {{0, 0, 0}, {0, 1, 1}});
   ASSERT_THAT(data.status(), IsOk());
-  const ProductFormModel model;
+  const SymmetricBinaryModel model(0.8, 0.8);  // The product form.
   const std::vector<double> posteriors = AllPosteriors(model, *data, {});
   const FittedMap map = FitLabelMap(model, *data, posteriors);
   EXPECT_NEAR(map.temperature, CalibratedTruthModel::kMinTemperature, 1e-4);
