@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -11,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -810,6 +812,118 @@ TEST_F(AnnotationStoreTest, ReadLabelsSinceGivesTheLiveLabelsAfterASeqWithTheirI
   absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> all = store_->ListDrawnThrough();
   ASSERT_THAT(all, IsOk());
   EXPECT_THAT(*all, ::testing::Contains(std::make_pair(project_id_, int64_t{4})));
+}
+
+// A pair the call creates and revises in the same call gets a live row with revision 1 (its
+// first label is history revision 0), so a later revision in another call adds revision 1 to
+// the history instead of colliding with revision 0.
+TEST_F(AnnotationStoreTest, APairCreatedAndRevisedInOneCallCanBeRevisedAgainLater) {
+  absl::StatusOr<std::vector<WriteResult>> first =
+      store_->CommitAnnotations({Write("i", "a", 1), Write("i", "a", 2)});
+  ASSERT_THAT(first, IsOk());
+  EXPECT_EQ((*first)[0].outcome, WriteOutcome::kAccepted);
+  EXPECT_EQ((*first)[1].outcome, WriteOutcome::kRevised);
+  absl::StatusOr<std::vector<WriteResult>> later = store_->CommitAnnotations({Write("i", "a", 0)});
+  ASSERT_THAT(later, IsOk());
+  EXPECT_EQ((*later)[0].outcome, WriteOutcome::kRevised);
+  EXPECT_EQ((*later)[0].label, 0);
+  EXPECT_THAT(History(0, 0), ElementsAre(HistoryRow{1, (*first)[0].seq, 0},
+                                         HistoryRow{2, (*first)[1].seq, 1}));
+  absl::StatusOr<std::vector<LiveAnnotation>> live = store_->LoadLiveAnnotations(project_id_);
+  ASSERT_THAT(live, IsOk());
+  ASSERT_EQ(live->size(), 1u);
+  EXPECT_EQ((*live)[0].label, 0);
+  EXPECT_EQ((*live)[0].seq, (*later)[0].seq);
+}
+
+// A stale label is kept in the history as it was sent: its label and its client_time.
+TEST_F(AnnotationStoreTest, AStaleLabelKeepsItsClientTimeInTheHistory) {
+  const absl::Time t = absl::FromUnixMicros(1700000000123456);
+  AnnotationWrite live_label = Write("i", "a", 1);
+  live_label.client_time = t;
+  ASSERT_THAT(store_->CommitAnnotations({live_label}), IsOk());
+  AnnotationWrite late = Write("i", "a", 2);
+  late.client_time = t - absl::Microseconds(7);
+  absl::StatusOr<std::vector<WriteResult>> r = store_->CommitAnnotations({late});
+  ASSERT_THAT(r, IsOk());
+  ASSERT_EQ((*r)[0].outcome, WriteOutcome::kStale);
+  absl::StatusOr<std::vector<std::pair<int32_t, std::optional<int64_t>>>> rows =
+      pool().WithTransaction(
+          "stale history",
+          [&](pqxx::work& txn)
+              -> absl::StatusOr<std::vector<std::pair<int32_t, std::optional<int64_t>>>> {
+            std::vector<std::pair<int32_t, std::optional<int64_t>>> out;
+            for (const pqxx::row& row : txn.exec(
+                     "SELECT label, (extract(epoch from client_time) * 1000000)::bigint "
+                     "FROM annotation_history ORDER BY revision")) {
+              out.emplace_back(row[0].as<int32_t>(),
+                               row[1].is_null() ? std::nullopt
+                                                : std::make_optional(row[1].as<int64_t>()));
+            }
+            return out;
+          });
+  EXPECT_THAT(rows, IsOkAndHolds(ElementsAre(std::make_pair(
+                        2, std::make_optional(absl::ToUnixMicros(late.client_time.value()))))));
+}
+
+// committed_at says when a label was committed: a revision's live row carries the revising
+// commit's time, and a history row the time of the commit that wrote the superseded label
+// ("the row as it was before each revision").
+TEST_F(AnnotationStoreTest, CommittedAtFollowsTheCommitThatWroteEachVersion) {
+  auto committed_at = [&](const std::string& sql) {
+    return *pool().WithTransaction(
+        "committed_at", [&](pqxx::work& txn) -> absl::StatusOr<std::vector<int64_t>> {
+          std::vector<int64_t> out;
+          for (const pqxx::row& row : txn.exec(sql)) out.push_back(row[0].as<int64_t>());
+          return out;
+        });
+  };
+  const std::string live_sql =
+      "SELECT (extract(epoch from committed_at) * 1000000)::bigint FROM annotations";
+  const std::string history_sql =
+      "SELECT (extract(epoch from committed_at) * 1000000)::bigint FROM annotation_history "
+      "ORDER BY revision";
+  ASSERT_THAT(store_->CommitAnnotations({Write("i", "a", 0)}), IsOk());
+  const std::vector<int64_t> t1 = committed_at(live_sql);
+  ASSERT_EQ(t1.size(), 1u);
+  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_THAT(store_->CommitAnnotations({Write("i", "a", 1)}), IsOk());
+  const std::vector<int64_t> t2 = committed_at(live_sql);
+  ASSERT_EQ(t2.size(), 1u);
+  EXPECT_GT(t2[0], t1[0]);
+  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_THAT(store_->CommitAnnotations({Write("i", "a", 2)}), IsOk());
+  const std::vector<int64_t> t3 = committed_at(live_sql);
+  ASSERT_EQ(t3.size(), 1u);
+  EXPECT_GT(t3[0], t2[0]);
+  EXPECT_THAT(committed_at(history_sql), ElementsAre(t1[0], t2[0]));
+}
+
+// A hinted index the project's counter has not reached yet cannot be the id's: the id is
+// treated as unknown and created, with the same results as without hints.
+TEST_F(AnnotationStoreTest, AHintedIndexNotYetAllocatedIsTreatedAsUnknown) {
+  WriteHints hints;
+  hints.writes = {{0, 0, true}};  // Nothing exists yet: indices 0 are not the database's.
+  hints.projects.push_back({project_id_, 0, 0});
+  absl::StatusOr<std::vector<WriteResult>> r =
+      store_->CommitAnnotations({Write("i", "a", 1)}, &hints);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].outcome, WriteOutcome::kAccepted);
+  EXPECT_EQ((*r)[0].item_index, 0);
+  EXPECT_EQ((*r)[0].annotator_index, 0);
+  ItemStore items(&pool());
+  absl::StatusOr<std::vector<ItemRecord>> loaded = items.LoadItems(project_id_);
+  ASSERT_THAT(loaded, IsOk());
+  ASSERT_EQ(loaded->size(), 1u);
+  EXPECT_EQ((*loaded)[0].external_id, "i");
+  absl::StatusOr<std::vector<AnnotatorRecord>> annotators = items.LoadAnnotators(project_id_);
+  ASSERT_THAT(annotators, IsOk());
+  ASSERT_EQ(annotators->size(), 1u);
+  EXPECT_EQ((*annotators)[0].external_id, "a");
+  // Looked up again without hints, the ids resolve to the same pair.
+  absl::StatusOr<std::vector<WriteResult>> again = store_->CommitAnnotations({Write("i", "a", 1)});
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ((*again)[0].outcome, WriteOutcome::kDuplicate);
 }
 
 }  // namespace
