@@ -675,13 +675,33 @@ absl::StatusOr<v1::ListPosteriorsResponse> VerityClient::ListPosteriors(
 absl::StatusOr<std::vector<v1::AnnotatorProfile>>
 VerityClient::GetAnnotatorProfiles(
     absl::string_view project, absl::Span<const std::string> annotators) const {
+  std::vector<v1::AnnotatorProfile> profiles;
+  if (!annotators.empty()) {
+    // Calls of up to 10,000 ids; fewer while the server answers that their profiles would
+    // pass its response limit (RESOURCE_EXHAUSTED: many classes), halving until they fit.
+    size_t chunk = kMaxItemsPerCall;
+    for (size_t begin = 0; begin < annotators.size();) {
+      const size_t end = std::min(annotators.size(), begin + chunk);
+      v1::GetAnnotatorProfilesRequest request;
+      request.set_project(std::string(project));
+      for (size_t i = begin; i < end; ++i) request.add_annotators(annotators[i]);
+      absl::StatusOr<v1::GetAnnotatorProfilesResponse> response =
+          CallUnary(*truth_, &v1::TruthService::Stub::GetAnnotatorProfiles, request, Call());
+      if (absl::IsResourceExhausted(response.status()) && end - begin > 1) {
+        chunk = (end - begin) / 2;
+        continue;
+      }
+      if (!response.ok()) return response.status();
+      for (v1::AnnotatorProfile& profile : *response->mutable_profiles()) {
+        profiles.push_back(std::move(profile));
+      }
+      begin = end;
+    }
+    return profiles;
+  }
+  // Every annotator, a page at a time.
   v1::GetAnnotatorProfilesRequest request;
   request.set_project(std::string(project));
-  for (const std::string& annotator : annotators) {
-    request.add_annotators(annotator);
-  }
-  // Every annotator comes a page at a time; ids come in one response.
-  std::vector<v1::AnnotatorProfile> profiles;
   do {
     absl::StatusOr<v1::GetAnnotatorProfilesResponse> response =
         CallUnary(*truth_, &v1::TruthService::Stub::GetAnnotatorProfiles, request,

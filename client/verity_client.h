@@ -204,7 +204,9 @@ class VerityClient {
   absl::StatusOr<v1::ListPosteriorsResponse> ListPosteriors(
       absl::string_view project, int32_t page_size,
       absl::string_view page_token) const;
-  // `annotators` empty = every annotator of the project (read page by page).
+  // `annotators` empty = every annotator of the project (read page by page);
+  // else one call per 10,000 ids, or per half as many while the server answers
+  // RESOURCE_EXHAUSTED (profiles past its response limit: many classes).
   absl::StatusOr<std::vector<v1::AnnotatorProfile>> GetAnnotatorProfiles(
       absl::string_view project,
       absl::Span<const std::string> annotators) const;

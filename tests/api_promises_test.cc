@@ -522,6 +522,34 @@ TEST_F(ApiPromisesTest, PosteriorsOfManyClassesArePagedWithinTheResponseLimit) {
   for (size_t i = 0; i < ids.size(); ++i) ASSERT_EQ((*got)[i].item(), ids[i]) << i;
 }
 
+// truth.proto: GetAnnotatorProfiles with ids answers RESOURCE_EXHAUSTED when their profiles
+// would pass the 16 MiB response limit ("ask for fewer ids"). At 256 classes a full confusion
+// takes 512 KiB, so 100 annotators do not fit in one response; the client's
+// GetAnnotatorProfiles splits its calls and returns every profile, in order.
+TEST_F(ApiPromisesTest, TheClientSplitsAnnotatorProfilesOfManyClasses) {
+  v1::Project project;
+  project.set_name("many-classes-annotators");
+  for (int c = 0; c < 256; ++c) project.add_classes(absl::StrCat("c", c));
+  ASSERT_THAT(client_->CreateProject(project), IsOk());
+  std::vector<v1::Annotator> annotators;
+  std::vector<std::string> ids;
+  for (int a = 0; a < 100; ++a) {
+    ids.push_back(absl::StrCat("w", a));
+    annotators.emplace_back().set_id(ids.back());
+  }
+  ASSERT_THAT(client_->AddAnnotators("many-classes-annotators", annotators), IsOk());
+  EXPECT_THAT(ProfilesWithDetail("many-classes-annotators", ids, v1::CONFUSION_DETAIL_FULL),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  absl::StatusOr<std::vector<v1::AnnotatorProfile>> got =
+      client_->GetAnnotatorProfiles("many-classes-annotators", ids);
+  ASSERT_THAT(got, IsOk());
+  ASSERT_EQ(got->size(), ids.size());
+  for (size_t a = 0; a < ids.size(); ++a) {
+    EXPECT_EQ((*got)[a].annotator(), ids[a]);
+    EXPECT_EQ((*got)[a].confusion().probabilities_size(), 256 * 256);
+  }
+}
+
 TEST_F(ApiPromisesTest, AnIdTwiceInOneCallIsAddedOnceAndUpdatedOnce) {
   CreateProject("twice");
   AddItems("twice", {"old"});

@@ -238,6 +238,14 @@ class ClientServerTest(unittest.TestCase):
         self.assertEqual(by_id.shape, (10000, 2 + 1 + 256))
         listed = self.client.posteriors("many-classes", page_size=10000)
         self.assertEqual(listed["item"].tolist(), ids)
+        # 100 full 256-class confusions (512 KiB each) do not fit one response either.
+        workers = ["w%d" % a for a in range(100)]
+        submitted = self.client.submit("many-classes", pd.DataFrame(
+            {"item": ids[:100], "annotator": workers, "label": [0] * 100}))
+        self.assertEqual(submitted.accepted, 100)
+        profiles = self.client.annotators("many-classes", workers)
+        self.assertEqual(profiles["annotator"].tolist(), workers)
+        self.assertEqual(profiles["confusion"].iloc[99].shape, (256, 256))
 
     def test_posteriors_beat_chance_like_majority_vote_on_gold(self):
         posteriors = self.client.posteriors(BLUEBIRDS, details=True)

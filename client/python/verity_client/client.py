@@ -669,17 +669,36 @@ class Client:
         numpy array, for methods that learn one: lia, conal; empty for the others),
         predicted_from_features (True when the confusion and accuracy are lia's prediction
         from the annotator's features, for an annotator the current fit did not see).
-        annotators: ids, or None for every annotator."""
-        request = truth_pb2.GetAnnotatorProfilesRequest(
-            project=project, annotators=[str(a) for a in (annotators or [])])
+        annotators: ids (one call per 10,000, or per half as many while the server answers
+          RESOURCE_EXHAUSTED: profiles past its response limit, with many classes), or None
+          for every annotator (a page at a time)."""
+        ids = [str(a) for a in (annotators or [])]
         profiles = []
-        while True:  # Every annotator comes a page at a time; ids in one response.
-            response = self._call(self._truth.GetAnnotatorProfiles, request,
-                                  "GetAnnotatorProfiles")
-            profiles.extend(response.profiles)
-            if not response.next_page_token:
-                break
-            request.page_token = response.next_page_token
+        if ids:
+            per_call, lo = MAX_ITEMS_PER_CALL, 0
+            while lo < len(ids):
+                chunk = ids[lo:lo + per_call]
+                try:
+                    response = self._call(
+                        self._truth.GetAnnotatorProfiles,
+                        truth_pb2.GetAnnotatorProfilesRequest(project=project, annotators=chunk),
+                        "GetAnnotatorProfiles")
+                except VerityError as error:
+                    if error.code != grpc.StatusCode.RESOURCE_EXHAUSTED or len(chunk) == 1:
+                        raise
+                    per_call = len(chunk) // 2
+                    continue
+                profiles.extend(response.profiles)
+                lo += len(chunk)
+        else:
+            request = truth_pb2.GetAnnotatorProfilesRequest(project=project)
+            while True:
+                response = self._call(self._truth.GetAnnotatorProfiles, request,
+                                      "GetAnnotatorProfiles")
+                profiles.extend(response.profiles)
+                if not response.next_page_token:
+                    break
+                request.page_token = response.next_page_token
         return pd.DataFrame({
             "annotator": pd.Series([p.annotator for p in profiles], dtype=object),
             "accuracy": np.array([p.accuracy for p in profiles], dtype=np.float64),
