@@ -5,7 +5,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include <grpcpp/client_context.h>
@@ -14,6 +16,7 @@
 #include <grpcpp/support/channel_arguments.h>
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -346,6 +349,25 @@ class AnnotationStreamer {
   SubmitProgress progress_;
 };
 
+// Calls `call(begin, end)` on consecutive ranges of `count` ids, each of up to `max_chunk`;
+// while the server answers RESOURCE_EXHAUSTED (the answer would pass its response limit:
+// many classes), the range is halved and asked again. The first other error is returned.
+absl::Status CallInChunksThatFit(size_t count, size_t max_chunk,
+                                 const std::function<absl::Status(size_t, size_t)>& call) {
+  size_t chunk = max_chunk;
+  for (size_t begin = 0; begin < count;) {
+    const size_t end = std::min(count, begin + chunk);
+    const absl::Status status = call(begin, end);
+    if (absl::IsResourceExhausted(status) && end - begin > 1) {
+      chunk = (end - begin) / 2;
+      continue;
+    }
+    if (!status.ok()) return status;
+    begin = end;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
@@ -638,26 +660,20 @@ absl::StatusOr<std::vector<v1::Posterior>> VerityClient::GetPosteriors(
     absl::string_view project, absl::Span<const std::string> items) const {
   std::vector<v1::Posterior> posteriors;
   posteriors.reserve(items.size());
-  // Calls of up to 10,000 ids; fewer when the server answers that their posteriors would pass
-  // its response limit (RESOURCE_EXHAUSTED: a project with many classes), halving until they fit.
-  size_t chunk = kMaxItemsPerCall;
-  for (size_t begin = 0; begin < items.size();) {
-    const size_t end = std::min(items.size(), begin + chunk);
-    v1::GetPosteriorsRequest request;
-    request.set_project(std::string(project));
-    for (size_t i = begin; i < end; ++i) request.add_items(items[i]);
-    absl::StatusOr<v1::GetPosteriorsResponse> response = CallUnary(
-        *truth_, &v1::TruthService::Stub::GetPosteriors, request, Call());
-    if (absl::IsResourceExhausted(response.status()) && end - begin > 1) {
-      chunk = (end - begin) / 2;
-      continue;
-    }
-    if (!response.ok()) return response.status();
-    for (v1::Posterior& posterior : *response->mutable_posteriors()) {
-      posteriors.push_back(std::move(posterior));
-    }
-    begin = end;
-  }
+  absl::Status status = CallInChunksThatFit(
+      items.size(), kMaxItemsPerCall, [&](size_t begin, size_t end) -> absl::Status {
+        v1::GetPosteriorsRequest request;
+        request.set_project(std::string(project));
+        for (size_t i = begin; i < end; ++i) request.add_items(items[i]);
+        absl::StatusOr<v1::GetPosteriorsResponse> response = CallUnary(
+            *truth_, &v1::TruthService::Stub::GetPosteriors, request, Call());
+        if (!response.ok()) return response.status();
+        for (v1::Posterior& posterior : *response->mutable_posteriors()) {
+          posteriors.push_back(std::move(posterior));
+        }
+        return absl::OkStatus();
+      });
+  if (!status.ok()) return status;
   return posteriors;
 }
 
@@ -677,26 +693,20 @@ VerityClient::GetAnnotatorProfiles(
     absl::string_view project, absl::Span<const std::string> annotators) const {
   std::vector<v1::AnnotatorProfile> profiles;
   if (!annotators.empty()) {
-    // Calls of up to 10,000 ids; fewer while the server answers that their profiles would
-    // pass its response limit (RESOURCE_EXHAUSTED: many classes), halving until they fit.
-    size_t chunk = kMaxItemsPerCall;
-    for (size_t begin = 0; begin < annotators.size();) {
-      const size_t end = std::min(annotators.size(), begin + chunk);
-      v1::GetAnnotatorProfilesRequest request;
-      request.set_project(std::string(project));
-      for (size_t i = begin; i < end; ++i) request.add_annotators(annotators[i]);
-      absl::StatusOr<v1::GetAnnotatorProfilesResponse> response =
-          CallUnary(*truth_, &v1::TruthService::Stub::GetAnnotatorProfiles, request, Call());
-      if (absl::IsResourceExhausted(response.status()) && end - begin > 1) {
-        chunk = (end - begin) / 2;
-        continue;
-      }
-      if (!response.ok()) return response.status();
-      for (v1::AnnotatorProfile& profile : *response->mutable_profiles()) {
-        profiles.push_back(std::move(profile));
-      }
-      begin = end;
-    }
+    absl::Status status = CallInChunksThatFit(
+        annotators.size(), kMaxItemsPerCall, [&](size_t begin, size_t end) -> absl::Status {
+          v1::GetAnnotatorProfilesRequest request;
+          request.set_project(std::string(project));
+          for (size_t i = begin; i < end; ++i) request.add_annotators(annotators[i]);
+          absl::StatusOr<v1::GetAnnotatorProfilesResponse> response = CallUnary(
+              *truth_, &v1::TruthService::Stub::GetAnnotatorProfiles, request, Call());
+          if (!response.ok()) return response.status();
+          for (v1::AnnotatorProfile& profile : *response->mutable_profiles()) {
+            profiles.push_back(std::move(profile));
+          }
+          return absl::OkStatus();
+        });
+    if (!status.ok()) return status;
     return profiles;
   }
   // Every annotator, a page at a time.
