@@ -61,7 +61,7 @@ class ApiPromisesTest : public ::testing::Test {
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
-    channel_ = client::CreateInsecureChannel(absl::StrCat("localhost:", server_->port()));
+    channel_ = client::CreateInsecureChannel(absl::StrCat("127.0.0.1:", server_->port()));
     client_ = std::make_unique<client::VerityClient>(channel_, client::ClientOptions{});
   }
   void TearDown() override {

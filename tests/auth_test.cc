@@ -133,7 +133,7 @@ class AuthTest : public ::testing::Test {
     server_ = StartServer().release();
     ASSERT_NE(server_, nullptr);
     channel_ = new std::shared_ptr<grpc::Channel>(grpc::CreateChannel(
-        absl::StrCat("localhost:", server_->port()), grpc::InsecureChannelCredentials()));
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
     keys_ = new std::map<Caller, std::string>();
     (*keys_)[Caller::kAdmin] = ReadFirstLine(*admin_key_file_);
     ASSERT_TRUE(absl::StartsWith((*keys_)[Caller::kAdmin], "vk_"));
@@ -623,7 +623,7 @@ TEST_F(AuthTest, ARevocationOnAnotherServerReachesAnOpenStreamWithinTheRefreshIn
   options.auth.key_refresh = kRefresh;
   auto other = server::VerityServer::Start(options);
   ASSERT_TRUE(other.ok()) << other.status();
-  auto other_channel = grpc::CreateChannel(absl::StrCat("localhost:", (*other)->port()),
+  auto other_channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*other)->port()),
                                            grpc::InsecureChannelCredentials());
 
   grpc::ClientContext context;
@@ -679,7 +679,7 @@ TEST_F(AuthTest, ARevokedKeyStaysRefusedAfterTheKeyRingsRefresh) {
   ASSERT_TRUE(other.ok()) << other.status();
   const std::string key = CreateKey(v1::ROLE_READER, {kProject});
   auto get = [&](const server::VerityServer& server) {
-    auto channel = grpc::CreateChannel(absl::StrCat("localhost:", server.port()),
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server.port()),
                                        grpc::InsecureChannelCredentials());
     v1::GetProjectRequest request;
     request.set_project(kProject);
@@ -699,7 +699,7 @@ TEST_F(AuthTest, ARevokedKeyStaysRefusedAfterTheKeyRingsRefresh) {
   grpc::ClientContext context;
   Authorize(context, (*keys_)[Caller::kAdmin]);
   ASSERT_TRUE(v1::KeyService::NewStub(grpc::CreateChannel(
-                                          absl::StrCat("localhost:", (*revoking)->port()),
+                                          absl::StrCat("127.0.0.1:", (*revoking)->port()),
                                           grpc::InsecureChannelCredentials()))
                   ->RevokeKey(&context, request, &revoked)
                   .ok());
@@ -783,7 +783,7 @@ TEST_F(AuthTest, OneKeyCannotOpenMoreThanItsShareOfStreams) {
   options.max_streams_per_key = 2;
   auto limited = server::VerityServer::Start(options);
   ASSERT_TRUE(limited.ok()) << limited.status();
-  auto channel = grpc::CreateChannel(absl::StrCat("localhost:", (*limited)->port()),
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*limited)->port()),
                                      grpc::InsecureChannelCredentials());
   struct OpenStream {
     grpc::ClientContext context;

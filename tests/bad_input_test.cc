@@ -994,7 +994,7 @@ class ServerFixture : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
     std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
-        absl::StrCat("localhost:", server_->port()), grpc::InsecureChannelCredentials());
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials());
     stubs_ = new Stubs{v1::ProjectService::NewStub(channel), v1::IngestService::NewStub(channel),
                        v1::TruthService::NewStub(channel), v1::ModelService::NewStub(channel),
                        v1::AssignmentService::NewStub(channel), v1::KeyService::NewStub(channel)};

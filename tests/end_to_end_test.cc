@@ -85,7 +85,7 @@ class EndToEndTest : public ::testing::Test {
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
-    channel_ = grpc::CreateChannel(absl::StrCat("localhost:", server_->port()),
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
                                    grpc::InsecureChannelCredentials());
     projects_ = v1::ProjectService::NewStub(channel_);
     ingest_ = v1::IngestService::NewStub(channel_);
@@ -117,7 +117,13 @@ class EndToEndTest : public ::testing::Test {
     request.mutable_project()->set_item_feature_dim(item_feature_dim);
     request.mutable_project()->mutable_settings()->mutable_model()->set_method(method);
     v1::CreateProjectResponse response;
-    return projects_->CreateProject(&context, request, &response);
+    grpc::Status status = projects_->CreateProject(&context, request, &response);
+    // Said here, as most callers assert only ok(): what a failure was, when it was one.
+    if (!status.ok()) {
+      std::cerr << "CreateProject " << name << ": code " << status.error_code() << ", "
+                << status.error_message() << "\n";
+    }
+    return status;
   }
 
   // SuggestItems for `annotator` (k items, from `candidates` if any), expected to succeed.

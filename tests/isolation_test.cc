@@ -58,7 +58,7 @@ class IsolationTest : public ::testing::Test {
     // Receives up to the server's 16 MiB message limit (gRPC's client default is 4 MiB).
     grpc::ChannelArguments arguments;
     arguments.SetMaxReceiveMessageSize(16 << 20);
-    channel_ = grpc::CreateCustomChannel(absl::StrCat("localhost:", server_->port()),
+    channel_ = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
                                          grpc::InsecureChannelCredentials(), arguments);
   }
   void TearDown() override {
@@ -846,7 +846,7 @@ TEST_F(IsolationTest, TheServersDefaultLimitsApplyToProjectsWithoutTheirOwn) {
   auto server = server::VerityServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
   server_ = std::move(*server);
-  channel_ = grpc::CreateChannel(absl::StrCat("localhost:", server_->port()),
+  channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
                                  grpc::InsecureChannelCredentials());
   CreateProjectWithAnnotators("defaults", 2, 10);
   v1::AddAnnotatorsRequest request;
@@ -882,7 +882,7 @@ TEST_F(IsolationTest, OneProjectsLongFitDoesNotHoldUpAnothers) {
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
-    channel_ = grpc::CreateChannel(absl::StrCat("localhost:", server_->port()),
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
                                    grpc::InsecureChannelCredentials());
     const std::string slow = absl::StrCat("slow-", slots), fast = absl::StrCat("fast-", slots);
     CreateProjectWithAnnotators(slow, 2, 20);

@@ -119,7 +119,7 @@ class MetricsTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
     channel_ = new std::shared_ptr<grpc::Channel>(grpc::CreateChannel(
-        absl::StrCat("localhost:", server_->port()), grpc::InsecureChannelCredentials()));
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
   }
 
   static void TearDownTestSuite() {

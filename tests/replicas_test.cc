@@ -84,7 +84,7 @@ class ReplicasTest : public ::testing::Test {
     EXPECT_TRUE(server.ok()) << server.status();
     auto r = std::make_unique<Replica>();
     r->server = std::move(*server);
-    r->channel = grpc::CreateChannel(absl::StrCat("localhost:", r->server->port()),
+    r->channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", r->server->port()),
                                      grpc::InsecureChannelCredentials());
     r->projects = v1::ProjectService::NewStub(r->channel);
     r->ingest = v1::IngestService::NewStub(r->channel);

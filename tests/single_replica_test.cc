@@ -63,7 +63,7 @@ class SingleReplicaTest : public ::testing::Test {
     server_ = std::move(*server);
     // The mode under test: leases are not claimed in PostgreSQL on the request path.
     ASSERT_FALSE(server_->core().shared_leases);
-    channel_ = client::CreateInsecureChannel(absl::StrCat("localhost:", server_->port()));
+    channel_ = client::CreateInsecureChannel(absl::StrCat("127.0.0.1:", server_->port()));
     client_ = std::make_unique<client::VerityClient>(channel_, client::ClientOptions{});
   }
   void StopServer() {

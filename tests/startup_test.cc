@@ -35,7 +35,7 @@ std::unique_ptr<server::VerityServer> StartServer(const std::string& url) {
 
 client::VerityClient ClientOf(const server::VerityServer& server) {
   return client::VerityClient(
-      client::CreateInsecureChannel("localhost:" + std::to_string(server.port())), {});
+      client::CreateInsecureChannel("127.0.0.1:" + std::to_string(server.port())), {});
 }
 
 v1::Project NewProject(const std::string& name) {
@@ -106,7 +106,7 @@ TEST(StartupTest, ASecondServerCannotShareAListeningPort) {
   std::unique_ptr<server::VerityServer> first = StartServer(pg->url());
   ASSERT_NE(first, nullptr);
   server::VerityServer::Options options;
-  options.listen = "localhost:" + std::to_string(first->port());
+  options.listen = "127.0.0.1:" + std::to_string(first->port());
   options.postgres_url = pg->url();
   options.pool_size = 2;
   options.training.run_in_background = false;

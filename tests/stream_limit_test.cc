@@ -44,7 +44,7 @@ class StreamLimitTest : public ::testing::Test {
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
-    auto channel = grpc::CreateChannel(absl::StrCat("localhost:", server_->port()),
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
                                        grpc::InsecureChannelCredentials());
     ingest_ = v1::IngestService::NewStub(channel);
     auto projects = v1::ProjectService::NewStub(channel);

@@ -9,7 +9,7 @@ namespace verity::tests {
 
 server::VerityServer::Options TestServerOptions(const std::string& postgres_url, int pool_size) {
   server::VerityServer::Options options;
-  options.listen = "localhost:0";
+  options.listen = "127.0.0.1:0";
   options.postgres_url = postgres_url;
   options.pool_size = pool_size;
   options.training.run_in_background = false;

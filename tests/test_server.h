@@ -14,7 +14,10 @@
 
 namespace verity::tests {
 
-// A server over `postgres_url` on an ephemeral loopback port with `pool_size` connections and
+// A server over `postgres_url` on an ephemeral port of 127.0.0.1 (not "localhost": gRPC
+// binds each address localhost resolves to and succeeds if any one binds, so a server could
+// hold [::1]:P while another test's process holds 127.0.0.1:P, and a client of localhost:P
+// reach the wrong one; clients must dial 127.0.0.1 too) with `pool_size` connections and
 // no background refit: a test's model versions are the fits it asks for, and its posteriors
 // change only by its own labels and fits.
 server::VerityServer::Options TestServerOptions(const std::string& postgres_url, int pool_size);

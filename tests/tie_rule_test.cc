@@ -53,7 +53,7 @@ class TieRuleTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     client_ = std::make_unique<client::VerityClient>(
-        client::CreateInsecureChannel(absl::StrCat("localhost:", server_->port())),
+        client::CreateInsecureChannel(absl::StrCat("127.0.0.1:", server_->port())),
         client::ClientOptions{});
   }
   void TearDown() override {
