@@ -410,6 +410,17 @@ TEST(ItemAssignerTest, ScoresBeforeTheFirstFitUseThePriorAccuracy) {
   }
 }
 
+// Version 1 of `stored`: the ds fit `fitted` over labels up to `watermark`.
+void SetDsVersion(const models::TruthModel& fitted, int64_t watermark,
+                  LiveProject::StoredState& stored) {
+  storage::ModelVersionRecord version;
+  version.version = 1;
+  version.method = "ds";
+  version.parameters = fitted.Serialize();
+  version.watermark = watermark;
+  stored.latest_version = version;
+}
+
 // A Dawid-Skene project over 5 chunks of items: labels 1 to 4 per item, a few gold items, a
 // few with a priority, so that chunks differ in their bounds.
 std::unique_ptr<LiveProject> MakeLargeProject() {
@@ -445,12 +456,7 @@ std::unique_ptr<LiveProject> MakeLargeProject() {
     if (static_cast<int32_t>(n % 4) > a.item % 4) continue;
     stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
   }
-  storage::ModelVersionRecord version;
-  version.version = 1;
-  version.method = "ds";
-  version.parameters = fitted->Serialize();
-  version.watermark = seq;
-  stored.latest_version = version;
+  SetDsVersion(*fitted, seq, stored);
   auto project = LiveProject::Create(id, v1::ProjectSettings(), std::move(stored));
   EXPECT_TRUE(project.ok()) << project.status();
   return std::move(*project);
@@ -906,12 +912,7 @@ TEST(ItemAssignerTest, SuggestAnnotatorsRanksByGainNotByProbabilityCorrect) {
     if (a.item == kItems - 1) continue;  // The last item keeps no label: everyone is eligible.
     stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
   }
-  storage::ModelVersionRecord version;
-  version.version = 1;
-  version.method = "ds";
-  version.parameters = fitted->Serialize();
-  version.watermark = seq;
-  stored.latest_version = version;
+  SetDsVersion(*fitted, seq, stored);
   auto project = LiveProject::Create(id, v1::ProjectSettings(), std::move(stored));
   ASSERT_TRUE(project.ok()) << project.status();
   const std::vector<int32_t> all = {0, 1, 2, 3, 4};
