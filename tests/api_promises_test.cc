@@ -93,6 +93,35 @@ class ApiPromisesTest : public ::testing::Test {
     ASSERT_THAT(client_->AddItems(project, items), IsOk());
   }
 
+  // A batch of one label (annotator "w", class 1) of `item`, for `project` ("" = the stream's).
+  static v1::AnnotationBatch OneLabelBatch(uint64_t id, const std::string& project,
+                                           const std::string& item) {
+    v1::AnnotationBatch b;
+    b.set_batch_id(id);
+    b.set_project(project);
+    v1::Annotation* a = b.add_annotations();
+    a->set_item(item);
+    a->set_annotator("w");
+    a->set_label(1);
+    return b;
+  }
+
+  // Writes `batches` on one SubmitAnnotations stream and returns their acks; the stream must
+  // end OK.
+  std::vector<v1::BatchAck> SubmitOnOneStream(const std::vector<v1::AnnotationBatch>& batches) {
+    auto ingest = v1::IngestService::NewStub(channel_);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto stream = ingest->SubmitAnnotations(&context);
+    for (const v1::AnnotationBatch& b : batches) EXPECT_TRUE(stream->Write(b));
+    stream->WritesDone();
+    std::vector<v1::BatchAck> acks;
+    for (v1::BatchAck ack; stream->Read(&ack);) acks.push_back(ack);
+    const grpc::Status status = stream->Finish();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return acks;
+  }
+
   // Submits (item, annotator, label) triples on one stream; every one must be accepted.
   void Submit(const std::string& project, const std::vector<LabelTriple>& labels) {
     SubmitAllAccepted(*client_, project, labels);
@@ -180,36 +209,14 @@ TEST_F(ApiPromisesTest, SuggestAnnotatorsTakesNoLease) {
 TEST_F(ApiPromisesTest, ALaterBatchOfAStreamMayNameAnotherProject) {
   CreateProject("stream-a");
   CreateProject("stream-b");
-  auto batch = [](uint64_t id, const std::string& project, const std::string& item) {
-    v1::AnnotationBatch b;
-    b.set_batch_id(id);
-    b.set_project(project);
-    v1::Annotation* a = b.add_annotations();
-    a->set_item(item);
-    a->set_annotator("w");
-    a->set_label(1);
-    return b;
-  };
-  {
-    auto ingest = v1::IngestService::NewStub(channel_);
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    auto stream = ingest->SubmitAnnotations(&context);
-    for (const v1::AnnotationBatch& b :
-         {batch(1, "stream-a", "x"), batch(2, "stream-b", "y"), batch(3, "", "z")}) {
-      ASSERT_TRUE(stream->Write(b));
-    }
-    stream->WritesDone();
-    std::vector<v1::BatchAck> acks;
-    for (v1::BatchAck ack; stream->Read(&ack);) acks.push_back(ack);
-    const grpc::Status status = stream->Finish();
-    ASSERT_TRUE(status.ok()) << status.error_message();
-    ASSERT_EQ(acks.size(), 3u);
-    for (uint64_t b = 0; b < 3; ++b) {
-      EXPECT_EQ(acks[b].batch_id(), b + 1);
-      EXPECT_EQ(acks[b].error_code(), 0) << acks[b].error_message();
-      EXPECT_EQ(acks[b].accepted(), 1) << "batch " << b + 1;
-    }
+  const std::vector<v1::BatchAck> acks = SubmitOnOneStream(
+      {OneLabelBatch(1, "stream-a", "x"), OneLabelBatch(2, "stream-b", "y"),
+       OneLabelBatch(3, "", "z")});
+  ASSERT_EQ(acks.size(), 3u);
+  for (uint64_t b = 0; b < 3; ++b) {
+    EXPECT_EQ(acks[b].batch_id(), b + 1);
+    EXPECT_EQ(acks[b].error_code(), 0) << acks[b].error_message();
+    EXPECT_EQ(acks[b].accepted(), 1) << "batch " << b + 1;
   }
   auto posteriors = [&](const std::string& project, const std::string& item) {
     return client_->GetPosteriors(project, {item});
@@ -231,6 +238,31 @@ TEST_F(ApiPromisesTest, ALaterBatchOfAStreamMayNameAnotherProject) {
   ASSERT_THAT(b, IsOk());
   EXPECT_EQ(a->num_labels(), 1);
   EXPECT_EQ(b->num_labels(), 2);
+}
+
+// ingest.proto: a later batch that leaves the project out reuses the project the stream named
+// last. When naming another project fails (here it does not exist), later batches without a
+// project go to that named project too, so they fail the same way: none of them is written to
+// the project named before (the authorization interceptor checks them against the named one).
+TEST_F(ApiPromisesTest, ABatchAfterAFailedSwitchOfProjectIsNotWrittenToTheEarlierProject) {
+  CreateProject("switch-from");
+  const std::vector<v1::BatchAck> acks = SubmitOnOneStream(
+      {OneLabelBatch(1, "switch-from", "x"), OneLabelBatch(2, "no-such-project", "y"),
+       OneLabelBatch(3, "", "z")});
+  ASSERT_EQ(acks.size(), 3u);
+  EXPECT_EQ(acks[0].accepted(), 1) << acks[0].error_message();
+  for (int b : {1, 2}) {
+    EXPECT_EQ(acks[b].accepted(), 0) << "batch " << b + 1;
+    EXPECT_EQ(acks[b].error_code(), static_cast<int>(absl::StatusCode::kNotFound))
+        << "batch " << b + 1 << ": " << acks[b].error_message();
+    EXPECT_TRUE(absl::StrContains(acks[b].error_message(), "no-such-project"))
+        << acks[b].error_message();
+  }
+  EXPECT_THAT(client_->GetPosteriors("switch-from", {"z"}),
+              StatusIs(absl::StatusCode::kNotFound));
+  absl::StatusOr<v1::Project> from = client_->GetProject("switch-from");
+  ASSERT_THAT(from, IsOk());
+  EXPECT_EQ(from->num_labels(), 1);
 }
 
 // projects.proto: UpdateProjectSettings "replaces the project's settings whole, except that an

@@ -139,8 +139,9 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
       return;  // No project in the message.
     }
     std::string project = policy_->project(message);
-    // A stream's batch may leave the project out to continue with the last admitted one (as
-    // the ingest service does: a refused batch does not change the stream's project).
+    // A stream's batch may leave the project out to continue with the last admitted one. The
+    // ingest service does the same: a batch refused here does not change the stream's project,
+    // and one admitted here does, even when the service then refuses it.
     if (project.empty()) project = stream_project_;
     absl::Status status = absl::OkStatus();
     if (!project.empty() && !principal_->MayTouch(project)) {

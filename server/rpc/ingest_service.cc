@@ -160,14 +160,22 @@ grpc::Status IngestServiceImpl::SubmitAnnotations(
     InFlightBatch item;
     item.ack.set_batch_id(batch.batch_id());
     absl::Status batch_status = core_.auth->Admit(context).status();
-    if (batch_status.ok()) batch_status = ValidateBatchShape(batch);
+    // A batch that names another project, and that the authorization interceptor admitted for
+    // it, makes it the stream's project whatever becomes of the batch: later batches that leave
+    // the project out are authorized against it, so they must go to it too (or fail as it
+    // does), never to the project named before. A batch refused for its key changes nothing,
+    // in the interceptor as here.
     if (batch_status.ok() && !batch.project().empty() && batch.project() != project_name) {
-      batch_status = ValidateProjectName(batch.project());
+      project_name = batch.project();
+      project = nullptr;
+    }
+    if (batch_status.ok()) batch_status = ValidateBatchShape(batch);
+    if (batch_status.ok() && project == nullptr && !project_name.empty()) {
+      batch_status = ValidateProjectName(project_name);
       if (batch_status.ok()) {
-        auto found = core_.registry->Get(batch.project());
+        auto found = core_.registry->Get(project_name);
         if (found.ok()) {
           project = *found;
-          project_name = batch.project();
         } else {
           batch_status = found.status();
         }
