@@ -86,7 +86,8 @@ JsonValue ProjectLimitsJson(const v1::ProjectLimits& limits) {
   json.Set("max_items", limits.max_items())
       .Set("max_annotators", limits.max_annotators())
       .Set("max_labels", limits.max_labels())
-      .Set("max_confusion_cells", limits.max_confusion_cells());
+      .Set("max_confusion_cells", limits.max_confusion_cells())
+      .Set("max_feature_values", limits.max_feature_values());
   return json;
 }
 

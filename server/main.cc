@@ -98,6 +98,11 @@ ABSL_FLAG(int64_t, max_confusion_cells_per_project, 16'000'000,
           "otherwise: those models keep a dense confusion per annotator, so this bounds their "
           "memory and fit time. mv, ds, one_coin, glad, wawa, zero_based_skill, kos, mace, bwa, mmsr "
           "and auto grow with the labels instead.");
+ABSL_FLAG(int64_t, max_feature_values_per_project, 268'435'456,
+          "Items x item_feature_dim + annotators x annotator_feature_dim a project may reach "
+          "unless its settings.limits.max_feature_values says otherwise: the server keeps a "
+          "dense feature row (4 bytes a value) for every item and annotator of a project with "
+          "features, so this bounds that memory.");
 ABSL_FLAG(int64_t, grpc_memory_mb, 512,
           "Memory gRPC may hold for calls in flight, incoming messages above all (MiB). "
           "Messages are read before their key is checked, so this bounds what callers without "
@@ -173,6 +178,8 @@ int main(int argc, char** argv) {
   options.project_quota.max_labels = absl::GetFlag(FLAGS_max_labels_per_project);
   options.project_quota.max_confusion_cells =
       absl::GetFlag(FLAGS_max_confusion_cells_per_project);
+  options.project_quota.max_feature_values =
+      absl::GetFlag(FLAGS_max_feature_values_per_project);
   options.db_timeout = absl::Seconds(absl::GetFlag(FLAGS_db_timeout_seconds));
   options.follow_replicas = absl::GetFlag(FLAGS_follow_replicas);
   options.background_load_threads = absl::GetFlag(FLAGS_load_threads);

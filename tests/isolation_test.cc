@@ -372,6 +372,72 @@ TEST_F(IsolationTest, SuggestAnnotatorsCapsItsCandidatesAndSuggestsEachOnce) {
   EXPECT_EQ(x_score, y_score);
 }
 
+// ProjectLimits.max_feature_values: the server keeps a dense feature row for every item and
+// annotator of a project with features, given or not, so one writer key must not be able to
+// grow that past the limit with labels on new ids that carry no features at all. Item rows
+// of 1,000 values and annotator rows of 100 under a limit of 3,500: 3 items and 5 annotators
+// fit (3,500); a fourth item (ingest or AddItems) or a sixth annotator (AddAnnotators) does not.
+TEST_F(IsolationTest, FeatureRowsOfNewItemsAndAnnotatorsAreBoundedByTheProjectsLimit) {
+  v1::CreateProjectRequest create;
+  create.mutable_project()->set_name("feature-rows");
+  create.mutable_project()->add_classes("a");
+  create.mutable_project()->add_classes("b");
+  create.mutable_project()->set_item_feature_dim(1000);
+  create.mutable_project()->set_annotator_feature_dim(100);
+  create.mutable_project()->mutable_settings()->mutable_limits()->set_max_feature_values(3500);
+  v1::CreateProjectResponse created;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
+  }
+  v1::BatchAck ack = SubmitLabels("feature-rows", 1,
+                                  {{"i1", "w1", 0}, {"i2", "w2", 1}, {"i3", "w3", 0},
+                                   {"i1", "w4", 0}, {"i2", "w5", 1}});
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  EXPECT_EQ(ack.accepted(), 5);
+  ack = SubmitLabels("feature-rows", 2, {{"i4", "w1", 0}});
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "max_feature_values (3500"))
+      << ack.error_message();
+  EXPECT_EQ(ack.accepted(), 0);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddItemsRequest request;
+    request.set_project("feature-rows");
+    request.add_items()->set_id("i5");
+    v1::AddItemsResponse response;
+    const grpc::Status status =
+        v1::ProjectService::NewStub(channel_)->AddItems(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_TRUE(absl::StrContains(status.error_message(), "max_feature_values"))
+        << status.error_message();
+  }
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddAnnotatorsRequest request;
+    request.set_project("feature-rows");
+    request.add_annotators()->set_id("w6");
+    v1::AddAnnotatorsResponse response;
+    const grpc::Status status =
+        v1::ProjectService::NewStub(channel_)->AddAnnotators(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_TRUE(absl::StrContains(status.error_message(), "max_feature_values"))
+        << status.error_message();
+  }
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::GetProjectRequest request;
+  request.set_project("feature-rows");
+  v1::GetProjectResponse response;
+  ASSERT_TRUE(v1::ProjectService::NewStub(channel_)->GetProject(&context, request, &response).ok());
+  EXPECT_EQ(response.project().num_items(), 3);
+  EXPECT_EQ(response.project().num_annotators(), 5);
+}
+
 // ProjectLimits: a call that would pass a project's limit is refused whole, naming the limit,
 // and writes nothing; what adds nothing (a revised label) is still accepted.
 TEST_F(IsolationTest, AProjectsLimitsRefuseWholeCallsThatWouldPassThem) {

@@ -11,11 +11,16 @@ ProjectQuota EffectiveQuota(const v1::ProjectSettings& settings, const ProjectQu
   if (limits.max_annotators() > 0) quota.max_annotators = limits.max_annotators();
   if (limits.max_labels() > 0) quota.max_labels = limits.max_labels();
   if (limits.max_confusion_cells() > 0) quota.max_confusion_cells = limits.max_confusion_cells();
+  if (limits.max_feature_values() > 0) quota.max_feature_values = limits.max_feature_values();
   return quota;
 }
 
 absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& current,
-                               const ProjectGrowth& added, int64_t cells_per_annotator) {
+                               const ProjectGrowth& added, int64_t cells_per_annotator,
+                               int64_t item_feature_dim, int64_t annotator_feature_dim) {
+  auto feature_values = [&](const ProjectGrowth& g) {
+    return g.items * item_feature_dim + g.annotators * annotator_feature_dim;
+  };
   const struct {
     const char* limit;
     const char* flag;
@@ -31,6 +36,9 @@ absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& c
       {"max_confusion_cells", "--max_confusion_cells_per_project",
        "dense confusion cells (annotators x classes^2)", quota.max_confusion_cells,
        current.annotators * cells_per_annotator, added.annotators * cells_per_annotator},
+      {"max_feature_values", "--max_feature_values_per_project",
+       "feature values (items x item_feature_dim + annotators x annotator_feature_dim)",
+       quota.max_feature_values, feature_values(current), feature_values(added)},
   };
   for (const auto& c : checks) {
     if (c.more > 0 && c.now + c.more > c.max) {

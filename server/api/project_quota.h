@@ -20,6 +20,10 @@ struct ProjectQuota {
   // stored size. The classical models keep per annotator only the confusion columns of the
   // labels it gave, which grow with the labels and need no such budget.
   int64_t max_confusion_cells = 16'000'000;
+  // Items × item_feature_dim + annotators × annotator_feature_dim: the server keeps a dense
+  // feature row for every item and annotator of a project with features (LiveProject), given
+  // or not, so this bounds that memory (4 bytes a value).
+  int64_t max_feature_values = 268'435'456;
 };
 
 // A project's limits: its settings' non-zero overrides, else `defaults`.
@@ -37,9 +41,11 @@ struct ProjectGrowth {
 // settings.limits or --max_items_per_project) would be passed: the project has 998 items and
 // this call adds 5".
 // `cells_per_annotator` is DenseConfusionCellsPerAnnotator of the project (for
-// max_confusion_cells).
+// max_confusion_cells); `item_feature_dim` and `annotator_feature_dim` are the project's (for
+// max_feature_values).
 absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& current,
-                               const ProjectGrowth& added, int64_t cells_per_annotator);
+                               const ProjectGrowth& added, int64_t cells_per_annotator,
+                               int64_t item_feature_dim = 0, int64_t annotator_feature_dim = 0);
 
 // The confusion cells a project's truth model keeps densely per annotator: K² for the neural
 // methods (lia, crowdlayer, trace_reg, conal, cmm: a K×K matrix or its parameters per

@@ -48,6 +48,28 @@ TEST(ProjectQuotaTest, UpToTheLimitIsAllowedAndPastItIsRefusedWithTheNumbers) {
   EXPECT_THAT(CheckProjectQuota(quota, {500, 50, 5000}, {0, 0, 0}, 4), IsOk());
 }
 
+// Feature values: items × item_feature_dim + annotators × annotator_feature_dim. 9 items of
+// 100 values and 2 annotators of 50 are 1,000; one more item makes 1,100 > 1,000, and so does
+// one more annotator (1,050); a project without features is not bounded by it.
+TEST(ProjectQuotaTest, FeatureValuesCountEveryItemAndAnnotatorOfAProjectWithFeatures) {
+  ProjectQuota quota;
+  quota.max_feature_values = 1000;
+  EXPECT_THAT(CheckProjectQuota(quota, {8, 2, 0}, {1, 0, 0}, 0, 100, 50), IsOk());
+  EXPECT_THAT(CheckProjectQuota(quota, {9, 2, 0}, {1, 0, 0}, 0, 100, 50),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("max_feature_values (1000, settings.limits.max_feature_values "
+                                 "or --max_feature_values_per_project) would be passed: the "
+                                 "project has 1000 feature values")));
+  EXPECT_THAT(CheckProjectQuota(quota, {9, 2, 0}, {0, 1, 0}, 0, 100, 50),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_feature_values")));
+  EXPECT_THAT(CheckProjectQuota(quota, {9, 2, 0}, {0, 1, 0}, 0, 100, 0), IsOk());
+  EXPECT_THAT(CheckProjectQuota(quota, {9, 2, 0}, {5, 5, 0}, 0), IsOk());
+  v1::ProjectSettings settings;
+  settings.mutable_limits()->set_max_feature_values(7);
+  EXPECT_EQ(EffectiveQuota(settings, quota).max_feature_values, 7);
+  EXPECT_EQ(EffectiveQuota(v1::ProjectSettings(), quota).max_feature_values, 1000);
+}
+
 TEST(ProjectQuotaTest, OnlyTheNeuralMethodsKeepDenseConfusions) {
   // Written from the models' documentation: the classical models keep per annotator only the
   // columns of the labels it gave; the neural ones a K x K matrix (or its parameters).

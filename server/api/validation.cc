@@ -78,6 +78,9 @@ absl::Status ValidateSettings(const v1::ProjectSettings& settings) {
   if (limits.max_confusion_cells() < 0) {
     return Invalid("settings.limits.max_confusion_cells", "must be >= 0");
   }
+  if (limits.max_feature_values() < 0) {
+    return Invalid("settings.limits.max_feature_values", "must be >= 0");
+  }
   const v1::AssignmentSettings& a = settings.assignment();
   if (a.min_labels_per_item() < 0) {
     return Invalid("settings.assignment.min_labels_per_item", "must be >= 0");

@@ -57,7 +57,11 @@ absl::Status CheckBatchQuota(
   for (const auto* writes : batches) n += static_cast<int64_t>(writes->size());
   const int64_t k = DenseConfusionCellsPerAnnotator(project.settings().model().method(),
                                                     project.num_classes());
-  if (CheckProjectQuota(quota, current, {n, n, n}, k).ok()) return absl::OkStatus();
+  const int64_t item_dim = project.identity().item_feature_dim;
+  const int64_t annotator_dim = project.identity().annotator_feature_dim;
+  if (CheckProjectQuota(quota, current, {n, n, n}, k, item_dim, annotator_dim).ok()) {
+    return absl::OkStatus();
+  }
   absl::flat_hash_set<absl::string_view> new_items, new_annotators;
   absl::flat_hash_set<std::pair<absl::string_view, absl::string_view>> new_labels;
   for (const auto* writes : batches) {
@@ -75,7 +79,7 @@ absl::Status CheckBatchQuota(
                            {static_cast<int64_t>(new_items.size()),
                             static_cast<int64_t>(new_annotators.size()),
                             static_cast<int64_t>(new_labels.size())},
-                           k);
+                           k, item_dim, annotator_dim);
 }
 
 // State shared by a stream's reader (the handler thread) and its ack writer.

@@ -38,7 +38,9 @@ struct ServerCore {
     return CheckProjectQuota(EffectiveQuota(live.settings(), quota_defaults),
                              {counts.num_items, counts.num_annotators, counts.num_labels}, added,
                              DenseConfusionCellsPerAnnotator(live.settings().model().method(),
-                                                             live.num_classes()));
+                                                             live.num_classes()),
+                             live.identity().item_feature_dim,
+                             live.identity().annotator_feature_dim);
   }
 };
 

@@ -705,7 +705,9 @@ int64_t LiveProject::EstimatedBytes() const {
   absl::ReaderMutexLock lock(&mu_);
   const int64_t k = num_classes();
   return 24 * labels_.num_labels() + (200 + 32 * k) * static_cast<int64_t>(item_ids_.size()) +
-         (100 + 16 * k * k) * static_cast<int64_t>(annotator_ids_.size());
+         (100 + 16 * k * k) * static_cast<int64_t>(annotator_ids_.size()) +
+         static_cast<int64_t>(sizeof(float)) *
+             static_cast<int64_t>(item_features_.size() + annotator_features_.size());
 }
 
 ProjectCounts LiveProject::Counts() const {

@@ -269,7 +269,8 @@ class LiveProject {
 
   // What the project holds in memory, estimated from its sizes: 24 bytes per label, 200 + 32·K
   // per item and 100 + 16·K² per annotator (docs/PERFORMANCE.md, "Server memory per label":
-  // 467 MiB in use for 5M labels, 1M items, K = 5, against 480 MiB estimated).
+  // 467 MiB in use for 5M labels, 1M items, K = 5, against 480 MiB estimated), plus 4 bytes
+  // per feature value held (a dense row per item and annotator where the project has features).
   int64_t EstimatedBytes() const ABSL_LOCKS_EXCLUDED(mu_);
   // When a call last used the project (ProjectRegistry::Get); for evicting idle projects.
   void MarkUsed(absl::Time now) { last_used_ = absl::ToUnixMicros(now); }

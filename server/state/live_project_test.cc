@@ -209,6 +209,30 @@ TEST(LiveProjectTest, OnlineUpdatesEqualAFullEStepAndLeaveOldSnapshotsAlone) {
   EXPECT_EQ(before->posteriors.num_items(), 300);
 }
 
+// EstimatedBytes, which the memory budget evicts by (project_registry.h), counts the dense
+// feature row the project keeps for every item and annotator once it has features, given or
+// not (4 bytes a value): 100 items × 1,000 + 10 annotators × 500 values are 420,000 bytes.
+TEST(LiveProjectTest, EstimatedBytesCountsTheFeatureRowsOfEveryItemAndAnnotator) {
+  LiveProject::Identity with_features = TestIdentity();
+  with_features.item_feature_dim = 1000;
+  with_features.annotator_feature_dim = 500;
+  auto plain = LiveProject::Create(TestIdentity(), v1::ProjectSettings(), {});
+  auto featured = LiveProject::Create(with_features, v1::ProjectSettings(), {});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(featured.ok()) << featured.status();
+  std::vector<std::string> item_ids, annotator_ids;
+  for (int i = 0; i < 100; ++i) item_ids.push_back(absl::StrCat("i", i));
+  for (int a = 0; a < 10; ++a) annotator_ids.push_back(absl::StrCat("w", a));
+  std::vector<CommittedLabel> labels;
+  for (int i = 0; i < 100; ++i) {
+    labels.push_back({i, item_ids[i], i % 10, annotator_ids[i % 10], 0, i + 1, true});
+  }
+  (*plain)->ApplyCommitted(labels);
+  (*featured)->ApplyCommitted(labels);
+  EXPECT_EQ((*featured)->EstimatedBytes() - (*plain)->EstimatedBytes(),
+            4 * (100 * 1000 + 10 * 500));
+}
+
 TEST(LiveProjectTest, IdLookupsSeeIdsRegisteredByACommittedBatch) {
   auto crowd = MakeCrowd(50, 9);
   std::unique_ptr<models::TruthModel> fitted;
