@@ -60,6 +60,9 @@ ABSL_FLAG(std::string, project_prefix, "",
           "prefix of the project names (default: sim-<start time>)");
 ABSL_FLAG(std::string, method, "ds",
           "truth method of the replay projects: ds or mv");
+ABSL_FLAG(std::string, calibration, "",
+          "ModelSettings.calibration of the replay projects: auto or none "
+          "(empty: the server's default, auto)");
 ABSL_FLAG(double, confidence_target, 0,
           "AssignmentSettings.confidence_target of the replay projects (0: "
           "items are never resolved by confidence)");
@@ -137,6 +140,12 @@ int Run() {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--method must be ds or mv, not \"", method, "\"")));
   }
+  const std::string calibration = absl::GetFlag(FLAGS_calibration);
+  if (!calibration.empty() && calibration != "auto" && calibration != "none") {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--calibration must be auto, none or empty, not \"", calibration, "\"")));
+  }
+  options.settings.mutable_model()->set_calibration(calibration);
   verity::v1::AssignmentSettings& assignment =
       *options.settings.mutable_assignment();
   assignment.set_confidence_target(absl::GetFlag(FLAGS_confidence_target));
