@@ -110,6 +110,76 @@ TEST(BinaryCodecTest, AModelHeaderOfAnotherVersionOrMethodIsRefused) {
   EXPECT_THAT(read(header("XXXX", 1, "mv"), "mv"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// binary_codec.h: ReadModelHeader refuses a parameters flag other than 0 or 1
+// (INVALID_ARGUMENT), and reads 0 as "no parameters follow", 1 as "they follow".
+TEST(BinaryCodecTest, AModelHeaderFlagMustBeZeroOrOne) {
+  auto read_flag = [](uint32_t flag) -> absl::StatusOr<bool> {
+    ByteWriter w;
+    w.WriteString("VRTY");
+    w.WriteU32(1);
+    w.WriteString("mv");
+    w.WriteU32(flag);
+    const std::string blob = w.Finish();
+    absl::StatusOr<ByteReader> r = ByteReader::Open(blob);
+    if (!r.ok()) return r.status();
+    return ReadModelHeader(*r, "mv");
+  };
+  ASSERT_THAT(read_flag(0), IsOk());
+  EXPECT_FALSE(*read_flag(0));
+  ASSERT_THAT(read_flag(1), IsOk());
+  EXPECT_TRUE(*read_flag(1));
+  EXPECT_THAT(read_flag(2), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(read_flag(0xffffffffu), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// binary_codec.h: ReadClassCount is INVALID_ARGUMENT "serialized <what>: N classes; this
+// model has K" when the stored count differs, OK when it matches.
+TEST(BinaryCodecTest, ReadClassCountRefusesAnotherClassCount) {
+  ByteWriter w;
+  w.WriteU32(3);
+  w.WriteU32(3);
+  const std::string blob = w.Finish();
+  absl::StatusOr<ByteReader> r = ByteReader::Open(blob);
+  ASSERT_THAT(r, IsOk());
+  absl::Status other = ReadClassCount(*r, 2, "counts");
+  EXPECT_THAT(other, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(other.message(), ::testing::HasSubstr("serialized counts: 3 classes; this model has 2"));
+  EXPECT_THAT(ReadClassCount(*r, 3), IsOk());
+  EXPECT_THAT(r->ExpectEnd(), IsOk());
+}
+
+// binary_codec.h: every Read* fails instead of reading past the end, also when only one byte
+// is missing; an empty payload (a blob of just the checksum) is valid.
+TEST(BinaryCodecTest, ReadsFailOneByteShortAndAnEmptyPayloadIsValid) {
+  ByteWriter w;
+  w.WriteString("abc");  // u32 3, then 3 bytes
+  const std::string blob = w.Finish();
+  absl::StatusOr<ByteReader> r = ByteReader::Open(blob);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(*r->ReadU32(), 3u);
+  EXPECT_EQ(r->remaining(), 3u);
+  EXPECT_THAT(r->ReadU32(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(r->remaining(), 3u);
+
+  // A string whose length (5) runs one byte past the 4 that follow it.
+  ByteWriter s;
+  s.WriteU32(5);
+  s.WriteU32(7);
+  const std::string short_string = s.Finish();
+  absl::StatusOr<ByteReader> rs = ByteReader::Open(short_string);
+  ASSERT_THAT(rs, IsOk());
+  EXPECT_THAT(rs->ReadString(), StatusIs(absl::StatusCode::kInvalidArgument));
+
+  ByteWriter empty;
+  const std::string just_checksum = empty.Finish();
+  ASSERT_EQ(just_checksum.size(), 8u);
+  absl::StatusOr<ByteReader> e = ByteReader::Open(just_checksum);
+  ASSERT_THAT(e, IsOk());
+  EXPECT_EQ(e->remaining(), 0u);
+  EXPECT_THAT(e->ExpectEnd(), IsOk());
+  EXPECT_THAT(e->ReadU32(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 // Promise (binary_codec.h): Fnv1a64 is the standard 64-bit FNV-1a hash: offset basis
 // 0xcbf29ce484222325, prime 0x100000001b3, each byte XORed in (as an unsigned octet) and then
 // multiplied. Expected values are the published FNV-1a 64 test vectors ("" is the offset basis

@@ -1,6 +1,7 @@
 #include "models/incremental_annotation_matrix.h"
 
 #include <map>
+#include <memory>
 #include <random>
 #include <utility>
 #include <vector>
@@ -137,6 +138,41 @@ TEST(IncrementalAnnotationMatrixTest, ResetStartsFromABuiltMatrix) {
   EXPECT_EQ(m.Set(0, 1, 0), IncrementalAnnotationMatrix::SetResult::kRevised);
   EXPECT_EQ(m.Set(1, 0, 0), IncrementalAnnotationMatrix::SetResult::kAdded);
   ExpectMatches(*m.ConsolidateNow(), Live{{{0, 1}, 0}, {{1, 0}, 0}, {{2, 0}, 0}}, 3, 2, 2);
+}
+
+// incremental_annotation_matrix.h: EnsureItems / EnsureAnnotators grow the id ranges and never
+// shrink them; Reset replaces every label with base's, empties the overlay, and grows the id
+// ranges to cover base's (never shrinking them).
+TEST(IncrementalAnnotationMatrixTest, IdRangesNeverShrinkAndResetDropsTheOverlay) {
+  IncrementalAnnotationMatrix m(2);
+  m.EnsureItems(10);
+  m.EnsureAnnotators(6);
+  m.EnsureItems(4);
+  m.EnsureAnnotators(2);
+  EXPECT_EQ(m.num_items(), 10);
+  EXPECT_EQ(m.num_annotators(), 6);
+  m.Set(1, 5, 1);
+  m.Set(7, 0, 0);
+  EXPECT_EQ(m.num_overlay_rows(), 2);
+  absl::StatusOr<AnnotationMatrix> base = AnnotationMatrix::Build(3, 2, 2, {{1, 0, 0}});
+  ASSERT_TRUE(base.ok());
+  m.Reset(std::make_shared<AnnotationMatrix>(*std::move(base)));
+  EXPECT_EQ(m.num_items(), 10);
+  EXPECT_EQ(m.num_annotators(), 6);
+  EXPECT_EQ(m.num_overlay_rows(), 0);
+  EXPECT_EQ(m.num_labels(), 1);
+  ASSERT_EQ(m.LabelsOfItem(1).size(), 1u);
+  EXPECT_EQ(m.LabelsOfItem(1)[0].other, 0);
+  EXPECT_TRUE(m.LabelsOfItem(7).empty());
+  EXPECT_FALSE(m.HasLabel(1, 5));
+  EXPECT_FALSE(m.HasLabel(7, 0));
+  // Reset to a base with more ids grows the ranges.
+  absl::StatusOr<AnnotationMatrix> bigger = AnnotationMatrix::Build(12, 8, 2, {});
+  ASSERT_TRUE(bigger.ok());
+  m.Reset(std::make_shared<AnnotationMatrix>(*std::move(bigger)));
+  EXPECT_EQ(m.num_items(), 12);
+  EXPECT_EQ(m.num_annotators(), 8);
+  EXPECT_EQ(m.num_labels(), 0);
 }
 
 }  // namespace

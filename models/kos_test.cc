@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "common/status_matchers.h"
 #include "models/annotation_matrix.h"
+#include "models/binary_codec.h"
 #include "models/majority_vote.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
@@ -188,6 +189,58 @@ TEST(KosTest, PosteriorIsTheSigmoidOfTheWeightedVotes) {
   model->ItemPosterior(unseen, -1, absl::MakeSpan(out));
   EXPECT_NEAR(out[0], 1.0 / (1.0 + std::exp(-*model->AnnotatorWeight(-1))),
               1e-12);
+}
+
+// kos.h, by hand for one iteration (max_iterations 1) on 3 items labelled by all of 3
+// annotators: item 0 all class 0 (A = +1), item 1 all class 1 (A = -1), item 2 class 0 from
+// annotators 0 and 1 and class 1 from annotator 2. With every y = 1 at the start:
+//   x_{i->j} (leave-one-out over the item):  item 0: 2, 2, 2; item 1: -2, -2, -2;
+//                                            item 2: 0, 0, 2.
+//   y_{j->i} (leave-one-out over the annotator's other items; the rescale to RMS 1 is a
+//   common factor and drops out of the normalised weights):
+//     annotator 0 and 1: item 0: 2, item 1: 2, item 2: 4; annotator 2: 0, 0, 4.
+// Then the full sums of the x messages recomputed from these y:
+//   x: item 0: 2, 2, 4; item 1: -2, -2, -4; item 2: 0, 0, 8,
+//   y_j = sum_i A_ij x_{i->j}: 4, 4, 4 + 4 - 8 = 0,
+// divided by their RMS sqrt(32 / 3): w = sqrt(3/2), sqrt(3/2), 0. Without the leave-one-out
+// in y the weights would be 14 : 14 : 8, from the x messages of the iteration itself (no
+// recomputation) 2 : 2 : 1; a second iteration flips their signs.
+TEST(KosTest, OneIterationMatchesTheMessagePassingByHand) {
+  const std::vector<Annotation> triples = {{0, 0, 0}, {0, 1, 0}, {0, 2, 0},
+                                           {1, 0, 1}, {1, 1, 1}, {1, 2, 1},
+                                           {2, 0, 0}, {2, 1, 0}, {2, 2, 1}};
+  const AnnotationMatrix m = *AnnotationMatrix::Build(3, 3, 2, triples);
+  TruthModelOptions options;
+  options.max_iterations = 1;
+  std::unique_ptr<KosModel> model = MakeKos(options);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  // kos.h: Fit stops after options.max_iterations iterations.
+  EXPECT_EQ(report->iterations, 1);
+  EXPECT_FALSE(report->converged);
+  EXPECT_NEAR(*model->AnnotatorWeight(0), std::sqrt(1.5), 1e-12);
+  EXPECT_NEAR(*model->AnnotatorWeight(1), std::sqrt(1.5), 1e-12);
+  EXPECT_NEAR(*model->AnnotatorWeight(2), 0.0, 1e-12);
+}
+
+// kos.h: the confusion is one-coin with accuracy sigmoid(w_j), clamped into
+// [1e-6, 1 - 1e-6]. A restored model (the layout Serialize writes: header, the annotator
+// count, then the pooled weight and one weight per annotator) with weights +-40, whose
+// sigmoids round to 1 and ~4e-18, must still give no cell outside the clamp.
+TEST(KosTest, AnnotatorConfusionIsClampedAwayFromZeroAndOne) {
+  ByteWriter writer;
+  WriteModelHeader(writer, KosModel::kMethod, true);
+  writer.WriteU32(2);
+  writer.WriteF64(0.5);    // pooled
+  writer.WriteF64(40.0);   // annotator 0
+  writer.WriteF64(-40.0);  // annotator 1
+  std::unique_ptr<KosModel> model = MakeKos();
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  ASSERT_EQ(*model->AnnotatorWeight(0), 40.0);
+  const double hi = 1.0 - KosModel::kMinConfusionAccuracy;
+  const double lo = KosModel::kMinConfusionAccuracy;
+  EXPECT_EQ(model->AnnotatorConfusion(0), std::vector<double>({hi, 1.0 - hi, 1.0 - hi, hi}));
+  EXPECT_EQ(model->AnnotatorConfusion(1), std::vector<double>({lo, 1.0 - lo, 1.0 - lo, lo}));
 }
 
 TEST(KosTest, OneLabelPerItemFallsBackToMajorityVote) {

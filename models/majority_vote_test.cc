@@ -97,6 +97,33 @@ TEST(MajorityVoteTest, ConfusionsAreLearnedWithGoldClamped) {
   EXPECT_GT(clamped[1 * 2 + 0], voted[1 * 2 + 0] + 0.1);
 }
 
+// truth_model.h: AnnotatorConfusionDiagonal is the diagonal of AnnotatorConfusion; before a
+// fit mv's confusions are uniform (every cell 1/K, rows summing to 1).
+TEST(MajorityVoteTest, ConfusionDiagonalIsTheDiagonalOfTheConfusionBeforeAndAfterAFit) {
+  constexpr int32_t k = 3;
+  std::unique_ptr<MajorityVoteModel> mv = MakeMv(k);
+  auto expect_consistent = [&](int32_t annotator) {
+    const std::vector<double> full = mv->AnnotatorConfusion(annotator);
+    const std::vector<double> diagonal = mv->AnnotatorConfusionDiagonal(annotator);
+    ASSERT_EQ(full.size(), static_cast<size_t>(k * k));
+    ASSERT_EQ(diagonal.size(), static_cast<size_t>(k));
+    for (int32_t t = 0; t < k; ++t) {
+      EXPECT_EQ(diagonal[t], full[t * k + t]) << annotator << "," << t;
+      double row = 0;
+      for (int32_t y = 0; y < k; ++y) row += full[t * k + y];
+      EXPECT_NEAR(row, 1.0, 1e-12) << annotator << "," << t;
+    }
+  };
+  for (int32_t a : {0, 5}) {
+    expect_consistent(a);
+    EXPECT_THAT(mv->AnnotatorConfusion(a), ::testing::Each(DoubleEq(1.0 / k)));
+  }
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(3, 2, k, {{0, 0, 0}, {0, 1, 0}, {1, 0, 2}, {2, 1, 1}});
+  ASSERT_THAT(mv->Fit(m, {}, false), IsOk());
+  for (int32_t a : {0, 1, 9}) expect_consistent(a);
+}
+
 TEST(MajorityVoteTest, SerializeRestoreRoundTrip) {
   const std::vector<Annotation> triples = {{0, 0, 1}, {0, 1, 1}, {1, 0, 0}};
   const AnnotationMatrix m = *AnnotationMatrix::Build(2, 2, 2, triples);

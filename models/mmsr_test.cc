@@ -338,6 +338,61 @@ TEST(MmsrTest, AgreementAtChanceKeepsTheWeightsFinite) {
   }
 }
 
+// mmsr.h: x is clipped into [.., 1 - 1 / sqrt(n)] with n = the items with labels. Three
+// annotators who agree on each of 4 items (K = 2: C = 1 for every pair, so the rank-one
+// completion gives x = 1) in a matrix of 9 items, 5 of them without labels: n = 4, x is
+// clipped to 1 - 1/2, p = x / 2 + 1/2 = 3/4 and w = ln(p / (1 - p)) = ln 3 (n = 9 would give
+// x = 2/3, w = ln 5).
+TEST(MmsrTest, TheSkillIsClippedByTheItemsWithLabels) {
+  const std::vector<Annotation> triples = {
+      {0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {1, 0, 1}, {1, 1, 1}, {1, 2, 1},
+      {2, 0, 0}, {2, 1, 0}, {2, 2, 0}, {3, 0, 1}, {3, 1, 1}, {3, 2, 1}};
+  const AnnotationMatrix m = *AnnotationMatrix::Build(9, 3, 2, triples);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  for (int a = 0; a < 3; ++a) {
+    EXPECT_NEAR(*model->AnnotatorWeight(a), std::log(3.0), 1e-9) << a;
+    EXPECT_NEAR(model->AnnotatorConfusion(a)[0], 0.75, 1e-9) << a;
+  }
+}
+
+// mmsr.h: the trimmed mean reproduces crowd-kit's _remove_largest_and_smallest_F_value with
+// its edge cases. Two annotators share 2 items and agree on one (K = 2: C = 0), and annotator
+// 0 alone labels 7 more items (n = 9 items with labels). Each annotator has one partner, so
+// s = 1 and F = floor(1 / 2) - 1 = -1, and crowd-kit keeps y[-1:], the single value
+// 0 / (other) = 0, which its edge case replaces by 1 / sqrt(n_tasks) = 1/3. Then u = v = 1/3,
+// x = u = 1/3 (inside the clip [-1 + 1/3, 1 - 1/3]), p = x / 2 + 1/2 = 2/3 and
+// w = ln(p / (1 - p)) = ln 2 for both.
+TEST(MmsrTest, ASingleZeroValueIsReplacedAsInCrowdKit) {
+  std::vector<Annotation> triples = {{0, 0, 0}, {0, 1, 0}, {1, 0, 0}, {1, 1, 1}};
+  for (int32_t i = 2; i < 9; ++i) triples.push_back({i, 0, i % 2});
+  const AnnotationMatrix m = *AnnotationMatrix::Build(9, 2, 2, triples);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  for (int a = 0; a < 2; ++a) {
+    EXPECT_NEAR(*model->AnnotatorWeight(a), std::log(2.0), 1e-9) << a;
+  }
+}
+
+// mmsr.h: AnnotatorConfusion is one-coin, p_j = x_j (K - 1) / K + 1 / K on the diagonal and
+// (1 - p_j) / (K - 1) elsewhere. K = 3, x = 0.4: p = 0.6, every other cell 0.2.
+TEST(MmsrTest, AnnotatorConfusionSpreadsTheErrorsOverTheOtherClasses) {
+  ByteWriter writer;
+  WriteModelHeader(writer, MmsrModel::kMethod, true);
+  writer.WriteU32(3);
+  writer.WriteU32(1);
+  for (double v : {0.1, 0.4}) writer.WriteF64(v);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(3);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  const std::vector<double> c = model->AnnotatorConfusion(0);
+  ASSERT_EQ(c.size(), 9u);
+  for (int t = 0; t < 3; ++t) {
+    for (int y = 0; y < 3; ++y) {
+      EXPECT_NEAR(c[3 * t + y], t == y ? 0.6 : 0.2, 1e-12) << t << "," << y;
+    }
+  }
+}
+
 TEST(MmsrTest, RefusesMoreAnnotatorsThanItsMatrixAllows) {
   std::vector<Annotation> triples;
   const int32_t n = MmsrModel::kMaxAnnotators + 1;

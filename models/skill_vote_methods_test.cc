@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "common/status_matchers.h"
 #include "models/annotation_matrix.h"
+#include "models/binary_codec.h"
 #include "models/majority_vote.h"
 #include "models/skill_vote.h"
 #include "models/testing/synthetic_crowd.h"
@@ -344,6 +345,158 @@ TEST(WawaTest, GoldItemsAreTheReferenceOfTheSkills) {
   ASSERT_THAT(model->Fit(CaseA(), gold, false), IsOk());
   EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(0), 0.75);
   EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(1), 1.0);
+}
+
+// wawa.h: the fit runs its three steps once; FitReport says iterations 1, converged.
+TEST(WawaTest, FitReportsOneIterationConverged) {
+  auto model = Make<WawaModel>(2, NearlyUnsmoothed());
+  absl::StatusOr<FitReport> report = model->Fit(CaseA(), {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, 1);
+  EXPECT_TRUE(report->converged);
+  EXPECT_EQ(report->log_likelihood, 0.0);
+}
+
+// zero_based_skill.h: every skill starts at 1/K + 1e-5, so the first iteration's weighted
+// majority is the plain majority (ties toward the lower class), and with learning rate 1 the
+// step moves every skill onto its agreement with it: after max_iterations = 1 the skills are
+// wawa's (case B: 2/3, 1/4, 2/3, 1, as in WawaTest.MatchesCrowdKitOnCaseB), and the fit ran
+// exactly that one iteration without converging (the next would move the skills again, see
+// ZeroBasedSkillTest.MatchesCrowdKitOnCaseB).
+TEST(ZeroBasedSkillTest, OneIterationGivesTheSkillsOfAgreementWithTheMajority) {
+  TruthModelOptions options = NearlyUnsmoothed();
+  options.max_iterations = 1;
+  auto model = Make<ZeroBasedSkillModel>(3, options);
+  absl::StatusOr<FitReport> report = model->Fit(CaseB(), {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, 1);
+  EXPECT_FALSE(report->converged);
+  EXPECT_NEAR(*model->AnnotatorSkill(0), 2.0 / 3, 1e-12);
+  EXPECT_NEAR(*model->AnnotatorSkill(1), 0.25, 1e-12);
+  EXPECT_NEAR(*model->AnnotatorSkill(2), 2.0 / 3, 1e-12);
+  EXPECT_NEAR(*model->AnnotatorSkill(3), 1.0, 1e-12);
+}
+
+// zero_based_skill.h: skills start at 1/K + 1e-5. With no label at all there is no agreement
+// to move toward (every agreement is the pooled skill itself), so the fit converges at once
+// and every skill, pooled included, keeps its initial value.
+TEST(ZeroBasedSkillTest, SkillsStartAtChancePlusEpsilon) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(2, 2, 3, {});
+  auto model = Make<ZeroBasedSkillModel>(3);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  for (int32_t a = -1; a < 2; ++a) {
+    EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(a), 1.0 / 3 + 1e-5) << a;
+  }
+}
+
+// zero_based_skill.h: gold items take their gold class in the weighted majority. CaseA with
+// item 4 (a tie) known to be class 1: the first iteration's labels are 0, 1, 0, 1 and gold 1,
+// so annotator 0 agrees with 3 of 4, annotator 1 with 4 of 4, annotator 2 with 1 of 4; under
+// these skills the labels repeat (item 2: 0.75 for class 0 against 0.25), so the fit stops
+// there.
+TEST(ZeroBasedSkillTest, GoldItemsTakeTheirGoldClass) {
+  const std::vector<int32_t> gold = {-1, -1, -1, -1, 1};
+  auto model = Make<ZeroBasedSkillModel>(2);
+  absl::StatusOr<FitReport> report = model->Fit(CaseA(), gold, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_NEAR(*model->AnnotatorSkill(0), 0.75, 1e-12);
+  EXPECT_NEAR(*model->AnnotatorSkill(1), 1.0, 1e-12);
+  EXPECT_NEAR(*model->AnnotatorSkill(2), 0.25, 1e-12);
+}
+
+// zero_based_skill.h: the pooled skill moves the same way as the others, toward the agreement
+// rate of all labels: on CaseA the labels settle at 0, 1, 0, 1, 0, with which 4 + 3 + 1 of
+// the 12 labels agree, so an id not in the fit gets 2/3.
+TEST(ZeroBasedSkillTest, ThePooledSkillMovesTowardTheAgreementOfAllLabels) {
+  auto model = Make<ZeroBasedSkillModel>(2);
+  ASSERT_THAT(model->Fit(CaseA(), {}, false), IsOk());
+  EXPECT_NEAR(*model->AnnotatorSkill(-1), 2.0 / 3, 1e-9);
+  EXPECT_NEAR(*model->AnnotatorSkill(99), 2.0 / 3, 1e-9);
+}
+
+// skill_vote.h: ResizeAnnotators keeps the first annotators' skills and gives new ones the
+// pooled skill (slot 0).
+TEST(SkillVoteParametersTest, ResizeGivesNewAnnotatorsThePooledSkill) {
+  SkillVoteParameters params(2, 2, 0.0);
+  params.skill = {0.6, 0.9, 0.3};
+  params.ResizeAnnotators(4);
+  EXPECT_EQ(params.num_annotators(), 4);
+  EXPECT_EQ(params.skill, std::vector<double>({0.6, 0.9, 0.3, 0.6, 0.6}));
+  EXPECT_EQ(params.SkillOf(3), 0.6);
+  params.ResizeAnnotators(1);
+  EXPECT_EQ(params.skill, std::vector<double>({0.6, 0.9}));
+}
+
+// skill_vote.h: WeightedMajorityLabel is -1 for an item with no labels and no gold, the gold
+// class when given, and otherwise the class of the largest skill sum.
+TEST(SkillVoteParametersTest, WeightedMajorityLabelOfAnItemWithoutLabelsIsMinusOne) {
+  SkillVoteParameters params(3, 2, 0.5);
+  std::vector<double> scratch(3);
+  EXPECT_EQ(params.WeightedMajorityLabel({}, -1, absl::MakeSpan(scratch)), -1);
+  EXPECT_EQ(params.WeightedMajorityLabel({}, 2, absl::MakeSpan(scratch)), 2);
+  const std::vector<Entry> labels = {{0, 1}, {1, 2}, {7, 2}};
+  EXPECT_EQ(params.WeightedMajorityLabel(labels, -1, absl::MakeSpan(scratch)), 2);
+}
+
+// skill_vote.h, AgreementWithReference: labels on items without a reference (-1) are not
+// counted; slot 0 is the agreement rate of all counted labels, which an annotator with no
+// counted label gets too; with no counted label at all every skill is empty_skill. By hand:
+// item 0 (reference 0) labelled 0 by annotators 0 and 1, item 1 (no reference) labelled by
+// annotators 0, 1, 3, item 2 (reference 1) labelled 0 by annotators 0 and 2. Counted:
+// annotator 0 agrees 1 of 2, annotator 1 1 of 1, annotator 2 0 of 1, annotator 3 none;
+// pooled 2 of 4.
+TEST(SkillVoteParametersTest, AgreementWithReferenceCountsOnlyReferencedItems) {
+  const std::vector<Annotation> triples = {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0},
+                                           {1, 3, 1}, {2, 0, 0}, {2, 2, 0}};
+  const AnnotationMatrix m = *AnnotationMatrix::Build(3, 4, 2, triples);
+  EXPECT_EQ(AgreementWithReference(m, std::vector<int32_t>{0, -1, 1}, 0.125),
+            std::vector<double>({0.5, 0.5, 1.0, 0.0, 0.5}));
+  EXPECT_EQ(AgreementWithReference(m, std::vector<int32_t>{-1, -1, -1}, 0.125),
+            std::vector<double>(5, 0.125));
+}
+
+// skill_vote.h: Read refuses a skill outside [0, 1] (INVALID_ARGUMENT); 0 and 1 themselves
+// read back.
+TEST(SkillVoteParametersTest, ReadRefusesASkillOutsideTheUnitInterval) {
+  auto read = [](std::vector<double> skills) -> absl::StatusOr<SkillVoteParameters> {
+    SkillVoteParameters params(2, static_cast<int32_t>(skills.size()) - 1, 0.0);
+    params.skill = skills;
+    ByteWriter writer;
+    params.Write(writer);
+    const std::string blob = writer.Finish();
+    absl::StatusOr<ByteReader> reader = ByteReader::Open(blob);
+    if (!reader.ok()) return reader.status();
+    return SkillVoteParameters::Read(*reader, 2);
+  };
+  absl::StatusOr<SkillVoteParameters> ok = read({0.0, 1.0, 0.5});
+  ASSERT_THAT(ok, IsOk());
+  EXPECT_EQ(ok->skill, std::vector<double>({0.0, 1.0, 0.5}));
+  EXPECT_THAT(read({0.5, 1.5}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(read({0.5, 1.0 + 1e-12}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(read({-0.25, 0.5}), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// truth_model.h: the posterior depends on the set of an item's labels, not the order in
+// which they are passed: not a single bit. Skills 0.1, 0.2, 0.3 and 0.7 whose sums round
+// differently in different orders.
+TEST(WawaTest, PosteriorDoesNotDependOnTheOrderOfTheLabels) {
+  SkillVoteParameters params(2, 4, 0.0);
+  params.skill = {0.5, 0.1, 0.2, 0.3, 0.7};
+  ByteWriter writer;
+  WriteModelHeader(writer, WawaModel::kMethod, true);
+  params.Write(writer);
+  auto model = Make<WawaModel>(2);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  const std::vector<Entry> forward = {{0, 0}, {1, 0}, {2, 0}, {3, 1}};
+  const std::vector<Entry> backward = {{3, 1}, {2, 0}, {1, 0}, {0, 0}};
+  std::vector<double> a(2), b(2);
+  model->ItemPosterior(forward, -1, absl::MakeSpan(a));
+  model->ItemPosterior(backward, -1, absl::MakeSpan(b));
+  EXPECT_EQ(a, b);
+  EXPECT_NEAR(a[0], (0.6 + 0.01) / (1.3 + 0.02), 1e-12);
 }
 
 TEST(SkillVoteMethodsTest, RejectBadInput) {

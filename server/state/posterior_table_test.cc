@@ -124,5 +124,66 @@ TEST(PosteriorTableTest, AChunkOfGoldItemsHasBoundsBelowEveryItem) {
   EXPECT_TRUE(std::isinf(b.max_discounted_entropy) && b.max_discounted_entropy < 0);
 }
 
+// posterior_table.h: Resize grows to num_items (never shrinks), with the chunks needed to
+// hold them: ceil(num_items / kChunkItems).
+TEST(PosteriorTableTest, ResizeOnlyGrowsAndAllocatesTheChunksItNeeds) {
+  constexpr int32_t kChunk = PosteriorTable::kChunkItems;
+  PosteriorTable empty(2);
+  PosteriorTable::Builder b(empty);
+  b.Resize(kChunk);
+  PosteriorTable one = std::move(b).Build();
+  EXPECT_EQ(one.num_items(), kChunk);
+  EXPECT_EQ(one.num_chunks(), 1);
+  PosteriorTable::Builder b2(one);
+  b2.Resize(kChunk + 1);
+  b2.Resize(3);
+  EXPECT_EQ(b2.num_items(), kChunk + 1);
+  PosteriorTable two = std::move(b2).Build();
+  EXPECT_EQ(two.num_items(), kChunk + 1);
+  EXPECT_EQ(two.num_chunks(), 2);
+}
+
+// posterior_table.h: block bounds cover every item of their block, the last one included.
+TEST(PosteriorTableTest, BlockBoundsIncludeTheLastItemOfTheBlock) {
+  constexpr int32_t kBlock = PosteriorTable::kBlockItems;
+  PosteriorTable empty(2);
+  PosteriorTable::Builder b(empty);
+  b.Resize(PosteriorTable::kChunkItems);
+  for (int32_t i = 0; i < PosteriorTable::kChunkItems; ++i) {
+    b.set_num_labels(i, 5);
+    b.set_entropy(i, 0.0);
+  }
+  const int32_t last = 2 * kBlock - 1;  // the last item of block 1
+  b.set_num_labels(last, 1);
+  b.set_entropy(last, 0.25);
+  b.set_priority(last, 3.0);
+  PosteriorTable t = std::move(b).Build();
+  EXPECT_EQ(t.block_bounds(0, 1).max_entropy, 0.25);
+  EXPECT_EQ(t.block_bounds(0, 1).max_priority, 3.0);
+  EXPECT_EQ(t.block_bounds(0, 1).min_num_labels, 1);
+  EXPECT_EQ(t.block_bounds(0, 1).max_discounted_entropy, 0.25 * (1.0 / 2.0));
+  EXPECT_EQ(t.chunk_bounds(0).max_priority, 3.0);
+}
+
+// posterior_table.h: the discounted entropy is entropy(i) * (1.0 / (1.0 + num_labels(i))),
+// computed in exactly that form, in the columns and the bounds alike (a scan compares one with
+// the other). Entropy 0.1 with 4 labels: 0.1 * (1.0 / 5.0) = 0.020000000000000004, where
+// 0.1 / 5.0 = 0.02.
+TEST(PosteriorTableTest, DiscountedEntropyIsComputedInExactlyTheDocumentedForm) {
+  PosteriorTable empty(2);
+  PosteriorTable::Builder b(empty);
+  b.Resize(PosteriorTable::kChunkItems);
+  for (int32_t i = 0; i < PosteriorTable::kChunkItems; ++i) {
+    b.set_num_labels(i, 4);
+    b.set_entropy(i, i == 10 ? 0.1 : 0.0);
+  }
+  PosteriorTable t = std::move(b).Build();
+  const double expected = 0.1 * (1.0 / (1.0 + 4));
+  ASSERT_NE(expected, 0.1 / 5.0);  // the two forms differ for these numbers
+  EXPECT_EQ(t.chunk_columns(0).discounted_entropy[10], expected);
+  EXPECT_EQ(t.chunk_bounds(0).max_discounted_entropy, expected);
+  EXPECT_EQ(t.block_bounds(0, 0).max_discounted_entropy, expected);
+}
+
 }  // namespace
 }  // namespace verity::server

@@ -54,6 +54,39 @@ TEST(VersionOutputsTest, ProfilesOfEarlierBuildsDecodeToTheirDiagonals) {
   EXPECT_EQ(decoded->diagonals, (std::vector<float>{0.9f, 0.7f}));
 }
 
+// version_outputs.h: INVALID_ARGUMENT on a wrong size, which includes bytes after the last
+// field (a blob is exactly its header plus its declared contents).
+TEST(VersionOutputsTest, TrailingBytesAreInvalidArgument) {
+  std::string posteriors = EncodePosteriors(2, std::vector<double>{0.5, 0.5});
+  ASSERT_TRUE(DecodePosteriors(posteriors).ok());
+  EXPECT_EQ(DecodePosteriors(posteriors + "x").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodePosteriors(posteriors + std::string(4, '\0')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<uint32_t> counts = {3};
+  const std::vector<double> diagonals = {0.9, 0.8};
+  std::string profiles = EncodeProfiles(2, counts, diagonals);
+  ASSERT_TRUE(DecodeProfiles(profiles).ok());
+  EXPECT_EQ(DecodeProfiles(profiles + std::string(4, '\0')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeProfiles(profiles + std::string(12, '\0')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// version_outputs.h: a VAP1 blob holds K*K float32 per annotator. K = 65536 declares 2^32
+// cells (16 GiB) per annotator, which the 4 bytes after the header cannot hold: INVALID_ARGUMENT
+// (K*K must not wrap around in 32 bits and make the blob look like one without cells).
+TEST(VersionOutputsTest, AnEarlierProfilesBlobWhoseMatrixSizeOverflowsIsInvalidArgument) {
+  std::string blob = "VAP1";
+  auto put_u32 = [&blob](uint32_t v) {
+    for (int i = 0; i < 4; ++i) blob.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  put_u32(1);      // annotators
+  put_u32(65536);  // K
+  put_u32(7);      // the annotator's label count, then no matrix at all
+  EXPECT_EQ(DecodeProfiles(blob).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(VersionOutputsTest, CorruptBlobsAreInvalidArgument) {
   std::string blob = EncodePosteriors(2, std::vector<double>{0.5, 0.5});
   EXPECT_EQ(DecodePosteriors(blob.substr(0, blob.size() - 1)).status().code(),
