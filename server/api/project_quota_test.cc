@@ -103,5 +103,65 @@ TEST(ProjectQuotaTest, SwitchingToADenseMethodIsRefusedWhenTheProjectIsTooLarge)
   EXPECT_THAT(CheckMethodFitsQuota(quota, v1::TRUTH_METHOD_DAWID_SKENE, 256, 2'000'000), IsOk());
 }
 
+// Promise (projects.proto ProjectLimits: "0 = the server's default"; project_quota.h
+// EffectiveQuota: "its settings' non-zero overrides, else `defaults`"): each of the four limits
+// is overridden by its own setting, and only by it.
+TEST(ProjectQuotaTest, EachLimitIsOverriddenByItsOwnSetting) {
+  const ProjectQuota defaults{100, 10, 1000, 5000};
+  v1::ProjectSettings settings;
+  settings.mutable_limits()->set_max_items(7);
+  settings.mutable_limits()->set_max_annotators(8);
+  settings.mutable_limits()->set_max_labels(9);
+  settings.mutable_limits()->set_max_confusion_cells(11);
+  ProjectQuota quota = EffectiveQuota(settings, defaults);
+  EXPECT_EQ(quota.max_items, 7);
+  EXPECT_EQ(quota.max_annotators, 8);
+  EXPECT_EQ(quota.max_labels, 9);
+  EXPECT_EQ(quota.max_confusion_cells, 11);
+  // Zero (unset) keeps every default.
+  quota = EffectiveQuota(v1::ProjectSettings(), defaults);
+  EXPECT_EQ(quota.max_items, 100);
+  EXPECT_EQ(quota.max_annotators, 10);
+  EXPECT_EQ(quota.max_labels, 1000);
+  EXPECT_EQ(quota.max_confusion_cells, 5000);
+}
+
+// Promise (project_quota.h CheckProjectQuota; docs/SECURITY.md "RESOURCE_EXHAUSTED naming the
+// limit, its value and the project's size"): each refusal names its own limit, the setting and
+// the flag that set it, its value, the current size and what the call adds.
+TEST(ProjectQuotaTest, EachRefusalNamesItsOwnLimitFlagValueAndSizes) {
+  const ProjectQuota quota{100, 10, 1000, 1000};
+  EXPECT_THAT(CheckProjectQuota(quota, {0, 10, 0}, {0, 2, 0}, 0),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("max_annotators (10, settings.limits.max_annotators or "
+                                 "--max_annotators_per_project) would be passed: the project has "
+                                 "10 annotators and this call adds 2")));
+  EXPECT_THAT(CheckProjectQuota(quota, {0, 0, 999}, {0, 0, 3}, 0),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("max_labels (1000, settings.limits.max_labels or "
+                                 "--max_labels_per_project) would be passed: the project has "
+                                 "999 labels and this call adds 3")));
+  // Adding items alone never passes an annotator-based limit, and the other way round.
+  EXPECT_THAT(CheckProjectQuota(quota, {0, 10, 0}, {50, 0, 0}, 100), IsOk());
+  EXPECT_THAT(CheckProjectQuota(quota, {100, 0, 0}, {0, 5, 0}, 0), IsOk());
+}
+
+// Promise (project_quota.h: a limit is what a project may hold — "OK when `current` plus
+// `added` stays within `quota`", as CheckProjectQuota's test above checks at the boundary):
+// switching to a dense method that keeps exactly max_confusion_cells cells is allowed, one
+// annotator's worth more is not, so the two checks agree on what fits.
+TEST(ProjectQuotaTest, SwitchingToADenseMethodExactlyAtTheLimitIsAllowed) {
+  ProjectQuota quota;
+  quota.max_confusion_cells = 15 * 65536;
+  EXPECT_THAT(CheckMethodFitsQuota(quota, v1::TRUTH_METHOD_CROWDLAYER, 256, 15), IsOk());
+  EXPECT_THAT(CheckProjectQuota(quota, {0, 14, 0}, {0, 1, 0}, 65536), IsOk());
+  EXPECT_THAT(CheckMethodFitsQuota(quota, v1::TRUTH_METHOD_CROWDLAYER, 256, 16),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_confusion_cells")));
+  // docs/SECURITY.md: the default 16,000,000 allows 244 annotators at 256 classes.
+  EXPECT_THAT(CheckMethodFitsQuota(ProjectQuota(), v1::TRUTH_METHOD_CROWDLAYER, 256, 244), IsOk());
+  EXPECT_THAT(CheckMethodFitsQuota(ProjectQuota(), v1::TRUTH_METHOD_CROWDLAYER, 256, 245),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
 }  // namespace
 }  // namespace verity::server

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/status_matchers.h"
 #include "storage/client_time_range.h"
@@ -345,6 +346,114 @@ TEST(ValidateIdTest, AcceptsBothEndsOfThePrintableRangeAndRefusesDel) {
   EXPECT_THAT(ValidateId("item", "a\x7f"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ValidateId("item", " "), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ValidateId("item", "\x80"), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// Promise (projects.proto Project: item_feature_dim and annotator_feature_dim "At most 65536";
+// validation.h: INVALID_ARGUMENT naming the offending field): 65536 is accepted for both, 65537
+// and -1 are refused naming the field at fault.
+TEST(ValidateNewProjectTest, FeatureDimensionsAreAtMost65536EachNamingItsField) {
+  v1::Project p = ValidProject();
+  p.set_item_feature_dim(65536);
+  p.set_annotator_feature_dim(65536);
+  EXPECT_THAT(ValidateNewProject(p), IsOk());
+  for (int32_t bad : {65537, -1}) {
+    p = ValidProject();
+    p.set_item_feature_dim(bad);
+    EXPECT_THAT(ValidateNewProject(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                HasSubstr("project.item_feature_dim")))
+        << bad;
+    p = ValidProject();
+    p.set_annotator_feature_dim(bad);
+    EXPECT_THAT(ValidateNewProject(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                HasSubstr("project.annotator_feature_dim")))
+        << bad;
+  }
+}
+
+// Promise (projects.proto Project.classes: "2 to 256 of them, unique, each 1-128 bytes"):
+// 256 classes are accepted, 257 refused naming project.classes; an empty class name is refused
+// naming its index.
+TEST(ValidateNewProjectTest, TwoHundredFiftySixClassesAtMostAndNoneEmpty) {
+  v1::Project p = ValidProject();
+  p.clear_classes();
+  for (int k = 0; k < 256; ++k) p.add_classes(absl::StrCat("c", k));
+  EXPECT_THAT(ValidateNewProject(p), IsOk());
+  p.add_classes("c256");
+  EXPECT_THAT(ValidateNewProject(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("project.classes")));
+  p = ValidProject();
+  p.add_classes("");
+  EXPECT_THAT(ValidateNewProject(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("project.classes[2]")));
+}
+
+// Promise (validation.h ValidateTimestamp: "nanos in [0, 1e9)"; google.protobuf.Timestamp):
+// the last nanosecond of an ordinary second is valid.
+TEST(ValidateAnnotationTest, TheLastNanosecondOfAnOrdinarySecondIsValid) {
+  v1::Annotation a;
+  a.set_item("i1");
+  a.set_annotator("w1");
+  a.set_label(0);
+  a.mutable_client_time()->set_seconds(1700000000);
+  a.mutable_client_time()->set_nanos(999999999);
+  EXPECT_THAT(ValidateAnnotation("annotations[0]", a, 2), IsOk());
+  EXPECT_THAT(ValidateTimestamp("t", a.client_time()), IsOk());
+}
+
+// Promise (projects.proto AssignmentSettings.max_labels_per_item: "Default 0 = unlimited"): an
+// unlimited cap is consistent with any minimum.
+TEST(ValidateSettingsTest, MaxLabelsPerItemZeroIsUnlimitedWhateverTheMinimum) {
+  v1::ProjectSettings s;
+  s.mutable_assignment()->set_min_labels_per_item(5);
+  s.mutable_assignment()->set_max_labels_per_item(0);
+  EXPECT_THAT(ValidateSettings(s), IsOk());
+}
+
+// Promise (validation.h: "every bound the v1 API documents", INVALID_ARGUMENT naming the field;
+// proto3 enums are open, so an unknown TruthMethod number parses): a method that is not one of
+// common.proto's TruthMethod values is refused, as an unknown assignment policy is.
+TEST(ValidateSettingsTest, AnUnknownTruthMethodIsRefused) {
+  v1::ProjectSettings s;
+  s.mutable_model()->set_method(static_cast<v1::TruthMethod>(9999));
+  EXPECT_THAT(ValidateSettings(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("settings.model.method")));
+}
+
+// Promise (projects.proto: smoothing values are Dirichlet pseudo-counts, counts of labels and
+// seconds of lease are amounts, and a confidence_target is a posterior confidence, so none can
+// be negative; "0 = default" for each): a negative value is refused naming its field.
+TEST(ValidateSettingsTest, NegativeCountsDurationsAndConfidencesAreRefusedNamingTheField) {
+  struct Case {
+    const char* field;
+    void (*set)(v1::ProjectSettings&);
+  };
+  const Case cases[] = {
+      {"settings.model.confusion_smoothing",
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_confusion_smoothing(-0.5); }},
+      {"settings.model.prior_smoothing",
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_prior_smoothing(-0.5); }},
+      {"settings.model.refit_min_new_labels",
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_refit_min_new_labels(-1); }},
+      {"settings.model.refit_new_label_fraction",
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_refit_new_label_fraction(-0.1); }},
+      {"settings.model.refit_new_label_fraction",
+       [](v1::ProjectSettings& s) {
+         s.mutable_model()->set_refit_new_label_fraction(std::numeric_limits<double>::infinity());
+       }},
+      {"settings.model.max_iterations",
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_max_iterations(-1); }},
+      {"settings.assignment.lease_seconds",
+       [](v1::ProjectSettings& s) { s.mutable_assignment()->set_lease_seconds(-1); }},
+      {"settings.assignment.confidence_target",
+       [](v1::ProjectSettings& s) { s.mutable_assignment()->set_confidence_target(-0.01); }},
+  };
+  for (const Case& c : cases) {
+    v1::ProjectSettings s;
+    c.set(s);
+    EXPECT_THAT(ValidateSettings(s),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.field)))
+        << c.field;
+  }
 }
 
 }  // namespace

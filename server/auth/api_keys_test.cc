@@ -83,5 +83,33 @@ TEST(ApiKeysTest, APrincipalTouchesItsProjectsOrAllWhenUnscoped) {
   EXPECT_TRUE(all.MayTouch("dogs"));
 }
 
+// api_keys.h SecretMatches: whether `secret` hashes to `secret_hash`: a stored hash with extra
+// bytes after the right digest is not that digest.
+TEST(ApiKeysTest, AHashWithTheRightDigestAsItsPrefixDoesNotMatch) {
+  const std::string salt(16, 's');
+  const std::string secret(64, 'a');
+  const std::string digest = HashSecret(salt, secret);
+  ASSERT_EQ(digest.size(), 32u);
+  EXPECT_TRUE(SecretMatches(salt, digest, secret));
+  EXPECT_FALSE(SecretMatches(salt, digest + "x", secret));
+  EXPECT_FALSE(SecretMatches(salt, digest + std::string(32, '\0'), secret));
+  EXPECT_FALSE(SecretMatches(salt, "", secret));
+}
+
+// api_keys.h ParseApiKey: UNAUTHENTICATED "without echoing the text" (a mistyped key is still
+// mostly a secret, and errors end up in logs and on clients' screens).
+TEST(ApiKeysTest, AMalformedKeyIsRefusedWithoutEchoingIt) {
+  const std::string secret = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdeg";
+  for (const std::string& bad : {"vk_fedcba9876543210_" + secret, "vk_fedcba9876543210_" + secret + "0",
+                                 "xk_fedcba9876543210_" + secret.substr(0, 63) + "0"}) {
+    absl::StatusOr<ApiKeyParts> parts = ParseApiKey(bad);
+    ASSERT_THAT(parts, StatusIs(absl::StatusCode::kUnauthenticated)) << bad;
+    EXPECT_EQ(parts.status().message().find("fedcba9876543210"), absl::string_view::npos)
+        << parts.status();
+    EXPECT_EQ(parts.status().message().find(secret.substr(0, 32)), absl::string_view::npos)
+        << parts.status();
+  }
+}
+
 }  // namespace
 }  // namespace verity::server

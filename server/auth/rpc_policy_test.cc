@@ -84,5 +84,90 @@ TEST(RpcPolicyTest, HealthAndReflectionAreOpenAndNothingElse) {
   EXPECT_FALSE(IsOpenMethod(""));
 }
 
+// The whole table, written by hand from the documented policy: proto/verity/v1/keys.proto's
+// Role comments (reader: GetProject, ListProjects, posteriors, annotator profiles, model status
+// and versions, SuggestAnnotators; writer: SubmitAnnotations, AddItems, AddAnnotators,
+// SuggestItems, TrainModel; admin: create projects, change their settings, manage keys),
+// KeyService's "admin key valid for every project", and rpc_policy.h's scopes (ListProjects is
+// filtered by its handler; CreateProject names its project in project.name).
+TEST(RpcPolicyTest, EveryMethodHasTheDocumentedRoleAndScope) {
+  struct Rule {
+    const char* method;
+    Role role;
+    ProjectScope scope;
+  };
+  const Rule documented[] = {
+      {"/verity.v1.ProjectService/CreateProject", Role::kAdmin, ProjectScope::kNamedInRequest},
+      {"/verity.v1.ProjectService/GetProject", Role::kReader, ProjectScope::kNamedInRequest},
+      {"/verity.v1.ProjectService/ListProjects", Role::kReader, ProjectScope::kFilteredByHandler},
+      {"/verity.v1.ProjectService/UpdateProjectSettings", Role::kAdmin,
+       ProjectScope::kNamedInRequest},
+      {"/verity.v1.ProjectService/AddItems", Role::kWriter, ProjectScope::kNamedInRequest},
+      {"/verity.v1.ProjectService/AddAnnotators", Role::kWriter, ProjectScope::kNamedInRequest},
+      {"/verity.v1.IngestService/SubmitAnnotations", Role::kWriter, ProjectScope::kNamedInRequest},
+      {"/verity.v1.TruthService/GetPosteriors", Role::kReader, ProjectScope::kNamedInRequest},
+      {"/verity.v1.TruthService/ListPosteriors", Role::kReader, ProjectScope::kNamedInRequest},
+      {"/verity.v1.TruthService/GetAnnotatorProfiles", Role::kReader,
+       ProjectScope::kNamedInRequest},
+      {"/verity.v1.ModelService/GetModelStatus", Role::kReader, ProjectScope::kNamedInRequest},
+      {"/verity.v1.ModelService/ListModelVersions", Role::kReader, ProjectScope::kNamedInRequest},
+      {"/verity.v1.ModelService/TrainModel", Role::kWriter, ProjectScope::kNamedInRequest},
+      {"/verity.v1.AssignmentService/SuggestItems", Role::kWriter, ProjectScope::kNamedInRequest},
+      {"/verity.v1.AssignmentService/SuggestAnnotators", Role::kReader,
+       ProjectScope::kNamedInRequest},
+      {"/verity.v1.KeyService/CreateKey", Role::kAdmin, ProjectScope::kEveryProject},
+      {"/verity.v1.KeyService/ListKeys", Role::kAdmin, ProjectScope::kEveryProject},
+      {"/verity.v1.KeyService/RevokeKey", Role::kAdmin, ProjectScope::kEveryProject},
+  };
+  std::set<std::string> covered;
+  for (const Rule& rule : documented) {
+    covered.insert(rule.method);
+    const RpcPolicy* policy = FindRpcPolicy(rule.method);
+    ASSERT_NE(policy, nullptr) << rule.method;
+    EXPECT_EQ(policy->role, rule.role) << rule.method;
+    EXPECT_EQ(policy->scope, rule.scope) << rule.method;
+  }
+  EXPECT_EQ(covered, ServedMethods());
+}
+
+// Each project-naming policy reads its own request's project field: a policy reading another
+// request type's field would check the wrong project, or none.
+TEST(RpcPolicyTest, EveryProjectNamingPolicyReadsItsOwnRequestsProject) {
+  v1::GetProjectRequest get_project;
+  v1::UpdateProjectSettingsRequest update;
+  v1::AddItemsRequest add_items;
+  v1::AddAnnotatorsRequest add_annotators;
+  v1::ListPosteriorsRequest list_posteriors;
+  v1::GetAnnotatorProfilesRequest profiles;
+  v1::GetModelStatusRequest status;
+  v1::ListModelVersionsRequest versions;
+  v1::TrainModelRequest train;
+  v1::SuggestItemsRequest suggest_items;
+  v1::SuggestAnnotatorsRequest suggest_annotators;
+  const std::pair<const char*, google::protobuf::Message*> requests[] = {
+      {"/verity.v1.ProjectService/GetProject", &get_project},
+      {"/verity.v1.ProjectService/UpdateProjectSettings", &update},
+      {"/verity.v1.ProjectService/AddItems", &add_items},
+      {"/verity.v1.ProjectService/AddAnnotators", &add_annotators},
+      {"/verity.v1.TruthService/ListPosteriors", &list_posteriors},
+      {"/verity.v1.TruthService/GetAnnotatorProfiles", &profiles},
+      {"/verity.v1.ModelService/GetModelStatus", &status},
+      {"/verity.v1.ModelService/ListModelVersions", &versions},
+      {"/verity.v1.ModelService/TrainModel", &train},
+      {"/verity.v1.AssignmentService/SuggestItems", &suggest_items},
+      {"/verity.v1.AssignmentService/SuggestAnnotators", &suggest_annotators},
+  };
+  for (const auto& [method, request] : requests) {
+    const google::protobuf::FieldDescriptor* field =
+        request->GetDescriptor()->FindFieldByName("project");
+    ASSERT_NE(field, nullptr) << method;
+    request->GetReflection()->SetString(request, field, absl::StrCat("p-", method));
+    const RpcPolicy* policy = FindRpcPolicy(method);
+    ASSERT_NE(policy, nullptr) << method;
+    ASSERT_NE(policy->project, nullptr) << method;
+    EXPECT_EQ(policy->project(request), absl::StrCat("p-", method));
+  }
+}
+
 }  // namespace
 }  // namespace verity::server
