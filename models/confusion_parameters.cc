@@ -426,6 +426,11 @@ void ConfusionCounts::RemoveItem(
   }
 }
 
+void ConfusionCounts::RemoveUninformedItem() {
+  const double share = 1.0 / static_cast<double>(num_classes_);
+  for (double& m : class_mass_) m = std::max(0.0, m - share);
+}
+
 void ConfusionCounts::ResizeAnnotators(int32_t num_annotators) {
   if (num_annotators < num_annotators_) {
     // Rebuild without the annotators cut off.

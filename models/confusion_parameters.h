@@ -195,6 +195,17 @@ class ConfusionCounts {
     }
   }
 
+  // An item whose labels do not inform the parameters (ds: a single label,
+  // no gold) still has a class drawn from the prior: it adds 1/K to every
+  // class's mass, and nothing to any confusion. So a class prior learnt from
+  // a few informative items cannot overrule the many items it is applied to.
+  void AddUninformedItem() {
+    const double share = 1.0 / static_cast<double>(num_classes_);
+    for (double& m : class_mass_) m += share;
+  }
+  // Takes out what AddUninformedItem() added (clamped at 0).
+  void RemoveUninformedItem();
+
   // Takes out what AddItem(labels, posterior) added. Cells are clamped at 0,
   // so rounding can never leave a negative count.
   void RemoveItem(absl::Span<const AnnotationMatrix::Entry> labels,
@@ -297,9 +308,10 @@ struct PassResult {
 // One fused E+M pass: for every item with labels or gold, computes its
 // posterior with posterior_fn(labels, gold_label, out) -> log-likelihood term
 // (summed into PassResult::log_likelihood), and accumulates the expected
-// counts of the items for which informs_fn(labels, gold_label) is true.
-// Items without labels and without gold are skipped (they carry no
-// information about any parameter). Uses up to num_threads threads over
+// counts of the items for which informs_fn(labels, gold_label) is true; the
+// other items with labels add ConfusionCounts::AddUninformedItem() (a
+// uniform share of the class prior's mass). Items without labels and without
+// gold are skipped (they carry no information about any parameter). Uses up to num_threads threads over
 // contiguous item ranges; partial results are merged in range order, so the
 // result depends only on the data and num_threads.
 template <typename PosteriorFn, typename InformsFn>
@@ -327,6 +339,8 @@ PassResult PassOverItems(const AnnotationMatrix& data,
       ll += posterior_fn(labels, gold_label, absl::MakeSpan(posterior));
       if (informs_fn(labels, gold_label)) {
         counts.AddItem(labels, posterior.data());
+      } else if (!labels.empty()) {
+        counts.AddUninformedItem();
       }
     }
     log_likelihood = ll;

@@ -607,6 +607,8 @@ std::optional<FitReport> DawidSkeneModel::RefitIncrementally(
           before.labels, before.gold, absl::MakeSpan(posterior));
       if (InformsParameters(before.labels.size(), before.gold)) {
         counts.RemoveItem(before.labels, posterior.data());
+      } else if (!before.labels.empty()) {
+        counts.RemoveUninformedItem();
       }
     }
   }
@@ -633,7 +635,11 @@ std::optional<FitReport> DawidSkeneModel::RefitIncrementally(
       double* q = responsibility.data() + j * k;
       if (informs && report.iterations > 0) counts.RemoveItem(labels, q);
       ll += params.Posterior(labels, gold_label, absl::MakeSpan(q, k));
-      if (informs) counts.AddItem(labels, q);
+      if (informs) {
+        counts.AddItem(labels, q);
+      } else if (report.iterations == 0 && !labels.empty()) {
+        counts.AddUninformedItem();  // Once: it does not depend on q.
+      }
     }
     report.log_likelihood = ll;
     ConfusionParameters next = EstimateParameters(counts, options_, diagonal);

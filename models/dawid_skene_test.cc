@@ -24,6 +24,7 @@ namespace {
 
 using ::testing::DoubleNear;
 using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::verity::models::testing::Accuracy;
 using ::verity::models::testing::GenerateSyntheticCrowd;
@@ -568,10 +569,12 @@ TEST(DawidSkeneTest, OneLabelPerItemGivesTheMajorityVote) {
                                             DoubleNear(1.0 / 3, 1e-12)));
 }
 
-TEST(DawidSkeneTest, SingleLabelItemsDoNotMoveTheParameters) {
+TEST(DawidSkeneTest, SingleLabelItemsAddOnlyAUniformShareToTheClassPrior) {
   // 1500 items with five labels and 1500 with one: the single labels get
-  // posteriors from the parameters the other items identify, and do not
-  // change them.
+  // posteriors from the parameters the other items identify, add nothing to
+  // the confusions, and add 1/K each to every class's prior mass
+  // (dawid_skene.h). So the fit equals one without them whose prior_smoothing
+  // is larger by 1500 / 3 = 500.
   SyntheticCrowdSpec spec = VariedCrowdSpec(3000);
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
   std::vector<Annotation> mixed, redundant_only;
@@ -592,13 +595,21 @@ TEST(DawidSkeneTest, SingleLabelItemsDoNotMoveTheParameters) {
   options.tolerance = 0;
   options.max_iterations = 30;
   std::unique_ptr<DawidSkeneModel> with_single = MakeDs(3, options);
-  std::unique_ptr<DawidSkeneModel> without_single = MakeDs(3, options);
+  TruthModelOptions larger_prior_smoothing = options;
+  larger_prior_smoothing.prior_smoothing += 1500.0 / 3;
+  std::unique_ptr<DawidSkeneModel> without_single =
+      MakeDs(3, larger_prior_smoothing);
   ASSERT_THAT(with_single->Fit(mixed_matrix, {}, false), IsOk());
   ASSERT_THAT(without_single->Fit(redundant_matrix, {}, false), IsOk());
-  EXPECT_EQ(with_single->ClassPrior(), without_single->ClassPrior());
+  auto near = [](const std::vector<double>& expected) {
+    std::vector<::testing::Matcher<double>> cells;
+    for (double e : expected) cells.push_back(DoubleNear(e, 1e-9));
+    return ElementsAreArray(cells);
+  };
+  EXPECT_THAT(with_single->ClassPrior(), near(without_single->ClassPrior()));
   for (int32_t a = -1; a < 20; ++a) {
-    EXPECT_EQ(with_single->AnnotatorConfusion(a),
-              without_single->AnnotatorConfusion(a))
+    EXPECT_THAT(with_single->AnnotatorConfusion(a),
+                near(without_single->AnnotatorConfusion(a)))
         << "annotator " << a;
   }
   std::unique_ptr<MajorityVoteModel> mv = MakeMv(3);
@@ -1264,8 +1275,12 @@ TEST(DawidSkeneTest, RestoredStateOfAFitThatDidNotConvergeRefitsFully) {
 
 TEST(DawidSkeneTest, IncrementalRefitOfSingleLabelItemsKeepsTheParameters) {
   // dawid_skene.h: single-label items get posteriors but add no expected
-  // counts, in incremental refits too. New items with one label each leave
-  // the counts, hence the parameters, bit for bit as they were.
+  // counts to the confusions, only 1/K each to every class's prior mass, in
+  // incremental refits too. 20 new items with one label each leave the
+  // confusions bit for bit as they were; the prior's mass grows by 20 / 3 per
+  // class. The first fit's 1,980 items all have five labels (mass 1,980), and
+  // prior_smoothing is 1, so a class's prior p becomes
+  // (p (1980 + 3) + 20 / 3) / (1980 + 20 + 3).
   const SyntheticCrowdSpec spec = VariedCrowdSpec(2000);
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
   std::vector<Annotation> grown;
@@ -1287,7 +1302,12 @@ TEST(DawidSkeneTest, IncrementalRefitOfSingleLabelItemsKeepsTheParameters) {
       *AnnotationMatrix::Build(spec.num_items, 20, 3, grown);
   ASSERT_THAT(ds->Fit(after, {}, true), IsOk());
   ASSERT_EQ(ds->incremental_refits_in_a_row(), 1);
-  EXPECT_EQ(ds->ClassPrior(), prior);
+  const std::vector<double> grown_prior = ds->ClassPrior();
+  ASSERT_EQ(grown_prior.size(), 3u);
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_NEAR(grown_prior[c], (prior[c] * 1983 + 20.0 / 3) / 2003, 1e-12)
+        << "class " << c;
+  }
   for (int32_t a = -1; a < 20; ++a) {
     EXPECT_EQ(ds->AnnotatorConfusion(a), confusions[a + 1]) << "annotator " << a;
   }
@@ -1296,8 +1316,9 @@ TEST(DawidSkeneTest, IncrementalRefitOfSingleLabelItemsKeepsTheParameters) {
 TEST(DawidSkeneTest, IncrementalRefitLearnsFromGoldOnAnItemWithoutLabels) {
   // Item 0 has one label, item 1 none: nothing informs the first fit, whose
   // class prior stays (1/2, 1/2). Gold class 0 on item 1 then informs it, in
-  // the incremental refit as in a full fit: with prior_smoothing 1 the prior
-  // is (1 + 1, 0 + 1) / (1 + 2) = (2/3, 1/3).
+  // the incremental refit as in a full fit: item 0 adds 1/2 to each class
+  // (dawid_skene.h), so with prior_smoothing 1 the prior is
+  // (1 + 1/2 + 1, 0 + 1/2 + 1) / (1 + 1 + 2) = (5/8, 3/8).
   const AnnotationMatrix m = *AnnotationMatrix::Build(2, 1, 2, {{0, 0, 1}});
   std::unique_ptr<DawidSkeneModel> ds = MakeDs(2);
   absl::StatusOr<FitReport> cold = ds->Fit(m, {}, false);
@@ -1308,12 +1329,12 @@ TEST(DawidSkeneTest, IncrementalRefitLearnsFromGoldOnAnItemWithoutLabels) {
   const std::vector<int32_t> gold = {-1, 0};
   ASSERT_THAT(ds->Fit(m, gold, true), IsOk());
   EXPECT_EQ(ds->incremental_refits_in_a_row(), 1);
-  EXPECT_THAT(ds->ClassPrior(), ElementsAre(DoubleNear(2.0 / 3, 1e-9),
-                                            DoubleNear(1.0 / 3, 1e-9)));
+  EXPECT_THAT(ds->ClassPrior(), ElementsAre(DoubleNear(5.0 / 8, 1e-9),
+                                            DoubleNear(3.0 / 8, 1e-9)));
   std::unique_ptr<DawidSkeneModel> full = MakeDs(2);
   ASSERT_THAT(full->Fit(m, gold, false), IsOk());
-  EXPECT_THAT(full->ClassPrior(), ElementsAre(DoubleNear(2.0 / 3, 1e-9),
-                                              DoubleNear(1.0 / 3, 1e-9)));
+  EXPECT_THAT(full->ClassPrior(), ElementsAre(DoubleNear(5.0 / 8, 1e-9),
+                                              DoubleNear(3.0 / 8, 1e-9)));
 }
 
 }  // namespace
