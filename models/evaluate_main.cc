@@ -20,6 +20,8 @@
 // ClassificationScores).
 // Fits are unsupervised and cold: gold is used only for scoring.
 //
+// --one_more_label_fraction=F (with --redundancy=R): each item keeps R + 1
+// labels with probability F, for partly redundant data.
 // --redundancy=R keeps a uniformly random subset of at most R labels of
 // every item (as in the redundancy experiments of Platanios et al.,
 // "Learning from Imperfect Annotations"). --repeats=N fits every method N
@@ -69,6 +71,9 @@ ABSL_FLAG(std::string, methods, "",
           "comma-separated truth models (default: all known methods)");
 ABSL_FLAG(int, redundancy, 0,
           "keep at most this many random labels per item (0: all labels)");
+ABSL_FLAG(double, one_more_label_fraction, 0,
+          "with --redundancy=R, each item keeps R + 1 labels with this probability "
+          "(partly redundant data, e.g. --redundancy=1 --one_more_label_fraction=0.1)");
 ABSL_FLAG(int, repeats, 1,
           "fits of every method (random draws with --redundancy; neural "
           "seeds); mean ± standard error");
@@ -259,6 +264,7 @@ struct Settings {
   std::vector<std::string> methods;
   TruthModelOptions options;
   int redundancy = 0;
+  double one_more_label_fraction = 0;
   int repeats = 1;
   uint64_t seed = 1;
   std::vector<std::string> f1_classes;  // empty: no per-class F1 column
@@ -282,7 +288,8 @@ absl::Status EvaluateCalibration(const Dataset& dataset, const Settings& setting
       std::vector<Annotation> annotations =
           settings.redundancy > 0
               ? SubsampleLabelsPerItem(csv->annotations, csv->num_items(),
-                                       settings.redundancy, settings.seed + r)
+                                       settings.redundancy, settings.seed + r,
+                                       settings.one_more_label_fraction)
               : csv->annotations;
       absl::StatusOr<AnnotationMatrix> matrix =
           AnnotationMatrix::Build(csv->num_items(), csv->num_annotators(),
@@ -365,7 +372,8 @@ absl::Status EvaluateDataset(const Dataset& dataset, const Settings& settings,
     std::vector<Annotation> annotations =
         settings.redundancy > 0
             ? SubsampleLabelsPerItem(csv->annotations, csv->num_items(),
-                                     settings.redundancy, settings.seed + r)
+                                     settings.redundancy, settings.seed + r,
+                                     settings.one_more_label_fraction)
             : csv->annotations;
     absl::StatusOr<AnnotationMatrix> matrix =
         AnnotationMatrix::Build(csv->num_items(), csv->num_annotators(),
@@ -416,7 +424,10 @@ absl::Status EvaluateDataset(const Dataset& dataset, const Settings& settings,
         method,
         absl::StrCat(draws[0].num_labels()),
         absl::StrCat(scored),
-        settings.redundancy > 0 ? absl::StrCat(settings.redundancy) : "all",
+        settings.redundancy == 0 ? std::string("all")
+        : settings.one_more_label_fraction > 0
+            ? absl::StrCat(settings.redundancy, "+", settings.one_more_label_fraction)
+            : absl::StrCat(settings.redundancy),
         absl::StrCat(settings.repeats),
         FormatMean(MeanAndStandardError(accuracy)),
         FormatMean(MeanAndStandardError(macro_f1)),
@@ -456,6 +467,12 @@ int Main(const std::vector<std::string>& positional) {
   }
   Settings settings;
   settings.redundancy = absl::GetFlag(FLAGS_redundancy);
+  settings.one_more_label_fraction = absl::GetFlag(FLAGS_one_more_label_fraction);
+  if (!(settings.one_more_label_fraction >= 0 && settings.one_more_label_fraction <= 1) ||
+      (settings.one_more_label_fraction > 0 && settings.redundancy == 0)) {
+    std::fprintf(stderr, "--one_more_label_fraction must be in [0, 1], and needs --redundancy\n");
+    return 2;
+  }
   settings.repeats = absl::GetFlag(FLAGS_repeats);
   settings.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   if (settings.redundancy < 0 || settings.repeats < 1) {

@@ -104,7 +104,7 @@ ClassificationScores ScorePosteriors(absl::Span<const double> posteriors,
 
 std::vector<Annotation> SubsampleLabelsPerItem(
     absl::Span<const Annotation> annotations, int32_t num_items,
-    int32_t max_labels_per_item, uint64_t seed) {
+    int32_t max_labels_per_item, uint64_t seed, double one_more_fraction) {
   // Counting sort of the annotation indices by item, stable, so each item's
   // indices are in input order before they are shuffled.
   std::vector<int64_t> offsets(static_cast<size_t>(num_items) + 1, 0);
@@ -122,7 +122,12 @@ std::vector<Annotation> SubsampleLabelsPerItem(
   for (int32_t i = 0; i < num_items; ++i) {
     int64_t* first = by_item.data() + offsets[i];
     const int64_t n = offsets[i + 1] - offsets[i];
-    const int64_t kept = std::min<int64_t>(n, max_labels_per_item);
+    int64_t allowed = max_labels_per_item;
+    if (one_more_fraction > 0 &&
+        static_cast<double>(rng()) < one_more_fraction * 18446744073709551616.0) {
+      ++allowed;
+    }
+    const int64_t kept = std::min<int64_t>(n, allowed);
     if (kept < n) {
       // Partial Fisher-Yates: the first `kept` entries become a uniform
       // random subset.

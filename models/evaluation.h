@@ -88,11 +88,15 @@ ClassificationScores ScorePosteriors(absl::Span<const double> posteriors,
 // so every item keeps at least one label if max_labels_per_item >= 1. The
 // draw depends only on the input (order included) and `seed` (through
 // std::mt19937_64, whose sequence the standard fixes), so it is the same on
-// every platform. Preconditions: max_labels_per_item >= 1; every item in
+// every platform. With one_more_fraction > 0, each item independently keeps
+// one label more (max_labels_per_item + 1) with that probability: partly
+// redundant data, as a project has early on or under dynamic overlap (e.g.
+// 1 label per item and 2 on about 10% of the items). Preconditions:
+// max_labels_per_item >= 1; 0 <= one_more_fraction <= 1; every item in
 // [0, num_items).
 std::vector<Annotation> SubsampleLabelsPerItem(
     absl::Span<const Annotation> annotations, int32_t num_items,
-    int32_t max_labels_per_item, uint64_t seed);
+    int32_t max_labels_per_item, uint64_t seed, double one_more_fraction = 0);
 
 struct MeanWithError {
   double mean = 0.0;

@@ -214,6 +214,31 @@ TEST(SubsampleLabelsPerItemTest, KeepsAtMostRPerItemInInputOrder) {
   }
 }
 
+// one_more_fraction: each item keeps R + 1 labels with that probability.
+// 2,000 items of 4 labels, R = 1, fraction 0.25: about 500 items keep 2
+// (binomial standard deviation 19); fraction 0 and 1 are exact.
+TEST(SubsampleLabelsPerItemTest, AFractionOfItemsKeepsOneLabelMore) {
+  std::vector<Annotation> all;
+  for (int32_t i = 0; i < 2000; ++i) {
+    for (int32_t a = 0; a < 4; ++a) all.push_back({i, a, a % 2});
+  }
+  auto items_with_two = [&](double fraction) {
+    std::vector<int> per_item(2000, 0);
+    for (const Annotation& a : SubsampleLabelsPerItem(all, 2000, 1, 5, fraction)) {
+      ++per_item[a.item];
+    }
+    int two = 0;
+    for (int n : per_item) {
+      EXPECT_TRUE(n == 1 || n == 2) << n;
+      two += n == 2;
+    }
+    return two;
+  };
+  EXPECT_EQ(items_with_two(0), 0);
+  EXPECT_EQ(items_with_two(1), 2000);
+  EXPECT_NEAR(items_with_two(0.25), 500, 4 * 19);
+}
+
 TEST(SubsampleLabelsPerItemTest, SameSeedSameDrawOtherSeedOtherDraw) {
   const std::vector<Annotation> all = FiveItemsWithUpToSixLabels();
   const std::vector<Annotation> a = SubsampleLabelsPerItem(all, 5, 1, 11);
