@@ -135,8 +135,12 @@ absl::Status ValidateNewProject(const v1::Project& project) {
       return Invalid(field, absl::StrCat("must be in [0, ", ApiLimits::kMaxFeatureDim, "]"));
     }
   }
-  if (absl::Status s = ValidateSettings(project.settings()); !s.ok()) return s;
-  return ValidateMethodForClasses(project.settings(), n);
+  // ValidateSettings and ValidateMethodForClasses name fields from the settings message
+  // ("settings.model.tolerance"); in a CreateProjectRequest they are under project.
+  absl::Status s = ValidateSettings(project.settings());
+  if (s.ok()) s = ValidateMethodForClasses(project.settings(), n);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("project.", s.message()));
+  return absl::OkStatus();
 }
 
 absl::Status ValidateMethodForClasses(const v1::ProjectSettings& settings, int num_classes) {

@@ -65,10 +65,11 @@ TEST(ValidateNewProjectTest, RejectsBadNamesClassesAndDimensions) {
   EXPECT_THAT(ValidateNewProject(p),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("item_feature_dim")));
 
+  // The field is named by its path in CreateProjectRequest: project.settings...
   p = ValidProject();
   p.mutable_settings()->mutable_model()->set_tolerance(std::nan(""));
-  EXPECT_THAT(ValidateNewProject(p),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tolerance")));
+  EXPECT_THAT(ValidateNewProject(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("project.settings.model.tolerance")));
 
   p = ValidProject();
   p.mutable_settings()->mutable_model()->set_calibration("platt");
