@@ -82,8 +82,9 @@ struct TruthModelOptions {
   // ds: extra Dirichlet pseudo-count on the diagonal of every row of the
   // population confusion, the confusion every annotator is shrunk toward
   // (see population_smoothing): the prior belief that annotators are better
-  // than chance. ds learns its parameters only from items with at least two
-  // labels or with gold (one label says nothing about who is right: with
+  // than chance. ds learns its confusions only from items with at least two
+  // labels or with gold, and its class prior from those plus 1/K per other
+  // item with labels (dawid_skene.h; one label says nothing about who is right: with
   // one label per item a skewed class prior and annotator bias explain the
   // data equally well, and EM drifted to predicting one class). Without such
   // items this prior alone sets the parameters: every annotator then gets the
