@@ -311,9 +311,10 @@ struct PassResult {
 // counts of the items for which informs_fn(labels, gold_label) is true; the
 // other items with labels add ConfusionCounts::AddUninformedItem() (a
 // uniform share of the class prior's mass). Items without labels and without
-// gold are skipped (they carry no information about any parameter). Uses up to num_threads threads over
-// contiguous item ranges; partial results are merged in range order, so the
-// result depends only on the data and num_threads.
+// gold are skipped (they carry no information about any parameter). Uses up
+// to num_threads threads over contiguous item ranges; partial results are
+// merged in range order, so the result depends only on the data and
+// num_threads.
 template <typename PosteriorFn, typename InformsFn>
 PassResult PassOverItems(const AnnotationMatrix& data,
                          absl::Span<const int32_t> gold, int num_threads,
