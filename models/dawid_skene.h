@@ -26,7 +26,10 @@
 // dynamic overlap) collapsed onto one class and overruled the single labels:
 // with one label per item and a second on every 50th, ds predicted one class
 // for nearly every item of rte (0.58 against majority vote's 0.80) and
-// medical_treat (0.56 against 0.72). When no item has two labels, the
+// medical_treat (0.56 against 0.72). (A kept state restored from a blob
+// written before this rule lacks that mass; its incremental refits take out
+// what was never added, clamped at 0, until the next full EM pass replaces
+// the state.) When no item has two labels, the
 // parameters are the priors alone: the uniform class prior and, for every
 // annotator, the population confusion with options.population_diagonal_prior
 // on its diagonal, so ds gives the majority vote (docs/EVALUATION.md,
