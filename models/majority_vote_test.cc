@@ -97,6 +97,30 @@ TEST(MajorityVoteTest, ConfusionsAreLearnedWithGoldClamped) {
   EXPECT_GT(clamped[1 * 2 + 0], voted[1 * 2 + 0] + 0.1);
 }
 
+// majority_vote.h: Fit reports the Dawid-Skene log-likelihood of the data under mv's
+// parameters: the sum over items of log sum_k prior_k prod_a C_a[k][label], and for a gold
+// item log(prior_g prod_a C_a[g][label]). The data are symmetric under swapping the two
+// classes (item 1 mirrors item 0, item 3 mirrors item 2, gold included), so the learnt class
+// prior is exactly (1/2, 1/2) and the expected value follows from the served confusions.
+TEST(MajorityVoteTest, FitReportsTheDawidSkeneLogLikelihoodOfEveryItemGoldIncluded) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(
+      4, 2, 2,
+      {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 1}, {2, 0, 0}, {2, 1, 1}, {3, 0, 1}, {3, 1, 0}});
+  const std::vector<int32_t> gold = {-1, -1, 0, 1};
+  std::unique_ptr<MajorityVoteModel> mv = MakeMv(2);
+  absl::StatusOr<FitReport> report = mv->Fit(m, gold, false);
+  ASSERT_THAT(report, IsOk());
+  const std::vector<double> c0 = mv->AnnotatorConfusion(0);
+  const std::vector<double> c1 = mv->AnnotatorConfusion(1);
+  auto joint = [&](int k, int label0, int label1) {
+    return 0.5 * c0[k * 2 + label0] * c1[k * 2 + label1];
+  };
+  const double expected = std::log(joint(0, 0, 0) + joint(1, 0, 0)) +
+                          std::log(joint(0, 1, 1) + joint(1, 1, 1)) +
+                          std::log(joint(0, 0, 1)) + std::log(joint(1, 1, 0));
+  EXPECT_NEAR(report->log_likelihood, expected, 1e-12);
+}
+
 // truth_model.h: AnnotatorConfusionDiagonal is the diagonal of AnnotatorConfusion; before a
 // fit mv's confusions are uniform (every cell 1/K, rows summing to 1).
 TEST(MajorityVoteTest, ConfusionDiagonalIsTheDiagonalOfTheConfusionBeforeAndAfterAFit) {
