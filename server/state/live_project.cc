@@ -671,8 +671,10 @@ std::optional<int32_t> LiveProject::FindAnnotator(absl::string_view annotator_id
 std::vector<std::string> LiveProject::ItemIds(int32_t first, int32_t count) const {
   absl::ReaderMutexLock lock(&ids_mu_);
   std::vector<std::string> ids;
-  const int32_t n = static_cast<int32_t>(item_ids_.size());
-  for (int32_t i = std::max(first, 0); i < n && i < first + count; ++i) ids.push_back(item_ids_[i]);
+  const int64_t n = static_cast<int64_t>(item_ids_.size());
+  // In int64: first + count may pass INT32_MAX (a page token near it).
+  const int64_t end = std::min(n, static_cast<int64_t>(first) + std::max(count, 0));
+  for (int64_t i = std::max(first, 0); i < end; ++i) ids.push_back(item_ids_[i]);
   return ids;
 }
 

@@ -1,6 +1,7 @@
 #include "server/state/live_project.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -251,6 +252,11 @@ TEST(LiveProjectTest, IdLookupsSeeIdsRegisteredByACommittedBatch) {
   EXPECT_EQ(project->FindItem("i-new"), std::optional<int32_t>(50));
   EXPECT_EQ(project->FindAnnotator("w-new"), std::optional<int32_t>(12));
   EXPECT_EQ(project->ItemIds(49, 5), (std::vector<std::string>{"i49", "i-new"}));
+  // [first, first + count) clipped to the known items, however large count is (first + count
+  // past INT32_MAX included), and empty past the last item.
+  EXPECT_EQ(project->ItemIds(49, std::numeric_limits<int32_t>::max()),
+            (std::vector<std::string>{"i49", "i-new"}));
+  EXPECT_TRUE(project->ItemIds(std::numeric_limits<int32_t>::max() - 5, 10000).empty());
   EXPECT_EQ(project->AnnotatorIds().back(), "w-new");
 }
 
