@@ -84,11 +84,13 @@ std::vector<std::string> ItemIds(const models::CsvDataset& dataset,
 }
 
 // Creates `name` with the dataset's classes and `settings`, and adds every
-// labelled item (no gold: the server must not see the truth).
+// labelled item; only the items of `gold` (dense indices) carry their gold
+// class: the server must not see the truth of the others.
 absl::Status CreateReplayProject(ReplayServer& server,
                                  const models::CsvDataset& dataset,
                                  const std::string& name,
-                                 const v1::ProjectSettings& settings) {
+                                 const v1::ProjectSettings& settings,
+                                 absl::Span<const int32_t> gold) {
   v1::Project project;
   project.set_name(name);
   for (const std::string& c : dataset.class_names) project.add_classes(c);
@@ -97,14 +99,36 @@ absl::Status CreateReplayProject(ReplayServer& server,
   if (!created.ok()) {
     return Annotate(created, absl::StrCat("CreateProject ", name, ": "));
   }
+  const absl::flat_hash_set<int32_t> is_gold(gold.begin(), gold.end());
   std::vector<v1::Item> items;
   for (int32_t i : LabelledItems(dataset)) {
     v1::Item& item = items.emplace_back();
     item.set_id(dataset.item_ids[i]);
+    if (is_gold.contains(i)) item.set_gold_label(dataset.gold[i]);
   }
   absl::Status added = server.AddItems(name, items);
   if (!added.ok()) return Annotate(added, absl::StrCat("AddItems ", name, ": "));
   return absl::OkStatus();
+}
+
+// SplitProjectGold of the dataset's scored items for options.gold_every;
+// INVALID_ARGUMENT for a negative gold_every or one that leaves nothing
+// scored.
+absl::StatusOr<ProjectGoldSplit> CheckedGoldSplit(
+    const models::CsvDataset& dataset, const ReplayOptions& options,
+    uint64_t seed) {
+  if (options.gold_every < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gold_every is ", options.gold_every, "; need >= 0 (0: no gold)"));
+  }
+  ProjectGoldSplit split =
+      SplitProjectGold(ScoredItems(dataset), options.gold_every, seed);
+  if (options.gold_every > 0 && split.scored.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gold_every = ", options.gold_every, " leaves no item of ",
+        options.dataset_name, " to score"));
+  }
+  return split;
 }
 
 void Sleep(const ReplayOptions& options, absl::Duration d) {
@@ -151,15 +175,18 @@ v1::TruthMethod EffectiveMethod(const v1::ProjectSettings& settings) {
              : settings.model().method();
 }
 
-// The accuracy of a cold fit with `method` of `annotations`, in a new project
-// `name` (see "Cold fits" in the header).
+// The accuracy on split.scored of a cold fit with `method` of `annotations`,
+// in a new project `name` with split.gold as gold (see "Cold fits" in the
+// header).
 absl::StatusOr<double> ColdFitAccuracy(
     ReplayServer& server, const models::CsvDataset& dataset,
     const ReplayOptions& options, const std::string& name,
-    v1::TruthMethod method, absl::Span<const v1::Annotation> annotations) {
+    v1::TruthMethod method, absl::Span<const v1::Annotation> annotations,
+    const ProjectGoldSplit& split) {
   v1::ProjectSettings settings = options.settings;
   settings.mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
-  VERITY_RETURN_IF_ERROR(CreateReplayProject(server, dataset, name, settings));
+  VERITY_RETURN_IF_ERROR(
+      CreateReplayProject(server, dataset, name, settings, split.gold));
   if (!annotations.empty()) {
     absl::Status submitted = server.SubmitLabels(name, annotations);
     if (!submitted.ok()) {
@@ -200,11 +227,10 @@ absl::StatusOr<double> ColdFitAccuracy(
     Sleep(options, options.poll_interval);
     waited += options.poll_interval;
   }
-  const std::vector<int32_t> scored = ScoredItems(dataset);
   ReplayOptions no_wait = options;
   no_wait.fit_wait = absl::ZeroDuration();
-  return ReadAccuracy(server, dataset, no_wait, name, scored,
-                      ItemIds(dataset, scored));
+  return ReadAccuracy(server, dataset, no_wait, name, split.scored,
+                      ItemIds(dataset, split.scored));
 }
 
 }  // namespace
@@ -349,6 +375,19 @@ std::vector<int32_t> ScoredItems(const models::CsvDataset& dataset) {
     if (dataset.gold[i] >= 0) scored.push_back(i);
   }
   return scored;
+}
+
+ProjectGoldSplit SplitProjectGold(absl::Span<const int32_t> scored,
+                                  int32_t gold_every, uint64_t seed) {
+  ProjectGoldSplit split;
+  const uint64_t offset =
+      gold_every > 0 ? seed % static_cast<uint64_t>(gold_every) : 0;
+  for (size_t p = 0; p < scored.size(); ++p) {
+    const bool gold =
+        gold_every > 0 && p % static_cast<uint64_t>(gold_every) == offset;
+    (gold ? split.gold : split.scored).push_back(scored[p]);
+  }
+  return split;
 }
 
 absl::StatusOr<double> AccuracyOnGold(absl::Span<const v1::Posterior> posteriors,
@@ -524,6 +563,8 @@ absl::StatusOr<ReplayResult> RunReplay(ReplayServer& server,
   if (options.checkpoints.empty()) {
     return absl::InvalidArgumentError("no budget checkpoint");
   }
+  VERITY_ASSIGN_OR_RETURN(const ProjectGoldSplit split,
+                          CheckedGoldSplit(dataset, options, seed));
   const absl::Time start = absl::Now();
   const std::string project =
       absl::StrCat(options.project_prefix, "-", options.dataset_name, "-",
@@ -531,9 +572,9 @@ absl::StatusOr<ReplayResult> RunReplay(ReplayServer& server,
   v1::ProjectSettings settings = options.settings;
   settings.mutable_assignment()->set_policy(policy.policy);
   VERITY_RETURN_IF_ERROR(
-      CreateReplayProject(server, dataset, project, settings));
+      CreateReplayProject(server, dataset, project, settings, split.gold));
 
-  const std::vector<int32_t> scored = ScoredItems(dataset);
+  const std::vector<int32_t>& scored = split.scored;
   const std::vector<std::string> scored_ids = ItemIds(dataset, scored);
   ReplayCrowd crowd(dataset);
   std::mt19937_64 rng(seed);
@@ -555,7 +596,7 @@ absl::StatusOr<ReplayResult> RunReplay(ReplayServer& server,
           double cold,
           ColdFitAccuracy(server, dataset, options,
                           absl::StrCat(project, "-c", crowd.answered()),
-                          EffectiveMethod(settings), bought));
+                          EffectiveMethod(settings), bought, split));
       result.rows.push_back({options.dataset_name,
                              absl::StrCat(policy.name, "/cold"),
                              static_cast<int64_t>(seed), crowd.answered(),
@@ -667,11 +708,13 @@ absl::StatusOr<SimulationRow> RunFullDataReference(
     annotation.set_annotator(dataset.annotator_ids[a.annotator]);
     annotation.set_label(a.label);
   }
+  VERITY_ASSIGN_OR_RETURN(const ProjectGoldSplit split,
+                          CheckedGoldSplit(dataset, options, /*seed=*/0));
   const std::string project = absl::StrCat(
       options.project_prefix, "-", options.dataset_name, "-", policy.name);
   VERITY_ASSIGN_OR_RETURN(double accuracy,
                           ColdFitAccuracy(server, dataset, options, project,
-                                          policy.method, annotations));
+                                          policy.method, annotations, split));
   if (options.on_progress) {
     const int64_t n = static_cast<int64_t>(annotations.size());
     options.on_progress({project, n, n, 0});

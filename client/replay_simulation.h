@@ -6,7 +6,10 @@
 // Protocol of one replay (RunReplay), for one policy and one seed:
 //   1. A fresh project gets the dataset's classes, the ReplaySettings (with
 //      AssignmentSettings.policy set to the policy) and every labelled item of
-//      the dataset (AddItems, without gold: the server never sees the truth).
+//      the dataset (AddItems). By default without gold: the server never sees
+//      the truth. With ReplayOptions::gold_every = n > 0, every n-th scored
+//      item (SplitProjectGold) is added with its gold class as project gold
+//      (control items, as a platform would have) and is no longer scored.
 //   2. Arrival: at each step one annotator is drawn uniformly at random
 //      (std::mt19937_64 seeded with the seed) among those still in the crowd.
 //      An annotator is in the crowd while some item they labelled in the
@@ -29,8 +32,9 @@
 //      the final state and the labels actually bought.
 //
 // Scored items follow shared/datasets/README.md: gold items with at least one
-// label in the dataset. Items not labelled yet in the replay still count; the
-// server's posterior for them is its class prior.
+// label in the dataset, less the project gold (gold_every). Items not labelled
+// yet in the replay still count; the server's posterior for them is its class
+// prior.
 //
 // Cold fits. The full-data references (RunFullDataReference) and, with
 // ReplayOptions::cold_fit_at_checkpoints, the shadow scores of a replay fit a
@@ -164,6 +168,18 @@ class ReplayCrowd {
 // least one label in the dataset, ascending.
 std::vector<int32_t> ScoredItems(const models::CsvDataset& dataset);
 
+// The scored items split into project gold and the items still scored, for a
+// replay with `seed`: with gold_every = n > 0 the items at positions p of
+// `scored` (ascending, as ScoredItems gives them) with p % n == seed % n are
+// gold, the others stay scored (so about 1/n of them are gold, a different
+// share for each seed, reproducible outside this code). n = 0: no gold.
+struct ProjectGoldSplit {
+  std::vector<int32_t> gold;
+  std::vector<int32_t> scored;
+};
+ProjectGoldSplit SplitProjectGold(absl::Span<const int32_t> scored,
+                                  int32_t gold_every, uint64_t seed);
+
 // Fraction of `items` whose posterior's map_label equals the item's gold
 // class; `posteriors` are the server's answers for `items`, in that order.
 // INTERNAL if a posterior names another item than asked, INVALID_ARGUMENT if
@@ -267,6 +283,10 @@ struct ReplayOptions {
   // Project names are "<project_prefix>-<dataset>-<policy>-s<seed>" (replays)
   // or "<project_prefix>-<dataset>-<policy>" (references).
   std::string project_prefix = "sim";
+  // 0: no project gold. n > 0: every n-th scored item is project gold (see
+  // SplitProjectGold; references use seed 0) in the replay's project and in
+  // its cold-fit and reference projects, and is not scored.
+  int32_t gold_every = 0;
   // Settings of every project; RunReplay sets assignment.policy, and
   // RunFullDataReference sets model.method. Default: all server defaults.
   v1::ProjectSettings settings;
@@ -313,7 +333,8 @@ struct ReplayResult {
 // `seed`. Errors of the server calls come back with their code and a message
 // naming the step; INTERNAL if the server suggests an item outside the
 // candidates, several items for k = 1, or an item id the dataset lacks;
-// INVALID_ARGUMENT for empty checkpoints or a reference policy.
+// INVALID_ARGUMENT for empty checkpoints, a reference policy, a negative
+// gold_every, or a gold_every that leaves no item scored.
 absl::StatusOr<ReplayResult> RunReplay(ReplayServer& server,
                                        const models::CsvDataset& dataset,
                                        const ReplayOptions& options,

@@ -203,6 +203,26 @@ TEST(ScoredItemsTest, GoldItemsWithAtLeastOneLabel) {
   EXPECT_THAT(ScoredItems(SmallDataset()), ElementsAre(0, 1, 2));
 }
 
+TEST(SplitProjectGoldTest, EveryNthPositionFromTheSeedsOffset) {
+  const std::vector<int32_t> scored = {0, 2, 5, 7, 9, 11, 12};
+  // n = 3, seed 4: offset 1, positions 1 and 4.
+  ProjectGoldSplit split = SplitProjectGold(scored, 3, 4);
+  EXPECT_THAT(split.gold, ElementsAre(2, 9));
+  EXPECT_THAT(split.scored, ElementsAre(0, 5, 7, 11, 12));
+  // seed 3: offset 0, positions 0, 3 and 6.
+  split = SplitProjectGold(scored, 3, 3);
+  EXPECT_THAT(split.gold, ElementsAre(0, 7, 12));
+  EXPECT_THAT(split.scored, ElementsAre(2, 5, 9, 11));
+  // n = 0: no gold.
+  split = SplitProjectGold(scored, 0, 4);
+  EXPECT_THAT(split.gold, ElementsAre());
+  EXPECT_EQ(split.scored, scored);
+  // n = 1: everything is gold.
+  split = SplitProjectGold(scored, 1, 9);
+  EXPECT_EQ(split.gold, scored);
+  EXPECT_THAT(split.scored, ElementsAre());
+}
+
 TEST(AccuracyOnGoldTest, ComparesTheServersMapLabelWithGold) {
   const models::CsvDataset d = SmallDataset();
   const std::vector<int32_t> items = {0, 1, 2};
@@ -301,6 +321,7 @@ class FakeReplayServer : public ReplayServer {
   absl::StatusOr<std::vector<v1::Posterior>> GetPosteriors(
       absl::string_view project, absl::Span<const std::string> items) override {
     ++posterior_reads;
+    posterior_items.assign(items.begin(), items.end());
     const Project& p = projects[std::string(project)];
     std::vector<v1::Posterior> out;
     for (const std::string& item : items) {
@@ -347,6 +368,7 @@ class FakeReplayServer : public ReplayServer {
   absl::Status suggest_error;
   bool suggest_nothing = false;
   int posterior_reads = 0;
+  std::vector<std::string> posterior_items;  // Of the last GetPosteriors.
   // GetModelStatus of a project says a fit is running on its first
   // training_polls calls, and that no fit saw the labels on its first
   // stale_polls calls.
@@ -392,6 +414,63 @@ TEST_F(RunReplayTest, CreatesAProjectWithThePolicyAndItemsWithoutGold) {
     EXPECT_FALSE(item.has_gold_label());
   }
   EXPECT_THAT(ids, ElementsAre("a", "b", "c", "e"));
+}
+
+TEST_F(RunReplayTest, GoldEveryNAddsThoseItemsAsGoldAndScoresTheOthers) {
+  SetFractions({1.0});
+  // Scored items a, b, c; n = 2 and seed 4: positions 0 and 2 (a, c) are gold.
+  options_.gold_every = 2;
+  absl::StatusOr<ReplayResult> result =
+      RunReplay(server_, dataset_, options_, Policy("uniform"), 4);
+  ASSERT_THAT(result, IsOk());
+  std::map<std::string, int32_t> gold;
+  std::vector<std::string> ids;
+  for (const v1::Item& item : server_.first().items) {
+    ids.push_back(item.id());
+    if (item.has_gold_label()) gold[item.id()] = item.gold_label();
+  }
+  EXPECT_THAT(ids, ElementsAre("a", "b", "c", "e"));
+  EXPECT_EQ(gold, (std::map<std::string, int32_t>{{"a", 1}, {"c", 1}}));
+  // Only b is read and scored: its gold is "no" (0), and the fake serves the
+  // last label bought for it.
+  EXPECT_THAT(server_.posterior_items, ElementsAre("b"));
+  ASSERT_THAT(result->rows, SizeIs(1));
+  const int32_t last_b = server_.first().last_label.at("b");
+  EXPECT_DOUBLE_EQ(result->rows[0].accuracy, last_b == 0 ? 1.0 : 0.0);
+  // The crowd still labels the gold items: every label is bought.
+  EXPECT_EQ(result->stats.bought, 7);
+}
+
+TEST_F(RunReplayTest, GoldEveryNThatLeavesNothingScoredOrIsNegativeIsRefused) {
+  SetFractions({1.0});
+  options_.gold_every = 1;
+  EXPECT_THAT(RunReplay(server_, dataset_, options_, Policy("uniform"), 1),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("leaves no item of small to score")));
+  options_.gold_every = -1;
+  EXPECT_THAT(RunReplay(server_, dataset_, options_, Policy("uniform"), 1),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("gold_every is -1")));
+  EXPECT_THAT(
+      RunFullDataReference(server_, dataset_, options_, Policy("all_mv")),
+      StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(server_.names, ElementsAre());
+}
+
+TEST_F(RunReplayTest, ReferenceWithGoldEveryNUsesSeedZerosSplit) {
+  options_.gold_every = 2;  // Seed 0: positions 0 and 2 (a, c) are gold.
+  ASSERT_THAT(
+      RunFullDataReference(server_, dataset_, options_, Policy("all_mv")),
+      IsOk());
+  int gold_items = 0;
+  for (const v1::Item& item : server_.first().items) {
+    if (item.has_gold_label()) {
+      ++gold_items;
+      EXPECT_TRUE(item.id() == "a" || item.id() == "c") << item.id();
+    }
+  }
+  EXPECT_EQ(gold_items, 2);
+  EXPECT_THAT(server_.posterior_items, ElementsAre("b"));
 }
 
 TEST_F(RunReplayTest, BuysEveryLabelOnceWithTheDatasetsAnswers) {

@@ -69,6 +69,10 @@ ABSL_FLAG(double, confidence_target, 0,
 ABSL_FLAG(int, min_labels_per_item, 1, "AssignmentSettings.min_labels_per_item");
 ABSL_FLAG(int, max_labels_per_item, 0,
           "AssignmentSettings.max_labels_per_item (0: unlimited)");
+ABSL_FLAG(int, gold_every, 0,
+          "0: the server never sees the truth. n > 0: every n-th scored item "
+          "(offset seed mod n; client/replay_simulation.h, SplitProjectGold) is "
+          "added as project gold and not scored");
 ABSL_FLAG(absl::Duration, fit_wait, absl::Seconds(60),
           "at a checkpoint, wait at most this long for a running fit to end");
 ABSL_FLAG(bool, cold_fit_at_checkpoints, false,
@@ -152,6 +156,7 @@ int Run() {
   assignment.set_min_labels_per_item(absl::GetFlag(FLAGS_min_labels_per_item));
   assignment.set_max_labels_per_item(absl::GetFlag(FLAGS_max_labels_per_item));
   options.checkpoints = *checkpoints;
+  options.gold_every = absl::GetFlag(FLAGS_gold_every);
   options.fit_wait = absl::GetFlag(FLAGS_fit_wait);
   options.cold_fit_at_checkpoints = absl::GetFlag(FLAGS_cold_fit_at_checkpoints);
   options.progress_every = 25;

@@ -13,8 +13,12 @@ The posteriors read are those the restarted server serves: the last stored versi
 labels committed after it applied online, so they can differ slightly from those at the moment
 each item stopped being offered.
 
+With GOLD_EVERY=n (the run's own, see run.sh) the project gold items of each seed, every n-th
+scored item counted from position seed mod n (client/replay_simulation.h, SplitProjectGold),
+are left out: they are served one-hot and were never resolved by the target.
+
 Usage (repository root, after `bazel build -c opt //client:verity`):
-  tools/dynamic_overlap/resolved.py OUT
+  [GOLD_EVERY=n] tools/dynamic_overlap/resolved.py OUT
 """
 import csv
 import glob
@@ -36,15 +40,29 @@ def mean_se(xs):
     return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
 
 
+GOLD_EVERY = int(os.environ.get('GOLD_EVERY', '0'))
+
+
 def gold_of(dataset):
+    """Classes, the scored items' gold ({item: class}) and their ids in the order of
+    models/csv_dataset.h's dense indices (first appearance in labels.csv)."""
     d = os.path.join('..', 'shared', 'datasets', dataset)
     classes = [c.strip() for c in open(os.path.join(d, 'classes.txt')) if c.strip()]
-    labelled = {r['item'] for r in csv.DictReader(open(os.path.join(d, 'labels.csv')))}
+    order = {}
+    for r in csv.DictReader(open(os.path.join(d, 'labels.csv'))):
+        order.setdefault(r['item'], len(order))
     gold = {}
     for r in csv.DictReader(open(os.path.join(d, 'gold.csv'))):
-        if r['item'] in labelled:
+        if r['item'] in order:
             gold[r['item']] = r[list(r.keys())[1]]
-    return classes, gold
+    return classes, gold, sorted(gold, key=order.get)
+
+
+def project_gold(scored_ids, seed):
+    """The items a replay with `seed` gave the server as gold (SplitProjectGold)."""
+    if GOLD_EVERY <= 0:
+        return set()
+    return {item for p, item in enumerate(scored_ids) if p % GOLD_EVERY == seed % GOLD_EVERY}
 
 
 def main(out):
@@ -60,7 +78,7 @@ def main(out):
         for path in sorted(glob.glob(os.path.join(out, 'dynamic-*.csv'))):
             m = re.match(r'dynamic-(.+)-([0-9.]+)-(auto|none)\.csv$', os.path.basename(path))
             dataset, target, calibration = m.group(1), float(m.group(2)), m.group(3)
-            classes, gold = gold_of(dataset)
+            classes, gold, scored_ids = gold_of(dataset)
             counts, confidences, accuracies = [], [], []
             for row in csv.DictReader(open(path)):
                 project = (f'dyn-{calibration}-{m.group(2).replace(".", "")}-{dataset}-'
@@ -69,8 +87,10 @@ def main(out):
                     ['bazel-bin/client/verity', 'posteriors', f'--project={project}',
                      f'--server=127.0.0.1:{PORT}'],
                     check=True, capture_output=True, text=True).stdout
+                given = project_gold(scored_ids, int(row['seed']))
                 resolved = [r for r in csv.DictReader(io.StringIO(text))
-                            if r['item'] in gold and float(r['confidence']) >= target]
+                            if r['item'] in gold and r['item'] not in given
+                            and float(r['confidence']) >= target]
                 counts.append(len(resolved))
                 if resolved:
                     confidences.append(sum(float(r['confidence']) for r in resolved) / len(resolved))
@@ -80,7 +100,7 @@ def main(out):
             fm, fs = mean_se(confidences)
             am, as_ = mean_se(accuracies)
             print(f'| {dataset} | {target} | {calibration} | {len(counts)} | '
-                  f'{cm:.0f} ± {cs:.0f} of {len(gold)} | {fm:.4f} ± {fs:.4f} | {am:.4f} ± {as_:.4f} |')
+                  f'{cm:.0f} ± {cs:.0f} of {len(gold) - len(project_gold(scored_ids, 1))} | {fm:.4f} ± {fs:.4f} | {am:.4f} ± {as_:.4f} |')
     finally:
         server.terminate()
         server.wait()

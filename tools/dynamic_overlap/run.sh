@@ -12,7 +12,9 @@
 # Usage (from the repository root, after
 #   bazel build -c opt //server:verity_server //client:verity_simulate):
 #   tools/dynamic_overlap/run.sh OUT_DIR [datasets...]
-# Environment: SEEDS (3), CAP (5), MIN_LABELS (1), TARGETS ("0.9 0.95"), PORT (50199).
+# Environment: SEEDS (3), CAP (5), MIN_LABELS (1), TARGETS ("0.9 0.95"), PORT (50199),
+# GOLD_EVERY (0: no gold; n: every n-th scored item is project gold in the dynamic and the
+# fixed runs alike, and is not scored; verity_simulate --gold_every).
 # Writes OUT_DIR/dynamic-*.csv and OUT_DIR/fixed-*.csv (rows of verity_simulate's --out_csv);
 # tools/dynamic_overlap/summary.py OUT_DIR prints the table.
 set -euo pipefail
@@ -24,6 +26,7 @@ cap=${CAP:-5}
 min_labels=${MIN_LABELS:-1}
 targets=${TARGETS:-0.9 0.95}
 port=${PORT:-50199}
+gold_every=${GOLD_EVERY:-0}
 mkdir -p "$out/bin"
 # Copies, so that a rebuild during the run does not change the binaries under test.
 cp -f bazel-bin/server/verity_server bazel-bin/client/verity_simulate "$out/bin/"
@@ -42,7 +45,7 @@ for d in $datasets; do
     for c in none auto; do
       simulate --data=../shared/datasets/$d --policies=uniform --seeds=$seeds \
           --confidence_target=$t --min_labels_per_item=$min_labels \
-          --max_labels_per_item=$cap --calibration=$c \
+          --max_labels_per_item=$cap --calibration=$c --gold_every=$gold_every \
           --budget_fractions=1 --project_prefix=dyn-$c-${t/./} \
           --out_csv="$out/dynamic-$d-$t-$c.csv" 2> "$out/dynamic-$d-$t-$c.log" &
       pids+=($!)
@@ -61,7 +64,8 @@ for d in $datasets; do
                   awk -F, -v s=$s -v n=$total 'NR > 1 && $3 == s { printf "%.10f\n", $4 / n }' "$f"
                 done | sort -u | paste -sd,)
     simulate --data=../shared/datasets/$d --policies=uniform --seeds=1 --first_seed=$s \
-        --max_labels_per_item=$cap --budget_fractions=$fractions --project_prefix=fixed \
+        --max_labels_per_item=$cap --gold_every=$gold_every \
+        --budget_fractions=$fractions --project_prefix=fixed \
         --out_csv="$out/fixed-$d-s$s.csv" 2> "$out/fixed-$d-s$s.log" &
     pids+=($!)
   done
