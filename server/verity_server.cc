@@ -127,7 +127,8 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
                              server->ingest_.get(),          server->scheduler_.get(),
                              server->lease_persister_.get(), server->call_authorizations_.get(),
                              server->keys_.get(),            options.project_quota,
-                             /*shared_leases=*/options.follow_replicas};
+                             /*shared_leases=*/options.follow_replicas,
+                             /*fit_locks=*/server->fit_locks_.get()};
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -34,4 +34,26 @@ absl::StatusOr<std::unique_ptr<FitLock>> FitLocks::TryAcquire(int64_t project_id
   return std::unique_ptr<FitLock>(new FitLock(std::move(*connection), key));
 }
 
+absl::StatusOr<bool> FitLocks::IsHeld(int64_t project_id) {
+  absl::StatusOr<PooledConnection> connection = pool_->Acquire();
+  if (!connection.ok()) return connection.status();
+  const int64_t key = KeyOf(project_id);
+  try {
+    // pg_locks shows a bigint advisory key as classid (high half), objid (low half) and
+    // objsubid 1, for every database of the cluster.
+    return pqxx::nontransaction(**connection)
+        .exec_params1(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1)",
+            static_cast<int64_t>(static_cast<uint64_t>(key) >> 32),
+            static_cast<int64_t>(static_cast<uint64_t>(key) & 0xffffffffu))[0]
+        .as<bool>();
+  } catch (const std::exception& e) {
+    connection->MarkBroken();
+    return absl::UnavailableError(
+        absl::StrCat("reading the fit lock of project ", project_id, ": ", e.what()));
+  }
+}
+
 }  // namespace verity::storage

@@ -46,6 +46,11 @@ class FitLocks {
   // PostgreSQL cannot be reached.
   absl::StatusOr<std::unique_ptr<FitLock>> TryAcquire(int64_t project_id);
 
+  // Whether some session of this database, this replica's own included, holds the lock of
+  // `project_id` now, i.e. a fit of the project is running on some replica. UNAVAILABLE if
+  // PostgreSQL cannot be reached.
+  absl::StatusOr<bool> IsHeld(int64_t project_id);
+
   static int64_t KeyOf(int64_t project_id) {
     return static_cast<int64_t>((static_cast<uint64_t>(kKeySpace) << 32) |
                                 (static_cast<uint64_t>(project_id) & 0xffffffffu));

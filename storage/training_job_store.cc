@@ -146,4 +146,15 @@ absl::StatusOr<std::vector<TrainingJob>> TrainingJobStore::ListJobs(int64_t proj
   });
 }
 
+absl::StatusOr<bool> TrainingJobStore::HasRunningJob(int64_t project_id) {
+  return pool_->WithTransaction("reading running training jobs",
+                                [&](pqxx::work& txn) -> absl::StatusOr<bool> {
+    return txn
+        .exec_params1("SELECT EXISTS (SELECT 1 FROM training_jobs WHERE project_id = $1 "
+                      "AND state = 'running' AND lease_expires_at > now())",
+                      project_id)[0]
+        .as<bool>();
+  });
+}
+
 }  // namespace verity::storage

@@ -69,6 +69,9 @@ class TrainingJobStore {
   absl::StatusOr<TrainingJob> GetJob(int64_t job_id);
   // Every job of the project, oldest first.
   absl::StatusOr<std::vector<TrainingJob>> ListJobs(int64_t project_id);
+  // Whether a worker is fitting the project now: its job is 'running' and the lease has not
+  // expired (an expired lease is a dead worker's).
+  absl::StatusOr<bool> HasRunningJob(int64_t project_id);
 
  private:
   ConnectionPool* const pool_;

@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "models/csv_dataset.h"
 #include "models/testing/dataset_path.h"
 #include "server/state/version_outputs.h"
@@ -923,6 +924,40 @@ TEST_F(EndToEndTest, TrainModelCallsAtOnceWaitForEachOther) {
     EXPECT_EQ(versions[c], 1) << c;
   }
   EXPECT_EQ(fits.load(), 1);
+}
+
+// models.proto: GetModelStatus.training says a fit is running now, and only then.
+TEST_F(EndToEndTest, ModelStatusSaysTrainingWhileAFitRunsAndOnlyThen) {
+  StopServer();
+  absl::Notification fit_started, release_fit;
+  server::TrainingScheduler::Options training;
+  training.run_in_background = false;
+  training.before_fit_for_testing = [&](const server::LiveProject&) {
+    if (!fit_started.HasBeenNotified()) fit_started.Notify();
+    release_fit.WaitForNotification();
+  };
+  StartServer(training);
+  models::CsvDataset data = LoadDataset("bluebirds");
+  ASSERT_TRUE(CreateProject("fitting", data.class_names, 0, v1::TRUTH_METHOD_DAWID_SKENE).ok());
+  SubmitDataset("fitting", data);
+  EXPECT_FALSE(ModelStatus("fitting").training());
+  grpc::Status trained;
+  std::thread call([&] {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::TrainModelRequest request;
+    request.set_project("fitting");
+    v1::TrainModelResponse response;
+    trained = models_->TrainModel(&context, request, &response);
+  });
+  fit_started.WaitForNotification();
+  EXPECT_TRUE(ModelStatus("fitting").training());
+  release_fit.Notify();
+  call.join();
+  EXPECT_TRUE(trained.ok()) << trained.error_message();
+  const v1::GetModelStatusResponse after = ModelStatus("fitting");
+  EXPECT_FALSE(after.training());
+  EXPECT_EQ(after.current_version().version(), 1);
 }
 
 // projects.proto: items of higher priority are suggested before any of lower priority, and

@@ -31,6 +31,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/verity_server.h"
+#include "storage/fit_lock.h"
 #include "tests/test_postgres.h"
 #include "tests/test_server.h"
 #include "verity/v1/assignment.grpc.pb.h"
@@ -56,6 +57,7 @@ struct Replica {
   std::unique_ptr<v1::IngestService::Stub> ingest;
   std::unique_ptr<v1::TruthService::Stub> truth;
   std::unique_ptr<v1::AssignmentService::Stub> assignment;
+  std::unique_ptr<v1::ModelService::Stub> model;
 };
 
 class ReplicasTest : public ::testing::Test {
@@ -90,6 +92,7 @@ class ReplicasTest : public ::testing::Test {
     r->ingest = v1::IngestService::NewStub(r->channel);
     r->truth = v1::TruthService::NewStub(r->channel);
     r->assignment = v1::AssignmentService::NewStub(r->channel);
+    r->model = v1::ModelService::NewStub(r->channel);
     replicas_.push_back(std::move(r));
     return *replicas_.back();
   }
@@ -410,6 +413,61 @@ TEST_F(ReplicasTest, OneReplicaFitsEachRefitAndTheOthersServeItsVersion) {
   for (Replica* r : {&a, &b, &c}) EXPECT_EQ(ServedVersion(*r, project), max_version);
   std::cout << "fits " << fits.load() << ", versions " << versions << " for " << labels
             << " labels over 3 replicas\n";
+}
+
+TEST_F(ReplicasTest, ModelStatusSaysTrainingWhileAnotherReplicaOrAWorkerFits) {
+  Replica& r = StartReplica();
+  const std::string project = "fitting-elsewhere";
+  CreateProject(r, project, v1::TRUTH_METHOD_DAWID_SKENE);
+  auto training = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::GetModelStatusRequest request;
+    request.set_project(project);
+    v1::GetModelStatusResponse response;
+    grpc::Status status = r.model->GetModelStatus(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.training();
+  };
+  pqxx::connection db(pg_->url());
+  const int64_t project_id = [&] {
+    pqxx::work txn(db);
+    return txn.exec_params1("SELECT project_id FROM projects WHERE name = $1", project)[0]
+        .as<int64_t>();
+  }();
+  EXPECT_FALSE(training());
+
+  // Another replica fitting the project holds its fit lock (storage/fit_lock.h) for the fit.
+  pqxx::nontransaction other_replica(db);
+  other_replica.exec_params("SELECT pg_advisory_lock($1)", storage::FitLocks::KeyOf(project_id));
+  EXPECT_TRUE(training());
+  other_replica.exec_params("SELECT pg_advisory_unlock($1)",
+                            storage::FitLocks::KeyOf(project_id));
+  EXPECT_FALSE(training());
+  // Another project's lock says nothing about this one.
+  other_replica.exec_params("SELECT pg_advisory_lock($1)",
+                            storage::FitLocks::KeyOf(project_id + 1));
+  EXPECT_FALSE(training());
+  other_replica.exec_params("SELECT pg_advisory_unlock($1)",
+                            storage::FitLocks::KeyOf(project_id + 1));
+
+  // A worker fitting it has claimed its job: 'running' under a lease that has not expired.
+  other_replica.exec_params(
+      "INSERT INTO training_jobs (project_id, state, attempts, worker, lease_expires_at) "
+      "VALUES ($1, 'running', 1, 'worker-1', now() + interval '1 minute')",
+      project_id);
+  EXPECT_TRUE(training());
+  // Its lease expired: the worker died, nothing fits.
+  other_replica.exec_params(
+      "UPDATE training_jobs SET lease_expires_at = now() - interval '1 second' "
+      "WHERE project_id = $1",
+      project_id);
+  EXPECT_FALSE(training());
+  other_replica.exec_params(
+      "UPDATE training_jobs SET state = 'done', lease_expires_at = now() + interval '1 minute' "
+      "WHERE project_id = $1",
+      project_id);
+  EXPECT_FALSE(training());
 }
 
 TEST_F(ReplicasTest, MeasuresHowSoonOtherReplicasServeANewVersion) {

@@ -6,6 +6,9 @@
 #include "server/api/grpc_status.h"
 #include "server/api/proto_time.h"
 #include "server/api/validation.h"
+#include "server/observability/log.h"
+#include "storage/fit_lock.h"
+#include "storage/training_job_store.h"
 
 namespace verity::server {
 namespace {
@@ -19,6 +22,29 @@ void FillVersion(const storage::ModelVersionRecord& record, v1::ModelVersion* ou
   out->set_iterations(record.iterations);
   out->set_duration_ms(record.duration_ms);
   SetTimestamp(record.created_at, out->mutable_created_at());
+}
+
+// Whether a fit of the project runs outside this server: on another replica (it holds the
+// project's fit lock) or on a training worker (the project's job is running under a live
+// lease). A database that cannot answer counts as "no", logged: GetModelStatus still serves
+// what this server knows.
+bool FitRunsElsewhere(const ServerCore& core, const LiveProject& live) {
+  const int64_t project_id = live.identity().project_id;
+  if (core.fit_locks != nullptr) {
+    absl::StatusOr<bool> held = core.fit_locks->IsHeld(project_id);
+    if (held.ok() && *held) return true;
+    if (!held.ok()) {
+      LogEvent("model_status_fit_lock_unknown", {{"project", live.identity().name},
+                                                 {"error", held.status().ToString()}});
+    }
+  }
+  if (core.storage->jobs != nullptr) {
+    absl::StatusOr<bool> running = core.storage->jobs->HasRunningJob(project_id);
+    if (running.ok()) return *running;
+    LogEvent("model_status_training_job_unknown", {{"project", live.identity().name},
+                                                   {"error", running.status().ToString()}});
+  }
+  return false;
 }
 
 }  // namespace
@@ -69,7 +95,7 @@ grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext* context,
   ProjectCounts counts = live.Counts();
   response->set_num_labels(counts.num_labels);
   response->set_labels_since_version(counts.labels_since_version);
-  response->set_training(counts.training);
+  response->set_training(counts.training || FitRunsElsewhere(core_, live));
   return grpc::Status::OK;
 }
 

@@ -12,6 +12,7 @@
 #include "server/state/project_registry.h"
 #include "server/state/storage_handles.h"
 #include "server/training/training_scheduler.h"
+#include "storage/fit_lock.h"
 
 namespace verity::server {
 
@@ -29,6 +30,9 @@ struct ServerCore {
   // Several replicas share the database (VerityServer::Options::follow_replicas): leases are
   // claimed in PostgreSQL at once (RankAndClaimItems) instead of written behind the request.
   bool shared_leases = false;
+  // Null unless the replicas share the database: the fit locks, through which GetModelStatus
+  // sees a fit running on another replica.
+  storage::FitLocks* fit_locks = nullptr;
 
   // OK when `added` keeps `live` within its limits (settings.limits, else quota_defaults);
   // otherwise RESOURCE_EXHAUSTED naming the limit. Every handler that adds items or annotators
