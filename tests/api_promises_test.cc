@@ -20,6 +20,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pqxx/pqxx>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -696,6 +697,164 @@ TEST_F(ApiPromisesTest, ANewProjectWithoutAMethodIsStoredAsAuto) {
   absl::StatusOr<v1::GetModelStatusResponse> restarted = client_->GetModelStatus("after-auto");
   ASSERT_THAT(restarted, IsOk());
   EXPECT_EQ(restarted->method(), v1::TRUTH_METHOD_AUTO);
+}
+
+// truth.proto: GetPosteriors answers "in request order", whatever the order of creation.
+TEST_F(ApiPromisesTest, GetPosteriorsAnswersInRequestOrder) {
+  CreateProject("order");
+  // i0 has 1 label, i1 2, i2 3, so that each answer shows which item it is.
+  Submit("order", {{"i0", "w0", 0},
+                   {"i1", "w0", 1}, {"i1", "w1", 1},
+                   {"i2", "w0", 0}, {"i2", "w1", 0}, {"i2", "w2", 0}});
+  auto truth = v1::TruthService::NewStub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::GetPosteriorsRequest request;
+  request.set_project("order");
+  for (const char* id : {"i2", "i0", "i1"}) request.add_items(id);
+  v1::GetPosteriorsResponse response;
+  const grpc::Status status = truth->GetPosteriors(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.posteriors_size(), 3);
+  EXPECT_EQ(response.posteriors(0).item(), "i2");
+  EXPECT_EQ(response.posteriors(0).num_labels(), 3);
+  EXPECT_EQ(response.posteriors(1).item(), "i0");
+  EXPECT_EQ(response.posteriors(1).num_labels(), 1);
+  EXPECT_EQ(response.posteriors(2).item(), "i1");
+  EXPECT_EQ(response.posteriors(2).num_labels(), 2);
+}
+
+// models.proto: ListModelVersions' limit is "1 to 1,000; 0 = 20. Newest first", and every
+// field of a ModelVersion is the stored version's, its watermark the sequence number of the
+// newest annotation the fit saw.
+TEST_F(ApiPromisesTest, ListModelVersionsHonoursTheLimitNewestFirstWithTheStoredFields) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("versions", settings);
+  for (int v = 0; v < 3; ++v) {
+    Submit("versions", {{absl::StrCat("i", v), "w0", 0}, {absl::StrCat("i", v), "w1", 1},
+                        {absl::StrCat("i", v), "w2", v % 2}});
+    ASSERT_THAT(Train("versions"), IsOk());
+  }
+  auto versions_of = [&](int32_t limit) {
+    std::vector<int32_t> out;
+    absl::StatusOr<std::vector<v1::ModelVersion>> listed =
+        client_->ListModelVersions("versions", limit);
+    EXPECT_THAT(listed, IsOk());
+    if (listed.ok()) {
+      for (const v1::ModelVersion& v : *listed) out.push_back(v.version());
+    }
+    return out;
+  };
+  EXPECT_THAT(versions_of(1), ElementsAre(3));
+  EXPECT_THAT(versions_of(2), ElementsAre(3, 2));
+  EXPECT_THAT(versions_of(1000), ElementsAre(3, 2, 1));
+  EXPECT_THAT(versions_of(0), ElementsAre(3, 2, 1));
+  EXPECT_THAT(client_->ListModelVersions("versions", 1001),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+
+  absl::StatusOr<std::vector<v1::ModelVersion>> listed =
+      client_->ListModelVersions("versions", 1);
+  ASSERT_THAT(listed, IsOk());
+  ASSERT_THAT(*listed, SizeIs(1));
+  const v1::ModelVersion& newest = (*listed)[0];
+  absl::StatusOr<storage::ProjectRecord> project =
+      server_->core().storage->projects->GetProjectByName("versions");
+  ASSERT_THAT(project, IsOk());
+  absl::StatusOr<std::vector<storage::ModelVersionRecord>> stored =
+      server_->core().storage->versions->ListModelVersions(project->project_id, 1);
+  ASSERT_THAT(stored, IsOk());
+  ASSERT_THAT(*stored, SizeIs(1));
+  const storage::ModelVersionRecord& row = (*stored)[0];
+  EXPECT_EQ(newest.version(), row.version);
+  EXPECT_EQ(newest.method(), v1::TRUTH_METHOD_DAWID_SKENE);
+  EXPECT_EQ(newest.num_labels(), 9);
+  EXPECT_EQ(newest.num_labels(), row.num_labels);
+  EXPECT_EQ(newest.watermark(), row.watermark);
+  EXPECT_DOUBLE_EQ(newest.log_likelihood(), row.log_likelihood);
+  EXPECT_LT(newest.log_likelihood(), 0);
+  EXPECT_EQ(newest.iterations(), row.iterations);
+  EXPECT_GE(newest.iterations(), 1);
+  EXPECT_DOUBLE_EQ(newest.duration_ms(), row.duration_ms);
+  EXPECT_EQ(newest.created_at().seconds(), absl::ToUnixSeconds(row.created_at));
+  // The fit saw every label: its watermark is the largest sequence number of the project's
+  // annotations.
+  absl::StatusOr<int64_t> newest_seq = server_->core().storage->pool->WithTransaction(
+      "newest seq", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+        return txn.exec_params1("SELECT max(seq) FROM annotations WHERE project_id = $1",
+                                project->project_id)[0]
+            .as<int64_t>();
+      });
+  ASSERT_THAT(newest_seq, IsOk());
+  EXPECT_EQ(newest.watermark(), *newest_seq);
+}
+
+// projects.proto: CreateProject ignores the output-only fields of the project it is given.
+TEST_F(ApiPromisesTest, CreateProjectIgnoresOutputOnlyFields) {
+  v1::Project project;
+  project.set_name("output-only");
+  project.add_classes("no");
+  project.add_classes("yes");
+  project.set_num_items(99);
+  project.set_num_annotators(7);
+  project.set_num_labels(1234);
+  project.mutable_created_at()->set_seconds(86400);
+  const absl::Time before = absl::Now();
+  absl::StatusOr<v1::Project> created = client_->CreateProject(project);
+  ASSERT_THAT(created, IsOk());
+  for (const absl::StatusOr<v1::Project>& p : {created, client_->GetProject("output-only")}) {
+    ASSERT_THAT(p, IsOk());
+    EXPECT_EQ(p->num_items(), 0);
+    EXPECT_EQ(p->num_annotators(), 0);
+    EXPECT_EQ(p->num_labels(), 0);
+    EXPECT_GE(p->created_at().seconds(), absl::ToUnixSeconds(before) - 60);
+  }
+}
+
+// projects.proto: AddItems on an existing id replaces its gold, and the served posterior
+// follows: clamped to the new gold class.
+TEST_F(ApiPromisesTest, AChangedGoldLabelIsServedAtOnce) {
+  CreateProject("regold");
+  Submit("regold", {{"x", "w0", 0}, {"x", "w1", 0}, {"x", "w2", 0}});
+  auto set_gold = [&](int32_t gold) {
+    v1::Item item;
+    item.set_id("x");
+    item.set_gold_label(gold);
+    ASSERT_THAT(client_->AddItems("regold", {item}), IsOk());
+  };
+  auto served = [&] {
+    absl::StatusOr<std::vector<v1::Posterior>> p = client_->GetPosteriors("regold", {"x"});
+    EXPECT_THAT(p, IsOk());
+    return p.ok() && p->size() == 1 ? (*p)[0] : v1::Posterior();
+  };
+  set_gold(0);
+  v1::Posterior p = served();
+  EXPECT_TRUE(p.is_gold());
+  EXPECT_EQ(p.map_label(), 0);
+  set_gold(1);  // Against every crowd label.
+  p = served();
+  EXPECT_TRUE(p.is_gold());
+  EXPECT_EQ(p.map_label(), 1);
+  ASSERT_EQ(p.probabilities_size(), 2);
+  EXPECT_DOUBLE_EQ(p.probabilities(1), 1.0);
+  EXPECT_DOUBLE_EQ(p.probabilities(0), 0.0);
+}
+
+// projects.proto: a refused AddAnnotators is refused whole; the valid annotators before the
+// bad one are not created either.
+TEST_F(ApiPromisesTest, ARefusedAddAnnotatorsCreatesNoAnnotator) {
+  CreateProject("refused-annotators");
+  std::vector<v1::Annotator> annotators(3);
+  annotators[0].set_id("good-0");
+  annotators[1].set_id("good-1");
+  annotators[2].set_id("bad\tid");
+  EXPECT_THAT(client_->AddAnnotators("refused-annotators", annotators),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client_->GetAnnotatorProfiles("refused-annotators", {"good-0"}),
+              StatusIs(absl::StatusCode::kNotFound));
+  absl::StatusOr<v1::Project> project = client_->GetProject("refused-annotators");
+  ASSERT_THAT(project, IsOk());
+  EXPECT_EQ(project->num_annotators(), 0);
 }
 
 }  // namespace
