@@ -1110,6 +1110,49 @@ TEST_F(RefusedWriteTest, CallsOfExactlyTheLimitAreAccepted) {
   EXPECT_EQ(outcome.code, grpc::StatusCode::OK) << outcome.message;
 }
 
+// The other per-call limits are inclusive too (assignment.proto, truth.proto, models.proto,
+// keys.proto; the table above refuses one more): SuggestItems k = 1,000 with 100,000
+// candidate items, SuggestAnnotators k = 1,000 with 10,000 candidates, GetAnnotatorProfiles
+// page_size = 10,000, ListModelVersions limit = 1,000 and a key name of 256 bytes.
+TEST_F(RefusedWriteTest, OtherLimitsAtTheirTopAreAccepted) {
+  const v1::Project project = NewProject();
+  ASSERT_EQ(CreateProject(stubs(), project).code, grpc::StatusCode::OK);
+  v1::AddItemsRequest items = Items(3);
+  items.set_project(project.name());
+  ASSERT_EQ(AddItems(stubs(), items).code, grpc::StatusCode::OK);
+
+  v1::SuggestItemsRequest suggest_items;
+  suggest_items.set_project(project.name());
+  suggest_items.set_annotator("w-top");
+  suggest_items.set_k(1000);
+  for (int i = 0; i < 100000; ++i) suggest_items.add_candidate_items(absl::StrCat("item-", i));
+  Outcome outcome = SuggestItems(stubs(), suggest_items);
+  EXPECT_EQ(outcome.code, grpc::StatusCode::OK) << outcome.message;
+
+  v1::SuggestAnnotatorsRequest suggest_annotators;
+  suggest_annotators.set_project(project.name());
+  suggest_annotators.set_item("item-0");
+  suggest_annotators.set_k(1000);
+  for (int a = 0; a < 10000; ++a) suggest_annotators.add_candidates(absl::StrCat("w-", a));
+  outcome = SuggestAnnotators(stubs(), suggest_annotators);
+  EXPECT_EQ(outcome.code, grpc::StatusCode::OK) << outcome.message;
+
+  v1::GetAnnotatorProfilesRequest profiles;
+  profiles.set_project(project.name());
+  profiles.set_page_size(10000);
+  outcome = GetAnnotatorProfiles(stubs(), profiles);
+  EXPECT_EQ(outcome.code, grpc::StatusCode::OK) << outcome.message;
+
+  outcome = ListModelVersions(stubs(), 1000);
+  EXPECT_EQ(outcome.code, grpc::StatusCode::OK) << outcome.message;
+
+  v1::CreateKeyRequest key;
+  key.set_name(std::string(256, 'n'));
+  key.set_role(v1::ROLE_READER);
+  outcome = CreateKey(stubs(), key);
+  EXPECT_EQ(outcome.code, grpc::StatusCode::OK) << outcome.message;
+}
+
 // A refused AddItems writes nothing, not even the valid items before the bad one.
 TEST_F(RefusedWriteTest, RefusedAddItemsWritesNoItem) {
   v1::AddItemsRequest request = Items(2);
