@@ -573,6 +573,45 @@ TEST_F(EndToEndTest, TrainModelWithNothingNewReturnsTheCurrentVersion) {
   EXPECT_EQ(stored_versions(), 3);
 }
 
+// models.proto: with enough gold items (50 with labels, models/calibrated_truth_model.h) the
+// map is fitted on gold: source "gold", gold_items the gold items it was fitted on, and
+// their ECE before the map. bluebirds with every other gold item given as project gold (54);
+// ds is overconfident there, so the map softens (temperature < 1) and the raw ECE is far from 0.
+TEST_F(EndToEndTest, ModelStatusReportsAGoldCalibrationMap) {
+  models::CsvDataset data = LoadDataset("bluebirds");
+  ASSERT_TRUE(CreateProject("gold-map", data.class_names, 0, v1::TRUTH_METHOD_DAWID_SKENE).ok());
+  SubmitDataset("gold-map", data);
+  v1::AddItemsRequest gold;
+  gold.set_project("gold-map");
+  int given = 0, seen = 0;
+  for (size_t i = 0; i < data.item_ids.size(); ++i) {
+    if (data.gold[i] < 0) continue;
+    if (seen++ % 2 != 0) continue;
+    v1::Item* item = gold.add_items();
+    item->set_id(data.item_ids[i]);
+    item->set_gold_label(data.gold[i]);
+    ++given;
+  }
+  ASSERT_EQ(given, 54);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddItemsResponse added;
+    ASSERT_TRUE(projects_->AddItems(&context, gold, &added).ok());
+  }
+  ASSERT_TRUE(server_->core().scheduler->RefitDueProjectsNow().ok());
+  const v1::GetModelStatusResponse status = ModelStatus("gold-map");
+  ASSERT_EQ(status.current_version().version(), 1);
+  ASSERT_TRUE(status.has_calibration());
+  EXPECT_EQ(status.calibration().source(), "gold");
+  EXPECT_EQ(status.calibration().gold_items(), given);
+  EXPECT_GT(status.calibration().temperature(), 0.0);
+  EXPECT_LT(status.calibration().temperature(), 1.0);
+  EXPECT_GT(status.calibration().gold_ece_raw(), 0.02);
+  EXPECT_GE(status.calibration().gold_ece(), 0.0);
+  EXPECT_LE(status.calibration().gold_ece(), 1.0);
+}
+
 // GetModelStatus reports the served version's metadata without reading its parameters (which
 // can be large): here reading them raises an error, and the call still answers.
 TEST_F(EndToEndTest, GetModelStatusDoesNotReadTheModelParameters) {
