@@ -1,8 +1,11 @@
 #include "models/bwa.h"
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -238,6 +241,210 @@ TEST(BwaTest, HandCheckedPrecisionsOnAGoldClampedFit) {
   ASSERT_TRUE(mu.has_value());
   EXPECT_NEAR((*mu)[0], 0.5, 1e-12);
   EXPECT_NEAR((*mu)[1], 0.5, 1e-12);
+}
+
+// Promise (bwa.h): b_k is floored at kMinRate * a_v, so a crowd in full agreement (zero variance
+// under the majority vote) still gets finite precisions; an id outside the fit gets the prior
+// mean precision a_v / b_k = a_v / (kMinRate a_v) = 1 / kMinRate = 1e6 in every class.
+TEST(BwaTest, AUnanimousCrowdFloorsTheRateAtMinRateTimesTheShape) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(
+      2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 1}});
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const std::optional<std::vector<double>> prior = model->AnnotatorPrecision(-1);
+  ASSERT_TRUE(prior.has_value());
+  ASSERT_EQ(prior->size(), 2u);
+  for (double v : *prior) {
+    EXPECT_NEAR(v, 1.0 / BwaModel::kMinRate, 1e-6);
+    EXPECT_TRUE(std::isfinite(v));
+  }
+  for (int32_t a : {0, 1}) {
+    const std::vector<double> v = *model->AnnotatorPrecision(a);
+    for (double x : v) EXPECT_TRUE(std::isfinite(x) && x > 0) << a;
+  }
+}
+
+// A restored K = 2 model with class means `mu`, no annotators, prior precisions (2, 2).
+std::unique_ptr<BwaModel> RestoredWithClassMeans(double mu0, double mu1) {
+  ByteWriter writer;
+  WriteModelHeader(writer, BwaModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(0);  // annotators
+  for (double v : {mu0, mu1, 2.0, 2.0}) writer.WriteF64(v);
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(2);
+  EXPECT_THAT(model->Restore(writer.Finish()), IsOk());
+  return model;
+}
+
+// Promise (bwa.h): Restore accepts class means anywhere in [0, 1], ends included, and the
+// posterior is z_i normalised to sum to 1. With no labels z_i = mu: mu = (1, 0) gives (1, 0);
+// mu = (0, 0) gives z_i = 0, which no normalisation can turn into a distribution: the posterior
+// is then uniform.
+TEST(BwaTest, ClassMeansAtTheEndsOfTheUnitIntervalAreValid) {
+  std::vector<double> out(2);
+  std::unique_ptr<BwaModel> certain = RestoredWithClassMeans(1.0, 0.0);
+  ASSERT_TRUE(certain->has_parameters());
+  certain->ItemPosterior({}, -1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({1.0, 0.0}));
+  std::unique_ptr<BwaModel> zero = RestoredWithClassMeans(0.0, 0.0);
+  ASSERT_TRUE(zero->has_parameters());
+  zero->ItemPosterior({}, -1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.5, 0.5}));
+}
+
+// Promise (bwa.h): Restore refuses a precision that is not finite and > 0 (0, infinity, NaN)
+// and a class mean outside [0, 1], and leaves the model as it was.
+TEST(BwaTest, RestoreRefusesZeroOrNonFinitePrecisionsAndMeansOutsideTheUnitInterval) {
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(2);
+  const auto blob = [](double mu0, double precision) {
+    ByteWriter writer;
+    WriteModelHeader(writer, BwaModel::kMethod, true);
+    writer.WriteU32(2);
+    writer.WriteU32(0);
+    for (double v : {mu0, 0.5, 2.0, precision}) writer.WriteF64(v);
+    return writer.Finish();
+  };
+  ASSERT_THAT(model->Restore(blob(0.5, 3.0)), IsOk());
+  for (double bad : {0.0, std::numeric_limits<double>::infinity(),
+                     std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_THAT(model->Restore(blob(0.5, bad)), StatusIs(absl::StatusCode::kInvalidArgument))
+        << bad;
+  }
+  for (double bad : {-0.01, 1.01, std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_THAT(model->Restore(blob(bad, 3.0)), StatusIs(absl::StatusCode::kInvalidArgument))
+        << bad;
+  }
+  EXPECT_EQ(*model->AnnotatorPrecision(-1), std::vector<double>({2.0, 3.0}));
+}
+
+// Promise (bwa.h): the reported confusion has p_k = 1 - K / (2 v_jk) clamped into
+// [1/K, 1 - 1e-6]. A precision of 1e9 gives 1 - 1e-9 before the clamp: the diagonal is
+// 1 - 1e-6 and the off-diagonal 1e-6.
+TEST(BwaTest, TheConfusionDiagonalIsClampedBelowOne) {
+  ByteWriter writer;
+  WriteModelHeader(writer, BwaModel::kMethod, true);
+  writer.WriteU32(2);
+  writer.WriteU32(1);
+  for (double v : {0.5, 0.5, 2.0, 2.0, 1e9, 1e9}) writer.WriteF64(v);
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(2);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  const std::vector<double> q = model->AnnotatorConfusion(0);
+  ASSERT_EQ(q.size(), 4u);
+  EXPECT_DOUBLE_EQ(q[0], 1.0 - 1e-6);
+  EXPECT_NEAR(q[1], 1e-6, 1e-15);
+  EXPECT_DOUBLE_EQ(q[3], 1.0 - 1e-6);
+  EXPECT_NEAR(q[2], 1e-6, 1e-15);
+}
+
+// Promise (bwa.h): mu_k is the mean of z_ik over the items, and an item without labels has no
+// evidence, so its z_i is the class means themselves and cannot move them: adding an unlabelled
+// item to the gold-clamped fit above leaves mu = (1/2, 1/2), and the unlabelled item's posterior
+// is mu normalised, (1/2, 1/2).
+TEST(BwaTest, AnItemWithoutLabelsDoesNotMoveTheClassMeans) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(
+      3, 3, 2, {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {1, 0, 0}, {1, 1, 1}});
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(2);
+  ASSERT_THAT(model->Fit(m, std::vector<int32_t>{0, 1, -1}, false), IsOk());
+  const std::optional<std::vector<double>> mu = model->ClassMean();
+  ASSERT_TRUE(mu.has_value());
+  EXPECT_NEAR((*mu)[0], 0.5, 1e-12);
+  EXPECT_NEAR((*mu)[1], 0.5, 1e-12);
+  const std::vector<double> p = AllPosteriors(*model, m, {});
+  EXPECT_NEAR(p[4], 0.5, 1e-12);
+  EXPECT_NEAR(p[5], 0.5, 1e-12);
+  // The precisions are those of the fit without the unlabelled item.
+  EXPECT_NEAR((*model->AnnotatorPrecision(0))[0], 4.25, 1e-12);
+}
+
+// Promise (bwa.h), the whole fit: a direct transcription of the documented updates, run on a
+// small crowd, must agree with Fit on the number of iterations (the authors' stopping rule:
+// every z_ik within 1e-8 + 1e-3 |z_ik| of its previous value), the precisions and the class
+// means. z starts as the majority-vote fractions, which set b_k = a_v c (label-weighted mean of
+// z_ik (1 - z_ik)), c = 4 (1 - 1/K); each iteration computes mu_k = mean of z_ik, then
+// v_jk = (a_v + n_j) / (b_k + sum (z_ik - [y = k])^2), then z_ik = (lambda mu_k +
+// sum v_jk [y = k]) / (lambda + sum v_jk).
+TEST(BwaTest, FitFollowsTheDocumentedUpdatesAndStoppingRule) {
+  constexpr int kItems = 40, kAnnotators = 5, kClasses = 3;
+  std::mt19937 rng(5);
+  std::vector<Annotation> triples;
+  for (int32_t i = 0; i < kItems; ++i) {
+    const int32_t truth = i % kClasses;
+    for (int32_t a = 0; a < kAnnotators; ++a) {
+      if ((i + a) % 4 == 0) continue;  // about 4 labels per item
+      const bool right = std::uniform_real_distribution<double>(0, 1)(rng) < 0.5 + 0.1 * a;
+      triples.push_back({i, a, right ? truth : (truth + 1 + a % 2) % kClasses});
+    }
+  }
+  const AnnotationMatrix m = *AnnotationMatrix::Build(kItems, kAnnotators, kClasses, triples);
+  const double av = 15.0, lambda = 1.0, c = 4.0 * (1.0 - 1.0 / kClasses);
+  std::vector<std::vector<double>> z(kItems, std::vector<double>(kClasses, 0.0));
+  std::vector<double> b(kClasses, 0.0);
+  for (const Annotation& t : triples) z[t.item][t.label] += 1.0;
+  for (int32_t i = 0; i < kItems; ++i) {
+    double n = 0;
+    for (double x : z[i]) n += x;
+    for (int k = 0; k < kClasses; ++k) {
+      z[i][k] /= n;
+      b[k] += n * z[i][k] * (1 - z[i][k]);
+    }
+  }
+  for (double& bk : b) bk = av * c * bk / static_cast<double>(triples.size());
+  std::vector<double> mu(kClasses);
+  std::vector<std::vector<double>> v(kAnnotators, std::vector<double>(kClasses));
+  int iterations = 0;
+  for (bool converged = false; !converged && iterations < 100; ++iterations) {
+    for (int k = 0; k < kClasses; ++k) {
+      mu[k] = 0;
+      for (int32_t i = 0; i < kItems; ++i) mu[k] += z[i][k] / kItems;
+      for (int32_t a = 0; a < kAnnotators; ++a) {
+        double n = 0, squares = 0;
+        for (const Annotation& t : triples) {
+          if (t.annotator != a) continue;
+          n += 1;
+          const double d = z[t.item][k] - (t.label == k ? 1.0 : 0.0);
+          squares += d * d;
+        }
+        v[a][k] = (av + n) / (b[k] + squares);
+      }
+    }
+    converged = true;
+    std::vector<std::vector<double>> next(kItems, std::vector<double>(kClasses));
+    for (int32_t i = 0; i < kItems; ++i) {
+      for (int k = 0; k < kClasses; ++k) {
+        double numerator = lambda * mu[k], denominator = lambda;
+        for (const Annotation& t : triples) {
+          if (t.item != i) continue;
+          numerator += t.label == k ? v[t.annotator][k] : 0.0;
+          denominator += v[t.annotator][k];
+        }
+        next[i][k] = numerator / denominator;
+        if (std::abs(next[i][k] - z[i][k]) > 1e-8 + 1e-3 * std::abs(next[i][k])) {
+          converged = false;
+        }
+      }
+    }
+    z = next;
+  }
+  ASSERT_LT(iterations, 100);
+  ASSERT_GT(iterations, 2);
+
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(kClasses);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_EQ(report->iterations, iterations);
+  for (int k = 0; k < kClasses; ++k) {
+    EXPECT_NEAR((*model->ClassMean())[k], mu[k], 1e-9) << k;
+    EXPECT_NEAR((*model->AnnotatorPrecision(-1))[k], av / b[k], 1e-9) << k;
+    for (int32_t a = 0; a < kAnnotators; ++a) {
+      EXPECT_NEAR((*model->AnnotatorPrecision(a))[k], v[a][k], 1e-9) << a << " " << k;
+    }
+  }
+  const std::vector<double> p = AllPosteriors(*model, m, {});
+  for (int32_t i = 0; i < kItems; ++i) {
+    const double total = z[i][0] + z[i][1] + z[i][2];
+    for (int k = 0; k < kClasses; ++k) EXPECT_NEAR(p[3 * i + k], z[i][k] / total, 1e-9) << i;
+  }
 }
 
 }  // namespace

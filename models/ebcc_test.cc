@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -362,6 +364,106 @@ TEST(EbccTest, PredictLabelConditionsOnTheSubtypeSoCorrelatedAnnotatorsPredictEa
     class_only += std::log(d[held[i]]) / kItems;
   }
   EXPECT_GT(subtype, class_only + 0.05) << "subtype " << subtype << " class only " << class_only;
+}
+
+// Promise (ebcc.h): Restore refuses a Dirichlet parameter below its prior or not finite, and
+// leaves the model as it was: nu below alpha (1), eta below a_pi / M (0.01), a confusion cell
+// below beta (4 on the diagonal, 1 elsewhere; checked in the last subtype of class 1 too), or
+// infinity / NaN anywhere. The priors themselves are accepted.
+TEST(EbccTest, RestoreRefusesEveryParameterBelowItsPriorOrNotFinite) {
+  // K = 2, one annotator; `at` (0..61, in the order nu, eta, mu) is overwritten with `value`.
+  const auto blob = [](int at, double value) {
+    std::vector<double> v = {1.0, 1.0};
+    for (int c = 0; c < 20; ++c) v.push_back(0.01);
+    for (int t = 0; t < 2; ++t) {
+      for (int m = 0; m < 10; ++m) {
+        for (int l = 0; l < 2; ++l) v.push_back(t == l ? 4.0 : 1.0);
+      }
+    }
+    if (at >= 0) v[at] = value;
+    ByteWriter writer;
+    WriteModelHeader(writer, EbccModel::kMethod, true);
+    writer.WriteU32(2);   // classes
+    writer.WriteU32(10);  // subtypes
+    writer.WriteU32(1);   // annotators
+    for (double x : v) writer.WriteF64(x);
+    return writer.Finish();
+  };
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2);
+  ASSERT_THAT(model->Restore(blob(-1, 0.0)), IsOk());
+  ASSERT_THAT(model->Restore(blob(0, 3.0)), IsOk());
+  const std::string good = model->Serialize();
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // nu_0, eta_{0,0}, eta_{1,9}, the diagonal and off-diagonal of (class 1, subtype 9).
+  for (const auto& [at, value] : std::vector<std::pair<int, double>>{
+           {0, 0.5}, {1, inf}, {2, 0.005}, {21, 0.0}, {21, nan}, {61, 3.9}, {60, 0.9},
+           {61, inf}, {25, nan}}) {
+    EXPECT_THAT(model->Restore(blob(at, value)), StatusIs(absl::StatusCode::kInvalidArgument))
+        << at << " " << value;
+  }
+  EXPECT_TRUE(model->Serialize() == good) << "a refused Restore changed the model";
+}
+
+// Promise (ebcc.h): gold items are clamped, q_i(k, m) = 0 for k other than the gold class, so the
+// log normaliser of a gold item runs over the subtypes of its gold class only. The warm
+// iteration of the test above with the item's gold class g: ll = log(10 exp(class g)), with the
+// per-subtype log scores class0 and class1 computed there.
+TEST(EbccTest, AGoldItemAddsTheLogNormaliserOfItsGoldClassSubtypes) {
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 1, 2, {{0, 0, 0}});
+  const double class0 = -1.0 / 3 - Harmonic(9) - 0.25;
+  const double class1 = -11.0 / 6 - (Harmonic(19) - 1) - 25.0 / 12;
+  for (int32_t g : {0, 1}) {
+    std::unique_ptr<EbccModel> model = AsymmetricPriorModel(one_iteration);
+    absl::StatusOr<FitReport> report = model->Fit(m, std::vector<int32_t>{g}, true);
+    ASSERT_THAT(report, IsOk());
+    EXPECT_EQ(report->iterations, 1);
+    EXPECT_NEAR(report->log_likelihood, std::log(10.0) + (g == 0 ? class0 : class1), 1e-12) << g;
+  }
+}
+
+// Promise (ebcc.h): M-step nu_k = alpha + sum_i q_i(k), eta_km = a_pi / M + sum_i q_i(k, m),
+// mu_jkml = beta_kl + sum over j's labels l of q_i(k, m), with alpha = 1, a_pi / M = 0.01,
+// beta = (4, 1 | 1, 4); gold items have q_i(k, m) = 0 for k other than the gold class. Three
+// items, all gold class 0, annotator 0 says 0, 0, 1. Whatever the split over the subtypes:
+// nu = (4, 1); class 1 has no mass, so each eta_1m is 0.01 and each of annotator 0's class-1
+// rows is the prior (1, 4); class 0's eta sum to 0.1 + 3, and its rows summed over the
+// subtypes to 10 (4, 1) + (2, 1) = (42, 11). The parameters are read back from Serialize()
+// (nu, eta, then annotator blocks [k][m][l], as the Restore blobs above).
+TEST(EbccTest, TheDirichletsArePriorPlusCountsByTrueClassAndSubtype) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(3, 1, 2, {{0, 0, 0}, {1, 0, 0}, {2, 0, 1}});
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2);
+  ASSERT_THAT(model->Fit(m, std::vector<int32_t>{0, 0, 0}, false), IsOk());
+  const std::string blob = model->Serialize();
+  absl::StatusOr<ByteReader> reader = ByteReader::Open(blob);
+  ASSERT_THAT(reader, IsOk());
+  ASSERT_THAT(ReadModelHeader(*reader, EbccModel::kMethod), IsOk());
+  std::vector<uint32_t> counts;
+  for (int i = 0; i < 3; ++i) counts.push_back(*reader->ReadU32());
+  ASSERT_EQ(counts, std::vector<uint32_t>({2, 10, 1}));
+  std::vector<double> v;
+  while (reader->remaining() > 0) v.push_back(*reader->ReadF64());
+  ASSERT_EQ(v.size(), 2u + 20u + 40u);
+  EXPECT_NEAR(v[0], 4.0, 1e-9);
+  EXPECT_NEAR(v[1], 1.0, 1e-12);
+  double eta0 = 0.0;
+  for (int s = 0; s < 10; ++s) {
+    EXPECT_GE(v[2 + s], 0.01) << s;
+    eta0 += v[2 + s];
+    EXPECT_NEAR(v[12 + s], 0.01, 1e-15) << s;
+  }
+  EXPECT_NEAR(eta0, 3.1, 1e-9);
+  double said0 = 0.0, said1 = 0.0;
+  for (int s = 0; s < 10; ++s) {
+    said0 += v[22 + 2 * s];
+    said1 += v[22 + 2 * s + 1];
+    EXPECT_NEAR(v[42 + 2 * s], 1.0, 1e-12) << s;
+    EXPECT_NEAR(v[42 + 2 * s + 1], 4.0, 1e-12) << s;
+  }
+  EXPECT_NEAR(said0, 42.0, 1e-9);
+  EXPECT_NEAR(said1, 11.0, 1e-9);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -13,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/annotation_matrix.h"
+#include "models/binary_codec.h"
 #include "models/majority_vote.h"
 #include "common/status_matchers.h"
 #include "models/testing/synthetic_crowd.h"
@@ -277,6 +279,12 @@ TEST(GladTest, ItemsOutsideTheFitGetThePriorEasinessOfTheOptions) {
   std::vector<double> out(2);
   model->ItemPosterior(std::vector<Entry>{{3, 1}}, -1, absl::MakeSpan(out));
   EXPECT_NEAR(out[1], Sigmoid(model->AnnotatorAbility(3) * std::exp(0.7)), 1e-9);
+  // AnnotatorConfusion is for an item of that prior easiness too (glad.h):
+  // p = sigmoid(alpha exp(0.7)) on the diagonal, 1 - p elsewhere (K = 2).
+  const std::vector<double> c = model->AnnotatorConfusion(3);
+  ASSERT_EQ(c.size(), 4u);
+  EXPECT_NEAR(c[0], Sigmoid(model->AnnotatorAbility(3) * std::exp(0.7)), 1e-12);
+  EXPECT_NEAR(c[1], 1 - Sigmoid(model->AnnotatorAbility(3) * std::exp(0.7)), 1e-12);
 }
 
 TEST(GladTest, PosteriorIsTheGladFormulaWithTheItemsEasiness) {
@@ -740,6 +748,125 @@ TEST(GladTest, ATightAbilityPriorHoldsEveryAbilityAtItsMean) {
   std::unique_ptr<GladModel> loose = MakeGlad(3);
   ASSERT_THAT(loose->Fit(crowd.matrix, {}, false), IsOk());
   EXPECT_GT(loose->AnnotatorAbility(19) - loose->AnnotatorAbility(0), 1.0);
+}
+
+// Promise (glad.h / TruthModelOptions): with learn_symmetric_class_prior the class prior is
+// (mass_k + r) / (mass + K r), r = prior_smoothing (1), mass_k the posterior mass of class k
+// over the items with labels or gold; gold items are clamped in every E-step, so the masses are
+// fixed: items 0, 1 (gold 0, labelled), 2 (gold 0, no labels) and 3 (gold 1, labelled) give
+// mass = (3, 1) and the prior (3 + 1) / (4 + 2) = 2/3, 1/3. (Unsmoothed: 3/4; without the
+// unlabelled gold item: 3/5.) K = 3 checks that each class adds r to the denominator.
+TEST(GladTest, TheLearnedClassPriorIsTheSmoothedGoldMass) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(4, 1, 2, {{0, 0, 0}, {1, 0, 0}, {3, 0, 1}});
+  TruthModelOptions options;
+  options.learn_symmetric_class_prior = true;
+  std::unique_ptr<GladModel> model = MakeGlad(2, options);
+  ASSERT_THAT(model->Fit(m, std::vector<int32_t>{0, 0, 0, 1}, false), IsOk());
+  EXPECT_THAT(model->ClassPrior(),
+              ElementsAre(DoubleNear(2.0 / 3, 1e-12), DoubleNear(1.0 / 3, 1e-12)));
+  // K = 3, gold (0, 0, 1), each labelled: mass = (2, 1, 0), the prior (3, 2, 1) / (3 + 3).
+  const AnnotationMatrix three =
+      *AnnotationMatrix::Build(3, 1, 3, {{0, 0, 0}, {1, 0, 0}, {2, 0, 1}});
+  std::unique_ptr<GladModel> model3 = MakeGlad(3, options);
+  ASSERT_THAT(model3->Fit(three, std::vector<int32_t>{0, 0, 1}, false), IsOk());
+  EXPECT_THAT(model3->ClassPrior(),
+              ElementsAre(DoubleNear(0.5, 1e-12), DoubleNear(1.0 / 3, 1e-12),
+                          DoubleNear(1.0 / 6, 1e-12)));
+}
+
+// Promise (glad.h): an item created since the fit, or any id out of the fitted range, gets the
+// prior easiness exp(glad_log_easiness_prior_mean) of the options of the fit. A blob fitted
+// with the default mean 0 restored into a model whose options say 0.7 keeps the blob's prior
+// easiness 1 until it is refitted; a warm refit then gives exp(0.7).
+TEST(GladTest, AWarmFitTakesThePriorEasinessOfItsOwnOptions) {
+  const GladCrowd crowd = GenerateGladCrowd(200, 2, 5, Abilities(), 0.5, 12);
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  TruthModelOptions other;
+  other.glad_log_easiness_prior_mean = 0.7;
+  std::unique_ptr<GladModel> refitted = MakeGlad(2, other);
+  ASSERT_THAT(refitted->Restore(model->Serialize()), IsOk());
+  EXPECT_EQ(refitted->ItemEasiness(-1), 1.0);
+  ASSERT_THAT(refitted->Fit(crowd.matrix, {}, true), IsOk());
+  EXPECT_NEAR(refitted->ItemEasiness(-1), std::exp(0.7), 1e-12);
+  EXPECT_NEAR(refitted->ItemEasiness(200), std::exp(0.7), 1e-12);
+}
+
+// A GLAD blob, K = 2: prior, abilities (population first), log easiness (prior first).
+std::string GladBlob(const std::vector<double>& prior, const std::vector<double>& ability,
+                     const std::vector<double>& log_easiness) {
+  ByteWriter writer;
+  WriteModelHeader(writer, GladModel::kMethod, true);
+  writer.WriteU32(2);
+  writer.WriteU32(static_cast<uint32_t>(ability.size() - 1));
+  writer.WriteU32(static_cast<uint32_t>(log_easiness.size() - 1));
+  for (const std::vector<double>* v : {&prior, &ability, &log_easiness}) {
+    for (double x : *v) writer.WriteF64(x);
+  }
+  return writer.Finish();
+}
+
+// Promise (glad.h): abilities stay within +-kMaxAbsAbility and log easiness within
+// +-kMaxAbsLogEasiness, and the class prior is a distribution: Restore accepts the bounds
+// themselves and refuses, with INVALID_ARGUMENT and the model unchanged, a well-formed,
+// checksummed blob with a value beyond them, a prior probability outside (0, 1], a prior that
+// does not sum to 1, or NaN.
+TEST(GladTest, RestoreRefusesParametersOutOfTheirRange) {
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  ASSERT_THAT(model->Restore(GladBlob({0.25, 0.75}, {0.5, GladModel::kMaxAbsAbility},
+                                      {0.0, -GladModel::kMaxAbsLogEasiness})),
+              IsOk());
+  EXPECT_EQ(model->AnnotatorAbility(0), GladModel::kMaxAbsAbility);
+  EXPECT_EQ(model->ItemEasiness(0), std::exp(-GladModel::kMaxAbsLogEasiness));
+  const std::string good = model->Serialize();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<std::string> bad = {
+      GladBlob({0.25, 0.75}, {0.5, 1000.5}, {0.0, 0.0}),
+      GladBlob({0.25, 0.75}, {-1000.5, 1.0}, {0.0, 0.0}),
+      GladBlob({0.25, 0.75}, {0.5, nan}, {0.0, 0.0}),
+      GladBlob({0.25, 0.75}, {0.5, 1.0}, {0.0, 30.5}),
+      GladBlob({0.25, 0.75}, {0.5, 1.0}, {-30.5, 0.0}),
+      GladBlob({0.25, 0.75}, {0.5, 1.0}, {0.0, nan}),
+      GladBlob({0.5, 0.6}, {0.5, 1.0}, {0.0, 0.0}),
+      GladBlob({0.0, 1.0}, {0.5, 1.0}, {0.0, 0.0}),
+      GladBlob({1.5, -0.5}, {0.5, 1.0}, {0.0, 0.0}),
+      GladBlob({nan, 0.5}, {0.5, 1.0}, {0.0, 0.0})};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    EXPECT_THAT(model->Restore(bad[i]), StatusIs(absl::StatusCode::kInvalidArgument)) << i;
+  }
+  EXPECT_TRUE(model->Serialize() == good) << "a refused Restore changed the model";
+}
+
+// Promise (glad.h): FitReport::log_likelihood is the marginal log-likelihood, here of the
+// parameters a warm fit starts from (one iteration, so the E-step is of the restored
+// parameters). K = 3, uniform prior, abilities 2 (annotator 0) and 1 (annotator 1), no fitted
+// items (easiness e^0 = 1); an annotator of ability alpha is right with probability
+// sigmoid(alpha) and gives each wrong class with probability (1 - sigmoid(alpha)) / 2.
+//   item 0, no gold, both say 0: p = 1/3 [s2 s1 + 2 (1 - s2)/2 (1 - s1)/2];
+//   item 1, gold 1, both say 0:  p = 1/3 (1 - s2)/2 (1 - s1)/2;
+//   item 2, gold 2, no labels:   p = 1/3.
+TEST(GladTest, TheLogLikelihoodIsTheMarginalOfTheLabelsAndGold) {
+  ByteWriter writer;
+  WriteModelHeader(writer, GladModel::kMethod, true);
+  writer.WriteU32(3);  // classes
+  writer.WriteU32(2);  // annotators
+  writer.WriteU32(0);  // items
+  for (double v : {1.0 / 3, 1.0 / 3, 1.0 / 3, 1.5, 2.0, 1.0, 0.0}) writer.WriteF64(v);
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<GladModel> model = MakeGlad(3, one_iteration);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(3, 2, 3, {{0, 0, 0}, {0, 1, 0}, {1, 0, 0}, {1, 1, 0}});
+  absl::StatusOr<FitReport> report = model->Fit(m, std::vector<int32_t>{-1, 1, 2}, true);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, 1);
+  const double s2 = Sigmoid(2.0), s1 = Sigmoid(1.0);
+  const double wrong = (1 - s2) / 2 * (1 - s1) / 2;
+  const double expected =
+      std::log((s2 * s1 + 2 * wrong) / 3) + std::log(wrong / 3) + std::log(1.0 / 3);
+  EXPECT_NEAR(report->log_likelihood, expected, 1e-12);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -250,6 +251,79 @@ TEST(IbccTest, TheLogLikelihoodKeepsTheNormaliserOfTheClassPrior) {
   EXPECT_EQ(report->iterations, 1);
   EXPECT_NEAR(report->log_likelihood, -7.0 / 12 + std::log1p(std::exp(-40.0 / 12)), 1e-12);
   EXPECT_NEAR(report->log_likelihood, -0.5482809, 1e-7);
+}
+
+// Promise (ibcc.h): Restore refuses a Dirichlet parameter below its prior or not finite, and
+// leaves the model as it was. nu below kClassPrior (1), an off-diagonal alpha below
+// kOffDiagonalPrior (1), and an infinite or NaN alpha are refused; the priors themselves
+// (nu = 1, alpha = alpha0) are accepted.
+TEST(IbccTest, RestoreRefusesEveryParameterBelowItsPriorOrNotFinite) {
+  const auto blob = [](double nu0, double alpha01, double alpha11) {
+    ByteWriter writer;
+    WriteModelHeader(writer, IbccModel::kMethod, true);
+    writer.WriteU32(2);  // classes
+    writer.WriteU32(1);  // annotators
+    for (double v : {nu0, 1.0, 4.0, alpha01, 1.0, alpha11}) writer.WriteF64(v);
+    return writer.Finish();
+  };
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(2);
+  ASSERT_THAT(model->Restore(blob(1.0, 1.0, 4.0)), IsOk());
+  ASSERT_THAT(model->Restore(blob(2.0, 3.0, 5.0)), IsOk());
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THAT(model->Restore(blob(0.5, 3.0, 5.0)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Restore(blob(inf, 3.0, 5.0)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Restore(blob(2.0, 0.5, 5.0)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Restore(blob(2.0, inf, 5.0)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Restore(blob(2.0, 3.0, inf)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Restore(blob(2.0, 3.0, nan)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(*model->ClassDirichlet(), std::vector<double>({2.0, 1.0}));
+  EXPECT_EQ(*model->AnnotatorDirichlet(0), std::vector<double>({4.0, 3.0, 1.0, 5.0}));
+}
+
+// Promise (ibcc.h): log_likelihood is the log normaliser of the E-step, and gold items are
+// clamped: q_i is one-hot on the gold class, so a gold item's normaliser runs over its gold class
+// alone, ln exp(score_g) = score_g. The warm fit of the test above with the item's gold class 0:
+// ll = psi(3) - psi(4) + psi(4) - psi(5) = -1/3 - 1/4 = -7/12; with gold class 1,
+// psi(1) - psi(4) + psi(1) - psi(5) = -11/6 - 25/12 = -47/12.
+TEST(IbccTest, AGoldItemAddsTheLogScoreOfItsGoldClass) {
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 1, 2, {{0, 0, 0}});
+  for (int32_t g : {0, 1}) {
+    std::unique_ptr<IbccModel> fitted = CreateOrFail<IbccModel>(2, one_iteration);
+    ASSERT_THAT(fitted->Restore(AsymmetricClassPriorModel()->Serialize()), IsOk());
+    absl::StatusOr<FitReport> report = fitted->Fit(m, std::vector<int32_t>{g}, true);
+    ASSERT_THAT(report, IsOk());
+    EXPECT_EQ(report->iterations, 1);
+    EXPECT_NEAR(report->log_likelihood, g == 0 ? -7.0 / 12 : -47.0 / 12, 1e-12) << g;
+  }
+}
+
+// Promise (ibcc.h): a cold fit starts from the soft majority vote as the first q, with gold items
+// clamped (q one-hot on the gold class). K = 2: items 0..9 are gold class 1 and annotator 0 says
+// 0 on each; item 10, without gold, also gets a 0 from annotator 0. The first q (vote smoothing
+// s = 0.01) is (0, 1) on the gold items and (1.01, 0.01) / 1.02 on item 10, so the first M-step
+// gives alpha_0 = [[4 + 1.01/1.02, 1], [11 + 0.01/1.02, 4]] and nu = (1 + 1.01/1.02,
+// 11 + 0.01/1.02): annotator 0's 0s mean class 1. One E-step then gives item 10
+// q(1) = 1 / (1 + exp(E ln kappa_0 + E ln pi[0][0] - E ln kappa_1 - E ln pi[1][0])) = 0.85988
+// (digammas evaluated by hand), and the last M-step alpha_0[1][0] = 1 + 10 + 0.85988. A first q
+// that ignored the gold (all 0s read as class 0) would leave item 10 at q(1) = 0.0088.
+TEST(IbccTest, TheColdStartMajorityVoteClampsTheGoldItems) {
+  std::vector<Annotation> triples;
+  std::vector<int32_t> gold;
+  for (int32_t i = 0; i < 11; ++i) {
+    triples.push_back({i, 0, 0});
+    gold.push_back(i < 10 ? 1 : -1);
+  }
+  const AnnotationMatrix m = *AnnotationMatrix::Build(11, 1, 2, triples);
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(2, one_iteration);
+  ASSERT_THAT(model->Fit(m, gold, false), IsOk());
+  ASSERT_TRUE(model->AnnotatorDirichlet(0).has_value());
+  EXPECT_NEAR((*model->AnnotatorDirichlet(0))[2], 11.85988, 1e-4);
+  EXPECT_NEAR((*model->AnnotatorDirichlet(0))[0], 4 + (1 - 0.85988), 1e-4);
 }
 
 }  // namespace

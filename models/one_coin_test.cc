@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/annotation_matrix.h"
+#include "models/binary_codec.h"
 #include "models/dawid_skene.h"
 #include "models/majority_vote.h"
 #include "common/status_matchers.h"
@@ -528,6 +530,96 @@ TEST(OneCoinTest, PosteriorReturnsTheMarginalLogLikelihoodOfTheLabels) {
   EXPECT_NEAR(params.Posterior(labels, 2, absl::MakeSpan(out)), std::log(0.025 / 3), 1e-12);
   EXPECT_EQ(out, std::vector<double>({0.0, 0.0, 1.0}));
   EXPECT_NEAR(params.Posterior(labels, 1, absl::MakeSpan(out)), std::log(0.2 / 3), 1e-12);
+}
+
+// Promise (one_coin.h): with learn_symmetric_class_prior the class prior is
+// (mass_k + r) / (mass + K r), r = prior_smoothing (1), mass_k the posterior mass of class k over
+// the items with labels or gold; gold items are clamped in every E-step, so the masses are fixed:
+// items 0, 1 (gold 0, labelled), 2 (gold 0, no labels) and 3 (gold 1, labelled) give
+// mass = (3, 1) and the prior (3 + 1) / (4 + 2) = 2/3, 1/3. (Unsmoothed: 3/4; without the
+// unlabelled gold item: 3/5.) K = 3 checks that each class adds r to the denominator.
+TEST(OneCoinTest, TheLearnedClassPriorIsTheSmoothedGoldMass) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(4, 1, 2, {{0, 0, 0}, {1, 0, 0}, {3, 0, 1}});
+  TruthModelOptions options;
+  options.learn_symmetric_class_prior = true;
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2, options);
+  ASSERT_THAT(model->Fit(m, std::vector<int32_t>{0, 0, 0, 1}, false), IsOk());
+  EXPECT_THAT(model->ClassPrior(),
+              ElementsAre(DoubleNear(2.0 / 3, 1e-12), DoubleNear(1.0 / 3, 1e-12)));
+  // K = 3, gold (0, 0, 1), each labelled: mass = (2, 1, 0), the prior (3, 2, 1) / (3 + 3).
+  const AnnotationMatrix three =
+      *AnnotationMatrix::Build(3, 1, 3, {{0, 0, 0}, {1, 0, 0}, {2, 0, 1}});
+  std::unique_ptr<OneCoinModel> model3 = MakeOneCoin(3, options);
+  ASSERT_THAT(model3->Fit(three, std::vector<int32_t>{0, 0, 1}, false), IsOk());
+  EXPECT_THAT(model3->ClassPrior(),
+              ElementsAre(DoubleNear(0.5, 1e-12), DoubleNear(1.0 / 3, 1e-12),
+                          DoubleNear(1.0 / 6, 1e-12)));
+}
+
+// Promise (one_coin.h), with K = 3 so that K s differs from 2 s: pooled = (C + s) / (N + K s),
+// p_a = (c_a + s + m pooled) / (n_a + K s + m), s = 0.1, m = 2. Both items gold (0, 1);
+// annotator 0 says 0 on item 0 (right) and 2 on item 1 (wrong): C = 1, N = 2, pooled =
+// 1.1 / 2.3, p_0 = (1.1 + 2 pooled) / 4.3.
+TEST(OneCoinTest, TheSmoothingCountsEveryClass) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(2, 1, 3, {{0, 0, 0}, {1, 0, 2}});
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(3);
+  ASSERT_THAT(model->Fit(m, std::vector<int32_t>{0, 1}, false), IsOk());
+  const double pooled = 1.1 / 2.3;
+  EXPECT_NEAR(model->AnnotatorAccuracy(-1), pooled, 1e-12);
+  EXPECT_NEAR(model->AnnotatorAccuracy(0), (1.1 + 2 * pooled) / 4.3, 1e-12);
+}
+
+// A one-coin blob, K = 2: prior, then accuracies (pooled first).
+std::string OneCoinBlob(const std::vector<double>& prior, const std::vector<double>& accuracy) {
+  ByteWriter writer;
+  WriteModelHeader(writer, OneCoinModel::kMethod, true);
+  writer.WriteU32(2);
+  writer.WriteU32(static_cast<uint32_t>(accuracy.size() - 1));
+  for (double x : prior) writer.WriteF64(x);
+  for (double x : accuracy) writer.WriteF64(x);
+  return writer.Finish();
+}
+
+// Promise (one_coin.h): every accuracy is strictly inside (0, 1) (so no input produces NaN), and
+// the class prior is a distribution. Restore refuses, with INVALID_ARGUMENT and the model
+// unchanged, a well-formed, checksummed blob with an accuracy of 0, 1 or NaN, a prior
+// probability outside (0, 1], or a prior that does not sum to 1.
+TEST(OneCoinTest, RestoreRefusesAccuraciesOutsideTheOpenUnitIntervalAndBadPriors) {
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  ASSERT_THAT(model->Restore(OneCoinBlob({0.25, 0.75}, {0.6, 0.9})), IsOk());
+  EXPECT_EQ(model->AnnotatorAccuracy(0), 0.9);
+  EXPECT_EQ(model->ClassPrior(), std::vector<double>({0.25, 0.75}));
+  const std::string good = model->Serialize();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<std::string> bad = {
+      OneCoinBlob({0.25, 0.75}, {0.6, 1.0}), OneCoinBlob({0.25, 0.75}, {0.0, 0.9}),
+      OneCoinBlob({0.25, 0.75}, {0.6, nan}), OneCoinBlob({0.5, 0.6}, {0.6, 0.9}),
+      OneCoinBlob({0.0, 1.0}, {0.6, 0.9}), OneCoinBlob({1.5, -0.5}, {0.6, 0.9}),
+      OneCoinBlob({nan, 0.5}, {0.6, 0.9})};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    EXPECT_THAT(model->Restore(bad[i]), StatusIs(absl::StatusCode::kInvalidArgument)) << i;
+  }
+  EXPECT_TRUE(model->Serialize() == good) << "a refused Restore changed the model";
+}
+
+// Promise (one_coin.h): a warm fit's first E-step is that of the previous parameters, in which
+// an id never seen in the fit has the pooled accuracy. Restored: pooled 0.6, annotator 0 0.9;
+// the new data adds annotator 1, who alone labels item 0 (label 1), while annotator 0 alone
+// labels item 1 (label 0). Uniform prior, K = 2: the E-step gives item 0 q(1) = 0.6 (annotator
+// 1 at the pooled accuracy) and item 1 q(0) = 0.9, so C = 1.5, N = 2 and the M-step gives
+// pooled' = (1.5 + 0.1) / (2 + 0.2) and p_1 = (0.6 + 0.1 + 2 pooled') / (1 + 0.2 + 2).
+TEST(OneCoinTest, AWarmFitStartsNewAnnotatorsFromThePooledAccuracy) {
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2, one_iteration);
+  ASSERT_THAT(model->Restore(OneCoinBlob({0.5, 0.5}, {0.6, 0.9})), IsOk());
+  const AnnotationMatrix m = *AnnotationMatrix::Build(2, 2, 2, {{0, 1, 1}, {1, 0, 0}});
+  ASSERT_THAT(model->Fit(m, {}, true), IsOk());
+  const double pooled = 1.6 / 2.2;
+  EXPECT_NEAR(model->AnnotatorAccuracy(-1), pooled, 1e-12);
+  EXPECT_NEAR(model->AnnotatorAccuracy(1), (0.7 + 2 * pooled) / 3.2, 1e-12);
+  EXPECT_NEAR(model->AnnotatorAccuracy(0), (1.0 + 2 * pooled) / 3.2, 1e-12);
 }
 
 }  // namespace
