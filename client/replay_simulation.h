@@ -9,7 +9,10 @@
 //      the dataset (AddItems). By default without gold: the server never sees
 //      the truth. With ReplayOptions::gold_every = n > 0, every n-th scored
 //      item (SplitProjectGold) is added with its gold class as project gold
-//      (control items, as a platform would have) and is no longer scored.
+//      (control items, as a platform would have) and is no longer scored. The
+//      server offers gold items only to annotators with fewer labels than
+//      AssignmentSettings.gold_items_for_new_annotators, so that setting
+//      decides how many gold labels the crowd gives.
 //   2. Arrival: at each step one annotator is drawn uniformly at random
 //      (std::mt19937_64 seeded with the seed) among those still in the crowd.
 //      An annotator is in the crowd while some item they labelled in the

@@ -73,6 +73,9 @@ ABSL_FLAG(int, gold_every, 0,
           "0: the server never sees the truth. n > 0: every n-th scored item "
           "(offset seed mod n; client/replay_simulation.h, SplitProjectGold) is "
           "added as project gold and not scored");
+ABSL_FLAG(int, gold_items_for_new_annotators, 0,
+          "AssignmentSettings.gold_items_for_new_annotators: an annotator with fewer labels "
+          "is sent project gold first (without it the server never offers gold items)");
 ABSL_FLAG(absl::Duration, fit_wait, absl::Seconds(60),
           "at a checkpoint, wait at most this long for a running fit to end");
 ABSL_FLAG(bool, cold_fit_at_checkpoints, false,
@@ -155,6 +158,8 @@ int Run() {
   assignment.set_confidence_target(absl::GetFlag(FLAGS_confidence_target));
   assignment.set_min_labels_per_item(absl::GetFlag(FLAGS_min_labels_per_item));
   assignment.set_max_labels_per_item(absl::GetFlag(FLAGS_max_labels_per_item));
+  assignment.set_gold_items_for_new_annotators(
+      absl::GetFlag(FLAGS_gold_items_for_new_annotators));
   options.checkpoints = *checkpoints;
   options.gold_every = absl::GetFlag(FLAGS_gold_every);
   options.fit_wait = absl::GetFlag(FLAGS_fit_wait);

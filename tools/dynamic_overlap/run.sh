@@ -14,7 +14,9 @@
 #   tools/dynamic_overlap/run.sh OUT_DIR [datasets...]
 # Environment: SEEDS (3), CAP (5), MIN_LABELS (1), TARGETS ("0.9 0.95"), PORT (50199),
 # GOLD_EVERY (0: no gold; n: every n-th scored item is project gold in the dynamic and the
-# fixed runs alike, and is not scored; verity_simulate --gold_every).
+# fixed runs alike, and is not scored; verity_simulate --gold_every), GOLD_FOR_NEW (0; with
+# project gold, AssignmentSettings.gold_items_for_new_annotators: the server offers gold items
+# only to annotators with fewer labels than this, so without it they never get labels).
 # Writes OUT_DIR/dynamic-*.csv and OUT_DIR/fixed-*.csv (rows of verity_simulate's --out_csv);
 # tools/dynamic_overlap/summary.py OUT_DIR prints the table.
 set -euo pipefail
@@ -27,6 +29,7 @@ min_labels=${MIN_LABELS:-1}
 targets=${TARGETS:-0.9 0.95}
 port=${PORT:-50199}
 gold_every=${GOLD_EVERY:-0}
+gold_for_new=${GOLD_FOR_NEW:-0}
 mkdir -p "$out/bin"
 # Copies, so that a rebuild during the run does not change the binaries under test.
 cp -f bazel-bin/server/verity_server bazel-bin/client/verity_simulate "$out/bin/"
@@ -45,7 +48,8 @@ for d in $datasets; do
     for c in none auto; do
       simulate --data=../shared/datasets/$d --policies=uniform --seeds=$seeds \
           --confidence_target=$t --min_labels_per_item=$min_labels \
-          --max_labels_per_item=$cap --calibration=$c --gold_every=$gold_every \
+          --max_labels_per_item=$cap --calibration=$c \
+          --gold_every=$gold_every --gold_items_for_new_annotators=$gold_for_new \
           --budget_fractions=1 --project_prefix=dyn-$c-${t/./} \
           --out_csv="$out/dynamic-$d-$t-$c.csv" 2> "$out/dynamic-$d-$t-$c.log" &
       pids+=($!)
@@ -65,6 +69,7 @@ for d in $datasets; do
                 done | sort -u | paste -sd,)
     simulate --data=../shared/datasets/$d --policies=uniform --seeds=1 --first_seed=$s \
         --max_labels_per_item=$cap --gold_every=$gold_every \
+        --gold_items_for_new_annotators=$gold_for_new \
         --budget_fractions=$fractions --project_prefix=fixed \
         --out_csv="$out/fixed-$d-s$s.csv" 2> "$out/fixed-$d-s$s.log" &
     pids+=($!)
