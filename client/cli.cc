@@ -893,6 +893,22 @@ absl::Status ModelStatus(const Context& context) {
   }
   out << "current_version:\n";
   PrintVersion(status.current_version(), "  ", out);
+  if (status.has_calibration()) {
+    const v1::PosteriorCalibration& c = status.calibration();
+    out << "calibration:\n"
+        << "  kind: " << c.kind() << "\n"
+        << "  temperature: " << c.temperature() << "\n"
+        << "  source: " << c.source() << "\n";
+    if (c.source() == "gold") {
+      out << "  gold_items: " << c.gold_items() << "\n"
+          << "  gold_ece_raw: " << c.gold_ece_raw() << "\n"
+          << "  gold_ece: " << c.gold_ece() << "\n";
+    }
+  }
+  if (!status.chosen_method().empty()) {
+    out << "chosen_method: " << status.chosen_method() << "\n"
+        << "choice_reason: " << status.choice_reason() << "\n";
+  }
   return absl::OkStatus();
 }
 

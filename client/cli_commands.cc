@@ -298,9 +298,14 @@ std::vector<CommandSpec> MakeCommands() {
       "Prints method (the one the next fit uses), num_labels, "
       "labels_since_version (labels committed after the current model "
       "version's fit), training (a fit is running) and the current version's "
-      "fields. With --output=json: {\"project\", \"method\", \"num_labels\", "
-      "\"labels_since_version\", \"training\", \"current_version\": {...} or "
-      "null}, the version as `model versions --output=json` prints it.";
+      "fields; then, when the server reports them, the calibration of the served "
+      "posteriors (kind, temperature, source; with source gold the gold items "
+      "and their ECE before and after the map) and, for method auto, "
+      "chosen_method and choice_reason. With --output=json: {\"project\", "
+      "\"method\", \"num_labels\", \"labels_since_version\", \"training\", "
+      "\"current_version\": {...} or null, \"calibration\" and \"chosen_method\", "
+      "\"choice_reason\" when present}, the version as `model versions "
+      "--output=json` prints it.";
   c = add("model status", "Show the model status of a project.");
   c->details = status_details;
   c->flags = {ProjectFlag("Project to inspect.")};

@@ -116,6 +116,12 @@ TEST_F(CliEndToEndTest, TourOnBluebirdsBeatsMajorityVote) {
   CliResult status = Run({"status", "--project=birds"});
   ASSERT_EQ(status.code, 0) << status.err;
   EXPECT_THAT(status.out, HasSubstr("labels_since_version: 0"));
+  // The default method (auto) says what it chose and why, and the default calibration map
+  // (fitted on the crowd labels: no gold here) is shown.
+  EXPECT_THAT(status.out, HasSubstr("\ncalibration:\n  kind: "));
+  EXPECT_THAT(status.out, HasSubstr("\n  source: crowd_labels\n"));
+  EXPECT_THAT(status.out, HasSubstr("\nchosen_method: "));
+  EXPECT_THAT(status.out, HasSubstr("\nchoice_reason: "));
 
   CliResult posteriors = Run({"posteriors", "--project=birds"});
   ASSERT_EQ(posteriors.code, 0) << posteriors.err;
