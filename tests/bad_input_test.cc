@@ -974,6 +974,9 @@ std::vector<BadInput> BadInputs() {
          return CreateKey(s, request);
        },
        kInvalid, "name: longer than 256 bytes"},
+      {"RevokeKeyWithAnIdOf65Characters",
+       [](const Stubs& s) { return RevokeKey(s, std::string(65, 'a')); }, kInvalid,
+       "key_id: required, at most 64 characters"},
       {"RevokeKeyWithoutId", [](const Stubs& s) { return RevokeKey(s, ""); }, kInvalid,
        "key_id: required"},
       {"RevokeUnknownKey", [](const Stubs& s) { return RevokeKey(s, "0123456789abcdef"); },
