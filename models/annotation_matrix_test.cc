@@ -72,6 +72,63 @@ TEST(AnnotationMatrixTest, RejectsOutOfRangeIdsNamingTheField) {
   EXPECT_THAT(m.status().message(), HasSubstr("annotations[0].label"));
 }
 
+// annotation_matrix.h: ids must lie in [0, count); the message names the
+// field, the offending index and the range. An id equal to its count, or
+// negative, is out of range.
+TEST(AnnotationMatrixTest, RejectsIdsAtTheUpperBoundOrNegativeNamingTheRange) {
+  const std::vector<Annotation> item_at_count = {{0, 0, 0}, {2, 0, 1}};
+  absl::StatusOr<AnnotationMatrix> m =
+      AnnotationMatrix::Build(2, 3, 2, item_at_count);
+  EXPECT_THAT(m, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(m.status().message(), HasSubstr("annotations[1].item = 2"));
+  EXPECT_THAT(m.status().message(), HasSubstr("[0, 2)"));
+
+  const std::vector<Annotation> negative_item = {{-1, 0, 0}};
+  m = AnnotationMatrix::Build(2, 3, 2, negative_item);
+  EXPECT_THAT(m, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(m.status().message(), HasSubstr("annotations[0].item = -1"));
+
+  const std::vector<Annotation> annotator_at_count = {{1, 3, 0}};
+  m = AnnotationMatrix::Build(2, 3, 2, annotator_at_count);
+  EXPECT_THAT(m, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(m.status().message(), HasSubstr("annotations[0].annotator = 3"));
+  EXPECT_THAT(m.status().message(), HasSubstr("[0, 3)"));
+
+  const std::vector<Annotation> negative_label = {{1, 0, -1}};
+  m = AnnotationMatrix::Build(2, 3, 2, negative_label);
+  EXPECT_THAT(m, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(m.status().message(), HasSubstr("annotations[0].label = -1"));
+}
+
+// annotation_matrix.h: a duplicate (item, annotator) pair is kept, and rows
+// are sorted by annotator (item) *then label*, whatever the input order.
+TEST(AnnotationMatrixTest, DuplicatePairsAppearTwiceSortedByLabel) {
+  const std::vector<Annotation> triples = {
+      {1, 0, 2}, {0, 1, 1}, {1, 0, 0}, {0, 1, 0}, {1, 1, 1}, {1, 0, 1}};
+  absl::StatusOr<AnnotationMatrix> m =
+      AnnotationMatrix::Build(2, 2, 3, triples);
+  ASSERT_THAT(m, IsOk());
+  EXPECT_EQ(m->num_labels(), 6);
+  EXPECT_THAT(m->LabelsOfItem(0), ElementsAre(EntryIs(1, 0), EntryIs(1, 1)));
+  EXPECT_THAT(m->LabelsOfItem(1),
+              ElementsAre(EntryIs(0, 0), EntryIs(0, 1), EntryIs(0, 2),
+                          EntryIs(1, 1)));
+  EXPECT_THAT(m->LabelsOfAnnotator(0),
+              ElementsAre(EntryIs(1, 0), EntryIs(1, 1), EntryIs(1, 2)));
+  EXPECT_THAT(m->LabelsOfAnnotator(1),
+              ElementsAre(EntryIs(0, 0), EntryIs(0, 1), EntryIs(1, 1)));
+}
+
+// annotation_matrix.h: only negative counts are refused; zero items and
+// zero annotators make a valid, empty matrix.
+TEST(AnnotationMatrixTest, ZeroItemsAndAnnotatorsAreValid) {
+  absl::StatusOr<AnnotationMatrix> m = AnnotationMatrix::Build(0, 0, 2, {});
+  ASSERT_THAT(m, IsOk());
+  EXPECT_EQ(m->num_items(), 0);
+  EXPECT_EQ(m->num_annotators(), 0);
+  EXPECT_EQ(m->num_labels(), 0);
+}
+
 TEST(AnnotationMatrixTest, RejectsBadSizes) {
   EXPECT_THAT(AnnotationMatrix::Build(-1, 1, 2, {}),
               StatusIs(absl::StatusCode::kInvalidArgument));

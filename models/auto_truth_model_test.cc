@@ -782,5 +782,248 @@ TEST(AutoTruthModelTest, EbccIsACandidateOnlyWhileItsDenseStateIsBounded) {
   EXPECT_THAT(candidates(40), ::testing::UnorderedElementsAre("ds"));
 }
 
+// Like FixedModel, but an item's posterior is right(i) ? (c, 1 - c) : (1 - c, c) with a chosen
+// confidence c (class 0 is "right"), so that log-losses differ.
+class ConfidentModel final : public TruthModel {
+ public:
+  ConfidentModel(std::string method, std::function<bool(int32_t)> right, double confidence)
+      : method_(std::move(method)), right_(std::move(right)), confidence_(confidence) {}
+  std::string_view method() const override { return method_; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return fitted_; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<ConfidentModel>(*this);
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>,
+                                bool) override {
+    fitted_ = true;
+    return FitReport();
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry>, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    ItemPosteriorForItem(-1, {}, gold_label, out);
+  }
+  void ItemPosteriorForItem(int32_t item, absl::Span<const AnnotationMatrix::Entry>,
+                            int32_t gold_label, absl::Span<double> out) const override {
+    if (gold_label >= 0) {
+      out[0] = gold_label == 0 ? 1.0 : 0.0;
+    } else {
+      out[0] = right_(item) ? confidence_ : 1.0 - confidence_;
+    }
+    out[1] = 1.0 - out[0];
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override { return {0.5, 0.5, 0.5, 0.5}; }
+  std::string Serialize() const override { return method_; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+
+ private:
+  std::string method_;
+  std::function<bool(int32_t)> right_;
+  double confidence_;
+  bool fitted_ = false;
+};
+
+// 30 gold items, all of class 0, one label each (annotator 0 says 0): gold_cv.
+AnnotationMatrix ThirtyGoldItems() {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 30; ++i) annotations.push_back({i, 0, 0});
+  return *AnnotationMatrix::Build(30, 1, 2, annotations);
+}
+
+// Promise (auto_truth_model.h): with gold, among the candidates that pass ds's margins the most
+// accurate wins; log-loss is the mean of -log p(gold class) over the gold items.
+// ds (confidence 0.9) is wrong on items 0..9: 20/30 right, log-loss (20 (-log 0.9) +
+// 10 (-log 0.1)) / 30. one_coin is wrong on items 0..1: 8 more right than ds, d = +1 on 8 items,
+// SE = sqrt((8 - 64/30) / 29 / 30) = 0.0821, 2 SE = 0.164 < 8/30: it passes. mv is always right:
+// 10 more, passes too, and is the more accurate (30/30 against 28/30), so mv is chosen although
+// one_coin comes first among the candidates.
+TEST(AutoTruthModelTest, GoldCvChoosesTheMostAccurateOfTheCandidatesThatPass) {
+  const AnnotationMatrix data = ThirtyGoldItems();
+  const std::vector<int32_t> gold(30, 0);
+  const AutoTruthModel::CandidateFactory factory =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    if (method == "ds") {
+      return std::unique_ptr<TruthModel>(
+          std::make_unique<ConfidentModel>("ds", [](int32_t i) { return i >= 10; }, 0.9));
+    }
+    if (method == "one_coin") {
+      return std::unique_ptr<TruthModel>(
+          std::make_unique<ConfidentModel>("one_coin", [](int32_t i) { return i >= 2; }, 0.9));
+    }
+    if (method == "mv") {
+      return std::unique_ptr<TruthModel>(
+          std::make_unique<ConfidentModel>("mv", [](int32_t) { return true; }, 0.9));
+    }
+    return absl::InvalidArgumentError("not a candidate here");
+  };
+  absl::StatusOr<AutoChoice> choice = ChooseTruthMethod(data, gold, {}, factory);
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "gold_cv");
+  EXPECT_NEAR(ScoreOf(*choice, "ds").accuracy, 20.0 / 30, 1e-12);
+  EXPECT_NEAR(ScoreOf(*choice, "ds").log_loss,
+              (20 * -std::log(0.9) + 10 * -std::log(0.1)) / 30, 1e-12);
+  EXPECT_NEAR(ScoreOf(*choice, "one_coin").accuracy, 28.0 / 30, 1e-12);
+  EXPECT_NEAR(ScoreOf(*choice, "mv").log_loss, -std::log(0.9), 1e-12);
+  EXPECT_EQ(choice->method, "mv") << choice->reason;
+}
+
+// Promise (auto_truth_model.h): with gold, accuracy ties between candidates that pass are broken
+// by the lower log-loss. one_coin and mv both get all 30 gold items right (ds 20), one_coin with
+// confidence 0.9 (log-loss -log 0.9 = 0.105), mv with 0.99 (-log 0.99 = 0.010): mv wins.
+TEST(AutoTruthModelTest, GoldCvBreaksAccuracyTiesByLogLoss) {
+  const AnnotationMatrix data = ThirtyGoldItems();
+  const std::vector<int32_t> gold(30, 0);
+  const AutoTruthModel::CandidateFactory factory =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    if (method == "ds") {
+      return std::unique_ptr<TruthModel>(
+          std::make_unique<ConfidentModel>("ds", [](int32_t i) { return i >= 10; }, 0.9));
+    }
+    if (method == "one_coin" || method == "mv") {
+      return std::unique_ptr<TruthModel>(std::make_unique<ConfidentModel>(
+          std::string(method), [](int32_t) { return true; }, method == "mv" ? 0.99 : 0.9));
+    }
+    return absl::InvalidArgumentError("not a candidate here");
+  };
+  absl::StatusOr<AutoChoice> choice = ChooseTruthMethod(data, gold, {}, factory);
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_NEAR(ScoreOf(*choice, "one_coin").log_loss, -std::log(0.9), 1e-12);
+  EXPECT_NEAR(ScoreOf(*choice, "mv").log_loss, -std::log(0.99), 1e-12);
+  EXPECT_EQ(choice->method, "mv") << choice->reason;
+}
+
+// 300 items, 3 labels each, all of class 0 (the held-out criterion, no gold).
+AnnotationMatrix AllZeroLabels() {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 300; ++i) {
+    for (int32_t a = 0; a < 3; ++a) annotations.push_back({i, a, 0});
+  }
+  return *AnnotationMatrix::Build(300, 3, 2, annotations);
+}
+
+// Promise (auto_truth_model.h): without gold, of the candidates that beat ds by the margins the
+// best (highest mean held-out log-likelihood) wins. Every label is 0; ds (uniform) scores
+// log 0.5 per held-out label, one_coin (says 0 with 0.54) log 0.54 and mv (0.6) log 0.6: both
+// gain more than 0.05 nats with standard error 0; mv, listed after one_coin, is chosen.
+TEST(AutoTruthModelTest, HeldOutLabelsChooseTheBestOfTheCandidatesThatPass) {
+  const AutoTruthModel::CandidateFactory factory =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    if (method == "ds" || method == "one_coin" || method == "mv") {
+      const double p = method == "ds" ? 0.5 : method == "one_coin" ? 0.54 : 0.6;
+      return std::unique_ptr<TruthModel>(std::make_unique<FixedModel>(
+          std::string(method), nullptr, std::vector<double>{p, 1 - p, p, 1 - p}, nullptr));
+    }
+    return absl::InvalidArgumentError("not a candidate here");
+  };
+  absl::StatusOr<AutoChoice> choice = ChooseTruthMethod(AllZeroLabels(), {}, {}, factory);
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "held_out_labels");
+  EXPECT_NEAR(ScoreOf(*choice, "one_coin").held_out_log_likelihood, std::log(0.54), 1e-12);
+  EXPECT_NEAR(ScoreOf(*choice, "mv").held_out_log_likelihood, std::log(0.6), 1e-12);
+  EXPECT_EQ(choice->method, "mv") << choice->reason;
+}
+
+// ds (uniform) and mv (says 0 with 0.6) stand-ins whose every Fit is recorded.
+AutoTruthModel::CandidateFactory RecordedDsAndMv(std::shared_ptr<std::vector<FitCall>> calls) {
+  return [calls](std::string_view method, int32_t,
+                 const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    if (method != "ds" && method != "mv") return absl::InvalidArgumentError("not here");
+    const double p = method == "ds" ? 0.5 : 0.6;
+    return std::unique_ptr<TruthModel>(std::make_unique<RecordingModel>(
+        std::make_unique<FixedModel>(std::string(method), nullptr,
+                                     std::vector<double>{p, 1 - p, p, 1 - p}, nullptr),
+        calls));
+  };
+}
+
+// Promise (auto_truth_model.h): the served model is warm-started only if it is the method
+// chosen again *and* warm_start is true; a new choice is served by a fresh (cold) model of
+// that method. One label per item falls back to ds; all-zero labels choose mv.
+TEST(AutoTruthModelTest, ServedFitIsWarmOnlyWhenAskedAndTheMethodIsKept) {
+  auto calls = std::make_shared<std::vector<FitCall>>();
+  std::unique_ptr<AutoTruthModel> model = MakeAuto(2, RecordedDsAndMv(calls));
+  std::vector<Annotation> single;
+  for (int32_t i = 0; i < 50; ++i) single.push_back({i, i % 3, 0});
+  const AnnotationMatrix one_label = *AnnotationMatrix::Build(50, 3, 2, single);
+
+  ASSERT_THAT(model->Fit(one_label, {}, false), IsOk());
+  ASSERT_EQ(model->choice().method, "ds");
+  ASSERT_TRUE(model->has_parameters());
+  ASSERT_THAT(model->Fit(one_label, {}, /*warm_start=*/false), IsOk());
+  ASSERT_FALSE(calls->empty());
+  EXPECT_EQ(calls->back().method, "ds");
+  EXPECT_FALSE(calls->back().warm_start);
+
+  ASSERT_THAT(model->Fit(AllZeroLabels(), {}, /*warm_start=*/true), IsOk());
+  EXPECT_EQ(model->choice().method, "mv") << model->choice().reason;
+  EXPECT_EQ(model->served().method(), "mv");
+  EXPECT_EQ(calls->back().method, "mv");
+  EXPECT_FALSE(calls->back().warm_start);
+}
+
+// Promise (auto_truth_model.h): held-out selection fits each candidate "with whatever gold
+// there is" (here 5 gold items, fewer than kMinGoldItems).
+TEST(AutoTruthModelTest, HeldOutFitsSeeTheProjectsGold) {
+  auto calls = std::make_shared<std::vector<FitCall>>();
+  std::vector<int32_t> gold(300, -1);
+  for (int32_t i = 0; i < 5; ++i) gold[7 * i] = 0;
+  absl::StatusOr<AutoChoice> choice =
+      ChooseTruthMethod(AllZeroLabels(), gold, {}, RecordedDsAndMv(calls));
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "held_out_labels");
+  ASSERT_EQ(calls->size(), 2u);
+  for (const FitCall& call : *calls) EXPECT_EQ(call.gold, gold) << call.method;
+}
+
+// TruthModel::Clone is a deep copy: a clone of a fitted auto keeps its choice and serves the same
+// method.
+TEST(AutoTruthModelTest, CloneKeepsTheChoice) {
+  auto calls = std::make_shared<std::vector<FitCall>>();
+  std::unique_ptr<AutoTruthModel> model = MakeAuto(2, RecordedDsAndMv(calls));
+  ASSERT_THAT(model->Fit(AllZeroLabels(), {}, false), IsOk());
+  ASSERT_EQ(model->choice().method, "mv");
+  std::unique_ptr<TruthModel> clone = model->Clone();
+  const auto& copy = dynamic_cast<const AutoTruthModel&>(*clone);
+  EXPECT_EQ(copy.choice().method, "mv");
+  EXPECT_EQ(copy.choice().criterion, "held_out_labels");
+  EXPECT_EQ(copy.choice().reason, model->choice().reason);
+  EXPECT_EQ(copy.served().method(), "mv");
+  EXPECT_TRUE(copy.has_parameters());
+}
+
+// Restore refuses a blob without the "VAUT" header and one whose served method is not one of
+// kCandidateMethods (even if the factory could create it).
+TEST(AutoTruthModelTest, RestoreRefusesAWrongMagicOrANonCandidateMethod) {
+  // Every method is a stand-in whose Restore accepts anything.
+  const AutoTruthModel::CandidateFactory any =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    return std::unique_ptr<TruthModel>(std::make_unique<FixedModel>(
+        std::string(method), nullptr, std::vector<double>{0.5, 0.5, 0.5, 0.5}, nullptr));
+  };
+  std::unique_ptr<AutoTruthModel> restored = MakeAuto(2, any);
+  std::unique_ptr<AutoTruthModel> good = MakeAuto(2, any);
+  const std::string blob = good->Serialize();
+  ASSERT_THAT(restored->Restore(blob), IsOk());  // the control
+  std::string bad_magic = blob;
+  bad_magic[3] = 'X';
+  EXPECT_THAT(restored->Restore(bad_magic),
+              ::verity::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+
+  // An auto whose fallback "ds" is served by a model calling itself "bwa" writes "bwa".
+  std::unique_ptr<AutoTruthModel> bwa = MakeAuto(
+      2, [](std::string_view, int32_t,
+            const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+        return std::unique_ptr<TruthModel>(std::make_unique<FixedModel>(
+            "bwa", nullptr, std::vector<double>{0.5, 0.5, 0.5, 0.5}, nullptr));
+      });
+  absl::Status s = restored->Restore(bwa->Serialize());
+  EXPECT_THAT(s, ::verity::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("bwa"));
+}
+
 }  // namespace
 }  // namespace verity::models

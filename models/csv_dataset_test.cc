@@ -123,6 +123,66 @@ TEST_F(CsvDatasetTest, RejectsWrongHeaderFieldCountAndDuplicates) {
   EXPECT_THAT(ds.status().message(), HasSubstr("gold.csv:3"));
 }
 
+// csv_dataset.h: an empty id is INVALID_ARGUMENT naming the file and line.
+TEST_F(CsvDatasetTest, RejectsEmptyIdsNamingFileAndLine) {
+  Write("classes.txt", "a\nb\n");
+  Write("labels.csv", "item,annotator,label\nx,w,a\n,w,b\n");
+  absl::StatusOr<CsvDataset> ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("labels.csv:3"));
+  EXPECT_THAT(ds.status().message(), HasSubstr("empty item id"));
+
+  Write("labels.csv", "item,annotator,label\nx,,a\n");
+  ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("labels.csv:2"));
+  EXPECT_THAT(ds.status().message(), HasSubstr("empty annotator id"));
+
+  Write("labels.csv", "item,annotator,label\nx,w,a\n");
+  Write("gold.csv", "item,label\nx,a\n\"\",b\n");
+  ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("gold.csv:3"));
+  EXPECT_THAT(ds.status().message(), HasSubstr("empty item id"));
+}
+
+// csv_dataset.h: gold.csv is checked like labels.csv: its header must be
+// item,label, every row has 2 fields, and a label must be a class name; each
+// error names gold.csv and the line.
+TEST_F(CsvDatasetTest, RejectsMalformedGoldNamingFileAndLine) {
+  Write("classes.txt", "a\nb\n");
+  Write("labels.csv", "item,annotator,label\nx,w,a\n");
+
+  Write("gold.csv", "item,class\nx,a\n");
+  absl::StatusOr<CsvDataset> ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("gold.csv:1"));
+
+  Write("gold.csv", "item,label\nx,a,extra\n");
+  ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("gold.csv:2"));
+  EXPECT_THAT(ds.status().message(), HasSubstr("expected 2 fields"));
+
+  Write("gold.csv", "item,label\nx,c\n");
+  ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("gold.csv:2"));
+  EXPECT_THAT(ds.status().message(), HasSubstr("\"c\""));
+}
+
+// csv_dataset.h: labels.csv must start with the header item,annotator,label;
+// an empty file (or one of blank lines only) has none.
+TEST_F(CsvDatasetTest, RejectsLabelsWithoutAHeader) {
+  Write("classes.txt", "a\nb\n");
+  Write("labels.csv", "");
+  absl::StatusOr<CsvDataset> ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("labels.csv"));
+  Write("labels.csv", "\n\r\n");
+  EXPECT_THAT(ReadCsvDataset(dir_), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST_F(CsvDatasetTest, RejectsBadClassLists) {
   Write("labels.csv", "item,annotator,label\n");
   Write("classes.txt", "only\n");
@@ -134,6 +194,22 @@ TEST_F(CsvDatasetTest, RejectsBadClassLists) {
   Write("classes.txt", "a\n\nb\n");
   EXPECT_THAT(ReadCsvDataset(dir_),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// csv_dataset.h: class-list errors name classes.txt and the 1-based line
+// (class index + 1).
+TEST_F(CsvDatasetTest, ClassListErrorsNameTheLine) {
+  Write("labels.csv", "item,annotator,label\n");
+  Write("classes.txt", "a\nb\nc\nb\n");
+  absl::StatusOr<CsvDataset> ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("classes.txt:4"));
+  EXPECT_THAT(ds.status().message(), HasSubstr("duplicate class name \"b\""));
+  Write("classes.txt", "a\r\nb\r\n\r\nc\r\n");
+  ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("classes.txt:3"));
+  EXPECT_THAT(ds.status().message(), HasSubstr("empty class name"));
 }
 
 }  // namespace

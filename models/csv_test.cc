@@ -75,6 +75,36 @@ TEST(CsvTest, SkipsBlankLinesAndCountsThem) {
   EXPECT_EQ((*rs)[1].line, 4);
 }
 
+// csv.h: a quoted field "must be followed by a comma or the end of the
+// record", and a record ends with "\n", "\r\n" or the end of the text.
+TEST(CsvTest, QuotedFieldMayEndTheRecordWithLfCrlfOrTheEndOfText) {
+  absl::StatusOr<std::vector<Record>> rs = Parse("\"a\",\"b\"\r\n\"c\"\n\"d\"");
+  ASSERT_THAT(rs, IsOk());
+  EXPECT_THAT(Fields(*rs), ElementsAre(Row{"a", "b"}, Row{"c"}, Row{"d"}));
+  ASSERT_EQ(rs->size(), 3u);
+  EXPECT_EQ((*rs)[1].line, 2);
+  EXPECT_EQ((*rs)[2].line, 3);
+}
+
+// csv.h: `line` is the line on which a record starts, so a line break inside
+// a quoted field counts. Record 1 spans lines 1-3 ("x", "y", "w,1"); the
+// next record starts on line 4.
+TEST(CsvTest, LineBreaksInsideQuotedFieldsAdvanceTheLineOfLaterRecords) {
+  absl::StatusOr<std::vector<Record>> rs = Parse("\"x\ny\nw\",1\nz\n");
+  ASSERT_THAT(rs, IsOk());
+  EXPECT_THAT(Fields(*rs), ElementsAre(Row{"x\ny\nw", "1"}, Row{"z"}));
+  EXPECT_EQ((*rs)[0].line, 1);
+  EXPECT_EQ((*rs)[1].line, 4);
+}
+
+// csv.h: records end with "\n" or "\r\n" only; a lone carriage return is an
+// ordinary character of an unquoted field.
+TEST(CsvTest, LoneCarriageReturnIsFieldData) {
+  absl::StatusOr<std::vector<Record>> rs = Parse("a\rb,c\nd\r\n");
+  ASSERT_THAT(rs, IsOk());
+  EXPECT_THAT(Fields(*rs), ElementsAre(Row{"a\rb", "c"}, Row{"d"}));
+}
+
 TEST(CsvTest, RejectsUnterminatedQuote) {
   absl::StatusOr<std::vector<Record>> rs = Parse("a\n\"open,b\n");
   EXPECT_THAT(rs, StatusIs(absl::StatusCode::kInvalidArgument));

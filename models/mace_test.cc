@@ -311,5 +311,94 @@ TEST(MaceTest, OneIterationSplitsAGoldAgreeingLabelIntoTruthfulAndSpam) {
   EXPECT_NEAR((*xi)[1], 740.0 / 1491.0, 1e-12);
 }
 
+// truth_model.h: an empty model gives the soft majority vote as
+// ItemPosterior and uniform confusion matrices (mace.h: "uniform before a
+// fit"). One label of class 0, K = 2, vote_smoothing 0.01: (1.01, 0.01) / 1.02.
+TEST(MaceTest, BeforeAFitServesTheSoftMajorityVoteAndUniformConfusions) {
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2);
+  EXPECT_FALSE(model->has_parameters());
+  EXPECT_FALSE(model->AnnotatorCompetence(0).has_value());
+  EXPECT_EQ(model->AnnotatorConfusion(0),
+            std::vector<double>({0.5, 0.5, 0.5, 0.5}));
+  std::vector<double> out(2);
+  model->ItemPosterior({{3, 0}}, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 1.01 / 1.02, 1e-12);
+  EXPECT_NEAR(out[1], 0.01 / 1.02, 1e-12);
+}
+
+// mace.h: the pooled parameters are theta 1/2 and uniform xi if there were no
+// labels; they serve any id not in the fit. K = 3, no labels at all.
+TEST(MaceTest, AFitWithoutLabelsPoolsOneHalfAndUniform) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(2, 1, 3, {});
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(3);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  for (int32_t id : {0, 5, -1}) {
+    ASSERT_TRUE(model->AnnotatorCompetence(id).has_value()) << id;
+    EXPECT_NEAR(*model->AnnotatorCompetence(id), 0.5, 1e-15) << id;
+    const std::vector<double> xi = *model->AnnotatorStrategy(id);
+    ASSERT_EQ(xi.size(), 3u);
+    for (double v : xi) EXPECT_NEAR(v, 1.0 / 3, 1e-15) << id;
+  }
+}
+
+// mace.h: a warm fit starts from the previous theta and xi, and annotators
+// beyond them start with the pooled ones; FitReport.log_likelihood is the
+// marginal log-likelihood log p(labels) under the uniform prior 1/K (gold
+// items: log p(gold, labels)). Restored parameters (K = 2): pooled theta 0.6,
+// xi (0.75, 0.25); annotator 0 theta 0.8, xi (0.5, 0.5). Warm fit, one
+// iteration, on
+//   item 0, gold 1, labelled 1 by the new annotator 1 (pooled start):
+//     Q[1][1] = 0.6 + 0.4 * 0.25 = 0.7; truthful = 0.6 / 0.7 = 6/7, spam 1/7;
+//     theta_1 = (6/7 + 1/2) / 2 = 19/28; xi_1 = (10, 10 + 1/7) / (20 + 1/7)
+//     = (70/141, 71/141); its log-likelihood term is log(1/2 * 0.7).
+//   item 1, no gold, labelled 0 by annotator 0: Q[0][0] = 0.9, Q[1][0] = 0.1,
+//     p(label) = (0.9 + 0.1) / 2 = 1/2; q = (0.9, 0.1),
+//     truthful = 0.9 * 0.8 / 0.9 = 0.8: theta_0 = (0.8 + 0.5) / 2 = 0.65.
+//   log_likelihood = log 0.35 + log 0.5.
+TEST(MaceTest, WarmStartGivesNewAnnotatorsThePooledParameters) {
+  ByteWriter writer;
+  WriteModelHeader(writer, MaceModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(1);  // annotators
+  for (double v : {0.6, 0.75, 0.25, 0.8, 0.5, 0.5}) writer.WriteF64(v);
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2, one_iteration);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 2, {{0, 1, 1}, {1, 0, 0}});
+  absl::StatusOr<FitReport> report =
+      model->Fit(m, std::vector<int32_t>{1, -1}, /*warm_start=*/true);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, 1);
+  EXPECT_NEAR(report->log_likelihood, std::log(0.35) + std::log(0.5), 1e-12);
+  EXPECT_NEAR(*model->AnnotatorCompetence(1), 19.0 / 28.0, 1e-12);
+  const std::vector<double> xi = *model->AnnotatorStrategy(1);
+  EXPECT_NEAR(xi[0], 70.0 / 141.0, 1e-12);
+  EXPECT_NEAR(xi[1], 71.0 / 141.0, 1e-12);
+  EXPECT_NEAR(*model->AnnotatorCompetence(0), 0.65, 1e-12);
+}
+
+// Restore refuses parameters that would make a log in the posterior
+// infinite: a competence or a strategy of 0 (mace.cc: theta in (0, 1), xi in
+// (0, 1]), and keeps the parameters it had.
+TEST(MaceTest, RestoreRefusesZeroCompetenceOrStrategy) {
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2);
+  for (const std::vector<double>& row :
+       {std::vector<double>{0.0, 0.5, 0.5}, std::vector<double>{0.5, 0.0, 1.0},
+        std::vector<double>{0.5, 1.0, 0.0}}) {
+    ByteWriter bad;
+    WriteModelHeader(bad, MaceModel::kMethod, true);
+    bad.WriteU32(2);
+    bad.WriteU32(0);
+    for (double v : row) bad.WriteF64(v);
+    EXPECT_THAT(model->Restore(bad.Finish()),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << row[0] << " " << row[1] << " " << row[2];
+    EXPECT_FALSE(model->has_parameters());
+  }
+}
+
 }  // namespace
 }  // namespace verity::models

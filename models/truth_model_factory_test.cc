@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/status_matchers.h"
+#include "models/calibrated_truth_model.h"
 
 namespace verity::models {
 namespace {
@@ -56,6 +57,32 @@ TEST(TruthModelFactoryTest, RejectsBadClassCountAndOptions) {
       CreateTruthModel("mv", 2, options);
   EXPECT_THAT(model, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(model.status().message(), HasSubstr("num_threads"));
+}
+
+// truth_model_factory.h: CreateTruthModel wraps the model in a
+// CalibratedTruthModel of the same method that fits its map with
+// options.calibration "auto" (the default) and not with "none";
+// CreateUncalibratedTruthModel never wraps it.
+TEST(TruthModelFactoryTest, CalibrationOptionSelectsTheWrapper) {
+  absl::StatusOr<std::unique_ptr<TruthModel>> model = CreateTruthModel("ds", 3, {});
+  ASSERT_THAT(model, IsOk());
+  const auto* calibrated = dynamic_cast<const CalibratedTruthModel*>(model->get());
+  ASSERT_NE(calibrated, nullptr);
+  EXPECT_TRUE(calibrated->fits_map());
+  EXPECT_EQ(calibrated->inner().method(), "ds");
+
+  TruthModelOptions none;
+  none.calibration = "none";
+  model = CreateTruthModel("ds", 3, none);
+  ASSERT_THAT(model, IsOk());
+  calibrated = dynamic_cast<const CalibratedTruthModel*>(model->get());
+  ASSERT_NE(calibrated, nullptr);
+  EXPECT_FALSE(calibrated->fits_map());
+
+  model = CreateUncalibratedTruthModel("ds", 3, {});
+  ASSERT_THAT(model, IsOk());
+  EXPECT_EQ(dynamic_cast<const CalibratedTruthModel*>(model->get()), nullptr);
+  EXPECT_EQ((*model)->method(), "ds");
 }
 
 }  // namespace
