@@ -370,6 +370,61 @@ FittedMap FitLabelMap(const TruthModel& inner, const AnnotationMatrix& data,
   return BestMap(negative_log_likelihood);
 }
 
+std::vector<int32_t> GoldCalibrationLabelCounts(const AnnotationMatrix& data,
+                                                absl::Span<const int32_t> gold) {
+  std::vector<int32_t> counts(gold.size(), -1);
+  std::vector<int32_t> gold_counts, other_counts;
+  for (int32_t i = 0; i < data.num_items(); ++i) {
+    const int32_t n = static_cast<int32_t>(data.LabelsOfItem(i).size());
+    if (n == 0) continue;
+    const bool is_gold = static_cast<size_t>(i) < gold.size() && gold[i] >= 0;
+    (is_gold ? gold_counts : other_counts).push_back(n);
+  }
+  std::sort(gold_counts.begin(), gold_counts.end());
+  std::sort(other_counts.begin(), other_counts.end());
+  for (size_t i = 0; i < gold.size(); ++i) {
+    if (gold[i] < 0) continue;
+    const int32_t n = static_cast<int32_t>(data.LabelsOfItem(static_cast<int32_t>(i)).size());
+    if (n == 0) continue;
+    if (other_counts.empty()) {
+      counts[i] = n;
+      continue;
+    }
+    const auto [lo, hi] = std::equal_range(gold_counts.begin(), gold_counts.end(), n);
+    const double q = (static_cast<double>(lo - gold_counts.begin()) + 0.5 * (hi - lo)) /
+                     static_cast<double>(gold_counts.size());
+    const size_t at = std::min(other_counts.size() - 1,
+                               static_cast<size_t>(q * static_cast<double>(other_counts.size())));
+    counts[i] = std::max(1, std::min(n, other_counts[at]));
+  }
+  return counts;
+}
+
+std::vector<AnnotationMatrix::Entry> GoldCalibrationLabels(
+    int32_t item, absl::Span<const AnnotationMatrix::Entry> labels, int32_t count) {
+  std::vector<AnnotationMatrix::Entry> kept(labels.begin(), labels.end());
+  if (count >= static_cast<int32_t>(kept.size())) return kept;
+  // splitmix64 of (item, annotator): a fixed choice that does not favour low annotator ids.
+  const auto hash = [item](const AnnotationMatrix::Entry& e) {
+    uint64_t z = (static_cast<uint64_t>(static_cast<uint32_t>(item)) << 32) |
+                 static_cast<uint32_t>(e.other);
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  std::sort(kept.begin(), kept.end(),
+            [&](const AnnotationMatrix::Entry& a, const AnnotationMatrix::Entry& b) {
+              return hash(a) < hash(b);
+            });
+  kept.resize(std::max(0, count));
+  std::sort(kept.begin(), kept.end(),
+            [](const AnnotationMatrix::Entry& a, const AnnotationMatrix::Entry& b) {
+              return a.other < b.other;
+            });
+  return kept;
+}
+
 FittedMap FitGoldMap(absl::Span<const double> raw_posteriors, int32_t num_classes,
                      absl::Span<const int32_t> truth) {
   const int32_t k = num_classes;
@@ -434,6 +489,7 @@ absl::StatusOr<FitReport> CalibratedTruthModel::Fit(const AnnotationMatrix& data
       }
     }
     std::vector<double> rows(gold.size() * k, 0.0);
+    const std::vector<int32_t> label_counts = GoldCalibrationLabelCounts(data, gold);
     bool ok = true;
     for (int32_t h = 0; h < 2 && ok; ++h) {
       std::vector<int32_t> fold_gold(gold.begin(), gold.end());
@@ -448,8 +504,10 @@ absl::StatusOr<FitReport> CalibratedTruthModel::Fit(const AnnotationMatrix& data
       ok = fold->Fit(data, fold_gold, /*warm_start=*/true).ok();
       for (size_t i = 0; ok && i < gold.size(); ++i) {
         if (half[i] != h) continue;
-        fold->ItemPosteriorForItem(static_cast<int32_t>(i), data.LabelsOfItem(static_cast<int32_t>(i)),
-                                   -1, absl::MakeSpan(rows.data() + i * k, k));
+        const int32_t item = static_cast<int32_t>(i);
+        const std::vector<AnnotationMatrix::Entry> labels =
+            GoldCalibrationLabels(item, data.LabelsOfItem(item), label_counts[i]);
+        fold->ItemPosteriorForItem(item, labels, -1, absl::MakeSpan(rows.data() + i * k, k));
       }
     }
     for (size_t i = 0; ok && i < gold.size(); ++i) {

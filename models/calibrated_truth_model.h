@@ -42,6 +42,8 @@
 //     method it serves, so that the selection does not run again). A copy refitted with
 //     no gold at all is worse than the served model and leaned to softening
 //     too much (medical_cause, 30 % gold: ECE 0.075 against 0.063).
+//     Each gold item's posterior uses only as many of its labels as the
+//     items served carry (GoldCalibrationLabelCounts below).
 //     gold_ece reports the ECE of those posteriors after the map.
 //   - kCrowdLabels (no or too few gold items): leave-one-label-out predictive
 //     likelihood of the crowd labels. For each label l of annotator j on item
@@ -149,6 +151,32 @@ FittedMap FitLabelMap(const TruthModel& inner, const AnnotationMatrix& data,
 // `truth` (one class per row); loss = the summed log-loss.
 FittedMap FitGoldMap(absl::Span<const double> raw_posteriors, int32_t num_classes,
                      absl::Span<const int32_t> truth);
+
+// How many of its labels each gold item's calibration posterior uses (the
+// gold map): its label count mapped by quantile onto the label counts of the
+// items without gold that have labels (the items whose posteriors the map is
+// for), at least 1 and at most its own count. Control items often carry many
+// more labels than the others (a platform sends them to every new annotator,
+// AssignmentSettings.gold_items_for_new_annotators), and a model is the more
+// overconfident the more labels it multiplies: a map fitted on their
+// full-label posteriors over-softens the items served (dynamic overlap on rte
+// with 10 % gold, docs/ASSIGNMENT.md run 4: resolved items at confidence 0.94
+// were right 0.965 of the time). When gold and other items carry alike many
+// labels the counts are (nearly) kept. A gold item at mid-rank quantile q of
+// the gold items' counts, (#fewer + #equal / 2) / #gold, gets the count at
+// index floor(q * n) of the n other items' counts sorted ascending. One entry
+// per item of `gold` (gold.size() <= data.num_items()): -1 for the items
+// that are not gold or have no label; with no other labelled item, every gold
+// item keeps all its labels.
+std::vector<int32_t> GoldCalibrationLabelCounts(const AnnotationMatrix& data,
+                                                absl::Span<const int32_t> gold);
+
+// The `count` labels of item `item` (of `labels`, its labels sorted by
+// annotator) that the gold map uses: those with the smallest hash of (item,
+// annotator), a fixed pseudo-random choice, in annotator order. All of them if
+// count >= labels.size().
+std::vector<AnnotationMatrix::Entry> GoldCalibrationLabels(
+    int32_t item, absl::Span<const AnnotationMatrix::Entry> labels, int32_t count);
 
 // The maps, in place on a probability row; tau == 1 leaves `row` untouched.
 void ApplyTemperature(double temperature, absl::Span<double> row);

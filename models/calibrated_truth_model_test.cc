@@ -20,6 +20,7 @@
 namespace verity::models {
 namespace {
 
+using ::testing::ElementsAre;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 
@@ -744,6 +745,70 @@ TEST(CalibrationMapTest, TheCrowdLabelMapServesTheTopLabelMapWhenItFitsBetter) {
   EXPECT_NEAR(out[0], top, 1e-12);
   EXPECT_NEAR(out[1], (1 - top) * p[1] / (1 - p[0]), 1e-12);
   EXPECT_NEAR(out[2], (1 - top) * p[2] / (1 - p[0]), 1e-12);
+}
+
+// A matrix whose item i has counts[i] labels (annotators 0, 1, ..., class 0).
+AnnotationMatrix WithLabelCounts(const std::vector<int32_t>& counts) {
+  std::vector<Annotation> annotations;
+  int32_t annotators = 1;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    for (int32_t j = 0; j < counts[i]; ++j) {
+      annotations.push_back({static_cast<int32_t>(i), j, 0});
+    }
+    annotators = std::max(annotators, counts[i]);
+  }
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(
+      static_cast<int32_t>(counts.size()), annotators, 2, annotations);
+  EXPECT_TRUE(data.ok()) << data.status();
+  return *std::move(data);
+}
+
+TEST(GoldCalibrationLabelCountsTest, MapsGoldCountsByQuantileOntoTheOtherItemsCounts) {
+  // Gold items 0-3 carry 10, 10, 12, 14 labels and item 4 none; items 5-12 are the others,
+  // sorted counts 2 2 3 3 3 4 5 5. Mid-rank quantiles: 10 -> (0 + 2/2) / 4 = 0.25, index
+  // floor(0.25 * 8) = 2, count 3; 12 -> 2.5 / 4 = 0.625, index 5, count 4; 14 -> 3.5 / 4 =
+  // 0.875, index 7, count 5.
+  const AnnotationMatrix data = WithLabelCounts({10, 10, 12, 14, 0, 3, 2, 5, 3, 4, 2, 3, 5});
+  const std::vector<int32_t> gold = {1, 0, 1, 0, 1, -1, -1, -1, -1, -1, -1, -1, -1};
+  EXPECT_THAT(GoldCalibrationLabelCounts(data, gold),
+              ElementsAre(3, 3, 4, 5, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+}
+
+TEST(GoldCalibrationLabelCountsTest, KeepsTheCountsWhenGoldAndOtherItemsCarryAlikeOrFewer) {
+  // Alike: gold 3, 5 and others 3, 5 map onto themselves (quantiles 0.25 and 0.75).
+  EXPECT_THAT(GoldCalibrationLabelCounts(WithLabelCounts({3, 5, 5, 3}), {0, 1, -1, -1}),
+              ElementsAre(3, 5, -1, -1));
+  // A gold item never gets more than its own labels.
+  EXPECT_THAT(GoldCalibrationLabelCounts(WithLabelCounts({2, 10, 10}), {1, -1, -1}),
+              ElementsAre(2, -1, -1));
+  // No other labelled item (item 2 has none): every gold item keeps all its labels.
+  EXPECT_THAT(GoldCalibrationLabelCounts(WithLabelCounts({4, 7, 0}), {0, 1, -1}),
+              ElementsAre(4, 7, -1));
+}
+
+TEST(GoldCalibrationLabelsTest, KeepsAFixedSubsetOfTheCountInAnnotatorOrder) {
+  const std::vector<AnnotationMatrix::Entry> labels = {{0, 1}, {2, 0}, {3, 1}, {7, 0}, {9, 1}};
+  const std::vector<AnnotationMatrix::Entry> kept = GoldCalibrationLabels(4, labels, 2);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_LT(kept[0].other, kept[1].other);
+  for (const AnnotationMatrix::Entry& e : kept) {
+    EXPECT_TRUE(std::any_of(labels.begin(), labels.end(), [&](const AnnotationMatrix::Entry& l) {
+      return l.other == e.other && l.label == e.label;
+    })) << e.other;
+  }
+  const std::vector<AnnotationMatrix::Entry> again = GoldCalibrationLabels(4, labels, 2);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].other, kept[0].other);
+  EXPECT_EQ(again[1].other, kept[1].other);
+  // Across many items the choice is not always the lowest annotators.
+  bool other_choice = false;
+  for (int32_t item = 0; item < 50 && !other_choice; ++item) {
+    const std::vector<AnnotationMatrix::Entry> k = GoldCalibrationLabels(item, labels, 2);
+    other_choice = k[0].other != 0 || k[1].other != 2;
+  }
+  EXPECT_TRUE(other_choice);
+  EXPECT_EQ(GoldCalibrationLabels(4, labels, 5).size(), 5u);
+  EXPECT_EQ(GoldCalibrationLabels(4, labels, 9).size(), 5u);
 }
 
 }  // namespace

@@ -12,7 +12,8 @@
 # Usage (from the repository root, after
 #   bazel build -c opt //server:verity_server //client:verity_simulate):
 #   tools/dynamic_overlap/run.sh OUT_DIR [datasets...]
-# Environment: SEEDS (3), CAP (5), MIN_LABELS (1), TARGETS ("0.9 0.95"), PORT (50199),
+# Environment: SEEDS (3), CAP (5), MIN_LABELS (1), TARGETS ("0.9 0.95"), CALIBRATIONS
+# ("none auto"), PORT (50199),
 # GOLD_EVERY (0: no gold; n: every n-th scored item is project gold in the dynamic and the
 # fixed runs alike, and is not scored; verity_simulate --gold_every), GOLD_FOR_NEW (0; with
 # project gold, AssignmentSettings.gold_items_for_new_annotators: the server offers gold items
@@ -27,6 +28,7 @@ seeds=${SEEDS:-3}
 cap=${CAP:-5}
 min_labels=${MIN_LABELS:-1}
 targets=${TARGETS:-0.9 0.95}
+calibrations=${CALIBRATIONS:-none auto}
 port=${PORT:-50199}
 gold_every=${GOLD_EVERY:-0}
 gold_for_new=${GOLD_FOR_NEW:-0}
@@ -45,7 +47,7 @@ simulate() { "$out/bin/verity_simulate" --server=127.0.0.1:$port --timeout=120s 
 pids=()
 for d in $datasets; do
   for t in $targets; do
-    for c in none auto; do
+    for c in $calibrations; do
       simulate --data=../shared/datasets/$d --policies=uniform --seeds=$seeds \
           --confidence_target=$t --min_labels_per_item=$min_labels \
           --max_labels_per_item=$cap --calibration=$c \
