@@ -167,5 +167,22 @@ TEST(PrincipalComponents2DTest, OneDimensionalAndMalformedInputs) {
   EXPECT_EQ(same[1][1], 0);
 }
 
+// The sign rule's tie-break: "its coordinate of largest magnitude (the first of equals) is
+// positive". Rows ±(1, -1) vary along (1, -1)/√2, whose two coordinates are equal in
+// magnitude: the first must be positive, so (1, -1) maps to +√2 and (-1, 1) to -√2.
+TEST(PrincipalComponents2DTest, TheFirstOfEqualCoordinatesDecidesTheSign) {
+  for (const std::vector<std::vector<float>>& rows :
+       {std::vector<std::vector<float>>{{1, -1}, {-1, 1}},
+        std::vector<std::vector<float>>{{-1, 1}, {1, -1}}}) {
+    const std::vector<std::array<double, 2>> got = PrincipalComponents2D(rows);
+    ASSERT_EQ(got.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      const double want = rows[i][0] > 0 ? std::sqrt(2.0) : -std::sqrt(2.0);
+      EXPECT_NEAR(got[i][0], want, 1e-9) << "row " << i;
+      EXPECT_NEAR(got[i][1], 0, 1e-9) << "row " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace verity::server

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 namespace verity::server {
 namespace {
 
@@ -50,6 +53,23 @@ TEST(LeaseBookTest, ExtendingALeaseKeepsItPastItsFirstExpiry) {
   EXPECT_EQ(book.size(kNow + absl::Seconds(6)), 1u);
   EXPECT_THAT(book.OutstandingPerItem(kNow + absl::Seconds(6)), UnorderedElementsAre(Pair(4, 1)));
   EXPECT_EQ(book.size(kNow + absl::Seconds(51)), 0u);
+}
+
+// ForEachOutstanding, like every query, first drops the leases expired at `now`: the items it
+// visits and their counts are OutstandingPerItem's.
+TEST(LeaseBookTest, ForEachOutstandingSkipsExpiredLeases) {
+  LeaseBook book;
+  book.Add(1, 10, kNow + absl::Seconds(10));
+  book.Add(1, 11, kNow + absl::Seconds(20));
+  book.Add(2, 10, kNow + absl::Seconds(10));
+  std::vector<std::pair<int32_t, int32_t>> seen;
+  book.ForEachOutstanding(kNow + absl::Seconds(10),
+                          [&](int32_t item, int32_t count) { seen.emplace_back(item, count); });
+  EXPECT_THAT(seen, UnorderedElementsAre(Pair(1, 1)));
+  seen.clear();
+  book.ForEachOutstanding(kNow + absl::Seconds(20),
+                          [&](int32_t item, int32_t count) { seen.emplace_back(item, count); });
+  EXPECT_THAT(seen, IsEmpty());
 }
 
 }  // namespace

@@ -215,5 +215,24 @@ TEST(LiveProjectReplicationTest, StoredEntitiesApplyOnlyWhatDiffersFromMemory) {
   EXPECT_EQ(project->settings().assignment().max_labels_per_item(), 4);
 }
 
+
+// followed_change_seq() is the change_seq memory reflects: a stored state read as of it (or
+// before) is no news. Here the own change 3 is in memory but not yet followed (another
+// replica's change 2 lies before it); a late read as of change 1 must not take the item's
+// priority back.
+TEST(LiveProjectReplicationTest, StoredEntitiesAsOfTheFollowedChangeAreIgnored) {
+  auto project = EmptyProject();
+  project->ApplyItems({{0, "i0", std::nullopt, 0.5}});
+  project->NoteOwnChange(1);
+  project->ApplyItems({{0, "i0", std::nullopt, 0.9}});
+  project->NoteOwnChange(3);
+  ASSERT_EQ(project->followed_change_seq(), 1);
+  std::vector<storage::ItemRecord> as_of_1(1);
+  as_of_1[0] = {0, "i0", std::nullopt, 0.5, std::nullopt};
+  EXPECT_FALSE(project->ApplyStoredEntities(v1::ProjectSettings(), as_of_1, {}, 1));
+  EXPECT_EQ(project->snapshot()->posteriors.priority(0), 0.9);
+  EXPECT_EQ(project->followed_change_seq(), 1);
+}
+
 }  // namespace
 }  // namespace verity::server

@@ -421,5 +421,218 @@ TEST(LiveProjectTest, ReapplyingAnItemsNewestLabelChangesNothing) {
   EXPECT_EQ(project->Counts().num_labels, static_cast<int64_t>(crowd.annotations.size()));
 }
 
+
+// An empty project of kClasses classes, nothing stored.
+std::unique_ptr<LiveProject> EmptyProject() {
+  auto project = LiveProject::Create(TestIdentity(), v1::ProjectSettings(), {});
+  EXPECT_TRUE(project.ok()) << project.status();
+  return std::move(*project);
+}
+
+// live_project.h, leases(): "A committed label of (item, annotator) releases its lease", and
+// only that pair's.
+TEST(LiveProjectTest, ACommittedLabelReleasesTheLeaseOfItsPair) {
+  auto project = EmptyProject();
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  project->leases().Add(0, 0, now + absl::Minutes(5));
+  project->leases().Add(0, 1, now + absl::Minutes(5));
+  project->ApplyCommitted({{0, "i0", 0, "w0", 1, 1, true}});
+  EXPECT_FALSE(project->leases().Has(0, 0, now));
+  EXPECT_TRUE(project->leases().Has(0, 1, now));
+  EXPECT_EQ(project->leases().size(now), 1u);
+}
+
+// live_project.h, StoredState::open_leases: the leases PostgreSQL holds are the serving copy's
+// after a load (lease_book.h: "storage::LeaseStore keeps them across restarts").
+TEST(LiveProjectTest, StoredOpenLeasesAreOutstandingAfterALoad) {
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  LiveProject::StoredState stored;
+  stored.item_ids = {"i0", "i1"};
+  stored.annotator_ids = {"w0", "w1"};
+  stored.open_leases = {{1, 0, now + absl::Minutes(1)}, {1, 1, now + absl::Minutes(2)}};
+  auto project = LiveProject::Create(TestIdentity(), v1::ProjectSettings(), std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  EXPECT_TRUE((*project)->leases().Has(1, 0, now));
+  EXPECT_TRUE((*project)->leases().Has(1, 1, now));
+  EXPECT_EQ((*project)->leases().OutstandingOn({0, 1}, now), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ((*project)->leases().OutstandingOn({1}, now + absl::Seconds(90)),
+            (std::vector<int32_t>{1}));
+}
+
+// StoredState: gold -1 = none, priority by item index: a loaded project serves them.
+TEST(LiveProjectTest, StoredGoldAndPrioritiesAreServedAfterALoad) {
+  LiveProject::StoredState stored;
+  stored.item_ids = {"i0", "i1", "i2"};
+  stored.gold = {0, -1, 2};
+  stored.priority = {0.0, 2.5, -1.0};
+  auto project = LiveProject::Create(TestIdentity(), v1::ProjectSettings(), std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  const PosteriorTable& table = (*project)->snapshot()->posteriors;
+  ASSERT_EQ(table.num_items(), 3);
+  EXPECT_EQ(table.priority(0), 0.0);
+  EXPECT_EQ(table.priority(1), 2.5);
+  EXPECT_EQ(table.priority(2), -1.0);
+  EXPECT_TRUE(table.is_gold(0));
+  EXPECT_FALSE(table.is_gold(1));
+  EXPECT_TRUE(table.is_gold(2));
+  EXPECT_EQ((*project)->GoldItems(), (std::vector<int32_t>{0, 2}));
+}
+
+// GoldItems: "Gold items, ascending": class 0 is a gold label like any other.
+TEST(LiveProjectTest, GoldItemsIncludeItemsWhoseGoldIsTheFirstClass) {
+  auto project = EmptyProject();
+  project->ApplyItems({{0, "i0", 0}, {1, "i1", std::nullopt}, {2, "i2", 2}, {3, "i3", 0}});
+  EXPECT_EQ(project->GoldItems(), (std::vector<int32_t>{0, 2, 3}));
+  EXPECT_TRUE(project->snapshot()->posteriors.is_gold(0));
+  EXPECT_FALSE(project->snapshot()->posteriors.is_gold(1));
+}
+
+// EstimatedBytes, by the header's formula: 24 bytes per label, 200 + 32·K per item and
+// 100 + 16·K² per annotator. K = 3, 100 labels on 100 items by 10 annotators:
+// 2,400 + 100 × 296 + 10 × 244 = 34,440 bytes.
+TEST(LiveProjectTest, EstimatedBytesFollowsTheDocumentedFormula) {
+  auto project = EmptyProject();
+  EXPECT_EQ(project->EstimatedBytes(), 0);
+  std::vector<std::string> item_ids, annotator_ids;
+  for (int i = 0; i < 100; ++i) item_ids.push_back(absl::StrCat("i", i));
+  for (int a = 0; a < 10; ++a) annotator_ids.push_back(absl::StrCat("w", a));
+  std::vector<CommittedLabel> labels;
+  for (int i = 0; i < 100; ++i) {
+    labels.push_back({i, item_ids[i], i % 10, annotator_ids[i % 10], 0, i + 1, true});
+  }
+  project->ApplyCommitted(labels);
+  EXPECT_EQ(project->EstimatedBytes(), 24 * 100 + (200 + 32 * 3) * 100 + (100 + 16 * 9) * 10);
+}
+
+// FitIsCurrent: not current once an item, gold label or priority changed since the fit.
+TEST(LiveProjectTest, AnItemChangeMakesTheFitNotCurrent) {
+  auto crowd = MakeCrowd(100, 9);
+  for (int change = 0; change < 3; ++change) {
+    SCOPED_TRACE(change);
+    std::unique_ptr<models::TruthModel> fitted;
+    auto project = RestoreFitted(crowd, fitted);
+    ASSERT_TRUE(project->FitIsCurrent());
+    if (change == 0) project->ApplyItems({{4, "i4", 2}});                      // gold
+    if (change == 1) project->ApplyItems({{4, "i4", std::nullopt, 3.0}});      // priority
+    if (change == 2) project->ApplyItems({{100, "i100", std::nullopt}});       // a new item
+    EXPECT_FALSE(project->FitIsCurrent());
+  }
+}
+
+// AdoptVersion: "Labels the version did not see still count toward the next refit". A version
+// fit through seq 402 (402 live labels) is adopted while memory also holds a revision at seq
+// 403: exactly that one label is outstanding. A version is never adopted twice or backwards.
+TEST(LiveProjectTest, AnAdoptedVersionCountsOnlyTheLabelsItDidNotSee) {
+  auto crowd = MakeCrowd(100, 9);
+  ASSERT_EQ(crowd.annotations.size(), 400u);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);  // Version 1 through seq 400.
+  const models::Annotation& first = crowd.annotations[0];
+  project->ApplyCommitted({{100, "i100", 0, "w0", 1, 401, true}});
+  project->ApplyCommitted({{101, "i101", 1, "w1", 2, 402, true}});
+  project->ApplyCommitted({{first.item, absl::StrCat("i", first.item), first.annotator,
+                            absl::StrCat("w", first.annotator), (first.label + 1) % kClasses,
+                            403, true}});
+  ASSERT_EQ(project->Counts().labels_since_version, 3);
+  ASSERT_EQ(project->Counts().num_labels, 402);
+
+  storage::ModelVersionRecord v2;
+  v2.version = 2;
+  v2.method = "ds";
+  v2.parameters = fitted->Serialize();
+  v2.watermark = 402;
+  v2.num_labels = 402;
+  absl::StatusOr<bool> adopted = project->AdoptVersion(v2);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_TRUE(*adopted);
+  EXPECT_EQ(project->model_version(), 2);
+  EXPECT_EQ(project->snapshot()->model_version, 2);
+  EXPECT_EQ(project->snapshot()->model_watermark, 402);
+  EXPECT_EQ(project->Counts().labels_since_version, 1);
+
+  // The same version again, or an older one: not adopted, nothing changes.
+  EXPECT_EQ(project->AdoptVersion(v2).value_or(true), false);
+  storage::ModelVersionRecord v1 = v2;
+  v1.version = 1;
+  v1.watermark = 400;
+  v1.num_labels = 400;
+  EXPECT_EQ(project->AdoptVersion(v1).value_or(true), false);
+  EXPECT_EQ(project->model_version(), 2);
+  EXPECT_EQ(project->Counts().labels_since_version, 1);
+}
+
+// AdoptVersion: "INTERNAL if the parameters do not restore"; the served version stays.
+TEST(LiveProjectTest, AVersionWhoseParametersDoNotRestoreIsInternalAndNotServed) {
+  auto crowd = MakeCrowd(50, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  storage::ModelVersionRecord broken;
+  broken.version = 2;
+  broken.method = "ds";
+  broken.parameters = "not a serialized model";
+  broken.watermark = 1000;
+  absl::StatusOr<bool> adopted = project->AdoptVersion(broken);
+  ASSERT_FALSE(adopted.ok());
+  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kInternal) << adopted.status();
+  EXPECT_EQ(project->model_version(), 1);
+  EXPECT_EQ(project->snapshot()->model_version, 1);
+}
+
+// KnownIdPrefixes: "How many leading item and annotator indices have their ids registered".
+TEST(LiveProjectTest, KnownIdPrefixesStopAtTheFirstIndexWithoutAnId) {
+  auto project = EmptyProject();
+  EXPECT_EQ(project->KnownIdPrefixes(), std::make_pair(0, 0));
+  // Items 0 and 2, annotators 0 and 2: index 1 of each is not known yet.
+  project->ApplyCommitted({{0, "i0", 0, "w0", 1, 1, true}, {2, "i2", 2, "w2", 0, 2, true}});
+  EXPECT_EQ(project->KnownIdPrefixes(), std::make_pair(1, 1));
+  project->ApplyCommitted({{1, "i1", 1, "w1", 2, 3, true}});
+  EXPECT_EQ(project->KnownIdPrefixes(), std::make_pair(3, 3));
+}
+
+// IngestHints: each write's registered indices (-1 if unknown), whether the pair has no live
+// label, and how many items and annotators are registered (ids, not index slots).
+TEST(LiveProjectTest, IngestHintsNameKnownIndicesUnlabelledPairsAndRegisteredCounts) {
+  auto project = EmptyProject();
+  // Items 0 and 2 (item 1 has no id yet), annotators 0, 1 and 3 (2 has none).
+  project->ApplyCommitted({{0, "i0", 0, "w0", 1, 1, true}, {2, "i2", 0, "w0", 0, 2, true}});
+  project->RegisterAnnotators({{1, "w1"}, {3, "w3"}});
+  const std::vector<storage::AnnotationWrite> writes = {
+      {1, "i0", "w0", 0, std::nullopt},       // labelled pair
+      {1, "i2", "w3", 0, std::nullopt},       // known, unlabelled
+      {1, "i2", "w-new", 0, std::nullopt},    // unknown annotator
+      {1, "i-new", "w1", 0, std::nullopt},    // unknown item
+  };
+  const storage::WriteHints hints = project->IngestHints(writes);
+  ASSERT_EQ(hints.writes.size(), 4u);
+  EXPECT_EQ(hints.writes[0].item_index, 0);
+  EXPECT_EQ(hints.writes[0].annotator_index, 0);
+  EXPECT_FALSE(hints.writes[0].unlabelled);
+  EXPECT_EQ(hints.writes[1].item_index, 2);
+  EXPECT_EQ(hints.writes[1].annotator_index, 3);
+  EXPECT_TRUE(hints.writes[1].unlabelled);
+  EXPECT_EQ(hints.writes[2].item_index, 2);
+  EXPECT_EQ(hints.writes[2].annotator_index, -1);
+  EXPECT_FALSE(hints.writes[2].unlabelled);
+  EXPECT_EQ(hints.writes[3].item_index, -1);
+  EXPECT_EQ(hints.writes[3].annotator_index, 1);
+  EXPECT_FALSE(hints.writes[3].unlabelled);
+  ASSERT_EQ(hints.projects.size(), 1u);
+  EXPECT_EQ(hints.projects[0].project_id, 1);
+  EXPECT_EQ(hints.projects[0].num_items, 2);
+  EXPECT_EQ(hints.projects[0].num_annotators, 3);
+}
+
+// An annotator's label count is its live labels: a revision of its label replaces one.
+TEST(LiveProjectTest, ARevisionDoesNotAddToTheAnnotatorsLabelCount) {
+  auto project = EmptyProject();
+  project->ApplyCommitted({{0, "i0", 0, "w0", 0, 1, true}, {1, "i1", 0, "w0", 1, 2, true},
+                           {1, "i1", 1, "w1", 1, 3, true}});
+  project->ApplyCommitted({{0, "i0", 0, "w0", 2, 4, true}});  // a revision
+  EXPECT_EQ(project->AnnotatorLabelCount(0), 2);
+  EXPECT_EQ(project->AnnotatorLabelCount(1), 1);
+  EXPECT_EQ(project->AnnotatorLabelCount(7), 0);
+  EXPECT_EQ(project->Counts().num_labels, 3);
+}
+
 }  // namespace
 }  // namespace verity::server

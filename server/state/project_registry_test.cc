@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/status_matchers.h"
+#include "server/state/label_catch_up.h"
 #include "storage/testing/postgres_fixture.h"
 
 namespace verity::server {
@@ -367,6 +368,111 @@ TEST_F(ProjectRegistryTest, ALoadWhileLabelsOnNewItemsCommitSucceeds) {
   stop.store(true);
   writer.join();
   EXPECT_GT(commits.load(), 15) << "the writer did not run alongside the loads";
+}
+
+
+// The budget unloads only projects "that nothing else holds" (an open ingest stream holds its
+// project): with room for none, of two idle projects only the one no caller holds goes. Its
+// counts stay readable (CountsIfUnloaded) until a call loads it again; IfLoaded never loads.
+TEST_F(ProjectRegistryTest, TheBudgetKeepsAHeldProjectAndRemembersTheCountsOfUnloadedOnes) {
+  ProjectRegistry registry(*storage_);
+  std::shared_ptr<LiveProject> held;
+  int64_t one_project = 0;
+  for (const char* name : {"held", "idle"}) {
+    auto project = registry.Create(NewProject(name));
+    ASSERT_TRUE(project.ok()) << project.status();
+    AddLabels(*storage_, **project, 300);
+    one_project = (*project)->EstimatedBytes();
+    if (std::string(name) == "held") held = *project;
+  }
+  ASSERT_GT(one_project, 0);
+  registry.EnforceMemoryBudget(one_project / 2, absl::Seconds(30));
+  EXPECT_THAT(registry.EvictOverBudget(absl::Now() + absl::Minutes(1)),
+              ::testing::ElementsAre("idle"));
+  EXPECT_EQ(registry.IfLoaded("held"), held);
+  EXPECT_EQ(registry.IfLoaded("idle"), nullptr);
+  EXPECT_EQ(registry.IfLoaded("idle"), nullptr) << "IfLoaded must not load";
+  EXPECT_FALSE(registry.CountsIfUnloaded("held").has_value());
+  const std::optional<ProjectCounts> counts = registry.CountsIfUnloaded("idle");
+  ASSERT_TRUE(counts.has_value());
+  EXPECT_EQ(counts->num_labels, 300);
+  EXPECT_EQ(counts->num_items, 300);
+  EXPECT_EQ(counts->num_annotators, 5);
+  ASSERT_TRUE(registry.Get("idle").ok());
+  EXPECT_FALSE(registry.CountsIfUnloaded("idle").has_value()) << "loaded again";
+}
+
+// A project loaded from PostgreSQL serves the gold labels and priorities its items were given
+// (AddItems persisted them), as the server that added them did.
+TEST_F(ProjectRegistryTest, ALoadedProjectServesTheStoredGoldLabelsAndPriorities) {
+  {
+    ProjectRegistry writer(*storage_);
+    auto created = writer.Create(NewProject("gold"));
+    ASSERT_TRUE(created.ok()) << created.status();
+    std::vector<storage::ItemWrite> writes(3);
+    writes[0].external_id = "plain";
+    writes[1].external_id = "gold-no";
+    writes[1].gold_label = 0;
+    writes[1].priority = 2.5;
+    writes[2].external_id = "urgent";
+    writes[2].priority = 7.0;
+    auto indices = writer.AddItems(**created, writes);
+    ASSERT_TRUE(indices.ok()) << indices.status();
+    ASSERT_EQ(*indices, (std::vector<int32_t>{0, 1, 2}));
+  }
+  ProjectRegistry reader(*storage_);
+  auto loaded = reader.Get("gold");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const PosteriorTable& table = (*loaded)->snapshot()->posteriors;
+  ASSERT_EQ(table.num_items(), 3);
+  EXPECT_EQ(table.priority(0), 0.0);
+  EXPECT_EQ(table.priority(1), 2.5);
+  EXPECT_EQ(table.priority(2), 7.0);
+  EXPECT_FALSE(table.is_gold(0));
+  EXPECT_TRUE(table.is_gold(1));
+  EXPECT_EQ((*loaded)->GoldItems(), (std::vector<int32_t>{1}));
+}
+
+
+// label_catch_up.h: CatchUpLabels reads the labels with seq > applied_seq() that any writer
+// committed and applies them, ids of new items and annotators included. A second replica's
+// copy of the project then serves what the writing replica serves.
+TEST_F(ProjectRegistryTest, CatchUpLabelsAppliesWhatAnotherReplicaCommitted) {
+  ProjectRegistry writer(*storage_), follower(*storage_);
+  auto written = writer.Create(NewProject("followed"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  AddLabels(*storage_, **written, 10);
+  auto followed = follower.Get("followed");
+  ASSERT_TRUE(followed.ok()) << followed.status();
+  ASSERT_EQ((*followed)->Counts().num_labels, 10);
+  ASSERT_EQ((*followed)->KnownIdPrefixes(), std::make_pair(10, 5));
+
+  // The writer commits a new item by a new annotator, and a label by a known one.
+  const int64_t id = (*written)->identity().project_id;
+  const std::vector<storage::AnnotationWrite> writes = {
+      {id, "item-10", "annotator-new", 1, std::nullopt},
+      {id, "item-0", "annotator-1", 1, std::nullopt},
+  };
+  auto results = storage_->annotations->CommitAnnotations(writes);
+  ASSERT_TRUE(results.ok()) << results.status();
+  std::vector<CommittedLabel> labels;
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const storage::WriteResult& r = (*results)[i];
+    labels.push_back({r.item_index, writes[i].item_id, r.annotator_index, writes[i].annotator_id,
+                      r.label, r.seq, true});
+  }
+  (*written)->ApplyCommitted(labels);
+
+  ASSERT_TRUE(CatchUpLabels(*storage_->annotations, **followed).ok());
+  EXPECT_EQ((*followed)->Counts().num_labels, 12);
+  EXPECT_EQ((*followed)->FindItem("item-10"), std::optional<int32_t>(10));
+  EXPECT_EQ((*followed)->FindAnnotator("annotator-new"), std::optional<int32_t>(5));
+  EXPECT_TRUE((*followed)->HasLabelled(0, 1));
+  EXPECT_EQ((*followed)->applied_seq(), (*results)[1].seq);
+  EXPECT_EQ(Served(**followed), Served(**written));
+  // Caught up: another read changes nothing.
+  ASSERT_TRUE(CatchUpLabels(*storage_->annotations, **followed).ok());
+  EXPECT_EQ((*followed)->Counts().num_labels, 12);
 }
 
 }  // namespace

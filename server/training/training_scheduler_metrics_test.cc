@@ -198,5 +198,111 @@ TEST_F(TrainingSchedulerMetricsTest, AFitWhoseLockAnotherReplicaHoldsIsSkippedAn
   EXPECT_EQ(Sample(metrics, "verity_model_versions_total{method=\"ds\",source=\"inprocess\"}"), 1);
 }
 
+
+// training_scheduler.h: a pass "reads a version's parameters once, and never again one that
+// failed to restore"; the failure is reported once, and a newer version replaces it.
+TEST_F(TrainingSchedulerMetricsTest, AVersionThatDoesNotRestoreIsReadOnceAndANewerOneServed) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  storage::ModelVersionRecord broken;
+  broken.project_id = project_id;
+  broken.method = "ds";
+  broken.parameters = "not a serialized model";
+  ASSERT_TRUE(server.storage->versions->SaveModelVersion(broken).ok());
+
+  MetricsRegistry metrics;
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions, nullptr, InProcess(),
+                              &metrics);
+  std::shared_ptr<LiveProject> project = *server.registry->Get("p");
+  absl::StatusOr<int32_t> first = scheduler.AdoptStoredVersion(*project);
+  EXPECT_FALSE(first.ok());
+  EXPECT_EQ(Sample(metrics, "verity_model_version_downloads_total"), 1);
+  // Refused before: not read again, and the served version (none) is the answer.
+  absl::StatusOr<int32_t> again = scheduler.AdoptStoredVersion(*project);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, 0);
+  EXPECT_EQ(Sample(metrics, "verity_model_version_downloads_total"), 1);
+  EXPECT_EQ(project->model_version(), 0);
+
+  // Another replica stores a good version 2: it is read and served.
+  Server other = Open();
+  TrainingScheduler fitter(*other.registry, *other.storage->versions, nullptr, InProcess());
+  ASSERT_TRUE(fitter.RefitDueProjectsNow(/*force=*/true).ok());
+  EXPECT_EQ(scheduler.AdoptStoredVersion(*project).value_or(-1), 2);
+  EXPECT_EQ(project->model_version(), 2);
+  EXPECT_EQ(Sample(metrics, "verity_model_version_downloads_total"), 2);
+}
+
+// RefitDueProjectsNow(force) refits "every project with labels"; RefitProjectNow answers
+// FAILED_PRECONDITION for a project with none. Nothing is stored for it either way.
+TEST_F(TrainingSchedulerMetricsTest, AProjectWithoutLabelsIsNeverFit) {
+  storage::ProjectStore projects(&pool());
+  storage::ProjectRecord record;
+  record.name = "empty";
+  record.classes = {"a", "b"};
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  record.settings = settings.SerializeAsString();
+  absl::StatusOr<storage::ProjectRecord> created = projects.CreateProject(record);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Server server = Open();
+  MetricsRegistry metrics;
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions, nullptr, InProcess(),
+                              &metrics);
+  std::shared_ptr<LiveProject> project = *server.registry->Get("empty");
+  EXPECT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  absl::StatusOr<storage::ModelVersionRecord> now = scheduler.RefitProjectNow(*project);
+  EXPECT_EQ(now.status().code(), absl::StatusCode::kFailedPrecondition) << now.status();
+  EXPECT_EQ(project->model_version(), 0);
+  auto stored = server.storage->versions->ListModelVersions(created->project_id, 10);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_TRUE(stored->empty());
+  EXPECT_EQ(Sample(metrics, "verity_training_failures_total"), 0);
+}
+
+
+// training_worker.h: "A fit that fails ends the attempt (Fail: requeued, or failed after
+// max_attempts)", and RunOnce still returns true (a job was claimed). A project whose stored
+// settings do not parse cannot load, so every attempt fails: with max_attempts 2 the job is
+// queued again after the first and failed after the second; then the queue is empty.
+TEST_F(TrainingSchedulerMetricsTest, AJobWhoseFitFailsIsRequeuedThenFailedAfterMaxAttempts) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  absl::StatusOr<storage::TrainingJob> job = server.storage->jobs->Enqueue(project_id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(pool().RunInTransaction("corrupting a project", [](pqxx::work& txn) {
+                      txn.exec("UPDATE projects SET settings = '\\xffffffff'::bytea "
+                               "WHERE name = 'p'");
+                      return absl::OkStatus();
+                    }).ok());
+  TrainingWorker::Options options;
+  options.name = "w";
+  options.max_attempts = 2;
+  TrainingWorker worker(*server.storage, options);
+
+  absl::StatusOr<bool> ran = worker.RunOnce();
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_TRUE(*ran);
+  absl::StatusOr<storage::TrainingJob> after_one = server.storage->jobs->GetJob(job->job_id);
+  ASSERT_TRUE(after_one.ok()) << after_one.status();
+  EXPECT_EQ(after_one->state, "queued");
+  EXPECT_EQ(after_one->attempts, 1);
+  EXPECT_NE(after_one->error.find("settings do not parse"), std::string::npos)
+      << after_one->error;
+
+  ran = worker.RunOnce();
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_TRUE(*ran);
+  absl::StatusOr<storage::TrainingJob> after_two = server.storage->jobs->GetJob(job->job_id);
+  ASSERT_TRUE(after_two.ok()) << after_two.status();
+  EXPECT_EQ(after_two->state, "failed");
+  EXPECT_EQ(after_two->attempts, 2);
+  EXPECT_FALSE(after_two->version.has_value());
+
+  ran = worker.RunOnce();
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_FALSE(*ran) << "the queue is empty";
+}
+
 }  // namespace
 }  // namespace verity::server
