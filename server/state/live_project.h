@@ -276,10 +276,11 @@ class LiveProject {
   void MarkUsed(absl::Time now) { last_used_ = absl::ToUnixMicros(now); }
   absl::Time last_used() const { return absl::FromUnixMicros(last_used_.load()); }
 
-  // Whether a refit is due: the labels changed since the last fit reach
-  // max(refit_min_new_labels, refit_new_label_fraction * labels), or any changed and
-  // `max_staleness` passed since the last fit, or the configured method differs from the
-  // current model's.
+  // Whether a refit is due (never while a fit runs or without labels): the labels changed
+  // since the last fit reach max(refit_min_new_labels, refit_new_label_fraction * labels), or
+  // any changed and `max_staleness` passed since the last fit, or a version exists and the
+  // configured method differs from its model's (before the first version the served model is
+  // the majority-vote placeholder, and the label rules above decide).
   bool RefitDue(absl::Time now, absl::Duration max_staleness) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether the current model version was fit on exactly today's inputs, so that a fit now
