@@ -52,7 +52,8 @@ LiveProject::Identity TestIdentity(int32_t classes = kClasses) {
 std::unique_ptr<LiveProject> RestoreFitted(const models::testing::SyntheticCrowd& crowd,
                                            std::unique_ptr<models::TruthModel>& fitted,
                                            const std::string& method = "ds",
-                                           int32_t classes = kClasses) {
+                                           int32_t classes = kClasses,
+                                           int32_t annotator_feature_dim = 0) {
   fitted = *models::CreateTruthModel(method, classes, {});
   EXPECT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
   LiveProject::StoredState stored;
@@ -69,8 +70,10 @@ std::unique_ptr<LiveProject> RestoreFitted(const models::testing::SyntheticCrowd
   version.parameters = fitted->Serialize();
   version.watermark = seq;
   stored.latest_version = version;
-  auto project =
-      LiveProject::Create(TestIdentity(classes), v1::ProjectSettings(), std::move(stored));
+  LiveProject::Identity identity = TestIdentity(classes);
+  identity.annotator_feature_dim = annotator_feature_dim;
+  stored.annotator_features.assign(static_cast<size_t>(kAnnotators) * annotator_feature_dim, 0.0f);
+  auto project = LiveProject::Create(identity, v1::ProjectSettings(), std::move(stored));
   EXPECT_TRUE(project.ok()) << project.status();
   return std::move(*project);
 }
@@ -517,6 +520,16 @@ TEST(LiveProjectTest, AnItemChangeMakesTheFitNotCurrent) {
     if (change == 2) project->ApplyItems({{100, "i100", std::nullopt}});       // a new item
     EXPECT_FALSE(project->FitIsCurrent());
   }
+}
+
+// FitIsCurrent: the fit is not current once a feature changed; here an annotator's features.
+TEST(LiveProjectTest, AnAnnotatorFeatureChangeMakesTheFitNotCurrent) {
+  auto crowd = MakeCrowd(100, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted, "ds", kClasses, /*annotator_feature_dim=*/2);
+  ASSERT_TRUE(project->FitIsCurrent());
+  project->SetAnnotatorFeatures(3, {0.5f, -1.0f});
+  EXPECT_FALSE(project->FitIsCurrent());
 }
 
 // AdoptVersion: "Labels the version did not see still count toward the next refit". A version
