@@ -48,6 +48,15 @@ LiveProject::Identity TestIdentity(int32_t classes = kClasses) {
   return id;
 }
 
+// One label (class 0) on each of items i0..i99, item i by annotator w(i % 10), seqs 1..100.
+std::vector<CommittedLabel> HundredLabelsByTenAnnotators() {
+  std::vector<CommittedLabel> labels;
+  for (int i = 0; i < 100; ++i) {
+    labels.push_back({i, absl::StrCat("i", i), i % 10, absl::StrCat("w", i % 10), 0, i + 1, true});
+  }
+  return labels;
+}
+
 // A live project restored from a fitted Dawid-Skene version over `crowd`.
 std::unique_ptr<LiveProject> RestoreFitted(const models::testing::SyntheticCrowd& crowd,
                                            std::unique_ptr<models::TruthModel>& fitted,
@@ -224,13 +233,7 @@ TEST(LiveProjectTest, EstimatedBytesCountsTheFeatureRowsOfEveryItemAndAnnotator)
   auto featured = LiveProject::Create(with_features, v1::ProjectSettings(), {});
   ASSERT_TRUE(plain.ok()) << plain.status();
   ASSERT_TRUE(featured.ok()) << featured.status();
-  std::vector<std::string> item_ids, annotator_ids;
-  for (int i = 0; i < 100; ++i) item_ids.push_back(absl::StrCat("i", i));
-  for (int a = 0; a < 10; ++a) annotator_ids.push_back(absl::StrCat("w", a));
-  std::vector<CommittedLabel> labels;
-  for (int i = 0; i < 100; ++i) {
-    labels.push_back({i, item_ids[i], i % 10, annotator_ids[i % 10], 0, i + 1, true});
-  }
+  const std::vector<CommittedLabel> labels = HundredLabelsByTenAnnotators();
   (*plain)->ApplyCommitted(labels);
   (*featured)->ApplyCommitted(labels);
   EXPECT_EQ((*featured)->EstimatedBytes() - (*plain)->EstimatedBytes(),
@@ -496,13 +499,7 @@ TEST(LiveProjectTest, GoldItemsIncludeItemsWhoseGoldIsTheFirstClass) {
 TEST(LiveProjectTest, EstimatedBytesFollowsTheDocumentedFormula) {
   auto project = EmptyProject();
   EXPECT_EQ(project->EstimatedBytes(), 0);
-  std::vector<std::string> item_ids, annotator_ids;
-  for (int i = 0; i < 100; ++i) item_ids.push_back(absl::StrCat("i", i));
-  for (int a = 0; a < 10; ++a) annotator_ids.push_back(absl::StrCat("w", a));
-  std::vector<CommittedLabel> labels;
-  for (int i = 0; i < 100; ++i) {
-    labels.push_back({i, item_ids[i], i % 10, annotator_ids[i % 10], 0, i + 1, true});
-  }
+  const std::vector<CommittedLabel> labels = HundredLabelsByTenAnnotators();
   project->ApplyCommitted(labels);
   EXPECT_EQ(project->EstimatedBytes(), 24 * 100 + (200 + 32 * 3) * 100 + (100 + 16 * 9) * 10);
 }

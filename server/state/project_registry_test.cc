@@ -219,6 +219,23 @@ TEST_F(ProjectRegistryTest, ConcurrentItemChangesLeaveMemoryAsTheDatabase) {
   EXPECT_EQ(project.snapshot()->posteriors.priority(0), (*stored)[0].priority);
 }
 
+// Commits `writes` through the store and applies them to `project` as the ingest pipeline
+// would; the store's results go to `committed` when given.
+void CommitAndApply(StorageHandles& storage, LiveProject& project,
+                    const std::vector<storage::AnnotationWrite>& writes,
+                    std::vector<storage::WriteResult>* committed = nullptr) {
+  auto results = storage.annotations->CommitAnnotations(writes);
+  ASSERT_TRUE(results.ok()) << results.status();
+  if (committed != nullptr) *committed = *results;
+  std::vector<CommittedLabel> labels;
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const storage::WriteResult& r = (*results)[i];
+    labels.push_back({r.item_index, writes[i].item_id, r.annotator_index, writes[i].annotator_id,
+                      r.label, r.seq, true});
+  }
+  project.ApplyCommitted(labels);
+}
+
 // Labels (item-i, annotator-(i%5), (i/5)%2) of `n` items into `project`, committed through the
 // store and applied as the ingest pipeline would.
 void AddLabels(StorageHandles& storage, LiveProject& project, int n) {
@@ -227,15 +244,7 @@ void AddLabels(StorageHandles& storage, LiveProject& project, int n) {
     writes.push_back({project.identity().project_id, absl::StrCat("item-", i),
                       absl::StrCat("annotator-", i % 5), (i / 5) % 2, std::nullopt});
   }
-  auto results = storage.annotations->CommitAnnotations(writes);
-  ASSERT_TRUE(results.ok()) << results.status();
-  std::vector<CommittedLabel> labels;
-  for (size_t i = 0; i < writes.size(); ++i) {
-    const storage::WriteResult& r = (*results)[i];
-    labels.push_back({r.item_index, writes[i].item_id, r.annotator_index, writes[i].annotator_id,
-                      r.label, r.seq, true});
-  }
-  project.ApplyCommitted(labels);
+  CommitAndApply(storage, project, writes);
 }
 
 // The served probabilities of every item, in item order.
@@ -453,22 +462,15 @@ TEST_F(ProjectRegistryTest, CatchUpLabelsAppliesWhatAnotherReplicaCommitted) {
       {id, "item-10", "annotator-new", 1, std::nullopt},
       {id, "item-0", "annotator-1", 1, std::nullopt},
   };
-  auto results = storage_->annotations->CommitAnnotations(writes);
-  ASSERT_TRUE(results.ok()) << results.status();
-  std::vector<CommittedLabel> labels;
-  for (size_t i = 0; i < writes.size(); ++i) {
-    const storage::WriteResult& r = (*results)[i];
-    labels.push_back({r.item_index, writes[i].item_id, r.annotator_index, writes[i].annotator_id,
-                      r.label, r.seq, true});
-  }
-  (*written)->ApplyCommitted(labels);
+  std::vector<storage::WriteResult> results;
+  ASSERT_NO_FATAL_FAILURE(CommitAndApply(*storage_, **written, writes, &results));
 
   ASSERT_TRUE(CatchUpLabels(*storage_->annotations, **followed).ok());
   EXPECT_EQ((*followed)->Counts().num_labels, 12);
   EXPECT_EQ((*followed)->FindItem("item-10"), std::optional<int32_t>(10));
   EXPECT_EQ((*followed)->FindAnnotator("annotator-new"), std::optional<int32_t>(5));
   EXPECT_TRUE((*followed)->HasLabelled(0, 1));
-  EXPECT_EQ((*followed)->applied_seq(), (*results)[1].seq);
+  EXPECT_EQ((*followed)->applied_seq(), results[1].seq);
   EXPECT_EQ(Served(**followed), Served(**written));
   // Caught up: another read changes nothing.
   ASSERT_TRUE(CatchUpLabels(*storage_->annotations, **followed).ok());
