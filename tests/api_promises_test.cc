@@ -348,6 +348,36 @@ TEST_F(ApiPromisesTest, ModelStatusCountsLabelsSinceTheVersionAndOmitsCalibratio
   EXPECT_FALSE(status->has_calibration()) << status->calibration().DebugString();
 }
 
+// docs/SECURITY.md: "TrainModel with nothing new since the current version's fit returns that
+// version and writes nothing". AddAnnotators repeating an annotator's features is nothing new;
+// changed features are (a competence network reads them).
+TEST_F(ApiPromisesTest, TrainModelAfterTheSameAnnotatorFeaturesAgainReturnsTheCurrentVersion) {
+  v1::Project project;
+  project.set_name("same-features");
+  project.add_classes("no");
+  project.add_classes("yes");
+  project.set_annotator_feature_dim(2);
+  project.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  ASSERT_THAT(client_->CreateProject(project), IsOk());
+  v1::Annotator annotator;
+  annotator.set_id("w0");
+  annotator.add_features(0.5f);
+  annotator.add_features(-1.0f);
+  ASSERT_THAT(client_->AddAnnotators("same-features", {annotator}), IsOk());
+  Submit("same-features", {{"i0", "w0", 1}, {"i1", "w0", 0}, {"i0", "w1", 1}});
+  absl::StatusOr<v1::ModelVersion> first = Train("same-features");
+  ASSERT_THAT(first, IsOk());
+  ASSERT_THAT(client_->AddAnnotators("same-features", {annotator}), IsOk());
+  absl::StatusOr<v1::ModelVersion> again = Train("same-features");
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(again->version(), first->version());
+  annotator.set_features(1, 2.0f);
+  ASSERT_THAT(client_->AddAnnotators("same-features", {annotator}), IsOk());
+  absl::StatusOr<v1::ModelVersion> changed = Train("same-features");
+  ASSERT_THAT(changed, IsOk());
+  EXPECT_EQ(changed->version(), first->version() + 1);
+}
+
 // truth.proto, for lia: "an item created after the fit gets the mean item's" difficulty, and
 // the embedding is "empty ... for annotators not in the current version's fit". Two items
 // created after the fit (one added, one by its first label) get the same difficulty; two

@@ -575,6 +575,40 @@ TEST_F(EndToEndTest, TrainModelWithNothingNewReturnsTheCurrentVersion) {
   EXPECT_EQ(train().version(), 3);
   EXPECT_EQ(train().version(), 3);
   EXPECT_EQ(stored_versions(), 3);
+  // AddItems that changes nothing a fit reads is not new input (docs/SECURITY.md: repeating
+  // TrainModel costs no storage): the same gold label again, a known id alone, and a new
+  // priority (assignment's, not the fit's). Each is followed by TrainModel.
+  auto add = [&](const v1::Item& item) {
+    grpc::ClientContext add_context;
+    add_context.set_deadline(Deadline());
+    v1::AddItemsRequest request;
+    request.set_project("again");
+    *request.add_items() = item;
+    v1::AddItemsResponse response;
+    grpc::Status status = projects_->AddItems(&add_context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  };
+  v1::Item same_gold;
+  same_gold.set_id(data.item_ids[1]);
+  same_gold.set_gold_label(0);
+  add(same_gold);
+  EXPECT_EQ(train().version(), 3);
+  v1::Item known_id;
+  known_id.set_id(data.item_ids[2]);
+  add(known_id);
+  EXPECT_EQ(train().version(), 3);
+  v1::Item new_priority;
+  new_priority.set_id(data.item_ids[3]);
+  new_priority.set_priority(5.0);
+  add(new_priority);
+  EXPECT_EQ(train().version(), 3);
+  EXPECT_EQ(stored_versions(), 3);
+  // A changed gold label is new input again.
+  v1::Item other_gold;
+  other_gold.set_id(data.item_ids[1]);
+  other_gold.set_gold_label(1);
+  add(other_gold);
+  EXPECT_EQ(train().version(), 4);
 }
 
 // models.proto: with enough gold items (50 with labels, models/calibrated_truth_model.h) the

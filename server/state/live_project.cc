@@ -589,13 +589,28 @@ void LiveProject::ApplyItems(absl::Span<const ItemChange> items) {
   std::shared_ptr<const ProjectSnapshot> old = snapshot();
   auto next = std::make_shared<ProjectSnapshot>(*old);
   PosteriorTable::Builder builder(old->posteriors);
-  ++input_generation_;
+  // Only what a fit reads makes the fit not current (FitIsCurrent): a new item, a changed gold
+  // label or changed features. A priority is assignment's, and AddItems repeating what is
+  // stored must not let TrainModel fit and store a version for nothing (docs/SECURITY.md).
+  bool fit_input_changed = false;
+  const size_t dim = static_cast<size_t>(identity_.item_feature_dim);
+  for (const ItemChange& change : items) {
+    const bool known = change.item_index < static_cast<int32_t>(item_ids_.size()) &&
+                       !item_ids_[change.item_index].empty();
+    if (!known ||
+        (change.gold_label.has_value() && gold_[change.item_index] != *change.gold_label) ||
+        (change.features.has_value() && dim > 0 && change.features->size() == dim &&
+         !std::equal(change.features->begin(), change.features->end(),
+                     item_features_.begin() + change.item_index * dim))) {
+      fit_input_changed = true;
+    }
+  }
+  if (fit_input_changed) ++input_generation_;
   for (const ItemChange& change : items) {
     EnsureItem(change.item_index, change.item_id);
     if (training_) MarkTouchedDuringFit(change.item_index);
     if (change.gold_label.has_value()) gold_[change.item_index] = *change.gold_label;
     if (change.priority.has_value()) item_priority_[change.item_index] = *change.priority;
-    const size_t dim = static_cast<size_t>(identity_.item_feature_dim);
     if (change.features.has_value() && dim > 0 && change.features->size() == dim) {
       std::copy(change.features->begin(), change.features->end(),
                 item_features_.begin() + change.item_index * dim);
@@ -616,7 +631,12 @@ void LiveProject::SetAnnotatorFeatures(int32_t annotator, const std::vector<floa
       annotator >= static_cast<int32_t>(annotator_ids_.size())) {
     return;
   }
-  std::copy(features.begin(), features.end(), annotator_features_.begin() + annotator * dim);
+  const auto stored = annotator_features_.begin() + annotator * dim;
+  // The same features again are not new input (as in ApplyItems).
+  if (annotator_has_features_[annotator] && std::equal(features.begin(), features.end(), stored)) {
+    return;
+  }
+  std::copy(features.begin(), features.end(), stored);
   annotator_has_features_[annotator] = true;
   ++input_generation_;
 }

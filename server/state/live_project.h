@@ -411,8 +411,9 @@ class LiveProject {
   int64_t followed_change_seq_ ABSL_GUARDED_BY(mu_) = 0;  // See followed_change_seq().
   // Labels added or revised since the current model's fit.
   int64_t changes_since_fit_ ABSL_GUARDED_BY(mu_) = 0;
-  // Counts changes of the fit's other inputs (items, gold, priorities, features, model
-  // settings); fitted_input_generation_ is its value when the current model's fit copied them.
+  // Counts changes of the fit's other inputs (new items, gold labels, item and annotator
+  // features, model settings; not priorities, which only assignment reads, nor a value set again
+  // unchanged); fitted_input_generation_ is its value when the current model's fit copied them.
   int64_t input_generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t fitted_input_generation_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_fit_time_ ABSL_GUARDED_BY(mu_);

@@ -504,19 +504,26 @@ TEST(LiveProjectTest, EstimatedBytesFollowsTheDocumentedFormula) {
   EXPECT_EQ(project->EstimatedBytes(), 24 * 100 + (200 + 32 * 3) * 100 + (100 + 16 * 9) * 10);
 }
 
-// FitIsCurrent: not current once an item, gold label or priority changed since the fit.
+// FitIsCurrent: not current once a new item or a changed gold label came since the fit; a
+// priority (assignment's) or a gold label set again to its value leaves the fit current.
 TEST(LiveProjectTest, AnItemChangeMakesTheFitNotCurrent) {
   auto crowd = MakeCrowd(100, 9);
-  for (int change = 0; change < 3; ++change) {
+  for (int change = 0; change < 2; ++change) {
     SCOPED_TRACE(change);
     std::unique_ptr<models::TruthModel> fitted;
     auto project = RestoreFitted(crowd, fitted);
     ASSERT_TRUE(project->FitIsCurrent());
     if (change == 0) project->ApplyItems({{4, "i4", 2}});                      // gold
-    if (change == 1) project->ApplyItems({{4, "i4", std::nullopt, 3.0}});      // priority
-    if (change == 2) project->ApplyItems({{100, "i100", std::nullopt}});       // a new item
+    if (change == 1) project->ApplyItems({{100, "i100", std::nullopt}});       // a new item
     EXPECT_FALSE(project->FitIsCurrent());
   }
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  project->ApplyItems({{4, "i4", std::nullopt, 3.0}});  // priority
+  EXPECT_TRUE(project->FitIsCurrent());
+  EXPECT_EQ(project->snapshot()->posteriors.priority(4), 3.0);
+  project->ApplyItems({{4, "i4", -1}});  // "no gold", as stored
+  EXPECT_TRUE(project->FitIsCurrent());
 }
 
 // FitIsCurrent: the fit is not current once a feature changed; here an annotator's features.
