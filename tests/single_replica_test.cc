@@ -10,8 +10,11 @@
 // test drives an in-process server over a real gRPC channel and a real PostgreSQL.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -53,9 +56,11 @@ class SingleReplicaTest : public ::testing::Test {
 
   // A server over the suite's database that follows no other replica.
   // memory_budget_bytes > 0: the memory budget, with projects unloadable at once when idle.
-  void StartServer(int64_t memory_budget_bytes = 0) {
+  void StartServer(int64_t memory_budget_bytes = 0,
+                   std::function<void(const server::LiveProject&)> before_fit = nullptr) {
     server::VerityServer::Options options = TestServerOptions(pg_->url(), 2);
     options.memory_budget_bytes = memory_budget_bytes;
+    options.training.before_fit_for_testing = std::move(before_fit);
     options.evict_after_idle = absl::ZeroDuration();
     options.follow_replicas = false;
     auto server = server::VerityServer::Start(options);
@@ -227,6 +232,37 @@ TEST_F(SingleReplicaTest, AProjectAnOpenStreamWritesToIsNotUnloadedUnderIt) {
   EXPECT_EQ((*after)[1].num_labels(), 1) << "the label acked on the stream is not served";
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
+}
+
+// docs/SECURITY.md: "TrainModel with nothing new since the current version's fit returns that
+// version and writes nothing". Without other replicas there is no fit lock in PostgreSQL; calls
+// that arrive together wait for the project's fit in progress and must then find it current,
+// not fit again. The hook holds the first fit for 500 ms so that all four calls are waiting.
+TEST_F(SingleReplicaTest, TrainModelCallsThatArriveTogetherStoreOneVersion) {
+  StopServer();
+  std::atomic<int> fits{0};
+  StartServer(0, [&fits](const server::LiveProject& project) {
+    if (project.identity().name != "together") return;
+    ++fits;
+    absl::SleepFor(absl::Milliseconds(500));
+  });
+  CreateProject("together", {"i0", "i1"}, /*max_labels=*/0);
+  Submit("together", {{"i0", "a", 1}, {"i0", "b", 1}, {"i1", "a", 0}, {"i1", "b", 1}});
+  std::vector<absl::StatusOr<v1::ModelVersion>> trained(4, absl::UnknownError("not run"));
+  std::vector<std::thread> callers;
+  for (size_t c = 0; c < trained.size(); ++c) {
+    callers.emplace_back(
+        [this, &trained, c] { trained[c] = client_->TrainModel("together", absl::Minutes(2)); });
+  }
+  for (std::thread& caller : callers) caller.join();
+  for (const absl::StatusOr<v1::ModelVersion>& version : trained) {
+    ASSERT_THAT(version, IsOk());
+    EXPECT_EQ(version->version(), 1);
+  }
+  EXPECT_EQ(fits.load(), 1);
+  absl::StatusOr<std::vector<v1::ModelVersion>> stored = client_->ListModelVersions("together", 0);
+  ASSERT_THAT(stored, IsOk());
+  EXPECT_EQ(stored->size(), 1u);
 }
 
 }  // namespace

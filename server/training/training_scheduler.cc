@@ -266,10 +266,13 @@ absl::StatusOr<std::optional<storage::ModelVersionRecord>> TrainingScheduler::Re
       LogEvent("model_version_adopt_failed", {{"project", project.identity().name},
                                               {"error", adopted.status().ToString()}});
     }
-    if (only_if_due ? !project.RefitDue(absl::Now(), options_.max_staleness)
-                    : project.FitIsCurrent()) {
-      return std::nullopt;
-    }
+  }
+  // Checked again now that the project's fits are this call's: a fit that held the project
+  // while this call waited (here, or in another replica) may have made this one unneeded;
+  // TrainModel calls arriving together would otherwise each store a version of the same input.
+  if (only_if_due ? !project.RefitDue(absl::Now(), options_.max_staleness)
+                  : project.FitIsCurrent()) {
+    return std::nullopt;
   }
   if (options_.before_fit_for_testing) options_.before_fit_for_testing(project);
   auto refit = project.Refit(versions_);

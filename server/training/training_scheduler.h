@@ -78,8 +78,9 @@ class TrainingScheduler {
                     MetricsRegistry* metrics = nullptr);
   ~TrainingScheduler();
 
-  // Refits, synchronously, every project whose refit is due, or every project with labels
-  // when `force` is true. Returns the first error (after trying all projects).
+  // Refits, synchronously, every project whose refit is due, or when `force` is true every
+  // project with labels whose fit is not current (LiveProject::FitIsCurrent). Returns the
+  // first error (after trying all projects).
   absl::Status RefitDueProjectsNow(bool force = false);
 
   // Refits `project` now, whether or not a refit is due (TrainModel), after any fitting pass
