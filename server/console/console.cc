@@ -462,8 +462,28 @@ HttpResponse WebConsole::Annotators(LiveProject& project) {
     }
   }
   json.Key("embedding_dim").Int(map.empty() ? 0 : embedding_dim);
-  json.Key("annotators").BeginArray();
+  // The annotators with the most labels (then the earliest registered), as many as the bounds
+  // of console.h allow.
+  std::vector<int32_t> listed(ids.size());
+  std::vector<int32_t> label_counts(ids.size());
   for (int32_t a = 0; a < static_cast<int32_t>(ids.size()); ++a) {
+    listed[a] = a;
+    label_counts[a] = project.AnnotatorLabelCount(a);
+  }
+  int64_t most = kMaxListedAnnotators;
+  if (k <= kMaxConfusionClasses) {
+    most = std::min<int64_t>(most, kMaxListedConfusionCells / (int64_t{k} * k));
+  }
+  const size_t shown = std::min<size_t>(listed.size(), static_cast<size_t>(most));
+  std::partial_sort(listed.begin(), listed.begin() + shown, listed.end(),
+                    [&label_counts](int32_t x, int32_t y) {
+                      return label_counts[x] != label_counts[y] ? label_counts[x] > label_counts[y]
+                                                                : x < y;
+                    });
+  listed.resize(shown);
+  json.Key("annotators_total").Int(static_cast<int64_t>(ids.size()));
+  json.Key("annotators").BeginArray();
+  for (const int32_t a : listed) {
     // Estimated accuracy: the chance of a correct label on an item drawn from the prior. The
     // diagonal is O(K); the full matrix is built only for the few classes the page draws.
     const std::vector<double> diagonal = snapshot->model->AnnotatorConfusionDiagonal(a);
@@ -471,7 +491,7 @@ HttpResponse WebConsole::Annotators(LiveProject& project) {
     for (int32_t c = 0; c < k; ++c) accuracy += prior[c] * diagonal[c];
     json.BeginObject();
     json.Key("id").String(ids[a]);
-    json.Key("labels").Int(project.AnnotatorLabelCount(a));
+    json.Key("labels").Int(label_counts[a]);
     json.Key("accuracy").Double(accuracy);
     json.Key("confusion");
     if (k <= kMaxConfusionClasses) {

@@ -73,6 +73,12 @@ class WebConsole {
   // Confusion matrices are listed for projects with at most this many classes (a K×K matrix
   // per annotator grows quickly); above it "confusion" is null.
   static constexpr int32_t kMaxConfusionClasses = 32;
+  // /api/projects/NAME/annotators lists at most this many annotators, and with confusion
+  // matrices at most kMaxListedConfusionCells / K² (K = 32: 1,024), those with the most labels
+  // first; "annotators_total" says how many the project has. So one request's answer stays
+  // within about 16 MB whatever the project holds (GetAnnotatorProfiles pages the rest).
+  static constexpr int32_t kMaxListedAnnotators = 10000;
+  static constexpr int64_t kMaxListedConfusionCells = 1 << 20;
   // Model versions listed per project, newest first.
   static constexpr int32_t kMaxVersions = 20;
   // The ingest rate of /api/projects is measured from the oldest history sample within this

@@ -98,6 +98,7 @@ svg.plot circle.annotator { fill: #d0734a; cursor: pointer; }
     <tbody></tbody>
   </table>
   <div id="spam-note" class="muted"></div>
+  <div id="annotators-note" class="muted"></div>
   <h2>Annotator embeddings</h2>
   <div id="embedding-summary" class="muted"></div>
   <div id="embedding-map"></div>
@@ -279,6 +280,11 @@ async function openProject(name) {
       ? "Spam score: mace's 1 − θ, the chance that the annotator labels at random."
       : "Spam scores come from the mace method; this model (" + project.model_method +
         ") gives none.";
+  document.getElementById("annotators-note").textContent =
+      annotators.annotators_total > annotators.annotators.length
+          ? "Showing the " + annotators.annotators.length + " annotators with the most labels of " +
+                annotators.annotators_total + "; GetAnnotatorProfiles pages through all of them."
+          : "";
   renderAnnotators();
   renderEmbeddings(annotators);
 }

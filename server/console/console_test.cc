@@ -173,6 +173,41 @@ TEST_F(WebConsoleTest, ReliabilityScoresGoldItemsFromTheirLabelsWithTheGoldHeldO
   EXPECT_NE(json.find(want), std::string::npos) << "want " << want << "\nin " << json;
 }
 
+// console.h: the annotators endpoint lists at most kMaxListedConfusionCells / K² annotators
+// with confusion matrices (2^20 / 32² = 1,024 at 32 classes), those with the most labels first,
+// and says how many there are. 1,025 annotators: w0 gave 1 label, every other one 2; w0 is the
+// one left out, and the others come in registration order.
+TEST_F(WebConsoleTest, TheAnnotatorListIsBoundedToThoseWithTheMostLabels) {
+  v1::Project many;
+  many.set_name("many");
+  for (int c = 0; c < 32; ++c) many.add_classes(absl::StrCat("c", c));
+  absl::StatusOr<std::shared_ptr<LiveProject>> created = registry_->Create(many);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const int32_t annotators = 1025;
+  std::vector<std::string> annotator_ids, item_ids = {"i0", "i1"};
+  for (int32_t a = 0; a < annotators; ++a) annotator_ids.push_back(absl::StrCat("w", a));
+  std::vector<CommittedLabel> labels;
+  int64_t seq = 0;
+  for (int32_t a = 0; a < annotators; ++a) {
+    for (int32_t i = 0; i < (a == 0 ? 1 : 2); ++i) {
+      labels.push_back({i, item_ids[i], a, annotator_ids[a], (a + i) % 32, ++seq, true});
+    }
+  }
+  (*created)->ApplyCommitted(labels);
+
+  const std::string json = Get("/api/projects/many/annotators");
+  EXPECT_NE(json.find("\"annotators_total\":1025,"), std::string::npos) << json.substr(0, 300);
+  std::vector<std::string> listed;
+  for (size_t at = json.find("{\"id\":\""); at != std::string::npos;
+       at = json.find("{\"id\":\"", at + 1)) {
+    const size_t from = at + 7;
+    listed.push_back(json.substr(from, json.find('"', from) - from));
+  }
+  ASSERT_EQ(listed.size(), 1024u);
+  for (int32_t a = 1; a < annotators; ++a) EXPECT_EQ(listed[a - 1], annotator_ids[a]);
+  EXPECT_NE(json.find("{\"id\":\"w1\",\"labels\":2,"), std::string::npos);
+}
+
 TEST_F(WebConsoleTest, DsHasNoSpamScoresOrEmbeddings) {
   const std::string json = Get("/api/projects/p/annotators");
   EXPECT_NE(json.find("\"spam_scores\":false,\"embedding_dim\":0,"), std::string::npos) << json;
