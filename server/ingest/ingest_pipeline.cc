@@ -115,8 +115,9 @@ IngestPipeline::~IngestPipeline() { Shutdown(); }
 
 std::future<IngestPipeline::Result> IngestPipeline::Submit(
     std::shared_ptr<LiveProject> project, std::vector<storage::AnnotationWrite> writes,
-    AdmissionCheck admit) {
-  Pending pending{std::move(project), std::move(writes), {}, absl::Now(), std::move(admit)};
+    AdmissionCheck admit, std::string key_id) {
+  Pending pending{std::move(project), std::move(writes), {}, absl::Now(), std::move(admit),
+                  std::move(key_id)};
   std::future<Result> future = pending.done.get_future();
   if (pending.writes.empty()) {
     pending.done.set_value(std::vector<storage::WriteResult>{});
@@ -130,6 +131,19 @@ std::future<IngestPipeline::Result> IngestPipeline::Submit(
   }
   const int64_t n = static_cast<int64_t>(pending.writes.size());
   const LiveProject::Identity& identity = pending.project->identity();
+  if (!pending.key_id.empty()) {
+    // As for a project: a key with nothing waiting always gets one batch in.
+    const auto waiting = queued_by_key_.find(pending.key_id);
+    if (waiting != queued_by_key_.end() &&
+        waiting->second + n > options_.max_queued_annotations_per_key) {
+      if (metrics_) metrics_->refused_queue_full.Increment();
+      pending.done.set_value(absl::ResourceExhaustedError(absl::StrCat(
+          "ingest queue share of API key ", pending.key_id, " full (", waiting->second,
+          " annotations of its batches waiting for commit, over all its projects; its share is ",
+          options_.max_queued_annotations_per_key, "); retry the batch later")));
+      return future;
+    }
+  }
   ProjectQueue& queue = queues_[identity.project_id];
   // An empty queue always takes one batch, however large: a batch can never be refused for
   // good.
@@ -151,6 +165,7 @@ std::future<IngestPipeline::Result> IngestPipeline::Submit(
     return future;
   }
   if (queue.batches.empty()) ready_.push_back(identity.project_id);
+  if (!pending.key_id.empty()) queued_by_key_[pending.key_id] += n;
   queue.annotations += n;
   queue.batches.push_back(std::move(pending));
   queued_annotations_ += n;
@@ -201,6 +216,11 @@ std::vector<IngestPipeline::Pending> IngestPipeline::TakeGroup() {
     if (!group.empty() && taken + n > options_.max_group_annotations) break;
     taken += n;
     queue.annotations -= n;
+    if (const std::string& key = queue.batches.front().key_id; !key.empty()) {
+      auto waiting = queued_by_key_.find(key);
+      waiting->second -= n;
+      if (waiting->second == 0) queued_by_key_.erase(waiting);
+    }
     group.push_back(std::move(queue.batches.front()));
     queue.batches.pop_front();
     if (served.empty() || served.back() != project_id) served.push_back(project_id);

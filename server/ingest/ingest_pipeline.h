@@ -17,10 +17,12 @@
 // as it stands: a transaction per batch would fail the same way.
 //
 // Back-pressure and fairness: each project has its own queue, holding at most
-// Options::max_queued_annotations_per_project, and at most Options::max_queued_annotations
-// wait over all projects; Submit() answers RESOURCE_EXHAUSTED (retryable) beyond either rather
-// than growing without bound, so a project that floods is refused its excess while the others
-// are not. The committer builds each group round-robin over the projects with waiting batches,
+// Options::max_queued_annotations_per_project; the batches of one API key, over all the projects
+// it writes to, at most Options::max_queued_annotations_per_key; and at most
+// Options::max_queued_annotations wait over all projects. Submit() answers RESOURCE_EXHAUSTED
+// (retryable) beyond any of them rather than growing without bound, so a project or a key that
+// floods is refused its excess while the others are not (a key writing to two projects cannot
+// fill the whole queue with two projects' shares). The committer builds each group round-robin over the projects with waiting batches,
 // one batch of each in turn, so one project's backlog never stands ahead of another's batch.
 // A project is in at most one lane's group until that group is committed and queued for
 // publishing, so its batches commit and publish in order; with two lanes a small project's
@@ -43,6 +45,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -68,6 +71,10 @@ class IngestPipeline {
     // Annotations of one project waiting for a commit before Submit refuses that project's
     // batches (its share of the queue: half, so a flood leaves the other half to the rest).
     int64_t max_queued_annotations_per_project = 250000;
+    // Annotations of one API key's batches, over all its projects, waiting for a commit before
+    // Submit refuses that key's batches (also half: one key cannot fill the queue whatever
+    // projects it may write to). Batches without a key (authentication off) are not counted.
+    int64_t max_queued_annotations_per_key = 250000;
     // Most annotations written by one transaction (a larger batch is written alone). A group
     // in progress is what a small project's batch waits for behind a flood: 10,000 gave the
     // same ingest throughput as 100,000 and halved that wait (docs/SECURITY.md, point 5).
@@ -96,10 +103,12 @@ class IngestPipeline {
   // per write, in order, after COMMIT and after the project's posteriors include them; or the
   // error of the batch's transaction: nothing of the batch written, or, for UNAVAILABLE,
   // maybe written (the outcome of COMMIT unknown: resend).
-  // `admit`, if given, is the batch's AdmissionCheck.
+  // `admit`, if given, is the batch's AdmissionCheck. `key_id` is the API key that sent the
+  // batch ("" with authentication off), for its share of the queue.
   std::future<Result> Submit(std::shared_ptr<LiveProject> project,
                              std::vector<storage::AnnotationWrite> writes,
-                             AdmissionCheck admit = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+                             AdmissionCheck admit = nullptr, std::string key_id = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -110,6 +119,7 @@ class IngestPipeline {
     std::promise<Result> done;
     absl::Time queued_at;
     AdmissionCheck admit;  // May be null.
+    std::string key_id;    // "" when authentication is off.
   };
 
   // A group after its transaction(s), waiting for the publisher.
@@ -170,6 +180,8 @@ class IngestPipeline {
   std::deque<int64_t> ready_ ABSL_GUARDED_BY(mu_);
   int64_t queued_annotations_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  // Annotations waiting per API key (keys with none are erased).
+  absl::flat_hash_map<std::string, int64_t> queued_by_key_ ABSL_GUARDED_BY(mu_);
   // Projects in a group a lane is committing (until it is queued for publishing).
   absl::flat_hash_set<int64_t> held_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -409,6 +409,49 @@ TEST_F(IngestPipelineTest, OneProjectsBacklogNeitherFillsTheQueueNorGoesFirst) {
   }
 }
 
+// ingest_pipeline.h: one API key's batches, over all its projects, wait at most
+// Options::max_queued_annotations_per_key. With the one lane held on project P's first batch
+// (a taken batch no longer waits), key K queues 10 on P and 10 on Q (20, its share: accepted,
+// each project within its own share of 1000) and is refused one more batch on Q, naming the
+// key; another key's batch on Q, and a batch without a key, are accepted. Once everything
+// committed, K's share is free again.
+TEST_F(IngestPipelineTest, OneKeyWritingToSeveralProjectsIsRefusedBeyondItsShare) {
+  std::shared_ptr<LiveProject> other;
+  ASSERT_NO_FATAL_FAILURE(other = NewProject("q-key"));
+  IngestPipeline::Options options;
+  options.max_group_annotations = 10;  // One batch per group.
+  options.max_queued_annotations = 1000;
+  options.max_queued_annotations_per_project = 1000;
+  options.max_queued_annotations_per_key = 20;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options);
+  auto batch = [](const LiveProject& project, const std::string& tag) {
+    std::vector<storage::AnnotationWrite> writes;
+    for (int n = 0; n < 10; ++n) {
+      writes.push_back(WriteTo(project, absl::StrCat(tag, "-", n), "w", n % 2));
+    }
+    return writes;
+  };
+  ProjectLockHolder lock(pool(), project_->identity().project_id);
+  lock.WaitLocked();
+  std::vector<std::future<IngestPipeline::Result>> accepted;
+  accepted.push_back(pipeline.Submit(project_, batch(*project_, "k0"), nullptr, "key-k"));
+  ASSERT_TRUE(WaitUntilALaneWaitsOnALock());  // k0 is taken: K has nothing waiting.
+  accepted.push_back(pipeline.Submit(project_, batch(*project_, "k1"), nullptr, "key-k"));
+  accepted.push_back(pipeline.Submit(other, batch(*other, "k2"), nullptr, "key-k"));
+  std::future<IngestPipeline::Result> refused =
+      pipeline.Submit(other, batch(*other, "k3"), nullptr, "key-k");
+  accepted.push_back(pipeline.Submit(other, batch(*other, "j0"), nullptr, "key-j"));
+  accepted.push_back(pipeline.Submit(other, batch(*other, "n0")));
+  accepted.push_back(pipeline.Submit(other, batch(*other, "n1")));
+  EXPECT_THAT(refused.get(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("API key key-k")));
+  ASSERT_THAT(lock.Release(), IsOk());
+  for (auto& f : accepted) EXPECT_THAT(f.get(), IsOk());
+  EXPECT_THAT(pipeline.Submit(other, batch(*other, "k4"), nullptr, "key-k").get(), IsOk());
+  EXPECT_THAT(pipeline.Submit(other, batch(*other, "k5"), nullptr, "key-k").get(), IsOk());
+}
+
 // ingest_pipeline.h: "at most Options::max_queued_annotations wait over all projects;
 // Submit() answers RESOURCE_EXHAUSTED (retryable) beyond" it. With a cap of 20 (and a project
 // share far above it, so only the global cap can refuse) and the one lane held on project P's

@@ -163,7 +163,9 @@ grpc::Status IngestServiceImpl::SubmitAnnotations(
   while (!context->IsCancelled() && stream->Read(&batch)) {
     InFlightBatch item;
     item.ack.set_batch_id(batch.batch_id());
-    absl::Status batch_status = core_.auth->Admit(context).status();
+    const absl::StatusOr<std::shared_ptr<const Principal>> principal =
+        core_.auth->Admit(context);
+    absl::Status batch_status = principal.status();
     // A batch that names another project, and that the authorization interceptor admitted for
     // it, makes it the stream's project whatever becomes of the batch: later batches that leave
     // the project out are authorized against it, so they must go to it too (or fail as it
@@ -234,7 +236,8 @@ grpc::Status IngestServiceImpl::SubmitAnnotations(
                 const LiveProject& p,
                 absl::Span<const std::vector<storage::AnnotationWrite>* const> batches) {
               return CheckBatchQuota(p, batches, defaults);
-            });
+            },
+            principal.ok() ? (*principal)->key_id : "");
       }
     }
     absl::MutexLock lock(&state.mu);
