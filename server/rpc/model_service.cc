@@ -126,7 +126,8 @@ grpc::Status ModelServiceImpl::TrainModel(grpc::ServerContext* context, const v1
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
-  absl::StatusOr<storage::ModelVersionRecord> version = core_.scheduler->RefitProjectNow(**project);
+  absl::StatusOr<storage::ModelVersionRecord> version =
+      core_.scheduler->RefitProjectNow(**project, [context] { return context->IsCancelled(); });
   if (!version.ok()) return ToGrpcStatus(version.status());
   FillVersion(*version, response->mutable_version());
   return grpc::Status::OK;

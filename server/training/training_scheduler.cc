@@ -175,7 +175,13 @@ absl::StatusOr<int32_t> TrainingScheduler::AdoptStoredVersion(LiveProject& proje
   return project.model_version();
 }
 
-absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(LiveProject& project) {
+absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(
+    LiveProject& project, const std::function<bool()>& cancelled) {
+  auto given_up = [&cancelled, &project]() -> absl::Status {
+    if (cancelled == nullptr || !cancelled()) return absl::OkStatus();
+    return absl::CancelledError(absl::StrCat("TrainModel of project ", project.identity().name,
+                                             " was cancelled while it waited"));
+  };
   if (project.Counts().num_labels == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("project ", project.identity().name, " has no labels to fit yet"));
@@ -191,6 +197,7 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(L
     // that version is current.
     const absl::Time give_up = absl::Now() + options_.train_wait;
     while (true) {
+      if (absl::Status s = given_up(); !s.ok()) return s;
       absl::StatusOr<std::optional<storage::ModelVersionRecord>> fitted =
           RefitAndLog(project, /*only_if_due=*/false);
       if (!fitted.ok()) return fitted.status();
@@ -213,6 +220,7 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(L
   if (!job.ok()) return job.status();
   const absl::Time give_up = absl::Now() + options_.train_wait;
   while (absl::Now() < give_up) {
+    if (absl::Status s = given_up(); !s.ok()) return s;
     absl::StatusOr<storage::TrainingJob> state = jobs_->GetJob(job->job_id);
     if (!state.ok()) return state.status();
     if (state->state == "failed") {

@@ -86,7 +86,12 @@ class TrainingScheduler {
   // Refits `project` now, whether or not a refit is due (TrainModel), after any fitting pass
   // in progress. FAILED_PRECONDITION when the project has no labels yet. With workers: enqueues
   // a job and waits (up to train_wait, DEADLINE_EXCEEDED after) for the version it produces.
-  absl::StatusOr<storage::ModelVersionRecord> RefitProjectNow(LiveProject& project);
+  // `cancelled`, if given, is asked before each wait (TrainModel: the call was cancelled or
+  // passed its deadline): once it says true the call stops waiting and answers CANCELLED, so
+  // a caller that gave up does not hold a server thread for train_wait (a job already
+  // enqueued stays, and its version is served when a worker stores it).
+  absl::StatusOr<storage::ModelVersionRecord> RefitProjectNow(
+      LiveProject& project, const std::function<bool()>& cancelled = nullptr);
 
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 

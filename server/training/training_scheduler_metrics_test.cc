@@ -1,6 +1,7 @@
 // TrainingScheduler's metrics against a real PostgreSQL (training_scheduler.h): model versions
 // served by source (inprocess, worker, replica) and method, fit durations, training jobs
-// enqueued, and fits left to another replica holding the fit lock.
+// enqueued, and fits left to another replica holding the fit lock; and, on the same fixture,
+// RefitProjectNow's cancellation.
 #include <memory>
 #include <string>
 #include <vector>
@@ -122,6 +123,34 @@ TEST_F(TrainingSchedulerMetricsTest, AJobStillQueuedIsNotCountedAgainByTheNextPa
   ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
   ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
   EXPECT_EQ(Sample(metrics, "verity_training_jobs_enqueued_total"), 1);
+}
+
+// training_scheduler.h: RefitProjectNow stops waiting once `cancelled` says true and answers
+// CANCELLED; the job it enqueued stays for a worker. No worker runs here, so without the check
+// the call would wait the whole train_wait (10 minutes) and answer DEADLINE_EXCEEDED.
+TEST_F(TrainingSchedulerMetricsTest, ACancelledTrainModelStopsWaitingForTheWorkers) {
+  NewProject("p");
+  Server server = Open();
+  MetricsRegistry metrics;
+  TrainingScheduler::Options options = InProcess();
+  options.use_workers = true;
+  options.train_wait = absl::Minutes(10);
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions,
+                              server.storage->jobs.get(), options, &metrics);
+  int asked = 0;
+  absl::StatusOr<storage::ModelVersionRecord> version =
+      scheduler.RefitProjectNow(**server.registry->Get("p"), [&asked] { return ++asked >= 3; });
+  EXPECT_EQ(version.status().code(), absl::StatusCode::kCancelled) << version.status();
+  EXPECT_EQ(asked, 3);
+  // The job stays queued: a worker fits it, and the next pass serves its version.
+  TrainingWorker::Options worker_options;
+  worker_options.name = "w";
+  TrainingWorker worker(*server.storage, worker_options);
+  absl::StatusOr<bool> ran = worker.RunOnce();
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_TRUE(*ran);
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow().ok());
+  EXPECT_EQ((*server.registry->Get("p"))->model_version(), 1);
 }
 
 TEST_F(TrainingSchedulerMetricsTest, WorkerModeCountsTheJobAndTheWorkersVersion) {
