@@ -493,6 +493,48 @@ TEST_F(IngestPipelineTest, TheGlobalQueueCapRefusesTheExcessAndIsReleasedOnCommi
   EXPECT_EQ(ServedLabelsOf(*other, "q2-19"), 1);
 }
 
+// ingest_pipeline.h: Submit() answers RESOURCE_EXHAUSTED "(retryable)" beyond a queue's
+// limit. A batch larger than the project's share or the global cap must then still be taken
+// by an empty queue, or its retries would be refused for good: a batch of 10 commits under a
+// share of 5 and under a global cap of 5.
+TEST_F(IngestPipelineTest, AnEmptyQueueTakesABatchLargerThanItsLimits) {
+  for (const bool global : {false, true}) {
+    SCOPED_TRACE(global ? "global cap of 5" : "project share of 5");
+    IngestPipeline::Options options;
+    options.max_queued_annotations = global ? 5 : 1000;
+    options.max_queued_annotations_per_project = global ? 1000 : 5;
+    IngestPipeline pipeline(*store_, options);
+    const std::string tag = global ? "global" : "share";
+    std::vector<storage::AnnotationWrite> writes;
+    for (int n = 0; n < 10; ++n) writes.push_back(Write(absl::StrCat(tag, "-", n), "w", n % 2));
+    EXPECT_THAT(pipeline.Submit(project_, std::move(writes)).get(), IsOk());
+    EXPECT_EQ(ServedLabels(absl::StrCat(tag, "-9")), 1);
+  }
+}
+
+// ingest_pipeline.h's metrics: annotations committed "by outcome". One batch each of two first
+// labels, a resend of a live label, a revision and a label older (by client_time) than the
+// live one: accepted 2, duplicate 1, revised 1, stale 1, and 4 batches.
+TEST_F(IngestPipelineTest, CommittedAnnotationsAreCountedByOutcome) {
+  MetricsRegistry metrics;
+  IngestPipeline pipeline(*store_, IngestPipeline::Options(), &metrics);
+  const absl::Time t = absl::FromUnixSeconds(1700000000);
+  storage::AnnotationWrite timed = Write("i1", "a", 1);
+  timed.client_time = t;
+  ASSERT_THAT(pipeline.Submit(project_, {timed, Write("i2", "a", 0)}).get(), IsOk());
+  ASSERT_THAT(pipeline.Submit(project_, {Write("i2", "a", 0)}).get(), IsOk());
+  ASSERT_THAT(pipeline.Submit(project_, {Write("i2", "a", 1)}).get(), IsOk());
+  storage::AnnotationWrite older = Write("i1", "a", 0);
+  older.client_time = t - absl::Minutes(5);
+  ASSERT_THAT(pipeline.Submit(project_, {older}).get(), IsOk());
+  const std::string text = metrics.RenderText();
+  EXPECT_THAT(text, HasSubstr("verity_ingest_annotations_total{outcome=\"accepted\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_annotations_total{outcome=\"duplicate\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_annotations_total{outcome=\"revised\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_annotations_total{outcome=\"stale\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_batches_total 4\n"));
+}
+
 TEST_F(IngestPipelineTest, ShutdownCommitsAndPublishesEverythingQueued) {
   IngestPipeline pipeline(*store_, IngestPipeline::Options());
   std::vector<std::future<IngestPipeline::Result>> futures;
