@@ -703,6 +703,17 @@ std::vector<std::string> LiveProject::AnnotatorIds() const {
   return annotator_ids_;
 }
 
+LiveProject::AnnotatorIdPage LiveProject::AnnotatorIds(int64_t first, int32_t count) const {
+  absl::ReaderMutexLock lock(&ids_mu_);
+  AnnotatorIdPage page;
+  page.total = static_cast<int64_t>(annotator_ids_.size());
+  const int64_t begin = std::max<int64_t>(first, 0);
+  if (begin >= page.total) return page;  // Also keeps begin + count from overflowing.
+  const int64_t end = begin + std::min<int64_t>(std::max(count, 0), page.total - begin);
+  for (int64_t a = begin; a < end; ++a) page.ids.push_back(annotator_ids_[a]);
+  return page;
+}
+
 int32_t LiveProject::AnnotatorLabelCount(int32_t annotator) const {
   absl::ReaderMutexLock lock(&mu_);
   if (annotator < 0 || annotator >= static_cast<int32_t>(annotator_label_counts_.size())) return 0;

@@ -246,6 +246,13 @@ class LiveProject {
   std::vector<std::string> ItemIds(int32_t first, int32_t count) const
       ABSL_LOCKS_EXCLUDED(ids_mu_);
   std::vector<std::string> AnnotatorIds() const ABSL_LOCKS_EXCLUDED(ids_mu_);
+  // External ids of annotators [first, first + count) (clipped to the known annotators), and
+  // how many there are: a page without copying every id.
+  struct AnnotatorIdPage {
+    std::vector<std::string> ids;
+    int64_t total = 0;
+  };
+  AnnotatorIdPage AnnotatorIds(int64_t first, int32_t count) const ABSL_LOCKS_EXCLUDED(ids_mu_);
   int32_t AnnotatorLabelCount(int32_t annotator) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `annotator` has a live label on `item` (false for out-of-range indices).
   bool HasLabelled(int32_t item, int32_t annotator) const ABSL_LOCKS_EXCLUDED(mu_);

@@ -264,6 +264,13 @@ TEST(LiveProjectTest, IdLookupsSeeIdsRegisteredByACommittedBatch) {
             (std::vector<std::string>{"i49", "i-new"}));
   EXPECT_TRUE(project->ItemIds(std::numeric_limits<int32_t>::max() - 5, 10000).empty());
   EXPECT_EQ(project->AnnotatorIds().back(), "w-new");
+  // A page of annotator ids: the same clipping, and the count of all (13: w0..w11, w-new).
+  const LiveProject::AnnotatorIdPage page = project->AnnotatorIds(11, 5);
+  EXPECT_EQ(page.ids, (std::vector<std::string>{"w11", "w-new"}));
+  EXPECT_EQ(page.total, 13);
+  EXPECT_EQ(project->AnnotatorIds(0, 2).ids, (std::vector<std::string>{"w0", "w1"}));
+  EXPECT_TRUE(project->AnnotatorIds(13, 5).ids.empty());
+  EXPECT_TRUE(project->AnnotatorIds(std::numeric_limits<int64_t>::max() - 5, 10000).ids.empty());
 }
 
 TEST(LiveProjectTest, QueriesDoNotTakeTheProjectLock) {
