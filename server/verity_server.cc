@@ -70,6 +70,10 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
     return absl::InvalidArgumentError(
         absl::StrCat("max_streams must be at least 1, not ", options.max_streams));
   }
+  if (options.max_leases_per_project < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_leases_per_project must be at least 1, not ", options.max_leases_per_project));
+  }
   std::unique_ptr<VerityServer> server(new VerityServer());
   server->metrics_ = std::make_unique<MetricsRegistry>();
   auto storage = StorageHandles::Open(options.postgres_url, options.pool_size,
@@ -156,7 +160,8 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
                                           options.max_streams_per_key));
   server->services_.push_back(std::make_unique<TruthServiceImpl>(server->core_));
   server->services_.push_back(std::make_unique<ModelServiceImpl>(server->core_));
-  server->services_.push_back(std::make_unique<AssignmentServiceImpl>(server->core_));
+  server->services_.push_back(std::make_unique<AssignmentServiceImpl>(server->core_,
+                                                                    options.max_leases_per_project));
   server->services_.push_back(std::make_unique<KeyServiceImpl>(server->core_));
   for (auto& service : server->services_) builder.RegisterService(service.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

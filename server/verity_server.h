@@ -63,6 +63,10 @@ class VerityServer {
     // Open SubmitAnnotations streams per API key at most (authentication on), so that one key
     // cannot take every stream; past it the key's stream is refused RESOURCE_EXHAUSTED.
     int max_streams_per_key = 100;
+    // Outstanding assignment leases per project at most (each is a row and a map entry, and
+    // SuggestItems leases up to 1,000 per call for any annotator id); past it SuggestItems is
+    // refused RESOURCE_EXHAUSTED until labels arrive or leases expire.
+    int64_t max_leases_per_project = 10'000'000;
     // Per-project limits where a project's settings leave them 0.
     ProjectQuota project_quota;
     // Memory gRPC may hold for calls in flight (incoming messages above all), in bytes. Bytes

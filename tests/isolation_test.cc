@@ -50,8 +50,10 @@ class IsolationTest : public ::testing::Test {
   }
   // Starts the test's server (default limits, no background training) over the suite's
   // database, and a channel to it.
-  void StartServer() {
+  void StartServer(int64_t max_leases_per_project = server::VerityServer::Options()
+                                                       .max_leases_per_project) {
     server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
+    options.max_leases_per_project = max_leases_per_project;
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -538,6 +540,46 @@ TEST_F(IsolationTest, AProjectsLimitsRefuseWholeCallsThatWouldPassThem) {
       << suggested.error_message();
   EXPECT_TRUE(suggest("w1").ok());
   EXPECT_EQ(counts(), (std::vector<int64_t>{3, 2, 5}));
+}
+
+// --max_leases_per_project: SuggestItems leases up to k items for any annotator id, so a
+// project's outstanding leases are bounded. At 5, with 10 items: a's 3 leases leave room for 2;
+// b asking for 3 is refused RESOURCE_EXHAUSTED naming the flag, and is not registered (the
+// refused call changes nothing); b asking for 2 gets them.
+TEST_F(IsolationTest, SuggestItemsCannotLeasePastTheProjectsLeaseLimit) {
+  server_->Shutdown();
+  StartServer(/*max_leases_per_project=*/5);
+  CreateLimitedProject("leases", [](v1::ProjectLimits&) {});
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddItemsRequest request;
+    request.set_project("leases");
+    for (int i = 0; i < 10; ++i) request.add_items()->set_id(absl::StrCat("i", i));
+    v1::AddItemsResponse response;
+    ASSERT_TRUE(v1::ProjectService::NewStub(channel_)->AddItems(&context, request, &response).ok());
+  }
+  auto suggest = [&](const std::string& annotator, int k, v1::SuggestItemsResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::SuggestItemsRequest request;
+    request.set_project("leases");
+    request.set_annotator(annotator);
+    request.set_k(k);
+    return v1::AssignmentService::NewStub(channel_)->SuggestItems(&context, request, response);
+  };
+  v1::SuggestItemsResponse a;
+  ASSERT_TRUE(suggest("a", 3, &a).ok());
+  ASSERT_EQ(a.suggestions_size(), 3);
+  v1::SuggestItemsResponse refused;
+  const grpc::Status status = suggest("b", 3, &refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "--max_leases_per_project"))
+      << status.error_message();
+  EXPECT_EQ(GetProjectOf("leases").num_annotators(), 1);
+  v1::SuggestItemsResponse b;
+  ASSERT_TRUE(suggest("b", 2, &b).ok());
+  EXPECT_EQ(b.suggestions_size(), 2);
 }
 
 // New annotators asking for work at once (SuggestItems registers them) cannot together pass

@@ -64,6 +64,15 @@ grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext* context,
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
   LiveProject& live = **project;
+  // Before the annotator is created: a refused call changes nothing. Checked against this
+  // replica's copy of the project's leases (with several replicas, the leases it has read).
+  const int64_t outstanding = static_cast<int64_t>(live.leases().size(absl::Now()));
+  if (outstanding + request->k() > max_leases_per_project_) {
+    return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+        "project ", live.identity().name, " holds ", outstanding, " outstanding leases; k = ",
+        request->k(), " would pass the most a project may hold, ", max_leases_per_project_,
+        " (--max_leases_per_project): retry once labels arrive or leases expire")));
+  }
   auto annotator = EnsureAnnotator(core_, live, request->annotator());
   if (!annotator.ok()) return ToGrpcStatus(annotator.status());
 

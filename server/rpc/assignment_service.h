@@ -14,7 +14,10 @@ class AssignmentServiceImpl final : public v1::AssignmentService::Service {
   static constexpr int kMaxCandidates = 100000;  // SuggestItems' candidate_items.
   static constexpr int kMaxAnnotatorCandidates = 10000;  // SuggestAnnotators' candidates.
 
-  explicit AssignmentServiceImpl(ServerCore core) : core_(core) {}
+  // SuggestItems refuses (RESOURCE_EXHAUSTED) a request whose k would take a project past
+  // `max_leases_per_project` outstanding leases (> 0; --max_leases_per_project).
+  AssignmentServiceImpl(ServerCore core, int64_t max_leases_per_project)
+      : core_(core), max_leases_per_project_(max_leases_per_project) {}
 
   grpc::Status SuggestItems(grpc::ServerContext*, const v1::SuggestItemsRequest*,
                             v1::SuggestItemsResponse*) override;
@@ -23,6 +26,7 @@ class AssignmentServiceImpl final : public v1::AssignmentService::Service {
 
  private:
   ServerCore core_;
+  const int64_t max_leases_per_project_;
 };
 
 }  // namespace verity::server
