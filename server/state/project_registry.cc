@@ -357,6 +357,40 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Get(absl::string_v
       return failure->second.status;
     }
   }
+  // One load per project at a time: callers that arrive while it loads wait for its result
+  // (a burst of first calls on a large project would otherwise build a copy each, past the
+  // memory budget).
+  std::shared_ptr<PendingLoad> pending;
+  bool leader = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = projects_.find(name); it != projects_.end()) {
+      it->second->MarkUsed(absl::Now());
+      return it->second;
+    }
+    auto [it, first] = pending_loads_.try_emplace(std::string(name));
+    if (first) it->second = std::make_shared<PendingLoad>();
+    pending = it->second;
+    leader = first;
+  }
+  if (!leader) {
+    absl::MutexLock wait(&pending->mu, absl::Condition(&pending->done));
+    return pending->result;
+  }
+  absl::StatusOr<std::shared_ptr<LiveProject>> result = LoadAndRegister(name);
+  {
+    absl::MutexLock lock(&mu_);
+    pending_loads_.erase(name);
+  }
+  absl::MutexLock done(&pending->mu);
+  pending->result = result;
+  pending->done = true;
+  return result;
+}
+
+absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::LoadAndRegister(
+    absl::string_view name) {
+  if (before_load_) before_load_(std::string(name));
   auto record = storage_.projects->GetProjectByName(std::string(name));
   if (!record.ok()) {
     if (absl::IsNotFound(record.status())) {
@@ -374,7 +408,7 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Get(absl::string_v
   absl::MutexLock lock(&mu_);
   failed_.erase(name);
   unloaded_.erase(name);
-  // A concurrent Get or Create may have registered it meanwhile: every caller gets that one.
+  // A concurrent Create may have registered it meanwhile: every caller gets that one.
   auto [it, inserted] = projects_.emplace(std::string(name), std::move(*project));
   return it->second;
 }

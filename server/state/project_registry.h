@@ -119,6 +119,10 @@ class ProjectRegistry {
   void SetBeforeBackgroundLoadHookForTesting(std::function<void(const std::string&)> hook) {
     before_background_load_ = std::move(hook);
   }
+  // Runs before Get loads a project that is not loaded (once per load, not per caller).
+  void SetBeforeLoadHookForTesting(std::function<void(const std::string&)> hook) {
+    before_load_ = std::move(hook);
+  }
 
   std::vector<std::shared_ptr<LiveProject>> All() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -130,6 +134,16 @@ class ProjectRegistry {
   // Load's reads (Load adds the log line and the first use).
   absl::StatusOr<std::shared_ptr<LiveProject>> LoadFromStorage(
       const storage::ProjectRecord& record);
+  // Get's load of a project that is not loaded: reads its record, loads and registers it (or
+  // records the failure).
+  absl::StatusOr<std::shared_ptr<LiveProject>> LoadAndRegister(absl::string_view name)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A load by Get in progress: the first caller loads, the others wait for its result.
+  struct PendingLoad {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    absl::StatusOr<std::shared_ptr<LiveProject>> result ABSL_GUARDED_BY(mu);
+  };
   StorageHandles& storage_;
   const absl::Duration load_retry_interval_;
   mutable absl::Mutex mu_;
@@ -143,6 +157,9 @@ class ProjectRegistry {
   std::function<void()> after_create_stored_;
   std::function<void()> between_write_and_apply_;
   std::function<void(const std::string&)> before_background_load_;
+  std::function<void(const std::string&)> before_load_;
+  absl::flat_hash_map<std::string, std::shared_ptr<PendingLoad>> pending_loads_
+      ABSL_GUARDED_BY(mu_);
 
   void BackgroundLoader() ABSL_LOCKS_EXCLUDED(mu_);
   void BudgetLoop() ABSL_LOCKS_EXCLUDED(mu_);

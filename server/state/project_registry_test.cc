@@ -132,6 +132,47 @@ TEST_F(ProjectRegistryTest, CreateKeepsTheProjectAConcurrentGetLoaded) {
   EXPECT_EQ(created->get(), loaded_by_get.get());
 }
 
+// Get of a project that is not loaded loads it once, however many callers ask at once: the
+// others wait for that load and get the same object (each used to build a copy of its own,
+// which a burst of first calls on a large project turned into several). The hook holds the
+// load for 300 ms so that all 8 callers are waiting.
+TEST_F(ProjectRegistryTest, CallersAskingForAProjectAtOnceShareOneLoad) {
+  {
+    ProjectRegistry creator(*storage_);
+    ASSERT_TRUE(creator.Create(NewProject("cold")).ok());
+  }
+  ProjectRegistry registry(*storage_);  // Has loaded nothing.
+  std::atomic<int> loads{0};
+  registry.SetBeforeLoadHookForTesting([&loads](const std::string& name) {
+    if (name != "cold") return;
+    ++loads;
+    absl::SleepFor(absl::Milliseconds(300));
+  });
+  std::vector<std::shared_ptr<LiveProject>> got(8);
+  std::vector<std::thread> callers;
+  for (size_t c = 0; c < got.size(); ++c) {
+    callers.emplace_back([&registry, &got, c] {
+      auto project = registry.Get("cold");
+      EXPECT_TRUE(project.ok()) << project.status();
+      if (project.ok()) got[c] = *project;
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  EXPECT_EQ(loads.load(), 1);
+  for (const std::shared_ptr<LiveProject>& project : got) {
+    ASSERT_NE(project, nullptr);
+    EXPECT_EQ(project.get(), got[0].get());
+  }
+  // A name that does not exist: every caller at once gets NOT_FOUND.
+  std::vector<absl::Status> missing(4);
+  callers.clear();
+  for (size_t c = 0; c < missing.size(); ++c) {
+    callers.emplace_back([&registry, &missing, c] { missing[c] = registry.Get("none").status(); });
+  }
+  for (std::thread& caller : callers) caller.join();
+  for (const absl::Status& status : missing) EXPECT_TRUE(absl::IsNotFound(status)) << status;
+}
+
 // An update that leaves model.method unset keeps the project's method: a new project's
 // default, auto, no longer fell back to ds when an operator changed only assignment settings.
 TEST_F(ProjectRegistryTest, AnUpdateWithoutAMethodKeepsTheProjectsMethod) {
