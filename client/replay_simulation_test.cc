@@ -344,6 +344,7 @@ class FakeReplayServer : public ReplayServer {
     } else {
       status.set_labels_since_version(static_cast<int64_t>(p.submitted.size()));
     }
+    if (p.status_calls <= unseen_polls) status.set_labels_since_version(1);
     return status;
   }
   absl::Status UpdateProjectSettings(
@@ -374,6 +375,9 @@ class FakeReplayServer : public ReplayServer {
   // stale_polls calls.
   int training_polls = 0;
   int stale_polls = 0;
+  // On its first unseen_polls calls, GetModelStatus also reports one label
+  // that the current version has not seen (labels_since_version 1).
+  int unseen_polls = 0;
 };
 
 class RunReplayTest : public ::testing::Test {
@@ -531,6 +535,24 @@ TEST_F(RunReplayTest, StopsAtTheBudget) {
   EXPECT_EQ(server_.first().submitted.size(), 2u);
   ASSERT_THAT(result->rows, SizeIs(1));
   EXPECT_EQ(result->rows[0].labels, 2);
+}
+
+// ReplayOptions::on_progress: called every progress_every labels bought and at
+// the end. 7 labels, every 3: after 3 and 6 labels, then at the end (7).
+TEST_F(RunReplayTest, ReportsProgressEveryNLabelsAndAtTheEnd) {
+  SetFractions({1.0});
+  options_.progress_every = 3;
+  std::vector<int64_t> bought;
+  options_.on_progress = [&](const ReplayProgress& progress) {
+    EXPECT_EQ(progress.project, "t-small-random-s5");
+    EXPECT_EQ(progress.budget, 7);
+    bought.push_back(progress.bought);
+  };
+  absl::StatusOr<ReplayResult> result =
+      RunReplay(server_, dataset_, options_, Policy("random"), 5);
+  ASSERT_THAT(result, IsOk());
+  ASSERT_EQ(result->stats.bought, 7);
+  EXPECT_THAT(bought, ElementsAre(3, 6, 7));
 }
 
 TEST_F(RunReplayTest, SameSeedSameArrivalsOtherSeedOthers) {
@@ -700,6 +722,20 @@ TEST_F(RunReplayTest, ReferenceSubmitsEverythingAndWaitsForAFitThatSawIt) {
   // Submitted in dataset order, so the fake's MAP is the last label in the
   // file: a→yes (w2), b→yes (w3), c→yes (w2); gold yes, no, yes.
   EXPECT_DOUBLE_EQ(row->accuracy, 2.0 / 3.0);
+}
+
+// A fit has seen every label only when no label arrived since its version
+// (labels_since_version 0), even if its num_labels equals the labels
+// submitted (header: "read once a fit of the wanted method has seen every
+// label"). Two polls report one unseen label: two sleeps, then the read.
+TEST_F(RunReplayTest, ReferenceWaitsWhileLabelsArrivedSinceTheVersion) {
+  SetFractions({1.0});
+  server_.unseen_polls = 2;
+  absl::StatusOr<SimulationRow> row =
+      RunFullDataReference(server_, dataset_, options_, Policy("all_mv"));
+  ASSERT_THAT(row, IsOk());
+  EXPECT_EQ(server_.first().status_calls, 3);
+  EXPECT_THAT(sleeps_, SizeIs(2));
 }
 
 TEST_F(RunReplayTest, DawidSkeneReferenceSwitchesFromMajorityVoteAfterSubmit) {

@@ -521,6 +521,27 @@ TEST(CalibrationMapTest, TheGoldMapScoresOnlyLabelledGoldItemsWithCopiesBlindToT
   EXPECT_EQ(out, (std::vector<double>{0.0, 1.0}));
 }
 
+// A gold map, with its source and gold statistics, survives Serialize and Restore
+// (calibrated_truth_model.h: Serialize writes the map, Restore reads it back).
+TEST(CalibrationMapTest, AGoldMapRestoresWithItsGoldStatistics) {
+  std::vector<int32_t> gold;
+  const AnnotationMatrix data = GoldMapData(100, gold);
+  CalibratedTruthModel model(std::make_unique<GoldMemorisingModel>());
+  ASSERT_THAT(model.Fit(data, gold, false).status(), IsOk());
+  ASSERT_EQ(model.calibration().source, CalibrationSource::kGold);
+  CalibratedTruthModel restored(std::make_unique<GoldMemorisingModel>());
+  ASSERT_THAT(restored.Restore(model.Serialize()), IsOk());
+  EXPECT_EQ(restored.calibration().source, CalibrationSource::kGold);
+  EXPECT_EQ(restored.calibration().kind, model.calibration().kind);
+  EXPECT_EQ(restored.calibration().temperature, model.calibration().temperature);
+  EXPECT_EQ(restored.calibration().gold_items, 100);
+  EXPECT_NEAR(restored.calibration().gold_ece_raw, 0.15, 1e-12);
+  EXPECT_EQ(restored.calibration().gold_ece, model.calibration().gold_ece);
+  std::vector<double> out(2);
+  restored.ItemPosterior(data.LabelsOfItem(105), -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 0.75, 1e-3);
+}
+
 // kMinGoldItems labelled gold items are enough for the gold map (not one more).
 TEST(CalibrationMapTest, ExactlyTheMinimumNumberOfGoldItemsUsesTheGoldMap) {
   std::vector<int32_t> gold;
@@ -530,6 +551,87 @@ TEST(CalibrationMapTest, ExactlyTheMinimumNumberOfGoldItemsUsesTheGoldMap) {
   ASSERT_THAT(model.Fit(data, gold, false).status(), IsOk());
   EXPECT_EQ(model.calibration().source, CalibrationSource::kGold);
   EXPECT_EQ(model.calibration().gold_items, CalibratedTruthModel::kMinGoldItems);
+}
+
+// A binary model that shows how the gold map's cross-fitted copies were fitted and with how many
+// labels each gold item was scored. Clones keep nothing of a fit. A copy serves (0.9, 0.1) for
+// an item whose gold it did not see only if it was warm-started with some gold (the other
+// half's) and given a single label; otherwise (0.99, 0.01). Gold it saw it has memorised
+// (0.999 toward it), as GoldMemorisingModel.
+class FoldObservingModel final : public TruthModel {
+ public:
+  std::string_view method() const override { return "fold_observing"; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return true; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<FoldObservingModel>();
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t> gold,
+                                bool warm_start) override {
+    fitted_gold_.assign(gold.begin(), gold.end());
+    warm_start_ = warm_start;
+    return FitReport{};
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    ItemPosteriorForItem(-1, labels, gold_label, out);
+  }
+  void ItemPosteriorForItem(int32_t item, absl::Span<const AnnotationMatrix::Entry> labels,
+                            int32_t gold_label, absl::Span<double> out) const override {
+    if (gold_label >= 0) {
+      out[gold_label] = 1.0;
+      out[1 - gold_label] = 0.0;
+      return;
+    }
+    if (item >= 0 && item < static_cast<int32_t>(fitted_gold_.size()) &&
+        fitted_gold_[item] >= 0) {
+      out[fitted_gold_[item]] = 0.999;
+      out[1 - fitted_gold_[item]] = 0.001;
+      return;
+    }
+    const bool saw_gold = std::any_of(fitted_gold_.begin(), fitted_gold_.end(),
+                                      [](int32_t g) { return g >= 0; });
+    const double p0 = warm_start_ && saw_gold && labels.size() == 1 ? 0.9 : 0.99;
+    out[0] = p0;
+    out[1] = 1 - p0;
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override { return {0.9, 0.1, 0.1, 0.9}; }
+  std::string Serialize() const override { return "inner"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+
+ private:
+  std::vector<int32_t> fitted_gold_;
+  bool warm_start_ = false;
+};
+
+// calibrated_truth_model.h: each half of the gold items is scored by a copy refitted
+// (warm-started) with only the other half's gold, and each gold item's posterior uses only as
+// many of its labels as the items served carry. Items 0..99 are gold (0 except every 4th) with
+// 3 labels each; items 100..109 carry 1 label and no gold, so every gold item is scored with 1
+// label (GoldCalibrationLabelCounts). Then every row is (0.9, 0.1) against a truth 0 three times
+// in four: tau = ln 3 / ln 9 = 1/2 and gold_ece_raw |75 - 90| / 100 = 0.15 (as in
+// TheGoldMapScoresOnlyLabelledGoldItemsWithCopiesBlindToTheirGold). A copy refitted cold, or
+// with no gold at all, or given all 3 labels, would give (0.99, 0.01): tau = ln 3 / ln 99 =
+// 0.239 and gold_ece_raw |75 - 99| / 100 = 0.24.
+TEST(CalibrationMapTest, TheGoldMapsCopiesAreWarmStartedWithTheOtherHalfsGoldAndServedLabelCounts) {
+  std::vector<Annotation> annotations;
+  std::vector<int32_t> gold(110, -1);
+  for (int32_t i = 0; i < 110; ++i) {
+    if (i < 100) {
+      gold[i] = i % 4 == 3 ? 1 : 0;
+      for (int32_t a = 0; a < 3; ++a) annotations.push_back({i, a, 0});
+    } else {
+      annotations.push_back({i, 0, 0});
+    }
+  }
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(110, 3, 2, annotations);
+  ASSERT_THAT(data.status(), IsOk());
+  CalibratedTruthModel model(std::make_unique<FoldObservingModel>());
+  ASSERT_THAT(model.Fit(*data, gold, false).status(), IsOk());
+  ASSERT_EQ(model.calibration().source, CalibrationSource::kGold);
+  EXPECT_EQ(model.calibration().gold_items, 100);
+  EXPECT_NEAR(model.calibration().gold_ece_raw, 0.15, 1e-12);
+  EXPECT_NEAR(model.calibration().temperature, 0.5, 1e-3);
 }
 
 // gold_ece_raw is the ECE (10 equal-width bins, bin = floor(10 x confidence)) of the gold
@@ -613,6 +715,89 @@ TEST(CalibrationMapTest, TheLabelMapSoftensAPosteriorWhoseTopClassMispredictsHel
   EXPECT_NEAR(map.temperature, CalibratedTruthModel::kMinTemperature, 1e-4);
   const double q_top = 1 / (1 + std::pow(4.0, -CalibratedTruthModel::kMinTemperature));
   EXPECT_NEAR(map.loss, -2 * std::log(0.8 - 0.6 * q_top), 1e-4);
+}
+
+// A binary model that is not of the product form: it serves (0.99, 0.01) toward its item's
+// majority label (ties to class 0) however many labels agree, while its annotators are 0.8
+// right. Items labelled (0, 0, 0) and (0, 1, 0) get the same posterior, which no prior times
+// a product of those confusions gives.
+class MajorityCertainModel final : public TruthModel {
+ public:
+  std::string_view method() const override { return "majority_certain"; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return true; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<MajorityCertainModel>();
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>,
+                                bool) override {
+    return FitReport{};
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    if (gold_label >= 0) {
+      out[gold_label] = 1.0;
+      out[1 - gold_label] = 0.0;
+      return;
+    }
+    int ones = 0;
+    for (const AnnotationMatrix::Entry& e : labels) ones += e.label;
+    const int32_t majority = 2 * ones > static_cast<int>(labels.size()) ? 1 : 0;
+    out[majority] = 0.99;
+    out[1 - majority] = 0.01;
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override { return {0.8, 0.2, 0.2, 0.8}; }
+  std::string Serialize() const override { return "inner"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+};
+
+// calibrated_truth_model.h: for a model whose posterior is not prior x product of its
+// confusions (mv's vote shares), the held-out posterior is not exact and the map fitted on
+// crowd labels stays the identity (FitLabelMap returns FittedMap{}: tau 1, loss 0). Ten items
+// labelled (0, 0, 0) and ten (0, 1, 0), each label by its own annotator: the held-out 1s of a
+// (0.99, 0.01) posterior would ask for softening, but no map may be fitted.
+TEST(CalibrationMapTest, TheLabelMapStaysTheIdentityForAModelNotOfTheProductForm) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 20; ++i) {
+    for (int32_t n = 0; n < 3; ++n) {
+      annotations.push_back({i, 3 * i + n, i >= 10 && n == 1 ? 1 : 0});
+    }
+  }
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(20, 60, 2, annotations);
+  ASSERT_THAT(data.status(), IsOk());
+  const MajorityCertainModel inner;
+  const FittedMap map = FitLabelMap(inner, *data, AllPosteriors(inner, *data, {}));
+  EXPECT_EQ(map.temperature, 1.0);
+  EXPECT_EQ(map.loss, 0.0);
+
+  CalibratedTruthModel model(std::make_unique<MajorityCertainModel>());
+  ASSERT_THAT(model.Fit(*data, {}, false).status(), IsOk());
+  EXPECT_EQ(model.calibration().source, CalibrationSource::kCrowdLabels);
+  EXPECT_EQ(model.calibration().temperature, 1.0);
+  std::vector<double> out(2);
+  model.ItemPosteriorForItem(10, data->LabelsOfItem(10), -1, absl::MakeSpan(out));
+  EXPECT_EQ(out, (std::vector<double>{0.99, 0.01}));
+}
+
+// The product-form check skips items whose posterior underflowed (a class below 1e-200, where
+// the floor of the log breaks the identity): a confident item must not cost a product-form
+// model its map. Item 0 is labelled 0 by 600 annotators, so its class 1 underflows to 0 under
+// SymmetricBinaryModel(0.8, 0.8); item 1 is labelled 0 and 1, as in
+// TheLabelMapSoftensAPosteriorWhoseTopClassMispredictsHeldOutLabels, which wants tau at the
+// floor. Item 0's held-out labels leave 599 zeros, a posterior whose top class keeps
+// 1 / (1 + 4^-(599 tau)) = 1 - 1e-18 even at tau = 0.05: they do not move tau.
+TEST(CalibrationMapTest, TheProductFormCheckSkipsAnItemWhosePosteriorUnderflowed) {
+  std::vector<Annotation> annotations;
+  for (int32_t a = 0; a < 600; ++a) annotations.push_back({0, a, 0});
+  annotations.push_back({1, 600, 0});
+  annotations.push_back({1, 601, 1});
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(2, 602, 2, annotations);
+  ASSERT_THAT(data.status(), IsOk());
+  const SymmetricBinaryModel model(0.8, 0.8);
+  const std::vector<double> posteriors = AllPosteriors(model, *data, {});
+  ASSERT_LT(posteriors[1], 1e-200);
+  const FittedMap map = FitLabelMap(model, *data, posteriors);
+  EXPECT_NEAR(map.temperature, CalibratedTruthModel::kMinTemperature, 1e-3);
 }
 
 // A three-class model that serves (0.6, 0.3, 0.1) for every item without gold.
@@ -784,6 +969,18 @@ TEST(GoldCalibrationLabelCountsTest, KeepsTheCountsWhenGoldAndOtherItemsCarryAli
   // No other labelled item (item 2 has none): every gold item keeps all its labels.
   EXPECT_THAT(GoldCalibrationLabelCounts(WithLabelCounts({4, 7, 0}), {0, 1, -1}),
               ElementsAre(4, 7, -1));
+}
+
+// The mid-rank quantile ranks a gold item among all gold items' counts, whatever order the
+// gold items come in. Gold items 0-3 carry 14, 10, 12, 10 labels (sorted 10 10 12 14); items
+// 4-11 are the others, sorted counts 2 2 3 3 3 4 5 5. 14 -> (3 + 1/2) / 4 = 0.875, index 7,
+// count 5; 10 -> (0 + 2/2) / 4 = 0.25, index 2, count 3; 12 -> (2 + 1/2) / 4 = 0.625, index 5,
+// count 4.
+TEST(GoldCalibrationLabelCountsTest, RanksEachGoldItemAmongAllGoldItemsInAnyOrder) {
+  const AnnotationMatrix data = WithLabelCounts({14, 10, 12, 10, 3, 2, 5, 3, 4, 2, 3, 5});
+  const std::vector<int32_t> gold = {0, 1, 0, 1, -1, -1, -1, -1, -1, -1, -1, -1};
+  EXPECT_THAT(GoldCalibrationLabelCounts(data, gold),
+              ElementsAre(5, 3, 4, 3, -1, -1, -1, -1, -1, -1, -1, -1));
 }
 
 TEST(GoldCalibrationLabelsTest, KeepsAFixedSubsetOfTheCountInAnnotatorOrder) {

@@ -122,5 +122,71 @@ TEST_F(ReplicaFollowerTest, LabelsAnotherReplicaCommitsAreCaughtUpAfterItsNotify
   EXPECT_EQ(adopt_calls_.load(), 0);
 }
 
+// Notifications are not durable: labels committed while the follower was not listening are
+// found by the poll (replica_follower.h: "a missed notification costs latency, never a label").
+TEST_F(ReplicaFollowerTest, ThePollCatchesUpLabelsWhoseNotifyWasMissed) {
+  ASSERT_TRUE(Commit(30, 40).ok());  // No follower listens yet: its NOTIFY is lost.
+  StartFollower();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (project_->Counts().num_labels < 80 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(project_->Counts().num_labels, 80);
+  EXPECT_GE(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"poll\"}"), 1);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"notify\"}"), 0);
+}
+
+// A version another replica stored while this follower was not listening is handed to
+// adopt_stored_version by the poll (it lists each project's newest version).
+TEST_F(ReplicaFollowerTest, ThePollHandsANewerStoredVersionToAdopt) {
+  ProjectRegistry other_replica(*storage_);
+  ASSERT_TRUE(other_replica.LoadAll().ok());
+  std::shared_ptr<LiveProject> other = *other_replica.Get("p");
+  ASSERT_TRUE(other->Refit(*storage_->versions).ok());
+  ASSERT_EQ(other->model_version(), 2);
+  ASSERT_EQ(project_->model_version(), 1);
+  StartFollower();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (adopt_calls_.load() == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_GE(adopt_calls_.load(), 1) << "version 2 is newer than the served version 1";
+}
+
+// A version another replica stores sends NOTIFY on the versions channel, and the follower hands
+// the project to adopt_stored_version without waiting for a poll.
+TEST_F(ReplicaFollowerTest, AVersionAnotherReplicaStoresIsAdoptedAfterItsNotify) {
+  // One poll at the start, then none for an hour: only the NOTIFY can bring the version.
+  StartFollower(absl::Hours(1));
+  absl::SleepFor(absl::Milliseconds(1000));  // Time for that first poll to have run.
+  ASSERT_EQ(adopt_calls_.load(), 0);
+  ProjectRegistry other_replica(*storage_);
+  ASSERT_TRUE(other_replica.LoadAll().ok());
+  std::shared_ptr<LiveProject> other = *other_replica.Get("p");
+  ASSERT_TRUE(other->Refit(*storage_->versions).ok());
+  ASSERT_EQ(other->model_version(), 2);
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (adopt_calls_.load() == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(adopt_calls_.load(), 1);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"poll\"}"), 0);
+}
+
+// Items another replica added while this follower was not listening bump the project's
+// change_seq; the poll re-reads and applies them (LiveProject::ApplyStoredEntities).
+TEST_F(ReplicaFollowerTest, ThePollFollowsItemsAnotherReplicaAdded) {
+  ASSERT_EQ(project_->Counts().num_items, 30);
+  const std::vector<storage::ItemWrite> writes = {{"new-1"}, {"new-2"}};
+  ASSERT_TRUE(storage_->items->UpsertItems(project_id_, writes).ok());
+  StartFollower();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (project_->Counts().num_items < 32 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(project_->Counts().num_items, 32);
+  EXPECT_GE(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"changes\"}"), 1);
+}
+
 }  // namespace
 }  // namespace verity::server

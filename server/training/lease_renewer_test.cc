@@ -101,5 +101,57 @@ TEST(LeaseRenewerTest, TheLeaseIsCountedFromTheLastSuccessfulRenewal) {
   renewer.Stop();
 }
 
+// lease_renewer.h: failed renewals are retried every lease/10 only until the lease, counted
+// from the last success (here the claim), would have run out. Lease 600 ms: renewals at
+// >= 200 ms, then >= 260, 320, ..., 620 ms; the 8th call comes at least 620 ms after the
+// claim, when the lease has run out, so the lease is lost after at most 8 calls (fewer if the
+// thread is scheduled late, never more). Were a failing lease kept for longer, there would be
+// retries past the 8th.
+TEST(LeaseRenewerTest, FailedRenewalsStopOnceTheLeaseHasRunOut) {
+  std::atomic<int> calls{0};
+  LeaseRenewer renewer(
+      [&]() -> absl::Status {
+        ++calls;
+        return absl::UnavailableError("connection refused");
+      },
+      absl::Milliseconds(600), "job 6");
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!renewer.lost() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE(renewer.lost());
+  renewer.Stop();
+  EXPECT_GE(calls.load(), 2);
+  EXPECT_LE(calls.load(), 8);
+}
+
+// After a failed renewal is retried successfully, renewals go back to every lease/3
+// (lease_renewer.h), not every lease/10. The wait before a renewal never ends early, so the
+// gap between the successful retry and the next renewal is at least lease/3 = 1 s (a retry
+// period, 300 ms, would be far below). The lease, 3 s, leaves a loaded machine seconds of
+// slack before the failed first renewal could lose it.
+TEST(LeaseRenewerTest, ASuccessfulRetryRestoresTheRenewalPeriod) {
+  absl::Mutex mu;
+  std::vector<absl::Time> calls;
+  LeaseRenewer renewer(
+      [&]() -> absl::Status {
+        absl::MutexLock lock(&mu);
+        calls.push_back(absl::Now());
+        return calls.size() == 1 ? absl::UnavailableError("timeout") : absl::OkStatus();
+      },
+      absl::Seconds(3), "job 7");
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < give_up) {
+    {
+      absl::MutexLock lock(&mu);
+      if (calls.size() >= 3) break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  renewer.Stop();
+  EXPECT_FALSE(renewer.lost());
+  absl::MutexLock lock(&mu);
+  ASSERT_GE(calls.size(), 3u);
+  EXPECT_GE(absl::ToDoubleSeconds(calls[2] - calls[1]), 0.999);
+}
+
 }  // namespace
 }  // namespace verity::server
