@@ -147,6 +147,20 @@ TEST_F(BootstrapKeyTest, MintedOnceOnAnEmptyTable) {
   EXPECT_THAT(store_->Get("boot2"), StatusIs(absl::StatusCode::kNotFound));
 }
 
+// api_key_store.h: List returns keys "oldest first" — in the order they were
+// inserted, not by key_id.
+TEST_F(ApiKeyStoreTest, ListsKeysOldestFirst) {
+  ASSERT_THAT(store_->Insert(Key("zz", "reader")), IsOk());
+  ASSERT_THAT(store_->Insert(Key("mm", "writer")), IsOk());
+  ASSERT_THAT(store_->Insert(Key("aa", "admin")), IsOk());
+  for (bool include_revoked : {false, true}) {
+    EXPECT_THAT(store_->List(include_revoked),
+                IsOkAndHolds(ElementsAre(Field(&ApiKeyRecord::key_id, "zz"),
+                                         Field(&ApiKeyRecord::key_id, "mm"),
+                                         Field(&ApiKeyRecord::key_id, "aa"))));
+  }
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity

@@ -10,6 +10,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pqxx/nontransaction"
 #include "pqxx/result"
 #include "storage/testing/postgres_fixture.h"
 
@@ -273,6 +274,47 @@ TEST_F(ConnectionPoolTest, UnavailableWhilePostgresIsDownThenRecovers) {
   // No restart of the pool: the next call reconnects.
   EXPECT_THAT(Exec(pool(), "INSERT INTO t VALUES (3)"), IsOk());
   EXPECT_EQ(*Count(pool(), "t"), 2);
+}
+
+// connection_pool.h: in_use_connections() counts the connections "handed out
+// (or being opened) right now", not the idle ones that open_connections()
+// also counts.
+TEST_F(ConnectionPoolTest, CountsConnectionsInUseApartFromIdleOnes) {
+  std::unique_ptr<ConnectionPool> p = NewPool(/*size=*/2);
+  ASSERT_THAT(Exec(*p, "SELECT 1"), IsOk());
+  EXPECT_EQ(p->open_connections(), 1);
+  EXPECT_EQ(p->in_use_connections(), 0);
+  {
+    absl::StatusOr<PooledConnection> a = p->Acquire();
+    ASSERT_THAT(a, IsOk());
+    EXPECT_EQ(p->in_use_connections(), 1);
+    absl::StatusOr<PooledConnection> b = p->Acquire();
+    ASSERT_THAT(b, IsOk());
+    EXPECT_EQ(p->in_use_connections(), 2);
+    EXPECT_EQ(p->open_connections(), 2);
+  }
+  EXPECT_EQ(p->in_use_connections(), 0);
+  EXPECT_EQ(p->open_connections(), 2);
+}
+
+// connection_pool.h: a PooledConnection "returns it when destroyed"; one
+// move-assigned over returns the connection it held, so a pool of 2 has a
+// connection to lend again.
+TEST_F(ConnectionPoolTest, MoveAssigningOverAHandleReturnsItsConnection) {
+  std::unique_ptr<ConnectionPool> p = NewPool(/*size=*/2);
+  absl::StatusOr<PooledConnection> a = p->Acquire();
+  ASSERT_THAT(a, IsOk());
+  absl::StatusOr<PooledConnection> b = p->Acquire();
+  ASSERT_THAT(b, IsOk());
+  EXPECT_THAT(p->Acquire(absl::Milliseconds(20)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  *a = *std::move(b);
+  EXPECT_EQ(p->in_use_connections(), 1);
+  absl::StatusOr<PooledConnection> c = p->Acquire(absl::Milliseconds(20));
+  ASSERT_THAT(c, IsOk());
+  // Both remaining handles work.
+  EXPECT_EQ(pqxx::nontransaction(**a).exec1("SELECT 1")[0].as<int>(), 1);
+  EXPECT_EQ(pqxx::nontransaction(**c).exec1("SELECT 2")[0].as<int>(), 2);
 }
 
 }  // namespace

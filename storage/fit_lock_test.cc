@@ -1,5 +1,6 @@
 #include "storage/fit_lock.h"
 
+#include <cstdint>
 #include <memory>
 
 #include "common/status_matchers.h"
@@ -40,6 +41,37 @@ TEST_F(FitLockTest, OneHolderPerProjectAcrossPoolsUntilReleased) {
 TEST_F(FitLockTest, KeysKeepTheProjectIdInTheLowBitsOfTheirOwnSpace) {
   EXPECT_EQ(FitLocks::KeyOf(1), (FitLocks::kKeySpace << 32) | 1);
   EXPECT_NE(FitLocks::KeyOf(1), FitLocks::KeyOf(2));
+}
+
+// fit_lock.h: IsHeld says whether "some session of this database, this
+// replica's own included, holds the lock of `project_id` now": true from
+// either replica while one holds it, false for another project and after the
+// holder releases it.
+TEST_F(FitLockTest, IsHeldWhileAnyReplicaHoldsTheProjectsLock) {
+  std::unique_ptr<ConnectionPool> other_pool = NewPool(2);
+  FitLocks mine(&pool());
+  FitLocks theirs(other_pool.get());
+  EXPECT_THAT(mine.IsHeld(5), ::verity::testing::IsOkAndHolds(false));
+
+  absl::StatusOr<std::unique_ptr<FitLock>> held = mine.TryAcquire(5);
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_NE(*held, nullptr);
+  EXPECT_THAT(mine.IsHeld(5), ::verity::testing::IsOkAndHolds(true));
+  EXPECT_THAT(theirs.IsHeld(5), ::verity::testing::IsOkAndHolds(true));
+  EXPECT_THAT(theirs.IsHeld(6), ::verity::testing::IsOkAndHolds(false));
+
+  held->reset();
+  EXPECT_THAT(mine.IsHeld(5), ::verity::testing::IsOkAndHolds(false));
+  EXPECT_THAT(theirs.IsHeld(5), ::verity::testing::IsOkAndHolds(false));
+}
+
+// fit_lock.h: "project ids above 2^32 would share keys" — with the id's low
+// 32 bits — and every key lies in kKeySpace's high half.
+TEST_F(FitLockTest, KeysOfIdsAbove32BitsShareTheirLowBitsKey) {
+  EXPECT_EQ(FitLocks::KeyOf((int64_t{1} << 32) + 7), FitLocks::KeyOf(7));
+  EXPECT_EQ(FitLocks::KeyOf(0xffffffff), (FitLocks::kKeySpace << 32) | 0xffffffff);
+  EXPECT_EQ(static_cast<uint64_t>(FitLocks::KeyOf(123456)) >> 32,
+            static_cast<uint64_t>(FitLocks::kKeySpace));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "storage/item_store.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -259,6 +260,112 @@ TEST_F(ItemStoreTest, ItemWritesNewAnnotatorsAndAnnotatorFeaturesBumpTheProjects
               IsOk());
   EXPECT_GT(with_features, created);
   EXPECT_EQ(projects.GetProject(project_id_)->change_seq, with_features);
+}
+
+// item_store.h: items and annotators are "of a project", indexed 0..n-1 per
+// project. Two projects both have an item and an annotator at index 0: writing
+// attributes of one project's leaves the other's as stored, and loads return
+// only the project's own entities.
+TEST_F(ItemStoreTest, WritesAndLoadsStayWithinTheirProject) {
+  ProjectStore projects(&pool());
+  ProjectRecord other;
+  other.name = "other";
+  other.classes = {"a", "b", "c"};
+  other.item_feature_dim = 2;
+  other.annotator_feature_dim = 1;
+  absl::StatusOr<ProjectRecord> created = projects.CreateProject(other);
+  ASSERT_THAT(created, IsOk());
+  const int64_t other_id = created->project_id;
+
+  ItemWrite theirs = Item("theirs", std::vector<float>{7, 8}, 2);
+  theirs.priority = 9;
+  ASSERT_THAT(store_->UpsertItems(other_id, {theirs}), IsOkAndHolds(ElementsAre(0)));
+  ASSERT_THAT(store_->UpsertAnnotators(other_id,
+                                       {AnnotatorWrite{"carol", std::vector<float>{0.5f}}}),
+              IsOkAndHolds(ElementsAre(0)));
+
+  ItemWrite mine = Item("mine", std::vector<float>{1, 2}, 1);
+  mine.priority = 3;
+  ASSERT_THAT(store_->UpsertItems(project_id_, {mine}), IsOkAndHolds(ElementsAre(0)));
+  ASSERT_THAT(store_->UpsertAnnotators(project_id_,
+                                       {AnnotatorWrite{"alice", std::vector<float>{0.25f}}}),
+              IsOkAndHolds(ElementsAre(0)));
+
+  absl::StatusOr<std::vector<ItemRecord>> items = store_->LoadItems(other_id);
+  ASSERT_THAT(items, IsOk());
+  ASSERT_EQ(items->size(), 1u);
+  EXPECT_EQ((*items)[0].external_id, "theirs");
+  EXPECT_EQ((*items)[0].features, (std::vector<float>{7, 8}));
+  EXPECT_EQ((*items)[0].gold_label, 2);
+  EXPECT_EQ((*items)[0].priority, 9.0);
+  absl::StatusOr<std::vector<AnnotatorRecord>> annotators = store_->LoadAnnotators(other_id);
+  ASSERT_THAT(annotators, IsOk());
+  ASSERT_EQ(annotators->size(), 1u);
+  EXPECT_EQ((*annotators)[0].external_id, "carol");
+  EXPECT_EQ((*annotators)[0].features, std::vector<float>{0.5f});
+
+  items = store_->LoadItems(project_id_);
+  ASSERT_THAT(items, IsOk());
+  ASSERT_EQ(items->size(), 1u);
+  EXPECT_EQ((*items)[0].external_id, "mine");
+  EXPECT_EQ((*items)[0].gold_label, 1);
+  annotators = store_->LoadAnnotators(project_id_);
+  ASSERT_THAT(annotators, IsOk());
+  ASSERT_EQ(annotators->size(), 1u);
+  EXPECT_EQ((*annotators)[0].external_id, "alice");
+}
+
+// item_store.h: a gold label is valid "in [0, K)": both ends of the range
+// are stored (the project has K = 3 classes).
+TEST_F(ItemStoreTest, GoldLabelsAtBothEndsOfTheRangeAreStored) {
+  ASSERT_THAT(store_->UpsertItems(project_id_, {Item("first", {}, 0), Item("last", {}, 2)}),
+              IsOk());
+  absl::StatusOr<std::vector<ItemRecord>> items = store_->LoadItems(project_id_);
+  ASSERT_THAT(items, IsOk());
+  ASSERT_EQ(items->size(), 2u);
+  EXPECT_EQ((*items)[0].gold_label, 0);
+  EXPECT_EQ((*items)[1].gold_label, 2);
+}
+
+// item_store.h: ItemWrite::priority must be finite; a write with a NaN or
+// infinite priority is INVALID_ARGUMENT, and (all or nothing) stores nothing.
+TEST_F(ItemStoreTest, RejectsANonFinitePriorityAndWritesNothing) {
+  for (double bad : {static_cast<double>(NAN), static_cast<double>(INFINITY)}) {
+    SCOPED_TRACE(bad);
+    ItemWrite x = Item("x");
+    x.priority = bad;
+    EXPECT_THAT(store_->UpsertItems(project_id_, {Item("ok"), x}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not finite")));
+  }
+  EXPECT_THAT(store_->LoadItems(project_id_), IsOkAndHolds(IsEmpty()));
+}
+
+// item_store.h: annotator writes are validated like item writes (an empty
+// external id, features that are not finite: INVALID_ARGUMENT), all or nothing.
+TEST_F(ItemStoreTest, RejectsBadAnnotatorWritesAndWritesNothing) {
+  EXPECT_THAT(store_->UpsertAnnotators(project_id_, {AnnotatorWrite{"ok", std::nullopt},
+                                                     AnnotatorWrite{"", std::nullopt}}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->UpsertAnnotators(
+                  project_id_, {AnnotatorWrite{"ok", std::nullopt},
+                                AnnotatorWrite{"x", std::vector<float>{INFINITY}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not finite")));
+  EXPECT_THAT(store_->LoadAnnotators(project_id_), IsOkAndHolds(IsEmpty()));
+}
+
+// item_store.h: "for an id listed twice, the later write wins" — for the gold
+// label and the priority as for features, within one call.
+TEST_F(ItemStoreTest, TheLaterWriteOfAnIdInOneCallWinsForGoldAndPriority) {
+  ItemWrite first = Item("x", std::nullopt, 0);
+  first.priority = 1;
+  ItemWrite second = Item("x", std::nullopt, 2);
+  second.priority = 5;
+  ASSERT_THAT(store_->UpsertItems(project_id_, {first, second}), IsOkAndHolds(ElementsAre(0, 0)));
+  absl::StatusOr<std::vector<ItemRecord>> items = store_->LoadItems(project_id_);
+  ASSERT_THAT(items, IsOk());
+  ASSERT_EQ(items->size(), 1u);
+  EXPECT_EQ((*items)[0].gold_label, 2);
+  EXPECT_EQ((*items)[0].priority, 5.0);
 }
 
 }  // namespace

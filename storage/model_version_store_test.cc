@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -220,6 +222,122 @@ TEST_F(ModelVersionStoreTest, ListsEachProjectsNewestVersionAndNotifiesOnSave) {
   while (listener.await_notification(0, 200'000) > 0) {
   }
   EXPECT_EQ(notified, 2);
+}
+
+// model_version_store.h: versions are numbered 1, 2, ... "per project", and
+// every read names its project: a second project's first version is 1, and
+// reading, listing or fetching outputs of one project never returns another
+// project's version with the same number.
+TEST_F(ModelVersionStoreTest, VersionsAndReadsAreScopedToTheirProject) {
+  ProjectStore projects(&pool());
+  ProjectRecord other;
+  other.name = "other";
+  other.classes = {"a", "b"};
+  absl::StatusOr<ProjectRecord> created = projects.CreateProject(other);
+  ASSERT_THAT(created, IsOk());
+  const int64_t other_id = created->project_id;
+
+  ModelVersionOutputs mine_outputs;
+  mine_outputs.posteriors = "posteriors of mine";
+  mine_outputs.annotator_profiles = "profiles of mine";
+  ModelVersionRecord mine = Record(10);
+  mine.parameters = "parameters of mine";
+  ASSERT_THAT(store_->SaveModelVersion(mine, mine_outputs), IsOk());
+  ASSERT_THAT(store_->SaveModelVersion(Record(20)), IsOk());
+
+  ModelVersionRecord theirs = Record(7);
+  theirs.project_id = other_id;
+  theirs.method = "lia";
+  theirs.parameters = "parameters of theirs";
+  ModelVersionOutputs their_outputs;
+  their_outputs.posteriors = "posteriors of theirs";
+  their_outputs.annotator_profiles = "profiles of theirs";
+  const absl::Time before = absl::Now() - absl::Seconds(5);
+  absl::StatusOr<ModelVersionRecord> saved = store_->SaveModelVersion(theirs, their_outputs);
+  ASSERT_THAT(saved, IsOk());
+  EXPECT_EQ(saved->version, 1);
+  EXPECT_GT(saved->created_at, before);
+  EXPECT_LT(saved->created_at, absl::Now() + absl::Seconds(5));
+
+  absl::StatusOr<ModelVersionRecord> latest = store_->LatestModelVersion(other_id);
+  ASSERT_THAT(latest, IsOk());
+  EXPECT_EQ(latest->project_id, other_id);
+  EXPECT_EQ(latest->version, 1);
+  EXPECT_EQ(latest->method, "lia");
+  EXPECT_EQ(latest->parameters, "parameters of theirs");
+  EXPECT_EQ(latest->watermark, 7);
+  EXPECT_EQ(latest->created_at, saved->created_at);
+
+  absl::StatusOr<ModelVersionRecord> one = store_->GetModelVersion(other_id, 1);
+  ASSERT_THAT(one, IsOk());
+  EXPECT_EQ(one->parameters, "parameters of theirs");
+  EXPECT_EQ(one->watermark, 7);
+  absl::StatusOr<ModelVersionRecord> metadata = store_->GetModelVersionMetadata(other_id, 1);
+  ASSERT_THAT(metadata, IsOk());
+  EXPECT_EQ(metadata->method, "lia");
+  EXPECT_EQ(metadata->watermark, 7);
+  EXPECT_THAT(store_->GetModelVersion(other_id, 2), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->GetModelVersionMetadata(other_id, 2),
+              StatusIs(absl::StatusCode::kNotFound));
+
+  absl::StatusOr<ModelVersionOutputs> outputs = store_->GetModelVersionOutputs(other_id, 1);
+  ASSERT_THAT(outputs, IsOk());
+  EXPECT_EQ(outputs->posteriors, "posteriors of theirs");
+  EXPECT_EQ(outputs->annotator_profiles, "profiles of theirs");
+  outputs = store_->GetModelVersionOutputs(project_id_, 1);
+  ASSERT_THAT(outputs, IsOk());
+  EXPECT_EQ(outputs->posteriors, "posteriors of mine");
+  EXPECT_EQ(outputs->annotator_profiles, "profiles of mine");
+  EXPECT_EQ(store_->GetModelVersion(project_id_, 1)->parameters, "parameters of mine");
+
+  EXPECT_THAT(store_->ListModelVersions(other_id, 10),
+              IsOkAndHolds(ElementsAre(AllOf(Field(&ModelVersionRecord::project_id, other_id),
+                                             Field(&ModelVersionRecord::version, 1)))));
+  EXPECT_THAT(store_->ListModelVersions(project_id_, 10),
+              IsOkAndHolds(ElementsAre(Field(&ModelVersionRecord::watermark, 20),
+                                       Field(&ModelVersionRecord::watermark, 10))));
+  EXPECT_THAT(store_->ListNewestVersions(),
+              IsOkAndHolds(ElementsAre(std::make_pair(project_id_, 2),
+                                       std::make_pair(other_id, 1))));
+}
+
+// SaveModelVersion: INVALID_ARGUMENT for a method PostgreSQL text cannot hold
+// (a NUL byte), and nothing is stored.
+TEST_F(ModelVersionStoreTest, RejectsAMethodWithANulByte) {
+  ModelVersionRecord nul = Record(1);
+  nul.method = std::string("d\0s", 3);
+  EXPECT_THAT(store_->SaveModelVersion(nul), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->ListModelVersions(project_id_, 10), IsOkAndHolds(IsEmpty()));
+}
+
+// model_version_store.h: kVersionsChannel's payload is "the project's id"
+// (what replicas reload), one notification per committed version.
+TEST_F(ModelVersionStoreTest, NotifiesTheProjectIdOfEachSavedVersion) {
+  struct Receiver final : pqxx::notification_receiver {
+    Receiver(pqxx::connection& c, std::vector<std::string>& payloads)
+        : pqxx::notification_receiver(c, ModelVersionStore::kVersionsChannel),
+          payloads(payloads) {}
+    void operator()(const std::string& payload, int) override { payloads.push_back(payload); }
+    std::vector<std::string>& payloads;
+  };
+  pqxx::connection listener(url());
+  std::vector<std::string> payloads;
+  Receiver receiver(listener, payloads);
+  pqxx::nontransaction(listener).exec("SELECT 1");
+
+  ProjectStore projects(&pool());
+  ProjectRecord other;
+  other.name = "other";
+  other.classes = {"a", "b"};
+  absl::StatusOr<ProjectRecord> created = projects.CreateProject(other);
+  ASSERT_THAT(created, IsOk());
+  ModelVersionRecord record = Record(1);
+  record.project_id = created->project_id;
+  for (int i = 0; i < 3; ++i) ASSERT_THAT(store_->SaveModelVersion(record), IsOk());
+  while (listener.await_notification(0, 200'000) > 0) {
+  }
+  const std::string id = std::to_string(created->project_id);
+  EXPECT_THAT(payloads, ElementsAre(id, id, id));
 }
 
 }  // namespace

@@ -154,6 +154,37 @@ TEST_F(ProjectStoreTest, UpdateSettingsBumpsTheChangeSeq) {
                   ElementsAre(std::make_pair(p->project_id, seq2))));
 }
 
+// project_store.h: INVALID_ARGUMENT for a name or class that PostgreSQL text
+// cannot hold (a NUL byte), and no project is created.
+TEST_F(ProjectStoreTest, RejectsNulBytesInNamesAndClasses) {
+  EXPECT_THAT(store_->CreateProject(Project(std::string("n\0ul", 4))),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ProjectRecord nul_class = Project("nul-class");
+  nul_class.classes = {"cat", std::string("d\0g", 3)};
+  EXPECT_THAT(store_->CreateProject(nul_class),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->ListProjects(), ::verity::testing::IsOkAndHolds(::testing::IsEmpty()));
+  // No project can have such a name: looking one up is NOT_FOUND.
+  ASSERT_THAT(store_->CreateProject(Project("n")), IsOk());
+  EXPECT_THAT(store_->GetProjectByName(std::string("n\0ul", 4)),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+// project_store.h: ListChangeSeqs gives every project's change_seq "by
+// project id", each with its own counter.
+TEST_F(ProjectStoreTest, ListChangeSeqsListsEveryProjectByIdWithItsOwnSeq) {
+  absl::StatusOr<ProjectRecord> a = store_->CreateProject(Project("a"));
+  absl::StatusOr<ProjectRecord> b = store_->CreateProject(Project("b"));
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  int64_t b_seq = -1;
+  ASSERT_THAT(store_->UpdateSettings(b->project_id, "b2", &b_seq), IsOk());
+  const int64_t a_seq = store_->GetProject(a->project_id)->change_seq;
+  EXPECT_THAT(store_->ListChangeSeqs(),
+              ::verity::testing::IsOkAndHolds(ElementsAre(
+                  std::make_pair(a->project_id, a_seq), std::make_pair(b->project_id, b_seq))));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity

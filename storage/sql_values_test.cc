@@ -92,6 +92,38 @@ TEST(SqlValuesTest, ValidateExternalIdRejectsEmptyAndNul) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// sql_values.h: "NaN and infinities use PostgreSQL's spellings" when written.
+TEST(SqlValuesTest, FloatArrayLiteralSpellsNaNTheWayPostgresDoes) {
+  EXPECT_EQ(FloatArrayLiteral({NAN, 1.5f}), "{NaN,1.5}");
+}
+
+// sql_values.h: Float64ArrayLiteral writes nullopt as NULL and keeps a
+// double's full precision.
+TEST(SqlValuesTest, Float64ArrayLiteralWritesNullAndFullPrecision) {
+  EXPECT_EQ(Float64ArrayLiteral(std::vector<std::optional<double>>{0.5, std::nullopt, -2}),
+            "{0.5,NULL,-2}");
+  const std::string literal =
+      Float64ArrayLiteral(std::vector<std::optional<double>>{0.1234567890123});
+  ASSERT_GE(literal.size(), 2u);
+  EXPECT_EQ(std::stod(literal.substr(1, literal.size() - 2)), 0.1234567890123);
+  EXPECT_EQ(Float64ArrayLiteral(std::vector<std::optional<double>>{}), "{}");
+}
+
+// sql_values.h: absl::Time -> epoch microseconds truncates "toward negative
+// infinity": 1.5 us before the epoch is -2 us, 1.5 us after it is 1 us.
+TEST(SqlValuesTest, TimeToMicrosTruncatesTowardNegativeInfinity) {
+  EXPECT_EQ(TimeToMicros(absl::FromUnixNanos(-1500)), -2);
+  EXPECT_EQ(TimeToMicros(absl::FromUnixNanos(1500)), 1);
+  EXPECT_EQ(MicrosToTime(-2), absl::FromUnixMicros(-2));
+}
+
+// sql_values.h: ParseTextArray parses a "one-dimensional" text[]: a nested
+// array is INTERNAL.
+TEST(SqlValuesTest, ParseTextArrayRefusesNestedArrays) {
+  EXPECT_THAT(ParseTextArray("{{a,b},{c,d}}"), StatusIs(absl::StatusCode::kInternal));
+  EXPECT_THAT(ParseTextArray("{}"), ::verity::testing::IsOkAndHolds(::testing::IsEmpty()));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity

@@ -267,5 +267,82 @@ TEST_F(TrainingJobStoreTest, RenewAndFailAfterTheJobIsDoneAreRefused) {
   EXPECT_FALSE(none->has_value());
 }
 
+// training_job_store.h: HasRunningJob is true while "its job is 'running' and
+// the lease has not expired" — not for a queued job, another project's
+// running job, a dead worker's expired lease (until a Renew extends it), a
+// job failed back to the queue or a done job.
+TEST_F(TrainingJobStoreTest, HasRunningJobOnlyWhileTheProjectsJobRunsUnderALiveLease) {
+  const int64_t p = NewProject("p"), other = NewProject("other");
+  EXPECT_THAT(jobs_->HasRunningJob(p), ::verity::testing::IsOkAndHolds(false));
+  auto job = jobs_->Enqueue(p);
+  ASSERT_THAT(job, IsOk());
+  EXPECT_THAT(jobs_->HasRunningJob(p), ::verity::testing::IsOkAndHolds(false));
+
+  auto claimed = jobs_->Claim("w", absl::Minutes(10));
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  EXPECT_THAT(jobs_->HasRunningJob(p), ::verity::testing::IsOkAndHolds(true));
+  EXPECT_THAT(jobs_->HasRunningJob(other), ::verity::testing::IsOkAndHolds(false));
+
+  ExpireLease(job->job_id);
+  EXPECT_THAT(jobs_->HasRunningJob(p), ::verity::testing::IsOkAndHolds(false));
+  ASSERT_THAT(jobs_->Renew(job->job_id, "w", absl::Minutes(10)), IsOk());
+  EXPECT_THAT(jobs_->HasRunningJob(p), ::verity::testing::IsOkAndHolds(true));
+
+  ASSERT_THAT(jobs_->Fail(job->job_id, "w", "transient", 3), IsOk());
+  EXPECT_THAT(jobs_->HasRunningJob(p), ::verity::testing::IsOkAndHolds(false));
+
+  claimed = jobs_->Claim("w", absl::Minutes(10));
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_THAT(versions_->SaveModelVersion(Version(p, job->job_id, "w")), IsOk());
+  EXPECT_THAT(jobs_->HasRunningJob(p), ::verity::testing::IsOkAndHolds(false));
+}
+
+// training_job_store.h: ListJobs is "every job of the project, oldest first";
+// GetJob of an unknown id is NOT_FOUND.
+TEST_F(TrainingJobStoreTest, ListJobsListsTheProjectsJobsOldestFirst) {
+  const int64_t p = NewProject("p"), other = NewProject("other");
+  auto first = jobs_->Enqueue(p);
+  ASSERT_THAT(first, IsOk());
+  ASSERT_THAT(jobs_->Enqueue(other), IsOk());
+  auto claimed = jobs_->Claim("w", absl::Minutes(1), 1);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_EQ((*claimed)->job_id, first->job_id);
+  ASSERT_THAT(jobs_->Fail(first->job_id, "w", "broken", 1), IsOk());
+  auto second = jobs_->Enqueue(p);
+  ASSERT_THAT(second, IsOk());
+  ASSERT_TRUE(second->created);
+
+  auto listed = jobs_->ListJobs(p);
+  ASSERT_THAT(listed, IsOk());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].job_id, first->job_id);
+  EXPECT_EQ((*listed)[0].state, "failed");
+  EXPECT_EQ((*listed)[0].error, "broken");
+  EXPECT_EQ((*listed)[0].worker, "w");
+  EXPECT_EQ((*listed)[1].job_id, second->job_id);
+  EXPECT_EQ((*listed)[1].state, "queued");
+  EXPECT_EQ((*listed)[1].worker, "");
+  EXPECT_EQ((*listed)[1].attempts, 0);
+  for (const TrainingJob& job : *listed) EXPECT_EQ(job.project_id, p);
+
+  EXPECT_THAT(jobs_->GetJob(second->job_id + 1000).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+// training_job_store.h: Claim is INVALID_ARGUMENT for max_attempts < 1, and
+// claims nothing then.
+TEST_F(TrainingJobStoreTest, ClaimRefusesMaxAttemptsBelowOne) {
+  const int64_t p = NewProject("p");
+  auto job = jobs_->Enqueue(p);
+  ASSERT_THAT(job, IsOk());
+  EXPECT_THAT(jobs_->Claim("w", absl::Minutes(1), 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(jobs_->GetJob(job->job_id)->state, "queued");
+  // One attempt is allowed.
+  auto claimed = jobs_->Claim("w", absl::Minutes(1), 1);
+  ASSERT_THAT(claimed, IsOk());
+  EXPECT_TRUE(claimed->has_value());
+}
+
 }  // namespace
 }  // namespace verity::storage
