@@ -483,6 +483,9 @@ int main(int argc, char** argv) {
                 std::chrono::duration<double>(Clock::now() - start).count());
   }
   PrintRss("after the first fit", num_labels);
+  // One new label, so that the forced pass refits: it skips a project whose fit is current
+  // (TrainingScheduler::RefitDueProjectsNow).
+  bench->SubmitOrDie("bench", {{"i0", "warm-refit", 0}});
   if (absl::Status s = bench->server().core().scheduler->RefitDueProjectsNow(true); !s.ok()) {
     std::fprintf(stderr, "refit: %s\n", s.ToString().c_str());
     return 1;

@@ -57,10 +57,12 @@ class SingleReplicaTest : public ::testing::Test {
   // A server over the suite's database that follows no other replica.
   // memory_budget_bytes > 0: the memory budget, with projects unloadable at once when idle.
   void StartServer(int64_t memory_budget_bytes = 0,
-                   std::function<void(const server::LiveProject&)> before_fit = nullptr) {
+                   std::function<void(const server::LiveProject&)> before_fit = nullptr,
+                   int max_concurrent_fits = server::TrainingScheduler::Options().max_concurrent_fits) {
     server::VerityServer::Options options = TestServerOptions(pg_->url(), 2);
     options.memory_budget_bytes = memory_budget_bytes;
     options.training.before_fit_for_testing = std::move(before_fit);
+    options.training.max_concurrent_fits = max_concurrent_fits;
     options.evict_after_idle = absl::ZeroDuration();
     options.follow_replicas = false;
     auto server = server::VerityServer::Start(options);
@@ -263,6 +265,48 @@ TEST_F(SingleReplicaTest, TrainModelCallsThatArriveTogetherStoreOneVersion) {
   absl::StatusOr<std::vector<v1::ModelVersion>> stored = client_->ListModelVersions("together", 0);
   ASSERT_THAT(stored, IsOk());
   EXPECT_EQ(stored->size(), 1u);
+}
+
+// models.proto: TrainModel answers CANCELLED when the call is cancelled while it waits, and a
+// caller that gave up gets no fit. One fit slot (--max_concurrent_fits=1), held for a second by
+// a fit of another project; a TrainModel of "gave-up", waiting for that slot, passes its
+// 200 ms deadline. Without the cancellation its handler would fit "gave-up" once the slot
+// frees, for a caller long gone.
+TEST_F(SingleReplicaTest, ATrainModelCancelledWhileItWaitsForASlotFitsNothing) {
+  StopServer();
+  std::atomic<int> busy_fits{0}, fits{0};
+  StartServer(
+      0,
+      [&](const server::LiveProject& project) {
+        if (project.identity().name == "busy") {
+          ++busy_fits;
+          absl::SleepFor(absl::Seconds(1));
+        }
+        if (project.identity().name == "gave-up") ++fits;
+      },
+      /*max_concurrent_fits=*/1);
+  for (const char* name : {"busy", "gave-up"}) {
+    CreateProject(name, {"i0", "i1"}, /*max_labels=*/0);
+    Submit(name, {{"i0", "a", 1}, {"i0", "b", 1}, {"i1", "a", 0}, {"i1", "b", 1}});
+  }
+  absl::StatusOr<v1::ModelVersion> busy = absl::UnknownError("not run");
+  std::thread busy_caller([&] { busy = client_->TrainModel("busy", absl::Minutes(2)); });
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (busy_fits.load() == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_EQ(busy_fits.load(), 1);
+  absl::StatusOr<v1::ModelVersion> second =
+      client_->TrainModel("gave-up", absl::Milliseconds(200));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kDeadlineExceeded) << second.status();
+  busy_caller.join();
+  ASSERT_THAT(busy, IsOk());
+  // The handler of "gave-up" has had time to fit, had it gone on (the hook counts a fit as it
+  // starts).
+  const absl::Time watch_until = absl::Now() + absl::Seconds(3);
+  while (fits.load() == 0 && absl::Now() < watch_until) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(fits.load(), 0);
+  absl::StatusOr<std::vector<v1::ModelVersion>> stored = client_->ListModelVersions("gave-up", 0);
+  ASSERT_THAT(stored, IsOk());
+  EXPECT_TRUE(stored->empty());
 }
 
 }  // namespace

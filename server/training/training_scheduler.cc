@@ -199,7 +199,7 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(
     while (true) {
       if (absl::Status s = given_up(); !s.ok()) return s;
       absl::StatusOr<std::optional<storage::ModelVersionRecord>> fitted =
-          RefitAndLog(project, /*only_if_due=*/false);
+          RefitAndLog(project, /*only_if_due=*/false, cancelled);
       if (!fitted.ok()) return fitted.status();
       if (fitted->has_value()) return **fitted;
       if (project.FitIsCurrent()) {
@@ -241,15 +241,36 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(
 }
 
 absl::StatusOr<std::optional<storage::ModelVersionRecord>> TrainingScheduler::RefitAndLog(
-    LiveProject& project, bool only_if_due) {
+    LiveProject& project, bool only_if_due, const std::function<bool()>& cancelled) {
+  auto given_up = [&cancelled, &project]() -> absl::Status {
+    if (cancelled == nullptr || !cancelled()) return absl::OkStatus();
+    return absl::CancelledError(absl::StrCat("the fit of project ", project.identity().name,
+                                             " was cancelled while it waited"));
+  };
+  // While waiting, how often `cancelled` is asked.
+  constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
   // The project first (its fits run one at a time), then a slot: a fit waiting behind its own
   // project's does not hold a slot another project could use.
   const std::shared_ptr<absl::Mutex> project_mu = ProjectFitMutex(project.identity().project_id);
-  absl::MutexLock project_lock(project_mu.get());
+  if (cancelled == nullptr) {
+    project_mu->Lock();
+  } else {
+    // A mutex wait cannot be interrupted: poll, asking `cancelled` in between.
+    while (!project_mu->TryLock()) {
+      if (absl::Status s = given_up(); !s.ok()) return s;
+      absl::SleepFor(kCancelPoll);
+    }
+  }
+  struct UnlockProject {
+    absl::Mutex& mu;
+    ~UnlockProject() { mu.Unlock(); }
+  } unlock_project{*project_mu};
   {
     absl::MutexLock lock(&slots_mu_);
     auto has_slot = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(slots_mu_) { return free_slots_ > 0; };
-    slots_mu_.Await(absl::Condition(&has_slot));
+    while (!slots_mu_.AwaitWithTimeout(absl::Condition(&has_slot), kCancelPoll)) {
+      if (absl::Status s = given_up(); !s.ok()) return s;
+    }
     --free_slots_;
   }
   struct ReleaseSlot {
@@ -282,6 +303,8 @@ absl::StatusOr<std::optional<storage::ModelVersionRecord>> TrainingScheduler::Re
                   : project.FitIsCurrent()) {
     return std::nullopt;
   }
+  // A caller that gave up while this waited gets no fit (a fit, once started, runs to its end).
+  if (absl::Status s = given_up(); !s.ok()) return s;
   if (options_.before_fit_for_testing) options_.before_fit_for_testing(project);
   auto refit = project.Refit(versions_);
   if (!refit.ok()) {

@@ -79,8 +79,9 @@ class TrainingScheduler {
   ~TrainingScheduler();
 
   // Refits, synchronously, every project whose refit is due, or when `force` is true every
-  // project with labels whose fit is not current (LiveProject::FitIsCurrent). Returns the
-  // first error (after trying all projects).
+  // project with labels whose fit is not current (LiveProject::FitIsCurrent); with workers,
+  // enqueues a job for each of them instead (with `force`, for every project with labels).
+  // Returns the first error (after trying all projects).
   absl::Status RefitDueProjectsNow(bool force = false);
 
   // Refits `project` now, whether or not a refit is due (TrainModel), after any fitting pass
@@ -114,9 +115,10 @@ class TrainingScheduler {
   // then for a free slot (max_concurrent_fits), then claims the fit lock (Options::fit_locks).
   // Returns nullopt, without fitting, when another replica holds the lock; or when, after
   // serving the version another replica stored, the refit is no longer due (`only_if_due`) or
-  // the served version is current.
-  absl::StatusOr<std::optional<storage::ModelVersionRecord>> RefitAndLog(LiveProject& project,
-                                                                         bool only_if_due)
+  // the served version is current. `cancelled`, if given, is asked while it waits for the
+  // project and for a slot, and once more before the fit: CANCELLED once it says true.
+  absl::StatusOr<std::optional<storage::ModelVersionRecord>> RefitAndLog(
+      LiveProject& project, bool only_if_due, const std::function<bool()>& cancelled = nullptr)
       ABSL_LOCKS_EXCLUDED(slots_mu_, project_fits_mu_);
   // The mutex that serialises `project`'s fits.
   std::shared_ptr<absl::Mutex> ProjectFitMutex(int64_t project_id)
