@@ -217,8 +217,11 @@ void ProjectRegistry::BackgroundLoader() {
     storage::ProjectRecord record;
     {
       absl::MutexLock lock(&mu_);
-      // Skips projects a first call loaded already.
-      while (!to_load_.empty() && projects_.contains(to_load_.back().name)) to_load_.pop_back();
+      // Skips projects a first call loaded already, or is loading (Get: one load at a time).
+      while (!to_load_.empty() && (projects_.contains(to_load_.back().name) ||
+                                   pending_loads_.contains(to_load_.back().name))) {
+        to_load_.pop_back();
+      }
       if (stopping_) return;
       if (to_load_.empty()) {
         // The last loader to run out of projects ends the initial load.
@@ -368,6 +371,11 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Get(absl::string_v
       it->second->MarkUsed(absl::Now());
       return it->second;
     }
+    // A background loader took it since the check above: as there, answer "loading".
+    if (auto loading = loading_.find(name); loading != loading_.end()) {
+      return absl::UnavailableError(absl::StrCat("project \"", name,
+                                                 "\" is loading (since the server started); retry"));
+    }
     auto [it, first] = pending_loads_.try_emplace(std::string(name));
     if (first) it->second = std::make_shared<PendingLoad>();
     pending = it->second;
@@ -377,15 +385,26 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Get(absl::string_v
     absl::MutexLock wait(&pending->mu, absl::Condition(&pending->done));
     return pending->result;
   }
-  absl::StatusOr<std::shared_ptr<LiveProject>> result = LoadAndRegister(name);
-  {
-    absl::MutexLock lock(&mu_);
-    pending_loads_.erase(name);
-  }
-  absl::MutexLock done(&pending->mu);
-  pending->result = result;
-  pending->done = true;
-  return result;
+  // Hands the result to the waiting callers however the load ends (an exception included:
+  // they would otherwise wait for good).
+  struct Handoff {
+    ProjectRegistry& registry;
+    absl::string_view name;
+    PendingLoad& pending;
+    absl::StatusOr<std::shared_ptr<LiveProject>> result =
+        absl::InternalError("the project's load ended without a result");
+    ~Handoff() {
+      {
+        absl::MutexLock lock(&registry.mu_);
+        registry.pending_loads_.erase(name);
+      }
+      absl::MutexLock done(&pending.mu);
+      pending.result = result;
+      pending.done = true;
+    }
+  } handoff{*this, name, *pending};
+  handoff.result = LoadAndRegister(name);
+  return handoff.result;
 }
 
 absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::LoadAndRegister(
