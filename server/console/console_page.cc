@@ -182,7 +182,13 @@ async function show(navigated) {
       for (const row of document.querySelectorAll("#annotators tbody tr")) row.classList.remove("selected");
     } else {
       const a = state.annotators.find((x) => x.id === route.annotator);
-      if (a === undefined) throw new Error("no annotator \"" + route.annotator + "\" in project " + route.project);
+      if (a === undefined) {
+        throw new Error(state.annotatorsTotal > state.annotators.length
+            ? "annotator \"" + route.annotator + "\" is not among the " + state.annotators.length +
+                  " annotators with the most labels that the console lists for project " +
+                  route.project + " (GetAnnotatorProfiles has every annotator)"
+            : "no annotator \"" + route.annotator + "\" in project " + route.project);
+      }
       openAnnotator(a, navigated);
     }
   }
@@ -276,6 +282,7 @@ async function openProject(name) {
   }
   state.classes = annotators.classes;
   state.annotators = annotators.annotators;
+  state.annotatorsTotal = annotators.annotators_total;
   document.getElementById("spam-note").textContent = annotators.spam_scores
       ? "Spam score: mace's 1 − θ, the chance that the annotator labels at random."
       : "Spam scores come from the mace method; this model (" + project.model_method +
