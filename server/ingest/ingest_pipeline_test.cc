@@ -74,6 +74,15 @@ class IngestPipelineTest : public storage::testing::PostgresTest {
     w.label = label;
     return w;
   }
+  // `size` labels of annotator "w" on items TAG-0, TAG-1, ... (labels 0, 1, 0, ...).
+  static std::vector<storage::AnnotationWrite> Batch(const LiveProject& project,
+                                                     const std::string& tag, int size = 10) {
+    std::vector<storage::AnnotationWrite> writes;
+    for (int n = 0; n < size; ++n) {
+      writes.push_back(WriteTo(project, absl::StrCat(tag, "-", n), "w", n % 2));
+    }
+    return writes;
+  }
 
   // Labels of `item` in the served posteriors (0 for an item not served yet).
   int32_t ServedLabels(const std::string& item) const { return ServedLabelsOf(*project_, item); }
@@ -355,25 +364,18 @@ TEST_F(IngestPipelineTest, OneProjectsBacklogNeitherFillsTheQueueNorGoesFirst) {
     options.max_queued_annotations_per_project = 30;  // Three batches of A.
     options.commit_lanes = lanes;
     IngestPipeline pipeline(*store_, options);
-    auto batch = [](const LiveProject& project, const std::string& tag) {
-      std::vector<storage::AnnotationWrite> writes;
-      for (int n = 0; n < 10; ++n) {
-        writes.push_back(WriteTo(project, absl::StrCat(tag, "-", n), "w", n % 2));
-      }
-      return writes;
-    };
     ProjectLockHolder lock(pool(), a->identity().project_id);
     lock.WaitLocked();
     std::vector<std::future<IngestPipeline::Result>> of_a;
-    of_a.push_back(pipeline.Submit(a, batch(*a, "a0")));  // Taken, then held by the lock.
+    of_a.push_back(pipeline.Submit(a, Batch(*a, "a0")));  // Taken, then held by the lock.
     // Once a lane waits on the lock with a0, A's queue holds a1..a3 (30 = its share) and a4
     // is refused.
     ASSERT_TRUE(WaitUntilALaneWaitsOnALock());
     for (int i = 1; i <= 3; ++i) {
-      of_a.push_back(pipeline.Submit(a, batch(*a, absl::StrCat("a", i))));
+      of_a.push_back(pipeline.Submit(a, Batch(*a, absl::StrCat("a", i))));
     }
-    std::future<IngestPipeline::Result> a4 = pipeline.Submit(a, batch(*a, "a4"));
-    std::future<IngestPipeline::Result> b0 = pipeline.Submit(b, batch(*b, "b0"));
+    std::future<IngestPipeline::Result> a4 = pipeline.Submit(a, Batch(*a, "a4"));
+    std::future<IngestPipeline::Result> b0 = pipeline.Submit(b, Batch(*b, "b0"));
     EXPECT_THAT(a4.get(), StatusIs(absl::StatusCode::kResourceExhausted,
                                    HasSubstr(absl::StrCat("project a", lanes))));
     // With two lanes the free one commits B's batch while A's lane still waits: it is acked
@@ -425,31 +427,24 @@ TEST_F(IngestPipelineTest, OneKeyWritingToSeveralProjectsIsRefusedBeyondItsShare
   options.max_queued_annotations_per_key = 20;
   options.commit_lanes = 1;
   IngestPipeline pipeline(*store_, options);
-  auto batch = [](const LiveProject& project, const std::string& tag) {
-    std::vector<storage::AnnotationWrite> writes;
-    for (int n = 0; n < 10; ++n) {
-      writes.push_back(WriteTo(project, absl::StrCat(tag, "-", n), "w", n % 2));
-    }
-    return writes;
-  };
   ProjectLockHolder lock(pool(), project_->identity().project_id);
   lock.WaitLocked();
   std::vector<std::future<IngestPipeline::Result>> accepted;
-  accepted.push_back(pipeline.Submit(project_, batch(*project_, "k0"), nullptr, "key-k"));
+  accepted.push_back(pipeline.Submit(project_, Batch(*project_, "k0"), nullptr, "key-k"));
   ASSERT_TRUE(WaitUntilALaneWaitsOnALock());  // k0 is taken: K has nothing waiting.
-  accepted.push_back(pipeline.Submit(project_, batch(*project_, "k1"), nullptr, "key-k"));
-  accepted.push_back(pipeline.Submit(other, batch(*other, "k2"), nullptr, "key-k"));
+  accepted.push_back(pipeline.Submit(project_, Batch(*project_, "k1"), nullptr, "key-k"));
+  accepted.push_back(pipeline.Submit(other, Batch(*other, "k2"), nullptr, "key-k"));
   std::future<IngestPipeline::Result> refused =
-      pipeline.Submit(other, batch(*other, "k3"), nullptr, "key-k");
-  accepted.push_back(pipeline.Submit(other, batch(*other, "j0"), nullptr, "key-j"));
-  accepted.push_back(pipeline.Submit(other, batch(*other, "n0")));
-  accepted.push_back(pipeline.Submit(other, batch(*other, "n1")));
+      pipeline.Submit(other, Batch(*other, "k3"), nullptr, "key-k");
+  accepted.push_back(pipeline.Submit(other, Batch(*other, "j0"), nullptr, "key-j"));
+  accepted.push_back(pipeline.Submit(other, Batch(*other, "n0")));
+  accepted.push_back(pipeline.Submit(other, Batch(*other, "n1")));
   EXPECT_THAT(refused.get(),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("API key key-k")));
   ASSERT_THAT(lock.Release(), IsOk());
   for (auto& f : accepted) EXPECT_THAT(f.get(), IsOk());
-  EXPECT_THAT(pipeline.Submit(other, batch(*other, "k4"), nullptr, "key-k").get(), IsOk());
-  EXPECT_THAT(pipeline.Submit(other, batch(*other, "k5"), nullptr, "key-k").get(), IsOk());
+  EXPECT_THAT(pipeline.Submit(other, Batch(*other, "k4"), nullptr, "key-k").get(), IsOk());
+  EXPECT_THAT(pipeline.Submit(other, Batch(*other, "k5"), nullptr, "key-k").get(), IsOk());
 }
 
 // ingest_pipeline.h: "at most Options::max_queued_annotations wait over all projects;
@@ -468,28 +463,21 @@ TEST_F(IngestPipelineTest, TheGlobalQueueCapRefusesTheExcessAndIsReleasedOnCommi
   options.max_queued_annotations_per_project = 1000;
   options.commit_lanes = 1;
   IngestPipeline pipeline(*store_, options);
-  auto batch = [](const LiveProject& project, const std::string& tag, int size) {
-    std::vector<storage::AnnotationWrite> writes;
-    for (int n = 0; n < size; ++n) {
-      writes.push_back(WriteTo(project, absl::StrCat(tag, "-", n), "w", n % 2));
-    }
-    return writes;
-  };
   ProjectLockHolder lock(pool(), project_->identity().project_id);
   lock.WaitLocked();
   std::vector<std::future<IngestPipeline::Result>> accepted;
-  accepted.push_back(pipeline.Submit(project_, batch(*project_, "p0", 10)));
+  accepted.push_back(pipeline.Submit(project_, Batch(*project_, "p0", 10)));
   // Wait until the lane holds p0 and waits on the lock.
   ASSERT_TRUE(WaitUntilALaneWaitsOnALock());
-  accepted.push_back(pipeline.Submit(project_, batch(*project_, "p1", 10)));
-  accepted.push_back(pipeline.Submit(other, batch(*other, "q0", 10)));
-  EXPECT_THAT(pipeline.Submit(other, batch(*other, "q1", 1)).get(),
+  accepted.push_back(pipeline.Submit(project_, Batch(*project_, "p1", 10)));
+  accepted.push_back(pipeline.Submit(other, Batch(*other, "q0", 10)));
+  EXPECT_THAT(pipeline.Submit(other, Batch(*other, "q1", 1)).get(),
               StatusIs(absl::StatusCode::kResourceExhausted));
   ASSERT_THAT(lock.Release(), IsOk());
   for (auto& f : accepted) EXPECT_THAT(f.get(), IsOk());
   EXPECT_EQ(ServedLabelsOf(*other, "q0-9"), 1);
   EXPECT_EQ(ServedLabelsOf(*other, "q1-0"), 0);
-  EXPECT_THAT(pipeline.Submit(other, batch(*other, "q2", 20)).get(), IsOk());
+  EXPECT_THAT(pipeline.Submit(other, Batch(*other, "q2", 20)).get(), IsOk());
   EXPECT_EQ(ServedLabelsOf(*other, "q2-19"), 1);
 }
 
