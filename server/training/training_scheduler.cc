@@ -10,6 +10,17 @@
 #include "server/observability/log.h"
 
 namespace verity::server {
+namespace {
+
+// CANCELLED once `cancelled` (may be null: never) says the caller gave up; OK otherwise.
+absl::Status CancelledWhileWaiting(const std::function<bool()>& cancelled,
+                                   const LiveProject& project) {
+  if (cancelled == nullptr || !cancelled()) return absl::OkStatus();
+  return absl::CancelledError(absl::StrCat("TrainModel of project ", project.identity().name,
+                                           " was cancelled while it waited"));
+}
+
+}  // namespace
 
 struct TrainingScheduler::Metrics {
   explicit Metrics(MetricsRegistry& registry)
@@ -177,11 +188,7 @@ absl::StatusOr<int32_t> TrainingScheduler::AdoptStoredVersion(LiveProject& proje
 
 absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(
     LiveProject& project, const std::function<bool()>& cancelled) {
-  auto given_up = [&cancelled, &project]() -> absl::Status {
-    if (cancelled == nullptr || !cancelled()) return absl::OkStatus();
-    return absl::CancelledError(absl::StrCat("TrainModel of project ", project.identity().name,
-                                             " was cancelled while it waited"));
-  };
+  auto given_up = [&cancelled, &project] { return CancelledWhileWaiting(cancelled, project); };
   if (project.Counts().num_labels == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("project ", project.identity().name, " has no labels to fit yet"));
@@ -242,11 +249,7 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(
 
 absl::StatusOr<std::optional<storage::ModelVersionRecord>> TrainingScheduler::RefitAndLog(
     LiveProject& project, bool only_if_due, const std::function<bool()>& cancelled) {
-  auto given_up = [&cancelled, &project]() -> absl::Status {
-    if (cancelled == nullptr || !cancelled()) return absl::OkStatus();
-    return absl::CancelledError(absl::StrCat("the fit of project ", project.identity().name,
-                                             " was cancelled while it waited"));
-  };
+  auto given_up = [&cancelled, &project] { return CancelledWhileWaiting(cancelled, project); };
   // While waiting, how often `cancelled` is asked.
   constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
   // The project first (its fits run one at a time), then a slot: a fit waiting behind its own
