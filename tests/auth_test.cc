@@ -13,16 +13,21 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "pqxx/pqxx"
 #include "server/testing/http_get.h"
 #include "server/verity_server.h"
 #include "tests/health_check.h"
@@ -836,6 +841,151 @@ TEST_F(AuthTest, OneKeyCannotOpenMoreThanItsShareOfStreams) {
     }
     held[i]->stream->Finish();
   }
+  (*limited)->Shutdown();
+}
+
+// IngestPipeline::Options::max_queued_annotations_per_key (docs/SECURITY.md): the batches one
+// API key sends, over every project it writes to, share at most that many annotations of the
+// ingest queue; past it the key's batch is refused RESOURCE_EXHAUSTED while another key's batch
+// is queued. The queue is kept full by holding the annotations table locked, so that the one
+// commit lane waits in its transaction and every later batch stays queued.
+TEST_F(AuthTest, OneKeysBatchesOverTwoProjectsAreRefusedPastTheKeysShareOfTheQueue) {
+  constexpr char kShareA[] = "key-share-a";
+  constexpr char kShareB[] = "key-share-b";
+  for (const char* name : {kShareA, kShareB}) {
+    v1::CreateProjectRequest create;
+    create.mutable_project()->set_name(name);
+    create.mutable_project()->add_classes("no");
+    create.mutable_project()->add_classes("yes");
+    v1::CreateProjectResponse created;
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kAdmin]);
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(*channel_)->CreateProject(&context, create, &created).ok());
+  }
+  // Made before the server below starts, which loads the keys and projects at its start.
+  const std::string writer = CreateKey(v1::ROLE_WRITER, {kShareA, kShareB});
+  const std::string& admin = (*keys_)[Caller::kAdmin];
+
+  server::VerityServer::Options options = ServerOptions();
+  options.ingest.max_queued_annotations_per_key = 2;
+  options.ingest.commit_lanes = 1;
+  auto limited = server::VerityServer::Start(options);
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*limited)->port()),
+                                     grpc::InsecureChannelCredentials());
+  // The annotations the server's ingest queue holds (its gauge).
+  auto queued = [&]() -> int {
+    const std::string text = (*limited)->metrics().RenderText();
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      if (absl::ConsumePrefix(&line, "verity_ingest_queue_annotations ")) {
+        double value = 0;
+        if (absl::SimpleAtod(line, &value)) return static_cast<int>(value);
+      }
+    }
+    return -1;
+  };
+  // One batch of `labels` labels on its own stream; the ack (or the stream's error) comes
+  // back through the future.
+  struct Sent {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::AnnotationBatch, v1::BatchAck>> stream;
+    std::future<v1::BatchAck> ack;
+  };
+  int next_item = 0;
+  auto send = [&](const std::string& key, const std::string& project, int labels) {
+    Sent sent;
+    sent.context = std::make_unique<grpc::ClientContext>();
+    Authorize(*sent.context, key);
+    sent.stream = v1::IngestService::NewStub(channel)->SubmitAnnotations(sent.context.get());
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(1);
+    batch.set_project(project);
+    for (int i = 0; i < labels; ++i) {
+      v1::Annotation* a = batch.add_annotations();
+      a->set_item(absl::StrCat("share-item-", next_item++));
+      a->set_annotator("share-annotator");
+      a->set_label(1);
+    }
+    EXPECT_TRUE(sent.stream->Write(batch));
+    sent.stream->WritesDone();
+    auto* stream = sent.stream.get();
+    sent.ack = std::async(std::launch::async, [stream] {
+      v1::BatchAck ack;
+      if (!stream->Read(&ack)) ack.set_error_code(-1);
+      return ack;
+    });
+    return sent;
+  };
+  auto wait_until = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 600 && !done(); ++i) absl::SleepFor(absl::Milliseconds(50));
+    return done();
+  };
+
+  std::vector<Sent> sent;
+  {
+    pqxx::connection connection(postgres_->url());
+    pqxx::work lock(connection);
+    lock.exec0("LOCK TABLE annotations IN EXCLUSIVE MODE");
+    // Another key's batch takes the one lane, which then waits on the lock.
+    sent.push_back(send(admin, kShareB, 1));
+    ASSERT_TRUE(wait_until([&] {
+      pqxx::connection probe(postgres_->url());
+      pqxx::nontransaction query(probe);
+      return query
+                 .exec1("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND state = 'active'")[0]
+                 .as<int>() > 0;
+    })) << "the commit lane never waited on the held lock";
+    ASSERT_EQ(queued(), 0);
+    // The writer's batch of two labels on one project fills its key's share.
+    sent.push_back(send(writer, kShareA, 2));
+    ASSERT_TRUE(wait_until([&] { return queued() == 2; })) << queued();
+    // The same key's batch on its other project is past the key's share: refused at once.
+    sent.push_back(send(writer, kShareB, 1));
+    const bool answered =
+        sent.back().ack.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+    EXPECT_TRUE(answered) << "the writer's batch past its key's share was queued ("
+                          << queued() << " annotations queued), not refused";
+    // Another key's batch on that project is queued: the share is the writer key's alone.
+    sent.push_back(send(admin, kShareB, 1));
+    EXPECT_TRUE(wait_until([&] { return queued() == (answered ? 3 : 4); })) << queued();
+    EXPECT_NE(sent.back().ack.wait_for(std::chrono::milliseconds(0)),
+              std::future_status::ready)
+        << "another key's batch was answered while the commit was held";
+  }  // The lock is released: the queued batches commit.
+  std::vector<v1::BatchAck> acks;
+  for (Sent& s : sent) {
+    acks.push_back(s.ack.get());
+    s.stream->Finish();
+  }
+  EXPECT_EQ(acks[0].error_code(), 0) << acks[0].error_message();
+  EXPECT_EQ(acks[0].accepted(), 1);
+  EXPECT_EQ(acks[1].error_code(), 0) << acks[1].error_message();
+  EXPECT_EQ(acks[1].accepted(), 2);
+  EXPECT_EQ(acks[2].error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << acks[2].error_message();
+  EXPECT_EQ(acks[2].accepted(), 0);
+  EXPECT_EQ(acks[3].error_code(), 0) << acks[3].error_message();
+  EXPECT_EQ(acks[3].accepted(), 1);
+  // With the queue drained the key's share is free again.
+  Sent again = send(writer, kShareB, 1);
+  v1::BatchAck again_ack = again.ack.get();
+  again.stream->Finish();
+  EXPECT_EQ(again_ack.error_code(), 0) << again_ack.error_message();
+  EXPECT_EQ(again_ack.accepted(), 1);
+  // What was written: the refused batch left nothing.
+  pqxx::connection connection(postgres_->url());
+  pqxx::nontransaction query(connection);
+  auto labels_of = [&](const std::string& project) {
+    return query
+        .exec_params1("SELECT count(*) FROM annotations a JOIN projects p USING (project_id) "
+                      "WHERE p.name = $1",
+                      project)[0]
+        .as<int>();
+  };
+  EXPECT_EQ(labels_of(kShareA), 2);
+  EXPECT_EQ(labels_of(kShareB), 3);
   (*limited)->Shutdown();
 }
 

@@ -222,6 +222,65 @@ TEST_F(IsolationTest, EveryAnnotatorComesAPageAtATime) {
   EXPECT_TRUE(absl::StartsWith(status.error_message(), "page_token")) << status.error_message();
 }
 
+// truth.proto: GetAnnotatorProfiles without ids pages through the annotators; each profile on
+// every page is that annotator's own. Annotator a<i> gave i + 1 labels, so its num_labels names
+// it: pages of 2 over six annotators must carry 1..6 in order.
+TEST_F(IsolationTest, EveryPageOfAnnotatorProfilesCarriesEachAnnotatorsOwnProfile) {
+  v1::CreateProjectRequest create;
+  create.mutable_project()->set_name("profile-pages");
+  create.mutable_project()->add_classes("no");
+  create.mutable_project()->add_classes("yes");
+  {
+    v1::CreateProjectResponse created;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
+  }
+  constexpr int kAnnotators = 6;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    auto stream = v1::IngestService::NewStub(channel_)->SubmitAnnotations(&context);
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(1);
+    batch.set_project("profile-pages");
+    for (int a = 0; a < kAnnotators; ++a) {
+      for (int i = 0; i <= a; ++i) {
+        v1::Annotation* label = batch.add_annotations();
+        label->set_item(absl::StrCat("i", i));
+        label->set_annotator(absl::StrCat("a", a));
+        label->set_label(i % 2);
+      }
+    }
+    ASSERT_TRUE(stream->Write(batch));
+    stream->WritesDone();
+    v1::BatchAck ack;
+    ASSERT_TRUE(stream->Read(&ack));
+    ASSERT_EQ(ack.error_code(), 0) << ack.error_message();
+    ASSERT_TRUE(stream->Finish().ok());
+  }
+  v1::GetAnnotatorProfilesRequest request;
+  request.set_project("profile-pages");
+  request.set_page_size(2);
+  request.set_confusion_detail(v1::CONFUSION_DETAIL_NONE);
+  std::vector<std::pair<std::string, int>> seen;
+  int pages = 0;
+  do {
+    v1::GetAnnotatorProfilesResponse page;
+    ASSERT_TRUE(Profiles(request, &page).ok());
+    for (const v1::AnnotatorProfile& p : page.profiles()) {
+      seen.emplace_back(p.annotator(), p.num_labels());
+    }
+    request.set_page_token(page.next_page_token());
+    ASSERT_LT(++pages, 10);
+  } while (!request.page_token().empty());
+  std::vector<std::pair<std::string, int>> expected;
+  for (int a = 0; a < kAnnotators; ++a) expected.emplace_back(absl::StrCat("a", a), a + 1);
+  EXPECT_EQ(seen, expected);
+  EXPECT_EQ(pages, 3);
+}
+
 // truth.proto: a page_size of 0 means 1,000 for ListPosteriors (items in creation order) and
 // for GetAnnotatorProfiles without ids. 2,500 items and annotators: pages of 1,000, 1,000, 500.
 TEST_F(IsolationTest, APageSizeOfZeroMeansAThousand) {

@@ -208,6 +208,39 @@ TEST_F(WebConsoleTest, TheAnnotatorListIsBoundedToThoseWithTheMostLabels) {
   EXPECT_NE(json.find("{\"id\":\"w1\",\"labels\":2,"), std::string::npos);
 }
 
+// console.h: however few cells each annotator's confusion takes (none past 32 classes), at
+// most 10,000 annotators are listed, those with the most labels. 33 classes, 10,001
+// annotators, w0 with one label and the others with two: w1..w10000 are listed, w0 is not.
+TEST_F(WebConsoleTest, TheAnnotatorListIsBoundedToTenThousandWithoutConfusions) {
+  v1::Project many;
+  many.set_name("many-classes");
+  for (int c = 0; c < 33; ++c) many.add_classes(absl::StrCat("c", c));
+  absl::StatusOr<std::shared_ptr<LiveProject>> created = registry_->Create(many);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const int32_t annotators = 10001;
+  std::vector<std::string> item_ids = {"i0", "i1"};
+  std::vector<CommittedLabel> labels;
+  int64_t seq = 0;
+  for (int32_t a = 0; a < annotators; ++a) {
+    for (int32_t i = 0; i < (a == 0 ? 1 : 2); ++i) {
+      labels.push_back({i, item_ids[i], a, absl::StrCat("w", a), (a + i) % 33, ++seq, true});
+    }
+  }
+  (*created)->ApplyCommitted(labels);
+
+  const std::string json = Get("/api/projects/many-classes/annotators");
+  EXPECT_NE(json.find("\"annotators_total\":10001,"), std::string::npos) << json.substr(0, 300);
+  std::vector<std::string> listed;
+  for (size_t at = json.find("{\"id\":\""); at != std::string::npos;
+       at = json.find("{\"id\":\"", at + 1)) {
+    const size_t from = at + 7;
+    listed.push_back(json.substr(from, json.find('"', from) - from));
+  }
+  ASSERT_EQ(listed.size(), 10000u);
+  EXPECT_EQ(listed.front(), "w1");
+  EXPECT_EQ(listed.back(), "w10000");
+}
+
 TEST_F(WebConsoleTest, DsHasNoSpamScoresOrEmbeddings) {
   const std::string json = Get("/api/projects/p/annotators");
   EXPECT_NE(json.find("\"spam_scores\":false,\"embedding_dim\":0,"), std::string::npos) << json;

@@ -447,6 +447,24 @@ TEST_F(IngestPipelineTest, OneKeyWritingToSeveralProjectsIsRefusedBeyondItsShare
   EXPECT_THAT(pipeline.Submit(other, Batch(*other, "k5"), nullptr, "key-k").get(), IsOk());
 }
 
+// RESOURCE_EXHAUSTED for a key's share is retryable: as a project's empty queue, a key with
+// nothing waiting always gets a batch in, however large, also after earlier batches of its
+// own have been committed (a batch larger than the share is never refused for good).
+TEST_F(IngestPipelineTest, AKeyWithNothingWaitingGetsABatchLargerThanItsShareIn) {
+  IngestPipeline::Options options;
+  options.max_queued_annotations_per_key = 5;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<storage::AnnotationWrite> writes;
+    for (int n = 0; n < 10; ++n) {
+      writes.push_back(WriteTo(*project_, absl::StrCat("big", round, "-", n), "w", n % 2));
+    }
+    EXPECT_THAT(pipeline.Submit(project_, std::move(writes), nullptr, "key-big").get(), IsOk())
+        << "round " << round;
+  }
+}
+
 // ingest_pipeline.h: "at most Options::max_queued_annotations wait over all projects;
 // Submit() answers RESOURCE_EXHAUSTED (retryable) beyond" it. With a cap of 20 (and a project
 // share far above it, so only the global cap can refuse) and the one lane held on project P's

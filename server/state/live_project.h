@@ -292,7 +292,8 @@ class LiveProject {
 
   // Whether the current model version was fit on exactly today's inputs, so that a fit now
   // would repeat it: a version exists, no fit runs, and since that fit no label, item, gold
-  // label, priority, feature or model setting changed and the configured method is the
+  // label, feature or model setting changed (a priority is not read by the fit; a value set
+  // again unchanged is no change) and the configured method is the
   // version's. (After a restart only labels are known to the stored version: item changes made
   // before the restart and not yet fit count as current.)
   bool FitIsCurrent() const ABSL_LOCKS_EXCLUDED(mu_);

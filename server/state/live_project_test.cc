@@ -62,7 +62,8 @@ std::unique_ptr<LiveProject> RestoreFitted(const models::testing::SyntheticCrowd
                                            std::unique_ptr<models::TruthModel>& fitted,
                                            const std::string& method = "ds",
                                            int32_t classes = kClasses,
-                                           int32_t annotator_feature_dim = 0) {
+                                           int32_t annotator_feature_dim = 0,
+                                           int32_t item_feature_dim = 0) {
   fitted = *models::CreateTruthModel(method, classes, {});
   EXPECT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
   LiveProject::StoredState stored;
@@ -82,6 +83,8 @@ std::unique_ptr<LiveProject> RestoreFitted(const models::testing::SyntheticCrowd
   LiveProject::Identity identity = TestIdentity(classes);
   identity.annotator_feature_dim = annotator_feature_dim;
   stored.annotator_features.assign(static_cast<size_t>(kAnnotators) * annotator_feature_dim, 0.0f);
+  identity.item_feature_dim = item_feature_dim;
+  stored.item_features.assign(stored.item_ids.size() * item_feature_dim, 0.0f);
   auto project = LiveProject::Create(identity, v1::ProjectSettings(), std::move(stored));
   EXPECT_TRUE(project.ok()) << project.status();
   return std::move(*project);
@@ -541,6 +544,20 @@ TEST(LiveProjectTest, AnAnnotatorFeatureChangeMakesTheFitNotCurrent) {
   ASSERT_TRUE(project->FitIsCurrent());
   project->SetAnnotatorFeatures(3, {0.5f, -1.0f});
   EXPECT_FALSE(project->FitIsCurrent());
+}
+
+// FitIsCurrent: an item's features are fit input. The features it already has (zeros, as
+// restored) given again leave the fit current; different ones make it not current.
+TEST(LiveProjectTest, AnItemFeatureChangeMakesTheFitNotCurrent) {
+  auto crowd = MakeCrowd(100, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted, "ds", kClasses, /*annotator_feature_dim=*/0,
+                               /*item_feature_dim=*/2);
+  ASSERT_TRUE(project->FitIsCurrent());
+  project->ApplyItems({{4, "i4", std::nullopt, std::nullopt, std::vector<float>{0.0f, 0.0f}}});
+  EXPECT_TRUE(project->FitIsCurrent()) << "the item's features given again";
+  project->ApplyItems({{4, "i4", std::nullopt, std::nullopt, std::vector<float>{0.0f, 2.5f}}});
+  EXPECT_FALSE(project->FitIsCurrent()) << "the item's features changed";
 }
 
 // AdoptVersion: "Labels the version did not see still count toward the next refit". A version

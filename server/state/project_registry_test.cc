@@ -113,6 +113,24 @@ TEST_F(ProjectRegistryTest, AProjectThatCannotLoadIsTriedAgainOnlyAfterTheRetryI
   EXPECT_TRUE(later.ok()) << later.status();
 }
 
+// project_registry.h: "Get() also finds a project created by another server replica since, by
+// loading it from PostgreSQL on first use": also after a Get that found no such project, and
+// for a caller waiting on another's load.
+TEST_F(ProjectRegistryTest, AProjectNotFoundOnceIsFoundOnceAnotherReplicaCreatesIt) {
+  ProjectRegistry registry(*storage_);
+  ASSERT_TRUE(registry.LoadAll().ok());
+  EXPECT_EQ(registry.Get("later").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry.Get("later").status().code(), absl::StatusCode::kNotFound);
+  {
+    ProjectRegistry other_replica(*storage_);
+    ASSERT_TRUE(other_replica.Create(NewProject("later")).ok());
+  }
+  absl::StatusOr<std::shared_ptr<LiveProject>> found = registry.Get("later");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ((*found)->identity().name, "later");
+  EXPECT_EQ(registry.Get("later")->get(), found->get());
+}
+
 TEST_F(ProjectRegistryTest, CreateKeepsTheProjectAConcurrentGetLoaded) {
   ProjectRegistry registry(*storage_);
   std::shared_ptr<LiveProject> loaded_by_get;

@@ -153,6 +153,38 @@ TEST_F(TrainingSchedulerMetricsTest, ACancelledTrainModelStopsWaitingForTheWorke
   EXPECT_EQ((*server.registry->Get("p"))->model_version(), 1);
 }
 
+// The same in-process (no workers): while another replica holds the project's fit lock,
+// RefitProjectNow waits for its version; a call cancelled meanwhile stops waiting (CANCELLED)
+// instead of holding its thread for train_wait, and fits nothing.
+TEST_F(TrainingSchedulerMetricsTest, ACancelledTrainModelStopsWaitingForAnotherReplicasFit) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  storage::FitLocks other(&pool());
+  absl::StatusOr<std::unique_ptr<storage::FitLock>> held = other.TryAcquire(project_id);
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_NE(*held, nullptr);
+  storage::FitLocks locks(server.storage->pool.get());
+  TrainingScheduler::Options options = InProcess();
+  options.fit_locks = &locks;
+  // Long past the three checks (taken 100 ms apart); a call that never checked would end
+  // DEADLINE_EXCEEDED here instead.
+  options.train_wait = absl::Seconds(30);
+  MetricsRegistry metrics;
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions, nullptr, options,
+                              &metrics);
+  int asked = 0;
+  absl::StatusOr<storage::ModelVersionRecord> version =
+      scheduler.RefitProjectNow(**server.registry->Get("p"), [&asked] { return ++asked >= 3; });
+  EXPECT_EQ(version.status().code(), absl::StatusCode::kCancelled) << version.status();
+  EXPECT_EQ(asked, 3);
+  EXPECT_EQ((*server.registry->Get("p"))->model_version(), 0);
+  // Released: the next call fits.
+  held->reset();
+  version = scheduler.RefitProjectNow(**server.registry->Get("p"), [] { return false; });
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(version->version, 1);
+}
+
 TEST_F(TrainingSchedulerMetricsTest, WorkerModeCountsTheJobAndTheWorkersVersion) {
   NewProject("p");
   Server server = Open();
