@@ -19,7 +19,8 @@ std::string SelectProjectsSql(absl::string_view where) {
   return absl::StrCat(
       "SELECT project_id, name, classes, item_feature_dim, "
       "annotator_feature_dim, settings, ",
-      MicrosFromTimestampSql("created_at"), ", change_seq FROM projects ", where);
+      MicrosFromTimestampSql("created_at"),
+      ", change_seq, next_item_index, next_annotator_index FROM projects ", where);
 }
 
 absl::StatusOr<ProjectRecord> ProjectFromRow(const pqxx::row& row) {
@@ -32,6 +33,8 @@ absl::StatusOr<ProjectRecord> ProjectFromRow(const pqxx::row& row) {
   p.settings = pqxx::binarystring(row[5]).str();
   p.created_at = MicrosToTime(row[6].as<int64_t>());
   p.change_seq = row[7].as<int64_t>();
+  p.num_items = row[8].as<int64_t>();
+  p.num_annotators = row[9].as<int64_t>();
   return p;
 }
 

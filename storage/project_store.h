@@ -35,6 +35,9 @@ struct ProjectRecord {
   // Writes of the project's items, annotator features and settings so far
   // (storage/project_changes.h); read only.
   int64_t change_seq = 0;
+  // Items and annotators stored so far (the project's next dense indices); read only.
+  int64_t num_items = 0;
+  int64_t num_annotators = 0;
 };
 
 class ProjectStore {

@@ -513,6 +513,71 @@ TEST_F(AuthTest, AWriterCannotChangeSettingsAndAReaderCannotWrite) {
             grpc::StatusCode::PERMISSION_DENIED);
 }
 
+// docs/SECURITY.md and ProjectLimits: a project's limits above the server's defaults take an
+// admin key valid for every project. An admin scoped to the project may keep or lower them
+// (what it keeps may be what a global admin raised), never raise them, on create or update.
+TEST_F(AuthTest, OnlyAnAdminOfEveryProjectCanRaiseAProjectsLimits) {
+  constexpr char kLimited[] = "alpha-limits";
+  constexpr char kLimitedNew[] = "alpha-limits-new";
+  const std::string scoped_admin = CreateKey(v1::ROLE_ADMIN, {kLimited, kLimitedNew});
+  const int64_t default_items = ServerOptions().project_quota.max_items;
+  auto create = [&](const std::string& key, const char* name, int64_t max_items) {
+    v1::CreateProjectRequest request;
+    request.mutable_project()->set_name(name);
+    request.mutable_project()->add_classes("a");
+    request.mutable_project()->add_classes("b");
+    request.mutable_project()->mutable_settings()->mutable_limits()->set_max_items(max_items);
+    v1::CreateProjectResponse response;
+    grpc::ClientContext context;
+    Authorize(context, key);
+    return v1::ProjectService::NewStub(*channel_)->CreateProject(&context, request, &response);
+  };
+  auto update = [&](const std::string& key, int64_t max_items) {
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(kLimited);
+    request.mutable_settings()->mutable_limits()->set_max_items(max_items);
+    v1::UpdateProjectSettingsResponse response;
+    grpc::ClientContext context;
+    Authorize(context, key);
+    return v1::ProjectService::NewStub(*channel_)->UpdateProjectSettings(&context, request, &response);
+  };
+  auto max_items_now = [&]() {
+    v1::GetProjectRequest request;
+    request.set_project(kLimited);
+    v1::GetProjectResponse response;
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kAdmin]);
+    EXPECT_TRUE(v1::ProjectService::NewStub(*channel_)->GetProject(&context, request, &response).ok());
+    return response.project().settings().limits().max_items();
+  };
+
+  // Creating: above the default is refused and creates nothing; at the default it is created.
+  grpc::Status raised = create(scoped_admin, kLimitedNew, default_items + 1);
+  EXPECT_EQ(raised.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(absl::StrContains(raised.error_message(), "settings.limits.max_items"))
+      << raised.error_message();
+  ASSERT_TRUE(create(scoped_admin, kLimited, default_items).ok());
+  ASSERT_TRUE(create((*keys_)[Caller::kAdmin], kLimitedNew, 0).ok())
+      << "the refused create left the project behind";
+
+  // Updating: lowering is allowed, raising back is not; the global admin may raise it.
+  ASSERT_TRUE(update(scoped_admin, 1000).ok());
+  raised = update(scoped_admin, 1001);
+  EXPECT_EQ(raised.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(absl::StrContains(raised.error_message(), "settings.limits.max_items: 1001"))
+      << raised.error_message();
+  EXPECT_EQ(max_items_now(), 1000);
+  ASSERT_TRUE(update((*keys_)[Caller::kAdmin], 2 * default_items).ok());
+  // What the global admin raised the scoped admin may keep (a settings change that repeats the
+  // limits), or lower, but not raise further; 0 means the default, which is lower.
+  EXPECT_TRUE(update(scoped_admin, 2 * default_items).ok());
+  EXPECT_EQ(update(scoped_admin, 2 * default_items + 1).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(max_items_now(), 2 * default_items);
+  EXPECT_TRUE(update(scoped_admin, 0).ok());
+  EXPECT_EQ(max_items_now(), 0);
+}
+
 TEST_F(AuthTest, RefusedCallsLeaveNoTrace) {
   v1::BatchAck ack;
   EXPECT_EQ(Submit((*keys_)[Caller::kReader], "intruder", &ack).error_code(),

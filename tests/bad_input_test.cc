@@ -1203,5 +1203,38 @@ TEST_F(RefusedWriteTest, RejectedAnnotationLeavesTheRestOfTheBatchWritten) {
             grpc::StatusCode::NOT_FOUND);
 }
 
+// ingest.proto, BatchAck: `rejected` counts every invalid annotation and `rejections` lists
+// the first 100 in batch order, so the ack of a batch of 10,000 invalid annotations stays
+// small (docs/SECURITY.md); the valid annotations among them are written.
+TEST_F(RefusedWriteTest, AnAckListsTheFirstHundredRejectionsAndCountsThemAll) {
+  v1::AnnotationBatch batch = Batch(10'000);
+  for (int i = 0; i < batch.annotations_size(); ++i) {
+    v1::Annotation* a = batch.mutable_annotations(i);
+    a->set_item(absl::StrCat("many-rejected-", i));
+    if (i % 1000 != 999) a->set_label(7);  // Out of range; every 1,000th stays valid.
+  }
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  auto stream = stubs().ingest->SubmitAnnotations(&context);
+  ASSERT_TRUE(stream->Write(batch));
+  stream->WritesDone();
+  v1::BatchAck ack;
+  ASSERT_TRUE(stream->Read(&ack));
+  grpc::Status status = stream->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  EXPECT_EQ(ack.accepted(), 10);
+  EXPECT_EQ(ack.rejected(), 9'990);
+  ASSERT_EQ(ack.rejections_size(), 100);
+  for (int r = 0; r < ack.rejections_size(); ++r) {
+    EXPECT_EQ(ack.rejections(r).index(), r) << r;  // Indices 0..99, all invalid.
+    EXPECT_THAT(ack.rejections(r).reason(), HasSubstr(absl::StrCat("annotations[", r, "].label")));
+  }
+  EXPECT_LT(ack.ByteSizeLong(), 10'000u);
+  EXPECT_EQ(GetPosteriors(stubs(), PosteriorsOf({"many-rejected-999"})).code, grpc::StatusCode::OK);
+  EXPECT_EQ(GetPosteriors(stubs(), PosteriorsOf({"many-rejected-0"})).code,
+            grpc::StatusCode::NOT_FOUND);
+}
+
 }  // namespace
 }  // namespace verity::tests

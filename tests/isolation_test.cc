@@ -433,6 +433,37 @@ TEST_F(IsolationTest, SuggestAnnotatorsCapsItsCandidatesAndSuggestsEachOnce) {
   EXPECT_EQ(x_score, y_score);
 }
 
+// assignment.proto: empty candidates rank the project's annotators only while there are at
+// most max(10,000, 655,360,000 / classes^2) of them, the work of the largest explicit list at
+// 256 classes; scoring one annotator builds its K x K confusion, so without the bound one
+// reader's call cost annotators x K^2 (6.5e9 cells at 100,000 annotators and 256 classes).
+// 10,001 annotators at 256 classes: an empty list is refused naming candidates, an explicit
+// one is served.
+TEST_F(IsolationTest, SuggestAnnotatorsWithoutCandidatesIsBoundedByTheWorkOfAnExplicitList) {
+  CreateProjectWithAnnotators("many-annotators", 256, 10'001, 10'001);
+  auto suggest = [&](const std::vector<std::string>& candidates,
+                     v1::SuggestAnnotatorsResponse* response) {
+    v1::SuggestAnnotatorsRequest request;
+    request.set_project("many-annotators");
+    request.set_item("i0");
+    request.set_k(3);
+    for (const std::string& c : candidates) request.add_candidates(c);
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    return v1::AssignmentService::NewStub(channel_)->SuggestAnnotators(&context, request,
+                                                                        response);
+  };
+  v1::SuggestAnnotatorsResponse response;
+  grpc::Status status = suggest({}, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(status.error_message(),
+                                "candidates: required when the project has more than 10000 "
+                                "annotators at 256 classes (it has 10001)"))
+      << status.error_message();
+  ASSERT_TRUE(suggest({"newcomer-1", "newcomer-2", "a7"}, &response).ok());
+  EXPECT_EQ(response.suggestions_size(), 2);  // a7 labelled i0.
+}
+
 // ProjectLimits.max_feature_values: the server keeps a dense feature row for every item and
 // annotator of a project with features, given or not, so one writer key must not be able to
 // grow that past the limit with labels on new ids that carry no features at all. Item rows

@@ -233,6 +233,40 @@ class ReplicasTest : public ::testing::Test {
 
 TestPostgres* ReplicasTest::pg_ = nullptr;
 
+// ListProjects loads nothing (projects.proto, docs/SECURITY.md): a project created and written
+// through one replica after another started is listed by the other from its stored record and
+// counts, and is still not loaded there. Before, the listing loaded it, so one reader's listing
+// could make a server load every project the reader may see.
+TEST_F(ReplicasTest, AProjectThisReplicaNeverLoadedIsListedWithoutLoadingIt) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  CreateProject(a, "listed-elsewhere");
+  Submit(a, RandomBatches("listed-elsewhere", 2, 50, 30, 7, 11));
+  const v1::Project on_a = ServedProject(a, "listed-elsewhere");
+  ASSERT_GT(on_a.num_labels(), 0);
+  ASSERT_EQ(b.server->core().registry->IfLoaded("listed-elsewhere"), nullptr);
+
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::ListProjectsResponse listed;
+  ASSERT_TRUE(b.projects->ListProjects(&context, v1::ListProjectsRequest(), &listed).ok());
+  const v1::Project* found = nullptr;
+  for (const v1::Project& p : listed.projects()) {
+    if (p.name() == "listed-elsewhere") found = &p;
+  }
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(b.server->core().registry->IfLoaded("listed-elsewhere"), nullptr)
+      << "listing loaded the project";
+  EXPECT_EQ(found->num_items(), on_a.num_items());
+  EXPECT_EQ(found->num_annotators(), on_a.num_annotators());
+  EXPECT_EQ(found->num_labels(), on_a.num_labels());
+  EXPECT_EQ(found->classes_size(), kClasses);
+  EXPECT_EQ(found->settings().SerializeAsString(), on_a.settings().SerializeAsString());
+  // GetProject is a use: it loads the project and says the same.
+  EXPECT_EQ(ServedProject(b, "listed-elsewhere").num_labels(), on_a.num_labels());
+  EXPECT_NE(b.server->core().registry->IfLoaded("listed-elsewhere"), nullptr);
+}
+
 TEST_F(ReplicasTest, LabelsStreamedThroughOneReplicaAreServedByTheOthers) {
   Replica& a = StartReplica();
   Replica& b = StartReplica();

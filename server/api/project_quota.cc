@@ -51,6 +51,27 @@ absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& c
   return absl::OkStatus();
 }
 
+absl::Status CheckLimitsNotRaised(const ProjectQuota& requested, const ProjectQuota& allowed) {
+  const struct {
+    const char* limit;
+    int64_t requested, allowed;
+  } limits[] = {
+      {"max_items", requested.max_items, allowed.max_items},
+      {"max_annotators", requested.max_annotators, allowed.max_annotators},
+      {"max_labels", requested.max_labels, allowed.max_labels},
+      {"max_confusion_cells", requested.max_confusion_cells, allowed.max_confusion_cells},
+      {"max_feature_values", requested.max_feature_values, allowed.max_feature_values},
+  };
+  for (const auto& l : limits) {
+    if (l.requested > l.allowed) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "settings.limits.", l.limit, ": ", l.requested, " is above this project's limit ",
+          l.allowed, "; only an admin key valid for every project can raise a limit"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int64_t DenseConfusionCellsPerAnnotator(v1::TruthMethod method, int32_t num_classes) {
   switch (method) {
     case v1::TRUTH_METHOD_LIA:

@@ -47,6 +47,15 @@ absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& c
                                const ProjectGrowth& added, int64_t cells_per_annotator,
                                int64_t item_feature_dim = 0, int64_t annotator_feature_dim = 0);
 
+// OK when `requested` raises none of `allowed`'s limits; otherwise PERMISSION_DENIED naming
+// the first limit raised, e.g. "settings.limits.max_items: 20000000 is above this project's
+// limit 10000000; only an admin key valid for every project can raise a limit". Checked for
+// the callers whose key is scoped to projects: such an admin may lower its projects' limits,
+// or keep them, but raising one would let a key for one project take what the server's
+// defaults hold back for every tenant. `allowed` is the project's current limits (the
+// server's defaults for a new project).
+absl::Status CheckLimitsNotRaised(const ProjectQuota& requested, const ProjectQuota& allowed);
+
 // The confusion cells a project's truth model keeps densely per annotator: K² for the neural
 // methods (lia, crowdlayer, trace_reg, conal, cmm: a K×K matrix or its parameters per
 // annotator) and ibcc (a K×K Dirichlet per annotator, whatever labels it gave), 10 K² for

@@ -163,5 +163,30 @@ TEST(ProjectQuotaTest, SwitchingToADenseMethodExactlyAtTheLimitIsAllowed) {
               StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
+// Promise (project_quota.h, CheckLimitsNotRaised): a limit may be kept or lowered, never
+// raised, and the refusal names the first raised limit with both values.
+TEST(ProjectQuotaTest, ALimitMayBeKeptOrLoweredButNotRaised) {
+  const ProjectQuota allowed{100, 10, 1000, 1000, 5000};
+  EXPECT_THAT(CheckLimitsNotRaised(allowed, allowed), IsOk());
+  EXPECT_THAT(CheckLimitsNotRaised({1, 1, 1, 1, 1}, allowed), IsOk());
+  const struct {
+    ProjectQuota requested;
+    const char* message;
+  } raised[] = {
+      {{101, 10, 1000, 1000, 5000}, "settings.limits.max_items: 101 is above this project's limit 100"},
+      {{100, 11, 1000, 1000, 5000}, "settings.limits.max_annotators: 11 is above"},
+      {{100, 10, 1001, 1000, 5000}, "settings.limits.max_labels: 1001 is above"},
+      {{100, 10, 1000, 1001, 5000}, "settings.limits.max_confusion_cells: 1001 is above"},
+      {{100, 10, 1000, 1000, 5001}, "settings.limits.max_feature_values: 5001 is above"},
+      // The first raised limit is named, even when another is lowered.
+      {{1, 10, 2000, 1, 5000}, "settings.limits.max_labels: 2000"},
+  };
+  for (const auto& r : raised) {
+    EXPECT_THAT(CheckLimitsNotRaised(r.requested, allowed),
+                StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr(r.message)))
+        << r.message;
+  }
+}
+
 }  // namespace
 }  // namespace verity::server

@@ -26,6 +26,10 @@ struct ApiLimits {
   static constexpr int kMaxClassNameBytes = 128;
   static constexpr int kMaxFeatureDim = 65536;
   static constexpr int kMaxBatchAnnotations = 10000;
+  // BatchAck.rejections lists at most the first this many (BatchAck.rejected counts all): an
+  // ack of a batch of invalid annotations stays small, and so does what a stream whose client
+  // does not read its acks holds.
+  static constexpr int kMaxListedRejections = 100;
   static constexpr int kMaxItemsPerCall = 10000;
   static constexpr int kMaxPageSize = 10000;
   static constexpr int kDefaultPageSize = 1000;

@@ -119,6 +119,13 @@ grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+int64_t AssignmentServiceImpl::MaxRankedAnnotators(int32_t num_classes) {
+  const int64_t max_cells = int64_t{kMaxAnnotatorCandidates} * ApiLimits::kMaxClasses *
+                            ApiLimits::kMaxClasses;
+  const int64_t per_annotator = std::max<int64_t>(1, int64_t{num_classes} * num_classes);
+  return std::max<int64_t>(kMaxAnnotatorCandidates, max_cells / per_annotator);
+}
+
 grpc::Status AssignmentServiceImpl::SuggestAnnotators(grpc::ServerContext* context,
                                                       const v1::SuggestAnnotatorsRequest* request,
                                                       v1::SuggestAnnotatorsResponse* response) {
@@ -156,6 +163,13 @@ grpc::Status AssignmentServiceImpl::SuggestAnnotators(grpc::ServerContext* conte
       indices.push_back(live.FindAnnotator(id).value_or(-1));
     }
   } else {
+    const int64_t annotators = live.Counts().num_annotators;
+    if (const int64_t most = MaxRankedAnnotators(live.num_classes()); annotators > most) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "candidates: required when the project has more than ", most, " annotators at ",
+          live.num_classes(), " classes (it has ", annotators, "); pass at most ",
+          kMaxAnnotatorCandidates, " ids")));
+    }
     ids = live.AnnotatorIds();
     for (size_t a = 0; a < ids.size(); ++a) indices.push_back(static_cast<int32_t>(a));
   }

@@ -13,6 +13,11 @@ class AssignmentServiceImpl final : public v1::AssignmentService::Service {
   static constexpr int kMaxSuggestions = 1000;
   static constexpr int kMaxCandidates = 100000;  // SuggestItems' candidate_items.
   static constexpr int kMaxAnnotatorCandidates = 10000;  // SuggestAnnotators' candidates.
+  // How many of the project's annotators SuggestAnnotators without candidates ranks at most:
+  // scoring one builds its K x K confusion, so this keeps such a call within the work of the
+  // largest explicit list at the most classes (10,000 x 256^2 cells): 10,000 annotators at
+  // 256 classes, 2,560,000 at 16, and never fewer than 10,000.
+  static int64_t MaxRankedAnnotators(int32_t num_classes);
 
   // SuggestItems refuses (RESOURCE_EXHAUSTED) a request whose k would take a project past
   // `max_leases_per_project` outstanding leases (> 0; --max_leases_per_project).

@@ -199,13 +199,16 @@ grpc::Status IngestServiceImpl::SubmitAnnotations(
       writes.reserve(batch.annotations_size());
       const int32_t k = project->num_classes();
       const int64_t project_id = project->identity().project_id;
+      int32_t rejected = 0;
       for (int i = 0; i < batch.annotations_size(); ++i) {
         v1::Annotation* a = batch.mutable_annotations(i);
         absl::Status s = ValidateAnnotation(absl::StrCat("annotations[", i, "]"), *a, k);
         if (!s.ok()) {
-          v1::Rejection* r = item.ack.add_rejections();
-          r->set_index(i);
-          r->set_reason(std::string(s.message()));
+          if (++rejected <= ApiLimits::kMaxListedRejections) {
+            v1::Rejection* r = item.ack.add_rejections();
+            r->set_index(i);
+            r->set_reason(std::string(s.message()));
+          }
           continue;
         }
         storage::AnnotationWrite w;
@@ -219,7 +222,7 @@ grpc::Status IngestServiceImpl::SubmitAnnotations(
         }
         writes.push_back(std::move(w));
       }
-      item.ack.set_rejected(item.ack.rejections_size());
+      item.ack.set_rejected(rejected);
       // Checked twice: here, against the project as committed so far, so that a batch that
       // cannot fit is refused at once; and in the commit lane, exactly, with the batches
       // committed or admitted meanwhile (other streams' batches in flight included).

@@ -45,10 +45,17 @@ v1::Project ProjectToProto(const storage::ProjectRecord& record, const ProjectCo
 grpc::Status ProjectServiceImpl::CreateProject(grpc::ServerContext* context,
                                                const v1::CreateProjectRequest* request,
                                                v1::CreateProjectResponse* response) {
-  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
-    return ToGrpcStatus(admitted.status());
-  }
+  auto admitted = core_.auth->Admit(context);
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
   if (absl::Status s = ValidateNewProject(request->project()); !s.ok()) return ToGrpcStatus(s);
+  if (!(*admitted)->AllProjects()) {
+    if (absl::Status s = CheckLimitsNotRaised(
+            EffectiveQuota(request->project().settings(), core_.quota_defaults),
+            core_.quota_defaults);
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
   auto project = core_.registry->Create(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
   *response->mutable_project() = ProjectToProto(**project);
@@ -77,10 +84,12 @@ grpc::Status ProjectServiceImpl::ListProjects(grpc::ServerContext* context,
   if (!records.ok()) return ToGrpcStatus(records.status());
   for (const storage::ProjectRecord& record : *records) {
     if (!(*admitted)->MayTouch(record.name)) continue;  // Only the key's projects.
-    // Listing is not a use: a loaded project is listed without marking it used (Get would, and
-    // a health check listing every few seconds would then keep every project loaded), and one
-    // the memory budget unloaded from its stored record and its counts when unloaded (loading
-    // it here would undo the budget at every listing).
+    // Listing is not a use and loads nothing: a loaded project is listed without marking it
+    // used (Get would, and a health check listing every few seconds would then keep every
+    // project loaded); one the memory budget unloaded from its stored record and its counts
+    // when unloaded (loading it here would undo the budget at every listing); any other (one
+    // this server never loaded: created on another replica) from its stored record and counts,
+    // so that one reader's listing cannot make a server load a thousand projects.
     if (std::shared_ptr<LiveProject> loaded = core_.registry->IfLoaded(record.name)) {
       *response->add_projects() = ProjectToProto(*loaded);
       continue;
@@ -89,12 +98,15 @@ grpc::Status ProjectServiceImpl::ListProjects(grpc::ServerContext* context,
       *response->add_projects() = ProjectToProto(record, *counts);
       continue;
     }
-    auto project = core_.registry->Get(record.name);
-    // A project that cannot be loaded is left out rather than failing the whole list (and the
-    // health checks that list projects); GetProject on it says why.
-    if (absl::IsUnavailable(project.status())) continue;
-    if (!project.ok()) return ToGrpcStatus(project.status());
-    *response->add_projects() = ProjectToProto(**project);
+    // A project that cannot be loaded, or is being loaded, is left out rather than failing the
+    // whole list (and the health checks that list projects); GetProject on it says why.
+    if (core_.registry->LoadingOrFailed(record.name)) continue;
+    if (v1::ProjectSettings settings; !settings.ParseFromString(record.settings)) continue;
+    absl::StatusOr<ProjectCounts> counts = core_.registry->StoredCounts(record, absl::Now());
+    // A project deleted since the listing is left out.
+    if (absl::IsNotFound(counts.status())) continue;
+    if (!counts.ok()) return ToGrpcStatus(counts.status());
+    *response->add_projects() = ProjectToProto(record, *counts);
   }
   return grpc::Status::OK;
 }
@@ -102,13 +114,20 @@ grpc::Status ProjectServiceImpl::ListProjects(grpc::ServerContext* context,
 grpc::Status ProjectServiceImpl::UpdateProjectSettings(
     grpc::ServerContext* context, const v1::UpdateProjectSettingsRequest* request,
     v1::UpdateProjectSettingsResponse* response) {
-  if (auto admitted = core_.auth->Admit(context); !admitted.ok()) {
-    return ToGrpcStatus(admitted.status());
-  }
+  auto admitted = core_.auth->Admit(context);
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
   if (absl::Status s = ValidateProjectName(request->project()); !s.ok()) return ToGrpcStatus(s);
   if (absl::Status s = ValidateSettings(request->settings()); !s.ok()) return ToGrpcStatus(s);
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
+  if (!(*admitted)->AllProjects()) {
+    if (absl::Status s = CheckLimitsNotRaised(
+            EffectiveQuota(request->settings(), core_.quota_defaults),
+            EffectiveQuota((*project)->settings(), core_.quota_defaults));
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
   if (absl::Status s = ValidateMethodForClasses(request->settings(), (*project)->num_classes());
       !s.ok()) {
     return ToGrpcStatus(s);

@@ -341,6 +341,33 @@ std::optional<ProjectCounts> ProjectRegistry::CountsIfUnloaded(absl::string_view
   return it->second;
 }
 
+bool ProjectRegistry::LoadingOrFailed(absl::string_view name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return loading_.contains(name) || failed_.contains(name);
+}
+
+absl::StatusOr<ProjectCounts> ProjectRegistry::StoredCounts(const storage::ProjectRecord& record,
+                                                            absl::Time now) {
+  ProjectCounts counts;
+  counts.num_items = record.num_items;
+  counts.num_annotators = record.num_annotators;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = stored_label_counts_.find(record.name);
+    if (it != stored_label_counts_.end() && now - it->second.counted_at < kStoredLabelCountReuse) {
+      counts.num_labels = it->second.labels;
+      return counts;
+    }
+  }
+  // Counted without the lock: two listings at once may both count, which is harmless.
+  absl::StatusOr<int64_t> labels = storage_.annotations->CountLiveAnnotations(record.project_id);
+  if (!labels.ok()) return labels.status();
+  counts.num_labels = *labels;
+  absl::MutexLock lock(&mu_);
+  stored_label_counts_[record.name] = {now, *labels};
+  return counts;
+}
+
 absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Get(absl::string_view name) {
   {
     absl::ReaderMutexLock lock(&mu_);

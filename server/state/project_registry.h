@@ -82,6 +82,17 @@ class ProjectRegistry {
   std::optional<ProjectCounts> CountsIfUnloaded(absl::string_view name) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // For a project this server has neither loaded nor unloaded (one created, or only used, on
+  // another replica of the database): its counts from the database, without loading it. Items
+  // and annotators come from `record`; live labels are counted, and a count is reused for
+  // kStoredLabelCountReuse, so that listing in a loop does not recount a large project.
+  absl::StatusOr<ProjectCounts> StoredCounts(const storage::ProjectRecord& record, absl::Time now)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr absl::Duration kStoredLabelCountReuse = absl::Minutes(1);
+  // True while a start-up loader loads the project, or when its last load here failed
+  // (GetProject says why); a listing leaves such a project out.
+  bool LoadingOrFailed(absl::string_view name) const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Loads every stored project. Fails only if the projects cannot be listed; a project that
   // cannot be restored is logged (event=project_load_failed) and left to Get().
   absl::Status LoadAll() ABSL_LOCKS_EXCLUDED(mu_);
@@ -183,6 +194,12 @@ class ProjectRegistry {
   std::thread budget_thread_;
   // Projects the budget unloaded, with their counts then; erased when one loads again.
   absl::flat_hash_map<std::string, ProjectCounts> unloaded_ ABSL_GUARDED_BY(mu_);
+  struct StoredLabelCount {
+    absl::Time counted_at;
+    int64_t labels = 0;
+  };
+  // StoredCounts' label counts, by project name.
+  absl::flat_hash_map<std::string, StoredLabelCount> stored_label_counts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace verity::server
