@@ -488,7 +488,7 @@ TEST_F(CliTest, ProjectCommandsPrintJson) {
       "\"confidence_target\":0,\"lease_seconds\":0,\"policy\":\"default\","
       "\"gold_items_for_new_annotators\":0},"
       "\"limits\":{\"max_items\":0,\"max_annotators\":0,\"max_labels\":0,"
-      "\"max_confusion_cells\":0,\"max_feature_values\":0}},"
+      "\"max_confusion_cells\":0,\"max_feature_values\":0,\"max_revisions\":0}},"
       "\"created_at\":\"2023-11-14T22:13:20.000Z\",\"num_items\":0,"
       "\"num_annotators\":0,\"num_labels\":0}";
   EXPECT_EQ(result.out, birds + "\n");

@@ -87,7 +87,8 @@ JsonValue ProjectLimitsJson(const v1::ProjectLimits& limits) {
       .Set("max_annotators", limits.max_annotators())
       .Set("max_labels", limits.max_labels())
       .Set("max_confusion_cells", limits.max_confusion_cells())
-      .Set("max_feature_values", limits.max_feature_values());
+      .Set("max_feature_values", limits.max_feature_values())
+      .Set("max_revisions", limits.max_revisions());
   return json;
 }
 

@@ -88,7 +88,7 @@ TEST(ProjectJsonTest, HoldsEverySettingAndTheCounts) {
       "\"confidence_target\":0.9,\"lease_seconds\":0,\"policy\":\"uniform\","
       "\"gold_items_for_new_annotators\":0},"
       "\"limits\":{\"max_items\":0,\"max_annotators\":0,\"max_labels\":0,"
-      "\"max_confusion_cells\":0,\"max_feature_values\":0}},"
+      "\"max_confusion_cells\":0,\"max_feature_values\":0,\"max_revisions\":0}},"
       "\"created_at\":\"2023-11-14T22:13:20.000Z\",\"num_items\":4,"
       "\"num_annotators\":2,\"num_labels\":6}");
 }
@@ -318,6 +318,7 @@ TEST(ProjectJsonTest, EverySettingIsKeyedByItsOwnField) {
         max_labels: 103
         max_confusion_cells: 104
         max_feature_values: 105
+        max_revisions: 106
       }
     }
     num_items: 11
@@ -336,7 +337,7 @@ TEST(ProjectJsonTest, EverySettingIsKeyedByItsOwnField) {
       "\"confidence_target\":0.875,\"lease_seconds\":600,"
       "\"policy\":\"information_gain\",\"gold_items_for_new_annotators\":3},"
       "\"limits\":{\"max_items\":101,\"max_annotators\":102,\"max_labels\":103,"
-      "\"max_confusion_cells\":104,\"max_feature_values\":105}},"
+      "\"max_confusion_cells\":104,\"max_feature_values\":105,\"max_revisions\":106}},"
       "\"created_at\":null,\"num_items\":11,\"num_annotators\":12,"
       "\"num_labels\":13}");
 }

@@ -106,6 +106,10 @@ ABSL_FLAG(int64_t, max_feature_values_per_project, 268'435'456,
           "unless its settings.limits.max_feature_values says otherwise: the server keeps a "
           "dense feature row (4 bytes a value) for every item and annotator of a project with "
           "features, so this bounds that memory.");
+ABSL_FLAG(int64_t, max_revisions_per_project, 100'000'000,
+          "Revised and stale labels a project may keep in its history unless its "
+          "settings.limits.max_revisions says otherwise (a revision adds no live label, so "
+          "--max_labels_per_project does not bound them).");
 ABSL_FLAG(int64_t, grpc_memory_mb, 512,
           "Memory gRPC may hold for calls in flight, incoming messages above all (MiB). "
           "Messages are read before their key is checked, so this bounds what callers without "
@@ -184,6 +188,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_confusion_cells_per_project);
   options.project_quota.max_feature_values =
       absl::GetFlag(FLAGS_max_feature_values_per_project);
+  options.project_quota.max_revisions = absl::GetFlag(FLAGS_max_revisions_per_project);
   options.db_timeout = absl::Seconds(absl::GetFlag(FLAGS_db_timeout_seconds));
   options.follow_replicas = absl::GetFlag(FLAGS_follow_replicas);
   options.background_load_threads = absl::GetFlag(FLAGS_load_threads);

@@ -137,13 +137,15 @@ constexpr char kCopyTimestampFormat[] = "%E4Y-%m-%d %H:%M:%E6S+00";
 // Reserves the next `n` seqs of `project_id`, whose row this transaction has
 // locked (LockProjects), and returns the first: the seqs first .. first+n-1
 // are this transaction's. One row update however many labels.
-int64_t ReserveSeqs(pqxx::work& txn, int64_t project_id, int64_t n) {
-  return txn
-      .exec_params1(
-          "UPDATE projects SET next_seq = next_seq + $2 WHERE project_id = $1 "
-          "RETURNING next_seq - $2",
-          project_id, n)[0]
-      .as<int64_t>();
+// Reserves `n` seqs of the project and adds `history` to its history_rows; returns the first
+// seq and the project's history_rows after the addition.
+std::pair<int64_t, int64_t> ReserveSeqs(pqxx::work& txn, int64_t project_id, int64_t n,
+                                        int64_t history) {
+  const pqxx::row row = txn.exec_params1(
+      "UPDATE projects SET next_seq = next_seq + $2, history_rows = history_rows + $3 "
+      "WHERE project_id = $1 RETURNING next_seq - $2, history_rows",
+      project_id, n, history);
+  return {row[0].as<int64_t>(), row[1].as<int64_t>()};
 }
 
 // How the hints apply to one locked project.
@@ -432,19 +434,26 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
 
         // 5. Reserve each project's seqs, under its lock; they are handed
         //    out in input order.
+        //    Each revised or stale write adds one history row (step 6).
         std::vector<int64_t> project_new_versions(locked.size(), 0);
+        std::vector<int64_t> project_history(locked.size(), 0);
         for (size_t i = 0; i < writes.size(); ++i) {
           if (results[i].outcome != WriteOutcome::kDuplicate) {
             ++project_new_versions[locked_of[i]];
+          }
+          if (results[i].outcome == WriteOutcome::kRevised ||
+              results[i].outcome == WriteOutcome::kStale) {
+            ++project_history[locked_of[i]];
           }
         }
         std::vector<int64_t> next_seq(locked.size(), 0);
         for (size_t l = 0; l < locked.size(); ++l) {
           if (project_new_versions[l] == 0) continue;
-          next_seq[l] = ReserveSeqs(txn, locked[l].project_id,
-                                    project_new_versions[l]);
+          const auto [first_seq, history_rows] = ReserveSeqs(
+              txn, locked[l].project_id, project_new_versions[l], project_history[l]);
+          next_seq[l] = first_seq;
           drawn.push_back({locked[l].project_id, next_seq[l],
-                           next_seq[l] + project_new_versions[l] - 1});
+                           next_seq[l] + project_new_versions[l] - 1, history_rows});
           // Delivered to the listeners only if this transaction commits.
           txn.exec_params("SELECT pg_notify($1, $2)", kLabelsChannel,
                           std::to_string(locked[l].project_id));

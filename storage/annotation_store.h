@@ -108,6 +108,9 @@ struct DrawnSeqs {
   int64_t project_id = 0;
   int64_t first = 0;
   int64_t last = 0;
+  // The project's annotation_history rows after the commit (projects.history_rows): every
+  // replica's revised and stale labels so far.
+  int64_t history_rows = 0;
 };
 
 // A live label with its ids, as another server replica committed it (ReadLabelsSince).

@@ -776,6 +776,49 @@ TEST_F(AnnotationStoreTest, ACommitReportsItsSeqsAndNotifiesListenersAfterCommit
   EXPECT_EQ(listener.await_notification(0, 200'000), 0);
 }
 
+// DrawnSeqs.history_rows and projects.history_rows: every revised or stale label adds one
+// history row to its own project's count, which equals the rows of annotation_history; new
+// labels and duplicates add none, and a commit reports the count after it.
+TEST_F(AnnotationStoreTest, EachRevisedOrStaleLabelCountsOneHistoryRowOfItsProject) {
+  const int64_t other = CreateProject("other-history", 3);
+  auto history_rows = [&](int64_t project) {
+    absl::StatusOr<ProjectRecord> record = ProjectStore(&pool()).GetProject(project);
+    EXPECT_THAT(record, IsOk());
+    return record.ok() ? record->history_rows : -1;
+  };
+  std::vector<DrawnSeqs> drawn;
+  AnnotationWrite in_other = Write("x", "a", 1);
+  in_other.project_id = other;
+  ASSERT_THAT(store_->CommitAnnotations({Write("i", "a", 0), Write("j", "a", 1), in_other},
+                                        nullptr, &drawn),
+              IsOk());
+  EXPECT_EQ(history_rows(project_id_), 0);
+  // One call: a duplicate, a revision, the same pair revised again, and one in the other
+  // project; then a stale label (older client time) on a pair with a newer one.
+  AnnotationWrite other_revised = in_other;
+  other_revised.label = 2;
+  ASSERT_THAT(store_->CommitAnnotations({Write("i", "a", 0), Write("j", "a", 2),
+                                         Write("j", "a", 0), other_revised},
+                                        nullptr, &drawn),
+              IsOk());
+  ASSERT_EQ(drawn.size(), 2u);
+  for (const DrawnSeqs& d : drawn) {
+    EXPECT_EQ(d.history_rows, d.project_id == other ? 1 : 2) << d.project_id;
+  }
+  AnnotationWrite newer = Write("k", "a", 1);
+  newer.client_time = absl::FromUnixSeconds(1'700'000'000);
+  AnnotationWrite older = newer;
+  older.label = 0;
+  older.client_time = *newer.client_time - absl::Seconds(1);
+  ASSERT_THAT(store_->CommitAnnotations({newer}), IsOk());
+  ASSERT_THAT(store_->CommitAnnotations({older}, nullptr, &drawn), IsOk());
+  ASSERT_EQ(drawn.size(), 1u);
+  EXPECT_EQ(drawn[0].history_rows, 3);
+  EXPECT_EQ(history_rows(project_id_), 3);
+  EXPECT_EQ(history_rows(other), 1);
+  EXPECT_EQ(CountRows("annotation_history"), 3 + 1);
+}
+
 TEST_F(AnnotationStoreTest, ReadLabelsSinceGivesTheLiveLabelsAfterASeqWithTheirIds) {
   ASSERT_THAT(store_->CommitAnnotations({Write("i0", "a", 0), Write("i1", "b", 1)}), IsOk());
   ASSERT_THAT(store_->CommitAnnotations({Write("i0", "a", 2), Write("i2", "a", 1)}), IsOk());

@@ -20,7 +20,8 @@ std::string SelectProjectsSql(absl::string_view where) {
       "SELECT project_id, name, classes, item_feature_dim, "
       "annotator_feature_dim, settings, ",
       MicrosFromTimestampSql("created_at"),
-      ", change_seq, next_item_index, next_annotator_index FROM projects ", where);
+      ", change_seq, next_item_index, next_annotator_index, history_rows FROM projects ",
+      where);
 }
 
 absl::StatusOr<ProjectRecord> ProjectFromRow(const pqxx::row& row) {
@@ -35,6 +36,7 @@ absl::StatusOr<ProjectRecord> ProjectFromRow(const pqxx::row& row) {
   p.change_seq = row[7].as<int64_t>();
   p.num_items = row[8].as<int64_t>();
   p.num_annotators = row[9].as<int64_t>();
+  p.history_rows = row[10].as<int64_t>();
   return p;
 }
 

@@ -38,6 +38,8 @@ struct ProjectRecord {
   // Items and annotators stored so far (the project's next dense indices); read only.
   int64_t num_items = 0;
   int64_t num_annotators = 0;
+  // Rows of annotation_history (revised and stale labels) stored so far; read only.
+  int64_t history_rows = 0;
 };
 
 class ProjectStore {

@@ -201,6 +201,14 @@ CREATE INDEX assignment_leases_project_claim ON assignment_leases (project_id, c
 -- (storage/project_changes.h): server replicas re-read those when theirs is behind.
 ALTER TABLE projects ADD COLUMN change_seq bigint NOT NULL DEFAULT 0;
 )sql"},
+          {13, "a count of each project's annotation_history rows", R"sql(
+-- Kept by the commit that writes the history rows (storage/annotation_store.h), so that a
+-- project's limit on them (ProjectLimits.max_revisions) can be checked without counting.
+ALTER TABLE projects ADD COLUMN history_rows bigint NOT NULL DEFAULT 0;
+UPDATE projects p SET history_rows = h.n
+  FROM (SELECT project_id, count(*) AS n FROM annotation_history GROUP BY project_id) h
+  WHERE p.project_id = h.project_id;
+)sql"},
       };
   return *kMigrations;
 }

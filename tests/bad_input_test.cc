@@ -160,6 +160,21 @@ Outcome Submit(const Stubs& s, const std::vector<v1::AnnotationBatch>& batches) 
   return {};
 }
 
+// Sends one batch on its own stream and reads its ack into `ack`; fails if the stream does.
+::testing::AssertionResult SubmitOne(const Stubs& s, const v1::AnnotationBatch& batch,
+                                     v1::BatchAck* ack) {
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  auto stream = s.ingest->SubmitAnnotations(&context);
+  if (!stream->Write(batch)) return ::testing::AssertionFailure() << "the write failed";
+  stream->WritesDone();
+  const bool acked = stream->Read(ack);
+  grpc::Status status = stream->Finish();
+  if (!status.ok()) return ::testing::AssertionFailure() << status.error_message();
+  if (!acked) return ::testing::AssertionFailure() << "no ack";
+  return ::testing::AssertionSuccess();
+}
+
 Outcome GetPosteriors(const Stubs& s, const v1::GetPosteriorsRequest& request) {
   grpc::ClientContext context;
   context.set_deadline(Deadline());
@@ -1183,15 +1198,8 @@ TEST_F(RefusedWriteTest, RejectedAnnotationLeavesTheRestOfTheBatchWritten) {
   bad->set_item("dropped-item");
   bad->mutable_client_time()->set_seconds(-100'000'000'000'000);
 
-  grpc::ClientContext context;
-  context.set_deadline(Deadline());
-  auto stream = stubs().ingest->SubmitAnnotations(&context);
-  ASSERT_TRUE(stream->Write(batch));
-  stream->WritesDone();
   v1::BatchAck ack;
-  ASSERT_TRUE(stream->Read(&ack));
-  grpc::Status status = stream->Finish();
-  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_TRUE(SubmitOne(stubs(), batch, &ack));
   EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
   EXPECT_EQ(ack.accepted(), 1);
   EXPECT_EQ(ack.rejected(), 1);
@@ -1213,15 +1221,8 @@ TEST_F(RefusedWriteTest, AnAckListsTheFirstHundredRejectionsAndCountsThemAll) {
     a->set_item(absl::StrCat("many-rejected-", i));
     if (i % 1000 != 999) a->set_label(7);  // Out of range; every 1,000th stays valid.
   }
-  grpc::ClientContext context;
-  context.set_deadline(Deadline());
-  auto stream = stubs().ingest->SubmitAnnotations(&context);
-  ASSERT_TRUE(stream->Write(batch));
-  stream->WritesDone();
   v1::BatchAck ack;
-  ASSERT_TRUE(stream->Read(&ack));
-  grpc::Status status = stream->Finish();
-  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_TRUE(SubmitOne(stubs(), batch, &ack));
   EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
   EXPECT_EQ(ack.accepted(), 10);
   EXPECT_EQ(ack.rejected(), 9'990);

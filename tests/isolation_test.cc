@@ -167,6 +167,20 @@ class IsolationTest : public ::testing::Test {
     ASSERT_EQ(accepted, num_annotators);
   }
 
+  grpc::Status SuggestAnnotators(const std::string& project, const std::string& item, int k,
+                                 const std::vector<std::string>& candidates,
+                                 v1::SuggestAnnotatorsResponse* response) {
+    v1::SuggestAnnotatorsRequest request;
+    request.set_project(project);
+    request.set_item(item);
+    request.set_k(k);
+    for (const std::string& c : candidates) request.add_candidates(c);
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    return v1::AssignmentService::NewStub(channel_)->SuggestAnnotators(&context, request,
+                                                                        response);
+  }
+
   grpc::Status Profiles(const v1::GetAnnotatorProfilesRequest& request,
                         v1::GetAnnotatorProfilesResponse* response) {
     grpc::ClientContext context;
@@ -397,15 +411,7 @@ TEST_F(IsolationTest, SuggestAnnotatorsCapsItsCandidatesAndSuggestsEachOnce) {
   CreateProjectWithAnnotators("candidates", 3, 4);
   auto suggest = [&](const std::vector<std::string>& candidates,
                      v1::SuggestAnnotatorsResponse* response) {
-    v1::SuggestAnnotatorsRequest request;
-    request.set_project("candidates");
-    request.set_item("i0");
-    request.set_k(10);
-    for (const std::string& c : candidates) request.add_candidates(c);
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    return v1::AssignmentService::NewStub(channel_)->SuggestAnnotators(&context, request,
-                                                                        response);
+    return SuggestAnnotators("candidates", "i0", 10, candidates, response);
   };
   std::vector<std::string> many;
   for (int i = 0; i < 10001; ++i) many.push_back(absl::StrCat("newcomer-", i));
@@ -443,15 +449,7 @@ TEST_F(IsolationTest, SuggestAnnotatorsWithoutCandidatesIsBoundedByTheWorkOfAnEx
   CreateProjectWithAnnotators("many-annotators", 256, 10'001, 10'001);
   auto suggest = [&](const std::vector<std::string>& candidates,
                      v1::SuggestAnnotatorsResponse* response) {
-    v1::SuggestAnnotatorsRequest request;
-    request.set_project("many-annotators");
-    request.set_item("i0");
-    request.set_k(3);
-    for (const std::string& c : candidates) request.add_candidates(c);
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    return v1::AssignmentService::NewStub(channel_)->SuggestAnnotators(&context, request,
-                                                                        response);
+    return SuggestAnnotators("many-annotators", "i0", 3, candidates, response);
   };
   v1::SuggestAnnotatorsResponse response;
   grpc::Status status = suggest({}, &response);
@@ -532,6 +530,63 @@ TEST_F(IsolationTest, FeatureRowsOfNewItemsAndAnnotatorsAreBoundedByTheProjectsL
 
 // ProjectLimits: a call that would pass a project's limit is refused whole, naming the limit,
 // and writes nothing; what adds nothing (a revised label) is still accepted.
+// ProjectLimits.max_revisions: a revision adds no live label, so max_labels cannot see a
+// writer flipping one label back and forth, but every flip keeps the replaced label in
+// annotation_history. Limit 3: three flips (one of them two in one batch) are taken, a
+// resend of the live label and a new pair still are, a fourth flip is refused whole, and the
+// count survives a restart (it is read from the database, not rebuilt from live labels).
+TEST_F(IsolationTest, RevisionsKeptInHistoryAreBoundedByTheProjectsLimit) {
+  v1::CreateProjectRequest create;
+  create.mutable_project()->set_name("flipping");
+  create.mutable_project()->add_classes("a");
+  create.mutable_project()->add_classes("b");
+  create.mutable_project()->mutable_settings()->mutable_limits()->set_max_revisions(3);
+  {
+    v1::CreateProjectResponse created;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
+  }
+  auto submit = [&](uint64_t id, std::vector<std::tuple<std::string, std::string, int>> labels) {
+    return SubmitLabels("flipping", id, labels);
+  };
+  v1::BatchAck ack = submit(1, {{"i1", "w1", 0}, {"i2", "w1", 0}});
+  ASSERT_EQ(ack.error_code(), 0) << ack.error_message();
+  ack = submit(2, {{"i1", "w1", 1}});
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  EXPECT_EQ(ack.revised(), 1);
+  ack = submit(3, {{"i1", "w1", 0}, {"i1", "w1", 1}});  // Two flips of one pair in one batch.
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  EXPECT_EQ(ack.revised(), 2);
+  // At the limit: a resend of live labels and a new pair add no revision and are taken.
+  ack = submit(4, {{"i1", "w1", 1}, {"i2", "w1", 0}, {"i3", "w1", 1}});
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  EXPECT_EQ(ack.duplicate(), 2);
+  EXPECT_EQ(ack.accepted(), 1);
+  auto refused_flip = [&](uint64_t id) {
+    v1::BatchAck refused = submit(id, {{"i3", "w2", 0}, {"i2", "w1", 1}});
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << refused.error_message();
+    EXPECT_TRUE(absl::StrContains(refused.error_message(), "max_revisions (3"))
+        << refused.error_message();
+    EXPECT_TRUE(absl::StrContains(refused.error_message(), "has 3 revised or stale labels"))
+        << refused.error_message();
+    EXPECT_EQ(refused.accepted() + refused.revised(), 0);
+  };
+  refused_flip(5);
+  server_->Shutdown();
+  StartServer();
+  ASSERT_NE(server_, nullptr);
+  refused_flip(6);
+  pqxx::connection connection(pg_->url());
+  pqxx::nontransaction txn(connection);
+  EXPECT_EQ(txn.exec1("SELECT count(*) FROM annotation_history h JOIN projects p "
+                      "USING (project_id) WHERE p.name = 'flipping'")[0]
+                .as<int64_t>(),
+            3);
+}
+
 TEST_F(IsolationTest, AProjectsLimitsRefuseWholeCallsThatWouldPassThem) {
   v1::CreateProjectRequest create;
   create.mutable_project()->set_name("limited");

@@ -12,6 +12,7 @@ ProjectQuota EffectiveQuota(const v1::ProjectSettings& settings, const ProjectQu
   if (limits.max_labels() > 0) quota.max_labels = limits.max_labels();
   if (limits.max_confusion_cells() > 0) quota.max_confusion_cells = limits.max_confusion_cells();
   if (limits.max_feature_values() > 0) quota.max_feature_values = limits.max_feature_values();
+  if (limits.max_revisions() > 0) quota.max_revisions = limits.max_revisions();
   return quota;
 }
 
@@ -39,6 +40,9 @@ absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& c
       {"max_feature_values", "--max_feature_values_per_project",
        "feature values (items x item_feature_dim + annotators x annotator_feature_dim)",
        quota.max_feature_values, feature_values(current), feature_values(added)},
+      {"max_revisions", "--max_revisions_per_project",
+       "revised or stale labels kept in history", quota.max_revisions, current.revisions,
+       added.revisions},
   };
   for (const auto& c : checks) {
     if (c.more > 0 && c.now + c.more > c.max) {
@@ -61,6 +65,7 @@ absl::Status CheckLimitsNotRaised(const ProjectQuota& requested, const ProjectQu
       {"max_labels", requested.max_labels, allowed.max_labels},
       {"max_confusion_cells", requested.max_confusion_cells, allowed.max_confusion_cells},
       {"max_feature_values", requested.max_feature_values, allowed.max_feature_values},
+      {"max_revisions", requested.max_revisions, allowed.max_revisions},
   };
   for (const auto& l : limits) {
     if (l.requested > l.allowed) {

@@ -24,6 +24,9 @@ struct ProjectQuota {
   // feature row for every item and annotator of a project with features (LiveProject), given
   // or not, so this bounds that memory (4 bytes a value).
   int64_t max_feature_values = 268'435'456;
+  // Revised and stale labels kept in history (storage: annotation_history), which a live label
+  // count does not see: a writer flipping one label back and forth adds a row each time.
+  int64_t max_revisions = 100'000'000;
 };
 
 // A project's limits: its settings' non-zero overrides, else `defaults`.
@@ -34,6 +37,7 @@ struct ProjectGrowth {
   int64_t items = 0;
   int64_t annotators = 0;
   int64_t labels = 0;
+  int64_t revisions = 0;  // Labels kept in history: revised or stale.
 };
 
 // OK when `current` plus `added` stays within `quota`; otherwise RESOURCE_EXHAUSTED naming the

@@ -163,23 +163,43 @@ TEST(ProjectQuotaTest, SwitchingToADenseMethodExactlyAtTheLimitIsAllowed) {
               StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
+// Promise (project_quota.h, ProjectQuota::max_revisions): revised and stale labels are held to
+// their own limit, at the boundary like the others, and an override replaces the default.
+TEST(ProjectQuotaTest, RevisionsKeptInHistoryHaveTheirOwnLimit) {
+  ProjectQuota quota;
+  quota.max_revisions = 10;
+  EXPECT_THAT(CheckProjectQuota(quota, {0, 0, 0, 8}, {0, 0, 0, 2}, 0), IsOk());
+  EXPECT_THAT(CheckProjectQuota(quota, {0, 0, 0, 8}, {0, 0, 0, 3}, 0),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("max_revisions (10, settings.limits.max_revisions or "
+                                 "--max_revisions_per_project) would be passed: the project "
+                                 "has 8 revised or stale labels kept in history and this call "
+                                 "adds 3")));
+  v1::ProjectSettings settings;
+  EXPECT_EQ(EffectiveQuota(settings, quota).max_revisions, 10);
+  settings.mutable_limits()->set_max_revisions(4);
+  EXPECT_EQ(EffectiveQuota(settings, quota).max_revisions, 4);
+  EXPECT_EQ(ProjectQuota().max_revisions, 100'000'000);
+}
+
 // Promise (project_quota.h, CheckLimitsNotRaised): a limit may be kept or lowered, never
 // raised, and the refusal names the first raised limit with both values.
 TEST(ProjectQuotaTest, ALimitMayBeKeptOrLoweredButNotRaised) {
-  const ProjectQuota allowed{100, 10, 1000, 1000, 5000};
+  const ProjectQuota allowed{100, 10, 1000, 1000, 5000, 100};
   EXPECT_THAT(CheckLimitsNotRaised(allowed, allowed), IsOk());
-  EXPECT_THAT(CheckLimitsNotRaised({1, 1, 1, 1, 1}, allowed), IsOk());
+  EXPECT_THAT(CheckLimitsNotRaised({1, 1, 1, 1, 1, 1}, allowed), IsOk());
   const struct {
     ProjectQuota requested;
     const char* message;
   } raised[] = {
-      {{101, 10, 1000, 1000, 5000}, "settings.limits.max_items: 101 is above this project's limit 100"},
-      {{100, 11, 1000, 1000, 5000}, "settings.limits.max_annotators: 11 is above"},
-      {{100, 10, 1001, 1000, 5000}, "settings.limits.max_labels: 1001 is above"},
-      {{100, 10, 1000, 1001, 5000}, "settings.limits.max_confusion_cells: 1001 is above"},
-      {{100, 10, 1000, 1000, 5001}, "settings.limits.max_feature_values: 5001 is above"},
+      {{101, 10, 1000, 1000, 5000, 100}, "settings.limits.max_items: 101 is above this project's limit 100"},
+      {{100, 11, 1000, 1000, 5000, 100}, "settings.limits.max_annotators: 11 is above"},
+      {{100, 10, 1001, 1000, 5000, 100}, "settings.limits.max_labels: 1001 is above"},
+      {{100, 10, 1000, 1001, 5000, 100}, "settings.limits.max_confusion_cells: 1001 is above"},
+      {{100, 10, 1000, 1000, 5001, 100}, "settings.limits.max_feature_values: 5001 is above"},
+      {{100, 10, 1000, 1000, 5000, 101}, "settings.limits.max_revisions: 101 is above"},
       // The first raised limit is named, even when another is lowered.
-      {{1, 10, 2000, 1, 5000}, "settings.limits.max_labels: 2000"},
+      {{1, 10, 2000, 1, 5000, 100}, "settings.limits.max_labels: 2000"},
   };
   for (const auto& r : raised) {
     EXPECT_THAT(CheckLimitsNotRaised(r.requested, allowed),

@@ -81,6 +81,7 @@ absl::Status ValidateSettings(const v1::ProjectSettings& settings) {
   if (limits.max_feature_values() < 0) {
     return Invalid("settings.limits.max_feature_values", "must be >= 0");
   }
+  if (limits.max_revisions() < 0) return Invalid("settings.limits.max_revisions", "must be >= 0");
   const v1::AssignmentSettings& a = settings.assignment();
   if (a.min_labels_per_item() < 0) {
     return Invalid("settings.assignment.min_labels_per_item", "must be >= 0");

@@ -278,6 +278,9 @@ TEST(ValidateSettingsTest, NegativeLimitsAreRefusedNamingTheField) {
       {"settings.limits.max_labels", [](v1::ProjectLimits& l) { l.set_max_labels(-1); }},
       {"settings.limits.max_confusion_cells",
        [](v1::ProjectLimits& l) { l.set_max_confusion_cells(-1); }},
+      {"settings.limits.max_feature_values",
+       [](v1::ProjectLimits& l) { l.set_max_feature_values(-1); }},
+      {"settings.limits.max_revisions", [](v1::ProjectLimits& l) { l.set_max_revisions(-1); }},
   };
   for (const Case& c : cases) {
     v1::ProjectSettings s;
@@ -291,6 +294,7 @@ TEST(ValidateSettingsTest, NegativeLimitsAreRefusedNamingTheField) {
   zero_and_positive.mutable_limits()->set_max_annotators(0);
   zero_and_positive.mutable_limits()->set_max_labels(5);
   zero_and_positive.mutable_limits()->set_max_confusion_cells(0);
+  zero_and_positive.mutable_limits()->set_max_revisions(7);
   EXPECT_THAT(ValidateSettings(zero_and_positive), IsOk());
 }
 

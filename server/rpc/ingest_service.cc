@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -45,40 +46,59 @@ void FillOutcomes(v1::BatchAck& ack, const IngestPipeline::Result& result) {
 
 // OK when `batches` (all of `project`) keep it within its limits, counted against what the
 // project holds now. Exact counting (which items, annotators and (item, annotator) pairs are
-// new) only near a limit: far below every one, the batches' size bounds what they can add.
+// new, which writes change a pair's label) only near a limit: far below every one, the
+// batches' size bounds what they can add. A write that changes its pair's label is counted as
+// a revision even when the store will find it stale (that keeps the live label, so a later
+// write of the old label may be counted again): near the limit the count errs high, never low.
 absl::Status CheckBatchQuota(
     const LiveProject& project,
     absl::Span<const std::vector<storage::AnnotationWrite>* const> batches,
     const ProjectQuota& defaults) {
   const ProjectQuota quota = EffectiveQuota(project.settings(), defaults);
   const ProjectCounts counts = project.Counts();
-  const ProjectGrowth current{counts.num_items, counts.num_annotators, counts.num_labels};
+  const ProjectGrowth current{counts.num_items, counts.num_annotators, counts.num_labels,
+                              counts.num_revisions};
   int64_t n = 0;
   for (const auto* writes : batches) n += static_cast<int64_t>(writes->size());
   const int64_t k = DenseConfusionCellsPerAnnotator(project.settings().model().method(),
                                                     project.num_classes());
   const int64_t item_dim = project.identity().item_feature_dim;
   const int64_t annotator_dim = project.identity().annotator_feature_dim;
-  if (CheckProjectQuota(quota, current, {n, n, n}, k, item_dim, annotator_dim).ok()) {
+  if (CheckProjectQuota(quota, current, {n, n, n, n}, k, item_dim, annotator_dim).ok()) {
     return absl::OkStatus();
   }
   absl::flat_hash_set<absl::string_view> new_items, new_annotators;
   absl::flat_hash_set<std::pair<absl::string_view, absl::string_view>> new_labels;
+  // The label each pair the batches touch holds after their writes so far.
+  absl::flat_hash_map<std::pair<absl::string_view, absl::string_view>, int32_t> label_now;
+  int64_t revisions = 0;
   for (const auto* writes : batches) {
     for (const storage::AnnotationWrite& w : *writes) {
       const std::optional<int32_t> item = project.FindItem(w.item_id);
       const std::optional<int32_t> annotator = project.FindAnnotator(w.annotator_id);
       if (!item.has_value()) new_items.insert(w.item_id);
       if (!annotator.has_value()) new_annotators.insert(w.annotator_id);
-      if (!item.has_value() || !annotator.has_value() || !project.HasLabelled(*item, *annotator)) {
-        new_labels.insert({w.item_id, w.annotator_id});
+      const std::pair<absl::string_view, absl::string_view> pair{w.item_id, w.annotator_id};
+      auto [it, first_write] = label_now.try_emplace(pair, w.label);
+      if (first_write) {
+        const std::optional<int32_t> live = item.has_value() && annotator.has_value()
+                                                ? project.LiveLabelOf(*item, *annotator)
+                                                : std::nullopt;
+        if (!live.has_value()) {
+          new_labels.insert(pair);
+        } else if (*live != w.label) {
+          ++revisions;
+        }
+      } else if (it->second != w.label) {
+        ++revisions;
+        it->second = w.label;
       }
     }
   }
   return CheckProjectQuota(quota, current,
                            {static_cast<int64_t>(new_items.size()),
                             static_cast<int64_t>(new_annotators.size()),
-                            static_cast<int64_t>(new_labels.size())},
+                            static_cast<int64_t>(new_labels.size()), revisions},
                            k, item_dim, annotator_dim);
 }
 

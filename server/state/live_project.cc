@@ -155,6 +155,7 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
   // The stored labels are one snapshot's live labels, complete through their newest seq.
   p.applied_seq_ = p.newest_seq_;
   p.followed_change_seq_ = stored.change_seq;
+  p.history_rows_ = stored.history_rows;
   absl::StatusOr<models::AnnotationMatrix> stored_matrix = models::AnnotationMatrix::Build(
       static_cast<int32_t>(p.item_ids_.size()), static_cast<int32_t>(p.annotator_ids_.size()), k,
       triples);
@@ -404,6 +405,7 @@ std::vector<int32_t> LiveProject::RegisterLocked(absl::Span<const CommittedLabel
 std::optional<std::vector<int32_t>> LiveProject::RegisterOwnCommit(
     absl::Span<const CommittedLabel> labels, std::optional<storage::DrawnSeqs> drawn) {
   absl::MutexLock lock(&mu_);
+  if (drawn.has_value()) history_rows_ = std::max(history_rows_, drawn->history_rows);
   if (drawn.has_value()) {
     if (drawn->last <= applied_seq_) {
       // A catch-up read after this commit applied it already (and maybe later commits over it).
@@ -420,6 +422,7 @@ std::optional<std::vector<int32_t>> LiveProject::RegisterOwnCommit(
 std::vector<int32_t> LiveProject::RegisterOwnCommitOutOfOrder(
     absl::Span<const CommittedLabel> labels, std::optional<storage::DrawnSeqs> drawn) {
   absl::MutexLock lock(&mu_);
+  if (drawn.has_value()) history_rows_ = std::max(history_rows_, drawn->history_rows);
   std::vector<int32_t> touched = RegisterLocked(labels, applied_seq_);
   // applied_seq_ stays: the commits before this one are still missing. A catch-up read that
   // this commit is not in would take its pairs back to older labels, so none is applied.
@@ -725,6 +728,12 @@ bool LiveProject::HasLabelled(int32_t item, int32_t annotator) const {
   return labels_.HasLabel(item, annotator);
 }
 
+std::optional<int32_t> LiveProject::LiveLabelOf(int32_t item, int32_t annotator) const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (!labels_.HasLabel(item, annotator)) return std::nullopt;
+  return LiveLabel(item, annotator);
+}
+
 std::vector<int32_t> LiveProject::GoldItems() const {
   absl::ReaderMutexLock lock(&mu_);
   std::vector<int32_t> gold;
@@ -749,6 +758,7 @@ ProjectCounts LiveProject::Counts() const {
   counts.num_items = static_cast<int64_t>(item_ids_.size());
   counts.num_annotators = static_cast<int64_t>(annotator_ids_.size());
   counts.num_labels = labels_.num_labels();
+  counts.num_revisions = history_rows_;
   counts.labels_since_version = changes_since_fit_;
   counts.training = training_;
   return counts;

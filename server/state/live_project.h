@@ -88,6 +88,9 @@ struct ProjectCounts {
   int64_t num_items = 0;
   int64_t num_annotators = 0;
   int64_t num_labels = 0;
+  // Revised and stale labels kept in history, as of the load or this server's latest commit
+  // to the project (each commit reports the count over every replica's commits).
+  int64_t num_revisions = 0;
   int64_t labels_since_version = 0;
   bool training = false;
 };
@@ -125,6 +128,8 @@ class LiveProject {
     // The project's change_seq read before the items and annotators above
     // (storage/project_changes.h).
     int64_t change_seq = 0;
+    // Rows of the project's annotation_history (storage::ProjectRecord::history_rows).
+    int64_t history_rows = 0;
   };
 
   // Builds the live state from stored state; restores the latest model version's parameters
@@ -256,6 +261,9 @@ class LiveProject {
   int32_t AnnotatorLabelCount(int32_t annotator) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `annotator` has a live label on `item` (false for out-of-range indices).
   bool HasLabelled(int32_t item, int32_t annotator) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The live label of `annotator` on `item`, if any (nullopt for out-of-range indices).
+  std::optional<int32_t> LiveLabelOf(int32_t item, int32_t annotator) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Gold items, ascending.
   std::vector<int32_t> GoldItems() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -437,6 +445,8 @@ class LiveProject {
   int64_t model_watermark_ ABSL_GUARDED_BY(mu_) = 0;
   // Labels the last fit from scratch saw (0 before the first fit). After a restart, the label
   // count of the restored version (whether it was warm-started is not stored).
+  // ProjectCounts::num_revisions.
+  int64_t history_rows_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t scratch_fit_num_labels_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::vector<double> item_priority_ ABSL_GUARDED_BY(mu_);

@@ -55,6 +55,9 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::LoadFromStorage(
   LiveProject::StoredState stored;
   // Read before the items and annotators below: a change after it is re-read (followed).
   stored.change_seq = record.change_seq;
+  // Read with the record, before the labels: commits after it are counted by this server's
+  // next commit to the project, which reports the count over every replica's commits.
+  stored.history_rows = record.history_rows;
   // The labels before the items and annotators, in separate queries: a label commits with (or
   // after) its item and annotator, so every label read here names an item and an annotator the
   // reads below see. Read after them, a label committed in between on a new item named an item
