@@ -575,6 +575,12 @@ TEST_F(IsolationTest, RevisionsKeptInHistoryAreBoundedByTheProjectsLimit) {
     EXPECT_EQ(refused.accepted() + refused.revised(), 0);
   };
   refused_flip(5);
+  // Within one batch: a new pair written twice with one label adds no revision; a resent live
+  // label followed by a flip of the same pair adds one.
+  ack = submit(7, {{"i4", "w1", 0}, {"i4", "w1", 0}});
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  ack = submit(8, {{"i3", "w1", 1}, {"i3", "w1", 0}});
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << ack.error_message();
   server_->Shutdown();
   StartServer();
   ASSERT_NE(server_, nullptr);
