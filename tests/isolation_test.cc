@@ -460,6 +460,12 @@ TEST_F(IsolationTest, SuggestAnnotatorsWithoutCandidatesIsBoundedByTheWorkOfAnEx
       << status.error_message();
   ASSERT_TRUE(suggest({"newcomer-1", "newcomer-2", "a7"}, &response).ok());
   EXPECT_EQ(response.suggestions_size(), 2);  // a7 labelled i0.
+  // At 2 classes the bound is 163,840,000 annotators: 10,001, one item each, are ranked.
+  CreateProjectWithAnnotators("many-annotators-two-classes", 2, 10'001);
+  response.Clear();
+  status = SuggestAnnotators("many-annotators-two-classes", "i0", 3, {}, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.suggestions_size(), 3);
 }
 
 // ProjectLimits.max_feature_values: the server keeps a dense feature row for every item and
