@@ -230,7 +230,9 @@ class VerityClient {
   absl::StatusOr<std::vector<v1::ItemSuggestion>> SuggestItems(
       absl::string_view project, absl::string_view annotator, int32_t k,
       absl::Span<const std::string> candidate_items) const;
-  // `candidates` empty = the project's active annotators. Does not lease.
+  // `candidates` empty = the project's annotators (the server refuses an empty list with
+  // INVALID_ARGUMENT for a project of more than max(10,000, 655,360,000 / classes²) of them).
+  // Does not lease.
   absl::StatusOr<std::vector<v1::AnnotatorSuggestion>> SuggestAnnotators(
       absl::string_view project, absl::string_view item, int32_t k,
       absl::Span<const std::string> candidates) const;

@@ -57,6 +57,11 @@ TEST(StartupTest, AProjectThatCannotLoadAnswersUnavailableAndTheOthersServe) {
     v1::Item item;
     item.set_id("item-1");
     ASSERT_TRUE(client.AddItems("healthy", {item}).ok());
+    // A project whose settings parse but whose items do not load (below).
+    ASSERT_TRUE(client.CreateProject(NewProject("unrestorable")).ok());
+    v1::Item second;
+    second.set_id("item-2");
+    ASSERT_TRUE(client.AddItems("unrestorable", {item, second}).ok());
     first->Shutdown();
   }
   {
@@ -64,6 +69,9 @@ TEST(StartupTest, AProjectThatCannotLoadAnswersUnavailableAndTheOthersServe) {
     pqxx::connection connection(pg->url());
     pqxx::nontransaction txn(connection);
     txn.exec("UPDATE projects SET settings = '\\xff'::bytea WHERE name = 'broken'");
+    // Its item indices are no longer dense: the load refuses them.
+    txn.exec("DELETE FROM items WHERE item_index = 0 AND project_id = "
+             "(SELECT project_id FROM projects WHERE name = 'unrestorable')");
   }
 
   std::unique_ptr<server::VerityServer> server = StartServer(pg->url());
@@ -86,7 +94,11 @@ TEST(StartupTest, AProjectThatCannotLoadAnswersUnavailableAndTheOthersServe) {
   v1::Item item;
   item.set_id("item-2");
   EXPECT_TRUE(client.AddItems("healthy", {item}).ok());
-  // The listing leaves out the project that cannot be loaded (GetProject says why).
+  absl::StatusOr<v1::Project> unrestorable = client.GetProject("unrestorable");
+  EXPECT_EQ(unrestorable.status().code(), absl::StatusCode::kUnavailable) << unrestorable.status();
+  // The listing leaves out the projects that cannot be loaded (GetProject says why), the one
+  // whose stored settings parse too: listing does not load, so it must not list from the
+  // stored record a project whose load failed.
   absl::StatusOr<std::vector<v1::Project>> listed = client.ListProjects();
   ASSERT_TRUE(listed.ok()) << listed.status();
   std::vector<std::string> names;
