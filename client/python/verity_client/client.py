@@ -774,8 +774,9 @@ class Client:
     def suggest_annotators(self, project: str, item: str, k: int = 10,
                            candidates: Optional[Iterable[str]] = None) -> pd.DataFrame:
         """The k annotators who should label `item` next, best first, as a DataFrame:
-        annotator, score, p_correct. Does not lease. candidates: None = the project's active
-        annotators."""
+        annotator, score, p_correct. Does not lease. candidates: None = the project's
+        annotators (the server refuses that with INVALID_ARGUMENT for a project of more than
+        max(10,000, 655,360,000 / classes**2) annotators: pass candidates then)."""
         r = self._call(
             self._assignment.SuggestAnnotators,
             assignment_pb2.SuggestAnnotatorsRequest(
