@@ -85,6 +85,10 @@ ABSL_FLAG(int, max_concurrent_fits, 2,
 ABSL_FLAG(int, max_streams_per_key, 100,
           "Open SubmitAnnotations streams per API key at most (authentication on); a stream "
           "past it is refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_calls_per_key, 64,
+          "Unary calls in flight per API key at most (authentication on), so that one key "
+          "cannot hold every gRPC thread with slow calls; a call past it is refused with "
+          "RESOURCE_EXHAUSTED. 0 = no limit.");
 ABSL_FLAG(int64_t, max_leases_per_project, 10'000'000,
           "Outstanding assignment leases a project may hold; SuggestItems past it is refused "
           "with RESOURCE_EXHAUSTED until labels arrive or leases expire.");
@@ -179,6 +183,7 @@ int main(int argc, char** argv) {
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
   options.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_mb) << 20;
   options.max_streams_per_key = absl::GetFlag(FLAGS_max_streams_per_key);
+  options.max_calls_per_key = absl::GetFlag(FLAGS_max_calls_per_key);
   options.max_leases_per_project = absl::GetFlag(FLAGS_max_leases_per_project);
   options.training.max_concurrent_fits = absl::GetFlag(FLAGS_max_concurrent_fits);
   options.project_quota.max_items = absl::GetFlag(FLAGS_max_items_per_project);

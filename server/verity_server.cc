@@ -126,7 +126,7 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
       return s;
     }
   }
-  server->call_authorizations_ = std::make_unique<CallAuthorizations>();
+  server->call_authorizations_ = std::make_unique<CallAuthorizations>(options.max_calls_per_key);
   server->core_ = ServerCore{server->storage_.get(),         server->registry_.get(),
                              server->ingest_.get(),          server->scheduler_.get(),
                              server->lease_persister_.get(), server->call_authorizations_.get(),

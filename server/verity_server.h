@@ -63,6 +63,10 @@ class VerityServer {
     // Open SubmitAnnotations streams per API key at most (authentication on), so that one key
     // cannot take every stream; past it the key's stream is refused RESOURCE_EXHAUSTED.
     int max_streams_per_key = 100;
+    // Unary calls in flight per API key at most (authentication on), so that one key cannot
+    // hold every gRPC thread (256 beside the streams') with slow calls; past it the key's call
+    // is refused RESOURCE_EXHAUSTED. 0 = no limit.
+    int max_calls_per_key = 64;
     // Outstanding assignment leases per project at most (each is a row and a map entry, and
     // SuggestItems leases up to 1,000 per call for any annotator id); past it SuggestItems is
     // refused RESOURCE_EXHAUSTED until labels arrive or leases expire.

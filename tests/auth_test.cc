@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "pqxx/pqxx"
 #include "server/testing/http_get.h"
 #include "server/verity_server.h"
@@ -848,6 +849,69 @@ TEST_F(AuthTest, TheConsoleNeedsAKeyAndShowsOnlyItsProjects) {
 }
 
 // --max_streams_per_key: one key cannot hold every ingest stream; other keys still open theirs.
+// docs/SECURITY.md, --max_calls_per_key: one key's unary calls in flight are capped, so that
+// one key cannot hold every gRPC thread with slow calls. A limit of 1: while the writer's
+// TrainModel is held in its fit, the writer's next call is refused naming the key and the
+// flag, another key's is served, and once the fit returns the writer is served again.
+TEST_F(AuthTest, OneKeyCannotHoldMoreThanItsShareOfUnaryCalls) {
+  // A label the current version has not seen, so that TrainModel fits.
+  v1::BatchAck seeded;
+  ASSERT_TRUE(Submit((*keys_)[Caller::kAdmin], "calls-in-flight", &seeded).ok());
+  absl::Mutex mu;
+  bool fit_started = false;
+  bool release_fit = false;
+  server::VerityServer::Options options = ServerOptions();
+  options.max_calls_per_key = 1;
+  options.training.before_fit_for_testing = [&](const server::LiveProject&) {
+    absl::MutexLock lock(&mu);
+    fit_started = true;
+    mu.Await(absl::Condition(&release_fit));
+  };
+  auto limited = server::VerityServer::Start(options);
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*limited)->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto get_project = [&](const std::string& key) {
+    v1::GetProjectRequest request;
+    request.set_project(kProject);
+    v1::GetProjectResponse response;
+    grpc::ClientContext context;
+    Authorize(context, key);
+    return v1::ProjectService::NewStub(channel)->GetProject(&context, request, &response);
+  };
+  const std::string writer = (*keys_)[Caller::kWriter];
+  grpc::Status train_status;
+  std::thread train([&] {
+    v1::TrainModelRequest request;
+    request.set_project(kProject);
+    v1::TrainModelResponse response;
+    grpc::ClientContext context;
+    Authorize(context, writer);
+    train_status = v1::ModelService::NewStub(channel)->TrainModel(&context, request, &response);
+  });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&fit_started));
+  }
+  const grpc::Status refused = get_project(writer);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "--max_calls_per_key"))
+      << refused.error_message();
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), writer.substr(3, 16)))
+      << refused.error_message();
+  const grpc::Status other_key = get_project((*keys_)[Caller::kReader]);
+  EXPECT_TRUE(other_key.ok()) << other_key.error_message();
+  {
+    absl::MutexLock lock(&mu);
+    release_fit = true;
+  }
+  train.join();
+  EXPECT_TRUE(train_status.ok()) << train_status.error_message();
+  const grpc::Status after = get_project(writer);
+  EXPECT_TRUE(after.ok()) << after.error_message();
+  (*limited)->Shutdown();
+}
+
 TEST_F(AuthTest, OneKeyCannotOpenMoreThanItsShareOfStreams) {
   server::VerityServer::Options options = ServerOptions();
   options.max_streams_per_key = 2;

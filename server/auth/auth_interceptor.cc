@@ -117,7 +117,8 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
     }
     principal_ = *principal;
     key_text_ = std::string(value);
-    decisions.SetCallDecision(context_, absl::OkStatus(), *std::move(principal));
+    decisions.SetCallDecision(context_, absl::OkStatus(), *std::move(principal),
+                              info_->type() == ServerRpcInfo::Type::UNARY);
   }
 
   void DecideMessage(const void* message) {
@@ -186,13 +187,29 @@ absl::StatusOr<std::shared_ptr<const Principal>> CallAuthorizations::Admit(
 
 void CallAuthorizations::SetCallDecision(const grpc::ServerContextBase* context,
                                          absl::Status status,
-                                         std::shared_ptr<const Principal> principal) {
+                                         std::shared_ptr<const Principal> principal,
+                                         bool unary) {
   absl::MutexLock lock(&mu_);
   Decision& decision = decisions_[context];
   if (!new_call_refusal_.ok()) {
     decision.call = new_call_refusal_;
     decision.principal = nullptr;
     return;
+  }
+  if (status.ok() && unary && max_unary_calls_per_key_ > 0 && principal != nullptr &&
+      !principal->key_id.empty()) {
+    int& in_flight = unary_calls_by_key_[principal->key_id];
+    if (in_flight >= max_unary_calls_per_key_) {
+      decision.call = absl::ResourceExhaustedError(absl::StrCat(
+          "API key ", principal->key_id, " has ", in_flight,
+          " calls in flight: the limit is ", max_unary_calls_per_key_,
+          " per key (--max_calls_per_key); retry when one has returned"));
+      decision.principal = nullptr;
+      if (in_flight == 0) unary_calls_by_key_.erase(principal->key_id);
+      return;
+    }
+    ++in_flight;
+    decision.counted_key = principal->key_id;
   }
   decision.call = std::move(status);
   decision.principal = std::move(principal);
@@ -218,7 +235,15 @@ CallAuthorizations::Decision CallAuthorizations::Get(
 
 void CallAuthorizations::Forget(const grpc::ServerContextBase* context) {
   absl::MutexLock lock(&mu_);
-  decisions_.erase(context);
+  auto it = decisions_.find(context);
+  if (it == decisions_.end()) return;
+  if (!it->second.counted_key.empty()) {
+    auto counted = unary_calls_by_key_.find(it->second.counted_key);
+    if (counted != unary_calls_by_key_.end() && --counted->second <= 0) {
+      unary_calls_by_key_.erase(counted);
+    }
+  }
+  decisions_.erase(it);
 }
 
 AuthInterceptorFactory::AuthInterceptorFactory(KeyRing* keys, CallAuthorizations& decisions)

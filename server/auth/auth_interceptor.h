@@ -46,12 +46,21 @@ namespace verity::server {
 // The interceptor's decision for each live call, read by the handlers.
 class CallAuthorizations {
  public:
+  // `max_unary_calls_per_key` (> 0; 0 = no limit): the unary calls one API key may have in
+  // flight at once; past it the key's new unary call is refused RESOURCE_EXHAUSTED, so that one
+  // key cannot hold every gRPC thread with slow calls. Streams have their own limit
+  // (IngestServiceImpl, --max_streams_per_key).
+  explicit CallAuthorizations(int max_unary_calls_per_key = 0)
+      : max_unary_calls_per_key_(max_unary_calls_per_key) {}
+
   struct Decision {
     // Authentication and role, decided from the initial metadata; fixed for the call.
     absl::Status call = absl::OkStatus();
     // The project of the latest received message (OK before any message).
     absl::Status message = absl::OkStatus();
     std::shared_ptr<const Principal> principal;  // Set when `call` is OK.
+    // The key whose unary calls in flight count this call ("" when not counted).
+    std::string counted_key;
   };
 
   // The caller's principal when the interceptor admitted the call (and its latest message);
@@ -68,9 +77,10 @@ class CallAuthorizations {
   // never refused: the health service reports NOT_SERVING itself.
   void RefuseNewCalls(absl::Status refusal);
 
-  // Interceptor side.
+  // Interceptor side. An admitted `unary` call of a key is counted against the key's limit
+  // until Forget(context), and refused when the key is at it.
   void SetCallDecision(const grpc::ServerContextBase* context, absl::Status status,
-                       std::shared_ptr<const Principal> principal);
+                       std::shared_ptr<const Principal> principal, bool unary = false);
   void SetMessageDecision(const grpc::ServerContextBase* context, absl::Status status);
   Decision Get(const grpc::ServerContextBase* context) const;
   void Forget(const grpc::ServerContextBase* context);
@@ -79,6 +89,8 @@ class CallAuthorizations {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<const grpc::ServerContextBase*, Decision> decisions_ ABSL_GUARDED_BY(mu_);
   absl::Status new_call_refusal_ ABSL_GUARDED_BY(mu_);  // OK until RefuseNewCalls.
+  const int max_unary_calls_per_key_;
+  absl::flat_hash_map<std::string, int> unary_calls_by_key_ ABSL_GUARDED_BY(mu_);
 };
 
 class AuthInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {

@@ -61,5 +61,60 @@ TEST(CallAuthorizationsTest, AfterRefuseNewCallsNewCallsGetTheRefusalAndOpenStre
   EXPECT_EQ((*who)->key_id, "key-1");
 }
 
+// auth_interceptor.h, CallAuthorizations(max_unary_calls_per_key): one key's unary calls in
+// flight are capped; the refusal names the key and the flag; a returned call (Forget) frees
+// its place; another key, a stream (not unary), a refused call and authentication off (no
+// key id) are not counted.
+TEST(CallAuthorizationsTest, OneKeysUnaryCallsInFlightAreCappedAndFreedWhenTheyReturn) {
+  CallAuthorizations decisions(2);
+  const auto other = std::make_shared<Principal>(Principal{"key-2", Role::kReader, {}});
+  const auto auth_off = std::make_shared<Principal>(Principal{"", Role::kAdmin, {}});
+  grpc::ServerContext first, second, third, fourth, stream, refused, other_key, off_1, off_2,
+      off_3;
+  decisions.SetCallDecision(&refused, absl::PermissionDeniedError("role"), Writer(), true);
+  decisions.SetCallDecision(&first, absl::OkStatus(), Writer(), true);
+  decisions.SetCallDecision(&stream, absl::OkStatus(), Writer(), false);
+  decisions.SetCallDecision(&second, absl::OkStatus(), Writer(), true);
+  EXPECT_EQ(decisions.Get(&refused).call.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(decisions.Get(&first).call.ok());
+  EXPECT_TRUE(decisions.Get(&stream).call.ok());
+  EXPECT_TRUE(decisions.Get(&second).call.ok());
+
+  decisions.SetCallDecision(&third, absl::OkStatus(), Writer(), true);
+  const CallAuthorizations::Decision over = decisions.Get(&third);
+  EXPECT_EQ(over.call.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(over.call.message(),
+            "API key key-1 has 2 calls in flight: the limit is 2 per key (--max_calls_per_key); "
+            "retry when one has returned");
+  EXPECT_EQ(over.principal, nullptr);
+  decisions.SetCallDecision(&other_key, absl::OkStatus(), other, true);
+  EXPECT_TRUE(decisions.Get(&other_key).call.ok());
+  for (grpc::ServerContext* off : {&off_1, &off_2, &off_3}) {
+    decisions.SetCallDecision(off, absl::OkStatus(), auth_off, true);
+    EXPECT_TRUE(decisions.Get(off).call.ok());
+  }
+
+  // The refused call and the stream ending free nothing; the first call returning does.
+  decisions.Forget(&third);
+  decisions.Forget(&stream);
+  decisions.Forget(&refused);
+  decisions.SetCallDecision(&fourth, absl::OkStatus(), Writer(), true);
+  EXPECT_EQ(decisions.Get(&fourth).call.code(), absl::StatusCode::kResourceExhausted);
+  decisions.Forget(&fourth);
+  decisions.Forget(&first);
+  decisions.SetCallDecision(&fourth, absl::OkStatus(), Writer(), true);
+  EXPECT_TRUE(decisions.Get(&fourth).call.ok());
+}
+
+// Without a limit (0, the default) no call is refused for the calls in flight.
+TEST(CallAuthorizationsTest, WithoutALimitUnaryCallsAreNotCounted) {
+  CallAuthorizations decisions;
+  grpc::ServerContext calls[5];
+  for (grpc::ServerContext& call : calls) {
+    decisions.SetCallDecision(&call, absl::OkStatus(), Writer(), true);
+    EXPECT_TRUE(decisions.Get(&call).call.ok());
+  }
+}
+
 }  // namespace
 }  // namespace verity::server
