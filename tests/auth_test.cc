@@ -568,6 +568,14 @@ TEST_F(AuthTest, OnlyAnAdminOfEveryProjectCanRaiseAProjectsLimits) {
   EXPECT_TRUE(absl::StrContains(raised.error_message(), "settings.limits.max_items: 1001"))
       << raised.error_message();
   EXPECT_EQ(max_items_now(), 1000);
+  // 0 means the server's default, which is above 1000: a raise too.
+  raised = update(scoped_admin, 0);
+  EXPECT_EQ(raised.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(absl::StrContains(raised.error_message(),
+                                absl::StrCat("settings.limits.max_items: 0 (the server's default, ",
+                                             default_items, ") is above this project's limit 1000")))
+      << raised.error_message();
+  EXPECT_EQ(max_items_now(), 1000);
   ASSERT_TRUE(update((*keys_)[Caller::kAdmin], 2 * default_items).ok());
   // What the global admin raised the scoped admin may keep (a settings change that repeats the
   // limits), or lower, but not raise further; 0 means the default, which is lower.

@@ -376,9 +376,11 @@ class FakeIngestService final : public v1::IngestService::Service {
       }
       if (!reason.empty()) {
         ack.set_rejected(ack.rejected() + 1);
-        v1::Rejection* rejection = ack.add_rejections();
-        rejection->set_index(i);
-        rejection->set_reason(reason);
+        if (ack.rejections_size() < 100) {  // ingest.proto: the first 100 are listed.
+          v1::Rejection* rejection = ack.add_rejections();
+          rejection->set_index(i);
+          rejection->set_reason(reason);
+        }
         continue;
       }
       FakeItem& item = project.ItemFor(annotation.item());

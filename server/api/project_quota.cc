@@ -55,23 +55,36 @@ absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& c
   return absl::OkStatus();
 }
 
-absl::Status CheckLimitsNotRaised(const ProjectQuota& requested, const ProjectQuota& allowed) {
+absl::Status CheckLimitsNotRaised(const ProjectQuota& requested, const ProjectQuota& allowed,
+                                  const v1::ProjectLimits* sent) {
+  const v1::ProjectLimits none;
+  const v1::ProjectLimits& given = sent != nullptr ? *sent : none;
   const struct {
     const char* limit;
     int64_t requested, allowed;
+    bool sent_zero;
   } limits[] = {
-      {"max_items", requested.max_items, allowed.max_items},
-      {"max_annotators", requested.max_annotators, allowed.max_annotators},
-      {"max_labels", requested.max_labels, allowed.max_labels},
-      {"max_confusion_cells", requested.max_confusion_cells, allowed.max_confusion_cells},
-      {"max_feature_values", requested.max_feature_values, allowed.max_feature_values},
-      {"max_revisions", requested.max_revisions, allowed.max_revisions},
+      {"max_items", requested.max_items, allowed.max_items, given.max_items() == 0},
+      {"max_annotators", requested.max_annotators, allowed.max_annotators,
+       given.max_annotators() == 0},
+      {"max_labels", requested.max_labels, allowed.max_labels, given.max_labels() == 0},
+      {"max_confusion_cells", requested.max_confusion_cells, allowed.max_confusion_cells,
+       given.max_confusion_cells() == 0},
+      {"max_feature_values", requested.max_feature_values, allowed.max_feature_values,
+       given.max_feature_values() == 0},
+      {"max_revisions", requested.max_revisions, allowed.max_revisions,
+       given.max_revisions() == 0},
   };
   for (const auto& l : limits) {
     if (l.requested > l.allowed) {
       return absl::PermissionDeniedError(absl::StrCat(
-          "settings.limits.", l.limit, ": ", l.requested, " is above this project's limit ",
-          l.allowed, "; only an admin key valid for every project can raise a limit"));
+          "settings.limits.", l.limit, ": ",
+          sent != nullptr && l.sent_zero
+              ? absl::StrCat("0 (the server's default, ", l.requested, ")")
+              : absl::StrCat(l.requested),
+          " is above this project's limit ", l.allowed,
+          "; only an admin key valid for every project can raise a limit (settings are "
+          "replaced whole: send the project's limits to keep them)"));
     }
   }
   return absl::OkStatus();

@@ -58,7 +58,10 @@ absl::Status CheckProjectQuota(const ProjectQuota& quota, const ProjectGrowth& c
 // or keep them, but raising one would let a key for one project take what the server's
 // defaults hold back for every tenant. `allowed` is the project's current limits (the
 // server's defaults for a new project).
-absl::Status CheckLimitsNotRaised(const ProjectQuota& requested, const ProjectQuota& allowed);
+// `sent`, when given, is the limits the caller sent (whose 0 means the server's default): a
+// refusal of a 0 says so.
+absl::Status CheckLimitsNotRaised(const ProjectQuota& requested, const ProjectQuota& allowed,
+                                  const v1::ProjectLimits* sent = nullptr);
 
 // The confusion cells a project's truth model keeps densely per annotator: K² for the neural
 // methods (lia, crowdlayer, trace_reg, conal, cmm: a K×K matrix or its parameters per

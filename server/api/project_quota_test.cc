@@ -201,6 +201,13 @@ TEST(ProjectQuotaTest, ALimitMayBeKeptOrLoweredButNotRaised) {
       // The first raised limit is named, even when another is lowered.
       {{1, 10, 2000, 1, 5000, 100}, "settings.limits.max_labels: 2000"},
   };
+  // A 0 the caller sent is the default it stands for.
+  v1::ProjectLimits sent;
+  sent.set_max_items(50);
+  EXPECT_THAT(CheckLimitsNotRaised({100, 11, 1000, 1000, 5000, 100}, allowed, &sent),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("settings.limits.max_annotators: 0 (the server's default, 11) "
+                                 "is above this project's limit 10")));
   for (const auto& r : raised) {
     EXPECT_THAT(CheckLimitsNotRaised(r.requested, allowed),
                 StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr(r.message)))

@@ -1,6 +1,7 @@
 #include "server/rpc/project_service.h"
 
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -51,7 +52,7 @@ grpc::Status ProjectServiceImpl::CreateProject(grpc::ServerContext* context,
   if (!(*admitted)->AllProjects()) {
     if (absl::Status s = CheckLimitsNotRaised(
             EffectiveQuota(request->project().settings(), core_.quota_defaults),
-            core_.quota_defaults);
+            core_.quota_defaults, &request->project().settings().limits());
         !s.ok()) {
       return ToGrpcStatus(s);
     }
@@ -120,14 +121,6 @@ grpc::Status ProjectServiceImpl::UpdateProjectSettings(
   if (absl::Status s = ValidateSettings(request->settings()); !s.ok()) return ToGrpcStatus(s);
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
-  if (!(*admitted)->AllProjects()) {
-    if (absl::Status s = CheckLimitsNotRaised(
-            EffectiveQuota(request->settings(), core_.quota_defaults),
-            EffectiveQuota((*project)->settings(), core_.quota_defaults));
-        !s.ok()) {
-      return ToGrpcStatus(s);
-    }
-  }
   if (absl::Status s = ValidateMethodForClasses(request->settings(), (*project)->num_classes());
       !s.ok()) {
     return ToGrpcStatus(s);
@@ -139,7 +132,18 @@ grpc::Status ProjectServiceImpl::UpdateProjectSettings(
       !s.ok()) {
     return ToGrpcStatus(s);
   }
-  if (absl::Status s = core_.registry->UpdateSettings(**project, request->settings()); !s.ok()) {
+  // A key scoped to projects may keep or lower the limits, not raise them; checked under the
+  // project's write order, against the settings the updates before it wrote.
+  std::function<absl::Status(const v1::ProjectSettings&)> admit;
+  if (!(*admitted)->AllProjects()) {
+    admit = [&](const v1::ProjectSettings& current) {
+      return CheckLimitsNotRaised(EffectiveQuota(request->settings(), core_.quota_defaults),
+                                  EffectiveQuota(current, core_.quota_defaults),
+                                  &request->settings().limits());
+    };
+  }
+  if (absl::Status s = core_.registry->UpdateSettings(**project, request->settings(), admit);
+      !s.ok()) {
     return ToGrpcStatus(s);
   }
   *response->mutable_project() = ProjectToProto(**project);

@@ -346,7 +346,9 @@ std::optional<ProjectCounts> ProjectRegistry::CountsIfUnloaded(absl::string_view
 
 bool ProjectRegistry::LoadingOrFailed(absl::string_view name) const {
   absl::ReaderMutexLock lock(&mu_);
-  return loading_.contains(name) || failed_.contains(name);
+  if (loading_.contains(name)) return true;
+  auto failure = failed_.find(name);
+  return failure != failed_.end() && absl::Now() - failure->second.at < load_retry_interval_;
 }
 
 absl::StatusOr<ProjectCounts> ProjectRegistry::StoredCounts(const storage::ProjectRecord& record,
@@ -355,19 +357,27 @@ absl::StatusOr<ProjectCounts> ProjectRegistry::StoredCounts(const storage::Proje
   counts.num_items = record.num_items;
   counts.num_annotators = record.num_annotators;
   {
-    absl::ReaderMutexLock lock(&mu_);
+    absl::MutexLock lock(&mu_);
     auto it = stored_label_counts_.find(record.name);
-    if (it != stored_label_counts_.end() && now - it->second.counted_at < kStoredLabelCountReuse) {
+    if (it != stored_label_counts_.end() &&
+        (now - it->second.counted_at < kStoredLabelCountReuse || it->second.recounting)) {
       counts.num_labels = it->second.labels;
       return counts;
     }
+    // This caller recounts; listings meanwhile keep the old count. (Two first listings of a
+    // project at once may both count.)
+    if (it != stored_label_counts_.end()) it->second.recounting = true;
   }
-  // Counted without the lock: two listings at once may both count, which is harmless.
+  // Counted without the lock.
   absl::StatusOr<int64_t> labels = storage_.annotations->CountLiveAnnotations(record.project_id);
-  if (!labels.ok()) return labels.status();
-  counts.num_labels = *labels;
   absl::MutexLock lock(&mu_);
-  stored_label_counts_[record.name] = {now, *labels};
+  if (!labels.ok()) {
+    auto it = stored_label_counts_.find(record.name);
+    if (it != stored_label_counts_.end()) it->second.recounting = false;
+    return labels.status();
+  }
+  counts.num_labels = *labels;
+  stored_label_counts_[record.name] = {now, *labels, false};
   return counts;
 }
 
@@ -497,13 +507,17 @@ absl::StatusOr<std::shared_ptr<LiveProject>> ProjectRegistry::Create(const v1::P
   return it->second;
 }
 
-absl::Status ProjectRegistry::UpdateSettings(LiveProject& project,
-                                             const v1::ProjectSettings& requested) {
+absl::Status ProjectRegistry::UpdateSettings(
+    LiveProject& project, const v1::ProjectSettings& requested,
+    const std::function<absl::Status(const v1::ProjectSettings& current)>& admit) {
   if (absl::StatusOr<std::string> m = MethodName(requested.model().method()); !m.ok()) {
     return m.status();
   }
   // Held across the write and the memory update: memory applies them in commit order.
   absl::MutexLock order(&project.write_order_mu());
+  if (admit) {
+    if (absl::Status s = admit(project.settings()); !s.ok()) return s;
+  }
   // An unset method keeps the project's own (read under the write order, so a concurrent
   // update's method is the one kept): an update of other settings must not move a project
   // created with the default, auto, onto ds.

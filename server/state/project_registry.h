@@ -85,12 +85,14 @@ class ProjectRegistry {
   // For a project this server has neither loaded nor unloaded (one created, or only used, on
   // another replica of the database): its counts from the database, without loading it. Items
   // and annotators come from `record`; live labels are counted, and a count is reused for
-  // kStoredLabelCountReuse, so that listing in a loop does not recount a large project.
+  // kStoredLabelCountReuse, so that listing in a loop does not recount a large project. One
+  // caller recounts an expired count while the others use the old one.
   absl::StatusOr<ProjectCounts> StoredCounts(const storage::ProjectRecord& record, absl::Time now)
       ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr absl::Duration kStoredLabelCountReuse = absl::Minutes(1);
-  // True while a start-up loader loads the project, or when its last load here failed
-  // (GetProject says why); a listing leaves such a project out.
+  // True while a start-up loader loads the project, or while its last load here failed less
+  // than load_retry_interval ago (GetProject says why; after that Get tries again); a listing
+  // leaves such a project out.
   bool LoadingOrFailed(absl::string_view name) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Loads every stored project. Fails only if the projects cannot be listed; a project that
@@ -107,7 +109,11 @@ class ProjectRegistry {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Persists and applies new settings (an unset model.method keeps the project's method).
-  absl::Status UpdateSettings(LiveProject& project, const v1::ProjectSettings& settings);
+  // `admit`, when given, runs first under the project's write order (so it sees the settings
+  // that calls before it wrote) and refuses the update when not OK.
+  absl::Status UpdateSettings(
+      LiveProject& project, const v1::ProjectSettings& settings,
+      const std::function<absl::Status(const v1::ProjectSettings& current)>& admit = nullptr);
 
   // Persists items (AddItems: new ones, gold labels, priorities, features; validated by the
   // caller) and registers them with the project. Returns each write's item index. `admit`, if
@@ -197,6 +203,7 @@ class ProjectRegistry {
   struct StoredLabelCount {
     absl::Time counted_at;
     int64_t labels = 0;
+    bool recounting = false;  // A caller is counting again.
   };
   // StoredCounts' label counts, by project name.
   absl::flat_hash_map<std::string, StoredLabelCount> stored_label_counts_ ABSL_GUARDED_BY(mu_);

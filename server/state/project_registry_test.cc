@@ -113,6 +113,68 @@ TEST_F(ProjectRegistryTest, AProjectThatCannotLoadIsTriedAgainOnlyAfterTheRetryI
   EXPECT_TRUE(later.ok()) << later.status();
 }
 
+// project_registry.h, LoadingOrFailed: a listing leaves a project out while its last load
+// failed less than the retry interval ago, and lists it after (Get would try it again then):
+// one transient failure must not hide a project until some other call loads it.
+TEST_F(ProjectRegistryTest, AFailedLoadHidesAProjectFromListingsOnlyForTheRetryInterval) {
+  {
+    ProjectRegistry writer(*storage_);
+    ASSERT_TRUE(writer.Create(NewProject("hidden-for-a-while")).ok());
+  }
+  ASSERT_TRUE(pool().RunInTransaction("breaking settings", [&](pqxx::work& txn) {
+                      txn.exec("UPDATE projects SET settings = '\\xffffffff'::bytea "
+                               "WHERE name = 'hidden-for-a-while'");
+                      return absl::OkStatus();
+                    }).ok());
+  constexpr absl::Duration kRetry = absl::Milliseconds(500);
+  ProjectRegistry registry(*storage_, kRetry);
+  EXPECT_FALSE(registry.LoadingOrFailed("hidden-for-a-while"));  // Never tried.
+  const absl::Time tried = absl::Now();
+  ASSERT_EQ(registry.Get("hidden-for-a-while").status().code(), absl::StatusCode::kUnavailable);
+  const bool hidden = registry.LoadingOrFailed("hidden-for-a-while");
+  if (absl::Now() - tried < kRetry) EXPECT_TRUE(hidden);
+  absl::SleepFor(kRetry);
+  EXPECT_FALSE(registry.LoadingOrFailed("hidden-for-a-while"));
+}
+
+// project_registry.h, StoredCounts: items and annotators from the record, live labels counted
+// from the database, and a count reused within kStoredLabelCountReuse (labels committed
+// meanwhile are not in it) and counted again after it.
+TEST_F(ProjectRegistryTest, StoredCountsCountLabelsOnceAMinute) {
+  ProjectRegistry writer(*storage_);
+  auto created = writer.Create(NewProject("counted"));
+  ASSERT_TRUE(created.ok()) << created.status();
+  const int64_t project_id = (*created)->identity().project_id;
+  auto label = [&](const std::string& item, const std::string& annotator) {
+    storage::AnnotationWrite w;
+    w.project_id = project_id;
+    w.item_id = item;
+    w.annotator_id = annotator;
+    w.label = 1;
+    ASSERT_TRUE(storage_->annotations->CommitAnnotations({w}).ok());
+  };
+  label("i0", "a");
+  label("i1", "a");
+  label("i1", "b");
+  auto record = storage_->projects->GetProjectByName("counted");
+  ASSERT_TRUE(record.ok()) << record.status();
+  ProjectRegistry registry(*storage_);
+  const absl::Time now = absl::Now();
+  auto counts = registry.StoredCounts(*record, now);
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  EXPECT_EQ(counts->num_items, 2);
+  EXPECT_EQ(counts->num_annotators, 2);
+  EXPECT_EQ(counts->num_labels, 3);
+  label("i2", "b");
+  counts = registry.StoredCounts(*record, now + ProjectRegistry::kStoredLabelCountReuse / 2);
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(counts->num_labels, 3);
+  counts = registry.StoredCounts(*record, now + ProjectRegistry::kStoredLabelCountReuse);
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(counts->num_labels, 4);
+  EXPECT_EQ(registry.IfLoaded("counted"), nullptr);
+}
+
 // project_registry.h: "Get() also finds a project created by another server replica since, by
 // loading it from PostgreSQL on first use": also after a Get that found no such project, and
 // for a caller waiting on another's load.
