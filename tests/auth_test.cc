@@ -217,6 +217,17 @@ class AuthTest : public ::testing::Test {
     return response.secret_key();
   }
 
+  // GetProject(kProject) with `key` over `channel`.
+  static grpc::Status GetOwnProject(const std::shared_ptr<grpc::Channel>& channel,
+                                    const std::string& key) {
+    v1::GetProjectRequest request;
+    request.set_project(kProject);
+    v1::GetProjectResponse response;
+    grpc::ClientContext context;
+    Authorize(context, key);
+    return v1::ProjectService::NewStub(channel)->GetProject(&context, request, &response);
+  }
+
   // Revokes `key` (its text) through KeyService with the admin key; the response's key record.
   static grpc::Status Revoke(const std::string& key, v1::RevokeKeyResponse* revoked) {
     v1::RevokeKeyRequest request;
@@ -758,14 +769,9 @@ TEST_F(AuthTest, ARevokedKeyStaysRefusedAfterTheKeyRingsRefresh) {
   ASSERT_TRUE(other.ok()) << other.status();
   const std::string key = CreateKey(v1::ROLE_READER, {kProject});
   auto get = [&](const server::VerityServer& server) {
-    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server.port()),
-                                       grpc::InsecureChannelCredentials());
-    v1::GetProjectRequest request;
-    request.set_project(kProject);
-    v1::GetProjectResponse response;
-    grpc::ClientContext context;
-    Authorize(context, key);
-    return v1::ProjectService::NewStub(channel)->GetProject(&context, request, &response);
+    return GetOwnProject(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server.port()),
+                                             grpc::InsecureChannelCredentials()),
+                         key);
   };
   // Both know the key (the second after one refresh).
   absl::SleepFor(3 * kRefresh);
@@ -879,14 +885,7 @@ TEST_F(AuthTest, OneKeyCannotHoldMoreThanItsShareOfUnaryCalls) {
   ASSERT_TRUE(limited.ok()) << limited.status();
   auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*limited)->port()),
                                      grpc::InsecureChannelCredentials());
-  auto get_project = [&](const std::string& key) {
-    v1::GetProjectRequest request;
-    request.set_project(kProject);
-    v1::GetProjectResponse response;
-    grpc::ClientContext context;
-    Authorize(context, key);
-    return v1::ProjectService::NewStub(channel)->GetProject(&context, request, &response);
-  };
+  auto get_project = [&](const std::string& key) { return GetOwnProject(channel, key); };
   const std::string writer = (*keys_)[Caller::kWriter];
   grpc::Status train_status;
   std::thread train([&] {

@@ -128,6 +128,21 @@ class IsolationTest : public ::testing::Test {
     return response.project();
   }
 
+  // A project of classes "a" and "b" with the limits `set_limits` sets.
+  void CreateTwoClassProject(const std::string& name,
+                             const std::function<void(v1::ProjectLimits&)>& set_limits) {
+    v1::CreateProjectRequest create;
+    create.mutable_project()->set_name(name);
+    create.mutable_project()->add_classes("a");
+    create.mutable_project()->add_classes("b");
+    set_limits(*create.mutable_project()->mutable_settings()->mutable_limits());
+    v1::CreateProjectResponse created;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
+  }
+
   void CreateProjectWithAnnotators(const std::string& name, int num_classes, int num_annotators,
                                    int annotators_per_item = 1,
                                    v1::TruthMethod method = v1::TRUTH_METHOD_UNSPECIFIED) {
@@ -542,18 +557,7 @@ TEST_F(IsolationTest, FeatureRowsOfNewItemsAndAnnotatorsAreBoundedByTheProjectsL
 // resend of the live label and a new pair still are, a fourth flip is refused whole, and the
 // count survives a restart (it is read from the database, not rebuilt from live labels).
 TEST_F(IsolationTest, RevisionsKeptInHistoryAreBoundedByTheProjectsLimit) {
-  v1::CreateProjectRequest create;
-  create.mutable_project()->set_name("flipping");
-  create.mutable_project()->add_classes("a");
-  create.mutable_project()->add_classes("b");
-  create.mutable_project()->mutable_settings()->mutable_limits()->set_max_revisions(3);
-  {
-    v1::CreateProjectResponse created;
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    ASSERT_TRUE(
-        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
-  }
+  CreateTwoClassProject("flipping", [](v1::ProjectLimits& l) { l.set_max_revisions(3); });
   auto submit = [&](uint64_t id, std::vector<std::tuple<std::string, std::string, int>> labels) {
     return SubmitLabels("flipping", id, labels);
   };
@@ -792,18 +796,7 @@ TEST_F(IsolationTest, ItemsAddedAtOnceCannotTogetherPassMaxItems) {
 // to a project with max_labels 100. Each batch alone fits, as each stream reads it; together
 // they would make 120. Exactly two commit; the third is refused whole, naming the limit.
 TEST_F(IsolationTest, BatchesInFlightOnSeveralStreamsCannotTogetherPassALimit) {
-  v1::CreateProjectRequest create;
-  create.mutable_project()->set_name("in-flight");
-  create.mutable_project()->add_classes("a");
-  create.mutable_project()->add_classes("b");
-  create.mutable_project()->mutable_settings()->mutable_limits()->set_max_labels(100);
-  {
-    v1::CreateProjectResponse created;
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    ASSERT_TRUE(
-        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
-  }
+  CreateTwoClassProject("in-flight", [](v1::ProjectLimits& l) { l.set_max_labels(100); });
   struct Stream {
     grpc::ClientContext context;
     std::unique_ptr<grpc::ClientReaderWriter<v1::AnnotationBatch, v1::BatchAck>> rw;
