@@ -97,6 +97,13 @@ class IsolationTest : public ::testing::Test {
   // Streams one batch of (item, annotator, label) to `project` and returns its ack.
   v1::BatchAck SubmitLabels(const std::string& project, uint64_t batch_id,
                             const std::vector<std::tuple<std::string, std::string, int>>& labels) {
+    return SubmitLabelsAt(project, batch_id, labels, {});
+  }
+
+  // As SubmitLabels; label i carries client_time client_seconds[i] when there is one.
+  v1::BatchAck SubmitLabelsAt(const std::string& project, uint64_t batch_id,
+                              const std::vector<std::tuple<std::string, std::string, int>>& labels,
+                              const std::vector<int64_t>& client_seconds) {
     grpc::ClientContext context;
     context.set_deadline(Deadline());
     auto stream = v1::IngestService::NewStub(channel_)->SubmitAnnotations(&context);
@@ -108,6 +115,8 @@ class IsolationTest : public ::testing::Test {
       a->set_item(item);
       a->set_annotator(annotator);
       a->set_label(label);
+      const size_t i = batch.annotations_size() - 1;
+      if (i < client_seconds.size()) a->mutable_client_time()->set_seconds(client_seconds[i]);
     }
     stream->Write(batch);
     stream->WritesDone();
@@ -601,6 +610,25 @@ TEST_F(IsolationTest, RevisionsKeptInHistoryAreBoundedByTheProjectsLimit) {
                       "USING (project_id) WHERE p.name = 'flipping'")[0]
                 .as<int64_t>(),
             3);
+}
+
+// max_revisions near its limit with client times: a label older than the live one is kept in
+// history (stale) and leaves the live label, so a later write in the same batch of the same
+// label revises it and adds another row. Limit 1, nothing in history: [older "b", newer "b"]
+// adds two rows and is refused; counting the second write as repeating the first let it in.
+TEST_F(IsolationTest, AStaleWriteDoesNotHideTheRevisionAfterIt) {
+  CreateTwoClassProject("stale-flips", [](v1::ProjectLimits& l) { l.set_max_revisions(1); });
+  v1::BatchAck ack = SubmitLabelsAt("stale-flips", 1, {{"i", "w", 0}}, {1'700'000'100});
+  ASSERT_EQ(ack.error_code(), 0) << ack.error_message();
+  ack = SubmitLabelsAt("stale-flips", 2, {{"i", "w", 1}, {"i", "w", 1}},
+                       {1'700'000'050, 1'700'000'200});
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << "stale " << ack.stale() << ", revised " << ack.revised();
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "max_revisions (1")) << ack.error_message();
+  // Each alone fits: the newer label revises once.
+  ack = SubmitLabelsAt("stale-flips", 3, {{"i", "w", 1}}, {1'700'000'200});
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  EXPECT_EQ(ack.revised(), 1);
 }
 
 TEST_F(IsolationTest, AProjectsLimitsRefuseWholeCallsThatWouldPassThem) {

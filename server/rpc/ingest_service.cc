@@ -47,9 +47,9 @@ void FillOutcomes(v1::BatchAck& ack, const IngestPipeline::Result& result) {
 // OK when `batches` (all of `project`) keep it within its limits, counted against what the
 // project holds now. Exact counting (which items, annotators and (item, annotator) pairs are
 // new, which writes change a pair's label) only near a limit: far below every one, the
-// batches' size bounds what they can add. A write that changes its pair's label is counted as
-// a revision even when the store will find it stale (that keeps the live label, so a later
-// write of the old label may be counted again): near the limit the count errs high, never low.
+// batches' size bounds what they can add. Near the limit the revision count errs high, never
+// low: a write that changes its pair's label counts; after a write with client_time (which the
+// store may find stale, keeping the older live label) every later write of that pair counts.
 absl::Status CheckBatchQuota(
     const LiveProject& project,
     absl::Span<const std::vector<storage::AnnotationWrite>* const> batches,
@@ -69,8 +69,13 @@ absl::Status CheckBatchQuota(
   }
   absl::flat_hash_set<absl::string_view> new_items, new_annotators;
   absl::flat_hash_set<std::pair<absl::string_view, absl::string_view>> new_labels;
-  // The label each pair the batches touch holds after their writes so far.
-  absl::flat_hash_map<std::pair<absl::string_view, absl::string_view>, int32_t> label_now;
+  // The label each pair the batches touch holds after their writes so far, unless `unsure`
+  // (a write with client_time may have been stale).
+  struct PairLabel {
+    int32_t label;
+    bool unsure;
+  };
+  absl::flat_hash_map<std::pair<absl::string_view, absl::string_view>, PairLabel> label_now;
   int64_t revisions = 0;
   for (const auto* writes : batches) {
     for (const storage::AnnotationWrite& w : *writes) {
@@ -79,7 +84,8 @@ absl::Status CheckBatchQuota(
       if (!item.has_value()) new_items.insert(w.item_id);
       if (!annotator.has_value()) new_annotators.insert(w.annotator_id);
       const std::pair<absl::string_view, absl::string_view> pair{w.item_id, w.annotator_id};
-      auto [it, first_write] = label_now.try_emplace(pair, w.label);
+      auto [it, first_write] =
+          label_now.try_emplace(pair, PairLabel{w.label, w.client_time.has_value()});
       if (first_write) {
         const std::optional<int32_t> live = item.has_value() && annotator.has_value()
                                                 ? project.LiveLabelOf(*item, *annotator)
@@ -89,9 +95,10 @@ absl::Status CheckBatchQuota(
         } else if (*live != w.label) {
           ++revisions;
         }
-      } else if (it->second != w.label) {
-        ++revisions;
-        it->second = w.label;
+      } else {
+        if (it->second.unsure || it->second.label != w.label) ++revisions;
+        it->second.label = w.label;
+        it->second.unsure = it->second.unsure || w.client_time.has_value();
       }
     }
   }
