@@ -445,9 +445,9 @@ class LiveProject {
   int64_t model_watermark_ ABSL_GUARDED_BY(mu_) = 0;
   // Labels the last fit from scratch saw (0 before the first fit). After a restart, the label
   // count of the restored version (whether it was warm-started is not stored).
+  int64_t scratch_fit_num_labels_ ABSL_GUARDED_BY(mu_) = 0;
   // ProjectCounts::num_revisions.
   int64_t history_rows_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t scratch_fit_num_labels_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::vector<double> item_priority_ ABSL_GUARDED_BY(mu_);
   // Row-major, identity_.item_feature_dim per item; empty without features. Given to the
