@@ -67,9 +67,6 @@ class IsolationTest : public ::testing::Test {
     if (server_ != nullptr) server_->Shutdown();
   }
 
-  // A project with `num_classes` classes and one label from each of `num_annotators`
-  // annotators ("a0", "a1", ...), `annotators_per_item` of them on each item ("i0", "i1",
-  // ...), and the truth model `method`.
   // Creates a 2-class project `name` whose limits `limit` sets.
   void CreateLimitedProject(const std::string& name,
                             const std::function<void(v1::ProjectLimits&)>& limit) {
@@ -137,21 +134,9 @@ class IsolationTest : public ::testing::Test {
     return response.project();
   }
 
-  // A project of classes "a" and "b" with the limits `set_limits` sets.
-  void CreateTwoClassProject(const std::string& name,
-                             const std::function<void(v1::ProjectLimits&)>& set_limits) {
-    v1::CreateProjectRequest create;
-    create.mutable_project()->set_name(name);
-    create.mutable_project()->add_classes("a");
-    create.mutable_project()->add_classes("b");
-    set_limits(*create.mutable_project()->mutable_settings()->mutable_limits());
-    v1::CreateProjectResponse created;
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    ASSERT_TRUE(
-        v1::ProjectService::NewStub(channel_)->CreateProject(&context, create, &created).ok());
-  }
-
+  // A project with `num_classes` classes and one label from each of `num_annotators`
+  // annotators ("a0", "a1", ...), `annotators_per_item` of them on each item ("i0", "i1",
+  // ...), and the truth model `method`.
   void CreateProjectWithAnnotators(const std::string& name, int num_classes, int num_annotators,
                                    int annotators_per_item = 1,
                                    v1::TruthMethod method = v1::TRUTH_METHOD_UNSPECIFIED) {
@@ -566,7 +551,7 @@ TEST_F(IsolationTest, FeatureRowsOfNewItemsAndAnnotatorsAreBoundedByTheProjectsL
 // resend of the live label and a new pair still are, a fourth flip is refused whole, and the
 // count survives a restart (it is read from the database, not rebuilt from live labels).
 TEST_F(IsolationTest, RevisionsKeptInHistoryAreBoundedByTheProjectsLimit) {
-  CreateTwoClassProject("flipping", [](v1::ProjectLimits& l) { l.set_max_revisions(3); });
+  CreateLimitedProject("flipping", [](v1::ProjectLimits& l) { l.set_max_revisions(3); });
   auto submit = [&](uint64_t id, std::vector<std::tuple<std::string, std::string, int>> labels) {
     return SubmitLabels("flipping", id, labels);
   };
@@ -617,7 +602,7 @@ TEST_F(IsolationTest, RevisionsKeptInHistoryAreBoundedByTheProjectsLimit) {
 // label revises it and adds another row. Limit 1, nothing in history: [older "b", newer "b"]
 // adds two rows and is refused; counting the second write as repeating the first let it in.
 TEST_F(IsolationTest, AStaleWriteDoesNotHideTheRevisionAfterIt) {
-  CreateTwoClassProject("stale-flips", [](v1::ProjectLimits& l) { l.set_max_revisions(1); });
+  CreateLimitedProject("stale-flips", [](v1::ProjectLimits& l) { l.set_max_revisions(1); });
   v1::BatchAck ack = SubmitLabelsAt("stale-flips", 1, {{"i", "w", 0}}, {1'700'000'100});
   ASSERT_EQ(ack.error_code(), 0) << ack.error_message();
   ack = SubmitLabelsAt("stale-flips", 2, {{"i", "w", 1}, {"i", "w", 1}},
@@ -824,7 +809,7 @@ TEST_F(IsolationTest, ItemsAddedAtOnceCannotTogetherPassMaxItems) {
 // to a project with max_labels 100. Each batch alone fits, as each stream reads it; together
 // they would make 120. Exactly two commit; the third is refused whole, naming the limit.
 TEST_F(IsolationTest, BatchesInFlightOnSeveralStreamsCannotTogetherPassALimit) {
-  CreateTwoClassProject("in-flight", [](v1::ProjectLimits& l) { l.set_max_labels(100); });
+  CreateLimitedProject("in-flight", [](v1::ProjectLimits& l) { l.set_max_labels(100); });
   struct Stream {
     grpc::ClientContext context;
     std::unique_ptr<grpc::ClientReaderWriter<v1::AnnotationBatch, v1::BatchAck>> rw;
