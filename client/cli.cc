@@ -178,7 +178,8 @@ void PrintProject(const Context& context, const v1::Project& project) {
   out << "created_at: " << FormatTime(project.created_at()) << "\n"
       << "items: " << project.num_items() << "\n"
       << "annotators: " << project.num_annotators() << "\n"
-      << "labels: " << project.num_labels() << "\n";
+      << "labels: " << project.num_labels() << "\n"
+      << "revisions: " << project.num_revisions() << "\n";
 }
 
 // The lines of one model version, each prefixed by `indent`.

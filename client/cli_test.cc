@@ -218,7 +218,8 @@ TEST_F(CliTest, ProjectCreateShowAndList) {
             "created_at: 2023-11-14T22:13:20.000Z\n"
             "items: 0\n"
             "annotators: 0\n"
-            "labels: 0\n");
+            "labels: 0\n"
+            "revisions: 0\n");
   result = Run({"project", "create", "birds", "--classes=a,b"});
   EXPECT_EQ(result.code, kExitFailure);
   EXPECT_EQ(result.err,
@@ -248,6 +249,9 @@ TEST_F(CliTest, SubmitCountsRevisionsOnResubmission) {
   ASSERT_EQ(result.code, kExitOk) << result.err;
   EXPECT_EQ(result.out, "accepted=1 duplicate=1 revised=1 stale=0 rejected=0\n");
   EXPECT_EQ(server_->LiveLabel("birds", "a", "w1"), 0);
+  const CliResult shown = Run({"project", "show", "birds"});
+  ASSERT_EQ(shown.code, kExitOk) << shown.err;
+  EXPECT_THAT(shown.out, HasSubstr("\nrevisions: 1\n"));
 }
 
 TEST_F(CliTest, SubmitReportsCsvErrorsWithFileAndLine) {
@@ -490,7 +494,7 @@ TEST_F(CliTest, ProjectCommandsPrintJson) {
       "\"limits\":{\"max_items\":0,\"max_annotators\":0,\"max_labels\":0,"
       "\"max_confusion_cells\":0,\"max_feature_values\":0,\"max_revisions\":0}},"
       "\"created_at\":\"2023-11-14T22:13:20.000Z\",\"num_items\":0,"
-      "\"num_annotators\":0,\"num_labels\":0}";
+      "\"num_annotators\":0,\"num_labels\":0,\"num_revisions\":0}";
   EXPECT_EQ(result.out, birds + "\n");
   result = Run({"project", "show", "birds", "--output=json"});
   ASSERT_EQ(result.code, kExitOk) << result.err;

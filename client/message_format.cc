@@ -217,7 +217,8 @@ JsonValue ProjectJson(const v1::Project& project) {
       .Set("created_at", TimestampJson(project.created_at()))
       .Set("num_items", project.num_items())
       .Set("num_annotators", project.num_annotators())
-      .Set("num_labels", project.num_labels());
+      .Set("num_labels", project.num_labels())
+      .Set("num_revisions", project.num_revisions());
   return json;
 }
 

@@ -75,6 +75,7 @@ TEST(ProjectJsonTest, HoldsEverySettingAndTheCounts) {
     num_items: 4
     num_annotators: 2
     num_labels: 6
+    num_revisions: 5
   )pb");
   EXPECT_EQ(
       ProjectJson(project).Serialize(),
@@ -90,7 +91,7 @@ TEST(ProjectJsonTest, HoldsEverySettingAndTheCounts) {
       "\"limits\":{\"max_items\":0,\"max_annotators\":0,\"max_labels\":0,"
       "\"max_confusion_cells\":0,\"max_feature_values\":0,\"max_revisions\":0}},"
       "\"created_at\":\"2023-11-14T22:13:20.000Z\",\"num_items\":4,"
-      "\"num_annotators\":2,\"num_labels\":6}");
+      "\"num_annotators\":2,\"num_labels\":6,\"num_revisions\":5}");
 }
 
 TEST(ModelStatusJsonTest, CurrentVersionIsNullBeforeTheFirstFit) {
@@ -324,6 +325,7 @@ TEST(ProjectJsonTest, EverySettingIsKeyedByItsOwnField) {
     num_items: 11
     num_annotators: 12
     num_labels: 13
+    num_revisions: 14
   )pb");
   EXPECT_EQ(
       ProjectJson(project).Serialize(),
@@ -339,7 +341,7 @@ TEST(ProjectJsonTest, EverySettingIsKeyedByItsOwnField) {
       "\"limits\":{\"max_items\":101,\"max_annotators\":102,\"max_labels\":103,"
       "\"max_confusion_cells\":104,\"max_feature_values\":105,\"max_revisions\":106}},"
       "\"created_at\":null,\"num_items\":11,\"num_annotators\":12,"
-      "\"num_labels\":13}");
+      "\"num_labels\":13,\"num_revisions\":14}");
 }
 
 TEST(ModelVersionJsonTest, EveryFieldIsKeyedByItsOwnName) {

@@ -568,6 +568,7 @@ TEST_F(IsolationTest, RevisionsKeptInHistoryAreBoundedByTheProjectsLimit) {
   EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
   EXPECT_EQ(ack.duplicate(), 2);
   EXPECT_EQ(ack.accepted(), 1);
+  EXPECT_EQ(GetProjectOf("flipping").num_revisions(), 3);  // What max_revisions counts.
   auto refused_flip = [&](uint64_t id) {
     v1::BatchAck refused = submit(id, {{"i3", "w2", 0}, {"i2", "w1", 1}});
     EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
@@ -589,6 +590,7 @@ TEST_F(IsolationTest, RevisionsKeptInHistoryAreBoundedByTheProjectsLimit) {
   StartServer();
   ASSERT_NE(server_, nullptr);
   refused_flip(6);
+  EXPECT_EQ(GetProjectOf("flipping").num_revisions(), 3);
   pqxx::connection connection(pg_->url());
   pqxx::nontransaction txn(connection);
   EXPECT_EQ(txn.exec1("SELECT count(*) FROM annotation_history h JOIN projects p "

@@ -244,6 +244,7 @@ TEST_F(ReplicasTest, AProjectThisReplicaNeverLoadedIsListedWithoutLoadingIt) {
   Submit(a, RandomBatches("listed-elsewhere", 2, 50, 30, 7, 11));
   const v1::Project on_a = ServedProject(a, "listed-elsewhere");
   ASSERT_GT(on_a.num_labels(), 0);
+  ASSERT_GT(on_a.num_revisions(), 0);  // The random batches revise some of their pairs.
   ASSERT_EQ(b.server->core().registry->IfLoaded("listed-elsewhere"), nullptr);
 
   grpc::ClientContext context;
@@ -260,6 +261,7 @@ TEST_F(ReplicasTest, AProjectThisReplicaNeverLoadedIsListedWithoutLoadingIt) {
   EXPECT_EQ(found->num_items(), on_a.num_items());
   EXPECT_EQ(found->num_annotators(), on_a.num_annotators());
   EXPECT_EQ(found->num_labels(), on_a.num_labels());
+  EXPECT_EQ(found->num_revisions(), on_a.num_revisions());
   EXPECT_EQ(found->classes_size(), kClasses);
   EXPECT_EQ(found->settings().SerializeAsString(), on_a.settings().SerializeAsString());
   // GetProject is a use: it loads the project and says the same.

@@ -47,6 +47,7 @@ struct FakeProject {
   std::vector<FakeItem> items;  // In creation order.
   absl::flat_hash_map<std::string, size_t> item_index;
   int64_t num_labels = 0;
+  int64_t num_revisions = 0;  // Revised labels (the fake keeps no client times: none stale).
   int64_t sequence = 0;  // Counts written labels (new or revised).
   std::vector<v1::ModelVersion> versions;
   // Annotators added by AddAnnotators or SuggestItems (labelling also makes
@@ -279,6 +280,7 @@ class FakeProjectService final : public v1::ProjectService::Service {
     out.set_num_items(static_cast<int64_t>(project.items.size()));
     out.set_num_annotators(static_cast<int64_t>(project.Annotators().size()));
     out.set_num_labels(project.num_labels);
+    out.set_num_revisions(project.num_revisions);
     return out;
   }
 
@@ -395,6 +397,7 @@ class FakeIngestService final : public v1::IngestService::Service {
       } else {
         label->second = annotation.label();
         ack.set_revised(ack.revised() + 1);
+        ++project.num_revisions;
         ++project.sequence;
       }
     }

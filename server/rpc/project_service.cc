@@ -26,6 +26,7 @@ v1::Project ProjectToProto(const LiveProject& project) {
   out.set_num_items(counts.num_items);
   out.set_num_annotators(counts.num_annotators);
   out.set_num_labels(counts.num_labels);
+  out.set_num_revisions(counts.num_revisions);
   return out;
 }
 
@@ -40,6 +41,7 @@ v1::Project ProjectToProto(const storage::ProjectRecord& record, const ProjectCo
   out.set_num_items(counts.num_items);
   out.set_num_annotators(counts.num_annotators);
   out.set_num_labels(counts.num_labels);
+  out.set_num_revisions(counts.num_revisions);
   return out;
 }
 

@@ -356,6 +356,7 @@ absl::StatusOr<ProjectCounts> ProjectRegistry::StoredCounts(const storage::Proje
   ProjectCounts counts;
   counts.num_items = record.num_items;
   counts.num_annotators = record.num_annotators;
+  counts.num_revisions = record.history_rows;
   {
     absl::MutexLock lock(&mu_);
     auto it = stored_label_counts_.find(record.name);

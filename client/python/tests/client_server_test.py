@@ -150,6 +150,8 @@ class ClientServerTest(unittest.TestCase):
             self.assertEqual(fresh.submit("described", labels).accepted, 3)
             self.assertEqual(fresh.add_items("described", pd.DataFrame({"item": ["i3"]})),
                              (1, 0))
+            self.assertEqual(fresh.submit("described", pd.DataFrame(
+                {"item": ["i1"], "annotator": ["a"], "label": ["cat"]})).revised, 1)
             project = fresh.get_project("described")
             with self.assertRaises(verity_client.VerityError) as raised:
                 fresh.get_project("no-such-project")
@@ -159,6 +161,7 @@ class ClientServerTest(unittest.TestCase):
         self.assertEqual((project.item_feature_dim, project.annotator_feature_dim), (0, 2))
         self.assertEqual((project.num_items, project.num_annotators, project.num_labels),
                          (3, 2, 3))
+        self.assertEqual(project.num_revisions, 1)
         self.assertEqual(project.settings.assignment.min_labels_per_item, 3)
         self.assertIsInstance(project.created_at, datetime.datetime)
         # The context manager closed the channel.

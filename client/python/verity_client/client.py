@@ -116,6 +116,8 @@ class Project:
     num_labels: int
     created_at: Optional[datetime.datetime]
     settings: projects_pb2.ProjectSettings  # The full settings message.
+    # Revised and stale labels kept in history: what settings.limits.max_revisions bounds.
+    num_revisions: int = 0
 
     @classmethod
     def from_proto(cls, p):
@@ -125,7 +127,7 @@ class Project:
                    annotator_feature_dim=p.annotator_feature_dim,
                    num_items=p.num_items, num_annotators=p.num_annotators,
                    num_labels=p.num_labels, created_at=_time(p, "created_at"),
-                   settings=p.settings)
+                   settings=p.settings, num_revisions=p.num_revisions)
 
 
 @dataclasses.dataclass(frozen=True)
