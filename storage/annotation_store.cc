@@ -134,18 +134,30 @@ absl::Status CheckProjectExists(pqxx::work& txn, int64_t project_id) {
 // timestamptz in COPY's text form, exact to the microsecond.
 constexpr char kCopyTimestampFormat[] = "%E4Y-%m-%d %H:%M:%E6S+00";
 
-// Reserves the next `n` seqs of `project_id`, whose row this transaction has
-// locked (LockProjects), and returns the first: the seqs first .. first+n-1
-// are this transaction's. One row update however many labels.
-// Reserves `n` seqs of the project and adds `history` to its history_rows; returns the first
-// seq and the project's history_rows after the addition.
-std::pair<int64_t, int64_t> ReserveSeqs(pqxx::work& txn, int64_t project_id, int64_t n,
-                                        int64_t history) {
-  const pqxx::row row = txn.exec_params1(
+// Reserves the next `n` seqs of `project_id`, whose row this transaction has locked
+// (LockProjects): the seqs first .. first+n-1 are this transaction's. One row update however
+// many labels. Adds `history` to the project's history_rows in the same UPDATE, unless that
+// would take them past `max_history` (> 0): then nothing is updated and the result is
+// RESOURCE_EXHAUSTED. Returns the first seq and the project's history_rows after the addition.
+absl::StatusOr<std::pair<int64_t, int64_t>> ReserveSeqs(pqxx::work& txn, int64_t project_id,
+                                                        int64_t n, int64_t history,
+                                                        int64_t max_history) {
+  const pqxx::result rows = txn.exec_params(
       "UPDATE projects SET next_seq = next_seq + $2, history_rows = history_rows + $3 "
-      "WHERE project_id = $1 RETURNING next_seq - $2, history_rows",
-      project_id, n, history);
-  return {row[0].as<int64_t>(), row[1].as<int64_t>()};
+      "WHERE project_id = $1 AND ($3 = 0 OR $4 <= 0 OR history_rows + $3 <= $4) "
+      "RETURNING next_seq - $2, history_rows",
+      project_id, n, history, max_history);
+  if (rows.empty()) {
+    const int64_t held =
+        txn.exec_params1("SELECT history_rows FROM projects WHERE project_id = $1", project_id)[0]
+            .as<int64_t>();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "project limit max_revisions (", max_history,
+        ", settings.limits.max_revisions or --max_revisions_per_project) would be passed: the "
+        "project has ", held, " revised or stale labels and this commit adds ", history,
+        "; nothing of it was written"));
+  }
+  return std::make_pair(rows[0][0].as<int64_t>(), rows[0][1].as<int64_t>());
 }
 
 // How the hints apply to one locked project.
@@ -228,7 +240,7 @@ absl::StatusOr<std::vector<int32_t>> ResolveIndices(
 
 absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitAnnotations(
     absl::Span<const AnnotationWrite> writes, const WriteHints* hints,
-    std::vector<DrawnSeqs>* drawn) {
+    std::vector<DrawnSeqs>* drawn, absl::Span<const HistoryLimit> history_limits) {
   if (drawn != nullptr) drawn->clear();
   if (writes.empty()) return std::vector<WriteResult>();
   std::vector<int64_t> project_ids;
@@ -261,11 +273,11 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitAnnotations(
 
   std::vector<DrawnSeqs> committed_seqs;
   absl::StatusOr<std::vector<WriteResult>> results =
-      CommitOnce(writes, project_ids, hints, committed_seqs);
+      CommitOnce(writes, project_ids, hints, history_limits, committed_seqs);
   if (hints != nullptr && absl::IsAlreadyExists(results.status())) {
     // An id or a pair the hints called new exists after all (the caller's
     // memory was behind the database). Nothing was written; do it the slow way.
-    results = CommitOnce(writes, project_ids, nullptr, committed_seqs);
+    results = CommitOnce(writes, project_ids, nullptr, history_limits, committed_seqs);
   }
   if (results.ok() && drawn != nullptr) *drawn = std::move(committed_seqs);
   return results;
@@ -274,7 +286,7 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitAnnotations(
 absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
     absl::Span<const AnnotationWrite> writes,
     absl::Span<const int64_t> project_ids, const WriteHints* hints,
-    std::vector<DrawnSeqs>& drawn) {
+    absl::Span<const HistoryLimit> history_limits, std::vector<DrawnSeqs>& drawn) {
   return pool_->WithTransaction(
       "committing annotations",
       [&](pqxx::work& txn) -> absl::StatusOr<std::vector<WriteResult>> {
@@ -449,8 +461,16 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
         std::vector<int64_t> next_seq(locked.size(), 0);
         for (size_t l = 0; l < locked.size(); ++l) {
           if (project_new_versions[l] == 0) continue;
-          const auto [first_seq, history_rows] = ReserveSeqs(
-              txn, locked[l].project_id, project_new_versions[l], project_history[l]);
+          int64_t max_history = 0;
+          for (const HistoryLimit& limit : history_limits) {
+            if (limit.project_id == locked[l].project_id && limit.max_rows > 0) {
+              max_history = max_history > 0 ? std::min(max_history, limit.max_rows) : limit.max_rows;
+            }
+          }
+          VERITY_ASSIGN_OR_RETURN(
+              const auto reserved, ReserveSeqs(txn, locked[l].project_id, project_new_versions[l],
+                                               project_history[l], max_history));
+          const auto [first_seq, history_rows] = reserved;
           next_seq[l] = first_seq;
           drawn.push_back({locked[l].project_id, next_seq[l],
                            next_seq[l] + project_new_versions[l] - 1, history_rows});
@@ -611,13 +631,14 @@ absl::StatusOr<LabelsSince> AnnotationStore::ReadLabelsSince(
         // Read first, in its own statement: every seq <= it belongs to a
         // commit that the label query below (a later snapshot) sees.
         pqxx::result counter = txn.exec_params(
-            "SELECT next_seq - 1 FROM projects WHERE project_id = $1",
+            "SELECT next_seq - 1, history_rows FROM projects WHERE project_id = $1",
             project_id);
         if (counter.empty()) {
           return absl::NotFoundError(
               absl::StrCat("project ", project_id, " not found"));
         }
         since.drawn_through = counter[0][0].as<int64_t>();
+        since.history_rows = counter[0][1].as<int64_t>();
         VERITY_RETURN_IF_ERROR(ReadInBatches(
             txn,
             // An id is looked up only where the caller may lack it (CASE

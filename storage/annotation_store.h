@@ -101,6 +101,14 @@ struct WriteHints {
   std::vector<KnownEntities> projects;
 };
 
+// A bound on one project's annotation_history rows (projects.history_rows) that a commit must
+// keep: the project's max_revisions. Checked in the UPDATE that adds the commit's rows to the
+// count, under the project's lock, so it holds across every server writing the project.
+struct HistoryLimit {
+  int64_t project_id = 0;
+  int64_t max_rows = 0;  // <= 0: no bound.
+};
+
 // The seqs one CommitAnnotations call drew for one project: first .. last, every one of them
 // this transaction's (accepted, revised and stale writes each draw one). A project whose writes
 // were all duplicates draws none and is not listed.
@@ -129,6 +137,9 @@ struct FollowedLabel {
 struct LabelsSince {
   std::vector<FollowedLabel> labels;
   int64_t drawn_through = 0;
+  // The project's annotation_history rows (projects.history_rows) when drawn_through was read:
+  // every replica's revised and stale labels of the commits through it, at least.
+  int64_t history_rows = 0;
 };
 
 struct LiveAnnotation {
@@ -176,9 +187,15 @@ class AnnotationStore {
   // project that drew any. The same transaction sends NOTIFY on kLabelsChannel with each such
   // project's id as the payload: PostgreSQL delivers it to every listener once COMMIT succeeded
   // (server replicas follow each other that way, see server/replication/).
+  //
+  // `history_limits` (optional, one entry per bounded project): a commit that would take a
+  // project's history rows past its max_rows writes nothing and fails with RESOURCE_EXHAUSTED
+  // naming max_revisions, the rows held and the rows the commit adds. A commit that adds no
+  // history row to a project is never refused for it.
   absl::StatusOr<std::vector<WriteResult>> CommitAnnotations(
       absl::Span<const AnnotationWrite> writes,
-      const WriteHints* hints = nullptr, std::vector<DrawnSeqs>* drawn = nullptr);
+      const WriteHints* hints = nullptr, std::vector<DrawnSeqs>* drawn = nullptr,
+      absl::Span<const HistoryLimit> history_limits = {});
 
   // The NOTIFY channel of CommitAnnotations.
   static constexpr char kLabelsChannel[] = "verity_labels";
@@ -210,7 +227,7 @@ class AnnotationStore {
   absl::StatusOr<std::vector<WriteResult>> CommitOnce(
       absl::Span<const AnnotationWrite> writes,
       absl::Span<const int64_t> project_ids, const WriteHints* hints,
-      std::vector<DrawnSeqs>& drawn);
+      absl::Span<const HistoryLimit> history_limits, std::vector<DrawnSeqs>& drawn);
 
   ConnectionPool* const pool_;
 };

@@ -819,6 +819,45 @@ TEST_F(AnnotationStoreTest, EachRevisedOrStaleLabelCountsOneHistoryRowOfItsProje
   EXPECT_EQ(CountRows("annotation_history"), 3 + 1);
 }
 
+// HistoryLimit: the commit that would take a project's history rows past its bound writes
+// nothing and fails RESOURCE_EXHAUSTED; one that fits, or adds no history row (new labels,
+// duplicates), commits even at the bound; another project's bound does not apply; and
+// ReadLabelsSince reports the count. Bound 2, one row held: [flip, flip] adds 2 and is refused.
+TEST_F(AnnotationStoreTest, ACommitThatWouldPassItsProjectsHistoryLimitWritesNothing) {
+  const int64_t other = CreateProject("other-limit", 3);
+  const HistoryLimit limit[] = {{project_id_, 2}};
+  ASSERT_THAT(store_->CommitAnnotations({Write("i", "a", 0), Write("i", "a", 1)}, nullptr,
+                                        nullptr, limit),
+              IsOk());  // One revision: 1 of 2.
+  const int64_t rows_before = CountRows("annotations");
+  EXPECT_THAT(store_->CommitAnnotations({Write("j", "a", 0), Write("i", "a", 2),
+                                         Write("i", "a", 0)},
+                                        nullptr, nullptr, limit),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::HasSubstr("max_revisions (2")));
+  EXPECT_EQ(CountRows("annotations"), rows_before);  // j was not written either.
+  EXPECT_EQ(CountRows("annotation_history"), 1);
+  // Without the bound the same commit is taken (the refusal was the bound's).
+  std::vector<DrawnSeqs> drawn;
+  ASSERT_THAT(store_->CommitAnnotations({Write("i", "a", 2)}, nullptr, &drawn, limit),
+              IsOk());  // 2 of 2: at the bound is allowed.
+  ASSERT_EQ(drawn.size(), 1u);
+  EXPECT_EQ(drawn[0].history_rows, 2);
+  // At the bound: new labels and duplicates still commit; a revision does not.
+  EXPECT_THAT(store_->CommitAnnotations({Write("j", "a", 0), Write("i", "a", 2)}, nullptr,
+                                        nullptr, limit),
+              IsOk());
+  EXPECT_THAT(store_->CommitAnnotations({Write("j", "a", 1)}, nullptr, nullptr, limit),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::HasSubstr("has 2 revised or stale labels and this commit adds 1")));
+  // A bound of another project, or none, does not refuse it.
+  const HistoryLimit others[] = {{other, 1}};
+  EXPECT_THAT(store_->CommitAnnotations({Write("j", "a", 1)}, nullptr, nullptr, others), IsOk());
+  absl::StatusOr<LabelsSince> since = store_->ReadLabelsSince(project_id_, 0);
+  ASSERT_THAT(since, IsOk());
+  EXPECT_EQ(since->history_rows, 3);
+}
+
 TEST_F(AnnotationStoreTest, ReadLabelsSinceGivesTheLiveLabelsAfterASeqWithTheirIds) {
   ASSERT_THAT(store_->CommitAnnotations({Write("i0", "a", 0), Write("i1", "b", 1)}), IsOk());
   ASSERT_THAT(store_->CommitAnnotations({Write("i0", "a", 2), Write("i2", "a", 1)}), IsOk());

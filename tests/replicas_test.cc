@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 #include <pqxx/pqxx>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -267,6 +268,65 @@ TEST_F(ReplicasTest, AProjectThisReplicaNeverLoadedIsListedWithoutLoadingIt) {
   // GetProject is a use: it loads the project and says the same.
   EXPECT_EQ(ServedProject(b, "listed-elsewhere").num_labels(), on_a.num_labels());
   EXPECT_NE(b.server->core().registry->IfLoaded("listed-elsewhere"), nullptr);
+}
+
+// max_revisions across replicas: each server checks a batch against the history count the
+// database gave it at the load or at its own latest commit, so a replica that only followed the
+// others' revisions admits a batch with a stale count. The commit's own UPDATE of the count
+// refuses it. Limit 3: A writes three revisions; B, loaded before them, is sent a fourth.
+// Before, B committed it (4 rows in history).
+TEST_F(ReplicasTest, AReplicaWithAStaleRevisionCountCannotPassMaxRevisions) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::CreateProjectRequest request;
+    request.mutable_project()->set_name("flipped-elsewhere");
+    request.mutable_project()->mutable_settings()->mutable_limits()->set_max_revisions(3);
+    for (int c = 0; c < kClasses; ++c) request.mutable_project()->add_classes(absl::StrCat("c", c));
+    v1::CreateProjectResponse response;
+    grpc::Status status = a.projects->CreateProject(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  auto batch = [](uint64_t id, int label) {
+    v1::AnnotationBatch out;
+    out.set_batch_id(id);
+    out.set_project("flipped-elsewhere");
+    v1::Annotation* annotation = out.add_annotations();
+    annotation->set_item("i");
+    annotation->set_annotator("w");
+    annotation->set_label(label);
+    return out;
+  };
+  ASSERT_EQ(ServedProject(b, "flipped-elsewhere").num_revisions(), 0);  // B loads it now.
+  Submit(a, {batch(1, 0), batch(2, 1), batch(3, 0), batch(4, 1)});  // Three revisions.
+  ASSERT_EQ(ServedProject(a, "flipped-elsewhere").num_revisions(), 3);
+  // B follows A's labels (the live label is now 1) but not the count.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < give_up) {
+    std::vector<v1::Posterior> served = Posteriors(b, "flipped-elsewhere");
+    if (served.size() == 1 && served[0].num_labels() == 1 && served[0].map_label() == 1) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  auto stream = b.ingest->SubmitAnnotations(&context);
+  ASSERT_TRUE(stream->Write(batch(5, 0)));
+  stream->WritesDone();
+  v1::BatchAck ack;
+  ASSERT_TRUE(stream->Read(&ack));
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << "revised " << ack.revised() << ": " << ack.error_message();
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "max_revisions (3")) << ack.error_message();
+  pqxx::connection connection(pg_->url());
+  pqxx::nontransaction txn(connection);
+  EXPECT_EQ(txn.exec1("SELECT count(*) FROM annotation_history h JOIN projects p "
+                      "USING (project_id) WHERE p.name = 'flipped-elsewhere'")[0]
+                .as<int64_t>(),
+            3);
+  EXPECT_EQ(ServedProject(b, "flipped-elsewhere").num_revisions(), 3);
 }
 
 TEST_F(ReplicasTest, LabelsStreamedThroughOneReplicaAreServedByTheOthers) {

@@ -115,9 +115,9 @@ IngestPipeline::~IngestPipeline() { Shutdown(); }
 
 std::future<IngestPipeline::Result> IngestPipeline::Submit(
     std::shared_ptr<LiveProject> project, std::vector<storage::AnnotationWrite> writes,
-    AdmissionCheck admit, std::string key_id) {
+    AdmissionCheck admit, std::string key_id, int64_t max_history_rows) {
   Pending pending{std::move(project), std::move(writes), {}, absl::Now(), std::move(admit),
-                  std::move(key_id)};
+                  std::move(key_id), max_history_rows};
   std::future<Result> future = pending.done.get_future();
   if (pending.writes.empty()) {
     pending.done.set_value(std::vector<storage::WriteResult>{});
@@ -391,9 +391,16 @@ IngestPipeline::Result IngestPipeline::CommitBatches(
     hints.projects.insert(hints.projects.end(), known.projects.begin(), known.projects.end());
   }
 
+  std::vector<storage::HistoryLimit> history_limits;
+  for (size_t b = first; b < last; ++b) {
+    if (group[b].max_history_rows > 0) {
+      history_limits.push_back({group[b].project->identity().project_id, group[b].max_history_rows});
+    }
+  }
+
   const absl::Time commit_start = absl::Now();
   std::vector<storage::DrawnSeqs> drawn;
-  Result results = store_.CommitAnnotations(writes, &hints, &drawn);
+  Result results = store_.CommitAnnotations(writes, &hints, &drawn, history_limits);
   if (metrics_) metrics_->commit_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - commit_start));
   if (!results.ok()) return results;
 

@@ -104,10 +104,15 @@ class IngestPipeline {
   // error of the batch's transaction: nothing of the batch written, or, for UNAVAILABLE,
   // maybe written (the outcome of COMMIT unknown: resend).
   // `admit`, if given, is the batch's AdmissionCheck. `key_id` is the API key that sent the
-  // batch ("" with authentication off), for its share of the queue.
+  // batch ("" with authentication off), for its share of the queue. `max_history_rows` (> 0)
+  // is the project's max_revisions, which the commit itself enforces against the database's
+  // count of every server's history rows (storage::HistoryLimit); `admit` sees the count as of
+  // this server's last commit to the project, which other replicas' revisions may have passed.
+  // A batch the commit refuses gets its RESOURCE_EXHAUSTED; the rest of its group commits.
   std::future<Result> Submit(std::shared_ptr<LiveProject> project,
                              std::vector<storage::AnnotationWrite> writes,
-                             AdmissionCheck admit = nullptr, std::string key_id = "")
+                             AdmissionCheck admit = nullptr, std::string key_id = "",
+                             int64_t max_history_rows = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
@@ -120,6 +125,7 @@ class IngestPipeline {
     absl::Time queued_at;
     AdmissionCheck admit;  // May be null.
     std::string key_id;    // "" when authentication is off.
+    int64_t max_history_rows = 0;  // <= 0: no bound (Submit).
   };
 
   // A group after its transaction(s), waiting for the publisher.

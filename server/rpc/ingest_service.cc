@@ -267,7 +267,8 @@ grpc::Status IngestServiceImpl::SubmitAnnotations(
                 absl::Span<const std::vector<storage::AnnotationWrite>* const> batches) {
               return CheckBatchQuota(p, batches, defaults);
             },
-            principal.ok() ? (*principal)->key_id : "");
+            principal.ok() ? (*principal)->key_id : "",
+            EffectiveQuota(project->settings(), core_.quota_defaults).max_revisions);
       }
     }
     absl::MutexLock lock(&state.mu);

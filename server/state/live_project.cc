@@ -434,6 +434,9 @@ bool LiveProject::ApplyFollowed(const storage::LabelsSince& since) {
   std::vector<int32_t> touched;
   {
     absl::MutexLock lock(&mu_);
+    // Other replicas' revisions, so that max_revisions is checked against them too (the count
+    // only grows, so an older read never lowers it).
+    history_rows_ = std::max(history_rows_, since.history_rows);
     if (since.drawn_through < follow_floor_ || since.drawn_through <= applied_seq_) return false;
     std::vector<CommittedLabel> labels;
     labels.reserve(since.labels.size());
