@@ -188,6 +188,40 @@ TEST_F(MigrationsTest, PerProjectSeqsContinuePastTheGlobalSequence) {
   EXPECT_THAT(next_seqs, IsOkAndHolds(ElementsAre(43, 43)));
 }
 
+// Migration 13 counts the history rows a database already holds into projects.history_rows
+// (ProjectLimits.max_revisions checks that count): 5 rows of project a, 2 of c, none of b.
+TEST_F(MigrationsTest, TheHistoryRowCountStartsFromTheRowsAlreadyKept) {
+  std::vector<Migration> before_count;
+  for (const Migration& m : SchemaMigrations()) {
+    if (m.version < 13) before_count.push_back(m);
+  }
+  ASSERT_THAT(ApplyMigrations(*pool_, before_count), IsOk());
+  ASSERT_THAT(pool_->WithTransaction(
+                  "old history",
+                  [](pqxx::work& txn) -> absl::StatusOr<bool> {
+                    txn.exec0("INSERT INTO projects (name, classes) VALUES "
+                              "('a', '{x,y}'), ('b', '{x,y}'), ('c', '{x,y}')");
+                    txn.exec0("INSERT INTO annotation_history (project_id, item_index, "
+                              "annotator_index, label, seq, revision, committed_at) "
+                              "SELECT p, 0, 0, r % 2, r + 1, r, now() FROM "
+                              "(VALUES (1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (3, 0), (3, 1)) "
+                              "AS rows (p, r)");
+                    return true;
+                  }),
+              IsOk());
+  ASSERT_THAT(ApplySchemaMigrations(*pool_), IsOk());
+  absl::StatusOr<std::vector<int64_t>> counts = pool_->WithTransaction(
+      "history rows", [](pqxx::work& txn) -> absl::StatusOr<std::vector<int64_t>> {
+        std::vector<int64_t> rows;
+        for (const pqxx::row& row :
+             txn.exec("SELECT history_rows FROM projects ORDER BY project_id")) {
+          rows.push_back(row[0].as<int64_t>());
+        }
+        return rows;
+      });
+  EXPECT_THAT(counts, IsOkAndHolds(ElementsAre(5, 0, 2)));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
