@@ -461,5 +461,68 @@ TEST(ValidateSettingsTest, NegativeCountsDurationsAndConfidencesAreRefusedNaming
   }
 }
 
+// The bounds projects.proto states, each at its edge: the last value inside is accepted and the
+// first outside refused naming the field (max_iterations at most 100,000; tolerance in [0, 1);
+// the smoothings finite; counts >= 0; client_time from 0001-01-01T00:00:00Z).
+TEST(ValidateSettingsTest, EachStatedBoundHoldsAtItsEdge) {
+  struct Case {
+    const char* field;
+    void (*inside)(v1::ProjectSettings&);
+    void (*outside)(v1::ProjectSettings&);
+  };
+  const Case cases[] = {
+      {"settings.model.max_iterations",
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_max_iterations(100000); },
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_max_iterations(100001); }},
+      {"settings.model.tolerance",
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_tolerance(0.999); },
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_tolerance(1.0); }},
+      {"settings.model.prior_smoothing",
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_prior_smoothing(1e300); },
+       [](v1::ProjectSettings& s) {
+         s.mutable_model()->set_prior_smoothing(std::numeric_limits<double>::infinity());
+       }},
+      {"settings.model.prior_smoothing",
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_prior_smoothing(0.0); },
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_prior_smoothing(std::nan("")); }},
+      {"settings.model.confusion_smoothing",
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_confusion_smoothing(1e300); },
+       [](v1::ProjectSettings& s) {
+         s.mutable_model()->set_confusion_smoothing(std::numeric_limits<double>::infinity());
+       }},
+      {"settings.assignment.gold_items_for_new_annotators",
+       [](v1::ProjectSettings& s) { s.mutable_assignment()->set_gold_items_for_new_annotators(0); },
+       [](v1::ProjectSettings& s) { s.mutable_assignment()->set_gold_items_for_new_annotators(-1); }},
+      {"settings.assignment.lease_seconds",
+       [](v1::ProjectSettings& s) { s.mutable_assignment()->set_lease_seconds(0); },
+       [](v1::ProjectSettings& s) { s.mutable_assignment()->set_lease_seconds(-1); }},
+  };
+  for (const Case& c : cases) {
+    v1::ProjectSettings inside;
+    c.inside(inside);
+    EXPECT_THAT(ValidateSettings(inside), IsOk()) << c.field;
+    v1::ProjectSettings outside;
+    c.outside(outside);
+    EXPECT_THAT(ValidateSettings(outside),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.field)))
+        << c.field;
+  }
+}
+
+// 0001-01-01T00:00:00Z is -62135596800 s from the Unix epoch; the second before it is refused.
+TEST(ValidateAnnotationTest, TheFirstSecondOfYearOneIsTheEarliestClientTime) {
+  v1::Annotation a;
+  a.set_item("i1");
+  a.set_annotator("w1");
+  a.set_label(1);
+  a.mutable_client_time()->set_seconds(-62135596800);
+  EXPECT_THAT(ValidateAnnotation("annotations[2]", a, 2), IsOk());
+  a.mutable_client_time()->set_seconds(-62135596801);
+  a.mutable_client_time()->set_nanos(999999999);
+  EXPECT_THAT(ValidateAnnotation("annotations[2]", a, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("annotations[2].client_time: seconds -62135596801")));
+}
+
 }  // namespace
 }  // namespace verity::server
