@@ -575,7 +575,10 @@ TEST_F(IsolationTest, RevisionsKeptInHistoryAreBoundedByTheProjectsLimit) {
         << refused.error_message();
     EXPECT_TRUE(absl::StrContains(refused.error_message(), "max_revisions (3"))
         << refused.error_message();
+    // Refused at admission ("this call"), with the exact count, before the commit's own check.
     EXPECT_TRUE(absl::StrContains(refused.error_message(), "has 3 revised or stale labels"))
+        << refused.error_message();
+    EXPECT_TRUE(absl::StrContains(refused.error_message(), "this call adds 1"))
         << refused.error_message();
     EXPECT_EQ(refused.accepted() + refused.revised(), 0);
   };
@@ -586,6 +589,7 @@ TEST_F(IsolationTest, RevisionsKeptInHistoryAreBoundedByTheProjectsLimit) {
   EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
   ack = submit(8, {{"i3", "w1", 1}, {"i3", "w1", 0}});
   EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << ack.error_message();
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "this call adds 1")) << ack.error_message();
   server_->Shutdown();
   StartServer();
   ASSERT_NE(server_, nullptr);
@@ -612,6 +616,7 @@ TEST_F(IsolationTest, AStaleWriteDoesNotHideTheRevisionAfterIt) {
   EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << "stale " << ack.stale() << ", revised " << ack.revised();
   EXPECT_TRUE(absl::StrContains(ack.error_message(), "max_revisions (1")) << ack.error_message();
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "this call adds 2")) << ack.error_message();
   // Each alone fits: the newer label revises once.
   ack = SubmitLabelsAt("stale-flips", 3, {{"i", "w", 1}}, {1'700'000'200});
   EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
