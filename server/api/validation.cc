@@ -1,6 +1,7 @@
 #include "server/api/validation.h"
 
 #include <cmath>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -48,11 +49,13 @@ absl::Status ValidateSettings(const v1::ProjectSettings& settings) {
   if (!v1::TruthMethod_IsValid(m.method())) {
     return Invalid("settings.model.method", "unknown method");
   }
-  if (!std::isfinite(m.confusion_smoothing()) || m.confusion_smoothing() < 0) {
-    return Invalid("settings.model.confusion_smoothing", "must be finite and >= 0");
-  }
-  if (!std::isfinite(m.prior_smoothing()) || m.prior_smoothing() < 0) {
-    return Invalid("settings.model.prior_smoothing", "must be finite and >= 0");
+  for (auto [field, value] : {std::pair<const char*, double>{"settings.model.confusion_smoothing",
+                                                              m.confusion_smoothing()},
+                              {"settings.model.prior_smoothing", m.prior_smoothing()}}) {
+    // Written so that NaN fails too.
+    if (!(value >= 0 && value <= ApiLimits::kMaxSmoothing)) {
+      return Invalid(field, absl::StrCat("must be in [0, ", ApiLimits::kMaxSmoothing, "]"));
+    }
   }
   if (m.max_iterations() < 0 || m.max_iterations() > 100000) {
     return Invalid("settings.model.max_iterations", "must be in [0, 100000]");

@@ -26,6 +26,10 @@ struct ApiLimits {
   static constexpr int kMaxClassNameBytes = 128;
   static constexpr int kMaxFeatureDim = 65536;
   static constexpr int kMaxBatchAnnotations = 10000;
+  // ModelSettings.confusion_smoothing and prior_smoothing: pseudo-counts far above any label
+  // count already make the prior decide alone; near DBL_MAX, K of them overflowed to infinity
+  // and every posterior of the project was NaN.
+  static constexpr double kMaxSmoothing = 1e6;
   // BatchAck.rejections lists at most the first this many (BatchAck.rejected counts all): an
   // ack of a batch of invalid annotations stays small, and so does what a stream whose client
   // does not read its acks holds.

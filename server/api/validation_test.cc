@@ -463,7 +463,7 @@ TEST(ValidateSettingsTest, NegativeCountsDurationsAndConfidencesAreRefusedNaming
 
 // The bounds projects.proto states, each at its edge: the last value inside is accepted and the
 // first outside refused naming the field (max_iterations at most 100,000; tolerance in [0, 1);
-// the smoothings finite; counts >= 0; client_time from 0001-01-01T00:00:00Z).
+// the smoothings at most 1,000,000; counts >= 0; client_time from 0001-01-01T00:00:00Z).
 TEST(ValidateSettingsTest, EachStatedBoundHoldsAtItsEdge) {
   struct Case {
     const char* field;
@@ -478,7 +478,14 @@ TEST(ValidateSettingsTest, EachStatedBoundHoldsAtItsEdge) {
        [](v1::ProjectSettings& s) { s.mutable_model()->set_tolerance(0.999); },
        [](v1::ProjectSettings& s) { s.mutable_model()->set_tolerance(1.0); }},
       {"settings.model.prior_smoothing",
-       [](v1::ProjectSettings& s) { s.mutable_model()->set_prior_smoothing(1e300); },
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_prior_smoothing(1e6); },
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_prior_smoothing(1.000001e6); }},
+      // Finite but huge: K x 1e308 overflowed and every posterior of the project was NaN.
+      {"settings.model.prior_smoothing",
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_prior_smoothing(1e6); },
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_prior_smoothing(1e308); }},
+      {"settings.model.prior_smoothing",
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_prior_smoothing(1e6); },
        [](v1::ProjectSettings& s) {
          s.mutable_model()->set_prior_smoothing(std::numeric_limits<double>::infinity());
        }},
@@ -486,7 +493,10 @@ TEST(ValidateSettingsTest, EachStatedBoundHoldsAtItsEdge) {
        [](v1::ProjectSettings& s) { s.mutable_model()->set_prior_smoothing(0.0); },
        [](v1::ProjectSettings& s) { s.mutable_model()->set_prior_smoothing(std::nan("")); }},
       {"settings.model.confusion_smoothing",
-       [](v1::ProjectSettings& s) { s.mutable_model()->set_confusion_smoothing(1e300); },
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_confusion_smoothing(1e6); },
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_confusion_smoothing(1e308); }},
+      {"settings.model.confusion_smoothing",
+       [](v1::ProjectSettings& s) { s.mutable_model()->set_confusion_smoothing(1e6); },
        [](v1::ProjectSettings& s) {
          s.mutable_model()->set_confusion_smoothing(std::numeric_limits<double>::infinity());
        }},

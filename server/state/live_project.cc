@@ -906,6 +906,17 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   // What this version says about the data it saw, kept with it for audit and comparison.
   storage::ModelVersionOutputs outputs;
   const std::vector<double> posteriors = models::AllPosteriors(*model, *data, gold);
+  // A model that overflowed (e.g. a pseudo-count near DBL_MAX) is not stored or served: it
+  // would serve NaN, and warm starts from it would keep doing so.
+  if (auto bad = std::find_if(posteriors.begin(), posteriors.end(),
+                              [](double p) { return !std::isfinite(p); });
+      bad != posteriors.end()) {
+    done(false);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ", method, " fit of project ", identity_.name, " gave a posterior that is not finite (",
+        *bad, ", item index ", (bad - posteriors.begin()) / num_classes(),
+        "); no version was stored. Check the project's model settings"));
+  }
   outputs.posteriors = EncodePosteriors(num_classes(), posteriors);
   {
     const int32_t k = num_classes();

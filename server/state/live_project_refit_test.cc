@@ -4,6 +4,7 @@
 // Whatever the interleaving, the served posteriors must equal the full E-step of the served
 // model over every live label.
 #include <atomic>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
+#include "models/truth_model_factory.h"
 #include "server/state/live_project.h"
 #include "storage/model_version_store.h"
 #include "storage/project_store.h"
@@ -25,6 +27,7 @@ namespace verity::server {
 namespace {
 
 using ::verity::testing::IsOk;
+using ::verity::testing::StatusIs;
 
 constexpr int32_t kClasses = 3;
 constexpr int32_t kAnnotators = 30;
@@ -168,6 +171,44 @@ class LiveProjectRefitTest : public storage::testing::PostgresTest {
   absl::flat_hash_map<std::pair<int32_t, int32_t>, size_t> label_of_pair_;  // Into labels_.
   std::vector<int32_t> gold_;
 };
+
+// True when every served posterior of `project` is a finite number.
+bool AllServedPosteriorsFinite(LiveProject& project) {
+  std::shared_ptr<const ProjectSnapshot> snapshot = project.snapshot();
+  for (int32_t i = 0; i < snapshot->posteriors.num_items(); ++i) {
+    for (double p : snapshot->posteriors.probabilities(i)) {
+      if (!std::isfinite(p)) return false;
+    }
+  }
+  return true;
+}
+
+// A fit whose posteriors are not finite numbers is neither stored nor served: a pseudo-count
+// near DBL_MAX (which settings validation now refuses, but a project stored before may hold)
+// overflowed, and every posterior of the project was NaN. The fit fails naming the method, and
+// the project keeps serving what it served. Before, the NaN model was served, and the next fit,
+// warm-started from it, stayed NaN even with the settings put back.
+TEST_F(LiveProjectRefitTest, AFitWithNonFinitePosteriorsIsNotStoredOrServed) {
+  storage::ModelVersionStore versions(&pool());
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_confusion_smoothing(1e308);
+  std::unique_ptr<LiveProject> project = CreateProject(settings);
+  ASSERT_NE(project, nullptr);
+  ASSERT_TRUE(AllServedPosteriorsFinite(*project));
+  absl::StatusOr<LiveProject::RefitResult> refit = project->Refit(versions);
+  EXPECT_THAT(refit, StatusIs(absl::StatusCode::kFailedPrecondition,
+                              ::testing::HasSubstr("not finite")));
+  EXPECT_EQ(project->model_version(), 0);
+  EXPECT_TRUE(AllServedPosteriorsFinite(*project));
+  // With the settings put back the next fit is stored and served.
+  settings.mutable_model()->clear_confusion_smoothing();
+  project->SetSettings(settings);
+  refit = project->Refit(versions);
+  ASSERT_THAT(refit, IsOk());
+  EXPECT_EQ(project->model_version(), refit->version.version);
+  EXPECT_TRUE(AllServedPosteriorsFinite(*project));
+}
 
 TEST_F(LiveProjectRefitTest, ChangesDuringARefitAreInThePosteriorsItPublishes) {
   std::unique_ptr<LiveProject> project = CreateProject();
