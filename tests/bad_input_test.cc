@@ -825,6 +825,17 @@ std::vector<BadInput> BadInputs() {
       {"GetPosteriorsUnknownItem",
        [](const Stubs& s) { return GetPosteriors(s, PosteriorsOf({"i1", "nope"})); },
        C::NOT_FOUND, "items[1]: item \"nope\" not found"},
+      // docs/SECURITY.md: a malformed id is INVALID_ARGUMENT naming its field, as everywhere
+      // else, not NOT_FOUND (it cannot name any item).
+      {"GetPosteriorsEmptyItemId",
+       [](const Stubs& s) { return GetPosteriors(s, PosteriorsOf({"i1", ""})); }, kInvalid,
+       "items[1]: must not be empty"},
+      {"GetPosteriorsItemIdWithASpace",
+       [](const Stubs& s) { return GetPosteriors(s, PosteriorsOf({"a b"})); }, kInvalid,
+       "items[0]: contains byte 0x20"},
+      {"GetPosteriorsOverlongItemId",
+       [](const Stubs& s) { return GetPosteriors(s, PosteriorsOf({std::string(257, 'x')})); },
+       kInvalid, "items[0]: is 257 bytes"},
       {"GetPosteriorsEmptyProject",
        [](const Stubs& s) {
          v1::GetPosteriorsRequest request = PosteriorsOf({"i1"});
@@ -855,6 +866,15 @@ std::vector<BadInput> BadInputs() {
          return GetAnnotatorProfiles(s, request);
        },
        C::NOT_FOUND, "annotators[1]: annotator \"ghost\" not found"},
+      {"GetAnnotatorProfilesAnnotatorIdWithASpace",
+       [](const Stubs& s) {
+         v1::GetAnnotatorProfilesRequest request;
+         request.set_project(kProject);
+         request.add_annotators("w1");
+         request.add_annotators("a b");
+         return GetAnnotatorProfiles(s, request);
+       },
+       kInvalid, "annotators[1]: contains byte 0x20"},
       {"GetAnnotatorProfilesTooMany",
        [](const Stubs& s) {
          v1::GetAnnotatorProfilesRequest request;

@@ -65,6 +65,11 @@ grpc::Status TruthServiceImpl::GetPosteriors(grpc::ServerContext* context,
     return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
         "items: need 1 to ", ApiLimits::kMaxItemsPerCall, " item ids, got ", request->items_size())));
   }
+  for (int i = 0; i < request->items_size(); ++i) {
+    if (absl::Status s = ValidateId(absl::StrCat("items[", i, "]"), request->items(i)); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
   std::shared_ptr<const ProjectSnapshot> snapshot = (*project)->snapshot();
@@ -137,6 +142,12 @@ grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context
   if (request->annotators_size() > ApiLimits::kMaxItemsPerCall) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("annotators: at most ", ApiLimits::kMaxItemsPerCall, " ids")));
+  }
+  for (int i = 0; i < request->annotators_size(); ++i) {
+    if (absl::Status s = ValidateId(absl::StrCat("annotators[", i, "]"), request->annotators(i));
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
   }
   const int32_t page_size = request->page_size() == 0 ? 1000 : request->page_size();
   if (page_size < 0 || page_size > ApiLimits::kMaxItemsPerCall) {
