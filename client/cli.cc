@@ -1068,13 +1068,23 @@ absl::Status Accuracy(const Context& context) {
         }
         return absl::OkStatus();
       }));
+  const int64_t missing = static_cast<int64_t>(gold.size()) - found;
+  std::vector<std::string> skipped;
+  if (unlabelled > 0) {
+    skipped.push_back(absl::StrCat(unlabelled, " without labels"));
+  }
+  if (clamped > 0) {
+    skipped.push_back(absl::StrCat(clamped, " clamped to gold by item add"));
+  }
+  if (missing > 0) {
+    skipped.push_back(absl::StrCat(missing, " not in the project"));
+  }
   if (scored == 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("no gold item of ", file, " has labels in project \"",
-                     project.name(), "\""));
+        absl::StrCat("no gold item of ", file, " can be scored in project \"",
+                     project.name(), "\": ", absl::StrJoin(skipped, ", ")));
   }
   const double accuracy = static_cast<double>(correct) / scored;
-  const int64_t missing = static_cast<int64_t>(gold.size()) - found;
   if (context.json) {
     PrintJson(context,
               JsonValue::Object()
@@ -1088,16 +1098,6 @@ absl::Status Accuracy(const Context& context) {
   }
   context.out << "accuracy=" << FormatProbability(accuracy) << " (" << scored
               << " gold items)\n";
-  std::vector<std::string> skipped;
-  if (unlabelled > 0) {
-    skipped.push_back(absl::StrCat(unlabelled, " without labels"));
-  }
-  if (clamped > 0) {
-    skipped.push_back(absl::StrCat(clamped, " clamped to gold by item add"));
-  }
-  if (missing > 0) {
-    skipped.push_back(absl::StrCat(missing, " not in the project"));
-  }
   if (!skipped.empty()) {
     context.out << "skipped gold items: " << absl::StrJoin(skipped, ", ")
                 << "\n";

@@ -361,6 +361,12 @@ TEST_F(CliTest, ItemAddSendsFeaturesAndGoldAndAccuracySkipsClampedItems) {
   EXPECT_EQ(result.out,
             "accuracy=1.0000 (1 gold items)\n"
             "skipped gold items: 2 clamped to gold by item add\n");
+  // Only clamped items: nothing to score, and the error says why (it said they had no labels,
+  // although q had one).
+  result = Run({"accuracy", "--project=feat", absl::StrCat("--gold_csv=", gold)});
+  EXPECT_EQ(result.code, kExitFailure);
+  EXPECT_THAT(result.err, HasSubstr("can be scored in project \"feat\": 2 clamped to gold by "
+                                    "item add"));
 }
 
 TEST_F(CliTest, ItemAddRefusesFeatureColumnsTheProjectDoesNotHave) {
