@@ -164,21 +164,10 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  std::unique_ptr<verity::storage::EmbeddedPostgres> embedded;
-  std::string url = absl::GetFlag(FLAGS_postgres_url);
-  if (url.empty()) {
-    verity::storage::EmbeddedPostgres::Options pg;
-    pg.data_dir = absl::GetFlag(FLAGS_data_dir);
-    auto started = verity::storage::EmbeddedPostgres::Start(pg);
-    if (!started.ok()) return Fail(started.status());
-    embedded = std::move(*started);
-    url = embedded->connection_url();
-    LogEvent("embedded_postgres", {{"data_dir", pg.data_dir}});
-  }
-
+  // Every flag is read and checked first, so that a refused one starts nothing (the embedded
+  // database below included).
   verity::server::VerityServer::Options options;
   options.listen = absl::GetFlag(FLAGS_listen);
-  options.postgres_url = url;
   options.pool_size = absl::GetFlag(FLAGS_pool_size);
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
   options.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_mb) << 20;
@@ -241,6 +230,19 @@ int main(int argc, char** argv) {
         absl::StrCat(absl::GetFlag(FLAGS_metrics_address), ":", metrics_port);
   }
   options.rpc_log.log_every_call = absl::GetFlag(FLAGS_log_every_rpc);
+
+  std::unique_ptr<verity::storage::EmbeddedPostgres> embedded;
+  std::string url = absl::GetFlag(FLAGS_postgres_url);
+  if (url.empty()) {
+    verity::storage::EmbeddedPostgres::Options pg;
+    pg.data_dir = absl::GetFlag(FLAGS_data_dir);
+    auto started = verity::storage::EmbeddedPostgres::Start(pg);
+    if (!started.ok()) return Fail(started.status());
+    embedded = std::move(*started);
+    url = embedded->connection_url();
+    LogEvent("embedded_postgres", {{"data_dir", pg.data_dir}});
+  }
+  options.postgres_url = url;
   verity::server::SetTrainingDevice(absl::GetFlag(FLAGS_device));
   auto server = verity::server::VerityServer::Start(options);
   if (!server.ok()) return Fail(server.status());

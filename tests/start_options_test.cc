@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -390,6 +391,22 @@ RefusedRun RunUntilExit(const std::string& dir, const std::vector<std::string>& 
   }
   run.output = read_log();
   return run;
+}
+
+// A flag the server refuses is refused before anything starts: with the embedded database
+// (no --postgres_url) the server exits naming the flag without starting PostgreSQL. Before,
+// it ran initdb and started the cluster first (and stopped it again, also one that an earlier,
+// killed server had left running in the same data directory).
+TEST(StartOptionsTest, ABadFlagIsRefusedBeforeTheEmbeddedDatabaseStarts) {
+  const std::string dir = MakeTempDir("verity-bad-flag");
+  RefusedRun run = RunUntilExit(dir, {"--metrics_port=0", "--auth=bogus"});
+  ASSERT_TRUE(run.exited) << run.output;
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "--auth must be auto, on or off")) << run.output;
+  EXPECT_FALSE(absl::StrContains(run.output, "event=embedded_postgres")) << run.output;
+  struct stat st;
+  EXPECT_NE(stat((dir + "/var").c_str(), &st), 0)
+      << "the data directory was created:\n" << run.output;
 }
 
 // README's flag table and the flag's help: --trainer_busy_fraction is "in (0, 1]". A value
