@@ -166,6 +166,41 @@ TEST(LiveProjectReplicationTest, AnOutOfOrderCommitRefusesReadsThatDoNotIncludeI
   EXPECT_THAT(ServedLabel(*project, 1), Optional(2));
 }
 
+// A resend after an UNAVAILABLE commit: its writes are duplicates (they draw no seq), but the
+// first commit's outcome never reached memory, so the duplicate is applied, ahead of
+// applied_seq(). A catch-up read from before that commit must then be refused: it holds the
+// pair's older label.
+TEST(LiveProjectReplicationTest, ADuplicateAppliedAheadRefusesReadsFromBeforeIt) {
+  auto project = EmptyProject();
+  std::vector<CommittedLabel> resent = {Own(0, 1, 3, /*changed=*/false)};
+  Publish(*project, project->RegisterOwnCommit(resent, std::nullopt));
+  EXPECT_THAT(ServedLabel(*project, 0), Optional(1));
+  storage::LabelsSince before;
+  before.labels = {Followed(0, 0, 2)};
+  before.drawn_through = 2;
+  EXPECT_FALSE(project->ApplyFollowed(before));
+  EXPECT_THAT(ServedLabel(*project, 0), Optional(1));
+}
+
+// The label at exactly applied_seq() is memory's already: registering it again (the follower
+// applied its commit first) changes nothing, even when memory has since taken a newer label of
+// its pair out of order.
+TEST(LiveProjectReplicationTest, AnOwnCommitAtTheAppliedSeqIsNotAppliedAgain) {
+  auto project = EmptyProject();
+  storage::LabelsSince since;
+  since.labels = {Followed(1, 0, 1), Followed(2, 0, 2), Followed(3, 0, 3), Followed(0, 1, 4)};
+  since.drawn_through = 4;
+  EXPECT_TRUE(project->ApplyFollowed(since));
+  project->PublishCommitted(
+      project->RegisterOwnCommitOutOfOrder({Own(0, 2, 6)}, storage::DrawnSeqs{7, 6, 6}));
+  EXPECT_THAT(ServedLabel(*project, 0), Optional(2));
+  std::vector<CommittedLabel> own = {Own(0, 1, 4)};
+  auto touched = project->RegisterOwnCommit(own, storage::DrawnSeqs{7, 4, 4});
+  EXPECT_THAT(touched, Optional(IsEmpty()));
+  Publish(*project, touched);
+  EXPECT_THAT(ServedLabel(*project, 0), Optional(2));
+}
+
 TEST(LiveProjectReplicationTest, RestoredProjectsStartAtTheirNewestStoredSeq) {
   LiveProject::Identity id;
   id.project_id = 7;
