@@ -1337,5 +1337,69 @@ TEST(DawidSkeneTest, IncrementalRefitLearnsFromGoldOnAnItemWithoutLabels) {
                                               DoubleNear(3.0 / 8, 1e-9)));
 }
 
+
+TEST(DawidSkeneTest, RestoredModelKeepsTheIncrementalLabelBudgetSpent) {
+  // As IncrementalRefitBudgetAddsUpNewLabels, with the model serialized and
+  // restored after the second refit: the 10 labels already refitted travel
+  // with the state, so the third new item (15 labels, over the budget of
+  // 0.0012 x ~10,000 = 12) still makes a full EM. Were the spent budget lost
+  // on restore, 5 labels would fit it and the refit would be incremental.
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(2000);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  TruthModelOptions options;
+  options.incremental_refit_max_fraction = kSmallRefitFraction;
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(3, options);
+  int32_t first_new = 1990;
+  absl::StatusOr<FitReport> report = ds->Fit(
+      WithoutItemsFrom(crowd.annotations, first_new, spec.num_items, 20, 3),
+      {}, false);
+  ASSERT_THAT(report, IsOk());
+  ASSERT_TRUE(report->converged);
+  for (int32_t expected : {1, 2}) {
+    ++first_new;
+    report = ds->Fit(
+        WithoutItemsFrom(crowd.annotations, first_new, spec.num_items, 20, 3),
+        {}, true);
+    ASSERT_THAT(report, IsOk());
+    ASSERT_TRUE(report->converged);
+    ASSERT_EQ(ds->incremental_refits_in_a_row(), expected);
+  }
+  std::unique_ptr<DawidSkeneModel> restored = MakeDs(3, options);
+  ASSERT_THAT(restored->Restore(ds->Serialize()), IsOk());
+  ASSERT_EQ(restored->incremental_refits_in_a_row(), 2);
+  ++first_new;
+  ASSERT_THAT(restored->Fit(WithoutItemsFrom(crowd.annotations, first_new,
+                                             spec.num_items, 20, 3),
+                            {}, true),
+              IsOk());
+  EXPECT_EQ(restored->incremental_refits_in_a_row(), 0);
+}
+
+TEST(DawidSkeneTest, IncrementalRefitTakesOutTheShareOfARemovedSingleLabel) {
+  // Items 0-3 have gold class 0 and one label each; item 4 has one label and
+  // no gold, so it adds 1/2 to each class's prior mass (dawid_skene.h). With
+  // prior_smoothing 1 the prior is (4 + 1/2 + 1, 1/2 + 1) / (5 + 2) =
+  // (11/14, 3/14). Removing item 4's label in an incremental refit must take
+  // that share out again: (4 + 1, 0 + 1) / (4 + 2) = (5/6, 1/6).
+  std::vector<Annotation> labels = {
+      {0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {3, 0, 0}, {4, 0, 1}};
+  const std::vector<int32_t> gold = {0, 0, 0, 0, -1};
+  TruthModelOptions options;
+  options.incremental_refit_max_fraction = 1;
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(2, options);
+  absl::StatusOr<FitReport> cold =
+      ds->Fit(*AnnotationMatrix::Build(5, 1, 2, labels), gold, false);
+  ASSERT_THAT(cold, IsOk());
+  ASSERT_TRUE(cold->converged);
+  EXPECT_THAT(ds->ClassPrior(), ElementsAre(DoubleNear(11.0 / 14, 1e-12),
+                                            DoubleNear(3.0 / 14, 1e-12)));
+  labels.pop_back();
+  ASSERT_THAT(ds->Fit(*AnnotationMatrix::Build(5, 1, 2, labels), gold, true),
+              IsOk());
+  ASSERT_EQ(ds->incremental_refits_in_a_row(), 1);
+  EXPECT_THAT(ds->ClassPrior(), ElementsAre(DoubleNear(5.0 / 6, 1e-12),
+                                            DoubleNear(1.0 / 6, 1e-12)));
+}
+
 }  // namespace
 }  // namespace verity::models
