@@ -173,6 +173,22 @@ TEST(ScorePosteriorsTest, ConfidenceOnABinEdgeFallsInTheUpperBin) {
   EXPECT_NEAR(s.ece, 0.03125, 1e-12);
 }
 
+TEST(ScorePosteriorsTest, TheLastTwoBinsAreKeptApart) {
+  // Confidence 0.85 (correct) falls in bin 8 = [0.8, 0.9); 0.95 (wrong) and
+  // 1.0 (correct) in bin 9 = [0.9, 1.0]. ECE = (|1 - 0.85| + |1 - 1.95|) / 3
+  // = 1.1 / 3. Were bin 9 folded into bin 8: |2 - 2.8| / 3 = 0.8 / 3.
+  // Log-loss = -(ln 0.85 + ln 0.05 + ln 1) / 3 = (0.162519 + 2.995732) / 3.
+  absl::StatusOr<AnnotationMatrix> m = OneLabelOnEachItem(3, 2);
+  ASSERT_THAT(m, IsOk());
+  const std::vector<double> posteriors = {0.85, 0.15, 0.95, 0.05, 0.0, 1.0};
+  const ClassificationScores s =
+      ScorePosteriors(posteriors, *m, std::vector<int32_t>{0, 1, 1});
+  EXPECT_EQ(s.items, 3);
+  EXPECT_DOUBLE_EQ(s.accuracy, 2.0 / 3);
+  EXPECT_NEAR(s.ece, 1.1 / 3, 1e-12);
+  EXPECT_NEAR(s.log_loss, 1.0527504010172553, 1e-12);
+}
+
 TEST(ScorePosteriorsTest, NothingScoredGivesZeroCalibration) {
   absl::StatusOr<AnnotationMatrix> m = OneLabelOnEachItem(2, 2);
   ASSERT_THAT(m, IsOk());
