@@ -657,6 +657,58 @@ TEST(CalibrationMapTest, TheGoldEceIsTheBinnedCalibrationErrorOfTheCrossFittedRo
   EXPECT_LT(model.calibration().gold_ece, model.calibration().gold_ece_raw);
 }
 
+// A binary model that serves an exact tie (0.5, 0.5) for an item labelled 0 and (0.45, 0.55)
+// for one labelled 1, whatever it was fitted with.
+class TieServingModel final : public TruthModel {
+ public:
+  std::string_view method() const override { return "tie_serving"; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return true; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<TieServingModel>();
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>,
+                                bool) override {
+    return FitReport{};
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    if (gold_label >= 0) {
+      out[gold_label] = 1.0;
+      out[1 - gold_label] = 0.0;
+      return;
+    }
+    const bool says1 = !labels.empty() && labels[0].label == 1;
+    out[0] = says1 ? 0.45 : 0.5;
+    out[1] = says1 ? 0.55 : 0.5;
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override { return {0.9, 0.1, 0.1, 0.9}; }
+  std::string Serialize() const override { return "inner"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+};
+
+// The gold ECE predicts the lowest class of a tie, as ClassificationScores::ece. Items 0..29
+// say 0 and are served (0.5, 0.5), gold 0; items 30..59 say 1 and are served (0.45, 0.55),
+// gold 1. All 60 rows fall in bin 5: the ties count as right, so correct 60, confidence
+// 30 x 0.5 + 30 x 0.55 = 31.5 and gold_ece_raw = |60 - 31.5| / 60 = 0.475. (Ties going to
+// class 1 would give |30 - 31.5| / 60 = 0.025.)
+TEST(CalibrationMapTest, TheGoldEceCountsATieAsTheLowestClass) {
+  std::vector<Annotation> annotations;
+  std::vector<int32_t> gold(60);
+  for (int32_t i = 0; i < 60; ++i) {
+    const int32_t label = i < 30 ? 0 : 1;
+    annotations.push_back({i, 0, label});
+    gold[i] = label;
+  }
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(60, 1, 2, annotations);
+  ASSERT_THAT(data.status(), IsOk());
+  CalibratedTruthModel model(std::make_unique<TieServingModel>());
+  ASSERT_THAT(model.Fit(*data, gold, false).status(), IsOk());
+  ASSERT_EQ(model.calibration().source, CalibrationSource::kGold);
+  EXPECT_EQ(model.calibration().gold_items, 60);
+  EXPECT_NEAR(model.calibration().gold_ece_raw, 0.475, 1e-12);
+}
+
 // FitLabelMap takes each held-out label's share out of its annotator's confusion
 // (calibrated_truth_model.h). Items 0 and 1 are each labelled 0 by annotators 0 and 1; item 2 is
 // labelled 1 by annotator 2 alone. Posteriors: items 0, 1 p = (0.64, 0.04) / 0.68 =
