@@ -894,6 +894,47 @@ TEST(AutoTruthModelTest, GoldCvBreaksAccuracyTiesByLogLoss) {
   EXPECT_EQ(choice->method, "mv") << choice->reason;
 }
 
+// Promise (auto_truth_model.h): gold cross-validation scores the gold items *with labels*.
+// Items 0..29 carry one label and gold 0; items 30..39 have gold 1 but no label and are not
+// scored. ds is right on items 10..29 (20/30), mv on all 30. Scored, the 10 unlabelled items
+// (served (0.9, 0.1) against gold 1) would give ds 20/40 and mv 30/40.
+TEST(AutoTruthModelTest, GoldCvScoresOnlyGoldItemsWithLabels) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 30; ++i) annotations.push_back({i, 0, 0});
+  const AnnotationMatrix data = *AnnotationMatrix::Build(40, 1, 2, annotations);
+  std::vector<int32_t> gold(40, 0);
+  for (int32_t i = 30; i < 40; ++i) gold[i] = 1;
+  absl::StatusOr<AutoChoice> choice = ChooseTruthMethod(
+      data, gold, {}, DsAndMv([](int32_t i) { return i >= 10; }, [](int32_t) { return true; }));
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "gold_cv");
+  EXPECT_NEAR(ScoreOf(*choice, "ds").accuracy, 20.0 / 30, 1e-12);
+  EXPECT_NEAR(ScoreOf(*choice, "mv").accuracy, 1.0, 1e-12);
+  EXPECT_NEAR(ScoreOf(*choice, "mv").log_loss, -std::log(0.9), 1e-12);
+}
+
+// Promise (auto_truth_model.h): held-out labels never take an item's last remaining label.
+// 2,000 items with two labels each: about 10 % of the labels are held out (~400), and with
+// both labels of an item held out on about 1 % of the items were that allowed, no item may have
+// both asked for.
+TEST(AutoTruthModelTest, HeldOutLabelsLeaveEveryItemALabel) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 2000; ++i) {
+    for (int32_t a = 0; a < 2; ++a) annotations.push_back({i, a, 0});
+  }
+  const AnnotationMatrix data = *AnnotationMatrix::Build(2000, 2, 2, annotations);
+  auto held = std::make_shared<std::vector<std::pair<int32_t, int32_t>>>();
+  absl::StatusOr<AutoChoice> choice =
+      ChooseTruthMethod(data, {}, {}, DsAndMv(nullptr, nullptr, {0.5, 0.5, 0.5, 0.5}, held));
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "held_out_labels");
+  EXPECT_GT(held->size(), 300u);
+  EXPECT_LT(held->size(), 500u);
+  std::vector<int> per_item(2000, 0);
+  for (const auto& [item, annotator] : *held) ++per_item[item];
+  for (int32_t i = 0; i < 2000; ++i) EXPECT_LE(per_item[i], 1) << "item " << i;
+}
+
 // 300 items, 3 labels each, all of class 0 (the held-out criterion, no gold).
 AnnotationMatrix AllZeroLabels() {
   std::vector<Annotation> annotations;
