@@ -311,6 +311,31 @@ TEST(MaceTest, OneIterationSplitsAGoldAgreeingLabelIntoTruthfulAndSpam) {
   EXPECT_NEAR((*xi)[1], 740.0 / 1491.0, 1e-12);
 }
 
+// Promise (mace.h): a cold fit's first M-step takes theta_j from the annotator's expected
+// agreement with the soft majority vote. One item, no gold, K = 2: annotator 0 says 0 and
+// annotator 1 says 1, so the vote is (1/2, 1/2):
+//   start: truthful = q[y] = 1/2, spam[y] = 1: theta = (1/2 + 1/2) / 2 = 1/2,
+//     xi_0 = (11/21, 10/21) (xi_1 mirrored);
+//   iteration 1: q = (1/2, 1/2) by symmetry; Q_0[0][0] = 1/2 + (1/2)(11/21) = 16/21, so
+//     truthful = (1/2)(1/2) / (16/21) = 21/64, spam[0] = 43/64;
+//     theta = (21/64 + 1/2) / 2 = 53/128, xi_0[0] = (43/64 + 10) / (43/64 + 20) = 683/1323.
+// (Starting every label as truthful, theta = 3/4, would give theta = 0.4628378 here.)
+TEST(MaceTest, AColdFitStartsTheCompetenceFromTheAgreementWithTheVote) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 2, 2, {{0, 0, 0}, {0, 1, 1}});
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2, one_iteration);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  for (int32_t a : {0, 1}) {
+    ASSERT_TRUE(model->AnnotatorCompetence(a).has_value());
+    EXPECT_NEAR(*model->AnnotatorCompetence(a), 53.0 / 128.0, 1e-12) << a;
+  }
+  const std::optional<std::vector<double>> xi = model->AnnotatorStrategy(0);
+  ASSERT_TRUE(xi.has_value());
+  EXPECT_NEAR((*xi)[0], 683.0 / 1323.0, 1e-12);
+  EXPECT_NEAR((*xi)[1], 640.0 / 1323.0, 1e-12);
+}
+
 // truth_model.h: an empty model gives the soft majority vote as
 // ItemPosterior and uniform confusion matrices (mace.h: "uniform before a
 // fit"). One label of class 0, K = 2, vote_smoothing 0.01: (1.01, 0.01) / 1.02.
