@@ -205,6 +205,27 @@ TEST(IbccTest, TheDirichletsArePriorPlusCountsByTrueClass) {
   near(*model->AnnotatorDirichlet(7), {4, 1, 1, 4});
 }
 
+// An item without labels (and without gold) carries no information and adds nothing to nu:
+// the fit of TheDirichletsArePriorPlusCountsByTrueClass with a fourth, unlabelled item gives
+// the same Dirichlets, nu = (1 + 1, 1 + 2). (Counted, its E-step posterior, about (0.4, 0.6),
+// would be added to nu.)
+TEST(IbccTest, AnItemWithoutLabelsAddsNothingToTheClassDirichlet) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(4, 1, 2, {{0, 0, 0}, {1, 0, 0}, {2, 0, 1}});
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(2);
+  ASSERT_THAT(model->Fit(m, std::vector<int32_t>{0, 1, 1, -1}, false), IsOk());
+  ASSERT_TRUE(model->ClassDirichlet().has_value());
+  ASSERT_EQ(model->ClassDirichlet()->size(), 2u);
+  EXPECT_NEAR((*model->ClassDirichlet())[0], 2.0, 1e-9);
+  EXPECT_NEAR((*model->ClassDirichlet())[1], 3.0, 1e-9);
+  ASSERT_TRUE(model->AnnotatorDirichlet(0).has_value());
+  const std::vector<double> alpha = *model->AnnotatorDirichlet(0);
+  ASSERT_EQ(alpha.size(), 4u);
+  EXPECT_NEAR(alpha[0], 5.0, 1e-9);
+  EXPECT_NEAR(alpha[1], 1.0, 1e-9);
+  EXPECT_NEAR(alpha[2], 2.0, 1e-9);
+  EXPECT_NEAR(alpha[3], 5.0, 1e-9);
+}
+
 // A restored model with the asymmetric class Dirichlet nu = (3, 1) and no annotators (every id
 // gets the prior alpha0 = (4, 1 | 1, 4)).
 std::unique_ptr<IbccModel> AsymmetricClassPriorModel() {
