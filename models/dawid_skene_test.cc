@@ -1401,5 +1401,49 @@ TEST(DawidSkeneTest, IncrementalRefitTakesOutTheShareOfARemovedSingleLabel) {
                                             DoubleNear(1.0 / 6, 1e-12)));
 }
 
+TEST(DawidSkeneTest, TheRefitStateRestoresWithGoldOfTheHighestClass) {
+  // The kept state stores gold g as g + 1 (0: none), so gold of class K - 1 is K, the largest
+  // value Restore must accept. K = 2: items 0 and 1 have gold 1 and 0; the restored model
+  // keeps the state, serializes to the same blob and gives the same posteriors.
+  const AnnotationMatrix m = *AnnotationMatrix::Build(
+      3, 2, 2, {{0, 0, 1}, {0, 1, 1}, {1, 0, 0}, {1, 1, 0}, {2, 0, 1}, {2, 1, 0}});
+  const std::vector<int32_t> gold = {1, 0, -1};
+  std::unique_ptr<DawidSkeneModel> model = MakeDs(2);
+  ASSERT_THAT(model->Fit(m, gold, false), IsOk());
+  ASSERT_TRUE(model->has_refit_state());
+  const std::string blob = model->Serialize();
+  std::unique_ptr<DawidSkeneModel> restored = MakeDs(2);
+  ASSERT_THAT(restored->Restore(blob), IsOk());
+  EXPECT_TRUE(restored->has_refit_state());
+  EXPECT_EQ(restored->Serialize(), blob);
+  EXPECT_EQ(AllPosteriors(*restored, m, gold), AllPosteriors(*model, m, gold));
+}
+
+TEST(DawidSkeneTest, AnItemChangedByTwoRefitsIsKeptOnceInTheState) {
+  // Item 4's only label is removed by one incremental refit and given back by the next: the
+  // kept state must hold item 4 once, as it is now, so that it serializes and restores (the
+  // parser refuses changed items out of order) and the prior is back at that of the first fit,
+  // (11/14, 3/14) (IncrementalRefitTakesOutTheShareOfARemovedSingleLabel).
+  std::vector<Annotation> labels = {
+      {0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {3, 0, 0}, {4, 0, 1}};
+  const std::vector<int32_t> gold = {0, 0, 0, 0, -1};
+  TruthModelOptions options;
+  options.incremental_refit_max_fraction = 1;
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(2, options);
+  const AnnotationMatrix all = *AnnotationMatrix::Build(5, 1, 2, labels);
+  labels.pop_back();
+  const AnnotationMatrix without_item_4 = *AnnotationMatrix::Build(5, 1, 2, labels);
+  ASSERT_THAT(ds->Fit(all, gold, false), IsOk());
+  ASSERT_THAT(ds->Fit(without_item_4, gold, true), IsOk());
+  ASSERT_THAT(ds->Fit(all, gold, true), IsOk());
+  ASSERT_EQ(ds->incremental_refits_in_a_row(), 2);
+  EXPECT_THAT(ds->ClassPrior(), ElementsAre(DoubleNear(11.0 / 14, 1e-12),
+                                            DoubleNear(3.0 / 14, 1e-12)));
+  std::unique_ptr<DawidSkeneModel> restored = MakeDs(2, options);
+  ASSERT_THAT(restored->Restore(ds->Serialize()), IsOk());
+  EXPECT_EQ(restored->incremental_refits_in_a_row(), 2);
+  EXPECT_EQ(restored->Serialize(), ds->Serialize());
+}
+
 }  // namespace
 }  // namespace verity::models
