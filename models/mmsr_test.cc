@@ -437,5 +437,26 @@ TEST(MmsrTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
   EXPECT_FALSE(restored->has_parameters());
 }
 
+// mmsr.h: a skill estimate x maps to p = x (K - 1) / K + 1 / K; at the lower end of its range,
+// x = -1 / (K - 1), p = 0 and the weight log(p (K - 1) / (1 - p)) is -infinity, so Restore
+// refuses it as it refuses x = 1 (K = 3: x = -1/2), and the model keeps what it had. Just above
+// it (x = -0.49, p = 0.0067) the weight is finite and the blob is accepted.
+TEST(MmsrTest, RestoreRefusesTheSkillAtWhichTheWeightIsMinusInfinity) {
+  const auto blob = [](double x) {
+    ByteWriter writer;
+    WriteModelHeader(writer, MmsrModel::kMethod, true);
+    writer.WriteU32(3);
+    writer.WriteU32(0);
+    writer.WriteF64(x);
+    return writer.Finish();
+  };
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(3);
+  EXPECT_THAT(model->Restore(blob(-0.5)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(model->has_parameters());
+  ASSERT_THAT(model->Restore(blob(-0.49)), IsOk());
+  ASSERT_TRUE(model->AnnotatorWeight(0).has_value());
+  EXPECT_TRUE(std::isfinite(*model->AnnotatorWeight(0)));
+}
+
 }  // namespace
 }  // namespace verity::models
