@@ -520,5 +520,38 @@ TEST(SkillVoteMethodsTest, EmptyDataGivesUniformPosteriors) {
             std::vector<double>({0.5, 0.5, 0.5, 0.5}));
 }
 
+// zero_based_skill.h: the fit stops once no skill moves by more than options.tolerance, a
+// step of exactly the tolerance included. With tolerance 0: on CaseA with item 4's gold 1
+// (ZeroBasedSkillTest.GoldItemsTakeTheirGoldClass) the first step (learning rate 1) puts every
+// skill on its agreement, and the second moves none (a step of 0 <= 0): 2 iterations,
+// converged.
+TEST(ZeroBasedSkillTest, AStepEqualToTheToleranceHasConverged) {
+  TruthModelOptions options;
+  options.tolerance = 0;
+  auto model = Make<ZeroBasedSkillModel>(2, options);
+  absl::StatusOr<FitReport> report =
+      model->Fit(CaseA(), std::vector<int32_t>{-1, -1, -1, -1, 1}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_EQ(report->iterations, 2);
+  EXPECT_NEAR(*model->AnnotatorSkill(0), 0.75, 1e-12);
+  EXPECT_NEAR(*model->AnnotatorSkill(1), 1.0, 1e-12);
+  EXPECT_NEAR(*model->AnnotatorSkill(2), 0.25, 1e-12);
+}
+
+// skill_vote.h / wawa.h: without any label there is no agreement to measure, and every skill
+// (pooled included) is chance, 1/K: K = 3 gives skill 1/3 and the uniform confusion 1/3
+// everywhere.
+TEST(WawaTest, WithoutLabelsEverySkillIsChance) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(2, 2, 3, {});
+  auto model = Make<WawaModel>(3);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  for (int32_t a = -1; a < 2; ++a) {
+    ASSERT_TRUE(model->AnnotatorSkill(a).has_value()) << a;
+    EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(a), 1.0 / 3) << a;
+    for (double c : model->AnnotatorConfusion(a)) EXPECT_NEAR(c, 1.0 / 3, 1e-12) << a;
+  }
+}
+
 }  // namespace
 }  // namespace verity::models
