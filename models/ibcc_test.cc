@@ -347,5 +347,23 @@ TEST(IbccTest, TheColdStartMajorityVoteClampsTheGoldItems) {
   EXPECT_NEAR((*model->AnnotatorDirichlet(0))[0], 4 + (1 - 0.85988), 1e-4);
 }
 
+// Promise (ibcc.h): the first q of a cold fit is the soft majority vote of the items with
+// labels; items without labels are skipped in the first M-step as in every later one. K = 2,
+// one iteration: item 0 has gold 0 and annotator 0's label 0; items 1 and 2 have gold 1 but
+// no label. The first q is (1, 0) on item 0 only, so nu = (2, 1) and alpha_0 = [[5, 1], [1,
+// 4]]; item 0's log score is E ln kappa_0 + E ln pi_0[0][0] = psi(2) - psi(3) + psi(5) - psi(6)
+// = -1/2 - 1/5 = -7/10, the log-likelihood. (Counting items 1 and 2 in the first M-step,
+// nu = (2, 3), would give psi(2) - psi(5) - 1/5 = -13/12 - 1/5.)
+TEST(IbccTest, TheColdStartSkipsGoldItemsWithoutLabels) {
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  const AnnotationMatrix m = *AnnotationMatrix::Build(3, 1, 2, {{0, 0, 0}});
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(2, one_iteration);
+  absl::StatusOr<FitReport> report = model->Fit(m, std::vector<int32_t>{0, 1, 1}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, 1);
+  EXPECT_NEAR(report->log_likelihood, -0.7, 1e-12);
+}
+
 }  // namespace
 }  // namespace verity::models
