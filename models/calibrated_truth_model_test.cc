@@ -237,6 +237,46 @@ class SymmetricBinaryModel final : public TruthModel {
   const double annotator_accuracy_;
 };
 
+// SymmetricBinaryModel(0.8, 0.8) whose has_parameters() stays false after Fit.
+class ParameterlessModel final : public TruthModel {
+ public:
+  std::string_view method() const override { return "parameterless"; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return false; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<ParameterlessModel>();
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>,
+                                bool) override {
+    return FitReport{};
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    model_.ItemPosterior(labels, gold_label, out);
+  }
+  std::vector<double> AnnotatorConfusion(int32_t a) const override {
+    return model_.AnnotatorConfusion(a);
+  }
+  std::string Serialize() const override { return "inner"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+
+ private:
+  SymmetricBinaryModel model_{0.8, 0.8};
+};
+
+// calibrated_truth_model.h (kNone): when the inner model has no parameters after Fit, no map
+// is fitted, neither on crowd labels (items 0 and 1 have two labels each) nor on gold: the
+// source is none and the map the identity.
+TEST(CalibratedTruthModelTest, AnInnerModelWithoutParametersKeepsTheIdentity) {
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(
+      3, 3, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 0}, {1, 1, 1}, {2, 2, 1}});
+  ASSERT_THAT(data.status(), IsOk());
+  CalibratedTruthModel model(std::make_unique<ParameterlessModel>());
+  ASSERT_THAT(model.Fit(*data, {}, false).status(), IsOk());
+  EXPECT_EQ(model.calibration().source, CalibrationSource::kNone);
+  EXPECT_EQ(model.calibration().temperature, 1.0);
+}
+
 TEST(CalibratedTruthModelTest, AHeldOutLabelIsPredictedWithoutTheItemsOwnParameters) {
   // One item, labelled 0 by annotators 0 and 1 (each has no other label, so
   // the correction of the annotator's share leaves its confusion as it is).
@@ -387,6 +427,16 @@ TEST(CalibrationMapTest, TopLabelTemperatureOnThreeClasses) {
   EXPECT_NEAR(row[0], tied, 1e-9);
   EXPECT_NEAR(row[1], (1 - tied) * 2.0 / 3.0, 1e-9);
   EXPECT_NEAR(row[2], (1 - tied) / 3.0, 1e-9);
+}
+
+// A row whose top class holds all the mass has no log-odds to scale (the others' share is 0):
+// the top-label map leaves it as it is, at any temperature.
+TEST(CalibrationMapTest, TopLabelTemperatureLeavesAOneHotRowAlone) {
+  for (const double tau : {0.05, 0.5}) {
+    std::vector<double> row = {0.0, 1.0, 0.0};
+    ApplyTopLabelTemperature(tau, absl::MakeSpan(row));
+    EXPECT_EQ(row, std::vector<double>({0.0, 1.0, 0.0})) << tau;
+  }
 }
 
 // The gold map's tau stays in [kMinTemperature, 1]: gold always agreeing with an underconfident
