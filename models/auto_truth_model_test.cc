@@ -261,6 +261,9 @@ TEST(AutoTruthModelTest, SelectionOnASubsampleOfALargeProjectKeepsEachItemsGold)
   std::unique_ptr<AutoTruthModel> model = MakeAuto(2, factory);
   ASSERT_THAT(model->Fit(crowd.matrix, gold, false), IsOk());
   EXPECT_EQ(model->choice().criterion, "gold_cv");
+  // 210,000 labels, above kMaxSelectionLabels (200,000): every ceil(210,000 / 200,000) = 2nd
+  // item is selected.
+  EXPECT_THAT(model->choice().reason, HasSubstr("(selection on 35000 of 70000 items)"));
   EXPECT_NE(model->choice().method, "ds");
   EXPECT_LT(ScoreOf(model->choice(), "ds").accuracy, 0.5);
   EXPECT_GT(ScoreOf(model->choice(), model->choice().method).accuracy, 0.85);
