@@ -869,5 +869,58 @@ TEST(GladTest, TheLogLikelihoodIsTheMarginalOfTheLabelsAndGold) {
   EXPECT_NEAR(report->log_likelihood, expected, 1e-12);
 }
 
+TEST(GladTest, AWarmFitGivesAnItemThatLostItsLabelsThePriorEasiness) {
+  // truth_model.h: items without labels get the prior mean log easiness (0 by default, so
+  // easiness 1). Item 0 is easy after the first fit (five agreeing labels); a warm fit on the
+  // same data without item 0's labels must not keep that easiness.
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 40; ++i) {
+    for (int32_t a = 0; a < 5; ++a) {
+      annotations.push_back({i, a, (i + (a == 4 && i % 3 == 0 ? 1 : 0)) % 2});
+    }
+  }
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(40, 5, 2, annotations), {}, false), IsOk());
+  ASSERT_GT(model->ItemEasiness(0), 1.1);
+  std::vector<Annotation> without_item_0;
+  for (const Annotation& a : annotations) {
+    if (a.item != 0) without_item_0.push_back(a);
+  }
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(40, 5, 2, without_item_0), {}, true),
+              IsOk());
+  EXPECT_EQ(model->ItemEasiness(0), 1.0);
+}
+
+TEST(GladTest, AConvergedFitSatisfiesTheAbilityStationarityCondition) {
+  // glad.h: the ability step maximises, given the easiness, sum over the annotator's labels of
+  // [q_i alpha beta_i - softplus(alpha beta_i)] - (alpha - mu)^2 / (2 sigma^2), q_i = p(label
+  // correct). At a converged fit its derivative,
+  //   sum_i beta_i (q_i - sigmoid(alpha beta_i)) - (alpha - mu) / sigma^2,
+  // is 0, evaluated here from the fitted abilities, easiness and posteriors (mu = 1, sigma = 1).
+  // Without the prior's term the abilities would solve the data part alone and the derivative
+  // would be -(alpha - 1), far from 0 for abilities up to 3.2.
+  const GladCrowd crowd = GenerateGladCrowd(400, 2, 5, Abilities(), 0.5, 11);
+  TruthModelOptions options;
+  options.tolerance = 1e-12;
+  options.max_iterations = 2000;
+  std::unique_ptr<GladModel> model = MakeGlad(2, options);
+  absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(report, IsOk());
+  ASSERT_TRUE(report->converged);
+  std::vector<double> q(2);
+  for (int32_t a = 0; a < 20; ++a) {
+    const double alpha = model->AnnotatorAbility(a);
+    double derivative = -(alpha - 1.0);
+    for (const Entry& e : crowd.matrix.LabelsOfAnnotator(a)) {
+      const int32_t item = e.other;
+      model->ItemPosteriorForItem(item, crowd.matrix.LabelsOfItem(item), -1,
+                                  absl::MakeSpan(q));
+      const double beta = model->ItemEasiness(item);
+      derivative += beta * (q[e.label] - Sigmoid(alpha * beta));
+    }
+    EXPECT_NEAR(derivative, 0.0, 1e-3) << "annotator " << a << ", ability " << alpha;
+  }
+}
+
 }  // namespace
 }  // namespace verity::models
