@@ -464,7 +464,8 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
           int64_t max_history = 0;
           for (const HistoryLimit& limit : history_limits) {
             if (limit.project_id == locked[l].project_id && limit.max_rows > 0) {
-              max_history = max_history > 0 ? std::min(max_history, limit.max_rows) : limit.max_rows;
+              max_history =
+                  max_history > 0 ? std::min(max_history, limit.max_rows) : limit.max_rows;
             }
           }
           VERITY_ASSIGN_OR_RETURN(

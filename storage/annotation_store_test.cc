@@ -849,7 +849,8 @@ TEST_F(AnnotationStoreTest, ACommitThatWouldPassItsProjectsHistoryLimitWritesNot
               IsOk());
   EXPECT_THAT(store_->CommitAnnotations({Write("j", "a", 1)}, nullptr, nullptr, limit),
               StatusIs(absl::StatusCode::kResourceExhausted,
-                       ::testing::HasSubstr("has 2 revised or stale labels and this commit adds 1")));
+                       ::testing::HasSubstr(
+                           "has 2 revised or stale labels and this commit adds 1")));
   // A bound of another project, or none, does not refuse it.
   const HistoryLimit others[] = {{other, 1}};
   EXPECT_THAT(store_->CommitAnnotations({Write("j", "a", 1)}, nullptr, nullptr, others), IsOk());

@@ -502,7 +502,9 @@ TEST(ValidateSettingsTest, EachStatedBoundHoldsAtItsEdge) {
        }},
       {"settings.assignment.gold_items_for_new_annotators",
        [](v1::ProjectSettings& s) { s.mutable_assignment()->set_gold_items_for_new_annotators(0); },
-       [](v1::ProjectSettings& s) { s.mutable_assignment()->set_gold_items_for_new_annotators(-1); }},
+       [](v1::ProjectSettings& s) {
+         s.mutable_assignment()->set_gold_items_for_new_annotators(-1);
+       }},
       {"settings.assignment.lease_seconds",
        [](v1::ProjectSettings& s) { s.mutable_assignment()->set_lease_seconds(0); },
        [](v1::ProjectSettings& s) { s.mutable_assignment()->set_lease_seconds(-1); }},

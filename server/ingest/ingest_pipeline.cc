@@ -394,7 +394,8 @@ IngestPipeline::Result IngestPipeline::CommitBatches(
   std::vector<storage::HistoryLimit> history_limits;
   for (size_t b = first; b < last; ++b) {
     if (group[b].max_history_rows > 0) {
-      history_limits.push_back({group[b].project->identity().project_id, group[b].max_history_rows});
+      history_limits.push_back(
+          {group[b].project->identity().project_id, group[b].max_history_rows});
     }
   }
 

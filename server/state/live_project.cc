@@ -913,8 +913,9 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
       bad != posteriors.end()) {
     done(false);
     return absl::FailedPreconditionError(absl::StrCat(
-        "the ", method, " fit of project ", identity_.name, " gave a posterior that is not finite (",
-        *bad, ", item index ", (bad - posteriors.begin()) / num_classes(),
+        "the ", method, " fit of project ", identity_.name,
+        " gave a posterior that is not finite (", *bad, ", item index ",
+        (bad - posteriors.begin()) / num_classes(),
         "); no version was stored. Check the project's model settings"));
   }
   outputs.posteriors = EncodePosteriors(num_classes(), posteriors);
