@@ -659,6 +659,24 @@ TEST_F(AuthTest, ABatchThatLeavesOutItsProjectContinuesTheLastAdmittedOne) {
   while (stream->Read(&ack)) {
   }
   EXPECT_TRUE(stream->Finish().ok());
+  // Where batch 3 went, asked with the admin key: kProject has its item, the refused project
+  // has not (were it written there, a writer of one project would have written another).
+  auto has_item = [&](const std::string& project, const std::string& item) {
+    grpc::ClientContext get;
+    Authorize(get, (*keys_)[Caller::kAdmin]);
+    v1::GetPosteriorsRequest request;
+    request.set_project(project);
+    request.add_items(item);
+    v1::GetPosteriorsResponse response;
+    const grpc::Status status =
+        v1::TruthService::NewStub(*channel_)->GetPosteriors(&get, request, &response);
+    EXPECT_TRUE(status.ok() || status.error_code() == grpc::StatusCode::NOT_FOUND)
+        << status.error_message();
+    return status.ok();
+  };
+  EXPECT_TRUE(has_item(kProject, "continued-3"));
+  EXPECT_FALSE(has_item(kOtherProject, "continued-3"));
+  EXPECT_FALSE(has_item(kOtherProject, "continued-2"));
 }
 
 TEST_F(AuthTest, ARevokedKeyIsRefusedAtOnce) {
