@@ -236,6 +236,46 @@ TEST_F(SingleReplicaTest, AProjectAnOpenStreamWritesToIsNotUnloadedUnderIt) {
   EXPECT_TRUE(stream->Finish().ok());
 }
 
+// README (--evict_idle_seconds: "unloading projects idle that long (no call, no batch)"): every
+// batch is a use of its project, the unnamed batches of a stream included, so a project whose
+// stream wrote to it a moment ago is not idle. Idle 60 s here; the stream's first batch is 3 s
+// older than its second, and the budget's pass is run as of 58.5 s after the second: idle
+// 58.5 s counted from the second batch, 61.5 s from the first.
+TEST_F(SingleReplicaTest, EveryBatchOfAStreamIsAUseOfItsProject) {
+  StopServer();
+  StartServer(/*memory_budget_bytes=*/1);
+  server_->core().registry->EnforceMemoryBudget(1, absl::Seconds(60));
+  CreateProject("used-by-batches", {"a", "b"}, /*max_labels=*/5);
+  auto stub = v1::IngestService::NewStub(channel_);
+  grpc::ClientContext context;
+  auto stream = stub->SubmitAnnotations(&context);
+  const auto send = [&](uint64_t id, const std::string& project, const std::string& item) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(id);
+    batch.set_project(project);
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(item);
+    a->set_annotator("w1");
+    a->set_label(1);
+    ASSERT_TRUE(stream->Write(batch));
+    v1::BatchAck ack;
+    ASSERT_TRUE(stream->Read(&ack));
+    EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  };
+  send(1, "used-by-batches", "a");
+  absl::SleepFor(absl::Seconds(3));
+  send(2, "", "b");
+  const absl::Time second = absl::Now();
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_THAT(server_->core().registry->EvictOverBudget(second + absl::Seconds(58.5)),
+              ::testing::Not(::testing::Contains("used-by-batches")));
+  EXPECT_NE(server_->core().registry->IfLoaded("used-by-batches"), nullptr);
+  // Idle past 60 s from the second batch, it is unloaded.
+  EXPECT_THAT(server_->core().registry->EvictOverBudget(second + absl::Seconds(61)),
+              ::testing::Contains("used-by-batches"));
+}
+
 // docs/SECURITY.md: "TrainModel with nothing new since the current version's fit returns that
 // version and writes nothing". Without other replicas there is no fit lock in PostgreSQL; calls
 // that arrive together wait for the project's fit in progress and must then find it current,
