@@ -679,6 +679,31 @@ TEST_F(AuthTest, ABatchThatLeavesOutItsProjectContinuesTheLastAdmittedOne) {
   EXPECT_FALSE(has_item(kOtherProject, "continued-2"));
 }
 
+// ingest.proto: the first batch of a stream must name its project. For a key limited to some
+// projects that is INVALID_ARGUMENT naming `project`, as without authentication, not a
+// permission error (an empty name is no project the key could be refused).
+TEST_F(AuthTest, AFirstBatchWithoutAProjectIsInvalidForAScopedKeyToo) {
+  grpc::ClientContext context;
+  Authorize(context, (*keys_)[Caller::kWriter]);
+  auto stream = v1::IngestService::NewStub(*channel_)->SubmitAnnotations(&context);
+  v1::AnnotationBatch batch;
+  batch.set_batch_id(1);
+  v1::Annotation* a = batch.add_annotations();
+  a->set_item("unnamed");
+  a->set_annotator("w");
+  a->set_label(0);
+  ASSERT_TRUE(stream->Write(batch));
+  v1::BatchAck ack;
+  ASSERT_TRUE(stream->Read(&ack));
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << ack.error_message();
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "project: required on the first batch"))
+      << ack.error_message();
+  stream->WritesDone();
+  while (stream->Read(&ack)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 TEST_F(AuthTest, ARevokedKeyIsRefusedAtOnce) {
   const std::string key = CreateKey(v1::ROLE_READER, {});
   auto get = [&] {
