@@ -63,12 +63,14 @@ class ReplicaFollowerTest : public storage::testing::PostgresTest {
   }
 
   // Labels of items [from, to), 2 each, committed as another replica would (NOTIFY included).
-  absl::Status Commit(int from, int to) {
+  absl::Status Commit(int from, int to) { return Commit(project_id_, from, to); }
+  // The same for the project with id `project_id`.
+  absl::Status Commit(int64_t project_id, int from, int to) {
     std::vector<storage::AnnotationWrite> writes;
     for (int i = from; i < to; ++i) {
       for (int r = 0; r < 2; ++r) {
         writes.push_back(
-            {project_id_, absl::StrCat("i", i), absl::StrCat("w", r), i % 2, std::nullopt});
+            {project_id, absl::StrCat("i", i), absl::StrCat("w", r), i % 2, std::nullopt});
       }
     }
     storage::AnnotationStore annotations(&pool());
@@ -186,6 +188,63 @@ TEST_F(ReplicaFollowerTest, ThePollFollowsItemsAnotherReplicaAdded) {
   }
   EXPECT_EQ(project_->Counts().num_items, 32);
   EXPECT_GE(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"changes\"}"), 1);
+}
+
+// With two projects loaded, a NOTIFY names one project: the follower catches up that project,
+// not another one. Labels are committed to each project in turn (poll once, at the start), so
+// whichever project a wrong lookup would land on, the other one is left behind.
+TEST_F(ReplicaFollowerTest, ANotifyCatchesUpTheProjectItNamesAmongSeveral) {
+  storage::ProjectStore projects(&pool());
+  storage::ProjectRecord q;
+  q.name = "q";
+  q.classes = {"a", "b"};
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  q.settings = settings.SerializeAsString();
+  absl::StatusOr<storage::ProjectRecord> created = projects.CreateProject(q);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const int64_t q_id = created->project_id;
+  absl::StatusOr<std::shared_ptr<LiveProject>> loaded = registry_->Get("q");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::shared_ptr<LiveProject> q_project = *loaded;
+  ASSERT_EQ(q_project->Counts().num_labels, 0);
+  ASSERT_EQ(project_->Counts().num_labels, 60);
+
+  StartFollower(absl::Hours(1));
+  absl::SleepFor(absl::Milliseconds(1000));  // Time for the first poll to have run.
+
+  // 5 items of 2 labels each to q: q has 10 labels, p keeps its 60.
+  ASSERT_TRUE(Commit(q_id, 0, 5).ok());
+  absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (q_project->Counts().num_labels < 10 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(q_project->Counts().num_labels, 10);
+
+  // 10 items of 2 labels each to p: p has 80, q keeps its 10.
+  ASSERT_TRUE(Commit(30, 40).ok());
+  give_up = absl::Now() + absl::Seconds(10);
+  while (project_->Counts().num_labels < 80 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(project_->Counts().num_labels, 80);
+  EXPECT_EQ(q_project->Counts().num_labels, 10);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"notify\"}"), 2);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"poll\"}"), 0);
+}
+
+// replica_follower.h: notifications of changed items "are handled at most once per
+// poll_interval per project". With an interval of an hour, items another replica adds after
+// the first poll are not re-read within the next seconds, though their NOTIFY arrives.
+TEST_F(ReplicaFollowerTest, ChangedItemsWaitForThePollInterval) {
+  StartFollower(absl::Hours(1));
+  absl::SleepFor(absl::Milliseconds(1000));  // Time for the first poll to have run.
+  ASSERT_EQ(project_->Counts().num_items, 30);
+  const std::vector<storage::ItemWrite> writes = {{"new-1"}, {"new-2"}};
+  ASSERT_TRUE(storage_->items->UpsertItems(project_id_, writes).ok());
+  absl::SleepFor(absl::Milliseconds(1500));  // About 15 wake-ups of the follower.
+  EXPECT_EQ(project_->Counts().num_items, 30);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"changes\"}"), 0);
 }
 
 }  // namespace
