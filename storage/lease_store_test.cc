@@ -249,5 +249,34 @@ TEST_F(LeaseStoreTest, ALeaseExpiringExactlyAtNowIsNotOpen) {
   EXPECT_THAT(store_->LoadOpenLeases(project_id_, now), IsOkAndHolds(IsEmpty()));
 }
 
+// lease_store.h, ClaimLeases "returns the newest claim_seq the caller has seen, its own
+// included". LoadOpenLeases deletes expired leases, the newest claim among them: a claimant
+// that saw claim xb still gets xb back (not the newest claim_seq left in the table), or its
+// next claim would ask again for claims it has seen.
+TEST_F(LeaseStoreTest, TheNewestClaimSeqSeenStaysAfterItsLeaseIsReleased) {
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  absl::StatusOr<int64_t> xa = store_->ClaimLeases(project_id_, 0, now, [&](const auto&) {
+    return std::vector<LeaseRecord>{{1, 0, now + absl::Minutes(10)}};
+  });
+  ASSERT_THAT(xa, IsOk());
+  absl::StatusOr<int64_t> xb = store_->ClaimLeases(project_id_, *xa, now, [&](const auto&) {
+    return std::vector<LeaseRecord>{{0, 1, now + absl::Minutes(1)}};
+  });
+  ASSERT_THAT(xb, IsOk());
+  ASSERT_GT(*xb, *xa);
+  // At now + 2 minutes (0, 1) has expired and is deleted; (1, 0) stays, with claim_seq xa.
+  const absl::Time later = now + absl::Minutes(2);
+  ASSERT_THAT(store_->LoadOpenLeases(project_id_, later),
+              IsOkAndHolds(ElementsAre(AllOf(Field(&LeaseRecord::item_index, 1),
+                                             Field(&LeaseRecord::annotator_index, 0)))));
+  std::vector<LeaseRecord> seen = {{9, 9, later}};
+  EXPECT_THAT(store_->ClaimLeases(project_id_, *xb, later, [&](const auto& others) {
+    seen = others;
+    return std::vector<LeaseRecord>{};
+  }),
+              IsOkAndHolds(*xb));
+  EXPECT_THAT(seen, IsEmpty());
+}
+
 }  // namespace
 }  // namespace verity::storage
