@@ -819,6 +819,48 @@ TEST_F(ApiPromisesTest, ListModelVersionsHonoursTheLimitNewestFirstWithTheStored
   EXPECT_EQ(newest.watermark(), *newest_seq);
 }
 
+// models.proto: a ModelVersion's watermark is the "sequence number of the newest annotation
+// the fit saw", not a count of labels. A revision (w0 relabels i0) draws a sequence number but
+// leaves 3 labels: the 4 commits end at sequence number 4 or above, and TrainModel,
+// ListModelVersions and GetModelStatus all report that number with num_labels 3.
+TEST_F(ApiPromisesTest, AWatermarkIsASequenceNumberNotALabelCount) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("watermark", settings);
+  Submit("watermark", {{"i0", "w0", 0}, {"i0", "w1", 1}, {"i0", "w2", 0}});
+  absl::StatusOr<client::SubmitTotals> revision = client_->SubmitAnnotations(
+      "watermark", Annotations({{"i0", "w0", 1}}), client::SubmitOptions{});
+  ASSERT_THAT(revision, IsOk());
+  ASSERT_EQ(revision->revised, 1);
+  absl::StatusOr<storage::ProjectRecord> project =
+      server_->core().storage->projects->GetProjectByName("watermark");
+  ASSERT_THAT(project, IsOk());
+  absl::StatusOr<int64_t> newest_seq = server_->core().storage->pool->WithTransaction(
+      "newest seq", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+        return txn.exec_params1("SELECT max(seq) FROM annotations WHERE project_id = $1",
+                                project->project_id)[0]
+            .as<int64_t>();
+      });
+  ASSERT_THAT(newest_seq, IsOk());
+  ASSERT_GE(*newest_seq, 4) << "the premise: 4 commits of a label drew 4 sequence numbers";
+
+  absl::StatusOr<v1::ModelVersion> trained = Train("watermark");
+  ASSERT_THAT(trained, IsOk());
+  EXPECT_EQ(trained->num_labels(), 3);
+  EXPECT_EQ(trained->watermark(), *newest_seq);
+  absl::StatusOr<std::vector<v1::ModelVersion>> listed =
+      client_->ListModelVersions("watermark", 0);
+  ASSERT_THAT(listed, IsOk());
+  ASSERT_THAT(*listed, SizeIs(1));
+  EXPECT_EQ((*listed)[0].num_labels(), 3);
+  EXPECT_EQ((*listed)[0].watermark(), *newest_seq);
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("watermark");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->current_version().version(), trained->version());
+  EXPECT_EQ(status->current_version().watermark(), *newest_seq);
+  EXPECT_EQ(status->labels_since_version(), 0);
+}
+
 // projects.proto: CreateProject ignores the output-only fields of the project it is given.
 TEST_F(ApiPromisesTest, CreateProjectIgnoresOutputOnlyFields) {
   v1::Project project;
