@@ -97,8 +97,9 @@ absl::StatusOr<int64_t> LeaseStore::ClaimLeases(int64_t project_id, int64_t afte
       [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
         txn.exec0("SET LOCAL synchronous_commit = off");
         txn.exec_params("SELECT pg_advisory_xact_lock($1)", lock_key);
-        // Every claim so far, the ones filtered out below included (an expired or answered
-        // lease stays so): the index answers it from its last entry.
+        // The newest claim of the rows still stored, the ones filtered out below included; the
+        // caller's after_claim covers claims whose rows LoadOpenLeases has since deleted. The
+        // index answers it from its last entry.
         int64_t newest = std::max(
             after_claim,
             txn.exec_params1("SELECT COALESCE(max(claim_seq), 0) FROM assignment_leases "
