@@ -723,6 +723,24 @@ TEST_F(IsolationTest, AProjectsLimitsRefuseWholeCallsThatWouldPassThem) {
   EXPECT_EQ(counts(), (std::vector<int64_t>{3, 2, 5}));
 }
 
+// ingest.proto: a batch refused whole by a project's limit still reports its invalid annotations
+// (rejected, rejections), however the refusal came: at read time (the project as committed)
+// or in the commit lane (the batches admitted meanwhile). Either way nothing is written.
+TEST_F(IsolationTest, ABatchRefusedByALimitStillListsItsInvalidAnnotations) {
+  CreateLimitedProject("refused-with-rejections", [](v1::ProjectLimits& l) { l.set_max_items(1); });
+  // Index 1's label is out of range for 2 classes; the two valid labels make 2 items > 1.
+  v1::BatchAck ack = SubmitLabels("refused-with-rejections", 1,
+                                  {{"i1", "w1", 0}, {"i1", "w2", 7}, {"i2", "w1", 1}});
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << ack.error_message();
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "max_items")) << ack.error_message();
+  EXPECT_EQ(ack.accepted(), 0);
+  EXPECT_EQ(ack.rejected(), 1);
+  ASSERT_EQ(ack.rejections_size(), 1);
+  EXPECT_EQ(ack.rejections(0).index(), 1);
+  EXPECT_TRUE(absl::StrContains(ack.rejections(0).reason(), "label")) << ack.rejections(0).reason();
+  EXPECT_EQ(GetProjectOf("refused-with-rejections").num_items(), 0);
+}
+
 // --max_leases_per_project: SuggestItems leases up to k items for any annotator id, so a
 // project's outstanding leases are bounded. At 5, with 10 items: a's 3 leases leave room for 2;
 // b asking for 3 is refused RESOURCE_EXHAUSTED naming the flag, and is not registered (the
@@ -839,6 +857,10 @@ TEST_F(IsolationTest, BatchesInFlightOnSeveralStreamsCannotTogetherPassALimit) {
         a->set_annotator("w");
         a->set_label(i % 2);
       }
+      v1::Annotation* invalid = batch.add_annotations();  // Rejected whatever the batch's fate.
+      invalid->set_item(absl::StrCat("s", s, "-i0"));
+      invalid->set_annotator("w2");
+      invalid->set_label(9);
       ASSERT_TRUE(stream->rw->Write(batch));
       stream->rw->WritesDone();
       streams.push_back(std::move(stream));
@@ -851,6 +873,9 @@ TEST_F(IsolationTest, BatchesInFlightOnSeveralStreamsCannotTogetherPassALimit) {
     v1::BatchAck ack;
     ASSERT_TRUE(stream->rw->Read(&ack));
     EXPECT_TRUE(stream->rw->Finish().ok());
+    EXPECT_EQ(ack.rejected(), 1);
+    ASSERT_EQ(ack.rejections_size(), 1);
+    EXPECT_EQ(ack.rejections(0).index(), 40);
     if (ack.error_code() == 0) {
       EXPECT_EQ(ack.accepted(), 40);
       ++committed;

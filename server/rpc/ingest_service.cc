@@ -256,9 +256,7 @@ grpc::Status IngestServiceImpl::SubmitAnnotations(
       const std::vector<storage::AnnotationWrite>* const own[] = {&writes};
       if (absl::Status quota = CheckBatchQuota(*project, own, core_.quota_defaults);
           !quota.ok()) {
-        item.ack.clear_rejections();
-        item.ack.set_rejected(0);
-        FailBatch(item.ack, quota);
+        FailBatch(item.ack, quota);  // rejected and rejections stay, as in the commit lane.
       } else {
         item.commit = core_.ingest->Submit(
             project, std::move(writes),
