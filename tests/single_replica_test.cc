@@ -40,6 +40,23 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::verity::testing::IsOk;
 
+// Writes batch `id`, one label (item, annotator "w1", class 1) naming `project` ("" for the
+// stream's), on `stream` and returns its ack.
+v1::BatchAck SendOneLabel(grpc::ClientReaderWriter<v1::AnnotationBatch, v1::BatchAck>& stream,
+                          uint64_t id, const std::string& project, const std::string& item) {
+  v1::AnnotationBatch batch;
+  batch.set_batch_id(id);
+  batch.set_project(project);
+  v1::Annotation* a = batch.add_annotations();
+  a->set_item(item);
+  a->set_annotator("w1");
+  a->set_label(1);
+  v1::BatchAck ack;
+  EXPECT_TRUE(stream.Write(batch));
+  EXPECT_TRUE(stream.Read(&ack));
+  return ack;
+}
+
 class SingleReplicaTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { pg_ = TestPostgres::Start("verity-single-replica").release(); }
@@ -205,16 +222,7 @@ TEST_F(SingleReplicaTest, AProjectAnOpenStreamWritesToIsNotUnloadedUnderIt) {
   grpc::ClientContext context;
   auto stream = stub->SubmitAnnotations(&context);
   const auto send = [&](uint64_t id, const std::string& project, const std::string& item) {
-    v1::AnnotationBatch batch;
-    batch.set_batch_id(id);
-    batch.set_project(project);
-    v1::Annotation* a = batch.add_annotations();
-    a->set_item(item);
-    a->set_annotator("w1");
-    a->set_label(1);
-    ASSERT_TRUE(stream->Write(batch));
-    v1::BatchAck ack;
-    ASSERT_TRUE(stream->Read(&ack));
+    const v1::BatchAck ack = SendOneLabel(*stream, id, project, item);
     EXPECT_EQ(ack.batch_id(), id);
     EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
     EXPECT_EQ(ack.accepted(), 1);
@@ -250,16 +258,7 @@ TEST_F(SingleReplicaTest, EveryBatchOfAStreamIsAUseOfItsProject) {
   grpc::ClientContext context;
   auto stream = stub->SubmitAnnotations(&context);
   const auto send = [&](uint64_t id, const std::string& project, const std::string& item) {
-    v1::AnnotationBatch batch;
-    batch.set_batch_id(id);
-    batch.set_project(project);
-    v1::Annotation* a = batch.add_annotations();
-    a->set_item(item);
-    a->set_annotator("w1");
-    a->set_label(1);
-    ASSERT_TRUE(stream->Write(batch));
-    v1::BatchAck ack;
-    ASSERT_TRUE(stream->Read(&ack));
+    const v1::BatchAck ack = SendOneLabel(*stream, id, project, item);
     EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
   };
   send(1, "used-by-batches", "a");
