@@ -70,13 +70,14 @@ std::vector<CommandSpec> MakeCommands() {
   c->min_args = c->max_args = 1;
   c->details =
       "Prints name, classes, feature dimensions, method, the settings that "
-      "differ from the server defaults, creation time and the numbers of "
-      "items, annotators and live labels. With --output=json: {\"name\", "
+      "differ from the server defaults, creation time, the numbers of "
+      "items, annotators and live labels, and the revisions kept in history. "
+      "With --output=json: {\"name\", "
       "\"classes\", \"item_feature_dim\", \"annotator_feature_dim\", "
       "\"method\", \"settings\": {\"model\": {...}, \"assignment\": {...}, "
       "\"limits\": {...}} with every setting (0 or \"\" = server default), "
       "\"created_at\", "
-      "\"num_items\", \"num_annotators\", \"num_labels\"}.";
+      "\"num_items\", \"num_annotators\", \"num_labels\", \"num_revisions\"}.";
 
   c = add("project settings",
           "Change a project's model and assignment settings.");
