@@ -405,6 +405,29 @@ TEST_F(VerityClientTest, SubmitGivesUpAfterMaxRetries) {
               ElementsAre(absl::Milliseconds(200), absl::Milliseconds(300)));
 }
 
+// max_retries bounds the failures in a row: a stream that gets a batch acknowledged before it
+// fails starts the count, and the back-off, again. With max_retries 1 and one batch in flight:
+// batch 1 fails (retry 1); the next stream acks batch 1 and breaks at batch 2 (retry 1 again,
+// after the same initial back-off); the third stream finishes.
+TEST_F(VerityClientTest, SubmitCountsRetriesInARowAndStartsAgainAfterProgress) {
+  server_->FailNextBatches(1, absl::StatusCode::kUnavailable, "db down");
+  SubmitOptions options = RecordingOptions(10);
+  options.max_retries = 1;
+  options.max_unacked_batches = 1;
+  options.sleep = [this](absl::Duration d) {
+    sleeps_.push_back(d);
+    if (sleeps_.size() == 1) server_->BreakNextStream(/*after_batches=*/1,
+                                                      absl::StatusCode::kUnavailable);
+  };
+  absl::StatusOr<SubmitTotals> totals =
+      client_->SubmitAnnotations("birds", Annotations(30), options);
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->accepted, 30);
+  EXPECT_EQ(totals->retries, 2);
+  EXPECT_THAT(sleeps_, ElementsAre(absl::Milliseconds(200), absl::Milliseconds(200)));
+  EXPECT_EQ(server_->streams_opened(), 3);
+}
+
 TEST_F(VerityClientTest, SubmitFailsAtOnceOnOtherBatchErrors) {
   EXPECT_THAT(
       client_->SubmitAnnotations("nope", Annotations(20), RecordingOptions(10)),
