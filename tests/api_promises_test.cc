@@ -1011,6 +1011,12 @@ TEST_F(ApiPromisesTest, ALabelOlderWithinTheSameSecondIsStale) {
   EXPECT_EQ(older[0].error_code(), 0) << older[0].error_message();
   EXPECT_EQ(older[0].stale(), 1);
   EXPECT_EQ(older[0].revised(), 0);
+  // The client library sums the same outcome into its totals (SubmitTotals.stale).
+  absl::StatusOr<client::SubmitTotals> again = client_->SubmitAnnotations(
+      "sub-second", {labelled_at(3, 0, 100000000).annotations(0)}, client::SubmitOptions{});
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(again->stale, 1);
+  EXPECT_EQ(again->accepted + again->duplicate + again->revised, 0);
   absl::StatusOr<std::vector<v1::Posterior>> served = client_->GetPosteriors("sub-second", {"x"});
   ASSERT_THAT(served, IsOk());
   ASSERT_THAT(*served, SizeIs(1));
