@@ -20,6 +20,7 @@
 #include "verity/v1/models.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
 #include "verity/v1/projects.pb.h"
+#include "verity/v1/truth.grpc.pb.h"
 
 namespace verity::client {
 namespace {
@@ -271,6 +272,71 @@ TEST(ReplicaChannelTest, UnaryCallsFailingUnavailableAreRetriedButCreateProjectI
   EXPECT_THAT(client.CreateProject(project), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(service.create_calls_.load(), 1);
   server->Shutdown();
+}
+
+// A TruthService whose GetPosteriors answers RESOURCE_EXHAUSTED, as a server over its response
+// limit does, for more than `max_items` ids; it records the size of every call.
+class SmallResponsesTruthService final : public v1::TruthService::Service {
+ public:
+  explicit SmallResponsesTruthService(int max_items) : max_items_(max_items) {}
+  grpc::Status GetPosteriors(grpc::ServerContext*, const v1::GetPosteriorsRequest* request,
+                             v1::GetPosteriorsResponse* response) override {
+    call_sizes_.push_back(request->items_size());
+    if (request->items_size() > max_items_) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "items: ask for fewer ids");
+    }
+    for (const std::string& item : request->items()) response->add_posteriors()->set_item(item);
+    return grpc::Status::OK;
+  }
+  const int max_items_;
+  std::vector<int> call_sizes_;  // Written by one call at a time: the client's calls are serial.
+};
+
+// verity_client.h: GetPosteriors splits its calls while the server answers RESOURCE_EXHAUSTED,
+// down to one id per call; only a single id that does not fit is an error.
+TEST(ChunkedCallsTest, GetPosteriorsHalvesItsCallsDownToOneIdAndKeepsTheOrder) {
+  SmallResponsesTruthService service(/*max_items=*/1);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  VerityClient client(CreateInsecureChannel(absl::StrCat("127.0.0.1:", port)), ClientOptions());
+  absl::StatusOr<std::vector<v1::Posterior>> posteriors =
+      client.GetPosteriors("birds", {"a", "b", "c", "d", "e"});
+  ASSERT_THAT(posteriors, IsOk());
+  std::vector<std::string> items;
+  for (const v1::Posterior& p : *posteriors) items.push_back(p.item());
+  EXPECT_THAT(items, ElementsAre("a", "b", "c", "d", "e"));
+  EXPECT_THAT(service.call_sizes_, ElementsAre(5, 2, 1, 1, 1, 1, 1));
+
+  SmallResponsesTruthService none_fit(/*max_items=*/0);
+  grpc::ServerBuilder none_builder;
+  none_builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  none_builder.RegisterService(&none_fit);
+  std::unique_ptr<grpc::Server> none_server = none_builder.BuildAndStart();
+  ASSERT_NE(none_server, nullptr);
+  VerityClient none_client(CreateInsecureChannel(absl::StrCat("127.0.0.1:", port)),
+                           ClientOptions());
+  EXPECT_THAT(none_client.GetPosteriors("birds", {"a", "b"}),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("fewer ids")));
+  EXPECT_THAT(none_fit.call_sizes_, ElementsAre(2, 1));
+  none_server->Shutdown();
+  server->Shutdown();
+}
+
+// AddItems sends 10,000 items per call; the error of a call that needed one is the server's as
+// it is, and that of a longer list names the items of the failed call and what came before.
+TEST_F(VerityClientTest, AddItemsErrorsNameTheFailedChunkOnlyForLongLists) {
+  std::vector<v1::Item> items(VerityClient::kMaxItemsPerCall + 1);
+  for (size_t i = 0; i < items.size(); ++i) items[i].set_id(absl::StrCat("i", i));
+  EXPECT_THAT(client_->AddItems("nope", absl::MakeConstSpan(items).subspan(0, 2)),
+              StatusIs(absl::StatusCode::kNotFound, "project \"nope\" does not exist"));
+  EXPECT_THAT(client_->AddItems("nope", items),
+              StatusIs(absl::StatusCode::kNotFound,
+                       "AddItems of items 0 to 9999 (the 0 items before were written): "
+                       "project \"nope\" does not exist"));
 }
 
 TEST_F(VerityClientTest, SubmitStreamsBatchesAndSumsTheAcks) {
