@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/verity_client.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
 #include "tests/test_server.h"
@@ -237,6 +238,14 @@ TEST_F(IsolationTest, EveryAnnotatorComesAPageAtATime) {
   EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 2500u);
   EXPECT_EQ(seen.front(), "a0");
   EXPECT_EQ(seen.back(), "a2499");
+  // The client library's GetAnnotatorProfiles without ids follows the pages to the end.
+  client::ClientOptions options;
+  options.deadline = absl::Seconds(60);
+  const client::VerityClient verity(channel_, options);
+  absl::StatusOr<std::vector<v1::AnnotatorProfile>> all = verity.GetAnnotatorProfiles("pages", {});
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2500u);
+  EXPECT_EQ(all->back().annotator(), "a2499");
   // A token with ids, or one the server never issued, is refused and names the field.
   request.set_page_token("garbage");
   v1::GetAnnotatorProfilesResponse refused;
