@@ -202,6 +202,20 @@ TEST(CheckKeyTransportTest, AListIsLoopbackOnlyWhenEveryAddressIs) {
               IsOk());
 }
 
+// A key may go to any address over TLS (a CA given), with --allow_plaintext_key, or when there
+// is no key; only a key in plaintext to a non-loopback address is refused.
+TEST(CheckKeyTransportTest, TlsTheFlagOrNoKeyLetAnyAddressThrough) {
+  ChannelSecurity tls;
+  tls.ca_file = "ca.pem";
+  EXPECT_THAT(CheckKeyTransport("10.0.0.7:443", "key", tls, false), IsOk());
+  EXPECT_THAT(CheckKeyTransport("10.0.0.7:443", "key", ChannelSecurity(), true), IsOk());
+  EXPECT_THAT(CheckKeyTransport("10.0.0.7:443", "", ChannelSecurity(), false), IsOk());
+  EXPECT_THAT(CheckKeyTransport("10.0.0.7:443", "key", ChannelSecurity(), false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plaintext")));
+  EXPECT_THAT(CheckKeyTransport("unix:/run/verity.sock", "key", ChannelSecurity(), false),
+              IsOk());
+}
+
 // Two fake servers, one address list: the client spreads unary calls over both (round robin)
 // and keeps working, with no failed call, when one of them stops.
 TEST(ReplicaChannelTest, SpreadsCallsAndFailsOverWhenOneServerStops) {
