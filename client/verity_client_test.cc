@@ -16,6 +16,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/ingest.pb.h"
 #include "verity/v1/models.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
@@ -178,6 +179,9 @@ TEST(ResolveServerTargetTest, BadListsAreRejectedWithTheReason) {
                        HasSubstr("\"127.0.0.1\" in \"127.0.0.1:1,127.0.0.1\" has no port")));
   EXPECT_THAT(ResolveServerTarget("127.0.0.1:1,127.0.0.1:70000"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("port must be 1 to 65535")));
+  EXPECT_THAT(ResolveServerTarget("127.0.0.1:1,127.0.0.1:0"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("port must be 1 to 65535")));
+  EXPECT_THAT(ResolveServerTarget("127.0.0.1:1,127.0.0.1:65535"), IsOk());
   EXPECT_THAT(ResolveServerTarget("127.0.0.1:1,::1:2"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[IPV6]:PORT")));
   EXPECT_THAT(ResolveServerTarget("127.0.0.1:1,[::1]:2"),
@@ -197,6 +201,8 @@ TEST(CheckKeyTransportTest, AListIsLoopbackOnlyWhenEveryAddressIs) {
   EXPECT_THAT(CheckKeyTransport("localhost:1,127.0.0.1:2", "key", ChannelSecurity(), false),
               IsOk());
   EXPECT_THAT(CheckKeyTransport("localhost:1,10.0.0.7:2", "key", ChannelSecurity(), false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plaintext")));
+  EXPECT_THAT(CheckKeyTransport("10.0.0.7:2,localhost:1", "key", ChannelSecurity(), false),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plaintext")));
   EXPECT_THAT(CheckKeyTransport("ipv4:127.0.0.1:1,127.0.0.2:2", "key", ChannelSecurity(), false),
               IsOk());
@@ -351,6 +357,46 @@ TEST_F(VerityClientTest, AddItemsErrorsNameTheFailedChunkOnlyForLongLists) {
               StatusIs(absl::StatusCode::kNotFound,
                        "AddItems of items 0 to 9999 (the 0 items before were written): "
                        "project \"nope\" does not exist"));
+}
+
+// An IngestService that acks every batch under another batch_id.
+class MisnumberingIngestService final : public v1::IngestService::Service {
+ public:
+  grpc::Status SubmitAnnotations(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::BatchAck, v1::AnnotationBatch>* stream) override {
+    v1::AnnotationBatch batch;
+    while (stream->Read(&batch)) {
+      v1::BatchAck ack;
+      ack.set_batch_id(batch.batch_id() + 100);
+      ack.set_accepted(batch.annotations_size());
+      stream->Write(ack);
+    }
+    return grpc::Status::OK;
+  }
+};
+
+// ingest.proto: acks come in the order the batches were sent. An ack for another batch than the
+// one expected is a broken server: the client stops with INTERNAL and counts nothing, rather
+// than counting a batch as durable on another batch's ack.
+TEST(AckOrderTest, AnAckForAnotherBatchIsAnInternalError) {
+  MisnumberingIngestService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  VerityClient client(CreateInsecureChannel(absl::StrCat("127.0.0.1:", port)), ClientOptions());
+  std::vector<v1::Annotation> annotations(3);
+  for (int i = 0; i < 3; ++i) {
+    annotations[i].set_item(absl::StrCat("i", i));
+    annotations[i].set_annotator("w");
+  }
+  EXPECT_THAT(client.SubmitAnnotations("birds", annotations, SubmitOptions()),
+              StatusIs(absl::StatusCode::kInternal,
+                       HasSubstr("got the ack of batch id 101 while expecting batch id 1")));
+  server->Shutdown();
 }
 
 TEST_F(VerityClientTest, SubmitStreamsBatchesAndSumsTheAcks) {
