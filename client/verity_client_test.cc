@@ -376,6 +376,48 @@ class MisnumberingIngestService final : public v1::IngestService::Service {
   }
 };
 
+// An IngestService that acks the first batch of a stream and then ends the stream with OK,
+// leaving every later batch unacknowledged.
+class EndsEarlyIngestService final : public v1::IngestService::Service {
+ public:
+  grpc::Status SubmitAnnotations(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::BatchAck, v1::AnnotationBatch>* stream) override {
+    v1::AnnotationBatch batch;
+    if (stream->Read(&batch)) {
+      v1::BatchAck ack;
+      ack.set_batch_id(batch.batch_id());
+      ack.set_accepted(batch.annotations_size());
+      stream->Write(ack);
+    }
+    return grpc::Status::OK;
+  }
+};
+
+// Acked means durable and nothing else does: a stream that the server ends with OK before it
+// acknowledged every batch is an error naming the first batch not acknowledged.
+TEST(AckOrderTest, AStreamEndedBeforeEveryAckIsAnError) {
+  EndsEarlyIngestService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  VerityClient client(CreateInsecureChannel(absl::StrCat("127.0.0.1:", port)), ClientOptions());
+  std::vector<v1::Annotation> annotations(4);
+  for (int i = 0; i < 4; ++i) {
+    annotations[i].set_item(absl::StrCat("i", i));
+    annotations[i].set_annotator("w");
+  }
+  SubmitOptions options;
+  options.batch_size = 2;
+  EXPECT_THAT(client.SubmitAnnotations("birds", annotations, options),
+              StatusIs(absl::StatusCode::kInternal,
+                       HasSubstr("without acknowledging batch 2 of 2 (annotations 2 to 3)")));
+  server->Shutdown();
+}
+
 // ingest.proto: acks come in the order the batches were sent. An ack for another batch than the
 // one expected is a broken server: the client stops with INTERNAL and counts nothing, rather
 // than counting a batch as durable on another batch's ack.
