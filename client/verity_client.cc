@@ -15,8 +15,6 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
-#include <algorithm>
-#include <functional>
 #include <chrono>
 #include <cstdint>
 #include <deque>
