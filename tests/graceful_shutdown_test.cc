@@ -420,5 +420,39 @@ TEST_F(GracefulShutdownTest, SigtermDuringIngestAcksEveryCommittedBatchAndStopsP
   }
 }
 
+
+// README.md: the embedded PostgreSQL is stopped "when the server stops", and a start on the
+// same --data_dir "finds it and reuses it". A second start on that --data_dir that fails (here:
+// its --listen port is the running server's) must not stop the cluster of the server that is
+// still running: that server's calls would all fail UNAVAILABLE ("connection to PostgreSQL
+// lost") until it is restarted.
+TEST_F(GracefulShutdownTest, AFailedSecondStartOnTheSameDataDirLeavesTheRunningServerServing) {
+  client::VerityClient client(client::CreateInsecureChannel(server_->address()), {});
+  v1::Project project;
+  project.set_name(kProject);
+  for (const char* c : {"a", "b"}) project.add_classes(c);
+  ASSERT_TRUE(client.CreateProject(project).ok());
+
+  const std::string second_dir = MakeTempDir("verity-second-start");
+  ASSERT_FALSE(second_dir.empty());
+  {
+    ServerProcess second(RunfilePath("server/verity_server"), second_dir,
+                         {"--data_dir=" + dir_ + "/var",
+                          "--listen=localhost:" + std::to_string(server_->port())});
+    EXPECT_FALSE(second.Start(absl::Seconds(60)).ok())
+        << "a second server started on port " << server_->port();
+  }
+  RemoveTree(second_dir);
+
+  absl::StatusOr<v1::Project> after = client.GetProject(kProject);
+  EXPECT_TRUE(after.ok()) << "the running server after a failed second start: "
+                          << after.status();
+  v1::Project other;
+  other.set_name("after-second-start");
+  for (const char* c : {"a", "b"}) other.add_classes(c);
+  absl::StatusOr<v1::Project> created = client.CreateProject(other);
+  EXPECT_TRUE(created.ok()) << created.status();
+}
+
 }  // namespace
 }  // namespace verity::tests
