@@ -1,7 +1,9 @@
 // verity_server: the Verity gRPC service.
 //
 // With no --postgres_url it runs a private PostgreSQL 15 cluster under --data_dir (created on
-// first run, listening only on a unix socket there) and stops it on shutdown. SIGINT/SIGTERM
+// first run, listening only on a unix socket there) and stops it on shutdown; it holds the
+// directory's lock meanwhile, so that a second server on it is refused instead of sharing, and
+// later stopping, the cluster under this one. SIGINT/SIGTERM
 // shut down gracefully: stop accepting, commit and ack in-flight batches, stop the trainer,
 // stop the embedded PostgreSQL.
 #include <signal.h>
@@ -24,7 +26,8 @@
 ABSL_FLAG(std::string, listen, "localhost:50051",
           "host:port to serve gRPC on (port 0 picks a free port).");
 ABSL_FLAG(std::string, data_dir, "./var",
-          "Directory of the embedded PostgreSQL cluster (used when --postgres_url is empty).");
+          "Directory of the embedded PostgreSQL cluster (used when --postgres_url is empty); "
+          "one running server at a time.");
 ABSL_FLAG(std::string, postgres_url, "",
           "libpq connection string of an existing database; empty = embedded PostgreSQL under "
           "--data_dir.");
@@ -236,6 +239,7 @@ int main(int argc, char** argv) {
   if (url.empty()) {
     verity::storage::EmbeddedPostgres::Options pg;
     pg.data_dir = absl::GetFlag(FLAGS_data_dir);
+    pg.exclusive = true;  // This server stops the cluster when it stops: no other may share it.
     auto started = verity::storage::EmbeddedPostgres::Start(pg);
     if (!started.ok()) return Fail(started.status());
     embedded = std::move(*started);

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -163,6 +164,36 @@ absl::StatusOr<std::string> MakeAbsolute(const std::string& path) {
     kept.push_back(p);
   }
   return absl::StrCat("/", absl::StrJoin(kept, "/"));
+}
+
+// Takes the exclusive lock of Options::exclusive on `path`: the open file descriptor (close-on-
+// exec, so that no child such as the postmaster inherits the lock), with this process's pid
+// written in it. FAILED_PRECONDITION naming the holder's pid when another process holds it.
+absl::StatusOr<int> LockDataDir(const std::string& path, const std::string& data_dir) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char holder[32] = {};
+    const ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
+    ::close(fd);
+    if (err != EWOULDBLOCK) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot lock ", path, ": ", std::strerror(err)));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data directory ", data_dir, " is in use by process ",
+        n > 0 ? absl::StripAsciiWhitespace(absl::string_view(holder, n)) : "(unknown)",
+        " (another verity_server?): one server owns an embedded PostgreSQL; give this one "
+        "another --data_dir, or run several servers over one database with --postgres_url"));
+  }
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  const ssize_t written = ::ftruncate(fd, 0) == 0 ? ::pwrite(fd, pid.data(), pid.size(), 0) : -1;
+  static_cast<void>(written);  // The pid only explains a refusal; the lock holds without it.
+  return fd;
 }
 
 // mkdir -p; the last component gets `mode`, created parents 0755.
@@ -601,9 +632,14 @@ absl::StatusOr<std::unique_ptr<EmbeddedPostgres>> EmbeddedPostgres::Start(
     }
   }
 
+  int lock_fd = -1;
+  if (options.exclusive) {
+    VERITY_ASSIGN_OR_RETURN(lock_fd, LockDataDir(data_dir + "/verity.lock", data_dir));
+  }
   std::unique_ptr<EmbeddedPostgres> pg(new EmbeddedPostgres(
       options, std::move(data_dir), std::move(socket_dir), std::move(bin_dir),
       std::move(user)));
+  pg->lock_fd_ = lock_fd;
   absl::Status status = pg->StartImpl();
   if (!status.ok()) {
     // Nothing this object started is left running... unless it reused one:
@@ -615,11 +651,13 @@ absl::StatusOr<std::unique_ptr<EmbeddedPostgres>> EmbeddedPostgres::Start(
 }
 
 EmbeddedPostgres::~EmbeddedPostgres() {
-  if (stopped_) return;
-  absl::Status status = Stop();
-  if (!status.ok()) {
-    LogLine(absl::StrCat("stopping PostgreSQL failed: ", status.ToString()));
+  if (!stopped_) {
+    absl::Status status = Stop();
+    if (!status.ok()) {
+      LogLine(absl::StrCat("stopping PostgreSQL failed: ", status.ToString()));
+    }
   }
+  ReleaseLock();
 }
 
 std::string EmbeddedPostgres::ConnectionUrl(absl::string_view dbname) const {
@@ -834,24 +872,34 @@ absl::Status EmbeddedPostgres::Stop() {
   if (stopped_) return absl::OkStatus();
   stopped_ = true;
   VERITY_ASSIGN_OR_RETURN(bool running, IsRunning());
-  if (!running) return absl::OkStatus();
-  const ChildSetup as_user = SetupFor(*user_);
-  VERITY_ASSIGN_OR_RETURN(
-      CommandResult result,
-      RunCommand(as_user,
-                 {bin_dir_ + "/pg_ctl", "stop", "-w", "-t",
-                  absl::StrCat(std::max<int64_t>(
-                      1, absl::ToInt64Seconds(options_.timeout))),
-                  "-D", PgData(), "-m", "fast"}));
-  if (result.exit_code != 0) {
-    VERITY_ASSIGN_OR_RETURN(bool still_running, IsRunning());
-    if (!still_running) return absl::OkStatus();
-    stopped_ = false;
-    return absl::InternalError(absl::StrCat("pg_ctl stop failed (exit code ",
-                                            result.exit_code,
-                                            "): ", Tail(result.output)));
+  if (running) {
+    const ChildSetup as_user = SetupFor(*user_);
+    VERITY_ASSIGN_OR_RETURN(
+        CommandResult result,
+        RunCommand(as_user,
+                   {bin_dir_ + "/pg_ctl", "stop", "-w", "-t",
+                    absl::StrCat(std::max<int64_t>(
+                        1, absl::ToInt64Seconds(options_.timeout))),
+                    "-D", PgData(), "-m", "fast"}));
+    if (result.exit_code != 0) {
+      VERITY_ASSIGN_OR_RETURN(bool still_running, IsRunning());
+      if (still_running) {
+        stopped_ = false;
+        return absl::InternalError(absl::StrCat("pg_ctl stop failed (exit code ",
+                                                result.exit_code,
+                                                "): ", Tail(result.output)));
+      }
+    }
   }
+  // The cluster is down: another owner may start it now.
+  ReleaseLock();
   return absl::OkStatus();
+}
+
+void EmbeddedPostgres::ReleaseLock() {
+  if (lock_fd_ < 0) return;
+  ::close(lock_fd_);
+  lock_fd_ = -1;
 }
 
 }  // namespace storage

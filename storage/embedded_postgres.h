@@ -75,12 +75,22 @@ class EmbeddedPostgres {
 
     // How long `pg_ctl start` / `pg_ctl stop` may wait. Default 60 s.
     absl::Duration timeout = absl::Seconds(60);
+
+    // For an owner that stops the cluster when it stops (verity_server): Start() also takes
+    // an exclusive lock on `data_dir/verity.lock` (flock, holding this process's pid), kept
+    // until Stop() has stopped the cluster or the object is destroyed, and released by the
+    // kernel if the process dies. While another process holds it, Start() fails
+    // FAILED_PRECONDITION naming that pid and touches nothing, so that a second owner can
+    // neither share the cluster nor stop it under the first. Default false: starts that
+    // reuse one another's cluster are allowed (see the class comment).
+    bool exclusive = false;
   };
 
   // Starts (or reuses) the cluster in options.data_dir as described above.
   // Errors: INVALID_ARGUMENT for bad options (empty data_dir, unknown
   // os_user, a non-root process naming another user); FAILED_PRECONDITION
-  // when the binaries cannot be found, when os_user cannot reach data_dir (the
+  // when another process holds the data_dir (Options::exclusive), when the
+  // binaries cannot be found, when os_user cannot reach data_dir (the
   // message names the blocking directory and suggests another --data_dir), or
   // when `pgdata` exists but is not a cluster; INTERNAL when initdb or pg_ctl
   // fail (the message includes the tail of their output or of the server
@@ -126,6 +136,7 @@ class EmbeddedPostgres {
   bool CanConnect() const;
   absl::Status EnsureVerityDatabase() const;
   std::string ServerOptions() const;
+  void ReleaseLock();  // Closes lock_fd_, if open.
   std::string PgData() const { return data_dir_ + "/pgdata"; }
   std::string LogFile() const { return data_dir_ + "/postgresql.log"; }
 
@@ -136,6 +147,8 @@ class EmbeddedPostgres {
   const std::shared_ptr<const OsUser> user_;
   bool reused_running_server_ = false;
   bool stopped_ = false;
+  // The open, flock'ed data_dir/verity.lock of an exclusive owner; -1 otherwise.
+  int lock_fd_ = -1;
 };
 
 }  // namespace storage

@@ -106,6 +106,27 @@ TEST_F(EmbeddedPostgresTest, RestartOnSameDirectoryKeepsData) {
   EXPECT_EQ(QueryOne(url, "SELECT v FROM kept"), "still here");
 }
 
+// Options::exclusive: while one owner holds the data directory, a second exclusive start fails
+// FAILED_PRECONDITION naming the holder's pid, and neither starts nor stops anything (the first
+// owner's cluster keeps serving). Once the first owner has stopped, the directory is free.
+TEST_F(EmbeddedPostgresTest, AnExclusiveOwnerKeepsASecondOneOut) {
+  EmbeddedPostgres::Options options = TestOptions(data_dir_);
+  options.exclusive = true;
+  absl::StatusOr<std::unique_ptr<EmbeddedPostgres>> first = EmbeddedPostgres::Start(options);
+  ASSERT_THAT(first, IsOk());
+  const std::string url = (*first)->connection_url();
+  {
+    absl::StatusOr<std::unique_ptr<EmbeddedPostgres>> second = EmbeddedPostgres::Start(options);
+    EXPECT_THAT(second, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                 HasSubstr(absl::StrCat("in use by process ", ::getpid()))));
+  }
+  EXPECT_EQ(QueryOne(url, "SELECT current_database()"), "verity");
+  ASSERT_THAT((*first)->Stop(), IsOk());
+  absl::StatusOr<std::unique_ptr<EmbeddedPostgres>> again = EmbeddedPostgres::Start(options);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(QueryOne(url, "SELECT current_database()"), "verity");
+}
+
 TEST_F(EmbeddedPostgresTest, ReusesServerLeftRunningByAKilledProcess) {
   // The first object plays a process that was SIGKILLed: it never stops the
   // postmaster, and a new process starts on the same directory.
