@@ -146,6 +146,19 @@ TEST(ResolveServerTargetTest, OneAddressOrOwnSchemeIsKeptAsGiven) {
   }
 }
 
+// A single HOST:PORT is passed to gRPC as given, and gRPC reads a port past 65535 modulo
+// 65536: "localhost:115697" connects to localhost:50161, another server than the one named (and
+// is sent the API key). A list refuses the same address ("port must be 1 to 65535"); one
+// address alone must be refused as well, not taken to another port.
+TEST(ResolveServerTargetTest, OneAddressWithAPortPast65535IsRefusedAsInAList) {
+  EXPECT_THAT(ResolveServerTarget("127.0.0.1:1,localhost:115697"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("port must be 1 to 65535")));
+  EXPECT_THAT(ResolveServerTarget("localhost:115697"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("port must be 1 to 65535")));
+  EXPECT_THAT(ResolveServerTarget("127.0.0.1:70000"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("port must be 1 to 65535")));
+}
+
 TEST(ResolveServerTargetTest, SeveralAddressesBecomeOneIpTargetNamedByTheFirst) {
   absl::StatusOr<ServerTarget> literals = ResolveServerTarget("127.0.0.1:7001, 127.0.0.2:7002");
   ASSERT_THAT(literals, IsOk());
