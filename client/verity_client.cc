@@ -404,7 +404,22 @@ const char kReplicaServiceConfig[] = R"json({
 
 absl::StatusOr<ServerTarget> ResolveServerTarget(absl::string_view servers) {
   ServerTarget result;
-  if (!absl::StrContains(servers, ',') || HasOwnScheme(servers)) {
+  if (HasOwnScheme(servers)) {
+    result.target = std::string(servers);
+    return result;
+  }
+  if (!absl::StrContains(servers, ',')) {
+    // One address, kept for gRPC to resolve; but gRPC reads a port past 65535 modulo 65536
+    // and would connect to another port (and send it the key), so its port is checked here.
+    const size_t colon = servers.rfind(':');
+    const absl::string_view port =
+        colon == absl::string_view::npos ? absl::string_view() : servers.substr(colon + 1);
+    int number = 0;
+    if (!port.empty() && std::all_of(port.begin(), port.end(), absl::ascii_isdigit) &&
+        (!absl::SimpleAtoi(port, &number) || number < 1 || number > 65535)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("address \"", servers, "\": port must be 1 to 65535"));
+    }
     result.target = std::string(servers);
     return result;
   }

@@ -59,7 +59,8 @@ inline constexpr int kMaxReceiveMessageBytes = 256 << 20;
 //    server's certificate must carry (every replica presents a certificate for that name).
 //
 // INVALID_ARGUMENT naming the fault, e.g. `empty address in "a:1,,b:2"`, for an empty
-// address, one without a port or with a port outside 1..65535, or IPv4-only hosts mixed with
+// address, one without a port or with a port outside 1..65535 (a lone address's port too,
+// when it has one), or IPv4-only hosts mixed with
 // IPv6-only ones; UNAVAILABLE when a host does not resolve.
 struct ServerTarget {
   std::string target;
