@@ -32,6 +32,12 @@ class ResolveTargetTest(unittest.TestCase):
                       "ipv4:127.0.0.1:1,127.0.0.1:2", "unix:/tmp/verity.sock"):
             self.assertEqual(resolve_target(given), (given, "", ""))
 
+    def test_a_lone_address_with_a_port_past_65535_is_refused_as_in_a_list(self):
+        # gRPC reads such a port modulo 65536 and would connect to another port.
+        for given in ("localhost:115697", "127.0.0.1:70000", "[::1]:0"):
+            with self.assertRaisesRegex(ValueError, 'port must be 1 to 65535'):
+                resolve_target(given)
+
     def test_several_addresses_become_one_ip_target(self):
         self.assertEqual(resolve_target("127.0.0.1:7001, 127.0.0.2:7002"),
                          ("ipv4:127.0.0.1:7001,127.0.0.2:7002", "127.0.0.1:7001", "127.0.0.1"))

@@ -283,10 +283,17 @@ def resolve_target(target: str) -> Tuple[str, str, str]:
     ipv6:) target; the authority is then the first address and the TLS name its host, the name
     every replica's certificate must carry. Same rules as the C++ client's ResolveServerTarget.
 
-    Raises ValueError for an empty address, a missing or bad port, or IPv4-only hosts mixed
-    with IPv6-only ones, and VerityError(UNAVAILABLE) for a host that does not resolve.
+    Raises ValueError for an empty address, a missing or bad port (a lone address's port too,
+    when it has one), or IPv4-only hosts mixed with IPv6-only ones, and VerityError(UNAVAILABLE) for a host that does not resolve.
     """
-    if "," not in target or target.startswith(_OWN_SCHEMES):
+    if target.startswith(_OWN_SCHEMES):
+        return target, "", ""
+    if "," not in target:
+        # Kept for gRPC to resolve; but gRPC reads a port past 65535 modulo 65536 and would
+        # connect to another port (and send it the key), so the port is checked here.
+        port = target.rsplit(":", 1)[1] if ":" in target else ""
+        if port.isascii() and port.isdigit() and not 1 <= int(port) <= 65535:
+            raise ValueError('target: address "%s": port must be 1 to 65535' % target)
         return target, "", ""
     host_ports = []
     for part in target.split(","):
