@@ -1032,5 +1032,23 @@ TEST_F(ApiPromisesTest, RevokingAnUnknownKeyIdOf64CharactersIsNotFound) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// models.proto: choice_reason says why auto chose: "the criterion ("gold_cv",
+// "held_out_labels" or "fallback"), its value for each candidate and the rule applied". Here an
+// item has 2 labels, yet too few labels are held out to score the candidates, so ds serves by
+// fallback: the reason must name that criterion and must not claim that no item has 2 labels.
+TEST_F(ApiPromisesTest, AutoFallbackReasonNamesItsCriterionAndDoesNotDenyAnItemWithTwoLabels) {
+  CreateProject("auto-reason");
+  Submit("auto-reason", {{"i0", "a", 0}, {"i0", "b", 0}, {"i1", "a", 1}, {"i2", "b", 1}});
+  ASSERT_THAT(Train("auto-reason"), IsOk());
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("auto-reason");
+  ASSERT_THAT(status, IsOk());
+  ASSERT_EQ(status->method(), v1::TRUTH_METHOD_AUTO);
+  const std::string& reason = status->choice_reason();
+  EXPECT_FALSE(absl::StrContains(reason, "no item with 2 labels"))
+      << "item i0 has 2 labels; choice_reason: " << reason;
+  EXPECT_TRUE(absl::StartsWith(reason, "fallback") || absl::StartsWith(reason, "held_out_labels"))
+      << "choice_reason names no criterion: " << reason;
+}
+
 }  // namespace
 }  // namespace verity::tests
