@@ -279,10 +279,17 @@ absl::StatusOr<AutoChoice> ChooseTruthMethod(const AnnotationMatrix& data,
     absl::StatusOr<int64_t> held = ScoreByHeldOutLabels(sel, sel_gold, options, factory, scores);
     if (!held.ok()) return held.status();
     if (*held == 0) {
+      int64_t items_with_two = 0;
+      for (int32_t i = 0; i < sel.num_items(); ++i) {
+        if (sel.LabelsOfItem(i).size() >= 2) ++items_with_two;
+      }
       choice.criterion = "fallback";
-      choice.reason = absl::StrCat("no item with 2 labels and fewer than ",
-                                   AutoTruthModel::kMinGoldItems, " gold items: chose ",
-                                   choice.method);
+      choice.reason = absl::StrFormat(
+          "fallback: no crowd label was held out (each label of an item with 2 or more is, "
+          "with probability %.2f; %d such items%s) and fewer than %d gold items with labels: "
+          "chose %s",
+          AutoTruthModel::kHeldOutFraction, items_with_two, sampled, AutoTruthModel::kMinGoldItems,
+          choice.method);
     } else {
       choice.criterion = "held_out_labels";
       std::string values;

@@ -40,8 +40,9 @@
 //     less accurate on gold); the gains that came with better truth on the
 //     shared datasets were 0.11 (ebcc on ducks) and 0.16 nats (mace on
 //     music). docs/EVALUATION.md, "auto", has the figures.
-//   - With no usable signal (no item with 2 labels and too little gold, or
-//     no candidate fitting) the fallback kFallbackMethod (ds) serves.
+//   - With no usable signal (no label held out, e.g. no item with 2 labels,
+//     and too little gold; or no candidate fitting) the fallback
+//     kFallbackMethod (ds) serves; its reason starts "fallback:".
 //
 // Cost: selection fits every candidate once (held-out labels) or kGoldFolds
 // times (gold), then the chosen method once on all data. Above

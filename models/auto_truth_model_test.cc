@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -391,6 +392,9 @@ TEST(AutoTruthModelTest, OneLabelPerItemFallsBackToDs) {
   EXPECT_EQ(model->choice().criterion, "fallback");
   EXPECT_EQ(model->choice().method, "ds");
   EXPECT_TRUE(model->has_parameters());
+  EXPECT_TRUE(absl::StartsWith(model->choice().reason, "fallback: ")) << model->choice().reason;
+  EXPECT_TRUE(absl::StrContains(model->choice().reason, "0 such items"))
+      << model->choice().reason;
 }
 
 TEST(AutoTruthModelTest, SerializeRestoresTheChosenModelAndChoice) {
