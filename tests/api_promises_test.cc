@@ -1024,6 +1024,39 @@ TEST_F(ApiPromisesTest, ALabelOlderWithinTheSameSecondIsStale) {
   EXPECT_EQ((*served)[0].num_labels(), 1);
 }
 
+// ingest.proto: "the latest counts", and "'Latest' is by client_time when both the live label
+// and the new one carry it: a label older than the live one (e.g. a late retry of an old batch)
+// is kept in history only and acked as stale". An annotator answers 0 at t=100, 1 at t=150 and
+// 0 again at t=200; the t=150 batch arrives last. The t=200 label is acked duplicate (it repeats
+// the live label) but its time is dropped, so the late t=150 label is taken as newer, acked
+// revised, and served: the annotator's latest answer (0, at t=200) is lost.
+TEST_F(ApiPromisesTest, ALateLabelOlderThanARepeatOfTheLiveLabelIsStale) {
+  CreateProject("repeat-then-late");
+  auto labelled_at = [](uint64_t id, int32_t label, int64_t seconds) {
+    v1::AnnotationBatch b = OneLabelBatch(id, "repeat-then-late", "x");
+    b.mutable_annotations(0)->set_label(label);
+    b.mutable_annotations(0)->mutable_client_time()->set_seconds(seconds);
+    return b;
+  };
+  std::vector<v1::BatchAck> first = SubmitOnOneStream({labelled_at(1, 0, 1700000100)});
+  ASSERT_THAT(first, SizeIs(1));
+  EXPECT_EQ(first[0].accepted(), 1) << first[0].DebugString();
+  std::vector<v1::BatchAck> latest = SubmitOnOneStream({labelled_at(2, 0, 1700000200)});
+  ASSERT_THAT(latest, SizeIs(1));
+  EXPECT_EQ(latest[0].error_code(), 0) << latest[0].error_message();
+  std::vector<v1::BatchAck> late = SubmitOnOneStream({labelled_at(3, 1, 1700000150)});
+  ASSERT_THAT(late, SizeIs(1));
+  EXPECT_EQ(late[0].error_code(), 0) << late[0].error_message();
+  EXPECT_EQ(late[0].stale(), 1) << "t=150 is older than the latest label, t=200: "
+                                << late[0].DebugString();
+  EXPECT_EQ(late[0].revised(), 0);
+  absl::StatusOr<std::vector<v1::Posterior>> served =
+      client_->GetPosteriors("repeat-then-late", {"x"});
+  ASSERT_THAT(served, IsOk());
+  ASSERT_THAT(*served, SizeIs(1));
+  EXPECT_EQ((*served)[0].map_label(), 0) << "the label made last (t=200) is 0";
+}
+
 // keys.proto: RevokeKey is INVALID_ARGUMENT only for an empty key_id "or one of more than 64
 // characters"; any other unknown key_id, 64 characters included, is NOT_FOUND.
 TEST_F(ApiPromisesTest, RevokingAnUnknownKeyIdOf64CharactersIsNotFound) {
