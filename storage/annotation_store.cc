@@ -116,6 +116,12 @@ pqxx::result ExecWithRows(pqxx::work& txn, const std::string& sql,
       Int64ArrayLiteral(rows.committed_us));
 }
 
+// Whether a write's client_time `made` is later than the live label's `live` (or the live label
+// has none): a duplicate that is, refreshes the live label's time.
+bool IsLater(const std::optional<int64_t>& made, const std::optional<int64_t>& live) {
+  return made.has_value() && (!live.has_value() || *made > *live);
+}
+
 std::optional<int64_t> OptionalMicros(const pqxx::field& field) {
   if (field.is_null()) return std::nullopt;
   return field.as<int64_t>();
@@ -401,10 +407,15 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
         // 4. Outcomes, in input order: a write repeating its pair's current
         //    label is a duplicate; a different label older (by client_time,
         //    both set) than the current one is stale; every other write
-        //    makes a new live version. Stale writes go to the history.
+        //    makes a new live version. Stale writes go to the history. A
+        //    duplicate carrying a later client_time than the current label
+        //    (or the only one) moves the current label's client_time to it:
+        //    the annotator said so again then, so a label made between the
+        //    two that arrives late is stale.
         std::vector<WriteResult> results(writes.size());
         std::vector<std::optional<int64_t>> client_us(writes.size());
         size_t new_versions = 0;  // Including stale ones: each gets a seq.
+        size_t later_duplicates = 0;  // Duplicates that move a client_time.
         {
           std::vector<int32_t> label_now(pairs.size());
           std::vector<std::optional<int64_t>> client_us_now(pairs.size());
@@ -422,6 +433,10 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
             results[i].annotator_index = keys[i].annotator_index;
             if (current == writes[i].label) {
               results[i].outcome = WriteOutcome::kDuplicate;
+              if (IsLater(client_us[i], current_us)) {
+                current_us = client_us[i];
+                ++later_duplicates;
+              }
               continue;
             }
             ++new_versions;
@@ -436,7 +451,7 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
             current_us = client_us[i];
           }
         }
-        if (new_versions == 0) {
+        if (new_versions == 0 && later_duplicates == 0) {
           for (size_t i = 0; i < writes.size(); ++i) {
             results[i].label = pairs[pair_of[i]].label;
             results[i].seq = pairs[pair_of[i]].seq;
@@ -489,6 +504,11 @@ absl::StatusOr<std::vector<WriteResult>> AnnotationStore::CommitOnce(
           PairState& state = pairs[pair_of[i]];
           switch (results[i].outcome) {
             case WriteOutcome::kDuplicate:
+              // The same version (label, seq, revision), made again later.
+              if (IsLater(client_us[i], state.client_us)) {
+                state.client_us = client_us[i];
+                state.changed = true;
+              }
               break;
             case WriteOutcome::kStale: {
               PairState stale;

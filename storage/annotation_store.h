@@ -1,7 +1,9 @@
 // AnnotationStore: the ingest write path and the live-label reads.
 //
 // There is one live label per (project, item, annotator). Resending the live
-// label is an acknowledged no-op (kDuplicate); a different label is a
+// label is acknowledged as kDuplicate: no new version, but a client_time later
+// than the live label's (or the only one) becomes the live label's, since the
+// annotator gave that answer again then. A different label is a
 // revision (kRevised): the previous row is copied to annotation_history, the
 // revision counter goes up and the row takes a new `seq`. Except that when
 // both the live label and the new one carry a client_time and the new one's
@@ -57,7 +59,7 @@ struct AnnotationWrite {
 
 enum class WriteOutcome {
   kAccepted,   // First label of this annotator for this item.
-  kDuplicate,  // Same as the live label: nothing written.
+  kDuplicate,  // Same as the live label: no new version (a later client_time is kept).
   kRevised,    // Replaced a different live label (kept in history).
   // A different label with an older client_time than the live label's: kept
   // in history only; the live label stays.

@@ -170,6 +170,54 @@ TEST_F(AnnotationStoreTest, AnOlderClientTimeArrivingLaterIsStaleAndKeptInHistor
   EXPECT_EQ(History(0, 0).size(), 2u);
 }
 
+// A resend of the live label made later (a later client_time, or the only one) keeps the
+// label's version (label, seq, no history) but moves its client_time, so a different label
+// made between the two and arriving last is stale. A resend made earlier, or without a time,
+// leaves the time as it was. No resend draws a seq: the stale label gets the next one.
+TEST_F(AnnotationStoreTest, ALaterResendOfTheLiveLabelMovesItsClientTime) {
+  const absl::Time t = absl::FromUnixSeconds(1700000000);
+  AnnotationWrite first = Write("i", "a", 0);
+  first.client_time = t;
+  absl::StatusOr<std::vector<WriteResult>> r = store_->CommitAnnotations({first});
+  ASSERT_THAT(r, IsOk());
+  const int64_t seq = (*r)[0].seq;
+  AnnotationWrite again = Write("i", "a", 0);
+  again.client_time = t + absl::Seconds(100);
+  AnnotationWrite earlier = Write("i", "a", 0);
+  earlier.client_time = t + absl::Seconds(50);
+  r = store_->CommitAnnotations({again, earlier, Write("i", "a", 0)});
+  ASSERT_THAT(r, IsOk());
+  for (const WriteResult& result : *r) {
+    EXPECT_EQ(result.outcome, WriteOutcome::kDuplicate);
+    EXPECT_EQ(result.seq, seq);
+  }
+  EXPECT_THAT(History(0, 0), IsEmpty());
+  AnnotationWrite between = Write("i", "a", 1);
+  between.client_time = t + absl::Seconds(75);
+  r = store_->CommitAnnotations({between});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].outcome, WriteOutcome::kStale);
+  EXPECT_EQ((*r)[0].label, 0);
+  EXPECT_THAT(History(0, 0), ElementsAre(HistoryRow{1, seq + 1, 0}));
+
+  // A live label without a time takes the time of a resend that has one.
+  r = store_->CommitAnnotations({Write("j", "a", 0)});
+  ASSERT_THAT(r, IsOk());
+  AnnotationWrite timed = Write("j", "a", 0);
+  timed.client_time = t;
+  AnnotationWrite before = Write("j", "a", 1);
+  before.client_time = t - absl::Seconds(1);
+  r = store_->CommitAnnotations({timed, before});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].outcome, WriteOutcome::kDuplicate);
+  EXPECT_EQ((*r)[1].outcome, WriteOutcome::kStale);
+  absl::StatusOr<std::vector<LiveAnnotation>> live = store_->LoadLiveAnnotations(project_id_);
+  ASSERT_THAT(live, IsOk());
+  ASSERT_EQ(live->size(), 2u);
+  EXPECT_EQ((*live)[0].label, 0);
+  EXPECT_EQ((*live)[1].label, 0);
+}
+
 // Without client_time on either label, or with equal ones, commit order decides.
 TEST_F(AnnotationStoreTest, WithoutBothClientTimesCommitOrderDecides) {
   const absl::Time t = absl::FromUnixSeconds(1700000000);
