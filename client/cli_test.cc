@@ -276,6 +276,29 @@ TEST_F(CliTest, SubmitReportsAMissingFile) {
                                      "/nonexistent/labels.csv"));
 }
 
+// submit lists the first 5 rejections with their CSV line, item and annotator (the first row
+// included), then how many more there were; a retried stream is noted on stderr.
+TEST_F(CliTest, SubmitListsFiveRejectionsByLineAndCountsTheRest) {
+  CreateBirdsWithLabels();
+  std::string csv = "item,annotator,label\n";
+  for (int r = 0; r < 6; ++r) absl::StrAppend(&csv, std::string(257, 'a' + r), ",w9,true\n");
+  absl::StrAppend(&csv, "ok,w9,false\n");
+  const std::string labels = WriteFile("long_ids.csv", csv);
+  server_->FailNextBatches(1, absl::StatusCode::kUnavailable, "db down");
+  const CliResult result =
+      Run({"submit", "--project=birds", absl::StrCat("--csv=", labels)});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  std::string expected = "accepted=1 duplicate=0 revised=0 stale=0 rejected=6\n";
+  for (int r = 0; r < 5; ++r) {
+    absl::StrAppend(&expected, "  rejected ", labels, " line ", r + 2, " (item \"",
+                    std::string(257, 'a' + r),
+                    "\", annotator \"w9\"): item: is 257 bytes, more than the limit of 256\n");
+  }
+  absl::StrAppend(&expected, "  (1 more rejections not shown)\n");
+  EXPECT_EQ(result.out, expected);
+  EXPECT_THAT(result.err, HasSubstr("reopened the stream 1 time(s) after retryable errors"));
+}
+
 TEST_F(CliTest, SubmitToUnknownProjectFails) {
   const std::string labels =
       WriteFile("l.csv", "item,annotator,label\na,w1,true\n");
@@ -332,6 +355,25 @@ TEST_F(CliTest, AccuracyScoresLabelledGoldItems) {
   EXPECT_EQ(result.out,
             "accuracy=0.5000 (2 gold items)\n"
             "skipped gold items: 1 not in the project\n");
+}
+
+// accuracy skips a gold item of the project that has no labels, and says so; a row of the gold
+// CSV without a label is an error naming its line.
+TEST_F(CliTest, AccuracySkipsUnlabelledItemsAndRefusesRowsWithoutGold) {
+  CreateBirdsWithLabels();
+  const std::string items = WriteFile("unlabelled.csv", "item\nquiet\n");
+  ASSERT_EQ(Run({"item", "add", "--project=birds", absl::StrCat("--csv=", items)}).code,
+            kExitOk);
+  const std::string gold = WriteFile("gold_quiet.csv", "item,label\na,true\nquiet,false\n");
+  CliResult result = Run({"accuracy", "--project=birds", absl::StrCat("--gold_csv=", gold)});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            "accuracy=1.0000 (1 gold items)\n"
+            "skipped gold items: 1 without labels\n");
+  const std::string partial = WriteFile("gold_partial.csv", "item,label\na,true\nb,\n");
+  result = Run({"accuracy", "--project=birds", absl::StrCat("--gold_csv=", partial)});
+  EXPECT_EQ(result.code, kExitFailure);
+  EXPECT_THAT(result.err, HasSubstr(absl::StrCat(partial, ": line 3: item \"b\" has no gold label")));
 }
 
 TEST_F(CliTest, ItemAddSendsFeaturesAndGoldAndAccuracySkipsClampedItems) {
@@ -671,6 +713,19 @@ TEST_F(CliTest, PosteriorsPrintAJsonArray) {
   EXPECT_EQ(result.out,
             absl::StrCat("{\"out\":\"", out, "\",\"posteriors\":3}\n"));
   EXPECT_THAT(ReadFile(out), StartsWith("[\n{\"item\":\"a\""));
+}
+
+// --out=FILE: a command that fails after opening its output leaves an existing FILE as it was
+// and no FILE.partial behind.
+TEST_F(CliTest, AFailedCommandLeavesItsOutFileAsItWas) {
+  CreateBirdsWithLabels();
+  const std::string out = WriteFile("kept.csv", "earlier output\n");
+  const CliResult result = Run({"posteriors", "--project=birds", "--items=a,missing",
+                                absl::StrCat("--out=", out)});
+  EXPECT_EQ(result.code, kExitFailure);
+  EXPECT_THAT(result.err, HasSubstr("NOT_FOUND"));
+  EXPECT_EQ(ReadFile(out), "earlier output\n");
+  EXPECT_FALSE(std::ifstream(absl::StrCat(out, ".partial")).good());
 }
 
 TEST_F(CliTest, ExportWritesCsvAndJsonLinesOfEveryItem) {

@@ -370,6 +370,9 @@ class FakeIngestService final : public v1::IngestService::Service {
       std::string reason;
       if (annotation.item().empty()) {
         reason = "item: empty id";
+      } else if (annotation.item().size() > 256) {  // The API's id limit, ApiLimits::kMaxIdBytes.
+        reason = absl::StrCat("item: is ", annotation.item().size(),
+                              " bytes, more than the limit of 256");
       } else if (annotation.annotator().empty()) {
         reason = "annotator: empty id";
       } else if (annotation.label() < 0 || annotation.label() >= k) {

@@ -4,8 +4,8 @@
 // the client library and the CLI without PostgreSQL or the real server.
 //
 // Semantics are the API's, simplified: one live label per (item, annotator)
-// with accepted / duplicate / revised counts; rejections for empty ids and
-// out-of-range labels; posteriors are the normalised label counts (a gold
+// with accepted / duplicate / revised counts; rejections for empty ids, item
+// ids over 256 bytes and out-of-range labels; posteriors are the normalised label counts (a gold
 // item is clamped to its gold class; an item without labels is uniform);
 // annotator accuracy is the fraction of an annotator's labels equal to the
 // item's MAP class, and the confusion matrix the row-normalised counts of
