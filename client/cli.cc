@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -56,6 +57,32 @@ constexpr size_t kMaxKeyNameBytes = 256;
 
 // Marks a status as a usage error (exit code 2, hint to --help).
 constexpr char kUsagePayload[] = "verity.cli/usage";
+
+// `message` on one line: each run of whitespace holding a line break or a tab (PostgreSQL's
+// messages end lines with "\n\t") becomes one space, and trailing whitespace goes.
+std::string OnOneLine(absl::string_view message) {
+  std::string line;
+  line.reserve(message.size());
+  for (size_t i = 0; i < message.size();) {
+    if (!absl::ascii_isspace(static_cast<unsigned char>(message[i]))) {
+      line.push_back(message[i++]);
+      continue;
+    }
+    size_t end = i;
+    bool breaks = false;
+    while (end < message.size() && absl::ascii_isspace(static_cast<unsigned char>(message[end]))) {
+      breaks = breaks || message[end] != ' ';
+      ++end;
+    }
+    if (breaks) {
+      line.push_back(' ');
+    } else {
+      line.append(message.data() + i, end - i);
+    }
+    i = end;
+  }
+  return std::string(absl::StripTrailingAsciiWhitespace(line));
+}
 
 absl::Status UsageError(absl::string_view message) {
   absl::Status status = absl::InvalidArgumentError(message);
@@ -1327,7 +1354,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
     return kExitUsage;
   }
   err << kProgram << ": " << absl::StatusCodeToString(status.code()) << ": "
-      << status.message();
+      << OnOneLine(status.message());
   if (status.code() == absl::StatusCode::kUnavailable ||
       status.code() == absl::StatusCode::kDeadlineExceeded) {
     err << " (server " << server << ")";

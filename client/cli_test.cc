@@ -1,5 +1,7 @@
 #include "client/cli.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -15,6 +17,7 @@
 #include "client/testing/fake_verity_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "verity/v1/projects.grpc.pb.h"
 
 namespace verity::client {
 namespace {
@@ -170,6 +173,37 @@ TEST_F(CliTest, ServerErrorsPrintOneLineWithTheCode) {
   EXPECT_EQ(result.code, kExitFailure);
   EXPECT_EQ(result.out, "");
   EXPECT_EQ(result.err, "verity: NOT_FOUND: project \"nope\" does not exist\n");
+}
+
+// A ProjectService whose ListProjects fails with a message of several lines, as the server
+// passes on PostgreSQL's connection errors.
+class MultiLineErrorProjectService final : public v1::ProjectService::Service {
+ public:
+  grpc::Status ListProjects(grpc::ServerContext*, const v1::ListProjectsRequest*,
+                            v1::ListProjectsResponse*) override {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "connection to server failed: No such file or directory\n\tIs the "
+                        "server running locally and accepting connections?\n");
+  }
+};
+
+// README: "errors stay one line on stderr", whatever the server's message holds.
+TEST_F(CliTest, AServerMessageOfSeveralLinesIsPrintedOnOne) {
+  MultiLineErrorProjectService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  const CliResult result = RunWithoutServer({"project", "list", "--server=" + address});
+  EXPECT_EQ(result.code, kExitFailure);
+  EXPECT_EQ(result.err, absl::StrCat("verity: UNAVAILABLE: connection to server failed: No such "
+                                     "file or directory Is the server running locally and "
+                                     "accepting connections? (server ",
+                                     address, ")\n"));
+  server->Shutdown();
 }
 
 TEST_F(CliTest, UnreachableServerNamesTheAddress) {
