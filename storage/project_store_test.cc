@@ -185,6 +185,41 @@ TEST_F(ProjectStoreTest, ListChangeSeqsListsEveryProjectByIdWithItsOwnSeq) {
                   std::make_pair(a->project_id, a_seq), std::make_pair(b->project_id, b_seq))));
 }
 
+// project_store.h: ListChangeSeqs is "by project id", not by counter: the
+// first project keeps its place after it has changed more than the second.
+TEST_F(ProjectStoreTest, ListChangeSeqsStaysByIdWhenAnEarlierProjectChangedMore) {
+  absl::StatusOr<ProjectRecord> a = store_->CreateProject(Project("a"));
+  absl::StatusOr<ProjectRecord> b = store_->CreateProject(Project("b"));
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  int64_t a_seq = -1;
+  ASSERT_THAT(store_->UpdateSettings(a->project_id, "a2"), IsOk());
+  ASSERT_THAT(store_->UpdateSettings(a->project_id, "a3", &a_seq), IsOk());
+  const int64_t b_seq = store_->GetProject(b->project_id)->change_seq;
+  ASSERT_GT(a_seq, b_seq);
+  EXPECT_THAT(store_->ListChangeSeqs(),
+              ::verity::testing::IsOkAndHolds(ElementsAre(
+                  std::make_pair(a->project_id, a_seq), std::make_pair(b->project_id, b_seq))));
+}
+
+// project_store.h: GetProjectByName returns the project of exactly that
+// name, among others whose names sort before and after it.
+TEST_F(ProjectStoreTest, GetProjectByNameReturnsExactlyTheNamedProject) {
+  absl::StatusOr<ProjectRecord> b = store_->CreateProject(Project("b"));
+  absl::StatusOr<ProjectRecord> a = store_->CreateProject(Project("a"));
+  absl::StatusOr<ProjectRecord> c = store_->CreateProject(Project("c"));
+  ASSERT_THAT(b, IsOk());
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(c, IsOk());
+  for (const ProjectRecord& want : {*a, *b, *c}) {
+    absl::StatusOr<ProjectRecord> got = store_->GetProjectByName(want.name);
+    ASSERT_THAT(got, IsOk()) << want.name;
+    EXPECT_EQ(got->project_id, want.project_id) << want.name;
+    EXPECT_EQ(got->name, want.name);
+  }
+  EXPECT_THAT(store_->GetProjectByName("bb"), StatusIs(absl::StatusCode::kNotFound));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
