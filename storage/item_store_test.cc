@@ -368,6 +368,94 @@ TEST_F(ItemStoreTest, TheLaterWriteOfAnIdInOneCallWinsForGoldAndPriority) {
   EXPECT_EQ((*items)[0].priority, 5.0);
 }
 
+// project_store.h: ProjectRecord.num_items and num_annotators are the items
+// and annotators stored so far (the project's next dense indices), each
+// counting its own kind; an id written twice is one entity.
+TEST_F(ItemStoreTest, TheProjectCountsItsStoredItemsAndAnnotatorsSeparately) {
+  ASSERT_THAT(store_->UpsertItems(project_id_, {Item("x"), Item("y"), Item("x"), Item("z")}),
+              IsOkAndHolds(ElementsAre(0, 1, 0, 2)));
+  ASSERT_THAT(store_->UpsertAnnotators(project_id_, {AnnotatorWrite{"ann", std::nullopt},
+                                                     AnnotatorWrite{"bob", std::nullopt}}),
+              IsOkAndHolds(ElementsAre(0, 1)));
+  ProjectStore projects(&pool());
+  absl::StatusOr<ProjectRecord> project = projects.GetProject(project_id_);
+  ASSERT_THAT(project, IsOk());
+  EXPECT_EQ(project->num_items, 3);
+  EXPECT_EQ(project->num_annotators, 2);
+  absl::StatusOr<std::vector<ProjectRecord>> listed = projects.ListProjects();
+  ASSERT_THAT(listed, IsOk());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].num_items, 3);
+  EXPECT_EQ((*listed)[0].num_annotators, 2);
+}
+
+// item_store.h: items are named by external ids "of a project": an id that
+// another project already holds is a new item here, with this project's next
+// index, and does not resolve to the other project's index.
+TEST_F(ItemStoreTest, AnIdThatAnotherProjectHoldsIsANewEntityHere) {
+  ProjectStore projects(&pool());
+  ProjectRecord other;
+  other.name = "other";
+  other.classes = {"a", "b", "c"};
+  other.item_feature_dim = 2;
+  other.annotator_feature_dim = 1;
+  absl::StatusOr<ProjectRecord> created = projects.CreateProject(other);
+  ASSERT_THAT(created, IsOk());
+  const int64_t other_id = created->project_id;
+  ASSERT_THAT(store_->UpsertItems(other_id, {Item("theirs"), Item("shared")}),
+              IsOkAndHolds(ElementsAre(0, 1)));
+  ASSERT_THAT(store_->UpsertAnnotators(other_id, {AnnotatorWrite{"carol", std::nullopt},
+                                                  AnnotatorWrite{"dan", std::nullopt}}),
+              IsOkAndHolds(ElementsAre(0, 1)));
+
+  EXPECT_THAT(store_->UpsertItems(project_id_, {Item("shared")}), IsOkAndHolds(ElementsAre(0)));
+  EXPECT_THAT(store_->UpsertAnnotators(project_id_, {AnnotatorWrite{"dan", std::nullopt}}),
+              IsOkAndHolds(ElementsAre(0)));
+  absl::StatusOr<std::vector<ItemRecord>> items = store_->LoadItems(project_id_);
+  ASSERT_THAT(items, IsOk());
+  ASSERT_EQ(items->size(), 1u);
+  EXPECT_EQ((*items)[0].external_id, "shared");
+  absl::StatusOr<std::vector<AnnotatorRecord>> annotators = store_->LoadAnnotators(project_id_);
+  ASSERT_THAT(annotators, IsOk());
+  ASSERT_EQ(annotators->size(), 1u);
+  EXPECT_EQ((*annotators)[0].external_id, "dan");
+}
+
+// item_store.h: "attributes a write leaves unset keep their stored value", also
+// within one call: a later write of the id that carries only features keeps
+// the gold label and priority an earlier write of that call gave.
+TEST_F(ItemStoreTest, ALaterWriteInOneCallKeepsTheAttributesItLeavesUnset) {
+  ItemWrite first = Item("x", std::nullopt, 2);
+  first.priority = 4;
+  ItemWrite second = Item("x", std::vector<float>{1, 2});
+  ASSERT_THAT(store_->UpsertItems(project_id_, {first, second}), IsOkAndHolds(ElementsAre(0, 0)));
+  absl::StatusOr<std::vector<ItemRecord>> items = store_->LoadItems(project_id_);
+  ASSERT_THAT(items, IsOk());
+  ASSERT_EQ(items->size(), 1u);
+  EXPECT_EQ((*items)[0].gold_label, 2);
+  EXPECT_EQ((*items)[0].priority, 4.0);
+  EXPECT_EQ((*items)[0].features, (std::vector<float>{1, 2}));
+}
+
+// item_store.h: features are only for a kind whose dimension is "> 0": in a
+// project without item or annotator features, even an empty feature vector
+// is INVALID_ARGUMENT, and nothing is written.
+TEST_F(ItemStoreTest, EmptyFeaturesAreRefusedWhenTheProjectHasNoFeatures) {
+  ProjectStore projects(&pool());
+  ProjectRecord plain;
+  plain.name = "plain";
+  plain.classes = {"a", "b"};
+  absl::StatusOr<ProjectRecord> created = projects.CreateProject(plain);
+  ASSERT_THAT(created, IsOk());
+  EXPECT_THAT(store_->UpsertItems(created->project_id, {Item("x", std::vector<float>{})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("feature dimension 0")));
+  EXPECT_THAT(store_->UpsertAnnotators(created->project_id,
+                                       {AnnotatorWrite{"ann", std::vector<float>{}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("feature dimension 0")));
+  EXPECT_THAT(store_->LoadItems(created->project_id), IsOkAndHolds(IsEmpty()));
+  EXPECT_THAT(store_->LoadAnnotators(created->project_id), IsOkAndHolds(IsEmpty()));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
