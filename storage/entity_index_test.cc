@@ -1,0 +1,121 @@
+#include "storage/entity_index.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "storage/item_store.h"
+#include "storage/project_store.h"
+#include "storage/testing/postgres_fixture.h"
+
+namespace verity {
+namespace storage {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::verity::storage::testing::PostgresTest;
+using ::verity::testing::IsOk;
+using ::verity::testing::IsOkAndHolds;
+using ::verity::testing::StatusIs;
+
+class EntityIndexTest : public PostgresTest {
+ protected:
+  int64_t CreateProject(const std::string& name) {
+    ProjectStore projects(&pool());
+    ProjectRecord p;
+    p.name = name;
+    p.classes = {"a", "b"};
+    absl::StatusOr<ProjectRecord> created = projects.CreateProject(p);
+    EXPECT_THAT(created, IsOk());
+    return created.ok() ? created->project_id : -1;
+  }
+
+  absl::StatusOr<std::vector<LockedProject>> Lock(std::vector<int64_t> ids) {
+    return pool().WithTransaction(
+        "locking projects", [&](pqxx::work& txn) { return LockProjects(txn, ids); });
+  }
+};
+
+// entity_index.h: LockProjects returns the projects "sorted by id" with the
+// index counters as read under the lock; "Duplicates are ignored".
+TEST_F(EntityIndexTest, LockProjectsIgnoresDuplicatesAndReportsEachCounter) {
+  const int64_t a = CreateProject("a");
+  const int64_t b = CreateProject("b");
+  ItemStore items(&pool());
+  ASSERT_THAT(items.UpsertItems(a, {ItemWrite{"x"}, ItemWrite{"y"}, ItemWrite{"z"}}), IsOk());
+  ASSERT_THAT(items.UpsertAnnotators(a, {AnnotatorWrite{"ann"}}), IsOk());
+
+  absl::StatusOr<std::vector<LockedProject>> locked = Lock({b, a, b, a});
+  ASSERT_THAT(locked, IsOk());
+  ASSERT_EQ(locked->size(), 2u);
+  EXPECT_EQ((*locked)[0].project_id, a);
+  EXPECT_EQ((*locked)[0].num_classes, 2);
+  EXPECT_EQ((*locked)[0].next_item_index, 3);
+  EXPECT_EQ((*locked)[0].next_annotator_index, 1);
+  EXPECT_EQ((*locked)[1].project_id, b);
+  EXPECT_EQ((*locked)[1].next_item_index, 0);
+  EXPECT_EQ((*locked)[1].next_annotator_index, 0);
+}
+
+// entity_index.h: "Returns NOT_FOUND naming the first missing project", also
+// when a project after it exists.
+TEST_F(EntityIndexTest, LockProjectsNamesTheFirstMissingProject) {
+  const int64_t a = CreateProject("a");
+  const int64_t missing = a + 100;
+  EXPECT_THAT(Lock({a, missing}),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr(absl::StrCat("project ", missing, " not found"))));
+  // A missing id below an existing one is the first missing.
+  EXPECT_THAT(Lock({a, 0}), StatusIs(absl::StatusCode::kNotFound, HasSubstr("project 0 not found")));
+}
+
+// entity_index.h: RESOURCE_EXHAUSTED only "past 2^31 - 1 entities": the
+// entity that takes the last index (2^31 - 2) and leaves the counter at
+// 2^31 - 1 is still created; the next one is refused.
+TEST_F(EntityIndexTest, TheLastIndexBelowTwoToThe31IsStillAllocated) {
+  const int64_t a = CreateProject("a");
+  constexpr int32_t kMax = std::numeric_limits<int32_t>::max();
+  ASSERT_THAT(pool().RunInTransaction("moving the counter",
+                                      [&](pqxx::work& txn) {
+                                        txn.exec_params0(
+                                            "UPDATE projects SET next_item_index = $2 "
+                                            "WHERE project_id = $1",
+                                            a, kMax - 1);
+                                        return absl::OkStatus();
+                                      }),
+              IsOk());
+  const std::vector<absl::string_view> last = {"last"};
+  EXPECT_THAT(pool().WithTransaction(
+                  "creating the last item",
+                  [&](pqxx::work& txn) -> absl::StatusOr<std::vector<int32_t>> {
+                    VERITY_ASSIGN_OR_RETURN(std::vector<LockedProject> locked,
+                                            LockProjects(txn, {a}));
+                    (void)locked;
+                    return ResolveOrCreateIndices(txn, a, EntityKind::kItem, last);
+                  }),
+              IsOkAndHolds(ElementsAre(kMax - 1)));
+  const std::vector<absl::string_view> one_more = {"one more"};
+  EXPECT_THAT(pool().WithTransaction(
+                  "creating one item too many",
+                  [&](pqxx::work& txn) -> absl::StatusOr<std::vector<int32_t>> {
+                    VERITY_ASSIGN_OR_RETURN(std::vector<LockedProject> locked,
+                                            LockProjects(txn, {a}));
+                    (void)locked;
+                    return ResolveOrCreateIndices(txn, a, EntityKind::kItem, one_more);
+                  }),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
+}  // namespace
+}  // namespace storage
+}  // namespace verity
