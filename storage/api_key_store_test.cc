@@ -161,6 +161,70 @@ TEST_F(ApiKeyStoreTest, ListsKeysOldestFirst) {
   }
 }
 
+// api_key_store.h: Get and Revoke act on the key with exactly that key_id:
+// another key (here one whose id sorts after it) is neither returned nor
+// revoked, and an id that sorts before every stored key is NOT_FOUND.
+TEST_F(ApiKeyStoreTest, GetAndRevokeActOnExactlyTheNamedKey) {
+  ASSERT_THAT(store_->Insert(Key("b1", "admin")), IsOk());
+  ASSERT_THAT(store_->Insert(Key("a1", "reader")), IsOk());
+
+  EXPECT_THAT(store_->Get("a1"), IsOkAndHolds(Field(&ApiKeyRecord::role, "reader")));
+  EXPECT_THAT(store_->Get("a0"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->Revoke("a0"), StatusIs(absl::StatusCode::kNotFound));
+
+  absl::StatusOr<ApiKeyRecord> revoked = store_->Revoke("a1");
+  ASSERT_THAT(revoked, IsOk());
+  EXPECT_EQ(revoked->key_id, "a1");
+  EXPECT_EQ(revoked->role, "reader");
+  EXPECT_TRUE(revoked->revoked_at.has_value());
+  absl::StatusOr<ApiKeyRecord> other = store_->Get("b1");
+  ASSERT_THAT(other, IsOk());
+  EXPECT_FALSE(other->revoked_at.has_value());
+}
+
+// api_key_store.h: Insert ignores the record's revoked_at: the key is stored
+// unrevoked and returned so.
+TEST_F(ApiKeyStoreTest, InsertIgnoresAGivenRevokedAt) {
+  ApiKeyRecord key = Key("c1", "writer");
+  key.revoked_at = absl::Now() - absl::Hours(1);
+  absl::StatusOr<ApiKeyRecord> created = store_->Insert(key);
+  ASSERT_THAT(created, IsOk());
+  EXPECT_FALSE(created->revoked_at.has_value());
+  absl::StatusOr<ApiKeyRecord> got = store_->Get("c1");
+  ASSERT_THAT(got, IsOk());
+  EXPECT_FALSE(got->revoked_at.has_value());
+  EXPECT_THAT(store_->List(/*include_revoked=*/false),
+              IsOkAndHolds(ElementsAre(Field(&ApiKeyRecord::key_id, "c1"))));
+}
+
+// PostgreSQL text cannot hold a NUL byte (libpq would cut the value at it): a
+// key whose created_by or project names contain one is INVALID_ARGUMENT, as
+// for project names (storage/project_store.h), and is not stored.
+TEST_F(ApiKeyStoreTest, RefusesNulBytesInCreatedByAndProjects) {
+  ApiKeyRecord nul_creator = Key("d1", "writer");
+  nul_creator.created_by = std::string("ff\0ff", 5);
+  EXPECT_THAT(store_->Insert(nul_creator), StatusIs(absl::StatusCode::kInvalidArgument));
+  ApiKeyRecord nul_project = Key("d2", "writer");
+  nul_project.projects = {"birds", std::string("bi\0rds", 6)};
+  EXPECT_THAT(store_->Insert(nul_project), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->List(/*include_revoked=*/true), IsOkAndHolds(::testing::IsEmpty()));
+}
+
+// A key_id with a NUL byte names no stored key (key ids hold no NUL): Get and
+// Revoke refuse it rather than act on the key named by its prefix.
+TEST_F(ApiKeyStoreTest, AnIdWithANulByteIsNotThePrefixKey) {
+  ASSERT_THAT(store_->Insert(Key("e1", "admin")), IsOk());
+  const std::string nul_id("e1\0zz", 5);
+  absl::StatusOr<ApiKeyRecord> got = store_->Get(nul_id);
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(got.status().code(), ::testing::AnyOf(absl::StatusCode::kNotFound,
+                                                     absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(store_->Revoke(nul_id).ok());
+  absl::StatusOr<ApiKeyRecord> e1 = store_->Get("e1");
+  ASSERT_THAT(e1, IsOk());
+  EXPECT_FALSE(e1->revoked_at.has_value());
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
