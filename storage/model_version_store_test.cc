@@ -340,6 +340,59 @@ TEST_F(ModelVersionStoreTest, NotifiesTheProjectIdOfEachSavedVersion) {
   EXPECT_THAT(payloads, ElementsAre(id, id, id));
 }
 
+// model_version_store.h: versions are numbered "1, 2, ... per project": a
+// project's first version is 1 even when a project created after it already
+// has versions, and its reads return its own parameters and outputs.
+TEST_F(ModelVersionStoreTest, AnEarlierProjectNumbersAndReadsItsVersionsOnItsOwn) {
+  ProjectStore projects(&pool());
+  ProjectRecord later;
+  later.name = "later";
+  later.classes = {"a", "b"};
+  absl::StatusOr<ProjectRecord> created = projects.CreateProject(later);
+  ASSERT_THAT(created, IsOk());
+  ASSERT_GT(created->project_id, project_id_);
+
+  ModelVersionRecord theirs = Record(5);
+  theirs.project_id = created->project_id;
+  theirs.parameters = "the later project's much longer parameters";
+  ModelVersionOutputs their_outputs{"their posteriors, longer", "their profiles, longer"};
+  ASSERT_THAT(store_->SaveModelVersion(theirs, their_outputs), IsOk());
+  ASSERT_THAT(store_->SaveModelVersion(theirs, their_outputs), IsOk());
+
+  ModelVersionRecord mine = Record(7);
+  mine.parameters = "mine";
+  absl::StatusOr<ModelVersionRecord> saved =
+      store_->SaveModelVersion(mine, ModelVersionOutputs{"my post", "my prof"});
+  ASSERT_THAT(saved, IsOk());
+  EXPECT_EQ(saved->version, 1);
+  absl::StatusOr<ModelVersionRecord> got = store_->GetModelVersion(project_id_, 1);
+  ASSERT_THAT(got, IsOk());
+  EXPECT_EQ(got->parameters, "mine");
+  absl::StatusOr<ModelVersionRecord> latest = store_->LatestModelVersion(project_id_);
+  ASSERT_THAT(latest, IsOk());
+  EXPECT_EQ(latest->version, 1);
+  EXPECT_EQ(latest->parameters, "mine");
+  absl::StatusOr<ModelVersionOutputs> outputs = store_->GetModelVersionOutputs(project_id_, 1);
+  ASSERT_THAT(outputs, IsOk());
+  EXPECT_EQ(outputs->posteriors, "my post");
+  EXPECT_EQ(outputs->annotator_profiles, "my prof");
+  EXPECT_THAT(store_->ListNewestVersions(),
+              IsOkAndHolds(ElementsAre(std::make_pair(project_id_, 1),
+                                       std::make_pair(created->project_id, 2))));
+}
+
+// model_version_store.h: GetModelVersionMetadata is "NOT_FOUND if it does not
+// exist": version 0 (versions start at 1) is not the first version.
+TEST_F(ModelVersionStoreTest, MetadataOfVersionZeroIsNotFound) {
+  ASSERT_THAT(store_->SaveModelVersion(Record(1)), IsOk());
+  ASSERT_THAT(store_->SaveModelVersion(Record(2)), IsOk());
+  EXPECT_THAT(store_->GetModelVersionMetadata(project_id_, 0),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->GetModelVersion(project_id_, 0), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->GetModelVersionMetadata(project_id_, 2),
+              IsOkAndHolds(Field(&ModelVersionRecord::watermark, 2)));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
