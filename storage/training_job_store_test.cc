@@ -344,5 +344,27 @@ TEST_F(TrainingJobStoreTest, ClaimRefusesMaxAttemptsBelowOne) {
   EXPECT_TRUE(claimed->has_value());
 }
 
+// As above with the projects the other way round: the job belongs to the
+// project created later (higher id) and the version is saved for the earlier
+// one. The version is refused ABORTED and the later project's job stays
+// running.
+TEST_F(TrainingJobStoreTest, AVersionOfAnEarlierProjectDoesNotCompleteALaterProjectsJob) {
+  const int64_t p1 = NewProject("p1"), p2 = NewProject("p2");
+  ASSERT_LT(p1, p2);
+  auto job = jobs_->Enqueue(p2);
+  ASSERT_THAT(job, IsOk());
+  auto claimed = jobs_->Claim("w", absl::Minutes(1));
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_EQ((*claimed)->job_id, job->job_id);
+
+  EXPECT_THAT(versions_->SaveModelVersion(Version(p1, job->job_id, "w")).status(),
+              StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(versions_->ListModelVersions(p1, 10).value(), IsEmpty());
+  auto still = jobs_->GetJob(job->job_id);
+  ASSERT_THAT(still, IsOk());
+  EXPECT_EQ(still->state, "running");
+  EXPECT_FALSE(still->version.has_value());
+}
+
 }  // namespace
 }  // namespace verity::storage
