@@ -915,12 +915,12 @@ absl::Status ModelStatus(const Context& context) {
       << "num_labels: " << status.num_labels() << "\n"
       << "labels_since_version: " << status.labels_since_version() << "\n"
       << "training: " << (status.training() ? "true" : "false") << "\n";
-  if (!status.has_current_version()) {
+  if (status.has_current_version()) {
+    out << "current_version:\n";
+    PrintVersion(status.current_version(), "  ", out);
+  } else {
     out << "current_version: none (no fit yet)\n";
-    return absl::OkStatus();
   }
-  out << "current_version:\n";
-  PrintVersion(status.current_version(), "  ", out);
   if (status.has_calibration()) {
     const v1::PosteriorCalibration& c = status.calibration();
     out << "calibration:\n"

@@ -213,6 +213,19 @@ TEST_F(CliEndToEndTest, ExportsASmallProjectAsJsonLinesAndCsv) {
             "includes_newer_labels,is_gold");
 }
 
+// `model status --help`: the calibration is printed "when the server reports them", before the
+// first fit as after it; the text and the JSON show the same fields.
+TEST_F(CliEndToEndTest, StatusPrintsTheCalibrationBeforeTheFirstFit) {
+  ASSERT_EQ(Run({"project", "create", "early", "--classes=a,b"}).code, 0);
+  CliResult json = Run({"model", "status", "--project=early", "--output=json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  ASSERT_THAT(json.out, HasSubstr("\"current_version\":null"));
+  ASSERT_THAT(json.out, HasSubstr("\"calibration\":{"));
+  CliResult text = Run({"model", "status", "--project=early"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("current_version: none (no fit yet)\ncalibration:\n  kind: "));
+}
+
 TEST_F(CliEndToEndTest, ErrorsAreOneLineWithTheStatusCode) {
   CliResult missing = Run({"status", "--project=nope"});
   EXPECT_EQ(missing.code, 1);
