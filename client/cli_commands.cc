@@ -301,7 +301,7 @@ std::vector<CommandSpec> MakeCommands() {
       "version's fit), training (a fit is running) and the current version's "
       "fields; then, when the server reports them, the calibration of the served "
       "posteriors (kind, temperature, source; with source gold the gold items "
-      "and their ECE before and after the map) and, for method auto, "
+      "and their ECE before and after the map) and, when the served version was fitted by method auto, "
       "chosen_method and choice_reason. With --output=json: {\"project\", "
       "\"method\", \"num_labels\", \"labels_since_version\", \"training\", "
       "\"current_version\": {...} or null, \"calibration\" and \"chosen_method\", "
