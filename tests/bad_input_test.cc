@@ -1000,7 +1000,7 @@ std::vector<BadInput> BadInputs() {
          request.add_projects("no spaces allowed");
          return CreateKey(s, request);
        },
-       kInvalid, "projects: "},
+       kInvalid, "projects[0]: name may only contain"},
       {"CreateKeyWithALongName",
        [](const Stubs& s) {
          v1::CreateKeyRequest request;

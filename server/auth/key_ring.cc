@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "server/api/validation.h"
 #include "server/observability/log.h"
@@ -99,9 +100,12 @@ absl::StatusOr<storage::ApiKeyRecord> KeyRing::NewRecord(
     return absl::InvalidArgumentError(
         absl::StrCat("name: longer than ", kMaxKeyNameBytes, " bytes"));
   }
-  for (const std::string& project : projects) {
-    if (absl::Status s = ValidateProjectName(project); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("projects: ", s.message()));
+  for (size_t i = 0; i < projects.size(); ++i) {
+    if (absl::Status s = ValidateProjectName(projects[i]); !s.ok()) {
+      // "project: name ..." becomes "projects[i]: name ...".
+      absl::string_view reason = s.message();
+      absl::ConsumePrefix(&reason, "project: ");
+      return absl::InvalidArgumentError(absl::StrCat("projects[", i, "]: ", reason));
     }
   }
   absl::StatusOr<GeneratedApiKey> generated = GenerateApiKey();
