@@ -486,6 +486,17 @@ TEST_F(IsolationTest, SuggestAnnotatorsWithoutCandidatesIsBoundedByTheWorkOfAnEx
   EXPECT_EQ(response.suggestions_size(), 3);
 }
 
+// assignment.proto: an empty candidates list ranks the project's annotators "when it has at
+// most max(10,000, 655,360,000 / classes²) of them": at 256 classes a project with exactly
+// 10,000 annotators is still ranked without a list (only one with more is refused).
+TEST_F(IsolationTest, SuggestAnnotatorsWithoutCandidatesRanksAProjectAtTheBound) {
+  CreateProjectWithAnnotators("annotators-at-the-bound", 256, 10'000);  // a<n> labels i<n>.
+  v1::SuggestAnnotatorsResponse response;
+  grpc::Status status = SuggestAnnotators("annotators-at-the-bound", "i0", 3, {}, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.suggestions_size(), 3);
+}
+
 // ProjectLimits.max_feature_values: the server keeps a dense feature row for every item and
 // annotator of a project with features, given or not, so one writer key must not be able to
 // grow that past the limit with labels on new ids that carry no features at all. Item rows
