@@ -204,6 +204,41 @@ TEST_F(ApiPromisesTest, SuggestAnnotatorsTakesNoLease) {
   EXPECT_THAT(SuggestedItems("no-lease", "c"), IsEmpty());
 }
 
+// README / assignment.proto: SuggestAnnotators ranks by expected information gain, the score
+// an ItemSuggestion carries: the expected reduction of the item's posterior entropy if the
+// annotator labels it. A reduction can be neither negative nor more than the entropy itself
+// (the posterior after a label has entropy >= 0), and p_correct is a probability. Three
+// annotators who agree on six items are competent (p_correct well above the entropy of an
+// item two of them already labelled "yes").
+TEST_F(ApiPromisesTest, AnAnnotatorSuggestionsScoreIsAnEntropyReduction) {
+  CreateProject("annotator-gain");
+  std::vector<LabelTriple> labels;
+  for (int i = 0; i < 6; ++i) {
+    for (const char* a : {"a", "b", "c"}) labels.push_back({absl::StrCat("i", i), a, i % 2});
+  }
+  labels.push_back({"target", "a", 1});
+  labels.push_back({"target", "b", 1});
+  Submit("annotator-gain", labels);
+  absl::StatusOr<std::vector<v1::Posterior>> posterior =
+      client_->GetPosteriors("annotator-gain", {"target"});
+  ASSERT_THAT(posterior, IsOk());
+  ASSERT_EQ(posterior->size(), 1u);
+  double entropy = 0;
+  for (double p : (*posterior)[0].probabilities()) {
+    if (p > 0) entropy -= p * std::log(p);
+  }
+  absl::StatusOr<std::vector<v1::AnnotatorSuggestion>> suggested =
+      client_->SuggestAnnotators("annotator-gain", "target", 1, {"c"});
+  ASSERT_THAT(suggested, IsOk());
+  ASSERT_EQ(suggested->size(), 1u);
+  const v1::AnnotatorSuggestion& c = (*suggested)[0];
+  EXPECT_EQ(c.annotator(), "c");
+  EXPECT_GE(c.score(), 0.0);
+  EXPECT_LE(c.score(), entropy + 1e-12) << "p_correct " << c.p_correct();
+  EXPECT_GT(c.p_correct(), 0.5);
+  EXPECT_LE(c.p_correct(), 1.0);
+}
+
 // ingest.proto: "later batches may leave it empty to reuse it, or name another project". One
 // stream: x to A, y to B, z with no project (B again). GetPosteriors answers NOT_FOUND for an
 // item the project does not have (truth.proto).
