@@ -518,6 +518,15 @@ absl::StatusOr<int> ApplySettingsFlags(const CommandLine& line,
   VERITY_RETURN_IF_ERROR(
       double_flag("refit_new_label_fraction", kMaxDouble,
                   [&](double v) { model.set_refit_new_label_fraction(v); }));
+  if (line.Has("calibration")) {
+    ++given;
+    const std::string name = line.GetString("calibration");
+    if (name != "auto" && name != "none" && name != "default") {
+      return UsageError(
+          absl::StrCat("--calibration=", name, ": expected auto, none or default"));
+    }
+    model.set_calibration(name == "default" ? "" : name);
+  }
   VERITY_RETURN_IF_ERROR(int_flag("min_labels_per_item", [&](int32_t v) {
     assignment.set_min_labels_per_item(v);
   }));

@@ -88,9 +88,10 @@ std::vector<CommandSpec> MakeCommands() {
       "Reads the project's settings, changes the ones given as flags and "
       "writes them back (the API replaces the settings whole; a concurrent "
       "change by someone else between the read and the write is lost). 0 "
-      "resets a number to the server default, --method=default and "
-      "--policy=default reset those. A new method takes effect at the next "
-      "fit (`model train` fits at once). Prints the updated project as "
+      "resets a number to the server default, --method=default, "
+      "--calibration=default and --policy=default reset those. A new method "
+      "takes effect at the next fit (`model train` fits at once). Prints the "
+      "updated project as "
       "`project show` does (JSON with --output=json).";
   c->flags = ProjectSettingsFlags();
 
@@ -461,6 +462,10 @@ const std::vector<FlagSpec>& ProjectSettingsFlags() {
       {"refit_new_label_fraction", "X",
        "A background refit needs this fraction of the labels to be new "
        "(or refit_min_new_labels, whichever is more)."},
+      {"calibration", "MAP",
+       "Map from the fitted to the served posteriors: auto (a temperature "
+       "fitted on the gold items, or on the crowd labels without enough "
+       "gold), none (the model's own posteriors), or default (auto)."},
       {"min_labels_per_item", "N",
        "Labels an item needs before it can be resolved."},
       {"max_labels_per_item", "N",

@@ -622,6 +622,18 @@ TEST_F(CliTest, ProjectCreateAndSettingsSetModelAndAssignmentSettings) {
                                     "\"lease_seconds\":60,"
                                     "\"policy\":\"uncertainty\""));
 
+  // --calibration: auto or none, default clears it; anything else is a usage error.
+  result = Run({"project", "settings", "birds", "--calibration=none"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("settings: model { calibration: \"none\" }"));
+  result = Run({"project", "settings", "birds", "--calibration=default", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("\"calibration\":\"\""));
+  result = Run({"project", "settings", "birds", "--calibration=platt"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_THAT(result.err,
+              StartsWith("verity: --calibration=platt: expected auto, none or default\n"));
+
   result = Run({"project", "settings", "birds"});
   EXPECT_EQ(result.code, kExitUsage);
   EXPECT_THAT(result.err, StartsWith("verity: \"project settings\" needs at "
