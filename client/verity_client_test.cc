@@ -262,6 +262,23 @@ TEST(ReplicaChannelTest, SpreadsCallsAndFailsOverWhenOneServerStops) {
   }
 }
 
+// A gRPC server of one service on a free loopback port, and its "127.0.0.1:PORT".
+struct LoopbackServer {
+  std::unique_ptr<grpc::Server> server;  // Null if it could not start.
+  std::string address;
+};
+
+LoopbackServer StartOnLoopback(grpc::Service& service) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  LoopbackServer started;
+  started.server = builder.BuildAndStart();
+  started.address = absl::StrCat("127.0.0.1:", port);
+  return started;
+}
+
 // A ProjectService whose ListProjects and CreateProject fail UNAVAILABLE the first time each:
 // what a call sent to a replica that died at that moment sees.
 class FailingOnceProjectService final : public v1::ProjectService::Service {
@@ -284,14 +301,10 @@ class FailingOnceProjectService final : public v1::ProjectService::Service {
 
 TEST(ReplicaChannelTest, UnaryCallsFailingUnavailableAreRetriedButCreateProjectIsNot) {
   FailingOnceProjectService service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
+  LoopbackServer server = StartOnLoopback(service);
+  ASSERT_NE(server.server, nullptr);
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      CreateChannel(absl::StrCat("127.0.0.1:", port), ChannelSecurity());
+      CreateChannel(server.address, ChannelSecurity());
   ASSERT_THAT(channel, IsOk());
   VerityClient client(*channel, ClientOptions());
 
@@ -304,7 +317,7 @@ TEST(ReplicaChannelTest, UnaryCallsFailingUnavailableAreRetriedButCreateProjectI
   project.set_name("birds");
   EXPECT_THAT(client.CreateProject(project), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(service.create_calls_.load(), 1);
-  server->Shutdown();
+  server.server->Shutdown();
 }
 
 // A TruthService whose GetPosteriors answers RESOURCE_EXHAUSTED, as a server over its response
@@ -329,13 +342,9 @@ class SmallResponsesTruthService final : public v1::TruthService::Service {
 // down to one id per call; only a single id that does not fit is an error.
 TEST(ChunkedCallsTest, GetPosteriorsHalvesItsCallsDownToOneIdAndKeepsTheOrder) {
   SmallResponsesTruthService service(/*max_items=*/1);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-  VerityClient client(CreateInsecureChannel(absl::StrCat("127.0.0.1:", port)), ClientOptions());
+  LoopbackServer server = StartOnLoopback(service);
+  ASSERT_NE(server.server, nullptr);
+  VerityClient client(CreateInsecureChannel(server.address), ClientOptions());
   absl::StatusOr<std::vector<v1::Posterior>> posteriors =
       client.GetPosteriors("birds", {"a", "b", "c", "d", "e"});
   ASSERT_THAT(posteriors, IsOk());
@@ -345,18 +354,14 @@ TEST(ChunkedCallsTest, GetPosteriorsHalvesItsCallsDownToOneIdAndKeepsTheOrder) {
   EXPECT_THAT(service.call_sizes_, ElementsAre(5, 2, 1, 1, 1, 1, 1));
 
   SmallResponsesTruthService none_fit(/*max_items=*/0);
-  grpc::ServerBuilder none_builder;
-  none_builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  none_builder.RegisterService(&none_fit);
-  std::unique_ptr<grpc::Server> none_server = none_builder.BuildAndStart();
-  ASSERT_NE(none_server, nullptr);
-  VerityClient none_client(CreateInsecureChannel(absl::StrCat("127.0.0.1:", port)),
-                           ClientOptions());
+  LoopbackServer none_server = StartOnLoopback(none_fit);
+  ASSERT_NE(none_server.server, nullptr);
+  VerityClient none_client(CreateInsecureChannel(none_server.address), ClientOptions());
   EXPECT_THAT(none_client.GetPosteriors("birds", {"a", "b"}),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("fewer ids")));
   EXPECT_THAT(none_fit.call_sizes_, ElementsAre(2, 1));
-  none_server->Shutdown();
-  server->Shutdown();
+  none_server.server->Shutdown();
+  server.server->Shutdown();
 }
 
 // AddItems sends 10,000 items per call; the error of a call that needed one is the server's as
@@ -411,13 +416,9 @@ class EndsEarlyIngestService final : public v1::IngestService::Service {
 // acknowledged every batch is an error naming the first batch not acknowledged.
 TEST(AckOrderTest, AStreamEndedBeforeEveryAckIsAnError) {
   EndsEarlyIngestService service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-  VerityClient client(CreateInsecureChannel(absl::StrCat("127.0.0.1:", port)), ClientOptions());
+  LoopbackServer server = StartOnLoopback(service);
+  ASSERT_NE(server.server, nullptr);
+  VerityClient client(CreateInsecureChannel(server.address), ClientOptions());
   std::vector<v1::Annotation> annotations(4);
   for (int i = 0; i < 4; ++i) {
     annotations[i].set_item(absl::StrCat("i", i));
@@ -428,7 +429,7 @@ TEST(AckOrderTest, AStreamEndedBeforeEveryAckIsAnError) {
   EXPECT_THAT(client.SubmitAnnotations("birds", annotations, options),
               StatusIs(absl::StatusCode::kInternal,
                        HasSubstr("without acknowledging batch 2 of 2 (annotations 2 to 3)")));
-  server->Shutdown();
+  server.server->Shutdown();
 }
 
 // ingest.proto: acks come in the order the batches were sent. An ack for another batch than the
@@ -436,13 +437,9 @@ TEST(AckOrderTest, AStreamEndedBeforeEveryAckIsAnError) {
 // than counting a batch as durable on another batch's ack.
 TEST(AckOrderTest, AnAckForAnotherBatchIsAnInternalError) {
   MisnumberingIngestService service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-  VerityClient client(CreateInsecureChannel(absl::StrCat("127.0.0.1:", port)), ClientOptions());
+  LoopbackServer server = StartOnLoopback(service);
+  ASSERT_NE(server.server, nullptr);
+  VerityClient client(CreateInsecureChannel(server.address), ClientOptions());
   std::vector<v1::Annotation> annotations(3);
   for (int i = 0; i < 3; ++i) {
     annotations[i].set_item(absl::StrCat("i", i));
@@ -451,7 +448,7 @@ TEST(AckOrderTest, AnAckForAnotherBatchIsAnInternalError) {
   EXPECT_THAT(client.SubmitAnnotations("birds", annotations, SubmitOptions()),
               StatusIs(absl::StatusCode::kInternal,
                        HasSubstr("got the ack of batch id 101 while expecting batch id 1")));
-  server->Shutdown();
+  server.server->Shutdown();
 }
 
 TEST_F(VerityClientTest, SubmitStreamsBatchesAndSumsTheAcks) {
