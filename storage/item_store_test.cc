@@ -29,15 +29,22 @@ class ItemStoreTest : public PostgresTest {
   void SetUp() override {
     PostgresTest::SetUp();
     store_ = std::make_unique<ItemStore>(&pool());
+    absl::StatusOr<int64_t> created = CreateProject("p");
+    ASSERT_THAT(created, IsOk());
+    project_id_ = *created;
+  }
+
+  // A project `name` of 3 classes, 2 item features and 1 annotator feature; its id.
+  absl::StatusOr<int64_t> CreateProject(const std::string& name) {
     ProjectStore projects(&pool());
     ProjectRecord p;
-    p.name = "p";
+    p.name = name;
     p.classes = {"a", "b", "c"};
     p.item_feature_dim = 2;
     p.annotator_feature_dim = 1;
     absl::StatusOr<ProjectRecord> created = projects.CreateProject(p);
-    ASSERT_THAT(created, IsOk());
-    project_id_ = created->project_id;
+    if (!created.ok()) return created.status();
+    return created->project_id;
   }
 
   static ItemWrite Item(std::string id,
@@ -267,15 +274,9 @@ TEST_F(ItemStoreTest, ItemWritesNewAnnotatorsAndAnnotatorFeaturesBumpTheProjects
 // attributes of one project's leaves the other's as stored, and loads return
 // only the project's own entities.
 TEST_F(ItemStoreTest, WritesAndLoadsStayWithinTheirProject) {
-  ProjectStore projects(&pool());
-  ProjectRecord other;
-  other.name = "other";
-  other.classes = {"a", "b", "c"};
-  other.item_feature_dim = 2;
-  other.annotator_feature_dim = 1;
-  absl::StatusOr<ProjectRecord> created = projects.CreateProject(other);
+  absl::StatusOr<int64_t> created = CreateProject("other");
   ASSERT_THAT(created, IsOk());
-  const int64_t other_id = created->project_id;
+  const int64_t other_id = *created;
 
   ItemWrite theirs = Item("theirs", std::vector<float>{7, 8}, 2);
   theirs.priority = 9;
@@ -393,15 +394,9 @@ TEST_F(ItemStoreTest, TheProjectCountsItsStoredItemsAndAnnotatorsSeparately) {
 // another project already holds is a new item here, with this project's next
 // index, and does not resolve to the other project's index.
 TEST_F(ItemStoreTest, AnIdThatAnotherProjectHoldsIsANewEntityHere) {
-  ProjectStore projects(&pool());
-  ProjectRecord other;
-  other.name = "other";
-  other.classes = {"a", "b", "c"};
-  other.item_feature_dim = 2;
-  other.annotator_feature_dim = 1;
-  absl::StatusOr<ProjectRecord> created = projects.CreateProject(other);
+  absl::StatusOr<int64_t> created = CreateProject("other");
   ASSERT_THAT(created, IsOk());
-  const int64_t other_id = created->project_id;
+  const int64_t other_id = *created;
   ASSERT_THAT(store_->UpsertItems(other_id, {Item("theirs"), Item("shared")}),
               IsOkAndHolds(ElementsAre(0, 1)));
   ASSERT_THAT(store_->UpsertAnnotators(other_id, {AnnotatorWrite{"carol", std::nullopt},

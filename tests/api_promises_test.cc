@@ -80,6 +80,16 @@ class ApiPromisesTest : public ::testing::Test {
     ASSERT_THAT(client_->CreateProject(project), IsOk());
   }
 
+  // The largest sequence number of the stored live labels of project `project_id`.
+  absl::StatusOr<int64_t> NewestSeq(int64_t project_id) {
+    return server_->core().storage->pool->WithTransaction(
+        "newest seq", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+          return txn.exec_params1("SELECT max(seq) FROM annotations WHERE project_id = $1",
+                                  project_id)[0]
+              .as<int64_t>();
+        });
+  }
+
   // A project with one unlabelled item, "only", and at most `max_labels` labels per item.
   void CreateProjectWithOneItem(const std::string& name, int32_t max_labels) {
     v1::ProjectSettings settings;
@@ -844,12 +854,7 @@ TEST_F(ApiPromisesTest, ListModelVersionsHonoursTheLimitNewestFirstWithTheStored
   EXPECT_EQ(newest.created_at().seconds(), absl::ToUnixSeconds(row.created_at));
   // The fit saw every label: its watermark is the largest sequence number of the project's
   // annotations.
-  absl::StatusOr<int64_t> newest_seq = server_->core().storage->pool->WithTransaction(
-      "newest seq", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
-        return txn.exec_params1("SELECT max(seq) FROM annotations WHERE project_id = $1",
-                                project->project_id)[0]
-            .as<int64_t>();
-      });
+  absl::StatusOr<int64_t> newest_seq = NewestSeq(project->project_id);
   ASSERT_THAT(newest_seq, IsOk());
   EXPECT_EQ(newest.watermark(), *newest_seq);
 }
@@ -870,12 +875,7 @@ TEST_F(ApiPromisesTest, AWatermarkIsASequenceNumberNotALabelCount) {
   absl::StatusOr<storage::ProjectRecord> project =
       server_->core().storage->projects->GetProjectByName("watermark");
   ASSERT_THAT(project, IsOk());
-  absl::StatusOr<int64_t> newest_seq = server_->core().storage->pool->WithTransaction(
-      "newest seq", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
-        return txn.exec_params1("SELECT max(seq) FROM annotations WHERE project_id = $1",
-                                project->project_id)[0]
-            .as<int64_t>();
-      });
+  absl::StatusOr<int64_t> newest_seq = NewestSeq(project->project_id);
   ASSERT_THAT(newest_seq, IsOk());
   ASSERT_GE(*newest_seq, 4) << "the premise: 4 commits of a label drew 4 sequence numbers";
 
