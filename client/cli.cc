@@ -471,6 +471,15 @@ absl::StatusOr<int> ApplySettingsFlags(const CommandLine& line,
   int given = 0;
   v1::ModelSettings& model = *settings.mutable_model();
   v1::AssignmentSettings& assignment = *settings.mutable_assignment();
+  v1::ProjectLimits& limits = *settings.mutable_limits();
+  auto limit_flag = [&](absl::string_view name, auto set) -> absl::Status {
+    if (!line.Has(name)) return absl::OkStatus();
+    ++given;
+    VERITY_ASSIGN_OR_RETURN(
+        int64_t value, AsUsage(line.GetInt(name, 0, std::numeric_limits<int64_t>::max())));
+    set(value);
+    return absl::OkStatus();
+  };
   auto int_flag = [&](absl::string_view name, auto set) -> absl::Status {
     if (!line.Has(name)) return absl::OkStatus();
     ++given;
@@ -551,8 +560,19 @@ absl::StatusOr<int> ApplySettingsFlags(const CommandLine& line,
   VERITY_RETURN_IF_ERROR(int_flag(
       "gold_items_for_new_annotators",
       [&](int32_t v) { assignment.set_gold_items_for_new_annotators(v); }));
+  VERITY_RETURN_IF_ERROR(limit_flag("max_items", [&](int64_t v) { limits.set_max_items(v); }));
+  VERITY_RETURN_IF_ERROR(
+      limit_flag("max_annotators", [&](int64_t v) { limits.set_max_annotators(v); }));
+  VERITY_RETURN_IF_ERROR(limit_flag("max_labels", [&](int64_t v) { limits.set_max_labels(v); }));
+  VERITY_RETURN_IF_ERROR(
+      limit_flag("max_confusion_cells", [&](int64_t v) { limits.set_max_confusion_cells(v); }));
+  VERITY_RETURN_IF_ERROR(
+      limit_flag("max_feature_values", [&](int64_t v) { limits.set_max_feature_values(v); }));
+  VERITY_RETURN_IF_ERROR(
+      limit_flag("max_revisions", [&](int64_t v) { limits.set_max_revisions(v); }));
   if (model.ByteSizeLong() == 0) settings.clear_model();
   if (assignment.ByteSizeLong() == 0) settings.clear_assignment();
+  if (limits.ByteSizeLong() == 0) settings.clear_limits();
   return given;
 }
 

@@ -80,7 +80,7 @@ std::vector<CommandSpec> MakeCommands() {
       "\"num_items\", \"num_annotators\", \"num_labels\", \"num_revisions\"}.";
 
   c = add("project settings",
-          "Change a project's model and assignment settings.");
+          "Change the model, assignment and limit settings.");
   c->args_usage = "NAME";
   c->min_args = c->max_args = 1;
   c->usage = "project settings NAME --SETTING=VALUE ...";
@@ -479,6 +479,19 @@ const std::vector<FlagSpec>& ProjectSettingsFlags() {
                     absl::StrJoin(PolicyNames(), ", "), ".")},
       {"gold_items_for_new_annotators", "N",
        "Gold items sent first to an annotator with fewer labels; 0 = off."},
+      {"max_items", "N",
+       "Limit: items of the project; 0 = the server's default. Raising a "
+       "limit takes an admin key valid for every project."},
+      {"max_annotators", "N", "Limit: annotators; 0 = the server's default."},
+      {"max_labels", "N", "Limit: live labels; 0 = the server's default."},
+      {"max_confusion_cells", "N",
+       "Limit: annotators x classes^2 of the dense-confusion methods; 0 = "
+       "the server's default."},
+      {"max_feature_values", "N",
+       "Limit: feature values held in memory; 0 = the server's default."},
+      {"max_revisions", "N",
+       "Limit: revised and stale labels kept in history; 0 = the server's "
+       "default."},
   };
   return *flags;
 }

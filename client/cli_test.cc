@@ -622,6 +622,16 @@ TEST_F(CliTest, ProjectCreateAndSettingsSetModelAndAssignmentSettings) {
                                     "\"lease_seconds\":60,"
                                     "\"policy\":\"uncertainty\""));
 
+  // The limits (settings.limits) are flags too; 0 is the server's default.
+  result = Run({"project", "settings", "birds", "--max_items=100", "--max_revisions=5000000000",
+                "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("\"limits\":{\"max_items\":100,\"max_annotators\":0,"
+                                    "\"max_labels\":0,\"max_confusion_cells\":0,"
+                                    "\"max_feature_values\":0,\"max_revisions\":5000000000}"));
+  result = Run({"project", "settings", "birds", "--max_labels=-1"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_THAT(result.err, StartsWith("verity: --max_labels=-1: "));
   // --calibration: auto or none, default clears it; anything else is a usage error.
   result = Run({"project", "settings", "birds", "--calibration=none"});
   ASSERT_EQ(result.code, kExitOk) << result.err;
