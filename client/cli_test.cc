@@ -407,7 +407,8 @@ TEST_F(CliTest, AccuracySkipsUnlabelledItemsAndRefusesRowsWithoutGold) {
   const std::string partial = WriteFile("gold_partial.csv", "item,label\na,true\nb,\n");
   result = Run({"accuracy", "--project=birds", absl::StrCat("--gold_csv=", partial)});
   EXPECT_EQ(result.code, kExitFailure);
-  EXPECT_THAT(result.err, HasSubstr(absl::StrCat(partial, ": line 3: item \"b\" has no gold label")));
+  EXPECT_THAT(result.err,
+              HasSubstr(absl::StrCat(partial, ": line 3: item \"b\" has no gold label")));
 }
 
 TEST_F(CliTest, ItemAddSendsFeaturesAndGoldAndAccuracySkipsClampedItems) {
