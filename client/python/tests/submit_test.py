@@ -40,16 +40,28 @@ class FakeRpcError(grpc.RpcError):
 
 
 class FakeCall:
-    """A SubmitAnnotations call: pulls a batch, answers it with script(batch)."""
+    """A SubmitAnnotations call: pulls a batch, answers it with script(batch). With ahead > 1
+    it keeps that many batches pulled before answering the oldest, as a server with several
+    batches in flight does (at most the client's max_unacked_batches)."""
 
-    def __init__(self, requests, script, sent):
+    def __init__(self, requests, script, sent, ahead=1):
         self._requests, self._script, self._sent = requests, script, sent
+        self._ahead = ahead
         self.cancelled = False
 
     def __iter__(self):
-        for batch in self._requests:
-            self._sent.append(batch.batch_id)
-            answer = self._script(batch)
+        requests = iter(self._requests)
+        pending = []
+        while True:
+            while len(pending) < self._ahead:
+                batch = next(requests, None)
+                if batch is None:
+                    break
+                self._sent.append(batch.batch_id)
+                pending.append(batch)
+            if not pending:
+                return
+            answer = self._script(pending.pop(0))
             if isinstance(answer, Exception):
                 raise answer
             yield answer
@@ -61,8 +73,9 @@ class FakeCall:
 class FakeIngestStub:
     """Stream i is answered by scripts[i]; records the batch ids each stream carried."""
 
-    def __init__(self, *scripts):
+    def __init__(self, *scripts, ahead=1):
         self._scripts = list(scripts)
+        self._ahead = ahead
         self.streams = []   # Batch ids sent, per stream.
         self.timeouts = []
         self.metadata = []
@@ -73,7 +86,7 @@ class FakeIngestStub:
         self.streams.append(sent)
         self.timeouts.append(timeout)
         self.metadata.append(metadata)
-        call = FakeCall(requests, self._scripts[len(self.streams) - 1], sent)
+        call = FakeCall(requests, self._scripts[len(self.streams) - 1], sent, self._ahead)
         self.calls.append(call)
         return call
 
@@ -107,13 +120,16 @@ class SubmitStreamTest(unittest.TestCase):
             if batch.batch_id == 2:  # Rows 2 and 3: row 3 (index 1) rejected.
                 ack.accepted, ack.rejected = 1, 1
                 ack.rejections.add(index=1, reason="label 9 out of range [0, 2)")
+            if batch.batch_id == 3:  # Row 4: older than the live label.
+                ack.accepted, ack.stale = 0, 1
             return ack
         stub = self.use(FakeIngestStub(script))
         progress = []
         result = self.client.submit("p", frame(5), batch_size=2,
                                     progress=lambda a, t: progress.append((a, t)))
         self.assertEqual(stub.streams, [[1, 2, 3]])
-        self.assertEqual((result.accepted, result.rejected, result.retries), (4, 1, 0))
+        self.assertEqual((result.accepted, result.stale, result.rejected, result.retries),
+                         (3, 1, 1, 0))
         self.assertEqual(result.rejections,
                          [verity_client.Rejection(3, "label 9 out of range [0, 2)")])
         self.assertEqual(progress, [(2, 5), (4, 5), (5, 5)])
@@ -134,6 +150,20 @@ class SubmitStreamTest(unittest.TestCase):
         self.sleep.assert_called_once_with(0.2)
         # The second stream's deadline covers only the rows still to send.
         self.assertAlmostEqual(stub.timeouts[1], 10 + 4 / 1000.0)
+
+    def test_batches_acked_behind_a_failed_one_are_resent_but_counted_once(self):
+        # Three batches in flight: batch 2 fails, 3 and 4 are acked on the same stream; the
+        # next stream resends 2, 3 and 4 in order (so revisions keep their order), and the
+        # acks of 3 and 4 count once.
+        def first(batch):
+            if batch.batch_id == 2:
+                return ingest_pb2.BatchAck(batch_id=2, error_code=UNAVAILABLE,
+                                           error_message="commit queue full")
+            return ok(batch)
+        stub = self.use(FakeIngestStub(first, ok, ahead=3))
+        result = self.client.submit("p", frame(8), batch_size=2, max_unacked_batches=3)
+        self.assertEqual(stub.streams, [[1, 2, 3, 4], [2, 3, 4]])
+        self.assertEqual((result.accepted, result.duplicate, result.retries), (8, 0, 1))
 
     def test_gives_up_after_max_retries_without_progress(self):
         def broken(batch):
