@@ -40,7 +40,8 @@ class FakeRpcError(grpc.RpcError):
 
 
 class FakeCall:
-    """A SubmitAnnotations call: pulls a batch, answers it with script(batch). With ahead > 1
+    """A SubmitAnnotations call: pulls a batch, answers it with script(batch) (None: end the
+    stream there, with OK). With ahead > 1
     it keeps that many batches pulled before answering the oldest, as a server with several
     batches in flight does (at most the client's max_unacked_batches)."""
 
@@ -62,6 +63,8 @@ class FakeCall:
             if not pending:
                 return
             answer = self._script(pending.pop(0))
+            if answer is None:  # The server ends the stream with OK.
+                return
             if isinstance(answer, Exception):
                 raise answer
             yield answer
@@ -202,6 +205,15 @@ class SubmitStreamTest(unittest.TestCase):
         self.assertEqual(raised.exception.code, grpc.StatusCode.INTERNAL)
         self.assertIn("got the ack of batch id 7 while expecting batch id 1",
                       raised.exception.message)
+
+    def test_a_stream_ended_before_every_ack_is_an_error(self):
+        # Acked means durable and nothing else does: a stream the server ends with OK before
+        # acknowledging batch 2 is an error naming it, not a success.
+        self.use(FakeIngestStub(lambda batch: ok(batch) if batch.batch_id == 1 else None))
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.submit("p", frame(4), batch_size=2)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INTERNAL)
+        self.assertIn("without acknowledging batch 2 of 2", raised.exception.message)
 
     def test_empty_frame_sends_nothing(self):
         stub = self.use(FakeIngestStub())
