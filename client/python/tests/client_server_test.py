@@ -281,6 +281,18 @@ class ClientServerTest(unittest.TestCase):
         self.assertEqual(one["annotator"].tolist(), ["39"])
         self.assertEqual(one["num_labels"].iloc[0], BLUEBIRDS_ITEMS)
 
+    def test_every_annotator_comes_back_across_pages(self):
+        # Without ids, annotators() follows GetAnnotatorProfiles' pages (1,000 profiles each)
+        # to the end.
+        self.client.create_project("many-annotators", ["a", "b"], method="mv")
+        workers = ["w%04d" % a for a in range(1001)]
+        submitted = self.client.submit("many-annotators", pd.DataFrame(
+            {"item": ["i%d" % (a % 10) for a in range(1001)], "annotator": workers,
+             "label": [a % 2 for a in range(1001)]}))
+        self.assertEqual(submitted.accepted, 1001)
+        profiles = self.client.annotators("many-annotators")
+        self.assertEqual(sorted(profiles["annotator"].tolist()), workers)
+
     def test_model_status(self):
         status = self.client.model_status(BLUEBIRDS)
         # Created without a method: served by auto, the default of new projects.
