@@ -168,7 +168,8 @@ absl::StatusOr<std::string> MakeAbsolute(const std::string& path) {
 
 // Takes the exclusive lock of Options::exclusive on `path`: the open file descriptor (close-on-
 // exec, so that no child such as the postmaster inherits the lock), with this process's pid
-// written in it. FAILED_PRECONDITION naming the holder's pid when another process holds it.
+// written in it. FAILED_PRECONDITION naming the holder's pid when another process holds it;
+// -1 (logged) when the file system cannot lock.
 absl::StatusOr<int> LockDataDir(const std::string& path, const std::string& data_dir) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -181,8 +182,11 @@ absl::StatusOr<int> LockDataDir(const std::string& path, const std::string& data
     const ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
     ::close(fd);
     if (err != EWOULDBLOCK) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot lock ", path, ": ", std::strerror(err)));
+      // A file system without flock (some network ones): the lock is a guard against a
+      // second server, not a condition of running one.
+      LogLine(absl::StrCat("cannot lock ", path, ": ", std::strerror(err),
+                           "; running without the lock that keeps a second server out"));
+      return -1;
     }
     return absl::FailedPreconditionError(absl::StrCat(
         "data directory ", data_dir, " is in use by process ",

@@ -81,8 +81,9 @@ class EmbeddedPostgres {
     // until Stop() has stopped the cluster or the object is destroyed, and released by the
     // kernel if the process dies. While another process holds it, Start() fails
     // FAILED_PRECONDITION naming that pid and touches nothing, so that a second owner can
-    // neither share the cluster nor stop it under the first. Default false: starts that
-    // reuse one another's cluster are allowed (see the class comment).
+    // neither share the cluster nor stop it under the first. On a file system that cannot
+    // lock, Start() logs that and goes on without the lock. Default false: starts that reuse
+    // one another's cluster are allowed (see the class comment).
     bool exclusive = false;
   };
 
