@@ -440,6 +440,66 @@ TEST(StartOptionsTest, ATrainerBusyFractionOutsideZeroToOneIsRefusedAtStart) {
   }
 }
 
+// README's flag table: --listen is the "host:port to serve gRPC on (port 0 picks a free
+// port)". A port past 65535 is no port: the server must refuse it naming the flag, not listen
+// on another one. Probe: --listen=localhost:99999 logged "event=listening
+// address=localhost:99999 port=34463" (99999 - 65536) and served there.
+TEST(StartOptionsTest, AListenPortPast65535IsRefusedAtStart) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-listen-port");
+  ASSERT_NE(postgres, nullptr);
+  for (const std::string value : {"localhost:99999", "127.0.0.1:65536", "localhost:-1"}) {
+    SCOPED_TRACE(absl::StrCat("--listen=", value));
+    RefusedRun run = RunUntilExit(postgres->dir(),
+                                  {"--metrics_port=0", "--postgres_url=" + postgres->url(),
+                                   "--listen=" + value},
+                                  absl::Seconds(10));
+    ASSERT_TRUE(run.exited) << "the server started with an out-of-range port:\n" << run.output;
+    EXPECT_NE(run.exit_code, 0) << run.output;
+    EXPECT_FALSE(absl::StrContains(run.output, "event=listening")) << run.output;
+    EXPECT_TRUE(absl::StrContains(run.output, "listen")) << run.output;
+  }
+}
+
+// README's flag table: --device is "auto, cpu, cuda, cuda:N". Any other value is a bad flag,
+// refused at start naming it like --trainer and --auth; probe: --device=tpu and
+// --device=cuda:x started and served.
+TEST(StartOptionsTest, AnUnknownDeviceIsRefusedAtStart) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-bad-device");
+  ASSERT_NE(postgres, nullptr);
+  for (const std::string value : {"tpu", "cuda:x"}) {
+    SCOPED_TRACE(absl::StrCat("--device=", value));
+    RefusedRun run = RunUntilExit(postgres->dir(),
+                                  {"--metrics_port=0", "--postgres_url=" + postgres->url(),
+                                   "--device=" + value},
+                                  absl::Seconds(10));
+    ASSERT_TRUE(run.exited) << "the server started with a bad device:\n" << run.output;
+    EXPECT_NE(run.exit_code, 0) << run.output;
+    EXPECT_TRUE(absl::StrContains(run.output, "device")) << run.output;
+  }
+}
+
+// README's flag table: the per-project limits and --max_streams_per_key are counts. As
+// --max_leases_per_project=-1 and --max_streams=0 are refused at start naming the flag, a
+// negative --max_items_per_project (probe: started, then refused every AddItems with "project
+// limit max_items (-5, ...)") and --max_streams_per_key=0 (started, then refused every ingest
+// stream with "the limit is 0 per key ...; retry later") must be too.
+TEST(StartOptionsTest, LimitsThatAdmitNothingAreRefusedAtStart) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-bad-limits");
+  ASSERT_NE(postgres, nullptr);
+  for (const std::string flag :
+       {"--max_items_per_project=-5", "--max_labels_per_project=-1",
+        "--max_streams_per_key=0"}) {
+    SCOPED_TRACE(flag);
+    RefusedRun run = RunUntilExit(
+        postgres->dir(), {"--metrics_port=0", "--postgres_url=" + postgres->url(), flag},
+        absl::Seconds(10));
+    ASSERT_TRUE(run.exited) << "the server started:\n" << run.output;
+    EXPECT_NE(run.exit_code, 0) << run.output;
+    EXPECT_TRUE(absl::StrContains(run.output, flag.substr(2, flag.find('=') - 2)))
+        << run.output;
+  }
+}
+
 // README's flag table: --metrics_port "A port already taken is logged
 // (event=metrics_unavailable) and the server runs without it". Another socket listens on the
 // port first: the server still starts and serves gRPC, and says so in a line naming the port,
