@@ -500,6 +500,25 @@ TEST(StartOptionsTest, LimitsThatAdmitNothingAreRefusedAtStart) {
   }
 }
 
+// A bad flag value is refused naming the flag, as --trainer_busy_fraction's and --load_threads'
+// are ("--load_threads must be 0 ... or more"). Probe: --pool_size=0 said only "ConnectionPool:
+// size must be at least 1, got 0" and --db_timeout_seconds=0 "ConnectionPool: db_timeout must be
+// at least 1s, got 0", names that appear nowhere in --help or README; --metrics_port=70000 was
+// logged as "metrics address must be host:port" and the server started.
+TEST(StartOptionsTest, ABadPoolSizeDbTimeoutOrMetricsPortIsRefusedNamingTheFlag) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-flag-names");
+  ASSERT_NE(postgres, nullptr);
+  for (const std::string flag :
+       {"--pool_size=0", "--db_timeout_seconds=0", "--metrics_port=70000"}) {
+    SCOPED_TRACE(flag);
+    RefusedRun run = RunUntilExit(postgres->dir(), {"--postgres_url=" + postgres->url(), flag},
+                                  absl::Seconds(10));
+    EXPECT_TRUE(run.exited) << "the server started:\n" << run.output;
+    EXPECT_TRUE(absl::StrContains(run.output, flag.substr(0, flag.find('='))))
+        << "the error does not name the flag:\n" << run.output;
+  }
+}
+
 // README's flag table: --metrics_port "A port already taken is logged
 // (event=metrics_unavailable) and the server runs without it". Another socket listens on the
 // port first: the server still starts and serves gRPC, and says so in a line naming the port,
