@@ -8,6 +8,8 @@
 // stop the embedded PostgreSQL.
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -17,6 +19,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/observability/log.h"
 #include "server/state/live_project.h"
@@ -151,6 +156,60 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// INVALID_ARGUMENT naming --`flag` when `value` is below `min`: a count or a time that would
+// admit nothing (or mean nothing) is refused at start, not on every later call.
+absl::Status AtLeast(absl::string_view flag, int64_t value, int64_t min) {
+  if (value >= min) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be at least ", min, ", got ", value));
+}
+
+// The checks of the flags that VerityServer::Start does not make itself, each error naming its
+// flag. gRPC reads a --listen port past 65535 modulo 65536, so it would listen elsewhere.
+absl::Status CheckFlags() {
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (!absl::StartsWith(listen, "unix:")) {
+    const size_t colon = listen.rfind(':');
+    const absl::string_view port = colon == std::string::npos
+                                       ? absl::string_view()
+                                       : absl::string_view(listen).substr(colon + 1);
+    int number = -1;
+    if (port.empty() || !std::all_of(port.begin(), port.end(), absl::ascii_isdigit) ||
+        !absl::SimpleAtoi(port, &number) || number > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--listen=", listen, ": expected HOST:PORT with a port of 0 (any free one) to 65535"));
+    }
+  }
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port < 0 || metrics_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_port must be 0 (no metrics, no console) to 65535, got ", metrics_port));
+  }
+  for (const absl::Status& s : {
+           AtLeast("pool_size", absl::GetFlag(FLAGS_pool_size), 1),
+           AtLeast("db_timeout_seconds", absl::GetFlag(FLAGS_db_timeout_seconds), 1),
+           AtLeast("max_streams_per_key", absl::GetFlag(FLAGS_max_streams_per_key), 1),
+           AtLeast("max_concurrent_fits", absl::GetFlag(FLAGS_max_concurrent_fits), 1),
+           AtLeast("max_items_per_project", absl::GetFlag(FLAGS_max_items_per_project), 1),
+           AtLeast("max_annotators_per_project", absl::GetFlag(FLAGS_max_annotators_per_project),
+                   1),
+           AtLeast("max_labels_per_project", absl::GetFlag(FLAGS_max_labels_per_project), 1),
+           AtLeast("max_confusion_cells_per_project",
+                   absl::GetFlag(FLAGS_max_confusion_cells_per_project), 1),
+           AtLeast("max_feature_values_per_project",
+                   absl::GetFlag(FLAGS_max_feature_values_per_project), 1),
+           AtLeast("max_revisions_per_project", absl::GetFlag(FLAGS_max_revisions_per_project), 1),
+           AtLeast("grpc_memory_mb", absl::GetFlag(FLAGS_grpc_memory_mb), 0),
+           AtLeast("memory_budget_mb", absl::GetFlag(FLAGS_memory_budget_mb), 0),
+           AtLeast("evict_idle_seconds", absl::GetFlag(FLAGS_evict_idle_seconds), 0),
+           AtLeast("refit_staleness_seconds", absl::GetFlag(FLAGS_refit_staleness_seconds), 0),
+           AtLeast("key_refresh_seconds", absl::GetFlag(FLAGS_key_refresh_seconds), 0),
+       }) {
+    if (!s.ok()) return s;
+  }
+  return verity::server::SetTrainingDevice(absl::GetFlag(FLAGS_device));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,6 +228,7 @@ int main(int argc, char** argv) {
 
   // Every flag is read and checked first, so that a refused one starts nothing (the embedded
   // database below included).
+  if (absl::Status s = CheckFlags(); !s.ok()) return Fail(s);
   verity::server::VerityServer::Options options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.pool_size = absl::GetFlag(FLAGS_pool_size);
@@ -247,7 +307,6 @@ int main(int argc, char** argv) {
     LogEvent("embedded_postgres", {{"data_dir", pg.data_dir}});
   }
   options.postgres_url = url;
-  verity::server::SetTrainingDevice(absl::GetFlag(FLAGS_device));
   auto server = verity::server::VerityServer::Start(options);
   if (!server.ok()) return Fail(server.status());
   LogEvent("listening", {{"address", options.listen},

@@ -5,7 +5,10 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "models/calibrated_truth_model.h"
 #include "models/truth_model_factory.h"
 #include "server/observability/log.h"
@@ -81,9 +84,18 @@ std::string& TrainingDevice() ABSL_EXCLUSIVE_LOCKS_REQUIRED(training_device_mu) 
 
 }  // namespace
 
-void SetTrainingDevice(const std::string& device) {
+absl::Status SetTrainingDevice(const std::string& device) {
+  absl::string_view index = device;
+  const bool known = device == "auto" || device == "cpu" || device == "cuda" ||
+                     (absl::ConsumePrefix(&index, "cuda:") && !index.empty() &&
+                      std::all_of(index.begin(), index.end(), absl::ascii_isdigit));
+  if (!known) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device must be auto, cpu, cuda or cuda:N, got \"", device, "\""));
+  }
   absl::MutexLock lock(&training_device_mu);
   TrainingDevice() = device;
+  return absl::OkStatus();
 }
 
 models::TruthModelOptions ModelOptionsFromSettings(const v1::ModelSettings& settings) {

@@ -473,8 +473,9 @@ v1::TruthMethod MethodFromName(absl::string_view name);
 // process's training device (SetTrainingDevice).
 models::TruthModelOptions ModelOptionsFromSettings(const v1::ModelSettings& settings);
 // The device the neural models of this process train on: "auto" (default), "cpu", "cuda",
-// "cuda:N" (--device of verity_server and verity_worker). Thread-safe.
-void SetTrainingDevice(const std::string& device);
+// "cuda:N" (--device of verity_server and verity_worker); INVALID_ARGUMENT naming the flag for
+// anything else, which changes nothing. Thread-safe.
+absl::Status SetTrainingDevice(const std::string& device);
 
 }  // namespace verity::server
 

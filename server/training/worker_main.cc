@@ -63,7 +63,10 @@ int main(int argc, char** argv) {
   }
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
-  verity::server::SetTrainingDevice(absl::GetFlag(FLAGS_device));
+  if (absl::Status s = verity::server::SetTrainingDevice(absl::GetFlag(FLAGS_device)); !s.ok()) {
+    LogEvent("fatal", {{"error", s.ToString()}});
+    return 1;
+  }
 
   auto storage = verity::server::StorageHandles::Open(
       url, 2, absl::Seconds(absl::GetFlag(FLAGS_db_timeout_seconds)));
