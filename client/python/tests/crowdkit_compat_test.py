@@ -97,5 +97,45 @@ class CrowdKitCompatTest(unittest.TestCase):
         self.assertGreaterEqual(compared, len(DATASETS) * len(METHODS) // 2)
 
 
+
+class RowSemanticsTest(unittest.TestCase):
+    """verity_client.aggregation's docstring: "A crowd-kit user changes one import line and keeps
+    their code", results agreeing with crowd-kit "where both methods reach the same accuracy".
+    crowd-kit counts every row of `data`; the probe found Verity keeping one label per (task,
+    worker) (a repeated row is a revision), so a worker who answered a task three times outvotes
+    no one, and a single-label data set gets probas_ rows summing to 0.995, not 1."""
+
+    @classmethod
+    def setUpClass(cls):
+        import sys
+        sys.path.insert(0, _crowdkit_source())
+        cls.server = server_process.ServerProcess(server_process.runfile("server/verity_server"))
+        cls.server.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_repeated_rows_count_as_crowdkit_counts_them(self):
+        import pandas as pd
+        from crowdkit.aggregation import MajorityVote as TheirMajorityVote
+        from verity_client.aggregation import MajorityVote
+        data = pd.DataFrame({"task": [1, 1, 1, 1, 1], "worker": ["a", "a", "a", "b", "c"],
+                             "label": ["x", "x", "x", "y", "y"]})
+        theirs = TheirMajorityVote().fit_predict(data)
+        ours = MajorityVote(server=self.server.address).fit_predict(data)
+        self.assertEqual(theirs.to_dict(), {1: "x"})
+        self.assertEqual(ours.to_dict(), theirs.to_dict())
+
+    def test_probas_of_a_single_label_sum_to_one(self):
+        import pandas as pd
+        from verity_client.aggregation import MajorityVote
+        data = pd.DataFrame({"task": [1, 1, 2, 2], "worker": ["a", "b", "a", "b"],
+                             "label": ["x", "x", "x", "x"]})
+        probas = MajorityVote(server=self.server.address).fit_predict_proba(data)
+        self.assertEqual(list(probas.columns), ["x"])
+        for total in probas.sum(axis=1):
+            self.assertAlmostEqual(total, 1.0, places=6)
+
 if __name__ == "__main__":
     junit.main()
