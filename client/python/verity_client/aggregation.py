@@ -26,11 +26,15 @@ back as the original values.
 Differences from crowd-kit: the fit is Verity's method of the same name (models/), so results
 agree with crowd-kit where both methods reach the same accuracy, not bit for bit; probas_ are
 Verity's served posteriors, calibrated by default (calibration="none" gives the model's own).
+Verity keeps one label per (task, worker): where `data` repeats a pair, the last row counts
+and the others are revisions, while crowd-kit counts every row as a vote; fit warns
+(UserWarning) when that happens.
 """
 
 import contextlib
 import threading
 import uuid
+import warnings
 from typing import Any, Dict, Iterator, List, Optional, Union
 
 import numpy as np
@@ -144,6 +148,11 @@ class _VerityAggregator:
         # spaces; crowd-kit's may be anything) and come back as the original values.
         task_codes, task_values = pd.factorize(data["task"])
         worker_codes, worker_values = pd.factorize(data["worker"])
+        repeats = int(pd.Series(list(zip(task_codes, worker_codes))).duplicated().sum())
+        if repeats:
+            warnings.warn("%d rows repeat a (task, worker) pair of an earlier row: Verity keeps "
+                          "the last label of each pair, crowd-kit counts every row" % repeats,
+                          UserWarning, stacklevel=3)
         tasks = {"t%d" % i: v for i, v in enumerate(task_values)}
         workers = {"w%d" % i: v for i, v in enumerate(worker_values)}
         project = "crowdkit-%s-%s" % (self._method.replace("_", "-"), uuid.uuid4().hex[:12])
@@ -169,6 +178,11 @@ class _VerityAggregator:
         index = pd.Index([tasks[t] for t in posteriors["item"]], name="task")
         columns = pd.Index(values, name="label")
         probas = posteriors[frames.class_columns(names)[:len(values)]].to_numpy(dtype=np.float64)
+        if len(values) < len(names):
+            # Without the unused second class (it keeps a little of each posterior's mass), a
+            # row of probas_ sums to 1 as crowd-kit's do.
+            totals = probas.sum(axis=1, keepdims=True)
+            probas = np.divide(probas, totals, out=np.ones_like(probas), where=totals > 0)
         self.probas_ = pd.DataFrame(probas, index=index, columns=columns)
         by_name = dict(zip(names, values))
         self.labels_ = pd.Series([by_name.get(n, n) for n in posteriors["label"]], index=index,
