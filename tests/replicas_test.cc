@@ -796,5 +796,79 @@ TEST_F(ReplicasTest, ASmallMemoryBudgetServesProjectsLargerThanItByReloadingThem
   EXPECT_LT(fewest_loaded, 3u) << "the budget never unloaded a project";
 }
 
+// deploy/README.md, "Several replicas": settings reach the other replicas "within the 1 s
+// poll", and "a replica that finds [the fit lock] held leaves the fit to the holder and serves
+// its version" ("one fit for one burst of labels on three replicas"). A method change made
+// through one replica must not make the replicas that still hold the old settings refit the old
+// method on top of the new one: probe seen 7 versions (ds, mv, ds, mv, ds, mv, ds->mv...) on
+// the same watermark for one `verity project settings --method=mv`, the served method flipping
+// between them.
+TEST_F(ReplicasTest, AMethodChangeOnOneReplicaIsNotFittedBackAndForthByTheOthers) {
+  server::TrainingScheduler::Options training;
+  training.run_in_background = true;
+  training.poll_interval = absl::Milliseconds(20);
+  training.max_busy_fraction = 1.0;
+  training.max_staleness = absl::Hours(1);
+  const std::string project = "method-ping-pong";
+  Replica& a = StartReplica(training);
+  Replica& b = StartReplica(training);
+  Replica& c = StartReplica(training);
+  CreateProject(a, project, v1::TRUTH_METHOD_DAWID_SKENE);
+  Submit(a, RandomBatches(project, 10, 200, 300, 20, /*seed=*/11));
+  const int64_t labels = NumLabels(a, project);
+  for (Replica* r : {&a, &b, &c}) ASSERT_TRUE(AwaitLabels(*r, project, labels));
+
+  pqxx::connection db(pg_->url());
+  auto versions = [&] {
+    pqxx::work txn(db);
+    std::vector<std::pair<int32_t, std::string>> out;
+    for (auto row : txn.exec_params(
+             "SELECT version, method FROM model_versions WHERE project_id = "
+             "(SELECT project_id FROM projects WHERE name = $1) ORDER BY version",
+             project)) {
+      out.emplace_back(row[0].as<int32_t>(), row[1].as<std::string>());
+    }
+    return out;
+  };
+  auto await_quiet = [&] {
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    size_t count = 0;
+    absl::Time since = absl::Now();
+    while (absl::Now() < give_up) {
+      const size_t now = versions().size();
+      if (now != count) {
+        count = now;
+        since = absl::Now();
+      }
+      if (count > 0 && absl::Now() - since > absl::Seconds(3)) return;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  };
+  await_quiet();
+  const size_t before = versions().size();
+  ASSERT_GT(before, 0u) << "no replica fitted";
+
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    *request.mutable_settings() = ServedProject(b, project).settings();
+    request.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
+    v1::UpdateProjectSettingsResponse response;
+    grpc::Status status = b.projects->UpdateProjectSettings(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  await_quiet();
+  const auto after = versions();
+  std::string listing;
+  for (const auto& [version, method] : after) listing += absl::StrCat(version, ":", method, " ");
+  int old_method_fits = 0;
+  for (size_t i = before; i < after.size(); ++i) old_method_fits += after[i].second != "mv";
+  EXPECT_EQ(old_method_fits, 0) << "versions of the old method fitted after the change: "
+                                << listing;
+  EXPECT_LE(after.size() - before, 1u) << "one settings change, no new labels: " << listing;
+}
+
 }  // namespace
 }  // namespace verity::tests
