@@ -1,7 +1,9 @@
 #include "server/verity_server.h"
 
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -99,6 +101,14 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
     server->fit_locks_ = std::make_unique<storage::FitLocks>(server->storage_->pool.get());
     options.training.fit_locks = server->fit_locks_.get();
   }
+  // The follower is made after the scheduler it adopts versions through; fits ask it for the
+  // stored settings once it exists.
+  auto follower_for_fits = std::make_shared<std::atomic<ReplicaFollower*>>(nullptr);
+  if (options.follow_replicas) {
+    options.training.refresh_before_fit = [follower_for_fits](LiveProject& project) {
+      if (ReplicaFollower* follower = follower_for_fits->load()) follower->FollowChanges(project);
+    };
+  }
   server->scheduler_ = std::make_unique<TrainingScheduler>(
       *server->registry_, *server->storage_->versions, server->storage_->jobs.get(),
       options.training, server->metrics_.get());
@@ -114,6 +124,7 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
           }
         },
         options.follow, server->metrics_.get());
+    follower_for_fits->store(server->follower_.get());
     if (absl::Status s = server->follower_->Start(); !s.ok()) return s;
   }
   server->AddCallbackGauges(options.training.max_staleness);

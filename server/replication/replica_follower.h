@@ -64,6 +64,10 @@ class ReplicaFollower {
   // Connects and LISTENs, then starts following: every commit after Start returns is followed.
   // UNAVAILABLE if PostgreSQL cannot be reached.
   absl::Status Start();
+  // Re-reads the items, annotators and settings of `project` if its change_seq moved past
+  // what memory reflects (as each poll does). The training scheduler calls it under the
+  // project's fit lock, so that a fit is decided on the settings the database holds.
+  void FollowChanges(LiveProject& project);
   void Stop();
 
  private:
@@ -75,9 +79,6 @@ class ReplicaFollower {
   std::shared_ptr<LiveProject> Find(int64_t project_id) const;
   // Catches up the labels of `project`; `trigger` names the metric's reason.
   void CatchUp(LiveProject& project, const char* trigger);
-  // Re-reads the items, annotators and settings of `project` if its change_seq moved past
-  // what memory reflects.
-  void FollowChanges(LiveProject& project);
   // Catches up every loaded project whose newest drawn seq is above what memory holds, adopts
   // every newer stored version, and follows every project whose change_seq moved.
   void Poll();

@@ -298,6 +298,7 @@ absl::StatusOr<std::optional<storage::ModelVersionRecord>> TrainingScheduler::Re
       LogEvent("model_version_adopt_failed", {{"project", project.identity().name},
                                               {"error", adopted.status().ToString()}});
     }
+    if (options_.refresh_before_fit) options_.refresh_before_fit(project);
   }
   // Checked again now that the project's fits are this call's: a fit that held the project
   // while this call waited (here, or in another replica) may have made this one unneeded;

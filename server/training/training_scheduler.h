@@ -65,6 +65,11 @@ class TrainingScheduler {
     // and fits only if that did not make the fit unnecessary. Null: no claim (one replica).
     // Must outlive the scheduler.
     storage::FitLocks* fit_locks = nullptr;
+    // With fit_locks: called under the project's fit lock, after serving the newest stored
+    // version and before deciding whether the fit is still due, to bring the project's
+    // settings up to the database's. Without it, a replica that had not yet seen another's
+    // method change fitted the old method over the new one's version, and back again.
+    std::function<void(LiveProject&)> refresh_before_fit;
     // Tests: called in the fitting thread once a fit holds its project, its slot and its fit
     // lock.
     std::function<void(const LiveProject&)> before_fit_for_testing;
