@@ -19,6 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -216,6 +217,14 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Verity annotation aggregation server.\nUsage: verity_server [--listen=HOST:PORT] "
       "[--data_dir=DIR | --postgres_url=URL]");
+  // --help lists the flags of this file (absl's default looks for a file named after the
+  // binary, and found none: "No flags matched").
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   using verity::server::LogEvent;
 

@@ -440,6 +440,20 @@ TEST(StartOptionsTest, ATrainerBusyFractionOutsideZeroToOneIsRefusedAtStart) {
   }
 }
 
+// verity_server --help lists the server's flags (those of README's flag table). absl's --help
+// lists only the flags of a file named after the binary, and printed "No flags matched".
+TEST(StartOptionsTest, HelpListsTheServersFlags) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-help");
+  ASSERT_NE(postgres, nullptr);
+  RefusedRun run = RunUntilExit(postgres->dir(), {"--help"}, absl::Seconds(10));
+  ASSERT_TRUE(run.exited) << run.output;
+  EXPECT_FALSE(absl::StrContains(run.output, "No flags matched")) << run.output;
+  for (const char* flag : {"--listen", "--data_dir", "--postgres_url", "--max_items_per_project",
+                           "--device"}) {
+    EXPECT_TRUE(absl::StrContains(run.output, flag)) << flag << " missing from:\n" << run.output;
+  }
+}
+
 // README's flag table: --listen is the "host:port to serve gRPC on (port 0 picks a free
 // port)". A port past 65535 is no port: the server must refuse it naming the flag, not listen
 // on another one. Probe: --listen=localhost:99999 logged "event=listening

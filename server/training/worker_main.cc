@@ -17,6 +17,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/observability/log.h"
 #include "server/state/live_project.h"
@@ -48,6 +50,14 @@ void OnSignal(int) { stopping = true; }
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Verity training worker.\nUsage: verity_worker --postgres_url=URL [--device=cuda:0]");
+  // --help lists the flags of this file (absl's default looks for a file named after the
+  // binary).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/training/worker_main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   using verity::server::LogEvent;
   const std::string url = absl::GetFlag(FLAGS_postgres_url);
