@@ -366,5 +366,99 @@ TEST_F(TrainingJobStoreTest, AVersionOfAnEarlierProjectDoesNotCompleteALaterProj
   EXPECT_FALSE(still->version.has_value());
 }
 
+// training_job_store.h: Enqueue returns "the project's open job" (queued or
+// running). A project whose earlier jobs ended (failed, done) and that has a
+// new open job gets that open job back, not one of its ended ones.
+TEST_F(TrainingJobStoreTest, EnqueueAgainReturnsTheOpenJobNotAnEndedOne) {
+  const int64_t p = NewProject("p");
+  auto failed = jobs_->Enqueue(p);
+  ASSERT_THAT(failed, IsOk());
+  ASSERT_THAT(jobs_->Claim("w", absl::Minutes(1), 1), IsOk());
+  ASSERT_THAT(jobs_->Fail(failed->job_id, "w", "broken", 1), IsOk());
+  auto done = jobs_->Enqueue(p);
+  ASSERT_THAT(done, IsOk());
+  ASSERT_TRUE(done->created);
+  ASSERT_THAT(jobs_->Claim("w", absl::Minutes(1)), IsOk());
+  ASSERT_THAT(versions_->SaveModelVersion(Version(p, done->job_id, "w")), IsOk());
+  auto open = jobs_->Enqueue(p);
+  ASSERT_THAT(open, IsOk());
+  ASSERT_TRUE(open->created);
+
+  auto again = jobs_->Enqueue(p);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_FALSE(again->created);
+  EXPECT_EQ(again->job_id, open->job_id);
+  EXPECT_EQ(again->state, "queued");
+}
+
+// training_job_store.h: Claim marks 'failed' only an *expired* job that has
+// had its max_attempts claims. A job on its last attempt whose worker holds a
+// live lease is not touched by another worker's Claim: it stays running under
+// its worker, who can still renew it and store its version.
+TEST_F(TrainingJobStoreTest, ClaimDoesNotFailALiveJobOnItsLastAttempt) {
+  const int64_t p = NewProject("p");
+  auto job = jobs_->Enqueue(p);
+  ASSERT_THAT(job, IsOk());
+  auto claimed = jobs_->Claim("w1", absl::Minutes(10), 1);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_EQ((*claimed)->attempts, 1);
+
+  auto none = jobs_->Claim("w2", absl::Minutes(10), 1);
+  ASSERT_THAT(none, IsOk());
+  EXPECT_FALSE(none->has_value());
+  auto still = jobs_->GetJob(job->job_id);
+  ASSERT_THAT(still, IsOk());
+  EXPECT_EQ(still->state, "running");
+  EXPECT_EQ(still->worker, "w1");
+  EXPECT_EQ(still->error, "");
+  EXPECT_THAT(jobs_->Renew(job->job_id, "w1", absl::Minutes(10)), IsOk());
+  ASSERT_THAT(versions_->SaveModelVersion(Version(p, job->job_id, "w1")), IsOk());
+  EXPECT_EQ(jobs_->GetJob(job->job_id)->state, "done");
+}
+
+// training_job_store.h: HasRunningJob(project) is about that project's job
+// only. Another project's job running under a live lease — one created later
+// (higher id) or earlier — does not make it true.
+TEST_F(TrainingJobStoreTest, HasRunningJobIgnoresOtherProjectsJobs) {
+  const int64_t earlier = NewProject("earlier"), later = NewProject("later");
+  ASSERT_LT(earlier, later);
+  auto job = jobs_->Enqueue(later);
+  ASSERT_THAT(job, IsOk());
+  auto claimed = jobs_->Claim("w", absl::Minutes(10));
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_EQ((*claimed)->job_id, job->job_id);
+
+  EXPECT_THAT(jobs_->HasRunningJob(later), ::verity::testing::IsOkAndHolds(true));
+  EXPECT_THAT(jobs_->HasRunningJob(earlier), ::verity::testing::IsOkAndHolds(false));
+}
+
+// training_job_store.h: Renew "extends the lease" by `lease`. A worker that
+// renews for an hour keeps its job for that hour: half an hour later (the
+// lease moved back here, as ExpireLease does, instead of sleeping) the job
+// still runs under it, and another worker's Claim finds nothing to take.
+TEST_F(TrainingJobStoreTest, ARenewedLeaseHoldsForTheWholeRenewedDuration) {
+  const int64_t p = NewProject("p");
+  auto job = jobs_->Enqueue(p);
+  ASSERT_THAT(job, IsOk());
+  ASSERT_THAT(jobs_->Claim("w1", absl::Minutes(1)), IsOk());
+  ASSERT_THAT(jobs_->Renew(job->job_id, "w1", absl::Hours(1)), IsOk());
+  ASSERT_THAT(pool().RunInTransaction("ageing a lease",
+                                      [&](pqxx::work& txn) {
+                                        txn.exec_params(
+                                            "UPDATE training_jobs SET lease_expires_at = "
+                                            "lease_expires_at - interval '30 minutes' "
+                                            "WHERE job_id = $1",
+                                            job->job_id);
+                                        return absl::OkStatus();
+                                      }),
+              IsOk());
+
+  EXPECT_THAT(jobs_->HasRunningJob(p), ::verity::testing::IsOkAndHolds(true));
+  auto none = jobs_->Claim("w2", absl::Minutes(1));
+  ASSERT_THAT(none, IsOk());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_EQ(jobs_->GetJob(job->job_id)->worker, "w1");
+}
+
 }  // namespace
 }  // namespace verity::storage
