@@ -1,5 +1,6 @@
 #include "server/ingest/ingest_pipeline.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -555,6 +556,147 @@ TEST_F(IngestPipelineTest, ShutdownCommitsAndPublishesEverythingQueued) {
   EXPECT_EQ(ServedLabels("i19"), 1);
   EXPECT_THAT(pipeline.Submit(project_, {Write("late", "a", 0)}).get(),
               StatusIs(absl::StatusCode::kUnavailable));
+}
+
+// ingest_pipeline.h, AdmissionCheck: "`batches` holds the writes of the same project's
+// batches admitted earlier in the same group, then the batch's own, last. A batch it refuses
+// gets the error as its result and nothing of it is written; the others of the group commit."
+// With the one lane held on the project's first batch, three batches queue for one group: the
+// first is refused, so the second's check sees only its own writes, and the third's sees the
+// second's (admitted) and then its own.
+TEST_F(IngestPipelineTest, AdmissionChecksSeeOnlyTheBatchesAdmittedBeforeThem) {
+  IngestPipeline::Options options;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options);
+  ProjectLockHolder lock(pool(), project_->identity().project_id);
+  lock.WaitLocked();
+  std::future<IngestPipeline::Result> first = pipeline.Submit(project_, Batch(*project_, "b0", 2));
+  ASSERT_TRUE(WaitUntilALaneWaitsOnALock());  // b0 is taken; the next three wait together.
+
+  // The first item of each batch a check is shown, in order.
+  auto recorder = [](std::vector<std::string>& seen, absl::Status verdict) {
+    return [&seen, verdict](const LiveProject&,
+                            absl::Span<const std::vector<storage::AnnotationWrite>* const>
+                                batches) {
+      for (const std::vector<storage::AnnotationWrite>* b : batches) {
+        seen.push_back(b->front().item_id);
+      }
+      return verdict;
+    };
+  };
+  std::vector<std::string> seen1, seen2, seen3;
+  std::future<IngestPipeline::Result> refused = pipeline.Submit(
+      project_, Batch(*project_, "b1", 2),
+      recorder(seen1, absl::ResourceExhaustedError("over the project's quota")));
+  std::future<IngestPipeline::Result> second =
+      pipeline.Submit(project_, Batch(*project_, "b2", 2), recorder(seen2, absl::OkStatus()));
+  std::future<IngestPipeline::Result> third =
+      pipeline.Submit(project_, Batch(*project_, "b3", 2), recorder(seen3, absl::OkStatus()));
+  ASSERT_THAT(lock.Release(), IsOk());
+
+  EXPECT_THAT(first.get(), IsOk());
+  EXPECT_THAT(refused.get(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                      HasSubstr("over the project's quota")));
+  EXPECT_THAT(second.get(), IsOk());
+  EXPECT_THAT(third.get(), IsOk());
+  EXPECT_THAT(seen1, ::testing::ElementsAre("b1-0"));
+  EXPECT_THAT(seen2, ::testing::ElementsAre("b2-0"));
+  EXPECT_THAT(seen3, ::testing::ElementsAre("b2-0", "b3-0"));
+  EXPECT_EQ(ServedLabels("b1-0"), 0);
+  EXPECT_EQ(ServedLabels("b3-1"), 1);
+  EXPECT_THAT(store_->CountLiveAnnotations(project_->identity().project_id), IsOkAndHolds(6));
+}
+
+// ingest_pipeline.h: a project's queue holds at most max_queued_annotations_per_project
+// *waiting* annotations; a batch a lane has taken no longer waits. With one batch per group
+// and the lane held inside a batch's admission check (a test hook, run in the lane), the
+// project's share of 20 holds the one batch of 10 still waiting, so another batch of 10 fits.
+TEST_F(IngestPipelineTest, ABatchTakenByTheLaneNoLongerCountsAgainstItsProjectsShare) {
+  IngestPipeline::Options options;
+  options.max_group_annotations = 10;  // One batch per group.
+  options.max_queued_annotations = 1000;
+  options.max_queued_annotations_per_project = 20;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options);
+  // An admission check that admits once the test releases it, after saying it runs.
+  auto held = [](absl::Notification& entered, absl::Notification& release) {
+    return [&entered, &release](const LiveProject&,
+                                absl::Span<const std::vector<storage::AnnotationWrite>* const>) {
+      entered.Notify();
+      release.WaitForNotification();
+      return absl::OkStatus();
+    };
+  };
+  absl::Notification entered1, release1, entered2, release2;
+  std::vector<std::future<IngestPipeline::Result>> accepted;
+  accepted.push_back(
+      pipeline.Submit(project_, Batch(*project_, "s1", 10), held(entered1, release1)));
+  entered1.WaitForNotification();  // s1 is taken: nothing waits.
+  accepted.push_back(
+      pipeline.Submit(project_, Batch(*project_, "s2", 10), held(entered2, release2)));
+  accepted.push_back(pipeline.Submit(project_, Batch(*project_, "s3", 10)));
+  release1.Notify();
+  entered2.WaitForNotification();  // s2 is taken: only s3 (10) waits.
+
+  accepted.push_back(pipeline.Submit(project_, Batch(*project_, "s4", 10)));
+  release2.Notify();
+  for (size_t b = 0; b < accepted.size(); ++b) {
+    EXPECT_THAT(accepted[b].get(), IsOk()) << "batch s" << b + 1;
+  }
+  EXPECT_EQ(ServedLabels("s4-9"), 1);
+}
+
+// ingest_pipeline.h: "UNAVAILABLE (PostgreSQL unreachable, or the connection broke during
+// COMMIT so the outcome is unknown) fails every batch of the group as it stands". Two batches
+// queue for one group while the lane is held in an earlier batch's admission check (which
+// refuses it: no transaction); the group's COMMIT then loses its ack. Both batches are
+// answered UNAVAILABLE, none is committed again on its own (their labels are durable, as the
+// client that resends will learn).
+TEST_F(IngestPipelineTest, AGroupWhoseCommitOutcomeIsUnknownFailsEveryBatchUnavailable) {
+  IngestPipeline::Options options;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options);
+  absl::Notification entered, release;
+  std::future<IngestPipeline::Result> held = pipeline.Submit(
+      project_, Batch(*project_, "h", 1),
+      [&](const LiveProject&, absl::Span<const std::vector<storage::AnnotationWrite>* const>) {
+        entered.Notify();
+        release.WaitForNotification();
+        return absl::ResourceExhaustedError("refused to hold the lane");
+      });
+  entered.WaitForNotification();
+  std::future<IngestPipeline::Result> b1 = pipeline.Submit(project_, Batch(*project_, "u1", 2));
+  std::future<IngestPipeline::Result> b2 = pipeline.Submit(project_, Batch(*project_, "u2", 2));
+  std::atomic<int> faults{1};
+  pool().SetAfterCommitHookForTesting([&](pqxx::connection&) {
+    if (faults.fetch_sub(1) > 0) throw pqxx::broken_connection("injected: ack lost after COMMIT");
+  });
+  release.Notify();
+
+  EXPECT_THAT(held.get(), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(b1.get(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected")));
+  EXPECT_THAT(b2.get(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected")));
+  EXPECT_EQ(faults.load(), 0) << "one transaction: the group's";
+  pool().SetAfterCommitHookForTesting(nullptr);
+  EXPECT_THAT(store_->CountLiveAnnotations(project_->identity().project_id), IsOkAndHolds(4));
+}
+
+// live_project.h: memory holds the database's live labels "as of one seq, applied_seq()";
+// ingest_pipeline.h: a catch-up read happens only when "another replica's commit" lies
+// between memory and an own commit. With this pipeline the project's only writer, each acked
+// batch advances applied_seq() to the last seq it drew, and no catch-up read is made.
+TEST_F(IngestPipelineTest, OwnCommitsAdvanceAppliedSeqWithoutCatchUpReads) {
+  MetricsRegistry metrics;
+  IngestPipeline pipeline(*store_, IngestPipeline::Options(), &metrics);
+  for (int b = 0; b < 3; ++b) {
+    IngestPipeline::Result result =
+        pipeline.Submit(project_, Batch(*project_, absl::StrCat("seq", b), 3)).get();
+    ASSERT_THAT(result, IsOk());
+    int64_t last = 0;
+    for (const storage::WriteResult& r : *result) last = std::max(last, r.seq);
+    EXPECT_EQ(project_->applied_seq(), last) << "batch " << b;
+  }
+  EXPECT_THAT(metrics.RenderText(), HasSubstr("verity_ingest_catch_up_reads_total 0\n"));
 }
 
 }  // namespace
