@@ -365,5 +365,74 @@ TEST_F(TrainingSchedulerMetricsTest, AJobWhoseFitFailsIsRequeuedThenFailedAfterM
   EXPECT_FALSE(*ran) << "the queue is empty";
 }
 
+// training_scheduler.h, RefitAndLog: a due fit that takes the fit lock "serves any version
+// stored meanwhile and fits only if that did not make the fit unnecessary". Replica B fits the
+// project (version 1, every label); replica A, for which the refit is due (its memory has
+// never fit), takes the lock in a background-style pass, serves B's version and fits nothing:
+// no version 2 is stored.
+TEST_F(TrainingSchedulerMetricsTest, ADueFitMadeUnnecessaryByAnotherReplicasVersionIsSkipped) {
+  const int64_t project_id = NewProject("p");
+  Server a = Open();
+  Server b = Open();
+  TrainingScheduler fitter(*b.registry, *b.storage->versions, nullptr, InProcess());
+  ASSERT_TRUE(fitter.RefitDueProjectsNow(/*force=*/true).ok());
+  ASSERT_EQ((*b.registry->Get("p"))->model_version(), 1);
+
+  storage::FitLocks locks(a.storage->pool.get());
+  TrainingScheduler::Options options = InProcess();
+  options.fit_locks = &locks;
+  options.max_staleness = absl::ZeroDuration();
+  TrainingScheduler scheduler(*a.registry, *a.storage->versions, nullptr, options);
+  std::shared_ptr<LiveProject> project = *a.registry->Get("p");
+  ASSERT_TRUE(project->RefitDue(absl::Now(), options.max_staleness));
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow().ok());
+  EXPECT_EQ(project->model_version(), 1);
+  auto stored = a.storage->versions->ListModelVersions(project_id, 10);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->size(), 1u);
+}
+
+// training_scheduler.h: with workers, a pass "first serves any newer model version a worker
+// process stored ..., then enqueues a training job for each due project": a project whose
+// stored version already saw every label is served that version and gets no job, although the
+// refit was due before the pass served it.
+TEST_F(TrainingSchedulerMetricsTest, WorkerModeServesAStoredVersionInsteadOfEnqueueingAgain) {
+  const int64_t project_id = NewProject("p");
+  Server a = Open();
+  Server b = Open();
+  TrainingScheduler fitter(*b.registry, *b.storage->versions, nullptr, InProcess());
+  ASSERT_TRUE(fitter.RefitDueProjectsNow(/*force=*/true).ok());
+
+  TrainingScheduler::Options options = InProcess();
+  options.use_workers = true;
+  options.max_staleness = absl::ZeroDuration();
+  MetricsRegistry metrics;
+  TrainingScheduler scheduler(*a.registry, *a.storage->versions, a.storage->jobs.get(), options,
+                              &metrics);
+  std::shared_ptr<LiveProject> project = *a.registry->Get("p");
+  ASSERT_TRUE(project->RefitDue(absl::Now(), options.max_staleness));
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow().ok());
+  EXPECT_EQ(project->model_version(), 1);
+  auto jobs = a.storage->jobs->ListJobs(project_id);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_TRUE(jobs->empty()) << jobs->size() << " jobs";
+  EXPECT_EQ(Sample(metrics, "verity_training_jobs_enqueued_total"), 0);
+}
+
+// training_scheduler.h: RefitDueProjectsNow(force) refits "every project with labels whose
+// fit is not current". A second forced pass with no new label fits nothing: still version 1.
+TEST_F(TrainingSchedulerMetricsTest, AForcedPassDoesNotRefitAProjectWhoseFitIsCurrent) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions, nullptr, InProcess());
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  ASSERT_EQ((*server.registry->Get("p"))->model_version(), 1);
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  EXPECT_EQ((*server.registry->Get("p"))->model_version(), 1);
+  auto stored = server.storage->versions->ListModelVersions(project_id, 10);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->size(), 1u);
+}
+
 }  // namespace
 }  // namespace verity::server
