@@ -131,6 +131,14 @@ class RowSemanticsTest(unittest.TestCase):
             ours = MajorityVote(server=self.server.address).fit_predict(data)
         self.assertEqual(ours.to_dict(), {1: "y"})
 
+    def test_a_label_that_cannot_be_a_class_name_is_refused_naming_it(self):
+        import pandas as pd
+        from verity_client.aggregation import MajorityVote
+        for bad in ("", "x" * 129, "a\nb"):
+            data = pd.DataFrame({"task": [1, 1], "worker": ["a", "b"], "label": [bad, "ok"]})
+            with self.assertRaisesRegex(ValueError, "label .*1 to 128 bytes"):
+                MajorityVote(server=self.server.address).fit(data)
+
     def test_probas_of_a_single_label_sum_to_one(self):
         import pandas as pd
         from verity_client.aggregation import MajorityVote

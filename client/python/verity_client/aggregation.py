@@ -141,6 +141,13 @@ class _VerityAggregator:
         names = [str(v) for v in values]
         if len(set(names)) != len(names):
             raise ValueError("labels %r are not distinct as strings" % (values,))
+        for value, name in zip(values, names):
+            # Verity's class names (projects.proto): 1 to 128 bytes, no control character.
+            if not 1 <= len(name.encode("utf-8")) <= 128 or any(
+                    ord(c) < 0x20 or ord(c) == 0x7f for c in name):
+                raise ValueError("label %r: as a string it must be 1 to 128 bytes without "
+                                 "control characters (Verity sends labels as class names)"
+                                 % (value,))
         if len(names) < 2:
             # Verity needs two classes; a second, unused one keeps every label the answer.
             names.append("__verity_unused__")
