@@ -72,5 +72,17 @@ TEST(LeaseBookTest, ForEachOutstandingSkipsExpiredLeases) {
   EXPECT_THAT(seen, IsEmpty());
 }
 
+// Has, like every query, first drops the leases expired at `now` (the header: expiry is lazy, at
+// or before the `now` a query is given), even when no other query has expired them yet.
+TEST(LeaseBookTest, HasIsFalseFromALeasesExpiryOnEvenAsTheFirstQuery) {
+  LeaseBook book;
+  book.Add(5, 1, kNow + absl::Seconds(10));
+  book.Add(5, 2, kNow + absl::Seconds(20));
+  EXPECT_TRUE(book.Has(5, 1, kNow + absl::Seconds(9)));
+  EXPECT_FALSE(book.Has(5, 1, kNow + absl::Seconds(10)));
+  EXPECT_TRUE(book.Has(5, 2, kNow + absl::Seconds(10)));
+  EXPECT_FALSE(book.Has(5, 2, kNow + absl::Seconds(25)));
+}
+
 }  // namespace
 }  // namespace verity::server
