@@ -18,6 +18,20 @@ TEST(PosteriorTableTest, NewItemsStartUniformWithoutLabels) {
   EXPECT_FALSE(table.is_gold(2));
 }
 
+// posterior_table.h: newest_seq is 0 for an item without labels, priority defaults to 0 and
+// entropy is that of the uniform start (log k nats), for new items of every chunk.
+TEST(PosteriorTableTest, NewItemsHaveNoNewestLabelTheDefaultPriorityAndUniformEntropy) {
+  PosteriorTable empty(4);
+  PosteriorTable::Builder builder(empty);
+  builder.Resize(PosteriorTable::kChunkItems + 2);
+  PosteriorTable table = std::move(builder).Build();
+  for (int32_t item : {0, 2, PosteriorTable::kChunkItems + 1}) {
+    EXPECT_EQ(table.newest_seq(item), 0) << item;
+    EXPECT_EQ(table.priority(item), 0.0) << item;
+    EXPECT_NEAR(table.entropy(item), std::log(4.0), 1e-12) << item;
+  }
+}
+
 TEST(PosteriorTableTest, BuilderNeverChangesTheBaseTable) {
   PosteriorTable empty(2);
   PosteriorTable::Builder first(empty);
