@@ -9,6 +9,8 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pqxx/pqxx"
+#include "storage/project_changes.h"
 #include "storage/project_store.h"
 #include "storage/testing/postgres_fixture.h"
 
@@ -273,6 +275,34 @@ TEST_F(ItemStoreTest, ItemWritesNewAnnotatorsAndAnnotatorFeaturesBumpTheProjects
 // project. Two projects both have an item and an annotator at index 0: writing
 // attributes of one project's leaves the other's as stored, and loads return
 // only the project's own entities.
+// project_changes.h: every write of a project's items "bumps projects.change_seq and sends NOTIFY
+// on kProjectChangesChannel with the project's id": a listening replica hears each writing
+// project's own id, once per write, and the change_seq returned is the next one.
+TEST_F(ItemStoreTest, EachWriteNotifiesItsOwnProjectAndBumpsItsChangeSeqByOne) {
+  struct Receiver final : pqxx::notification_receiver {
+    Receiver(pqxx::connection& c, std::vector<std::string>& payloads)
+        : pqxx::notification_receiver(c, kProjectChangesChannel), payloads(payloads) {}
+    void operator()(const std::string& payload, int) override { payloads.push_back(payload); }
+    std::vector<std::string>& payloads;
+  };
+  pqxx::connection listener(url());
+  std::vector<std::string> payloads;
+  Receiver receiver(listener, payloads);
+  pqxx::nontransaction(listener).exec("SELECT 1");  // The LISTEN is in place.
+
+  absl::StatusOr<int64_t> other = CreateProject("other");
+  ASSERT_THAT(other, IsOk());
+  int64_t first = 0, second = 0, theirs = 0;
+  ASSERT_THAT(store_->UpsertItems(project_id_, {Item("x")}, &first), IsOk());
+  ASSERT_THAT(store_->UpsertItems(*other, {Item("y")}, &theirs), IsOk());
+  ASSERT_THAT(store_->UpsertItems(project_id_, {Item("z")}, &second), IsOk());
+  EXPECT_EQ(second, first + 1);
+  while (listener.await_notification(0, 200'000) > 0) {
+  }
+  EXPECT_THAT(payloads, ElementsAre(std::to_string(project_id_), std::to_string(*other),
+                                    std::to_string(project_id_)));
+}
+
 TEST_F(ItemStoreTest, WritesAndLoadsStayWithinTheirProject) {
   absl::StatusOr<int64_t> created = CreateProject("other");
   ASSERT_THAT(created, IsOk());
