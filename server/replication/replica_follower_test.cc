@@ -31,18 +31,25 @@ double Sample(const MetricsRegistry& metrics, const std::string& series) {
 
 class ReplicaFollowerTest : public storage::testing::PostgresTest {
  protected:
-  void SetUp() override {
-    PostgresTest::SetUp();
+  // Stores a project `name` with classes a, b and method ds; its id.
+  absl::StatusOr<int64_t> CreateDsProject(const std::string& name) {
     storage::ProjectStore projects(&pool());
     storage::ProjectRecord p;
-    p.name = "p";
+    p.name = name;
     p.classes = {"a", "b"};
     v1::ProjectSettings settings;
     settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
     p.settings = settings.SerializeAsString();
-    auto created = projects.CreateProject(p);
+    absl::StatusOr<storage::ProjectRecord> created = projects.CreateProject(p);
+    if (!created.ok()) return created.status();
+    return created->project_id;
+  }
+
+  void SetUp() override {
+    PostgresTest::SetUp();
+    absl::StatusOr<int64_t> created = CreateDsProject("p");
     ASSERT_TRUE(created.ok()) << created.status();
-    project_id_ = created->project_id;
+    project_id_ = *created;
     ASSERT_TRUE(Commit(0, 30).ok());
     auto storage = StorageHandles::Open(url(), 3);
     ASSERT_TRUE(storage.ok()) << storage.status();
@@ -194,16 +201,9 @@ TEST_F(ReplicaFollowerTest, ThePollFollowsItemsAnotherReplicaAdded) {
 // not another one. Labels are committed to each project in turn (poll once, at the start), so
 // whichever project a wrong lookup would land on, the other one is left behind.
 TEST_F(ReplicaFollowerTest, ANotifyCatchesUpTheProjectItNamesAmongSeveral) {
-  storage::ProjectStore projects(&pool());
-  storage::ProjectRecord q;
-  q.name = "q";
-  q.classes = {"a", "b"};
-  v1::ProjectSettings settings;
-  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
-  q.settings = settings.SerializeAsString();
-  absl::StatusOr<storage::ProjectRecord> created = projects.CreateProject(q);
+  absl::StatusOr<int64_t> created = CreateDsProject("q");
   ASSERT_TRUE(created.ok()) << created.status();
-  const int64_t q_id = created->project_id;
+  const int64_t q_id = *created;
   absl::StatusOr<std::shared_ptr<LiveProject>> loaded = registry_->Get("q");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   std::shared_ptr<LiveProject> q_project = *loaded;
