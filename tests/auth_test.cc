@@ -962,6 +962,28 @@ TEST_F(AuthTest, OneKeyCannotHoldMoreThanItsShareOfUnaryCalls) {
   (*limited)->Shutdown();
 }
 
+// "retry when one has returned": a call whose answer the client has is no longer in flight.
+// The slot used to be freed only when gRPC destroyed the finished call, which can be after the
+// client has the answer, so a client making one call at a time was sometimes refused.
+TEST_F(AuthTest, ACallWhoseAnswerArrivedNoLongerCountsAgainstItsKey) {
+  server::VerityServer::Options options = ServerOptions();
+  options.max_calls_per_key = 1;
+  auto limited = server::VerityServer::Start(options);
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*limited)->port()),
+                                     grpc::InsecureChannelCredentials());
+  const std::string writer = (*keys_)[Caller::kWriter];
+  int refused = 0;
+  std::string first_refusal;
+  for (int i = 0; i < 300; ++i) {
+    const grpc::Status status = GetOwnProject(channel, writer);
+    if (status.ok()) continue;
+    if (++refused == 1) first_refusal = status.error_message();
+  }
+  EXPECT_EQ(refused, 0) << "of 300 calls made one at a time; first: " << first_refusal;
+  (*limited)->Shutdown();
+}
+
 TEST_F(AuthTest, OneKeyCannotOpenMoreThanItsShareOfStreams) {
   server::VerityServer::Options options = ServerOptions();
   options.max_streams_per_key = 2;

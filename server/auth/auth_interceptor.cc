@@ -47,6 +47,7 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
       DecideMessage(methods->GetRecvMessage());
     }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      factory_.decisions().ReleaseCallSlot(context_);
       const CallAuthorizations::Decision decision = factory_.decisions().Get(context_);
       if (!decision.call.ok() && methods->GetSendStatus().ok()) {
         LogEvent("auth_not_enforced", {{"method", method_}});
@@ -233,16 +234,26 @@ CallAuthorizations::Decision CallAuthorizations::Get(
   return it == decisions_.end() ? Decision{} : it->second;
 }
 
+void CallAuthorizations::ReleaseSlotLocked(Decision& decision) {
+  if (decision.counted_key.empty()) return;
+  auto counted = unary_calls_by_key_.find(decision.counted_key);
+  if (counted != unary_calls_by_key_.end() && --counted->second <= 0) {
+    unary_calls_by_key_.erase(counted);
+  }
+  decision.counted_key.clear();
+}
+
+void CallAuthorizations::ReleaseCallSlot(const grpc::ServerContextBase* context) {
+  absl::MutexLock lock(&mu_);
+  auto it = decisions_.find(context);
+  if (it != decisions_.end()) ReleaseSlotLocked(it->second);
+}
+
 void CallAuthorizations::Forget(const grpc::ServerContextBase* context) {
   absl::MutexLock lock(&mu_);
   auto it = decisions_.find(context);
   if (it == decisions_.end()) return;
-  if (!it->second.counted_key.empty()) {
-    auto counted = unary_calls_by_key_.find(it->second.counted_key);
-    if (counted != unary_calls_by_key_.end() && --counted->second <= 0) {
-      unary_calls_by_key_.erase(counted);
-    }
-  }
+  ReleaseSlotLocked(it->second);
   decisions_.erase(it);
 }
 

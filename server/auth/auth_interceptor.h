@@ -78,17 +78,26 @@ class CallAuthorizations {
   void RefuseNewCalls(absl::Status refusal);
 
   // Interceptor side. An admitted `unary` call of a key is counted against the key's limit
-  // until Forget(context), and refused when the key is at it.
+  // until ReleaseCallSlot(context) (its status is about to be sent) or Forget(context),
+  // whichever comes first, and refused when the key is at it.
   void SetCallDecision(const grpc::ServerContextBase* context, absl::Status status,
                        std::shared_ptr<const Principal> principal, bool unary = false);
   void SetMessageDecision(const grpc::ServerContextBase* context, absl::Status status);
   Decision Get(const grpc::ServerContextBase* context) const;
+  // The call's answer is on its way: it no longer counts against its key. Called before the
+  // status is sent, so that a client making one call at a time is never refused for the call
+  // it already has the answer of (gRPC destroys a finished call, and with it runs Forget, only
+  // some time after the client has the status).
+  void ReleaseCallSlot(const grpc::ServerContextBase* context);
   void Forget(const grpc::ServerContextBase* context);
 
  private:
   mutable absl::Mutex mu_;
   absl::flat_hash_map<const grpc::ServerContextBase*, Decision> decisions_ ABSL_GUARDED_BY(mu_);
   absl::Status new_call_refusal_ ABSL_GUARDED_BY(mu_);  // OK until RefuseNewCalls.
+  // Frees `decision`'s slot in its key's count, once.
+  void ReleaseSlotLocked(Decision& decision) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const int max_unary_calls_per_key_;
   absl::flat_hash_map<std::string, int> unary_calls_by_key_ ABSL_GUARDED_BY(mu_);
 };

@@ -104,6 +104,17 @@ TEST(CallAuthorizationsTest, OneKeysUnaryCallsInFlightAreCappedAndFreedWhenTheyR
   decisions.Forget(&first);
   decisions.SetCallDecision(&fourth, absl::OkStatus(), Writer(), true);
   EXPECT_TRUE(decisions.Get(&fourth).call.ok());
+
+  // A call whose status is being sent frees its slot then, once: its later Forget frees no
+  // other call's.
+  decisions.ReleaseCallSlot(&second);
+  decisions.ReleaseCallSlot(&second);
+  grpc::ServerContext fifth, sixth;
+  decisions.SetCallDecision(&fifth, absl::OkStatus(), Writer(), true);
+  EXPECT_TRUE(decisions.Get(&fifth).call.ok());
+  decisions.Forget(&second);
+  decisions.SetCallDecision(&sixth, absl::OkStatus(), Writer(), true);
+  EXPECT_EQ(decisions.Get(&sixth).call.code(), absl::StatusCode::kResourceExhausted);
 }
 
 // Without a limit (0, the default) no call is refused for the calls in flight.
