@@ -3,7 +3,9 @@
 // enqueued, and fits left to another replica holding the fit lock; and, on the same fixture,
 // RefitProjectNow's cancellation.
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -432,6 +434,131 @@ TEST_F(TrainingSchedulerMetricsTest, AForcedPassDoesNotRefitAProjectWhoseFitIsCu
   auto stored = server.storage->versions->ListModelVersions(project_id, 10);
   ASSERT_TRUE(stored.ok()) << stored.status();
   EXPECT_EQ(stored->size(), 1u);
+}
+
+// training_scheduler.h, Metrics: verity_training_failures_total counts "in-process fits that
+// failed", and a pass returns the error. Here the database refuses every new model version (a
+// trigger), so each fit fails when it stores its version.
+TEST_F(TrainingSchedulerMetricsTest, AFailedInProcessFitIsReportedAndCounted) {
+  NewProject("p");
+  ASSERT_TRUE(pool().RunInTransaction("refusing model versions", [](pqxx::work& txn) {
+                      txn.exec("CREATE FUNCTION refuse_version() RETURNS trigger AS $$ BEGIN "
+                               "RAISE EXCEPTION 'no versions today'; END $$ LANGUAGE plpgsql");
+                      txn.exec("CREATE TRIGGER refuse_version BEFORE INSERT ON model_versions "
+                               "FOR EACH ROW EXECUTE FUNCTION refuse_version()");
+                      return absl::OkStatus();
+                    }).ok());
+  Server server = Open();
+  MetricsRegistry metrics;
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions, nullptr, InProcess(),
+                              &metrics);
+  std::shared_ptr<LiveProject> project = *server.registry->Get("p");
+  const absl::Status pass = scheduler.RefitDueProjectsNow(/*force=*/true);
+  EXPECT_FALSE(pass.ok());
+  EXPECT_NE(pass.message().find("no versions today"), std::string::npos) << pass;
+  EXPECT_EQ(Sample(metrics, "verity_training_failures_total"), 1);
+  absl::StatusOr<storage::ModelVersionRecord> now = scheduler.RefitProjectNow(*project);
+  EXPECT_FALSE(now.ok());
+  EXPECT_EQ(Sample(metrics, "verity_training_failures_total"), 2);
+  EXPECT_EQ(project->model_version(), 0);
+  EXPECT_EQ(Sample(metrics, "verity_model_versions_total{method=\"ds\",source=\"inprocess\"}"), -1);
+}
+
+// training_scheduler.h: a forced pass refits "every project with labels whose fit is not
+// current", whether or not a refit is due. One revised label after version 1 is far from
+// due (refit_min_new_labels 50, max_staleness an hour) but makes the fit not current.
+TEST_F(TrainingSchedulerMetricsTest, AForcedPassRefitsAProjectWhoseRefitIsNotDueYet) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  TrainingScheduler::Options options = InProcess();
+  options.max_staleness = absl::Hours(1);
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions, nullptr, options);
+  std::shared_ptr<LiveProject> project = *server.registry->Get("p");
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  ASSERT_EQ(project->model_version(), 1);
+
+  // NewProject: w0 labels i0 with class 0; it now says 1.
+  storage::AnnotationStore annotations(&pool());
+  auto written = annotations.CommitAnnotations(
+      std::vector<storage::AnnotationWrite>{{project_id, "i0", "w0", 1, std::nullopt}});
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_EQ((*written)[0].outcome, storage::WriteOutcome::kRevised);
+  const std::optional<int32_t> item = project->FindItem("i0");
+  const std::optional<int32_t> annotator = project->FindAnnotator("w0");
+  ASSERT_TRUE(item.has_value() && annotator.has_value());
+  const CommittedLabel revision{*item, "i0", *annotator, "w0", 1, (*written)[0].seq, true};
+  project->ApplyCommitted({&revision, 1});
+  ASSERT_FALSE(project->RefitDue(absl::Now(), options.max_staleness));
+  ASSERT_FALSE(project->FitIsCurrent());
+
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow().ok());
+  EXPECT_EQ(project->model_version(), 1) << "a plain pass waits until the refit is due";
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  EXPECT_EQ(project->model_version(), 2);
+  EXPECT_TRUE(project->FitIsCurrent());
+}
+
+// training_scheduler.h: with workers, TrainModel (RefitProjectNow) enqueues a job and waits
+// for its version; a job that ends failed ends the wait at once with the job's error, not at
+// train_wait.
+TEST_F(TrainingSchedulerMetricsTest, WorkerModeTrainModelAnswersAFailedJobsError) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  TrainingScheduler::Options options = InProcess();
+  options.use_workers = true;
+  options.train_wait = absl::Seconds(20);
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions,
+                              server.storage->jobs.get(), options);
+  absl::StatusOr<storage::ModelVersionRecord> answer = absl::UnknownError("not answered");
+  std::thread train([&] { answer = scheduler.RefitProjectNow(**server.registry->Get("p")); });
+  // A worker claims the job and its only attempt fails.
+  std::optional<storage::TrainingJob> claimed;
+  const absl::Time give_up = absl::Now() + absl::Seconds(15);
+  while (!claimed.has_value() && absl::Now() < give_up) {
+    absl::StatusOr<std::optional<storage::TrainingJob>> claim =
+        server.storage->jobs->Claim("w", absl::Seconds(30));
+    ASSERT_TRUE(claim.ok()) << claim.status();
+    claimed = *claim;
+    if (!claimed.has_value()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(claimed.has_value()) << "TrainModel enqueued no job";
+  EXPECT_EQ(claimed->project_id, project_id);
+  ASSERT_TRUE(server.storage->jobs->Fail(claimed->job_id, "w", "out of GPU memory", 1).ok());
+  train.join();
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kInternal) << answer.status();
+  EXPECT_NE(answer.status().message().find("out of GPU memory"), std::string::npos)
+      << answer.status();
+}
+
+// training_scheduler.h: RefitProjectNow "when nothing changed since the current version's fit"
+// answers that version and writes nothing; with workers, no job is enqueued and nothing waits.
+TEST_F(TrainingSchedulerMetricsTest, WorkerModeTrainModelOnACurrentFitAnswersItWithoutAJob) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  TrainingScheduler::Options options = InProcess();
+  options.use_workers = true;
+  options.train_wait = absl::Seconds(3);
+  MetricsRegistry metrics;
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions,
+                              server.storage->jobs.get(), options, &metrics);
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  TrainingWorker::Options worker_options;
+  worker_options.name = "w";
+  TrainingWorker worker(*server.storage, worker_options);
+  absl::StatusOr<bool> ran = worker.RunOnce();
+  ASSERT_TRUE(ran.ok() && *ran) << ran.status();
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow().ok());
+  std::shared_ptr<LiveProject> project = *server.registry->Get("p");
+  ASSERT_EQ(project->model_version(), 1);
+  ASSERT_TRUE(project->FitIsCurrent());
+
+  absl::StatusOr<storage::ModelVersionRecord> current = scheduler.RefitProjectNow(*project);
+  ASSERT_TRUE(current.ok()) << current.status();
+  EXPECT_EQ(current->version, 1);
+  auto jobs = server.storage->jobs->ListJobs(project_id);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 1u) << "the first job only";
+  EXPECT_EQ(Sample(metrics, "verity_training_jobs_enqueued_total"), 1);
 }
 
 }  // namespace
