@@ -661,13 +661,14 @@ TEST_F(ApiPromisesTest, TheClientSplitsAnnotatorProfilesOfManyClasses) {
 TEST_F(ApiPromisesTest, AnIdTwiceInOneCallIsAddedOnceAndUpdatedOnce) {
   CreateProject("twice");
   AddItems("twice", {"old"});
-  std::vector<v1::Item> items(3);
+  std::vector<v1::Item> items(4);
   items[0].set_id("new");
   items[1].set_id("new");
   items[2].set_id("old");
+  items[3].set_id("newer");
   absl::StatusOr<client::AddItemsTotals> added_items = client_->AddItems("twice", items);
   ASSERT_THAT(added_items, IsOk());
-  EXPECT_EQ(added_items->added, 1);
+  EXPECT_EQ(added_items->added, 2);
   EXPECT_EQ(added_items->updated, 2);
   std::vector<v1::Annotator> annotators(3);
   annotators[0].set_id("a");
@@ -680,7 +681,7 @@ TEST_F(ApiPromisesTest, AnIdTwiceInOneCallIsAddedOnceAndUpdatedOnce) {
   EXPECT_EQ(added_annotators->updated, 1);
   absl::StatusOr<v1::Project> project = client_->GetProject("twice");
   ASSERT_THAT(project, IsOk());
-  EXPECT_EQ(project->num_items(), 2);
+  EXPECT_EQ(project->num_items(), 3);
   EXPECT_EQ(project->num_annotators(), 2);
 }
 

@@ -712,6 +712,10 @@ std::vector<BadInput> BadInputs() {
          return AddItems(s, OneItem([](v1::Item& item) { item.set_priority(std::nan("")); }));
        },
        kInvalid, "items[0].priority: not finite"},
+      {"AddItemsInfinitePriority", [](const Stubs& s) {
+         return AddItems(s, OneItem([](v1::Item& item) { item.set_priority(kInf); }));
+       },
+       kInvalid, "items[0].priority: not finite"},
       {"AddItemsTooMany", [](const Stubs& s) { return AddItems(s, Items(10001)); }, kInvalid,
        "items: 10001 items; the limit is 10000"},
       {"AddItemsUnknownProject",
