@@ -1219,6 +1219,213 @@ TEST_F(AuthTest, TheBootstrapKeyIsPrivateAndMadeOnce) {
   second->Shutdown();
 }
 
+// docs/SECURITY.md: a reader "Cannot ... see another project's name or data". A key scoped to
+// alpha learns nothing about which other names exist: a project that exists outside its scope
+// and one that does not are refused alike, and a scoped admin creating a taken name outside
+// its scope is refused for its scope, not told the name is taken.
+TEST_F(AuthTest, AScopedKeyCannotTellWhichOtherProjectsExist) {
+  auto get = [&](Caller caller, const std::string& project) {
+    v1::GetProjectRequest request;
+    request.set_project(project);
+    v1::GetProjectResponse response;
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[caller]);
+    return v1::ProjectService::NewStub(*channel_)->GetProject(&context, request, &response);
+  };
+  for (Caller caller : {Caller::kReader, Caller::kWriter, Caller::kScopedAdmin}) {
+    const grpc::Status existing = get(caller, kOtherProject);
+    const grpc::Status missing = get(caller, "no-such-project-anywhere");
+    EXPECT_EQ(existing.error_code(), grpc::StatusCode::PERMISSION_DENIED) << CallerName(caller);
+    EXPECT_EQ(missing.error_code(), existing.error_code())
+        << CallerName(caller) << ": " << missing.error_message();
+  }
+  v1::CreateProjectRequest create;
+  create.mutable_project()->set_name(kOtherProject);
+  create.mutable_project()->add_classes("a");
+  create.mutable_project()->add_classes("b");
+  v1::CreateProjectResponse created;
+  grpc::ClientContext context;
+  Authorize(context, (*keys_)[Caller::kScopedAdmin]);
+  const grpc::Status taken =
+      v1::ProjectService::NewStub(*channel_)->CreateProject(&context, create, &created);
+  EXPECT_EQ(taken.error_code(), grpc::StatusCode::PERMISSION_DENIED) << taken.error_message();
+}
+
+// keys.proto: a key touches the projects it names; project names are case-sensitive
+// ([A-Za-z0-9._-]), so a key for "alpha" is not valid for "ALPHA".
+TEST_F(AuthTest, AKeysProjectsAreMatchedByExactName) {
+  v1::CreateProjectRequest create;
+  create.mutable_project()->set_name("ALPHA");
+  create.mutable_project()->add_classes("a");
+  create.mutable_project()->add_classes("b");
+  v1::CreateProjectResponse created;
+  {
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kAdmin]);
+    const grpc::Status status =
+        v1::ProjectService::NewStub(*channel_)->CreateProject(&context, create, &created);
+    ASSERT_TRUE(status.ok() || status.error_code() == grpc::StatusCode::ALREADY_EXISTS);
+  }
+  v1::GetProjectRequest request;
+  request.set_project("ALPHA");
+  v1::GetProjectResponse response;
+  grpc::ClientContext context;
+  Authorize(context, (*keys_)[Caller::kReader]);
+  EXPECT_EQ(v1::ProjectService::NewStub(*channel_)->GetProject(&context, request, &response)
+                .error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// keys.proto: a reader's calls are queries; SuggestAnnotators "Does not lease", and unknown
+// candidates "are scored once, with the population's confusion". None of a reader's calls may
+// register an annotator or an item in the project (docs/SECURITY.md: a reader cannot "Write
+// anything").
+TEST_F(AuthTest, AReadersQueriesRegisterNothing) {
+  auto counts = [&] {
+    v1::GetProjectRequest request;
+    request.set_project(kProject);
+    v1::GetProjectResponse response;
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kAdmin]);
+    EXPECT_TRUE(
+        v1::ProjectService::NewStub(*channel_)->GetProject(&context, request, &response).ok());
+    return std::make_pair(response.project().num_items(), response.project().num_annotators());
+  };
+  const auto before = counts();
+  const std::string reader = (*keys_)[Caller::kReader];
+  {
+    v1::SuggestAnnotatorsRequest request;
+    request.set_project(kProject);
+    request.set_item("item-1");
+    request.set_k(5);
+    for (int i = 0; i < 5; ++i) request.add_candidates(absl::StrCat("reader-made-", i));
+    v1::SuggestAnnotatorsResponse response;
+    grpc::ClientContext context;
+    Authorize(context, reader);
+    const grpc::Status status =
+        v1::AssignmentService::NewStub(*channel_)->SuggestAnnotators(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+  {
+    v1::GetPosteriorsRequest request;
+    request.set_project(kProject);
+    request.add_items("reader-made-item");
+    v1::GetPosteriorsResponse response;
+    grpc::ClientContext context;
+    Authorize(context, reader);
+    EXPECT_EQ(v1::TruthService::NewStub(*channel_)->GetPosteriors(&context, request, &response)
+                  .error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    v1::GetAnnotatorProfilesRequest request;
+    request.set_project(kProject);
+    request.add_annotators("reader-made-0");
+    v1::GetAnnotatorProfilesResponse response;
+    grpc::ClientContext context;
+    Authorize(context, reader);
+    EXPECT_EQ(v1::TruthService::NewStub(*channel_)
+                  ->GetAnnotatorProfiles(&context, request, &response)
+                  .error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  EXPECT_EQ(counts(), before);
+}
+
+// docs/SECURITY.md: the console's /api/ "needs Authorization: Bearer KEY ... 401 without a
+// valid key": a revoked key is not valid.
+TEST_F(AuthTest, TheConsoleRefusesARevokedKey) {
+  server::VerityServer::Options options = ServerOptions();
+  options.metrics_listen = "127.0.0.1:0";
+  auto console_server = server::VerityServer::Start(options);
+  ASSERT_TRUE(console_server.ok()) << console_server.status();
+  const int port = (*console_server)->metrics_port();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*console_server)->port()),
+                                     grpc::InsecureChannelCredentials());
+  // Made through the console's own server, which knows it at once.
+  std::string key;
+  {
+    v1::CreateKeyRequest create;
+    create.set_role(v1::ROLE_READER);
+    create.add_projects(kProject);
+    v1::CreateKeyResponse created;
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kAdmin]);
+    ASSERT_TRUE(v1::KeyService::NewStub(channel)->CreateKey(&context, create, &created).ok());
+    key = created.secret_key();
+  }
+  auto status_of = [&](const std::string& path) {
+    absl::StatusOr<testing::HttpResponse> response = testing::HttpGet(
+        port, path, {{"Host", "127.0.0.1"}, {"Authorization", "Bearer " + key}});
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? response->status : 0;
+  };
+  ASSERT_EQ(status_of("/api/projects/alpha"), 200);
+  // Revoked through the console's own server: at once.
+  v1::RevokeKeyRequest request;
+  request.set_key_id(key.substr(3, 16));
+  v1::RevokeKeyResponse revoked;
+  grpc::ClientContext context;
+  Authorize(context, (*keys_)[Caller::kAdmin]);
+  ASSERT_TRUE(v1::KeyService::NewStub(channel)->RevokeKey(&context, request, &revoked).ok());
+  EXPECT_EQ(status_of("/api/projects"), 401);
+  EXPECT_EQ(status_of("/api/projects/alpha"), 401);
+  EXPECT_EQ(status_of("/api/projects/alpha/annotators"), 401);
+  (*console_server)->Shutdown();
+}
+
+// docs/SECURITY.md: --max_calls_per_key counts "Unary calls in flight per API key, admin keys
+// included": an admin key of every project is held to it too.
+TEST_F(AuthTest, AnAdminKeyIsHeldToItsShareOfUnaryCalls) {
+  v1::BatchAck seeded;
+  ASSERT_TRUE(Submit((*keys_)[Caller::kAdmin], "admin-calls-in-flight", &seeded).ok());
+  absl::Mutex mu;
+  bool fit_started = false;
+  bool release_fit = false;
+  server::VerityServer::Options options = ServerOptions();
+  options.max_calls_per_key = 1;
+  options.training.before_fit_for_testing = [&](const server::LiveProject&) {
+    absl::MutexLock lock(&mu);
+    fit_started = true;
+    mu.Await(absl::Condition(&release_fit));
+  };
+  auto limited = server::VerityServer::Start(options);
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*limited)->port()),
+                                     grpc::InsecureChannelCredentials());
+  const std::string admin = (*keys_)[Caller::kAdmin];
+  grpc::Status train_status;
+  std::thread train([&] {
+    v1::TrainModelRequest request;
+    request.set_project(kProject);
+    v1::TrainModelResponse response;
+    grpc::ClientContext context;
+    Authorize(context, admin);
+    train_status = v1::ModelService::NewStub(channel)->TrainModel(&context, request, &response);
+  });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&fit_started));
+  }
+  grpc::Status refused;
+  {
+    grpc::ClientContext context;
+    Authorize(context, admin);
+    v1::ListKeysResponse keys;
+    refused = v1::KeyService::NewStub(channel)->ListKeys(&context, v1::ListKeysRequest(), &keys);
+  }
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "--max_calls_per_key"))
+      << refused.error_message();
+  {
+    absl::MutexLock lock(&mu);
+    release_fit = true;
+  }
+  train.join();
+  EXPECT_TRUE(train_status.ok()) << train_status.error_message();
+  (*limited)->Shutdown();
+}
+
 TEST(AuthOffTest, IsRefusedOnANameThatOnlyLooksLikeLoopback) {
   server::VerityServer::Options options;
   options.listen = "127.evil.example:0";
