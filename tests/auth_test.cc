@@ -1426,6 +1426,24 @@ TEST_F(AuthTest, AnAdminKeyIsHeldToItsShareOfUnaryCalls) {
   (*limited)->Shutdown();
 }
 
+// docs/SECURITY.md: project names are at most 128 bytes (INVALID_ARGUMENT naming the field),
+// and a reader "Cannot ... see another project's name". A scoped key's unary call naming a
+// 1 MiB project is refused with PERMISSION_DENIED or INVALID_ARGUMENT, in a short message: the
+// refusal must not echo the name back whole (the client cannot even read such a status).
+TEST_F(AuthTest, AHugeProjectNameFromAScopedKeyIsRefusedWithAShortAnswer) {
+  v1::GetProjectRequest request;
+  request.set_project(std::string(1 << 20, 'n'));
+  v1::GetProjectResponse response;
+  grpc::ClientContext context;
+  Authorize(context, (*keys_)[Caller::kReader]);
+  const grpc::Status status =
+      v1::ProjectService::NewStub(*channel_)->GetProject(&context, request, &response);
+  EXPECT_TRUE(status.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+              status.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_code() << ": " << status.error_message().substr(0, 200);
+  EXPECT_LE(status.error_message().size(), 1024u);
+}
+
 TEST(AuthOffTest, IsRefusedOnANameThatOnlyLooksLikeLoopback) {
   server::VerityServer::Options options;
   options.listen = "127.evil.example:0";
