@@ -1444,6 +1444,36 @@ TEST_F(AuthTest, AHugeProjectNameFromAScopedKeyIsRefusedWithAShortAnswer) {
   EXPECT_LE(status.error_message().size(), 1024u);
 }
 
+// The same in a SubmitAnnotations batch. ingest.proto, BatchAck: "an ack stays small whatever
+// the batch held"; the ack refuses the batch with a short error_message.
+TEST_F(AuthTest, AHugeProjectNameInAScopedKeysBatchIsRefusedWithAShortAck) {
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                     grpc::InsecureChannelCredentials());
+  grpc::ClientContext context;
+  Authorize(context, (*keys_)[Caller::kWriter]);
+  auto stream = v1::IngestService::NewStub(channel)->SubmitAnnotations(&context);
+  v1::AnnotationBatch batch;
+  batch.set_batch_id(1);
+  batch.set_project(std::string(1 << 20, 'n'));
+  v1::Annotation* a = batch.add_annotations();
+  a->set_item("i");
+  a->set_annotator("w");
+  a->set_label(0);
+  ASSERT_TRUE(stream->Write(batch));
+  v1::BatchAck ack;
+  const bool acked = stream->Read(&ack);
+  stream->WritesDone();
+  v1::BatchAck more;
+  while (stream->Read(&more)) {
+  }
+  const grpc::Status finished = stream->Finish();
+  ASSERT_TRUE(acked) << finished.error_code() << ": " << finished.error_message().substr(0, 200);
+  EXPECT_TRUE(ack.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+              ack.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+      << ack.error_code();
+  EXPECT_LE(ack.error_message().size(), 1024u);
+}
+
 TEST(AuthOffTest, IsRefusedOnANameThatOnlyLooksLikeLoopback) {
   server::VerityServer::Options options;
   options.listen = "127.evil.example:0";
