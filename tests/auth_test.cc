@@ -1474,6 +1474,38 @@ TEST_F(AuthTest, AHugeProjectNameInAScopedKeysBatchIsRefusedWithAShortAck) {
   EXPECT_LE(ack.error_message().size(), 1024u);
 }
 
+// projects.proto: CreateProject is "INVALID_ARGUMENT on a bad name"; Project.name is "1-128
+// characters of [A-Za-z0-9._-]"; docs/SECURITY.md: project names over 128 bytes get
+// INVALID_ARGUMENT. A scoped key's bad name is no project it could be refused (as an empty
+// stream project is not: AFirstBatchWithoutAProjectIsInvalidForAScopedKeyToo), so it gets the
+// validation error naming `project`, as every other caller does.
+TEST_F(AuthTest, AScopedKeysMalformedProjectNameIsInvalidNotDenied) {
+  {
+    v1::CreateProjectRequest request;
+    request.mutable_project()->set_name("bad name");
+    request.mutable_project()->add_classes("a");
+    request.mutable_project()->add_classes("b");
+    v1::CreateProjectResponse response;
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kScopedAdmin]);
+    const grpc::Status status =
+        v1::ProjectService::NewStub(*channel_)->CreateProject(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_TRUE(absl::StartsWith(status.error_message(), "project")) << status.error_message();
+  }
+  {
+    v1::GetProjectRequest request;
+    request.set_project(std::string(129, 'n'));
+    v1::GetProjectResponse response;
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kReader]);
+    const grpc::Status status =
+        v1::ProjectService::NewStub(*channel_)->GetProject(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_TRUE(absl::StartsWith(status.error_message(), "project")) << status.error_message();
+  }
+}
+
 TEST(AuthOffTest, IsRefusedOnANameThatOnlyLooksLikeLoopback) {
   server::VerityServer::Options options;
   options.listen = "127.evil.example:0";
