@@ -1039,5 +1039,139 @@ TEST_F(DocumentedLimitsTest, GoldClampAndVersionFieldsHoldAcrossARestart) {
   check("after the restart");
 }
 
+// ingest.proto, Annotation: "resending the same label is an acknowledged duplicate"; only a
+// different label older than the live one is stale. A resend with an older client_time is a
+// duplicate, adds nothing to the history (Project.num_revisions) and, at max_revisions, is
+// taken (ProjectLimits.max_revisions: "A resend of live labels adds nothing and is taken").
+TEST_F(DocumentedLimitsTest, AnOlderResendOfTheLiveLabelIsADuplicate) {
+  v1::ProjectSettings settings;
+  settings.mutable_limits()->set_max_revisions(1);
+  ASSERT_TRUE(CreateProject("older-resend", settings).ok());
+  auto labelled_at = [&](const std::string& item, int label, int64_t seconds) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(static_cast<uint64_t>(seconds));
+    batch.set_project("older-resend");
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(item);
+    a->set_annotator("w");
+    a->set_label(label);
+    a->mutable_client_time()->set_seconds(seconds);
+    return SubmitBatch(batch);
+  };
+  EXPECT_EQ(labelled_at("i", 0, 1'700'000'200).accepted(), 1);
+  v1::BatchAck ack = labelled_at("i", 0, 1'700'000'100);
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  EXPECT_EQ(ack.duplicate(), 1) << ack.DebugString();
+  EXPECT_EQ(ack.stale(), 0) << ack.DebugString();
+  EXPECT_EQ(GetProject("older-resend").num_revisions(), 0);
+  // One revision reaches the limit; an older resend is still taken.
+  EXPECT_EQ(labelled_at("j", 0, 1'700'000'200).accepted(), 1);
+  EXPECT_EQ(labelled_at("j", 1, 1'700'000'300).revised(), 1);
+  ack = labelled_at("j", 1, 1'700'000'250);
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  EXPECT_EQ(ack.duplicate(), 1) << ack.DebugString();
+}
+
+// ingest.proto, AnnotationBatch.project: "Empty means the project the last batch that named
+// one named, even if that batch was refused", and an empty batch "is acknowledged with nothing
+// accepted". A batch that names project B and is refused for its size, or is empty, still
+// moves the stream to B: the next batch without a project goes to B, not back to A.
+TEST_F(DocumentedLimitsTest, ARefusedOrEmptyBatchStillNamesTheStreamsProject) {
+  ASSERT_TRUE(CreateProject("switch-a").ok());
+  ASSERT_TRUE(CreateProject("switch-b").ok());
+  ASSERT_TRUE(CreateProject("switch-c").ok());
+  auto one_label = [](uint64_t id, const std::string& project, const std::string& item) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(id);
+    batch.set_project(project);
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(item);
+    a->set_annotator("w");
+    a->set_label(1);
+    return batch;
+  };
+  v1::AnnotationBatch oversize;
+  oversize.set_batch_id(2);
+  oversize.set_project("switch-b");
+  for (int i = 0; i < 10001; ++i) {
+    v1::Annotation* a = oversize.add_annotations();
+    a->set_item(absl::StrCat("o", i));
+    a->set_annotator("w");
+    a->set_label(0);
+  }
+  v1::AnnotationBatch empty;
+  empty.set_batch_id(4);
+  empty.set_project("switch-c");
+  const std::vector<v1::AnnotationBatch> batches = {
+      one_label(1, "switch-a", "a1"), oversize, one_label(3, "", "after-oversize"), empty,
+      one_label(5, "", "after-empty")};
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  auto stream = v1::IngestService::NewStub(channel_)->SubmitAnnotations(&context);
+  for (const v1::AnnotationBatch& b : batches) ASSERT_TRUE(stream->Write(b));
+  stream->WritesDone();
+  std::vector<v1::BatchAck> acks;
+  for (v1::BatchAck ack; stream->Read(&ack);) acks.push_back(ack);
+  ASSERT_TRUE(stream->Finish().ok());
+  ASSERT_EQ(acks.size(), 5u);
+  EXPECT_EQ(acks[1].error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(acks[3].error_code(), 0) << acks[3].error_message();
+  EXPECT_EQ(acks[3].accepted(), 0);
+  v1::GetPosteriorsResponse response;
+  EXPECT_EQ(GetPosteriors("switch-a", {"after-oversize"}, &response).error_code(),
+            grpc::StatusCode::NOT_FOUND)
+      << "batch 3 was written to switch-a, the project before the oversize batch's";
+  EXPECT_EQ(GetPosteriors("switch-b", {"after-empty"}, &response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(GetPosteriors("switch-b", {"after-oversize"}, &response).ok());
+  EXPECT_TRUE(GetPosteriors("switch-c", {"after-empty"}, &response).ok())
+      << "batch 5 did not go to switch-c, the project the empty batch named";
+}
+
+// projects.proto, AddItems: "an id given twice in one call is added by its first entry and
+// updated by its second"; "given features and gold replace the old"; a priority "Absent:
+// unchanged". The second entry's gold label is served; the first entry's priority stays.
+TEST_F(DocumentedLimitsTest, AnIdTwiceInOneCallTakesTheSecondGoldAndKeepsTheFirstPriority) {
+  ASSERT_TRUE(CreateProject("twice").ok());
+  v1::Item first = GoldItem("dup", 0);
+  first.set_priority(9);
+  v1::Item second = GoldItem("dup", 1);
+  v1::Item plain = Item("plain");
+  ASSERT_TRUE(AddItems("twice", {plain, first, second}).ok());
+  v1::GetPosteriorsResponse response;
+  ASSERT_TRUE(GetPosteriors("twice", {"dup"}, &response).ok());
+  ASSERT_EQ(response.posteriors_size(), 1);
+  EXPECT_TRUE(response.posteriors(0).is_gold());
+  EXPECT_EQ(response.posteriors(0).map_label(), 1);
+  // Gold is resolved, so the priority shows through a new annotator's gold rule.
+  v1::ProjectSettings settings;
+  settings.mutable_assignment()->set_gold_items_for_new_annotators(1);
+  v1::UpdateProjectSettingsRequest update;
+  update.set_project("twice");
+  *update.mutable_settings() = settings;
+  v1::UpdateProjectSettingsResponse updated;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  ASSERT_TRUE(
+      v1::ProjectService::NewStub(channel_)->UpdateProjectSettings(&context, update, &updated)
+          .ok());
+  EXPECT_EQ(SuggestedIds("twice", "newcomer", 1), std::vector<std::string>{"dup"});
+}
+
+// models.proto, TrainModel: "FAILED_PRECONDITION when the project has no labels"; gold labels
+// given by AddItems are not labels.
+TEST_F(DocumentedLimitsTest, TrainModelWithOnlyGoldItemsIsAFailedPrecondition) {
+  ASSERT_TRUE(CreateProject("only-gold").ok());
+  ASSERT_TRUE(AddItems("only-gold", {GoldItem("g1", 0), GoldItem("g2", 1)}).ok());
+  v1::TrainModelRequest request;
+  request.set_project("only-gold");
+  v1::TrainModelResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  const grpc::Status status =
+      v1::ModelService::NewStub(channel_)->TrainModel(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+}
+
 }  // namespace
 }  // namespace verity::tests
