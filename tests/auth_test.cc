@@ -1506,6 +1506,57 @@ TEST_F(AuthTest, AScopedKeysMalformedProjectNameIsInvalidNotDenied) {
   }
 }
 
+// docs/SECURITY.md: an admin key scoped to projects may "create a project whose name it lists",
+// and "Cannot: Touch other projects"; ListProjects answers "The projects the caller's key may
+// see" (projects.proto). A scoped admin creating the projects its key lists (each with the
+// allowed 256 classes of 128 bytes) must not make ListProjects fail for other keys: here the
+// listing of every project passes gRPC's 16 MiB message limit and the admin of every project
+// (and any unscoped reader) can no longer list at all. On a database of its own.
+TEST_F(AuthTest, AScopedAdminsProjectsDoNotBreakListProjectsForOtherKeys) {
+  std::unique_ptr<TestPostgres> own = TestPostgres::Start("verity-auth-list");
+  ASSERT_NE(own, nullptr);
+  server::VerityServer::Options options = TestServerOptions(own->url(), 4);
+  options.auth.enabled = true;
+  options.auth.admin_key_file = own->dir() + "/admin.key";
+  auto server = server::VerityServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
+                                     grpc::InsecureChannelCredentials());
+  const std::string admin = ReadFirstLine(own->dir() + "/admin.key");
+  constexpr int kProjects = 530;
+  v1::CreateKeyRequest key_request;
+  key_request.set_role(v1::ROLE_ADMIN);
+  for (int i = 0; i < kProjects; ++i) key_request.add_projects(absl::StrCat("wide-", i));
+  v1::CreateKeyResponse key;
+  {
+    grpc::ClientContext context;
+    Authorize(context, admin);
+    ASSERT_TRUE(v1::KeyService::NewStub(channel)->CreateKey(&context, key_request, &key).ok());
+  }
+  auto projects = v1::ProjectService::NewStub(channel);
+  for (int i = 0; i < kProjects; ++i) {
+    v1::CreateProjectRequest request;
+    request.mutable_project()->set_name(absl::StrCat("wide-", i));
+    for (int c = 0; c < 256; ++c) {
+      std::string name = absl::StrCat("class-", c, "-");
+      name.resize(128, 'x');
+      request.mutable_project()->add_classes(name);
+    }
+    v1::CreateProjectResponse response;
+    grpc::ClientContext context;
+    Authorize(context, key.secret_key());
+    const grpc::Status status = projects->CreateProject(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << i << ": " << status.error_message();
+  }
+  grpc::ClientContext context;
+  Authorize(context, admin);
+  v1::ListProjectsResponse listed;
+  const grpc::Status status =
+      projects->ListProjects(&context, v1::ListProjectsRequest(), &listed);
+  EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  (*server)->Shutdown();
+}
+
 TEST(AuthOffTest, IsRefusedOnANameThatOnlyLooksLikeLoopback) {
   server::VerityServer::Options options;
   options.listen = "127.evil.example:0";
