@@ -1173,5 +1173,48 @@ TEST_F(DocumentedLimitsTest, TrainModelWithOnlyGoldItemsIsAFailedPrecondition) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
 }
 
+// truth.proto, GetAnnotatorProfiles without ids: "A page also ends early rather than exceed the
+// 16 MiB response limit (K x K doubles per profile)"; its token continues it. At 256 classes a
+// full profile takes 512 KiB: 200 annotators come over several pages, each once, in order.
+TEST_F(DocumentedLimitsTest, ManyClassProfilePagesEndEarlyAndListEveryAnnotatorOnce) {
+  ASSERT_TRUE(CreateProject("wide-profiles", {}, 256).ok());
+  {
+    v1::AddAnnotatorsRequest request;
+    request.set_project("wide-profiles");
+    for (int i = 0; i < 200; ++i) request.add_annotators()->set_id(absl::StrCat("a", i));
+    v1::AddAnnotatorsResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(channel_)->AddAnnotators(&context, request, &response).ok());
+  }
+  std::vector<std::string> order;
+  std::string token;
+  int pages = 0;
+  do {
+    v1::GetAnnotatorProfilesRequest request;
+    request.set_project("wide-profiles");
+    request.set_page_size(10000);
+    request.set_page_token(token);
+    v1::GetAnnotatorProfilesResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    const grpc::Status status =
+        v1::TruthService::NewStub(channel_)->GetAnnotatorProfiles(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_GT(response.profiles_size(), 0);
+    EXPECT_LE(response.ByteSizeLong(), size_t{16} << 20);
+    for (const v1::AnnotatorProfile& p : response.profiles()) {
+      EXPECT_EQ(p.confusion().probabilities_size(), 256 * 256);
+      order.push_back(p.annotator());
+    }
+    token = response.next_page_token();
+    ++pages;
+  } while (!token.empty() && pages < 100);
+  EXPECT_GE(pages, 2);
+  ASSERT_EQ(order.size(), 200u);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(order[i], absl::StrCat("a", i));
+}
+
 }  // namespace
 }  // namespace verity::tests
