@@ -17,6 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/testing/http_get.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
 #include "tests/test_server.h"
@@ -1214,6 +1215,36 @@ TEST_F(DocumentedLimitsTest, ManyClassProfilePagesEndEarlyAndListEveryAnnotatorO
   EXPECT_GE(pages, 2);
   ASSERT_EQ(order.size(), 200u);
   for (int i = 0; i < 200; ++i) EXPECT_EQ(order[i], absl::StrCat("a", i));
+}
+
+// projects.proto: a project's name is "1-128 characters of [A-Za-z0-9._-]", so "." and ".."
+// are names; README.md: the console's data is "GET /api/projects, /api/projects/NAME and
+// /api/projects/NAME/annotators" and its view is reachable at /#/projects/NAME. Each such
+// project's JSON is served at its own path.
+TEST_F(DocumentedLimitsTest, TheConsoleServesProjectsNamedWithDots) {
+  TearDown();
+  server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
+  options.metrics_listen = "127.0.0.1:0";
+  auto server = server::VerityServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = std::move(*server);
+  channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                 grpc::InsecureChannelCredentials());
+  for (const std::string name : {".", "..", "a..b"}) {
+    const grpc::Status created = CreateProject(name);
+    ASSERT_TRUE(created.ok() || created.error_code() == grpc::StatusCode::ALREADY_EXISTS)
+        << name << ": " << created.error_message();
+    for (const std::string& path :
+         {absl::StrCat("/api/projects/", name), absl::StrCat("/api/projects/", name,
+                                                             "/annotators")}) {
+      absl::StatusOr<testing::HttpResponse> response =
+          testing::HttpGet(server_->metrics_port(), path, {{"Host", "127.0.0.1"}});
+      ASSERT_TRUE(response.ok()) << response.status();
+      EXPECT_EQ(response->status, 200) << path << ": " << response->body.substr(0, 200);
+      // The project's own JSON, not the list of projects.
+      EXPECT_FALSE(absl::StartsWith(response->body, "{\"projects\"")) << path;
+    }
+  }
 }
 
 }  // namespace
