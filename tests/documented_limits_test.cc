@@ -1247,5 +1247,78 @@ TEST_F(DocumentedLimitsTest, TheConsoleServesProjectsNamedWithDots) {
   }
 }
 
+// docs/SECURITY.md and ProjectLimits.max_confusion_cells: annotators x classes^2 for ibcc,
+// "ebcc: 10 times, one per subtype"; mv and the like are not bounded by it. At 2 classes and a
+// limit of 80 cells, ebcc holds 2 annotators, ibcc 20, mv any number.
+TEST_F(DocumentedLimitsTest, ConfusionCellsCountTenSubtypesForEbccAndOneForIbcc) {
+  struct Case {
+    v1::TruthMethod method;
+    int allowed;
+  };
+  for (const Case& c : {Case{v1::TRUTH_METHOD_EBCC, 2}, Case{v1::TRUTH_METHOD_IBCC, 20},
+                        Case{v1::TRUTH_METHOD_MAJORITY_VOTE, 25}}) {
+    const std::string project = absl::StrCat("cells-", static_cast<int>(c.method));
+    v1::ProjectSettings settings;
+    settings.mutable_model()->set_method(c.method);
+    settings.mutable_limits()->set_max_confusion_cells(80);
+    ASSERT_TRUE(CreateProject(project, settings).ok());
+    std::vector<Label> labels;
+    for (int a = 0; a < c.allowed; ++a) labels.emplace_back("i", absl::StrCat("w", a), 0);
+    v1::BatchAck ack = Submit(project, labels);
+    EXPECT_EQ(ack.error_code(), 0) << project << ": " << ack.error_message();
+    EXPECT_EQ(ack.accepted(), c.allowed) << project;
+    ack = Submit(project, {{"i", "one-more", 1}});
+    if (c.method == v1::TRUTH_METHOD_MAJORITY_VOTE) {
+      EXPECT_EQ(ack.error_code(), 0) << project << ": " << ack.error_message();
+    } else {
+      EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << project;
+      EXPECT_TRUE(absl::StrContains(ack.error_message(), "max_confusion_cells"))
+          << ack.error_message();
+    }
+  }
+}
+
+// truth.proto, Posterior: "One probability per class ... sums to 1"; confidence is
+// probabilities[map_label] and map_label the most probable class; difficulty is "Unset for the
+// other methods" than lia. After an auto fit (calibrated by default) on 5 classes.
+TEST_F(DocumentedLimitsTest, FittedPosteriorsAreDistributionsWithTheirOwnMapAndConfidence) {
+  ASSERT_TRUE(CreateProject("distributions", {}, 5).ok());
+  std::vector<Label> labels;
+  std::vector<std::string> items;
+  for (int i = 0; i < 40; ++i) {
+    items.push_back(absl::StrCat("i", i));
+    for (int a = 0; a < 4; ++a) {
+      labels.emplace_back(items.back(), absl::StrCat("w", a), (i + (a == 3 ? 1 : 0) * i) % 5);
+    }
+  }
+  ASSERT_EQ(Submit("distributions", labels).accepted(), 160);
+  {
+    v1::TrainModelRequest request;
+    request.set_project("distributions");
+    v1::TrainModelResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(
+        v1::ModelService::NewStub(channel_)->TrainModel(&context, request, &response).ok());
+  }
+  v1::GetPosteriorsResponse response;
+  ASSERT_TRUE(GetPosteriors("distributions", items, &response).ok());
+  for (const v1::Posterior& p : response.posteriors()) {
+    ASSERT_EQ(p.probabilities_size(), 5);
+    double sum = 0;
+    int best = 0;
+    for (int c = 0; c < 5; ++c) {
+      EXPECT_GE(p.probabilities(c), 0.0);
+      sum += p.probabilities(c);
+      if (p.probabilities(c) > p.probabilities(best)) best = c;
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-9) << p.item();
+    EXPECT_EQ(p.map_label(), best) << p.item();
+    EXPECT_EQ(p.confidence(), p.probabilities(p.map_label())) << p.item();
+    EXPECT_FALSE(p.has_difficulty()) << p.item();
+    EXPECT_EQ(p.model_version(), 1);
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
