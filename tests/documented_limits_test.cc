@@ -1320,5 +1320,24 @@ TEST_F(DocumentedLimitsTest, FittedPosteriorsAreDistributionsWithTheirOwnMapAndC
   }
 }
 
+// projects.proto: project names are "Unique, 1-128 characters of [A-Za-z0-9._-]" and item ids
+// are bytes of printable ASCII: names and ids that differ only in case are different.
+TEST_F(DocumentedLimitsTest, NamesAndIdsThatDifferInCaseAreDifferent) {
+  ASSERT_TRUE(CreateProject("Cased").ok());
+  const grpc::Status lower = CreateProject("cased", {}, 3);
+  ASSERT_TRUE(lower.ok()) << lower.error_message();
+  EXPECT_EQ(GetProject("Cased").classes_size(), 2);
+  EXPECT_EQ(GetProject("cased").classes_size(), 3);
+  v1::AddItemsResponse response;
+  ASSERT_TRUE(AddItems("Cased", {Item("X"), Item("x")}, &response).ok());
+  EXPECT_EQ(response.added(), 2);
+  ASSERT_EQ(Submit("Cased", {{"X", "W", 0}, {"X", "w", 1}}).accepted(), 2);
+  EXPECT_EQ(GetProject("Cased").num_annotators(), 2);
+  TearDown();
+  SetUp();
+  EXPECT_EQ(GetProject("Cased").num_items(), 2);
+  EXPECT_EQ(GetProject("Cased").num_annotators(), 2);
+}
+
 }  // namespace
 }  // namespace verity::tests
