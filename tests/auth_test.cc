@@ -5,6 +5,7 @@
 // policy gives (proto/verity/v1/keys.proto's Role comments, README.md's key section), written
 // out by hand below (kDocumentedPolicy): nothing here is read from the server's own table.
 // Calls that are refused must leave no trace.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -1555,6 +1556,56 @@ TEST_F(AuthTest, AScopedAdminsProjectsDoNotBreakListProjectsForOtherKeys) {
       projects->ListProjects(&context, v1::ListProjectsRequest(), &listed);
   EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
   (*server)->Shutdown();
+}
+
+// docs/SECURITY.md: "Health and reflection pass without a key"; --max_calls_per_key exists so
+// that "one key cannot hold [gRPC's thread pool, --max_streams + 256 threads] with slow calls",
+// and the network is trusted with "Nothing". A caller with no key at all, holding open
+// reflection streams (each a server thread waiting for its first message), must not hold every
+// thread either: a keyed call is still served. --max_streams=1 makes the pool 257 threads.
+TEST_F(AuthTest, OpenKeylessReflectionStreamsDoNotHoldEveryServerThread) {
+  server::VerityServer::Options options = ServerOptions();
+  options.max_streams = 1;
+  auto limited = server::VerityServer::Start(options);
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*limited)->port()),
+                                     grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(GetOwnProject(channel, (*keys_)[Caller::kReader]).ok());
+  constexpr int kStreams = 400;
+  grpc::GenericStub generic(channel);
+  grpc::CompletionQueue queue;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::GenericClientAsyncReaderWriter>> streams;
+  for (int i = 0; i < kStreams; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(generic.PrepareCall(
+        contexts.back().get(), "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        &queue));
+    streams.back()->StartCall(reinterpret_cast<void*>(static_cast<intptr_t>(i + 1)));
+  }
+  void* tag = nullptr;
+  bool ok = false;
+  for (int started = 0; started < kStreams && queue.Next(&tag, &ok); ++started) {
+  }
+  absl::SleepFor(absl::Seconds(1));
+  grpc::Status served;
+  {
+    v1::GetProjectRequest request;
+    request.set_project(kProject);
+    v1::GetProjectResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    context.AddMetadata("authorization", "Bearer " + (*keys_)[Caller::kReader]);
+    served = v1::ProjectService::NewStub(channel)->GetProject(&context, request, &response);
+  }
+  EXPECT_TRUE(served.ok()) << "a keyed call during " << kStreams
+                           << " open keyless reflection streams: " << served.error_code() << " "
+                           << served.error_message();
+  for (auto& context : contexts) context->TryCancel();
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) {
+  }
+  (*limited)->Shutdown();
 }
 
 TEST(AuthOffTest, IsRefusedOnANameThatOnlyLooksLikeLoopback) {
