@@ -1608,6 +1608,42 @@ TEST_F(AuthTest, OpenKeylessReflectionStreamsDoNotHoldEveryServerThread) {
   (*limited)->Shutdown();
 }
 
+// ingest.proto, BatchAck: "Acks come in the order the batches were sent." A scoped writer's
+// batches written back to back, one refused for its project between admitted ones (and one
+// without a project after it), are acked 1, 2, 3, 4, ... in order.
+TEST_F(AuthTest, AcksOfAScopedKeysRefusedBatchesComeInOrder) {
+  grpc::ClientContext context;
+  Authorize(context, (*keys_)[Caller::kWriter]);
+  auto stream = v1::IngestService::NewStub(*channel_)->SubmitAnnotations(&context);
+  constexpr int kBatches = 40;
+  for (int id = 1; id <= kBatches; ++id) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(id);
+    batch.set_project(id % 3 == 2 ? kOtherProject : (id % 3 == 0 ? "" : kProject));
+    for (int j = 0; j < 200; ++j) {
+      v1::Annotation* a = batch.add_annotations();
+      a->set_item(absl::StrCat("ordered-", id, "-", j));
+      a->set_annotator("ordered");
+      a->set_label(j % 2);
+    }
+    ASSERT_TRUE(stream->Write(batch));
+  }
+  stream->WritesDone();
+  std::vector<uint64_t> order;
+  for (v1::BatchAck ack; stream->Read(&ack);) {
+    order.push_back(ack.batch_id());
+    if (ack.batch_id() % 3 == 2) {
+      EXPECT_EQ(ack.error_code(), grpc::StatusCode::PERMISSION_DENIED) << ack.batch_id();
+    } else {
+      EXPECT_EQ(ack.error_code(), 0) << ack.batch_id() << ": " << ack.error_message();
+    }
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  std::vector<uint64_t> sent;
+  for (int id = 1; id <= kBatches; ++id) sent.push_back(id);
+  EXPECT_EQ(order, sent);
+}
+
 TEST(AuthOffTest, IsRefusedOnANameThatOnlyLooksLikeLoopback) {
   server::VerityServer::Options options;
   options.listen = "127.evil.example:0";
