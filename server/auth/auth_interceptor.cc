@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "server/api/grpc_status.h"
+#include "server/api/validation.h"
 #include "server/auth/rpc_policy.h"
 #include "server/observability/log.h"
 
@@ -147,6 +148,13 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
     if (project.empty()) project = stream_project_;
     absl::Status status = absl::OkStatus();
     if (!project.empty() && !principal_->MayTouch(project)) {
+      // A malformed name is no project of anyone's: INVALID_ARGUMENT, as for a key of every
+      // project, and the refusal below never echoes a name past the 128-byte bound.
+      status = ValidateProjectName(project);
+      if (!status.ok()) {
+        factory_.decisions().SetMessageDecision(context_, std::move(status));
+        return;
+      }
       status = absl::PermissionDeniedError(absl::StrCat(
           "project: API key ", principal_->key_id, " is not valid for project \"", project, "\""));
     } else {
