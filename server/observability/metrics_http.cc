@@ -107,9 +107,13 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
           if (std::strcmp(request->request_method, "GET") != 0) {
             return SendMethodNotAllowed(connection);
           }
-          // local_uri: decoded, without the query string.
+          // local_uri_raw: decoded, without the query string, and with its dot segments as
+          // sent (local_uri collapses them, which made the projects named "." and ".." of
+          // /api/projects/NAME unreachable). No page reads files: pages match exact paths.
           HttpPageRequest page;
-          page.path = request->local_uri != nullptr ? request->local_uri : "/";
+          const char* path =
+              request->local_uri_raw != nullptr ? request->local_uri_raw : request->local_uri;
+          page.path = path != nullptr ? path : "/";
           if (const char* host = mg_get_header(connection, "Host")) page.host = host;
           if (const char* authorization = mg_get_header(connection, "Authorization")) {
             page.authorization = authorization;
