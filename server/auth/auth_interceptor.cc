@@ -37,7 +37,10 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
         policy_(FindRpcPolicy(method_)),
         open_(IsOpenMethod(method_)) {}
 
-  ~AuthInterceptor() override { factory_.decisions().Forget(context_); }
+  ~AuthInterceptor() override {
+    EndOpenCall();
+    factory_.decisions().Forget(context_);
+  }
 
   void Intercept(InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
@@ -48,6 +51,7 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
       DecideMessage(methods->GetRecvMessage());
     }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      EndOpenCall();
       factory_.decisions().ReleaseCallSlot(context_);
       const CallAuthorizations::Decision decision = factory_.decisions().Get(context_);
       if (!decision.call.ok() && methods->GetSendStatus().ok()) {
@@ -62,8 +66,17 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
   void DecideCall(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
     CallAuthorizations& decisions = factory_.decisions();
     // No decision for an open method: its handler (gRPC's) never asks, and a refusal recorded
-    // for it would replace the health service's answer during a shutdown.
-    if (open_) return;
+    // for it would replace the health service's answer during a shutdown. Its calls are only
+    // counted, and one past the limit is cancelled: its handler then returns at once (a
+    // stream's reads fail), giving its thread back.
+    if (open_) {
+      open_call_counted_ = decisions.BeginOpenCall();
+      if (!open_call_counted_) {
+        LogEvent("open_call_refused", {{"method", method_}});
+        info_->server_context()->TryCancel();
+      }
+      return;
+    }
     if (factory_.keys() == nullptr) {
       decisions.SetCallDecision(context_, absl::OkStatus(), AuthOffPrincipal());
       return;
@@ -163,6 +176,12 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
     factory_.decisions().SetMessageDecision(context_, std::move(status));
   }
 
+  void EndOpenCall() {
+    if (!open_call_counted_) return;
+    open_call_counted_ = false;
+    factory_.decisions().EndOpenCall();
+  }
+
   const AuthInterceptorFactory& factory_;
   ServerRpcInfo* const info_;
   const grpc::ServerContextBase* const context_;
@@ -173,6 +192,7 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
   // Set once the call is admitted with a key (not when authentication is off).
   std::shared_ptr<const Principal> principal_;
   std::string stream_project_;  // The project of the stream's last admitted message.
+  bool open_call_counted_ = false;  // In CallAuthorizations' open calls in flight.
 };
 
 }  // namespace
@@ -222,6 +242,18 @@ void CallAuthorizations::SetCallDecision(const grpc::ServerContextBase* context,
   }
   decision.call = std::move(status);
   decision.principal = std::move(principal);
+}
+
+bool CallAuthorizations::BeginOpenCall() {
+  absl::MutexLock lock(&mu_);
+  if (open_calls_in_flight_ >= kMaxOpenCallsInFlight) return false;
+  ++open_calls_in_flight_;
+  return true;
+}
+
+void CallAuthorizations::EndOpenCall() {
+  absl::MutexLock lock(&mu_);
+  --open_calls_in_flight_;
 }
 
 void CallAuthorizations::RefuseNewCalls(absl::Status refusal) {

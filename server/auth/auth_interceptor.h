@@ -77,6 +77,16 @@ class CallAuthorizations {
   // never refused: the health service reports NOT_SERVING itself.
   void RefuseNewCalls(absl::Status refusal);
 
+  // Calls of the open methods (health, reflection: they need no key) in flight at once, at
+  // most; past it a new one is cancelled, so that callers without a key cannot hold every
+  // gRPC thread with open streams (a reflection or health Watch stream holds one while it is
+  // open) and keep keyed calls out. The same share as one key's unary calls by default.
+  static constexpr int kMaxOpenCallsInFlight = 64;
+  // Counts a call of an open method; false (not counted) when kMaxOpenCallsInFlight are in
+  // flight already. Each counted call is ended with EndOpenCall, once.
+  bool BeginOpenCall();
+  void EndOpenCall();
+
   // Interceptor side. An admitted `unary` call of a key is counted against the key's limit
   // until ReleaseCallSlot(context) (its status is about to be sent) or Forget(context),
   // whichever comes first, and refused when the key is at it.
@@ -100,6 +110,7 @@ class CallAuthorizations {
 
   const int max_unary_calls_per_key_;
   absl::flat_hash_map<std::string, int> unary_calls_by_key_ ABSL_GUARDED_BY(mu_);
+  int open_calls_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class AuthInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {

@@ -117,6 +117,19 @@ TEST(CallAuthorizationsTest, OneKeysUnaryCallsInFlightAreCappedAndFreedWhenTheyR
   EXPECT_EQ(decisions.Get(&sixth).call.code(), absl::StatusCode::kResourceExhausted);
 }
 
+// At most kMaxOpenCallsInFlight calls of the open methods at once; one that ends frees its place.
+TEST(CallAuthorizationsTest, OpenMethodCallsInFlightAreCapped) {
+  CallAuthorizations decisions;
+  for (int i = 0; i < CallAuthorizations::kMaxOpenCallsInFlight; ++i) {
+    EXPECT_TRUE(decisions.BeginOpenCall()) << i;
+  }
+  EXPECT_FALSE(decisions.BeginOpenCall());
+  EXPECT_FALSE(decisions.BeginOpenCall());
+  decisions.EndOpenCall();
+  EXPECT_TRUE(decisions.BeginOpenCall());
+  EXPECT_FALSE(decisions.BeginOpenCall());
+}
+
 // Without a limit (0, the default) no call is refused for the calls in flight.
 TEST(CallAuthorizationsTest, WithoutALimitUnaryCallsAreNotCounted) {
   CallAuthorizations decisions;
