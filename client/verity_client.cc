@@ -596,12 +596,18 @@ absl::StatusOr<v1::Project> VerityClient::GetProject(
 }
 
 absl::StatusOr<std::vector<v1::Project>> VerityClient::ListProjects() const {
-  absl::StatusOr<v1::ListProjectsResponse> response =
-      CallUnary(*projects_, &v1::ProjectService::Stub::ListProjects,
-                v1::ListProjectsRequest(), Call());
-  if (!response.ok()) return response.status();
-  return std::vector<v1::Project>(response->projects().begin(),
-                                  response->projects().end());
+  std::vector<v1::Project> projects;
+  v1::ListProjectsRequest request;
+  do {
+    absl::StatusOr<v1::ListProjectsResponse> response =
+        CallUnary(*projects_, &v1::ProjectService::Stub::ListProjects, request, Call());
+    if (!response.ok()) return response.status();
+    for (v1::Project& project : *response->mutable_projects()) {
+      projects.push_back(std::move(project));
+    }
+    request.set_page_token(response->next_page_token());
+  } while (!request.page_token().empty());
+  return projects;
 }
 
 absl::StatusOr<v1::Project> VerityClient::UpdateProjectSettings(

@@ -29,6 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "client/verity_client.h"
 #include "pqxx/pqxx"
 #include "server/testing/http_get.h"
 #include "server/verity_server.h"
@@ -1549,12 +1550,40 @@ TEST_F(AuthTest, AScopedAdminsProjectsDoNotBreakListProjectsForOtherKeys) {
     const grpc::Status status = projects->CreateProject(&context, request, &response);
     ASSERT_TRUE(status.ok()) << i << ": " << status.error_message();
   }
+  // projects.proto: a page at a time, in creation order, each page's projects past 1 MiB
+  // ending it (a page fits a default client's 4 MiB); every project on exactly one page.
+  std::vector<std::string> names;
+  v1::ListProjectsRequest request;
+  int pages = 0;
+  do {
+    grpc::ClientContext context;
+    Authorize(context, admin);
+    v1::ListProjectsResponse listed;
+    const grpc::Status status = projects->ListProjects(&context, request, &listed);
+    ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+    EXPECT_LT(listed.ByteSizeLong(), (size_t{1} << 20) + 40000);
+    for (const v1::Project& p : listed.projects()) names.push_back(p.name());
+    request.set_page_token(listed.next_page_token());
+    ++pages;
+  } while (!request.page_token().empty() && pages < 1000);
+  EXPECT_GE(pages, 16);  // 530 projects of about 33 KB
+  ASSERT_EQ(names.size(), static_cast<size_t>(kProjects));
+  for (int i = 0; i < kProjects; ++i) EXPECT_EQ(names[i], absl::StrCat("wide-", i));
+  // The client library follows the pages.
+  client::ClientOptions client_options;
+  client_options.api_key = admin;
+  client::VerityClient verity(channel, client_options);
+  absl::StatusOr<std::vector<v1::Project>> all = verity.ListProjects();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), static_cast<size_t>(kProjects));
+  // A token this server did not issue.
   grpc::ClientContext context;
   Authorize(context, admin);
-  v1::ListProjectsResponse listed;
-  const grpc::Status status =
-      projects->ListProjects(&context, v1::ListProjectsRequest(), &listed);
-  EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  request.set_page_token("not-a-token");
+  v1::ListProjectsResponse refused;
+  const grpc::Status status = projects->ListProjects(&context, request, &refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StartsWith(status.error_message(), "page_token: ")) << status.error_message();
   (*server)->Shutdown();
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/grpc_status.h"
 #include "server/api/proto_time.h"
@@ -79,14 +80,26 @@ grpc::Status ProjectServiceImpl::GetProject(grpc::ServerContext* context,
 }
 
 grpc::Status ProjectServiceImpl::ListProjects(grpc::ServerContext* context,
-                                              const v1::ListProjectsRequest*,
+                                              const v1::ListProjectsRequest* request,
                                               v1::ListProjectsResponse* response) {
   auto admitted = core_.auth->Admit(context);
   if (!admitted.ok()) return ToGrpcStatus(admitted.status());
+  // The token: the id of the last project of the previous page (records come by id).
+  int64_t after_id = 0;
+  if (!request->page_token().empty() &&
+      (!absl::SimpleAtoi(request->page_token(), &after_id) || after_id < 0)) {
+    return ToGrpcStatus(absl::InvalidArgumentError("page_token: not a token this server issued"));
+  }
   auto records = core_.storage->projects->ListProjects();
   if (!records.ok()) return ToGrpcStatus(records.status());
   for (const storage::ProjectRecord& record : *records) {
+    if (record.project_id <= after_id) continue;
     if (!(*admitted)->MayTouch(record.name)) continue;  // Only the key's projects.
+    if (response->ByteSizeLong() >= kListProjectsPageBytes) {
+      response->set_next_page_token(absl::StrCat(after_id));
+      break;
+    }
+    after_id = record.project_id;
     // Listing is not a use and loads nothing: a loaded project is listed without marking it
     // used (Get would, and a health check listing every few seconds would then keep every
     // project loaded); one the memory budget unloaded from its stored record and its counts

@@ -10,6 +10,11 @@ namespace verity::server {
 
 class ProjectServiceImpl final : public v1::ProjectService::Service {
  public:
+  // A ListProjects page ends once its projects pass this many bytes (projects.proto); one
+  // project is at most about 33 KB (256 class names of 128 bytes), so a page stays below the
+  // 4 MiB a gRPC client receives by default.
+  static constexpr size_t kListProjectsPageBytes = size_t{1} << 20;
+
   explicit ProjectServiceImpl(ServerCore core) : core_(core) {}
 
   grpc::Status CreateProject(grpc::ServerContext*, const v1::CreateProjectRequest*,

@@ -294,6 +294,34 @@ class FakeUnaryStub:
         return method
 
 
+class PagedProjectsStub:
+    """ListProjects over three pages: "a", "b"; "c"; "d" (tokens "1" and "2")."""
+
+    PAGES = {"": (["a", "b"], "1"), "1": (["c"], "2"), "2": (["d"], "")}
+
+    def __init__(self):
+        self.tokens = []
+
+    def ListProjects(self, request, timeout=None, metadata=None):
+        self.tokens.append(request.page_token)
+        names, token = self.PAGES[request.page_token]
+        response = projects_pb2.ListProjectsResponse(next_page_token=token)
+        for name in names:
+            response.projects.add(name=name, classes=["no", "yes"])
+        return response
+
+
+class ListProjectsTest(unittest.TestCase):
+    """projects.proto: ListProjects answers a page at a time (next_page_token)."""
+
+    def test_every_page_is_listed_in_order(self):
+        client = verity_client.Client("localhost:1", timeout=10)
+        self.addCleanup(client.close)
+        client._projects = stub = PagedProjectsStub()
+        self.assertEqual([p.name for p in client.list_projects()], ["a", "b", "c", "d"])
+        self.assertEqual(stub.tokens, ["", "1", "2"])
+
+
 class ApiKeyTest(unittest.TestCase):
 
     def client(self, **kwargs):

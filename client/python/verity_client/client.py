@@ -520,10 +520,17 @@ class Client:
         return self._remember(Project.from_proto(response.project))
 
     def list_projects(self) -> List["Project"]:
-        """Every project, as a list of Project."""
-        response = self._call(self._projects.ListProjects, projects_pb2.ListProjectsRequest(),
-                              "ListProjects")
-        return [self._remember(Project.from_proto(p)) for p in response.projects]
+        """Every project the key may see, as a list of Project (every page of ListProjects)."""
+        projects: List["Project"] = []
+        token = ""
+        while True:
+            response = self._call(self._projects.ListProjects,
+                                  projects_pb2.ListProjectsRequest(page_token=token),
+                                  "ListProjects")
+            projects.extend(self._remember(Project.from_proto(p)) for p in response.projects)
+            token = response.next_page_token
+            if not token:
+                return projects
 
     def add_items(self, project: str, df: pd.DataFrame) -> Tuple[int, int]:
         """Creates or updates items; returns (added, updated).
