@@ -32,6 +32,31 @@ TEST(VersionOutputsTest, ProfilesKeepEachAnnotatorsDiagonalInKFloatsPerAnnotator
   EXPECT_EQ(decoded->diagonals, (std::vector<float>{0.9f, 0.8f, 0.5f, 0.25f}));
 }
 
+// version_outputs.h: "VPO1" u32 num_items u32 K, then num_items*K float32, for any K; each
+// probability comes back as the float32 nearest it.
+TEST(VersionOutputsTest, PosteriorsOfThreeClassesRoundTripAsFloat32) {
+  const std::vector<double> p = {0.123456, 0.654321, 0.222223, 1.0 / 3, 1.0 / 3, 1.0 / 3};
+  auto decoded = DecodePosteriors(EncodePosteriors(3, p));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->num_items, 2);
+  EXPECT_EQ(decoded->num_classes, 3);
+  ASSERT_EQ(decoded->probabilities.size(), p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_EQ(decoded->probabilities[i], static_cast<float>(p[i])) << i;
+  }
+}
+
+// version_outputs.h: per annotator its own u32 num_labels, then its K diagonal floats.
+TEST(VersionOutputsTest, ProfilesKeepEveryAnnotatorsOwnLabelCount) {
+  const std::vector<uint32_t> counts = {3, 0, 41};
+  const std::vector<double> diagonals = {0.9, 0.8, 0.5, 0.25, 0.7, 0.6};
+  auto decoded = DecodeProfiles(EncodeProfiles(2, counts, diagonals));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->num_annotators, 3);
+  EXPECT_EQ(decoded->num_labels, counts);
+  EXPECT_EQ(decoded->diagonals, (std::vector<float>{0.9f, 0.8f, 0.5f, 0.25f, 0.7f, 0.6f}));
+}
+
 TEST(VersionOutputsTest, ProfilesOfEarlierBuildsDecodeToTheirDiagonals) {
   // VAP1, as written before: u32 annotators, u32 K, then per annotator u32 count and the full
   // K x K matrix (row = true class) as float32, little-endian.
