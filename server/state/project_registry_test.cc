@@ -598,5 +598,35 @@ TEST_F(ProjectRegistryTest, CatchUpLabelsAppliesWhatAnotherReplicaCommitted) {
   EXPECT_EQ((*followed)->Counts().num_labels, 12);
 }
 
+// label_catch_up.h: a read that fails is CatchUpLabels' error, UNAVAILABLE while PostgreSQL is
+// unreachable, and memory is then unchanged; once PostgreSQL is back, the next catch-up
+// applies what it missed.
+TEST_F(ProjectRegistryTest, CatchUpLabelsWhilePostgresIsDownIsUnavailableAndChangesNothing) {
+  ProjectRegistry writer(*storage_), follower(*storage_);
+  auto written = writer.Create(NewProject("outage"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  AddLabels(*storage_, **written, 10);
+  auto followed = follower.Get("outage");
+  ASSERT_TRUE(followed.ok()) << followed.status();
+  ASSERT_EQ((*followed)->Counts().num_labels, 10);
+  const int64_t applied = (*followed)->applied_seq();
+  const std::vector<double> served = Served(**followed);
+  const int64_t id = (*written)->identity().project_id;
+  ASSERT_NO_FATAL_FAILURE(
+      CommitAndApply(*storage_, **written, {{id, "item-10", "annotator-0", 1, std::nullopt}}));
+
+  ASSERT_TRUE(cluster().Stop().ok());
+  const absl::Status down = CatchUpLabels(*storage_->annotations, **followed);
+  ASSERT_TRUE(cluster().Start().ok());
+  EXPECT_EQ(down.code(), absl::StatusCode::kUnavailable) << down;
+  EXPECT_EQ((*followed)->Counts().num_labels, 10);
+  EXPECT_EQ((*followed)->applied_seq(), applied);
+  EXPECT_EQ(Served(**followed), served);
+
+  ASSERT_TRUE(CatchUpLabels(*storage_->annotations, **followed).ok());
+  EXPECT_EQ((*followed)->Counts().num_labels, 11);
+  EXPECT_EQ((*followed)->FindItem("item-10"), std::optional<int32_t>(10));
+}
+
 }  // namespace
 }  // namespace verity::server
