@@ -628,5 +628,89 @@ TEST_F(ProjectRegistryTest, CatchUpLabelsWhilePostgresIsDownIsUnavailableAndChan
   EXPECT_EQ((*followed)->FindItem("item-10"), std::optional<int32_t>(10));
 }
 
+// project_registry.h: LoadingOrFailed is true while a start-up loader loads the project (a
+// listing leaves it out), and false once it is loaded.
+TEST_F(ProjectRegistryTest, AProjectIsLoadingOrFailedWhileABackgroundLoaderLoadsIt) {
+  {
+    ProjectRegistry writer(*storage_);
+    ASSERT_TRUE(writer.Create(NewProject("held")).ok());
+  }
+  ProjectRegistry registry(*storage_);
+  absl::Notification entered, release;
+  registry.SetBeforeBackgroundLoadHookForTesting([&](const std::string&) {
+    entered.Notify();
+    release.WaitForNotification();
+  });
+  ASSERT_TRUE(registry.LoadAllInBackground(1).ok());
+  absl::Notification done;
+  registry.OnBackgroundLoadDone([&] { done.Notify(); });
+  const bool held = entered.WaitForNotificationWithTimeout(absl::Seconds(10));
+  const bool loading = registry.LoadingOrFailed("held");
+  release.Notify();
+  ASSERT_TRUE(held);
+  EXPECT_TRUE(loading);
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_FALSE(registry.LoadingOrFailed("held"));
+  EXPECT_NE(registry.IfLoaded("held"), nullptr);
+}
+
+// project_registry.h: UpdateSettings' `admit` "refuses the update when not OK": its error is
+// the call's, and neither PostgreSQL nor memory takes the settings.
+TEST_F(ProjectRegistryTest, AnUpdateItsAdmitRefusesChangesNothing) {
+  ProjectRegistry registry(*storage_);
+  auto project = registry.Create(NewProject("refused"));
+  ASSERT_TRUE(project.ok()) << project.status();
+  const int32_t before = (*project)->settings().assignment().max_labels_per_item();
+  v1::ProjectSettings wanted = (*project)->settings();
+  wanted.mutable_assignment()->set_max_labels_per_item(before + 7);
+  const absl::Status refused = registry.UpdateSettings(
+      **project, wanted,
+      [](const v1::ProjectSettings&) { return absl::FailedPreconditionError("over the limit"); });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_EQ(refused.message(), "over the limit");
+  EXPECT_EQ((*project)->settings().assignment().max_labels_per_item(), before);
+  EXPECT_EQ(StoredSettings("refused").assignment().max_labels_per_item(), before);
+}
+
+// project_registry.h: the budget unloads only projects "that no call used for `idle`"; a
+// project a call has just loaded from PostgreSQL has just been used.
+TEST_F(ProjectRegistryTest, AProjectACallJustLoadedIsNotIdle) {
+  {
+    ProjectRegistry writer(*storage_);
+    auto created = writer.Create(NewProject("fresh"));
+    ASSERT_TRUE(created.ok()) << created.status();
+    AddLabels(*storage_, **created, 50);
+  }
+  ProjectRegistry registry(*storage_);
+  ASSERT_TRUE(registry.Get("fresh").ok());  // Loads it; this test then holds nothing.
+  registry.EnforceMemoryBudget(1, absl::Seconds(30));
+  EXPECT_TRUE(registry.EvictOverBudget(absl::Now()).empty()) << "used a moment ago";
+  EXPECT_THAT(registry.EvictOverBudget(absl::Now() + absl::Minutes(1)),
+              ::testing::ElementsAre("fresh"));
+}
+
+// live_project.h: a writer of this server notes the change_seq its write got, so that memory,
+// still current, is not read again: after this server's own item and settings changes,
+// followed_change_seq() is the project's stored change_seq.
+TEST_F(ProjectRegistryTest, OwnItemAndSettingsChangesLeaveMemoryAtTheStoredChangeSeq) {
+  ProjectRegistry registry(*storage_);
+  auto project = registry.Create(NewProject("own-changes"));
+  ASSERT_TRUE(project.ok()) << project.status();
+  auto followed_is_stored = [&](const char* after) {
+    auto record = storage_->projects->GetProjectByName("own-changes");
+    ASSERT_TRUE(record.ok()) << record.status();
+    EXPECT_GT(record->change_seq, 0) << after;
+    EXPECT_EQ((*project)->followed_change_seq(), record->change_seq) << after;
+  };
+  storage::ItemWrite item;
+  item.external_id = "item-0";
+  ASSERT_TRUE(registry.AddItems(**project, {item}).ok());
+  followed_is_stored("AddItems");
+  v1::ProjectSettings settings = (*project)->settings();
+  settings.mutable_assignment()->set_max_labels_per_item(3);
+  ASSERT_TRUE(registry.UpdateSettings(**project, settings).ok());
+  followed_is_stored("UpdateSettings");
+}
+
 }  // namespace
 }  // namespace verity::server
