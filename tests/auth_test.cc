@@ -10,14 +10,17 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <future>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -29,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "client/verity_client.h"
 #include "pqxx/pqxx"
 #include "server/testing/http_get.h"
@@ -704,6 +708,69 @@ TEST_F(AuthTest, AFirstBatchWithoutAProjectIsInvalidForAScopedKeyToo) {
   while (stream->Read(&ack)) {
   }
   EXPECT_TRUE(stream->Finish().ok());
+}
+
+// keys.proto: an ApiKey carries what CreateKey was given (name, role, projects), when it was
+// created, and by which admin key; revoked_at is unset while the key is valid. ListKeys leaves
+// out revoked keys unless include_revoked; RevokeKey answers the key with its revoked_at.
+TEST_F(AuthTest, KeysAreDescribedAsCreatedListedAndRevoked) {
+  const std::string admin_id = (*keys_)[Caller::kAdmin].substr(3, 16);
+  auto expect_described = [&](const v1::ApiKey& key, const std::string& key_id) {
+    EXPECT_EQ(key.key_id(), key_id);
+    EXPECT_EQ(key.name(), "described");
+    EXPECT_EQ(key.role(), v1::ROLE_READER);
+    std::vector<std::string> projects(key.projects().begin(), key.projects().end());
+    std::sort(projects.begin(), projects.end());
+    EXPECT_EQ(projects, (std::vector<std::string>{kProject, kOtherProject}));
+    EXPECT_TRUE(key.has_created_at());
+    EXPECT_LE(std::abs(key.created_at().seconds() - absl::ToUnixSeconds(absl::Now())), 300)
+        << "created_at is not the time of creation";
+    EXPECT_EQ(key.created_by(), admin_id);
+  };
+  v1::CreateKeyRequest create;
+  create.set_name("described");
+  create.set_role(v1::ROLE_READER);
+  create.add_projects(kProject);
+  create.add_projects(kOtherProject);
+  v1::CreateKeyResponse created;
+  {
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kAdmin]);
+    ASSERT_TRUE(v1::KeyService::NewStub(*channel_)->CreateKey(&context, create, &created).ok());
+  }
+  const std::string key_id = created.secret_key().substr(3, 16);
+  expect_described(created.key(), key_id);
+  EXPECT_FALSE(created.key().has_revoked_at());
+
+  // The key as ListKeys describes it, or nullopt if it is not listed.
+  auto listed = [&](bool include_revoked) -> std::optional<v1::ApiKey> {
+    v1::ListKeysRequest request;
+    request.set_include_revoked(include_revoked);
+    v1::ListKeysResponse response;
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kAdmin]);
+    const grpc::Status status =
+        v1::KeyService::NewStub(*channel_)->ListKeys(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    for (const v1::ApiKey& key : response.keys()) {
+      if (key.key_id() == key_id) return key;
+    }
+    return std::nullopt;
+  };
+  std::optional<v1::ApiKey> valid = listed(false);
+  ASSERT_TRUE(valid.has_value());
+  expect_described(*valid, key_id);
+  EXPECT_FALSE(valid->has_revoked_at());
+
+  v1::RevokeKeyResponse revoked;
+  ASSERT_TRUE(Revoke(created.secret_key(), &revoked).ok());
+  expect_described(revoked.key(), key_id);
+  EXPECT_TRUE(revoked.key().has_revoked_at());
+  EXPECT_FALSE(listed(false).has_value()) << "a revoked key listed without include_revoked";
+  std::optional<v1::ApiKey> with_revoked = listed(true);
+  ASSERT_TRUE(with_revoked.has_value());
+  expect_described(*with_revoked, key_id);
+  EXPECT_TRUE(with_revoked->has_revoked_at());
 }
 
 TEST_F(AuthTest, ARevokedKeyIsRefusedAtOnce) {
