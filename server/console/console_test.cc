@@ -1,17 +1,23 @@
 // WebConsole against a real PostgreSQL and ProjectRegistry: the history ring buffer (driven
-// step by step through SampleProjects with explicit times) and the reliability diagram on
-// gold items, whose labels the console reads from PostgreSQL. The page itself is tested in
-// headless Chromium by //console:console_browser_test.
+// step by step through SampleProjects with explicit times) and the ingest rate, the
+// reliability diagram on gold items, whose labels the console reads from PostgreSQL, the
+// confidence histogram, resolution, class prior, spam scores and embedding map, and the access
+// checks (Host header, API key). The page itself is tested in headless Chromium by
+// //console:console_browser_test.
 #include "server/console/console.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "models/truth_model.h"
 #include "server/state/project_registry.h"
@@ -60,6 +66,81 @@ class WebConsoleTest : public storage::testing::PostgresTest {
     if (start == std::string::npos) return "<no " + key + ">";
     const size_t from = start + opening.size();
     return json.substr(from, json.find(']', from) - from);
+  }
+
+  // A project with classes no, yes and `method` (UNSPECIFIED: the default).
+  absl::StatusOr<std::shared_ptr<LiveProject>> CreateProject(
+      const std::string& name, v1::TruthMethod method = v1::TRUTH_METHOD_UNSPECIFIED) {
+    v1::Project project;
+    project.set_name(name);
+    project.add_classes("no");
+    project.add_classes("yes");
+    if (method != v1::TRUTH_METHOD_UNSPECIFIED) {
+      project.mutable_settings()->mutable_model()->set_method(method);
+    }
+    return registry_->Create(project);
+  }
+
+  // Items of `project` (PostgreSQL and memory), with their gold labels (-1: none).
+  void AddItems(LiveProject& project, const std::vector<std::pair<std::string, int32_t>>& items) {
+    std::vector<storage::ItemWrite> writes;
+    for (const auto& [id, gold] : items) {
+      storage::ItemWrite w;
+      w.external_id = id;
+      if (gold >= 0) w.gold_label = gold;
+      writes.push_back(w);
+    }
+    absl::StatusOr<std::vector<int32_t>> added = registry_->AddItems(project, writes);
+    ASSERT_TRUE(added.ok()) << added.status();
+  }
+
+  struct Label {
+    std::string item;
+    std::string annotator;
+    int32_t label;
+  };
+  // Commits `labels` of `project` to PostgreSQL and applies them to its live state, as the
+  // ingest pipeline does.
+  void Commit(LiveProject& project, const std::vector<Label>& labels) {
+    std::vector<storage::AnnotationWrite> writes;
+    for (const Label& l : labels) {
+      storage::AnnotationWrite w;
+      w.project_id = project.identity().project_id;
+      w.item_id = l.item;
+      w.annotator_id = l.annotator;
+      w.label = l.label;
+      writes.push_back(w);
+    }
+    absl::StatusOr<std::vector<storage::WriteResult>> results =
+        storage_->annotations->CommitAnnotations(writes);
+    ASSERT_TRUE(results.ok()) << results.status();
+    ASSERT_EQ(results->size(), writes.size());
+    std::vector<CommittedLabel> committed;
+    for (size_t i = 0; i < writes.size(); ++i) {
+      const storage::WriteResult& r = (*results)[i];
+      committed.push_back({r.item_index, writes[i].item_id, r.annotator_index,
+                           writes[i].annotator_id, r.label, r.seq,
+                           r.outcome != storage::WriteOutcome::kDuplicate});
+    }
+    project.ApplyCommitted(committed);
+  }
+
+  // The text of the value of the first "key": in `json` at or after `from` (up to the next
+  // ',', '}' or ']').
+  static std::string ValueOf(const std::string& json, const std::string& key, size_t from = 0) {
+    const std::string opening = absl::StrCat("\"", key, "\":");
+    const size_t start = json.find(opening, from);
+    if (start == std::string::npos) return "<no " + key + ">";
+    const size_t begin = start + opening.size();
+    return json.substr(begin, json.find_first_of(",}]", begin) - begin);
+  }
+
+  // labels_per_second of project `name` in /api/projects.
+  std::string LabelsPerSecond(const std::string& name) {
+    const std::string json = Get("/api/projects");
+    const size_t at = json.find(absl::StrCat("{\"name\":\"", name, "\""));
+    if (at == std::string::npos) return "<no project " + name + "> in " + json;
+    return ValueOf(json, "labels_per_second", at);
   }
 
   std::unique_ptr<StorageHandles> storage_;
@@ -244,6 +325,273 @@ TEST_F(WebConsoleTest, TheAnnotatorListIsBoundedToTenThousandWithoutConfusions) 
 TEST_F(WebConsoleTest, DsHasNoSpamScoresOrEmbeddings) {
   const std::string json = Get("/api/projects/p/annotators");
   EXPECT_NE(json.find("\"spam_scores\":false,\"embedding_dim\":0,"), std::string::npos) << json;
+}
+
+// console.h: unknown projects answer 404 with {"error": "..."}.
+TEST_F(WebConsoleTest, AnUnknownProjectIs404) {
+  for (const std::string path : {"/api/projects/nope", "/api/projects/nope/annotators"}) {
+    const HttpResponse response = console_->Handle(HttpPageRequest{path, "localhost", ""});
+    EXPECT_EQ(response.status, 404) << path << ": " << response.body;
+    EXPECT_EQ(response.body.substr(0, 10), "{\"error\":\"") << path;
+  }
+}
+
+// console.h (Access): the Host header must name a loopback name, the bound address or an
+// allowed host; a console bound to 0.0.0.0 has no bound address of its own ("" or 0.0.0.0:
+// none), so Host: 0.0.0.0 is refused. A request without a Host header (HTTP/1.0) comes from no
+// browser, so DNS rebinding cannot send it: it is answered.
+TEST_F(WebConsoleTest, TheHostHeaderMustNameThisConsole) {
+  WebConsole::Access every_interface;
+  every_interface.bound_host = "0.0.0.0";
+  WebConsole console(*registry_, *storage_->versions, every_interface);
+  auto status = [&console](const std::string& host) {
+    return console.Handle(HttpPageRequest{"/api/projects", host, ""}).status;
+  };
+  EXPECT_EQ(status("localhost:9464"), 200);
+  EXPECT_EQ(status("127.0.0.1:9464"), 200);
+  EXPECT_EQ(status("[::1]:9464"), 200);
+  EXPECT_EQ(status(""), 200);
+  EXPECT_EQ(status("0.0.0.0:9464"), 403);
+  EXPECT_EQ(status("0.0.0.0"), 403);
+  EXPECT_EQ(status("rebind.example:9464"), 403);
+
+  WebConsole::Access one_address;
+  one_address.bound_host = "192.0.2.7";
+  WebConsole bound(*registry_, *storage_->versions, one_address);
+  EXPECT_EQ(bound.Handle(HttpPageRequest{"/api/projects", "192.0.2.7:9464", ""}).status, 200);
+  EXPECT_EQ(bound.Handle(HttpPageRequest{"/api/projects", "192.0.2.8:9464", ""}).status, 403);
+  EXPECT_EQ(bound.Handle(HttpPageRequest{"/api/projects", "", ""}).status, 200);
+}
+
+// console.h (Access): with authentication on every /api/ request needs "Authorization: Bearer
+// KEY"; without a key (no header, another scheme, or "Bearer " with nothing after it) the
+// answer is 401 asking for one, and the key check is never called with an empty key.
+TEST_F(WebConsoleTest, ARequestWithoutAKeyIsRefusedBeforeTheKeyCheck) {
+  std::vector<std::string> checked;
+  WebConsole::Access access;
+  access.authenticate =
+      [&checked](absl::string_view key) -> absl::StatusOr<WebConsole::ProjectFilter> {
+    checked.emplace_back(key);
+    if (key != "k") return absl::UnauthenticatedError("unknown API key");
+    return WebConsole::ProjectFilter([](absl::string_view) { return true; });
+  };
+  WebConsole console(*registry_, *storage_->versions, access);
+  for (const std::string authorization : {"", "Bearer ", "Basic k", "bearer k"}) {
+    const HttpResponse response =
+        console.Handle(HttpPageRequest{"/api/projects", "localhost", authorization});
+    EXPECT_EQ(response.status, 401) << authorization;
+    EXPECT_NE(response.body.find("send an API key"), std::string::npos)
+        << authorization << ": " << response.body;
+  }
+  EXPECT_TRUE(checked.empty()) << checked.front();
+  const HttpResponse wrong =
+      console.Handle(HttpPageRequest{"/api/projects", "localhost", "Bearer nope"});
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_NE(wrong.body.find("unknown API key"), std::string::npos) << wrong.body;
+  EXPECT_EQ(console.Handle(HttpPageRequest{"/api/projects", "localhost", "Bearer k"}).status,
+            200);
+  EXPECT_EQ(checked, (std::vector<std::string>{"nope", "k"}));
+}
+
+// The posterior-confidence histogram: kHistogramBins (10) even bins from its "low" (1/K, the
+// least possible confidence) to its "high" (1), the top one closed. K = 2, majority vote with
+// smoothing s before any fit: u (no labels) 0.5, bin 0; m (yes, yes, no) (2 + s) / (3 + 2 s),
+// bin 3; y (yes, yes) (2 + s) / (2 + 2 s), bin 9; g (gold, clamped) 1, the top bin too.
+TEST_F(WebConsoleTest, TheConfidenceHistogramSpansOneOverKToOne) {
+  AddItems(*project_, {{"g", 1}, {"u", -1}, {"y", -1}, {"m", -1}});
+  Commit(*project_, {{"y", "a", 1}, {"y", "b", 1}, {"m", "a", 1}, {"m", "b", 1}, {"m", "c", 0}});
+  const double s = models::TruthModelOptions().vote_smoothing;
+  ASSERT_GE((2 + s) / (3 + 2 * s), 0.65);
+  ASSERT_LT((2 + s) / (3 + 2 * s), 0.7);
+  ASSERT_GE((2 + s) / (2 + 2 * s), 0.95);
+  const std::string json = Get("/api/projects/p");
+  EXPECT_NE(json.find("\"confidence_histogram\":{\"low\":0.5,\"high\":1,"
+                      "\"counts\":[1,0,0,1,0,0,0,0,0,2]}"),
+            std::string::npos)
+      << json;
+}
+
+// A confidence target alone defines resolution (max_labels_per_item 0 = unlimited): an item
+// is resolved once its confidence reaches the target. y (yes, yes: ~0.995) is; m (yes, yes,
+// no: ~0.67) and u (no label) are not: 1 resolved, 2 open, a share of 1/3, in the project's
+// assignment and in its history.
+TEST_F(WebConsoleTest, AConfidenceTargetAloneDefinesResolution) {
+  v1::ProjectSettings settings = project_->settings();
+  settings.mutable_assignment()->set_confidence_target(0.9);
+  ASSERT_TRUE(registry_->UpdateSettings(*project_, settings).ok());
+  AddItems(*project_, {{"u", -1}, {"y", -1}, {"m", -1}});
+  Commit(*project_, {{"y", "a", 1}, {"y", "b", 1}, {"m", "a", 1}, {"m", "b", 1}, {"m", "c", 0}});
+  // Ahead of the clock, so that this sample is the history's last.
+  console_->SampleProjects(absl::Now() + absl::Hours(2));
+  const std::string json = Get("/api/projects/p");
+  EXPECT_NE(json.find("\"max_labels_per_item\":0,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"resolved_items\":1,\"resolved_share\":0.3333333333,\"open_items\":2}"),
+            std::string::npos)
+      << json;
+  const std::string shares = ArrayOf(json, "resolved_share");
+  EXPECT_EQ(shares.substr(shares.rfind(',') + 1), "0.3333333333") << shares;
+}
+
+// The class prior the console shows is the served snapshot's (the mean posterior of the
+// labelled items at the last full recompute, live_project.h), and an annotator's estimated
+// accuracy is its confusion diagonal weighted by it (README.md). After a ds fit on 3 items of
+// "yes" and 1 of "no" the prior is far from uniform, and c, wrong on one item of each class,
+// has a diagonal far from constant.
+TEST_F(WebConsoleTest, TheClassPriorIsTheFittedOneAndWeighsTheAccuracy) {
+  absl::StatusOr<std::shared_ptr<LiveProject>> created =
+      CreateProject("ds", v1::TRUTH_METHOD_DAWID_SKENE);
+  ASSERT_TRUE(created.ok()) << created.status();
+  LiveProject& ds = **created;
+  std::vector<Label> labels;
+  for (const std::string item : {"y1", "y2", "y3", "y4", "y5", "y6", "n1", "n2"}) {
+    const int32_t truth = item[0] == 'y' ? 1 : 0;
+    labels.push_back({item, "a", truth});
+    labels.push_back({item, "b", truth});
+    labels.push_back({item, "c", item == "y1" || item == "n1" ? 1 - truth : truth});
+  }
+  Commit(ds, labels);
+  ASSERT_TRUE(ds.Refit(*storage_->versions).ok());
+  std::shared_ptr<const ProjectSnapshot> snapshot = ds.snapshot();
+  const PosteriorTable& table = snapshot->posteriors;
+  std::vector<double> prior(2, 0.0);
+  int32_t labelled = 0;
+  for (int32_t item = 0; item < table.num_items(); ++item) {
+    if (table.num_labels(item) == 0) continue;
+    for (int32_t c = 0; c < 2; ++c) prior[c] += table.probabilities(item)[c];
+    ++labelled;
+  }
+  ASSERT_EQ(labelled, 8);
+  for (double& p : prior) p /= labelled;
+  ASSERT_GT(prior[1], 0.6);
+
+  const std::string json = Get("/api/projects/ds");
+  const std::vector<std::string> shown = absl::StrSplit(ArrayOf(json, "class_prior"), ',');
+  ASSERT_EQ(shown.size(), 2u) << json;
+  for (int32_t c = 0; c < 2; ++c) EXPECT_NEAR(std::stod(shown[c]), prior[c], 1e-9) << json;
+
+  const std::optional<int32_t> c = ds.FindAnnotator("c");
+  ASSERT_TRUE(c.has_value());
+  const std::vector<double> diagonal = snapshot->model->AnnotatorConfusionDiagonal(*c);
+  ASSERT_EQ(diagonal.size(), 2u);
+  ASSERT_GT(std::abs(diagonal[0] - diagonal[1]), 0.1);
+  const std::string annotators = Get("/api/projects/ds/annotators");
+  const size_t at = annotators.find("{\"id\":\"c\"");
+  ASSERT_NE(at, std::string::npos) << annotators;
+  EXPECT_NEAR(std::stod(ValueOf(annotators, "accuracy", at)),
+              prior[0] * diagonal[0] + prior[1] * diagonal[1], 1e-9)
+      << annotators;
+}
+
+// README.md (server/console): spam_score is mace's 1 − θ_j, the chance that the annotator
+// labels at random. a, b and c label every item alike; s answers "no" whatever the item.
+TEST_F(WebConsoleTest, MaceSpamScoresAreLowForAgreeingAnnotators) {
+  absl::StatusOr<std::shared_ptr<LiveProject>> created =
+      CreateProject("mace", v1::TRUTH_METHOD_MACE);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::vector<Label> labels;
+  for (int32_t i = 0; i < 20; ++i) {
+    const std::string item = absl::StrCat("i", i);
+    for (const std::string annotator : {"a", "b", "c"}) labels.push_back({item, annotator, i % 2});
+    labels.push_back({item, "s", 0});
+  }
+  Commit(**created, labels);
+  ASSERT_TRUE((*created)->Refit(*storage_->versions).ok());
+  const std::string json = Get("/api/projects/mace/annotators");
+  EXPECT_NE(json.find("\"spam_scores\":true,"), std::string::npos) << json;
+  auto spam = [&json](const std::string& id) {
+    const size_t at = json.find(absl::StrCat("{\"id\":\"", id, "\""));
+    return at == std::string::npos ? std::string("<no annotator>")
+                                   : ValueOf(json, "spam_score", at);
+  };
+  for (const std::string id : {"a", "b", "c"}) {
+    EXPECT_LT(std::stod(spam(id)), 0.5) << id << " in " << json;
+    EXPECT_GT(std::stod(spam("s")), std::stod(spam(id))) << id << " in " << json;
+  }
+}
+
+// console.h: the 2-D map of learned embeddings (lia) is drawn for a project of up to
+// kMaxEmbeddingAnnotators annotators: embedding_dim > 0 and a position per annotator.
+TEST_F(WebConsoleTest, LiaAnnotatorsHaveAnEmbeddingMap) {
+  absl::StatusOr<std::shared_ptr<LiveProject>> created =
+      CreateProject("lia", v1::TRUTH_METHOD_LIA);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::vector<Label> labels;
+  for (int32_t i = 0; i < 20; ++i) {
+    const std::string item = absl::StrCat("i", i);
+    for (const std::string annotator : {"a", "b", "c"}) labels.push_back({item, annotator, i % 2});
+  }
+  Commit(**created, labels);
+  ASSERT_TRUE((*created)->Refit(*storage_->versions).ok());
+  const std::string json = Get("/api/projects/lia/annotators");
+  EXPECT_NE(ValueOf(json, "embedding_dim"), "0") << json;
+  for (const std::string id : {"a", "b", "c"}) {
+    const size_t at = json.find(absl::StrCat("{\"id\":\"", id, "\""));
+    ASSERT_NE(at, std::string::npos) << json;
+    EXPECT_EQ(ValueOf(json, "embedding_2d", at).substr(0, 1), "[") << id << " in " << json;
+  }
+}
+
+// console.h: /api/projects's labels_per_second is measured from the oldest history sample
+// within kRateWindow to the request. "r" is created after the sampling thread's first pass,
+// so it has no sample until its next one (kSampleInterval later) and these, in the past, are
+// its first: 0 labels 10 minutes ago (outside the window), 10 labels 100 s ago, 30 now: 20
+// labels in 100 s (and the moments since).
+TEST_F(WebConsoleTest, TheIngestRateIsMeasuredWithinTheRateWindow) {
+  // The thread's first pass has sampled p once p has a rate (a sample a second old); the
+  // listing itself samples nothing.
+  for (int i = 0; i < 100 && LabelsPerSecond("p") == "null"; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_EQ(LabelsPerSecond("p"), "0");
+  absl::StatusOr<std::shared_ptr<LiveProject>> created = CreateProject("r");
+  ASSERT_TRUE(created.ok()) << created.status();
+  const absl::Time start = absl::Now();
+  console_->SampleProjects(start - absl::Minutes(10));
+  std::vector<Label> first, then;
+  for (int32_t i = 0; i < 10; ++i) {
+    const std::string item = absl::StrCat("i", i);
+    first.push_back({item, "a", 1});
+    then.push_back({item, "b", 1});
+    then.push_back({item, "c", 1});
+  }
+  Commit(**created, first);
+  console_->SampleProjects(start - absl::Seconds(100));
+  Commit(**created, then);
+  const std::string rate = LabelsPerSecond("r");
+  // The samples above are r's first (not taken after one of the thread's).
+  ASSERT_EQ(ArrayOf(Get("/api/projects/r"), "time_ms").substr(0, 27),
+            absl::StrCat(absl::ToUnixMillis(start - absl::Minutes(10)), ",",
+                         absl::ToUnixMillis(start - absl::Seconds(100))));
+  EXPECT_LE(std::stod(rate), 0.2) << rate;
+  EXPECT_GT(std::stod(rate), 0.19) << rate;
+}
+
+// console.h: labels_per_second is null until the oldest sample within the window is a second
+// old.
+TEST_F(WebConsoleTest, TheIngestRateIsNullUntilItsSampleIsASecondOld) {
+  absl::StatusOr<std::shared_ptr<LiveProject>> created = CreateProject("r");
+  ASSERT_TRUE(created.ok()) << created.status();
+  console_->SampleProjects(absl::Now());
+  Commit(**created, {{"i0", "a", 1}, {"i1", "a", 0}});
+  EXPECT_EQ(LabelsPerSecond("r"), "null");
+}
+
+// console.h: the gold items' labels are read from PostgreSQL at most every
+// kReliabilityRefresh, and again once it has passed when the label count changed (the model
+// version did not: no fit runs here).
+TEST_F(WebConsoleTest, GoldLabelsAreReadAgainAfterTheRefreshWhenLabelsChanged) {
+  AddItems(*project_, {{"g1", 1}, {"g2", 0}});
+  Commit(*project_, {{"g1", "a", 1}});
+  EXPECT_NE(Get("/api/projects/p").find("\"gold_items\":2,\"gold_items_with_labels\":1,"),
+            std::string::npos);
+  Commit(*project_, {{"g2", "a", 0}});
+  // Within kReliabilityRefresh of the last read: not read again.
+  EXPECT_NE(Get("/api/projects/p").find("\"gold_items\":2,\"gold_items_with_labels\":1,"),
+            std::string::npos);
+  absl::SleepFor(WebConsole::kReliabilityRefresh + absl::Seconds(1));
+  const std::string json = Get("/api/projects/p");
+  EXPECT_NE(json.find("\"gold_items\":2,\"gold_items_with_labels\":2,"), std::string::npos)
+      << json;
 }
 
 }  // namespace
