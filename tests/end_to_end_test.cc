@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <iostream>
 #include <map>
@@ -1436,6 +1437,79 @@ TEST_F(EndToEndTest, ItemFeaturesGiveUnlabelledItemsATruthEstimate) {
   status = train();
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_GE(unlabelled_correct(), 34);
+}
+
+// projects.proto, AddItemsRequest: "Existing ids are updated: given features ... replace the
+// old". The next fit, a warm start of the served model, must read the new features: the 40
+// unlabelled items' feature 0 flipped to the other class makes their estimates follow it.
+TEST_F(EndToEndTest, UpdatedItemFeaturesReachTheNextFit) {
+  ASSERT_TRUE(CreateProject("updated-features", {"no", "yes"}, /*item_feature_dim=*/2).ok());
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project("updated-features");
+    request.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_TRACE_REG);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(projects_->UpdateProjectSettings(&context, request, &response).ok());
+  }
+  auto truth = [](int i) { return (i * 7 + i / 3) % 2; };
+  // Items [from, to) with feature 0 = `signal(i)` (plus a little noise), feature 1 noise.
+  auto add_items = [&](int from, int to, const std::function<int(int)>& signal) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddItemsRequest request;
+    request.set_project("updated-features");
+    for (int i = from; i < to; ++i) {
+      v1::Item* item = request.add_items();
+      item->set_id(absl::StrCat("f", i));
+      item->add_features(static_cast<float>(signal(i)) + 0.05f * static_cast<float>(i % 5 - 2));
+      item->add_features(static_cast<float>((i * 13) % 7));
+    }
+    v1::AddItemsResponse response;
+    return projects_->AddItems(&context, request, &response);
+  };
+  ASSERT_TRUE(add_items(0, 80, truth).ok());
+  auto submit = [&](int batch_id, int from, int to, const std::string& annotator_prefix) {
+    v1::AnnotationBatch batch;
+    batch.set_project("updated-features");
+    batch.set_batch_id(batch_id);
+    for (int i = from; i < to; ++i) {
+      for (int a = 0; a < 5; ++a) {
+        v1::Annotation* out = batch.add_annotations();
+        out->set_item(absl::StrCat("f", i));
+        out->set_annotator(absl::StrCat(annotator_prefix, a));
+        out->set_label((i + a) % 5 == 0 ? 1 - truth(i) : truth(i));
+      }
+    }
+    Submit({batch});
+  };
+  submit(1, 0, 40, "w");
+  auto train = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::TrainModelRequest request;
+    request.set_project("updated-features");
+    v1::TrainModelResponse response;
+    return models_->TrainModel(&context, request, &response);
+  };
+  auto unlabelled_matching_truth = [&] {
+    int matching = 0;
+    for (const v1::Posterior& p : ListAll("updated-features")) {
+      int i = 0;
+      EXPECT_TRUE(absl::SimpleAtoi(p.item().substr(1), &i)) << p.item();
+      if (i >= 40) matching += p.map_label() == truth(i);
+    }
+    return matching;
+  };
+  ASSERT_TRUE(train().ok());
+  ASSERT_GE(unlabelled_matching_truth(), 34);
+  // Feature 0 of the unlabelled items now says the other class; a few more labelled items so
+  // that the refit is due and warm-started.
+  ASSERT_TRUE(add_items(40, 80, [&](int i) { return 1 - truth(i); }).ok());
+  submit(2, 0, 2, "v");
+  ASSERT_TRUE(train().ok());
+  EXPECT_LE(unlabelled_matching_truth(), 6);
 }
 
 // An annotator added after lia's fit, with features, is profiled and ranked by the confusion

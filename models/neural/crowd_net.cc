@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/strings/match.h"
+
 namespace verity::models::neural {
 
 RowEncoderImpl::RowEncoderImpl(int64_t num_rows, int64_t dim, int64_t feature_dim,
@@ -95,7 +97,9 @@ void CopyOverlappingParameters(torch::nn::Module& from, torch::nn::Module& to) {
   auto copy = [](const torch::OrderedDict<std::string, torch::Tensor>& source,
                  torch::OrderedDict<std::string, torch::Tensor>& target) {
     for (auto& item : target) {
-      const torch::Tensor* old = source.find(item.key());
+      const std::string& key = item.key();
+      if (key == "features" || absl::EndsWith(key, ".features")) continue;  // inputs
+      const torch::Tensor* old = source.find(key);
       if (old == nullptr) continue;
       torch::Tensor& now = item.value();
       if (old->sizes() == now.sizes()) {

@@ -120,7 +120,9 @@ torch::nn::Sequential MakeMlp(int64_t in, int64_t hidden, int64_t out, int layer
 
 // Copies into `to` every parameter and buffer of `from` with the same name: whole when the
 // shapes are equal; when only the first dimension differs (per-item or per-annotator tables),
-// the leading rows they share. Other mismatches are left at `to`'s initialisation.
+// the leading rows they share. Other mismatches are left at `to`'s initialisation. The
+// encoders' "features" buffers are inputs, not learned state: `to` keeps its own (features
+// given since the last fit would otherwise be replaced by the old ones).
 void CopyOverlappingParameters(torch::nn::Module& from, torch::nn::Module& to);
 
 }  // namespace verity::models::neural
