@@ -223,6 +223,54 @@ class AuthTest : public ::testing::Test {
     return response.secret_key();
   }
 
+  // On a server with --max_calls_per_key=1: `key` submits a label to `item` (so that the
+  // project's fit is not current), then its TrainModel is held inside the fit while
+  // `while_held` runs against the server's channel; afterwards the fit ends, TrainModel
+  // succeeds, and the key's next call is served.
+  static void WhileAKeysOnlyCallIsHeld(
+      const std::string& key, const std::string& item,
+      const std::function<void(std::shared_ptr<grpc::Channel>)>& while_held) {
+    v1::BatchAck seeded;
+    ASSERT_TRUE(Submit(key, item, &seeded).ok());
+    absl::Mutex mu;
+    bool fit_started = false;
+    bool release_fit = false;
+    server::VerityServer::Options options = ServerOptions();
+    options.max_calls_per_key = 1;
+    options.training.before_fit_for_testing = [&](const server::LiveProject&) {
+      absl::MutexLock lock(&mu);
+      fit_started = true;
+      mu.Await(absl::Condition(&release_fit));
+    };
+    auto limited = server::VerityServer::Start(options);
+    ASSERT_TRUE(limited.ok()) << limited.status();
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*limited)->port()),
+                                       grpc::InsecureChannelCredentials());
+    grpc::Status train_status;
+    std::thread train([&] {
+      v1::TrainModelRequest request;
+      request.set_project(kProject);
+      v1::TrainModelResponse response;
+      grpc::ClientContext context;
+      Authorize(context, key);
+      train_status = v1::ModelService::NewStub(channel)->TrainModel(&context, request, &response);
+    });
+    {
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(&fit_started));
+    }
+    while_held(channel);
+    {
+      absl::MutexLock lock(&mu);
+      release_fit = true;
+    }
+    train.join();
+    EXPECT_TRUE(train_status.ok()) << train_status.error_message();
+    const grpc::Status after = GetOwnProject(channel, key);
+    EXPECT_TRUE(after.ok()) << after.error_message();
+    (*limited)->Shutdown();
+  }
+
   // GetProject(kProject) with `key` over `channel`.
   static grpc::Status GetOwnProject(const std::shared_ptr<grpc::Channel>& channel,
                                     const std::string& key) {
@@ -980,55 +1028,18 @@ TEST_F(AuthTest, TheConsoleNeedsAKeyAndShowsOnlyItsProjects) {
 // TrainModel is held in its fit, the writer's next call is refused naming the key and the
 // flag, another key's is served, and once the fit returns the writer is served again.
 TEST_F(AuthTest, OneKeyCannotHoldMoreThanItsShareOfUnaryCalls) {
-  // A label the current version has not seen, so that TrainModel fits.
-  v1::BatchAck seeded;
-  ASSERT_TRUE(Submit((*keys_)[Caller::kAdmin], "calls-in-flight", &seeded).ok());
-  absl::Mutex mu;
-  bool fit_started = false;
-  bool release_fit = false;
-  server::VerityServer::Options options = ServerOptions();
-  options.max_calls_per_key = 1;
-  options.training.before_fit_for_testing = [&](const server::LiveProject&) {
-    absl::MutexLock lock(&mu);
-    fit_started = true;
-    mu.Await(absl::Condition(&release_fit));
-  };
-  auto limited = server::VerityServer::Start(options);
-  ASSERT_TRUE(limited.ok()) << limited.status();
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*limited)->port()),
-                                     grpc::InsecureChannelCredentials());
-  auto get_project = [&](const std::string& key) { return GetOwnProject(channel, key); };
   const std::string writer = (*keys_)[Caller::kWriter];
-  grpc::Status train_status;
-  std::thread train([&] {
-    v1::TrainModelRequest request;
-    request.set_project(kProject);
-    v1::TrainModelResponse response;
-    grpc::ClientContext context;
-    Authorize(context, writer);
-    train_status = v1::ModelService::NewStub(channel)->TrainModel(&context, request, &response);
+  WhileAKeysOnlyCallIsHeld(writer, "calls-in-flight", [&](std::shared_ptr<grpc::Channel> channel) {
+    const grpc::Status refused = GetOwnProject(channel, writer);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << refused.error_message();
+    EXPECT_TRUE(absl::StrContains(refused.error_message(), "--max_calls_per_key"))
+        << refused.error_message();
+    EXPECT_TRUE(absl::StrContains(refused.error_message(), writer.substr(3, 16)))
+        << refused.error_message();
+    const grpc::Status other_key = GetOwnProject(channel, (*keys_)[Caller::kReader]);
+    EXPECT_TRUE(other_key.ok()) << other_key.error_message();
   });
-  {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&fit_started));
-  }
-  const grpc::Status refused = get_project(writer);
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
-  EXPECT_TRUE(absl::StrContains(refused.error_message(), "--max_calls_per_key"))
-      << refused.error_message();
-  EXPECT_TRUE(absl::StrContains(refused.error_message(), writer.substr(3, 16)))
-      << refused.error_message();
-  const grpc::Status other_key = get_project((*keys_)[Caller::kReader]);
-  EXPECT_TRUE(other_key.ok()) << other_key.error_message();
-  {
-    absl::MutexLock lock(&mu);
-    release_fit = true;
-  }
-  train.join();
-  EXPECT_TRUE(train_status.ok()) << train_status.error_message();
-  const grpc::Status after = get_project(writer);
-  EXPECT_TRUE(after.ok()) << after.error_message();
-  (*limited)->Shutdown();
 }
 
 // "retry when one has returned": a call whose answer the client has is no longer in flight.
@@ -1446,53 +1457,19 @@ TEST_F(AuthTest, TheConsoleRefusesARevokedKey) {
 // docs/SECURITY.md: --max_calls_per_key counts "Unary calls in flight per API key, admin keys
 // included": an admin key of every project is held to it too.
 TEST_F(AuthTest, AnAdminKeyIsHeldToItsShareOfUnaryCalls) {
-  v1::BatchAck seeded;
-  ASSERT_TRUE(Submit((*keys_)[Caller::kAdmin], "admin-calls-in-flight", &seeded).ok());
-  absl::Mutex mu;
-  bool fit_started = false;
-  bool release_fit = false;
-  server::VerityServer::Options options = ServerOptions();
-  options.max_calls_per_key = 1;
-  options.training.before_fit_for_testing = [&](const server::LiveProject&) {
-    absl::MutexLock lock(&mu);
-    fit_started = true;
-    mu.Await(absl::Condition(&release_fit));
-  };
-  auto limited = server::VerityServer::Start(options);
-  ASSERT_TRUE(limited.ok()) << limited.status();
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*limited)->port()),
-                                     grpc::InsecureChannelCredentials());
   const std::string admin = (*keys_)[Caller::kAdmin];
-  grpc::Status train_status;
-  std::thread train([&] {
-    v1::TrainModelRequest request;
-    request.set_project(kProject);
-    v1::TrainModelResponse response;
-    grpc::ClientContext context;
-    Authorize(context, admin);
-    train_status = v1::ModelService::NewStub(channel)->TrainModel(&context, request, &response);
-  });
-  {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&fit_started));
-  }
-  grpc::Status refused;
-  {
+  WhileAKeysOnlyCallIsHeld(admin, "admin-calls-in-flight",
+                           [&](std::shared_ptr<grpc::Channel> channel) {
     grpc::ClientContext context;
     Authorize(context, admin);
     v1::ListKeysResponse keys;
-    refused = v1::KeyService::NewStub(channel)->ListKeys(&context, v1::ListKeysRequest(), &keys);
-  }
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
-  EXPECT_TRUE(absl::StrContains(refused.error_message(), "--max_calls_per_key"))
-      << refused.error_message();
-  {
-    absl::MutexLock lock(&mu);
-    release_fit = true;
-  }
-  train.join();
-  EXPECT_TRUE(train_status.ok()) << train_status.error_message();
-  (*limited)->Shutdown();
+    const grpc::Status refused =
+        v1::KeyService::NewStub(channel)->ListKeys(&context, v1::ListKeysRequest(), &keys);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << refused.error_message();
+    EXPECT_TRUE(absl::StrContains(refused.error_message(), "--max_calls_per_key"))
+        << refused.error_message();
+  });
 }
 
 // docs/SECURITY.md: project names are at most 128 bytes (INVALID_ARGUMENT naming the field),
