@@ -228,6 +228,51 @@ TEST(CommandLineTest, DurationsAcceptUnitsOrPlainSeconds) {
   line = Parse({"project", "list", "--timeout=-3s"});
   EXPECT_THAT(line->GetDuration("timeout"),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  // A deadline must be finite.
+  line = Parse({"project", "list", "--timeout=inf"});
+  EXPECT_THAT(line->GetDuration("timeout"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// A lone "-" (standard input, say) is an argument, not a flag.
+TEST(ParseCommandLineTest, ALoneDashIsAnArgument) {
+  absl::StatusOr<CommandLine> line = Parse({"annotator", "--project=p", "-"});
+  ASSERT_THAT(line, IsOk());
+  EXPECT_THAT(line->args(), ElementsAre("-"));
+}
+
+// --help is a boolean flag like the others: --help=false asks for no help, and a value that
+// is not a boolean is refused.
+TEST(ParseCommandLineTest, HelpTakesOnlyABooleanValue) {
+  absl::StatusOr<CommandLine> line = Parse({"project", "list", "--help=false"});
+  ASSERT_THAT(line, IsOk());
+  EXPECT_FALSE(line->help());
+  line = Parse({"project", "list", "--help=0"});
+  ASSERT_THAT(line, IsOk());
+  EXPECT_FALSE(line->help());
+  line = Parse({"project", "list", "--help=1"});
+  ASSERT_THAT(line, IsOk());
+  EXPECT_TRUE(line->help());
+  EXPECT_THAT(Parse({"project", "list", "--help=maybe"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--help takes no value")));
+}
+
+// Help text starts in one column when the flags fit before it; a flag too long for that
+// goes on its own line, its help on the next, and does not push the column out.
+TEST(FormatUsageTest, AFlagTooLongForTheHelpColumnHasItsHelpOnTheNextLine) {
+  const CommandSpec command{"tune",
+                            "",
+                            0,
+                            0,
+                            "Tune.",
+                            "",
+                            {{"a_very_long_flag_name_indeed", "VALUE", "Long help."},
+                             {"n", "N", "Short help."}}};
+  const std::string usage = FormatCommandUsage("verity", command, {});
+  EXPECT_THAT(usage, HasSubstr("Flags:\n"
+                               "  --a_very_long_flag_name_indeed=VALUE\n"
+                               "         Long help.\n"
+                               "  --n=N  Short help.\n"));
 }
 
 TEST(FormatUsageTest, ProgramUsageListsEveryCommandAndGlobalFlag) {
