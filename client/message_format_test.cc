@@ -193,6 +193,11 @@ TEST(AnnotatorProfileJsonTest, CarriesTheEmbeddingOnlyWhenTheMethodLearnsOne) {
   EXPECT_EQ(AnnotatorProfileJson(profile, kClasses).Serialize(),
             "{\"annotator\":\"w1\",\"num_labels\":10,\"accuracy\":0.9,"
             "\"confusion\":null,\"embedding\":[0.5,-1.25]}");
+  // lia without features learns a one-value embedding: shown too.
+  profile.clear_embedding();
+  profile.add_embedding(0.75f);
+  EXPECT_NE(AnnotatorProfileJson(profile, kClasses).Serialize().find("\"embedding\":[0.75]"),
+            std::string::npos);
   profile.clear_embedding();
   EXPECT_EQ(AnnotatorProfileJson(profile, kClasses).Serialize().find("embedding"),
             std::string::npos);
@@ -282,6 +287,7 @@ TEST(PosteriorExportTest, FormulaLikeItemsAndClassesAreWrittenAsText) {
 
 TEST(ClassNameTest, FallsBackToTheIndex) {
   EXPECT_EQ(ClassName(kClasses, 1), "true");
+  EXPECT_EQ(ClassName(kClasses, 2), "2");  // one past the last class
   EXPECT_EQ(ClassName(kClasses, 5), "5");
   EXPECT_EQ(ClassName(kClasses, -1), "-1");
 }
