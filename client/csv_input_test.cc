@@ -105,6 +105,11 @@ TEST(ParseAnnotationsCsvTest, ErrorsNameTheFileAndLine) {
       StatusIs(absl::StatusCode::kInvalidArgument,
                "l.csv: line 2: expected 3 fields as in the header, "
                "got 2"));
+  // One field too many (an unquoted comma in an id, say) is refused too, not cut off.
+  EXPECT_THAT(
+      ParseAnnotationsCsv("item,annotator,label\ni1,w1,true,extra\n", "l.csv", labels),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "l.csv: line 2: expected 3 fields as in the header, got 4"));
   EXPECT_THAT(
       ParseAnnotationsCsv("item,annotator,label\n,w1,true\n", "l.csv", labels),
       StatusIs(absl::StatusCode::kInvalidArgument,
