@@ -1119,5 +1119,255 @@ TEST_F(ApiPromisesTest, AutoFallbackReasonNamesItsCriterionAndDoesNotDenyAnItemW
       << "choice_reason names no criterion: " << reason;
 }
 
+// A small noisy two-class project: 30 items, 5 annotators of differing accuracy.
+std::vector<LabelTriple> NoisyLabels() {
+  std::vector<LabelTriple> labels;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const double accuracy[5] = {0.95, 0.85, 0.7, 0.6, 0.55};
+  for (int i = 0; i < 30; ++i) {
+    const int truth = i % 2;
+    for (int w = 0; w < 5; ++w) {
+      const int label = u(rng) < accuracy[w] ? truth : 1 - truth;
+      labels.emplace_back(absl::StrCat("i", i), absl::StrCat("w", w), label);
+    }
+  }
+  return labels;
+}
+
+// models.proto, TrainModel: it returns the current version "when nothing a fit reads has
+// changed since the current version's fit (no new or revised label, gold label, item,
+// feature or model setting ...)". Sending the same settings again, or changing only the
+// assignment settings, changes nothing a fit reads; a new confusion_smoothing is a changed
+// model setting, so the next TrainModel fits a new version.
+TEST_F(ApiPromisesTest, AChangedModelSettingIsNewInputForTrainModelAndTheSameOneIsNot) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("setting-change", settings);
+  Submit("setting-change", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> first = Train("setting-change");
+  ASSERT_THAT(first, IsOk());
+  ASSERT_THAT(client_->UpdateProjectSettings("setting-change", settings), IsOk());
+  absl::StatusOr<v1::ModelVersion> same = Train("setting-change");
+  ASSERT_THAT(same, IsOk());
+  EXPECT_EQ(same->version(), first->version()) << "the same settings again";
+  settings.mutable_assignment()->set_min_labels_per_item(3);
+  ASSERT_THAT(client_->UpdateProjectSettings("setting-change", settings), IsOk());
+  same = Train("setting-change");
+  ASSERT_THAT(same, IsOk());
+  EXPECT_EQ(same->version(), first->version()) << "only an assignment setting changed";
+  settings.mutable_model()->set_confusion_smoothing(5.0);
+  ASSERT_THAT(client_->UpdateProjectSettings("setting-change", settings), IsOk());
+  absl::StatusOr<v1::ModelVersion> changed = Train("setting-change");
+  ASSERT_THAT(changed, IsOk());
+  EXPECT_EQ(changed->version(), first->version() + 1) << "confusion_smoothing changed";
+}
+
+// projects.proto: "A background refit starts when the labels committed since the last fit
+// reach max(refit_min_new_labels, refit_new_label_fraction * labels)". With 150 labels, a
+// minimum of 6 and a fraction of 0.01 (1.5), 5 new labels start no refit and the 6th does.
+TEST_F(ApiPromisesTest, ABackgroundRefitStartsAtTheConfiguredNumberOfNewLabels) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_refit_min_new_labels(6);
+  settings.mutable_model()->set_refit_new_label_fraction(0.01);
+  CreateProject("refit-threshold", settings);
+  Submit("refit-threshold", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> first = Train("refit-threshold");
+  ASSERT_THAT(first, IsOk());
+  std::vector<LabelTriple> five;
+  for (int i = 0; i < 5; ++i) five.emplace_back(absl::StrCat("i", i), "late", i % 2);
+  Submit("refit-threshold", five);
+  ASSERT_THAT(server_->core().scheduler->RefitDueProjectsNow(), IsOk());
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("refit-threshold");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->current_version().version(), first->version()) << "5 < 6 new labels";
+  Submit("refit-threshold", {{"i5", "late", 1}});
+  ASSERT_THAT(server_->core().scheduler->RefitDueProjectsNow(), IsOk());
+  status = client_->GetModelStatus("refit-threshold");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->current_version().version(), first->version() + 1) << "6 new labels";
+  EXPECT_EQ(status->labels_since_version(), 0);
+}
+
+// models.proto, GetModelStatusResponse: "After the project's method changes from auto they
+// [chosen_method, choice_reason] still describe the served version, until the next fit
+// replaces it; `method` above is the one that fit will use." And "(else empty)" after a fit
+// by another method.
+TEST_F(ApiPromisesTest, AutosChoiceDescribesTheServedVersionUntilTheNextFit) {
+  CreateProject("auto-then-ds");
+  Submit("auto-then-ds", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> first = Train("auto-then-ds");
+  ASSERT_THAT(first, IsOk());
+  EXPECT_EQ(first->method(), v1::TRUTH_METHOD_AUTO);
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("auto-then-ds");
+  ASSERT_THAT(status, IsOk());
+  const std::string chosen = status->chosen_method();
+  const std::string reason = status->choice_reason();
+  EXPECT_THAT(chosen, Not(IsEmpty()));
+  EXPECT_THAT(reason, Not(IsEmpty()));
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_ONE_COIN);
+  ASSERT_THAT(client_->UpdateProjectSettings("auto-then-ds", settings), IsOk());
+  status = client_->GetModelStatus("auto-then-ds");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->method(), v1::TRUTH_METHOD_ONE_COIN);
+  EXPECT_EQ(status->current_version().version(), first->version());
+  EXPECT_EQ(status->chosen_method(), chosen);
+  EXPECT_EQ(status->choice_reason(), reason);
+  absl::StatusOr<v1::ModelVersion> second = Train("auto-then-ds");
+  ASSERT_THAT(second, IsOk());
+  EXPECT_EQ(second->version(), first->version() + 1);
+  EXPECT_EQ(second->method(), v1::TRUTH_METHOD_ONE_COIN);
+  status = client_->GetModelStatus("auto-then-ds");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->chosen_method(), "");
+  EXPECT_EQ(status->choice_reason(), "");
+}
+
+// truth.proto, Posterior: probabilities sum to 1, confidence is probabilities[map_label],
+// num_labels counts live labels (a revision adds none, a resend adds none),
+// includes_newer_labels says the item has labels newer than the version's fit, model_version
+// names that version. ModelVersion.num_labels: "Live labels the fit saw".
+TEST_F(ApiPromisesTest, PosteriorFieldsAfterARevisionAndAResend) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("revise-fields", settings);
+  std::vector<LabelTriple> labels = NoisyLabels();
+  Submit("revise-fields", labels);
+  absl::StatusOr<v1::ModelVersion> first = Train("revise-fields");
+  ASSERT_THAT(first, IsOk());
+  EXPECT_EQ(first->num_labels(), 150);
+  // i0's label from w4 is revised, i1's from w0 resent unchanged.
+  std::vector<v1::Annotation> revise = Annotations({{"i0", "w4", 1 - std::get<2>(labels[4])}});
+  ASSERT_THAT(client_->SubmitAnnotations("revise-fields", revise, client::SubmitOptions{}),
+              IsOk());
+  std::vector<v1::Annotation> resend = Annotations({labels[5]});
+  ASSERT_THAT(client_->SubmitAnnotations("revise-fields", resend, client::SubmitOptions{}),
+              IsOk());
+  absl::StatusOr<std::vector<v1::Posterior>> served =
+      client_->GetPosteriors("revise-fields", {"i0", "i1", "i2"});
+  ASSERT_THAT(served, IsOk());
+  ASSERT_THAT(*served, SizeIs(3));
+  for (const v1::Posterior& p : *served) {
+    SCOPED_TRACE(p.DebugString());
+    ASSERT_EQ(p.probabilities_size(), 2);
+    EXPECT_NEAR(p.probabilities(0) + p.probabilities(1), 1.0, 1e-9);
+    EXPECT_DOUBLE_EQ(p.confidence(), p.probabilities(p.map_label()));
+    EXPECT_EQ(p.map_label(), p.probabilities(1) > p.probabilities(0) ? 1 : 0);
+    EXPECT_EQ(p.num_labels(), 5);
+    EXPECT_EQ(p.model_version(), first->version());
+  }
+  EXPECT_TRUE((*served)[0].includes_newer_labels()) << "i0 has a revised label";
+  EXPECT_FALSE((*served)[2].includes_newer_labels()) << "i2 has nothing new";
+  absl::StatusOr<v1::ModelVersion> second = Train("revise-fields");
+  ASSERT_THAT(second, IsOk());
+  EXPECT_EQ(second->version(), first->version() + 1) << "a revised label is new input";
+  EXPECT_EQ(second->num_labels(), 150);
+  served = client_->GetPosteriors("revise-fields", {"i0"});
+  ASSERT_THAT(served, IsOk());
+  ASSERT_THAT(*served, SizeIs(1));
+  EXPECT_FALSE((*served)[0].includes_newer_labels());
+  EXPECT_EQ((*served)[0].model_version(), second->version());
+}
+
+// models.proto, TrainModel: "FAILED_PRECONDITION when the project has no labels" -- also when
+// it has items, gold ones among them, but no label.
+TEST_F(ApiPromisesTest, TrainModelWithItemsButNoLabelsIsFailedPrecondition) {
+  CreateProject("items-only");
+  v1::Item gold;
+  gold.set_id("g");
+  gold.set_gold_label(1);
+  ASSERT_THAT(client_->AddItems("items-only", {gold}), IsOk());
+  AddItems("items-only", {"plain"});
+  EXPECT_THAT(Train("items-only"), StatusIs(absl::StatusCode::kFailedPrecondition));
+  absl::StatusOr<std::vector<v1::Posterior>> served =
+      client_->GetPosteriors("items-only", {"g", "plain"});
+  ASSERT_THAT(served, IsOk());
+  ASSERT_THAT(*served, SizeIs(2));
+  EXPECT_TRUE((*served)[0].is_gold());
+  EXPECT_EQ((*served)[0].map_label(), 1);
+  EXPECT_EQ((*served)[0].model_version(), 0);
+  EXPECT_FALSE((*served)[1].is_gold());
+  EXPECT_EQ((*served)[1].num_labels(), 0);
+  EXPECT_NEAR((*served)[1].probabilities(0) + (*served)[1].probabilities(1), 1.0, 1e-9);
+}
+
+// projects.proto: calibration "none" = the model's own posteriors; models.proto:
+// GetModelStatus.calibration is "absent when ModelSettings.calibration is 'none'". Switching
+// calibration is a model setting change: the next TrainModel fits a new version and the
+// status reports the map again.
+TEST_F(ApiPromisesTest, SwitchingCalibrationBackOnIsNewInputAndReportedAgain) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_calibration("none");
+  CreateProject("calib-switch", settings);
+  Submit("calib-switch", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> first = Train("calib-switch");
+  ASSERT_THAT(first, IsOk());
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("calib-switch");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_FALSE(status->has_calibration());
+  settings.mutable_model()->set_calibration("auto");
+  ASSERT_THAT(client_->UpdateProjectSettings("calib-switch", settings), IsOk());
+  absl::StatusOr<v1::ModelVersion> second = Train("calib-switch");
+  ASSERT_THAT(second, IsOk());
+  EXPECT_EQ(second->version(), first->version() + 1);
+  status = client_->GetModelStatus("calib-switch");
+  ASSERT_THAT(status, IsOk());
+  ASSERT_TRUE(status->has_calibration());
+  EXPECT_EQ(status->calibration().source(), "crowd_labels");
+  EXPECT_GT(status->calibration().temperature(), 0.0);
+}
+
+// projects.proto: max_iterations is the "EM iteration cap for a full fit". A project created
+// with a cap of 2 has its first (full) fit stop within 2 iterations.
+TEST_F(ApiPromisesTest, MaxIterationsCapsTheFirstFit) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_tolerance(1e-12);
+  settings.mutable_model()->set_max_iterations(2);
+  CreateProject("iteration-cap-first", settings);
+  Submit("iteration-cap-first", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> capped = Train("iteration-cap-first");
+  ASSERT_THAT(capped, IsOk());
+  EXPECT_LE(capped->iterations(), 2);
+  EXPECT_GE(capped->iterations(), 1);
+}
+
+// models.proto: chosen_method and choice_reason describe "the served version" when it was
+// fitted by auto, and calibration is "the calibration of the served posteriors". A restart
+// serves the same version, so it reports the same choice and the same map.
+TEST_F(ApiPromisesTest, AutosChoiceAndTheCalibrationSurviveARestart) {
+  CreateProject("auto-restart");
+  Submit("auto-restart", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> first = Train("auto-restart");
+  ASSERT_THAT(first, IsOk());
+  absl::StatusOr<v1::GetModelStatusResponse> before = client_->GetModelStatus("auto-restart");
+  ASSERT_THAT(before, IsOk());
+  ASSERT_THAT(before->chosen_method(), Not(IsEmpty()));
+  absl::StatusOr<std::vector<v1::Posterior>> served_before =
+      client_->GetPosteriors("auto-restart", {"i0", "i1"});
+  ASSERT_THAT(served_before, IsOk());
+  TearDown();
+  SetUp();
+  absl::StatusOr<v1::GetModelStatusResponse> after = client_->GetModelStatus("auto-restart");
+  ASSERT_THAT(after, IsOk());
+  EXPECT_EQ(after->current_version().version(), first->version());
+  EXPECT_EQ(after->chosen_method(), before->chosen_method());
+  EXPECT_EQ(after->choice_reason(), before->choice_reason());
+  EXPECT_EQ(after->has_calibration(), before->has_calibration());
+  EXPECT_EQ(after->calibration().source(), before->calibration().source());
+  EXPECT_NEAR(after->calibration().temperature(), before->calibration().temperature(), 1e-9);
+  absl::StatusOr<std::vector<v1::Posterior>> served_after =
+      client_->GetPosteriors("auto-restart", {"i0", "i1"});
+  ASSERT_THAT(served_after, IsOk());
+  ASSERT_THAT(*served_after, SizeIs(2));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NEAR((*served_after)[i].probabilities(0), (*served_before)[i].probabilities(0), 1e-9);
+    EXPECT_EQ((*served_after)[i].model_version(), first->version());
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
