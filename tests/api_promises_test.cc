@@ -1369,5 +1369,49 @@ TEST_F(ApiPromisesTest, AutosChoiceAndTheCalibrationSurviveARestart) {
   }
 }
 
+// projects.proto: confusion_smoothing is a "Dirichlet pseudo-count added to every cell of
+// every annotator confusion matrix"; a changed model setting is new input for the next fit.
+// A project given a large smoothing by UpdateProjectSettings after its first fit serves, after
+// the next fit, what a project created with that smoothing serves for the same labels.
+TEST_F(ApiPromisesTest, AConfusionSmoothingSetLaterTakesEffectAtTheNextFit) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_tolerance(1e-12);
+  settings.mutable_model()->set_calibration("none");
+  CreateProject("smooth-later", settings);
+  v1::ProjectSettings smooth = settings;
+  smooth.mutable_model()->set_confusion_smoothing(40.0);
+  CreateProject("smooth-from-start", smooth);
+  Submit("smooth-later", NoisyLabels());
+  Submit("smooth-from-start", NoisyLabels());
+  ASSERT_THAT(Train("smooth-later"), IsOk());
+  ASSERT_THAT(Train("smooth-from-start"), IsOk());
+  std::vector<std::string> items;
+  for (int i = 0; i < 30; ++i) items.push_back(absl::StrCat("i", i));
+  absl::StatusOr<std::vector<v1::Posterior>> unsmoothed =
+      client_->GetPosteriors("smooth-later", items);
+  ASSERT_THAT(unsmoothed, IsOk());
+  ASSERT_THAT(client_->UpdateProjectSettings("smooth-later", smooth), IsOk());
+  ASSERT_THAT(Train("smooth-later"), IsOk());
+  absl::StatusOr<std::vector<v1::Posterior>> later = client_->GetPosteriors("smooth-later", items);
+  absl::StatusOr<std::vector<v1::Posterior>> from_start =
+      client_->GetPosteriors("smooth-from-start", items);
+  ASSERT_THAT(later, IsOk());
+  ASSERT_THAT(from_start, IsOk());
+  double max_gap_to_start = 0, max_gap_to_unsmoothed = 0, start_vs_unsmoothed = 0;
+  for (int i = 0; i < 30; ++i) {
+    const double l = (*later)[i].probabilities(1);
+    const double f = (*from_start)[i].probabilities(1);
+    const double u = (*unsmoothed)[i].probabilities(1);
+    max_gap_to_start = std::max(max_gap_to_start, std::abs(l - f));
+    max_gap_to_unsmoothed = std::max(max_gap_to_unsmoothed, std::abs(l - u));
+    start_vs_unsmoothed = std::max(start_vs_unsmoothed, std::abs(f - u));
+  }
+  ASSERT_GT(start_vs_unsmoothed, 0.01) << "the smoothing must matter for this check";
+  EXPECT_LT(max_gap_to_start, 1e-3) << "unsmoothed differs from smoothed by "
+                                    << start_vs_unsmoothed << "; later by "
+                                    << max_gap_to_unsmoothed;
+}
+
 }  // namespace
 }  // namespace verity::tests
