@@ -1413,5 +1413,28 @@ TEST_F(ApiPromisesTest, AConfusionSmoothingSetLaterTakesEffectAtTheNextFit) {
                                     << max_gap_to_unsmoothed;
 }
 
+// projects.proto: max_iterations is the "EM iteration cap for a full fit"; ModelVersion
+// reports the fit's iterations; PERFORMANCE.md's runs state "max_iterations 100 (refit: 100)",
+// one cap for full fits and refits. A cap of 2 set by UpdateProjectSettings after a fit
+// holds at the next fit (TrainModel fits a new version since a model setting changed).
+TEST_F(ApiPromisesTest, MaxIterationsCapsTheNextFitsIterations) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_tolerance(1e-12);
+  CreateProject("iteration-cap", settings);
+  Submit("iteration-cap", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> free_fit = Train("iteration-cap");
+  ASSERT_THAT(free_fit, IsOk());
+  EXPECT_GT(free_fit->iterations(), 2);
+  EXPECT_LE(free_fit->iterations(), 100) << "the default cap";
+  settings.mutable_model()->set_max_iterations(2);
+  ASSERT_THAT(client_->UpdateProjectSettings("iteration-cap", settings), IsOk());
+  absl::StatusOr<v1::ModelVersion> capped = Train("iteration-cap");
+  ASSERT_THAT(capped, IsOk());
+  EXPECT_EQ(capped->version(), free_fit->version() + 1);
+  EXPECT_LE(capped->iterations(), 2) << "the free fit took " << free_fit->iterations();
+  EXPECT_GE(capped->iterations(), 1);
+}
+
 }  // namespace
 }  // namespace verity::tests
