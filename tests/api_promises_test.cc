@@ -1436,5 +1436,85 @@ TEST_F(ApiPromisesTest, MaxIterationsCapsTheNextFitsIterations) {
   EXPECT_GE(capped->iterations(), 1);
 }
 
+// projects.proto: "A background refit starts when the labels committed since the last fit
+// reach max(refit_min_new_labels, refit_new_label_fraction * labels)". Thresholds lowered by
+// UpdateProjectSettings after the first fit (from the defaults 50 and 0.1 to 3 and 0.01)
+// apply to the next refit: 3 new labels of 150 start one.
+TEST_F(ApiPromisesTest, RefitThresholdsLoweredLaterApplyToTheNextRefit) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("refit-later", settings);
+  Submit("refit-later", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> first = Train("refit-later");
+  ASSERT_THAT(first, IsOk());
+  settings.mutable_model()->set_refit_min_new_labels(3);
+  settings.mutable_model()->set_refit_new_label_fraction(0.01);
+  ASSERT_THAT(client_->UpdateProjectSettings("refit-later", settings), IsOk());
+  // The settings change alone may refit (a changed model setting); start from its result.
+  ASSERT_THAT(server_->core().scheduler->RefitDueProjectsNow(), IsOk());
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("refit-later");
+  ASSERT_THAT(status, IsOk());
+  const int32_t base = status->current_version().version();
+  Submit("refit-later", {{"i0", "late", 0}, {"i1", "late", 1}, {"i2", "late", 0}});
+  ASSERT_THAT(server_->core().scheduler->RefitDueProjectsNow(), IsOk());
+  status = client_->GetModelStatus("refit-later");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->current_version().version(), base + 1) << "3 new labels of 153";
+  EXPECT_EQ(status->labels_since_version(), 0);
+}
+
+// models.proto, TrainModel returns the current version when there is "no new or revised
+// label"; truth.proto: includes_newer_labels is true "when the item has labels newer than
+// that version's fit". A resend of live labels (acked duplicate) is neither.
+TEST_F(ApiPromisesTest, AResendAfterAFitIsNoNewerLabelAndNoNewInput) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("resend-after-fit", settings);
+  std::vector<LabelTriple> labels = NoisyLabels();
+  Submit("resend-after-fit", labels);
+  absl::StatusOr<v1::ModelVersion> first = Train("resend-after-fit");
+  ASSERT_THAT(first, IsOk());
+  std::vector<LabelTriple> again(labels.begin(), labels.begin() + 5);
+  absl::StatusOr<client::SubmitTotals> totals = client_->SubmitAnnotations(
+      "resend-after-fit", Annotations(again), client::SubmitOptions{});
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->duplicate, 5);
+  absl::StatusOr<std::vector<v1::Posterior>> served =
+      client_->GetPosteriors("resend-after-fit", {"i0"});
+  ASSERT_THAT(served, IsOk());
+  ASSERT_THAT(*served, SizeIs(1));
+  EXPECT_FALSE((*served)[0].includes_newer_labels());
+  EXPECT_EQ((*served)[0].num_labels(), 5);
+  absl::StatusOr<v1::ModelVersion> same = Train("resend-after-fit");
+  ASSERT_THAT(same, IsOk());
+  EXPECT_EQ(same->version(), first->version());
+}
+
+// truth.proto: model_version 0 means "none fitted yet; majority vote is used until the first
+// fit"; map_label is the most probable class, confidence its probability.
+TEST_F(ApiPromisesTest, BeforeTheFirstFitTheMajorityIsServedAsVersionZero) {
+  CreateProject("before-fit");
+  Submit("before-fit", {{"x", "a", 1}, {"x", "b", 1}, {"x", "c", 0}, {"y", "a", 0}});
+  absl::StatusOr<std::vector<v1::Posterior>> served =
+      client_->GetPosteriors("before-fit", {"x", "y"});
+  ASSERT_THAT(served, IsOk());
+  ASSERT_THAT(*served, SizeIs(2));
+  for (const v1::Posterior& p : *served) {
+    SCOPED_TRACE(p.DebugString());
+    EXPECT_EQ(p.model_version(), 0);
+    EXPECT_FALSE(p.has_difficulty());
+    EXPECT_NEAR(p.probabilities(0) + p.probabilities(1), 1.0, 1e-9);
+    EXPECT_DOUBLE_EQ(p.confidence(), p.probabilities(p.map_label()));
+  }
+  EXPECT_EQ((*served)[0].map_label(), 1);
+  EXPECT_GT((*served)[0].probabilities(1), 0.5);
+  EXPECT_EQ((*served)[1].map_label(), 0);
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("before-fit");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_FALSE(status->has_current_version());
+  EXPECT_EQ(status->num_labels(), 4);
+  EXPECT_EQ(status->labels_since_version(), 4);
+}
+
 }  // namespace
 }  // namespace verity::tests
