@@ -1516,5 +1516,58 @@ TEST_F(ApiPromisesTest, BeforeTheFirstFitTheMajorityIsServedAsVersionZero) {
   EXPECT_EQ(status->labels_since_version(), 4);
 }
 
+// truth.proto: difficulty is set "for methods that learn one (lia)" and "unset for the other
+// methods"; an embedding is served "for methods that learn one (lia, conal)" and is "empty
+// for the other methods"; is_gold: "the posterior is clamped to it". common.proto: a method
+// change "takes effect at the next fit", so until then the lia version is still served.
+TEST_F(ApiPromisesTest, SwitchingFromLiaToDsDropsDifficultyAndEmbeddingAtTheNextFit) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_LIA);
+  CreateProject("lia-to-ds", settings);
+  Submit("lia-to-ds", NoisyLabels());
+  v1::Item gold;
+  gold.set_id("i0");  // Truth 0; give it the other class as gold.
+  gold.set_gold_label(1);
+  ASSERT_THAT(client_->AddItems("lia-to-ds", {gold}), IsOk());
+  absl::StatusOr<v1::ModelVersion> lia = Train("lia-to-ds");
+  ASSERT_THAT(lia, IsOk());
+  ASSERT_EQ(lia->method(), v1::TRUTH_METHOD_LIA);
+  auto check = [&](bool lia_served) {
+    absl::StatusOr<std::vector<v1::Posterior>> served =
+        client_->GetPosteriors("lia-to-ds", {"i0", "i1"});
+    ASSERT_THAT(served, IsOk());
+    ASSERT_THAT(*served, SizeIs(2));
+    EXPECT_TRUE((*served)[0].is_gold());
+    EXPECT_EQ((*served)[0].map_label(), 1);
+    EXPECT_DOUBLE_EQ((*served)[0].probabilities(1), 1.0);
+    for (const v1::Posterior& p : *served) {
+      EXPECT_EQ(p.has_difficulty(), lia_served) << p.DebugString();
+    }
+    absl::StatusOr<std::vector<v1::AnnotatorProfile>> profiles =
+        client_->GetAnnotatorProfiles("lia-to-ds", {"w0"});
+    ASSERT_THAT(profiles, IsOk());
+    ASSERT_THAT(*profiles, SizeIs(1));
+    EXPECT_EQ((*profiles)[0].embedding_size() > 0, lia_served);
+    EXPECT_FALSE((*profiles)[0].predicted_from_features());
+  };
+  {
+    SCOPED_TRACE("lia fitted");
+    check(true);
+  }
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  ASSERT_THAT(client_->UpdateProjectSettings("lia-to-ds", settings), IsOk());
+  {
+    SCOPED_TRACE("ds configured, lia still served");
+    check(true);
+  }
+  absl::StatusOr<v1::ModelVersion> ds = Train("lia-to-ds");
+  ASSERT_THAT(ds, IsOk());
+  EXPECT_EQ(ds->method(), v1::TRUTH_METHOD_DAWID_SKENE);
+  {
+    SCOPED_TRACE("ds fitted");
+    check(false);
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
