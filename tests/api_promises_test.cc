@@ -1569,5 +1569,55 @@ TEST_F(ApiPromisesTest, SwitchingFromLiaToDsDropsDifficultyAndEmbeddingAtTheNext
   }
 }
 
+// projects.proto: calibration "none" = "the model's own posteriors", "auto" = a posterior
+// temperature (on the crowd labels without enough gold); a changed model setting is new input
+// for the next fit (models.proto, TrainModel). A project switched from "none" to "auto" after a
+// fit serves, after the next fit, what a project created with "auto" serves for the same
+// labels, and the status reports the same map.
+TEST_F(ApiPromisesTest, ACalibrationSwitchedOnLaterServesWhatItServesFromTheStart) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_tolerance(1e-12);
+  settings.mutable_model()->set_calibration("none");
+  CreateProject("calib-later", settings);
+  v1::ProjectSettings calibrated = settings;
+  calibrated.mutable_model()->set_calibration("auto");
+  CreateProject("calib-from-start", calibrated);
+  Submit("calib-later", NoisyLabels());
+  Submit("calib-from-start", NoisyLabels());
+  ASSERT_THAT(Train("calib-later"), IsOk());
+  ASSERT_THAT(Train("calib-from-start"), IsOk());
+  std::vector<std::string> items;
+  for (int i = 0; i < 30; ++i) items.push_back(absl::StrCat("i", i));
+  absl::StatusOr<std::vector<v1::Posterior>> raw = client_->GetPosteriors("calib-later", items);
+  ASSERT_THAT(raw, IsOk());
+  ASSERT_THAT(client_->UpdateProjectSettings("calib-later", calibrated), IsOk());
+  ASSERT_THAT(Train("calib-later"), IsOk());
+  absl::StatusOr<std::vector<v1::Posterior>> later = client_->GetPosteriors("calib-later", items);
+  absl::StatusOr<std::vector<v1::Posterior>> from_start =
+      client_->GetPosteriors("calib-from-start", items);
+  ASSERT_THAT(later, IsOk());
+  ASSERT_THAT(from_start, IsOk());
+  absl::StatusOr<v1::GetModelStatusResponse> later_status = client_->GetModelStatus("calib-later");
+  absl::StatusOr<v1::GetModelStatusResponse> start_status =
+      client_->GetModelStatus("calib-from-start");
+  ASSERT_THAT(later_status, IsOk());
+  ASSERT_THAT(start_status, IsOk());
+  EXPECT_NEAR(later_status->calibration().temperature(),
+              start_status->calibration().temperature(), 1e-3);
+  double gap_to_start = 0, start_vs_raw = 0, later_vs_raw = 0;
+  for (int i = 0; i < 30; ++i) {
+    gap_to_start = std::max(gap_to_start, std::abs((*later)[i].probabilities(1) -
+                                                   (*from_start)[i].probabilities(1)));
+    start_vs_raw = std::max(start_vs_raw, std::abs((*from_start)[i].probabilities(1) -
+                                                   (*raw)[i].probabilities(1)));
+    later_vs_raw = std::max(later_vs_raw, std::abs((*later)[i].probabilities(1) -
+                                                   (*raw)[i].probabilities(1)));
+  }
+  EXPECT_LT(gap_to_start, 1e-3) << "calibrated vs raw: " << start_vs_raw
+                                << "; switched later vs raw: " << later_vs_raw
+                                << "; temperature " << start_status->calibration().temperature();
+}
+
 }  // namespace
 }  // namespace verity::tests
