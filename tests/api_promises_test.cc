@@ -1619,5 +1619,50 @@ TEST_F(ApiPromisesTest, ACalibrationSwitchedOnLaterServesWhatItServesFromTheStar
                                 << "; temperature " << start_status->calibration().temperature();
 }
 
+// truth.proto: an item added after the fit is served by the current version (model_version
+// "whose parameters produced this posterior"), with no labels and nothing newer than the fit;
+// a label on a new item makes includes_newer_labels true.
+TEST_F(ApiPromisesTest, AnItemAddedAfterTheFitIsServedByTheCurrentVersion) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("item-after-fit", settings);
+  Submit("item-after-fit", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> first = Train("item-after-fit");
+  ASSERT_THAT(first, IsOk());
+  AddItems("item-after-fit", {"fresh"});
+  Submit("item-after-fit", {{"fresh-labelled", "w0", 1}});
+  absl::StatusOr<std::vector<v1::Posterior>> served =
+      client_->GetPosteriors("item-after-fit", {"fresh", "fresh-labelled"});
+  ASSERT_THAT(served, IsOk());
+  ASSERT_THAT(*served, SizeIs(2));
+  for (const v1::Posterior& p : *served) {
+    SCOPED_TRACE(p.DebugString());
+    EXPECT_EQ(p.model_version(), first->version());
+    EXPECT_NEAR(p.probabilities(0) + p.probabilities(1), 1.0, 1e-9);
+    EXPECT_DOUBLE_EQ(p.confidence(), p.probabilities(p.map_label()));
+  }
+  EXPECT_EQ((*served)[0].num_labels(), 0);
+  EXPECT_FALSE((*served)[0].includes_newer_labels());
+  EXPECT_EQ((*served)[1].num_labels(), 1);
+  EXPECT_TRUE((*served)[1].includes_newer_labels());
+  EXPECT_EQ((*served)[1].map_label(), 1);
+}
+
+// models.proto, TrainModel: it returns the current version only when there is "no new or
+// revised label, gold label, item, feature or model setting". An item added by AddItems
+// (no labels, no features) after the fit is a new item: the next TrainModel fits.
+TEST_F(ApiPromisesTest, TrainModelAfterOnlyANewUnlabelledItemFitsANewVersion) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("new-item-input", settings);
+  Submit("new-item-input", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> first = Train("new-item-input");
+  ASSERT_THAT(first, IsOk());
+  AddItems("new-item-input", {"fresh"});
+  absl::StatusOr<v1::ModelVersion> next = Train("new-item-input");
+  ASSERT_THAT(next, IsOk());
+  EXPECT_EQ(next->version(), first->version() + 1);
+}
+
 }  // namespace
 }  // namespace verity::tests
