@@ -1664,5 +1664,42 @@ TEST_F(ApiPromisesTest, TrainModelAfterOnlyANewUnlabelledItemFitsANewVersion) {
   EXPECT_EQ(next->version(), first->version() + 1);
 }
 
+// models.proto, TrainModel returns the current version with "no new or revised label";
+// truth.proto: includes_newer_labels when the item "has labels newer than that version's fit"
+// and num_labels counts live labels. A label older (client_time) than the live one, arriving
+// after the fit, is kept in history only (ingest.proto, acked stale): none of these changes.
+TEST_F(ApiPromisesTest, AStaleLabelAfterAFitIsNoNewInput) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("stale-after-fit", settings);
+  std::vector<v1::Annotation> timed = Annotations(NoisyLabels());
+  for (v1::Annotation& a : timed) a.mutable_client_time()->set_seconds(1700000100);
+  ASSERT_THAT(client_->SubmitAnnotations("stale-after-fit", timed, client::SubmitOptions{}),
+              IsOk());
+  absl::StatusOr<v1::ModelVersion> first = Train("stale-after-fit");
+  ASSERT_THAT(first, IsOk());
+  v1::Annotation old = timed[0];
+  old.set_label(1 - old.label());
+  old.mutable_client_time()->set_seconds(1700000000);
+  absl::StatusOr<client::SubmitTotals> totals =
+      client_->SubmitAnnotations("stale-after-fit", {old}, client::SubmitOptions{});
+  ASSERT_THAT(totals, IsOk());
+  ASSERT_EQ(totals->stale, 1);
+  absl::StatusOr<std::vector<v1::Posterior>> served =
+      client_->GetPosteriors("stale-after-fit", {old.item()});
+  ASSERT_THAT(served, IsOk());
+  ASSERT_THAT(*served, SizeIs(1));
+  EXPECT_FALSE((*served)[0].includes_newer_labels());
+  EXPECT_EQ((*served)[0].num_labels(), 5);
+  absl::StatusOr<std::vector<v1::AnnotatorProfile>> profiles =
+      client_->GetAnnotatorProfiles("stale-after-fit", {old.annotator()});
+  ASSERT_THAT(profiles, IsOk());
+  ASSERT_THAT(*profiles, SizeIs(1));
+  EXPECT_EQ((*profiles)[0].num_labels(), 30);
+  absl::StatusOr<v1::ModelVersion> same = Train("stale-after-fit");
+  ASSERT_THAT(same, IsOk());
+  EXPECT_EQ(same->version(), first->version());
+}
+
 }  // namespace
 }  // namespace verity::tests
