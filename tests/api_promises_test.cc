@@ -1701,5 +1701,48 @@ TEST_F(ApiPromisesTest, AStaleLabelAfterAFitIsNoNewInput) {
   EXPECT_EQ(same->version(), first->version());
 }
 
+// projects.proto: prior_smoothing is a "pseudo-count added to every class of the class prior";
+// a model setting changed by UpdateProjectSettings is new input for the next fit (models.proto)
+// and, like the method (common.proto), takes effect there. A project given a large
+// prior_smoothing after its first fit serves, after the next fit, what a project created with
+// it serves for the same labels.
+TEST_F(ApiPromisesTest, APriorSmoothingSetLaterTakesEffectAtTheNextFit) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_tolerance(1e-12);
+  settings.mutable_model()->set_calibration("none");
+  CreateProject("prior-later", settings);
+  v1::ProjectSettings smooth = settings;
+  smooth.mutable_model()->set_prior_smoothing(1000.0);
+  CreateProject("prior-from-start", smooth);
+  // Skewed classes: 24 of 30 items are class 1, so a strong prior smoothing moves the prior.
+  std::vector<LabelTriple> labels;
+  for (int i = 0; i < 30; ++i) {
+    for (int w = 0; w < 3; ++w) {
+      const int truth = i < 24 ? 1 : 0;
+      labels.emplace_back(absl::StrCat("i", i), absl::StrCat("w", w), w == 2 ? 1 - truth : truth);
+    }
+  }
+  Submit("prior-later", labels);
+  Submit("prior-from-start", labels);
+  ASSERT_THAT(Train("prior-later"), IsOk());
+  ASSERT_THAT(Train("prior-from-start"), IsOk());
+  AddItems("prior-later", {"unlabelled"});
+  AddItems("prior-from-start", {"unlabelled"});
+  auto prior_of = [&](const std::string& project) {
+    absl::StatusOr<std::vector<v1::Posterior>> p = client_->GetPosteriors(project, {"unlabelled"});
+    EXPECT_THAT(p, IsOk());
+    return p.ok() && p->size() == 1 ? (*p)[0].probabilities(1) : -1.0;
+  };
+  const double before = prior_of("prior-later");
+  const double from_start = prior_of("prior-from-start");
+  ASSERT_GT(std::abs(before - from_start), 0.05) << "the smoothing must matter for this check";
+  ASSERT_THAT(client_->UpdateProjectSettings("prior-later", smooth), IsOk());
+  absl::StatusOr<v1::ModelVersion> refit = Train("prior-later");
+  ASSERT_THAT(refit, IsOk());
+  const double later = prior_of("prior-later");
+  EXPECT_NEAR(later, from_start, 1e-3) << "unsmoothed prior " << before;
+}
+
 }  // namespace
 }  // namespace verity::tests
