@@ -1744,5 +1744,86 @@ TEST_F(ApiPromisesTest, APriorSmoothingSetLaterTakesEffectAtTheNextFit) {
   EXPECT_NEAR(later, from_start, 1e-3) << "unsmoothed prior " << before;
 }
 
+// models.proto, PosteriorCalibration: source "gold" ("log-loss of the gold items") with
+// gold_items "the gold items the map was fitted on", else "crowd_labels"; projects.proto: the
+// temperature is fitted "on the gold items ... or on the crowd labels without enough gold".
+// Gold labels given after a fit are new input (TrainModel); with 60 gold items that have
+// labels (enough: end_to_end_test's gold map needs 50) the next fit's map is fitted on gold.
+TEST_F(ApiPromisesTest, GoldGivenAfterAFitCalibratesTheNextFit) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("gold-later", settings);
+  std::vector<LabelTriple> labels;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int i = 0; i < 80; ++i) {
+    for (int w = 0; w < 4; ++w) {
+      const int truth = i % 2;
+      labels.emplace_back(absl::StrCat("i", i), absl::StrCat("w", w),
+                          u(rng) < 0.75 ? truth : 1 - truth);
+    }
+  }
+  Submit("gold-later", labels);
+  absl::StatusOr<v1::ModelVersion> first = Train("gold-later");
+  ASSERT_THAT(first, IsOk());
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("gold-later");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->calibration().source(), "crowd_labels");
+  std::vector<v1::Item> gold;
+  for (int i = 0; i < 60; ++i) {
+    v1::Item& item = gold.emplace_back();
+    item.set_id(absl::StrCat("i", i));
+    item.set_gold_label(i % 2);
+  }
+  ASSERT_THAT(client_->AddItems("gold-later", gold), IsOk());
+  absl::StatusOr<v1::ModelVersion> second = Train("gold-later");
+  ASSERT_THAT(second, IsOk());
+  EXPECT_EQ(second->version(), first->version() + 1);
+  status = client_->GetModelStatus("gold-later");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->calibration().source(), "gold") << status->calibration().DebugString();
+  EXPECT_EQ(status->calibration().gold_items(), 60);
+  EXPECT_GE(status->calibration().gold_ece_raw(), 0.0);
+}
+
+// truth.proto, AnnotatorProfile: predicted_from_features is true only for "lia, for an
+// annotator the current version's fit did not see"; the embedding is "empty ... for
+// annotators not in the current version's fit". For conal with annotator features, an
+// annotator added with features after the fit gets neither.
+TEST_F(ApiPromisesTest, ConalPredictsNothingFromFeaturesForAnAnnotatorAfterTheFit) {
+  v1::Project project;
+  project.set_name("conal-new-annotator");
+  project.add_classes("no");
+  project.add_classes("yes");
+  project.set_annotator_feature_dim(2);
+  project.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_CONAL);
+  ASSERT_THAT(client_->CreateProject(project), IsOk());
+  std::vector<v1::Annotator> annotators;
+  for (int w = 0; w < 5; ++w) {
+    v1::Annotator& a = annotators.emplace_back();
+    a.set_id(absl::StrCat("w", w));
+    a.add_features(0.2f * w);
+    a.add_features(1.0f - 0.2f * w);
+  }
+  ASSERT_THAT(client_->AddAnnotators("conal-new-annotator", annotators), IsOk());
+  Submit("conal-new-annotator", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> fitted = Train("conal-new-annotator");
+  ASSERT_THAT(fitted, IsOk());
+  v1::Annotator late;
+  late.set_id("late");
+  late.add_features(0.1f);
+  late.add_features(0.9f);
+  ASSERT_THAT(client_->AddAnnotators("conal-new-annotator", {late}), IsOk());
+  absl::StatusOr<std::vector<v1::AnnotatorProfile>> profiles =
+      client_->GetAnnotatorProfiles("conal-new-annotator", {"w0", "late"});
+  ASSERT_THAT(profiles, IsOk());
+  ASSERT_THAT(*profiles, SizeIs(2));
+  EXPECT_FALSE((*profiles)[0].predicted_from_features());
+  EXPECT_GT((*profiles)[0].embedding_size(), 0) << "w0 was in the fit";
+  EXPECT_FALSE((*profiles)[1].predicted_from_features());
+  EXPECT_EQ((*profiles)[1].embedding_size(), 0);
+  EXPECT_EQ((*profiles)[1].num_labels(), 0);
+}
+
 }  // namespace
 }  // namespace verity::tests
