@@ -1825,5 +1825,65 @@ TEST_F(ApiPromisesTest, ConalPredictsNothingFromFeaturesForAnAnnotatorAfterTheFi
   EXPECT_EQ((*profiles)[1].num_labels(), 0);
 }
 
+// truth.proto, Posterior: "One probability per class, in the project's class order; sums to
+// 1", map_label "Index of the most probable class (lowest index on ties)", confidence
+// "probabilities[map_label]"; ListPosteriors serves the same posteriors as GetPosteriors.
+// Four classes, calibrated (auto) posteriors of every method family that fits in a second.
+TEST_F(ApiPromisesTest, CalibratedPosteriorsOfFourClassesKeepTheirInvariants) {
+  const v1::TruthMethod methods[] = {v1::TRUTH_METHOD_DAWID_SKENE, v1::TRUTH_METHOD_ONE_COIN,
+                                     v1::TRUTH_METHOD_GLAD, v1::TRUTH_METHOD_MACE,
+                                     v1::TRUTH_METHOD_WAWA, v1::TRUTH_METHOD_IBCC,
+                                     v1::TRUTH_METHOD_AUTO};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<LabelTriple> labels;
+  for (int i = 0; i < 40; ++i) {
+    for (int w = 0; w < 4; ++w) {
+      const int truth = i % 4;
+      const int label = u(rng) < 0.6 ? truth : static_cast<int>(rng() % 4);
+      labels.emplace_back(absl::StrCat("i", i), absl::StrCat("w", w), label);
+    }
+  }
+  for (const v1::TruthMethod method : methods) {
+    const std::string name = absl::StrCat("four-", static_cast<int>(method));
+    SCOPED_TRACE(name);
+    v1::Project project;
+    project.set_name(name);
+    for (const char* c : {"a", "b", "c", "d"}) project.add_classes(c);
+    project.mutable_settings()->mutable_model()->set_method(method);
+    ASSERT_THAT(client_->CreateProject(project), IsOk());
+    Submit(name, labels);
+    absl::StatusOr<v1::ModelVersion> fitted = Train(name);
+    ASSERT_THAT(fitted, IsOk());
+    std::vector<std::string> items;
+    for (int i = 0; i < 40; ++i) items.push_back(absl::StrCat("i", i));
+    absl::StatusOr<std::vector<v1::Posterior>> served = client_->GetPosteriors(name, items);
+    ASSERT_THAT(served, IsOk());
+    ASSERT_THAT(*served, SizeIs(40));
+    absl::StatusOr<v1::ListPosteriorsResponse> listed = client_->ListPosteriors(name, 0, "");
+    ASSERT_THAT(listed, IsOk());
+    ASSERT_EQ(listed->posteriors_size(), 40);
+    for (int i = 0; i < 40; ++i) {
+      const v1::Posterior& p = (*served)[i];
+      SCOPED_TRACE(p.DebugString());
+      ASSERT_EQ(p.probabilities_size(), 4);
+      double sum = 0;
+      int argmax = 0;
+      for (int k = 0; k < 4; ++k) {
+        EXPECT_GE(p.probabilities(k), 0.0);
+        sum += p.probabilities(k);
+        if (p.probabilities(k) > p.probabilities(argmax)) argmax = k;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-9);
+      EXPECT_EQ(p.map_label(), argmax);
+      EXPECT_DOUBLE_EQ(p.confidence(), p.probabilities(p.map_label()));
+      EXPECT_EQ(p.num_labels(), 4);
+      EXPECT_EQ(p.model_version(), fitted->version());
+      EXPECT_FALSE(p.includes_newer_labels());
+      EXPECT_EQ(listed->posteriors(i).SerializeAsString(), p.SerializeAsString());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
