@@ -1885,5 +1885,45 @@ TEST_F(ApiPromisesTest, CalibratedPosteriorsOfFourClassesKeepTheirInvariants) {
   }
 }
 
+// models.proto, TrainModel: "When nothing a fit reads has changed since the current version's
+// fit (no new or revised label, gold label, item, feature or model setting ...), it returns
+// that version and writes nothing." A restart changes none of these; changed item features
+// do, the same features again do not.
+TEST_F(ApiPromisesTest, TrainModelAfterARestartOrTheSameItemFeaturesReturnsTheCurrentVersion) {
+  v1::Project project;
+  project.set_name("restart-train");
+  project.add_classes("no");
+  project.add_classes("yes");
+  project.set_item_feature_dim(2);
+  project.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  ASSERT_THAT(client_->CreateProject(project), IsOk());
+  v1::Item item;
+  item.set_id("i0");
+  item.add_features(0.5f);
+  item.add_features(-0.5f);
+  ASSERT_THAT(client_->AddItems("restart-train", {item}), IsOk());
+  Submit("restart-train", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> first = Train("restart-train");
+  ASSERT_THAT(first, IsOk());
+  TearDown();
+  SetUp();
+  absl::StatusOr<v1::ModelVersion> after_restart = Train("restart-train");
+  ASSERT_THAT(after_restart, IsOk());
+  EXPECT_EQ(after_restart->version(), first->version()) << "nothing new but a restart";
+  ASSERT_THAT(client_->AddItems("restart-train", {item}), IsOk());
+  absl::StatusOr<v1::ModelVersion> same = Train("restart-train");
+  ASSERT_THAT(same, IsOk());
+  EXPECT_EQ(same->version(), first->version()) << "the same features again";
+  item.set_features(1, 3.0f);
+  ASSERT_THAT(client_->AddItems("restart-train", {item}), IsOk());
+  absl::StatusOr<v1::ModelVersion> changed = Train("restart-train");
+  ASSERT_THAT(changed, IsOk());
+  EXPECT_EQ(changed->version(), first->version() + 1) << "changed item features";
+  absl::StatusOr<std::vector<v1::ModelVersion>> versions =
+      client_->ListModelVersions("restart-train", 0);
+  ASSERT_THAT(versions, IsOk());
+  EXPECT_THAT(*versions, SizeIs(2));
+}
+
 }  // namespace
 }  // namespace verity::tests
