@@ -1925,5 +1925,50 @@ TEST_F(ApiPromisesTest, TrainModelAfterARestartOrTheSameItemFeaturesReturnsTheCu
   EXPECT_THAT(*versions, SizeIs(2));
 }
 
+// projects.proto: tolerance is the "Relative log-likelihood change below which EM stops". With
+// 0.5 a ds fit stops after very few iterations; the default (1e-6) runs longer on the same data.
+TEST_F(ApiPromisesTest, ALooseToleranceStopsTheFirstFitEarly) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_tolerance(0.5);
+  CreateProject("loose-tolerance", settings);
+  settings.mutable_model()->set_tolerance(1e-12);
+  CreateProject("tight-tolerance", settings);
+  Submit("loose-tolerance", NoisyLabels());
+  Submit("tight-tolerance", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> loose = Train("loose-tolerance");
+  absl::StatusOr<v1::ModelVersion> tight = Train("tight-tolerance");
+  ASSERT_THAT(loose, IsOk());
+  ASSERT_THAT(tight, IsOk());
+  EXPECT_LE(loose->iterations(), 3);
+  EXPECT_GT(tight->iterations(), loose->iterations());
+}
+
+// projects.proto: a background refit starts when the new labels "reach
+// max(refit_min_new_labels, refit_new_label_fraction * labels)". With a minimum of 1 and a
+// fraction of 0.5, 20 new labels on 150 start no refit; 200 more (220 of 370) do.
+TEST_F(ApiPromisesTest, TheRefitFractionGovernsWhenItExceedsTheMinimum) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_refit_min_new_labels(1);
+  settings.mutable_model()->set_refit_new_label_fraction(0.5);
+  CreateProject("refit-fraction", settings);
+  Submit("refit-fraction", NoisyLabels());
+  absl::StatusOr<v1::ModelVersion> first = Train("refit-fraction");
+  ASSERT_THAT(first, IsOk());
+  std::vector<LabelTriple> more;
+  for (int i = 0; i < 220; ++i) more.emplace_back(absl::StrCat("n", i), "late", i % 2);
+  Submit("refit-fraction", std::vector<LabelTriple>(more.begin(), more.begin() + 20));
+  ASSERT_THAT(server_->core().scheduler->RefitDueProjectsNow(), IsOk());
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("refit-fraction");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->current_version().version(), first->version()) << "20 new labels";
+  Submit("refit-fraction", std::vector<LabelTriple>(more.begin() + 20, more.end()));
+  ASSERT_THAT(server_->core().scheduler->RefitDueProjectsNow(), IsOk());
+  status = client_->GetModelStatus("refit-fraction");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->current_version().version(), first->version() + 1) << "220 new labels";
+}
+
 }  // namespace
 }  // namespace verity::tests
