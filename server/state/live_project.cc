@@ -227,6 +227,13 @@ void LiveProject::SetSettings(v1::ProjectSettings settings) {
   if (settings.model().SerializeAsString() != settings_.model().SerializeAsString()) {
     ++input_generation_;
   }
+  const v1::ModelSettings& was = settings_.model();
+  const v1::ModelSettings& now = settings.model();
+  if (now.confusion_smoothing() != was.confusion_smoothing() ||
+      now.prior_smoothing() != was.prior_smoothing() ||
+      now.max_iterations() != was.max_iterations() || now.tolerance() != was.tolerance()) {
+    ++options_generation_;
+  }
   settings_ = std::move(settings);
 }
 
@@ -826,7 +833,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   std::vector<double> priority;
   std::vector<float> item_features, annotator_features;
   std::unique_ptr<models::TruthModel> model;
-  int64_t watermark, changes_at_start, generation_at_start;
+  int64_t watermark, changes_at_start, generation_at_start, options_generation_at_start;
   int32_t version_at_start;
   std::string method;
   {
@@ -843,7 +850,8 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
         calibrated->fits_map() ==
             (ModelOptionsFromSettings(settings_.model()).calibration != "none");
     const bool warm = model_->method() == method && model_->has_parameters() &&
-                      same_calibration && scratch_fit_num_labels_ > 0 &&
+                      same_calibration && served_options_generation_ == options_generation_ &&
+                      scratch_fit_num_labels_ > 0 &&
                       static_cast<double>(labels_.num_labels()) <
                           kMaxWarmStartGrowth * static_cast<double>(scratch_fit_num_labels_);
     if (warm) {
@@ -866,6 +874,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     watermark = newest_seq_;
     changes_at_start = changes_since_fit_;
     generation_at_start = input_generation_;
+    options_generation_at_start = options_generation_;
     version_at_start = model_version_;
     training_ = true;
   }
@@ -994,6 +1003,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
         if (i < fitted_items) RecomputeItem(*model, i, builder);
       }
       ClearTouchedDuringFit();
+      served_options_generation_ = options_generation_at_start;
       PublishRecomputed(std::move(snapshot), std::move(builder),
                         std::shared_ptr<const models::TruthModel>(std::move(model)),
                         saved->version, saved->watermark);
@@ -1020,14 +1030,18 @@ int64_t LiveProject::ChangesAfterVersionLocked(int64_t watermark, int64_t num_la
 
 absl::StatusOr<bool> LiveProject::AdoptVersion(const storage::ModelVersionRecord& version) {
   if (model_version() >= version.version) return false;
-  auto model = models::CreateTruthModel(version.method, num_classes(),
-                                        ModelOptionsFromSettings(settings().model()));
-  if (!model.ok()) return model.status();
+  v1::ModelSettings model_settings;
+  int64_t options_generation = 0;
   models::TruthModel::RestoreBounds bounds;
   {
     absl::ReaderMutexLock lock(&mu_);
+    model_settings = settings_.model();
+    options_generation = options_generation_;
     bounds = RestoreBoundsLocked();
   }
+  auto model = models::CreateTruthModel(version.method, num_classes(),
+                                        ModelOptionsFromSettings(model_settings));
+  if (!model.ok()) return model.status();
   if (absl::Status s = (*model)->Restore(version.parameters, bounds); !s.ok()) {
     LogEvent("model_version_refused", {{"project", identity_.name},
                                        {"version", std::to_string(version.version)},
@@ -1040,6 +1054,7 @@ absl::StatusOr<bool> LiveProject::AdoptVersion(const storage::ModelVersionRecord
   // Labels the version did not see still count toward the next refit.
   changes_since_fit_ = ChangesAfterVersionLocked(version.watermark, version.num_labels);
   fitted_input_generation_ = input_generation_;  // What the worker copied is not recorded.
+  served_options_generation_ = options_generation;  // The settings it was built with above.
   last_fit_time_ = absl::Now();
   PublishFullRecompute(std::shared_ptr<const models::TruthModel>(std::move(*model)),
                        version.version, version.watermark);

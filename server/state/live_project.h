@@ -432,6 +432,12 @@ class LiveProject {
   // unchanged); fitted_input_generation_ is its value when the current model's fit copied them.
   int64_t input_generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t fitted_input_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // Counts changes of the ModelSettings a model is built with (smoothings, max_iterations,
+  // tolerance); served_options_generation_ is its value when the served model was built. A
+  // warm start clones the served model, its options included, so a refit is warm only while
+  // they are equal: otherwise the new settings would wait for a restart.
+  int64_t options_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t served_options_generation_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_fit_time_ ABSL_GUARDED_BY(mu_);
   bool training_ ABSL_GUARDED_BY(mu_) = false;
   // While training_: the items whose labels, gold, priority or features changed since the fit
