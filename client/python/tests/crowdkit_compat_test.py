@@ -149,5 +149,59 @@ class RowSemanticsTest(unittest.TestCase):
         for total in probas.sum(axis=1):
             self.assertAlmostEqual(total, 1.0, places=6)
 
+
+class ArgumentsTest(unittest.TestCase):
+    """The module docstring: each class "takes crowd-kit's constructor arguments (n_iter, tol)",
+    "the labels are the distinct values of the label column ... sent as their str()", and
+    Verity's class names are 1 to 128 bytes (projects.proto)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = server_process.ServerProcess(server_process.runfile("server/verity_server"))
+        cls.server.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_n_iter_and_tol_are_checked_and_reach_the_project(self):
+        import pandas as pd
+        from verity_client import Client
+        from verity_client.aggregation import DawidSkene
+        with self.assertRaisesRegex(ValueError, "n_iter"):
+            DawidSkene(n_iter=0)
+        with self.assertRaisesRegex(ValueError, "tol"):
+            DawidSkene(tol=1.0)
+        data = pd.DataFrame({"task": [1, 1, 2, 2], "worker": ["a", "b", "a", "b"],
+                             "label": ["x", "y", "y", "y"]})
+        aggregator = DawidSkene(n_iter=7, tol=0.25, server=self.server.address)
+        aggregator.fit(data)
+        with Client(self.server.address) as client:
+            model = client.get_project(aggregator.project_).settings.model
+        self.assertEqual(model.max_iterations, 7)
+        self.assertAlmostEqual(model.tolerance, 0.25)
+
+    def test_rows_missing_a_worker_are_left_out(self):
+        import pandas as pd
+        from verity_client.aggregation import MajorityVote
+        # Without the rows whose worker is missing, task 1 is y by two votes to one (with them
+        # as one more worker, a tie, which goes to the lowest class, x).
+        data = pd.DataFrame({"task": [1, 1, 1, 1, 1], "worker": ["a", "b", "c", None, None],
+                             "label": ["y", "y", "x", "x", "x"]})
+        self.assertEqual(MajorityVote(server=self.server.address).fit_predict(data).to_dict(),
+                         {1: "y"})
+
+    def test_labels_must_be_distinct_as_strings_and_short_in_bytes(self):
+        import pandas as pd
+        from verity_client.aggregation import MajorityVote
+        data = pd.DataFrame({"task": [1, 1], "worker": ["a", "b"], "label": [1, "1"]})
+        with self.assertRaisesRegex(ValueError, "not distinct as strings"):
+            MajorityVote(server=self.server.address).fit(data)
+        # 65 characters, 130 bytes in UTF-8.
+        data = pd.DataFrame({"task": [1, 1], "worker": ["a", "b"], "label": ["\u00e9" * 65, "ok"]})
+        with self.assertRaisesRegex(ValueError, "1 to 128 bytes"):
+            MajorityVote(server=self.server.address).fit(data)
+
+
 if __name__ == "__main__":
     junit.main()
