@@ -202,6 +202,35 @@ class ArgumentsTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "1 to 128 bytes"):
             MajorityVote(server=self.server.address).fit(data)
 
+    def test_priors_and_errors_are_distributions_as_in_crowd_kit(self):
+        # crowd-kit's DawidSkene: priors_ is a distribution over the labels, and errors_[true]
+        # within one worker is a distribution over the labels it observed.
+        import pandas as pd
+        from verity_client.aggregation import DawidSkene
+        rows = []
+        for task in range(12):
+            truth = "x" if task % 2 else "y"
+            for worker in ("a", "b", "c"):
+                wrong = (task + ord(worker)) % 4 == 0
+                rows.append((task, worker, ("y" if truth == "x" else "x") if wrong else truth))
+        data = pd.DataFrame(rows, columns=["task", "worker", "label"])
+        aggregator = DawidSkene(server=self.server.address, calibration="none").fit(data)
+        self.assertAlmostEqual(float(aggregator.priors_.sum()), 1.0, places=6)
+        for worker in ("a", "b", "c"):
+            errors = aggregator.errors_.loc[worker]
+            self.assertEqual(sorted(errors.index), ["x", "y"])  # each worker gave both labels
+            for true_label in ("x", "y"):
+                self.assertAlmostEqual(float(errors[true_label].sum()), 1.0, places=6,
+                                       msg="worker %s, true %s" % (worker, true_label))
+
+    def test_mixed_type_labels_are_sorted_as_strings(self):
+        import pandas as pd
+        from verity_client.aggregation import MajorityVote
+        data = pd.DataFrame({"task": [1, 1, 1, 2], "worker": ["a", "b", "c", "a"],
+                             "label": [2, "a", 1, 1]})
+        probas = MajorityVote(server=self.server.address).fit_predict_proba(data)
+        self.assertEqual(list(probas.columns), [1, 2, "a"])
+
 
 if __name__ == "__main__":
     junit.main()
