@@ -108,6 +108,28 @@ class DocumentedLimitsTest : public ::testing::Test {
     return response.project();
   }
 
+  // TrainModel of `project`; its response in `response` when given.
+  grpc::Status TrainModel(const std::string& project, v1::TrainModelResponse* response = nullptr) {
+    v1::TrainModelRequest request;
+    request.set_project(project);
+    v1::TrainModelResponse local;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    return v1::ModelService::NewStub(channel_)->TrainModel(&context, request,
+                                                           response ? response : &local);
+  }
+
+  grpc::Status UpdateSettings(const std::string& project, const v1::ProjectSettings& settings) {
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    *request.mutable_settings() = settings;
+    v1::UpdateProjectSettingsResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    return v1::ProjectService::NewStub(channel_)->UpdateProjectSettings(&context, request,
+                                                                        &response);
+  }
+
   // One batch on its own stream; its ack.
   v1::BatchAck SubmitBatch(const v1::AnnotationBatch& batch) {
     grpc::ClientContext context;
@@ -533,25 +555,13 @@ TEST_F(DocumentedLimitsTest, AnAssignmentSettingsChangeIsNothingNewForTrainModel
                 .accepted(),
             6);
   auto train = [&] {
-    v1::TrainModelRequest request;
-    request.set_project("train-settings");
     v1::TrainModelResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    const grpc::Status status =
-        v1::ModelService::NewStub(channel_)->TrainModel(&context, request, &response);
+    const grpc::Status status = TrainModel("train-settings", &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
     return response.version().version();
   };
   auto update = [&](const v1::ProjectSettings& settings) {
-    v1::UpdateProjectSettingsRequest request;
-    request.set_project("train-settings");
-    *request.mutable_settings() = settings;
-    v1::UpdateProjectSettingsResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    const grpc::Status status =
-        v1::ProjectService::NewStub(channel_)->UpdateProjectSettings(&context, request, &response);
+    const grpc::Status status = UpdateSettings("train-settings", settings);
     EXPECT_TRUE(status.ok()) << status.error_message();
   };
   ASSERT_EQ(train(), 1);
@@ -584,16 +594,8 @@ TEST_F(DocumentedLimitsTest, AutoChoosesByGoldOnceThirtyGoldItemsHaveLabels) {
   ASSERT_EQ(Submit("auto-gold", labels).accepted(), 180);
   ASSERT_TRUE(AddItems("auto-gold", gold).ok());
   auto reason_after_fit = [&] {
-    {
-      v1::TrainModelRequest request;
-      request.set_project("auto-gold");
-      v1::TrainModelResponse response;
-      grpc::ClientContext context;
-      context.set_deadline(Deadline());
-      const grpc::Status status =
-          v1::ModelService::NewStub(channel_)->TrainModel(&context, request, &response);
-      EXPECT_TRUE(status.ok()) << status.error_message();
-    }
+    const grpc::Status trained = TrainModel("auto-gold");
+    EXPECT_TRUE(trained.ok()) << trained.error_message();
     v1::GetModelStatusRequest request;
     request.set_project("auto-gold");
     v1::GetModelStatusResponse response;
@@ -1009,13 +1011,8 @@ TEST_F(DocumentedLimitsTest, GoldClampAndVersionFieldsHoldAcrossARestart) {
   ASSERT_EQ(Submit("gold-restart", labels).accepted(), 22);
   ASSERT_TRUE(AddItems("gold-restart", {GoldItem("g", 1)}).ok());
   {
-    v1::TrainModelRequest request;
-    request.set_project("gold-restart");
     v1::TrainModelResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    ASSERT_TRUE(
-        v1::ModelService::NewStub(channel_)->TrainModel(&context, request, &response).ok());
+    ASSERT_TRUE(TrainModel("gold-restart", &response).ok());
     ASSERT_EQ(response.version().version(), 1);
   }
   ASSERT_EQ(Submit("gold-restart", {{"i0", "c", 0}}).accepted(), 1);
@@ -1147,15 +1144,7 @@ TEST_F(DocumentedLimitsTest, AnIdTwiceInOneCallTakesTheSecondGoldAndKeepsTheFirs
   // Gold is resolved, so the priority shows through a new annotator's gold rule.
   v1::ProjectSettings settings;
   settings.mutable_assignment()->set_gold_items_for_new_annotators(1);
-  v1::UpdateProjectSettingsRequest update;
-  update.set_project("twice");
-  *update.mutable_settings() = settings;
-  v1::UpdateProjectSettingsResponse updated;
-  grpc::ClientContext context;
-  context.set_deadline(Deadline());
-  ASSERT_TRUE(
-      v1::ProjectService::NewStub(channel_)->UpdateProjectSettings(&context, update, &updated)
-          .ok());
+  ASSERT_TRUE(UpdateSettings("twice", settings).ok());
   EXPECT_EQ(SuggestedIds("twice", "newcomer", 1), std::vector<std::string>{"dup"});
 }
 
@@ -1164,13 +1153,7 @@ TEST_F(DocumentedLimitsTest, AnIdTwiceInOneCallTakesTheSecondGoldAndKeepsTheFirs
 TEST_F(DocumentedLimitsTest, TrainModelWithOnlyGoldItemsIsAFailedPrecondition) {
   ASSERT_TRUE(CreateProject("only-gold").ok());
   ASSERT_TRUE(AddItems("only-gold", {GoldItem("g1", 0), GoldItem("g2", 1)}).ok());
-  v1::TrainModelRequest request;
-  request.set_project("only-gold");
-  v1::TrainModelResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(Deadline());
-  const grpc::Status status =
-      v1::ModelService::NewStub(channel_)->TrainModel(&context, request, &response);
+  const grpc::Status status = TrainModel("only-gold");
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
 }
 
@@ -1293,13 +1276,7 @@ TEST_F(DocumentedLimitsTest, FittedPosteriorsAreDistributionsWithTheirOwnMapAndC
   }
   ASSERT_EQ(Submit("distributions", labels).accepted(), 160);
   {
-    v1::TrainModelRequest request;
-    request.set_project("distributions");
-    v1::TrainModelResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    ASSERT_TRUE(
-        v1::ModelService::NewStub(channel_)->TrainModel(&context, request, &response).ok());
+    ASSERT_TRUE(TrainModel("distributions").ok());
   }
   v1::GetPosteriorsResponse response;
   ASSERT_TRUE(GetPosteriors("distributions", items, &response).ok());
