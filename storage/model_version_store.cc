@@ -23,20 +23,33 @@ constexpr int kMaxVersionAttempts = 20;
 // and a pooled connection would hold that memory for good.
 constexpr size_t kCloseConnectionAfterBytes = size_t{8} << 20;
 
-// The metadata columns of model_versions; parameters come as '' (ReadByteaInChunks reads them).
+// The metadata columns of model_versions (VersionFromRow), then checkpoint_freed (column
+// kFreedColumn); parameters come as '' (ReadByteaInChunks reads them).
+constexpr int kFreedColumn = 10;
 std::string SelectVersionsSql(absl::string_view rest) {
   return absl::StrCat(
       "SELECT project_id, version, method, ''::bytea",
       ", watermark, log_likelihood, iterations, duration_ms, num_labels, ",
-      MicrosFromTimestampSql("created_at"), " FROM model_versions ", rest);
+      MicrosFromTimestampSql("created_at"), ", checkpoint_freed FROM model_versions ", rest);
+}
+
+absl::Status CheckpointFreedError(int64_t project_id, int32_t version) {
+  return absl::NotFoundError(absl::StrCat(
+      "model version ", version, " of project ", project_id,
+      ": its checkpoint was freed (only the newest ", ModelVersionStore::kCheckpointsKept,
+      " versions of a project keep theirs)"));
 }
 
 // The bytea `column` of the row of `table` with (project_id, version), read `chunk_bytes` at a
-// time into one string sized once. NOT_FOUND if there is no such row.
+// time into one string sized once. NOT_FOUND if there is no such row. A model_versions row
+// whose checkpoint is freed counts as none, also when it is freed while read (each statement
+// sees the commits before it).
 absl::StatusOr<std::string> ReadByteaInChunks(pqxx::work& txn, absl::string_view table,
                                               absl::string_view column, int64_t project_id,
                                               int32_t version, int64_t chunk_bytes) {
-  const std::string where = " WHERE project_id = $1 AND version = $2";
+  const std::string where =
+      absl::StrCat(" WHERE project_id = $1 AND version = $2",
+                   table == "model_versions" ? " AND NOT checkpoint_freed" : "");
   const pqxx::result length = txn.exec_params(
       absl::StrCat("SELECT octet_length(", column, ") FROM ", table, where), project_id,
       version);
@@ -102,8 +115,10 @@ absl::StatusOr<ModelVersionOutputs> ModelVersionStore::GetModelVersionOutputs(
         absl::StatusOr<std::string> posteriors = ReadByteaInChunks(
             txn, "model_version_outputs", "posteriors", project_id, version, read_chunk_bytes_);
         if (absl::IsNotFound(posteriors.status())) {
-          return absl::NotFoundError(absl::StrCat("model version ", version, " of project ",
-                                                  project_id, " has no stored outputs"));
+          return absl::NotFoundError(absl::StrCat(
+              "model version ", version, " of project ", project_id,
+              " has no stored outputs (saved without them, or freed: only the newest ",
+              kCheckpointsKept, " versions of a project keep theirs)"));
         }
         if (!posteriors.ok()) return posteriors.status();
         absl::StatusOr<std::string> profiles =
@@ -190,6 +205,18 @@ absl::StatusOr<ModelVersionRecord> ModelVersionStore::SaveVersion(
                   record.completes_job->worker, "; its version was not stored"));
             }
           }
+          // The checkpoints only the newest kCheckpointsKept keep. Savers of a project are
+          // serialised by the version's insert, so no two prune the same rows at once.
+          const int32_t newest_freed = saved.version - kCheckpointsKept;
+          if (newest_freed >= 1) {
+            txn.exec_params(
+                "DELETE FROM model_version_outputs WHERE project_id = $1 AND version <= $2",
+                record.project_id, newest_freed);
+            txn.exec_params(
+                "UPDATE model_versions SET parameters = ''::bytea, checkpoint_freed = true "
+                "WHERE project_id = $1 AND version <= $2 AND NOT checkpoint_freed",
+                record.project_id, newest_freed);
+          }
           // Delivered to the listeners (other server replicas) only if this commits.
           txn.exec_params("SELECT pg_notify($1, $2)", kVersionsChannel,
                           std::to_string(record.project_id));
@@ -250,8 +277,12 @@ absl::StatusOr<ModelVersionRecord> ModelVersionStore::GetOneVersion(
         }
         ModelVersionRecord record = VersionFromRow(rows[0]);
         if (with_parameters) {
+          if (rows[0][kFreedColumn].as<bool>()) return CheckpointFreedError(project_id, version);
           absl::StatusOr<std::string> parameters = ReadByteaInChunks(
               txn, "model_versions", "parameters", project_id, version, read_chunk_bytes_);
+          if (absl::IsNotFound(parameters.status())) {
+            return CheckpointFreedError(project_id, version);  // freed since the select
+          }
           if (!parameters.ok()) return parameters.status();
           record.parameters = *std::move(parameters);
         }

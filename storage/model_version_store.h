@@ -6,6 +6,12 @@
 // and training metrics. Versions are numbered 1, 2, ... per project in the
 // order they are saved.
 //
+// Only the newest kCheckpointsKept versions of a project keep their checkpoint
+// (parameters and stored outputs): saving a version frees the checkpoints of the
+// older ones in its transaction, so a project refit every few seconds does not
+// fill the disk. A freed version keeps its metadata (it is still listed); reading
+// its parameters or outputs is NOT_FOUND.
+//
 // Thread-safety: all methods are thread-safe, also across processes:
 // concurrent saves for one project get distinct consecutive versions. The
 // pool must outlive the store.
@@ -59,6 +65,10 @@ class ModelVersionStore {
   // value it builds may pass 1 GB, so a blob read whole fails from about 512 MB on. Chunks
   // keep every allocation, on both sides, to a few times the chunk.
   static constexpr int64_t kDefaultReadChunkBytes = int64_t{64} << 20;
+  // Versions per project whose checkpoints are kept. The server and the workers only ever
+  // read the newest; the older two give a replica that listed the newest a margin to read it
+  // while newer versions are saved.
+  static constexpr int32_t kCheckpointsKept = 3;
   explicit ModelVersionStore(ConnectionPool* pool,
                              int64_t read_chunk_bytes = kDefaultReadChunkBytes)
       : pool_(pool),
@@ -66,16 +76,17 @@ class ModelVersionStore {
 
   // Stores `record` (its version and created_at are ignored) as the
   // project's next version (previous maximum + 1, starting at 1) and returns
-  // it with version and created_at filled in. Errors: NOT_FOUND for an
-  // unknown project; INVALID_ARGUMENT for an empty method.
+  // it with version and created_at filled in; frees the checkpoints of the
+  // project's versions older than the newest kCheckpointsKept. Errors:
+  // NOT_FOUND for an unknown project; INVALID_ARGUMENT for an empty method.
   absl::StatusOr<ModelVersionRecord> SaveModelVersion(
       const ModelVersionRecord& record);
   // Same, and stores `outputs` with the version in the same transaction.
   absl::StatusOr<ModelVersionRecord> SaveModelVersion(
       const ModelVersionRecord& record, const ModelVersionOutputs& outputs);
 
-  // The outputs stored with a version: NOT_FOUND if the version does not exist or was saved
-  // without outputs.
+  // The outputs stored with a version: NOT_FOUND if the version does not exist, was saved
+  // without outputs or had them freed.
   absl::StatusOr<ModelVersionOutputs> GetModelVersionOutputs(int64_t project_id,
                                                              int32_t version);
 
@@ -83,11 +94,12 @@ class ModelVersionStore {
   // project has no model version (or does not exist).
   absl::StatusOr<ModelVersionRecord> LatestModelVersion(int64_t project_id);
 
-  // One version, with parameters. NOT_FOUND if it does not exist.
+  // One version, with parameters. NOT_FOUND if it does not exist or its checkpoint was freed.
   absl::StatusOr<ModelVersionRecord> GetModelVersion(int64_t project_id,
                                                      int32_t version);
   // One version WITHOUT parameters (`parameters` empty): its metadata only, for status calls
-  // that must not read a large checkpoint. NOT_FOUND if it does not exist.
+  // that must not read a large checkpoint; also for a version whose checkpoint was freed.
+  // NOT_FOUND if it does not exist.
   absl::StatusOr<ModelVersionRecord> GetModelVersionMetadata(int64_t project_id,
                                                              int32_t version);
 

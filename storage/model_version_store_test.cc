@@ -393,6 +393,80 @@ TEST_F(ModelVersionStoreTest, MetadataOfVersionZeroIsNotFound) {
               IsOkAndHolds(Field(&ModelVersionRecord::watermark, 2)));
 }
 
+// A project refit every few seconds must not fill the disk: model_version_store.h keeps the
+// checkpoint (parameters and stored outputs) of the newest kCheckpointsKept versions of each
+// project and frees the older ones' when a newer version is saved; their metadata stays listed.
+TEST_F(ModelVersionStoreTest, OnlyTheNewestVersionsKeepTheirCheckpoints) {
+  constexpr int kKept = 3;  // model_version_store.h's promise, written out independently.
+  ProjectStore projects(&pool());
+  ProjectRecord other;
+  other.name = "other";
+  other.classes = {"a", "b"};
+  absl::StatusOr<ProjectRecord> created = projects.CreateProject(other);
+  ASSERT_THAT(created, IsOk());
+  ModelVersionRecord others = Record(1);
+  others.project_id = created->project_id;
+  ASSERT_THAT(store_->SaveModelVersion(others, ModelVersionOutputs{"p", "q"}), IsOk());
+
+  constexpr int kSaved = kKept + 5;
+  ModelVersionOutputs outputs;
+  outputs.posteriors = std::string(1000, 'p');
+  outputs.annotator_profiles = std::string(500, 'a');
+  for (int i = 1; i <= kSaved; ++i) {
+    ASSERT_THAT(store_->SaveModelVersion(Record(i), outputs), IsOk());
+  }
+  // Counted in the database: what is stored, whatever the store's reads say.
+  auto count = [this](const std::string& sql, int64_t project_id) -> int64_t {
+    absl::StatusOr<int64_t> n = pool().WithTransaction(
+        "counting", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+          return txn.exec_params1(sql, project_id)[0].as<int64_t>();
+        });
+    EXPECT_THAT(n, IsOk());
+    return n.value_or(-1);
+  };
+  const std::string with_checkpoint =
+      "SELECT count(*) FROM model_versions WHERE project_id = $1 AND octet_length(parameters) > 0";
+  const std::string with_outputs =
+      "SELECT count(*) FROM model_version_outputs WHERE project_id = $1";
+  EXPECT_EQ(count(with_checkpoint, project_id_), kKept);
+  EXPECT_EQ(count(with_outputs, project_id_), kKept);
+  // Another project's saves never free this one's checkpoints, nor the reverse.
+  EXPECT_EQ(count(with_checkpoint, created->project_id), 1);
+  EXPECT_EQ(count(with_outputs, created->project_id), 1);
+
+  // Every version is still listed with its metadata.
+  absl::StatusOr<std::vector<ModelVersionRecord>> listed =
+      store_->ListModelVersions(project_id_, 100);
+  ASSERT_THAT(listed, IsOk());
+  ASSERT_EQ(listed->size(), static_cast<size_t>(kSaved));
+  EXPECT_EQ(listed->back().version, 1);
+  EXPECT_EQ(listed->back().watermark, 1);
+  EXPECT_THAT(store_->GetModelVersionMetadata(project_id_, 1),
+              IsOkAndHolds(Field(&ModelVersionRecord::watermark, 1)));
+  // The kept ones read back whole; a freed one is NOT_FOUND, never an empty checkpoint.
+  for (int v = kSaved - kKept + 1; v <= kSaved; ++v) {
+    absl::StatusOr<ModelVersionRecord> kept = store_->GetModelVersion(project_id_, v);
+    ASSERT_THAT(kept, IsOk());
+    EXPECT_EQ(kept->parameters, std::string("\0\1\2checkpoint", 13));
+    absl::StatusOr<ModelVersionOutputs> kept_outputs =
+        store_->GetModelVersionOutputs(project_id_, v);
+    ASSERT_THAT(kept_outputs, IsOk());
+    EXPECT_EQ(kept_outputs->posteriors, outputs.posteriors);
+  }
+  for (int v = 1; v <= kSaved - kKept; ++v) {
+    EXPECT_THAT(store_->GetModelVersion(project_id_, v),
+                StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("freed")))
+        << v;
+    EXPECT_THAT(store_->GetModelVersionOutputs(project_id_, v),
+                StatusIs(absl::StatusCode::kNotFound))
+        << v;
+  }
+  absl::StatusOr<ModelVersionRecord> latest = store_->LatestModelVersion(project_id_);
+  ASSERT_THAT(latest, IsOk());
+  EXPECT_EQ(latest->version, kSaved);
+  EXPECT_EQ(latest->parameters, std::string("\0\1\2checkpoint", 13));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity

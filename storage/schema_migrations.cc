@@ -209,6 +209,11 @@ UPDATE projects p SET history_rows = h.n
   FROM (SELECT project_id, count(*) AS n FROM annotation_history GROUP BY project_id) h
   WHERE p.project_id = h.project_id;
 )sql"},
+          {14, "model versions: old checkpoints freed", R"sql(
+-- Set when a newer version freed this version's checkpoint (its parameters and stored
+-- outputs; storage/model_version_store.h, kCheckpointsKept); the metadata stays listed.
+ALTER TABLE model_versions ADD COLUMN checkpoint_freed boolean NOT NULL DEFAULT false;
+)sql"},
       };
   return *kMigrations;
 }

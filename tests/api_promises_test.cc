@@ -1925,6 +1925,67 @@ TEST_F(ApiPromisesTest, TrainModelAfterARestartOrTheSameItemFeaturesReturnsTheCu
   EXPECT_THAT(*versions, SizeIs(2));
 }
 
+// A project refit again and again must not fill the database's disk (storage/
+// model_version_store.h: only the newest 3 versions of a project keep their checkpoints, the
+// parameters and the stored posteriors and profiles). Every version is still listed
+// (ListModelVersions), and after a restart the server serves the newest and warm-starts from it.
+TEST_F(ApiPromisesTest, OldVersionsCheckpointsAreFreedAndTheNewestIsServedAfterARestart) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("refit-often", settings);
+  Submit("refit-often", NoisyLabels());
+  constexpr int kFits = 6;
+  for (int fit = 1; fit <= kFits; ++fit) {
+    Submit("refit-often", {{absl::StrCat("new", fit), "w0", fit % 2}});
+    absl::StatusOr<v1::ModelVersion> version = Train("refit-often");
+    ASSERT_THAT(version, IsOk());
+    ASSERT_EQ(version->version(), fit);
+  }
+  absl::StatusOr<storage::ProjectRecord> project =
+      server_->core().storage->projects->GetProjectByName("refit-often");
+  ASSERT_THAT(project, IsOk());
+  auto stored = [&](const std::string& sql) -> int64_t {
+    absl::StatusOr<int64_t> n = server_->core().storage->pool->WithTransaction(
+        "counting stored checkpoints", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+          return txn.exec_params1(sql, project->project_id)[0].as<int64_t>();
+        });
+    EXPECT_THAT(n, IsOk());
+    return n.value_or(-1);
+  };
+  EXPECT_EQ(stored("SELECT count(*) FROM model_versions WHERE project_id = $1 "
+                   "AND octet_length(parameters) > 0"),
+            3);
+  EXPECT_EQ(stored("SELECT count(*) FROM model_version_outputs WHERE project_id = $1"), 3);
+  absl::StatusOr<std::vector<v1::ModelVersion>> listed =
+      client_->ListModelVersions("refit-often", 100);
+  ASSERT_THAT(listed, IsOk());
+  ASSERT_THAT(*listed, SizeIs(kFits));
+  EXPECT_EQ(listed->back().version(), 1);
+  EXPECT_GT(listed->back().num_labels(), 0);
+
+  absl::StatusOr<std::vector<v1::Posterior>> before =
+      client_->GetPosteriors("refit-often", {"new1", "i0"});
+  ASSERT_THAT(before, IsOk());
+  TearDown();
+  SetUp();
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("refit-often");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->current_version().version(), kFits);
+  absl::StatusOr<std::vector<v1::Posterior>> after =
+      client_->GetPosteriors("refit-often", {"new1", "i0"});
+  ASSERT_THAT(after, IsOk());
+  ASSERT_THAT(*after, SizeIs(before->size()));
+  for (size_t i = 0; i < after->size(); ++i) {
+    EXPECT_EQ((*after)[i].model_version(), kFits);
+    EXPECT_FLOAT_EQ((*after)[i].probabilities(1), (*before)[i].probabilities(1));
+  }
+  Submit("refit-often", {{"after-restart", "w1", 1}});
+  absl::StatusOr<v1::ModelVersion> next = Train("refit-often");
+  ASSERT_THAT(next, IsOk());
+  EXPECT_EQ(next->version(), kFits + 1);
+  EXPECT_EQ(stored("SELECT count(*) FROM model_version_outputs WHERE project_id = $1"), 3);
+}
+
 // projects.proto: tolerance is the "Relative log-likelihood change below which EM stops". With
 // 0.5 a ds fit stops after very few iterations; the default (1e-6) runs longer on the same data.
 TEST_F(ApiPromisesTest, ALooseToleranceStopsTheFirstFitEarly) {

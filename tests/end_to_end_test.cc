@@ -669,7 +669,7 @@ TEST_F(EndToEndTest, GetModelStatusDoesNotReadTheModelParameters) {
     txn.exec0(
         "CREATE VIEW model_versions AS SELECT project_id, version, method, "
         "refuse_read(parameters) AS parameters, watermark, log_likelihood, iterations, "
-        "duration_ms, num_labels, created_at FROM model_versions_stored");
+        "duration_ms, num_labels, created_at, checkpoint_freed FROM model_versions_stored");
     txn.commit();
   }
   grpc::ClientContext context;
