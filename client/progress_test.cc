@@ -77,6 +77,26 @@ TEST(ProgressMeterTest, RedrawsInPlaceAtMostOncePerInterval) {
             "\r\x1b[K");
 }
 
+// "at most once per min_interval": an update exactly one interval after the last draw is drawn;
+// Finish erases the line once, and a second Finish (nothing drawn since) writes nothing.
+TEST(ProgressMeterTest, DrawsOneIntervalAfterTheLastDrawAndErasesOnce) {
+  std::ostringstream out;
+  absl::Time now = absl::FromUnixSeconds(1000);
+  ProgressMeter::Options options;
+  options.now = [&now] { return now; };
+  ProgressMeter meter(out, 100, options);
+  now += absl::Seconds(1);
+  meter.Update(10);
+  now += absl::Milliseconds(100);
+  meter.Update(20);
+  meter.Finish();
+  meter.Finish();
+  EXPECT_EQ(out.str(),
+            "\r10/100 labels (10%)  10 labels/s  ETA 9s\x1b[K"
+            "\r20/100 labels (20%)  18 labels/s  ETA 4s\x1b[K"
+            "\r\x1b[K");
+}
+
 TEST(ProgressMeterTest, FinishWithoutDrawingWritesNothing) {
   std::ostringstream out;
   ProgressMeter meter(out, 100, ProgressMeter::Options());
