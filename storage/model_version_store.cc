@@ -205,17 +205,22 @@ absl::StatusOr<ModelVersionRecord> ModelVersionStore::SaveVersion(
                   record.completes_job->worker, "; its version was not stored"));
             }
           }
-          // The checkpoints only the newest kCheckpointsKept keep. Savers of a project are
-          // serialised by the version's insert, so no two prune the same rows at once.
+          // The checkpoints only the newest kCheckpointsKept keep, the oldest
+          // kCheckpointsFreedPerSave at a time. Savers of a project are serialised by the
+          // version's insert, so no two free the same rows at once.
           const int32_t newest_freed = saved.version - kCheckpointsKept;
           if (newest_freed >= 1) {
             txn.exec_params(
-                "DELETE FROM model_version_outputs WHERE project_id = $1 AND version <= $2",
-                record.project_id, newest_freed);
-            txn.exec_params(
-                "UPDATE model_versions SET parameters = ''::bytea, checkpoint_freed = true "
-                "WHERE project_id = $1 AND version <= $2 AND NOT checkpoint_freed",
-                record.project_id, newest_freed);
+                "WITH freed AS ("
+                "  UPDATE model_versions SET parameters = ''::bytea, checkpoint_freed = true "
+                "  WHERE project_id = $1 AND version IN ("
+                "    SELECT version FROM model_versions "
+                "    WHERE project_id = $1 AND version <= $2 AND NOT checkpoint_freed "
+                "    ORDER BY version LIMIT $3) "
+                "  RETURNING version) "
+                "DELETE FROM model_version_outputs o USING freed f "
+                "WHERE o.project_id = $1 AND o.version = f.version",
+                record.project_id, newest_freed, kCheckpointsFreedPerSave);
           }
           // Delivered to the listeners (other server replicas) only if this commits.
           txn.exec_params("SELECT pg_notify($1, $2)", kVersionsChannel,

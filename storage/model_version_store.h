@@ -8,9 +8,9 @@
 //
 // Only the newest kCheckpointsKept versions of a project keep their checkpoint
 // (parameters and stored outputs): saving a version frees the checkpoints of the
-// older ones in its transaction, so a project refit every few seconds does not
-// fill the disk. A freed version keeps its metadata (it is still listed); reading
-// its parameters or outputs is NOT_FOUND.
+// older ones in its transaction (at most kCheckpointsFreedPerSave), so a project
+// refit every few seconds does not fill the disk. A freed version keeps its
+// metadata (it is still listed); reading its parameters or outputs is NOT_FOUND.
 //
 // Thread-safety: all methods are thread-safe, also across processes:
 // concurrent saves for one project get distinct consecutive versions. The
@@ -69,6 +69,10 @@ class ModelVersionStore {
   // read the newest; the older two give a replica that listed the newest a margin to read it
   // while newer versions are saved.
   static constexpr int32_t kCheckpointsKept = 3;
+  // Checkpoints one save frees at most, the oldest first: one in a steady state; a database
+  // whose projects kept every checkpoint (before schema migration 14) is freed over later
+  // saves, so that no save's transaction runs into the statement timeout.
+  static constexpr int32_t kCheckpointsFreedPerSave = 8;
   explicit ModelVersionStore(ConnectionPool* pool,
                              int64_t read_chunk_bytes = kDefaultReadChunkBytes)
       : pool_(pool),
@@ -77,7 +81,8 @@ class ModelVersionStore {
   // Stores `record` (its version and created_at are ignored) as the
   // project's next version (previous maximum + 1, starting at 1) and returns
   // it with version and created_at filled in; frees the checkpoints of the
-  // project's versions older than the newest kCheckpointsKept. Errors:
+  // project's oldest versions (kCheckpointsFreedPerSave at most) that are not
+  // among the newest kCheckpointsKept. Errors:
   // NOT_FOUND for an unknown project; INVALID_ARGUMENT for an empty method.
   absl::StatusOr<ModelVersionRecord> SaveModelVersion(
       const ModelVersionRecord& record);

@@ -467,6 +467,55 @@ TEST_F(ModelVersionStoreTest, OnlyTheNewestVersionsKeepTheirCheckpoints) {
   EXPECT_EQ(latest->parameters, std::string("\0\1\2checkpoint", 13));
 }
 
+// A database from before checkpoints were freed holds many: each save frees at most
+// kCheckpointsFreedPerSave of them, the oldest first, so no save's transaction grows with the
+// backlog; later saves free the rest.
+TEST_F(ModelVersionStoreTest, ABacklogOfCheckpointsIsFreedAFewPerSaveOldestFirst) {
+  constexpr int kBacklog = 20;
+  ASSERT_THAT(pool().WithTransaction(
+                  "versions stored before checkpoints were freed",
+                  [&](pqxx::work& txn) -> absl::StatusOr<bool> {
+                    txn.exec_params(
+                        "INSERT INTO model_versions (project_id, version, method, parameters) "
+                        "SELECT $1, v, 'ds', '\\x0102'::bytea FROM generate_series(1, $2) v",
+                        project_id_, kBacklog);
+                    txn.exec_params(
+                        "INSERT INTO model_version_outputs "
+                        "SELECT $1, v, 'p'::bytea, 'a'::bytea FROM generate_series(1, $2) v",
+                        project_id_, kBacklog);
+                    return true;
+                  }),
+              IsOk());
+  auto kept_versions = [this]() {
+    absl::StatusOr<std::vector<int32_t>> kept = pool().WithTransaction(
+        "kept", [&](pqxx::work& txn) -> absl::StatusOr<std::vector<int32_t>> {
+          std::vector<int32_t> versions;
+          for (const pqxx::row& row : txn.exec_params(
+                   "SELECT v.version FROM model_versions v JOIN model_version_outputs o "
+                   "USING (project_id, version) WHERE v.project_id = $1 "
+                   "AND octet_length(v.parameters) > 0 ORDER BY v.version",
+                   project_id_)) {
+            versions.push_back(row[0].as<int32_t>());
+          }
+          return versions;
+        });
+    EXPECT_THAT(kept, IsOk());
+    return kept.value_or(std::vector<int32_t>{});
+  };
+  ASSERT_THAT(store_->SaveModelVersion(Record(1), ModelVersionOutputs{"p", "a"}), IsOk());
+  std::vector<int32_t> expected;
+  for (int v = ModelVersionStore::kCheckpointsFreedPerSave + 1; v <= kBacklog + 1; ++v) {
+    expected.push_back(v);
+  }
+  EXPECT_EQ(kept_versions(), expected);
+  for (int save = 0; save < 3; ++save) {
+    ASSERT_THAT(store_->SaveModelVersion(Record(2 + save), ModelVersionOutputs{"p", "a"}),
+                IsOk());
+  }
+  // 24 versions: the newest 3 keep theirs.
+  EXPECT_EQ(kept_versions(), (std::vector<int32_t>{22, 23, 24}));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
