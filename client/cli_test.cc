@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -547,6 +548,64 @@ TEST_F(CliTest, EveryCommandHasCompleteHelp) {
   EXPECT_THAT(result.err,
               StartsWith("verity: \"model\" needs a subcommand: status, "
                          "versions, train\n"));
+}
+
+// The usage lines of `--help` ("project create NAME ...", "project show NAME", "project
+// settings NAME ...") take exactly one NAME; the flags marked "Required." are needed; the
+// "Default:" values are the ones used when a flag is left out.
+TEST_F(CliTest, ArgumentCountsRequiredFlagsAndDefaultsAreThoseOfTheHelp) {
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"project", "create", "--classes=a,b"},
+        std::vector<std::string>{"project", "show"},
+        std::vector<std::string>{"project", "settings", "--method=ds"}}) {
+    const std::string name = absl::StrCat(command[0], " ", command[1]);
+    SCOPED_TRACE(name);
+    CliResult result = Run(command);
+    EXPECT_EQ(result.code, kExitUsage);
+    EXPECT_THAT(result.err,
+                StartsWith(absl::StrCat("verity: \"", name,
+                                        "\" takes 1 argument (NAME), got none\n")));
+    std::vector<std::string> two = command;
+    two.insert(two.begin() + 2, {"p1", "p2"});
+    result = Run(two);
+    EXPECT_EQ(result.code, kExitUsage);
+    EXPECT_THAT(result.err, StartsWith(absl::StrCat("verity: \"", name,
+                                                    "\" takes 1 argument (NAME), got \"p1 "
+                                                    "p2\"\n")));
+  }
+  for (const auto& [command, flag] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"annotator", "add", "--project=birds"}, "--csv=FILE"},
+           {{"accuracy", "--project=birds"}, "--gold_csv=FILE"},
+           {{"suggest", "annotators", "--project=birds"}, "--item=ID"},
+           {{"posteriors"}, "--project=NAME"}}) {
+    SCOPED_TRACE(flag);
+    const CliResult result = Run(command);
+    EXPECT_EQ(result.code, kExitUsage);
+    EXPECT_THAT(result.err, HasSubstr(absl::StrCat("\" needs ", flag, "\n")));
+  }
+
+  // --batch_size defaults to 1000 labels per batch: 2,001 labels go in 3 batches.
+  ASSERT_EQ(Run({"project", "create", "many", "--classes=a,b"}).code, kExitOk);
+  std::string labels = "item,annotator,label\n";
+  for (int i = 0; i < 2001; ++i) absl::StrAppend(&labels, "i", i, ",w", i % 15, ",a\n");
+  const CliResult submit =
+      Run({"submit", "--project=many", absl::StrCat("--csv=", WriteFile("many.csv", labels))});
+  ASSERT_EQ(submit.code, kExitOk) << submit.err;
+  EXPECT_EQ(server_->received_batch_ids().size(), 3u);
+  // --k defaults to 10 items and 10 annotators.
+  CliResult result = Run({"suggest", "items", "--project=many", "--annotator=new",
+                          "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(std::count(result.out.begin(), result.out.end(), '\n'), 12) << result.out;
+  result = Run({"suggest", "annotators", "--project=many", "--item=i0", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(std::count(result.out.begin(), result.out.end(), '\n'), 12) << result.out;
+  // model versions: --limit defaults to 20.
+  for (int fit = 0; fit < 21; ++fit) server_->Fit("many");
+  result = Run({"model", "versions", "--project=many", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_EQ(std::count(result.out.begin(), result.out.end(), '\n'), 22) << result.out;
 }
 
 TEST_F(CliTest, OutputMustBeTextOrJson) {
