@@ -35,13 +35,17 @@ class ModelVersionStoreTest : public PostgresTest {
   void SetUp() override {
     PostgresTest::SetUp();
     store_ = std::make_unique<ModelVersionStore>(&pool());
-    ProjectStore projects(&pool());
-    ProjectRecord p;
-    p.name = "p";
-    p.classes = {"a", "b"};
-    absl::StatusOr<ProjectRecord> created = projects.CreateProject(p);
+    absl::StatusOr<ProjectRecord> created = CreateProject("p");
     ASSERT_THAT(created, IsOk());
     project_id_ = created->project_id;
+  }
+
+  // A project `name` of two classes.
+  absl::StatusOr<ProjectRecord> CreateProject(const std::string& name) {
+    ProjectRecord project;
+    project.name = name;
+    project.classes = {"a", "b"};
+    return ProjectStore(&pool()).CreateProject(project);
   }
 
   ModelVersionRecord Record(int64_t watermark) {
@@ -209,11 +213,7 @@ TEST_F(ModelVersionStoreTest, ListsEachProjectsNewestVersionAndNotifiesOnSave) {
   Receiver receiver(listener, notified);
   pqxx::nontransaction(listener).exec("SELECT 1");
 
-  ProjectStore projects(&pool());
-  ProjectRecord without;
-  without.name = "no-versions";
-  without.classes = {"a", "b"};
-  ASSERT_THAT(projects.CreateProject(without), IsOk());
+  ASSERT_THAT(CreateProject("no-versions"), IsOk());
   ASSERT_THAT(store_->SaveModelVersion(Record(10)), IsOk());
   ASSERT_THAT(store_->SaveModelVersion(Record(20)), IsOk());
   absl::StatusOr<std::vector<std::pair<int64_t, int32_t>>> newest = store_->ListNewestVersions();
@@ -229,11 +229,7 @@ TEST_F(ModelVersionStoreTest, ListsEachProjectsNewestVersionAndNotifiesOnSave) {
 // reading, listing or fetching outputs of one project never returns another
 // project's version with the same number.
 TEST_F(ModelVersionStoreTest, VersionsAndReadsAreScopedToTheirProject) {
-  ProjectStore projects(&pool());
-  ProjectRecord other;
-  other.name = "other";
-  other.classes = {"a", "b"};
-  absl::StatusOr<ProjectRecord> created = projects.CreateProject(other);
+  absl::StatusOr<ProjectRecord> created = CreateProject("other");
   ASSERT_THAT(created, IsOk());
   const int64_t other_id = created->project_id;
 
@@ -325,11 +321,7 @@ TEST_F(ModelVersionStoreTest, NotifiesTheProjectIdOfEachSavedVersion) {
   Receiver receiver(listener, payloads);
   pqxx::nontransaction(listener).exec("SELECT 1");
 
-  ProjectStore projects(&pool());
-  ProjectRecord other;
-  other.name = "other";
-  other.classes = {"a", "b"};
-  absl::StatusOr<ProjectRecord> created = projects.CreateProject(other);
+  absl::StatusOr<ProjectRecord> created = CreateProject("other");
   ASSERT_THAT(created, IsOk());
   ModelVersionRecord record = Record(1);
   record.project_id = created->project_id;
@@ -344,11 +336,7 @@ TEST_F(ModelVersionStoreTest, NotifiesTheProjectIdOfEachSavedVersion) {
 // project's first version is 1 even when a project created after it already
 // has versions, and its reads return its own parameters and outputs.
 TEST_F(ModelVersionStoreTest, AnEarlierProjectNumbersAndReadsItsVersionsOnItsOwn) {
-  ProjectStore projects(&pool());
-  ProjectRecord later;
-  later.name = "later";
-  later.classes = {"a", "b"};
-  absl::StatusOr<ProjectRecord> created = projects.CreateProject(later);
+  absl::StatusOr<ProjectRecord> created = CreateProject("later");
   ASSERT_THAT(created, IsOk());
   ASSERT_GT(created->project_id, project_id_);
 
@@ -398,11 +386,7 @@ TEST_F(ModelVersionStoreTest, MetadataOfVersionZeroIsNotFound) {
 // project and frees the older ones' when a newer version is saved; their metadata stays listed.
 TEST_F(ModelVersionStoreTest, OnlyTheNewestVersionsKeepTheirCheckpoints) {
   constexpr int kKept = 3;  // model_version_store.h's promise, written out independently.
-  ProjectStore projects(&pool());
-  ProjectRecord other;
-  other.name = "other";
-  other.classes = {"a", "b"};
-  absl::StatusOr<ProjectRecord> created = projects.CreateProject(other);
+  absl::StatusOr<ProjectRecord> created = CreateProject("other");
   ASSERT_THAT(created, IsOk());
   ModelVersionRecord others = Record(1);
   others.project_id = created->project_id;
