@@ -221,8 +221,10 @@ struct SummaryCell {
 std::vector<SummaryCell> Summarize(absl::Span<const SimulationRow> rows);
 
 // A Markdown table per dataset: one row per policy (in order of appearance),
-// one column per budget fraction, mean accuracy with 4 decimals; a reference
-// shows its one value in the column of its fraction (1.0) and "" elsewhere.
+// one column per budget fraction, ascending, headed by the fraction and the
+// mean labels of the first cell that has it; mean accuracy with 4 decimals; a
+// reference shows its one value in the column of its fraction (1.0) and ""
+// elsewhere.
 std::string FormatSummaryTables(absl::Span<const SummaryCell> cells);
 
 // The server operations a replay uses. Implemented over gRPC by

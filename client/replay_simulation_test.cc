@@ -271,6 +271,22 @@ TEST(SummaryTest, AveragesOverSeedsPerPolicyAndFraction) {
   EXPECT_EQ(FormatSimulationRow(rows[0]), "birds,random,1,10,0.5,0.600000");
 }
 
+// replay_simulation.h: columns by fraction ascending, even when the first policy (a reference)
+// has only the last; each header's labels are those of the first cell with its fraction.
+TEST(SummaryTest, ColumnsAscendByFractionWithTheFirstCellsLabels) {
+  const std::vector<SummaryCell> cells = {
+      {"birds", "all_ds", 1.0, 20, 0.8, 1},
+      {"birds", "random", 0.5, 10, 0.6, 2},
+      {"birds", "random", 1.0, 19, 0.7, 2},
+  };
+  EXPECT_EQ(FormatSummaryTables(cells),
+            "### birds\n\n"
+            "| policy | 50% (10) | 100% (20) |\n"
+            "|---|---|---|\n"
+            "| all_ds | | 0.8000 |\n"
+            "| random | 0.6000 | 0.7000 |\n\n");
+}
+
 // A scripted ReplayServer: suggests the first candidate (or what `choose`
 // says), records every call, and answers posteriors whose MAP label is the
 // last label submitted for the item in that project (0 before any).
