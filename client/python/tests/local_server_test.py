@@ -1,0 +1,164 @@
+"""verity_client.local (LocalServer, find_server_binary) and the fits that start one.
+
+What is promised (verity_client/local.py, aggregation.py, client/python/README.md): the binary
+is `binary`, else $VERITY_SERVER_BINARY, else `verity_server` on PATH, FileNotFoundError naming
+all three otherwise; LocalServer is a context manager that serves on "localhost:PORT" from a
+fresh data directory under /tmp and, on exit, stops the server and removes that directory;
+a server that does not start raises RuntimeError with its output; an aggregator without a
+server starts a private LocalServer for that fit and removes it afterwards, and `serve()` with
+no address starts one for the whole block.
+"""
+
+import glob
+import os
+import re
+import stat
+import tempfile
+import unittest
+
+import pandas as pd
+
+import junit
+import server_process
+import verity_client
+from verity_client import aggregation
+from verity_client import local
+
+SERVER = server_process.runfile("server/verity_server")
+
+
+def local_data_dirs():
+    """LocalServer's data directories now under /tmp."""
+    return set(glob.glob("/tmp/verity-local-*"))
+
+
+class _Environment:
+    """Sets (value) or removes (None) environment variables for a `with` block."""
+
+    def __init__(self, **values):
+        self._values = values
+        self._saved = {}
+
+    def __enter__(self):
+        for name, value in self._values.items():
+            self._saved[name] = os.environ.get(name)
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        return self
+
+    def __exit__(self, *exc_info):
+        for name, value in self._saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        return False
+
+
+class FindServerBinaryTest(unittest.TestCase):
+
+    def setUp(self):
+        self.directory = tempfile.mkdtemp()
+        self.on_path = os.path.join(self.directory, "verity_server")
+        with open(self.on_path, "w") as f:
+            f.write("#!/bin/sh\n")
+        os.chmod(self.on_path, stat.S_IRWXU)
+
+    def test_the_argument_then_the_variable_then_path(self):
+        with _Environment(VERITY_SERVER_BINARY=SERVER, PATH=self.directory):
+            self.assertEqual(local.find_server_binary("/bin/true"), "/bin/true")
+            self.assertEqual(local.find_server_binary(), SERVER)
+        with _Environment(VERITY_SERVER_BINARY=None, PATH=self.directory):
+            self.assertEqual(local.find_server_binary(), self.on_path)
+
+    def test_none_found_names_all_three_ways(self):
+        with _Environment(VERITY_SERVER_BINARY=None, PATH=tempfile.mkdtemp()):
+            with self.assertRaises(FileNotFoundError) as raised:
+                local.find_server_binary()
+        message = str(raised.exception)
+        self.assertIn("binary=", message)
+        self.assertIn("VERITY_SERVER_BINARY", message)
+        self.assertIn("PATH", message)
+
+    def test_a_file_that_cannot_run_is_not_a_binary(self):
+        not_executable = os.path.join(self.directory, "not_executable")
+        with open(not_executable, "w") as f:
+            f.write("")
+        with self.assertRaises(FileNotFoundError):
+            local.find_server_binary(not_executable)
+
+
+class LocalServerTest(unittest.TestCase):
+
+    def test_a_with_block_serves_then_stops_and_removes_its_directory(self):
+        before = local_data_dirs()
+        server = local.LocalServer(binary=SERVER)
+        with self.assertRaises(RuntimeError):
+            server.address  # not started
+        with server:
+            self.assertRegex(server.address, r"^localhost:\d+$")
+            self.assertTrue(os.path.isdir(server.data_dir))
+            self.assertEqual(oct(stat.S_IMODE(os.stat(server.data_dir).st_mode)), oct(0o755))
+            self.assertTrue(server.data_dir.startswith("/tmp/verity-local-"))
+            with verity_client.Client(server.address, timeout=60) as client:
+                client.create_project("local", ["no", "yes"])
+                self.assertEqual([p.name for p in client.list_projects()], ["local"])
+            data_dir = server.data_dir
+        self.assertFalse(os.path.exists(data_dir))
+        self.assertIsNone(server.port)
+        self.assertIsNone(server.data_dir)
+        with self.assertRaises(RuntimeError):
+            server.address
+        self.assertEqual(local_data_dirs(), before)
+        self.assertIsNone(server.stop())  # stopped already
+
+    def test_stop_ends_the_server_cleanly_and_returns_its_status(self):
+        server = local.LocalServer(binary=SERVER).start()
+        self.assertIsInstance(server.port, int)
+        self.assertEqual(server.stop(), 0, server.output())
+
+    def test_a_server_that_exits_at_once_raises_with_its_output(self):
+        before = local_data_dirs()
+        server = local.LocalServer(binary=SERVER, extra_args=["--no_such_flag=1"])
+        with self.assertRaises(RuntimeError) as raised:
+            server.start()
+        self.assertIn("no_such_flag", str(raised.exception))
+        self.assertIsNone(server.port)
+        self.assertEqual(local_data_dirs(), before)
+
+
+LABELS = pd.DataFrame({
+    "task": ["t1", "t1", "t1", "t2", "t2", "t2"],
+    "worker": ["w1", "w2", "w3", "w1", "w2", "w3"],
+    "label": ["a", "a", "b", "b", "b", "a"],
+})
+
+
+class FitsWithoutAServerTest(unittest.TestCase):
+
+    def test_a_fit_starts_a_private_server_and_removes_it(self):
+        before = local_data_dirs()
+        with _Environment(VERITY_SERVER_BINARY=SERVER):
+            labels = aggregation.MajorityVote().fit_predict(LABELS)
+        self.assertEqual(labels.to_dict(), {"t1": "a", "t2": "b"})
+        self.assertEqual(local_data_dirs(), before)
+
+    def test_serve_without_an_address_serves_every_fit_of_the_block_from_one_server(self):
+        before = local_data_dirs()
+        with aggregation.serve(binary=SERVER) as client:
+            during = local_data_dirs() - before
+            self.assertEqual(len(during), 1)
+            aggregation.MajorityVote().fit(LABELS)
+            aggregation.DawidSkene(n_iter=5).fit(LABELS)
+            names = sorted(p.name for p in client.list_projects())
+            self.assertEqual(len(names), 2, names)
+            for name in names:
+                self.assertRegex(name, r"^crowdkit-")
+            self.assertEqual(local_data_dirs() - before, during)
+        self.assertEqual(local_data_dirs(), before)
+
+
+if __name__ == "__main__":
+    junit.main()
