@@ -87,9 +87,19 @@ class LabelIndicesTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "row 1: class index -2147483649 does not fit"):
             frames.label_indices(pd.Series([0, -2**31 - 1], name="label", dtype=object), CLASSES)
 
+    def test_the_ends_of_the_32_bit_range_pass(self):
+        for dtype in (np.int64, object):
+            indices = frames.label_indices(
+                pd.Series([-2**31, 2**31 - 1], name="label", dtype=dtype), CLASSES)
+            self.assertEqual(indices.tolist(), [-2**31, 2**31 - 1])
+
     def test_refuses_booleans(self):
         with self.assertRaisesRegex(ValueError, "dtype=str"):
             frames.label_indices(pd.Series([True, False], name="label"), CLASSES)
+        # A Python bool among names and indices is refused too, not read as index 1.
+        with self.assertRaisesRegex(ValueError, "row 2: boolean label True"):
+            frames.label_indices(pd.Series(["true", 0, True], name="label", dtype=object),
+                                 CLASSES)
 
     def test_refuses_missing_and_fractional_labels(self):
         with self.assertRaisesRegex(ValueError, "row 1: nan is neither"):
