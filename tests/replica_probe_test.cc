@@ -1,0 +1,356 @@
+// Black-box probes of several verity_server replicas over one PostgreSQL database, and of
+// restarts: what one replica writes must be served by the others (and by a replica started
+// later) as README.md, deploy/README.md ("Several replicas") and proto/verity/v1/*.proto say.
+//
+// Each replica is an in-process VerityServer on its own real gRPC port, as in replicas_test.
+// Expectations come from the documentation quoted above each test, not from the code.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <pqxx/pqxx>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/verity_server.h"
+#include "tests/test_postgres.h"
+#include "tests/test_server.h"
+#include "verity/v1/assignment.grpc.pb.h"
+#include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/keys.grpc.pb.h"
+#include "verity/v1/models.grpc.pb.h"
+#include "verity/v1/projects.grpc.pb.h"
+#include "verity/v1/truth.grpc.pb.h"
+
+namespace verity::tests {
+namespace {
+
+constexpr int kClasses = 3;
+
+std::chrono::system_clock::time_point Deadline() {
+  return std::chrono::system_clock::now() + std::chrono::seconds(60);
+}
+
+struct Replica {
+  std::unique_ptr<server::VerityServer> server;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::ProjectService::Stub> projects;
+  std::unique_ptr<v1::IngestService::Stub> ingest;
+  std::unique_ptr<v1::TruthService::Stub> truth;
+  std::unique_ptr<v1::AssignmentService::Stub> assignment;
+  std::unique_ptr<v1::ModelService::Stub> model;
+  std::unique_ptr<v1::KeyService::Stub> keys;
+  std::string api_key;  // Sent with every call when not empty.
+
+  void Prepare(grpc::ClientContext& context) const {
+    context.set_deadline(Deadline());
+    if (!api_key.empty()) context.AddMetadata("authorization", "Bearer " + api_key);
+  }
+};
+
+class ReplicaProbeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { pg_ = TestPostgres::Start("verity-replica-probe").release(); }
+  static void TearDownTestSuite() {
+    delete pg_;
+    pg_ = nullptr;
+  }
+
+  void SetUp() override { ASSERT_NE(pg_, nullptr); }
+  void TearDown() override {
+    for (auto& r : replicas_) {
+      if (r->server) r->server->Shutdown();
+    }
+  }
+
+  Replica& StartReplica(
+      const std::function<void(server::VerityServer::Options&)>& customize = nullptr) {
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
+    options.evict_after_idle = absl::ZeroDuration();
+    if (customize) customize(options);
+    auto server = server::VerityServer::Start(options);
+    EXPECT_TRUE(server.ok()) << server.status();
+    auto r = std::make_unique<Replica>();
+    r->server = std::move(*server);
+    r->channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", r->server->port()),
+                                     grpc::InsecureChannelCredentials());
+    r->projects = v1::ProjectService::NewStub(r->channel);
+    r->ingest = v1::IngestService::NewStub(r->channel);
+    r->truth = v1::TruthService::NewStub(r->channel);
+    r->assignment = v1::AssignmentService::NewStub(r->channel);
+    r->model = v1::ModelService::NewStub(r->channel);
+    r->keys = v1::KeyService::NewStub(r->channel);
+    replicas_.push_back(std::move(r));
+    return *replicas_.back();
+  }
+
+  static void Stop(Replica& r) {
+    r.server->Shutdown();
+    r.server.reset();
+  }
+
+  static void CreateProject(Replica& r, const std::string& name,
+                            v1::TruthMethod method = v1::TRUTH_METHOD_DAWID_SKENE,
+                            const v1::AssignmentSettings* assignment = nullptr) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    v1::CreateProjectRequest request;
+    request.mutable_project()->set_name(name);
+    request.mutable_project()->mutable_settings()->mutable_model()->set_method(method);
+    if (assignment != nullptr) {
+      *request.mutable_project()->mutable_settings()->mutable_assignment() = *assignment;
+    }
+    for (int c = 0; c < kClasses; ++c) request.mutable_project()->add_classes(absl::StrCat("c", c));
+    v1::CreateProjectResponse response;
+    grpc::Status status = r.projects->CreateProject(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+
+  static v1::Project ServedProject(Replica& r, const std::string& project) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    v1::GetProjectRequest request;
+    request.set_project(project);
+    v1::GetProjectResponse response;
+    grpc::Status status = r.projects->GetProject(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.project();
+  }
+
+  static void AddItems(Replica& r, const std::string& project, const std::vector<v1::Item>& items) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    v1::AddItemsRequest request;
+    request.set_project(project);
+    for (const auto& item : items) *request.add_items() = item;
+    v1::AddItemsResponse response;
+    grpc::Status status = r.projects->AddItems(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+
+  static v1::Item Item(const std::string& id, std::optional<double> priority = std::nullopt,
+                       std::optional<int> gold = std::nullopt) {
+    v1::Item item;
+    item.set_id(id);
+    if (priority) item.set_priority(*priority);
+    if (gold) item.set_gold_label(*gold);
+    return item;
+  }
+
+  static void Submit(Replica& r, const std::string& project,
+                     const std::vector<LabelTriple>& labels) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    auto stream = r.ingest->SubmitAnnotations(&context);
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(1);
+    batch.set_project(project);
+    for (const auto& a : Annotations(labels)) *batch.add_annotations() = a;
+    ASSERT_TRUE(stream->Write(batch));
+    stream->WritesDone();
+    v1::BatchAck ack;
+    int acks = 0;
+    while (stream->Read(&ack)) {
+      ++acks;
+      EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+    }
+    grpc::Status status = stream->Finish();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(acks, 1);
+  }
+
+  // Labels of `items` items by `annotators` annotators, mostly class (item % 3).
+  static std::vector<LabelTriple> SomeLabels(int items, int annotators, int offset = 0) {
+    std::vector<LabelTriple> labels;
+    for (int i = 0; i < items; ++i) {
+      for (int a = 0; a < annotators; ++a) {
+        const int truth = i % kClasses;
+        const int label = ((i + a + offset) % 5 == 0) ? (truth + 1) % kClasses : truth;
+        labels.emplace_back(absl::StrCat("item-", i), absl::StrCat("ann-", a + offset), label);
+      }
+    }
+    return labels;
+  }
+
+  static grpc::Status SuggestItems(Replica& r, const std::string& project,
+                                   const std::string& annotator, int k,
+                                   v1::SuggestItemsResponse* response,
+                                   const std::vector<std::string>& candidates = {}) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    v1::SuggestItemsRequest request;
+    request.set_project(project);
+    request.set_annotator(annotator);
+    request.set_k(k);
+    for (const auto& c : candidates) request.add_candidate_items(c);
+    return r.assignment->SuggestItems(&context, request, response);
+  }
+
+  static std::vector<std::string> SuggestedItems(Replica& r, const std::string& project,
+                                                 const std::string& annotator, int k) {
+    v1::SuggestItemsResponse response;
+    grpc::Status status = SuggestItems(r, project, annotator, k, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    std::vector<std::string> items;
+    for (const auto& s : response.suggestions()) items.push_back(s.item());
+    return items;
+  }
+
+  static absl::StatusOr<v1::ModelVersion> Train(Replica& r, const std::string& project) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    v1::TrainModelRequest request;
+    request.set_project(project);
+    v1::TrainModelResponse response;
+    grpc::Status status = r.model->TrainModel(&context, request, &response);
+    if (!status.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          status.error_message());
+    }
+    return response.version();
+  }
+
+  static v1::GetModelStatusResponse ModelStatus(Replica& r, const std::string& project) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    v1::GetModelStatusRequest request;
+    request.set_project(project);
+    v1::GetModelStatusResponse response;
+    grpc::Status status = r.model->GetModelStatus(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
+  static std::vector<v1::ModelVersion> Versions(Replica& r, const std::string& project) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    v1::ListModelVersionsRequest request;
+    request.set_project(project);
+    request.set_limit(1000);
+    v1::ListModelVersionsResponse response;
+    grpc::Status status = r.model->ListModelVersions(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return {response.versions().begin(), response.versions().end()};
+  }
+
+  static std::vector<v1::Posterior> Posteriors(Replica& r, const std::string& project,
+                                               const std::vector<std::string>& items) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    v1::GetPosteriorsRequest request;
+    request.set_project(project);
+    for (const auto& i : items) request.add_items(i);
+    v1::GetPosteriorsResponse response;
+    grpc::Status status = r.truth->GetPosteriors(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return {response.posteriors().begin(), response.posteriors().end()};
+  }
+
+  // Polls `done` every 20 ms until it holds or `within` passes; true if it held.
+  static bool Eventually(absl::Duration within, const std::function<bool()>& done) {
+    const absl::Time give_up = absl::Now() + within;
+    while (absl::Now() < give_up) {
+      if (done()) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return done();
+  }
+
+  static TestPostgres* pg_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+};
+
+TestPostgres* ReplicaProbeTest::pg_ = nullptr;
+// assignment.proto, SuggestAnnotators: "The k annotators ... who should label `item` next,
+// best first; never one who already labelled it or holds a lease on it." deploy/README.md:
+// "any replica accepts any call" and leases are claimed "in PostgreSQL". A lease taken through
+// replica A must keep its holder out of replica B's SuggestAnnotators for that item.
+TEST_F(ReplicaProbeTest, SuggestAnnotatorsOnBNeverNamesTheHolderOfALeaseTakenOnA) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  const std::string project = "lease-holder-elsewhere";
+  CreateProject(a, project);
+  AddItems(a, project, {Item("x")});
+  {
+    grpc::ClientContext context;
+    a.Prepare(context);
+    v1::AddAnnotatorsRequest request;
+    request.set_project(project);
+    request.add_annotators()->set_id("holder");
+    request.add_annotators()->set_id("other");
+    v1::AddAnnotatorsResponse response;
+    ASSERT_TRUE(a.projects->AddAnnotators(&context, request, &response).ok());
+  }
+  ServedProject(b, project);  // B loads the project.
+  // B knows the item and both annotators (within the 1 s poll).
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
+    v1::Project p = ServedProject(b, project);
+    return p.num_items() == 1 && p.num_annotators() == 2;
+  }));
+
+  v1::SuggestItemsResponse leased;
+  ASSERT_TRUE(SuggestItems(a, project, "holder", 1, &leased).ok());
+  ASSERT_EQ(leased.suggestions_size(), 1);
+  ASSERT_EQ(leased.suggestions(0).item(), "x");
+
+  auto suggested_annotators = [&](Replica& r) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    v1::SuggestAnnotatorsRequest request;
+    request.set_project(project);
+    request.set_item("x");
+    request.set_k(10);
+    request.add_candidates("holder");
+    request.add_candidates("other");
+    v1::SuggestAnnotatorsResponse response;
+    grpc::Status status = r.assignment->SuggestAnnotators(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    std::set<std::string> names;
+    for (const auto& s : response.suggestions()) names.insert(s.annotator());
+    return names;
+  };
+  // The replica that leased: the holder is left out (the test's own check of the promise).
+  ASSERT_EQ(suggested_annotators(a), std::set<std::string>{"other"});
+  // The other replica, given well over its 1 s poll.
+  std::set<std::string> on_b;
+  EXPECT_TRUE(Eventually(absl::Seconds(5), [&] {
+    on_b = suggested_annotators(b);
+    return on_b == std::set<std::string>{"other"};
+  })) << "B still suggests " << on_b.size() << " annotators, holder included: "
+      << on_b.count("holder");
+}
+
+  v1::SuggestItemsResponse on_a;
+  ASSERT_TRUE(SuggestItems(a, project, "w-a", 4, &on_a).ok());
+  ASSERT_EQ(on_a.suggestions_size(), 4);
+  // A itself now refuses one more.
+  {
+    v1::SuggestItemsResponse more;
+    grpc::Status s = SuggestItems(a, project, "w-a2", 1, &more);
+    ASSERT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  }
+  absl::SleepFor(absl::Seconds(2));  // Past the 1 s poll.
+  v1::SuggestItemsResponse on_b;
+  grpc::Status s = SuggestItems(b, project, "w-b", 4, &on_b);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << "B leased " << on_b.suggestions_size()
+      << " more items while the project already held 4 outstanding leases (limit 4)";
+}
+
+}  // namespace
+}  // namespace verity::tests
