@@ -335,6 +335,23 @@ TEST_F(ReplicaProbeTest, SuggestAnnotatorsOnBNeverNamesTheHolderOfALeaseTakenOnA
       << on_b.count("holder");
 }
 
+// README.md: "--max_leases_per_project: outstanding assignment leases a project may hold; a
+// SuggestItems whose k would pass it is refused with RESOURCE_EXHAUSTED until labels arrive or
+// leases expire". assignment.proto: "RESOURCE_EXHAUSTED ... when k more leases would take the
+// project past the server's --max_leases_per_project outstanding leases". Leases are claimed
+// in PostgreSQL across replicas (deploy/README.md), so the project's outstanding leases are
+// those of every replica.
+TEST_F(ReplicaProbeTest, MaxLeasesPerProjectCountsTheLeasesOfEveryReplica) {
+  auto limit = [](server::VerityServer::Options& o) { o.max_leases_per_project = 4; };
+  Replica& a = StartReplica(limit);
+  Replica& b = StartReplica(limit);
+  const std::string project = "leases-over-two-replicas";
+  CreateProject(a, project);
+  std::vector<v1::Item> items;
+  for (int i = 0; i < 20; ++i) items.push_back(Item(absl::StrCat("it-", i)));
+  AddItems(a, project, items);
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 20; }));
+
   v1::SuggestItemsResponse on_a;
   ASSERT_TRUE(SuggestItems(a, project, "w-a", 4, &on_a).ok());
   ASSERT_EQ(on_a.suggestions_size(), 4);
