@@ -4,7 +4,11 @@
 //
 // Each replica is an in-process VerityServer on its own real gRPC port, as in replicas_test.
 // Expectations come from the documentation quoted above each test, not from the code.
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -28,6 +32,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/verity_server.h"
+#include "tests/server_process.h"
 #include "tests/test_postgres.h"
 #include "tests/test_server.h"
 #include "verity/v1/assignment.grpc.pb.h"
@@ -45,6 +50,32 @@ constexpr int kClasses = 3;
 std::chrono::system_clock::time_point Deadline() {
   return std::chrono::system_clock::now() + std::chrono::seconds(60);
 }
+
+// A verity_worker child process over `url`, its stderr in `log`.
+class WorkerProcess {
+ public:
+  WorkerProcess(const std::string& url, const std::string& name, const std::string& log) {
+    const std::string binary = RunfilePath("server/training/verity_worker");
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 2);
+      const std::string url_flag = "--postgres_url=" + url, name_flag = "--name=" + name;
+      execl(binary.c_str(), binary.c_str(), url_flag.c_str(), name_flag.c_str(),
+            "--lease_seconds=5", "--poll_ms=100", "--device=cpu", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~WorkerProcess() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
 
 struct Replica {
   std::unique_ptr<server::VerityServer> server;
@@ -367,6 +398,61 @@ TEST_F(ReplicaProbeTest, MaxLeasesPerProjectCountsTheLeasesOfEveryReplica) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << "B leased " << on_b.suggestions_size()
       << " more items while the project already held 4 outstanding leases (limit 4)";
+}
+
+// projects.proto ProjectLimits: "What one project may hold. A batch ... that would pass a limit
+// is refused whole with RESOURCE_EXHAUSTED". Two replicas writing one project at once must not
+// together pass max_labels.
+TEST_F(ReplicaProbeTest, TwoReplicasWritingAtOnceDoNotPassMaxLabels) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  const std::string project = "max-labels-two-writers";
+  CreateProject(a, project);
+  {
+    grpc::ClientContext context;
+    a.Prepare(context);
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    request.mutable_settings()->mutable_limits()->set_max_labels(100);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+  }
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
+    return ServedProject(b, project).settings().limits().max_labels() == 100;
+  }));
+  // Rounds of 30 labels sent to both replicas at once, until one is refused.
+  int round = 0;
+  for (; round < 5; ++round) {
+    auto send = [&](Replica& r, const std::string& tag, int* accepted) {
+      grpc::ClientContext context;
+      r.Prepare(context);
+      auto stream = r.ingest->SubmitAnnotations(&context);
+      v1::AnnotationBatch batch;
+      batch.set_batch_id(1);
+      batch.set_project(project);
+      for (int i = 0; i < 30; ++i) {
+        v1::Annotation* an = batch.add_annotations();
+        an->set_item(absl::StrCat(tag, "-", round, "-", i));
+        an->set_annotator("w");
+        an->set_label(0);
+      }
+      stream->Write(batch);
+      stream->WritesDone();
+      v1::BatchAck ack;
+      if (stream->Read(&ack)) *accepted = ack.accepted();
+      stream->Finish();
+    };
+    int on_a = 0, on_b = 0;
+    std::thread ta([&] { send(a, "a", &on_a); });
+    std::thread tb([&] { send(b, "b", &on_b); });
+    ta.join();
+    tb.join();
+    absl::SleepFor(absl::Milliseconds(1500));
+  }
+  // Counted through a fresh replica as well.
+  Replica& c = StartReplica();
+  const int64_t held = ServedProject(c, project).num_labels();
+  EXPECT_LE(held, 100) << "the project holds " << held << " live labels, max_labels 100";
 }
 
 }  // namespace
