@@ -455,5 +455,57 @@ TEST_F(ReplicaProbeTest, TwoReplicasWritingAtOnceDoNotPassMaxLabels) {
   EXPECT_LE(held, 100) << "the project holds " << held << " live labels, max_labels 100";
 }
 
+
+// deploy/README.md, "Several replicas": "items, gold, ... the others re-read the project's
+// items ... and apply what differs"; "model versions: the save notifies; the others read the
+// new version's parameters once and serve it". truth.proto AnnotatorProfile.accuracy:
+// "Probability of a correct label under the current class prior: sum_k prior_k *
+// confusion[k][k]." With one gold item, set through A before A's fit, the writer A, the
+// follower B and a replica C started afterwards hold the same items, labels and version, so
+// they must serve the same profiles (tolerance 1e-6).
+TEST_F(ReplicaProbeTest, AFollowerServesTheWritersAnnotatorAccuracyInAProjectWithGold) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  const std::string project = "profiles-with-gold";
+  CreateProject(a, project);
+  ServedProject(b, project);
+  Submit(a, project, SomeLabels(30, 4));
+  // B has just re-read the project's items: an item added through A, served by B.
+  AddItems(a, project, {Item("unlabelled")});
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 31; }));
+  // The gold item, then the fit at once.
+  AddItems(a, project, {Item("item-5", std::nullopt, /*gold=*/1)});
+  auto v1 = Train(a, project);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  const int64_t labels = ServedProject(a, project).num_labels();
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
+    auto p = Posteriors(b, project, {"item-5"});
+    return ServedProject(b, project).num_labels() == labels && p.size() == 1 && p[0].is_gold() &&
+           ModelStatus(b, project).current_version().version() == v1->version();
+  }));
+  absl::SleepFor(absl::Seconds(5));  // Well past the 1 s poll, once more.
+  Replica& c = StartReplica();
+  auto profiles = [&](Replica& r) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    v1::GetAnnotatorProfilesRequest request;
+    request.set_project(project);
+    v1::GetAnnotatorProfilesResponse response;
+    EXPECT_TRUE(r.truth->GetAnnotatorProfiles(&context, request, &response).ok());
+    return response;
+  };
+  const auto pa = profiles(a), pb = profiles(b), pc = profiles(c);
+  ASSERT_EQ(pa.profiles_size(), 4);
+  ASSERT_EQ(pb.profiles_size(), 4);
+  ASSERT_EQ(pc.profiles_size(), 4);
+  for (int i = 0; i < pa.profiles_size(); ++i) {
+    const std::string who = pa.profiles(i).annotator();
+    EXPECT_NEAR(pa.profiles(i).accuracy(), pb.profiles(i).accuracy(), 1e-6)
+        << who << ": writer A vs follower B";
+    EXPECT_NEAR(pa.profiles(i).accuracy(), pc.profiles(i).accuracy(), 1e-6)
+        << who << ": writer A vs replica C started afterwards";
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
