@@ -507,5 +507,60 @@ TEST_F(ReplicaProbeTest, AFollowerServesTheWritersAnnotatorAccuracyInAProjectWit
   }
 }
 
+// deploy/README.md, "Several replicas": settings reach the others "within the 1 s poll", and
+// "model versions: ... the others read the new version's parameters once and serve it".
+// models.proto GetModelStatusResponse.calibration: "absent when ModelSettings.calibration is
+// 'none'"; projects.proto ModelSettings.calibration "none" = "the model's own posteriors". A
+// settings change through A followed at once by A's fit: after the poll, B serves what A serves.
+TEST_F(ReplicaProbeTest, ASettingChangedJustBeforeAFitOnAIsServedAlikeByB) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  const std::string project = "calibration-race";
+  CreateProject(a, project, v1::TRUTH_METHOD_DAWID_SKENE);
+  ServedProject(b, project);
+  Submit(a, project, SomeLabels(30, 4));
+  auto v1 = Train(a, project);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  // B has just re-read the project: an item added through A, served by B.
+  AddItems(a, project, {Item("unlabelled")});
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 31; }));
+  {
+    grpc::ClientContext context;
+    a.Prepare(context);
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    request.mutable_settings()->mutable_model()->set_calibration("none");
+    request.mutable_settings()->mutable_model()->set_confusion_smoothing(5.0);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+  }
+  auto v2 = Train(a, project);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  ASSERT_GT(v2->version(), v1->version());
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
+    return ModelStatus(b, project).current_version().version() == v2->version();
+  }));
+  absl::SleepFor(absl::Seconds(5));
+  const auto sa = ModelStatus(a, project), sb = ModelStatus(b, project);
+  EXPECT_EQ(sa.has_calibration(), sb.has_calibration())
+      << "A: {" << sa.calibration().ShortDebugString() << "} B: {" << sb.calibration().ShortDebugString()
+      << "}";
+  EXPECT_EQ(ServedProject(b, project).settings().model().calibration(), "none");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 30; ++i) ids.push_back(absl::StrCat("item-", i));
+  auto pa = Posteriors(a, project, ids), pb = Posteriors(b, project, ids);
+  ASSERT_EQ(pa.size(), pb.size());
+  int differ = 0;
+  double most = 0;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    for (int k = 0; k < kClasses; ++k) {
+      const double d = std::abs(pa[i].probabilities(k) - pb[i].probabilities(k));
+      if (d > 1e-9) ++differ;
+      most = std::max(most, d);
+    }
+  }
+  EXPECT_EQ(differ, 0) << "largest difference " << most;
+}
+
 }  // namespace
 }  // namespace verity::tests
