@@ -562,5 +562,45 @@ TEST_F(ReplicaProbeTest, ASettingChangedJustBeforeAFitOnAIsServedAlikeByB) {
   EXPECT_EQ(differ, 0) << "largest difference " << most;
 }
 
+// projects.proto UpdateProjectSettingsRequest.settings: "Replaces the project's settings whole,
+// except that an unset model.method keeps the project's method." The project's method is the
+// one A set, even when B's 1 s poll has not brought it yet: an update through B right after,
+// without a method, keeps it (no write is lost).
+TEST_F(ReplicaProbeTest, AnUpdateThroughBRightAfterAMethodChangeOnAKeepsThatMethod) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  const std::string project = "method-kept-right-after";
+  CreateProject(a, project, v1::TRUTH_METHOD_DAWID_SKENE);
+  ServedProject(b, project);
+  // B has just re-read the project: an item added through A, served by B.
+  AddItems(a, project, {Item("unlabelled")});
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 1; }));
+  {
+    grpc::ClientContext context;
+    a.Prepare(context);
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    request.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_GLAD);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+  }
+  v1::UpdateProjectSettingsResponse through_b;
+  {
+    grpc::ClientContext context;
+    b.Prepare(context);
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    request.mutable_settings()->mutable_assignment()->set_lease_seconds(60);
+    ASSERT_TRUE(b.projects->UpdateProjectSettings(&context, request, &through_b).ok());
+  }
+  EXPECT_EQ(through_b.project().settings().model().method(), v1::TRUTH_METHOD_GLAD);
+  absl::SleepFor(absl::Seconds(2));
+  Replica& c = StartReplica();
+  EXPECT_EQ(ServedProject(c, project).settings().model().method(), v1::TRUTH_METHOD_GLAD)
+      << "stored method " << ServedProject(c, project).settings().model().method();
+  EXPECT_EQ(ServedProject(a, project).settings().model().method(), v1::TRUTH_METHOD_GLAD);
+  EXPECT_EQ(ServedProject(b, project).settings().model().method(), v1::TRUTH_METHOD_GLAD);
+}
+
 }  // namespace
 }  // namespace verity::tests
