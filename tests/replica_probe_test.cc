@@ -602,5 +602,81 @@ TEST_F(ReplicaProbeTest, AnUpdateThroughBRightAfterAMethodChangeOnAKeepsThatMeth
   EXPECT_EQ(ServedProject(b, project).settings().model().method(), v1::TRUTH_METHOD_GLAD);
 }
 
+// projects.proto ProjectLimits: "What one project may hold. A batch, AddItems or AddAnnotators
+// call that would pass a limit is refused whole with RESOURCE_EXHAUSTED". Items added through
+// A, then (not at the same time) through B.
+TEST_F(ReplicaProbeTest, AddItemsThroughBAfterAFilledTheProjectIsRefused) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  const std::string project = "max-items-one-after-another";
+  CreateProject(a, project);
+  {
+    grpc::ClientContext context;
+    a.Prepare(context);
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    request.mutable_settings()->mutable_limits()->set_max_items(10);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+  }
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
+    return ServedProject(b, project).settings().limits().max_items() == 10;
+  }));
+  AddItems(a, project, {Item("first")});
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 1; }));
+  std::vector<v1::Item> nine;
+  for (int i = 0; i < 9; ++i) nine.push_back(Item(absl::StrCat("a-", i)));
+  AddItems(a, project, nine);  // The project holds 10: full.
+  grpc::ClientContext context;
+  b.Prepare(context);
+  v1::AddItemsRequest request;
+  request.set_project(project);
+  for (int i = 0; i < 5; ++i) *request.add_items() = Item(absl::StrCat("b-", i));
+  v1::AddItemsResponse response;
+  grpc::Status status = b.projects->AddItems(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << "added " << response.added();
+  absl::SleepFor(absl::Seconds(2));
+  Replica& c = StartReplica();
+  EXPECT_LE(ServedProject(c, project).num_items(), 10);
+}
+
+// Same, annotators (max_annotators).
+TEST_F(ReplicaProbeTest, AddAnnotatorsThroughBAfterAFilledTheProjectIsRefused) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  const std::string project = "max-annotators-one-after-another";
+  CreateProject(a, project);
+  {
+    grpc::ClientContext context;
+    a.Prepare(context);
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    request.mutable_settings()->mutable_limits()->set_max_annotators(10);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+  }
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
+    return ServedProject(b, project).settings().limits().max_annotators() == 10;
+  }));
+  auto add = [&](Replica& r, const std::string& tag, int n) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    v1::AddAnnotatorsRequest request;
+    request.set_project(project);
+    for (int i = 0; i < n; ++i) request.add_annotators()->set_id(absl::StrCat(tag, i));
+    v1::AddAnnotatorsResponse response;
+    return r.projects->AddAnnotators(&context, request, &response);
+  };
+  ASSERT_TRUE(add(a, "first-", 1).ok());
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_annotators() == 1; }));
+  ASSERT_TRUE(add(a, "a-", 9).ok());
+  grpc::Status status = add(b, "b-", 5);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  absl::SleepFor(absl::Seconds(2));
+  Replica& c = StartReplica();
+  EXPECT_LE(ServedProject(c, project).num_annotators(), 10);
+}
+
 }  // namespace
 }  // namespace verity::tests
