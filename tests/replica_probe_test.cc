@@ -678,5 +678,74 @@ TEST_F(ReplicaProbeTest, AddAnnotatorsThroughBAfterAFilledTheProjectIsRefused) {
   EXPECT_LE(ServedProject(c, project).num_annotators(), 10);
 }
 
+// projects.proto AddItemsResponse: "added: the ids new to the project, each counted once;
+// updated: every other entry"; Item.priority: "Absent: unchanged"; AddItemsRequest: "Existing
+// ids are updated: given features and gold replace the old" (so a gold not given stays). An
+// item created through A with gold and a priority, then sent again through B right after
+// (before B's 1 s poll), without either: it is not new, and keeps its gold and priority.
+TEST_F(ReplicaProbeTest, AnItemResentThroughBRightAfterACreatedItIsAnUpdateThatKeepsGoldAndPriority) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  const std::string project = "item-resent-elsewhere";
+  CreateProject(a, project);
+  std::vector<v1::Item> items;
+  for (int i = 0; i < 10; ++i) items.push_back(Item(absl::StrCat("it-", i)));
+  AddItems(a, project, items);
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 10; }));
+  // x: gold (a gold item is resolved, so never suggested); y: a high priority.
+  AddItems(a, project, {Item("x", std::nullopt, /*gold=*/1), Item("y", /*priority=*/5.0)});
+  v1::AddItemsResponse response;
+  {
+    grpc::ClientContext context;
+    b.Prepare(context);
+    v1::AddItemsRequest request;
+    request.set_project(project);
+    *request.add_items() = Item("x");
+    *request.add_items() = Item("y");
+    ASSERT_TRUE(b.projects->AddItems(&context, request, &response).ok());
+  }
+  EXPECT_EQ(response.added(), 0);
+  EXPECT_EQ(response.updated(), 2);
+  absl::SleepFor(absl::Seconds(2));
+  Replica& c = StartReplica();
+  for (Replica* r : {&a, &b, &c}) {
+    const std::string name = r == &a ? "A" : r == &b ? "B" : "C (started afterwards)";
+    EXPECT_EQ(ServedProject(*r, project).num_items(), 12) << name;
+    auto p = Posteriors(*r, project, {"x"});
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_TRUE(p[0].is_gold()) << name << " lost x's gold";
+    EXPECT_EQ(SuggestedItems(*r, project, "probe-" + name.substr(0, 1), 1),
+              std::vector<std::string>{"y"})
+        << name << " lost y's priority";
+  }
+}
+
+// projects.proto AddAnnotatorsResponse: "Counted as AddItemsResponse" (added: the ids new to
+// the project). An annotator created through A, sent again through B right after.
+TEST_F(ReplicaProbeTest, AnAnnotatorResentThroughBRightAfterACreatedItIsNotNew) {
+  Replica& a = StartReplica();
+  Replica& b = StartReplica();
+  const std::string project = "annotator-resent-elsewhere";
+  CreateProject(a, project);
+  AddItems(a, project, {Item("seen")});
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 1; }));
+  auto add = [&](Replica& r) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    v1::AddAnnotatorsRequest request;
+    request.set_project(project);
+    request.add_annotators()->set_id("w");
+    v1::AddAnnotatorsResponse response;
+    EXPECT_TRUE(r.projects->AddAnnotators(&context, request, &response).ok());
+    return response;
+  };
+  ASSERT_EQ(add(a).added(), 1);
+  const auto on_b = add(b);
+  EXPECT_EQ(on_b.added(), 0);
+  EXPECT_EQ(on_b.updated(), 1);
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_EQ(ServedProject(b, project).num_annotators(), 1);
+}
+
 }  // namespace
 }  // namespace verity::tests
