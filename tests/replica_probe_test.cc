@@ -747,5 +747,75 @@ TEST_F(ReplicaProbeTest, AnAnnotatorResentThroughBRightAfterACreatedItIsNotNew) 
   EXPECT_EQ(ServedProject(b, project).num_annotators(), 1);
 }
 
+// projects.proto ProjectLimits: "only an admin key valid for every project can raise a limit
+// above the project's current one ...; an admin key scoped to the project may keep or lower
+// them, and raising one with it is refused with PERMISSION_DENIED naming the limit." The
+// project's current limit is the one the global admin set through A, even before B's 1 s poll.
+TEST_F(ReplicaProbeTest, AScopedAdminCannotRaiseThroughBALimitJustLoweredThroughA) {
+  const std::string key_file = pg_->dir() + "/admin.key";
+  auto auth = [&](server::VerityServer::Options& o) {
+    o.auth.enabled = true;
+    o.auth.key_refresh = absl::Seconds(1);
+    o.auth.admin_key_file = key_file;
+  };
+  Replica& a = StartReplica(auth);
+  Replica& b = StartReplica(auth);
+  std::string admin;
+  {
+    FILE* f = fopen(key_file.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char buf[512] = {0};
+    ASSERT_NE(fgets(buf, sizeof buf, f), nullptr);
+    fclose(f);
+    admin = buf;
+    while (!admin.empty() && (admin.back() == '\n' || admin.back() == ' ')) admin.pop_back();
+  }
+  a.api_key = admin;
+  b.api_key = admin;
+  const std::string project = "scoped-admin-raise-elsewhere";
+  CreateProject(a, project);
+  v1::CreateKeyResponse scoped;
+  {
+    grpc::ClientContext context;
+    a.Prepare(context);
+    v1::CreateKeyRequest request;
+    request.set_name("project admin");
+    request.set_role(v1::ROLE_ADMIN);
+    request.add_projects(project);
+    ASSERT_TRUE(a.keys->CreateKey(&context, request, &scoped).ok());
+  }
+  b.api_key = scoped.secret_key();
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
+    grpc::ClientContext context;
+    b.Prepare(context);
+    v1::GetProjectRequest request;
+    request.set_project(project);
+    v1::GetProjectResponse response;
+    return b.projects->GetProject(&context, request, &response).ok();
+  }));
+  // B has just re-read the project: an item added through A, served by B.
+  AddItems(a, project, {Item("seen")});
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 1; }));
+  {
+    grpc::ClientContext context;
+    a.Prepare(context);
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    request.mutable_settings()->mutable_limits()->set_max_items(10);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+  }
+  grpc::ClientContext context;
+  b.Prepare(context);
+  v1::UpdateProjectSettingsRequest request;
+  request.set_project(project);
+  request.mutable_settings()->mutable_limits()->set_max_items(1000);
+  v1::UpdateProjectSettingsResponse response;
+  grpc::Status status = b.projects->UpdateProjectSettings(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << "the project-scoped admin raised max_items from 10 to "
+      << response.project().settings().limits().max_items();
+}
+
 }  // namespace
 }  // namespace verity::tests
