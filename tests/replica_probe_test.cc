@@ -911,5 +911,115 @@ TEST_F(ReplicaProbeTest, TrainModelOnBRightAfterGoldSetOnAFitsItWithWorkers) {
   RemoveTree(dir);
 }
 
+// models.proto TrainModel: "Fits the project's configured method now ... When nothing a fit
+// reads has changed since the current version's fit (no new or revised label, gold label,
+// item, feature or model setting ...), it returns that version and writes nothing." Here
+// something a fit reads changed (through A) since the current version: TrainModel through B,
+// right after (before B's 1 s poll), must fit anew, with it. common.proto: a method change
+// "takes effect at the next fit". --trainer=workers.
+TEST_F(ReplicaProbeTest, TrainModelOnBRightAfterAMethodChangeOnAUsesItWithWorkers) {
+  constexpr bool kWorkers = true;
+  const std::string dir = MakeTempDir("verity-probe-workers");
+  auto mode = [&](server::VerityServer::Options& o) {
+    if (kWorkers) {
+      o.training.use_workers = true;
+      o.training.train_wait = absl::Seconds(120);
+    }
+  };
+  std::optional<WorkerProcess> worker;
+  if (kWorkers) worker.emplace(pg_->url(), "w", dir + "/w.log");
+  Replica& a = StartReplica(mode);
+  Replica& b = StartReplica(mode);
+  const std::string project = "train-right-after-method-workers";
+  CreateProject(a, project);
+  ServedProject(b, project);
+  Submit(a, project, SomeLabels(30, 4));
+  const int64_t labels = ServedProject(a, project).num_labels();
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_labels() == labels; }));
+  auto v1 = Train(a, project);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
+    return ModelStatus(b, project).current_version().version() == v1->version();
+  }));
+  // B has just re-read the project: an item added through A, served by B.
+  AddItems(a, project, {Item("unlabelled")});
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 31; }));
+  auto v_mid = Train(a, project);  // The unlabelled item is a change too: fit it away.
+  ASSERT_TRUE(v_mid.ok()) << v_mid.status();
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
+    return ModelStatus(b, project).current_version().version() == v_mid->version();
+  }));
+  {
+    grpc::ClientContext context;
+    a.Prepare(context);
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    request.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+  }
+  auto v2 = Train(b, project);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_GT(v2->version(), v_mid->version()) << "B returned the version fitted before the change";
+  EXPECT_EQ(v2->method(), v1::TRUTH_METHOD_MAJORITY_VOTE);
+  worker.reset();
+  RemoveTree(dir);
+}
+
+// models.proto TrainModel: "Fits the project's configured method now ... When nothing a fit
+// reads has changed since the current version's fit (no new or revised label, gold label,
+// item, feature or model setting ...), it returns that version and writes nothing." Here
+// something a fit reads changed (through A) since the current version: TrainModel through B,
+// right after (before B's 1 s poll), must fit anew, with it. common.proto: a method change
+// "takes effect at the next fit". In-process training.
+TEST_F(ReplicaProbeTest, TrainModelOnBRightAfterAMethodChangeOnAUsesIt) {
+  constexpr bool kWorkers = false;
+  const std::string dir = MakeTempDir("verity-probe-workers");
+  auto mode = [&](server::VerityServer::Options& o) {
+    if (kWorkers) {
+      o.training.use_workers = true;
+      o.training.train_wait = absl::Seconds(120);
+    }
+  };
+  std::optional<WorkerProcess> worker;
+  if (kWorkers) worker.emplace(pg_->url(), "w", dir + "/w.log");
+  Replica& a = StartReplica(mode);
+  Replica& b = StartReplica(mode);
+  const std::string project = "train-right-after-method";
+  CreateProject(a, project);
+  ServedProject(b, project);
+  Submit(a, project, SomeLabels(30, 4));
+  const int64_t labels = ServedProject(a, project).num_labels();
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_labels() == labels; }));
+  auto v1 = Train(a, project);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
+    return ModelStatus(b, project).current_version().version() == v1->version();
+  }));
+  // B has just re-read the project: an item added through A, served by B.
+  AddItems(a, project, {Item("unlabelled")});
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 31; }));
+  auto v_mid = Train(a, project);  // The unlabelled item is a change too: fit it away.
+  ASSERT_TRUE(v_mid.ok()) << v_mid.status();
+  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
+    return ModelStatus(b, project).current_version().version() == v_mid->version();
+  }));
+  {
+    grpc::ClientContext context;
+    a.Prepare(context);
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    request.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+  }
+  auto v2 = Train(b, project);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_GT(v2->version(), v_mid->version()) << "B returned the version fitted before the change";
+  EXPECT_EQ(v2->method(), v1::TRUTH_METHOD_MAJORITY_VOTE);
+  worker.reset();
+  RemoveTree(dir);
+}
+
 }  // namespace
 }  // namespace verity::tests
