@@ -125,6 +125,11 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
         },
         options.follow, server->metrics_.get());
     follower_for_fits->store(server->follower_.get());
+    server->registry_->SetFollowStoredChanges([follower_for_fits](LiveProject& project) {
+      if (ReplicaFollower* follower = follower_for_fits->load()) {
+        follower->FollowChangesUnderWriteOrder(project);
+      }
+    });
     if (absl::Status s = server->follower_->Start(); !s.ok()) return s;
   }
   server->AddCallbackGauges(options.training.max_staleness);

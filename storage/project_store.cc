@@ -137,6 +137,27 @@ absl::Status ProjectStore::UpdateSettings(int64_t project_id,
       });
 }
 
+absl::Status ProjectStore::UpdateSettingsFrom(
+    int64_t project_id,
+    const std::function<absl::StatusOr<std::string>(absl::string_view stored)>& next,
+    int64_t* change_seq) {
+  return pool_->RunInTransaction(
+      "updating project settings", [&](pqxx::work& txn) -> absl::Status {
+        const pqxx::result stored = txn.exec_params(
+            "SELECT settings FROM projects WHERE project_id = $1 FOR NO KEY UPDATE", project_id);
+        if (stored.empty()) {
+          return absl::NotFoundError(absl::StrCat("project ", project_id, " not found"));
+        }
+        absl::StatusOr<std::string> settings = next(pqxx::binarystring(stored[0][0]).str());
+        if (!settings.ok()) return settings.status();
+        txn.exec_params("UPDATE projects SET settings = $2 WHERE project_id = $1", project_id,
+                        pqxx::binarystring(settings->data(), settings->size()));
+        const int64_t seq = MarkProjectChanged(txn, project_id);
+        if (change_seq != nullptr) *change_seq = seq;
+        return absl::OkStatus();
+      });
+}
+
 absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>>
 ProjectStore::ListChangeSeqs() {
   return pool_->WithTransaction(

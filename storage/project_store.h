@@ -11,6 +11,7 @@
 #define VERITY_STORAGE_PROJECT_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,6 +65,16 @@ class ProjectStore {
   // `change_seq` (may be null) receives the project's change_seq after it.
   absl::Status UpdateSettings(int64_t project_id, absl::string_view settings,
                               int64_t* change_seq = nullptr);
+
+  // Replaces the settings blob with next(stored blob), read and written in one transaction
+  // under the project row's lock (FOR NO KEY UPDATE, as the write takes anyway), so that
+  // concurrent updates, through any server replica, each build on the one before it. An error
+  // from `next` writes nothing and is returned. NOT_FOUND if there is no such project.
+  // `change_seq` (may be null) receives the project's change_seq after it.
+  absl::Status UpdateSettingsFrom(
+      int64_t project_id,
+      const std::function<absl::StatusOr<std::string>(absl::string_view stored)>& next,
+      int64_t* change_seq = nullptr);
 
   // (project id, change_seq) of every project, by project id.
   absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> ListChangeSeqs();

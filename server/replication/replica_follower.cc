@@ -194,9 +194,13 @@ void ReplicaFollower::Poll() {
 }
 
 void ReplicaFollower::FollowChanges(LiveProject& project) {
-  const int64_t id = project.identity().project_id;
   // No own write interleaves between the reads below and their application.
   absl::MutexLock order(&project.write_order_mu());
+  FollowChangesUnderWriteOrder(project);
+}
+
+void ReplicaFollower::FollowChangesUnderWriteOrder(LiveProject& project) {
+  const int64_t id = project.identity().project_id;
   absl::StatusOr<storage::ProjectRecord> record = storage_.projects->GetProject(id);
   if (!record.ok()) {
     if (metrics_) metrics_->failures.Increment();

@@ -68,6 +68,9 @@ class ReplicaFollower {
   // what memory reflects (as each poll does). The training scheduler calls it under the
   // project's fit lock, so that a fit is decided on the settings the database holds.
   void FollowChanges(LiveProject& project);
+  // The same, for a caller that holds the project's write order (LiveProject::write_order_mu):
+  // the registry's writers, before they decide what is new and count it against the limits.
+  void FollowChangesUnderWriteOrder(LiveProject& project);
   void Stop();
 
  private:

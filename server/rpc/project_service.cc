@@ -147,8 +147,8 @@ grpc::Status ProjectServiceImpl::UpdateProjectSettings(
       !s.ok()) {
     return ToGrpcStatus(s);
   }
-  // A key scoped to projects may keep or lower the limits, not raise them; checked under the
-  // project's write order, against the settings the updates before it wrote.
+  // A key scoped to projects may keep or lower the limits, not raise them; checked against the
+  // stored settings in the update's transaction (ProjectRegistry::UpdateSettings).
   std::function<absl::Status(const v1::ProjectSettings&)> admit;
   if (!(*admitted)->AllProjects()) {
     admit = [&](const v1::ProjectSettings& current) {
@@ -261,6 +261,7 @@ grpc::Status ProjectServiceImpl::AddAnnotators(grpc::ServerContext* context,
   // calls at once are counted against the limits one after the other, and a replica
   // follower's re-read cannot interleave (LiveProject::ApplyStoredEntities).
   absl::MutexLock order(&live.write_order_mu());
+  core_.registry->FollowStoredChanges(live);
   // added and updated as AddItems counts them.
   absl::flat_hash_set<absl::string_view> new_ids;
   for (const v1::Annotator& a : request->annotators()) {

@@ -516,19 +516,30 @@ absl::Status ProjectRegistry::UpdateSettings(
   }
   // Held across the write and the memory update: memory applies them in commit order.
   absl::MutexLock order(&project.write_order_mu());
-  if (admit) {
-    if (absl::Status s = admit(project.settings()); !s.ok()) return s;
-  }
-  // An unset method keeps the project's own (read under the write order, so a concurrent
-  // update's method is the one kept): an update of other settings must not move a project
-  // created with the default, auto, onto ds.
-  v1::ProjectSettings settings = requested;
-  if (settings.model().method() == v1::TRUTH_METHOD_UNSPECIFIED) {
-    settings.mutable_model()->set_method(project.settings().model().method());
-  }
+  // `admit` and the method kept are decided on the stored settings, under the project row's
+  // lock: this server's copy may not have followed an update through another replica yet.
+  v1::ProjectSettings settings;
   int64_t change_seq = 0;
-  absl::Status s = storage_.projects->UpdateSettings(project.identity().project_id,
-                                                     settings.SerializeAsString(), &change_seq);
+  absl::Status s = storage_.projects->UpdateSettingsFrom(
+      project.identity().project_id,
+      [&](absl::string_view stored_blob) -> absl::StatusOr<std::string> {
+        v1::ProjectSettings stored;
+        if (!stored.ParseFromArray(stored_blob.data(), static_cast<int>(stored_blob.size()))) {
+          return absl::DataLossError(absl::StrCat("the stored settings of project ",
+                                                  project.identity().name, " do not parse"));
+        }
+        if (admit) {
+          if (absl::Status s = admit(stored); !s.ok()) return s;
+        }
+        // An unset method keeps the project's own: an update of other settings must not move
+        // a project created with the default, auto, onto ds.
+        settings = requested;
+        if (settings.model().method() == v1::TRUTH_METHOD_UNSPECIFIED) {
+          settings.mutable_model()->set_method(stored.model().method());
+        }
+        return settings.SerializeAsString();
+      },
+      &change_seq);
   if (!s.ok()) return s;
   if (between_write_and_apply_) between_write_and_apply_();
   project.SetSettings(settings);
@@ -540,6 +551,7 @@ absl::StatusOr<std::vector<int32_t>> ProjectRegistry::AddItems(
     LiveProject& project, std::vector<storage::ItemWrite> writes,
     const std::function<absl::Status()>& admit) {
   absl::MutexLock order(&project.write_order_mu());  // As in UpdateSettings.
+  FollowStoredChanges(project);
   if (admit) {
     if (absl::Status s = admit(); !s.ok()) return s;
   }

@@ -109,11 +109,24 @@ class ProjectRegistry {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Persists and applies new settings (an unset model.method keeps the project's method).
-  // `admit`, when given, runs first under the project's write order (so it sees the settings
-  // that calls before it wrote) and refuses the update when not OK.
+  // `admit`, when given, refuses the update when not OK. Both are decided on the settings
+  // stored now, read under the project row's lock in the write's transaction, so they see what
+  // every update before it wrote, through this server or another replica.
   absl::Status UpdateSettings(
       LiveProject& project, const v1::ProjectSettings& settings,
       const std::function<absl::Status(const v1::ProjectSettings& current)>& admit = nullptr);
+
+  // With several replicas: `follow` brings a project's items, annotators and settings up to
+  // the database's (ReplicaFollower::FollowChangesUnderWriteOrder), so that a write through
+  // this server counts as new, and against the limits, only what no replica stored yet. Set
+  // once, before serving; AddItems and FollowStoredChanges call it under the write order.
+  void SetFollowStoredChanges(std::function<void(LiveProject&)> follow) {
+    follow_stored_changes_ = std::move(follow);
+  }
+  // Runs the function above, if set; the caller holds project.write_order_mu().
+  void FollowStoredChanges(LiveProject& project) const {
+    if (follow_stored_changes_) follow_stored_changes_(project);
+  }
 
   // Persists items (AddItems: new ones, gold labels, priorities, features; validated by the
   // caller) and registers them with the project. Returns each write's item index. `admit`, if
@@ -173,6 +186,7 @@ class ProjectRegistry {
   absl::flat_hash_map<std::string, LoadFailure> failed_ ABSL_GUARDED_BY(mu_);
   std::function<void()> after_create_stored_;
   std::function<void()> between_write_and_apply_;
+  std::function<void(LiveProject&)> follow_stored_changes_;
   std::function<void(const std::string&)> before_background_load_;
   std::function<void(const std::string&)> before_load_;
   absl::flat_hash_map<std::string, std::shared_ptr<PendingLoad>> pending_loads_

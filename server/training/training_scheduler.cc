@@ -193,6 +193,10 @@ absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(
     return absl::FailedPreconditionError(
         absl::StrCat("project ", project.identity().name, " has no labels to fit yet"));
   }
+  // Another replica may have written items, gold or settings that this one has not followed
+  // yet (its poll runs once a second): brought up to the database's before deciding that
+  // nothing changed.
+  if (options_.refresh_before_fit) options_.refresh_before_fit(project);
   // Nothing changed since the current version's fit: it is the answer, and nothing is written.
   if (project.FitIsCurrent()) {
     absl::StatusOr<storage::ModelVersionRecord> current =

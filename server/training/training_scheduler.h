@@ -68,7 +68,8 @@ class TrainingScheduler {
     // With fit_locks: called under the project's fit lock, after serving the newest stored
     // version and before deciding whether the fit is still due, to bring the project's
     // settings up to the database's. Without it, a replica that had not yet seen another's
-    // method change fitted the old method over the new one's version, and back again.
+    // method change fitted the old method over the new one's version, and back again. Also
+    // called first by RefitProjectNow (TrainModel), before it decides that nothing changed.
     std::function<void(LiveProject&)> refresh_before_fit;
     // Tests: called in the fitting thread once a fit holds its project, its slot and its fit
     // lock.
