@@ -87,6 +87,50 @@ absl::StatusOr<std::vector<LeaseRecord>> LeaseStore::LoadOpenLeases(int64_t proj
       });
 }
 
+namespace {
+
+// The open leases of `project_id` claimed after `after_claim`, and the newest claim of the rows
+// still stored (the ones filtered out included; `after_claim` covers claims whose rows
+// LoadOpenLeases has since deleted; the index answers it from its last entry).
+LeaseStore::Claims ClaimsSince(pqxx::work& txn, int64_t project_id, int64_t after_claim,
+                               int64_t now_micros) {
+  LeaseStore::Claims claims;
+  claims.newest = std::max(
+      after_claim,
+      txn.exec_params1("SELECT COALESCE(max(claim_seq), 0) FROM assignment_leases "
+                       "WHERE project_id = $1",
+                       project_id)[0]
+          .as<int64_t>());
+  for (const pqxx::row& row : txn.exec_params(
+           absl::StrCat("SELECT l.item_index, l.annotator_index, ",
+                        MicrosFromTimestampSql("l.expires_at"),
+                        " FROM assignment_leases l "
+                        "WHERE l.project_id = $1 AND l.claim_seq > $2 AND l.expires_at > ",
+                        TimestampFromMicrosSql("$3::bigint"),
+                        " AND NOT EXISTS (SELECT 1 FROM annotations a "
+                        "  WHERE a.project_id = $1 AND a.item_index = l.item_index "
+                        "  AND a.annotator_index = l.annotator_index)"),
+           project_id, after_claim, now_micros)) {
+    claims.open.push_back({row[0].as<int32_t>(), row[1].as<int32_t>(),
+                           absl::FromUnixMicros(row[2].as<int64_t>())});
+  }
+  return claims;
+}
+
+}  // namespace
+
+absl::StatusOr<LeaseStore::Claims> LeaseStore::ReadClaimsSince(int64_t project_id,
+                                                               int64_t after_claim,
+                                                               absl::Time now) {
+  return pool_->WithTransaction(
+      absl::StrCat("reading assignment lease claims of project ", project_id),
+      [&](pqxx::work& txn) -> absl::StatusOr<Claims> {
+        // The rows are read after the newest claim: they hold every claim up to it (a claim
+        // committed in between adds a lease the next read finds again).
+        return ClaimsSince(txn, project_id, after_claim, absl::ToUnixMicros(now));
+      });
+}
+
 absl::StatusOr<int64_t> LeaseStore::ClaimLeases(int64_t project_id, int64_t after_claim,
                                                  absl::Time now, const ChooseLeases& choose) {
   const int64_t now_micros = absl::ToUnixMicros(now);
@@ -97,30 +141,9 @@ absl::StatusOr<int64_t> LeaseStore::ClaimLeases(int64_t project_id, int64_t afte
       [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
         txn.exec0("SET LOCAL synchronous_commit = off");
         txn.exec_params("SELECT pg_advisory_xact_lock($1)", lock_key);
-        // The newest claim of the rows still stored, the ones filtered out below included; the
-        // caller's after_claim covers claims whose rows LoadOpenLeases has since deleted. The
-        // index answers it from its last entry.
-        int64_t newest = std::max(
-            after_claim,
-            txn.exec_params1("SELECT COALESCE(max(claim_seq), 0) FROM assignment_leases "
-                             "WHERE project_id = $1",
-                             project_id)[0]
-                .as<int64_t>());
-        std::vector<LeaseRecord> others;
-        for (const pqxx::row& row : txn.exec_params(
-                 absl::StrCat("SELECT l.item_index, l.annotator_index, ",
-                              MicrosFromTimestampSql("l.expires_at"),
-                              " FROM assignment_leases l "
-                              "WHERE l.project_id = $1 AND l.claim_seq > $2 AND l.expires_at > ",
-                              TimestampFromMicrosSql("$3::bigint"),
-                              " AND NOT EXISTS (SELECT 1 FROM annotations a "
-                              "  WHERE a.project_id = $1 AND a.item_index = l.item_index "
-                              "  AND a.annotator_index = l.annotator_index)"),
-                 project_id, after_claim, now_micros)) {
-          others.push_back({row[0].as<int32_t>(), row[1].as<int32_t>(),
-                            absl::FromUnixMicros(row[2].as<int64_t>())});
-        }
-        const std::vector<LeaseRecord> chosen = choose(others);
+        const Claims others = ClaimsSince(txn, project_id, after_claim, now_micros);
+        const int64_t newest = others.newest;
+        const std::vector<LeaseRecord> chosen = choose(others.open);
         if (chosen.empty()) return newest;
         const LeaseColumns columns = ToColumns(chosen);
         const pqxx::row written = txn.exec_params1(

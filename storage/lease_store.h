@@ -55,6 +55,16 @@ class LeaseStore {
   absl::StatusOr<int64_t> ClaimLeases(int64_t project_id, int64_t after_claim, absl::Time now,
                                       const ChooseLeases& choose);
 
+  // Without taking the claim lock: the open leases claimed since `after_claim` (as step 1
+  // above) and the newest claim_seq stored, for a replica that must count the other replicas'
+  // leases without claiming any. Claims commit in claim_seq order (under the claim lock), so
+  // what this sees is every claim up to the newest it returns.
+  struct Claims {
+    int64_t newest = 0;
+    std::vector<LeaseRecord> open;
+  };
+  absl::StatusOr<Claims> ReadClaimsSince(int64_t project_id, int64_t after_claim, absl::Time now);
+
   // The advisory lock key of a project's lease claims: kClaimKeySpace in the high 32 bits.
   static constexpr int64_t kClaimKeySpace = 0x56524c53;  // "VRLS"
 

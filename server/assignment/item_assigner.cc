@@ -421,6 +421,19 @@ absl::StatusOr<std::vector<ItemSuggestion>> RankAndClaimItems(
   return ranked;
 }
 
+absl::Status FollowClaimedLeases(LiveProject& project, storage::LeaseStore& leases,
+                                 absl::Time now) {
+  absl::MutexLock lock(&project.assignment_mutex());
+  absl::StatusOr<storage::LeaseStore::Claims> claims =
+      leases.ReadClaimsSince(project.identity().project_id, project.lease_claims_seen(), now);
+  if (!claims.ok()) return claims.status();
+  for (const storage::LeaseRecord& l : claims->open) {
+    project.leases().Add(l.item_index, l.annotator_index, l.expires_at);
+  }
+  project.set_lease_claims_seen(claims->newest);
+  return absl::OkStatus();
+}
+
 std::vector<AnnotatorSuggestion> RankAnnotatorsForItem(LiveProject& project,
                                                        const ProjectSnapshot& snapshot,
                                                        int32_t item, int32_t k,

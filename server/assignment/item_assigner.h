@@ -121,6 +121,13 @@ absl::StatusOr<std::vector<ItemSuggestion>> RankAndClaimItems(
     int32_t annotator, int32_t k, const std::optional<std::vector<int32_t>>& candidates,
     absl::Time now, absl::Time expires, uint64_t seed);
 
+// For a project that several server replicas serve: adds the leases the other replicas claimed
+// since this one last looked (storage::LeaseStore::ReadClaimsSince, without the claim lock),
+// so that a call that counts or avoids leases without claiming any (SuggestAnnotators, the
+// --max_leases_per_project check) sees them. Errors are the database's; nothing changes then.
+absl::Status FollowClaimedLeases(LiveProject& project, storage::LeaseStore& leases,
+                                 absl::Time now);
+
 // The two halves of RankAndLeaseItems, exposed for tests. ShortlistItems ranks without the
 // assignment lock; RankFromShortlist, called under it with the same arguments, returns what
 // RankItemsForAnnotator(project, *shortlist.snapshot, ...) would return at that moment.

@@ -65,7 +65,13 @@ grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext* context,
   if (!project.ok()) return ToGrpcStatus(project.status());
   LiveProject& live = **project;
   // Before the annotator is created: a refused call changes nothing. Checked against this
-  // replica's copy of the project's leases (with several replicas, the leases it has read).
+  // replica's copy of the project's leases, with several replicas after reading the ones the
+  // others claimed (calls at once on two replicas may still pass it by their own k).
+  if (core_.shared_leases) {
+    if (absl::Status s = FollowClaimedLeases(live, *core_.storage->leases, absl::Now()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
   const int64_t outstanding = static_cast<int64_t>(live.leases().size(absl::Now()));
   if (outstanding + request->k() > max_leases_per_project_) {
     return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
@@ -172,6 +178,12 @@ grpc::Status AssignmentServiceImpl::SuggestAnnotators(grpc::ServerContext* conte
     }
     ids = live.AnnotatorIds();
     for (size_t a = 0; a < ids.size(); ++a) indices.push_back(static_cast<int32_t>(a));
+  }
+  // With several replicas, the leases the others claimed are never suggested again either.
+  if (core_.shared_leases) {
+    if (absl::Status s = FollowClaimedLeases(live, *core_.storage->leases, absl::Now()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
   }
   std::shared_ptr<const ProjectSnapshot> snapshot = live.snapshot();
   for (const AnnotatorSuggestion& s :
