@@ -129,7 +129,13 @@ void ReplicaFollower::Run() {
     }
     for (int64_t project_id : versioned) {
       std::shared_ptr<LiveProject> project = Find(project_id);
-      if (project != nullptr && adopt_stored_version_) adopt_stored_version_(*project);
+      if (project == nullptr || !adopt_stored_version_) continue;
+      // The settings and items the version was fitted with first (the writer changes them
+      // before it fits, and the poll would bring them only later): a version restored under
+      // older settings (calibration, gold) serves other posteriors and profiles than the
+      // writer's.
+      FollowChanges(*project);
+      adopt_stored_version_(*project);
     }
     // Changed items and settings wait for the poll: one re-read per project per interval
     // however many writes (a bulk AddItems sends many).
@@ -181,14 +187,15 @@ void ReplicaFollower::Poll() {
         it != drawn_through.end() && it->second > project->applied_seq()) {
       CatchUp(*project, "poll");
     }
+    // Changes before versions, as above.
+    if (auto it = change_seq.find(id);
+        it != change_seq.end() && it->second > project->followed_change_seq()) {
+      FollowChanges(*project);
+    }
     if (auto it = newest_version.find(id); it != newest_version.end() &&
                                            it->second > project->model_version() &&
                                            adopt_stored_version_) {
       adopt_stored_version_(*project);
-    }
-    if (auto it = change_seq.find(id);
-        it != change_seq.end() && it->second > project->followed_change_seq()) {
-      FollowChanges(*project);
     }
   }
 }
