@@ -1,0 +1,67 @@
+"""Probe tests: documented promises of verity_client that the code does not keep.
+
+Black-box: each expectation is quoted from the documentation (client/python/README.md, the
+docstring of verity_client.aggregation, README.md) above the test that checks it, against a
+real verity_server on its own embedded PostgreSQL (one server for the whole module).
+Every test here failed when it was written.
+"""
+
+import unittest
+import warnings
+
+import pandas as pd
+
+import junit
+import server_process
+import verity_client
+from verity_client import aggregation
+
+
+class AggregationIdsProbeTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = server_process.ServerProcess(server_process.runfile("server/verity_server"))
+        cls.server.start()
+        cls.addClassCleanup(cls.server.stop)
+        cls.client = verity_client.Client(cls.server.address, timeout=120)
+        cls.addClassCleanup(cls.client.close)
+        cls.client.wait_until_ready(timeout=60)
+
+    def fit(self, aggregator_class, data):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            aggregator = aggregator_class(n_iter=5, server=self.client)
+            return aggregator, aggregator.fit_predict(data)
+
+    # verity_client/aggregation.py (the module's documentation, `help(verity_client.aggregation)`):
+    # "tasks and workers may be any hashable values: they are sent as generated ids and come
+    # back as the original values." A tuple is hashable.
+    def test_tuple_tasks_come_back_as_the_original_values(self):
+        data = pd.DataFrame({
+            "task": [("a", 1), ("a", 1), ("a", 1), ("b", 2), ("b", 2), ("b", 2)],
+            "worker": ["w1", "w2", "w3", "w1", "w2", "w3"],
+            "label": ["x", "x", "y", "y", "y", "y"],
+        })
+        for aggregator_class in (aggregation.MajorityVote, aggregation.DawidSkene):
+            with self.subTest(aggregator=aggregator_class.__name__):
+                _, labels = self.fit(aggregator_class, data)
+                self.assertEqual(labels.index.name, "task")
+                self.assertEqual(dict(labels.items()), {("a", 1): "x", ("b", 2): "y"})
+
+    # Same promise, for workers: skills_ is "Series "skill" indexed by "worker"" (same
+    # docstring), so a tuple worker id comes back as its index entry.
+    def test_tuple_workers_come_back_as_the_original_values(self):
+        data = pd.DataFrame({
+            "task": ["t1", "t1", "t1", "t2", "t2", "t2"],
+            "worker": [("w", 1), ("w", 2), ("w", 3)] * 2,
+            "label": ["x", "x", "y", "y", "y", "y"],
+        })
+        aggregator, labels = self.fit(aggregation.MajorityVote, data)
+        self.assertEqual(dict(labels.items()), {"t1": "x", "t2": "y"})
+        self.assertEqual(aggregator.skills_.index.name, "worker")
+        self.assertEqual(set(aggregator.skills_.index), {("w", 1), ("w", 2), ("w", 3)})
+
+
+if __name__ == "__main__":
+    junit.main()
