@@ -62,6 +62,25 @@ class AggregationIdsProbeTest(unittest.TestCase):
         self.assertEqual(aggregator.skills_.index.name, "worker")
         self.assertEqual(set(aggregator.skills_.index), {("w", 1), ("w", 2), ("w", 3)})
 
+    # client/python/README.md: "Each fit runs Verity's method of that name in a new project
+    # (`crowdkit-<method>-<random>`)", and aggregation.py's docstring: "Each fit creates a new
+    # project named "crowdkit-<method>-<random>"". Verity's methods are named one_coin and
+    # zero_based_skill (README.md's list of truth methods, Project.method).
+    # Observed: projects named crowdkit-one-coin-<random> and crowdkit-zero-based-skill-<random>
+    # (underscores turned into dashes), so the method's name is not in the project's name.
+    def test_fit_project_is_named_after_the_verity_method(self):
+        data = pd.DataFrame({
+            "task": ["t1", "t1", "t2", "t2"],
+            "worker": ["w1", "w2", "w1", "w2"],
+            "label": ["x", "x", "y", "y"],
+        })
+        for aggregator_class, method in ((aggregation.OneCoinDawidSkene, "one_coin"),
+                                         (aggregation.ZeroBasedSkill, "zero_based_skill")):
+            with self.subTest(method=method):
+                aggregator, _ = self.fit(aggregator_class, data)
+                self.assertEqual(self.client.get_project(aggregator.project_).method, method)
+                self.assertRegex(aggregator.project_, r"^crowdkit-%s-[0-9a-z]+$" % method)
+
 
 class SuggestItemsCandidatesProbeTest(unittest.TestCase):
 
