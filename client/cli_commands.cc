@@ -105,8 +105,9 @@ std::vector<CommandSpec> MakeCommands() {
       "suggested first; empty leaves it unchanged); optionally "
       "f0,f1,...,f<D-1> with D the project's item_feature_dim. --gold_csv "
       "reads a dataset's gold.csv (item,label); with --csv too, its gold "
-      "labels are merged into the items of --csv. Items are sent 10,000 per "
-      "call; existing items are updated. Prints added=N updated=N "
+      "labels are merged into the items of --csv. Items are sent in calls of "
+      "at most 10,000 items and 4 MiB (fewer items per call when they carry "
+      "many features); existing items are updated. Prints added=N updated=N "
       "({\"added\", \"updated\"} with --output=json).";
   c->flags = {
       ProjectFlag("Project of the items."),
@@ -120,7 +121,8 @@ std::vector<CommandSpec> MakeCommands() {
       "optionally f0,f1,...,f<D-1> with D the project's "
       "annotator_feature_dim. Annotators also appear when they first label "
       "or are first suggested items; adding them ahead gives them features. "
-      "Sent 10,000 per call; existing annotators are updated. Prints "
+      "Sent in calls of at most 10,000 annotators and 4 MiB (fewer per call "
+      "when they carry many features); existing annotators are updated. Prints "
       "added=N updated=N ({\"added\", \"updated\"} with --output=json).";
   c->flags = {
       ProjectFlag("Project of the annotators."),

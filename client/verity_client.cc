@@ -154,6 +154,29 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   return absl::Status(status.code(), absl::StrCat(context, status.message()));
 }
 
+// Where the AddItems or AddAnnotators calls of `rows` end: consecutive chunks of at most
+// kMaxItemsPerCall rows and at most kMaxRequestBytes of encoded rows (ByteSizeLong plus the
+// field's tag and length prefix), so that a call stays under the server's message limit
+// however many features the rows carry. A row alone past kMaxRequestBytes is a chunk of its own.
+template <typename Row>
+std::vector<size_t> ChunkEnds(absl::Span<const Row> rows) {
+  std::vector<size_t> ends;
+  size_t count = 0, bytes = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    // At most 1 byte of tag and 10 of length prefix in the request.
+    const size_t row_bytes = rows[i].ByteSizeLong() + 11;
+    if (count > 0 && (count == static_cast<size_t>(VerityClient::kMaxItemsPerCall) ||
+                      bytes + row_bytes > VerityClient::kMaxRequestBytes)) {
+      ends.push_back(i);
+      count = bytes = 0;
+    }
+    ++count;
+    bytes += row_bytes;
+  }
+  if (count > 0) ends.push_back(rows.size());
+  return ends;
+}
+
 // The state of one SubmitAnnotations call across its streams. Batch b holds
 // annotations [b * batch_size, min((b + 1) * batch_size, n)) and is sent with
 // batch_id b + 1.
@@ -625,8 +648,9 @@ absl::StatusOr<v1::Project> VerityClient::UpdateProjectSettings(
 absl::StatusOr<AddItemsTotals> VerityClient::AddItems(
     absl::string_view project, absl::Span<const v1::Item> items) const {
   AddItemsTotals totals;
-  for (size_t begin = 0; begin < items.size(); begin += kMaxItemsPerCall) {
-    const size_t end = std::min(items.size(), begin + kMaxItemsPerCall);
+  const std::vector<size_t> ends = ChunkEnds(items);
+  for (size_t chunk = 0, begin = 0; chunk < ends.size(); begin = ends[chunk++]) {
+    const size_t end = ends[chunk];
     v1::AddItemsRequest request;
     request.set_project(std::string(project));
     request.mutable_items()->Reserve(static_cast<int>(end - begin));
@@ -634,7 +658,7 @@ absl::StatusOr<AddItemsTotals> VerityClient::AddItems(
     absl::StatusOr<v1::AddItemsResponse> response = CallUnary(
         *projects_, &v1::ProjectService::Stub::AddItems, request, Call());
     if (!response.ok()) {
-      if (items.size() <= kMaxItemsPerCall) return response.status();
+      if (ends.size() == 1) return response.status();
       return Annotate(
           response.status(),
           absl::StrCat("AddItems of items ", begin, " to ", end - 1, " (the ",
@@ -650,9 +674,9 @@ absl::StatusOr<AddItemsTotals> VerityClient::AddAnnotators(
     absl::string_view project,
     absl::Span<const v1::Annotator> annotators) const {
   AddItemsTotals totals;
-  for (size_t begin = 0; begin < annotators.size();
-       begin += kMaxItemsPerCall) {
-    const size_t end = std::min(annotators.size(), begin + kMaxItemsPerCall);
+  const std::vector<size_t> ends = ChunkEnds(annotators);
+  for (size_t chunk = 0, begin = 0; chunk < ends.size(); begin = ends[chunk++]) {
+    const size_t end = ends[chunk];
     v1::AddAnnotatorsRequest request;
     request.set_project(std::string(project));
     request.mutable_annotators()->Reserve(static_cast<int>(end - begin));
@@ -663,7 +687,7 @@ absl::StatusOr<AddItemsTotals> VerityClient::AddAnnotators(
         CallUnary(*projects_, &v1::ProjectService::Stub::AddAnnotators,
                   request, Call());
     if (!response.ok()) {
-      if (annotators.size() <= kMaxItemsPerCall) return response.status();
+      if (ends.size() == 1) return response.status();
       return Annotate(response.status(),
                       absl::StrCat("AddAnnotators of annotators ", begin,
                                    " to ", end - 1, " (the ", begin,

@@ -19,6 +19,7 @@
 #include <grpcpp/support/status.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -174,6 +175,9 @@ class VerityClient {
   // Items per AddItems RPC and item ids per GetPosteriors RPC (the API's
   // limit).
   static constexpr int kMaxItemsPerCall = 10000;
+  // Encoded items or annotators per AddItems or AddAnnotators RPC, well under the server's
+  // 16 MiB message limit (10,000 items of 512 features are about 20 MB).
+  static constexpr size_t kMaxRequestBytes = 4 << 20;
 
   VerityClient(std::shared_ptr<grpc::ChannelInterface> channel,
                ClientOptions options);
@@ -185,8 +189,9 @@ class VerityClient {
   // Replaces the project's settings whole; returns the updated project.
   absl::StatusOr<v1::Project> UpdateProjectSettings(
       absl::string_view project, const v1::ProjectSettings& settings) const;
-  // One AddItems RPC per kMaxItemsPerCall items, in order. If one fails, the
-  // chunks before it stay written; the error names the failed chunk's range.
+  // One AddItems RPC per kMaxItemsPerCall items, or fewer where they pass
+  // kMaxRequestBytes encoded (features), in order. If one fails, the chunks
+  // before it stay written; the error names the failed chunk's range.
   absl::StatusOr<AddItemsTotals> AddItems(
       absl::string_view project, absl::Span<const v1::Item> items) const;
   // AddAnnotators, chunked and annotated like AddItems.

@@ -268,8 +268,9 @@ struct LoopbackServer {
   std::string address;
 };
 
-LoopbackServer StartOnLoopback(grpc::Service& service) {
+LoopbackServer StartOnLoopback(grpc::Service& service, int max_receive_bytes = -1) {
   grpc::ServerBuilder builder;
+  if (max_receive_bytes > 0) builder.SetMaxReceiveMessageSize(max_receive_bytes);
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
@@ -364,8 +365,65 @@ TEST(ChunkedCallsTest, GetPosteriorsHalvesItsCallsDownToOneIdAndKeepsTheOrder) {
   server.server->Shutdown();
 }
 
-// AddItems sends 10,000 items per call; the error of a call that needed one is the server's as
-// it is, and that of a longer list names the items of the failed call and what came before.
+// A ProjectService that records the rows and the encoded size of each AddItems and
+// AddAnnotators call.
+class RecordingProjectService final : public v1::ProjectService::Service {
+ public:
+  grpc::Status AddItems(grpc::ServerContext*, const v1::AddItemsRequest* request,
+                        v1::AddItemsResponse* response) override {
+    call_rows_.push_back(request->items_size());
+    call_bytes_.push_back(request->ByteSizeLong());
+    response->set_added(request->items_size());
+    return grpc::Status::OK;
+  }
+  grpc::Status AddAnnotators(grpc::ServerContext*, const v1::AddAnnotatorsRequest* request,
+                             v1::AddAnnotatorsResponse* response) override {
+    call_rows_.push_back(request->annotators_size());
+    call_bytes_.push_back(request->ByteSizeLong());
+    response->set_added(request->annotators_size());
+    return grpc::Status::OK;
+  }
+  std::vector<int> call_rows_;      // Written by one call at a time: the client's calls are
+  std::vector<size_t> call_bytes_;  // serial.
+};
+
+// verity_client.h: AddItems and AddAnnotators send at most kMaxItemsPerCall rows and
+// kMaxRequestBytes of them per call, so that rows with many features stay under the server's
+// 16 MiB message limit (10,000 items of 512 features, about 20 MB, were sent in one call).
+TEST(ChunkedCallsTest, AddItemsAndAddAnnotatorsSplitCallsByEncodedSize) {
+  RecordingProjectService service;
+  LoopbackServer server = StartOnLoopback(service, /*max_receive_bytes=*/64 << 20);
+  ASSERT_NE(server.server, nullptr);
+  VerityClient client(CreateInsecureChannel(server.address), ClientOptions());
+  // 3,000 rows of 512 features: about 6 MB, two calls.
+  std::vector<v1::Item> items(3000);
+  std::vector<v1::Annotator> annotators(3000);
+  for (size_t i = 0; i < items.size(); ++i) {
+    items[i].set_id(absl::StrCat("i", i));
+    annotators[i].set_id(absl::StrCat("a", i));
+    for (int j = 0; j < 512; ++j) {
+      items[i].add_features(0.5f);
+      annotators[i].add_features(0.5f);
+    }
+  }
+  absl::StatusOr<AddItemsTotals> added = client.AddItems("birds", items);
+  ASSERT_THAT(added, IsOk());
+  EXPECT_EQ(added->added, 3000);
+  added = client.AddAnnotators("birds", annotators);
+  ASSERT_THAT(added, IsOk());
+  EXPECT_EQ(added->added, 3000);
+  ASSERT_EQ(service.call_rows_.size(), 4u);
+  EXPECT_EQ(service.call_rows_[0] + service.call_rows_[1], 3000);
+  EXPECT_EQ(service.call_rows_[2] + service.call_rows_[3], 3000);
+  for (size_t bytes : service.call_bytes_) {
+    EXPECT_LE(bytes, VerityClient::kMaxRequestBytes + 64);  // The project name besides rows.
+  }
+  server.server->Shutdown();
+}
+
+// AddItems sends at most 10,000 items per call; the error of a call that needed one is the
+// server's as it is, and that of a longer list names the items of the failed call and what came
+// before.
 TEST_F(VerityClientTest, AddItemsErrorsNameTheFailedChunkOnlyForLongLists) {
   std::vector<v1::Item> items(VerityClient::kMaxItemsPerCall + 1);
   for (size_t i = 0; i < items.size(); ++i) items[i].set_id(absl::StrCat("i", i));

@@ -93,6 +93,23 @@ class CliEndToEndTest : public ::testing::Test {
     return {code, out.str(), err.str()};
   }
 
+  // A CSV of `rows` ids (prefix0, prefix1, ...) under the column `id_column`, each with `dim`
+  // feature columns f0..f<dim-1> of small values.
+  std::string WriteFeaturesCsv(const std::string& name, const std::string& id_column,
+                               const std::string& prefix, int rows, int dim) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream csv(path);
+    csv << id_column;
+    for (int j = 0; j < dim; ++j) csv << ",f" << j;
+    csv << "\n";
+    for (int i = 0; i < rows; ++i) {
+      csv << prefix << i;
+      for (int j = 0; j < dim; ++j) csv << "," << ((i + j) % 10) / 10.0;
+      csv << "\n";
+    }
+    return path;
+  }
+
   std::string dir_;
   std::string bluebirds_;
   std::unique_ptr<storage::EmbeddedPostgres> pg_;
@@ -363,6 +380,33 @@ TEST_F(CliEndToEndTest, ProjectSettingsItemsAndAnnotatorsOnASmallProject) {
 // truth.proto: map_label is the lowest class index on ties. Majority vote gives equal label
 // counts exactly equal probabilities, so only that rule decides y (index 1) over z (index 2)
 // for zy and yz, and x over y and z for xyz; zzy is a control that z wins.
+// `verity item add --help`: "Items are sent in calls of at most 10,000 items and 4 MiB (fewer
+// items per call when they carry many features)". README.md's project limits allow 10,000,000
+// items and 268,435,456 feature values per project; 10,000 items of 512 features (about 20 MB
+// encoded) are well within them. They were sent in one call, past the server's 16 MiB message
+// limit: "verity: RESOURCE_EXHAUSTED: Received message larger than max", nothing written.
+TEST_F(CliEndToEndTest, ItemAddSplitsTenThousandItemsOf512FeaturesUnderTheMessageLimit) {
+  CliResult created = Run({"project", "create", "feat", "--classes=a,b", "--item_feature_dim=512"});
+  ASSERT_EQ(created.code, 0) << created.err;
+  const std::string csv = WriteFeaturesCsv("items.csv", "item", "i", 10000, 512);
+  CliResult added = Run({"item", "add", "--project=feat", "--csv=" + csv});
+  EXPECT_EQ(added.code, 0) << added.err;
+  EXPECT_EQ(added.out, "added=10000 updated=0\n") << added.err;
+}
+
+// `verity annotator add --help`: "Sent in calls of at most 10,000 annotators and 4 MiB (fewer
+// per call when they carry many features)". README.md: 1,000,000 annotators and 268,435,456
+// feature values per project. 10,000 annotators of 512 features failed as items did.
+TEST_F(CliEndToEndTest, AnnotatorAddSplitsTenThousandAnnotatorsOf512FeaturesUnderTheLimit) {
+  CliResult created =
+      Run({"project", "create", "feat", "--classes=a,b", "--annotator_feature_dim=512"});
+  ASSERT_EQ(created.code, 0) << created.err;
+  const std::string csv = WriteFeaturesCsv("annotators.csv", "annotator", "w", 10000, 512);
+  CliResult added = Run({"annotator", "add", "--project=feat", "--csv=" + csv});
+  EXPECT_EQ(added.code, 0) << added.err;
+  EXPECT_EQ(added.out, "added=10000 updated=0\n") << added.err;
+}
+
 TEST_F(CliEndToEndTest, ExactTiesTakeTheLowestClassIndexInPosteriorsAndExport) {
   ASSERT_EQ(Run({"project", "create", "votes", "--classes=x,y,z", "--method=mv"}).code, 0);
   const std::string labels = dir_ + "/votes.csv";

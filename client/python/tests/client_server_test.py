@@ -128,6 +128,17 @@ class ClientServerTest(unittest.TestCase):
         self.assertEqual(posteriors["label"].tolist(), ["dog", "cat"])
         self.assertEqual(self.client.model_status("gold-items").method, "mv")
 
+    # add_items (client.py): "One AddItems RPC per 10,000 items". The C++ client's calls of
+    # 10,000 items of 512 features passed the server's 16 MiB message limit; add_items sends no
+    # features, so its largest call (10,000 ids of 256 bytes, each with gold and priority) is
+    # under 3 MB and one such call is accepted whole.
+    def test_add_items_of_the_longest_ids_stays_under_the_message_limit(self):
+        self.client.create_project("long-ids", ["cat", "dog"], method="mv")
+        ids = [("i%d-" % i).ljust(256, "x") for i in range(10000)]
+        added = self.client.add_items("long-ids", pd.DataFrame(
+            {"item": ids, "gold": ["dog"] * len(ids), "priority": [1.5] * len(ids)}))
+        self.assertEqual(added, (10000, 0))
+
     def test_create_existing_project(self):
         with self.assertRaises(verity_client.VerityError) as raised:
             self.client.create_project(BLUEBIRDS, self.classes)

@@ -537,7 +537,8 @@ class Client:
 
         df has a column item (or task) and optionally gold (the known class, a name or index;
         missing = no gold) and priority (assignment priority; missing = unchanged). One
-        AddItems RPC per 10,000 items; the chunks before a failed one stay written.
+        AddItems RPC per 10,000 items (under 3 MB: no features are sent); the chunks before a
+        failed one stay written.
         """
         if not isinstance(df, pd.DataFrame):
             df = pd.DataFrame(df)
