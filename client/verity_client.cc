@@ -434,6 +434,11 @@ absl::StatusOr<ServerTarget> ResolveServerTarget(absl::string_view servers) {
   if (!absl::StrContains(servers, ',')) {
     // One address, kept for gRPC to resolve; but gRPC reads a port past 65535 modulo 65536
     // and would connect to another port (and send it the key), so its port is checked here.
+    // An IPv6 literal missing its "]" is refused here too (gRPC: "DNS resolution failed").
+    if (absl::StartsWith(servers, "[") && !absl::StrContains(servers, "]")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("address \"", servers, "\": expected [IPV6]:PORT"));
+    }
     const size_t colon = servers.rfind(':');
     const absl::string_view port =
         colon == absl::string_view::npos ? absl::string_view() : servers.substr(colon + 1);
@@ -570,6 +575,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const std::string& 
   grpc::SslCredentialsOptions ssl;
   absl::StatusOr<std::string> ca = read(security.ca_file);
   if (!ca.ok()) return ca.status();
+  // gRPC would only fail each call with "UNAVAILABLE: empty address list", naming neither.
+  if (!absl::StrContains(*ca, "-----BEGIN CERTIFICATE-----")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_ca=", security.ca_file, ": not a PEM CA certificate (no \"-----BEGIN "
+        "CERTIFICATE-----\" line)"));
+  }
   ssl.pem_root_certs = *ca;
   if (!security.cert_file.empty()) {
     absl::StatusOr<std::string> cert = read(security.cert_file);

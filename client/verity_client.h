@@ -61,8 +61,8 @@ inline constexpr int kMaxReceiveMessageBytes = 256 << 20;
 //
 // INVALID_ARGUMENT naming the fault, e.g. `empty address in "a:1,,b:2"`, for an empty
 // address, one without a port or with a port outside 1..65535 (a lone address's port too,
-// when it has one), or IPv4-only hosts mixed with
-// IPv6-only ones; UNAVAILABLE when a host does not resolve.
+// when it has one), an IPv6 literal without its "]" (a lone address's too), or IPv4-only
+// hosts mixed with IPv6-only ones; UNAVAILABLE when a host does not resolve.
 struct ServerTarget {
   std::string target;
   std::string authority;  // empty: gRPC's default (the target itself)
@@ -103,7 +103,8 @@ absl::Status CheckKeyTransport(const std::string& address, const std::string& ap
 // A channel to `address` (one address or several, see ResolveServerTarget) with TLS when
 // `security` names a CA, else plaintext; same message limit and service config as
 // CreateInsecureChannel. INVALID_ARGUMENT when a client certificate or key is given without
-// the CA or without the other, or for a bad address list (the message starts "--server: ");
+// the CA or without the other, when the CA file holds no PEM certificate (the message names
+// --tls_ca and the file), or for a bad address list (the message starts "--server: ");
 // UNAVAILABLE when a host of a list does not resolve; NOT_FOUND naming an unreadable file.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const std::string& address,
                                                              const ChannelSecurity& security);

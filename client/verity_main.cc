@@ -1,5 +1,6 @@
 // The `verity` command-line tool; see cli.h and `verity --help`.
 
+#include <grpc/support/log.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -9,7 +10,17 @@
 
 #include "client/cli.h"
 
+namespace {
+
+// gRPC's own log lines ("E1129 ... ssl_transport_security.cc:807] Could not load any root
+// certificate.", "Handshake failed ...") are dropped: the CLI's errors are one line on stderr
+// (`verity --help`), and that line carries the call's status.
+void DropGrpcLog(gpr_log_func_args*) {}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  gpr_set_log_function(DropGrpcLog);
   std::vector<std::string> args(argv + 1, argv + argc);
   verity::client::CliEnvironment environment;
   environment.show_progress = isatty(STDERR_FILENO) == 1;
