@@ -232,5 +232,62 @@ class ArgumentsTest(unittest.TestCase):
         self.assertEqual(list(probas.columns), [1, 2, "a"])
 
 
+class OriginalIdsTest(unittest.TestCase):
+    """Tasks and workers that are not strings, against a real verity_server."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = server_process.ServerProcess(server_process.runfile("server/verity_server"))
+        cls.server.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def fit(self, aggregator_class, data):
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            aggregator = aggregator_class(n_iter=5, server=self.server.address)
+            return aggregator, aggregator.fit_predict(data)
+
+    # The module docstring (`help(verity_client.aggregation)`): "tasks and workers may be any
+    # hashable values: they are sent as generated ids and come back as the original values."
+    # A tuple is hashable; fit raised ValueError ("Names should be list-like for a MultiIndex")
+    # building labels_'s index from tuple tasks.
+    def test_tuple_tasks_come_back_as_the_original_values(self):
+        import pandas as pd
+        from verity_client import aggregation
+        data = pd.DataFrame({
+            "task": [("a", 1), ("a", 1), ("a", 1), ("b", 2), ("b", 2), ("b", 2)],
+            "worker": ["w1", "w2", "w3", "w1", "w2", "w3"],
+            "label": ["x", "x", "y", "y", "y", "y"],
+        })
+        for aggregator_class in (aggregation.MajorityVote, aggregation.DawidSkene):
+            with self.subTest(aggregator=aggregator_class.__name__):
+                aggregator, labels = self.fit(aggregator_class, data)
+                self.assertEqual(labels.index.name, "task")
+                self.assertEqual(dict(labels.items()), {("a", 1): "x", ("b", 2): "y"})
+                self.assertEqual(list(aggregator.probas_.index), [("a", 1), ("b", 2)])
+
+    # Same promise, for workers: skills_ is "Series "skill" indexed by "worker"" (same
+    # docstring), so a tuple worker id comes back as its index entry.
+    def test_tuple_workers_come_back_as_the_original_values(self):
+        import pandas as pd
+        from verity_client import aggregation
+        data = pd.DataFrame({
+            "task": ["t1", "t1", "t1", "t2", "t2", "t2"],
+            "worker": [("w", 1), ("w", 2), ("w", 3)] * 2,
+            "label": ["x", "x", "y", "y", "y", "y"],
+        })
+        aggregator, labels = self.fit(aggregation.MajorityVote, data)
+        self.assertEqual(dict(labels.items()), {"t1": "x", "t2": "y"})
+        self.assertEqual(aggregator.skills_.index.name, "worker")
+        self.assertEqual(set(aggregator.skills_.index), {("w", 1), ("w", 2), ("w", 3)})
+        aggregator, _ = self.fit(aggregation.DawidSkene, data)
+        self.assertEqual(set(aggregator.errors_.index.get_level_values("worker")),
+                         {("w", 1), ("w", 2), ("w", 3)})
+
+
 if __name__ == "__main__":
     junit.main()

@@ -35,34 +35,6 @@ class AggregationIdsProbeTest(unittest.TestCase):
             aggregator = aggregator_class(n_iter=5, server=self.client)
             return aggregator, aggregator.fit_predict(data)
 
-    # verity_client/aggregation.py (the module's documentation, `help(verity_client.aggregation)`):
-    # "tasks and workers may be any hashable values: they are sent as generated ids and come
-    # back as the original values." A tuple is hashable.
-    def test_tuple_tasks_come_back_as_the_original_values(self):
-        data = pd.DataFrame({
-            "task": [("a", 1), ("a", 1), ("a", 1), ("b", 2), ("b", 2), ("b", 2)],
-            "worker": ["w1", "w2", "w3", "w1", "w2", "w3"],
-            "label": ["x", "x", "y", "y", "y", "y"],
-        })
-        for aggregator_class in (aggregation.MajorityVote, aggregation.DawidSkene):
-            with self.subTest(aggregator=aggregator_class.__name__):
-                _, labels = self.fit(aggregator_class, data)
-                self.assertEqual(labels.index.name, "task")
-                self.assertEqual(dict(labels.items()), {("a", 1): "x", ("b", 2): "y"})
-
-    # Same promise, for workers: skills_ is "Series "skill" indexed by "worker"" (same
-    # docstring), so a tuple worker id comes back as its index entry.
-    def test_tuple_workers_come_back_as_the_original_values(self):
-        data = pd.DataFrame({
-            "task": ["t1", "t1", "t1", "t2", "t2", "t2"],
-            "worker": [("w", 1), ("w", 2), ("w", 3)] * 2,
-            "label": ["x", "x", "y", "y", "y", "y"],
-        })
-        aggregator, labels = self.fit(aggregation.MajorityVote, data)
-        self.assertEqual(dict(labels.items()), {"t1": "x", "t2": "y"})
-        self.assertEqual(aggregator.skills_.index.name, "worker")
-        self.assertEqual(set(aggregator.skills_.index), {("w", 1), ("w", 2), ("w", 3)})
-
     # client/python/README.md: "Each fit runs Verity's method of that name in a new project
     # (`crowdkit-<method>-<random>`)", and aggregation.py's docstring: "Each fit creates a new
     # project named "crowdkit-<method>-<random>"". Verity's methods are named one_coin and

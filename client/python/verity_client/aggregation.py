@@ -182,7 +182,9 @@ class _VerityAggregator:
         client.train(project)
         self.project_ = project
         posteriors = client.posteriors(project)
-        index = pd.Index([tasks[t] for t in posteriors["item"]], name="task")
+        # tupleize_cols=False: tuple tasks stay values of one level, not a MultiIndex.
+        index = pd.Index([tasks[t] for t in posteriors["item"]], name="task",
+                         tupleize_cols=False)
         columns = pd.Index(values, name="label")
         probas = posteriors[frames.class_columns(names)[:len(values)]].to_numpy(dtype=np.float64)
         if len(values) < len(names):
@@ -208,7 +210,7 @@ class _VerityAggregator:
     def _skills(profiles: pd.DataFrame, workers: Dict[str, Any]) -> pd.Series:
         return pd.Series(profiles["accuracy"].to_numpy(dtype=np.float64),
                          index=pd.Index([workers[a] for a in profiles["annotator"]],
-                                        name="worker"), name="skill")
+                                        name="worker", tupleize_cols=False), name="skill")
 
     def _errors(self, profiles: pd.DataFrame, workers: Dict[str, Any],
                 values: List[Any]) -> pd.DataFrame:
