@@ -223,6 +223,25 @@ class ArgumentsTest(unittest.TestCase):
                 self.assertAlmostEqual(float(errors[true_label].sum()), 1.0, places=6,
                                        msg="worker %s, true %s" % (worker, true_label))
 
+    # client/python/README.md: "Each fit runs Verity's method of that name in a new project
+    # (`crowdkit-<method>-<random>`)"; the module docstring: "Each fit creates a new project
+    # named "crowdkit-<method>-<random>"". Verity's methods are named one_coin and
+    # zero_based_skill (README.md, Project.method); the projects were named
+    # crowdkit-one-coin-<random> and crowdkit-zero-based-skill-<random>.
+    def test_the_fit_project_is_named_after_the_verity_method(self):
+        import pandas as pd
+        from verity_client import Client
+        from verity_client.aggregation import OneCoinDawidSkene, ZeroBasedSkill
+        data = pd.DataFrame({"task": ["t1", "t1", "t2", "t2"], "worker": ["w1", "w2", "w1", "w2"],
+                             "label": ["x", "x", "y", "y"]})
+        with Client(self.server.address) as client:
+            for aggregator_class, method in ((OneCoinDawidSkene, "one_coin"),
+                                             (ZeroBasedSkill, "zero_based_skill")):
+                with self.subTest(method=method):
+                    aggregator = aggregator_class(n_iter=5, server=client).fit(data)
+                    self.assertEqual(client.get_project(aggregator.project_).method, method)
+                    self.assertRegex(aggregator.project_, r"^crowdkit-%s-[0-9a-f]{12}$" % method)
+
     def test_mixed_type_labels_are_sorted_as_strings(self):
         import pandas as pd
         from verity_client.aggregation import MajorityVote

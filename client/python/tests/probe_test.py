@@ -18,43 +18,6 @@ import verity_client
 from verity_client import aggregation
 
 
-class AggregationIdsProbeTest(unittest.TestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.server = server_process.ServerProcess(server_process.runfile("server/verity_server"))
-        cls.server.start()
-        cls.addClassCleanup(cls.server.stop)
-        cls.client = verity_client.Client(cls.server.address, timeout=120)
-        cls.addClassCleanup(cls.client.close)
-        cls.client.wait_until_ready(timeout=60)
-
-    def fit(self, aggregator_class, data):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            aggregator = aggregator_class(n_iter=5, server=self.client)
-            return aggregator, aggregator.fit_predict(data)
-
-    # client/python/README.md: "Each fit runs Verity's method of that name in a new project
-    # (`crowdkit-<method>-<random>`)", and aggregation.py's docstring: "Each fit creates a new
-    # project named "crowdkit-<method>-<random>"". Verity's methods are named one_coin and
-    # zero_based_skill (README.md's list of truth methods, Project.method).
-    # Observed: projects named crowdkit-one-coin-<random> and crowdkit-zero-based-skill-<random>
-    # (underscores turned into dashes), so the method's name is not in the project's name.
-    def test_fit_project_is_named_after_the_verity_method(self):
-        data = pd.DataFrame({
-            "task": ["t1", "t1", "t2", "t2"],
-            "worker": ["w1", "w2", "w1", "w2"],
-            "label": ["x", "x", "y", "y"],
-        })
-        for aggregator_class, method in ((aggregation.OneCoinDawidSkene, "one_coin"),
-                                         (aggregation.ZeroBasedSkill, "zero_based_skill")):
-            with self.subTest(method=method):
-                aggregator, _ = self.fit(aggregator_class, data)
-                self.assertEqual(self.client.get_project(aggregator.project_).method, method)
-                self.assertRegex(aggregator.project_, r"^crowdkit-%s-[0-9a-z]+$" % method)
-
-
 class SuggestItemsCandidatesProbeTest(unittest.TestCase):
 
     @classmethod

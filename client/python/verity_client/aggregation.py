@@ -162,7 +162,7 @@ class _VerityAggregator:
                           UserWarning, stacklevel=3)
         tasks = {"t%d" % i: v for i, v in enumerate(task_values)}
         workers = {"w%d" % i: v for i, v in enumerate(worker_values)}
-        project = "crowdkit-%s-%s" % (self._method.replace("_", "-"), uuid.uuid4().hex[:12])
+        project = "crowdkit-%s-%s" % (self._method, uuid.uuid4().hex[:12])
         settings = projects_pb2.ProjectSettings()
         settings.model.max_iterations = self.n_iter
         settings.model.tolerance = self.tol
