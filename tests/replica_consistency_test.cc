@@ -303,6 +303,62 @@ class ReplicaConsistencyTest : public ::testing::Test {
 
   static TestPostgres* pg_;
   std::vector<std::unique_ptr<Replica>> replicas_;
+
+  // Fits through A twice (B serving each version), runs `change` through A, then TrainModel
+  // through B at once: it must fit anew, with `expected_method` (the TrainModel tests below).
+  void TrainModelOnBRightAfterAChangeOnA(bool workers, const std::string& project,
+                                         const std::function<void(Replica& a)>& change,
+                                         v1::TruthMethod expected_method) {
+    const std::string dir = MakeTempDir("verity-probe-workers");
+    auto mode = [&](server::VerityServer::Options& o) {
+      if (workers) {
+        o.training.use_workers = true;
+        o.training.train_wait = absl::Seconds(120);
+      }
+    };
+    std::optional<WorkerProcess> worker;
+    if (workers) worker.emplace(pg_->url(), "w", dir + "/w.log");
+    Replica& a = StartReplica(mode);
+    Replica& b = StartReplica(mode);
+    CreateProject(a, project);
+    ServedProject(b, project);
+    Submit(a, project, SomeLabels(30, 4));
+    const int64_t labels = ServedProject(a, project).num_labels();
+    ASSERT_TRUE(Eventually(absl::Seconds(5),
+                           [&] { return ServedProject(b, project).num_labels() == labels; }));
+    auto v1 = Train(a, project);
+    ASSERT_TRUE(v1.ok()) << v1.status();
+    ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
+      return ModelStatus(b, project).current_version().version() == v1->version();
+    }));
+    // B has just re-read the project: an item added through A, served by B.
+    AddItems(a, project, {Item("unlabelled")});
+    ASSERT_TRUE(
+        Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 31; }));
+    auto v_mid = Train(a, project);  // The unlabelled item is a change too: fit it away.
+    ASSERT_TRUE(v_mid.ok()) << v_mid.status();
+    ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
+      return ModelStatus(b, project).current_version().version() == v_mid->version();
+    }));
+    change(a);
+    auto v2 = Train(b, project);
+    ASSERT_TRUE(v2.ok()) << v2.status();
+    EXPECT_GT(v2->version(), v_mid->version()) << "B returned the version fitted before the change";
+    EXPECT_EQ(v2->method(), expected_method);
+    worker.reset();
+    RemoveTree(dir);
+  }
+
+  // Sets the project's method to mv through `a`.
+  void SetMajorityVote(Replica& a, const std::string& project) {
+    grpc::ClientContext context;
+    a.Prepare(context);
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    request.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
+    v1::UpdateProjectSettingsResponse response;
+    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+  }
 };
 
 TestPostgres* ReplicaConsistencyTest::pg_ = nullptr;
@@ -835,211 +891,35 @@ TEST_F(ReplicaConsistencyTest, AScopedAdminCannotRaiseThroughBALimitJustLoweredT
 // item, feature or model setting ...), it returns that version and writes nothing." Here
 // something a fit reads changed (through A) since the current version: TrainModel through B,
 // right after (before B's 1 s poll), must fit anew, with it. common.proto: a method change
-// "takes effect at the next fit". In-process training.
+// "takes effect at the next fit". With in-process training, or --trainer=workers.
 TEST_F(ReplicaConsistencyTest, TrainModelOnBRightAfterGoldSetOnAFitsIt) {
-  constexpr bool kWorkers = false;
-  const std::string dir = MakeTempDir("verity-probe-workers");
-  auto mode = [&](server::VerityServer::Options& o) {
-    if (kWorkers) {
-      o.training.use_workers = true;
-      o.training.train_wait = absl::Seconds(120);
-    }
-  };
-  std::optional<WorkerProcess> worker;
-  if (kWorkers) worker.emplace(pg_->url(), "w", dir + "/w.log");
-  Replica& a = StartReplica(mode);
-  Replica& b = StartReplica(mode);
   const std::string project = "train-right-after-gold";
-  CreateProject(a, project);
-  ServedProject(b, project);
-  Submit(a, project, SomeLabels(30, 4));
-  const int64_t labels = ServedProject(a, project).num_labels();
-  ASSERT_TRUE(Eventually(absl::Seconds(5),
-                         [&] { return ServedProject(b, project).num_labels() == labels; }));
-  auto v1 = Train(a, project);
-  ASSERT_TRUE(v1.ok()) << v1.status();
-  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
-    return ModelStatus(b, project).current_version().version() == v1->version();
-  }));
-  // B has just re-read the project: an item added through A, served by B.
-  AddItems(a, project, {Item("unlabelled")});
-  ASSERT_TRUE(
-      Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 31; }));
-  auto v_mid = Train(a, project);  // The unlabelled item is a change too: fit it away.
-  ASSERT_TRUE(v_mid.ok()) << v_mid.status();
-  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
-    return ModelStatus(b, project).current_version().version() == v_mid->version();
-  }));
-  AddItems(a, project, {Item("item-4", std::nullopt, /*gold=*/2)});
-  auto v2 = Train(b, project);
-  ASSERT_TRUE(v2.ok()) << v2.status();
-  EXPECT_GT(v2->version(), v_mid->version()) << "B returned the version fitted before the change";
-
-  worker.reset();
-  RemoveTree(dir);
+  TrainModelOnBRightAfterAChangeOnA(
+      /*workers=*/false, project,
+      [&](Replica& a) { AddItems(a, project, {Item("item-4", std::nullopt, /*gold=*/2)}); },
+      v1::TRUTH_METHOD_DAWID_SKENE);
 }
 
-// models.proto TrainModel: "Fits the project's configured method now ... When nothing a fit
-// reads has changed since the current version's fit (no new or revised label, gold label,
-// item, feature or model setting ...), it returns that version and writes nothing." Here
-// something a fit reads changed (through A) since the current version: TrainModel through B,
-// right after (before B's 1 s poll), must fit anew, with it. common.proto: a method change
-// "takes effect at the next fit". --trainer=workers.
 TEST_F(ReplicaConsistencyTest, TrainModelOnBRightAfterGoldSetOnAFitsItWithWorkers) {
-  constexpr bool kWorkers = true;
-  const std::string dir = MakeTempDir("verity-probe-workers");
-  auto mode = [&](server::VerityServer::Options& o) {
-    if (kWorkers) {
-      o.training.use_workers = true;
-      o.training.train_wait = absl::Seconds(120);
-    }
-  };
-  std::optional<WorkerProcess> worker;
-  if (kWorkers) worker.emplace(pg_->url(), "w", dir + "/w.log");
-  Replica& a = StartReplica(mode);
-  Replica& b = StartReplica(mode);
   const std::string project = "train-right-after-gold-workers";
-  CreateProject(a, project);
-  ServedProject(b, project);
-  Submit(a, project, SomeLabels(30, 4));
-  const int64_t labels = ServedProject(a, project).num_labels();
-  ASSERT_TRUE(Eventually(absl::Seconds(5),
-                         [&] { return ServedProject(b, project).num_labels() == labels; }));
-  auto v1 = Train(a, project);
-  ASSERT_TRUE(v1.ok()) << v1.status();
-  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
-    return ModelStatus(b, project).current_version().version() == v1->version();
-  }));
-  // B has just re-read the project: an item added through A, served by B.
-  AddItems(a, project, {Item("unlabelled")});
-  ASSERT_TRUE(
-      Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 31; }));
-  auto v_mid = Train(a, project);  // The unlabelled item is a change too: fit it away.
-  ASSERT_TRUE(v_mid.ok()) << v_mid.status();
-  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
-    return ModelStatus(b, project).current_version().version() == v_mid->version();
-  }));
-  AddItems(a, project, {Item("item-4", std::nullopt, /*gold=*/2)});
-  auto v2 = Train(b, project);
-  ASSERT_TRUE(v2.ok()) << v2.status();
-  EXPECT_GT(v2->version(), v_mid->version()) << "B returned the version fitted before the change";
-
-  worker.reset();
-  RemoveTree(dir);
+  TrainModelOnBRightAfterAChangeOnA(
+      /*workers=*/true, project,
+      [&](Replica& a) { AddItems(a, project, {Item("item-4", std::nullopt, /*gold=*/2)}); },
+      v1::TRUTH_METHOD_DAWID_SKENE);
 }
 
-// models.proto TrainModel: "Fits the project's configured method now ... When nothing a fit
-// reads has changed since the current version's fit (no new or revised label, gold label,
-// item, feature or model setting ...), it returns that version and writes nothing." Here
-// something a fit reads changed (through A) since the current version: TrainModel through B,
-// right after (before B's 1 s poll), must fit anew, with it. common.proto: a method change
-// "takes effect at the next fit". --trainer=workers.
-TEST_F(ReplicaConsistencyTest, TrainModelOnBRightAfterAMethodChangeOnAUsesItWithWorkers) {
-  constexpr bool kWorkers = true;
-  const std::string dir = MakeTempDir("verity-probe-workers");
-  auto mode = [&](server::VerityServer::Options& o) {
-    if (kWorkers) {
-      o.training.use_workers = true;
-      o.training.train_wait = absl::Seconds(120);
-    }
-  };
-  std::optional<WorkerProcess> worker;
-  if (kWorkers) worker.emplace(pg_->url(), "w", dir + "/w.log");
-  Replica& a = StartReplica(mode);
-  Replica& b = StartReplica(mode);
-  const std::string project = "train-right-after-method-workers";
-  CreateProject(a, project);
-  ServedProject(b, project);
-  Submit(a, project, SomeLabels(30, 4));
-  const int64_t labels = ServedProject(a, project).num_labels();
-  ASSERT_TRUE(Eventually(absl::Seconds(5),
-                         [&] { return ServedProject(b, project).num_labels() == labels; }));
-  auto v1 = Train(a, project);
-  ASSERT_TRUE(v1.ok()) << v1.status();
-  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
-    return ModelStatus(b, project).current_version().version() == v1->version();
-  }));
-  // B has just re-read the project: an item added through A, served by B.
-  AddItems(a, project, {Item("unlabelled")});
-  ASSERT_TRUE(
-      Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 31; }));
-  auto v_mid = Train(a, project);  // The unlabelled item is a change too: fit it away.
-  ASSERT_TRUE(v_mid.ok()) << v_mid.status();
-  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
-    return ModelStatus(b, project).current_version().version() == v_mid->version();
-  }));
-  {
-    grpc::ClientContext context;
-    a.Prepare(context);
-    v1::UpdateProjectSettingsRequest request;
-    request.set_project(project);
-    request.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
-    v1::UpdateProjectSettingsResponse response;
-    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
-  }
-  auto v2 = Train(b, project);
-  ASSERT_TRUE(v2.ok()) << v2.status();
-  EXPECT_GT(v2->version(), v_mid->version()) << "B returned the version fitted before the change";
-  EXPECT_EQ(v2->method(), v1::TRUTH_METHOD_MAJORITY_VOTE);
-  worker.reset();
-  RemoveTree(dir);
-}
-
-// models.proto TrainModel: "Fits the project's configured method now ... When nothing a fit
-// reads has changed since the current version's fit (no new or revised label, gold label,
-// item, feature or model setting ...), it returns that version and writes nothing." Here
-// something a fit reads changed (through A) since the current version: TrainModel through B,
-// right after (before B's 1 s poll), must fit anew, with it. common.proto: a method change
-// "takes effect at the next fit". In-process training.
 TEST_F(ReplicaConsistencyTest, TrainModelOnBRightAfterAMethodChangeOnAUsesIt) {
-  constexpr bool kWorkers = false;
-  const std::string dir = MakeTempDir("verity-probe-workers");
-  auto mode = [&](server::VerityServer::Options& o) {
-    if (kWorkers) {
-      o.training.use_workers = true;
-      o.training.train_wait = absl::Seconds(120);
-    }
-  };
-  std::optional<WorkerProcess> worker;
-  if (kWorkers) worker.emplace(pg_->url(), "w", dir + "/w.log");
-  Replica& a = StartReplica(mode);
-  Replica& b = StartReplica(mode);
   const std::string project = "train-right-after-method";
-  CreateProject(a, project);
-  ServedProject(b, project);
-  Submit(a, project, SomeLabels(30, 4));
-  const int64_t labels = ServedProject(a, project).num_labels();
-  ASSERT_TRUE(Eventually(absl::Seconds(5),
-                         [&] { return ServedProject(b, project).num_labels() == labels; }));
-  auto v1 = Train(a, project);
-  ASSERT_TRUE(v1.ok()) << v1.status();
-  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
-    return ModelStatus(b, project).current_version().version() == v1->version();
-  }));
-  // B has just re-read the project: an item added through A, served by B.
-  AddItems(a, project, {Item("unlabelled")});
-  ASSERT_TRUE(
-      Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 31; }));
-  auto v_mid = Train(a, project);  // The unlabelled item is a change too: fit it away.
-  ASSERT_TRUE(v_mid.ok()) << v_mid.status();
-  ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
-    return ModelStatus(b, project).current_version().version() == v_mid->version();
-  }));
-  {
-    grpc::ClientContext context;
-    a.Prepare(context);
-    v1::UpdateProjectSettingsRequest request;
-    request.set_project(project);
-    request.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
-    v1::UpdateProjectSettingsResponse response;
-    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
-  }
-  auto v2 = Train(b, project);
-  ASSERT_TRUE(v2.ok()) << v2.status();
-  EXPECT_GT(v2->version(), v_mid->version()) << "B returned the version fitted before the change";
-  EXPECT_EQ(v2->method(), v1::TRUTH_METHOD_MAJORITY_VOTE);
-  worker.reset();
-  RemoveTree(dir);
+  TrainModelOnBRightAfterAChangeOnA(
+      /*workers=*/false, project, [&](Replica& a) { SetMajorityVote(a, project); },
+      v1::TRUTH_METHOD_MAJORITY_VOTE);
+}
+
+TEST_F(ReplicaConsistencyTest, TrainModelOnBRightAfterAMethodChangeOnAUsesItWithWorkers) {
+  const std::string project = "train-right-after-method-workers";
+  TrainModelOnBRightAfterAChangeOnA(
+      /*workers=*/true, project, [&](Replica& a) { SetMajorityVote(a, project); },
+      v1::TRUTH_METHOD_MAJORITY_VOTE);
 }
 
 }  // namespace
