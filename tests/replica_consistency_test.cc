@@ -4,13 +4,9 @@
 //
 // Each replica is an in-process VerityServer on its own real gRPC port, as in replicas_test.
 // Expectations come from the documentation quoted above each test, not from the code.
-#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -33,6 +29,7 @@
 #include "server/verity_server.h"
 #include "tests/server_process.h"
 #include "tests/test_postgres.h"
+#include "tests/replica_harness.h"
 #include "tests/test_server.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
@@ -45,53 +42,6 @@ namespace verity::tests {
 namespace {
 
 constexpr int kClasses = 3;
-
-std::chrono::system_clock::time_point Deadline() {
-  return std::chrono::system_clock::now() + std::chrono::seconds(60);
-}
-
-// A verity_worker child process over `url`, its stderr in `log`.
-class WorkerProcess {
- public:
-  WorkerProcess(const std::string& url, const std::string& name, const std::string& log) {
-    const std::string binary = RunfilePath("server/training/verity_worker");
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 2);
-      const std::string url_flag = "--postgres_url=" + url, name_flag = "--name=" + name;
-      execl(binary.c_str(), binary.c_str(), url_flag.c_str(), name_flag.c_str(),
-            "--lease_seconds=5", "--poll_ms=100", "--device=cpu", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-  }
-  ~WorkerProcess() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-  }
-
- private:
-  pid_t pid_ = -1;
-};
-
-struct Replica {
-  std::unique_ptr<server::VerityServer> server;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::ProjectService::Stub> projects;
-  std::unique_ptr<v1::IngestService::Stub> ingest;
-  std::unique_ptr<v1::TruthService::Stub> truth;
-  std::unique_ptr<v1::AssignmentService::Stub> assignment;
-  std::unique_ptr<v1::ModelService::Stub> model;
-  std::unique_ptr<v1::KeyService::Stub> keys;
-  std::string api_key;  // Sent with every call when not empty.
-
-  void Prepare(grpc::ClientContext& context) const {
-    context.set_deadline(Deadline());
-    if (!api_key.empty()) context.AddMetadata("authorization", "Bearer " + api_key);
-  }
-};
 
 class ReplicaConsistencyTest : public ::testing::Test {
  protected:
@@ -115,17 +65,7 @@ class ReplicaConsistencyTest : public ::testing::Test {
     if (customize) customize(options);
     auto server = server::VerityServer::Start(options);
     EXPECT_TRUE(server.ok()) << server.status();
-    auto r = std::make_unique<Replica>();
-    r->server = std::move(*server);
-    r->channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", r->server->port()),
-                                     grpc::InsecureChannelCredentials());
-    r->projects = v1::ProjectService::NewStub(r->channel);
-    r->ingest = v1::IngestService::NewStub(r->channel);
-    r->truth = v1::TruthService::NewStub(r->channel);
-    r->assignment = v1::AssignmentService::NewStub(r->channel);
-    r->model = v1::ModelService::NewStub(r->channel);
-    r->keys = v1::KeyService::NewStub(r->channel);
-    replicas_.push_back(std::move(r));
+    replicas_.push_back(ConnectReplica(std::move(*server)));
     return *replicas_.back();
   }
 
@@ -317,7 +257,7 @@ class ReplicaConsistencyTest : public ::testing::Test {
       }
     };
     std::optional<WorkerProcess> worker;
-    if (workers) worker.emplace(pg_->url(), "w", dir + "/w.log");
+    if (workers) worker.emplace(pg_->url(), "w", dir + "/w.log", /*lease_seconds=*/5);
     Replica& a = StartReplica(mode);
     Replica& b = StartReplica(mode);
     CreateProject(a, project);

@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "server/verity_server.h"
 #include "storage/fit_lock.h"
+#include "tests/replica_harness.h"
 #include "tests/test_postgres.h"
 #include "tests/test_server.h"
 #include "verity/v1/assignment.grpc.pb.h"
@@ -49,17 +50,6 @@ constexpr int kClasses = 3;
 std::chrono::system_clock::time_point Deadline() {
   return std::chrono::system_clock::now() + std::chrono::seconds(60);
 }
-
-// One replica and the stubs of a channel to it.
-struct Replica {
-  std::unique_ptr<server::VerityServer> server;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::ProjectService::Stub> projects;
-  std::unique_ptr<v1::IngestService::Stub> ingest;
-  std::unique_ptr<v1::TruthService::Stub> truth;
-  std::unique_ptr<v1::AssignmentService::Stub> assignment;
-  std::unique_ptr<v1::ModelService::Stub> model;
-};
 
 class ReplicasTest : public ::testing::Test {
  protected:
@@ -85,16 +75,7 @@ class ReplicasTest : public ::testing::Test {
     options.evict_after_idle = absl::ZeroDuration();
     auto server = server::VerityServer::Start(options);
     EXPECT_TRUE(server.ok()) << server.status();
-    auto r = std::make_unique<Replica>();
-    r->server = std::move(*server);
-    r->channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", r->server->port()),
-                                     grpc::InsecureChannelCredentials());
-    r->projects = v1::ProjectService::NewStub(r->channel);
-    r->ingest = v1::IngestService::NewStub(r->channel);
-    r->truth = v1::TruthService::NewStub(r->channel);
-    r->assignment = v1::AssignmentService::NewStub(r->channel);
-    r->model = v1::ModelService::NewStub(r->channel);
-    replicas_.push_back(std::move(r));
+    replicas_.push_back(ConnectReplica(std::move(*server)));
     return *replicas_.back();
   }
 

@@ -1,10 +1,7 @@
 // Two verity_worker processes against one real PostgreSQL: every training job is done exactly
 // once (one model version per job), including a job whose first worker is SIGKILLed mid-fit —
 // its lease expires and another worker runs it again.
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <map>
 #include <string>
@@ -26,6 +23,7 @@
 #include "server/state/storage_handles.h"
 #include "server/training/training_scheduler.h"
 #include "server/training/training_worker.h"
+#include "tests/replica_harness.h"
 #include "tests/server_process.h"
 #include "verity/v1/projects.pb.h"
 
@@ -34,35 +32,6 @@ namespace {
 
 using ::verity::storage::testing::PostgresTest;
 using ::verity::testing::IsOk;
-
-// A child process running verity_worker, its stderr in `log`.
-class WorkerProcess {
- public:
-  WorkerProcess(const std::string& url, const std::string& name, const std::string& log) {
-    const std::string binary = RunfilePath("server/training/verity_worker");
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 2);
-      const std::string url_flag = "--postgres_url=" + url, name_flag = "--name=" + name;
-      execl(binary.c_str(), binary.c_str(), url_flag.c_str(), name_flag.c_str(),
-            "--lease_seconds=2", "--poll_ms=100", "--device=cpu", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-  }
-  ~WorkerProcess() { Signal(SIGKILL); }
-  // Sends `sig` and reaps the process.
-  void Signal(int sig) {
-    if (pid_ <= 0) return;
-    kill(pid_, sig);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
 
 // While alive, holds an EXCLUSIVE lock on model_versions (plain reads still pass): a worker
 // can claim and fit a job but cannot store its version, so the test can kill it mid-job
@@ -149,7 +118,7 @@ TEST_F(TrainingWorkersTest, EveryJobIsDoneExactlyOnceEvenWhenAWorkerIsKilledMidJ
 
   {
     ModelVersionsLocked no_version_stored(url());
-    WorkerProcess doomed(url(), "doomed", dir + "/doomed.log");
+    WorkerProcess doomed(url(), "doomed", dir + "/doomed.log", /*lease_seconds=*/2);
     // Wait until it runs the slow job, then kill it without warning.
     const absl::Time give_up = absl::Now() + absl::Seconds(60);
     while (absl::Now() < give_up) {
@@ -163,8 +132,8 @@ TEST_F(TrainingWorkersTest, EveryJobIsDoneExactlyOnceEvenWhenAWorkerIsKilledMidJ
   }
   ASSERT_EQ(jobs.GetJob(job_ids[0])->state, "running");  // nothing was stored for it
 
-  WorkerProcess a(url(), "a", dir + "/a.log");
-  WorkerProcess b(url(), "b", dir + "/b.log");
+  WorkerProcess a(url(), "a", dir + "/a.log", /*lease_seconds=*/2);
+  WorkerProcess b(url(), "b", dir + "/b.log", /*lease_seconds=*/2);
   const absl::Time give_up = absl::Now() + absl::Seconds(120);
   bool all_done = false;
   while (!all_done && absl::Now() < give_up) {
@@ -208,7 +177,7 @@ TEST_F(TrainingWorkersTest, AJobWhoseWorkersAreAllKilledEndsFailedAndTheNextJobR
   for (int attempt = 1; attempt <= 3; ++attempt) {
     const std::string name = absl::StrCat("doomed", attempt);
     ModelVersionsLocked no_version_stored(url());
-    WorkerProcess doomed(url(), name, absl::StrCat(dir, "/", name, ".log"));
+    WorkerProcess doomed(url(), name, absl::StrCat(dir, "/", name, ".log"), /*lease_seconds=*/2);
     // It claims the job once the previous lease (2 s) has expired; kill it mid-fit.
     const absl::Time give_up = absl::Now() + absl::Seconds(60);
     while (absl::Now() < give_up && jobs.GetJob(job->job_id)->worker != name) {
@@ -220,7 +189,7 @@ TEST_F(TrainingWorkersTest, AJobWhoseWorkersAreAllKilledEndsFailedAndTheNextJobR
     EXPECT_EQ(jobs.GetJob(job->job_id)->attempts, attempt);
   }
 
-  WorkerProcess survivor(url(), "survivor", dir + "/survivor.log");
+  WorkerProcess survivor(url(), "survivor", dir + "/survivor.log", /*lease_seconds=*/2);
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
   while (absl::Now() < give_up && jobs.GetJob(job->job_id)->state == "running") {
     absl::SleepFor(absl::Milliseconds(50));
