@@ -439,11 +439,18 @@ absl::StatusOr<ServerTarget> ResolveServerTarget(absl::string_view servers) {
       return absl::InvalidArgumentError(
           absl::StrCat("address \"", servers, "\": expected [IPV6]:PORT"));
     }
-    const size_t colon = servers.rfind(':');
-    const absl::string_view port =
-        colon == absl::string_view::npos ? absl::string_view() : servers.substr(colon + 1);
+    // The port: after "]:" of a bracketed IPv6 literal, else after the one colon of
+    // HOST:PORT (a bare IPv6 literal, with several colons, has none). One that starts with a
+    // digit must be all digits: gRPC reads "50051x" as 50051.
+    absl::string_view port;
+    if (absl::StartsWith(servers, "[")) {
+      const size_t close = servers.find("]:");
+      if (close != absl::string_view::npos) port = servers.substr(close + 2);
+    } else if (std::count(servers.begin(), servers.end(), ':') == 1) {
+      port = servers.substr(servers.find(':') + 1);
+    }
     int number = 0;
-    if (!port.empty() && std::all_of(port.begin(), port.end(), absl::ascii_isdigit) &&
+    if (!port.empty() && absl::ascii_isdigit(port.front()) &&
         (!absl::SimpleAtoi(port, &number) || number < 1 || number > 65535)) {
       return absl::InvalidArgumentError(
           absl::StrCat("address \"", servers, "\": port must be 1 to 65535"));

@@ -159,6 +159,23 @@ TEST(ResolveServerTargetTest, OneAddressWithAPortPast65535IsRefusedAsInAList) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("port must be 1 to 65535")));
 }
 
+// A port with trailing characters ("50051x") is refused in a list ("port must be 1 to
+// 65535"); one address alone was passed to gRPC, which connected to port 50051 (found by a
+// probe). Refused alike now; an address without a port, or a bracketed IPv6 one, is kept.
+TEST(ResolveServerTargetTest, OneAddressWithAPortFollowedByOtherCharactersIsRefused) {
+  EXPECT_THAT(ResolveServerTarget("127.0.0.1:1,localhost:50051x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("port must be 1 to 65535")));
+  EXPECT_THAT(ResolveServerTarget("localhost:50051x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("port must be 1 to 65535")));
+  EXPECT_THAT(ResolveServerTarget("[::1]:7x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("port must be 1 to 65535")));
+  for (const char* kept : {"localhost", "[::1]", "[::1]:7001", "verity.example:443"}) {
+    absl::StatusOr<ServerTarget> target = ResolveServerTarget(kept);
+    ASSERT_THAT(target, IsOk()) << kept;
+    EXPECT_EQ(target->target, kept);
+  }
+}
+
 TEST(ResolveServerTargetTest, SeveralAddressesBecomeOneIpTargetNamedByTheFirst) {
   absl::StatusOr<ServerTarget> literals = ResolveServerTarget("127.0.0.1:7001, 127.0.0.2:7002");
   ASSERT_THAT(literals, IsOk());
