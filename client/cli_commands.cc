@@ -208,7 +208,9 @@ std::vector<CommandSpec> MakeCommands() {
       "\"num_labels\", \"model_version\", \"includes_newer_labels\", "
       "\"is_gold\"} (plus \"difficulty\" for methods that learn one: lia), one "
       "per line. --out writes to a temporary file renamed "
-      "over FILE on success, so a failed call leaves FILE as it was; a "
+      "over FILE on success, so a failed call leaves FILE as it was, and "
+      "prints \"wrote N posteriors to FILE\" ({\"out\", \"posteriors\"} with "
+      "--output=json); a "
       "progress meter is drawn on stderr when it is a terminal and the "
       "posteriors do not go to a terminal. `export` writes every field at "
       "full precision.";
