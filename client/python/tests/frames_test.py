@@ -1,6 +1,7 @@
 """Tests of verity_client.frames: DataFrame columns and labels to what the RPCs send."""
 
 import unittest
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -121,6 +122,19 @@ class PosteriorFrameTest(unittest.TestCase):
         self.assertEqual(list(frame.columns), ["item", "label", "confidence", "false", "true"])
         self.assertEqual(frame["label"].tolist(), ["true", "false"])
         np.testing.assert_allclose(frame["true"], [0.8, 0.1])
+
+    def test_256_classes_give_no_warning(self):
+        # A project may have 256 classes; the frame is built without pandas' fragmentation
+        # PerformanceWarning (one per column past 100 inserted one at a time).
+        classes = ["c%d" % k for k in range(256)]
+        probabilities = np.full((3, 256), 1 / 256)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            frame = frames.posterior_frame(["a", "b", "c"], probabilities, [0, 1, 2],
+                                           [1 / 256] * 3, classes)
+        self.assertEqual(list(frame.columns), ["item", "label", "confidence"] + classes)
+        self.assertEqual(frame["label"].tolist(), ["c0", "c1", "c2"])
+        np.testing.assert_allclose(frame["c255"], [1 / 256] * 3)
 
     def test_a_class_named_like_a_column_overwrites_nothing(self):
         # Classes "item" and "other": the item ids stay in "item", and every class column is

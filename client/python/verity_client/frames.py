@@ -132,12 +132,14 @@ def posterior_frame(item_ids, probabilities, map_labels, confidences, classes):
     probabilities = np.asarray(probabilities, dtype=np.float64).reshape(
         len(item_ids), len(classes))
     class_names = np.asarray(classes, dtype=object)
-    frame = pd.DataFrame({
+    columns = {
         "item": pd.Series(item_ids, dtype=object),
         "label": pd.Series(class_names[np.asarray(map_labels, dtype=np.int64)]
                            if len(item_ids) else [], dtype=object),
-        "confidence": np.asarray(confidences, dtype=np.float64),
-    })
+        "confidence": pd.Series(np.asarray(confidences, dtype=np.float64)),
+    }
+    # Every column at once: inserted one at a time, a frame of many classes (up to 256) is
+    # fragmented and pandas warns (PerformanceWarning) for each past the hundredth.
     for k, name in enumerate(class_columns(classes)):
-        frame[name] = probabilities[:, k]
-    return frame
+        columns[name] = pd.Series(probabilities[:, k])
+    return pd.DataFrame(columns)
