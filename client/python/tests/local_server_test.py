@@ -115,13 +115,24 @@ class LocalServerTest(unittest.TestCase):
         self.assertIsNone(server.stop())  # stopped already
 
     def test_stop_ends_the_server_cleanly_and_returns_its_status(self):
-        server = local.LocalServer(binary=SERVER).start()
+        # The data directory is under /tmp whatever the temporary directory is (local.py: so
+        # that PostgreSQL, run as another user, can reach it).
+        saved = tempfile.tempdir
+        tempfile.tempdir = tempfile.mkdtemp()
+        try:
+            server = local.LocalServer(binary=SERVER).start()
+        finally:
+            tempfile.tempdir = saved
+        self.assertTrue(server.data_dir.startswith("/tmp/verity-local-"), server.data_dir)
         self.assertIsInstance(server.port, int)
         self.assertEqual(server.stop(), 0, server.output())
 
     def test_a_server_that_exits_at_once_raises_with_its_output(self):
         before = local_data_dirs()
-        server = local.LocalServer(binary=SERVER, extra_args=["--no_such_flag=1"])
+        # "if it exits first": start() returns at the exit, not at the end of start_timeout
+        # (an hour here, past the test's own time limit).
+        server = local.LocalServer(binary=SERVER, extra_args=["--no_such_flag=1"],
+                                   start_timeout=3600)
         with self.assertRaises(RuntimeError) as raised:
             server.start()
         self.assertIn("no_such_flag", str(raised.exception))
