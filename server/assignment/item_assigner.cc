@@ -59,6 +59,13 @@ std::vector<double> ScoringConfusion(const ProjectSnapshot& snapshot, int32_t an
   return c;
 }
 
+std::vector<double> AnnotatorScoringConfusion(const LiveProject& project,
+                                              const ProjectSnapshot& snapshot, int32_t annotator) {
+  std::vector<double> confusion = project.ConfusionPredictedFromFeatures(snapshot, annotator);
+  if (confusion.empty()) confusion = ScoringConfusion(snapshot, annotator);
+  return confusion;
+}
+
 AssignmentRules AssignmentRules::FromSettings(const v1::AssignmentSettings& s) {
   AssignmentRules rules;
   if (s.policy() != v1::ASSIGNMENT_POLICY_UNSPECIFIED) rules.policy = s.policy();
@@ -147,7 +154,8 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
   std::vector<ItemSuggestion> result;
   if (k <= 0) return result;
   const PosteriorTable& table = snapshot.posteriors;
-  const GainKernel kernel(ScoringConfusion(snapshot, annotator), table.num_classes());
+  const GainKernel kernel(AnnotatorScoringConfusion(project, snapshot, annotator),
+                          table.num_classes());
   // Outstanding leases per item: dense for a scan of every item; for a candidate list, only
   // the candidates' (the book may hold leases on every item, and the list is short under the
   // assignment lock).
@@ -456,10 +464,7 @@ std::vector<AnnotatorSuggestion> RankAnnotatorsForItem(LiveProject& project,
       continue;
     }
     if (project.HasLabelled(item, a) || project.leases().Has(item, a, now)) continue;
-    // An annotator outside the fit who was given features is scored by the confusion the
-    // model predicts from them (lia), as GetAnnotatorProfiles serves it.
-    std::vector<double> confusion = project.ConfusionPredictedFromFeatures(snapshot, a);
-    if (confusion.empty()) confusion = ScoringConfusion(snapshot, a);
+    const std::vector<double> confusion = AnnotatorScoringConfusion(project, snapshot, a);
     scored.push_back({static_cast<int32_t>(i), ExpectedEntropyReduction(p, confusion),
                       ProbabilityCorrect(p, confusion)});
   }

@@ -89,6 +89,12 @@ inline constexpr double kPriorAccuracy = 0.7;
 // The confusion matrix the scores use for `annotator` (see kPriorAccuracy).
 std::vector<double> ScoringConfusion(const ProjectSnapshot& snapshot, int32_t annotator);
 
+// The confusion both SuggestItems and SuggestAnnotators score `annotator` with: for one outside
+// the fit who was given features, the one the model predicts from them (lia), as
+// GetAnnotatorProfiles serves it; else ScoringConfusion.
+std::vector<double> AnnotatorScoringConfusion(const LiveProject& project,
+                                              const ProjectSnapshot& snapshot, int32_t annotator);
+
 // Whether `item` is resolved under `rules` with `outstanding` leases on it.
 bool IsResolved(const PosteriorTable& posteriors, int32_t item, int32_t outstanding,
                 const AssignmentRules& rules);
