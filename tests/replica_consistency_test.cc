@@ -27,9 +27,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/verity_server.h"
+#include "tests/replica_harness.h"
 #include "tests/server_process.h"
 #include "tests/test_postgres.h"
-#include "tests/replica_harness.h"
 #include "tests/test_server.h"
 #include "verity/v1/assignment.grpc.pb.h"
 #include "verity/v1/ingest.grpc.pb.h"
@@ -67,6 +67,18 @@ class ReplicaConsistencyTest : public ::testing::Test {
     EXPECT_TRUE(server.ok()) << server.status();
     replicas_.push_back(ConnectReplica(std::move(*server)));
     return *replicas_.back();
+  }
+
+  // UpdateProjectSettings of `project` through `r`; its status.
+  static grpc::Status UpdateSettings(Replica& r, const std::string& project,
+                                     const v1::ProjectSettings& settings) {
+    grpc::ClientContext context;
+    r.Prepare(context);
+    v1::UpdateProjectSettingsRequest request;
+    request.set_project(project);
+    *request.mutable_settings() = settings;
+    v1::UpdateProjectSettingsResponse response;
+    return r.projects->UpdateProjectSettings(&context, request, &response);
   }
 
   static void Stop(Replica& r) {
@@ -291,13 +303,9 @@ class ReplicaConsistencyTest : public ::testing::Test {
 
   // Sets the project's method to mv through `a`.
   void SetMajorityVote(Replica& a, const std::string& project) {
-    grpc::ClientContext context;
-    a.Prepare(context);
-    v1::UpdateProjectSettingsRequest request;
-    request.set_project(project);
-    request.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
-    v1::UpdateProjectSettingsResponse response;
-    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+    v1::ProjectSettings settings;
+    settings.mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
+    ASSERT_TRUE(UpdateSettings(a, project, settings).ok());
   }
 };
 
@@ -409,13 +417,9 @@ TEST_F(ReplicaConsistencyTest, TwoReplicasWritingAtOncePassMaxLabelsByAtMostOneB
   const std::string project = "max-labels-two-writers";
   CreateProject(a, project);
   {
-    grpc::ClientContext context;
-    a.Prepare(context);
-    v1::UpdateProjectSettingsRequest request;
-    request.set_project(project);
-    request.mutable_settings()->mutable_limits()->set_max_labels(100);
-    v1::UpdateProjectSettingsResponse response;
-    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+    v1::ProjectSettings settings;
+    settings.mutable_limits()->set_max_labels(100);
+    ASSERT_TRUE(UpdateSettings(a, project, settings).ok());
   }
   ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
     return ServedProject(b, project).settings().limits().max_labels() == 100;
@@ -527,14 +531,10 @@ TEST_F(ReplicaConsistencyTest, ASettingChangedJustBeforeAFitOnAIsServedAlikeByB)
   ASSERT_TRUE(
       Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 31; }));
   {
-    grpc::ClientContext context;
-    a.Prepare(context);
-    v1::UpdateProjectSettingsRequest request;
-    request.set_project(project);
-    request.mutable_settings()->mutable_model()->set_calibration("none");
-    request.mutable_settings()->mutable_model()->set_confusion_smoothing(5.0);
-    v1::UpdateProjectSettingsResponse response;
-    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+    v1::ProjectSettings settings;
+    settings.mutable_model()->set_calibration("none");
+    settings.mutable_model()->set_confusion_smoothing(5.0);
+    ASSERT_TRUE(UpdateSettings(a, project, settings).ok());
   }
   auto v2 = Train(a, project);
   ASSERT_TRUE(v2.ok()) << v2.status();
@@ -579,13 +579,9 @@ TEST_F(ReplicaConsistencyTest, AnUpdateThroughBRightAfterAMethodChangeOnAKeepsTh
   ASSERT_TRUE(
       Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 1; }));
   {
-    grpc::ClientContext context;
-    a.Prepare(context);
-    v1::UpdateProjectSettingsRequest request;
-    request.set_project(project);
-    request.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_GLAD);
-    v1::UpdateProjectSettingsResponse response;
-    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+    v1::ProjectSettings settings;
+    settings.mutable_model()->set_method(v1::TRUTH_METHOD_GLAD);
+    ASSERT_TRUE(UpdateSettings(a, project, settings).ok());
   }
   v1::UpdateProjectSettingsResponse through_b;
   {
@@ -614,13 +610,9 @@ TEST_F(ReplicaConsistencyTest, AddItemsThroughBAfterAFilledTheProjectIsRefused) 
   const std::string project = "max-items-one-after-another";
   CreateProject(a, project);
   {
-    grpc::ClientContext context;
-    a.Prepare(context);
-    v1::UpdateProjectSettingsRequest request;
-    request.set_project(project);
-    request.mutable_settings()->mutable_limits()->set_max_items(10);
-    v1::UpdateProjectSettingsResponse response;
-    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+    v1::ProjectSettings settings;
+    settings.mutable_limits()->set_max_items(10);
+    ASSERT_TRUE(UpdateSettings(a, project, settings).ok());
   }
   ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
     return ServedProject(b, project).settings().limits().max_items() == 10;
@@ -652,13 +644,9 @@ TEST_F(ReplicaConsistencyTest, AddAnnotatorsThroughBAfterAFilledTheProjectIsRefu
   const std::string project = "max-annotators-one-after-another";
   CreateProject(a, project);
   {
-    grpc::ClientContext context;
-    a.Prepare(context);
-    v1::UpdateProjectSettingsRequest request;
-    request.set_project(project);
-    request.mutable_settings()->mutable_limits()->set_max_annotators(10);
-    v1::UpdateProjectSettingsResponse response;
-    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+    v1::ProjectSettings settings;
+    settings.mutable_limits()->set_max_annotators(10);
+    ASSERT_TRUE(UpdateSettings(a, project, settings).ok());
   }
   ASSERT_TRUE(Eventually(absl::Seconds(5), [&] {
     return ServedProject(b, project).settings().limits().max_annotators() == 10;
@@ -806,13 +794,9 @@ TEST_F(ReplicaConsistencyTest, AScopedAdminCannotRaiseThroughBALimitJustLoweredT
   ASSERT_TRUE(
       Eventually(absl::Seconds(5), [&] { return ServedProject(b, project).num_items() == 1; }));
   {
-    grpc::ClientContext context;
-    a.Prepare(context);
-    v1::UpdateProjectSettingsRequest request;
-    request.set_project(project);
-    request.mutable_settings()->mutable_limits()->set_max_items(10);
-    v1::UpdateProjectSettingsResponse response;
-    ASSERT_TRUE(a.projects->UpdateProjectSettings(&context, request, &response).ok());
+    v1::ProjectSettings settings;
+    settings.mutable_limits()->set_max_items(10);
+    ASSERT_TRUE(UpdateSettings(a, project, settings).ok());
   }
   grpc::ClientContext context;
   b.Prepare(context);
