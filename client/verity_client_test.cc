@@ -169,7 +169,8 @@ TEST(ResolveServerTargetTest, OneAddressWithAPortFollowedByOtherCharactersIsRefu
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("port must be 1 to 65535")));
   EXPECT_THAT(ResolveServerTarget("[::1]:7x"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("port must be 1 to 65535")));
-  for (const char* kept : {"localhost", "[::1]", "[::1]:7001", "verity.example:443"}) {
+  for (const char* kept :
+       {"localhost", "[::1]", "[::1]:7001", "verity.example:443", "2001:4860:4860::8888"}) {
     absl::StatusOr<ServerTarget> target = ResolveServerTarget(kept);
     ASSERT_THAT(target, IsOk()) << kept;
     EXPECT_EQ(target->target, kept);
