@@ -30,14 +30,28 @@ def _crowdkit_source():
     return os.path.join(os.path.dirname(server_process.find_datasets()), "peers", "crowd-kit")
 
 
+# One verity_server for every test class of the module (each fit makes a project of its own).
+SERVER = None
+
+
+def setUpModule():
+    global SERVER
+    SERVER = server_process.ServerProcess(server_process.runfile("server/verity_server"))
+    SERVER.start()
+
+
+def tearDownModule():
+    if SERVER is not None:
+        SERVER.stop()
+
+
 class CrowdKitCompatTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
         cls.work = tempfile.mkdtemp(prefix="verity-crowdkit-")
         cls.script = server_process.runfile("client/python/examples/crowdkit_switch.py")
-        cls.server = server_process.ServerProcess(server_process.runfile("server/verity_server"))
-        cls.server.start()
+        cls.server = SERVER
         cls.results = {}
         for dataset in DATASETS:
             folder = os.path.join(server_process.find_datasets(), dataset)
@@ -57,10 +71,6 @@ class CrowdKitCompatTest(unittest.TestCase):
                 print(impl, dataset, run.stdout)
                 with open(out) as f:
                     cls.results[dataset, impl] = json.load(f)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
 
     def test_attributes_have_crowdkits_shapes_and_index(self):
         for dataset in DATASETS:
@@ -109,12 +119,7 @@ class RowSemanticsTest(unittest.TestCase):
     def setUpClass(cls):
         import sys
         sys.path.insert(0, _crowdkit_source())
-        cls.server = server_process.ServerProcess(server_process.runfile("server/verity_server"))
-        cls.server.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
+        cls.server = SERVER
 
     def test_repeated_rows_are_one_label_each_and_fit_warns(self):
         # The module docstring: Verity keeps the last label of a repeated (task, worker) pair
@@ -157,12 +162,7 @@ class ArgumentsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = server_process.ServerProcess(server_process.runfile("server/verity_server"))
-        cls.server.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
+        cls.server = SERVER
 
     def test_n_iter_and_tol_are_checked_and_reach_the_project(self):
         import pandas as pd
@@ -256,12 +256,7 @@ class OriginalIdsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = server_process.ServerProcess(server_process.runfile("server/verity_server"))
-        cls.server.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
+        cls.server = SERVER
 
     def fit(self, aggregator_class, data):
         import warnings
