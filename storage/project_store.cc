@@ -121,20 +121,12 @@ absl::StatusOr<std::vector<ProjectRecord>> ProjectStore::ListProjects() {
 absl::Status ProjectStore::UpdateSettings(int64_t project_id,
                                           absl::string_view settings,
                                           int64_t* change_seq) {
-  const pqxx::binarystring blob(settings.data(), settings.size());
-  return pool_->RunInTransaction(
-      "updating project settings", [&](pqxx::work& txn) -> absl::Status {
-        const pqxx::result r = txn.exec_params(
-            "UPDATE projects SET settings = $2 WHERE project_id = $1",
-            project_id, blob);
-        if (r.affected_rows() == 0) {
-          return absl::NotFoundError(
-              absl::StrCat("project ", project_id, " not found"));
-        }
-        const int64_t seq = MarkProjectChanged(txn, project_id);
-        if (change_seq != nullptr) *change_seq = seq;
-        return absl::OkStatus();
-      });
+  return UpdateSettingsFrom(
+      project_id,
+      [settings](absl::string_view) -> absl::StatusOr<std::string> {
+        return std::string(settings);
+      },
+      change_seq);
 }
 
 absl::Status ProjectStore::UpdateSettingsFrom(

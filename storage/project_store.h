@@ -61,7 +61,8 @@ class ProjectStore {
   absl::StatusOr<std::vector<ProjectRecord>> ListProjects();
 
   // Replaces the settings blob (and marks the project changed, see
-  // storage/project_changes.h). NOT_FOUND if there is no such project.
+  // storage/project_changes.h); UpdateSettingsFrom with a blob that does not depend on the
+  // stored one. NOT_FOUND if there is no such project.
   // `change_seq` (may be null) receives the project's change_seq after it.
   absl::Status UpdateSettings(int64_t project_id, absl::string_view settings,
                               int64_t* change_seq = nullptr);
