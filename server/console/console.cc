@@ -87,12 +87,6 @@ std::optional<double> ResolvedShare(LiveProject& project, absl::Time now) {
   return static_cast<double>(resolved) / table.num_items();
 }
 
-// The snapshot's class prior, uniform when it has none.
-std::vector<double> ClassPrior(const ProjectSnapshot& snapshot, int32_t k) {
-  if (static_cast<int32_t>(snapshot.class_prior.size()) == k) return snapshot.class_prior;
-  return std::vector<double>(k, 1.0 / k);
-}
-
 }  // namespace
 
 WebConsole::WebConsole(ProjectRegistry& registry, storage::ModelVersionStore& versions,
@@ -358,7 +352,7 @@ HttpResponse WebConsole::Project(LiveProject& project, absl::Time now) {
   json.Key("model_version").Int(snapshot->model_version);
   json.Key("model_method").String(std::string(snapshot->model->method()));
   json.Key("class_prior").BeginArray();
-  for (double p : ClassPrior(*snapshot, k)) json.Double(p);
+  for (double p : snapshot->ClassPrior()) json.Double(p);
   json.EndArray();
   json.Key("confidence_histogram").BeginObject();
   json.Key("low").Double(low).Key("high").Double(1.0);
@@ -432,7 +426,7 @@ HttpResponse WebConsole::Project(LiveProject& project, absl::Time now) {
 HttpResponse WebConsole::Annotators(LiveProject& project) {
   std::shared_ptr<const ProjectSnapshot> snapshot = project.snapshot();
   const int32_t k = project.num_classes();
-  const std::vector<double> prior = ClassPrior(*snapshot, k);
+  const std::vector<double>& prior = snapshot->ClassPrior();
   const std::vector<std::string> ids = project.AnnotatorIds();
   JsonWriter json;
   json.BeginObject();

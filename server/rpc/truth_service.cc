@@ -216,6 +216,7 @@ grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context
           "-byte response limit: ask for fewer ids, or confusion_detail=CONFUSION_DETAIL_NONE")));
     }
   }
+  const std::vector<double>& class_prior = snapshot->ClassPrior();
   std::vector<double> confusion;
   for (auto& [index, id] : wanted) {
     v1::AnnotatorProfile* profile = response->add_profiles();
@@ -231,7 +232,7 @@ grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context
       profile->set_predicted_from_features(true);
     }
     double accuracy = 0;
-    for (int32_t c = 0; c < k; ++c) accuracy += snapshot->class_prior[c] * diagonal[c];
+    for (int32_t c = 0; c < k; ++c) accuracy += class_prior[c] * diagonal[c];
     if (with_confusion) {
       confusion = predicted.empty() ? snapshot->model->AnnotatorConfusion(index) : predicted;
       profile->mutable_confusion()->set_num_classes(k);

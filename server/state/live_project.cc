@@ -329,6 +329,29 @@ void FillItemFacts(int32_t item, int32_t num_labels, int32_t gold, int64_t newes
 
 }  // namespace
 
+ProjectSnapshot::ProjectSnapshot(const ProjectSnapshot& other)
+    : model(other.model),
+      model_version(other.model_version),
+      model_watermark(other.model_watermark),
+      posteriors(other.posteriors) {}
+
+const std::vector<double>& ProjectSnapshot::ClassPrior() const {
+  absl::call_once(class_prior_once_, [this] {
+    const int32_t k = posteriors.num_classes();
+    std::vector<double> prior(k, 0.0);
+    int64_t labelled = 0;
+    for (int32_t i = 0; i < posteriors.num_items(); ++i) {
+      if (posteriors.num_labels(i) == 0) continue;
+      absl::Span<const double> p = posteriors.probabilities(i);
+      for (int32_t c = 0; c < k; ++c) prior[c] += p[c];
+      ++labelled;
+    }
+    for (double& v : prior) v = labelled > 0 ? v / labelled : 1.0 / k;
+    class_prior_ = std::move(prior);
+  });
+  return class_prior_;
+}
+
 void LiveProject::RecomputeItem(const models::TruthModel& model, int32_t item,
                                 PosteriorTable::Builder& builder) const {
   absl::Span<const models::AnnotationMatrix::Entry> labels = labels_.LabelsOfItem(item);
@@ -353,19 +376,7 @@ void LiveProject::PublishRecomputed(std::shared_ptr<ProjectSnapshot> snapshot,
                                     PosteriorTable::Builder builder,
                                     std::shared_ptr<const models::TruthModel> model,
                                     int32_t version, int64_t watermark) {
-  const int32_t k = num_classes();
   snapshot->posteriors = std::move(builder).Build();
-  const PosteriorTable& table = snapshot->posteriors;
-  std::vector<double> prior(k, 0.0);
-  int64_t labelled = 0;
-  for (int32_t i = 0; i < table.num_items(); ++i) {
-    if (table.num_labels(i) == 0) continue;
-    absl::Span<const double> p = table.probabilities(i);
-    for (int32_t c = 0; c < k; ++c) prior[c] += p[c];
-    ++labelled;
-  }
-  for (double& v : prior) v = labelled > 0 ? v / labelled : 1.0 / k;
-  snapshot->class_prior = std::move(prior);
   snapshot->model = model;
   snapshot->model_version = version;
   snapshot->model_watermark = watermark;

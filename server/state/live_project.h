@@ -30,6 +30,7 @@
 #include "absl/strings/string_view.h"
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -54,10 +55,25 @@ struct ProjectSnapshot {
   std::shared_ptr<const models::TruthModel> model;
   int32_t model_version = 0;     // 0: no fit yet (majority vote).
   int64_t model_watermark = 0;   // Newest annotation seq the model's fit saw.
-  std::vector<double> class_prior;  // Mean posterior at the last full recompute.
   PosteriorTable posteriors;
 
   explicit ProjectSnapshot(int32_t num_classes) : posteriors(num_classes) {}
+  // A copy to publish changes from; its class prior is computed again from its own posteriors.
+  ProjectSnapshot(const ProjectSnapshot& other);
+  ProjectSnapshot& operator=(const ProjectSnapshot&) = delete;
+
+  // The current class prior (truth.proto: AnnotatorProfile.accuracy weighs a confusion's
+  // diagonal by it): the mean posterior of the items that have labels in this snapshot, in item
+  // order; uniform when none has. Computed on the first call, O(items × classes), and kept:
+  // call it only once the snapshot is published (immutable). One state of the project gives
+  // the same prior whether online updates or a restart's full recompute reached it (before,
+  // the prior was the one of the last full recompute, so labels that arrived after a fit moved
+  // every annotator's accuracy at the next restart).
+  const std::vector<double>& ClassPrior() const;
+
+ private:
+  mutable absl::once_flag class_prior_once_;
+  mutable std::vector<double> class_prior_;
 };
 
 // One annotation after COMMIT, as the ingest pipeline hands it over.

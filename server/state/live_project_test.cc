@@ -225,6 +225,42 @@ TEST(LiveProjectTest, OnlineUpdatesEqualAFullEStepAndLeaveOldSnapshotsAlone) {
   EXPECT_EQ(before->posteriors.num_items(), 300);
 }
 
+// live_project.h, ProjectSnapshot::ClassPrior (truth.proto: AnnotatorProfile.accuracy is
+// under the current class prior): after labels that arrive between fits, the prior is the mean
+// posterior of the items with labels now, as a restart's full recompute of the same state
+// gives, not the one of the fit's items.
+TEST(LiveProjectTest, TheClassPriorIsTheMeanPosteriorOfTheLabelledItemsAfterOnlineUpdates) {
+  auto crowd = MakeCrowd(300, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  // 200 new items, each labelled class 2 by four of the reliable annotators: the mean
+  // posterior moves well towards class 2.
+  std::vector<CommittedLabel> batch;
+  int64_t seq = 100000;
+  std::vector<std::string> ids;
+  for (int32_t i = 0; i < 200; ++i) ids.push_back(absl::StrCat("new", i));
+  for (int32_t i = 0; i < 200; ++i) {
+    for (int32_t a = 4; a < 8; ++a) {
+      batch.push_back({300 + i, ids[i], a, absl::StrCat("w", a), 2, ++seq, true});
+    }
+  }
+  project->ApplyCommitted(batch);
+  std::shared_ptr<const ProjectSnapshot> snapshot = project->snapshot();
+  const PosteriorTable& table = snapshot->posteriors;
+  ASSERT_EQ(table.num_items(), 500);
+  std::vector<double> mean(kClasses, 0.0);
+  int32_t labelled = 0;
+  for (int32_t i = 0; i < table.num_items(); ++i) {
+    if (table.num_labels(i) == 0) continue;
+    for (int32_t c = 0; c < kClasses; ++c) mean[c] += table.probabilities(i)[c];
+    ++labelled;
+  }
+  ASSERT_EQ(labelled, 500);
+  const std::vector<double>& prior = snapshot->ClassPrior();
+  ASSERT_EQ(prior.size(), static_cast<size_t>(kClasses));
+  for (int32_t c = 0; c < kClasses; ++c) EXPECT_NEAR(prior[c], mean[c] / labelled, 1e-12) << c;
+}
+
 // EstimatedBytes, which the memory budget evicts by (project_registry.h), counts the dense
 // feature row the project keeps for every item and annotator once it has features, given or
 // not (4 bytes a value): 100 items × 1,000 + 10 annotators × 500 values are 420,000 bytes.
