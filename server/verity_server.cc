@@ -55,6 +55,21 @@ absl::Status BootstrapAdminKey(KeyRing& keys, const std::string& admin_key_file)
 // gRPC threads allowed beside one per open stream: unary calls in flight and gRPC's pollers.
 constexpr int kThreadsBesideStreams = 256;
 
+// One sample per project, labelled by its name: every loaded project, and every project the
+// memory budget unloaded with what it showed then (an idle project stays on the dashboards).
+std::vector<GaugeSample> PerProjectSamples(const ProjectRegistry& registry,
+                                           double (*value)(const ProjectSummary&)) {
+  std::vector<GaugeSample> samples;
+  for (const std::shared_ptr<LiveProject>& project : registry.All()) {
+    const ProjectSummary summary = project->Summary();
+    samples.push_back({{summary.name}, value(summary)});
+  }
+  for (const ProjectSummary& summary : registry.UnloadedSummaries()) {
+    samples.push_back({{summary.name}, value(summary)});
+  }
+  return samples;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options options) {
@@ -272,21 +287,15 @@ void VerityServer::AddCallbackGauges(absl::Duration max_staleness) {
   metrics_->AddCallbackGauge(
       "verity_model_version", "Model version each project serves (0 before its first fit).",
       {"project"}, [registry] {
-        std::vector<GaugeSample> samples;
-        for (const std::shared_ptr<LiveProject>& project : registry->All()) {
-          samples.push_back(
-              {{project->identity().name}, static_cast<double>(project->model_version())});
-        }
-        return samples;
+        return PerProjectSamples(*registry, [](const ProjectSummary& project) {
+          return static_cast<double>(project.model_version);
+        });
       });
   metrics_->AddCallbackGauge(
       "verity_project_labels", "Live labels of each project.", {"project"}, [registry] {
-        std::vector<GaugeSample> samples;
-        for (const std::shared_ptr<LiveProject>& project : registry->All()) {
-          samples.push_back({{project->identity().name},
-                             static_cast<double>(project->Counts().num_labels)});
-        }
-        return samples;
+        return PerProjectSamples(*registry, [](const ProjectSummary& project) {
+          return static_cast<double>(project.counts.num_labels);
+        });
       });
   // Refit lag: what the served posteriors' model has not seen yet.
   metrics_->AddCallbackGauge(
@@ -294,12 +303,9 @@ void VerityServer::AddCallbackGauges(absl::Duration max_staleness) {
       "Label changes (new or revised labels) of each project committed since the fit of the "
       "model version it serves: the labels a refit has yet to learn from.",
       {"project"}, [registry] {
-        std::vector<GaugeSample> samples;
-        for (const std::shared_ptr<LiveProject>& project : registry->All()) {
-          samples.push_back({{project->identity().name},
-                             static_cast<double>(project->Counts().labels_since_version)});
-        }
-        return samples;
+        return PerProjectSamples(*registry, [](const ProjectSummary& project) {
+          return static_cast<double>(project.counts.labels_since_version);
+        });
       });
   metrics_->AddCallbackGauge(
       "verity_projects_loading",

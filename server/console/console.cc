@@ -44,11 +44,16 @@ HttpResponse StatusResponse(const absl::Status& status) {
   }
 }
 
-std::string ConfiguredMethod(const LiveProject& project) {
-  v1::TruthMethod method = project.settings().model().method();
+// The method's name (unset: ds, the default of projects created before auto), or the enum's
+// name where it has none.
+std::string MethodNameOrEnum(v1::TruthMethod method) {
   if (method == v1::TRUTH_METHOD_UNSPECIFIED) method = v1::TRUTH_METHOD_DAWID_SKENE;
   absl::StatusOr<std::string> name = MethodName(method);
   return name.ok() ? *name : v1::TruthMethod_Name(method);
+}
+
+std::string ConfiguredMethod(const LiveProject& project) {
+  return MethodNameOrEnum(project.settings().model().method());
 }
 
 // The model that computes the served posteriors, inside the calibration and auto wrappers.
@@ -253,31 +258,32 @@ absl::StatusOr<WebConsole::GoldReliability> WebConsole::ReliabilityOnGold(
 }
 
 HttpResponse WebConsole::Projects(const ProjectFilter& may_read, absl::Time now) {
-  std::vector<std::shared_ptr<LiveProject>> projects = registry_.All();
-  projects.erase(std::remove_if(projects.begin(), projects.end(),
-                                [&](const std::shared_ptr<LiveProject>& p) {
-                                  return !may_read(p->identity().name);
-                                }),
-                 projects.end());
+  // The loaded projects, and the ones the memory budget unloaded as they were then (listing
+  // loads nothing, as ListProjects).
+  std::vector<std::pair<ProjectSummary, bool>> projects;  // The summary, and whether loaded.
+  for (const std::shared_ptr<LiveProject>& project : registry_.All()) {
+    if (may_read(project->identity().name)) projects.emplace_back(project->Summary(), true);
+  }
+  for (ProjectSummary& unloaded : registry_.UnloadedSummaries()) {
+    if (may_read(unloaded.name)) projects.emplace_back(std::move(unloaded), false);
+  }
   std::sort(projects.begin(), projects.end(),
-            [](const auto& a, const auto& b) { return a->identity().name < b->identity().name; });
+            [](const auto& a, const auto& b) { return a.first.name < b.first.name; });
   JsonWriter json;
   json.BeginObject().Key("projects").BeginArray();
-  for (const std::shared_ptr<LiveProject>& project : projects) {
-    const ProjectCounts counts = project->Counts();
-    std::shared_ptr<const ProjectSnapshot> snapshot = project->snapshot();
+  for (const auto& [project, loaded] : projects) {
     json.BeginObject();
-    json.Key("name").String(project->identity().name);
+    json.Key("name").String(project.name);
     json.Key("classes").BeginArray();
-    for (const std::string& c : project->identity().classes) json.String(c);
+    for (const std::string& c : project.classes) json.String(c);
     json.EndArray();
-    json.Key("items").Int(counts.num_items);
-    json.Key("annotators").Int(counts.num_annotators);
-    json.Key("labels").Int(counts.num_labels);
+    json.Key("items").Int(project.counts.num_items);
+    json.Key("annotators").Int(project.counts.num_annotators);
+    json.Key("labels").Int(project.counts.num_labels);
     double rate;
     {
       absl::MutexLock lock(&mu_);
-      rate = IngestRate(project->identity().name, counts.num_labels, now);
+      rate = IngestRate(project.name, project.counts.num_labels, now);
     }
     json.Key("labels_per_second");
     if (rate >= 0) {
@@ -285,20 +291,14 @@ HttpResponse WebConsole::Projects(const ProjectFilter& may_read, absl::Time now)
     } else {
       json.Null();
     }
-    json.Key("method").String(ConfiguredMethod(*project));
-    json.Key("model_version").Int(snapshot->model_version);
-    json.Key("model_method").String(std::string(snapshot->model->method()));
-  // auto: the method it chose for the served version and why ("" otherwise).
-  {
-    const models::TruthModel* served = snapshot->model.get();
-    if (const auto* calibrated = dynamic_cast<const models::CalibratedTruthModel*>(served)) {
-      served = &calibrated->inner();
-    }
-    const auto* automatic = dynamic_cast<const models::AutoTruthModel*>(served);
-    json.Key("chosen_method").String(automatic != nullptr ? automatic->choice().method : "");
-    json.Key("choice_reason").String(automatic != nullptr ? automatic->choice().reason : "");
-  }
-    json.Key("training").Bool(counts.training);
+    json.Key("method").String(MethodNameOrEnum(project.method));
+    json.Key("model_version").Int(project.model_version);
+    json.Key("model_method").String(project.model_method);
+    // auto: the method it chose for the served version and why ("" otherwise).
+    json.Key("chosen_method").String(project.chosen_method);
+    json.Key("choice_reason").String(project.choice_reason);
+    json.Key("training").Bool(project.counts.training);
+    json.Key("loaded").Bool(loaded);
     json.EndObject();
   }
   json.EndArray().EndObject();

@@ -220,8 +220,9 @@ async function loadProjects(selected) {
     row.append(el("td", p.name, "text"), el("td", p.classes.join(", "), "text"),
                el("td", p.items), el("td", p.annotators), el("td", p.labels),
                el("td", fixed(p.labels_per_second, 2)),
-               el("td", p.model_version > 0 ? p.model_method + " v" + p.model_version
-                                            : "majority vote (no fit yet)", "text"));
+               el("td", (p.model_version > 0 ? p.model_method + " v" + p.model_version
+                                             : "majority vote (no fit yet)") +
+                            (p.loaded ? "" : " (unloaded while idle)"), "text"));
     row.addEventListener("click", () => { location.hash = projectHash(p.name); });
     body.append(row);
   }

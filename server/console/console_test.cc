@@ -6,6 +6,7 @@
 // //console:console_browser_test.
 #include "server/console/console.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -484,6 +485,36 @@ TEST_F(WebConsoleTest, TheClassPriorIsTheFittedOneAndWeighsTheAccuracy) {
 
 // README.md (server/console): spam_score is mace's 1 − θ_j, the chance that the annotator
 // labels at random. a, b and c label every item alike; s answers "no" whatever the item.
+// README.md (--memory_budget_mb) and server/console/README.md: a project the memory budget
+// unloaded while idle stays listed, with the counts and version it had, and listing it does not
+// load it again.
+TEST_F(WebConsoleTest, AProjectTheBudgetUnloadedStaysListedAsItWas) {
+  {
+    auto idle = CreateProject("idle", v1::TRUTH_METHOD_DAWID_SKENE);
+    ASSERT_TRUE(idle.ok()) << idle.status();
+    Commit(**idle, {{"a", "w1", 1}, {"a", "w2", 1}, {"b", "w1", 0}, {"b", "w2", 0},
+                    {"c", "w1", 1}, {"c", "w2", 0}, {"c", "w3", 1}});
+    ASSERT_TRUE((*idle)->Refit(*storage_->versions).ok());
+  }
+  registry_->EnforceMemoryBudget(1, absl::Seconds(30));
+  ASSERT_THAT(registry_->EvictOverBudget(absl::Now() + absl::Minutes(1)),
+              ::testing::ElementsAre("idle"));
+  const std::string json = Get("/api/projects");
+  const size_t at = json.find("{\"name\":\"idle\"");
+  ASSERT_NE(at, std::string::npos) << json;
+  EXPECT_EQ(ValueOf(json, "items", at), "3") << json;
+  EXPECT_EQ(ValueOf(json, "annotators", at), "3") << json;
+  EXPECT_EQ(ValueOf(json, "labels", at), "7") << json;
+  EXPECT_EQ(ValueOf(json, "method", at), "\"ds\"") << json;
+  EXPECT_EQ(ValueOf(json, "model_version", at), "1") << json;
+  EXPECT_EQ(ValueOf(json, "model_method", at), "\"ds\"") << json;
+  EXPECT_EQ(ValueOf(json, "loaded", at), "false") << json;
+  const size_t held = json.find("{\"name\":\"p\"");
+  ASSERT_NE(held, std::string::npos) << json;
+  EXPECT_EQ(ValueOf(json, "loaded", held), "true") << json;
+  EXPECT_EQ(registry_->IfLoaded("idle"), nullptr) << "listing must not load it";
+}
+
 TEST_F(WebConsoleTest, MaceSpamScoresAreLowForAgreeingAnnotators) {
   absl::StatusOr<std::shared_ptr<LiveProject>> created =
       CreateProject("mace", v1::TRUTH_METHOD_MACE);

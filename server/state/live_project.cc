@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "models/auto_truth_model.h"
 #include "models/calibrated_truth_model.h"
 #include "models/truth_model_factory.h"
 #include "server/observability/log.h"
@@ -795,6 +796,26 @@ ProjectCounts LiveProject::Counts() const {
   counts.labels_since_version = changes_since_fit_;
   counts.training = training_;
   return counts;
+}
+
+ProjectSummary LiveProject::Summary() const {
+  ProjectSummary summary;
+  summary.name = identity_.name;
+  summary.classes = identity_.classes;
+  summary.counts = Counts();
+  summary.method = settings().model().method();
+  const std::shared_ptr<const ProjectSnapshot> served = snapshot();
+  summary.model_version = served->model_version;
+  summary.model_method = std::string(served->model->method());
+  const models::TruthModel* inner = served->model.get();
+  if (const auto* calibrated = dynamic_cast<const models::CalibratedTruthModel*>(inner)) {
+    inner = &calibrated->inner();
+  }
+  if (const auto* automatic = dynamic_cast<const models::AutoTruthModel*>(inner)) {
+    summary.chosen_method = automatic->choice().method;
+    summary.choice_reason = automatic->choice().reason;
+  }
+  return summary;
 }
 
 bool LiveProject::RefitDue(absl::Time now, absl::Duration max_staleness) const {

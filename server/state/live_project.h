@@ -111,6 +111,20 @@ struct ProjectCounts {
   bool training = false;
 };
 
+// What listings show of a project: the web console's project list and the per-project
+// gauges. LiveProject::Summary() of a loaded project; the registry keeps one for a project the
+// memory budget unloads, so that it stays listed with what it showed then.
+struct ProjectSummary {
+  std::string name;
+  std::vector<std::string> classes;
+  ProjectCounts counts;
+  v1::TruthMethod method = v1::TRUTH_METHOD_UNSPECIFIED;  // The settings' (unset: ds).
+  int32_t model_version = 0;
+  std::string model_method;   // The served version's method.
+  std::string chosen_method;  // auto: the method it chose for the served version, else empty.
+  std::string choice_reason;  // auto: why.
+};
+
 class LiveProject {
  public:
   static constexpr double kMaxWarmStartGrowth = 2.0;
@@ -297,6 +311,7 @@ class LiveProject {
     lease_claims_seen_ = seq;
   }
   ProjectCounts Counts() const ABSL_LOCKS_EXCLUDED(mu_);
+  ProjectSummary Summary() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // What the project holds in memory, estimated from its sizes: 24 bytes per label, 200 + 32·K
   // per item and 100 + 16·K² per annotator (docs/PERFORMANCE.md, "Server memory per label":

@@ -319,7 +319,7 @@ std::vector<std::string> ProjectRegistry::EvictOverBudget(absl::Time now) {
     }
     auto it = projects_.find(c.project->identity().name);
     if (it == projects_.end() || it->second != c.project) continue;
-    unloaded_[c.project->identity().name] = c.project->Counts();
+    unloaded_[c.project->identity().name] = c.project->Summary();
     projects_.erase(it);
     total -= c.bytes;
     evicted.push_back(c.project->identity().name);
@@ -341,7 +341,18 @@ std::optional<ProjectCounts> ProjectRegistry::CountsIfUnloaded(absl::string_view
   if (projects_.contains(name)) return std::nullopt;
   auto it = unloaded_.find(name);
   if (it == unloaded_.end()) return std::nullopt;
-  return it->second;
+  return it->second.counts;
+}
+
+std::vector<ProjectSummary> ProjectRegistry::UnloadedSummaries() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<ProjectSummary> summaries;
+  for (const auto& [name, summary] : unloaded_) {
+    if (!projects_.contains(name)) summaries.push_back(summary);
+  }
+  std::sort(summaries.begin(), summaries.end(),
+            [](const ProjectSummary& a, const ProjectSummary& b) { return a.name < b.name; });
+  return summaries;
 }
 
 bool ProjectRegistry::LoadingOrFailed(absl::string_view name) const {

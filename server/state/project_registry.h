@@ -81,6 +81,10 @@ class ProjectRegistry {
   // unloaded (labels other replicas commit meanwhile are not in them).
   std::optional<ProjectCounts> CountsIfUnloaded(absl::string_view name) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // What each project the budget unloaded, and no call has loaded since, showed when it was
+  // unloaded (LiveProject::Summary), by name: the console and the per-project gauges list them
+  // beside All()'s.
+  std::vector<ProjectSummary> UnloadedSummaries() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // For a project this server has neither loaded nor unloaded (one created, or only used, on
   // another replica of the database): its counts from the database, without loading it. Items
@@ -212,8 +216,8 @@ class ProjectRegistry {
   absl::Duration evict_after_idle_ ABSL_GUARDED_BY(mu_) = absl::Seconds(60);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread budget_thread_;
-  // Projects the budget unloaded, with their counts then; erased when one loads again.
-  absl::flat_hash_map<std::string, ProjectCounts> unloaded_ ABSL_GUARDED_BY(mu_);
+  // Projects the budget unloaded, with what they showed then; erased when one loads again.
+  absl::flat_hash_map<std::string, ProjectSummary> unloaded_ ABSL_GUARDED_BY(mu_);
   struct StoredLabelCount {
     absl::Time counted_at;
     int64_t labels = 0;
