@@ -245,9 +245,12 @@ TEST(LiveProjectTest, TheClassPriorIsTheMeanPosteriorOfTheLabelledItemsAfterOnli
     }
   }
   project->ApplyCommitted(batch);
+  // An item without labels (served uniform) is not in the prior.
+  project->ApplyItems({{500, "unlabelled", std::nullopt}});
   std::shared_ptr<const ProjectSnapshot> snapshot = project->snapshot();
   const PosteriorTable& table = snapshot->posteriors;
-  ASSERT_EQ(table.num_items(), 500);
+  ASSERT_EQ(table.num_items(), 501);
+  ASSERT_EQ(table.num_labels(500), 0);
   std::vector<double> mean(kClasses, 0.0);
   int32_t labelled = 0;
   for (int32_t i = 0; i < table.num_items(); ++i) {
