@@ -2,6 +2,7 @@
 
 #include <civetweb.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -31,6 +32,21 @@ int SendMethodNotAllowed(mg_connection* connection) {
   return 405;
 }
 
+int SendBusy(mg_connection* connection, int max_pages_in_flight) {
+  const std::string body =
+      absl::StrCat(max_pages_in_flight,
+                   " page requests are in flight, the most at once (one thread stays for "
+                   "/metrics): retry\n");
+  mg_response_header_start(connection, 503);
+  mg_response_header_add(connection, "Content-Type", "text/plain; charset=utf-8", -1);
+  mg_response_header_add(connection, "Retry-After", "1", -1);
+  const std::string length = std::to_string(body.size());
+  mg_response_header_add(connection, "Content-Length", length.c_str(), -1);
+  mg_response_header_send(connection);
+  mg_write(connection, body.data(), body.size());
+  return 503;
+}
+
 // civetweb's own messages (a client that hung up mid-response, ...) as structured log lines.
 int LogCivetwebMessage(const mg_connection* /*connection*/, const char* message) {
   LogEvent("metrics_http", {{"message", message}});
@@ -48,7 +64,12 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("metrics address must be host:port, got \"", options.listen, "\""));
   }
-  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(registry, options.page_handler));
+  if (options.num_threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics server threads must be at least 1, got ", options.num_threads));
+  }
+  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(
+      registry, options.page_handler, std::max(1, options.num_threads - 1)));
   const std::string threads = std::to_string(options.num_threads);
   const char* config[] = {"listening_ports",
                           options.listen.c_str(),
@@ -102,11 +123,20 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     mg_set_request_handler(
         server->context_, "/",
         +[](mg_connection* connection, void* data) -> int {
-          const auto* self = static_cast<const MetricsHttpServer*>(data);
+          auto* self = static_cast<MetricsHttpServer*>(data);
           const mg_request_info* request = mg_get_request_info(connection);
           if (std::strcmp(request->request_method, "GET") != 0) {
             return SendMethodNotAllowed(connection);
           }
+          // The last thread stays free for /metrics (see Options::num_threads).
+          if (self->pages_in_flight_.fetch_add(1) >= self->max_pages_in_flight_) {
+            self->pages_in_flight_.fetch_sub(1);
+            return SendBusy(connection, self->max_pages_in_flight_);
+          }
+          struct PageSlot {
+            std::atomic<int>& in_flight;
+            ~PageSlot() { in_flight.fetch_sub(1); }
+          } slot{self->pages_in_flight_};
           // local_uri_raw: decoded, without the query string, and with its dot segments as
           // sent (local_uri collapses them, which made the projects named "." and ".." of
           // /api/projects/NAME unreachable). No page reads files: pages match exact paths.

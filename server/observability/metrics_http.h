@@ -10,6 +10,7 @@
 #ifndef VERITY_SERVER_OBSERVABILITY_METRICS_HTTP_H_
 #define VERITY_SERVER_OBSERVABILITY_METRICS_HTTP_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -44,8 +45,11 @@ class MetricsHttpServer {
     // host:port to listen on (an IPv4 address or "localhost"; 0.0.0.0 for every interface);
     // port 0 picks a free port (see port()).
     std::string listen = "127.0.0.1:9464";
-    // Threads answering requests (a scrape is one short request every few seconds).
-    int num_threads = 2;
+    // Threads answering requests (a scrape is one short request every few seconds). Pages
+    // take at most num_threads - 1 of them at once (at least 1), so that a scrape always finds
+    // one while pages wait (console views that read PostgreSQL while it hangs); a page request
+    // past that is answered 503 at once, with Retry-After.
+    int num_threads = 4;
     // Answers GET requests for every path but /metrics; unset (the default): they answer 404.
     PageHandler page_handler;
   };
@@ -62,11 +66,16 @@ class MetricsHttpServer {
   int port() const { return port_; }
 
  private:
-  MetricsHttpServer(const MetricsRegistry& registry, PageHandler page_handler)
-      : registry_(registry), page_handler_(std::move(page_handler)) {}
+  MetricsHttpServer(const MetricsRegistry& registry, PageHandler page_handler,
+                    int max_pages_in_flight)
+      : registry_(registry),
+        page_handler_(std::move(page_handler)),
+        max_pages_in_flight_(max_pages_in_flight) {}
 
   const MetricsRegistry& registry_;
   const PageHandler page_handler_;
+  const int max_pages_in_flight_;
+  std::atomic<int> pages_in_flight_{0};
   mg_context* context_ = nullptr;
   int port_ = 0;
 };

@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "common/status_matchers.h"
 #include "server/observability/metrics.h"
 #include "server/testing/http_get.h"
@@ -89,6 +93,53 @@ TEST(MetricsHttpServerTest, PageHandlerAnswersEveryOtherPathButMetrics) {
   absl::StatusOr<HttpResponse> post = HttpRequest(port, "POST", "/api/projects");
   ASSERT_TRUE(post.ok()) << post.status();
   EXPECT_EQ(post->status, 405);
+}
+
+// metrics_http.h, Options::num_threads: pages never take the last thread, so a scrape is
+// answered while every page request waits (console views waiting on a hung database); a page
+// request past the bound is answered 503 at once.
+TEST(MetricsHttpServerTest, PagesThatWaitLeaveAThreadForTheScrape) {
+  MetricsRegistry registry;
+  registry.AddCounter("test_events_total", "Events.").Get().Increment(1);
+  absl::Notification release;
+  MetricsHttpServer::Options options = AnyFreePort();
+  options.page_handler = [&release](const ::verity::server::HttpPageRequest&) {
+    release.WaitForNotification();
+    return ::verity::server::HttpResponse{200, "text/plain", "waited"};
+  };
+  auto server = MetricsHttpServer::Start(registry, options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  constexpr int kPages = 8;  // More than any thread count of the options.
+  std::vector<int> page_status(kPages, 0);
+  std::vector<std::thread> pages;
+  for (int i = 0; i < kPages; ++i) {
+    pages.emplace_back([&, i] {
+      absl::StatusOr<HttpResponse> response = HttpGet(port, "/api/projects/p");
+      page_status[i] = response.ok() ? response->status : -1;
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // The pages' requests arrive first.
+  absl::Notification scraped;
+  std::string scrape_body;
+  std::thread scrape([&] {
+    absl::StatusOr<HttpResponse> response = HttpGet(port, "/metrics");
+    if (response.ok()) scrape_body = response->body;
+    scraped.Notify();
+  });
+  const bool in_time = scraped.WaitForNotificationWithTimeout(absl::Seconds(5));
+  release.Notify();  // Lets the waiting pages finish either way.
+  scrape.join();
+  for (std::thread& t : pages) t.join();
+  EXPECT_TRUE(in_time) << "the scrape waited for the pages";
+  EXPECT_THAT(scrape_body, HasSubstr("test_events_total 1"));
+  int waited = 0, busy = 0;
+  for (int status : page_status) {
+    waited += status == 200 ? 1 : 0;
+    busy += status == 503 ? 1 : 0;
+  }
+  EXPECT_GE(waited, 1);
+  EXPECT_EQ(waited + busy, kPages) << "every page request is answered 200 or 503";
 }
 
 TEST(MetricsHttpServerTest, PortInUseIsUnavailable) {
