@@ -163,7 +163,9 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
                              server->lease_persister_.get(), server->call_authorizations_.get(),
                              server->keys_.get(),            options.project_quota,
                              /*shared_leases=*/options.follow_replicas,
-                             /*fit_locks=*/server->fit_locks_.get()};
+                             /*fit_locks=*/server->fit_locks_.get(),
+                             /*training_jobs_possible=*/options.training.use_workers ||
+                                 options.follow_replicas};
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -657,9 +657,8 @@ TEST(HungDatabaseTest, ConsoleViewsWaitingOnAHungDatabaseDoNotBlockTheMetricsScr
 // deploy/README.md, "Sizing": "queries answer from memory". A single replica
 // (--follow_replicas=false: with replicas SuggestAnnotators reads the other replicas' lease
 // claims first, deploy/README.md "Several replicas"). With PostgreSQL frozen (no call stuck in
-// it), ListPosteriors, GetAnnotatorProfiles and SuggestAnnotators answer within 3 s.
-// (GetModelStatus, ListModelVersions and ListProjects are timed and printed, not judged: they
-// read the database.)
+// it), ListPosteriors, GetAnnotatorProfiles, SuggestAnnotators and GetModelStatus answer within
+// 3 s.
 TEST(HungDatabaseTest, ReadQueriesAnswerWhilePostgresIsFrozen) {
   const std::string dir = MakeTempDir("verity-probe-hung3");
   storage::EmbeddedPostgres::Options pg;
@@ -703,9 +702,11 @@ TEST(HungDatabaseTest, ReadQueriesAnswerWhilePostgresIsFrozen) {
     });
     EXPECT_TRUE(suggest.first.ok()) << suggest.first;
     EXPECT_LT(suggest.second, absl::Seconds(3));
-    timed("GetModelStatus", [&] { return client.GetModelStatus("frozen").status(); });
-    timed("ListModelVersions", [&] { return client.ListModelVersions("frozen", 0).status(); });
-    timed("ListProjects", [&] { return client.ListProjects().status(); });
+    // The served version's status is in memory too (ListModelVersions and ListProjects read
+    // the stored records, and wait for the database).
+    auto status = timed("GetModelStatus", [&] { return client.GetModelStatus("frozen").status(); });
+    EXPECT_TRUE(status.first.ok()) << status.first;
+    EXPECT_LT(status.second, absl::Seconds(3));
     frozen.Thaw();
   }
   server->Shutdown();

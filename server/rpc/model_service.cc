@@ -38,7 +38,7 @@ bool FitRunsElsewhere(const ServerCore& core, const LiveProject& live) {
                                                  {"error", held.status().ToString()}});
     }
   }
-  if (core.storage->jobs != nullptr) {
+  if (core.training_jobs_possible && core.storage->jobs != nullptr) {
     absl::StatusOr<bool> running = core.storage->jobs->HasRunningJob(project_id);
     if (running.ok()) return *running;
     LogEvent("model_status_training_job_unknown", {{"project", live.identity().name},
@@ -63,12 +63,10 @@ grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext* context,
   response->set_method(method == v1::TRUTH_METHOD_UNSPECIFIED ? v1::TRUTH_METHOD_DAWID_SKENE
                                                               : method);
   std::shared_ptr<const ProjectSnapshot> snapshot = live.snapshot();
-  if (snapshot->model_version > 0) {
-    // The served version's metadata; its parameters (possibly large) are not read.
-    auto current = core_.storage->versions->GetModelVersionMetadata(live.identity().project_id,
-                                                                    snapshot->model_version);
-    if (!current.ok()) return ToGrpcStatus(current.status());
-    FillVersion(*current, response->mutable_current_version());
+  if (snapshot->version_metadata != nullptr) {
+    // The served version's metadata, kept with the snapshot: the status answers while the
+    // database does not.
+    FillVersion(*snapshot->version_metadata, response->mutable_current_version());
   }
   if (const auto* calibrated =
           dynamic_cast<const models::CalibratedTruthModel*>(snapshot->model.get());

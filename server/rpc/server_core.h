@@ -33,6 +33,11 @@ struct ServerCore {
   // Null unless the replicas share the database: the fit locks, through which GetModelStatus
   // sees a fit running on another replica.
   storage::FitLocks* fit_locks = nullptr;
+  // Whether a training worker may be fitting a project: this server enqueues training jobs
+  // (--trainer=workers), or other servers share the database (one of them may). Only then does
+  // GetModelStatus ask the training jobs; a single in-process replica's status reads nothing
+  // from the database.
+  bool training_jobs_possible = false;
 
   // OK when `added` keeps `live` within its limits (settings.limits, else quota_defaults);
   // otherwise RESOURCE_EXHAUSTED naming the limit. Every handler that adds items or annotators

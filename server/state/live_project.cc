@@ -179,7 +179,7 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
   p.labels_.Reset(std::make_shared<const models::AnnotationMatrix>(std::move(*stored_matrix)));
 
   std::shared_ptr<const models::TruthModel> model;
-  int32_t version = 0;
+  const storage::ModelVersionRecord* served = nullptr;  // The restored version, if any.
   int64_t watermark = 0;
   if (stored.latest_version.has_value()) {
     const storage::ModelVersionRecord& v = *stored.latest_version;
@@ -194,7 +194,7 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
     } else {
       model = std::move(*restored);
       p.scratch_fit_num_labels_ = v.num_labels;
-      version = v.version;
+      served = &v;
       watermark = v.watermark;
     }
   }
@@ -205,7 +205,7 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
     if (l.seq > watermark) ++p.changes_since_fit_;
   }
   p.last_fit_time_ = absl::Now();
-  p.PublishFullRecompute(std::move(model), version, watermark);
+  p.PublishFullRecompute(std::move(model), served);
   return project;
 }
 
@@ -330,10 +330,31 @@ void FillItemFacts(int32_t item, int32_t num_labels, int32_t gold, int64_t newes
 
 }  // namespace
 
+namespace {
+
+// `version` without its parameters (which can be tens of megabytes: not copied).
+std::shared_ptr<const storage::ModelVersionRecord> VersionMetadata(
+    const storage::ModelVersionRecord& version) {
+  auto metadata = std::make_shared<storage::ModelVersionRecord>();
+  metadata->project_id = version.project_id;
+  metadata->version = version.version;
+  metadata->method = version.method;
+  metadata->watermark = version.watermark;
+  metadata->log_likelihood = version.log_likelihood;
+  metadata->iterations = version.iterations;
+  metadata->duration_ms = version.duration_ms;
+  metadata->num_labels = version.num_labels;
+  metadata->created_at = version.created_at;
+  return metadata;
+}
+
+}  // namespace
+
 ProjectSnapshot::ProjectSnapshot(const ProjectSnapshot& other)
     : model(other.model),
       model_version(other.model_version),
       model_watermark(other.model_watermark),
+      version_metadata(other.version_metadata),
       posteriors(other.posteriors) {}
 
 const std::vector<double>& ProjectSnapshot::ClassPrior() const {
@@ -362,28 +383,28 @@ void LiveProject::RecomputeItem(const models::TruthModel& model, int32_t item,
 }
 
 void LiveProject::PublishFullRecompute(std::shared_ptr<const models::TruthModel> model,
-                                       int32_t version, int64_t watermark) {
+                                       const storage::ModelVersionRecord* version) {
   const int32_t k = num_classes();
   auto snapshot = std::make_shared<ProjectSnapshot>(k);
   PosteriorTable::Builder builder(snapshot->posteriors);
   const int32_t n = static_cast<int32_t>(item_ids_.size());
   builder.Resize(n);
   for (int32_t i = 0; i < n; ++i) RecomputeItem(*model, i, builder);
-  PublishRecomputed(std::move(snapshot), std::move(builder), std::move(model), version,
-                    watermark);
+  PublishRecomputed(std::move(snapshot), std::move(builder), std::move(model), version);
 }
 
 void LiveProject::PublishRecomputed(std::shared_ptr<ProjectSnapshot> snapshot,
                                     PosteriorTable::Builder builder,
                                     std::shared_ptr<const models::TruthModel> model,
-                                    int32_t version, int64_t watermark) {
+                                    const storage::ModelVersionRecord* version) {
   snapshot->posteriors = std::move(builder).Build();
   snapshot->model = model;
-  snapshot->model_version = version;
-  snapshot->model_watermark = watermark;
+  snapshot->model_version = version != nullptr ? version->version : 0;
+  snapshot->model_watermark = version != nullptr ? version->watermark : 0;
+  snapshot->version_metadata = version != nullptr ? VersionMetadata(*version) : nullptr;
   model_ = std::move(model);
-  model_version_ = version;
-  model_watermark_ = watermark;
+  model_version_ = snapshot->model_version;
+  model_watermark_ = snapshot->model_watermark;
   Publish(std::move(snapshot));
 }
 
@@ -1037,8 +1058,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
       ClearTouchedDuringFit();
       served_options_generation_ = options_generation_at_start;
       PublishRecomputed(std::move(snapshot), std::move(builder),
-                        std::shared_ptr<const models::TruthModel>(std::move(model)),
-                        saved->version, saved->watermark);
+                        std::shared_ptr<const models::TruthModel>(std::move(model)), &*saved);
     }
   }
   result.publish_ms = lap();
@@ -1088,8 +1108,7 @@ absl::StatusOr<bool> LiveProject::AdoptVersion(const storage::ModelVersionRecord
   fitted_input_generation_ = input_generation_;  // What the worker copied is not recorded.
   served_options_generation_ = options_generation;  // The settings it was built with above.
   last_fit_time_ = absl::Now();
-  PublishFullRecompute(std::shared_ptr<const models::TruthModel>(std::move(*model)),
-                       version.version, version.watermark);
+  PublishFullRecompute(std::shared_ptr<const models::TruthModel>(std::move(*model)), &version);
   return true;
 }
 

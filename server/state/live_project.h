@@ -55,6 +55,9 @@ struct ProjectSnapshot {
   std::shared_ptr<const models::TruthModel> model;
   int32_t model_version = 0;     // 0: no fit yet (majority vote).
   int64_t model_watermark = 0;   // Newest annotation seq the model's fit saw.
+  // The stored record of version model_version without its parameters (GetModelStatus answers
+  // from it, without the database); null for version 0.
+  std::shared_ptr<const storage::ModelVersionRecord> version_metadata;
   PosteriorTable posteriors;
 
   explicit ProjectSnapshot(int32_t num_classes) : posteriors(num_classes) {}
@@ -402,13 +405,17 @@ class LiveProject {
   void RecomputeItem(const models::TruthModel& model, int32_t item,
                      PosteriorTable::Builder& builder) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Recomputes every item with `model` and publishes the result as the new snapshot.
-  void PublishFullRecompute(std::shared_ptr<const models::TruthModel> model, int32_t version,
-                            int64_t watermark) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Completes `snapshot` with the rows in `builder` (every item's), the class prior and
-  // `model`, makes `model` current and publishes the snapshot.
+  // `version`: the stored version `model` was restored or fitted from; null for version 0
+  // (majority vote before a fit).
+  void PublishFullRecompute(std::shared_ptr<const models::TruthModel> model,
+                            const storage::ModelVersionRecord* version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes `snapshot` with the rows in `builder` (every item's), `model` and `version`'s
+  // metadata, makes `model` current and publishes the snapshot.
   void PublishRecomputed(std::shared_ptr<ProjectSnapshot> snapshot, PosteriorTable::Builder builder,
-                         std::shared_ptr<const models::TruthModel> model, int32_t version,
-                         int64_t watermark) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                         std::shared_ptr<const models::TruthModel> model,
+                         const storage::ModelVersionRecord* version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Publish(std::shared_ptr<const ProjectSnapshot> snapshot) ABSL_LOCKS_EXCLUDED(snapshot_mu_);
   int32_t EnsureItem(int32_t index, absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnsureAnnotator(int32_t index, absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
