@@ -525,9 +525,25 @@ TEST_F(RestartTest, CallsRefusedByAuthenticationAreCountedByCode) {
   EXPECT_EQ(ValueOr(*after, denied, 0) - ValueOr(*before, denied, 0), 2);
 }
 
+// GetModelStatus's current_version is the served version as ListModelVersions lists it, every
+// field (models.proto: the served version's record; kept in memory, docs/RELIABILITY.md).
+void ExpectStatusShowsTheNewestListedVersion(client::VerityClient& client,
+                                             const std::string& project) {
+  absl::StatusOr<v1::GetModelStatusResponse> status = client.GetModelStatus(project);
+  ASSERT_TRUE(status.ok()) << status.status();
+  absl::StatusOr<std::vector<v1::ModelVersion>> versions = client.ListModelVersions(project, 0);
+  ASSERT_TRUE(versions.ok()) << versions.status();
+  ASSERT_FALSE(versions->empty());
+  EXPECT_GT(status->current_version().iterations(), 0);
+  EXPECT_GT(status->current_version().created_at().seconds(), 0);
+  EXPECT_EQ(status->current_version().SerializeAsString(), (*versions)[0].SerializeAsString())
+      << "status: " << status->current_version().ShortDebugString()
+      << "\nlisted: " << (*versions)[0].ShortDebugString();
+}
+
 // models.proto, ModelVersion.version: "1, 2, ... per project". A SIGKILL right after a
 // TrainModel answered version 2 keeps versions 1 and 2, and the next fit after the restart is
-// version 3.
+// version 3. GetModelStatus shows the newest version, as listed, before and after.
 TEST_F(RestartTest, VersionNumbersContinueAfterASigkill) {
   ASSERT_NO_FATAL_FAILURE(StartServer({}));
   client::VerityClient client = ClientOf(*server_);
@@ -538,9 +554,11 @@ TEST_F(RestartTest, VersionNumbersContinueAfterASigkill) {
   absl::StatusOr<v1::ModelVersion> second = client.TrainModel("numbered", absl::Seconds(60));
   ASSERT_TRUE(second.ok()) << second.status();
   ASSERT_EQ(second->version(), 2);
+  ASSERT_NO_FATAL_FAILURE(ExpectStatusShowsTheNewestListedVersion(client, "numbered"));
   server_->Kill();
   ASSERT_NO_FATAL_FAILURE(Restart());
   client::VerityClient again = ClientOf(*server_);
+  ASSERT_NO_FATAL_FAILURE(ExpectStatusShowsTheNewestListedVersion(again, "numbered"));
   absl::StatusOr<std::vector<v1::ModelVersion>> versions = again.ListModelVersions("numbered", 0);
   ASSERT_TRUE(versions.ok()) << versions.status();
   ASSERT_EQ(versions->size(), 2u);
