@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "server/verity_server.h"
 #include "storage/embedded_postgres.h"
+#include "tests/frozen_postgres.h"
 #include "tests/server_process.h"
 #include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/models.grpc.pb.h"
@@ -68,47 +69,6 @@ int SubmitOne(v1::IngestService::Stub& ingest, int batch_id, int first, int n,
               const std::string& annotator) {
   return Submit(ingest, batch_id, first, n, annotator).code;
 }
-
-// Freezes a PostgreSQL cluster with SIGSTOP — the postmaster first, so that it forks no new
-// backend, then every child of it — and thaws it with SIGCONT on Thaw() or destruction. A
-// frozen server keeps its sockets open: connections and queries are accepted by the kernel and
-// never answered, as in a network partition.
-class FrozenPostgres {
- public:
-  explicit FrozenPostgres(const std::string& pgdata) {
-    std::ifstream pid_file(pgdata + "/postmaster.pid");
-    pid_t postmaster = 0;
-    pid_file >> postmaster;
-    if (postmaster <= 0 || kill(postmaster, SIGSTOP) != 0) return;
-    stopped_.push_back(postmaster);
-    DIR* proc = opendir("/proc");
-    while (dirent* entry = readdir(proc)) {
-      const pid_t pid = std::atoi(entry->d_name);
-      if (pid <= 0) continue;
-      // /proc/<pid>/stat: "pid (comm) state ppid ..."; comm has no ')' for postgres.
-      std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-      std::string line;
-      std::getline(stat, line);
-      const size_t close = line.rfind(')');
-      if (close == std::string::npos) continue;
-      char state = 0;
-      pid_t ppid = 0;
-      if (sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) != 2) continue;
-      if (ppid == postmaster && kill(pid, SIGSTOP) == 0) stopped_.push_back(pid);
-    }
-    closedir(proc);
-  }
-  ~FrozenPostgres() { Thaw(); }
-  // The postmaster and its backends and auxiliary processes.
-  int processes() const { return static_cast<int>(stopped_.size()); }
-  void Thaw() {
-    for (pid_t pid : stopped_) kill(pid, SIGCONT);
-    stopped_.clear();
-  }
-
- private:
-  std::vector<pid_t> stopped_;
-};
 
 // A server on `postgres_url` with the project "outage", and stubs of its services.
 struct OutageServer {

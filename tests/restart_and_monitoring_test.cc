@@ -40,6 +40,7 @@
 #include "server/verity_server.h"
 #include "storage/embedded_postgres.h"
 #include "tests/health_check.h"
+#include "tests/frozen_postgres.h"
 #include "tests/server_process.h"
 #include "tests/test_server.h"
 #include "verity/v1/ingest.grpc.pb.h"
@@ -571,45 +572,7 @@ TEST_F(RestartTest, VersionNumbersContinueAfterASigkill) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A PostgreSQL that hangs.
-
-// Freezes a PostgreSQL cluster with SIGSTOP (the postmaster, then its children) and thaws it
-// with SIGCONT (as tests/postgres_outage_test.cc does): its sockets stay open and answer
-// nothing, as in a network partition.
-class FrozenPostgres {
- public:
-  explicit FrozenPostgres(const std::string& pgdata) {
-    std::ifstream pid_file(pgdata + "/postmaster.pid");
-    pid_t postmaster = 0;
-    pid_file >> postmaster;
-    if (postmaster <= 0 || kill(postmaster, SIGSTOP) != 0) return;
-    stopped_.push_back(postmaster);
-    DIR* proc = opendir("/proc");
-    while (dirent* entry = readdir(proc)) {
-      const pid_t pid = std::atoi(entry->d_name);
-      if (pid <= 0) continue;
-      std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-      std::string line;
-      std::getline(stat, line);
-      const size_t close = line.rfind(')');
-      if (close == std::string::npos) continue;
-      char state = 0;
-      pid_t ppid = 0;
-      if (sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) != 2) continue;
-      if (ppid == postmaster && kill(pid, SIGSTOP) == 0) stopped_.push_back(pid);
-    }
-    closedir(proc);
-  }
-  ~FrozenPostgres() { Thaw(); }
-  int processes() const { return static_cast<int>(stopped_.size()); }
-  void Thaw() {
-    for (pid_t pid : stopped_) kill(pid, SIGCONT);
-    stopped_.clear();
-  }
-
- private:
-  std::vector<pid_t> stopped_;
-};
+// A PostgreSQL that hangs (tests/frozen_postgres.h).
 
 // docs/RELIABILITY.md, "Stopped PostgreSQL": "Queries of in-memory state keep answering";
 // README.md: "Prometheus metrics at `GET http://ADDRESS:PORT/metrics`" beside the console, whose
