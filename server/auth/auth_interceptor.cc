@@ -237,8 +237,22 @@ void CallAuthorizations::SetCallDecision(const grpc::ServerContextBase* context,
       if (in_flight == 0) unary_calls_by_key_.erase(principal->key_id);
       return;
     }
+    const int most_unfinished = kUnfinishedCallsPerInFlightCall * max_unary_calls_per_key_;
+    int& unfinished = unfinished_calls_by_key_[principal->key_id];
+    if (unfinished >= most_unfinished) {
+      decision.call = absl::ResourceExhaustedError(absl::StrCat(
+          "API key ", principal->key_id, " has ", unfinished,
+          " calls whose answers are not yet sent (its client does not read them): the limit "
+          "is ", most_unfinished, " per key (", kUnfinishedCallsPerInFlightCall,
+          " x --max_calls_per_key); retry when they have been read"));
+      decision.principal = nullptr;
+      if (in_flight == 0) unary_calls_by_key_.erase(principal->key_id);
+      return;
+    }
     ++in_flight;
+    ++unfinished;
     decision.counted_key = principal->key_id;
+    decision.unfinished_key = principal->key_id;
   }
   decision.call = std::move(status);
   decision.principal = std::move(principal);
@@ -294,6 +308,12 @@ void CallAuthorizations::Forget(const grpc::ServerContextBase* context) {
   auto it = decisions_.find(context);
   if (it == decisions_.end()) return;
   ReleaseSlotLocked(it->second);
+  if (!it->second.unfinished_key.empty()) {
+    auto unfinished = unfinished_calls_by_key_.find(it->second.unfinished_key);
+    if (unfinished != unfinished_calls_by_key_.end() && --unfinished->second <= 0) {
+      unfinished_calls_by_key_.erase(unfinished);
+    }
+  }
   decisions_.erase(it);
 }
 

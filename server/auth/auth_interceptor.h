@@ -61,7 +61,15 @@ class CallAuthorizations {
     std::shared_ptr<const Principal> principal;  // Set when `call` is OK.
     // The key whose unary calls in flight count this call ("" when not counted).
     std::string counted_key;
+    // The key whose unfinished unary calls count this call, until Forget ("" when not counted).
+    std::string unfinished_key;
   };
+
+  // A key's unary calls not yet finished, at most: its calls in flight plus those whose answer
+  // waits to be sent (a client that does not read its answers, or never opens its HTTP/2
+  // window, keeps each such call, and its gRPC thread, after ReleaseCallSlot). Twice the limit
+  // of calls in flight, so that a client that reads its answers never meets it.
+  static constexpr int kUnfinishedCallsPerInFlightCall = 2;
 
   // The caller's principal when the interceptor admitted the call (and its latest message);
   // the refusal otherwise; INTERNAL when no decision was recorded for `context`; CANCELLED
@@ -89,7 +97,8 @@ class CallAuthorizations {
 
   // Interceptor side. An admitted `unary` call of a key is counted against the key's limit
   // until ReleaseCallSlot(context) (its status is about to be sent) or Forget(context),
-  // whichever comes first, and refused when the key is at it.
+  // whichever comes first, and refused when the key is at it; and against the key's
+  // unfinished calls (kUnfinishedCallsPerInFlightCall times the limit) until Forget.
   void SetCallDecision(const grpc::ServerContextBase* context, absl::Status status,
                        std::shared_ptr<const Principal> principal, bool unary = false);
   void SetMessageDecision(const grpc::ServerContextBase* context, absl::Status status);
@@ -110,6 +119,7 @@ class CallAuthorizations {
 
   const int max_unary_calls_per_key_;
   absl::flat_hash_map<std::string, int> unary_calls_by_key_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int> unfinished_calls_by_key_ ABSL_GUARDED_BY(mu_);
   int open_calls_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

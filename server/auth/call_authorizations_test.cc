@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "server/auth/api_keys.h"
 #include "server/auth/auth_interceptor.h"
@@ -59,6 +60,39 @@ TEST(CallAuthorizationsTest, AfterRefuseNewCallsNewCallsGetTheRefusalAndOpenStre
   absl::StatusOr<std::shared_ptr<const Principal>> who = decisions.Admit(&stream);
   ASSERT_TRUE(who.ok()) << who.status();
   EXPECT_EQ((*who)->key_id, "key-1");
+}
+
+// auth_interceptor.h, kUnfinishedCallsPerInFlightCall: a key's calls whose answers were
+// queued (ReleaseCallSlot) but not yet sent keep counting until they finish (Forget), at most
+// twice --max_calls_per_key; a client that reads its answers (each call finishes) never meets it.
+TEST(CallAuthorizationsTest, AKeysCallsWhoseAnswersAreNotSentAreCappedAtTwiceTheLimit) {
+  CallAuthorizations decisions(2);
+  grpc::ServerContext calls[5];
+  for (int i = 0; i < 4; ++i) {
+    decisions.SetCallDecision(&calls[i], absl::OkStatus(), Writer(), true);
+    ASSERT_TRUE(decisions.Get(&calls[i]).call.ok()) << i;
+    decisions.ReleaseCallSlot(&calls[i]);  // Answered, never read: not finished.
+  }
+  decisions.SetCallDecision(&calls[4], absl::OkStatus(), Writer(), true);
+  const CallAuthorizations::Decision over = decisions.Get(&calls[4]);
+  EXPECT_EQ(over.call.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(over.call.message(), "not yet sent")) << over.call;
+  EXPECT_EQ(over.principal, nullptr);
+  decisions.Forget(&calls[4]);
+  decisions.Forget(&calls[0]);  // One answer read: the call finished.
+  grpc::ServerContext again;
+  decisions.SetCallDecision(&again, absl::OkStatus(), Writer(), true);
+  EXPECT_TRUE(decisions.Get(&again).call.ok());
+  decisions.Forget(&again);
+  for (int i = 1; i < 4; ++i) decisions.Forget(&calls[i]);
+  // One call at a time, each finished before the next: never refused.
+  for (int i = 0; i < 20; ++i) {
+    grpc::ServerContext one;
+    decisions.SetCallDecision(&one, absl::OkStatus(), Writer(), true);
+    EXPECT_TRUE(decisions.Get(&one).call.ok()) << i;
+    decisions.ReleaseCallSlot(&one);
+    decisions.Forget(&one);
+  }
 }
 
 // auth_interceptor.h, CallAuthorizations(max_unary_calls_per_key): one key's unary calls in
