@@ -912,5 +912,70 @@ TEST(HeldOutSelectionTest, WithoutAHeldOutShareTheLastStepIsKept) {
   EXPECT_EQ(model->selected_step(), -1);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The served parts compose: without item features, an item's posterior is ∝ π_k Π Q(i, a)[k, y]
+// (neural_truth_model.h; π = the class prior, ItemPrior of an id outside the fit, Q(i, a) =
+// ItemAnnotatorConfusion, row = true class), and FitReport::log_likelihood (truth_model.h) is
+// Σ log Σ_k π_k Π Q(i, a)[k, y] over labelled items without gold plus log π_g Π Q(i, a)[g, y]
+// over gold items. cmm's Global setting mixes the groups per label: Q is the population's.
+
+// 3 classes, 30 items labelled by 4 annotators (two right, one right but on every fourth item,
+// one always one class up) and an unlabelled item 30.
+AnnotationMatrix ShiftedCrowd() {
+  std::vector<Annotation> labels;
+  for (int32_t i = 0; i < 30; ++i) {
+    const int32_t truth = i % 3, up = (truth + 1) % 3;
+    labels.push_back({i, 0, truth});
+    labels.push_back({i, 1, truth});
+    labels.push_back({i, 2, i % 4 == 0 ? up : truth});
+    labels.push_back({i, 3, up});
+  }
+  return *AnnotationMatrix::Build(31, 4, 3, labels);
+}
+
+void ExpectPosteriorsAndLikelihoodFromTheServedParts(const std::string& method,
+                                                     const std::string& cmm_setting = "") {
+  SCOPED_TRACE(method + " " + cmm_setting);
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 120;
+  options.neural.em_iterations = 2;
+  if (!cmm_setting.empty()) options.neural.cmm_setting = cmm_setting;
+  auto model = MakeNeural(method, options, 3);
+  const AnnotationMatrix data = ShiftedCrowd();
+  std::vector<int32_t> gold(31, -1);
+  gold[0] = 0;  // what the crowd says
+  gold[1] = 2;  // against the crowd (class 1)
+  absl::StatusOr<FitReport> report = model->Fit(data, gold, false);
+  ASSERT_THAT(report.status(), IsOk());
+  const std::vector<double> prior = model->ItemPrior(-1);
+  double expected_log_likelihood = 0;
+  for (int32_t i = 0; i < 31; ++i) {
+    std::vector<double> joint(prior);
+    for (const AnnotationMatrix::Entry& e : data.LabelsOfItem(i)) {
+      const std::vector<double> q = cmm_setting == "global"
+                                        ? model->AnnotatorConfusion(-1)
+                                        : model->ItemAnnotatorConfusion(i, e.other);
+      for (int32_t c = 0; c < 3; ++c) joint[c] *= q[c * 3 + e.label];
+    }
+    const double total = joint[0] + joint[1] + joint[2];
+    if (!data.LabelsOfItem(i).empty()) {
+      expected_log_likelihood += std::log(gold[i] >= 0 ? joint[gold[i]] : total);
+    }
+    std::vector<double> served(3);
+    model->ItemPosteriorForItem(i, data.LabelsOfItem(i), -1, absl::MakeSpan(served));
+    for (int32_t c = 0; c < 3; ++c) EXPECT_NEAR(served[c], joint[c] / total, 1e-9) << i;
+  }
+  EXPECT_NEAR(report->log_likelihood, expected_log_likelihood,
+              1e-9 * std::abs(expected_log_likelihood));
+}
+
+TEST(ServedPartsTest, PosteriorsAndTheLogLikelihoodComposeThePriorAndTheConfusions) {
+  for (const char* method : {"crowdlayer", "trace_reg", "conal", "lia"}) {
+    ExpectPosteriorsAndLikelihoodFromTheServedParts(method);
+  }
+  ExpectPosteriorsAndLikelihoodFromTheServedParts("cmm", "individual");
+  ExpectPosteriorsAndLikelihoodFromTheServedParts("cmm", "global");
+}
+
 }  // namespace
 }  // namespace verity::models
