@@ -977,5 +977,45 @@ TEST(ServedPartsTest, PosteriorsAndTheLogLikelihoodComposeThePriorAndTheConfusio
   ExpectPosteriorsAndLikelihoodFromTheServedParts("cmm", "global");
 }
 
+// ---------------------------------------------------------------------------------------------
+// The tables a fit exports (neural_truth_model.h: ExportTables, the network read in eval mode
+// after its last step) are the trained network's: ItemPrior(i) = exp LogPrior(i) and
+// ItemAnnotatorConfusion(i, a) = exp LogConfusion(i, a) (row = true class). A checkpoint
+// observer at every step reads the network as the export does; the last step's is exported.
+// crowdlayer's served confusions are its layers at the typical outputs (its own test), so only
+// its prior is compared; cmm's Global setting recomputes the memberships after the last step.
+TEST(ExportTest, ServedPriorsAndConfusionsAreTheTrainedNetworks) {
+  const AnnotationMatrix data = ShiftedCrowd();
+  const std::vector<int64_t> items = {0, 5, 17, 29}, annotators = {0, 3, 2, 1};
+  for (const char* method : {"crowdlayer", "trace_reg", "conal", "lia", "cmm"}) {
+    SCOPED_TRACE(method);
+    TruthModelOptions options = CpuOptions();
+    options.neural.steps = 60;
+    options.neural.em_iterations = 2;
+    auto model = MakeNeural(method, options, 3);
+    torch::Tensor prior, confusion;
+    model->SetCheckpointObserver(1, [&](int64_t, neural::CrowdNet& net) {
+      prior = net.LogPrior(torch::tensor(items, torch::kLong)).exp();
+      confusion = net.LogConfusion(torch::tensor(items, torch::kLong),
+                                   torch::tensor(annotators, torch::kLong)).exp();
+    });
+    ASSERT_THAT(model->Fit(data, {}, false).status(), IsOk());
+    ASSERT_TRUE(prior.defined());
+    for (size_t b = 0; b < items.size(); ++b) {
+      const int32_t i = static_cast<int32_t>(items[b]), a = static_cast<int32_t>(annotators[b]);
+      const std::vector<double> served_prior = model->ItemPrior(i);
+      for (int32_t c = 0; c < 3; ++c) {
+        EXPECT_NEAR(served_prior[c], prior[b][c].item<double>(), 1e-5) << i;
+      }
+      if (std::string(method) == "crowdlayer") continue;
+      const std::vector<double> served = model->ItemAnnotatorConfusion(i, a);
+      for (int32_t x = 0; x < 9; ++x) {
+        EXPECT_NEAR(served[x], confusion[b][x / 3][x % 3].item<double>(), 1e-5)
+            << "item " << i << " annotator " << a << " cell " << x;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace verity::models
