@@ -19,6 +19,7 @@
 #include "models/annotation_matrix.h"
 #include "models/binary_codec.h"
 #include "models/neural/crowd_net.h"
+#include "models/neural/crowdlayer.h"
 #include "models/neural/flat_amsgrad.h"
 #include "models/neural/neural_truth_model.h"
 #include "models/neural/sparse_row_amsgrad.h"
@@ -1112,6 +1113,46 @@ TEST(DawidSkeneStartTest, IsDawidSkenesEmWithAdditiveSmoothingAndGoldClamped) {
       for (int32_t c = 0; c < kClasses; ++c) {
         EXPECT_NEAR(q[i][c].item<double>(), expected[i][c], 1e-5)
             << "item " << i << " class " << c << " after " << iterations << " iterations";
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// crowdlayer's variants (crowdlayer.h): mw trains a K x K matrix per annotator ("weights"), vw a
+// scale vector ("scales"), vb a bias vector ("biases"), vw+b both vectors; and
+// TrainedLabelDistribution(r, σ_i), read from the exported layers, is the trained network's
+// label distribution softmax(layer_r(σ_i)) at item i's classifier output σ_i = ItemPrior(i).
+TEST(CrowdLayerVariantsTest, EachVariantTrainsItsOwnLayersAndExportsThem) {
+  const AnnotationMatrix data = ShiftedCrowd();
+  const std::vector<int64_t> items = {0, 5, 17, 29}, annotators = {0, 3, 2, 1};
+  const std::map<std::string, std::vector<std::string>> layers = {
+      {"mw", {"weights"}}, {"vw", {"scales"}}, {"vb", {"biases"}}, {"vw+b", {"scales", "biases"}}};
+  for (const auto& [variant, expected_layers] : layers) {
+    SCOPED_TRACE(variant);
+    TruthModelOptions options = CpuOptions();
+    options.neural.steps = 40;
+    options.neural.crowdlayer_variant = variant;
+    auto model = MakeNeural("crowdlayer", options, 3);
+    std::vector<std::string> trained;
+    torch::Tensor noisy;
+    model->SetCheckpointObserver(1, [&](int64_t, neural::CrowdNet& net) {
+      trained.clear();
+      for (const auto& p : net.named_parameters(/*recurse=*/false)) trained.push_back(p.key());
+      noisy = net.LogNoisyLabel(torch::tensor(items, torch::kLong),
+                                torch::tensor(annotators, torch::kLong)).exp();
+    });
+    ASSERT_THAT(model->Fit(data, {}, false).status(), IsOk());
+    EXPECT_EQ(trained, expected_layers);
+    ASSERT_TRUE(noisy.defined());
+    const auto* crowdlayer = dynamic_cast<const neural::CrowdLayerModel*>(model.get());
+    ASSERT_NE(crowdlayer, nullptr);
+    for (size_t b = 0; b < items.size(); ++b) {
+      const int32_t i = static_cast<int32_t>(items[b]), a = static_cast<int32_t>(annotators[b]);
+      const std::vector<double> served =
+          crowdlayer->TrainedLabelDistribution(a, model->ItemPrior(i));
+      for (int32_t y = 0; y < 3; ++y) {
+        EXPECT_NEAR(served[y], noisy[b][y].item<double>(), 1e-5) << "item " << i << " label " << y;
       }
     }
   }
