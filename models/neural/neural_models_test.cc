@@ -451,6 +451,52 @@ TEST(TraceRegTest, LogitConfusionsStartAtNinetyPercentAndNeedNoProjection) {
   EXPECT_TRUE(torch::allclose(before.sum(2), torch::ones({annotators, k})));
 }
 
+// The paper's probabilities (trace_reg.h): a label's likelihood is (A^(r)ᵀ p_θ(x))[y] = Σ_k
+// p_θ(x)[k] A^(r)[k, y], row = true class, and the projection after a step puts each row
+// A^(r)[k, ·] back on the simplex (entries floored at kMinConfusion, then each row divided by
+// its sum). Checked on a hand-set confusion that is far from symmetric.
+TEST(TraceRegTest, ALabelsLikelihoodReadsTheConfusionByTrueClassRowAndRowsAreProjected) {
+  TruthModelOptions::Neural options;
+  neural::TraceRegNet net(4, 2, 3, 0, options);
+  torch::Tensor confusion;
+  for (const auto& p : net.named_parameters()) {
+    if (p.key() == "confusion") confusion = p.value();
+  }
+  ASSERT_TRUE(confusion.defined());
+  const float a[3][3] = {{0.7f, 0.2f, 0.1f}, {0.1f, 0.6f, 0.3f}, {0.5f, 0.25f, 0.25f}};
+  {
+    torch::NoGradGuard no_grad;
+    for (int32_t k = 0; k < 3; ++k) {
+      for (int32_t y = 0; y < 3; ++y) confusion[1][k][y].fill_(a[k][y]);
+    }
+  }
+  torch::NoGradGuard no_grad;
+  const torch::Tensor p = net.LogPrior(torch::tensor({2}, torch::kLong)).exp()[0];
+  const torch::Tensor log_noisy =
+      net.LogNoisyLabel(torch::tensor({2}, torch::kLong), torch::tensor({1}, torch::kLong))[0];
+  for (int32_t y = 0; y < 3; ++y) {
+    double expected = 0;
+    for (int32_t k = 0; k < 3; ++k) expected += p[k].item<double>() * a[k][y];
+    EXPECT_NEAR(log_noisy[y].item<double>(), std::log(expected), 1e-5) << y;
+  }
+  // Rows of positive weights with one negative entry, as a step can leave them.
+  const float raw[3][3] = {{2.0f, 1.0f, 1.0f}, {1.0f, 1.0f, -0.5f}, {0.5f, 0.5f, 3.0f}};
+  for (int32_t k = 0; k < 3; ++k) {
+    for (int32_t y = 0; y < 3; ++y) confusion[0][k][y].fill_(raw[k][y]);
+  }
+  net.AfterOptimizerStep();
+  const double floor = neural::TraceRegNet::kMinConfusion;
+  const double expected[3][3] = {{0.5, 0.25, 0.25},
+                                 {1 / (2 + floor), 1 / (2 + floor), floor / (2 + floor)},
+                                 {0.125, 0.125, 0.75}};
+  for (int32_t k = 0; k < 3; ++k) {
+    for (int32_t y = 0; y < 3; ++y) {
+      EXPECT_NEAR(confusion[0][k][y].item<double>(), expected[k][y], 1e-6) << k << " " << y;
+      EXPECT_NEAR(confusion[1][k][y].item<double>(), a[k][y], 1e-6) << k << " " << y;
+    }
+  }
+}
+
 // Logit confusions take no floor in training: a label on an entry far below kMinConfusion
 // still raises it (a floor would pass no gradient, and the entry could never come back).
 TEST(TraceRegTest, ALabelOnALogitEntryBelowTheFloorStillRaisesIt) {
