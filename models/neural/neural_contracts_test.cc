@@ -1158,5 +1158,29 @@ TEST(CrowdLayerVariantsTest, EachVariantTrainsItsOwnLayersAndExportsThem) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Clone (truth_model.h: a deep copy, parameters and options included) carries the features set
+// for the next fit and their standardisation: a clone of an unfitted model with item and
+// annotator features fits exactly as the original does, and predicts a new annotator's
+// confusion from its features alike.
+TEST(CloneTest, AClonesFitIsTheOriginalsWithTheSameFeatures) {
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 40;
+  options.neural.em_iterations = 2;
+  auto original = MakeNeural("lia", options);
+  std::vector<float> item_features;
+  for (int i = 0; i < 20; ++i) item_features.push_back(static_cast<float>(i % 2) + 0.1f * i);
+  ASSERT_THAT(original->SetItemFeatures(1, item_features), IsOk());
+  ASSERT_THAT(original->SetAnnotatorFeatures(2, {0.0f, 3.0f, 1.0f, 5.0f, 2.0f, 4.0f}), IsOk());
+  std::unique_ptr<TruthModel> clone = original->Clone();
+  const AnnotationMatrix data = TinyCrowd(20, 3);
+  ASSERT_THAT(original->Fit(data, {}, false).status(), IsOk());
+  ASSERT_THAT(clone->Fit(data, {}, false).status(), IsOk());
+  EXPECT_EQ(AllPosteriors(*clone, data, {}), AllPosteriors(*original, data, {}));
+  const std::vector<double> predicted = original->AnnotatorConfusionFromFeatures(3, {1.5f, 4.0f});
+  EXPECT_EQ(predicted.size(), 4u);
+  EXPECT_EQ(clone->AnnotatorConfusionFromFeatures(3, {1.5f, 4.0f}), predicted);
+}
+
 }  // namespace
 }  // namespace verity::models
