@@ -1182,5 +1182,21 @@ TEST(CloneTest, AClonesFitIsTheOriginalsWithTheSameFeatures) {
   EXPECT_EQ(clone->AnnotatorConfusionFromFeatures(3, {1.5f, 4.0f}), predicted);
 }
 
+// The seed (TruthModelOptions::Neural::seed) sets the initialisation and the minibatch order:
+// two fits with one seed are equal, and a fit with another seed differs.
+TEST(SeedTest, TheSeedChoosesTheFit) {
+  const AnnotationMatrix data = TinyCrowd(20, 3);
+  auto fit = [&](uint64_t seed) {
+    TruthModelOptions options = CpuOptions();
+    options.neural.steps = 10;
+    options.neural.seed = seed;
+    auto model = MakeNeural("trace_reg", options);
+    EXPECT_THAT(model->Fit(data, {}, false).status(), IsOk());
+    return model->ItemPrior(0);
+  };
+  EXPECT_EQ(fit(2), fit(2));
+  EXPECT_NE(fit(1), fit(2));
+}
+
 }  // namespace
 }  // namespace verity::models
