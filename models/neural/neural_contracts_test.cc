@@ -1198,5 +1198,37 @@ TEST(SeedTest, TheSeedChoosesTheFit) {
   EXPECT_NE(fit(1), fit(2));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Ids outside the fit (neural_truth_model.h: [0, fitted_items()) and [0, fitted_annotators())
+// are the fitted ones) start right past the last fitted id: item N gets the class prior and an
+// unknown item's confusions, annotator R the population confusion and no embedding, exactly as
+// ids far beyond the fit do.
+TEST(UnseenIdsTest, TheFirstIdPastTheFitIsUnseen) {
+  const AnnotationMatrix data = ShiftedCrowd();  // items 0-30, annotators 0-3
+  constexpr int32_t kItems = 31, kAnnotators = 4, kFar = 1000;
+  for (const char* method : {"crowdlayer", "trace_reg", "conal", "lia", "cmm"}) {
+    SCOPED_TRACE(method);
+    TruthModelOptions options = CpuOptions();
+    options.neural.steps = 20;
+    options.neural.em_iterations = 1;
+    auto model = MakeNeural(method, options, 3);
+    ASSERT_THAT(model->Fit(data, {}, false).status(), IsOk());
+    EXPECT_EQ(model->ItemPrior(kItems), model->ItemPrior(kFar));
+    EXPECT_EQ(model->AnnotatorConfusion(kAnnotators), model->AnnotatorConfusion(kFar));
+    EXPECT_EQ(model->ItemAnnotatorConfusion(kItems, 1), model->ItemAnnotatorConfusion(kFar, 1));
+    EXPECT_EQ(model->ItemAnnotatorConfusion(2, kAnnotators),
+              model->ItemAnnotatorConfusion(2, kFar));
+    EXPECT_EQ(model->ItemAnnotatorConfusion(kItems, kAnnotators),
+              model->ItemAnnotatorConfusion(kFar, kFar));
+    EXPECT_TRUE(model->AnnotatorEmbedding(kAnnotators).empty());
+    std::vector<double> at_boundary(3), far(3);
+    const std::vector<AnnotationMatrix::Entry> labels = {{kAnnotators, 2}, {1, 0}};
+    model->ItemPosteriorForItem(kItems, labels, -1, absl::MakeSpan(at_boundary));
+    const std::vector<AnnotationMatrix::Entry> far_labels = {{kFar, 2}, {1, 0}};
+    model->ItemPosteriorForItem(kFar, far_labels, -1, absl::MakeSpan(far));
+    EXPECT_EQ(at_boundary, far);
+  }
+}
+
 }  // namespace
 }  // namespace verity::models
