@@ -1230,5 +1230,33 @@ TEST(UnseenIdsTest, TheFirstIdPastTheFitIsUnseen) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The label likelihood the networks train on is the marginal over the true class (neural_truth_
+// model.h): log p(y | i, a) = log Σ_k h_i[k] Q(i, a)[k, y], for the models whose label
+// distribution is that mixture (lia, cmm, trace_reg; crowdlayer's and conal's layers act on h
+// itself). Read at the end of a fit through a checkpoint observer.
+TEST(MarginalLikelihoodTest, TheNoisyLabelIsTheMixtureOfTheConfusionRowsByTheTruePrior) {
+  const AnnotationMatrix data = ShiftedCrowd();
+  const torch::Tensor items = torch::tensor({0, 5, 17, 29}, torch::kLong);
+  const torch::Tensor annotators = torch::tensor({0, 3, 2, 1}, torch::kLong);
+  for (const char* method : {"lia", "cmm", "trace_reg"}) {
+    SCOPED_TRACE(method);
+    TruthModelOptions options = CpuOptions();
+    options.neural.steps = 60;
+    options.neural.em_iterations = 2;
+    options.neural.featureless_em = false;  // trace_reg: the paper's probabilities
+    auto model = MakeNeural(method, options, 3);
+    torch::Tensor noisy, mixture;
+    model->SetCheckpointObserver(1, [&](int64_t, neural::CrowdNet& net) {
+      noisy = net.LogNoisyLabel(items, annotators);
+      mixture = torch::logsumexp(
+          net.LogPrior(items).unsqueeze(2) + net.LogConfusion(items, annotators), 1);
+    });
+    ASSERT_THAT(model->Fit(data, {}, false).status(), IsOk());
+    ASSERT_TRUE(noisy.defined());
+    EXPECT_TRUE(torch::allclose(noisy, mixture, 1e-4, 1e-4)) << noisy << mixture;
+  }
+}
+
 }  // namespace
 }  // namespace verity::models
