@@ -1414,5 +1414,37 @@ TEST(FeaturelessEmTest, ConalKeepsThePapersLoss) {
   }
 }
 
+// cmm's Individual M-step (cmm.h): p(m | a) ∝ Σ_{l of a} Σ_k r_l(k, m) + α_m, one pseudo-label
+// of the crowd's mix, so that an annotator with n labels keeps at least α_m / (n + 1) of every
+// group m (its responsibilities sum to n over the groups). Read from the network after the
+// last step, where the memberships and α are the last M-step's.
+TEST(CmmTest, MembershipsOfAnAnnotatorWithFewLabelsStayNearTheCrowdsMix) {
+  std::vector<Annotation> labels;
+  for (int32_t i = 0; i < 40; ++i) {
+    for (int32_t a = 0; a < 4; ++a) labels.push_back({i, a, a == 3 ? 1 - i % 2 : i % 2});
+  }
+  labels.push_back({0, 4, 1});  // annotator 4: one label
+  const AnnotationMatrix data = *AnnotationMatrix::Build(40, 5, 2, labels);
+  TruthModelOptions options = FastOptions();
+  options.neural.cmm_groups = 3;
+  auto model = Make("cmm", 2, options);
+  auto* cmm = dynamic_cast<neural::NeuralTruthModel*>(model.get());
+  ASSERT_NE(cmm, nullptr);
+  torch::Tensor membership, log_alpha;
+  cmm->SetCheckpointObserver(1, [&](int64_t, neural::CrowdNet& net) {
+    for (const auto& b : net.named_buffers()) {
+      if (b.key() == "membership") membership = b.value().clone();
+      if (b.key() == "log_alpha") log_alpha = b.value().clone();
+    }
+  });
+  ASSERT_THAT(model->Fit(data, {}, false).status(), IsOk());
+  ASSERT_TRUE(membership.defined() && log_alpha.defined());
+  for (int32_t m = 0; m < 3; ++m) {
+    const double alpha = std::exp(log_alpha[m].item<double>());
+    EXPECT_GE(membership[4][m].item<double>(), alpha / 2 - 1e-6) << m;
+    EXPECT_GE(membership[0][m].item<double>(), alpha / 41 - 1e-6) << m;
+  }
+}
+
 }  // namespace
 }  // namespace verity::models
