@@ -1258,5 +1258,40 @@ TEST(MarginalLikelihoodTest, TheNoisyLabelIsTheMixtureOfTheConfusionRowsByTheTru
   }
 }
 
+// A warm start copies the previous network's parameters (neural_truth_model.h), not its inputs:
+// item features set since the last fit (SetItemFeatures keeps them for the next Fit) are what
+// the warm fit's network reads, as a cold fit with them would.
+TEST(WarmStartTest, ReadsTheItemFeaturesSetSinceNotThePreviousFits) {
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 8;
+  const AnnotationMatrix data = TinyCrowd(10, 3);
+  auto features_read = [](neural::NeuralTruthModel& model) {
+    auto read = std::make_shared<torch::Tensor>();
+    model.SetCheckpointObserver(1, [read](int64_t, neural::CrowdNet& net) {
+      for (const auto& b : net.named_buffers()) {
+        if (b.key() == "items.features") *read = b.value().clone();
+      }
+    });
+    return read;
+  };
+  std::vector<float> before, after;
+  for (int i = 0; i < 10; ++i) {
+    before.push_back(static_cast<float>(i % 2));
+    after.push_back(static_cast<float>(i % 3) + 0.5f * static_cast<float>(i));
+  }
+  auto warm = MakeNeural("crowdlayer", options);
+  ASSERT_THAT(warm->SetItemFeatures(1, before), IsOk());
+  ASSERT_THAT(warm->Fit(data, {}, false).status(), IsOk());
+  ASSERT_THAT(warm->SetItemFeatures(1, after), IsOk());
+  std::shared_ptr<torch::Tensor> warm_read = features_read(*warm);
+  ASSERT_THAT(warm->Fit(data, {}, true).status(), IsOk());
+  auto cold = MakeNeural("crowdlayer", options);
+  ASSERT_THAT(cold->SetItemFeatures(1, after), IsOk());
+  std::shared_ptr<torch::Tensor> cold_read = features_read(*cold);
+  ASSERT_THAT(cold->Fit(data, {}, false).status(), IsOk());
+  ASSERT_TRUE(warm_read->defined() && cold_read->defined());
+  EXPECT_TRUE(torch::equal(*warm_read, *cold_read)) << *warm_read << *cold_read;
+}
+
 }  // namespace
 }  // namespace verity::models
