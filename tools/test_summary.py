@@ -5,7 +5,8 @@ Usage: test_summary.py BAZEL_TESTLOGS_DIR [TARGETS_FILE]. Exits 1 when any test 
 a test target produced no test cases but failed as a whole), 0 otherwise.
 
 TARGETS_FILE lists the workspace's test targets, one label a line (`bazel query 'tests(//...)'`).
-With it, only those targets' test.xml count, and a listed target without one counts as failed:
+With it, only those targets' test.xml count (a sharded target's, one per shard), and a listed
+target without one counts as failed:
 bazel-testlogs keeps the logs of targets that were renamed or moved, and they must not be
 counted again (or fail `make test` forever). Without it, every test.xml under the folder counts.
 """
@@ -45,7 +46,32 @@ def test_logs(logs, targets_file):
     paths = []
     for line in pathlib.Path(targets_file).read_text().split():
         package, _, name = line.lstrip("/").partition(":")
-        path = logs / package / name / "test.xml"
+        target = logs / package / name
+        path = target / "test.xml"
+        shards = shard_logs(target)
+        # A target sharded before or after its last unsharded run keeps both kinds of logs:
+        # the newer run counts.
+        if shards and path.is_file() and path.stat().st_mtime >= max(
+                (p.stat().st_mtime for p, exists in shards if exists), default=0):
+            shards = []
+        paths.extend(shards or [(path, path.is_file())])
+    return paths
+
+
+def shard_logs(target):
+    """[(test.xml path, whether it exists)] of each shard of a sharded target
+    (TARGET/shard_I_of_N/test.xml, every I of the newest run's N), or [] if it has none."""
+    runs = {}
+    for shard in target.glob("shard_*_of_*"):
+        _, _, of = shard.name.rpartition("_of_")
+        if of.isdigit():
+            runs.setdefault(int(of), []).append(shard.stat().st_mtime)
+    if not runs:
+        return []
+    newest = max(runs, key=lambda n: max(runs[n]))
+    paths = []
+    for i in range(1, newest + 1):
+        path = target / ("shard_%d_of_%d" % (i, newest)) / "test.xml"
         paths.append((path, path.is_file()))
     return paths
 

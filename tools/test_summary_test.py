@@ -53,6 +53,18 @@ class TestSummaryTest(unittest.TestCase):
             targets.write_text("//server/state:a_test\n//server/state:never_ran_test\n")
             self.assertEqual(run(logs, str(targets)), (1, "2 passed, 1 failed"))
 
+    def test_a_sharded_target_counts_each_shard_and_fails_without_one(self):
+        # Bazel writes a sharded target's logs per shard: NAME/shard_I_of_N/test.xml.
+        with tempfile.TemporaryDirectory() as logs, tempfile.TemporaryDirectory() as tmp:
+            write(logs, "tests/sharded_test/shard_1_of_2", PASS_TWO)
+            write(logs, "tests/sharded_test/shard_2_of_2", FAIL_ONE)
+            write(logs, "tests/half_test/shard_1_of_2", PASS_TWO)
+            targets = pathlib.Path(tmp) / "targets"
+            targets.write_text("//tests:sharded_test\n")
+            self.assertEqual(run(logs, str(targets)), (1, "2 passed, 1 failed"))
+            targets.write_text("//tests:half_test\n")
+            self.assertEqual(run(logs, str(targets)), (1, "2 passed, 1 failed"))
+
 
 if __name__ == "__main__":
     unittest.main()
