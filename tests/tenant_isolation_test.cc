@@ -346,6 +346,20 @@ class TenantIsolationTest : public ::testing::Test {
         << "the background fit of " << held << " never started";
   }
 
+  // `rpc` of `stub` on `project` with the reader key of kHogProject; its status.
+  template <typename Stub, typename Request, typename Response>
+  static grpc::Status ReaderCall(Stub& stub,
+                                 grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&,
+                                                           Response*),
+                                 const std::string& project) {
+    Request request;
+    request.set_project(project);
+    Response response;
+    grpc::ClientContext context;
+    Authorize(context, *reader_);
+    return (stub.*rpc)(&context, request, &response);
+  }
+
   static TestPostgres* postgres_;
   static std::string* admin_key_file_;
   static server::VerityServer* server_;
@@ -479,40 +493,13 @@ TEST_F(TenantIsolationTest, TheConsoleAnswersAnotherProjectAsANonexistentOne) {
 // not exist must answer alike (PERMISSION_DENIED), with nothing of the project in the message.
 TEST_F(TenantIsolationTest, ReaderRpcsAnswerAnotherProjectAsANonexistentOne) {
   auto statuses = [&](const std::string& project) {
-    std::vector<grpc::Status> out;
-    {
-      v1::GetModelStatusRequest r;
-      r.set_project(project);
-      v1::GetModelStatusResponse resp;
-      grpc::ClientContext c;
-      Authorize(c, *reader_);
-      out.push_back(v1::ModelService::NewStub(*channel_)->GetModelStatus(&c, r, &resp));
-    }
-    {
-      v1::ListModelVersionsRequest r;
-      r.set_project(project);
-      v1::ListModelVersionsResponse resp;
-      grpc::ClientContext c;
-      Authorize(c, *reader_);
-      out.push_back(v1::ModelService::NewStub(*channel_)->ListModelVersions(&c, r, &resp));
-    }
-    {
-      v1::ListPosteriorsRequest r;
-      r.set_project(project);
-      v1::ListPosteriorsResponse resp;
-      grpc::ClientContext c;
-      Authorize(c, *reader_);
-      out.push_back(v1::TruthService::NewStub(*channel_)->ListPosteriors(&c, r, &resp));
-    }
-    {
-      v1::GetAnnotatorProfilesRequest r;
-      r.set_project(project);
-      v1::GetAnnotatorProfilesResponse resp;
-      grpc::ClientContext c;
-      Authorize(c, *reader_);
-      out.push_back(v1::TruthService::NewStub(*channel_)->GetAnnotatorProfiles(&c, r, &resp));
-    }
-    return out;
+    auto models = v1::ModelService::NewStub(*channel_);
+    auto truth = v1::TruthService::NewStub(*channel_);
+    return std::vector<grpc::Status>{
+        ReaderCall(*models, &v1::ModelService::Stub::GetModelStatus, project),
+        ReaderCall(*models, &v1::ModelService::Stub::ListModelVersions, project),
+        ReaderCall(*truth, &v1::TruthService::Stub::ListPosteriors, project),
+        ReaderCall(*truth, &v1::TruthService::Stub::GetAnnotatorProfiles, project)};
   };
   const std::vector<grpc::Status> existing = statuses(kVictimProject);
   const std::vector<grpc::Status> missing = statuses("no-such-project");
