@@ -49,9 +49,9 @@ ABSL_FLAG(bool, background_refit, true,
 ABSL_FLAG(int, refit_staleness_seconds, 30,
           "A project with new labels is refit at least this often (seconds).");
 ABSL_FLAG(double, trainer_busy_fraction, 0.5,
-          "In (0, 1]: the most of its time the in-process background trainer spends fitting; "
-          "after a fit of d seconds it rests d*(1-f)/f, at most --refit_staleness_seconds, before "
-          "the next (1: back to back).");
+          "In (0, 1]: the most of its time each in-process background fitter "
+          "(--max_concurrent_fits of them) spends fitting; after a fit of d seconds it rests "
+          "d*(1-f)/f, at most --refit_staleness_seconds, before its next (1: back to back).");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the gRPC port (enables TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",

@@ -2,8 +2,8 @@
 // not (docs/SECURITY.md). A real server (authentication on) over a real PostgreSQL and real
 // gRPC channels, among them a bare HTTP/2 client that never opens its receive window; every
 // expectation comes from the words of docs/SECURITY.md, README.md and the protos, quoted above
-// each test. From a black-box probe; its two findings still open are DISABLED_ here and
-// stated in docs/SECURITY.md ("Known gaps").
+// each test. From a black-box probe; its finding still open is DISABLED_ here and stated in
+// docs/SECURITY.md ("Open gaps").
 #include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -520,8 +520,8 @@ TEST_F(TenantIsolationTest, ReaderRpcsAnswerAnotherProjectAsANonexistentOne) {
 // tenant's project gets 60 new labels (past refit_min_new_labels' default 50) while it runs.
 // With a free fit slot and a staleness of 2 s, the other project must be refit within a few
 // seconds, not only once the long fit ends.
-// Still open (docs/SECURITY.md, "Open gaps"): fails on the current code.
-TEST_F(TenantIsolationTest, DISABLED_OneTenantsLongBackgroundFitDoesNotHoldUpAnothersRefit) {
+// Failed before the background fitters took a queue (the pass waited for all its fits).
+TEST_F(TenantIsolationTest, OneTenantsLongBackgroundFitDoesNotHoldUpAnothersRefit) {
   HeldBackgroundFit fit;
   ASSERT_NO_FATAL_FAILURE(StartWithAHeldBackgroundFit("bg-slow", "bg-fast", fit));
   const std::shared_ptr<grpc::Channel>& channel = fit.channel;

@@ -67,7 +67,13 @@ TrainingScheduler::TrainingScheduler(ProjectRegistry& registry,
       options_(options),
       metrics_(metrics != nullptr ? std::make_unique<Metrics>(*metrics) : nullptr),
       free_slots_(std::max(1, options.max_concurrent_fits)) {
-  if (options_.run_in_background) thread_ = std::thread([this] { Loop(); });
+  if (!options_.run_in_background) return;
+  if (!options_.use_workers) {
+    for (int i = 0; i < std::max(1, options_.max_concurrent_fits); ++i) {
+      fitters_.emplace_back([this] { FitQueuedProjects(); });
+    }
+  }
+  thread_ = std::thread([this] { Loop(); });
 }
 
 TrainingScheduler::~TrainingScheduler() { Stop(); }
@@ -78,6 +84,8 @@ void TrainingScheduler::Stop() {
     stopping_ = true;
   }
   if (thread_.joinable()) thread_.join();
+  for (std::thread& fitter : fitters_) fitter.join();
+  fitters_.clear();
 }
 
 absl::Status TrainingScheduler::RefitDueProjectsNow(bool force) {
@@ -348,19 +356,75 @@ absl::Duration TrainingScheduler::NextPassDelay(absl::Duration busy, double max_
   return std::max(poll_interval, std::min(rest, max_staleness));
 }
 
+bool TrainingScheduler::WaitUnlessStopping(absl::Duration delay) {
+  absl::MutexLock lock(&mu_);
+  auto stopping = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_; };
+  mu_.AwaitWithTimeout(absl::Condition(&stopping), delay);
+  return stopping_;
+}
+
 void TrainingScheduler::Loop() {
   absl::Duration delay = options_.poll_interval;
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      auto stopping = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_; };
-      mu_.AwaitWithTimeout(absl::Condition(&stopping), delay);
-      if (stopping_) return;
+  while (!WaitUnlessStopping(delay)) {
+    if (!options_.use_workers) {
+      QueueDueProjects();
+      continue;
     }
     const absl::Time start = absl::Now();
     RefitDueProjectsNow().IgnoreError();
     delay = NextPassDelay(absl::Now() - start, options_.max_busy_fraction, options_.poll_interval,
                           options_.max_staleness);
+  }
+}
+
+void TrainingScheduler::QueueDueProjects() {
+  for (const std::shared_ptr<LiveProject>& project : registry_.All()) {
+    const int64_t project_id = project->identity().project_id;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      if (queued_or_fitting_.contains(project_id)) continue;
+    }
+    // Asked outside queue_mu_: RefitDue takes the project's own lock.
+    if (!project->RefitDue(absl::Now(), options_.max_staleness)) continue;
+    absl::MutexLock lock(&queue_mu_);
+    if (queued_or_fitting_.insert(project_id).second) queue_.push_back(project);
+  }
+}
+
+void TrainingScheduler::FitQueuedProjects() {
+  while (true) {
+    std::shared_ptr<LiveProject> project;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
+        return !queue_.empty();
+      };
+      // Woken by the queue, and at least every poll interval to see Stop().
+      queue_mu_.AwaitWithTimeout(absl::Condition(&has_work), options_.poll_interval);
+      if (!queue_.empty()) {
+        project = std::move(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    {
+      // A fit already started runs to its end; none starts after Stop().
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    if (project == nullptr) continue;
+    const absl::Time start = absl::Now();
+    // Errors are logged and counted by RefitAndLog; the project is queued again when due.
+    RefitAndLog(*project, /*only_if_due=*/true).IgnoreError();
+    const absl::Duration busy = absl::Now() - start;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      queued_or_fitting_.erase(project->identity().project_id);
+    }
+    project.reset();
+    if (WaitUnlessStopping(NextPassDelay(busy, options_.max_busy_fraction,
+                                         options_.poll_interval, options_.max_staleness))) {
+      return;
+    }
   }
 }
 

@@ -1,34 +1,41 @@
 // TrainingScheduler: refits stale projects in the background.
 //
-// A background thread wakes every Options::poll_interval, asks each project whether a refit
-// is due (LiveProject::RefitDue: enough new labels, staleness, or a method change) and
-//   - in-process (the default): runs the due fits on up to Options::max_concurrent_fits
-//     threads, each project's fits one at a time (TrainModel's fits share the same slots);
+// A background thread wakes every Options::poll_interval and asks each project whether a refit
+// is due (LiveProject::RefitDue: enough new labels, staleness, or a method change), then
+//   - in-process (the default): queues each due project that is not queued or being fit
+//     already for the background fitters, Options::max_concurrent_fits threads that take the
+//     queue in order, each project's fits one at a time (TrainModel's fits share the same
+//     slots). The poll does not wait for the fits: one project's long fit holds one fitter,
+//     and the others keep refitting the projects that become due meanwhile;
 //   - with Options::use_workers: first serves any newer model version a worker process stored
 //     (LiveProject::AdoptVersion; a pass polls the newest version's number and reads a
-//     version's parameters once, and never again one that failed to restore), then enqueues a training job for each due project
-//     (storage/training_job_store.h) for a verity_worker to run.
+//     version's parameters once, and never again one that failed to restore), then enqueues a
+//     training job for each due project (storage/training_job_store.h) for a verity_worker to
+//     run.
 // Tests call RefitDueProjectsNow() to drive it step by step.
 //
-// The background thread fits at most Options::max_busy_fraction of the time: after a pass
-// that spent d fitting it rests d·(1 − f)/f, at most max_staleness, before the next
-// (NextPassDelay). A bulk load makes
-// a refit due as soon as the previous one ends; without the rest the trainer would take a
-// whole core from ingest and PostgreSQL for as long as the load lasts. Served posteriors do
-// not wait for refits (ingest publishes them under the current parameters), so the rest only
-// delays new parameters.
+// Each background fitter fits at most Options::max_busy_fraction of the time: after a fit
+// that took d it rests d·(1 − f)/f, at most max_staleness, before its next (NextPassDelay;
+// in worker mode the poll rests after a pass the same way). A bulk load makes a refit due as
+// soon as the previous one ends; without the rest the trainer would take whole cores from
+// ingest and PostgreSQL for as long as the load lasts. Served posteriors do not wait for
+// refits (ingest publishes them under the current parameters), so the rest only delays new
+// parameters.
 //
 // Thread-safety: thread-safe. Stop() (also run by the destructor) lets a running fit finish.
 #ifndef VERITY_SERVER_TRAINING_TRAINING_SCHEDULER_H_
 #define VERITY_SERVER_TRAINING_TRAINING_SCHEDULER_H_
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/observability/metrics.h"
@@ -102,21 +109,30 @@ class TrainingScheduler {
 
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // How long the background thread waits before its next pass when the last one spent `busy`
-  // fitting: busy·(1 − f)/f, at least poll_interval and at most max_staleness (so that the
-  // rest never delays a refit by more than the staleness bound). An f outside (0, 1] counts
-  // as 1.
   // Serves the newest version stored for `project` (by a worker, or by another replica) if it
   // is newer than the one served: reads the newest version's number, and its parameters only
   // when newer and not refused before. Returns the version now served (0 before any). Safe to
   // call from any thread (the replica follower calls it when a version is stored).
   absl::StatusOr<int32_t> AdoptStoredVersion(LiveProject& project);
 
+  // How long a background fitter rests after a fit that took `busy` (and the worker-mode poll
+  // after a pass): busy·(1 − f)/f, at least poll_interval and at most max_staleness (so that
+  // the rest never delays a refit by more than the staleness bound). An f outside (0, 1]
+  // counts as 1.
   static absl::Duration NextPassDelay(absl::Duration busy, double max_busy_fraction,
                                       absl::Duration poll_interval, absl::Duration max_staleness);
 
  private:
+  // The background poll: queues the due projects (in-process) or runs a worker-mode pass.
   void Loop();
+  // In-process: queues each project whose refit is due and that is not queued or being fit by
+  // a background fitter already.
+  void QueueDueProjects() ABSL_LOCKS_EXCLUDED(queue_mu_);
+  // A background fitter: fits the queued projects one after another, resting after each fit
+  // (NextPassDelay), until Stop().
+  void FitQueuedProjects() ABSL_LOCKS_EXCLUDED(queue_mu_, mu_);
+  // Waits up to `delay`; true once Stop() was called.
+  bool WaitUnlessStopping(absl::Duration delay) ABSL_LOCKS_EXCLUDED(mu_);
   // Refits one project and logs the outcome: waits for the project's fit in progress, if any,
   // then for a free slot (max_concurrent_fits), then claims the fit lock (Options::fit_locks).
   // Returns nullopt, without fitting, when another replica holds the lock; or when, after
@@ -136,7 +152,12 @@ class TrainingScheduler {
   const Options options_;
   struct Metrics;  // The scheduler's metric children; null without a registry.
   const std::unique_ptr<Metrics> metrics_;
-  absl::Mutex pass_mu_;  // One background (or RefitDueProjectsNow) pass at a time.
+  absl::Mutex pass_mu_;  // One RefitDueProjectsNow pass (or worker-mode poll) at a time.
+  // In-process background fits: the due projects waiting for a fitter, in the order they
+  // became due, and the ids of those queued or being fit (a project is queued once).
+  absl::Mutex queue_mu_;
+  std::deque<std::shared_ptr<LiveProject>> queue_ ABSL_GUARDED_BY(queue_mu_);
+  absl::flat_hash_set<int64_t> queued_or_fitting_ ABSL_GUARDED_BY(queue_mu_);
   // Worker mode: per project, the newest stored version that failed to restore, so that its
   // parameters are not read again on every pass (AdoptStoredVersion).
   absl::Mutex refused_mu_;
@@ -149,6 +170,7 @@ class TrainingScheduler {
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
+  std::vector<std::thread> fitters_;  // In-process background fitters.
 };
 
 }  // namespace verity::server

@@ -1,0 +1,187 @@
+// TrainingScheduler's background fitters against a real PostgreSQL (training_scheduler.h): the
+// poll queues each due project for Options::max_concurrent_fits fitters and does not wait for
+// their fits, so one project's long fit holds one fitter while the others keep refitting the
+// projects that become due; and a project is refit again each time it becomes due.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/state/project_registry.h"
+#include "server/state/storage_handles.h"
+#include "server/training/training_scheduler.h"
+#include "storage/annotation_store.h"
+#include "storage/project_store.h"
+#include "storage/testing/postgres_fixture.h"
+#include "verity/v1/projects.pb.h"
+
+namespace verity::server {
+namespace {
+
+// Lets a held fit go when a test ends early (a failed ASSERT), so that the scheduler's
+// destructor, which waits for running fits, does not wait forever.
+struct ReleaseOnExit {
+  absl::Notification& release;
+  ~ReleaseOnExit() {
+    if (!release.HasBeenNotified()) release.Notify();
+  }
+};
+
+class TrainingSchedulerBackgroundTest : public storage::testing::PostgresTest {
+ protected:
+  void SetUp() override {
+    storage::testing::PostgresTest::SetUp();
+    NewProject("slow");
+    NewProject("fast");
+    auto storage = StorageHandles::Open(url(), 4);
+    ASSERT_TRUE(storage.ok()) << storage.status();
+    storage_ = std::move(*storage);
+    registry_ = std::make_unique<ProjectRegistry>(*storage_);
+    ASSERT_TRUE(registry_->LoadAll().ok());
+  }
+
+  // A Dawid-Skene project with 40 items x 3 labels.
+  void NewProject(const std::string& name) {
+    storage::ProjectStore projects(&pool());
+    storage::ProjectRecord p;
+    p.name = name;
+    p.classes = {"a", "b"};
+    v1::ProjectSettings settings;
+    settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+    p.settings = settings.SerializeAsString();
+    auto created = projects.CreateProject(p);
+    ASSERT_TRUE(created.ok()) << created.status();
+    std::vector<storage::AnnotationWrite> writes;
+    for (int i = 0; i < 40; ++i) {
+      for (int r = 0; r < 3; ++r) {
+        const int annotator = (i + r) % 5;
+        writes.push_back({created->project_id, absl::StrCat("i", i), absl::StrCat("w", annotator),
+                          annotator < 4 ? i % 2 : 1 - i % 2, std::nullopt});
+      }
+    }
+    storage::AnnotationStore annotations(&pool());
+    ASSERT_TRUE(annotations.CommitAnnotations(writes).ok());
+  }
+
+  LiveProject& Project(const std::string& name) { return **registry_->Get(name); }
+
+  // Makes `name`'s refit due: a method change (LiveProject::RefitDue), one_coin and back.
+  void MakeDue(const std::string& name) {
+    LiveProject& project = Project(name);
+    v1::ProjectSettings settings = project.settings();
+    settings.mutable_model()->set_method(
+        settings.model().method() == v1::TRUTH_METHOD_ONE_COIN ? v1::TRUTH_METHOD_DAWID_SKENE
+                                                                : v1::TRUTH_METHOD_ONE_COIN);
+    project.SetSettings(settings);
+  }
+
+  // Waits up to `limit` for `name` to serve at least `version`; true when it does.
+  bool ServesVersion(const std::string& name, int32_t version,
+                     absl::Duration limit = absl::Seconds(10)) {
+    const absl::Time give_up = absl::Now() + limit;
+    while (Project(name).model_version() < version) {
+      if (absl::Now() >= give_up) return false;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return true;
+  }
+
+  static TrainingScheduler::Options Background() {
+    TrainingScheduler::Options options;
+    options.poll_interval = absl::Milliseconds(20);
+    options.max_busy_fraction = 1.0;  // No rest: the tests time refits, not the duty cycle.
+    options.max_concurrent_fits = 2;
+    return options;
+  }
+
+  std::unique_ptr<StorageHandles> storage_;
+  std::unique_ptr<ProjectRegistry> registry_;
+};
+
+TEST_F(TrainingSchedulerBackgroundTest, AProjectIsRefitAgainEachTimeItBecomesDue) {
+  TrainingScheduler scheduler(*registry_, *storage_->versions, nullptr, Background());
+  ASSERT_TRUE(ServesVersion("fast", 1));
+  for (int32_t version = 2; version <= 4; ++version) {
+    MakeDue("fast");
+    EXPECT_TRUE(ServesVersion("fast", version)) << "version " << version << " never came";
+  }
+}
+
+TEST_F(TrainingSchedulerBackgroundTest, ALongFitHoldsOneFitterWhileAnotherProjectIsRefit) {
+  absl::Mutex mu;
+  bool hold_slow = false;
+  absl::Notification slow_fit_started;
+  absl::Notification release_slow;
+  TrainingScheduler::Options options = Background();
+  options.before_fit_for_testing = [&](const LiveProject& project) {
+    if (project.identity().name != "slow") return;
+    {
+      absl::MutexLock lock(&mu);
+      if (!hold_slow) return;
+    }
+    slow_fit_started.Notify();
+    release_slow.WaitForNotification();
+  };
+  TrainingScheduler scheduler(*registry_, *storage_->versions, nullptr, options);
+  ReleaseOnExit release_on_exit{release_slow};  // Before the scheduler joins its fitters.
+  ASSERT_TRUE(ServesVersion("slow", 1));
+  ASSERT_TRUE(ServesVersion("fast", 1));
+  {
+    absl::MutexLock lock(&mu);
+    hold_slow = true;
+  }
+  MakeDue("slow");
+  ASSERT_TRUE(slow_fit_started.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  // While slow's fit is held, fast becomes due twice; a fitter is free each time.
+  MakeDue("fast");
+  EXPECT_TRUE(ServesVersion("fast", 2)) << "not refit while another project's fit ran";
+  MakeDue("fast");
+  EXPECT_TRUE(ServesVersion("fast", 3)) << "not refit again while another project's fit ran";
+  EXPECT_EQ(Project("slow").model_version(), 1);
+  release_slow.Notify();
+  EXPECT_TRUE(ServesVersion("slow", 2));
+}
+
+// With one fitter, a held fit holds the only slot: the other project waits for it
+// (max_concurrent_fits bounds the fits running at once), then is refit.
+TEST_F(TrainingSchedulerBackgroundTest, WithOneFitterTheOtherProjectWaitsForTheHeldFit) {
+  absl::Mutex mu;
+  bool hold_slow = false;
+  absl::Notification slow_fit_started;
+  absl::Notification release_slow;
+  TrainingScheduler::Options options = Background();
+  options.max_concurrent_fits = 1;
+  options.before_fit_for_testing = [&](const LiveProject& project) {
+    if (project.identity().name != "slow") return;
+    {
+      absl::MutexLock lock(&mu);
+      if (!hold_slow) return;
+    }
+    slow_fit_started.Notify();
+    release_slow.WaitForNotification();
+  };
+  TrainingScheduler scheduler(*registry_, *storage_->versions, nullptr, options);
+  ReleaseOnExit release_on_exit{release_slow};  // Before the scheduler joins its fitters.
+  ASSERT_TRUE(ServesVersion("slow", 1));
+  ASSERT_TRUE(ServesVersion("fast", 1));
+  {
+    absl::MutexLock lock(&mu);
+    hold_slow = true;
+  }
+  MakeDue("slow");
+  ASSERT_TRUE(slow_fit_started.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  MakeDue("fast");
+  EXPECT_FALSE(ServesVersion("fast", 2, absl::Milliseconds(500)));
+  release_slow.Notify();
+  EXPECT_TRUE(ServesVersion("fast", 2));
+  EXPECT_TRUE(ServesVersion("slow", 2));
+}
+
+}  // namespace
+}  // namespace verity::server
