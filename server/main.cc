@@ -126,7 +126,8 @@ ABSL_FLAG(int64_t, max_revisions_per_project, 100'000'000,
 ABSL_FLAG(int64_t, grpc_memory_mb, 512,
           "Memory gRPC may hold for calls in flight, incoming messages above all (MiB). "
           "Messages are read before their key is checked, so this bounds what callers without "
-          "a key can make the server allocate; past it reads slow down. 0 = unbounded.");
+          "a key can make the server allocate; past it reads slow down. A quarter of it (at "
+          "least 32 MiB) bounds one API key's answers not yet sent. 0 = unbounded.");
 ABSL_FLAG(bool, log_every_rpc, false,
           "Log one event=rpc line for every RPC; by default only failed calls, unary calls over "
           "1 s and finished streams are logged.");

@@ -157,7 +157,9 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
       return s;
     }
   }
-  server->call_authorizations_ = std::make_unique<CallAuthorizations>(options.max_calls_per_key);
+  server->call_authorizations_ = std::make_unique<CallAuthorizations>(
+      options.max_calls_per_key,
+      CallAuthorizations::UnsentAnswerBytesPerKey(options.grpc_memory_bytes));
   server->core_ = ServerCore{server->storage_.get(),         server->registry_.get(),
                              server->ingest_.get(),          server->scheduler_.get(),
                              server->lease_persister_.get(), server->call_authorizations_.get(),

@@ -1,7 +1,10 @@
 #include "server/auth/auth_interceptor.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
+
+#include <google/protobuf/message_lite.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -49,6 +52,12 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
         methods->GetRecvMessage() != nullptr) {
       DecideMessage(methods->GetRecvMessage());
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_MESSAGE)) {
+      CountAnswer(*methods);
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_SEND_MESSAGE)) {
+      factory_.decisions().ReleaseAnswerBytes(context_);
     }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       EndOpenCall();
@@ -176,6 +185,16 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
     factory_.decisions().SetMessageDecision(context_, std::move(status));
   }
 
+  // Counts the answer about to be sent against its key's unsent answer bytes. The services'
+  // messages are protobuf; the sync API hands them over unserialized (SendMessagePtr).
+  void CountAnswer(InterceptorBatchMethods& methods) {
+    if (info_->type() != ServerRpcInfo::Type::UNARY || principal_ == nullptr) return;
+    const void* message = methods.GetSendMessage();
+    if (message == nullptr) return;
+    const auto* proto = static_cast<const google::protobuf::MessageLite*>(message);
+    factory_.decisions().SetAnswerBytes(context_, static_cast<int64_t>(proto->ByteSizeLong()));
+  }
+
   void EndOpenCall() {
     if (!open_call_counted_) return;
     open_call_counted_ = false;
@@ -211,7 +230,76 @@ absl::StatusOr<std::shared_ptr<const Principal>> CallAuthorizations::Admit(
   if (context->IsCancelled()) {
     return absl::CancelledError("the call was cancelled or its deadline passed before it ran");
   }
+  const std::string& key = it->second.unfinished_key;
+  if (!key.empty() && max_unsent_answer_bytes_per_key_ > 0) {
+    auto unsent = unsent_answer_bytes_by_key_.find(key);
+    if (unsent != unsent_answer_bytes_by_key_.end() &&
+        unsent->second - it->second.answer_bytes >= max_unsent_answer_bytes_per_key_) {
+      return UnsentAnswersRefusal(key, unsent->second - it->second.answer_bytes);
+    }
+  }
   return it->second.principal;
+}
+
+int64_t CallAuthorizations::UnsentAnswerBytesPerKey(int64_t grpc_memory_bytes) {
+  if (grpc_memory_bytes <= 0) return 0;
+  return std::max(grpc_memory_bytes / 4, int64_t{2} * ApiLimits::kMaxMessageBytes);
+}
+
+absl::Status CallAuthorizations::UnsentAnswersRefusal(const std::string& key_id,
+                                                      int64_t unsent) const {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "API key ", key_id, " has ", unsent,
+      " bytes of answers not yet sent (its client does not read them): the limit is ",
+      max_unsent_answer_bytes_per_key_,
+      " per key (a quarter of --grpc_memory_mb); retry when they have been read"));
+}
+
+absl::Status CallAuthorizations::ReserveAnswerBytes(const grpc::ServerContextBase* context,
+                                                    int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = decisions_.find(context);
+  if (it == decisions_.end() || it->second.unfinished_key.empty() ||
+      max_unsent_answer_bytes_per_key_ <= 0) {
+    return absl::OkStatus();
+  }
+  Decision& decision = it->second;
+  auto unsent = unsent_answer_bytes_by_key_.find(decision.unfinished_key);
+  const int64_t others = unsent == unsent_answer_bytes_by_key_.end()
+                             ? 0
+                             : unsent->second - decision.answer_bytes;
+  if (others > 0 && others + bytes > max_unsent_answer_bytes_per_key_) {
+    return UnsentAnswersRefusal(decision.unfinished_key, others);
+  }
+  SetAnswerBytesLocked(decision, bytes);
+  return absl::OkStatus();
+}
+
+void CallAuthorizations::SetAnswerBytes(const grpc::ServerContextBase* context, int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = decisions_.find(context);
+  if (it == decisions_.end() || it->second.unfinished_key.empty()) return;
+  SetAnswerBytesLocked(it->second, bytes);
+}
+
+void CallAuthorizations::ReleaseAnswerBytes(const grpc::ServerContextBase* context) {
+  absl::MutexLock lock(&mu_);
+  auto it = decisions_.find(context);
+  if (it != decisions_.end()) SetAnswerBytesLocked(it->second, 0);
+}
+
+int64_t CallAuthorizations::UnsentAnswerBytes(const std::string& key_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = unsent_answer_bytes_by_key_.find(key_id);
+  return it == unsent_answer_bytes_by_key_.end() ? 0 : it->second;
+}
+
+void CallAuthorizations::SetAnswerBytesLocked(Decision& decision, int64_t bytes) {
+  if (decision.unfinished_key.empty() || decision.answer_bytes == bytes) return;
+  int64_t& total = unsent_answer_bytes_by_key_[decision.unfinished_key];
+  total += bytes - decision.answer_bytes;
+  decision.answer_bytes = bytes;
+  if (total <= 0) unsent_answer_bytes_by_key_.erase(decision.unfinished_key);
 }
 
 void CallAuthorizations::SetCallDecision(const grpc::ServerContextBase* context,
@@ -308,6 +396,7 @@ void CallAuthorizations::Forget(const grpc::ServerContextBase* context) {
   auto it = decisions_.find(context);
   if (it == decisions_.end()) return;
   ReleaseSlotLocked(it->second);
+  SetAnswerBytesLocked(it->second, 0);
   if (!it->second.unfinished_key.empty()) {
     auto unfinished = unfinished_calls_by_key_.find(it->second.unfinished_key);
     if (unfinished != unfinished_calls_by_key_.end() && --unfinished->second <= 0) {

@@ -9,7 +9,9 @@
 //     (a key revoked since the call began -> UNAUTHENTICATED: revocation reaches open streams
 //     within the KeyRing's refresh interval, at once on the server that revoked it) and checks
 //     that the key may touch the project the message names -> PERMISSION_DENIED otherwise;
-//   - records the decision in CallAuthorizations, keyed by the call's ServerContext.
+//   - records the decision in CallAuthorizations, keyed by the call's ServerContext;
+//   - on a unary call's answer: counts its encoded size against the key's unsent answer bytes
+//     until it is sent (CallAuthorizations::SetAnswerBytes).
 //
 // gRPC C++ (1.51) server interceptors cannot end a call before its handler runs (there is no
 // server-side Hijack: grpc/grpc#24017), so the decision is enforced by the handlers: the first
@@ -31,7 +33,9 @@
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/server_interceptor.h>
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -50,8 +54,15 @@ class CallAuthorizations {
   // flight at once; past it the key's new unary call is refused RESOURCE_EXHAUSTED, so that one
   // key cannot hold every gRPC thread with slow calls. Streams have their own limit
   // (IngestServiceImpl, --max_streams_per_key).
-  explicit CallAuthorizations(int max_unary_calls_per_key = 0)
-      : max_unary_calls_per_key_(max_unary_calls_per_key) {}
+  //
+  // `max_unsent_answer_bytes_per_key` (> 0; 0 = no limit): the encoded bytes of one key's
+  // unary answers being built (ReserveAnswerBytes) or waiting to be sent, at most; past it the
+  // key's new calls are refused RESOURCE_EXHAUSTED, so that a client that does not read its
+  // answers cannot make the server hold them without bound.
+  explicit CallAuthorizations(int max_unary_calls_per_key = 0,
+                              int64_t max_unsent_answer_bytes_per_key = 0)
+      : max_unary_calls_per_key_(max_unary_calls_per_key),
+        max_unsent_answer_bytes_per_key_(max_unsent_answer_bytes_per_key) {}
 
   struct Decision {
     // Authentication and role, decided from the initial metadata; fixed for the call.
@@ -63,6 +74,9 @@ class CallAuthorizations {
     std::string counted_key;
     // The key whose unfinished unary calls count this call, until Forget ("" when not counted).
     std::string unfinished_key;
+    // This call's answer bytes counted against `unfinished_key` (reserved, or the answer's
+    // encoded size once it is sent), until it is sent or Forget.
+    int64_t answer_bytes = 0;
   };
 
   // A key's unary calls not yet finished, at most: its calls in flight plus those whose answer
@@ -71,9 +85,16 @@ class CallAuthorizations {
   // of calls in flight, so that a client that reads its answers never meets it.
   static constexpr int kUnfinishedCallsPerInFlightCall = 2;
 
+  // The limit of one key's unsent answer bytes for a gRPC memory quota of `grpc_memory_bytes`
+  // (--grpc_memory_mb; 0: unbounded, and so is this): a quarter of it, and at least two
+  // answers of the largest size, so that a client paging one call at a time is never refused
+  // while its previous page is still counted.
+  static int64_t UnsentAnswerBytesPerKey(int64_t grpc_memory_bytes);
+
   // The caller's principal when the interceptor admitted the call (and its latest message);
   // the refusal otherwise; INTERNAL when no decision was recorded for `context`; CANCELLED
-  // when the call was cancelled or is past its deadline (its handler then does no work).
+  // when the call was cancelled or is past its deadline (its handler then does no work);
+  // RESOURCE_EXHAUSTED when the call's key has its limit of answer bytes unsent.
   absl::StatusOr<std::shared_ptr<const Principal>> Admit(
       const grpc::ServerContextBase* context) const;
 
@@ -110,16 +131,37 @@ class CallAuthorizations {
   void ReleaseCallSlot(const grpc::ServerContextBase* context);
   void Forget(const grpc::ServerContextBase* context);
 
+  // Answer bytes (max_unsent_answer_bytes_per_key). A handler about to build an answer of up
+  // to `bytes` encoded bytes reserves them first: RESOURCE_EXHAUSTED when the key's other
+  // unsent answers and this one would pass the limit. A key with nothing unsent always gets
+  // one answer, so a limit below the message size never refuses a client that reads. OK for
+  // calls not counted per key (streams, open methods, authentication off). A second
+  // reservation of the same call replaces its first.
+  absl::Status ReserveAnswerBytes(const grpc::ServerContextBase* context, int64_t bytes);
+  // Interceptor side: the answer's encoded size replaces the call's reservation when it is
+  // handed to gRPC (PRE_SEND_MESSAGE), and is released once sent (POST_SEND_MESSAGE) or at
+  // Forget, whichever comes first.
+  void SetAnswerBytes(const grpc::ServerContextBase* context, int64_t bytes);
+  void ReleaseAnswerBytes(const grpc::ServerContextBase* context);
+  // The encoded bytes of `key_id`'s answers reserved or unsent now (tests, metrics).
+  int64_t UnsentAnswerBytes(const std::string& key_id) const;
+
  private:
   mutable absl::Mutex mu_;
   absl::flat_hash_map<const grpc::ServerContextBase*, Decision> decisions_ ABSL_GUARDED_BY(mu_);
   absl::Status new_call_refusal_ ABSL_GUARDED_BY(mu_);  // OK until RefuseNewCalls.
   // Frees `decision`'s slot in its key's count, once.
   void ReleaseSlotLocked(Decision& decision) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED for a call of `key_id`, which has `unsent` answer bytes unsent.
+  absl::Status UnsentAnswersRefusal(const std::string& key_id, int64_t unsent) const;
+  // Sets `decision`'s answer bytes to `bytes`, adjusting its key's total.
+  void SetAnswerBytesLocked(Decision& decision, int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int max_unary_calls_per_key_;
   absl::flat_hash_map<std::string, int> unary_calls_by_key_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int> unfinished_calls_by_key_ ABSL_GUARDED_BY(mu_);
+  const int64_t max_unsent_answer_bytes_per_key_;
+  absl::flat_hash_map<std::string, int64_t> unsent_answer_bytes_by_key_ ABSL_GUARDED_BY(mu_);
   int open_calls_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

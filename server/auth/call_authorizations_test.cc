@@ -174,5 +174,70 @@ TEST(CallAuthorizationsTest, WithoutALimitUnaryCallsAreNotCounted) {
   }
 }
 
+// auth_interceptor.h, max_unsent_answer_bytes_per_key: a key's answers reserved or unsent
+// count against it; a reservation past the limit is refused while the key has others unsent,
+// and so is a new call once the key is at the limit; a key with nothing unsent always gets one
+// answer, however large; sending (ReleaseAnswerBytes) or Forget frees the bytes; other keys
+// and streams are not counted.
+TEST(CallAuthorizationsTest, AKeysUnsentAnswerBytesAreCappedAndFreedWhenSent) {
+  CallAuthorizations decisions(/*max_unary_calls_per_key=*/100,
+                               /*max_unsent_answer_bytes_per_key=*/1000);
+  const auto other = std::make_shared<Principal>(Principal{"key-2", Role::kReader, {}});
+  grpc::ServerContext big, first, second, third, late, other_key, stream;
+  for (grpc::ServerContext* call : {&big, &first, &second, &third, &late}) {
+    decisions.SetCallDecision(call, absl::OkStatus(), Writer(), true);
+  }
+  decisions.SetCallDecision(&other_key, absl::OkStatus(), other, true);
+  decisions.SetCallDecision(&stream, absl::OkStatus(), Writer(), false);
+
+  // Nothing unsent: one answer past the limit is built.
+  EXPECT_TRUE(decisions.ReserveAnswerBytes(&big, 5000).ok());
+  EXPECT_EQ(decisions.UnsentAnswerBytes("key-1"), 5000);
+  const absl::Status refused = decisions.ReserveAnswerBytes(&first, 1);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(refused.message(), "key-1")) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "--grpc_memory_mb")) << refused;
+  EXPECT_EQ(decisions.Admit(&late).status().code(), absl::StatusCode::kResourceExhausted);
+  // Neither another key nor a stream is held by key-1's bytes.
+  EXPECT_TRUE(decisions.ReserveAnswerBytes(&other_key, 900).ok());
+  EXPECT_TRUE(decisions.Admit(&other_key).ok());
+  EXPECT_TRUE(decisions.ReserveAnswerBytes(&stream, 5000).ok());
+  EXPECT_TRUE(decisions.Admit(&stream).ok());
+  EXPECT_EQ(decisions.UnsentAnswerBytes("key-1"), 5000);
+
+  // Sent: freed.
+  decisions.ReleaseAnswerBytes(&big);
+  EXPECT_EQ(decisions.UnsentAnswerBytes("key-1"), 0);
+  EXPECT_TRUE(decisions.Admit(&late).ok());
+  // Reserved, then the answer's size replaces the reservation.
+  EXPECT_TRUE(decisions.ReserveAnswerBytes(&first, 600).ok());
+  decisions.SetAnswerBytes(&first, 400);
+  EXPECT_EQ(decisions.UnsentAnswerBytes("key-1"), 400);
+  EXPECT_TRUE(decisions.ReserveAnswerBytes(&second, 600).ok());  // 400 + 600: at the limit.
+  EXPECT_EQ(decisions.ReserveAnswerBytes(&third, 1).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(decisions.Admit(&third).status().code(), absl::StatusCode::kResourceExhausted);
+  // A call's own reservation does not count against it: it may reserve again.
+  EXPECT_TRUE(decisions.ReserveAnswerBytes(&second, 500).ok());
+  EXPECT_EQ(decisions.UnsentAnswerBytes("key-1"), 900);
+  // Forget frees what was never sent.
+  decisions.Forget(&first);
+  decisions.Forget(&second);
+  EXPECT_EQ(decisions.UnsentAnswerBytes("key-1"), 0);
+  EXPECT_TRUE(decisions.ReserveAnswerBytes(&third, 1000).ok());
+  for (grpc::ServerContext* call : {&big, &third, &late, &other_key, &stream}) {
+    decisions.Forget(call);
+  }
+  EXPECT_EQ(decisions.UnsentAnswerBytes("key-1"), 0);
+  EXPECT_EQ(decisions.UnsentAnswerBytes("key-2"), 0);
+}
+
+// The limit for --grpc_memory_mb: a quarter of it, at least two answers of the largest size
+// (16 MiB each), none for an unbounded quota.
+TEST(CallAuthorizationsTest, TheUnsentAnswerLimitIsAQuarterOfTheGrpcMemoryQuota) {
+  EXPECT_EQ(CallAuthorizations::UnsentAnswerBytesPerKey(int64_t{512} << 20), int64_t{128} << 20);
+  EXPECT_EQ(CallAuthorizations::UnsentAnswerBytesPerKey(int64_t{64} << 20), int64_t{32} << 20);
+  EXPECT_EQ(CallAuthorizations::UnsentAnswerBytesPerKey(0), 0);
+}
+
 }  // namespace
 }  // namespace verity::server

@@ -22,8 +22,9 @@ struct ServerCore {
   IngestPipeline* ingest;
   TrainingScheduler* scheduler;
   LeasePersister* lease_persister;
-  // The authorization interceptor's decisions: every handler starts with auth->Admit().
-  const CallAuthorizations* auth;
+  // The authorization interceptor's decisions: every handler starts with auth->Admit(), and
+  // handlers of large answers reserve their bytes (auth->ReserveAnswerBytes) before building.
+  CallAuthorizations* auth;
   KeyRing* keys;
   // Per-project limits where a project's settings leave them 0 (server flags).
   ProjectQuota quota_defaults;

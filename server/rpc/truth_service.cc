@@ -83,6 +83,9 @@ grpc::Status TruthServiceImpl::GetPosteriors(grpc::ServerContext* context,
         " classes take about ", bytes, " bytes, over the ", ApiLimits::kMaxMessageBytes,
         "-byte response limit: ask for fewer ids")));
   }
+  if (absl::Status s = core_.auth->ReserveAnswerBytes(context, bytes); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   response->mutable_posteriors()->Reserve(request->items_size());
   for (int i = 0; i < request->items_size(); ++i) {
     const std::string& id = request->items(i);
@@ -120,11 +123,18 @@ grpc::Status TruthServiceImpl::ListPosteriors(grpc::ServerContext* context,
   // The page ends early where its posteriors would pass the response limit (many classes).
   int64_t bytes = 0;
   int32_t served = 0;
-  for (std::string& id : ids) {
-    bytes += PosteriorBytesBound((*project)->num_classes(), id);
-    if (bytes > kPosteriorBytesBudget && served > 0) break;
-    FillPosterior(*snapshot, first + served, std::move(id), response->add_posteriors());
+  for (const std::string& id : ids) {
+    const int64_t more = PosteriorBytesBound((*project)->num_classes(), id);
+    if (bytes + more > kPosteriorBytesBudget && served > 0) break;
+    bytes += more;
     ++served;
+  }
+  if (absl::Status s = core_.auth->ReserveAnswerBytes(context, bytes); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  response->mutable_posteriors()->Reserve(served);
+  for (int32_t j = 0; j < served; ++j) {
+    FillPosterior(*snapshot, first + j, std::move(ids[j]), response->add_posteriors());
   }
   if ((*project)->Counts().num_items > int64_t{first} + served) {
     response->set_next_page_token(absl::StrCat(int64_t{first} + served));
@@ -182,14 +192,15 @@ grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context
   };
   const int64_t budget = ApiLimits::kMaxMessageBytes - 4096;
   std::vector<std::pair<int32_t, std::string>> wanted;
+  int64_t bytes = 0;  // The bound of the answer's encoded size.
   if (request->annotators_size() == 0) {
     // This page's ids only: copying every id for each page made paging through A annotators
     // cost O(A² / page_size).
     LiveProject::AnnotatorIdPage page = live.AnnotatorIds(first, page_size);
-    int64_t bytes = 0;
     for (size_t j = 0; j < page.ids.size(); ++j) {
-      bytes += profile_bytes(page.ids[j]);
-      if (bytes > budget && !wanted.empty()) break;  // The page ends inside the limit.
+      const int64_t more = profile_bytes(page.ids[j]);
+      if (bytes + more > budget && !wanted.empty()) break;  // The page ends inside the limit.
+      bytes += more;
       wanted.emplace_back(static_cast<int32_t>(first + static_cast<int64_t>(j)),
                           std::move(page.ids[j]));
     }
@@ -197,7 +208,6 @@ grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context
     if (next < page.total) response->set_next_page_token(absl::StrCat(next));
   } else {
     absl::flat_hash_set<int32_t> seen;
-    int64_t bytes = 0;
     for (int i = 0; i < request->annotators_size(); ++i) {
       std::optional<int32_t> index = live.FindAnnotator(request->annotators(i));
       if (!index.has_value()) {
@@ -215,6 +225,9 @@ grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context
           " classes take about ", bytes, " bytes, over the ", ApiLimits::kMaxMessageBytes,
           "-byte response limit: ask for fewer ids, or confusion_detail=CONFUSION_DETAIL_NONE")));
     }
+  }
+  if (absl::Status s = core_.auth->ReserveAnswerBytes(context, bytes); !s.ok()) {
+    return ToGrpcStatus(s);
   }
   const std::vector<double>& class_prior = snapshot->ClassPrior();
   std::vector<double> confusion;
