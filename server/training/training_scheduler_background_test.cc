@@ -2,22 +2,21 @@
 // poll queues each due project for Options::max_concurrent_fits fitters and does not wait for
 // their fits, so one project's long fit holds one fitter while the others keep refitting the
 // projects that become due; and a project is refit again each time it becomes due.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/state/project_registry.h"
 #include "server/state/storage_handles.h"
+#include "server/training/scheduler_test_projects.h"
 #include "server/training/training_scheduler.h"
-#include "storage/annotation_store.h"
-#include "storage/project_store.h"
 #include "storage/testing/postgres_fixture.h"
 #include "verity/v1/projects.pb.h"
 
@@ -30,6 +29,30 @@ struct ReleaseOnExit {
   absl::Notification& release;
   ~ReleaseOnExit() {
     if (!release.HasBeenNotified()) release.Notify();
+  }
+};
+
+// Holds the fits of project "slow", once armed, until `release`; `started` says one is held.
+struct SlowFitHold {
+  absl::Mutex mu;
+  bool armed ABSL_GUARDED_BY(mu) = false;
+  absl::Notification started;
+  absl::Notification release;
+
+  void Arm() {
+    absl::MutexLock lock(&mu);
+    armed = true;
+  }
+  std::function<void(const LiveProject&)> Hook() {
+    return [this](const LiveProject& project) {
+      if (project.identity().name != "slow") return;
+      {
+        absl::MutexLock lock(&mu);
+        if (!armed) return;
+      }
+      if (!started.HasBeenNotified()) started.Notify();
+      release.WaitForNotification();
+    };
   }
 };
 
@@ -48,25 +71,8 @@ class TrainingSchedulerBackgroundTest : public storage::testing::PostgresTest {
 
   // A Dawid-Skene project with 40 items x 3 labels.
   void NewProject(const std::string& name) {
-    storage::ProjectStore projects(&pool());
-    storage::ProjectRecord p;
-    p.name = name;
-    p.classes = {"a", "b"};
-    v1::ProjectSettings settings;
-    settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
-    p.settings = settings.SerializeAsString();
-    auto created = projects.CreateProject(p);
+    absl::StatusOr<int64_t> created = testing::StoreDsProjectWithLabels(pool(), name);
     ASSERT_TRUE(created.ok()) << created.status();
-    std::vector<storage::AnnotationWrite> writes;
-    for (int i = 0; i < 40; ++i) {
-      for (int r = 0; r < 3; ++r) {
-        const int annotator = (i + r) % 5;
-        writes.push_back({created->project_id, absl::StrCat("i", i), absl::StrCat("w", annotator),
-                          annotator < 4 ? i % 2 : 1 - i % 2, std::nullopt});
-      }
-    }
-    storage::AnnotationStore annotations(&pool());
-    ASSERT_TRUE(annotations.CommitAnnotations(writes).ok());
   }
 
   LiveProject& Project(const std::string& name) { return **registry_->Get(name); }
@@ -114,71 +120,43 @@ TEST_F(TrainingSchedulerBackgroundTest, AProjectIsRefitAgainEachTimeItBecomesDue
 }
 
 TEST_F(TrainingSchedulerBackgroundTest, ALongFitHoldsOneFitterWhileAnotherProjectIsRefit) {
-  absl::Mutex mu;
-  bool hold_slow = false;
-  absl::Notification slow_fit_started;
-  absl::Notification release_slow;
+  SlowFitHold hold;
   TrainingScheduler::Options options = Background();
-  options.before_fit_for_testing = [&](const LiveProject& project) {
-    if (project.identity().name != "slow") return;
-    {
-      absl::MutexLock lock(&mu);
-      if (!hold_slow) return;
-    }
-    slow_fit_started.Notify();
-    release_slow.WaitForNotification();
-  };
+  options.before_fit_for_testing = hold.Hook();
   TrainingScheduler scheduler(*registry_, *storage_->versions, nullptr, options);
-  ReleaseOnExit release_on_exit{release_slow};  // Before the scheduler joins its fitters.
+  ReleaseOnExit release_on_exit{hold.release};  // Before the scheduler joins its fitters.
   ASSERT_TRUE(ServesVersion("slow", 1));
   ASSERT_TRUE(ServesVersion("fast", 1));
-  {
-    absl::MutexLock lock(&mu);
-    hold_slow = true;
-  }
+  hold.Arm();
   MakeDue("slow");
-  ASSERT_TRUE(slow_fit_started.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(hold.started.WaitForNotificationWithTimeout(absl::Seconds(10)));
   // While slow's fit is held, fast becomes due twice; a fitter is free each time.
   MakeDue("fast");
   EXPECT_TRUE(ServesVersion("fast", 2)) << "not refit while another project's fit ran";
   MakeDue("fast");
   EXPECT_TRUE(ServesVersion("fast", 3)) << "not refit again while another project's fit ran";
   EXPECT_EQ(Project("slow").model_version(), 1);
-  release_slow.Notify();
+  hold.release.Notify();
   EXPECT_TRUE(ServesVersion("slow", 2));
 }
 
 // With one fitter, a held fit holds the only slot: the other project waits for it
 // (max_concurrent_fits bounds the fits running at once), then is refit.
 TEST_F(TrainingSchedulerBackgroundTest, WithOneFitterTheOtherProjectWaitsForTheHeldFit) {
-  absl::Mutex mu;
-  bool hold_slow = false;
-  absl::Notification slow_fit_started;
-  absl::Notification release_slow;
+  SlowFitHold hold;
   TrainingScheduler::Options options = Background();
   options.max_concurrent_fits = 1;
-  options.before_fit_for_testing = [&](const LiveProject& project) {
-    if (project.identity().name != "slow") return;
-    {
-      absl::MutexLock lock(&mu);
-      if (!hold_slow) return;
-    }
-    slow_fit_started.Notify();
-    release_slow.WaitForNotification();
-  };
+  options.before_fit_for_testing = hold.Hook();
   TrainingScheduler scheduler(*registry_, *storage_->versions, nullptr, options);
-  ReleaseOnExit release_on_exit{release_slow};  // Before the scheduler joins its fitters.
+  ReleaseOnExit release_on_exit{hold.release};  // Before the scheduler joins its fitters.
   ASSERT_TRUE(ServesVersion("slow", 1));
   ASSERT_TRUE(ServesVersion("fast", 1));
-  {
-    absl::MutexLock lock(&mu);
-    hold_slow = true;
-  }
+  hold.Arm();
   MakeDue("slow");
-  ASSERT_TRUE(slow_fit_started.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(hold.started.WaitForNotificationWithTimeout(absl::Seconds(10)));
   MakeDue("fast");
   EXPECT_FALSE(ServesVersion("fast", 2, absl::Milliseconds(500)));
-  release_slow.Notify();
+  hold.release.Notify();
   EXPECT_TRUE(ServesVersion("fast", 2));
   EXPECT_TRUE(ServesVersion("slow", 2));
 }

@@ -15,6 +15,7 @@
 #include "server/observability/metrics.h"
 #include "server/state/project_registry.h"
 #include "server/state/storage_handles.h"
+#include "server/training/scheduler_test_projects.h"
 #include "server/training/training_scheduler.h"
 #include "server/training/training_worker.h"
 #include "storage/annotation_store.h"
@@ -35,26 +36,9 @@ class TrainingSchedulerMetricsTest : public storage::testing::PostgresTest {
  protected:
   // A Dawid-Skene project ("ds") with 40 items x 3 labels.
   int64_t NewProject(const std::string& name) {
-    storage::ProjectStore projects(&pool());
-    storage::ProjectRecord p;
-    p.name = name;
-    p.classes = {"a", "b"};
-    v1::ProjectSettings settings;
-    settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
-    p.settings = settings.SerializeAsString();
-    auto created = projects.CreateProject(p);
+    absl::StatusOr<int64_t> created = testing::StoreDsProjectWithLabels(pool(), name);
     EXPECT_TRUE(created.ok()) << created.status();
-    std::vector<storage::AnnotationWrite> writes;
-    for (int i = 0; i < 40; ++i) {
-      for (int r = 0; r < 3; ++r) {
-        const int annotator = (i + r) % 5;
-        writes.push_back({created->project_id, absl::StrCat("i", i), absl::StrCat("w", annotator),
-                          annotator < 4 ? i % 2 : 1 - i % 2, std::nullopt});
-      }
-    }
-    storage::AnnotationStore annotations(&pool());
-    EXPECT_TRUE(annotations.CommitAnnotations(writes).ok());
-    return created->project_id;
+    return created.value_or(0);
   }
 
   // One server's state over the test database.
