@@ -159,9 +159,11 @@ std::future<IngestPipeline::Result> IngestPipeline::Submit(
   if (queued_annotations_ > 0 && queued_annotations_ + n > options_.max_queued_annotations) {
     if (queue.batches.empty()) queues_.erase(identity.project_id);
     if (metrics_) metrics_->refused_queue_full.Increment();
-    pending.done.set_value(absl::ResourceExhaustedError(absl::StrCat(
-        "ingest queue full (", queued_annotations_, " annotations waiting for commit); "
-        "retry the batch later")));
+    // How much waits is other tenants' business: the message says only that the queue is
+    // full (an operator reads verity_ingest_queue_annotations).
+    pending.done.set_value(absl::ResourceExhaustedError(
+        "ingest queue full: the server's annotations waiting for commit, over all projects, are "
+        "at its limit; retry the batch later"));
     return future;
   }
   if (queue.batches.empty()) ready_.push_back(identity.project_id);
