@@ -154,7 +154,9 @@ class TrainingScheduler {
   const std::unique_ptr<Metrics> metrics_;
   absl::Mutex pass_mu_;  // One RefitDueProjectsNow pass (or worker-mode poll) at a time.
   // In-process background fits: the due projects waiting for a fitter, in the order they
-  // became due, and the ids of those queued or being fit (a project is queued once).
+  // became due, and the ids of those queued or being fit (a project is queued once). The
+  // queue holds its projects, so the memory budget does not unload one while it waits
+  // (ProjectRegistry::EnforceMemoryBudget unloads only projects nothing else holds).
   absl::Mutex queue_mu_;
   std::deque<std::shared_ptr<LiveProject>> queue_ ABSL_GUARDED_BY(queue_mu_);
   absl::flat_hash_set<int64_t> queued_or_fitting_ ABSL_GUARDED_BY(queue_mu_);
