@@ -1,0 +1,510 @@
+// Black-box probe of assignment, dynamic overlap and reading results out: the promises of
+// proto/verity/v1/assignment.proto, the AssignmentSettings of projects.proto, truth.proto,
+// docs/ASSIGNMENT.md and the `verity export` / `verity posteriors` help, held against an
+// in-process server over a real gRPC channel and a private PostgreSQL. Every expectation is
+// quoted from those texts, never taken from the server's current output.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/cli.h"
+#include "client/verity_client.h"
+#include "common/status_matchers.h"
+#include "server/verity_server.h"
+#include "tests/test_postgres.h"
+#include "tests/test_server.h"
+#include "verity/v1/assignment.pb.h"
+#include "verity/v1/projects.pb.h"
+#include "verity/v1/truth.pb.h"
+
+namespace verity::tests {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::verity::testing::IsOk;
+
+double Entropy(const std::vector<double>& p) {
+  double h = 0;
+  for (double x : p) {
+    if (x > 0) h -= x * std::log(x);
+  }
+  return h;
+}
+
+// docs/ASSIGNMENT.md: "expected reduction of the posterior entropy if a labels i: H(p) −
+// Σ_y P(y) H(p ∘ C[:, y] / P(y)), with p the item's current posterior, C = C(i, a) the
+// annotator's predicted confusion matrix ..., P(y) = Σ_k p_k C[k, y]". C row-major, rows the
+// true class.
+double ExpectedGain(const std::vector<double>& p, const std::vector<double>& c) {
+  const size_t k = p.size();
+  double after = 0;
+  for (size_t y = 0; y < k; ++y) {
+    double py = 0;
+    for (size_t z = 0; z < k; ++z) py += p[z] * c[z * k + y];
+    if (py <= 0) continue;
+    std::vector<double> q(k);
+    for (size_t z = 0; z < k; ++z) q[z] = p[z] * c[z * k + y] / py;
+    after += py * Entropy(q);
+  }
+  return Entropy(p) - after;
+}
+
+// assignment.proto: p_correct is the "Predicted probability that the annotator labels the
+// item correctly": Σ_k p_k C[k, k].
+double ProbabilityCorrect(const std::vector<double>& p, const std::vector<double>& c) {
+  const size_t k = p.size();
+  double correct = 0;
+  for (size_t z = 0; z < k; ++z) correct += p[z] * c[z * k + z];
+  return correct;
+}
+
+// docs/ASSIGNMENT.md: "Before the project's first fit every annotator is assumed to answer
+// correctly with probability 0.7 (`kPriorAccuracy`)": symmetric, the rest spread evenly.
+std::vector<double> PriorConfusion(int k) {
+  std::vector<double> c(static_cast<size_t>(k) * k, 0.3 / (k - 1));
+  for (int i = 0; i < k; ++i) c[i * k + i] = 0.7;
+  return c;
+}
+
+std::vector<double> Probabilities(const v1::Posterior& p) {
+  return std::vector<double>(p.probabilities().begin(), p.probabilities().end());
+}
+
+std::vector<double> Confusion(const v1::AnnotatorProfile& profile) {
+  return std::vector<double>(profile.confusion().probabilities().begin(),
+                             profile.confusion().probabilities().end());
+}
+
+class AssignmentProbeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { pg_ = TestPostgres::Start("verity-assignment-probe").release(); }
+  static void TearDownTestSuite() {
+    delete pg_;
+    pg_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(pg_, nullptr);
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
+    auto server = server::VerityServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    address_ = absl::StrCat("127.0.0.1:", server_->port());
+    channel_ = client::CreateInsecureChannel(address_);
+    client_ = std::make_unique<client::VerityClient>(channel_, client::ClientOptions{});
+  }
+  void TearDown() override {
+    client_.reset();
+    if (server_ != nullptr) server_->Shutdown();
+    server_.reset();
+  }
+
+  void CreateProject(const std::string& name, const v1::ProjectSettings& settings = {},
+                     const std::vector<std::string>& classes = {"no", "yes"}) {
+    v1::Project project;
+    project.set_name(name);
+    for (const std::string& c : classes) project.add_classes(c);
+    *project.mutable_settings() = settings;
+    ASSERT_THAT(client_->CreateProject(project), IsOk());
+  }
+
+  void AddItems(const std::string& project, const std::vector<std::string>& ids) {
+    std::vector<v1::Item> items;
+    for (const std::string& id : ids) items.emplace_back().set_id(id);
+    ASSERT_THAT(client_->AddItems(project, items), IsOk());
+  }
+
+  void Submit(const std::string& project, const std::vector<LabelTriple>& labels) {
+    SubmitAllAccepted(*client_, project, labels);
+  }
+
+  std::vector<v1::ItemSuggestion> Suggest(const std::string& project,
+                                          const std::string& annotator, int k,
+                                          const std::vector<std::string>& candidates = {}) {
+    absl::StatusOr<std::vector<v1::ItemSuggestion>> s =
+        client_->SuggestItems(project, annotator, k, candidates);
+    EXPECT_THAT(s, IsOk());
+    return s.ok() ? *s : std::vector<v1::ItemSuggestion>{};
+  }
+
+  std::vector<std::string> SuggestedIds(const std::string& project, const std::string& annotator,
+                                        int k, const std::vector<std::string>& candidates = {}) {
+    std::vector<std::string> ids;
+    for (const v1::ItemSuggestion& s : Suggest(project, annotator, k, candidates)) {
+      ids.push_back(s.item());
+    }
+    return ids;
+  }
+
+  std::vector<std::string> SuggestedAnnotators(const std::string& project,
+                                               const std::string& item,
+                                               const std::vector<std::string>& candidates) {
+    absl::StatusOr<std::vector<v1::AnnotatorSuggestion>> s =
+        client_->SuggestAnnotators(project, item, 10, candidates);
+    EXPECT_THAT(s, IsOk());
+    std::vector<std::string> ids;
+    if (s.ok()) {
+      for (const v1::AnnotatorSuggestion& a : *s) ids.push_back(a.annotator());
+    }
+    return ids;
+  }
+
+  v1::Posterior PosteriorOf(const std::string& project, const std::string& item) {
+    absl::StatusOr<std::vector<v1::Posterior>> p = client_->GetPosteriors(project, {item});
+    EXPECT_THAT(p, IsOk());
+    if (!p.ok() || p->size() != 1) return v1::Posterior{};
+    return (*p)[0];
+  }
+
+  v1::AnnotatorProfile ProfileOf(const std::string& project, const std::string& annotator) {
+    absl::StatusOr<std::vector<v1::AnnotatorProfile>> p =
+        client_->GetAnnotatorProfiles(project, {annotator});
+    EXPECT_THAT(p, IsOk());
+    if (!p.ok() || p->size() != 1) return v1::AnnotatorProfile{};
+    return (*p)[0];
+  }
+
+  // Labels of `annotators` on items "i0".."i<n-1>": each annotator answers the item's class
+  // (i % 2) except where `wrong` says (annotator index, item index).
+  static std::vector<LabelTriple> CrowdLabels(int n, const std::vector<std::string>& annotators,
+                                              const std::vector<std::pair<int, int>>& wrong) {
+    std::vector<LabelTriple> labels;
+    for (int i = 0; i < n; ++i) {
+      for (size_t a = 0; a < annotators.size(); ++a) {
+        int label = i % 2;
+        for (const auto& [wa, wi] : wrong) {
+          if (wa == static_cast<int>(a) && wi == i) label = 1 - label;
+        }
+        labels.push_back({absl::StrCat("i", i), annotators[a], label});
+      }
+    }
+    return labels;
+  }
+
+  struct CliResult {
+    int code;
+    std::string out;
+    std::string err;
+  };
+  CliResult Cli(std::vector<std::string> args) {
+    args.push_back("--server=" + address_);
+    std::ostringstream out, err;
+    const int code = client::RunCli(args, out, err);
+    return {code, out.str(), err.str()};
+  }
+
+  static TestPostgres* pg_;
+  std::unique_ptr<server::VerityServer> server_;
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<client::VerityClient> client_;
+};
+
+TestPostgres* AssignmentProbeTest::pg_ = nullptr;
+
+// assignment.proto, ItemSuggestion: score is the "Expected reduction of the item's posterior
+// entropy if the annotator labels it", p_correct the "Predicted probability that the annotator
+// labels the item correctly"; docs/ASSIGNMENT.md: "Before the project's first fit every
+// annotator is assumed to answer correctly with probability 0.7 (`kPriorAccuracy`)". So before
+// any fit each suggestion's p_correct is 0.7 and its score the gain of that annotator on the
+// posterior GetPosteriors serves.
+TEST_F(AssignmentProbeTest, BeforeTheFirstFitScoresUseTheSeventyPercentAnnotator) {
+  CreateProject("prior-scores");
+  AddItems("prior-scores", {"none"});
+  Submit("prior-scores", {{"one", "x", 1}, {"split", "x", 1}, {"split", "y", 0},
+                          {"two", "x", 1}, {"two", "y", 1}});
+  const std::vector<v1::ItemSuggestion> got =
+      Suggest("prior-scores", "z", 4, {"none", "one", "split", "two"});
+  ASSERT_EQ(got.size(), 4u);
+  for (const v1::ItemSuggestion& s : got) {
+    const std::vector<double> p = Probabilities(PosteriorOf("prior-scores", s.item()));
+    EXPECT_NEAR(s.p_correct(), 0.7, 1e-9) << s.item();
+    EXPECT_NEAR(s.score(), ExpectedGain(p, PriorConfusion(2)), 1e-9) << s.item();
+  }
+}
+
+// The same promise for three classes: the 0.3 of a wrong answer is spread over two classes.
+TEST_F(AssignmentProbeTest, BeforeTheFirstFitAThreeClassScoreUsesTheSeventyPercentAnnotator) {
+  CreateProject("prior-scores-3", {}, {"a", "b", "c"});
+  Submit("prior-scores-3", {{"one", "x", 2}, {"split", "x", 1}, {"split", "y", 0}});
+  const std::vector<v1::ItemSuggestion> got = Suggest("prior-scores-3", "z", 2);
+  ASSERT_EQ(got.size(), 2u);
+  for (const v1::ItemSuggestion& s : got) {
+    const std::vector<double> p = Probabilities(PosteriorOf("prior-scores-3", s.item()));
+    EXPECT_NEAR(s.p_correct(), 0.7, 1e-9) << s.item();
+    EXPECT_NEAR(s.score(), ExpectedGain(p, PriorConfusion(3)), 1e-9) << s.item();
+  }
+}
+
+// docs/ASSIGNMENT.md: the score uses "C = C(i, a) the annotator's predicted confusion matrix
+// under the current model version"; truth.proto, AnnotatorProfile.confusion: "Estimated by the
+// project's current model". After a Dawid-Skene fit (served posteriors uncalibrated, so that p
+// is unambiguous) a fitted annotator's score and p_correct follow from their profile's
+// confusion and the item's served posterior, in SuggestItems as in SuggestAnnotators.
+TEST_F(AssignmentProbeTest, AFittedAnnotatorIsScoredWithTheConfusionOfTheirProfile) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_calibration("none");
+  CreateProject("fitted-scores", settings);
+  std::vector<LabelTriple> labels =
+      CrowdLabels(12, {"a", "b", "c"}, {{1, 3}, {1, 4}, {1, 7}, {2, 5}});
+  labels.push_back({"t1", "b", 1});
+  labels.push_back({"t2", "c", 0});
+  labels.push_back({"t2", "b", 1});
+  Submit("fitted-scores", labels);
+  AddItems("fitted-scores", {"t0"});
+  ASSERT_THAT(client_->TrainModel("fitted-scores", absl::Minutes(2)), IsOk());
+  const std::vector<double> c_a = Confusion(ProfileOf("fitted-scores", "a"));
+  ASSERT_EQ(c_a.size(), 4u);
+  const std::vector<v1::ItemSuggestion> got = Suggest("fitted-scores", "a", 3, {"t0", "t1", "t2"});
+  ASSERT_EQ(got.size(), 3u);
+  for (const v1::ItemSuggestion& s : got) {
+    const std::vector<double> p = Probabilities(PosteriorOf("fitted-scores", s.item()));
+    EXPECT_NEAR(s.score(), ExpectedGain(p, c_a), 1e-9) << s.item();
+    EXPECT_NEAR(s.p_correct(), ProbabilityCorrect(p, c_a), 1e-9) << s.item();
+  }
+  absl::StatusOr<std::vector<v1::AnnotatorSuggestion>> annotators =
+      client_->SuggestAnnotators("fitted-scores", "t0", 3, {"a"});
+  ASSERT_THAT(annotators, IsOk());
+  ASSERT_EQ(annotators->size(), 0u) << "a holds a lease on t0";
+  annotators = client_->SuggestAnnotators("fitted-scores", "t1", 3, {"c"});
+  ASSERT_THAT(annotators, IsOk());
+  ASSERT_EQ(annotators->size(), 1u);
+  const std::vector<double> c_c = Confusion(ProfileOf("fitted-scores", "c"));
+  const std::vector<double> p1 = Probabilities(PosteriorOf("fitted-scores", "t1"));
+  EXPECT_NEAR((*annotators)[0].score(), ExpectedGain(p1, c_c), 1e-9);
+  EXPECT_NEAR((*annotators)[0].p_correct(), ProbabilityCorrect(p1, c_c), 1e-9);
+}
+
+// docs/ASSIGNMENT.md: "An annotator the current version's fit did not see is scored with the
+// population's confusion ... in SuggestItems as in SuggestAnnotators and
+// GetAnnotatorProfiles"; assignment.proto, SuggestAnnotatorsRequest: "ids the project does not
+// know are scored once, with the population's confusion". So after a fit, an id the project
+// has never seen, an annotator added after the fit and one created by SuggestItems after it
+// all get the same score and p_correct for one item, the ones GetAnnotatorProfiles' confusion
+// of the late annotator gives.
+TEST_F(AssignmentProbeTest, AnnotatorsOutsideTheFitAreScoredWithThePopulationConfusion) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_calibration("none");
+  CreateProject("population", settings);
+  std::vector<LabelTriple> labels = CrowdLabels(10, {"a", "b", "c"}, {{2, 1}, {2, 2}, {1, 6}});
+  labels.push_back({"t", "a", 1});
+  Submit("population", labels);
+  ASSERT_THAT(client_->TrainModel("population", absl::Minutes(2)), IsOk());
+  v1::Annotator late;
+  late.set_id("late");
+  ASSERT_THAT(client_->AddAnnotators("population", {late}), IsOk());
+  // "walkin" is created by SuggestItems ("Created on first use"), leasing i0, not t.
+  ASSERT_THAT(SuggestedIds("population", "walkin", 1, {"i0"}), ElementsAre("i0"));
+
+  const std::vector<double> c_late = Confusion(ProfileOf("population", "late"));
+  ASSERT_EQ(c_late.size(), 4u);
+  const std::vector<double> p = Probabilities(PosteriorOf("population", "t"));
+  absl::StatusOr<std::vector<v1::AnnotatorSuggestion>> scored =
+      client_->SuggestAnnotators("population", "t", 3, {"ghost", "late", "walkin"});
+  ASSERT_THAT(scored, IsOk());
+  ASSERT_EQ(scored->size(), 3u);
+  for (const v1::AnnotatorSuggestion& s : *scored) {
+    EXPECT_NEAR(s.score(), ExpectedGain(p, c_late), 1e-9) << s.annotator();
+    EXPECT_NEAR(s.p_correct(), ProbabilityCorrect(p, c_late), 1e-9) << s.annotator();
+  }
+  const std::vector<v1::ItemSuggestion> items = Suggest("population", "late", 1, {"t"});
+  ASSERT_EQ(items.size(), 1u);
+  EXPECT_NEAR(items[0].score(), ExpectedGain(p, c_late), 1e-9);
+  EXPECT_NEAR(items[0].p_correct(), ProbabilityCorrect(p, c_late), 1e-9);
+}
+
+// projects.proto, ASSIGNMENT_POLICY_INFORMATION_GAIN: the gain is "divided by 1 + the labels
+// already on the item (live + leased) for the ranking"; assignment.proto: "best first". With
+// no leases in the project, the suggestions come in non-increasing score / (1 + num_labels).
+TEST_F(AssignmentProbeTest, InformationGainSuggestionsComeInOrderOfTheDiscountedGain) {
+  CreateProject("gain-order");
+  AddItems("gain-order", {"u0", "u1"});
+  Submit("gain-order", {{"s2", "x", 0}, {"s2", "y", 1},
+                        {"s4", "x", 0}, {"s4", "y", 1}, {"s4", "w", 0}, {"s4", "v", 1},
+                        {"one", "x", 1},
+                        {"s3", "x", 0}, {"s3", "y", 1}, {"s3", "w", 1}});
+  const std::vector<v1::ItemSuggestion> got = Suggest("gain-order", "z", 6);
+  ASSERT_EQ(got.size(), 6u);
+  double previous = 1e300;
+  for (const v1::ItemSuggestion& s : got) {
+    const v1::Posterior p = PosteriorOf("gain-order", s.item());
+    const double key = s.score() / (1.0 + p.num_labels());
+    EXPECT_LE(key, previous + 1e-12) << s.item() << " score " << s.score();
+    previous = key;
+  }
+}
+
+// projects.proto, ASSIGNMENT_POLICY_UNCERTAINTY: "Highest posterior entropy first, ignoring
+// who asks"; the score is still assignment.proto's "Expected reduction of the item's posterior
+// entropy if the annotator labels it".
+TEST_F(AssignmentProbeTest, UncertaintySuggestionsComeInOrderOfEntropy) {
+  v1::ProjectSettings settings;
+  settings.mutable_assignment()->set_policy(v1::ASSIGNMENT_POLICY_UNCERTAINTY);
+  CreateProject("entropy-order", settings);
+  AddItems("entropy-order", {"u0"});
+  Submit("entropy-order", {{"s2", "x", 0}, {"s2", "y", 1},
+                           {"one", "x", 1},
+                           {"m3", "x", 0}, {"m3", "y", 1}, {"m3", "w", 1},
+                           {"all3", "x", 1}, {"all3", "y", 1}, {"all3", "w", 1}});
+  for (const char* who : {"z", "q"}) {
+    const std::vector<v1::ItemSuggestion> got = Suggest("entropy-order", who, 5);
+    ASSERT_EQ(got.size(), 5u) << who;
+    double previous = 1e300;
+    for (const v1::ItemSuggestion& s : got) {
+      const std::vector<double> p = Probabilities(PosteriorOf("entropy-order", s.item()));
+      EXPECT_LE(Entropy(p), previous + 1e-12) << who << " " << s.item();
+      previous = Entropy(p);
+      EXPECT_NEAR(s.score(), ExpectedGain(p, PriorConfusion(2)), 1e-9) << who << " " << s.item();
+    }
+  }
+}
+
+// docs/ASSIGNMENT.md: an item is resolved when "confidence reached `confidence_target` with at
+// least `min_labels_per_item` labels" (leases count only toward `max_labels_per_item`), and
+// projects.proto: "min_labels_per_item = 1; // Default 1". An item with one confident label
+// and a lease is still open under a minimum of 2; an unlabelled item whose uniform posterior
+// meets a target of 0.5 is still open under the default minimum of 1.
+TEST_F(AssignmentProbeTest, TheMinimumCountsLabelsNotLeasesAndDefaultsToOne) {
+  v1::ProjectSettings two;
+  two.mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
+  two.mutable_assignment()->set_min_labels_per_item(2);
+  two.mutable_assignment()->set_confidence_target(0.6);
+  CreateProject("min-two", two);
+  Submit("min-two", {{"x", "a", 1}});
+  ASSERT_GT(PosteriorOf("min-two", "x").confidence(), 0.6);
+  EXPECT_THAT(SuggestedIds("min-two", "b", 1), ElementsAre("x"));
+  EXPECT_THAT(SuggestedIds("min-two", "c", 1), ElementsAre("x"))
+      << "one label and one lease are not two labels";
+
+  v1::ProjectSettings target;
+  target.mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
+  target.mutable_assignment()->set_confidence_target(0.5);
+  CreateProject("min-default", target);
+  AddItems("min-default", {"fresh"});
+  ASSERT_GE(PosteriorOf("min-default", "fresh").confidence(), 0.5);
+  EXPECT_THAT(SuggestedIds("min-default", "b", 1), ElementsAre("fresh"));
+}
+
+// assignment.proto: SuggestAnnotators never suggests one who "holds a lease on it", and
+// SuggestItems never an item the annotator holds a lease on; a lease reserves the slot "until
+// this time". Once a lease of lease_seconds = 1 has expired its holder holds nothing: the item
+// is suggested to them again, and they are suggested for it again.
+TEST_F(AssignmentProbeTest, AnExpiredLeaseNoLongerExcludesItsHolder) {
+  v1::ProjectSettings settings;
+  settings.mutable_assignment()->set_lease_seconds(1);
+  CreateProject("expiry", settings);
+  AddItems("expiry", {"only"});
+  ASSERT_THAT(SuggestedIds("expiry", "a", 1), ElementsAre("only"));
+  EXPECT_THAT(SuggestedAnnotators("expiry", "only", {"a"}), IsEmpty());
+  EXPECT_THAT(SuggestedIds("expiry", "a", 1), IsEmpty());
+  absl::SleepFor(absl::Milliseconds(1600));
+  EXPECT_THAT(SuggestedAnnotators("expiry", "only", {"a"}), ElementsAre("a"));
+  EXPECT_THAT(SuggestedIds("expiry", "a", 1), ElementsAre("only"));
+}
+
+// assignment.proto: never "a resolved item (... maximum labels reached counting outstanding
+// leases)"; docs/ASSIGNMENT.md: "outstanding leases count toward an item's labels, so two
+// annotators are not sent to its last slot". Twelve annotators asking at once over gRPC, each
+// until nothing is left for them: every item is leased exactly max_labels_per_item = 2 times
+// (no item over, and none left short while annotators who never had it were told "none").
+TEST_F(AssignmentProbeTest, ConcurrentAnnotatorsFillEverySlotExactlyOnce) {
+  v1::ProjectSettings settings;
+  settings.mutable_assignment()->set_max_labels_per_item(2);
+  CreateProject("concurrent", settings);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 20; ++i) ids.push_back(absl::StrCat("c", i));
+  AddItems("concurrent", ids);
+  absl::Mutex mu;
+  std::map<std::string, int> leases;
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 12; ++t) {
+    threads.emplace_back([&, t] {
+      client::VerityClient client(channel_, client::ClientOptions{});
+      for (int round = 0; round < 40; ++round) {
+        absl::StatusOr<std::vector<v1::ItemSuggestion>> got =
+            client.SuggestItems("concurrent", absl::StrCat("w", t), 2, {});
+        if (!got.ok()) {
+          ++errors;
+          return;
+        }
+        if (got->empty()) return;
+        absl::MutexLock lock(&mu);
+        for (const v1::ItemSuggestion& s : *got) ++leases[s.item()];
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  for (const std::string& id : ids) EXPECT_EQ(leases[id], 2) << id;
+}
+
+// projects.proto, UpdateProjectSettingsRequest: "Replaces the project's settings whole"; the
+// next SuggestItems follows the new AssignmentSettings: a cap lowered to 1 under an item that
+// already holds a lease resolves it.
+TEST_F(AssignmentProbeTest, ALoweredCapAppliesToTheNextSuggestion) {
+  CreateProject("lowered-cap");
+  AddItems("lowered-cap", {"only"});
+  ASSERT_THAT(SuggestedIds("lowered-cap", "a", 1), ElementsAre("only"));
+  v1::ProjectSettings capped;
+  capped.mutable_assignment()->set_max_labels_per_item(1);
+  ASSERT_THAT(client_->UpdateProjectSettings("lowered-cap", capped), IsOk());
+  EXPECT_THAT(SuggestedIds("lowered-cap", "b", 1), IsEmpty());
+}
+
+// docs/ASSIGNMENT.md (the replay protocol): "an item not labelled yet in the replay counts
+// with the server's posterior for it (its class prior)"; truth.proto: model_version is the
+// "Model version whose parameters produced this posterior". After a Dawid-Skene fit on labels
+// of one class mostly, an item added afterwards is served the fit's class prior, with that
+// version, like an item that existed at the fit but has no labels.
+TEST_F(AssignmentProbeTest, AnItemAddedAfterAFitIsServedTheFitsClassPrior) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_calibration("none");
+  CreateProject("late-item", settings);
+  std::vector<LabelTriple> labels;
+  for (int i = 0; i < 10; ++i) {
+    const int label = i < 8 ? 1 : 0;
+    for (const char* a : {"a", "b", "c"}) labels.push_back({absl::StrCat("i", i), a, label});
+  }
+  Submit("late-item", labels);
+  AddItems("late-item", {"before"});
+  absl::StatusOr<v1::ModelVersion> version = client_->TrainModel("late-item", absl::Minutes(2));
+  ASSERT_THAT(version, IsOk());
+  const v1::Posterior before = PosteriorOf("late-item", "before");
+  ASSERT_GT(before.probabilities(1), 0.6) << "the prior leans to class 1";
+  AddItems("late-item", {"after"});
+  const v1::Posterior after = PosteriorOf("late-item", "after");
+  EXPECT_EQ(after.num_labels(), 0);
+  EXPECT_EQ(after.model_version(), before.model_version());
+  ASSERT_EQ(after.probabilities_size(), 2);
+  EXPECT_NEAR(after.probabilities(0), before.probabilities(0), 1e-12);
+  EXPECT_NEAR(after.probabilities(1), before.probabilities(1), 1e-12);
+  EXPECT_EQ(after.map_label(), before.map_label());
+  EXPECT_NEAR(after.confidence(), before.confidence(), 1e-12);
+}
+
+}  // namespace
+}  // namespace verity::tests
