@@ -29,6 +29,8 @@
 #include "client/cli.h"
 #include "client/verity_client.h"
 #include "common/status_matchers.h"
+#include "models/csv_dataset.h"
+#include "models/testing/dataset_path.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
 #include "tests/test_server.h"
@@ -132,6 +134,39 @@ class AssignmentProbeTest : public ::testing::Test {
     std::vector<v1::Item> items;
     for (const std::string& id : ids) items.emplace_back().set_id(id);
     ASSERT_THAT(client_->AddItems(project, items), IsOk());
+  }
+
+  // The server stopped and started again on the same database.
+  void Restart() {
+    client_.reset();
+    server_->Shutdown();
+    server_.reset();
+    auto server = server::VerityServer::Start(TestServerOptions(pg_->url(), 4));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    address_ = absl::StrCat("127.0.0.1:", server_->port());
+    channel_ = client::CreateInsecureChannel(address_);
+    client_ = std::make_unique<client::VerityClient>(channel_, client::ClientOptions{});
+  }
+
+  // `project` holding every label of ../shared/datasets/<name>, fitted once; its item ids.
+  std::vector<std::string> LoadAndFit(const std::string& project, const std::string& name,
+                                      const v1::ProjectSettings& settings) {
+    absl::StatusOr<std::string> dir = models::testing::FindDatasetsDirectory();
+    EXPECT_TRUE(dir.ok()) << dir.status();
+    if (!dir.ok()) return {};
+    absl::StatusOr<models::CsvDataset> data =
+        models::ReadCsvDataset(absl::StrCat(*dir, "/", name));
+    EXPECT_TRUE(data.ok()) << data.status();
+    if (!data.ok()) return {};
+    CreateProject(project, settings, data->class_names);
+    std::vector<LabelTriple> labels;
+    for (const models::Annotation& a : data->annotations) {
+      labels.push_back({data->item_ids[a.item], data->annotator_ids[a.annotator], a.label});
+    }
+    Submit(project, labels);
+    EXPECT_THAT(client_->TrainModel(project, absl::Minutes(2)), IsOk());
+    return data->item_ids;
   }
 
   void Submit(const std::string& project, const std::vector<LabelTriple>& labels) {
@@ -504,6 +539,90 @@ TEST_F(AssignmentProbeTest, AnItemAddedAfterAFitIsServedTheFitsClassPrior) {
   EXPECT_NEAR(after.probabilities(1), before.probabilities(1), 1e-12);
   EXPECT_EQ(after.map_label(), before.map_label());
   EXPECT_NEAR(after.confidence(), before.confidence(), 1e-12);
+}
+
+// docs/ASSIGNMENT.md: "The confidence is that of the served posterior, which is calibrated by
+// default"; an item is resolved when "confidence reached `confidence_target` with at least
+// `min_labels_per_item` labels"; models.proto: the calibration is that "of the served
+// posteriors (those that confidence_target compares)". On bluebirds, fitted with the default
+// calibration (checked to be no identity), a target between two served confidences leaves open
+// exactly the items whose served confidence is below it.
+TEST_F(AssignmentProbeTest, TheTargetComparesTheServedCalibratedConfidence) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  const std::vector<std::string> items = LoadAndFit("calibrated", "bluebirds", settings);
+  ASSERT_FALSE(items.empty());
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("calibrated");
+  ASSERT_THAT(status, IsOk());
+  ASSERT_NE(status->calibration().temperature(), 1.0) << status->DebugString();
+  absl::StatusOr<std::vector<v1::Posterior>> posteriors =
+      client_->GetPosteriors("calibrated", items);
+  ASSERT_THAT(posteriors, IsOk());
+  std::vector<double> confidences;
+  for (const v1::Posterior& p : *posteriors) confidences.push_back(p.confidence());
+  std::sort(confidences.begin(), confidences.end());
+  confidences.erase(std::unique(confidences.begin(), confidences.end()), confidences.end());
+  ASSERT_GE(confidences.size(), 4u);
+  for (size_t at : {confidences.size() / 4, confidences.size() / 2}) {
+    const double target = (confidences[at - 1] + confidences[at]) / 2;
+    SCOPED_TRACE(absl::StrCat("target ", target));
+    v1::ProjectSettings with_target = settings;
+    with_target.mutable_assignment()->set_confidence_target(target);
+    ASSERT_THAT(client_->UpdateProjectSettings("calibrated", with_target), IsOk());
+    std::vector<std::string> expected;
+    for (const v1::Posterior& p : *posteriors) {
+      if (p.confidence() < target) expected.push_back(p.item());
+    }
+    std::vector<std::string> open =
+        SuggestedIds("calibrated", absl::StrCat("fresh-", at), 1000, items);
+    std::sort(open.begin(), open.end());
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(open, expected);
+  }
+}
+
+// assignment.proto, ItemSuggestion.score: "Expected reduction of the item's posterior entropy
+// if the annotator labels it"; docs/ASSIGNMENT.md: "with p the item's current posterior" and
+// "The confidence is that of the served posterior, which is calibrated by default". With the
+// default calibration (no identity on bluebirds), a newcomer's score and p_correct follow from
+// the posterior GetPosteriors serves and the confusion GetAnnotatorProfiles gives them.
+TEST_F(AssignmentProbeTest, ScoresUseTheServedCalibratedPosterior) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  const std::vector<std::string> items = LoadAndFit("calibrated-gain", "bluebirds", settings);
+  ASSERT_FALSE(items.empty());
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("calibrated-gain");
+  ASSERT_THAT(status, IsOk());
+  ASSERT_NE(status->calibration().temperature(), 1.0) << status->DebugString();
+  const std::vector<v1::ItemSuggestion> got = Suggest("calibrated-gain", "newcomer", 5);
+  ASSERT_EQ(got.size(), 5u);
+  const std::vector<double> c = Confusion(ProfileOf("calibrated-gain", "newcomer"));
+  ASSERT_EQ(c.size(), 4u);
+  for (const v1::ItemSuggestion& s : got) {
+    const std::vector<double> p = Probabilities(PosteriorOf("calibrated-gain", s.item()));
+    EXPECT_NEAR(s.score(), ExpectedGain(p, c), 1e-9) << s.item();
+    EXPECT_NEAR(s.p_correct(), ProbabilityCorrect(p, c), 1e-9) << s.item();
+  }
+}
+
+// docs/ASSIGNMENT.md: leases are "kept in memory and in PostgreSQL: claimed there before the
+// answer by default". A lease taken before a restart of a default server (--follow_replicas
+// true) still holds the item's last slot after it, for its holder and for others; and
+// SuggestAnnotators still leaves its holder out.
+TEST_F(AssignmentProbeTest, ALeaseHoldsItsSlotAcrossARestart) {
+  v1::ProjectSettings settings;
+  settings.mutable_assignment()->set_max_labels_per_item(1);
+  CreateProject("restart-lease", settings);
+  AddItems("restart-lease", {"only", "other"});
+  const std::vector<v1::ItemSuggestion> got = Suggest("restart-lease", "a", 1, {"only"});
+  ASSERT_EQ(got.size(), 1u);
+  Restart();
+  EXPECT_THAT(SuggestedIds("restart-lease", "b", 2), ElementsAre("other"));
+  EXPECT_THAT(SuggestedIds("restart-lease", "a", 2, {"only"}), IsEmpty());
+  v1::Annotator c;
+  c.set_id("c");
+  ASSERT_THAT(client_->AddAnnotators("restart-lease", {c}), IsOk());
+  EXPECT_THAT(SuggestedAnnotators("restart-lease", "only", {"a", "c"}), ElementsAre("c"));
 }
 
 }  // namespace
