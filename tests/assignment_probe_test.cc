@@ -625,5 +625,94 @@ TEST_F(AssignmentProbeTest, ALeaseHoldsItsSlotAcrossARestart) {
   EXPECT_THAT(SuggestedAnnotators("restart-lease", "only", {"a", "c"}), ElementsAre("c"));
 }
 
+// assignment.proto: a suggestion "reserves one label slot on the item until this time (or until
+// the annotator's label for it arrives)"; docs/ASSIGNMENT.md: leases are "kept in memory and in
+// PostgreSQL". A lease that the holder's label ended before a restart stays ended after it:
+// with at most 2 labels, the item (1 label) has one slot left for c after the restart, and c's
+// lease then takes it.
+TEST_F(AssignmentProbeTest, ALeaseEndedByItsLabelStaysEndedAcrossARestart) {
+  v1::ProjectSettings settings;
+  settings.mutable_assignment()->set_max_labels_per_item(2);
+  CreateProject("restart-ended", settings);
+  AddItems("restart-ended", {"only"});
+  ASSERT_THAT(SuggestedIds("restart-ended", "a", 1), ElementsAre("only"));
+  Submit("restart-ended", {{"only", "a", 1}});
+  Restart();
+  EXPECT_THAT(SuggestedIds("restart-ended", "c", 1), ElementsAre("only"));
+  EXPECT_THAT(SuggestedIds("restart-ended", "d", 1), IsEmpty());
+}
+
+// assignment.proto, ItemSuggestion.lease_expires_at: "The suggestion reserves one label slot
+// on the item until this time". A lease of 2 s taken before a restart frees the slot once that
+// time has passed, after the restart as before it.
+TEST_F(AssignmentProbeTest, ALeaseTakenBeforeARestartExpiresAtItsTime) {
+  v1::ProjectSettings settings;
+  settings.mutable_assignment()->set_max_labels_per_item(1);
+  settings.mutable_assignment()->set_lease_seconds(2);
+  CreateProject("restart-expiry", settings);
+  AddItems("restart-expiry", {"only"});
+  const std::vector<v1::ItemSuggestion> got = Suggest("restart-expiry", "a", 1);
+  ASSERT_EQ(got.size(), 1u);
+  const absl::Time expires = absl::FromUnixSeconds(got[0].lease_expires_at().seconds()) +
+                             absl::Nanoseconds(got[0].lease_expires_at().nanos());
+  Restart();
+  EXPECT_THAT(SuggestedIds("restart-expiry", "b", 1), IsEmpty());
+  absl::SleepFor(expires - absl::Now() + absl::Milliseconds(300));
+  EXPECT_THAT(SuggestedIds("restart-expiry", "b", 1), ElementsAre("only"));
+}
+
+// projects.proto, Item.priority: "items of higher priority are suggested before any item of
+// lower priority; within one priority, by the assignment policy's score"; the policies rank
+// "Highest posterior entropy first" (UNCERTAINTY), by the gain over 1 + the labels
+// (INFORMATION_GAIN), "Fewest labels (live + leased) first" (UNIFORM). In a project of 3,000
+// items (several of the server's internal chunks of items), each with two agreeing labels, a
+// change to one item far from the end (a contradicting label, a raised priority, a new item)
+// puts that item first for a new annotator.
+TEST_F(AssignmentProbeTest, AChangedItemAmongThousandsComesFirst) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
+  settings.mutable_assignment()->set_policy(v1::ASSIGNMENT_POLICY_UNCERTAINTY);
+  CreateProject("many", settings);
+  std::vector<LabelTriple> labels;
+  for (int i = 0; i < 3000; ++i) {
+    labels.push_back({absl::StrCat("p", i), "x", 1});
+    labels.push_back({absl::StrCat("p", i), "y", 1});
+  }
+  Submit("many", labels);
+  int asker = 0;
+  auto first_for_new_annotator = [&](v1::AssignmentPolicy policy) {
+    v1::ProjectSettings s = settings;
+    s.mutable_assignment()->set_policy(policy);
+    EXPECT_THAT(client_->UpdateProjectSettings("many", s), IsOk());
+    std::vector<std::string> got = SuggestedIds("many", absl::StrCat("z", asker++), 1);
+    return got.empty() ? std::string("(none)") : got[0];
+  };
+  const std::vector<v1::AssignmentPolicy> policies = {v1::ASSIGNMENT_POLICY_UNCERTAINTY,
+                                                      v1::ASSIGNMENT_POLICY_INFORMATION_GAIN};
+  Submit("many", {{"p1100", "w", 0}});  // One disagreement, in the second chunk.
+  for (v1::AssignmentPolicy policy : policies) {
+    EXPECT_EQ(first_for_new_annotator(policy), "p1100") << policy;
+  }
+  ASSERT_THAT(client_->TrainModel("many", absl::Minutes(2)), IsOk());
+  // After the fit: p7 now 2 against 1; p1100 3 against 1, so less uncertain than p7.
+  Submit("many", {{"p7", "w", 0}, {"p1100", "v", 1}});
+  for (v1::AssignmentPolicy policy : policies) {
+    EXPECT_EQ(first_for_new_annotator(policy), "p7") << policy;
+  }
+  v1::Item raised;
+  raised.set_id("p2500");
+  raised.set_priority(0.5);
+  ASSERT_THAT(client_->AddItems("many", {raised}), IsOk());
+  for (v1::AssignmentPolicy policy : {v1::ASSIGNMENT_POLICY_UNCERTAINTY,
+                                      v1::ASSIGNMENT_POLICY_INFORMATION_GAIN,
+                                      v1::ASSIGNMENT_POLICY_UNIFORM}) {
+    EXPECT_EQ(first_for_new_annotator(policy), "p2500") << policy;
+  }
+  raised.set_priority(-0.5);
+  ASSERT_THAT(client_->AddItems("many", {raised}), IsOk());
+  AddItems("many", {"fresh"});
+  EXPECT_EQ(first_for_new_annotator(v1::ASSIGNMENT_POLICY_UNIFORM), "fresh");
+}
+
 }  // namespace
 }  // namespace verity::tests
