@@ -714,5 +714,86 @@ TEST_F(AssignmentProbeTest, AChangedItemAmongThousandsComesFirst) {
   EXPECT_EQ(first_for_new_annotator(v1::ASSIGNMENT_POLICY_UNIFORM), "fresh");
 }
 
+// p ∘ column y of the row-major confusion c, raised to `power`, normalised.
+std::vector<double> Updated(const std::vector<double>& p, const std::vector<double>& c, int y,
+                            double power) {
+  const size_t k = p.size();
+  std::vector<double> q(k);
+  double sum = 0;
+  for (size_t z = 0; z < k; ++z) {
+    q[z] = p[z] * std::pow(c[z * k + y], power);
+    sum += q[z];
+  }
+  for (double& x : q) x /= sum;
+  return q;
+}
+
+// docs/ASSIGNMENT.md: "between fits each new label updates its item's posterior online with the
+// current version's annotator parameters"; truth.proto: includes_newer_labels is "True when the
+// item has labels newer than that version's fit (updated online with the version's annotator
+// parameters)". With Dawid-Skene and the model's own posteriors (calibration none), a fitted
+// annotator's label y multiplies the item's posterior by column y of their confusion: p_new ∝
+// p_old ∘ C[:, y], the version unchanged.
+TEST_F(AssignmentProbeTest, ALabelBetweenFitsUpdatesThePosteriorWithTheAnnotatorsConfusion) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_calibration("none");
+  CreateProject("online", settings);
+  std::vector<LabelTriple> labels =
+      CrowdLabels(12, {"a", "b", "c"}, {{1, 3}, {1, 4}, {1, 7}, {2, 5}, {2, 8}});
+  labels.push_back({"t", "a", 1});
+  Submit("online", labels);
+  AddItems("online", {"u"});
+  ASSERT_THAT(client_->TrainModel("online", absl::Minutes(2)), IsOk());
+  for (const auto& [item, annotator, y] :
+       std::vector<LabelTriple>{{"t", "b", 0}, {"u", "c", 1}, {"t", "c", 1}}) {
+    SCOPED_TRACE(absl::StrCat(item, " ", annotator, " ", y));
+    const v1::Posterior before = PosteriorOf("online", item);
+    const std::vector<double> c = Confusion(ProfileOf("online", annotator));
+    ASSERT_EQ(c.size(), 4u);
+    Submit("online", {{item, annotator, y}});
+    const v1::Posterior after = PosteriorOf("online", item);
+    const std::vector<double> expected = Updated(Probabilities(before), c, y, 1.0);
+    EXPECT_NEAR(after.probabilities(0), expected[0], 1e-9);
+    EXPECT_NEAR(after.probabilities(1), expected[1], 1e-9);
+    EXPECT_EQ(after.model_version(), before.model_version());
+    EXPECT_TRUE(after.includes_newer_labels());
+    EXPECT_EQ(after.num_labels(), before.num_labels() + 1);
+  }
+}
+
+// The same promise with the default calibration, and docs/ASSIGNMENT.md's "such a newcomer's
+// labels between fits still update the posterior with the population's confusion": on
+// bluebirds (kind "temperature": served q_k ∝ p_k^temperature, models.proto), a newcomer's label
+// y moves the served posterior to q_new ∝ q_old ∘ C[:, y]^temperature, C the population
+// confusion their profile shows.
+TEST_F(AssignmentProbeTest, ANewcomersLabelBetweenFitsUpdatesTheCalibratedPosterior) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  const std::vector<std::string> items = LoadAndFit("online-auto", "bluebirds", settings);
+  ASSERT_GE(items.size(), 3u);
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("online-auto");
+  ASSERT_THAT(status, IsOk());
+  ASSERT_EQ(status->calibration().kind(), "temperature") << status->DebugString();
+  const double tau = status->calibration().temperature();
+  v1::Annotator newcomer;
+  newcomer.set_id("newcomer");
+  ASSERT_THAT(client_->AddAnnotators("online-auto", {newcomer}), IsOk());
+  const std::vector<double> c = Confusion(ProfileOf("online-auto", "newcomer"));
+  ASSERT_EQ(c.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    const std::string& item = items[i * 17];
+    const int y = i % 2;
+    SCOPED_TRACE(absl::StrCat(item, " label ", y, " temperature ", tau));
+    const v1::Posterior before = PosteriorOf("online-auto", item);
+    Submit("online-auto", {{item, "newcomer", y}});
+    const v1::Posterior after = PosteriorOf("online-auto", item);
+    const std::vector<double> expected = Updated(Probabilities(before), c, y, tau);
+    EXPECT_NEAR(after.probabilities(0), expected[0], 1e-9);
+    EXPECT_NEAR(after.probabilities(1), expected[1], 1e-9);
+    EXPECT_TRUE(after.includes_newer_labels());
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
