@@ -136,12 +136,15 @@ class AssignmentProbeTest : public ::testing::Test {
     ASSERT_THAT(client_->AddItems(project, items), IsOk());
   }
 
-  // The server stopped and started again on the same database.
-  void Restart() {
+  // The server stopped and started again on the same database, with `max_leases` as its
+  // --max_leases_per_project when given.
+  void Restart(int64_t max_leases = 0) {
     client_.reset();
     server_->Shutdown();
     server_.reset();
-    auto server = server::VerityServer::Start(TestServerOptions(pg_->url(), 4));
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
+    if (max_leases > 0) options.max_leases_per_project = max_leases;
+    auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     address_ = absl::StrCat("127.0.0.1:", server_->port());
@@ -793,6 +796,63 @@ TEST_F(AssignmentProbeTest, ANewcomersLabelBetweenFitsUpdatesTheCalibratedPoster
     EXPECT_NEAR(after.probabilities(1), expected[1], 1e-9);
     EXPECT_TRUE(after.includes_newer_labels());
   }
+}
+
+// assignment.proto, SuggestItems: "RESOURCE_EXHAUSTED ... when k more leases would take the
+// project past the server's --max_leases_per_project outstanding leases (retry once labels
+// arrive or leases expire)". At 2: once the holder's labels arrive, or once the leases of
+// lease_seconds = 1 have expired, a retry gets its 2 items.
+TEST_F(AssignmentProbeTest, ALeaseLimitRetrySucceedsOnceLabelsArriveOrLeasesExpire) {
+  Restart(/*max_leases=*/2);
+  CreateProject("limit-labels");
+  AddItems("limit-labels", {"i0", "i1", "i2", "i3"});
+  const std::vector<std::string> leased = SuggestedIds("limit-labels", "a", 2);
+  ASSERT_EQ(leased.size(), 2u);
+  EXPECT_EQ(client_->SuggestItems("limit-labels", "b", 1, {}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  Submit("limit-labels", {{leased[0], "a", 1}, {leased[1], "a", 0}});
+  absl::StatusOr<std::vector<v1::ItemSuggestion>> retry =
+      client_->SuggestItems("limit-labels", "b", 2, {});
+  ASSERT_THAT(retry, IsOk()) << "after the labels arrived";
+  EXPECT_EQ(retry->size(), 2u);
+
+  v1::ProjectSettings short_leases;
+  short_leases.mutable_assignment()->set_lease_seconds(1);
+  CreateProject("limit-expiry", short_leases);
+  AddItems("limit-expiry", {"i0", "i1", "i2", "i3"});
+  ASSERT_EQ(SuggestedIds("limit-expiry", "c", 2).size(), 2u);
+  EXPECT_EQ(client_->SuggestItems("limit-expiry", "d", 1, {}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  absl::SleepFor(absl::Milliseconds(1500));
+  retry = client_->SuggestItems("limit-expiry", "d", 2, {});
+  ASSERT_THAT(retry, IsOk()) << "after the leases expired";
+  EXPECT_EQ(retry->size(), 2u);
+}
+
+// assignment.proto, candidate_items: "at most 100,000, and the request within the 16 MiB
+// message limit: 100,000 ids of up to 160 bytes". 100,000 ids of 160 bytes, two of them items
+// of the project, are taken, and the suggestions are among the candidates.
+TEST_F(AssignmentProbeTest, AHundredThousandCandidatesOf160BytesAreTaken) {
+  CreateProject("long-candidates");
+  const std::string known_a = std::string(159, 'a') + "1";
+  const std::string known_b = std::string(159, 'b') + "2";
+  AddItems("long-candidates", {known_a, known_b, "outside"});
+  std::vector<std::string> candidates;
+  candidates.reserve(100000);
+  for (int i = 0; i < 99998; ++i) {
+    std::string id = absl::StrCat("c", i);
+    id.resize(160, 'x');
+    candidates.push_back(std::move(id));
+  }
+  candidates.push_back(known_a);
+  candidates.push_back(known_b);
+  absl::StatusOr<std::vector<v1::ItemSuggestion>> got =
+      client_->SuggestItems("long-candidates", "w", 5, candidates);
+  ASSERT_THAT(got, IsOk());
+  std::vector<std::string> ids;
+  for (const v1::ItemSuggestion& s : *got) ids.push_back(s.item());
+  std::sort(ids.begin(), ids.end());
+  EXPECT_THAT(ids, ElementsAre(known_a, known_b));
 }
 
 }  // namespace
