@@ -855,5 +855,36 @@ TEST_F(AssignmentProbeTest, AHundredThousandCandidatesOf160BytesAreTaken) {
   EXPECT_THAT(ids, ElementsAre(known_a, known_b));
 }
 
+// truth.proto, ListPosteriorsResponse: "Items in creation order". Items added by AddItems and
+// created by the labels of one batch (in the order the batch names them, which is not their
+// sorted order), listed a page of 2 at a time, come in the order they were created, before a
+// restart and after it.
+TEST_F(AssignmentProbeTest, PosteriorsAreListedInCreationOrderAcrossARestart) {
+  CreateProject("creation-order");
+  AddItems("creation-order", {"q", "c"});
+  Submit("creation-order", {{"z9", "w", 0}, {"a1", "w", 1}, {"c", "w", 1}, {"m5", "v", 0},
+                            {"b2", "w", 0}, {"a1", "v", 0}});
+  AddItems("creation-order", {"k", "a0"});
+  Submit("creation-order", {{"y", "w", 1}, {"x", "w", 1}});
+  const std::vector<std::string> expected = {"q", "c", "z9", "a1", "m5", "b2", "k", "a0", "y", "x"};
+  auto listed = [&] {
+    std::vector<std::string> order;
+    std::string token;
+    for (int page = 0; page < 20; ++page) {
+      absl::StatusOr<v1::ListPosteriorsResponse> got =
+          client_->ListPosteriors("creation-order", 2, token);
+      EXPECT_THAT(got, IsOk());
+      if (!got.ok()) break;
+      for (const v1::Posterior& p : got->posteriors()) order.push_back(p.item());
+      token = got->next_page_token();
+      if (token.empty()) break;
+    }
+    return order;
+  };
+  EXPECT_EQ(listed(), expected);
+  Restart();
+  EXPECT_EQ(listed(), expected) << "after a restart";
+}
+
 }  // namespace
 }  // namespace verity::tests
