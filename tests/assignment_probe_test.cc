@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -717,6 +718,48 @@ TEST_F(AssignmentProbeTest, AChangedItemAmongThousandsComesFirst) {
   EXPECT_EQ(first_for_new_annotator(v1::ASSIGNMENT_POLICY_UNIFORM), "fresh");
 }
 
+// The records of an RFC 4180 CSV text (quoted fields may hold commas, quotes and newlines).
+std::vector<std::vector<std::string>> ParseCsv(const std::string& text) {
+  std::vector<std::vector<std::string>> records;
+  std::vector<std::string> record;
+  std::string field;
+  bool quoted = false, any = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        field.push_back('"');
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        field.push_back(c);
+      }
+    } else if (c == '"') {
+      quoted = true;
+      any = true;
+    } else if (c == ',') {
+      record.push_back(field);
+      field.clear();
+      any = true;
+    } else if (c == '\n') {
+      record.push_back(field);
+      records.push_back(record);
+      record.clear();
+      field.clear();
+      any = false;
+    } else {
+      field.push_back(c);
+      any = true;
+    }
+  }
+  if (any) {
+    record.push_back(field);
+    records.push_back(record);
+  }
+  return records;
+}
+
 // p ∘ column y of the row-major confusion c, raised to `power`, normalised.
 std::vector<double> Updated(const std::vector<double>& p, const std::vector<double>& c, int y,
                             double power) {
@@ -884,6 +927,124 @@ TEST_F(AssignmentProbeTest, PosteriorsAreListedInCreationOrderAcrossARestart) {
   EXPECT_EQ(listed(), expected);
   Restart();
   EXPECT_EQ(listed(), expected) << "after a restart";
+}
+
+// `verity export --help`: "writes every item of the project in creation order with all of its
+// posterior, numbers in their shortest exact form. csv columns: item, label, label_index,
+// confidence, p_<class> for each class, num_labels, model_version, includes_newer_labels,
+// is_gold; an item or label starting with = + - @ (a spreadsheet formula) is written after a '
+// so that spreadsheets show it as text. jsonl: one JSON object per line with the fields of
+// `posteriors --output=json`." Item ids and class names that need CSV quoting or the formula
+// guard; every number parses back to exactly the double GetPosteriors serves.
+TEST_F(AssignmentProbeTest, ExportCsvHoldsEveryFieldExactlyAndJsonLinesMatchPosteriorsJson) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  const std::vector<std::string> classes = {"no, really", "say \"yes\"", "-maybe"};
+  CreateProject("export-odd", settings, classes);
+  const std::vector<std::string> ids = {"a,b", "q\"x", "=SUM(1)", "-1", "+z", "@at",
+                                        "back\\slash", "plain"};
+  std::vector<LabelTriple> labels;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    labels.push_back({ids[i], "w1", static_cast<int32_t>(i % 3)});
+    labels.push_back({ids[i], "w2", static_cast<int32_t>((i + i / 3) % 3)});
+    labels.push_back({ids[i], "w3", static_cast<int32_t>(i % 3)});
+  }
+  Submit("export-odd", labels);
+  v1::Item gold;
+  gold.set_id("gold");
+  gold.set_gold_label(2);
+  ASSERT_THAT(client_->AddItems("export-odd", {gold}), IsOk());
+  ASSERT_THAT(client_->TrainModel("export-odd", absl::Minutes(2)), IsOk());
+  Submit("export-odd", {{"plain", "w4", 1}});  // includes_newer_labels true for one item.
+  std::vector<std::string> all = ids;
+  all.push_back("gold");
+  absl::StatusOr<std::vector<v1::Posterior>> served = client_->GetPosteriors("export-odd", all);
+  ASSERT_THAT(served, IsOk());
+
+  const CliResult csv = Cli({"export", "--project=export-odd", "--format=csv", "--page_size=3"});
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  const std::vector<std::vector<std::string>> rows = ParseCsv(csv.out);
+  ASSERT_EQ(rows.size(), all.size() + 1) << csv.out;
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"item", "label", "label_index", "confidence",
+                                                "p_no, really", "p_say \"yes\"", "p_-maybe",
+                                                "num_labels", "model_version",
+                                                "includes_newer_labels", "is_gold"}));
+  auto guarded = [](const std::string& text) {
+    return text.find_first_of("=+-@") == 0 ? "'" + text : text;
+  };
+  for (size_t i = 0; i < all.size(); ++i) {
+    const v1::Posterior& p = (*served)[i];
+    const std::vector<std::string>& f = rows[i + 1];
+    SCOPED_TRACE(csv.out);
+    ASSERT_EQ(f.size(), 11u) << all[i];
+    EXPECT_EQ(f[0], guarded(all[i]));
+    EXPECT_EQ(f[1], guarded(classes[p.map_label()])) << all[i];
+    EXPECT_EQ(f[2], absl::StrCat(p.map_label())) << all[i];
+    EXPECT_EQ(std::strtod(f[3].c_str(), nullptr), p.confidence()) << all[i] << " " << f[3];
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(std::strtod(f[4 + k].c_str(), nullptr), p.probabilities(k)) << all[i] << " " << k;
+    }
+    EXPECT_EQ(f[7], absl::StrCat(p.num_labels())) << all[i];
+    EXPECT_EQ(f[8], absl::StrCat(p.model_version())) << all[i];
+    EXPECT_EQ(f[9], p.includes_newer_labels() ? "true" : "false") << all[i];
+    EXPECT_EQ(f[10], p.is_gold() ? "true" : "false") << all[i];
+  }
+  EXPECT_EQ(rows[all.size()][10], "true");                // gold
+  EXPECT_EQ(rows[ids.size()][9], "true");                 // plain, labelled after the fit
+
+  const CliResult jsonl = Cli({"export", "--project=export-odd", "--format=jsonl"});
+  ASSERT_EQ(jsonl.code, 0) << jsonl.err;
+  const CliResult json = Cli({"posteriors", "--project=export-odd", "--output=json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  std::vector<std::string> lines = absl::StrSplit(jsonl.out, '\n', absl::SkipEmpty());
+  std::vector<std::string> elements = absl::StrSplit(json.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), all.size()) << jsonl.out;
+  ASSERT_EQ(elements.size(), all.size() + 2) << json.out;  // "[" and "]" on lines of their own
+  for (size_t i = 0; i < all.size(); ++i) {
+    std::string element = elements[i + 1];
+    if (!element.empty() && element.back() == ',') element.pop_back();
+    EXPECT_EQ(lines[i], element);
+  }
+  EXPECT_EQ(lines[1].rfind("{\"item\":\"q\\\"x\",", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[6].rfind("{\"item\":\"back\\\\slash\",", 0), 0u) << lines[6];
+}
+
+// `verity posteriors --help`: "--out writes to a temporary file renamed over FILE on success, so
+// a failed call leaves FILE as it was"; `verity export --help`: "With --out the file is written
+// under a temporary name and renamed on success". A call that fails (an unknown item, an
+// unknown project) leaves FILE's old text and no temporary file beside it.
+TEST_F(AssignmentProbeTest, AFailedPosteriorsOrExportLeavesTheOutFileAsItWas) {
+  CreateProject("out-file");
+  Submit("out-file", {{"i", "w", 1}});
+  const std::string dir = ::testing::TempDir();
+  const std::string file = dir + "/out-file-probe.csv";
+  auto write = [&](const std::string& text) {
+    FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  auto read = [&](const std::string& path) -> std::string {
+    FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) return "(absent)";
+    std::string text;
+    for (int c; (c = std::fgetc(f)) != EOF;) text.push_back(static_cast<char>(c));
+    std::fclose(f);
+    return text;
+  };
+  write("old text\n");
+  CliResult failed = Cli({"posteriors", "--project=out-file", "--items=i,nope", "--out=" + file});
+  EXPECT_NE(failed.code, 0);
+  EXPECT_EQ(read(file), "old text\n");
+  EXPECT_EQ(read(file + ".partial"), "(absent)");
+  failed = Cli({"export", "--project=no-such-project", "--out=" + file});
+  EXPECT_NE(failed.code, 0);
+  EXPECT_EQ(read(file), "old text\n");
+  EXPECT_EQ(read(file + ".partial"), "(absent)");
+  const CliResult ok = Cli({"export", "--project=out-file", "--out=" + file});
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(ok.out, "wrote 1 posteriors to " + file + "\n");
+  EXPECT_NE(read(file), "old text\n");
 }
 
 }  // namespace
