@@ -240,6 +240,43 @@ class AssignmentProbeTest : public ::testing::Test {
     return labels;
   }
 
+  // What SuggestItems promised `annotator` for `item` of a fitted two-class project, and what
+  // the server then does with their label: the suggestion's score and p_correct, and the
+  // expected entropy reduction and probability of a correct label that follow from the
+  // posteriors served before the label, after label 0 and after its revision to 1 (p_y ∝ p ∘
+  // C[:, y] for the confusion C the server applies, recovered from the two updates).
+  struct PromisedAndApplied {
+    double score = 0, p_correct = 0;
+    double gain = 0, correct = 0;
+    std::vector<double> applied;  // C, row-major
+  };
+  PromisedAndApplied Measure(const std::string& project, const std::string& item,
+                             const std::string& annotator) {
+    PromisedAndApplied m;
+    const std::vector<v1::ItemSuggestion> got = Suggest(project, annotator, 1, {item});
+    EXPECT_EQ(got.size(), 1u);
+    if (got.size() != 1) return m;
+    m.score = got[0].score();
+    m.p_correct = got[0].p_correct();
+    const std::vector<double> p = Probabilities(PosteriorOf(project, item));
+    Submit(project, {{item, annotator, 0}});
+    const std::vector<double> p0 = Probabilities(PosteriorOf(project, item));
+    absl::StatusOr<client::SubmitTotals> revised = client_->SubmitAnnotations(
+        project, Annotations({{item, annotator, 1}}), client::SubmitOptions{});
+    EXPECT_THAT(revised, IsOk());
+    const std::vector<double> p1 = Probabilities(PosteriorOf(project, item));
+    if (p.size() != 2 || p0.size() != 2 || p1.size() != 2) return m;
+    // r_y = C[1, y] / C[0, y]; rows sum to 1: C[0, 0] = (r_1 - 1) / (r_1 - r_0).
+    const double prior_odds = p[1] / p[0];
+    const double r0 = (p0[1] / p0[0]) / prior_odds, r1 = (p1[1] / p1[0]) / prior_odds;
+    const double c00 = (r1 - 1) / (r1 - r0), c10 = r0 * c00;
+    m.applied = {c00, 1 - c00, c10, 1 - c10};
+    const double py0 = p[0] * c00 + p[1] * c10;
+    m.gain = Entropy(p) - py0 * Entropy(p0) - (1 - py0) * Entropy(p1);
+    m.correct = p[0] * c00 + p[1] * (1 - c10);
+    return m;
+  }
+
   struct CliResult {
     int code;
     std::string out;
@@ -1045,6 +1082,48 @@ TEST_F(AssignmentProbeTest, AFailedPosteriorsOrExportLeavesTheOutFileAsItWas) {
   ASSERT_EQ(ok.code, 0) << ok.err;
   EXPECT_EQ(ok.out, "wrote 1 posteriors to " + file + "\n");
   EXPECT_NE(read(file), "old text\n");
+}
+
+
+// Labels of six annotators: ten easy items they agree on (w5 errs on three), and three hard
+// items h0..h2 they split on; w5 leaves h0 and h1 unlabelled.
+std::vector<LabelTriple> EasyAndHardItems() {
+  std::vector<LabelTriple> labels = {};
+  for (int i = 0; i < 10; ++i) {
+    for (int a = 0; a < 6; ++a) {
+      const int label = (a == 5 && i < 3) ? 1 - i % 2 : i % 2;
+      labels.push_back({absl::StrCat("e", i), absl::StrCat("w", a), label});
+    }
+  }
+  for (int h = 0; h < 3; ++h) {
+    for (int a = 0; a < (h < 2 ? 5 : 6); ++a) {
+      labels.push_back({absl::StrCat("h", h), absl::StrCat("w", a), (a + h) % 2});
+    }
+  }
+  return labels;
+}
+
+// assignment.proto, ItemSuggestion: score is the "Expected reduction of the item's posterior
+// entropy if the annotator labels it", p_correct the "Predicted probability that the annotator
+// labels the item correctly"; docs/ASSIGNMENT.md: H(p) − Σ_y P(y) H(p ∘ C[:, y] / P(y)) "with
+// ... C = C(i, a) the annotator's predicted confusion matrix under the current model version",
+// and "between fits each new label updates its item's posterior online with the current
+// version's annotator parameters". So the score equals the entropy reduction that the
+// server's own update makes in expectation. Dawid-Skene (confusions per annotator only).
+TEST_F(AssignmentProbeTest, AScoreIsTheExpectedReductionTheServersUpdateMakesUnderDs) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_calibration("none");
+  CreateProject("applied-ds", settings);
+  Submit("applied-ds", EasyAndHardItems());
+  ASSERT_THAT(client_->TrainModel("applied-ds", absl::Minutes(2)), IsOk());
+  for (const char* item : {"h0", "h1"}) {
+    const PromisedAndApplied m = Measure("applied-ds", item, "w5");
+    SCOPED_TRACE(absl::StrCat(item, ": applied C = ", m.applied.empty() ? 0 : m.applied[0], " ",
+                              m.applied.empty() ? 0 : m.applied[3]));
+    EXPECT_NEAR(m.score, m.gain, 1e-6);
+    EXPECT_NEAR(m.p_correct, m.correct, 1e-6);
+  }
 }
 
 }  // namespace
