@@ -1126,5 +1126,34 @@ TEST_F(AssignmentProbeTest, AScoreIsTheExpectedReductionTheServersUpdateMakesUnd
   }
 }
 
+// The same promise under GLAD, whose confusion of an annotator depends on the item (its
+// easiness; models/truth_model.h: "Models whose confusion depends on the item (glad: item
+// easiness)"): C(i, a) is the matrix the server applies to a's label on i.
+TEST_F(AssignmentProbeTest, AScoreIsTheExpectedReductionTheServersUpdateMakesUnderGlad) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_GLAD);
+  settings.mutable_model()->set_calibration("none");
+  CreateProject("applied-glad", settings);
+  Submit("applied-glad", EasyAndHardItems());
+  ASSERT_THAT(client_->TrainModel("applied-glad", absl::Minutes(2)), IsOk());
+  // SuggestAnnotators' score is the same promise ("Expected reduction of the item's posterior
+  // entropy if this annotator labels it"); read before w5's label on h1.
+  absl::StatusOr<std::vector<v1::AnnotatorSuggestion>> for_h1 =
+      client_->SuggestAnnotators("applied-glad", "h1", 1, {"w5"});
+  ASSERT_THAT(for_h1, IsOk());
+  ASSERT_EQ(for_h1->size(), 1u);
+  for (const char* item : {"h0", "h1"}) {
+    const PromisedAndApplied m = Measure("applied-glad", item, "w5");
+    SCOPED_TRACE(absl::StrCat(item, ": applied C = ", m.applied.empty() ? 0 : m.applied[0], " ",
+                              m.applied.empty() ? 0 : m.applied[3]));
+    EXPECT_NEAR(m.score, m.gain, 1e-6);
+    EXPECT_NEAR(m.p_correct, m.correct, 1e-6);
+    if (std::string(item) == "h1") {
+      EXPECT_NEAR((*for_h1)[0].score(), m.gain, 1e-6) << "SuggestAnnotators";
+      EXPECT_NEAR((*for_h1)[0].p_correct(), m.correct, 1e-6) << "SuggestAnnotators";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
