@@ -32,6 +32,7 @@
 #include "common/status_matchers.h"
 #include "models/csv_dataset.h"
 #include "models/testing/dataset_path.h"
+#include "server/testing/http_get.h"
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
 #include "tests/test_server.h"
@@ -109,6 +110,7 @@ class AssignmentProbeTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_NE(pg_, nullptr);
     server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
+    options.metrics_listen = "127.0.0.1:0";  // The console's JSON.
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -1153,6 +1155,35 @@ TEST_F(AssignmentProbeTest, AScoreIsTheExpectedReductionTheServersUpdateMakesUnd
       EXPECT_NEAR((*for_h1)[0].p_correct(), m.correct, 1e-6) << "SuggestAnnotators";
     }
   }
+}
+
+// README.md: the console shows "per project the posterior-confidence histogram, resolved share,
+// open items and outstanding leases (when the assignment settings define resolution)";
+// projects.proto, gold_items_for_new_annotators: "a gold item is always resolved" (and
+// docs/ASSIGNMENT.md: an item is not suggested "when it is a gold item"). Under a cap of 2
+// labels, of x (no label), y (2 labels) and g (gold, no label) two are resolved, y and g, and
+// one is open, x.
+TEST_F(AssignmentProbeTest, TheConsoleCountsAGoldItemAsResolved) {
+  v1::ProjectSettings settings;
+  settings.mutable_assignment()->set_max_labels_per_item(2);
+  CreateProject("console-gold", settings);
+  AddItems("console-gold", {"x"});
+  Submit("console-gold", {{"y", "a", 1}, {"y", "b", 1}});
+  v1::Item gold;
+  gold.set_id("g");
+  gold.set_gold_label(0);
+  ASSERT_THAT(client_->AddItems("console-gold", {gold}), IsOk());
+  // The server's own view of what is open: only x is offered.
+  EXPECT_THAT(SuggestedIds("console-gold", "c", 10), ElementsAre("x"));
+  const int port = server_->metrics_port();
+  ASSERT_NE(port, 0);
+  absl::StatusOr<testing::HttpResponse> response =
+      testing::HttpGet(port, "/api/projects/console-gold");
+  ASSERT_TRUE(response.ok()) << response.status();
+  ASSERT_EQ(response->status, 200) << response->body;
+  const std::string& json = response->body;
+  EXPECT_NE(json.find("\"resolved_items\":2,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"open_items\":1"), std::string::npos) << json;
 }
 
 }  // namespace
