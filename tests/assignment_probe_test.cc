@@ -110,7 +110,6 @@ class AssignmentProbeTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_NE(pg_, nullptr);
     server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
-    options.metrics_listen = "127.0.0.1:0";  // The console's JSON.
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -140,13 +139,14 @@ class AssignmentProbeTest : public ::testing::Test {
   }
 
   // The server stopped and started again on the same database, with `max_leases` as its
-  // --max_leases_per_project when given.
-  void Restart(int64_t max_leases = 0) {
+  // --max_leases_per_project when given, and the metrics port (and its console) with `console`.
+  void Restart(int64_t max_leases = 0, bool console = false) {
     client_.reset();
     server_->Shutdown();
     server_.reset();
     server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
     if (max_leases > 0) options.max_leases_per_project = max_leases;
+    if (console) options.metrics_listen = "127.0.0.1:0";
     auto server = server::VerityServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -1164,6 +1164,7 @@ TEST_F(AssignmentProbeTest, AScoreIsTheExpectedReductionTheServersUpdateMakesUnd
 // labels, of x (no label), y (2 labels) and g (gold, no label) two are resolved, y and g, and
 // one is open, x.
 TEST_F(AssignmentProbeTest, TheConsoleCountsAGoldItemAsResolved) {
+  Restart(/*max_leases=*/0, /*console=*/true);
   v1::ProjectSettings settings;
   settings.mutable_assignment()->set_max_labels_per_item(2);
   CreateProject("console-gold", settings);
