@@ -686,12 +686,12 @@ TEST_F(AssignmentProbeTest, ALeaseEndedByItsLabelStaysEndedAcrossARestart) {
 }
 
 // assignment.proto, ItemSuggestion.lease_expires_at: "The suggestion reserves one label slot
-// on the item until this time". A lease of 2 s taken before a restart frees the slot once that
+// on the item until this time". A lease of 4 s taken before a restart frees the slot once that
 // time has passed, after the restart as before it.
 TEST_F(AssignmentProbeTest, ALeaseTakenBeforeARestartExpiresAtItsTime) {
   v1::ProjectSettings settings;
   settings.mutable_assignment()->set_max_labels_per_item(1);
-  settings.mutable_assignment()->set_lease_seconds(2);
+  settings.mutable_assignment()->set_lease_seconds(4);
   CreateProject("restart-expiry", settings);
   AddItems("restart-expiry", {"only"});
   const std::vector<v1::ItemSuggestion> got = Suggest("restart-expiry", "a", 1);
