@@ -1187,5 +1187,34 @@ TEST_F(AssignmentProbeTest, TheConsoleCountsAGoldItemAsResolved) {
   EXPECT_NE(json.find("\"open_items\":1"), std::string::npos) << json;
 }
 
+// docs/ASSIGNMENT.md:50-55: "An annotator the current version's fit did not see is scored with
+// the population's confusion ... in SuggestItems as in SuggestAnnotators and
+// GetAnnotatorProfiles. Known gap: such a newcomer's labels between fits still update the
+// posterior with the population's confusion"; truth.proto: a profile outside the fit carries
+// "the population confusion that an annotator outside the fit without features gets". So under
+// IBCC (labels independent given the class, like ds) the confusion that a newcomer's label
+// applies to the posterior is the one their profile shows, and their score is the expected
+// entropy reduction it makes.
+TEST_F(AssignmentProbeTest, ANewcomersLabelAppliesThePopulationConfusionTheyAreScoredWithIbcc) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_IBCC);
+  settings.mutable_model()->set_calibration("none");
+  CreateProject("newcomer-ibcc", settings);
+  Submit("newcomer-ibcc", EasyAndHardItems());
+  ASSERT_THAT(client_->TrainModel("newcomer-ibcc", absl::Minutes(2)), IsOk());
+  v1::Annotator newbie;
+  newbie.set_id("newbie");
+  ASSERT_THAT(client_->AddAnnotators("newcomer-ibcc", {newbie}), IsOk());
+  const std::vector<double> population = Confusion(ProfileOf("newcomer-ibcc", "newbie"));
+  ASSERT_EQ(population.size(), 4u);
+  const PromisedAndApplied m = Measure("newcomer-ibcc", "h1", "newbie");
+  ASSERT_EQ(m.applied.size(), 4u);
+  for (int cell = 0; cell < 4; ++cell) {
+    EXPECT_NEAR(m.applied[cell], population[cell], 1e-6) << "cell " << cell;
+  }
+  EXPECT_NEAR(m.score, m.gain, 1e-6);
+  EXPECT_NEAR(m.p_correct, m.correct, 1e-6);
+}
+
 }  // namespace
 }  // namespace verity::tests
