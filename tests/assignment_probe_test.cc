@@ -1216,5 +1216,36 @@ TEST_F(AssignmentProbeTest, ANewcomersLabelAppliesThePopulationConfusionTheyAreS
   EXPECT_NEAR(m.p_correct, m.correct, 1e-6);
 }
 
+// ingest.proto, BatchAck.rejected: "Invalid annotations; never written"; truth.proto,
+// ListPosteriors lists the project's items, GetPosteriors answers NOT_FOUND for "An unknown
+// item"; assignment.proto, SuggestAnnotators' empty candidates: "the project's annotators". The
+// item and annotator named only by rejected annotations (a label out of range, a client_time
+// out of range) are not created: not listed, not found, not counted, not suggested.
+TEST_F(AssignmentProbeTest, ItemsAndAnnotatorsOfRejectedLabelsAreNotCreated) {
+  CreateProject("rejected");
+  std::vector<v1::Annotation> batch = Annotations(
+      {{"real", "w", 1}, {"ghost", "phantom", 7}, {"ghost2", "phantom2", 0}});
+  batch[2].mutable_client_time()->set_seconds(-100'000'000'000);
+  absl::StatusOr<client::SubmitTotals> totals =
+      client_->SubmitAnnotations("rejected", batch, client::SubmitOptions{});
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->accepted, 1);
+  EXPECT_EQ(totals->rejected, 2);
+  for (const char* item : {"ghost", "ghost2"}) {
+    EXPECT_EQ(client_->GetPosteriors("rejected", {item}).status().code(),
+              absl::StatusCode::kNotFound) << item;
+  }
+  absl::StatusOr<v1::ListPosteriorsResponse> listed = client_->ListPosteriors("rejected", 10, "");
+  ASSERT_THAT(listed, IsOk());
+  ASSERT_EQ(listed->posteriors_size(), 1) << listed->DebugString();
+  EXPECT_EQ(listed->posteriors(0).item(), "real");
+  absl::StatusOr<v1::Project> project = client_->GetProject("rejected");
+  ASSERT_THAT(project, IsOk());
+  EXPECT_EQ(project->num_items(), 1);
+  EXPECT_EQ(project->num_annotators(), 1);
+  AddItems("rejected", {"open"});
+  EXPECT_THAT(SuggestedAnnotators("rejected", "open", {}), ElementsAre("w"));
+}
+
 }  // namespace
 }  // namespace verity::tests
