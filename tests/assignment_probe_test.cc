@@ -1247,5 +1247,40 @@ TEST_F(AssignmentProbeTest, ItemsAndAnnotatorsOfRejectedLabelsAreNotCreated) {
   EXPECT_THAT(SuggestedAnnotators("rejected", "open", {}), ElementsAre("w"));
 }
 
+// assignment.proto, SuggestItems: each item is "leased to them"; docs/ASSIGNMENT.md: "An item is
+// not suggested to an annotator who ... holds a lease on it". One annotator asking from eight
+// devices at once (no cap on the items) is never sent one item twice: 30 items, 8 calls of
+// k = 5 at once, then more until nothing is left: each item exactly once.
+TEST_F(AssignmentProbeTest, OneAnnotatorAskingAtOnceIsNeverSentAnItemTwice) {
+  CreateProject("one-annotator");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 30; ++i) ids.push_back(absl::StrCat("o", i));
+  AddItems("one-annotator", ids);
+  absl::Mutex mu;
+  std::map<std::string, int> sent;
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      client::VerityClient client(channel_, client::ClientOptions{});
+      for (int round = 0; round < 10; ++round) {
+        absl::StatusOr<std::vector<v1::ItemSuggestion>> got =
+            client.SuggestItems("one-annotator", "solo", 5, {});
+        if (!got.ok()) {
+          ++errors;
+          return;
+        }
+        if (got->empty()) return;
+        absl::MutexLock lock(&mu);
+        for (const v1::ItemSuggestion& s : *got) ++sent[s.item()];
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  for (const std::string& id : ids) EXPECT_EQ(sent[id], 1) << id;
+  EXPECT_EQ(sent.size(), ids.size());
+}
+
 }  // namespace
 }  // namespace verity::tests
