@@ -1282,5 +1282,33 @@ TEST_F(AssignmentProbeTest, OneAnnotatorAskingAtOnceIsNeverSentAnItemTwice) {
   EXPECT_EQ(sent.size(), ids.size());
 }
 
+// projects.proto, ProjectLimits.max_feature_values: "Ingest, AddItems, AddAnnotators or
+// SuggestItems that would create items or annotators past it is refused"; assignment.proto:
+// the annotator is "Created on first use". Annotator rows of 100 values under a limit of 600
+// with one item row of 100: five annotators fit, a sixth, new to SuggestItems, is refused
+// RESOURCE_EXHAUSTED naming the limit and not created.
+TEST_F(AssignmentProbeTest, SuggestItemsCannotCreateAnAnnotatorPastMaxFeatureValues) {
+  v1::Project project;
+  project.set_name("feature-limit");
+  project.add_classes("a");
+  project.add_classes("b");
+  project.set_item_feature_dim(100);
+  project.set_annotator_feature_dim(100);
+  project.mutable_settings()->mutable_limits()->set_max_feature_values(600);
+  ASSERT_THAT(client_->CreateProject(project), IsOk());
+  Submit("feature-limit", {{"i", "w1", 0}, {"i", "w2", 1}, {"i", "w3", 0}, {"i", "w4", 1},
+                           {"i", "w5", 0}});
+  absl::StatusOr<std::vector<v1::ItemSuggestion>> refused =
+      client_->SuggestItems("feature-limit", "w6", 1, {});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("max_feature_values"), std::string::npos)
+      << refused.status();
+  absl::StatusOr<v1::Project> after = client_->GetProject("feature-limit");
+  ASSERT_THAT(after, IsOk());
+  EXPECT_EQ(after->num_annotators(), 5);
+  EXPECT_EQ(client_->GetAnnotatorProfiles("feature-limit", {"w6"}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace verity::tests
