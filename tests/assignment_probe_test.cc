@@ -1310,5 +1310,32 @@ TEST_F(AssignmentProbeTest, SuggestItemsCannotCreateAnAnnotatorPastMaxFeatureVal
             absl::StatusCode::kNotFound);
 }
 
+// `verity suggest items --help`: "Asks the server for the K items ANNOTATOR should label next,
+// best first, by the project's assignment policy ... Prints a table of item, score (the
+// policy's ranking score, e.g. expected entropy reduction), p_correct ...". So the scores come
+// in non-increasing order. Under INFORMATION_GAIN (the default) a2 (labels 2 to 1: gain ~0.073,
+// ranked by gain / 4) comes before t4 (2 to 2: gain ~0.082, ranked by gain / 5).
+TEST_F(AssignmentProbeTest, TheCliPrintsThePolicysRankingScoreBestFirst) {
+  CreateProject("cli-score");
+  Submit("cli-score", {{"a2", "x", 1}, {"a2", "y", 1}, {"a2", "w", 0},
+                       {"t4", "x", 1}, {"t4", "y", 1}, {"t4", "w", 0}, {"t4", "v", 0}});
+  const CliResult got = Cli({"suggest", "items", "--project=cli-score", "--annotator=z", "--k=2",
+                             "--output=json"});
+  ASSERT_EQ(got.code, 0) << got.err;
+  std::vector<double> scores;
+  std::vector<std::string> items;
+  for (size_t at = got.out.find("\"score\":"); at != std::string::npos;
+       at = got.out.find("\"score\":", at + 1)) {
+    scores.push_back(std::strtod(got.out.c_str() + at + 8, nullptr));
+  }
+  for (size_t at = got.out.find("\"item\":\""); at != std::string::npos;
+       at = got.out.find("\"item\":\"", at + 1)) {
+    items.push_back(got.out.substr(at + 8, 2));
+  }
+  ASSERT_EQ(scores.size(), 2u) << got.out;
+  EXPECT_THAT(items, ElementsAre("a2", "t4")) << got.out;
+  EXPECT_GE(scores[0], scores[1]) << "best first, by the policy's ranking score: " << got.out;
+}
+
 }  // namespace
 }  // namespace verity::tests
