@@ -1337,5 +1337,28 @@ TEST_F(AssignmentProbeTest, TheCliPrintsThePolicysRankingScoreBestFirst) {
   EXPECT_GE(scores[0], scores[1]) << "best first, by the policy's ranking score: " << got.out;
 }
 
+// projects.proto, AssignmentSettings.lease_seconds: "How long a suggestion reserves a slot on
+// its item, in seconds" (an int32; the server refuses only negative values); assignment.proto:
+// lease_expires_at is when the reservation ends. At the largest lease_seconds, 2,147,483,647
+// (68 years), the lease ends that long after the call and holds the item's last slot, across a
+// restart too.
+TEST_F(AssignmentProbeTest, TheLongestLeaseEndsSixtyEightYearsOnAndHoldsItsSlot) {
+  v1::ProjectSettings settings;
+  settings.mutable_assignment()->set_lease_seconds(2147483647);
+  settings.mutable_assignment()->set_max_labels_per_item(1);
+  CreateProject("long-lease", settings);
+  AddItems("long-lease", {"only"});
+  const absl::Time asked = absl::Now();
+  const std::vector<v1::ItemSuggestion> got = Suggest("long-lease", "a", 1);
+  ASSERT_EQ(got.size(), 1u);
+  const absl::Time expires = absl::FromUnixSeconds(got[0].lease_expires_at().seconds()) +
+                             absl::Nanoseconds(got[0].lease_expires_at().nanos());
+  EXPECT_LT(absl::AbsDuration(expires - (asked + absl::Seconds(2147483647))), absl::Seconds(5))
+      << absl::FormatTime(expires);
+  EXPECT_THAT(SuggestedIds("long-lease", "b", 1), IsEmpty());
+  Restart();
+  EXPECT_THAT(SuggestedIds("long-lease", "b", 1), IsEmpty()) << "after a restart";
+}
+
 }  // namespace
 }  // namespace verity::tests
