@@ -1360,5 +1360,27 @@ TEST_F(AssignmentProbeTest, TheLongestLeaseEndsSixtyEightYearsOnAndHoldsItsSlot)
   EXPECT_THAT(SuggestedIds("long-lease", "b", 1), IsEmpty()) << "after a restart";
 }
 
+// projects.proto, Item.priority: "items of higher priority are suggested before any item of
+// lower priority; within one priority, by the assignment policy's score";
+// AssignmentSettings.gold_items_for_new_annotators: "An annotator with fewer labels than this is
+// first sent gold (control) items". Of two gold items, the one of priority 5 (with a label
+// already) is sent to a new annotator before the one of priority 0 (no label).
+TEST_F(AssignmentProbeTest, ANewAnnotatorGetsTheHigherPriorityGoldItemFirst) {
+  v1::ProjectSettings settings;
+  settings.mutable_assignment()->set_gold_items_for_new_annotators(1);
+  CreateProject("gold-priority", settings);
+  std::vector<v1::Item> items(3);
+  items[0].set_id("g-low");
+  items[0].set_gold_label(0);
+  items[0].set_priority(0);
+  items[1].set_id("g-high");
+  items[1].set_gold_label(1);
+  items[1].set_priority(5);
+  items[2].set_id("plain");
+  ASSERT_THAT(client_->AddItems("gold-priority", items), IsOk());
+  Submit("gold-priority", {{"g-high", "veteran", 1}});
+  EXPECT_THAT(SuggestedIds("gold-priority", "newcomer", 1), ElementsAre("g-high"));
+}
+
 }  // namespace
 }  // namespace verity::tests
