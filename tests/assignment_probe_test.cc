@@ -1382,5 +1382,49 @@ TEST_F(AssignmentProbeTest, ANewAnnotatorGetsTheHigherPriorityGoldItemFirst) {
   EXPECT_THAT(SuggestedIds("gold-priority", "newcomer", 1), ElementsAre("g-high"));
 }
 
+// truth.proto, Posterior.includes_newer_labels: "True when the item has labels newer than that
+// version's fit (updated online ...)"; ingest.proto: "resending the same label is an
+// acknowledged duplicate", and a label older by client_time than the live one "is kept in
+// history only". After a fit, a plain resend of an item's label and a stale label leave the
+// item with no label newer than the fit, and its posterior unchanged.
+TEST_F(AssignmentProbeTest, ADuplicateOrAStaleLabelIsNothingNewerThanTheFit) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("nothing-newer", settings);
+  std::vector<LabelTriple> labels = CrowdLabels(6, {"a", "b", "c"}, {{2, 1}});
+  std::vector<v1::Annotation> annotations = Annotations(labels);
+  for (v1::Annotation& a : annotations) a.mutable_client_time()->set_seconds(1'700'000'000);
+  absl::StatusOr<client::SubmitTotals> first =
+      client_->SubmitAnnotations("nothing-newer", annotations, client::SubmitOptions{});
+  ASSERT_THAT(first, IsOk());
+  ASSERT_EQ(first->accepted, static_cast<int64_t>(labels.size()));
+  ASSERT_THAT(client_->TrainModel("nothing-newer", absl::Minutes(2)), IsOk());
+  const std::vector<v1::Posterior> before =
+      *client_->GetPosteriors("nothing-newer", {"i0", "i1", "i2"});
+  for (const v1::Posterior& p : before) ASSERT_FALSE(p.includes_newer_labels()) << p.item();
+
+  // i0: a's label resent as it is; i1: a's label resent without client_time; i2: a different
+  // label from a made before the live one (stale).
+  std::vector<v1::Annotation> again = Annotations({{"i0", "a", 0}, {"i1", "a", 1}});
+  again[0].mutable_client_time()->set_seconds(1'700'000'000);
+  std::vector<v1::Annotation> stale = Annotations({{"i2", "a", 1}});
+  stale[0].mutable_client_time()->set_seconds(1'600'000'000);
+  absl::StatusOr<client::SubmitTotals> resent =
+      client_->SubmitAnnotations("nothing-newer", again, client::SubmitOptions{});
+  ASSERT_THAT(resent, IsOk());
+  EXPECT_EQ(resent->duplicate, 2);
+  absl::StatusOr<client::SubmitTotals> late =
+      client_->SubmitAnnotations("nothing-newer", stale, client::SubmitOptions{});
+  ASSERT_THAT(late, IsOk());
+  EXPECT_EQ(late->stale, 1);
+  const std::vector<v1::Posterior> after =
+      *client_->GetPosteriors("nothing-newer", {"i0", "i1", "i2"});
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_FALSE(after[i].includes_newer_labels()) << after[i].item();
+    EXPECT_EQ(after[i].probabilities(0), before[i].probabilities(0)) << after[i].item();
+    EXPECT_EQ(after[i].num_labels(), before[i].num_labels()) << after[i].item();
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
