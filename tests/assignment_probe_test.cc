@@ -1426,5 +1426,52 @@ TEST_F(AssignmentProbeTest, ADuplicateOrAStaleLabelIsNothingNewerThanTheFit) {
   }
 }
 
+// assignment.proto, ItemSuggestion.score: "Expected reduction of the item's posterior entropy if
+// the annotator labels it"; docs/ASSIGNMENT.md: H(p) − Σ_y P(y) H(p ∘ C[:, y] / P(y)) "with p
+// the item's current posterior", P(y) = Σ_k p_k C[k, y], and "The confidence is that of the
+// served posterior, which is calibrated by default". On bluebirds under ds with the default
+// calibration (a temperature), for uncertain items: the score is the expectation, over the
+// label the newcomer is predicted to give (P(y) from the served posterior and the confusion
+// their profile shows, as p_correct is), of the entropy reduction of the posterior the server
+// then serves (read after label 0 and after its revision to 1).
+TEST_F(AssignmentProbeTest, AScoreIsTheExpectedReductionOfTheServedCalibratedPosterior) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  const std::vector<std::string> items = LoadAndFit("served-gain", "bluebirds", settings);
+  ASSERT_FALSE(items.empty());
+  absl::StatusOr<v1::GetModelStatusResponse> status = client_->GetModelStatus("served-gain");
+  ASSERT_THAT(status, IsOk());
+  ASSERT_NE(status->calibration().temperature(), 1.0) << status->DebugString();
+  v1::Annotator newbie;
+  newbie.set_id("newbie");
+  ASSERT_THAT(client_->AddAnnotators("served-gain", {newbie}), IsOk());
+  const std::vector<double> c = Confusion(ProfileOf("served-gain", "newbie"));
+  ASSERT_EQ(c.size(), 4u);
+  absl::StatusOr<std::vector<v1::Posterior>> all = client_->GetPosteriors("served-gain", items);
+  ASSERT_THAT(all, IsOk());
+  int checked = 0;
+  for (const v1::Posterior& posterior : *all) {
+    if (posterior.confidence() > 0.97 || checked == 2) continue;
+    ++checked;
+    const std::string& item = posterior.item();
+    const std::vector<v1::ItemSuggestion> got = Suggest("served-gain", "newbie", 1, {item});
+    ASSERT_EQ(got.size(), 1u);
+    const std::vector<double> q = Probabilities(PosteriorOf("served-gain", item));
+    Submit("served-gain", {{item, "newbie", 0}});
+    const std::vector<double> q0 = Probabilities(PosteriorOf("served-gain", item));
+    ASSERT_THAT(client_->SubmitAnnotations("served-gain", Annotations({{item, "newbie", 1}}),
+                                           client::SubmitOptions{}),
+                IsOk());
+    const std::vector<double> q1 = Probabilities(PosteriorOf("served-gain", item));
+    const double p0 = q[0] * c[0] + q[1] * c[2];
+    const double reduction = Entropy(q) - p0 * Entropy(q0) - (1 - p0) * Entropy(q1);
+    EXPECT_NEAR(got[0].p_correct(), ProbabilityCorrect(q, c), 1e-9) << item;
+    EXPECT_NEAR(got[0].score(), reduction, 1e-6)
+        << item << ": served " << q[0] << " -> " << q0[0] << " (label 0) / " << q1[0]
+        << " (label 1); temperature " << status->calibration().temperature();
+  }
+  EXPECT_EQ(checked, 2);
+}
+
 }  // namespace
 }  // namespace verity::tests
