@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/cli.h"
+#include "client/replay_simulation.h"
 #include "client/verity_client.h"
 #include "common/status_matchers.h"
 #include "models/csv_dataset.h"
@@ -1471,6 +1472,59 @@ TEST_F(AssignmentProbeTest, AScoreIsTheExpectedReductionOfTheServedCalibratedPos
         << " (label 1); temperature " << status->calibration().temperature();
   }
   EXPECT_EQ(checked, 2);
+}
+
+// docs/ASSIGNMENT.md, the replay and dynamic overlap: an annotator asks SuggestItems(k = 1,
+// candidate_items = the items they labelled and have not answered) and "An empty answer means
+// the server has nothing for them: they leave the crowd"; "an item stops being offered once its
+// served confidence reaches the target"; run 1: "At M = 1 a target of 0.9 resolved every item
+// at its first label ... (before a project's first fit the served posterior is majority
+// vote's ...)"; "Checkpoints never reached are recorded with the final state and the labels
+// actually bought". A UNIFORM replay of bluebirds (no fit on this test server) with target 0.9,
+// M = 1 and a cap of 5 buys one label per item, 108, and records every checkpoint with 108.
+TEST_F(AssignmentProbeTest, ADynamicOverlapReplayAtNinetyPercentBuysOneLabelPerItem) {
+  absl::StatusOr<std::string> dir = models::testing::FindDatasetsDirectory();
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  absl::StatusOr<models::CsvDataset> data =
+      models::ReadCsvDataset(absl::StrCat(*dir, "/bluebirds"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  client::GrpcReplayServer replay_server(*client_);
+  client::ReplayOptions options;
+  options.dataset_name = "bluebirds";
+  options.project_prefix = "dyn";
+  options.settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  options.settings.mutable_assignment()->set_confidence_target(0.9);
+  options.settings.mutable_assignment()->set_min_labels_per_item(1);
+  options.settings.mutable_assignment()->set_max_labels_per_item(5);
+  options.fit_wait = absl::ZeroDuration();
+  absl::StatusOr<std::vector<client::BudgetCheckpoint>> checkpoints = client::BudgetCheckpoints(
+      {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0},
+      static_cast<int64_t>(data->annotations.size()));
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  options.checkpoints = *checkpoints;
+  client::SimulationPolicy uniform;
+  uniform.name = "uniform";
+  uniform.policy = v1::ASSIGNMENT_POLICY_UNIFORM;
+  absl::StatusOr<client::ReplayResult> result =
+      client::RunReplay(replay_server, *data, options, uniform, /*seed=*/1);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->stats.bought, 108);
+  ASSERT_EQ(result->rows.size(), 10u);
+  for (const client::SimulationRow& row : result->rows) {
+    EXPECT_EQ(row.labels, 108) << row.fraction;
+    EXPECT_EQ(row.accuracy, result->rows[0].accuracy) << row.fraction;
+  }
+  absl::StatusOr<v1::Project> project = client_->GetProject("dyn-bluebirds-uniform-s1");
+  ASSERT_THAT(project, IsOk());
+  EXPECT_EQ(project->num_labels(), 108);
+  absl::StatusOr<v1::ListPosteriorsResponse> listed =
+      client_->ListPosteriors("dyn-bluebirds-uniform-s1", 1000, "");
+  ASSERT_THAT(listed, IsOk());
+  ASSERT_EQ(listed->posteriors_size(), 108);
+  for (const v1::Posterior& p : listed->posteriors()) {
+    EXPECT_EQ(p.num_labels(), 1) << p.item();
+    EXPECT_GE(p.confidence(), 0.9) << p.item();
+  }
 }
 
 }  // namespace
