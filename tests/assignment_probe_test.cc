@@ -1527,5 +1527,22 @@ TEST_F(AssignmentProbeTest, ADynamicOverlapReplayAtNinetyPercentBuysOneLabelPerI
   }
 }
 
+// assignment.proto: a suggestion "reserves one label slot on the item until this time (or until
+// the annotator's label for it arrives)". A fit in between (a new model version) does not end
+// it: under a cap of 1, a's lease still holds the item's slot after TrainModel, and a still
+// holds it (not suggested to a again, a left out by SuggestAnnotators).
+TEST_F(AssignmentProbeTest, ALeaseHoldsItsSlotAcrossAFit) {
+  v1::ProjectSettings settings;
+  settings.mutable_assignment()->set_max_labels_per_item(1);
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("fit-lease", settings);
+  Submit("fit-lease", {{"done", "x", 1}, {"done2", "x", 0}});
+  AddItems("fit-lease", {"only"});
+  ASSERT_THAT(SuggestedIds("fit-lease", "a", 1, {"only"}), ElementsAre("only"));
+  ASSERT_THAT(client_->TrainModel("fit-lease", absl::Minutes(2)), IsOk());
+  EXPECT_THAT(SuggestedIds("fit-lease", "b", 1, {"only"}), IsEmpty());
+  EXPECT_THAT(SuggestedAnnotators("fit-lease", "only", {"a", "x"}), ElementsAre("x"));
+}
+
 }  // namespace
 }  // namespace verity::tests
