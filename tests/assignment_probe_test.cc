@@ -1544,5 +1544,16 @@ TEST_F(AssignmentProbeTest, ALeaseHoldsItsSlotAcrossAFit) {
   EXPECT_THAT(SuggestedAnnotators("fit-lease", "only", {"a", "x"}), ElementsAre("x"));
 }
 
+// projects.proto, INFORMATION_GAIN: the gain is "divided by 1 + the labels already on the item
+// (live + leased) for the ranking". Of two unlabelled items, the one another annotator holds a
+// lease on comes second; and with only two open items k = 5 gets two ("Fewer than k (or none)
+// when fewer items are open").
+TEST_F(AssignmentProbeTest, AnotherAnnotatorsLeaseLowersAnItemsGainRank) {
+  CreateProject("leased-discount");
+  AddItems("leased-discount", {"u0", "u1"});
+  ASSERT_THAT(SuggestedIds("leased-discount", "b", 1, {"u0"}), ElementsAre("u0"));
+  EXPECT_THAT(SuggestedIds("leased-discount", "c", 5), ElementsAre("u1", "u0"));
+}
+
 }  // namespace
 }  // namespace verity::tests
