@@ -1555,5 +1555,50 @@ TEST_F(AssignmentProbeTest, AnotherAnnotatorsLeaseLowersAnItemsGainRank) {
   EXPECT_THAT(SuggestedIds("leased-discount", "c", 5), ElementsAre("u1", "u0"));
 }
 
+// truth.proto, ListPosteriorsResponse: "Items in creation order". Items created at once by
+// labels on four streams and by AddItems calls (group commit) are listed in one order, and a
+// restart lists them in the same order (the order they were created in does not change).
+TEST_F(AssignmentProbeTest, ItemsCreatedAtOnceKeepTheirListedOrderAcrossARestart) {
+  CreateProject("concurrent-order");
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      client::VerityClient client(channel_, client::ClientOptions{});
+      for (int round = 0; round < 10; ++round) {
+        std::vector<LabelTriple> labels;
+        for (int i = 0; i < 5; ++i) labels.push_back({absl::StrCat("s", t, "-", round, "-", i),
+                                                      absl::StrCat("w", t), i % 2});
+        absl::StatusOr<client::SubmitTotals> totals =
+            client.SubmitAnnotations("concurrent-order", Annotations(labels), {});
+        if (!totals.ok() || totals->accepted != 5) ++failures;
+        std::vector<v1::Item> items(3);
+        for (int i = 0; i < 3; ++i) items[i].set_id(absl::StrCat("a", t, "-", round, "-", i));
+        if (!client.AddItems("concurrent-order", items).ok()) ++failures;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(failures.load(), 0);
+  auto listed = [&] {
+    std::vector<std::string> order;
+    std::string token;
+    for (int page = 0; page < 100; ++page) {
+      absl::StatusOr<v1::ListPosteriorsResponse> got =
+          client_->ListPosteriors("concurrent-order", 37, token);
+      EXPECT_THAT(got, IsOk());
+      if (!got.ok()) break;
+      for (const v1::Posterior& p : got->posteriors()) order.push_back(p.item());
+      token = got->next_page_token();
+      if (token.empty()) break;
+    }
+    return order;
+  };
+  const std::vector<std::string> before = listed();
+  ASSERT_EQ(before.size(), 320u);
+  Restart();
+  EXPECT_EQ(listed(), before);
+}
+
 }  // namespace
 }  // namespace verity::tests
