@@ -1600,5 +1600,38 @@ TEST_F(AssignmentProbeTest, ItemsCreatedAtOnceKeepTheirListedOrderAcrossARestart
   EXPECT_EQ(listed(), before);
 }
 
+// assignment.proto, ItemSuggestion.score: "Expected reduction of the item's posterior entropy if
+// the annotator labels it"; truth.proto: "majority vote is used until the first fit"; docs/
+// ASSIGNMENT.md: "Before the project's first fit every annotator is assumed to answer correctly
+// with probability 0.7". Before a project's first fit (its default state), for an unlabelled
+// item and an item split 2 to 2: the score is the expectation, over the label the annotator is
+// predicted to give (right with probability 0.7, the p_correct served), of the entropy
+// reduction of the posterior the server then serves (read after label 0 and after its revision
+// to 1).
+TEST_F(AssignmentProbeTest, BeforeTheFirstFitAScoreIsTheExpectedReductionOfTheServedPosterior) {
+  CreateProject("mv-gain");
+  AddItems("mv-gain", {"fresh"});
+  Submit("mv-gain", {{"split4", "a", 0}, {"split4", "b", 0}, {"split4", "c", 1},
+                     {"split4", "d", 1}});
+  const std::vector<double> c = PriorConfusion(2);
+  for (const char* item : {"fresh", "split4"}) {
+    const std::vector<v1::ItemSuggestion> got = Suggest("mv-gain", "z", 1, {item});
+    ASSERT_EQ(got.size(), 1u);
+    const std::vector<double> q = Probabilities(PosteriorOf("mv-gain", item));
+    Submit("mv-gain", {{item, "z", 0}});
+    const std::vector<double> q0 = Probabilities(PosteriorOf("mv-gain", item));
+    ASSERT_THAT(client_->SubmitAnnotations("mv-gain", Annotations({{item, "z", 1}}),
+                                           client::SubmitOptions{}),
+                IsOk());
+    const std::vector<double> q1 = Probabilities(PosteriorOf("mv-gain", item));
+    const double p0 = q[0] * c[0] + q[1] * c[2];
+    const double reduction = Entropy(q) - p0 * Entropy(q0) - (1 - p0) * Entropy(q1);
+    EXPECT_NEAR(got[0].p_correct(), 0.7, 1e-9) << item;
+    EXPECT_NEAR(got[0].score(), reduction, 1e-6)
+        << item << ": served " << q[0] << " -> " << q0[0] << " (label 0) / " << q1[0]
+        << " (label 1)";
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
