@@ -1633,5 +1633,52 @@ TEST_F(AssignmentProbeTest, BeforeTheFirstFitAScoreIsTheExpectedReductionOfTheSe
   }
 }
 
+// truth.proto, TruthService.GetPosteriors: "Current posteriors of the given items, reflecting
+// every acked label"; Posterior.num_labels: "Live labels on this item". While a fit of possent
+// (20,000 labels) runs and is published, labels of a new annotator acked one by one are each
+// counted in their item's posterior as soon as acked, and still after the fit.
+TEST_F(AssignmentProbeTest, LabelsAckedDuringAFitAreInThePosteriorsItPublishes) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  absl::StatusOr<std::string> dir = models::testing::FindDatasetsDirectory();
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  absl::StatusOr<models::CsvDataset> data =
+      models::ReadCsvDataset(absl::StrCat(*dir, "/possent"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  CreateProject("fit-race", settings, data->class_names);
+  std::vector<LabelTriple> labels;
+  for (const models::Annotation& a : data->annotations) {
+    labels.push_back({data->item_ids[a.item], data->annotator_ids[a.annotator], a.label});
+  }
+  Submit("fit-race", labels);
+  const absl::StatusOr<std::vector<v1::Posterior>> start =
+      client_->GetPosteriors("fit-race", data->item_ids);
+  ASSERT_THAT(start, IsOk());
+  for (int fit = 0; fit < 3; ++fit) {
+    std::atomic<bool> done{false};
+    std::thread trainer([&] {
+      EXPECT_THAT(client_->TrainModel("fit-race", absl::Minutes(2)), IsOk());
+      done = true;
+    });
+    for (int i = 0; !done || i < 5; ++i) {
+      const size_t at = (fit * 300 + i) % data->item_ids.size();
+      const std::string& item = data->item_ids[at];
+      Submit("fit-race", {{item, absl::StrCat("racer-", fit), i % 2}});
+      const v1::Posterior now = PosteriorOf("fit-race", item);
+      EXPECT_EQ(now.num_labels(), (*start)[at].num_labels() + 1) << item;
+      if (i > 290) break;
+    }
+    trainer.join();
+    absl::StatusOr<v1::Project> project = client_->GetProject("fit-race");
+    ASSERT_THAT(project, IsOk());
+    int64_t sum = 0;
+    absl::StatusOr<std::vector<v1::Posterior>> all =
+        client_->GetPosteriors("fit-race", data->item_ids);
+    ASSERT_THAT(all, IsOk());
+    for (const v1::Posterior& p : *all) sum += p.num_labels();
+    EXPECT_EQ(sum, project->num_labels()) << "fit " << fit;
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
