@@ -1680,5 +1680,16 @@ TEST_F(AssignmentProbeTest, LabelsAckedDuringAFitAreInThePosteriorsItPublishes) 
   }
 }
 
+// assignment.proto, SuggestItemsRequest.candidate_items: "Restrict the suggestions to these item
+// ids ... Unknown ids are ignored". Ids no item can have (empty, with a space, 300 bytes) are
+// unknown ids: ignored, the known candidate suggested, nothing outside the list.
+TEST_F(AssignmentProbeTest, CandidateIdsNoItemCanHaveAreIgnored) {
+  CreateProject("odd-candidates");
+  AddItems("odd-candidates", {"only", "outside"});
+  EXPECT_THAT(SuggestedIds("odd-candidates", "w", 5,
+                           {"", "has space", std::string(300, 'x'), "only", "caf\xc3\xa9"}),
+              ElementsAre("only"));
+}
+
 }  // namespace
 }  // namespace verity::tests
