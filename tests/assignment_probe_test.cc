@@ -1731,5 +1731,70 @@ TEST_F(AssignmentProbeTest, AThousandSuggestionsAreTheTopThousandBestFirst) {
   }
 }
 
+// projects.proto, Item.priority: "items of higher priority are suggested before any item of
+// lower priority; within one priority, by the assignment policy's score"; UNCERTAINTY: "Highest
+// posterior entropy first"; UNIFORM: "Fewest labels (live + leased) first". Over 3,000 items
+// of three priorities and 21 kinds of label counts, k = 1,000 returns the top 1,000 by
+// (priority, entropy) and by (priority, −labels), best first.
+TEST_F(AssignmentProbeTest, AThousandSuggestionsFollowPriorityThenThePolicy) {
+  CreateProject("top-k-priority");
+  std::vector<LabelTriple> labels;
+  std::vector<v1::Item> items;
+  for (int i = 0; i < 3000; ++i) {
+    const std::string id = absl::StrCat("t", i);
+    items.emplace_back().set_id(id);
+    items.back().set_priority((i * 13) % 3 - 1);  // -1, 0 or 1
+    const int yes = (i * 7) % 6, no = (i * 11) % 4;
+    for (int y = 0; y < yes; ++y) labels.push_back({id, absl::StrCat("y", y), 1});
+    for (int n = 0; n < no; ++n) labels.push_back({id, absl::StrCat("n", n), 0});
+  }
+  ASSERT_THAT(client_->AddItems("top-k-priority", items), IsOk());
+  Submit("top-k-priority", labels);
+  std::vector<std::string> ids;
+  std::map<std::string, double> priority;
+  for (const v1::Item& item : items) {
+    ids.push_back(item.id());
+    priority[item.id()] = item.priority();
+  }
+  absl::StatusOr<std::vector<v1::Posterior>> all = client_->GetPosteriors("top-k-priority", ids);
+  ASSERT_THAT(all, IsOk());
+  // UNIFORM first: the leases it takes count as labels for UNIFORM, not for UNCERTAINTY.
+  for (v1::AssignmentPolicy policy :
+       {v1::ASSIGNMENT_POLICY_UNIFORM, v1::ASSIGNMENT_POLICY_UNCERTAINTY}) {
+    SCOPED_TRACE(policy);
+    v1::ProjectSettings settings;
+    settings.mutable_assignment()->set_policy(policy);
+    ASSERT_THAT(client_->UpdateProjectSettings("top-k-priority", settings), IsOk());
+    std::map<std::string, std::pair<double, double>> key;
+    for (const v1::Posterior& p : *all) {
+      const double score = policy == v1::ASSIGNMENT_POLICY_UNIFORM
+                               ? -static_cast<double>(p.num_labels())
+                               : Entropy(Probabilities(p));
+      key[p.item()] = {priority[p.item()], score};
+    }
+    const std::vector<v1::ItemSuggestion> got =
+        Suggest("top-k-priority", absl::StrCat("z", policy), 1000);
+    ASSERT_EQ(got.size(), 1000u);
+    std::map<std::string, int> seen;
+    std::pair<double, double> last = {1e300, 1e300};
+    for (const v1::ItemSuggestion& s : got) {
+      ++seen[s.item()];
+      const std::pair<double, double> k = key[s.item()];
+      EXPECT_TRUE(k.first < last.first ||
+                  (k.first == last.first && k.second <= last.second + 1e-12))
+          << s.item();
+      last = std::min(last, k);
+    }
+    EXPECT_EQ(seen.size(), 1000u);
+    for (const auto& [id, k] : key) {
+      if (seen.count(id) == 0) {
+        EXPECT_TRUE(k.first < last.first ||
+                    (k.first == last.first && k.second <= last.second + 1e-12))
+            << id << " left out";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
