@@ -1796,5 +1796,55 @@ TEST_F(AssignmentProbeTest, AThousandSuggestionsFollowPriorityThenThePolicy) {
   }
 }
 
+// The same promise with other annotators' leases on a candidate list: projects.proto,
+// INFORMATION_GAIN ranks by the gain "divided by 1 + the labels already on the item (live +
+// leased)". After "other" leased 500 items, "z" asking for 300 of a 2,000-item candidate list
+// gets the top 300 by gain / (1 + labels + leases), best first, all among the candidates.
+TEST_F(AssignmentProbeTest, ACandidateListIsRankedWithTheOtherAnnotatorsLeases) {
+  CreateProject("top-k-leased");
+  std::vector<LabelTriple> labels;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3000; ++i) {
+    const std::string id = absl::StrCat("t", i);
+    ids.push_back(id);
+    const int yes = (i * 7) % 6, no = (i * 11) % 4;
+    for (int y = 0; y < yes; ++y) labels.push_back({id, absl::StrCat("y", y), 1});
+    for (int n = 0; n < no; ++n) labels.push_back({id, absl::StrCat("n", n), 0});
+  }
+  Submit("top-k-leased", labels);
+  AddItems("top-k-leased", ids);
+  std::map<std::string, int> leases;
+  for (const v1::ItemSuggestion& s : Suggest("top-k-leased", "other", 500)) ++leases[s.item()];
+  ASSERT_EQ(leases.size(), 500u);
+  std::vector<std::string> candidates;
+  for (int i = 0; i < 3000; ++i) {
+    if (i % 3 != 0) candidates.push_back(ids[i]);
+  }
+  absl::StatusOr<std::vector<v1::Posterior>> all =
+      client_->GetPosteriors("top-k-leased", candidates);
+  ASSERT_THAT(all, IsOk());
+  std::map<std::string, double> key;
+  for (const v1::Posterior& p : *all) {
+    key[p.item()] = ExpectedGain(Probabilities(p), PriorConfusion(2)) /
+                    (1.0 + p.num_labels() + leases[p.item()]);
+  }
+  const std::vector<v1::ItemSuggestion> got = Suggest("top-k-leased", "z", 300, candidates);
+  ASSERT_EQ(got.size(), 300u);
+  std::map<std::string, int> seen;
+  double previous = 1e300;
+  for (const v1::ItemSuggestion& s : got) {
+    ++seen[s.item()];
+    ASSERT_EQ(key.count(s.item()), 1u) << s.item() << " is no candidate";
+    EXPECT_LE(key[s.item()], previous + 1e-12) << s.item();
+    previous = std::min(previous, key[s.item()]);
+  }
+  EXPECT_EQ(seen.size(), 300u);
+  for (const auto& [id, k] : key) {
+    if (seen.count(id) == 0) {
+      EXPECT_LE(k, previous + 1e-12) << id << " left out";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
