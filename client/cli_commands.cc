@@ -268,8 +268,10 @@ std::vector<CommandSpec> MakeCommands() {
       "the annotator (reserving a label slot until the lease expires or "
       "their label arrives), so run it when the annotator will label. The "
       "annotator is created if new. Fewer than K (or none) when fewer items "
-      "are open. Prints a table of item, score (the policy's ranking score, "
-      "e.g. expected entropy reduction), p_correct (predicted probability of a "
+      "are open. Prints a table of item, score (the server's score: the "
+      "expected reduction of the item's posterior entropy from their label; "
+      "the order also weighs the labels and leases the item has, so scores "
+      "need not fall down the list), p_correct (predicted probability of a "
       "correct label) and "
       "the lease expiry. With --output=json, an array of {\"item\", "
       "\"score\", \"p_correct\", \"lease_expires_at\"}.";

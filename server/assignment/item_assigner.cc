@@ -79,6 +79,8 @@ AssignmentRules AssignmentRules::FromSettings(const v1::AssignmentSettings& s) {
 
 bool IsResolved(const PosteriorTable& posteriors, int32_t item, int32_t outstanding,
                 const AssignmentRules& rules) {
+  // projects.proto: "a gold item is always resolved" (its class is known).
+  if (posteriors.is_gold(item)) return true;
   const int32_t labels = posteriors.num_labels(item);
   if (rules.max_labels > 0 && labels + outstanding >= rules.max_labels) return true;
   return rules.confidence_target > 0 && labels >= std::max(rules.min_labels, 1) &&
@@ -200,14 +202,25 @@ std::vector<ItemSuggestion> RankItemsForAnnotator(
                                 }),
                  gold.end());
     }
-    std::vector<std::pair<int32_t, int32_t>> by_labels;  // (labels + leases, item)
+    // Higher priority first (projects.proto, Item.priority), then the least labelled.
+    struct GoldCandidate {
+      double priority;
+      int32_t labels;  // Labels + outstanding leases.
+      int32_t item;
+    };
+    std::vector<GoldCandidate> ordered;
     for (int32_t item : gold) {
       if (item >= table.num_items()) continue;
-      by_labels.emplace_back(table.num_labels(item) + outstanding(item), item);
+      ordered.push_back({table.priority(item), table.num_labels(item) + outstanding(item), item});
     }
-    std::sort(by_labels.begin(), by_labels.end());
+    std::sort(ordered.begin(), ordered.end(), [](const GoldCandidate& a, const GoldCandidate& b) {
+      if (a.priority != b.priority) return a.priority > b.priority;
+      if (a.labels != b.labels) return a.labels < b.labels;
+      return a.item < b.item;
+    });
     const int32_t wanted = std::min(k, rules.gold_items_for_new_annotators - known_labels);
-    for (const auto& [labels, item] : by_labels) {
+    for (const GoldCandidate& candidate : ordered) {
+      const int32_t item = candidate.item;
       if (static_cast<int32_t>(result.size()) >= wanted) break;
       if (available(item)) result.push_back(suggestion(item));
     }

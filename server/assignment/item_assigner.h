@@ -95,7 +95,8 @@ std::vector<double> ScoringConfusion(const ProjectSnapshot& snapshot, int32_t an
 std::vector<double> AnnotatorScoringConfusion(const LiveProject& project,
                                               const ProjectSnapshot& snapshot, int32_t annotator);
 
-// Whether `item` is resolved under `rules` with `outstanding` leases on it.
+// Whether `item` is resolved under `rules` with `outstanding` leases on it. A gold item always
+// is (projects.proto).
 bool IsResolved(const PosteriorTable& posteriors, int32_t item, int32_t outstanding,
                 const AssignmentRules& rules);
 
