@@ -450,6 +450,10 @@ std::unique_ptr<TruthModel> CalibratedTruthModel::Clone() const {
   return copy;
 }
 
+std::unique_ptr<CalibratedTruthModel> CalibratedTruthModel::WithoutMap() const {
+  return std::make_unique<CalibratedTruthModel>(inner_->Clone(), /*fit_map=*/false);
+}
+
 absl::StatusOr<FitReport> CalibratedTruthModel::Fit(const AnnotationMatrix& data,
                                                     absl::Span<const int32_t> gold,
                                                     bool warm_start) {

@@ -218,6 +218,10 @@ class CalibratedTruthModel final : public TruthModel {
   int32_t num_classes() const override { return inner_->num_classes(); }
   bool has_parameters() const override { return inner_->has_parameters(); }
   std::unique_ptr<TruthModel> Clone() const override;
+  // A copy that serves the inner model's posteriors, as one made with fit_map false and
+  // restored from this model's version would: a project switched to calibration "none" serves
+  // it at once.
+  std::unique_ptr<CalibratedTruthModel> WithoutMap() const;
 
   // The inner Fit, then the map (see the file comment). On error the model
   // (map included) is unchanged.

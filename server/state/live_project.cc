@@ -236,6 +236,16 @@ void LiveProject::SetSettings(v1::ProjectSettings settings) {
     ++options_generation_;
   }
   settings_ = std::move(settings);
+  // models.proto: the calibration is absent when ModelSettings.calibration is "none". Switched
+  // off, the served version serves its model's own posteriors at once, as it would after a
+  // restart; switched on, the map needs a fit, which RefitDue makes due at once.
+  const auto* calibrated = dynamic_cast<const models::CalibratedTruthModel*>(model_.get());
+  if (calibrated != nullptr && calibrated->fits_map() &&
+      ModelOptionsFromSettings(settings_.model()).calibration == "none") {
+    const std::shared_ptr<const ProjectSnapshot> served = snapshot();
+    PublishFullRecompute(std::shared_ptr<const models::TruthModel>(calibrated->WithoutMap()),
+                         served->version_metadata.get());
+  }
 }
 
 std::shared_ptr<const ProjectSnapshot> LiveProject::snapshot() const {
@@ -844,6 +854,12 @@ bool LiveProject::RefitDue(absl::Time now, absl::Duration max_staleness) const {
   if (training_ || labels_.num_labels() == 0) return false;
   absl::StatusOr<std::string> method = MethodName(settings_.model().method());
   if (method.ok() && *method != model_->method() && model_version_ > 0) return true;
+  // Calibration switched on since the served version's fit: its map needs a fit.
+  const auto* calibrated = dynamic_cast<const models::CalibratedTruthModel*>(model_.get());
+  if (calibrated != nullptr && !calibrated->fits_map() && model_version_ > 0 &&
+      ModelOptionsFromSettings(settings_.model()).calibration != "none") {
+    return true;
+  }
   if (changes_since_fit_ == 0) return false;
   const v1::ModelSettings& m = settings_.model();
   const int64_t min_new = m.refit_min_new_labels() > 0 ? m.refit_min_new_labels() : 50;

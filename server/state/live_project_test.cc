@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "models/calibrated_truth_model.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model_factory.h"
 
@@ -349,6 +350,40 @@ TEST(LiveProjectTest, GoldItemIsClampedAndRefitIsDueAfterEnoughNewLabels) {
   project->ApplyCommitted(batch);
   // 60 new labels >= max(50, 10% of 460).
   EXPECT_TRUE(project->RefitDue(now, absl::Hours(1)));
+}
+
+// models.proto: the calibration is "absent when ModelSettings.calibration is none". Switched
+// off, the served version serves its model's own posteriors at once (no refit needed); switched
+// back on, the map needs a fit, which is then due.
+TEST(LiveProjectTest, CalibrationSwitchedOffServesTheModelsOwnPosteriorsAtOnce) {
+  auto crowd = MakeCrowd(200, 5);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  const auto* calibrated =
+      dynamic_cast<const models::CalibratedTruthModel*>(project->snapshot()->model.get());
+  ASSERT_NE(calibrated, nullptr);
+  ASSERT_TRUE(calibrated->fits_map());
+  const std::vector<double> raw =
+      models::AllPosteriors(dynamic_cast<const models::CalibratedTruthModel&>(*fitted).inner(),
+                            crowd.matrix, {});
+  v1::ProjectSettings settings = project->settings();
+  settings.mutable_model()->set_calibration("none");
+  project->SetSettings(settings);
+  auto snapshot = project->snapshot();
+  const auto* served = dynamic_cast<const models::CalibratedTruthModel*>(snapshot->model.get());
+  ASSERT_NE(served, nullptr);
+  EXPECT_FALSE(served->fits_map());
+  EXPECT_EQ(snapshot->model_version, 1);
+  ASSERT_EQ(snapshot->posteriors.num_items(), 200);
+  for (int32_t i = 0; i < 200; ++i) {
+    for (int32_t c = 0; c < kClasses; ++c) {
+      EXPECT_NEAR(snapshot->posteriors.probabilities(i)[c], raw[i * kClasses + c], 1e-12) << i;
+    }
+  }
+  EXPECT_FALSE(project->RefitDue(absl::Now(), absl::Hours(1)));
+  settings.mutable_model()->set_calibration("auto");
+  project->SetSettings(settings);
+  EXPECT_TRUE(project->RefitDue(absl::Now(), absl::Hours(1)));
 }
 
 // projects.proto's ModelSettings reach the fit's options: each set field replaces the model's
