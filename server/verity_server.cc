@@ -1,6 +1,7 @@
 #include "server/verity_server.h"
 
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -113,7 +114,17 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
                                                      server->metrics_.get());
   if (options.follow_replicas) {
     // One fit of a project at a time across the replicas.
-    server->fit_locks_ = std::make_unique<storage::FitLocks>(server->storage_->pool.get());
+    // The locks' connections are their own, one per fit at once (storage/fit_lock.h).
+    storage::ConnectionPool::Options lock_pool;
+    lock_pool.url = options.postgres_url;
+    lock_pool.size = std::max(1, options.training.max_concurrent_fits);
+    lock_pool.db_timeout = options.db_timeout;
+    absl::StatusOr<std::unique_ptr<storage::ConnectionPool>> created =
+        storage::ConnectionPool::Create(lock_pool);
+    if (!created.ok()) return created.status();
+    server->fit_lock_pool_ = *std::move(created);
+    server->fit_locks_ = std::make_unique<storage::FitLocks>(server->fit_lock_pool_.get(),
+                                                             server->storage_->pool.get());
     options.training.fit_locks = server->fit_locks_.get();
   }
   // The follower is made after the scheduler it adopts versions through; fits ask it for the

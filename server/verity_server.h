@@ -155,6 +155,8 @@ class VerityServer {
   std::unique_ptr<StorageHandles> storage_;
   std::unique_ptr<ProjectRegistry> registry_;
   std::unique_ptr<IngestPipeline> ingest_;
+  // The fit locks' own connections (--max_concurrent_fits); null unless follow_replicas.
+  std::unique_ptr<storage::ConnectionPool> fit_lock_pool_;
   std::unique_ptr<storage::FitLocks> fit_locks_;  // Null unless Options::follow_replicas.
   std::unique_ptr<ReplicaFollower> follower_;  // Null unless Options::follow_replicas.
   std::unique_ptr<TrainingScheduler> scheduler_;

@@ -18,7 +18,7 @@ FitLock::~FitLock() {
 }
 
 absl::StatusOr<std::unique_ptr<FitLock>> FitLocks::TryAcquire(int64_t project_id) {
-  absl::StatusOr<PooledConnection> connection = pool_->Acquire();
+  absl::StatusOr<PooledConnection> connection = lock_pool_->Acquire();
   if (!connection.ok()) return connection.status();
   const int64_t key = KeyOf(project_id);
   try {
@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<FitLock>> FitLocks::TryAcquire(int64_t project_id
 }
 
 absl::StatusOr<bool> FitLocks::IsHeld(int64_t project_id) {
-  absl::StatusOr<PooledConnection> connection = pool_->Acquire();
+  absl::StatusOr<PooledConnection> connection = query_pool_->Acquire();
   if (!connection.ok()) return connection.status();
   const int64_t key = KeyOf(project_id);
   try {
