@@ -425,5 +425,35 @@ TEST(MaceTest, RestoreRefusesZeroCompetenceOrStrategy) {
   }
 }
 
+// truth_model.h: a gold label clamps the posterior to one-hot, class 0 included. Restored
+// parameters make annotator 0 (theta 0.8) label 1 on an item whose gold is 0.
+TEST(MaceTest, GoldClassZeroClampsThePosterior) {
+  ByteWriter writer;
+  WriteModelHeader(writer, MaceModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(1);  // annotators
+  for (double v : {0.5, 0.5, 0.5, 0.8, 0.5, 0.5}) writer.WriteF64(v);
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  std::vector<double> out(2);
+  model->ItemPosterior({{0, 1}}, 0, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({1.0, 0.0}));
+}
+
+// truth_model.h: convergence compares the log-likelihoods of two consecutive E-steps, so the
+// first iteration (no previous E-step) never converges, even with a tolerance of 10 that any
+// relative change meets: the fit stops at iteration 2.
+TEST(MaceTest, TheFirstIterationNeverConverges) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
+  TruthModelOptions loose;
+  loose.tolerance = 10.0;
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2, loose);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_EQ(report->iterations, 2);
+}
+
 }  // namespace
 }  // namespace verity::models
