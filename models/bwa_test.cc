@@ -447,5 +447,28 @@ TEST(BwaTest, FitFollowsTheDocumentedUpdatesAndStoppingRule) {
   }
 }
 
+// bwa.h: a gold item's z_i is the one-hot gold class in every update, class 0 included, and the
+// first id past the fitted annotators gets the prior mean a_v / b_k. One item, gold 0, labelled
+// 1 by annotator 0: the majority vote (0, 1) has no variance, so b_k = kMinRate a_v and a_v / b_k
+// = 1e6; clamped z = (1, 0) gives mu = (1, 0) and squared errors (1, 1), so
+// v_0k = (15 + 1) / (1.5e-5 + 1) in both classes (the unclamped vote would give 16 / 1.5e-5).
+TEST(BwaTest, GoldClassZeroIsClampedAndTheNextIdGetsThePrior) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 1, 2, {{0, 0, 1}});
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(2);
+  ASSERT_THAT(model->Fit(m, std::vector<int32_t>{0}, false), IsOk());
+  const std::optional<std::vector<double>> mu = model->ClassMean();
+  ASSERT_TRUE(mu.has_value());
+  EXPECT_NEAR((*mu)[0], 1.0, 1e-12);
+  EXPECT_NEAR((*mu)[1], 0.0, 1e-12);
+  const double rate = BwaModel::kMinRate * BwaModel::kPrecisionShape;
+  for (int32_t annotator : {0, 1, -1}) {
+    const std::optional<std::vector<double>> v = model->AnnotatorPrecision(annotator);
+    ASSERT_TRUE(v.has_value());
+    ASSERT_EQ(v->size(), 2u);
+    const double want = annotator == 0 ? 16.0 / (rate + 1.0) : 1e6;
+    for (int c = 0; c < 2; ++c) EXPECT_NEAR((*v)[c] / want, 1.0, 1e-12) << annotator << " " << c;
+  }
+}
+
 }  // namespace
 }  // namespace verity::models
