@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -295,6 +296,60 @@ TEST(KosTest, SerializeRestoreRoundTripsAndRejectsCorruptInput) {
             AllPosteriors(*model, crowd.matrix, {}));
   ASSERT_THAT(restored->Restore(MakeKos()->Serialize()), IsOk());
   EXPECT_FALSE(restored->has_parameters());
+}
+
+// kos.h: the y messages are rescaled to a root mean square of 1 and the fit has converged once
+// no rescaled message moved by more than the tolerance (<=, so a tolerance of 0 holds at a fixed
+// point). A unanimous 2 x 2 crowd: every x and y message is 1 = its RMS after one iteration, so
+// nothing moves and the fit converges at iteration 1.
+TEST(KosTest, AUnanimousCrowdIsAFixedPointOfTheRescaledMessages) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 0}, {1, 1, 0}});
+  TruthModelOptions exact;
+  exact.tolerance = 0.0;
+  std::unique_ptr<KosModel> model = MakeKos(exact);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_EQ(report->iterations, 1);
+  EXPECT_NEAR(*model->AnnotatorWeight(0), 1.0, 1e-15);
+  EXPECT_NEAR(*model->AnnotatorWeight(1), 1.0, 1e-15);
+}
+
+// kos.h: any id not in the fit, the first one past the annotators included, gets the pooled
+// weight; Restore refuses a weight that is not finite (an infinite weight would make the log-odds
+// of an item labelled by two such annotators inf - inf).
+TEST(KosTest, TheNextIdGetsThePooledWeightAndRestoreRefusesInfiniteWeights) {
+  ByteWriter writer;
+  WriteModelHeader(writer, KosModel::kMethod, true);
+  writer.WriteU32(2);
+  writer.WriteF64(0.5);   // pooled
+  writer.WriteF64(2.0);   // annotator 0
+  writer.WriteF64(-1.0);  // annotator 1
+  std::unique_ptr<KosModel> model = MakeKos();
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  EXPECT_EQ(*model->AnnotatorWeight(2), 0.5);
+  EXPECT_EQ(*model->AnnotatorWeight(-1), 0.5);
+  for (double bad :
+       {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()}) {
+    ByteWriter corrupt;
+    WriteModelHeader(corrupt, KosModel::kMethod, true);
+    corrupt.WriteU32(1);
+    corrupt.WriteF64(0.5);
+    corrupt.WriteF64(bad);
+    EXPECT_THAT(model->Restore(corrupt.Finish()), StatusIs(absl::StatusCode::kInvalidArgument))
+        << bad;
+  }
+  EXPECT_EQ(*model->AnnotatorWeight(0), 2.0);
+}
+
+// kos.h: if every message is 0 (no item has two labels) every weight is 1, the majority vote; an
+// annotator without labels and an unseen id get the label-weighted mean weight, so 1 as well.
+TEST(KosTest, WithoutMessagesThePooledWeightIsOneToo) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(2, 3, 2, {{0, 0, 0}, {1, 1, 1}});
+  std::unique_ptr<KosModel> model = MakeKos();
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  for (int32_t id : {0, 1, 2, 3, -1}) EXPECT_EQ(*model->AnnotatorWeight(id), 1.0) << id;
 }
 
 }  // namespace
