@@ -458,5 +458,36 @@ TEST(MmsrTest, RestoreRefusesTheSkillAtWhichTheWeightIsMinusInfinity) {
   EXPECT_TRUE(std::isfinite(*model->AnnotatorWeight(0)));
 }
 
+// mmsr.h: x is clipped into [-1 / (K - 1) + 1 / sqrt(n), ..], a lower bound above 0 when n <
+// (K - 1)^2. K = 10, two annotators who disagree on all of n = 4 items: |C| = 1/9, so the
+// rank-one completion has x_0 x_1 = 1/9 and at least one x below the bound -1/9 + 1/2 = 7/18;
+// clipped, no annotator's p = x 9/10 + 1/10 is below 7/20 + 1/10 = 0.45.
+TEST(MmsrTest, TheSkillIsClippedFromBelowWhenThereAreFewItems) {
+  std::vector<Annotation> triples;
+  for (int32_t i = 0; i < 4; ++i) {
+    triples.push_back({i, 0, i});
+    triples.push_back({i, 1, i + 5});
+  }
+  const AnnotationMatrix m = *AnnotationMatrix::Build(4, 2, 10, triples);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(10);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  for (int a = 0; a < 2; ++a) EXPECT_GE(model->AnnotatorConfusion(a)[0], 0.45 - 1e-12) << a;
+}
+
+// mmsr.h: an annotator without labels, and the first id past the fitted ones, get the pooled
+// weight (that of the label-weighted mean skill), the same as any other id outside the fit.
+TEST(MmsrTest, AnAnnotatorWithoutLabelsAndTheNextIdGetThePooledWeight) {
+  const std::vector<Annotation> triples = {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {1, 0, 1},
+                                           {1, 1, 1}, {1, 2, 0}, {2, 0, 0}, {2, 1, 1},
+                                           {2, 2, 0}, {3, 0, 1}, {3, 1, 1}, {3, 2, 1}};
+  const AnnotationMatrix m = *AnnotationMatrix::Build(4, 4, 2, triples);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const double pooled = *model->AnnotatorWeight(-1);
+  EXPECT_GT(pooled, 0.0);
+  EXPECT_EQ(*model->AnnotatorWeight(3), pooled);  // in the matrix, without labels
+  EXPECT_EQ(*model->AnnotatorWeight(4), pooled);  // the first id past the fit
+}
+
 }  // namespace
 }  // namespace verity::models
