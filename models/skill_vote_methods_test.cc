@@ -441,6 +441,16 @@ TEST(SkillVoteParametersTest, WeightedMajorityLabelOfAnItemWithoutLabelsIsMinusO
   EXPECT_EQ(params.WeightedMajorityLabel(labels, -1, absl::MakeSpan(scratch)), 2);
 }
 
+// skill_vote.h: WeightedMajorityLabel is the gold class whenever gold_label >= 0, class 0
+// included, even against the skill-weighted labels.
+TEST(SkillVoteParametersTest, WeightedMajorityLabelOfAGoldItemIsItsGoldClassZeroIncluded) {
+  SkillVoteParameters params(3, 2, 0.5);
+  std::vector<double> scratch(3);
+  const std::vector<Entry> labels = {{0, 2}, {1, 2}};
+  EXPECT_EQ(params.WeightedMajorityLabel(labels, 0, absl::MakeSpan(scratch)), 0);
+  EXPECT_EQ(params.WeightedMajorityLabel(labels, 1, absl::MakeSpan(scratch)), 1);
+}
+
 // skill_vote.h, AgreementWithReference: labels on items without a reference (-1) are not
 // counted; slot 0 is the agreement rate of all counted labels, which an annotator with no
 // counted label gets too; with no counted label at all every skill is empty_skill. By hand:
