@@ -1073,5 +1073,85 @@ TEST(AutoTruthModelTest, RestoreRefusesAWrongMagicOrANonCandidateMethod) {
   EXPECT_THAT(s.message(), HasSubstr("bwa"));
 }
 
+// auto_truth_model.h: selection subsamples only *above* kMaxSelectionLabels labels, every n-th
+// item with n the smallest making it fit: exactly 200,000 labels run on every item, 200,001 on
+// every ceil(200,001 / 200,000) = 2nd item (one label per item, stand-in candidates).
+TEST(AutoTruthModelTest, SelectionSubsamplesOnlyAboveTheLabelBound) {
+  const AutoTruthModel::CandidateFactory factory = DsAndMv(nullptr, nullptr);
+  for (int32_t items : {200'000, 200'001}) {
+    std::vector<Annotation> annotations;
+    for (int32_t i = 0; i < items; ++i) annotations.push_back({i, 0, i % 2});
+    const AnnotationMatrix data = *AnnotationMatrix::Build(items, 1, 2, annotations);
+    absl::StatusOr<AutoChoice> choice = ChooseTruthMethod(data, {}, {}, factory);
+    ASSERT_THAT(choice, IsOk());
+    if (items == 200'000) {
+      EXPECT_THAT(choice->reason, ::testing::Not(HasSubstr("selection on"))) << choice->reason;
+    } else {
+      EXPECT_THAT(choice->reason, HasSubstr("(selection on 100001 of 200001 items)"));
+    }
+  }
+}
+
+// A candidate whose PredictLabel gives 0.99 to the label `annotator` gave the item when that
+// label is among `labels` (it would see a held-out label), and (1/2, 1/2) otherwise.
+class LeakDetectingModel final : public TruthModel {
+ public:
+  std::string_view method() const override { return "mv"; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return fitted_; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<LeakDetectingModel>(*this);
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>, bool) override {
+    fitted_ = true;
+    return FitReport();
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry>, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    out[0] = gold_label < 0 ? 0.5 : (gold_label == 0 ? 1.0 : 0.0);
+    out[1] = 1.0 - out[0];
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override { return {0.5, 0.5, 0.5, 0.5}; }
+  std::vector<double> PredictLabel(int32_t, absl::Span<const AnnotationMatrix::Entry> labels,
+                                   int32_t annotator) const override {
+    for (const AnnotationMatrix::Entry& e : labels) {
+      if (e.other != annotator) continue;
+      return e.label == 0 ? std::vector<double>{0.99, 0.01} : std::vector<double>{0.01, 0.99};
+    }
+    return {0.5, 0.5};
+  }
+  std::string Serialize() const override { return "mv"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+
+ private:
+  bool fitted_ = false;
+};
+
+// auto_truth_model.h: a held-out label (j, l) on item i is scored by PredictLabel(i, the item's
+// *remaining* labels, j): the held-out label itself is never among them, so a candidate that
+// would echo it back scores log 1/2 on every held-out label, as ds (uniform) does.
+TEST(AutoTruthModelTest, HeldOutLabelsArePredictedWithoutThemselves) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 400; ++i) {
+    for (int32_t a = 0; a < 4; ++a) annotations.push_back({i, a, (i + a) % 2});
+  }
+  const AnnotationMatrix data = *AnnotationMatrix::Build(400, 4, 2, annotations);
+  const AutoTruthModel::CandidateFactory factory =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    if (method == "ds") {
+      return std::unique_ptr<TruthModel>(std::make_unique<FixedModel>(
+          "ds", nullptr, std::vector<double>{0.5, 0.5, 0.5, 0.5}, nullptr));
+    }
+    if (method == "mv") return std::unique_ptr<TruthModel>(std::make_unique<LeakDetectingModel>());
+    return absl::InvalidArgumentError("not a candidate here");
+  };
+  absl::StatusOr<AutoChoice> choice = ChooseTruthMethod(data, {}, {}, factory);
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "held_out_labels");
+  EXPECT_NEAR(ScoreOf(*choice, "mv").held_out_log_likelihood, std::log(0.5), 1e-12);
+  EXPECT_EQ(choice->method, "ds") << choice->reason;
+}
+
 }  // namespace
 }  // namespace verity::models
