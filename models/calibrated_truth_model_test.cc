@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/annotation_matrix.h"
+#include "models/binary_codec.h"
 #include "models/dawid_skene.h"
 #include "models/truth_model.h"
 #include "models/truth_model_factory.h"
@@ -1108,6 +1109,60 @@ TEST(GoldCalibrationLabelsTest, KeepsAFixedSubsetOfTheCountInAnnotatorOrder) {
   EXPECT_TRUE(other_choice);
   EXPECT_EQ(GoldCalibrationLabels(4, labels, 5).size(), 5u);
   EXPECT_EQ(GoldCalibrationLabels(4, labels, 9).size(), 5u);
+}
+
+// gold_ece_raw uses 10 equal-width bins, bin = floor(10 x confidence). 60 items labelled 0 are
+// served (0.79, 0.21) and are gold 0 (all right); 40 labelled 1 are served (0.14, 0.86) and are
+// gold 0 too (all wrong). Bin 7 holds the first 60: |60 - 60 x 0.79| = 12.6; bin 8 the other 40:
+// |0 - 40 x 0.86| = 34.4; ECE = 47 / 100 = 0.47. (Nine bins would merge them: |60 - 81.8| / 100.)
+TEST(CalibrationMapTest, TheGoldEceHasTenBins) {
+  std::vector<Annotation> annotations;
+  std::vector<int32_t> gold(100, 0);
+  for (int32_t i = 0; i < 100; ++i) annotations.push_back({i, 0, i < 60 ? 0 : 1});
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(100, 1, 2, annotations);
+  ASSERT_THAT(data.status(), IsOk());
+  CalibratedTruthModel model(std::make_unique<GoldMemorisingModel>(0.79));
+  ASSERT_THAT(model.Fit(*data, gold, false).status(), IsOk());
+  ASSERT_EQ(model.calibration().source, CalibrationSource::kGold);
+  EXPECT_NEAR(model.calibration().gold_ece_raw, 0.47, 1e-12);
+}
+
+// calibrated_truth_model.h: tau = 1 is the identity, and a map is kept only for a lower loss.
+// Uniform rows are left as they are by every tau, so no map lowers their log-loss and the
+// fitted map is the identity, tau = 1.
+TEST(CalibrationMapTest, RowsNoMapChangesGetTheIdentity) {
+  const std::vector<double> rows = {0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
+  const std::vector<int32_t> truth = {0, 1, 0, 1};
+  const FittedMap map = FitGoldMap(rows, 2, truth);
+  EXPECT_EQ(map.temperature, 1.0);
+  EXPECT_NEAR(map.loss, 4 * std::log(2.0), 1e-12);
+}
+
+// CalibrationSource has the values 0, 1 and 2: Restore refuses a calibrated blob whose source
+// is 3 (the control, source 2, restores).
+TEST(CalibratedTruthModelTest, RestoreRefusesAnUnknownSource) {
+  const std::string_view m = CalibratedTruthModel::kMagic;
+  const uint32_t magic = static_cast<uint32_t>(static_cast<unsigned char>(m[0])) |
+                         static_cast<uint32_t>(static_cast<unsigned char>(m[1])) << 8 |
+                         static_cast<uint32_t>(static_cast<unsigned char>(m[2])) << 16 |
+                         static_cast<uint32_t>(static_cast<unsigned char>(m[3])) << 24;
+  const auto blob = [&](uint32_t source) {
+    ByteWriter writer;
+    writer.WriteU32(magic);
+    writer.WriteU32(1);  // format version
+    writer.WriteU32(static_cast<uint32_t>(CalibrationMapKind::kTemperature));
+    writer.WriteF64(0.5);
+    writer.WriteU32(source);
+    writer.WriteU64(0);
+    writer.WriteF64(0.0);
+    writer.WriteF64(0.0);
+    writer.WriteString("inner");
+    return writer.Finish();
+  };
+  CalibratedTruthModel model(std::make_unique<FixedRowModel>());
+  ASSERT_THAT(model.Restore(blob(2)), IsOk());
+  EXPECT_EQ(model.calibration().source, CalibrationSource::kGold);
+  EXPECT_THAT(model.Restore(blob(3)), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace
