@@ -622,5 +622,48 @@ TEST(OneCoinTest, AWarmFitStartsNewAnnotatorsFromThePooledAccuracy) {
   EXPECT_NEAR(model->AnnotatorAccuracy(0), (1.0 + 2 * pooled) / 3.2, 1e-12);
 }
 
+// one_coin.h: ResizeAnnotators keeps the first annotators and gives new ones the pooled
+// accuracy (slot 0), with the logs derived from it.
+TEST(OneCoinParametersTest, ResizeGivesNewAnnotatorsThePooledAccuracy) {
+  OneCoinParameters params(3);
+  params.accuracy = {0.6, 0.9};
+  params.DeriveLogs();
+  params.ResizeAnnotators(3);
+  EXPECT_EQ(params.num_annotators(), 3);
+  EXPECT_EQ(params.accuracy, std::vector<double>({0.6, 0.9, 0.6, 0.6}));
+  for (size_t slot : {2u, 3u}) {
+    EXPECT_EQ(params.log_wrong[slot], params.log_wrong[0]) << slot;
+    EXPECT_EQ(params.vote_weight[slot], params.vote_weight[0]) << slot;
+  }
+}
+
+// one_coin.h: before the first fit AnnotatorAccuracy is 1 / K and the confusion uniform
+// (K = 3, where 1 / K is not 1/2).
+TEST(OneCoinTest, BeforeAFitTheAccuracyIsOneOverK) {
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(3);
+  EXPECT_DOUBLE_EQ(model->AnnotatorAccuracy(0), 1.0 / 3);
+  for (double v : model->AnnotatorConfusion(0)) EXPECT_DOUBLE_EQ(v, 1.0 / 3);
+}
+
+// Restore refuses a class prior that is not a distribution: (0.5, 0.5002) sums to 1.0002, far
+// beyond rounding (the control, (0.5, 0.5), restores).
+TEST(OneCoinTest, RestoreRefusesAClassPriorThatDoesNotSumToOne) {
+  const auto blob = [](double second) {
+    ByteWriter writer;
+    WriteModelHeader(writer, OneCoinModel::kMethod, true);
+    writer.WriteU32(2);  // classes
+    writer.WriteU32(1);  // annotators
+    writer.WriteF64(0.5);
+    writer.WriteF64(second);
+    writer.WriteF64(0.7);  // pooled accuracy
+    writer.WriteF64(0.8);  // annotator 0
+    return writer.Finish();
+  };
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  ASSERT_THAT(model->Restore(blob(0.5)), IsOk());
+  EXPECT_THAT(model->Restore(blob(0.5002)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_DOUBLE_EQ(model->AnnotatorAccuracy(0), 0.8);
+}
+
 }  // namespace
 }  // namespace verity::models
