@@ -922,5 +922,80 @@ TEST(GladTest, AConvergedFitSatisfiesTheAbilityStationarityCondition) {
   }
 }
 
+// glad.h: Fit runs EM for the MAP parameters under the Gaussian priors (defaults N(1, 1) on
+// alpha, N(0, 1) on b = log beta), each M-step maximising the expected complete-data log
+// posterior Q over one block given the other. At convergence the posteriors q no longer move,
+// so every parameter is a stationary point of its term of Q:
+//   d/db_i: beta_i sum_j q_ij alpha_j - sum_j sigmoid(alpha_j beta_i) alpha_j beta_i - b_i = 0,
+//   d/dalpha_a: sum_i q_ia beta_i - sum_i sigmoid(alpha_a beta_i) beta_i - (alpha_a - 1) = 0,
+// q_ij = p(label of annotator j on item i is correct). Checked on a crowd of 30 binary items
+// and 5 annotators of error rates 0 to 0.4 (to the accuracy of the Newton steps' stopping rule).
+TEST(GladTest, AConvergedFitIsAStationaryPointOfTheLogPosterior) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 30; ++i) {
+    for (int32_t a = 0; a < 5; ++a) {
+      const bool wrong = (i * 7 + a * 3) % 10 < a;
+      annotations.push_back({i, a, wrong ? 1 - i % 2 : i % 2});
+    }
+  }
+  const AnnotationMatrix m = *AnnotationMatrix::Build(30, 5, 2, annotations);
+  TruthModelOptions options;
+  options.tolerance = 1e-15;
+  options.max_iterations = 3000;
+  std::unique_ptr<GladModel> model = MakeGlad(2, options);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const auto sigmoid = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  std::vector<double> ability_gradient(5, 0.0);
+  for (int32_t a = 0; a < 5; ++a) ability_gradient[a] = -(model->AnnotatorAbility(a) - 1.0);
+  for (int32_t i = 0; i < 30; ++i) {
+    const absl::Span<const Entry> labels = m.LabelsOfItem(i);
+    std::vector<double> q(2);
+    model->ItemPosteriorForItem(i, labels, -1, absl::MakeSpan(q));
+    const double beta = model->ItemEasiness(i);
+    double gradient = -std::log(beta);
+    for (const Entry& e : labels) {
+      const double alpha = model->AnnotatorAbility(e.other);
+      gradient += beta * alpha * (q[e.label] - sigmoid(alpha * beta));
+      ability_gradient[e.other] += beta * (q[e.label] - sigmoid(alpha * beta));
+    }
+    EXPECT_NEAR(gradient, 0.0, 1e-3) << "item " << i;
+  }
+  for (int32_t a = 0; a < 5; ++a) EXPECT_NEAR(ability_gradient[a], 0.0, 1e-3) << "annotator " << a;
+}
+
+// glad.h: before a fit ItemEasiness is the prior easiness exp(glad_log_easiness_prior_mean) and
+// AnnotatorAbility the prior mean, within +-kMaxAbsAbility like every ability.
+TEST(GladTest, BeforeAFitServesThePriorEasinessAndTheClampedPriorAbility) {
+  TruthModelOptions options;
+  options.glad_log_easiness_prior_mean = 0.5;
+  options.glad_ability_prior_mean = 2 * GladModel::kMaxAbsAbility;
+  std::unique_ptr<GladModel> model = MakeGlad(2, options);
+  EXPECT_DOUBLE_EQ(model->ItemEasiness(0), std::exp(0.5));
+  EXPECT_EQ(model->AnnotatorAbility(0), GladModel::kMaxAbsAbility);
+}
+
+// Restore refuses a class prior that is not a distribution: (0.5, 0.5002) sums to 1.0002, far
+// beyond rounding (the control, (0.5, 0.5), restores).
+TEST(GladTest, RestoreRefusesAClassPriorThatDoesNotSumToOne) {
+  const auto blob = [](double second) {
+    ByteWriter writer;
+    WriteModelHeader(writer, GladModel::kMethod, true);
+    writer.WriteU32(2);  // classes
+    writer.WriteU32(1);  // annotators
+    writer.WriteU32(1);  // items
+    writer.WriteF64(0.5);
+    writer.WriteF64(second);
+    writer.WriteF64(1.0);  // population ability
+    writer.WriteF64(2.0);  // annotator 0
+    writer.WriteF64(0.0);  // prior log easiness
+    writer.WriteF64(0.3);  // item 0
+    return writer.Finish();
+  };
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  ASSERT_THAT(model->Restore(blob(0.5)), IsOk());
+  EXPECT_THAT(model->Restore(blob(0.5002)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(model->AnnotatorAbility(0), 2.0);
+}
+
 }  // namespace
 }  // namespace verity::models
