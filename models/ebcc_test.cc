@@ -466,5 +466,38 @@ TEST(EbccTest, TheDirichletsArePriorPlusCountsByTrueClassAndSubtype) {
   EXPECT_NEAR(said1, 11.0, 1e-9);
 }
 
+// Promise (ebcc.h): gold items are clamped, q_i(k, m) = 0 for every class k other than the gold
+// class, those *before* it included, and each item's q_i sums to 1. Items 0..2 are gold class 1,
+// labelled 0, 0, 1 by annotator 0; items 3 and 4 have no gold and are labelled 0 by annotator 1
+// (so class 0 has mass). Whatever the subtype split: the nu sum to K alpha + 5 = 7 and the eta
+// to K a_pi + 5 = 5.2; annotator 0's class-0 rows get no count and sum to the prior's 10 (4 + 1)
+// = 50, its class-1 rows to 10 (1 + 4) + 3 = 53.
+TEST(EbccTest, AGoldItemOfALaterClassGivesTheEarlierClassesNoMass) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(5, 2, 2, {{0, 0, 0}, {1, 0, 0}, {2, 0, 1}, {3, 1, 0}, {4, 1, 0}});
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2);
+  ASSERT_THAT(model->Fit(m, std::vector<int32_t>{1, 1, 1, -1, -1}, false), IsOk());
+  const std::string blob = model->Serialize();
+  absl::StatusOr<ByteReader> reader = ByteReader::Open(blob);
+  ASSERT_THAT(reader, IsOk());
+  ASSERT_THAT(ReadModelHeader(*reader, EbccModel::kMethod), IsOk());
+  for (int i = 0; i < 3; ++i) ASSERT_THAT(reader->ReadU32(), IsOk());
+  std::vector<double> v;
+  while (reader->remaining() > 0) v.push_back(*reader->ReadF64());
+  ASSERT_EQ(v.size(), 2u + 20u + 80u);
+  EXPECT_NEAR(v[0] + v[1], 7.0, 1e-9);
+  EXPECT_GE(v[1], 4.0 - 1e-9);
+  double eta = 0.0;
+  for (int s = 0; s < 20; ++s) eta += v[2 + s];
+  EXPECT_NEAR(eta, 5.2, 1e-9);
+  double class0 = 0.0, class1 = 0.0;
+  for (int c = 0; c < 20; ++c) {
+    class0 += v[22 + c];
+    class1 += v[42 + c];
+  }
+  EXPECT_NEAR(class0, 50.0, 1e-9);
+  EXPECT_NEAR(class1, 53.0, 1e-9);
+}
+
 }  // namespace
 }  // namespace verity::models
