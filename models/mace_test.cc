@@ -455,5 +455,35 @@ TEST(MaceTest, TheFirstIterationNeverConverges) {
   EXPECT_EQ(report->iterations, 2);
 }
 
+// mace.h: FitReport.log_likelihood is log p(labels) under the uniform prior 1 / K. K = 3,
+// restored parameters with uniform xi (every theta): p(label y) = sum_k (1/3) Q[k][y] =
+// (1/3) (theta + 3 (1 - theta) / 3) = 1/3 for any theta, so one labelled item gives log(1/3).
+TEST(MaceTest, TheLogLikelihoodUsesThePriorOneOverK) {
+  ByteWriter writer;
+  WriteModelHeader(writer, MaceModel::kMethod, true);
+  writer.WriteU32(3);  // classes
+  writer.WriteU32(1);  // annotators
+  for (double v : {0.5, 1.0 / 3, 1.0 / 3, 1.0 / 3, 0.7, 1.0 / 3, 1.0 / 3, 1.0 / 3}) {
+    writer.WriteF64(v);
+  }
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(3, one_iteration);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 1, 3, {{0, 0, 2}});
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, /*warm_start=*/true);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_NEAR(report->log_likelihood, std::log(1.0 / 3), 1e-12);
+}
+
+// truth_model.h: a gold label clamps the posterior to one-hot, before a fit too (mace.h: the
+// soft majority vote before a fit, which is one-hot on gold).
+TEST(MaceTest, BeforeAFitAGoldLabelClampsThePosterior) {
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2);
+  std::vector<double> out(2);
+  model->ItemPosterior({{3, 0}, {4, 0}}, 1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
+}
+
 }  // namespace
 }  // namespace verity::models
