@@ -470,5 +470,14 @@ TEST(BwaTest, GoldClassZeroIsClampedAndTheNextIdGetsThePrior) {
   }
 }
 
+// truth_model.h: a gold label clamps the posterior to one-hot, before a fit too (bwa.h: the soft
+// majority vote before a fit, which is one-hot on gold).
+TEST(BwaTest, BeforeAFitAGoldLabelClampsThePosterior) {
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(2);
+  std::vector<double> out(2);
+  model->ItemPosterior({{3, 0}, {4, 0}}, 1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -499,5 +499,14 @@ TEST(EbccTest, AGoldItemOfALaterClassGivesTheEarlierClassesNoMass) {
   EXPECT_NEAR(class1, 53.0, 1e-9);
 }
 
+// truth_model.h: a gold label clamps the posterior to one-hot, before a fit too (ebcc.h: the soft
+// majority vote before a fit, which is one-hot on gold).
+TEST(EbccTest, BeforeAFitAGoldLabelClampsThePosterior) {
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2);
+  std::vector<double> out(2);
+  model->ItemPosterior({{3, 0}, {4, 0}}, 1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -380,5 +380,14 @@ TEST(IbccTest, TheFirstIterationNeverConverges) {
   EXPECT_EQ(report->iterations, 2);
 }
 
+// truth_model.h: a gold label clamps the posterior to one-hot, before a fit too (ibcc.h: the soft
+// majority vote before a fit, which is one-hot on gold).
+TEST(IbccTest, BeforeAFitAGoldLabelClampsThePosterior) {
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(2);
+  std::vector<double> out(2);
+  model->ItemPosterior({{3, 0}, {4, 0}}, 1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
+}
+
 }  // namespace
 }  // namespace verity::models

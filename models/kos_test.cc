@@ -352,5 +352,15 @@ TEST(KosTest, WithoutMessagesThePooledWeightIsOneToo) {
   for (int32_t id : {0, 1, 2, 3, -1}) EXPECT_EQ(*model->AnnotatorWeight(id), 1.0) << id;
 }
 
+// kos.h: before a fit the confusion is uniform and a gold label clamps the posterior to one-hot
+// (the soft majority vote, which is one-hot on gold).
+TEST(KosTest, BeforeAFitConfusionsAreUniformAndGoldClampsThePosterior) {
+  std::unique_ptr<KosModel> model = MakeKos();
+  EXPECT_EQ(model->AnnotatorConfusion(0), std::vector<double>({0.5, 0.5, 0.5, 0.5}));
+  std::vector<double> out(2);
+  model->ItemPosterior({{3, 0}, {4, 0}}, 1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
+}
+
 }  // namespace
 }  // namespace verity::models

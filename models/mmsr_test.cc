@@ -489,5 +489,14 @@ TEST(MmsrTest, AnAnnotatorWithoutLabelsAndTheNextIdGetThePooledWeight) {
   EXPECT_EQ(*model->AnnotatorWeight(4), pooled);  // the first id past the fit
 }
 
+// truth_model.h: a gold label clamps the posterior to one-hot, before a fit too (mmsr.h: the soft
+// majority vote before a fit, which is one-hot on gold).
+TEST(MmsrTest, BeforeAFitAGoldLabelClampsThePosterior) {
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
+  std::vector<double> out(2);
+  model->ItemPosterior({{3, 0}, {4, 0}}, 1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -563,5 +563,15 @@ TEST(WawaTest, WithoutLabelsEverySkillIsChance) {
   }
 }
 
+// skill_vote.h: before the first fit the posterior is the soft majority vote, and a gold item's
+// the one-hot of its class, for wawa and zero_based_skill alike.
+TEST(SkillVoteMethodsTest, BeforeAFitAGoldLabelClampsThePosterior) {
+  std::vector<double> out(2);
+  Make<WawaModel>(2)->ItemPosterior({{3, 0}, {4, 0}}, 1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
+  Make<ZeroBasedSkillModel>(2)->ItemPosterior({{3, 0}, {4, 0}}, 1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
+}
+
 }  // namespace
 }  // namespace verity::models
