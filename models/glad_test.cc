@@ -997,5 +997,42 @@ TEST(GladTest, RestoreRefusesAClassPriorThatDoesNotSumToOne) {
   EXPECT_EQ(model->AnnotatorAbility(0), 2.0);
 }
 
+// glad.h: a warm fit starts new annotators with the population ability and new items with the
+// prior easiness of the current options. So a warm fit from a model that lacks annotator 1 and
+// item 1 is, bit for bit, the warm fit from one that has them at exactly those values
+// (population ability 2, glad_log_easiness_prior_mean 0.5; one iteration).
+TEST(GladTest, AWarmFitStartsNewAnnotatorsAndItemsAtThePopulationAndPrior) {
+  const auto blob = [](const std::vector<double>& abilities,
+                       const std::vector<double>& log_easiness) {
+    ByteWriter writer;
+    WriteModelHeader(writer, GladModel::kMethod, true);
+    writer.WriteU32(2);  // classes
+    writer.WriteU32(static_cast<uint32_t>(abilities.size() - 1));
+    writer.WriteU32(static_cast<uint32_t>(log_easiness.size() - 1));
+    writer.WriteF64(0.5);
+    writer.WriteF64(0.5);
+    for (double v : abilities) writer.WriteF64(v);
+    for (double v : log_easiness) writer.WriteF64(v);
+    return writer.Finish();
+  };
+  TruthModelOptions options;
+  options.glad_log_easiness_prior_mean = 0.5;
+  options.max_iterations = 1;
+  std::unique_ptr<GladModel> lacking = MakeGlad(2, options);
+  ASSERT_THAT(lacking->Restore(blob({2.0, 1.5}, {0.5, 0.3})), IsOk());
+  std::unique_ptr<GladModel> explicit_start = MakeGlad(2, options);
+  ASSERT_THAT(explicit_start->Restore(blob({2.0, 1.5, 2.0}, {0.5, 0.3, 0.5})), IsOk());
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 1}, {1, 0, 1}, {1, 1, 1}});
+  ASSERT_THAT(lacking->Fit(m, {}, true), IsOk());
+  ASSERT_THAT(explicit_start->Fit(m, {}, true), IsOk());
+  for (int32_t a = -1; a < 2; ++a) {
+    EXPECT_EQ(lacking->AnnotatorAbility(a), explicit_start->AnnotatorAbility(a)) << a;
+  }
+  for (int32_t i = -1; i < 2; ++i) {
+    EXPECT_EQ(lacking->ItemEasiness(i), explicit_start->ItemEasiness(i)) << i;
+  }
+}
+
 }  // namespace
 }  // namespace verity::models
