@@ -479,5 +479,11 @@ TEST(BwaTest, BeforeAFitAGoldLabelClampsThePosterior) {
   EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
 }
 
+// bwa.h: Create is INVALID_ARGUMENT if num_classes < 2.
+TEST(BwaTest, CreateRefusesFewerThanTwoClasses) {
+  EXPECT_THAT(BwaModel::Create(1, {}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(BwaModel::Create(2, {}).status(), IsOk());
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -508,5 +508,11 @@ TEST(EbccTest, BeforeAFitAGoldLabelClampsThePosterior) {
   EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
 }
 
+// ebcc.h: Create is INVALID_ARGUMENT if num_classes < 2.
+TEST(EbccTest, CreateRefusesFewerThanTwoClasses) {
+  EXPECT_THAT(EbccModel::Create(1, {}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(EbccModel::Create(2, {}).status(), IsOk());
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -17,6 +17,7 @@
 #include "models/binary_codec.h"
 #include "models/majority_vote.h"
 #include "common/status_matchers.h"
+#include "models/testing/serialization_checks.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
 
@@ -32,6 +33,7 @@ using ::verity::models::testing::GenerateSyntheticCrowd;
 using ::verity::models::testing::SymmetricConfusion;
 using ::verity::models::testing::SyntheticCrowd;
 using ::verity::models::testing::SyntheticCrowdSpec;
+using ::verity::models::testing::WithTrailingBytes;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
@@ -1032,6 +1034,24 @@ TEST(GladTest, AWarmFitStartsNewAnnotatorsAndItemsAtThePopulationAndPrior) {
   for (int32_t i = -1; i < 2; ++i) {
     EXPECT_EQ(lacking->ItemEasiness(i), explicit_start->ItemEasiness(i)) << i;
   }
+}
+
+// truth_model.h: Clone() is a deep copy, parameters included; Restore refuses a blob with bytes
+// after the model (under a valid checksum) and keeps no parameters from it.
+TEST(GladTest, CloneKeepsTheParametersAndRestoreRefusesTrailingBytes) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const std::string blob = model->Serialize();
+  const std::unique_ptr<TruthModel> clone = model->Clone();
+  EXPECT_TRUE(clone->has_parameters());
+  EXPECT_EQ(clone->Serialize(), blob);
+  EXPECT_EQ(AllPosteriors(*clone, m, {}), AllPosteriors(*model, m, {}));
+  std::unique_ptr<GladModel> restored = MakeGlad(2);
+  EXPECT_THAT(restored->Restore(WithTrailingBytes(blob)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(restored->has_parameters());
 }
 
 }  // namespace

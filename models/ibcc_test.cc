@@ -389,5 +389,11 @@ TEST(IbccTest, BeforeAFitAGoldLabelClampsThePosterior) {
   EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
 }
 
+// ibcc.h: Create is INVALID_ARGUMENT if num_classes < 2.
+TEST(IbccTest, CreateRefusesFewerThanTwoClasses) {
+  EXPECT_THAT(IbccModel::Create(1, {}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(IbccModel::Create(2, {}).status(), IsOk());
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -14,6 +14,7 @@
 #include "models/binary_codec.h"
 #include "models/majority_vote.h"
 #include "models/testing/create_model.h"
+#include "models/testing/serialization_checks.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
 
@@ -28,6 +29,7 @@ using ::verity::models::testing::GenerateSyntheticCrowd;
 using ::verity::models::testing::SymmetricConfusion;
 using ::verity::models::testing::SyntheticCrowd;
 using ::verity::models::testing::SyntheticCrowdSpec;
+using ::verity::models::testing::WithTrailingBytes;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
@@ -483,6 +485,30 @@ TEST(MaceTest, BeforeAFitAGoldLabelClampsThePosterior) {
   std::vector<double> out(2);
   model->ItemPosterior({{3, 0}, {4, 0}}, 1, absl::MakeSpan(out));
   EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
+}
+
+// truth_model.h: Clone() is a deep copy, parameters included; Restore refuses a blob with bytes
+// after the model (under a valid checksum) and keeps no parameters from it.
+TEST(MaceTest, CloneKeepsTheParametersAndRestoreRefusesTrailingBytes) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const std::string blob = model->Serialize();
+  const std::unique_ptr<TruthModel> clone = model->Clone();
+  EXPECT_TRUE(clone->has_parameters());
+  EXPECT_EQ(clone->Serialize(), blob);
+  EXPECT_EQ(AllPosteriors(*clone, m, {}), AllPosteriors(*model, m, {}));
+  std::unique_ptr<MaceModel> restored = CreateOrFail<MaceModel>(2);
+  EXPECT_THAT(restored->Restore(WithTrailingBytes(blob)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(restored->has_parameters());
+}
+
+// mace.h: Create is INVALID_ARGUMENT if num_classes < 2.
+TEST(MaceTest, CreateRefusesFewerThanTwoClasses) {
+  EXPECT_THAT(MaceModel::Create(1, {}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(MaceModel::Create(2, {}).status(), IsOk());
 }
 
 }  // namespace

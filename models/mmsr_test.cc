@@ -498,5 +498,11 @@ TEST(MmsrTest, BeforeAFitAGoldLabelClampsThePosterior) {
   EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
 }
 
+// mmsr.h: Create is INVALID_ARGUMENT if num_classes < 2.
+TEST(MmsrTest, CreateRefusesFewerThanTwoClasses) {
+  EXPECT_THAT(MmsrModel::Create(1, {}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(MmsrModel::Create(2, {}).status(), IsOk());
+}
+
 }  // namespace
 }  // namespace verity::models

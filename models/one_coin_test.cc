@@ -16,6 +16,7 @@
 #include "models/dawid_skene.h"
 #include "models/majority_vote.h"
 #include "common/status_matchers.h"
+#include "models/testing/serialization_checks.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
 
@@ -31,6 +32,7 @@ using ::verity::models::testing::GenerateSyntheticCrowd;
 using ::verity::models::testing::SymmetricConfusion;
 using ::verity::models::testing::SyntheticCrowd;
 using ::verity::models::testing::SyntheticCrowdSpec;
+using ::verity::models::testing::WithTrailingBytes;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
@@ -663,6 +665,24 @@ TEST(OneCoinTest, RestoreRefusesAClassPriorThatDoesNotSumToOne) {
   ASSERT_THAT(model->Restore(blob(0.5)), IsOk());
   EXPECT_THAT(model->Restore(blob(0.5002)), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_DOUBLE_EQ(model->AnnotatorAccuracy(0), 0.8);
+}
+
+// truth_model.h: Clone() is a deep copy, parameters included; Restore refuses a blob with bytes
+// after the model (under a valid checksum) and keeps no parameters from it.
+TEST(OneCoinTest, CloneKeepsTheParametersAndRestoreRefusesTrailingBytes) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const std::string blob = model->Serialize();
+  const std::unique_ptr<TruthModel> clone = model->Clone();
+  EXPECT_TRUE(clone->has_parameters());
+  EXPECT_EQ(clone->Serialize(), blob);
+  EXPECT_EQ(AllPosteriors(*clone, m, {}), AllPosteriors(*model, m, {}));
+  std::unique_ptr<OneCoinModel> restored = MakeOneCoin(2);
+  EXPECT_THAT(restored->Restore(WithTrailingBytes(blob)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(restored->has_parameters());
 }
 
 }  // namespace
