@@ -16,6 +16,7 @@
 #include "models/binary_codec.h"
 #include "models/majority_vote.h"
 #include "models/skill_vote.h"
+#include "models/testing/serialization_checks.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
 #include "models/wawa.h"
@@ -31,6 +32,7 @@ using ::verity::models::testing::GenerateSyntheticCrowd;
 using ::verity::models::testing::SymmetricConfusion;
 using ::verity::models::testing::SyntheticCrowd;
 using ::verity::models::testing::SyntheticCrowdSpec;
+using ::verity::models::testing::WithTrailingBytes;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
@@ -571,6 +573,30 @@ TEST(SkillVoteMethodsTest, BeforeAFitAGoldLabelClampsThePosterior) {
   EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
   Make<ZeroBasedSkillModel>(2)->ItemPosterior({{3, 0}, {4, 0}}, 1, absl::MakeSpan(out));
   EXPECT_EQ(out, std::vector<double>({0.0, 1.0}));
+}
+
+// truth_model.h: Clone() is a deep copy, parameters included; Restore refuses a blob with bytes
+// after the model (under a valid checksum) and keeps no parameters from it. Wawa and
+// zero_based_skill alike.
+template <typename Model>
+void ExpectCloneAndTrailingBytesContract() {
+  const AnnotationMatrix m = CaseA();
+  auto model = Make<Model>(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const std::string blob = model->Serialize();
+  const std::unique_ptr<TruthModel> clone = model->Clone();
+  EXPECT_TRUE(clone->has_parameters());
+  EXPECT_EQ(clone->Serialize(), blob);
+  EXPECT_EQ(AllPosteriors(*clone, m, {}), AllPosteriors(*model, m, {}));
+  auto restored = Make<Model>(2);
+  EXPECT_THAT(restored->Restore(WithTrailingBytes(blob)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(restored->has_parameters());
+}
+
+TEST(SkillVoteMethodsTest, CloneKeepsTheSkillsAndRestoreRefusesTrailingBytes) {
+  ExpectCloneAndTrailingBytesContract<WawaModel>();
+  ExpectCloneAndTrailingBytesContract<ZeroBasedSkillModel>();
 }
 
 }  // namespace
