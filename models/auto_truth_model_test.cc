@@ -14,10 +14,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/annotation_matrix.h"
+#include "models/binary_codec.h"
 #include "models/calibrated_truth_model.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
@@ -1151,6 +1153,38 @@ TEST(AutoTruthModelTest, HeldOutLabelsArePredictedWithoutThemselves) {
   EXPECT_EQ(choice->criterion, "held_out_labels");
   EXPECT_NEAR(ScoreOf(*choice, "mv").held_out_log_likelihood, std::log(0.5), 1e-12);
   EXPECT_EQ(choice->method, "ds") << choice->reason;
+}
+
+// auto_truth_model.h: Create refuses fewer than two classes; Restore refuses a blob of another
+// format version than 1 and one with bytes after the chosen model's blob (the control, the same
+// fields at version 1, restores). Stand-in candidates whose Restore accepts anything.
+TEST(AutoTruthModelTest, CreateRefusesOneClassAndRestoreRefusesAnotherVersionOrTrailingBytes) {
+  const AutoTruthModel::CandidateFactory any =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    return std::unique_ptr<TruthModel>(std::make_unique<FixedModel>(
+        std::string(method), nullptr, std::vector<double>{0.5, 0.5, 0.5, 0.5}, nullptr));
+  };
+  EXPECT_THAT(AutoTruthModel::Create(1, {}, any).status(),
+              ::verity::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  const auto blob = [](uint32_t version, bool trailing) {
+    ByteWriter writer;
+    writer.WriteU32(version);
+    writer.WriteU32(2);  // classes
+    writer.WriteString("mv");
+    writer.WriteString("fallback");
+    writer.WriteString("reason");
+    writer.WriteString("inner");
+    if (trailing) writer.WriteU32(0);
+    return absl::StrCat(std::string(AutoTruthModel::kMagic), writer.Finish());
+  };
+  std::unique_ptr<AutoTruthModel> model = MakeAuto(2, any);
+  ASSERT_THAT(model->Restore(blob(1, false)), IsOk());
+  EXPECT_EQ(model->choice().method, "mv");
+  EXPECT_THAT(model->Restore(blob(2, false)),
+              ::verity::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Restore(blob(1, true)),
+              ::verity::testing::StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace
