@@ -1165,5 +1165,38 @@ TEST(CalibratedTruthModelTest, RestoreRefusesAnUnknownSource) {
   EXPECT_THAT(model.Restore(blob(3)), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// calibrated_truth_model.h: Restore refuses a calibrated blob whose map kind is neither 1 nor 2,
+// whose temperature is outside [kMinTemperature, kMaxTemperature], or that has bytes after the
+// inner blob (the control, kind 2 at tau 0.05, restores).
+TEST(CalibratedTruthModelTest, RestoreRefusesAnUnknownKindATemperatureOutOfRangeOrTrailingBytes) {
+  const std::string_view m = CalibratedTruthModel::kMagic;
+  const uint32_t magic = static_cast<uint32_t>(static_cast<unsigned char>(m[0])) |
+                         static_cast<uint32_t>(static_cast<unsigned char>(m[1])) << 8 |
+                         static_cast<uint32_t>(static_cast<unsigned char>(m[2])) << 16 |
+                         static_cast<uint32_t>(static_cast<unsigned char>(m[3])) << 24;
+  const auto blob = [&](uint32_t kind, double temperature, bool trailing) {
+    ByteWriter writer;
+    writer.WriteU32(magic);
+    writer.WriteU32(1);  // format version
+    writer.WriteU32(kind);
+    writer.WriteF64(temperature);
+    writer.WriteU32(static_cast<uint32_t>(CalibrationSource::kCrowdLabels));
+    writer.WriteU64(0);
+    writer.WriteF64(0.0);
+    writer.WriteF64(0.0);
+    writer.WriteString("inner");
+    if (trailing) writer.WriteU32(0);
+    return writer.Finish();
+  };
+  CalibratedTruthModel model(std::make_unique<FixedRowModel>());
+  ASSERT_THAT(model.Restore(blob(2, CalibratedTruthModel::kMinTemperature, false)), IsOk());
+  EXPECT_EQ(model.calibration().kind, CalibrationMapKind::kTopLabelTemperature);
+  for (const std::string& bad : {blob(3, 0.5, false), blob(0, 0.5, false), blob(1, 1.5, false),
+                                 blob(1, 0.01, false), blob(1, 0.5, true)}) {
+    EXPECT_THAT(model.Restore(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+  EXPECT_EQ(model.calibration().temperature, CalibratedTruthModel::kMinTemperature);
+}
+
 }  // namespace
 }  // namespace verity::models
