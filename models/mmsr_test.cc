@@ -504,5 +504,25 @@ TEST(MmsrTest, CreateRefusesFewerThanTwoClasses) {
   EXPECT_THAT(MmsrModel::Create(2, {}).status(), IsOk());
 }
 
+// truth_model.h / mmsr.h: ItemPosterior does not depend on the order of the labels, bit for bit
+// (the labels are put in (annotator, label) order before the sums). Every item of the crowd,
+// its labels given in reverse.
+TEST(MmsrTest, PosteriorIsTheSameBitForBitForAnyOrderOfTheLabels) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(3);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  const size_t k = static_cast<size_t>(crowd.matrix.num_classes());
+  int32_t differing = 0;
+  for (int32_t i = 0; i < crowd.matrix.num_items(); ++i) {
+    const absl::Span<const Entry> labels = crowd.matrix.LabelsOfItem(i);
+    const std::vector<Entry> reversed(labels.rbegin(), labels.rend());
+    std::vector<double> forward(k), backward(k);
+    model->ItemPosterior(labels, -1, absl::MakeSpan(forward));
+    model->ItemPosterior(reversed, -1, absl::MakeSpan(backward));
+    differing += forward == backward ? 0 : 1;
+  }
+  EXPECT_EQ(differing, 0);
+}
+
 }  // namespace
 }  // namespace verity::models
