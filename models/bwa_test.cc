@@ -505,5 +505,13 @@ TEST(BwaTest, PosteriorIsTheSameBitForBitForAnyOrderOfTheLabels) {
   EXPECT_EQ(differing, 0);
 }
 
+// bwa.h: before a fit every annotator's confusion is uniform, 1 / K in every cell (K = 3).
+TEST(BwaTest, BeforeAFitTheConfusionIsUniformOverThreeClasses) {
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(3);
+  const std::vector<double> confusion = model->AnnotatorConfusion(0);
+  ASSERT_EQ(confusion.size(), 9u);
+  for (double v : confusion) EXPECT_DOUBLE_EQ(v, 1.0 / 3);
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -534,5 +534,15 @@ TEST(EbccTest, PosteriorIsTheSameBitForBitForAnyOrderOfTheLabels) {
   EXPECT_EQ(differing, 0);
 }
 
+// ebcc.h: before a fit every annotator's confusion is uniform, 1 / K in every cell (K = 3).
+TEST(EbccTest, BeforeAFitTheConfusionIsUniformOverThreeClasses) {
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(3);
+  const std::vector<double> confusion = model->AnnotatorConfusion(0);
+  ASSERT_EQ(confusion.size(), 9u);
+  for (double v : confusion) EXPECT_DOUBLE_EQ(v, 1.0 / 3);
+  // PredictLabel before a fit is the default posterior x confusion: uniform too.
+  for (double p : model->PredictLabel(0, {{0, 1}}, 5)) EXPECT_DOUBLE_EQ(p, 1.0 / 3);
+}
+
 }  // namespace
 }  // namespace verity::models

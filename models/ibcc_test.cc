@@ -415,5 +415,13 @@ TEST(IbccTest, PosteriorIsTheSameBitForBitForAnyOrderOfTheLabels) {
   EXPECT_EQ(differing, 0);
 }
 
+// ibcc.h: before a fit every annotator's confusion is uniform, 1 / K in every cell (K = 3).
+TEST(IbccTest, BeforeAFitTheConfusionIsUniformOverThreeClasses) {
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(3);
+  const std::vector<double> confusion = model->AnnotatorConfusion(0);
+  ASSERT_EQ(confusion.size(), 9u);
+  for (double v : confusion) EXPECT_DOUBLE_EQ(v, 1.0 / 3);
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -524,5 +524,13 @@ TEST(MmsrTest, PosteriorIsTheSameBitForBitForAnyOrderOfTheLabels) {
   EXPECT_EQ(differing, 0);
 }
 
+// mmsr.h: before a fit every annotator's confusion is uniform, 1 / K in every cell (K = 3).
+TEST(MmsrTest, BeforeAFitTheConfusionIsUniformOverThreeClasses) {
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(3);
+  const std::vector<double> confusion = model->AnnotatorConfusion(0);
+  ASSERT_EQ(confusion.size(), 9u);
+  for (double v : confusion) EXPECT_DOUBLE_EQ(v, 1.0 / 3);
+}
+
 }  // namespace
 }  // namespace verity::models
