@@ -1187,5 +1187,51 @@ TEST(AutoTruthModelTest, CreateRefusesOneClassAndRestoreRefusesAnotherVersionOrT
               ::verity::testing::StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// A stand-in "ds" whose every Fit fails.
+class FailingFitModel final : public TruthModel {
+ public:
+  std::string_view method() const override { return "ds"; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return false; }
+  std::unique_ptr<TruthModel> Clone() const override { return std::make_unique<FailingFitModel>(); }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>, bool) override {
+    return absl::InternalError("this ds never fits");
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry>, int32_t,
+                     absl::Span<double> out) const override {
+    out[0] = out[1] = 0.5;
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override { return {0.5, 0.5, 0.5, 0.5}; }
+  std::string Serialize() const override { return "ds"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+};
+
+// auto_truth_model.h / AutoCandidateScore: a candidate that fails to fit is skipped. When ds
+// itself fails there is no ds score to beat, so the margins against ds do not apply and the
+// best of the candidates that fitted is chosen (mv, whose confusion says 0 with 0.6, on a crowd
+// whose every label is 0).
+TEST(AutoTruthModelTest, ADsThatFailsToFitIsSkippedAndTheBestFittedCandidateChosen) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 400; ++i) {
+    for (int32_t a = 0; a < 4; ++a) annotations.push_back({i, a, 0});
+  }
+  const AnnotationMatrix data = *AnnotationMatrix::Build(400, 4, 2, annotations);
+  const AutoTruthModel::CandidateFactory factory =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    if (method == "ds") return std::unique_ptr<TruthModel>(std::make_unique<FailingFitModel>());
+    if (method == "mv") {
+      return std::unique_ptr<TruthModel>(std::make_unique<FixedModel>(
+          "mv", nullptr, std::vector<double>{0.6, 0.4, 0.6, 0.4}, nullptr));
+    }
+    return absl::InvalidArgumentError("not a candidate here");
+  };
+  absl::StatusOr<AutoChoice> choice = ChooseTruthMethod(data, {}, {}, factory);
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "held_out_labels");
+  EXPECT_FALSE(ScoreOf(*choice, "ds").fitted);
+  EXPECT_EQ(choice->method, "mv") << choice->reason;
+}
+
 }  // namespace
 }  // namespace verity::models
