@@ -1198,5 +1198,33 @@ TEST(CalibratedTruthModelTest, RestoreRefusesAnUnknownKindATemperatureOutOfRange
   EXPECT_EQ(model.calibration().temperature, CalibratedTruthModel::kMinTemperature);
 }
 
+// calibrated_truth_model.h: Restore accepts a bare inner blob (stored before calibration) and
+// restores it with the identity map, replacing a map the model had.
+TEST(CalibratedTruthModelTest, RestoringABareInnerBlobResetsTheMapToTheIdentity) {
+  const std::string_view m = CalibratedTruthModel::kMagic;
+  ByteWriter writer;
+  writer.WriteU32(static_cast<uint32_t>(static_cast<unsigned char>(m[0])) |
+                  static_cast<uint32_t>(static_cast<unsigned char>(m[1])) << 8 |
+                  static_cast<uint32_t>(static_cast<unsigned char>(m[2])) << 16 |
+                  static_cast<uint32_t>(static_cast<unsigned char>(m[3])) << 24);
+  writer.WriteU32(1);  // format version
+  writer.WriteU32(static_cast<uint32_t>(CalibrationMapKind::kTemperature));
+  writer.WriteF64(0.5);
+  writer.WriteU32(static_cast<uint32_t>(CalibrationSource::kCrowdLabels));
+  writer.WriteU64(0);
+  writer.WriteF64(0.0);
+  writer.WriteF64(0.0);
+  writer.WriteString("inner");
+  CalibratedTruthModel model(std::make_unique<FixedRowModel>());
+  ASSERT_THAT(model.Restore(writer.Finish()), IsOk());
+  ASSERT_EQ(model.calibration().temperature, 0.5);
+  ASSERT_THAT(model.Restore("inner"), IsOk());
+  EXPECT_EQ(model.calibration().temperature, 1.0);
+  EXPECT_EQ(model.calibration().source, CalibrationSource::kNone);
+  std::vector<double> out(3);
+  model.ItemPosterior({}, -1, absl::MakeSpan(out));
+  EXPECT_EQ(out, std::vector<double>({0.6, 0.3, 0.1}));
+}
+
 }  // namespace
 }  // namespace verity::models
