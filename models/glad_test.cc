@@ -1054,5 +1054,20 @@ TEST(GladTest, CloneKeepsTheParametersAndRestoreRefusesTrailingBytes) {
   EXPECT_FALSE(restored->has_parameters());
 }
 
+// truth_model.h: convergence compares the log-likelihoods of two consecutive E-steps, so the
+// first iteration (no previous E-step) never converges, even with a tolerance of 10 that any
+// relative change meets: the fit stops at iteration 2.
+TEST(GladTest, TheFirstIterationNeverConverges) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
+  TruthModelOptions loose;
+  loose.tolerance = 10.0;
+  std::unique_ptr<GladModel> model = MakeGlad(2, loose);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_EQ(report->iterations, 2);
+}
+
 }  // namespace
 }  // namespace verity::models
