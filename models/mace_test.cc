@@ -539,5 +539,25 @@ TEST(MaceTest, BeforeAFitTheConfusionIsUniformOverThreeClasses) {
   for (double v : confusion) EXPECT_DOUBLE_EQ(v, 1.0 / 3);
 }
 
+// truth_model.h: ItemPosterior writes a probability distribution whatever the labels. 400
+// labels of class 1 from annotators of competence 0.8 (uniform xi, K = 2: each adds log 9 to
+// class 1's log score, about 879 in all, beyond exp's range) give class 1 probability 1, not
+// an overflow.
+TEST(MaceTest, ManyAgreeingLabelsGiveAFinitePosterior) {
+  ByteWriter writer;
+  WriteModelHeader(writer, MaceModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(0);  // annotators: every id gets the pooled row
+  for (double v : {0.8, 0.5, 0.5}) writer.WriteF64(v);
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  std::vector<Entry> labels;
+  for (int32_t a = 0; a < 400; ++a) labels.push_back({a, 1});
+  std::vector<double> out(2);
+  model->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_EQ(out[0], 0.0);
+  EXPECT_EQ(out[1], 1.0);
+}
+
 }  // namespace
 }  // namespace verity::models
