@@ -1069,5 +1069,28 @@ TEST(GladTest, TheFirstIterationNeverConverges) {
   EXPECT_EQ(report->iterations, 2);
 }
 
+// truth_model.h: ItemPosterior writes a probability distribution whatever the labels. 500 labels
+// of class 1 from annotators outside the fit (population ability 2, prior easiness 1: each adds 2
+// to class 1, beyond exp's range in all) give class 1 probability 1, not an overflow.
+TEST(GladTest, ManyAgreeingLabelsGiveAFinitePosterior) {
+  ByteWriter writer;
+  WriteModelHeader(writer, GladModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(0);  // annotators: every id gets the population ability
+  writer.WriteU32(0);  // items
+  writer.WriteF64(0.5);
+  writer.WriteF64(0.5);
+  writer.WriteF64(2.0);  // population ability
+  writer.WriteF64(0.0);  // prior log easiness
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  std::vector<Entry> labels;
+  for (int32_t a = 0; a < 500; ++a) labels.push_back({a, 1});
+  std::vector<double> out(2);
+  model->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_EQ(out[0], 0.0);
+  EXPECT_EQ(out[1], 1.0);
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -423,5 +423,25 @@ TEST(IbccTest, BeforeAFitTheConfusionIsUniformOverThreeClasses) {
   for (double v : confusion) EXPECT_DOUBLE_EQ(v, 1.0 / 3);
 }
 
+// truth_model.h: ItemPosterior writes a probability distribution whatever the labels. 600 labels
+// of class 1 from annotators outside the fit (the prior Dirichlet (4, 1 | 1, 4): each adds psi(4) -
+// psi(1) = 1.83 to class 1, beyond exp's range in all) give class 1 probability 1, not an overflow.
+TEST(IbccTest, ManyAgreeingLabelsGiveAFinitePosterior) {
+  ByteWriter writer;
+  WriteModelHeader(writer, IbccModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(0);  // annotators: every id gets the prior
+  writer.WriteF64(1.0);
+  writer.WriteF64(1.0);
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(2);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  std::vector<Entry> labels;
+  for (int32_t a = 0; a < 600; ++a) labels.push_back({a, 1});
+  std::vector<double> out(2);
+  model->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_EQ(out[0], 0.0);
+  EXPECT_EQ(out[1], 1.0);
+}
+
 }  // namespace
 }  // namespace verity::models

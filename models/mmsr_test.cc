@@ -532,5 +532,24 @@ TEST(MmsrTest, BeforeAFitTheConfusionIsUniformOverThreeClasses) {
   for (double v : confusion) EXPECT_DOUBLE_EQ(v, 1.0 / 3);
 }
 
+// truth_model.h: ItemPosterior writes a probability distribution whatever the labels. 400 labels
+// of class 1 from annotators outside the fit (pooled skill x = 0.8, p = 0.9: each adds ln 9 = 2.2
+// to class 1, beyond exp's range in all) give class 1 probability 1, not an overflow.
+TEST(MmsrTest, ManyAgreeingLabelsGiveAFinitePosterior) {
+  ByteWriter writer;
+  WriteModelHeader(writer, MmsrModel::kMethod, true);
+  writer.WriteU32(2);    // classes
+  writer.WriteU32(0);    // annotators: every id gets the pooled skill
+  writer.WriteF64(0.8);  // pooled x
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  std::vector<Entry> labels;
+  for (int32_t a = 0; a < 400; ++a) labels.push_back({a, 1});
+  std::vector<double> out(2);
+  model->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_EQ(out[0], 0.0);
+  EXPECT_EQ(out[1], 1.0);
+}
+
 }  // namespace
 }  // namespace verity::models

@@ -700,5 +700,26 @@ TEST(OneCoinTest, TheFirstIterationNeverConverges) {
   EXPECT_EQ(report->iterations, 2);
 }
 
+// truth_model.h: ItemPosterior writes a probability distribution whatever the labels. 400 labels
+// of class 1 from annotators outside the fit (pooled accuracy 0.9: each adds ln 9 = 2.2 to class 1,
+// beyond exp's range in all) give class 1 probability 1, not an overflow.
+TEST(OneCoinTest, ManyAgreeingLabelsGiveAFinitePosterior) {
+  ByteWriter writer;
+  WriteModelHeader(writer, OneCoinModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(0);  // annotators: every id gets the pooled accuracy
+  writer.WriteF64(0.5);
+  writer.WriteF64(0.5);
+  writer.WriteF64(0.9);
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  std::vector<Entry> labels;
+  for (int32_t a = 0; a < 400; ++a) labels.push_back({a, 1});
+  std::vector<double> out(2);
+  model->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_EQ(out[0], 0.0);
+  EXPECT_EQ(out[1], 1.0);
+}
+
 }  // namespace
 }  // namespace verity::models
