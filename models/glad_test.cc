@@ -1092,5 +1092,38 @@ TEST(GladTest, ManyAgreeingLabelsGiveAFinitePosterior) {
   EXPECT_EQ(out[1], 1.0);
 }
 
+// glad.h: each EM iteration increases the log posterior (generalised EM): with theta_t the
+// parameters after t iterations, log p(labels | theta_t) + log N(alpha; 1, 1) + log N(b; 0, 1)
+// (up to constants) does not decrease in t. log p(labels | theta_t) is the log-likelihood that
+// the fit with max_iterations t + 1 reports (its last E-step runs at theta_t). A GLAD crowd of
+// 60 items, 3 classes, 3 labels each, abilities from -0.6 to 3.2, spread easiness.
+TEST(GladTest, EachIterationIncreasesTheLogPosterior) {
+  const GladCrowd crowd = GenerateGladCrowd(60, 3, 3, Abilities(), 1.5, 21);
+  const AnnotationMatrix& m = crowd.matrix;
+  double previous = -std::numeric_limits<double>::infinity();
+  for (int t = 1; t <= 12; ++t) {
+    TruthModelOptions options;
+    options.tolerance = 0.0;
+    options.max_iterations = t;
+    std::unique_ptr<GladModel> at_t = MakeGlad(3, options);
+    ASSERT_THAT(at_t->Fit(m, {}, false), IsOk());
+    options.max_iterations = t + 1;
+    std::unique_ptr<GladModel> next = MakeGlad(3, options);
+    absl::StatusOr<FitReport> report = next->Fit(m, {}, false);
+    ASSERT_THAT(report, IsOk());
+    double log_posterior = report->log_likelihood;
+    for (int32_t a = 0; a < m.num_annotators(); ++a) {
+      const double d = at_t->AnnotatorAbility(a) - 1.0;
+      log_posterior -= 0.5 * d * d;
+    }
+    for (int32_t i = 0; i < m.num_items(); ++i) {
+      const double b = std::log(at_t->ItemEasiness(i));
+      log_posterior -= 0.5 * b * b;
+    }
+    EXPECT_GE(log_posterior, previous - 1e-9 * std::abs(previous)) << "iteration " << t;
+    previous = log_posterior;
+  }
+}
+
 }  // namespace
 }  // namespace verity::models
