@@ -544,5 +544,44 @@ TEST(EbccTest, BeforeAFitTheConfusionIsUniformOverThreeClasses) {
   for (double p : model->PredictLabel(0, {{0, 1}}, 5)) EXPECT_DOUBLE_EQ(p, 1.0 / 3);
 }
 
+// ebcc.h: a warm fit starts from the previous Dirichlet parameters, annotators' included. The
+// restored annotator 0 is inverted: every class-0 row (4, 40), every class-1 row (40, 4); nu =
+// (1, 1) and every eta 0.01 keep the class and subtype priors symmetric. Its label 0 on the one
+// item then gives, in the first E-step, q(class 1) = e^psi(40) / (e^psi(40) + e^psi(4)) =
+// 1 / (1 + e^-(H(39) - H(3))) = 0.9172 (from the prior (4, 1 | 1, 4) it would be 0.14), so after
+// one iteration nu_1 = 1 + q(class 1).
+TEST(EbccTest, AWarmFitStartsFromTheAnnotatorsPreviousDirichlets) {
+  ByteWriter writer;
+  WriteModelHeader(writer, EbccModel::kMethod, true);
+  writer.WriteU32(2);   // classes
+  writer.WriteU32(10);  // subtypes
+  writer.WriteU32(1);   // annotators
+  writer.WriteF64(1.0);
+  writer.WriteF64(1.0);
+  for (int s = 0; s < 20; ++s) writer.WriteF64(0.01);
+  for (int t = 0; t < 2; ++t) {
+    for (int s = 0; s < 10; ++s) {
+      writer.WriteF64(t == 0 ? 4.0 : 40.0);
+      writer.WriteF64(t == 0 ? 40.0 : 4.0);
+    }
+  }
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2, one_iteration);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 1, 2, {{0, 0, 0}});
+  ASSERT_THAT(model->Fit(m, {}, /*warm_start=*/true), IsOk());
+  const std::string blob = model->Serialize();
+  absl::StatusOr<ByteReader> reader = ByteReader::Open(blob);
+  ASSERT_THAT(reader, IsOk());
+  ASSERT_THAT(ReadModelHeader(*reader, EbccModel::kMethod), IsOk());
+  for (int i = 0; i < 3; ++i) ASSERT_THAT(reader->ReadU32(), IsOk());
+  const double nu0 = *reader->ReadF64();
+  const double nu1 = *reader->ReadF64();
+  const double q1 = 1.0 / (1.0 + std::exp(-(Harmonic(39) - Harmonic(3))));
+  EXPECT_NEAR(nu1, 1.0 + q1, 1e-9);
+  EXPECT_NEAR(nu0, 2.0 - q1, 1e-9);
+}
+
 }  // namespace
 }  // namespace verity::models
