@@ -599,5 +599,25 @@ TEST(SkillVoteMethodsTest, CloneKeepsTheSkillsAndRestoreRefusesTrailingBytes) {
   ExpectCloneAndTrailingBytesContract<ZeroBasedSkillModel>();
 }
 
+// zero_based_skill.h: a warm start begins from the previous skills, new annotators with the
+// previous pooled skill, and then moves every annotator's skill, the new ones' included. Fitted
+// on two annotators who agree on 4 items, then warm on the same items with a third annotator who
+// always says the other class: annotators 0 and 1 (skill 1) outvote it, so its agreement, and
+// with learning rate 1 its skill, is 0.
+TEST(ZeroBasedSkillTest, AWarmStartFitsTheSkillsOfNewAnnotators) {
+  std::vector<Annotation> two, three;
+  for (int32_t i = 0; i < 4; ++i) {
+    for (int32_t a = 0; a < 2; ++a) two.push_back({i, a, i % 2});
+  }
+  three = two;
+  for (int32_t i = 0; i < 4; ++i) three.push_back({i, 2, 1 - i % 2});
+  auto model = Make<ZeroBasedSkillModel>(2);
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(4, 2, 2, two), {}, false), IsOk());
+  ASSERT_DOUBLE_EQ(*model->AnnotatorSkill(0), 1.0);
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(4, 3, 2, three), {}, true), IsOk());
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(0), 1.0);
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(2), 0.0);
+}
+
 }  // namespace
 }  // namespace verity::models
