@@ -513,5 +513,21 @@ TEST(BwaTest, BeforeAFitTheConfusionIsUniformOverThreeClasses) {
   for (double v : confusion) EXPECT_DOUBLE_EQ(v, 1.0 / 3);
 }
 
+// truth_model.h: ItemPosterior writes a probability distribution. K = 3, restored class means
+// all 0 and an item without labels: z_i = 0 in every class, and the posterior is the uniform
+// distribution (1/3 each), not a row that sums to something else.
+TEST(BwaTest, AllZeroTruthGivesTheUniformDistributionOverThreeClasses) {
+  ByteWriter writer;
+  WriteModelHeader(writer, BwaModel::kMethod, true);
+  writer.WriteU32(3);                                                  // classes
+  writer.WriteU32(0);                                                  // annotators
+  for (double v : {0.0, 0.0, 0.0, 5.0, 5.0, 5.0}) writer.WriteF64(v);  // means, prior row
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(3);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  std::vector<double> out(3);
+  model->ItemPosterior({}, -1, absl::MakeSpan(out));
+  for (double p : out) EXPECT_DOUBLE_EQ(p, 1.0 / 3);
+}
+
 }  // namespace
 }  // namespace verity::models
