@@ -18,6 +18,7 @@
 #include "models/majority_vote.h"
 #include "models/testing/create_model.h"
 #include "models/testing/serialization_checks.h"
+#include "models/testing/posterior_checks.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
 
@@ -33,6 +34,8 @@ using ::verity::models::testing::GenerateSyntheticCrowd;
 using ::verity::models::testing::SymmetricConfusion;
 using ::verity::models::testing::SyntheticCrowd;
 using ::verity::models::testing::SyntheticCrowdSpec;
+using ::verity::models::testing::ItemsWhosePosteriorDependsOnLabelOrder;
+using ::verity::models::testing::ExpectUniformConfusionBeforeAFit;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
@@ -492,25 +495,13 @@ TEST(BwaTest, PosteriorIsTheSameBitForBitForAnyOrderOfTheLabels) {
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
   std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(3);
   ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
-  const size_t k = static_cast<size_t>(crowd.matrix.num_classes());
-  int32_t differing = 0;
-  for (int32_t i = 0; i < crowd.matrix.num_items(); ++i) {
-    const absl::Span<const Entry> labels = crowd.matrix.LabelsOfItem(i);
-    const std::vector<Entry> reversed(labels.rbegin(), labels.rend());
-    std::vector<double> forward(k), backward(k);
-    model->ItemPosterior(labels, -1, absl::MakeSpan(forward));
-    model->ItemPosterior(reversed, -1, absl::MakeSpan(backward));
-    differing += forward == backward ? 0 : 1;
-  }
-  EXPECT_EQ(differing, 0);
+  EXPECT_EQ(ItemsWhosePosteriorDependsOnLabelOrder(*model, crowd.matrix), 0);
 }
 
 // bwa.h: before a fit every annotator's confusion is uniform, 1 / K in every cell (K = 3).
 TEST(BwaTest, BeforeAFitTheConfusionIsUniformOverThreeClasses) {
   std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(3);
-  const std::vector<double> confusion = model->AnnotatorConfusion(0);
-  ASSERT_EQ(confusion.size(), 9u);
-  for (double v : confusion) EXPECT_DOUBLE_EQ(v, 1.0 / 3);
+  ExpectUniformConfusionBeforeAFit(*model);
 }
 
 // truth_model.h: ItemPosterior writes a probability distribution. K = 3, restored class means
