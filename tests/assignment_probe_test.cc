@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -285,6 +286,38 @@ class AssignmentProbeTest : public ::testing::Test {
     std::string out;
     std::string err;
   };
+  // Items sent by SuggestItems calls from `threads` threads at once, each asking up to
+  // `rounds` times for k items as annotator `annotator(t)` until a call answers none: how many
+  // times each item was sent, and the calls that failed.
+  struct SentItems {
+    std::map<std::string, int> times;
+    int errors = 0;
+  };
+  SentItems SuggestFromThreads(const std::string& project, int threads, int rounds, int32_t k,
+                               const std::function<std::string(int)>& annotator) {
+    absl::Mutex mu;
+    SentItems sent;
+    std::vector<std::thread> running;
+    for (int t = 0; t < threads; ++t) {
+      running.emplace_back([&, t] {
+        client::VerityClient client(channel_, client::ClientOptions{});
+        for (int round = 0; round < rounds; ++round) {
+          absl::StatusOr<std::vector<v1::ItemSuggestion>> got =
+              client.SuggestItems(project, annotator(t), k, {});
+          absl::MutexLock lock(&mu);
+          if (!got.ok()) {
+            ++sent.errors;
+            return;
+          }
+          if (got->empty()) return;
+          for (const v1::ItemSuggestion& s : *got) ++sent.times[s.item()];
+        }
+      });
+    }
+    for (std::thread& t : running) t.join();
+    return sent;
+  }
+
   CliResult Cli(std::vector<std::string> args) {
     args.push_back("--server=" + address_);
     std::ostringstream out, err;
@@ -515,29 +548,10 @@ TEST_F(AssignmentProbeTest, ConcurrentAnnotatorsFillEverySlotExactlyOnce) {
   std::vector<std::string> ids;
   for (int i = 0; i < 20; ++i) ids.push_back(absl::StrCat("c", i));
   AddItems("concurrent", ids);
-  absl::Mutex mu;
-  std::map<std::string, int> leases;
-  std::atomic<int> errors{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 12; ++t) {
-    threads.emplace_back([&, t] {
-      client::VerityClient client(channel_, client::ClientOptions{});
-      for (int round = 0; round < 40; ++round) {
-        absl::StatusOr<std::vector<v1::ItemSuggestion>> got =
-            client.SuggestItems("concurrent", absl::StrCat("w", t), 2, {});
-        if (!got.ok()) {
-          ++errors;
-          return;
-        }
-        if (got->empty()) return;
-        absl::MutexLock lock(&mu);
-        for (const v1::ItemSuggestion& s : *got) ++leases[s.item()];
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  EXPECT_EQ(errors.load(), 0);
-  for (const std::string& id : ids) EXPECT_EQ(leases[id], 2) << id;
+  SentItems leases =
+      SuggestFromThreads("concurrent", 12, 40, 2, [](int t) { return absl::StrCat("w", t); });
+  EXPECT_EQ(leases.errors, 0);
+  for (const std::string& id : ids) EXPECT_EQ(leases.times[id], 2) << id;
 }
 
 // projects.proto, UpdateProjectSettingsRequest: "Replaces the project's settings whole"; the
@@ -1259,30 +1273,10 @@ TEST_F(AssignmentProbeTest, OneAnnotatorAskingAtOnceIsNeverSentAnItemTwice) {
   std::vector<std::string> ids;
   for (int i = 0; i < 30; ++i) ids.push_back(absl::StrCat("o", i));
   AddItems("one-annotator", ids);
-  absl::Mutex mu;
-  std::map<std::string, int> sent;
-  std::atomic<int> errors{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&] {
-      client::VerityClient client(channel_, client::ClientOptions{});
-      for (int round = 0; round < 10; ++round) {
-        absl::StatusOr<std::vector<v1::ItemSuggestion>> got =
-            client.SuggestItems("one-annotator", "solo", 5, {});
-        if (!got.ok()) {
-          ++errors;
-          return;
-        }
-        if (got->empty()) return;
-        absl::MutexLock lock(&mu);
-        for (const v1::ItemSuggestion& s : *got) ++sent[s.item()];
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  EXPECT_EQ(errors.load(), 0);
-  for (const std::string& id : ids) EXPECT_EQ(sent[id], 1) << id;
-  EXPECT_EQ(sent.size(), ids.size());
+  SentItems sent = SuggestFromThreads("one-annotator", 8, 10, 5, [](int) { return "solo"; });
+  EXPECT_EQ(sent.errors, 0);
+  for (const std::string& id : ids) EXPECT_EQ(sent.times[id], 1) << id;
+  EXPECT_EQ(sent.times.size(), ids.size());
 }
 
 // projects.proto, ProjectLimits.max_feature_values: "Ingest, AddItems, AddAnnotators or
