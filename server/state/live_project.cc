@@ -854,10 +854,12 @@ bool LiveProject::RefitDue(absl::Time now, absl::Duration max_staleness) const {
   if (training_ || labels_.num_labels() == 0) return false;
   absl::StatusOr<std::string> method = MethodName(settings_.model().method());
   if (method.ok() && *method != model_->method() && model_version_ > 0) return true;
-  // Calibration switched on since the served version's fit: its map needs a fit.
+  // Calibration switched on since the served version's fit (its map needs a fit), or off
+  // while a fit that started with it ran (SetSettings serves the model's own posteriors at
+  // once otherwise).
   const auto* calibrated = dynamic_cast<const models::CalibratedTruthModel*>(model_.get());
-  if (calibrated != nullptr && !calibrated->fits_map() && model_version_ > 0 &&
-      ModelOptionsFromSettings(settings_.model()).calibration != "none") {
+  const bool wants_map = ModelOptionsFromSettings(settings_.model()).calibration != "none";
+  if (calibrated != nullptr && model_version_ > 0 && calibrated->fits_map() != wants_map) {
     return true;
   }
   if (changes_since_fit_ == 0) return false;
