@@ -1,9 +1,10 @@
 // FitLocks: at most one fit of a project at a time across every server replica of a database.
 //
 // A fit holds a PostgreSQL session advisory lock named after its project for as long as it
-// runs, on a pool connection it keeps meanwhile (a pool of its own in a server). Another replica's try fails at once and it
-// leaves the project to the holder, adopting the version the holder stores. If the holder dies,
-// PostgreSQL drops its session and the lock with it, so no lock outlives its fit.
+// runs, on a pool connection it keeps meanwhile (a pool of its own in a server). Another
+// replica's try fails at once and it leaves the project to the holder, adopting the version
+// the holder stores. If the holder dies, PostgreSQL drops its session and the lock with it, so
+// no lock outlives its fit.
 //
 // The key is one bigint: kKeySpace in the high 32 bits, the project id in the low 32 (project
 // ids above 2^32 would share keys, which costs only a skipped fit; none exist in practice).

@@ -1,8 +1,8 @@
 #include "models/testing/posterior_checks.h"
 
-#include <vector>
-
 #include <gtest/gtest.h>
+
+#include <vector>
 
 #include "absl/types/span.h"
 

@@ -81,9 +81,9 @@ class TrainingSchedulerBackgroundTest : public storage::testing::PostgresTest {
   void MakeDue(const std::string& name) {
     LiveProject& project = Project(name);
     v1::ProjectSettings settings = project.settings();
-    settings.mutable_model()->set_method(
-        settings.model().method() == v1::TRUTH_METHOD_ONE_COIN ? v1::TRUTH_METHOD_DAWID_SKENE
-                                                                : v1::TRUTH_METHOD_ONE_COIN);
+    settings.mutable_model()->set_method(settings.model().method() == v1::TRUTH_METHOD_ONE_COIN
+                                             ? v1::TRUTH_METHOD_DAWID_SKENE
+                                             : v1::TRUTH_METHOD_ONE_COIN);
     project.SetSettings(settings);
   }
 
