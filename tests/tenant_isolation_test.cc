@@ -727,17 +727,22 @@ TEST_F(TenantIsolationTest, KeylessWindowlessHealthChecksDoNotHoldEveryThread) {
   server->Shutdown();
 }
 
-// README.md: "--grpc_memory_mb | 512 | gRPC resource quota for calls in flight"; docs/SECURITY.md:
-// "gRPC memory for calls in flight | 512 MiB | --grpc_memory_mb | gRPC slows readers (flow
-// control) or refuses new streams", kept "as a guard against running out of memory". With
-// --grpc_memory_mb=64, one reader key sends 48 ListPosteriors calls (below --max_calls_per_key)
-// of ~16 MiB answers (256 classes, 8,000 items) from a client that never opens its HTTP/2
-// receive window. The server's memory for these calls in flight must stay near the quota, not
-// grow by their answers' 750 MiB. (The server runs in this process; the client reads nothing.)
-// Failed before a key's unsent answer bytes were capped (RSS +1,520 MiB; after, +42 MiB).
+// README.md: "--grpc_memory_mb | 512 | gRPC resource quota for calls in flight; a quarter of
+// it (at least 32 MiB) bounds one API key's answers not yet sent"; docs/SECURITY.md: "gRPC
+// memory for calls in flight | 512 MiB | --grpc_memory_mb", kept "as a guard against running
+// out of memory", and the row on one key's unsent answers ("GetPosteriors, ListPosteriors and
+// GetAnnotatorProfiles reserve their answer's bound before building it"). With
+// --grpc_memory_mb=64, one reader key sends 48 calls (below --max_calls_per_key) of ~16 MiB
+// answers (256 classes: 7,900 posteriors, or 31 full confusions) from a client that never
+// opens its HTTP/2 receive window, for each of the three reads. The server's memory for these
+// calls must stay near the quota, not grow by their answers' 750 MiB. (The server runs in this
+// process; the client reads nothing.) ListPosteriors failed before a key's unsent answer bytes
+// were capped (RSS +1,508 MiB; after, +42 MiB).
 TEST_F(TenantIsolationTest, UnsentAnswersOfOneReaderKeyStayWithinTheGrpcMemoryQuota) {
   constexpr int kCalls = 48;
   constexpr int64_t kQuotaMb = 64;
+  constexpr int kItems = 7900;
+  constexpr int kAnnotators = 40;
   server::VerityServer::Options options = TestServerOptions(postgres_->url(), 4);
   options.auth.enabled = true;
   options.auth.admin_key_file = *admin_key_file_;
@@ -756,47 +761,82 @@ TEST_F(TenantIsolationTest, UnsentAnswersOfOneReaderKeyStayWithinTheGrpcMemoryQu
     ASSERT_TRUE(v1::ProjectService::NewStub(channel)->CreateProject(&context, create, &created).ok());
     v1::AddItemsRequest add;
     add.set_project("wide");
-    for (int i = 0; i < 8000; ++i) add.add_items()->set_id(absl::StrCat("w-", i));
+    for (int i = 0; i < kItems; ++i) add.add_items()->set_id(absl::StrCat("w-", i));
     v1::AddItemsResponse added;
     grpc::ClientContext add_context;
     Authorize(add_context, *admin_);
     ASSERT_TRUE(v1::ProjectService::NewStub(channel)->AddItems(&add_context, add, &added).ok());
+    v1::AddAnnotatorsRequest annotators;
+    annotators.set_project("wide");
+    for (int a = 0; a < kAnnotators; ++a) annotators.add_annotators()->set_id(absl::StrCat("a-", a));
+    v1::AddAnnotatorsResponse annotators_added;
+    grpc::ClientContext annotators_context;
+    Authorize(annotators_context, *admin_);
+    ASSERT_TRUE(v1::ProjectService::NewStub(channel)
+                    ->AddAnnotators(&annotators_context, annotators, &annotators_added)
+                    .ok());
   }
   const std::string hog_key = CreateKey(v1::ROLE_READER, {"wide"}, channel);
-  v1::ListPosteriorsRequest request;
-  request.set_project("wide");
-  request.set_page_size(10000);
+  v1::ListPosteriorsRequest list;
+  list.set_project("wide");
+  list.set_page_size(10000);
+  v1::GetPosteriorsRequest get;
+  get.set_project("wide");
+  for (int i = 0; i < kItems; ++i) get.add_items(absl::StrCat("w-", i));
+  v1::GetAnnotatorProfilesRequest profiles;
+  profiles.set_project("wide");
+  profiles.set_page_size(kAnnotators);
   {
-    // One answer, read normally: its size.
-    v1::ListPosteriorsResponse response;
-    grpc::ClientContext context;
-    Authorize(context, hog_key);
-    ASSERT_TRUE(v1::TruthService::NewStub(channel)->ListPosteriors(&context, request, &response).ok());
-    std::cout << "one answer: " << response.ByteSizeLong() << " bytes, "
-              << response.posteriors_size() << " posteriors\n";
+    // One answer of each, read normally: its size.
+    v1::ListPosteriorsResponse listed;
+    grpc::ClientContext list_context;
+    Authorize(list_context, hog_key);
+    ASSERT_TRUE(
+        v1::TruthService::NewStub(channel)->ListPosteriors(&list_context, list, &listed).ok());
+    v1::GetPosteriorsResponse got;
+    grpc::ClientContext get_context;
+    Authorize(get_context, hog_key);
+    const grpc::Status get_status =
+        v1::TruthService::NewStub(channel)->GetPosteriors(&get_context, get, &got);
+    ASSERT_TRUE(get_status.ok()) << get_status.error_message();
+    v1::GetAnnotatorProfilesResponse served;
+    grpc::ClientContext profiles_context;
+    Authorize(profiles_context, hog_key);
+    ASSERT_TRUE(v1::TruthService::NewStub(channel)
+                    ->GetAnnotatorProfiles(&profiles_context, profiles, &served)
+                    .ok());
+    std::cout << "one answer each: " << listed.ByteSizeLong() << ", " << got.ByteSizeLong()
+              << " and " << served.ByteSizeLong() << " bytes (" << served.profiles_size()
+              << " profiles)\n";
   }
-  const int64_t baseline = OwnResidentBytes();
   const std::string authority = absl::StrCat("127.0.0.1:", server->port());
-  int64_t peak = baseline;
-  {
-    std::vector<std::unique_ptr<WindowlessHttp2Client>> hogs;
-    for (int i = 0; i < 4; ++i) {
-      hogs.push_back(std::make_unique<WindowlessHttp2Client>(server->port()));
-      ASSERT_TRUE(hogs.back()->ok());
+  const std::vector<std::pair<std::string, std::string>> reads = {
+      {"/verity.v1.TruthService/ListPosteriors", list.SerializeAsString()},
+      {"/verity.v1.TruthService/GetPosteriors", get.SerializeAsString()},
+      {"/verity.v1.TruthService/GetAnnotatorProfiles", profiles.SerializeAsString()}};
+  for (const auto& [method, body] : reads) {
+    const int64_t baseline = OwnResidentBytes();
+    int64_t peak = baseline;
+    {
+      std::vector<std::unique_ptr<WindowlessHttp2Client>> hogs;
+      for (int i = 0; i < 4; ++i) {
+        hogs.push_back(std::make_unique<WindowlessHttp2Client>(server->port()));
+        ASSERT_TRUE(hogs.back()->ok());
+      }
+      for (int i = 0; i < kCalls; ++i) hogs[i % hogs.size()]->Call(authority, method, hog_key, body);
+      for (int i = 0; i < 40; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        peak = std::max(peak, OwnResidentBytes());
+      }
     }
-    for (int i = 0; i < kCalls; ++i) {
-      hogs[i % hogs.size()]->Call(authority, "/verity.v1.TruthService/ListPosteriors", hog_key,
-                                  request.SerializeAsString());
-    }
-    for (int i = 0; i < 40; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      peak = std::max(peak, OwnResidentBytes());
-    }
+    // The hogs' connections are closed: their calls end and free what they held.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const int64_t growth = peak - baseline;
+    std::cout << kCalls << " unsent " << method << " answers of one reader key: RSS +"
+              << (growth >> 20) << " MiB over " << (baseline >> 20) << " MiB (quota " << kQuotaMb
+              << " MiB)\n";
+    EXPECT_LE(growth, (kQuotaMb + 128) << 20) << method;
   }
-  const int64_t growth = peak - baseline;
-  std::cout << kCalls << " unsent ListPosteriors answers of one reader key: RSS +" << (growth >> 20)
-            << " MiB over " << (baseline >> 20) << " MiB (quota " << kQuotaMb << " MiB)\n";
-  EXPECT_LE(growth, (kQuotaMb + 128) << 20);
   server->Shutdown();
 }
 
