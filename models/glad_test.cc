@@ -17,6 +17,7 @@
 #include "models/binary_codec.h"
 #include "models/majority_vote.h"
 #include "common/status_matchers.h"
+#include "models/testing/posterior_checks.h"
 #include "models/testing/serialization_checks.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
@@ -34,6 +35,7 @@ using ::verity::models::testing::SymmetricConfusion;
 using ::verity::models::testing::SyntheticCrowd;
 using ::verity::models::testing::SyntheticCrowdSpec;
 using ::verity::models::testing::WithTrailingBytes;
+using ::verity::models::testing::ExpectTheFirstIterationNeverConverges;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
@@ -1058,15 +1060,10 @@ TEST(GladTest, CloneKeepsTheParametersAndRestoreRefusesTrailingBytes) {
 // first iteration (no previous E-step) never converges, even with a tolerance of 10 that any
 // relative change meets: the fit stops at iteration 2.
 TEST(GladTest, TheFirstIterationNeverConverges) {
-  const AnnotationMatrix m =
-      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
   TruthModelOptions loose;
   loose.tolerance = 10.0;
   std::unique_ptr<GladModel> model = MakeGlad(2, loose);
-  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
-  ASSERT_THAT(report, IsOk());
-  EXPECT_TRUE(report->converged);
-  EXPECT_EQ(report->iterations, 2);
+  ExpectTheFirstIterationNeverConverges(*model);
 }
 
 // truth_model.h: ItemPosterior writes a probability distribution whatever the labels. 500 labels

@@ -34,6 +34,7 @@ using ::verity::models::testing::SyntheticCrowd;
 using ::verity::models::testing::SyntheticCrowdSpec;
 using ::verity::models::testing::ItemsWhosePosteriorDependsOnLabelOrder;
 using ::verity::models::testing::ExpectUniformConfusionBeforeAFit;
+using ::verity::models::testing::ExpectTheFirstIterationNeverConverges;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
@@ -372,15 +373,10 @@ TEST(IbccTest, TheColdStartSkipsGoldItemsWithoutLabels) {
 // previous E-step) never converges, even with a tolerance of 10 that any relative change meets:
 // the fit stops at iteration 2.
 TEST(IbccTest, TheFirstIterationNeverConverges) {
-  const AnnotationMatrix m =
-      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
   TruthModelOptions loose;
   loose.tolerance = 10.0;
   std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(2, loose);
-  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
-  ASSERT_THAT(report, IsOk());
-  EXPECT_TRUE(report->converged);
-  EXPECT_EQ(report->iterations, 2);
+  ExpectTheFirstIterationNeverConverges(*model);
 }
 
 // truth_model.h: a gold label clamps the posterior to one-hot, before a fit too (ibcc.h: the soft

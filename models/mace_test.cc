@@ -33,6 +33,7 @@ using ::verity::models::testing::SyntheticCrowdSpec;
 using ::verity::models::testing::WithTrailingBytes;
 using ::verity::models::testing::ItemsWhosePosteriorDependsOnLabelOrder;
 using ::verity::models::testing::ExpectUniformConfusionBeforeAFit;
+using ::verity::models::testing::ExpectTheFirstIterationNeverConverges;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
@@ -449,15 +450,10 @@ TEST(MaceTest, GoldClassZeroClampsThePosterior) {
 // first iteration (no previous E-step) never converges, even with a tolerance of 10 that any
 // relative change meets: the fit stops at iteration 2.
 TEST(MaceTest, TheFirstIterationNeverConverges) {
-  const AnnotationMatrix m =
-      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
   TruthModelOptions loose;
   loose.tolerance = 10.0;
   std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2, loose);
-  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
-  ASSERT_THAT(report, IsOk());
-  EXPECT_TRUE(report->converged);
-  EXPECT_EQ(report->iterations, 2);
+  ExpectTheFirstIterationNeverConverges(*model);
 }
 
 // mace.h: FitReport.log_likelihood is log p(labels) under the uniform prior 1 / K. K = 3,

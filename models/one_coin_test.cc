@@ -16,6 +16,7 @@
 #include "models/dawid_skene.h"
 #include "models/majority_vote.h"
 #include "common/status_matchers.h"
+#include "models/testing/posterior_checks.h"
 #include "models/testing/serialization_checks.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
@@ -33,6 +34,7 @@ using ::verity::models::testing::SymmetricConfusion;
 using ::verity::models::testing::SyntheticCrowd;
 using ::verity::models::testing::SyntheticCrowdSpec;
 using ::verity::models::testing::WithTrailingBytes;
+using ::verity::models::testing::ExpectTheFirstIterationNeverConverges;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
@@ -689,15 +691,10 @@ TEST(OneCoinTest, CloneKeepsTheParametersAndRestoreRefusesTrailingBytes) {
 // first iteration (no previous E-step) never converges, even with a tolerance of 10 that any
 // relative change meets: the fit stops at iteration 2.
 TEST(OneCoinTest, TheFirstIterationNeverConverges) {
-  const AnnotationMatrix m =
-      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
   TruthModelOptions loose;
   loose.tolerance = 10.0;
   std::unique_ptr<OneCoinModel> model = MakeOneCoin(2, loose);
-  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
-  ASSERT_THAT(report, IsOk());
-  EXPECT_TRUE(report->converged);
-  EXPECT_EQ(report->iterations, 2);
+  ExpectTheFirstIterationNeverConverges(*model);
 }
 
 // truth_model.h: ItemPosterior writes a probability distribution whatever the labels. 400 labels

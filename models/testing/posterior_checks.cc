@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 namespace verity::models::testing {
@@ -28,6 +29,16 @@ void ExpectUniformConfusionBeforeAFit(const TruthModel& model) {
   const std::vector<double> confusion = model.AnnotatorConfusion(0);
   ASSERT_EQ(confusion.size(), static_cast<size_t>(k) * k);
   for (double v : confusion) EXPECT_DOUBLE_EQ(v, 1.0 / k);
+}
+
+void ExpectTheFirstIterationNeverConverges(TruthModel& model) {
+  const absl::StatusOr<AnnotationMatrix> m =
+      AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
+  ASSERT_TRUE(m.ok()) << m.status();
+  absl::StatusOr<FitReport> report = model.Fit(*m, {}, false);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->converged);
+  EXPECT_EQ(report->iterations, 2);
 }
 
 }  // namespace verity::models::testing

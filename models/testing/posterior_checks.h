@@ -20,6 +20,12 @@ int32_t ItemsWhosePosteriorDependsOnLabelOrder(const TruthModel& model,
 // cells. GoogleTest expectations: failures are reported, not returned.
 void ExpectUniformConfusionBeforeAFit(const TruthModel& model);
 
+// `model` (two classes, not fitted, created with options.tolerance = 10, which any relative
+// change meets) fitted on a 2 × 2 crowd stops converged at iteration 2: convergence compares
+// two consecutive E-steps' log-likelihoods, so the first iteration never converges
+// (truth_model.h).
+void ExpectTheFirstIterationNeverConverges(TruthModel& model);
+
 }  // namespace verity::models::testing
 
 #endif  // VERITY_MODELS_TESTING_POSTERIOR_CHECKS_H_
