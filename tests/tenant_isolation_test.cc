@@ -512,6 +512,29 @@ TEST_F(TenantIsolationTest, ReaderRpcsAnswerAnotherProjectAsANonexistentOne) {
   }
 }
 
+// The version `project` serves, asked through GetModelStatus every `poll_ms` for up to 10 s
+// until it is past 0 (0 if it never is).
+int32_t ServedVersionWithin(const std::shared_ptr<grpc::Channel>& channel,
+                            const std::string& project, int poll_ms, const std::string& key) {
+  const auto start = std::chrono::steady_clock::now();
+  int32_t version = 0;
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    v1::GetModelStatusRequest request;
+    request.set_project(project);
+    v1::GetModelStatusResponse response;
+    grpc::ClientContext context;
+    Authorize(context, key);
+    const grpc::Status status =
+        v1::ModelService::NewStub(channel)->GetModelStatus(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    if (!status.ok()) return 0;
+    version = response.current_version().version();
+    if (version > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+  }
+  return version;
+}
+
 // docs/SECURITY.md, "One project's flood delays everyone": "Fits run per project in a bounded
 // pool (--max_concurrent_fits), so one project's long fit no longer blocks the others'"; and
 // "A project is refit at least every `--refit_staleness_seconds` (30) while labels arrive".
@@ -527,37 +550,13 @@ TEST_F(TenantIsolationTest, OneTenantsLongBackgroundFitDoesNotHoldUpAnothersRefi
   const std::shared_ptr<grpc::Channel>& channel = fit.channel;
   ASSERT_EQ(SubmitLabels(channel, *admin_, "bg-fast", 60, "f-"), 60);
   const auto start = std::chrono::steady_clock::now();
-  int32_t fast_version = 0;
-  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
-    v1::GetModelStatusRequest request;
-    request.set_project("bg-fast");
-    v1::GetModelStatusResponse response;
-    grpc::ClientContext context;
-    Authorize(context, *admin_);
-    ASSERT_TRUE(
-        v1::ModelService::NewStub(channel)->GetModelStatus(&context, request, &response).ok());
-    fast_version = response.current_version().version();
-    if (fast_version > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  const int32_t fast_version = ServedVersionWithin(channel, "bg-fast", 200, *admin_);
   const double waited =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fit.Release();
   // Once the long fit is let go, the other project is refit at once (it was due all along).
-  int32_t after_release = 0;
   const auto released = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - released < std::chrono::seconds(10)) {
-    v1::GetModelStatusRequest request;
-    request.set_project("bg-fast");
-    v1::GetModelStatusResponse response;
-    grpc::ClientContext context;
-    Authorize(context, *admin_);
-    ASSERT_TRUE(
-        v1::ModelService::NewStub(channel)->GetModelStatus(&context, request, &response).ok());
-    after_release = response.current_version().version();
-    if (after_release > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const int32_t after_release = ServedVersionWithin(channel, "bg-fast", 100, *admin_);
   std::cout << "bg-fast version " << fast_version << " after " << waited
             << " s while bg-slow's fit was held; version " << after_release << " "
             << std::chrono::duration<double>(std::chrono::steady_clock::now() - released).count()
