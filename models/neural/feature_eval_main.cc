@@ -66,6 +66,10 @@ ABSL_FLAG(std::string, conal_lambdas, "0.00059,0.059",
           "over LabelMe's 59 annotators).");
 ABSL_FLAG(double, heldout_fraction, 0.2,
           "Without a valid split: fraction of labelled train items held out for selection.");
+ABSL_FLAG(bool, feature_em, false,
+          "crowdlayer and trace_reg by generalised EM with h(x) as the E-step's item prior "
+          "(TruthModelOptions::Neural::feature_em) instead of the papers' loss.");
+ABSL_FLAG(double, weight_decay, 0, "TruthModelOptions::Neural::weight_decay of every learner.");
 ABSL_FLAG(int, threads, 1, "LibTorch threads.");
 
 namespace {
@@ -160,6 +164,7 @@ RunResult TrainBaseline(const Protocol& protocol, const std::vector<float>& feat
   std::vector<torch::Tensor> parameters = encoder->parameters();
   for (const torch::Tensor& t : head->parameters()) parameters.push_back(t);
   torch::optim::Adam optimizer(parameters, torch::optim::AdamOptions(g.learning_rate).amsgrad(true));
+  const double weight_decay = absl::GetFlag(FLAGS_weight_decay);
   const torch::Tensor train_idx = AsIndex(train);
   const int64_t m = train_idx.size(0);
   RunResult result;
@@ -174,6 +179,12 @@ RunResult TrainBaseline(const Protocol& protocol, const std::vector<float>& feat
     optimizer.zero_grad();
     loss.backward();
     optimizer.step();
+    if (weight_decay > 0) {  // as TruthModelOptions::Neural::weight_decay: weight matrices only
+      torch::NoGradGuard no_grad;
+      for (torch::Tensor& t : parameters) {
+        if (t.dim() == 2) t.mul_(std::max(0.0, 1.0 - g.learning_rate * weight_decay));
+      }
+    }
     if ((s + 1) % every == 0) {
       torch::NoGradGuard no_grad;
       encoder->eval();
@@ -198,6 +209,8 @@ absl::StatusOr<RunResult> TrainCrowdModel(const Protocol& protocol, const std::s
   options.neural.feature_width = g.width;
   options.neural.feature_dropout = g.dropout;
   options.neural.learning_rate = g.learning_rate;
+  options.neural.feature_em = absl::GetFlag(FLAGS_feature_em);
+  options.neural.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   if (method == "trace_reg") options.neural.trace_lambda = g.lambda;
   if (method == "conal") options.neural.conal_lambda = g.lambda;
   // The bare model: the protocol reads the network's checkpoints, not served posteriors.
