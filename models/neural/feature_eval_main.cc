@@ -15,7 +15,8 @@
 //     them of log Σ_k h(x)[k] Π_(a, y) π_a[k, y], the likelihood of their crowd labels under
 //     h and the Dawid-Skene confusions π fitted on the training labels — one criterion that
 //     depends on h only;
-//   - the same grid for every learner: --widths × --dropouts × --learning_rates, and × the
+//   - the same grid for every learner: --widths × --dropouts × --learning_rates ×
+//     --weight_decays (the baselines' decay as the models': weight matrices only), and × the
 //     method's λ (--trace_lambdas, --conal_lambdas) for trace_reg and conal;
 //   - --seeds seeds per grid point. The checkpoint is chosen per seed (early stopping), the
 //     grid point by the mean selection score over seeds; the table gives the test accuracy of
@@ -23,6 +24,8 @@
 //
 //   bazel build -c opt //models/neural:feature_eval
 //   bazel-bin/models/neural/feature_eval --data=../shared/datasets/labelme
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,8 +36,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
@@ -61,15 +62,18 @@ ABSL_FLAG(std::string, widths, "128", "Grid: truth network widths (feature_width
 ABSL_FLAG(std::string, dropouts, "0,0.5", "Grid: dropout rates (feature_dropout).");
 ABSL_FLAG(std::string, learning_rates, "0.001,0.01", "Grid: learning rates.");
 ABSL_FLAG(std::string, trace_lambdas, "0.01,0.1", "Grid: trace_reg's λ.");
-ABSL_FLAG(std::string, conal_lambdas, "0.00059,0.059",
-          "Grid: conal's λ (on the mean distance over annotators: 5.9e-4 is the paper's 1e-5 on its sum "
-          "over LabelMe's 59 annotators).");
+ABSL_FLAG(
+    std::string, conal_lambdas, "0.00059,0.059",
+    "Grid: conal's λ (on the mean distance over annotators: 5.9e-4 is the paper's 1e-5 on its sum "
+    "over LabelMe's 59 annotators).");
 ABSL_FLAG(double, heldout_fraction, 0.2,
           "Without a valid split: fraction of labelled train items held out for selection.");
 ABSL_FLAG(bool, feature_em, false,
           "crowdlayer and trace_reg by generalised EM with h(x) as the E-step's item prior "
           "(TruthModelOptions::Neural::feature_em) instead of the papers' loss.");
-ABSL_FLAG(double, weight_decay, 0, "TruthModelOptions::Neural::weight_decay of every learner.");
+ABSL_FLAG(std::string, weight_decays, "0",
+          "Grid: decoupled weight decay of the truth network's weight matrices "
+          "(TruthModelOptions::Neural::weight_decay), for the baselines too.");
 ABSL_FLAG(int, threads, 1, "LibTorch threads.");
 
 namespace {
@@ -104,7 +108,9 @@ std::vector<double> ParseList(const std::string& flag) {
   return values;
 }
 
-torch::Tensor AsIndex(const std::vector<int64_t>& rows) { return torch::tensor(rows, torch::kLong); }
+torch::Tensor AsIndex(const std::vector<int64_t>& rows) {
+  return torch::tensor(rows, torch::kLong);
+}
 
 // Model selection: a score of h's log-probabilities on the selection items (higher is better,
 // compared as a pair: first, then second).
@@ -139,7 +145,7 @@ struct Protocol {
 
 struct GridPoint {
   int width;
-  double dropout, learning_rate, lambda;
+  double dropout, learning_rate, lambda, weight_decay;
 };
 
 // A baseline: the models' feature truth network trained on soft targets of the train items.
@@ -155,16 +161,18 @@ RunResult TrainBaseline(const Protocol& protocol, const std::vector<float>& feat
   encoder_options.batch_norm = defaults.neural.feature_batch_norm;
   encoder_options.dropout = g.dropout;
   verity::models::neural::RowEncoder encoder(n, g.width, dim, encoder_options);
-  torch::Tensor x = torch::from_blob(const_cast<float*>(features.data()), {n, dim}, torch::kFloat).clone();
+  torch::Tensor x =
+      torch::from_blob(const_cast<float*>(features.data()), {n, dim}, torch::kFloat).clone();
   encoder->SetFeatures((x - x.mean(0)) / x.std(0, /*unbiased=*/false).clamp_min(1e-6));
-  torch::nn::Sequential head = verity::models::neural::MakeMlp(g.width, g.width, protocol.num_classes, 2);
+  torch::nn::Sequential head =
+      verity::models::neural::MakeMlp(g.width, g.width, protocol.num_classes, 2);
   auto log_h = [&](const torch::Tensor& items) {
     return torch::log_softmax(head->forward(encoder->forward(items)), 1);
   };
   std::vector<torch::Tensor> parameters = encoder->parameters();
   for (const torch::Tensor& t : head->parameters()) parameters.push_back(t);
-  torch::optim::Adam optimizer(parameters, torch::optim::AdamOptions(g.learning_rate).amsgrad(true));
-  const double weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  torch::optim::Adam optimizer(parameters,
+                               torch::optim::AdamOptions(g.learning_rate).amsgrad(true));
   const torch::Tensor train_idx = AsIndex(train);
   const int64_t m = train_idx.size(0);
   RunResult result;
@@ -179,17 +187,18 @@ RunResult TrainBaseline(const Protocol& protocol, const std::vector<float>& feat
     optimizer.zero_grad();
     loss.backward();
     optimizer.step();
-    if (weight_decay > 0) {  // as TruthModelOptions::Neural::weight_decay: weight matrices only
+    if (g.weight_decay > 0) {  // as TruthModelOptions::Neural::weight_decay: weight matrices only
       torch::NoGradGuard no_grad;
       for (torch::Tensor& t : parameters) {
-        if (t.dim() == 2) t.mul_(std::max(0.0, 1.0 - g.learning_rate * weight_decay));
+        if (t.dim() == 2) t.mul_(std::max(0.0, 1.0 - g.learning_rate * g.weight_decay));
       }
     }
     if ((s + 1) % every == 0) {
       torch::NoGradGuard no_grad;
       encoder->eval();
       head->eval();
-      protocol.Checkpoint(s + 1, log_h(protocol.selection_items), log_h(protocol.test_items), result);
+      protocol.Checkpoint(s + 1, log_h(protocol.selection_items), log_h(protocol.test_items),
+                          result);
     }
   }
   return result;
@@ -199,8 +208,7 @@ RunResult TrainBaseline(const Protocol& protocol, const std::vector<float>& feat
 absl::StatusOr<RunResult> TrainCrowdModel(const Protocol& protocol, const std::string& method,
                                           const std::vector<float>& features, int32_t dim,
                                           const AnnotationMatrix& matrix, const GridPoint& g,
-                                          int64_t seed, int64_t steps, int64_t every,
-                                          int threads) {
+                                          int64_t seed, int64_t steps, int64_t every, int threads) {
   TruthModelOptions options;
   options.num_threads = threads;
   options.neural.device = "cpu";
@@ -210,20 +218,21 @@ absl::StatusOr<RunResult> TrainCrowdModel(const Protocol& protocol, const std::s
   options.neural.feature_dropout = g.dropout;
   options.neural.learning_rate = g.learning_rate;
   options.neural.feature_em = absl::GetFlag(FLAGS_feature_em);
-  options.neural.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  options.neural.weight_decay = g.weight_decay;
   if (method == "trace_reg") options.neural.trace_lambda = g.lambda;
   if (method == "conal") options.neural.conal_lambda = g.lambda;
   // The bare model: the protocol reads the network's checkpoints, not served posteriors.
   auto model = verity::models::CreateUncalibratedTruthModel(method, protocol.num_classes, options);
   if (!model.ok()) return model.status();
   auto* neural = dynamic_cast<verity::models::neural::NeuralTruthModel*>(model->get());
-  if (neural == nullptr) return absl::InvalidArgumentError(absl::StrCat(method, " is not a neural method"));
+  if (neural == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat(method, " is not a neural method"));
   if (absl::Status s = neural->SetItemFeatures(dim, features); !s.ok()) return s;
   RunResult result;
   neural->SetCheckpointObserver(every, [&](int64_t step, CrowdNet& net) {
     if (step > steps) return;
-    protocol.Checkpoint(step, net.LogPrior(protocol.selection_items), net.LogPrior(protocol.test_items),
-                        result);
+    protocol.Checkpoint(step, net.LogPrior(protocol.selection_items),
+                        net.LogPrior(protocol.test_items), result);
   });
   auto report = neural->Fit(matrix, {}, false);
   if (!report.ok()) return report.status();
@@ -311,7 +320,8 @@ int main(int argc, char** argv) {
     if (split[a.item] == "train") ++labels_of[a.item];
   }
   for (int32_t i = 0; i < n; ++i) {
-    if (split[i] == "train" && labels_of.contains(i) && has_features[i]) labelled_train.push_back(i);
+    if (split[i] == "train" && labels_of.contains(i) && has_features[i])
+      labelled_train.push_back(i);
   }
   std::vector<int64_t> heldout;
   std::vector<bool> trains(n, false);
@@ -373,31 +383,40 @@ int main(int argc, char** argv) {
     for (size_t r = 0; r < heldout.size(); ++r) {
       for (const auto& e : heldout_matrix->LabelsOfItem(static_cast<int32_t>(heldout[r]))) {
         const std::vector<double> pi = (*ds)->AnnotatorConfusion(e.other);
-        for (int32_t c = 0; c < k; ++c) log_labels[r * k + c] += std::log(std::max(pi[c * k + e.label], 1e-12));
+        for (int32_t c = 0; c < k; ++c)
+          log_labels[r * k + c] += std::log(std::max(pi[c * k + e.label], 1e-12));
       }
     }
     torch::Tensor log_labels_t =
-        torch::from_blob(log_labels.data(), {static_cast<int64_t>(heldout.size()), k}, torch::kFloat).clone();
+        torch::from_blob(log_labels.data(), {static_cast<int64_t>(heldout.size()), k},
+                         torch::kFloat)
+            .clone();
     protocol.score = [log_labels_t](const torch::Tensor& log_h) {
-      return Score{torch::logsumexp(log_h + log_labels_t.to(log_h.device()), 1).mean().item<double>(), 0};
+      return Score{
+          torch::logsumexp(log_h + log_labels_t.to(log_h.device()), 1).mean().item<double>(), 0};
     };
   }
 
   const int64_t steps = absl::GetFlag(FLAGS_steps), every = absl::GetFlag(FLAGS_checkpoint_every);
   const int seeds = absl::GetFlag(FLAGS_seeds);
   // Baseline minibatch: as many steps per epoch as the models' epochs over the labels.
-  const int64_t label_batch = std::min<int64_t>(TruthModelOptions::Neural::kCpuBatchSize, train_labels.size());
-  const int64_t steps_per_epoch = (static_cast<int64_t>(train_labels.size()) + label_batch - 1) / label_batch;
-  const int64_t item_batch = std::max<int64_t>(1, (static_cast<int64_t>(train.size()) + steps_per_epoch - 1) / steps_per_epoch);
-  std::printf("%s: %d features, %zu train items with %zu labels, %zu held out, %zu valid gold, "
-              "%zu test items; selection: %s; %lld steps, checkpoint every %lld, %d seeds\n",
-              dir.c_str(), dim, train.size(), train_labels.size(), heldout.size(), valid.size(),
-              test.size(), selection.c_str(), static_cast<long long>(steps),
-              static_cast<long long>(every), seeds);
+  const int64_t label_batch =
+      std::min<int64_t>(TruthModelOptions::Neural::kCpuBatchSize, train_labels.size());
+  const int64_t steps_per_epoch =
+      (static_cast<int64_t>(train_labels.size()) + label_batch - 1) / label_batch;
+  const int64_t item_batch = std::max<int64_t>(
+      1, (static_cast<int64_t>(train.size()) + steps_per_epoch - 1) / steps_per_epoch);
+  std::printf(
+      "%s: %d features, %zu train items with %zu labels, %zu held out, %zu valid gold, "
+      "%zu test items; selection: %s; %lld steps, checkpoint every %lld, %d seeds\n",
+      dir.c_str(), dim, train.size(), train_labels.size(), heldout.size(), valid.size(),
+      test.size(), selection.c_str(), static_cast<long long>(steps), static_cast<long long>(every),
+      seeds);
   std::fflush(stdout);
 
   std::vector<std::string> rows;
-  for (absl::string_view method_view : absl::StrSplit(absl::GetFlag(FLAGS_methods), ',', absl::SkipEmpty())) {
+  for (absl::string_view method_view :
+       absl::StrSplit(absl::GetFlag(FLAGS_methods), ',', absl::SkipEmpty())) {
     const std::string method(method_view);
     std::vector<double> lambdas = {0};
     if (method == "trace_reg") lambdas = ParseList(absl::GetFlag(FLAGS_trace_lambdas));
@@ -417,31 +436,36 @@ int main(int argc, char** argv) {
       for (double dropout : ParseList(absl::GetFlag(FLAGS_dropouts))) {
         for (double lr : ParseList(absl::GetFlag(FLAGS_learning_rates))) {
           for (double lambda : lambdas) {
-            Aggregate a{{static_cast<int>(width), dropout, lr, lambda}, {}};
-            for (int seed = 1; seed <= seeds; ++seed) {
-              if (targets.defined()) {
-                a.runs.push_back(TrainBaseline(protocol, features, dim, targets, train, item_batch,
-                                               a.point, seed, steps, every));
-              } else {
-                auto run = TrainCrowdModel(protocol, method, features, dim, *matrix, a.point, seed,
-                                           steps, every, threads);
-                if (!run.ok()) return Die(run.status());
-                a.runs.push_back(*run);
+            for (double weight_decay : ParseList(absl::GetFlag(FLAGS_weight_decays))) {
+              Aggregate a{{static_cast<int>(width), dropout, lr, lambda, weight_decay}, {}};
+              for (int seed = 1; seed <= seeds; ++seed) {
+                if (targets.defined()) {
+                  a.runs.push_back(TrainBaseline(protocol, features, dim, targets, train,
+                                                 item_batch, a.point, seed, steps, every));
+                } else {
+                  auto run = TrainCrowdModel(protocol, method, features, dim, *matrix, a.point,
+                                             seed, steps, every, threads);
+                  if (!run.ok()) return Die(run.status());
+                  a.runs.push_back(*run);
+                }
               }
+              std::vector<double> accuracies;
+              for (const RunResult& r : a.runs) accuracies.push_back(r.test_accuracy);
+              std::fprintf(
+                  stderr,
+                  "%s width=%d dropout=%g lr=%g lambda=%g weight_decay=%g: selection %.4f / "
+                  "%.4f, test %s\n",
+                  method.c_str(), a.point.width, dropout, lr, lambda, weight_decay,
+                  a.MeanScore().first, a.MeanScore().second, MeanSe(accuracies).c_str());
+              grid.push_back(std::move(a));
             }
-            std::vector<double> accuracies;
-            for (const RunResult& r : a.runs) accuracies.push_back(r.test_accuracy);
-            std::fprintf(stderr, "%s width=%d dropout=%g lr=%g lambda=%g: selection %.4f / %.4f, test %s\n",
-                         method.c_str(), a.point.width, dropout, lr, lambda, a.MeanScore().first,
-                         a.MeanScore().second, MeanSe(accuracies).c_str());
-            grid.push_back(std::move(a));
           }
         }
       }
     }
-    const Aggregate& best = *std::max_element(grid.begin(), grid.end(), [](const Aggregate& x, const Aggregate& y) {
-      return x.MeanScore() < y.MeanScore();
-    });
+    const Aggregate& best = *std::max_element(
+        grid.begin(), grid.end(),
+        [](const Aggregate& x, const Aggregate& y) { return x.MeanScore() < y.MeanScore(); });
     std::vector<double> accuracies;
     double mean_step = 0;
     for (const RunResult& r : best.runs) {
@@ -450,14 +474,20 @@ int main(int argc, char** argv) {
     }
     std::string chosen = absl::StrFormat("width %d, dropout %g, lr %g", best.point.width,
                                          best.point.dropout, best.point.learning_rate);
-    if (method == "trace_reg" || method == "conal") absl::StrAppendFormat(&chosen, ", λ %g", best.point.lambda);
-    rows.push_back(absl::StrFormat("| %s | %s | %.0f | %.4f | %s | %.0f |", method, chosen, mean_step,
-                                   best.MeanScore().first, MeanSe(accuracies),
-                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+    if (method == "trace_reg" || method == "conal")
+      absl::StrAppendFormat(&chosen, ", λ %g", best.point.lambda);
+    absl::StrAppendFormat(&chosen, ", weight decay %g", best.point.weight_decay);
+    rows.push_back(absl::StrFormat(
+        "| %s | %s | %.0f | %.4f | %s | %.0f |", method, chosen, mean_step, best.MeanScore().first,
+        MeanSe(accuracies),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
     std::printf("%s\n", rows.back().c_str());
     std::fflush(stdout);
   }
-  std::printf("\n| learner | selected | mean stop step | selection score | test accuracy (mean ± s.e.) | s |\n"
-              "|---|---|---:|---:|---:|---:|\n%s\n", absl::StrJoin(rows, "\n").c_str());
+  std::printf(
+      "\n| learner | selected | mean stop step | selection score | test accuracy (mean ± s.e.) | s "
+      "|\n"
+      "|---|---|---:|---:|---:|---:|\n%s\n",
+      absl::StrJoin(rows, "\n").c_str());
   return 0;
 }
