@@ -306,12 +306,6 @@ struct TruthModelOptions {
     // cross-entropy of h_i against q_i; π = the mean q over the labelled items. An E-step before
     // the first epoch, then every epochs / kFeaturelessEmSteps epochs. false: the paper's loss.
     bool featureless_em = true;
-    // The same generalised EM for crowdlayer and trace_reg on projects with item features, with
-    // each item's E-step prior h(x) instead of the class prior: the EM of Raykar et al. (2010,
-    // "Learning from crowds") with the method's truth network as the classifier. false (the
-    // default): the paper's per-label marginal likelihood. models/neural/feature_eval measures
-    // both (docs/EVALUATION.md, "With item features").
-    bool feature_em = false;
     static constexpr int kFeaturelessEmSteps = 20;
     static constexpr int kSelectionCheckpoints = 30;
     // On a CUDA device, replay each training step from a CUDA graph (training_step.h) when the

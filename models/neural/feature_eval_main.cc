@@ -68,9 +68,6 @@ ABSL_FLAG(
     "over LabelMe's 59 annotators).");
 ABSL_FLAG(double, heldout_fraction, 0.2,
           "Without a valid split: fraction of labelled train items held out for selection.");
-ABSL_FLAG(bool, feature_em, false,
-          "crowdlayer and trace_reg by generalised EM with h(x) as the E-step's item prior "
-          "(TruthModelOptions::Neural::feature_em) instead of the papers' loss.");
 ABSL_FLAG(std::string, weight_decays, "0",
           "Grid: decoupled weight decay of the truth network's weight matrices "
           "(TruthModelOptions::Neural::weight_decay), for the baselines too.");
@@ -217,7 +214,6 @@ absl::StatusOr<RunResult> TrainCrowdModel(const Protocol& protocol, const std::s
   options.neural.feature_width = g.width;
   options.neural.feature_dropout = g.dropout;
   options.neural.learning_rate = g.learning_rate;
-  options.neural.feature_em = absl::GetFlag(FLAGS_feature_em);
   options.neural.weight_decay = g.weight_decay;
   if (method == "trace_reg") options.neural.trace_lambda = g.lambda;
   if (method == "conal") options.neural.conal_lambda = g.lambda;

@@ -378,8 +378,7 @@ int NeuralTruthModel::TrainByEm(CrowdNet& net, const LabelTensors& data, int64_t
 }
 
 bool NeuralTruthModel::TrainsByEm() const {
-  const bool em = item_feature_dim_ == 0 ? options_.neural.featureless_em : options_.neural.feature_em;
-  return em && TrainsByEmWithoutFeatures();
+  return item_feature_dim_ == 0 && options_.neural.featureless_em && TrainsByEmWithoutFeatures();
 }
 
 int NeuralTruthModel::TrainMarginal(CrowdNet& net, const LabelTensors& data, int64_t steps) {
