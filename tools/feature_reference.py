@@ -142,9 +142,11 @@ def main():
     args = parser.parse_args()
     d = load(args.dataset)
     ds = dawid_skene(d)
+    vote_accuracy = np.mean(vote(d).argmax(1) == d["gold"])
+    ds_accuracy = np.mean(ds.argmax(1) == d["gold"])
     print(f"{args.dataset}: {len(d['x'])} labelled train items, {len(d['label'])} labels; "
-          f"crowd posterior accuracy on train gold: vote {np.mean(vote(d).argmax(1) == d['gold']):.3f},"
-          f" Dawid-Skene {np.mean(ds.argmax(1) == d['gold']):.3f}")
+          f"crowd posterior accuracy on train gold: vote {vote_accuracy:.3f}, "
+          f"Dawid-Skene {ds_accuracy:.3f}")
     print("| learner | lam | valid accuracy | test accuracy |\n|---|---:|---:|---:|")
     learners = {
         "lr_gold": lambda lam: fit_logistic(d["x"][d["gold"] >= 0],

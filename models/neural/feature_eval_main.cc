@@ -481,8 +481,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   std::printf(
-      "\n| learner | selected | mean stop step | selection score | test accuracy (mean ± s.e.) | s "
-      "|\n"
+      "\n| learner | selected | mean stop step | selection score | test accuracy (mean ± s.e.) "
+      "| s |\n"
       "|---|---|---:|---:|---:|---:|\n%s\n",
       absl::StrJoin(rows, "\n").c_str());
   return 0;
