@@ -451,6 +451,30 @@ TEST_F(ModelVersionStoreTest, OnlyTheNewestVersionsKeepTheirCheckpoints) {
   EXPECT_EQ(latest->parameters, std::string("\0\1\2checkpoint", 13));
 }
 
+// model_version_store.h: saving a version frees, "in its transaction", the checkpoints of the
+// versions no longer among the newest kCheckpointsKept: the very save that makes a version the
+// (kCheckpointsKept + 1)-th newest frees it, not a later one.
+TEST_F(ModelVersionStoreTest, TheSaveThatPushesTheOldestOutOfTheNewestFreesItsCheckpoint) {
+  constexpr int kKept = 3;  // model_version_store.h's promise, written out independently.
+  for (int i = 1; i <= kKept; ++i) {
+    ASSERT_THAT(store_->SaveModelVersion(Record(i), ModelVersionOutputs{"p", "a"}), IsOk());
+  }
+  EXPECT_THAT(store_->GetModelVersion(project_id_, 1),
+              IsOkAndHolds(Field(&ModelVersionRecord::watermark, 1)));
+  EXPECT_THAT(store_->GetModelVersionOutputs(project_id_, 1), IsOk());
+
+  ASSERT_THAT(store_->SaveModelVersion(Record(kKept + 1), ModelVersionOutputs{"p", "a"}), IsOk());
+  EXPECT_THAT(store_->GetModelVersion(project_id_, 1),
+              StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("freed")));
+  EXPECT_THAT(store_->GetModelVersionOutputs(project_id_, 1),
+              StatusIs(absl::StatusCode::kNotFound));
+  for (int v = 2; v <= kKept + 1; ++v) {
+    EXPECT_THAT(store_->GetModelVersion(project_id_, v),
+                IsOkAndHolds(Field(&ModelVersionRecord::watermark, v)))
+        << v;
+  }
+}
+
 // A database from before checkpoints were freed holds many: each save frees at most
 // kCheckpointsFreedPerSave of them, the oldest first, so no save's transaction grows with the
 // backlog; later saves free the rest.
