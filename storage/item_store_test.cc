@@ -462,6 +462,22 @@ TEST_F(ItemStoreTest, ALaterWriteInOneCallKeepsTheAttributesItLeavesUnset) {
   EXPECT_EQ((*items)[0].features, (std::vector<float>{1, 2}));
 }
 
+// item_store.h: "attributes a write leaves unset keep their stored value", also within one
+// call: a later write of the id that carries only a gold label and a priority keeps the
+// features an earlier write of that call gave (the mirror of the test above).
+TEST_F(ItemStoreTest, ALaterGoldOnlyWriteInOneCallKeepsTheFeaturesOfAnEarlierOne) {
+  ItemWrite first = Item("x", std::vector<float>{1, 2});
+  ItemWrite second = Item("x", std::nullopt, 2);
+  second.priority = 4;
+  ASSERT_THAT(store_->UpsertItems(project_id_, {first, second}), IsOkAndHolds(ElementsAre(0, 0)));
+  absl::StatusOr<std::vector<ItemRecord>> items = store_->LoadItems(project_id_);
+  ASSERT_THAT(items, IsOk());
+  ASSERT_EQ(items->size(), 1u);
+  EXPECT_EQ((*items)[0].features, (std::vector<float>{1, 2}));
+  EXPECT_EQ((*items)[0].gold_label, 2);
+  EXPECT_EQ((*items)[0].priority, 4.0);
+}
+
 // item_store.h: features are only for a kind whose dimension is "> 0": in a
 // project without item or annotator features, even an empty feature vector
 // is INVALID_ARGUMENT, and nothing is written.
