@@ -1,12 +1,16 @@
 #include "storage/lease_store.h"
 
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/status_matchers.h"
+#include "pqxx/pqxx"
 #include "storage/annotation_store.h"
 #include "storage/item_store.h"
 #include "storage/project_store.h"
@@ -276,6 +280,57 @@ TEST_F(LeaseStoreTest, TheNewestClaimSeqSeenStaysAfterItsLeaseIsReleased) {
   }),
               IsOkAndHolds(*xb));
   EXPECT_THAT(seen, IsEmpty());
+}
+
+// lease_store.h, ClaimLeases: claims of a project run "one at a time" under its assignment
+// lock, "exclusively among every server replica". A claim that starts while another is still
+// choosing waits for it, and then counts the lease it took: two replicas never lease the same
+// slot without seeing each other's lease.
+TEST_F(LeaseStoreTest, AClaimStartedWhileAnotherChoosesWaitsAndSeesItsLease) {
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  const absl::Time later = now + absl::Minutes(10);
+  std::unique_ptr<ConnectionPool> pool = NewPool(2);
+  LeaseStore store(pool.get());
+  pqxx::connection observer(url());
+  absl::Mutex mu;
+  bool y_chose = false;
+  std::vector<LeaseRecord> seen_by_y = {{9, 9, now}};
+  std::thread y;
+  absl::StatusOr<int64_t> x = store.ClaimLeases(project_id_, 0, now, [&](const auto&) {
+    if (!y.joinable()) {  // `choose` may run again on a retry.
+      y = std::thread([&] {
+        EXPECT_THAT(store.ClaimLeases(project_id_, 0, now,
+                                      [&](const auto& others) {
+                                        absl::MutexLock lock(&mu);
+                                        seen_by_y = others;
+                                        y_chose = true;
+                                        return std::vector<LeaseRecord>{};
+                                      }),
+                    IsOk());
+      });
+    }
+    // X goes on once Y waits for the claim lock (or, were there none, has chosen already).
+    while (true) {
+      {
+        absl::MutexLock lock(&mu);
+        if (y_chose) break;
+      }
+      if (pqxx::nontransaction(observer)
+              .exec1("SELECT EXISTS (SELECT 1 FROM pg_locks "
+                     "WHERE locktype = 'advisory' AND NOT granted)")[0]
+              .as<bool>()) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return std::vector<LeaseRecord>{{1, 0, later}};
+  });
+  ASSERT_THAT(x, IsOk());
+  y.join();
+  absl::MutexLock lock(&mu);
+  EXPECT_THAT(seen_by_y, ElementsAre(AllOf(Field(&LeaseRecord::item_index, 1),
+                                           Field(&LeaseRecord::annotator_index, 0),
+                                           Field(&LeaseRecord::expires_at, later))));
 }
 
 }  // namespace
