@@ -1,15 +1,20 @@
 #include "storage/project_store.h"
 
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pqxx/pqxx"
 #include "storage/testing/postgres_fixture.h"
 
 namespace verity {
@@ -152,6 +157,79 @@ TEST_F(ProjectStoreTest, UpdateSettingsBumpsTheChangeSeq) {
   EXPECT_THAT(store_->ListChangeSeqs(),
               ::verity::testing::IsOkAndHolds(
                   ElementsAre(std::make_pair(p->project_id, seq2))));
+}
+
+// project_store.h: UpdateSettingsFrom reads and writes "under the project row's lock", so that
+// "concurrent updates, through any server replica, each build on the one before it". B starts
+// while A's `next` is still building on the stored blob: B waits for A and builds on A's result
+// (with no lock, B's write would be lost under A's, which was built on the older blob).
+TEST_F(ProjectStoreTest, ConcurrentUpdateSettingsFromEachBuildOnTheOneBefore) {
+  ProjectRecord project = Project("s");
+  project.settings = "s";
+  absl::StatusOr<ProjectRecord> created = store_->CreateProject(project);
+  ASSERT_THAT(created, IsOk());
+  const int64_t id = created->project_id;
+  std::unique_ptr<ConnectionPool> pool = NewPool(2);
+  ProjectStore store(pool.get());
+  pqxx::connection observer(url());
+  absl::Mutex mu;
+  bool b_done = false;
+  std::thread b;
+  absl::Status a = store.UpdateSettingsFrom(id, [&](absl::string_view stored) {
+    if (!b.joinable()) {  // The transaction may run `next` again on a retry.
+      b = std::thread([&] {
+        EXPECT_THAT(store.UpdateSettingsFrom(id,
+                                             [](absl::string_view stored) {
+                                               return absl::StatusOr<std::string>(
+                                                   absl::StrCat(stored, "b"));
+                                             }),
+                    IsOk());
+        absl::MutexLock lock(&mu);
+        b_done = true;
+      });
+    }
+    // A goes on once B waits for a lock (or, were there none, has written already).
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < deadline) {
+      {
+        absl::MutexLock lock(&mu);
+        if (b_done) break;
+      }
+      if (pqxx::nontransaction(observer)
+              .exec1("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted)")[0]
+              .as<bool>()) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return absl::StatusOr<std::string>(absl::StrCat(stored, "a"));
+  });
+  b.join();
+  ASSERT_THAT(a, IsOk());
+  EXPECT_EQ(store_->GetProject(id)->settings, "sab");
+}
+
+// project_store.h: "An error from `next` writes nothing and is returned": the stored blob and
+// the change_seq stay as they were.
+TEST_F(ProjectStoreTest, AnErrorFromNextIsReturnedAndWritesNothing) {
+  ProjectRecord project = Project("s");
+  project.settings = "kept";
+  absl::StatusOr<ProjectRecord> created = store_->CreateProject(project);
+  ASSERT_THAT(created, IsOk());
+  const int64_t before = store_->GetProject(created->project_id)->change_seq;
+  int64_t seq = -7;
+  EXPECT_THAT(store_->UpdateSettingsFrom(
+                  created->project_id,
+                  [](absl::string_view) -> absl::StatusOr<std::string> {
+                    return absl::FailedPreconditionError("refused");
+                  },
+                  &seq),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("refused")));
+  EXPECT_EQ(seq, -7);
+  absl::StatusOr<ProjectRecord> after = store_->GetProject(created->project_id);
+  ASSERT_THAT(after, IsOk());
+  EXPECT_EQ(after->settings, "kept");
+  EXPECT_EQ(after->change_seq, before);
 }
 
 // project_store.h: INVALID_ARGUMENT for a name or class that PostgreSQL text
