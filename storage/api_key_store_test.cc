@@ -1,14 +1,18 @@
 #include "storage/api_key_store.h"
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pqxx/pqxx"
 #include "storage/testing/postgres_fixture.h"
 
 namespace verity {
@@ -145,6 +149,62 @@ TEST_F(BootstrapKeyTest, MintedOnceOnAnEmptyTable) {
   ASSERT_THAT(second, IsOk());
   EXPECT_FALSE(second->has_value());
   EXPECT_THAT(store_->Get("boot2"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+// api_key_store.h: InsertIfNoAdminForEveryProject is "serialised across servers", so that
+// "servers starting at once on an empty database mint one bootstrap key between them". Server A
+// has checked the table and is inserting its key (held up here by an uncommitted row with the
+// same id) when server B asks: B must wait for A and then find A's key, not mint a second.
+TEST_F(BootstrapKeyTest, ServersStartingAtOnceMintOneKeyBetweenThem) {
+  std::unique_ptr<ConnectionPool> pool = NewPool(2);
+  ApiKeyStore store(pool.get());
+  pqxx::connection observer(url());
+  // Whether a session waits for a lock of `kind` it has not been granted.
+  auto waits_for = [&](const std::string& kind) {
+    return pqxx::nontransaction(observer)
+        .exec_params1("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = $1 AND NOT granted)",
+                      kind)[0]
+        .as<bool>();
+  };
+  auto wait_until = [](const std::function<bool()>& done) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (!done()) {
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return true;
+  };
+  pqxx::connection blocker_connection(url());
+  pqxx::work blocker(blocker_connection);
+  blocker.exec(
+      "INSERT INTO api_keys (key_id, role, salt, secret_hash) "
+      "VALUES ('boot1', 'reader', '\\x00', '\\x00')");
+
+  absl::StatusOr<std::optional<ApiKeyRecord>> a, b;
+  std::atomic<bool> b_done{false};
+  std::thread server_a([&] { a = store.InsertIfNoAdminForEveryProject(Key("boot1", "admin")); });
+  std::thread server_b;
+  // A's insert waits for the blocker's row.
+  if (wait_until([&] { return waits_for("transactionid"); })) {
+    server_b = std::thread([&] {
+      b = store.InsertIfNoAdminForEveryProject(Key("boot2", "admin"));
+      b_done = true;
+    });
+    // B waits for A's advisory lock (or, were there none, has finished already).
+    EXPECT_TRUE(wait_until([&] { return b_done || waits_for("advisory"); }));
+  } else {
+    ADD_FAILURE() << "server A never reached its insert";
+  }
+  blocker.abort();  // A's insert goes ahead.
+  server_a.join();
+  if (server_b.joinable()) server_b.join();
+
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  EXPECT_TRUE(a->has_value());
+  EXPECT_FALSE(b->has_value());
+  EXPECT_THAT(store.List(/*include_revoked=*/true),
+              IsOkAndHolds(ElementsAre(Field(&ApiKeyRecord::key_id, "boot1"))));
 }
 
 // api_key_store.h: List returns keys "oldest first" — in the order they were
