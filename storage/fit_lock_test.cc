@@ -2,9 +2,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
+#include "pqxx/pqxx"
 #include "storage/testing/postgres_fixture.h"
 
 namespace verity::storage {
@@ -72,6 +74,26 @@ TEST_F(FitLockTest, KeysOfIdsAbove32BitsShareTheirLowBitsKey) {
   EXPECT_EQ(FitLocks::KeyOf(0xffffffff), (FitLocks::kKeySpace << 32) | 0xffffffff);
   EXPECT_EQ(static_cast<uint64_t>(FitLocks::KeyOf(123456)) >> 32,
             static_cast<uint64_t>(FitLocks::kKeySpace));
+}
+
+// fit_lock.h: IsHeld asks whether "some session of this database" holds the lock: the same
+// key held in another database of the cluster (another deployment sharing the server) is no fit
+// of this database's project, and leaves it free to take here.
+TEST_F(FitLockTest, ALockHeldInAnotherDatabaseIsNotHeldHere) {
+  absl::StatusOr<std::string> other_url = cluster().CreateDatabase(/*migrate=*/false);
+  ASSERT_TRUE(other_url.ok()) << other_url.status();
+  {
+    pqxx::connection other(*other_url);
+    pqxx::nontransaction(other).exec_params("SELECT pg_advisory_lock($1)", FitLocks::KeyOf(5));
+    FitLocks mine(&pool());
+    EXPECT_THAT(mine.IsHeld(5), ::verity::testing::IsOkAndHolds(false));
+    absl::StatusOr<std::unique_ptr<FitLock>> held = mine.TryAcquire(5);
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_NE(*held, nullptr);
+    EXPECT_THAT(mine.IsHeld(5), ::verity::testing::IsOkAndHolds(true));
+  }
+  absl::Status dropped = cluster().DropDatabase(*other_url);
+  EXPECT_TRUE(dropped.ok()) << dropped;
 }
 
 }  // namespace
