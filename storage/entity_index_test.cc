@@ -13,6 +13,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pqxx/pqxx"
 #include "storage/item_store.h"
 #include "storage/project_store.h"
 #include "storage/testing/postgres_fixture.h"
@@ -114,6 +115,33 @@ TEST_F(EntityIndexTest, TheLastIndexBelowTwoToThe31IsStillAllocated) {
                     return ResolveOrCreateIndices(txn, a, EntityKind::kItem, one_more);
                   }),
               StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
+// entity_index.h: LockProjects "locks the rows of `project_ids` ... until the end of the
+// transaction", which serialises the project's writers: meanwhile another transaction cannot
+// take the row's lock at once, while another project's row stays free; after the commit it can.
+TEST_F(EntityIndexTest, LockProjectsHoldsTheRowLockUntilTheTransactionEnds) {
+  const int64_t a = CreateProject("a");
+  const int64_t b = CreateProject("b");
+  pqxx::connection holder_connection(url());
+  pqxx::connection other(url());
+  // Whether another transaction gets the project row's writer lock without waiting.
+  auto locks_at_once = [&](int64_t project_id) {
+    pqxx::work txn(other);
+    try {
+      txn.exec_params("SELECT 1 FROM projects WHERE project_id = $1 FOR NO KEY UPDATE NOWAIT",
+                      project_id);
+      return true;
+    } catch (const pqxx::sql_error&) {
+      return false;
+    }
+  };
+  pqxx::work holder(holder_connection);
+  ASSERT_THAT(LockProjects(holder, {a}), IsOk());
+  EXPECT_FALSE(locks_at_once(a));
+  EXPECT_TRUE(locks_at_once(b));
+  holder.commit();
+  EXPECT_TRUE(locks_at_once(a));
 }
 
 }  // namespace
