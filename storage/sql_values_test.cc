@@ -109,6 +109,16 @@ TEST(SqlValuesTest, Float64ArrayLiteralWritesNullAndFullPrecision) {
   EXPECT_EQ(Float64ArrayLiteral(std::vector<std::optional<double>>{}), "{}");
 }
 
+// sql_values.h: Float64ArrayLiteral fills `double precision[]` columns (item priorities, which
+// come back exactly): doubles that need all 17 significant digits round-trip too.
+TEST(SqlValuesTest, Float64ArrayLiteralRoundTripsDoublesThatNeed17Digits) {
+  for (double value : {0.1 + 0.2, 1.0 / 3.0, std::nextafter(1.0, 2.0), -1e300 / 7}) {
+    const std::string literal = Float64ArrayLiteral(std::vector<std::optional<double>>{value});
+    ASSERT_GE(literal.size(), 2u);
+    EXPECT_EQ(std::stod(literal.substr(1, literal.size() - 2)), value) << literal;
+  }
+}
+
 // sql_values.h: absl::Time -> epoch microseconds truncates "toward negative
 // infinity": 1.5 us before the epoch is -2 us, 1.5 us after it is 1 us.
 TEST(SqlValuesTest, TimeToMicrosTruncatesTowardNegativeInfinity) {
