@@ -333,5 +333,52 @@ TEST_F(LeaseStoreTest, AClaimStartedWhileAnotherChoosesWaitsAndSeesItsLease) {
                                            Field(&LeaseRecord::expires_at, later))));
 }
 
+// lease_store.h, ReadClaimsSince: without claiming, "the open leases claimed since
+// `after_claim`" (not expired at `now`, pair not labelled) and "the newest claim_seq stored".
+TEST_F(LeaseStoreTest, ReadClaimsSinceReturnsTheOpenLeasesClaimedAfterItsArgument) {
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  const absl::Time later = now + absl::Minutes(10);
+  const absl::Time soon = now + absl::Minutes(1);
+  absl::StatusOr<int64_t> x1 = store_->ClaimLeases(project_id_, 0, now, [&](const auto&) {
+    return std::vector<LeaseRecord>{{1, 0, later}};
+  });
+  ASSERT_THAT(x1, IsOk());
+  absl::StatusOr<int64_t> x2 = store_->ClaimLeases(project_id_, *x1, now, [&](const auto&) {
+    return std::vector<LeaseRecord>{{0, 1, soon}};
+  });
+  ASSERT_THAT(x2, IsOk());
+  ASSERT_GT(*x2, *x1);
+
+  absl::StatusOr<LeaseStore::Claims> all = store_->ReadClaimsSince(project_id_, 0, now);
+  ASSERT_THAT(all, IsOk());
+  EXPECT_EQ(all->newest, *x2);
+  EXPECT_THAT(all->open,
+              UnorderedElementsAre(
+                  AllOf(Field(&LeaseRecord::item_index, 1), Field(&LeaseRecord::annotator_index, 0),
+                        Field(&LeaseRecord::expires_at, later)),
+                  AllOf(Field(&LeaseRecord::item_index, 0), Field(&LeaseRecord::annotator_index, 1),
+                        Field(&LeaseRecord::expires_at, soon))));
+  // Since x1: only the later claim.
+  absl::StatusOr<LeaseStore::Claims> since_x1 = store_->ReadClaimsSince(project_id_, *x1, now);
+  ASSERT_THAT(since_x1, IsOk());
+  EXPECT_EQ(since_x1->newest, *x2);
+  EXPECT_THAT(since_x1->open, ElementsAre(AllOf(Field(&LeaseRecord::item_index, 0),
+                                                Field(&LeaseRecord::annotator_index, 1))));
+  // Once (0, 1) has expired, only (1, 0) is open.
+  absl::StatusOr<LeaseStore::Claims> after_expiry =
+      store_->ReadClaimsSince(project_id_, 0, now + absl::Minutes(2));
+  ASSERT_THAT(after_expiry, IsOk());
+  EXPECT_EQ(after_expiry->newest, *x2);
+  EXPECT_THAT(after_expiry->open, ElementsAre(AllOf(Field(&LeaseRecord::item_index, 1),
+                                                    Field(&LeaseRecord::annotator_index, 0))));
+  // Reading claimed nothing: a claimant that saw x2 sees nothing new.
+  EXPECT_THAT(store_->ClaimLeases(project_id_, *x2, now,
+                                  [&](const auto& others) {
+                                    EXPECT_THAT(others, IsEmpty());
+                                    return std::vector<LeaseRecord>{};
+                                  }),
+              IsOkAndHolds(*x2));
+}
+
 }  // namespace
 }  // namespace verity::storage
