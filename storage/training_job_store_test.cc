@@ -460,5 +460,30 @@ TEST_F(TrainingJobStoreTest, ARenewedLeaseHoldsForTheWholeRenewedDuration) {
   EXPECT_EQ(jobs_->GetJob(job->job_id)->worker, "w1");
 }
 
+// training_job_store.h: Claim gives the job to the worker "with a lease of `lease`": half an hour
+// into a one-hour lease the job is still the worker's, not claimable by another.
+TEST_F(TrainingJobStoreTest, AClaimedLeaseHoldsForTheWholeDuration) {
+  const int64_t p = NewProject("p");
+  auto job = jobs_->Enqueue(p);
+  ASSERT_THAT(job, IsOk());
+  ASSERT_THAT(jobs_->Claim("w1", absl::Hours(1)), IsOk());
+  ASSERT_THAT(pool().RunInTransaction("ageing a lease",
+                                      [&](pqxx::work& txn) {
+                                        txn.exec_params(
+                                            "UPDATE training_jobs SET lease_expires_at = "
+                                            "lease_expires_at - interval '30 minutes' "
+                                            "WHERE job_id = $1",
+                                            job->job_id);
+                                        return absl::OkStatus();
+                                      }),
+              IsOk());
+
+  EXPECT_THAT(jobs_->HasRunningJob(p), ::verity::testing::IsOkAndHolds(true));
+  auto none = jobs_->Claim("w2", absl::Minutes(1));
+  ASSERT_THAT(none, IsOk());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_EQ(jobs_->GetJob(job->job_id)->worker, "w1");
+}
+
 }  // namespace
 }  // namespace verity::storage
