@@ -207,6 +207,35 @@ TEST_F(BootstrapKeyTest, ServersStartingAtOnceMintOneKeyBetweenThem) {
               IsOkAndHolds(ElementsAre(Field(&ApiKeyRecord::key_id, "boot1"))));
 }
 
+// api_key_store.h: Revoke "sets revoked_at to now": a key created a day ago and revoked now has
+// revoked_at now, in what Revoke, Get and List return, not its creation time.
+TEST_F(ApiKeyStoreTest, RevokedAtIsTheTimeOfTheRevocation) {
+  ASSERT_THAT(store_->Insert(Key("old", "reader")), IsOk());
+  ASSERT_THAT(pool().RunInTransaction("ageing a key",
+                                      [&](pqxx::work& txn) {
+                                        txn.exec(
+                                            "UPDATE api_keys SET created_at = "
+                                            "created_at - interval '1 day'");
+                                        return absl::OkStatus();
+                                      }),
+              IsOk());
+  const absl::Time before = absl::Now() - absl::Minutes(1);
+  absl::StatusOr<ApiKeyRecord> revoked = store_->Revoke("old");
+  const absl::Time after = absl::Now() + absl::Minutes(1);
+  ASSERT_THAT(revoked, IsOk());
+  ASSERT_TRUE(revoked->revoked_at.has_value());
+  EXPECT_GT(*revoked->revoked_at, before);
+  EXPECT_LT(*revoked->revoked_at, after);
+  EXPECT_LT(revoked->created_at, before);
+  absl::StatusOr<ApiKeyRecord> got = store_->Get("old");
+  ASSERT_THAT(got, IsOk());
+  EXPECT_EQ(got->revoked_at, revoked->revoked_at);
+  absl::StatusOr<std::vector<ApiKeyRecord>> all = store_->List(/*include_revoked=*/true);
+  ASSERT_THAT(all, IsOk());
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].revoked_at, revoked->revoked_at);
+}
+
 // api_key_store.h: List returns keys "oldest first" — in the order they were
 // inserted, not by key_id.
 TEST_F(ApiKeyStoreTest, ListsKeysOldestFirst) {
