@@ -119,6 +119,15 @@ TEST(SqlValuesTest, Float64ArrayLiteralRoundTripsDoublesThatNeed17Digits) {
   }
 }
 
+// sql_values.h: FloatArrayLiteral has "round-trip precision": also for floats whose shortest
+// exact spelling takes all 9 significant digits.
+TEST(SqlValuesTest, FloatArraysRoundTripFloatsThatNeedNineDigits) {
+  const std::vector<float> values = {114.024994f, 1.01461843e+09f, 1.13137854e-20f};
+  absl::StatusOr<std::vector<float>> parsed = ParseFloatArray(FloatArrayLiteral(values));
+  ASSERT_THAT(parsed, IsOk());
+  EXPECT_EQ(*parsed, values);
+}
+
 // sql_values.h: absl::Time -> epoch microseconds truncates "toward negative
 // infinity": 1.5 us before the epoch is -2 us, 1.5 us after it is 1 us.
 TEST(SqlValuesTest, TimeToMicrosTruncatesTowardNegativeInfinity) {
