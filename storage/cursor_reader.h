@@ -32,8 +32,8 @@ absl::Status FetchAll(
 
 // Runs `query` (a SELECT using $1.. for `params`) and calls `on_batch` with
 // successive batches of at most `batch_rows` rows (never with an empty one),
-// stopping at the first non-OK status, which it returns. One cursor per
-// transaction at a time.
+// stopping at the first non-OK status, which it returns. A `batch_rows` below 1
+// reads one row at a time. One cursor per transaction at a time.
 template <typename... Params>
 absl::Status ReadInBatches(
     pqxx::work& txn, const std::string& query, int batch_rows,

@@ -53,6 +53,19 @@ TEST_F(CursorReaderTest, DeliversEveryRowInBatchesOfAtMostBatchRows) {
   EXPECT_THAT(values, ElementsAre(1, 2, 3, 4, 5, 6, 7));
 }
 
+// cursor_reader.h: "A batch_rows below 1 reads one row at a time": every row
+// is still delivered, in batches of one.
+TEST_F(CursorReaderTest, ABatchSizeBelowOneReadsOneRowAtATime) {
+  for (int batch_rows : {0, -5}) {
+    std::vector<int> sizes, values;
+    ASSERT_THAT(Read("SELECT g FROM generate_series(1, $1::int) AS g ORDER BY g", 3, batch_rows,
+                     sizes, values),
+                IsOk());
+    EXPECT_THAT(sizes, ElementsAre(1, 1, 1)) << "batch_rows " << batch_rows;
+    EXPECT_THAT(values, ElementsAre(1, 2, 3)) << "batch_rows " << batch_rows;
+  }
+}
+
 // cursor_reader.h: "never with an empty one": 6 rows in batches of 3 are
 // exactly two full batches, with no empty third call.
 TEST_F(CursorReaderTest, AnExactMultipleEndsWithoutAnEmptyBatch) {
