@@ -13,6 +13,11 @@ split's gold:
              alternating the M-step (h by L-BFGS on the posteriors q, warm-started; confusions
              from q) and the E-step q_i ∝ h(x_i) · Π_(a, y) π_a[·, y], 20 iterations.
 
+  lr_crossfit (with --folds F) the same EM, but each item's E-step prior comes from the h
+             fitted on the other F - 1 folds of the train items (fixed random folds, seed 0),
+             so that no item's prior is fitted to that item's own posterior; h is fitted on
+             every item after the last E-step.
+
 For each learner, every lam of --lams is run; with a `valid` split of gold items the lam with
 the best accuracy there is marked, never chosen on test gold. Runs on Debian's python3-numpy,
 python3-scipy and python3-pandas:
@@ -31,7 +36,8 @@ def load(folder):
     gold = pd.read_csv(f"{folder}/gold.csv")
     splits = pd.read_csv(f"{folder}/splits.csv")
     features = pd.read_csv(f"{folder}/features.csv").set_index("item")
-    classes = [c.strip() for c in open(f"{folder}/classes.txt") if c.strip()]
+    with open(f"{folder}/classes.txt") as f:
+        classes = [c.strip() for c in f if c.strip()]
     class_index = {c: i for i, c in enumerate(classes)}
     split = dict(zip(splits.item, splits.split))
     gold_class = dict(zip(gold.item, gold.label.map(class_index)))
@@ -130,6 +136,20 @@ def raykar(d, lam, start, iterations=20):
     return w
 
 
+def raykar_crossfit(d, lam, start, folds, iterations=20):
+    fold = np.random.default_rng(0).integers(0, folds, len(d["x"]))
+    q, weights = start, [None] * folds
+    for _ in range(iterations):
+        c = confusions(d, q)
+        prior = np.zeros_like(q)
+        for f in range(folds):
+            fitted = fold != f
+            weights[f] = fit_logistic(d["x"][fitted], q[fitted], lam, weights[f])
+            prior[~fitted] = predict(weights[f], d["x"][~fitted])
+        q = e_step(d, prior, c)
+    return fit_logistic(d["x"], q, lam)
+
+
 def accuracy(w, x, y):
     return float("nan") if x is None else float((predict(w, x).argmax(1) == y).mean())
 
@@ -139,6 +159,8 @@ def main():
     parser.add_argument("dataset", help="a shared/datasets folder with features.csv, splits.csv")
     parser.add_argument("--lams", default="0.01,0.03,0.1,0.3,1",
                         help="L2 penalties to run (comma-separated)")
+    parser.add_argument("--folds", type=int, default=0,
+                        help="also run lr_crossfit with this many folds (0: not run)")
     args = parser.parse_args()
     d = load(args.dataset)
     ds = dawid_skene(d)
@@ -155,6 +177,8 @@ def main():
         "lr_ds": lambda lam: fit_logistic(d["x"], ds, lam),
         "lr_raykar": lambda lam: raykar(d, lam, ds),
     }
+    if args.folds > 1:
+        learners["lr_crossfit"] = lambda lam: raykar_crossfit(d, lam, ds, args.folds)
     for name, fit in learners.items():
         rows = []
         for lam in [float(v) for v in args.lams.split(",")]:
