@@ -536,5 +536,49 @@ TEST(ValidateAnnotationTest, TheFirstSecondOfYearOneIsTheEarliestClientTime) {
                        HasSubstr("annotations[2].client_time: seconds -62135596801")));
 }
 
+// Promise (validation.h, projects.proto Project.name: "1-128 characters"): a name of 0
+// characters is refused naming the project, by ValidateProjectName and by CreateProject's
+// ValidateNewProject alike.
+TEST(ValidateProjectNameTest, AnEmptyNameIsRefused) {
+  EXPECT_THAT(ValidateProjectName(""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("project")));
+  v1::Project p = ValidProject();
+  p.set_name("");
+  EXPECT_THAT(ValidateNewProject(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("project")));
+}
+
+// Promise (projects.proto ModelSettings.tolerance: "in [0, 1)"): the lower end is closed, so 0
+// (the default) is accepted and anything below it, however small, is refused naming the field.
+TEST(ValidateSettingsTest, ANegativeToleranceIsRefused) {
+  v1::ProjectSettings s;
+  s.mutable_model()->set_tolerance(0.0);
+  EXPECT_THAT(ValidateSettings(s), IsOk());
+  for (double bad : {-1e-9, -0.5, -std::numeric_limits<double>::infinity()}) {
+    s.mutable_model()->set_tolerance(bad);
+    EXPECT_THAT(ValidateSettings(s),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("settings.model.tolerance")))
+        << bad;
+  }
+}
+
+// Promise (validation.h ValidateAnnotation and ValidateId: item ids are 1-256 bytes of
+// printable ASCII, and the message names the offending field): an annotation's item is checked
+// as its annotator is, named "<field>.item".
+TEST(ValidateAnnotationTest, ChecksTheItemIdNamingTheField) {
+  v1::Annotation a;
+  a.set_item("i1");
+  a.set_annotator("w1");
+  a.set_label(0);
+  EXPECT_THAT(ValidateAnnotation("annotations[3]", a, 2), IsOk());
+  for (const std::string& bad :
+       {std::string(), std::string("a b"), std::string(ApiLimits::kMaxIdBytes + 1, 'x')}) {
+    a.set_item(bad);
+    EXPECT_THAT(ValidateAnnotation("annotations[3]", a, 2),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("annotations[3].item")))
+        << "item of " << bad.size() << " bytes";
+  }
+}
+
 }  // namespace
 }  // namespace verity::server
