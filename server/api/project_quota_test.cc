@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 
 namespace verity::server {
@@ -212,6 +213,60 @@ TEST(ProjectQuotaTest, ALimitMayBeKeptOrLoweredButNotRaised) {
     EXPECT_THAT(CheckLimitsNotRaised(r.requested, allowed),
                 StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr(r.message)))
         << r.message;
+  }
+}
+
+// Promise (project_quota.h CheckLimitsNotRaised: "a refusal of a 0 says so"): whichever limit
+// the caller sent as 0, the refusal says it stands for the server's default and gives that
+// default, not only the number.
+TEST(ProjectQuotaTest, ARefusedZeroOfAnyLimitIsNamedAsTheServersDefault) {
+  const ProjectQuota allowed{100, 10, 1000, 1000, 5000, 100};
+  const struct {
+    const char* limit;
+    void (*zero)(v1::ProjectLimits&);
+    ProjectQuota requested;
+    const char* value;
+  } cases[] = {
+      {"max_items",
+       [](v1::ProjectLimits& l) { l.set_max_items(0); },
+       {101, 10, 1000, 1000, 5000, 100},
+       "101"},
+      {"max_annotators",
+       [](v1::ProjectLimits& l) { l.set_max_annotators(0); },
+       {100, 11, 1000, 1000, 5000, 100},
+       "11"},
+      {"max_labels",
+       [](v1::ProjectLimits& l) { l.set_max_labels(0); },
+       {100, 10, 1001, 1000, 5000, 100},
+       "1001"},
+      {"max_confusion_cells",
+       [](v1::ProjectLimits& l) { l.set_max_confusion_cells(0); },
+       {100, 10, 1000, 1001, 5000, 100},
+       "1001"},
+      {"max_feature_values",
+       [](v1::ProjectLimits& l) { l.set_max_feature_values(0); },
+       {100, 10, 1000, 1000, 5001, 100},
+       "5001"},
+      {"max_revisions",
+       [](v1::ProjectLimits& l) { l.set_max_revisions(0); },
+       {100, 10, 1000, 1000, 5000, 101},
+       "101"},
+  };
+  for (const auto& c : cases) {
+    // Every other limit sent as its allowed value; this one as 0.
+    v1::ProjectLimits sent;
+    sent.set_max_items(100);
+    sent.set_max_annotators(10);
+    sent.set_max_labels(1000);
+    sent.set_max_confusion_cells(1000);
+    sent.set_max_feature_values(5000);
+    sent.set_max_revisions(100);
+    c.zero(sent);
+    EXPECT_THAT(CheckLimitsNotRaised(c.requested, allowed, &sent),
+                StatusIs(absl::StatusCode::kPermissionDenied,
+                         HasSubstr(absl::StrCat("settings.limits.", c.limit,
+                                                ": 0 (the server's default, ", c.value, ")"))))
+        << c.limit;
   }
 }
 
