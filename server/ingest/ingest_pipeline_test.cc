@@ -704,5 +704,110 @@ TEST_F(IngestPipelineTest, OwnCommitsAdvanceAppliedSeqWithoutCatchUpReads) {
   EXPECT_THAT(metrics.RenderText(), HasSubstr("verity_ingest_catch_up_reads_total 0\n"));
 }
 
+// ingest_pipeline.h Submit: "`max_history_rows` (> 0) is the project's max_revisions, which the
+// commit itself enforces ... A batch the commit refuses gets its RESOURCE_EXHAUSTED". With a
+// bound of 1 and no admission check, the first revision (one history row) commits and the
+// second is refused naming max_revisions; the label the first revision made stays served.
+TEST_F(IngestPipelineTest, TheCommitEnforcesMaxHistoryRows) {
+  IngestPipeline pipeline(*store_, IngestPipeline::Options());
+  auto submit = [&](int32_t label) {
+    return pipeline.Submit(project_, {Write("i", "a", label)}, nullptr, "", /*max_history_rows=*/1)
+        .get();
+  };
+  ASSERT_THAT(submit(0), IsOk());
+  IngestPipeline::Result revised = submit(1);
+  ASSERT_THAT(revised, IsOk());
+  EXPECT_EQ((*revised)[0].outcome, storage::WriteOutcome::kRevised);
+  EXPECT_THAT(submit(0),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_revisions")));
+  absl::StatusOr<std::vector<storage::LiveAnnotation>> live =
+      store_->LoadLiveAnnotations(project_->identity().project_id);
+  ASSERT_THAT(live, IsOk());
+  ASSERT_EQ(live->size(), 1u);
+  EXPECT_EQ((*live)[0].label, 1);
+  EXPECT_GT(project_->snapshot()->posteriors.probabilities(*project_->FindItem("i"))[1], 0.5);
+}
+
+// ingest_pipeline.h AdmissionCheck: "`batches` holds the writes of the same project's batches
+// admitted earlier in the same group, then the batch's own". With the one lane held in an
+// earlier batch's check, a batch of P and one of Q queue for one group: Q's check sees Q's
+// batch only, never P's (a project's quota is not charged for another's writes).
+TEST_F(IngestPipelineTest, AdmissionChecksSeeOnlyTheirOwnProjectsBatches) {
+  std::shared_ptr<LiveProject> other;
+  ASSERT_NO_FATAL_FAILURE(other = NewProject("q-admit"));
+  IngestPipeline::Options options;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options);
+  absl::Notification entered, release;
+  std::future<IngestPipeline::Result> held = pipeline.Submit(
+      project_, Batch(*project_, "h", 1),
+      [&](const LiveProject&, absl::Span<const std::vector<storage::AnnotationWrite>* const>) {
+        entered.Notify();
+        release.WaitForNotification();
+        return absl::OkStatus();
+      });
+  entered.WaitForNotification();
+  auto recorder = [](std::vector<std::string>& seen) {
+    return [&seen](const LiveProject&,
+                   absl::Span<const std::vector<storage::AnnotationWrite>* const> batches) {
+      for (const std::vector<storage::AnnotationWrite>* b : batches) {
+        seen.push_back(b->front().item_id);
+      }
+      return absl::OkStatus();
+    };
+  };
+  std::vector<std::string> seen_p, seen_q;
+  std::future<IngestPipeline::Result> p1 =
+      pipeline.Submit(project_, Batch(*project_, "p1", 2), recorder(seen_p));
+  std::future<IngestPipeline::Result> q1 =
+      pipeline.Submit(other, Batch(*other, "q1", 2), recorder(seen_q));
+  release.Notify();
+  EXPECT_THAT(held.get(), IsOk());
+  EXPECT_THAT(p1.get(), IsOk());
+  EXPECT_THAT(q1.get(), IsOk());
+  EXPECT_THAT(seen_p, ::testing::ElementsAre("p1-0"));
+  EXPECT_THAT(seen_q, ::testing::ElementsAre("q1-0"));
+}
+
+// ingest_pipeline.h Submit: "The future yields one WriteResult per write, in order". Three
+// batches committed in one group (the one lane held in an earlier batch's check meanwhile)
+// each get their own writes' results: a first label, a duplicate of the held batch's label, and
+// a revision of it, each with its own item's index.
+TEST_F(IngestPipelineTest, EachBatchOfAGroupGetsItsOwnWritesResults) {
+  IngestPipeline::Options options;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options);
+  absl::Notification entered, release;
+  std::future<IngestPipeline::Result> held = pipeline.Submit(
+      project_, {Write("h0", "a", 0), Write("h1", "a", 0)},
+      [&](const LiveProject&, absl::Span<const std::vector<storage::AnnotationWrite>* const>) {
+        entered.Notify();
+        release.WaitForNotification();
+        return absl::OkStatus();
+      });
+  entered.WaitForNotification();
+  std::future<IngestPipeline::Result> fresh = pipeline.Submit(project_, {Write("n0", "a", 1)});
+  std::future<IngestPipeline::Result> again = pipeline.Submit(project_, {Write("h0", "a", 0)});
+  std::future<IngestPipeline::Result> revise = pipeline.Submit(project_, {Write("h1", "a", 1)});
+  release.Notify();
+  ASSERT_THAT(held.get(), IsOk());
+  const struct {
+    std::future<IngestPipeline::Result>* future;
+    const char* item;
+    storage::WriteOutcome outcome;
+    int32_t label;
+  } expected[] = {{&fresh, "n0", storage::WriteOutcome::kAccepted, 1},
+                  {&again, "h0", storage::WriteOutcome::kDuplicate, 0},
+                  {&revise, "h1", storage::WriteOutcome::kRevised, 1}};
+  for (const auto& e : expected) {
+    IngestPipeline::Result result = e.future->get();
+    ASSERT_THAT(result, IsOk()) << e.item;
+    ASSERT_EQ(result->size(), 1u) << e.item;
+    EXPECT_EQ((*result)[0].outcome, e.outcome) << e.item;
+    EXPECT_EQ((*result)[0].label, e.label) << e.item;
+    EXPECT_EQ((*result)[0].item_index, project_->FindItem(e.item).value_or(-1)) << e.item;
+  }
+}
+
 }  // namespace
 }  // namespace verity::server
