@@ -2031,5 +2031,49 @@ TEST_F(ApiPromisesTest, TheRefitFractionGovernsWhenItExceedsTheMinimum) {
   EXPECT_EQ(status->current_version().version(), first->version() + 1) << "220 new labels";
 }
 
+// truth.proto GetAnnotatorProfilesResponse.next_page_token: "Empty on the last page". Three
+// annotators paged two at a time: the first page carries a token, the second (the last, with
+// the one remaining annotator) none; a page that ends exactly at the last annotator has none.
+TEST_F(ApiPromisesTest, AnnotatorProfilePagesEndWithoutATokenOnTheLastPage) {
+  CreateProject("profile-pages");
+  Submit("profile-pages", {{"i0", "a0", 1}, {"i0", "a1", 0}, {"i0", "a2", 1}});
+  auto page = [&](int32_t page_size, const std::string& token) {
+    v1::GetAnnotatorProfilesRequest request;
+    request.set_project("profile-pages");
+    request.set_page_size(page_size);
+    request.set_page_token(token);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::GetAnnotatorProfilesResponse response;
+    const grpc::Status status =
+        v1::TruthService::NewStub(channel_)->GetAnnotatorProfiles(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  };
+  const v1::GetAnnotatorProfilesResponse first = page(2, "");
+  ASSERT_EQ(first.profiles_size(), 2);
+  ASSERT_FALSE(first.next_page_token().empty());
+  const v1::GetAnnotatorProfilesResponse last = page(2, first.next_page_token());
+  ASSERT_EQ(last.profiles_size(), 1);
+  EXPECT_EQ(last.profiles(0).annotator(), "a2");
+  EXPECT_EQ(last.next_page_token(), "");
+  const v1::GetAnnotatorProfilesResponse exact = page(3, "");
+  EXPECT_EQ(exact.profiles_size(), 3);
+  EXPECT_EQ(exact.next_page_token(), "");
+}
+
+// truth.proto GetAnnotatorProfilesRequest.annotators: "each answered once (repeats are
+// dropped; the profiles follow the ids' first occurrences)".
+TEST_F(ApiPromisesTest, RepeatedAnnotatorIdsAreAnsweredOnceInFirstOccurrenceOrder) {
+  CreateProject("profile-repeats");
+  Submit("profile-repeats", {{"i0", "a0", 1}, {"i0", "a1", 0}});
+  absl::StatusOr<std::vector<v1::AnnotatorProfile>> profiles = ProfilesWithDetail(
+      "profile-repeats", {"a1", "a0", "a1", "a0", "a1"}, v1::CONFUSION_DETAIL_NONE);
+  ASSERT_THAT(profiles, IsOk());
+  std::vector<std::string> annotators;
+  for (const v1::AnnotatorProfile& p : *profiles) annotators.push_back(p.annotator());
+  EXPECT_THAT(annotators, ElementsAre("a1", "a0"));
+}
+
 }  // namespace
 }  // namespace verity::tests
