@@ -545,5 +545,73 @@ TEST_F(TrainingSchedulerMetricsTest, WorkerModeTrainModelOnACurrentFitAnswersItW
   EXPECT_EQ(Sample(metrics, "verity_training_jobs_enqueued_total"), 1);
 }
 
+// training_scheduler.h: a replica that takes the fit lock first "serves any version stored
+// meanwhile and fits only if that did not make the fit unnecessary"; a background pass
+// (RefitDueProjectsNow without force) refits only what is still due (LiveProject::RefitDue).
+// Replica A has never fit (every label is new: due); B fits version 1 over every stored label;
+// then A holds one label more. Serving B's version leaves A one new label (1 < 50, and the
+// staleness bound of 30 s starts again): not due, though not current either. No version 2.
+TEST_F(TrainingSchedulerMetricsTest, APassDoesNotFitWhatAnotherReplicasVersionLeftNotDue) {
+  const int64_t project_id = NewProject("p");
+  Server a = Open();
+  Server b = Open();
+  TrainingScheduler fitter(*b.registry, *b.storage->versions, nullptr, InProcess());
+  ASSERT_TRUE(fitter.RefitDueProjectsNow(/*force=*/true).ok());
+  ASSERT_EQ((*b.registry->Get("p"))->model_version(), 1);
+
+  std::shared_ptr<LiveProject> project = *a.registry->Get("p");
+  const std::optional<int32_t> item = project->FindItem("i0");
+  const std::optional<int32_t> annotator = project->FindAnnotator("w3");  // i0: w0, w1, w2.
+  ASSERT_TRUE(item.has_value() && annotator.has_value());
+  project->ApplyCommitted({{*item, "i0", *annotator, "w3", 1, 1000, true}});
+  storage::FitLocks locks(a.storage->pool.get());
+  TrainingScheduler::Options options = InProcess();
+  options.fit_locks = &locks;
+  TrainingScheduler scheduler(*a.registry, *a.storage->versions, nullptr, options);
+  ASSERT_TRUE(project->RefitDue(absl::Now(), options.max_staleness));
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow().ok());
+  EXPECT_EQ(project->model_version(), 1);
+  EXPECT_EQ(project->Counts().labels_since_version, 1);
+  auto stored = a.storage->versions->ListModelVersions(project_id, 10);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->size(), 1u);
+}
+
+// training_scheduler.h: RefitDueProjectsNow "returns the first error (after trying all
+// projects)". In worker mode a stored version that does not restore is that error, and the
+// project, still due, gets its job all the same (the next version replaces the broken one).
+TEST_F(TrainingSchedulerMetricsTest, AWorkerModePassReportsAVersionThatDoesNotRestore) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  storage::ModelVersionRecord broken;
+  broken.project_id = project_id;
+  broken.method = "ds";
+  broken.parameters = "not a serialized model";
+  ASSERT_TRUE(server.storage->versions->SaveModelVersion(broken).ok());
+  MetricsRegistry metrics;
+  std::unique_ptr<TrainingScheduler> scheduler = WorkerModeScheduler(server, metrics);
+  const absl::Status pass = scheduler->RefitDueProjectsNow();
+  EXPECT_EQ(pass.code(), absl::StatusCode::kInternal) << pass;
+  EXPECT_EQ((*server.registry->Get("p"))->model_version(), 0);
+  absl::StatusOr<std::vector<storage::TrainingJob>> jobs =
+      server.storage->jobs->ListJobs(project_id);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 1u);
+}
+
+// training_scheduler.h: RefitDueProjectsNow refits "every project whose refit is due", on up
+// to max_concurrent_fits threads: with three due projects and two slots, all three are fit.
+TEST_F(TrainingSchedulerMetricsTest, APassFitsEveryDueProject) {
+  NewProject("p");
+  NewProject("q");
+  NewProject("r");
+  Server server = Open();
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions, nullptr, InProcess());
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow().ok());
+  for (const std::string name : {"p", "q", "r"}) {
+    EXPECT_EQ((*server.registry->Get(name))->model_version(), 1) << name;
+  }
+}
+
 }  // namespace
 }  // namespace verity::server
