@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -159,6 +160,41 @@ TEST_F(TrainingSchedulerBackgroundTest, WithOneFitterTheOtherProjectWaitsForTheH
   hold.release.Notify();
   EXPECT_TRUE(ServesVersion("fast", 2));
   EXPECT_TRUE(ServesVersion("slow", 2));
+}
+
+// training_scheduler.h: max_concurrent_fits bounds the in-process fits running at once, "and
+// TrainModel calls take a slot too". With one slot, a TrainModel of "fast" waits while slow's
+// TrainModel fit holds it, then fits.
+TEST_F(TrainingSchedulerBackgroundTest, ATrainModelWaitsForTheSlotAnotherTrainModelHolds) {
+  SlowFitHold hold;
+  TrainingScheduler::Options options = Background();
+  options.run_in_background = false;
+  options.max_concurrent_fits = 1;
+  options.before_fit_for_testing = hold.Hook();
+  TrainingScheduler scheduler(*registry_, *storage_->versions, nullptr, options);
+  absl::StatusOr<storage::ModelVersionRecord> slow_version, fast_version;
+  std::thread slow, fast;
+  struct JoinOnExit {
+    std::thread& thread;
+    ~JoinOnExit() {
+      if (thread.joinable()) thread.join();
+    }
+  } join_slow{slow}, join_fast{fast};
+  ReleaseOnExit release_on_exit{hold.release};  // Before the threads are joined.
+  hold.Arm();
+  slow = std::thread([&] { slow_version = scheduler.RefitProjectNow(Project("slow")); });
+  ASSERT_TRUE(hold.started.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  fast = std::thread([&] { fast_version = scheduler.RefitProjectNow(Project("fast")); });
+  EXPECT_FALSE(ServesVersion("fast", 1, absl::Milliseconds(500)))
+      << "fit while the only slot was held";
+  hold.release.Notify();
+  slow.join();
+  fast.join();
+  ASSERT_TRUE(slow_version.ok()) << slow_version.status();
+  ASSERT_TRUE(fast_version.ok()) << fast_version.status();
+  EXPECT_EQ(slow_version->version, 1);
+  EXPECT_EQ(fast_version->version, 1);
+  EXPECT_EQ(Project("fast").model_version(), 1);
 }
 
 }  // namespace
