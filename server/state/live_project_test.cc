@@ -749,5 +749,78 @@ TEST(LiveProjectTest, ARevisionDoesNotAddToTheAnnotatorsLabelCount) {
   EXPECT_EQ(project->Counts().num_labels, 3);
 }
 
+// live_project.h, RefitDue: the method rule needs a version; "before the first version the
+// served model is the majority-vote placeholder, and the label rules above decide". A project
+// configured for Dawid-Skene with 10 labels and no version is not due (10 < 50, not stale);
+// the 50th label makes it due.
+TEST(LiveProjectTest, BeforeTheFirstVersionOnlyTheLabelRulesMakeARefitDue) {
+  LiveProject::StoredState stored;
+  for (int i = 0; i < 10; ++i) {
+    stored.item_ids.push_back(absl::StrCat("i", i));
+    stored.gold.push_back(-1);
+    stored.labels.push_back({i, 0, 0, i + 1});
+  }
+  stored.annotator_ids = {"w0"};
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  auto project = LiveProject::Create(TestIdentity(), settings, std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  ASSERT_EQ((*project)->model_version(), 0);
+  const absl::Time now = absl::Now();
+  EXPECT_FALSE((*project)->RefitDue(now, absl::Hours(1)));
+  std::vector<std::string> ids;
+  for (int i = 10; i < 50; ++i) ids.push_back(absl::StrCat("i", i));
+  std::vector<CommittedLabel> batch;
+  for (int i = 10; i < 49; ++i) batch.push_back({i, ids[i - 10], 0, "w0", 1, i + 1, true});
+  (*project)->ApplyCommitted(batch);
+  EXPECT_FALSE((*project)->RefitDue(now, absl::Hours(1))) << "49 labels";
+  (*project)->ApplyCommitted({{49, ids[39], 0, "w0", 1, 50, true}});
+  EXPECT_TRUE((*project)->RefitDue(now, absl::Hours(1))) << "50 labels";
+}
+
+// live_project.h, FitIsCurrent: current only if "since that fit no label ... changed". A
+// restored version over every label is current; one new label, or a revision, makes it not.
+TEST(LiveProjectTest, ANewOrRevisedLabelMakesTheFitNotCurrent) {
+  auto crowd = MakeCrowd(100, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  ASSERT_TRUE(project->FitIsCurrent());
+  project->ApplyCommitted({{100, "new", 0, "w0", 1, 10001, true}});
+  EXPECT_FALSE(project->FitIsCurrent()) << "a new label";
+
+  auto revised = RestoreFitted(crowd, fitted);
+  ASSERT_TRUE(revised->FitIsCurrent());
+  const models::Annotation& first = crowd.annotations.front();
+  revised->ApplyCommitted(
+      {{first.item, absl::StrCat("i", first.item), first.annotator,
+        absl::StrCat("w", first.annotator), (first.label + 1) % kClasses, 10001, true}});
+  EXPECT_FALSE(revised->FitIsCurrent()) << "a revised label";
+}
+
+// live_project.h, RefitDue: a label makes a refit due once "`max_staleness` passed since the
+// last fit"; an adopted version (AdoptVersion) is such a fit, so staleness counts from its
+// adoption, not from the load before it. The bound here is the time from the load to just
+// after the adoption: reached for the load, not for the adoption.
+TEST(LiveProjectTest, StalenessCountsFromTheAdoptedVersion) {
+  auto crowd = MakeCrowd(100, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);  // Version 1 through seq 400.
+  const absl::Time loaded = absl::Now();
+  project->ApplyCommitted({{100, "i100", 0, "w0", 1, 401, true}});
+  absl::SleepFor(absl::Milliseconds(5));  // Adopted strictly after `loaded`.
+  storage::ModelVersionRecord v2;
+  v2.version = 2;
+  v2.method = "ds";
+  v2.parameters = fitted->Serialize();
+  v2.watermark = 400;
+  v2.num_labels = 400;
+  ASSERT_EQ(project->AdoptVersion(v2).value_or(false), true);
+  const absl::Time adopted = absl::Now();
+  ASSERT_EQ(project->Counts().labels_since_version, 1);
+  const absl::Duration staleness = adopted - loaded;
+  EXPECT_FALSE(project->RefitDue(adopted, staleness));
+  EXPECT_TRUE(project->RefitDue(adopted + staleness, staleness));
+}
+
 }  // namespace
 }  // namespace verity::server
