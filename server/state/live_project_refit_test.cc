@@ -289,5 +289,91 @@ TEST_F(LiveProjectRefitTest, AnOlderVersionAdoptedDuringARefitLeavesTheCountsToT
   });
 }
 
+// live_project.h: a refit is never due "while a fit runs", and a fit is current only if "no
+// fit runs"; ProjectCounts::training says a fit runs. Checked from inside two fits (after the
+// version is stored, before it is published): the first from no version, with every label new
+// and a staleness long passed; the second over exactly the inputs of the first.
+TEST_F(LiveProjectRefitTest, WhileAFitRunsNoRefitIsDueAndTheFitIsNotCurrent) {
+  std::unique_ptr<LiveProject> project = CreateProject();
+  ASSERT_NE(project, nullptr);
+  storage::ModelVersionStore versions(&pool());
+  const absl::Time later = absl::Now() + absl::Hours(2);
+  ASSERT_TRUE(project->RefitDue(later, absl::Hours(1)));
+  EXPECT_FALSE(project->Counts().training);
+  int hooks = 0;
+  project->SetAfterVersionStoredForTesting([&](const storage::ModelVersionRecord&) {
+    ++hooks;
+    EXPECT_TRUE(project->Counts().training);
+    EXPECT_FALSE(project->RefitDue(later, absl::Hours(1)));
+    EXPECT_FALSE(project->FitIsCurrent());
+  });
+  ASSERT_THAT(project->Refit(versions), IsOk());
+  EXPECT_FALSE(project->Counts().training);
+  ASSERT_TRUE(project->FitIsCurrent());
+  ASSERT_THAT(project->Refit(versions), IsOk());
+  EXPECT_EQ(hooks, 2);
+  EXPECT_FALSE(project->Counts().training);
+  EXPECT_TRUE(project->FitIsCurrent());
+  EXPECT_FALSE(project->RefitDue(later, absl::Hours(1)));
+}
+
+// live_project.h: Refit fits the labels as of when it copied its input; the labels committed
+// during the fit are served, and still count toward the next refit (labels_since_version).
+TEST_F(LiveProjectRefitTest, LabelsCommittedDuringAFitCountTowardTheNextOne) {
+  std::unique_ptr<LiveProject> project = CreateProject();
+  ASSERT_NE(project, nullptr);
+  storage::ModelVersionStore versions(&pool());
+  bool committed = false;
+  project->SetAfterVersionStoredForTesting([&](const storage::ModelVersionRecord&) {
+    if (committed) return;
+    committed = true;
+    for (int n = 1; n <= 3; ++n) CommitOneMore(*project, n);
+  });
+  ASSERT_THAT(project->Refit(versions), IsOk());
+  ASSERT_TRUE(committed);
+  EXPECT_EQ(project->Counts().labels_since_version, 3);
+  EXPECT_FALSE(project->FitIsCurrent());
+  ExpectServedEqualsFullEStep(*project);
+}
+
+// live_project.h: a warm start clones the served model, its options included, so a refit is
+// warm only while the ModelSettings it is built with are equal (otherwise "the new settings
+// would wait for a restart"); and a setting changed after the fit copied its input is a change
+// the fit did not see (FitIsCurrent). A tolerance tightened during a fit makes that fit not
+// current, and the next fit is the one of a project configured with it from the start.
+TEST_F(LiveProjectRefitTest, AToleranceSetDuringAFitTakesEffectAtTheNextFit) {
+  storage::ModelVersionStore versions(&pool());
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_tolerance(1e-9);
+  std::unique_ptr<LiveProject> tight = CreateProject(settings);
+  ASSERT_NE(tight, nullptr);
+  absl::StatusOr<LiveProject::RefitResult> tight_fit = tight->Refit(versions);
+  ASSERT_THAT(tight_fit, IsOk());
+
+  settings.mutable_model()->set_tolerance(0.5);
+  std::unique_ptr<LiveProject> project = CreateProject(settings);
+  ASSERT_NE(project, nullptr);
+  bool tightened = false;
+  project->SetAfterVersionStoredForTesting([&](const storage::ModelVersionRecord&) {
+    if (tightened) return;
+    tightened = true;
+    v1::ProjectSettings tighter = settings;
+    tighter.mutable_model()->set_tolerance(1e-9);
+    project->SetSettings(tighter);
+  });
+  absl::StatusOr<LiveProject::RefitResult> loose_fit = project->Refit(versions);
+  ASSERT_THAT(loose_fit, IsOk());
+  ASSERT_TRUE(tightened);
+  ASSERT_LT(loose_fit->version.iterations, tight_fit->version.iterations);
+  EXPECT_FALSE(project->FitIsCurrent());
+  absl::StatusOr<LiveProject::RefitResult> refit = project->Refit(versions);
+  ASSERT_THAT(refit, IsOk());
+  EXPECT_EQ(refit->version.iterations, tight_fit->version.iterations);
+  EXPECT_NEAR(refit->version.log_likelihood, tight_fit->version.log_likelihood,
+              1e-9 * std::abs(tight_fit->version.log_likelihood));
+  EXPECT_TRUE(project->FitIsCurrent());
+}
+
 }  // namespace
 }  // namespace verity::server
