@@ -248,6 +248,15 @@ struct Aggregate {
   }
 };
 
+// Whether grid point x's mean score is below y's. Mean accuracies of equal sums can differ in
+// their last bits (the seeds' accuracies are added in a different order), so first scores
+// within 1e-9 of each other tie and the second score decides.
+bool MeanScoreBelow(const Aggregate& x, const Aggregate& y) {
+  const Score a = x.MeanScore(), b = y.MeanScore();
+  if (std::abs(a.first - b.first) > 1e-9) return a.first < b.first;
+  return a.second < b.second;
+}
+
 std::string MeanSe(const std::vector<double>& v) {
   const double mean = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
   double square = 0;
@@ -459,9 +468,7 @@ int main(int argc, char** argv) {
         }
       }
     }
-    const Aggregate& best = *std::max_element(
-        grid.begin(), grid.end(),
-        [](const Aggregate& x, const Aggregate& y) { return x.MeanScore() < y.MeanScore(); });
+    const Aggregate& best = *std::max_element(grid.begin(), grid.end(), MeanScoreBelow);
     std::vector<double> accuracies;
     double mean_step = 0;
     for (const RunResult& r : best.runs) {
