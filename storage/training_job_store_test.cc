@@ -44,6 +44,27 @@ class TrainingJobStoreTest : public PostgresTest {
     return created->project_id;
   }
 
+  // Moves job `job_id`'s lease expiry 30 minutes earlier (as if that much time had passed), then
+  // expects the job still running and `worker`'s: another worker's Claim gets nothing.
+  void ExpectStillHeldHalfAnHourLater(int64_t project_id, int64_t job_id,
+                                      const std::string& worker) {
+    ASSERT_THAT(pool().RunInTransaction("ageing a lease",
+                                        [&](pqxx::work& txn) {
+                                          txn.exec_params(
+                                              "UPDATE training_jobs SET lease_expires_at = "
+                                              "lease_expires_at - interval '30 minutes' "
+                                              "WHERE job_id = $1",
+                                              job_id);
+                                          return absl::OkStatus();
+                                        }),
+                IsOk());
+    EXPECT_THAT(jobs_->HasRunningJob(project_id), ::verity::testing::IsOkAndHolds(true));
+    auto none = jobs_->Claim("another worker", absl::Minutes(1));
+    ASSERT_THAT(none, IsOk());
+    EXPECT_FALSE(none->has_value());
+    EXPECT_EQ(jobs_->GetJob(job_id)->worker, worker);
+  }
+
   ModelVersionRecord Version(int64_t project_id, int64_t job_id, const std::string& worker) {
     ModelVersionRecord v;
     v.project_id = project_id;
@@ -442,22 +463,7 @@ TEST_F(TrainingJobStoreTest, ARenewedLeaseHoldsForTheWholeRenewedDuration) {
   ASSERT_THAT(job, IsOk());
   ASSERT_THAT(jobs_->Claim("w1", absl::Minutes(1)), IsOk());
   ASSERT_THAT(jobs_->Renew(job->job_id, "w1", absl::Hours(1)), IsOk());
-  ASSERT_THAT(pool().RunInTransaction("ageing a lease",
-                                      [&](pqxx::work& txn) {
-                                        txn.exec_params(
-                                            "UPDATE training_jobs SET lease_expires_at = "
-                                            "lease_expires_at - interval '30 minutes' "
-                                            "WHERE job_id = $1",
-                                            job->job_id);
-                                        return absl::OkStatus();
-                                      }),
-              IsOk());
-
-  EXPECT_THAT(jobs_->HasRunningJob(p), ::verity::testing::IsOkAndHolds(true));
-  auto none = jobs_->Claim("w2", absl::Minutes(1));
-  ASSERT_THAT(none, IsOk());
-  EXPECT_FALSE(none->has_value());
-  EXPECT_EQ(jobs_->GetJob(job->job_id)->worker, "w1");
+  ExpectStillHeldHalfAnHourLater(p, job->job_id, "w1");
 }
 
 // training_job_store.h: Claim gives the job to the worker "with a lease of `lease`": half an hour
@@ -467,22 +473,7 @@ TEST_F(TrainingJobStoreTest, AClaimedLeaseHoldsForTheWholeDuration) {
   auto job = jobs_->Enqueue(p);
   ASSERT_THAT(job, IsOk());
   ASSERT_THAT(jobs_->Claim("w1", absl::Hours(1)), IsOk());
-  ASSERT_THAT(pool().RunInTransaction("ageing a lease",
-                                      [&](pqxx::work& txn) {
-                                        txn.exec_params(
-                                            "UPDATE training_jobs SET lease_expires_at = "
-                                            "lease_expires_at - interval '30 minutes' "
-                                            "WHERE job_id = $1",
-                                            job->job_id);
-                                        return absl::OkStatus();
-                                      }),
-              IsOk());
-
-  EXPECT_THAT(jobs_->HasRunningJob(p), ::verity::testing::IsOkAndHolds(true));
-  auto none = jobs_->Claim("w2", absl::Minutes(1));
-  ASSERT_THAT(none, IsOk());
-  EXPECT_FALSE(none->has_value());
-  EXPECT_EQ(jobs_->GetJob(job->job_id)->worker, "w1");
+  ExpectStillHeldHalfAnHourLater(p, job->job_id, "w1");
 }
 
 }  // namespace
