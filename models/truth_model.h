@@ -323,10 +323,13 @@ struct FitReport {
   // EM iterations run (see TruthModelOptions::max_iterations); mv runs 1.
   int iterations = 0;
   // Marginal log-likelihood of the labels under the parameters of the last
-  // E-step: the sum over items without gold of log p(labels of i) plus, over
-  // gold items, log p(gold class, labels of i). Zero for data without labels,
-  // and always zero for the methods that define no likelihood (wawa,
-  // zero_based_skill, kos).
+  // E-step: the sum over labelled items without gold of log p(labels of i)
+  // plus, over labelled gold items, log p(gold class, labels of i). A gold item
+  // without labels adds log p(gold class) in mv, ds, one_coin and glad (and
+  // auto when it serves one of them), nothing in the other methods. So it is
+  // zero for data without labels, but for gold items in those four. Always
+  // zero for the methods that define no likelihood (wawa, zero_based_skill,
+  // kos, bwa, mmsr).
   double log_likelihood = 0.0;
   // Whether the tolerance was met before max_iterations (always true for mv).
   bool converged = false;
