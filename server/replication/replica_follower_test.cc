@@ -247,5 +247,50 @@ TEST_F(ReplicaFollowerTest, ChangedItemsWaitForThePollInterval) {
   EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"changes\"}"), 0);
 }
 
+// replica_follower.h: FollowChanges re-reads "if its change_seq moved past what memory
+// reflects". For a project that is current (nothing written since it was loaded), a direct call
+// (as the training scheduler makes under the fit lock) reads nothing and counts no re-read.
+TEST_F(ReplicaFollowerTest, FollowChangesOfACurrentProjectReadsNothing) {
+  StartFollower(absl::Hours(1));
+  absl::SleepFor(absl::Milliseconds(1000));  // Time for the first poll to have run.
+  follower_->FollowChanges(*project_);
+  follower_->FollowChanges(*project_);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"changes\"}"), 0);
+  EXPECT_EQ(project_->Counts().num_items, 30);
+}
+
+// replica_follower.h: on a new version's NOTIFY the follower first follows the project's
+// changed items and settings (the writer changes them before it fits), then adopts. With a poll
+// interval of an hour, only that path can bring the items another replica added before it
+// stored the version, and they are in memory by the time adopt_stored_version runs.
+TEST_F(ReplicaFollowerTest, AVersionNotifyFollowsTheWritersChangesBeforeAdopting) {
+  std::atomic<int> items_seen_by_adopt{-1};
+  ReplicaFollower::Options options;
+  options.poll_interval = absl::Hours(1);
+  follower_ = std::make_unique<ReplicaFollower>(
+      url(), *registry_, *storage_,
+      [&](LiveProject& project) {
+        items_seen_by_adopt = static_cast<int>(project.Counts().num_items);
+        ++adopt_calls_;
+      },
+      options, &metrics_);
+  ASSERT_TRUE(follower_->Start().ok());
+  absl::SleepFor(absl::Milliseconds(1000));  // Time for the first poll to have run.
+  ProjectRegistry other_replica(*storage_);
+  ASSERT_TRUE(other_replica.LoadAll().ok());
+  const std::vector<storage::ItemWrite> writes = {{"new-1"}, {"new-2"}};
+  ASSERT_TRUE(storage_->items->UpsertItems(project_id_, writes).ok());
+  std::shared_ptr<LiveProject> other = *other_replica.Get("p");
+  ASSERT_TRUE(other->Refit(*storage_->versions).ok());
+  ASSERT_EQ(other->model_version(), 2);
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (adopt_calls_.load() == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(adopt_calls_.load(), 1);
+  EXPECT_EQ(items_seen_by_adopt.load(), 32);
+  EXPECT_EQ(project_->Counts().num_items, 32);
+}
+
 }  // namespace
 }  // namespace verity::server
