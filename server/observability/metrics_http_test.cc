@@ -112,11 +112,17 @@ TEST(MetricsHttpServerTest, PagesThatWaitLeaveAThreadForTheScrape) {
   const int port = (*server)->port();
   constexpr int kPages = 8;  // More than any thread count of the options.
   std::vector<int> page_status(kPages, 0);
+  // The Retry-After of each 503 (metrics_http.h: "answered 503 at once, with Retry-After").
+  std::vector<std::string> retry_after(kPages);
   std::vector<std::thread> pages;
   for (int i = 0; i < kPages; ++i) {
     pages.emplace_back([&, i] {
       absl::StatusOr<HttpResponse> response = HttpGet(port, "/api/projects/p");
       page_status[i] = response.ok() ? response->status : -1;
+      if (response.ok() && response->status == 503) {
+        auto it = response->headers.find("retry-after");
+        retry_after[i] = it != response->headers.end() ? it->second : "(none)";
+      }
     });
   }
   absl::SleepFor(absl::Milliseconds(300));  // The pages' requests arrive first.
@@ -137,6 +143,9 @@ TEST(MetricsHttpServerTest, PagesThatWaitLeaveAThreadForTheScrape) {
   for (int status : page_status) {
     waited += status == 200 ? 1 : 0;
     busy += status == 503 ? 1 : 0;
+  }
+  for (int i = 0; i < kPages; ++i) {
+    if (page_status[i] == 503) EXPECT_EQ(retry_after[i], "1") << "page request " << i;
   }
   EXPECT_GE(waited, 1);
   EXPECT_EQ(waited + busy, kPages) << "every page request is answered 200 or 503";
@@ -161,6 +170,13 @@ TEST(MetricsHttpServerTest, MalformedAddressIsInvalidArgument) {
   options.listen = "127.0.0.1:http";
   EXPECT_THAT(MetricsHttpServer::Start(registry, options).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  // Ports are 0 to 65535: anything else is no port of the address.
+  for (const char* listen : {"127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:99999"}) {
+    options.listen = listen;
+    EXPECT_THAT(MetricsHttpServer::Start(registry, options).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << listen;
+  }
 }
 
 TEST(MetricsHttpServerTest, StoppingClosesThePort) {
