@@ -310,6 +310,27 @@ TEST_F(MetricsTest, RequestIdIsEchoedOrAssigned) {
   EXPECT_EQ(assigned.size(), 2u) << "each call gets its own id";
 }
 
+// rpc_telemetry.h: the client's x-request-id is kept when it is 1 to 128 printable ASCII
+// characters other than space; any other value gets a fresh 16-hex-digit id instead.
+TEST_F(MetricsTest, AClientRequestIdIsKeptOnlyInItsDocumentedForm) {
+  auto stub = v1::ProjectService::NewStub(*channel_);
+  auto echoed = [&](const std::string& sent) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    context.AddMetadata("x-request-id", sent);
+    v1::ListProjectsResponse response;
+    EXPECT_TRUE(stub->ListProjects(&context, v1::ListProjectsRequest(), &response).ok());
+    auto it = context.GetServerInitialMetadata().find("x-request-id");
+    if (it == context.GetServerInitialMetadata().end()) return std::string("<none>");
+    return std::string(it->second.data(), it->second.size());
+  };
+  const std::string longest(128, 'r');
+  EXPECT_EQ(echoed(longest), longest);
+  EXPECT_EQ(echoed("~!edge-chars!~"), "~!edge-chars!~");
+  EXPECT_THAT(echoed(std::string(129, 'r')), MatchesRegex("[0-9a-f]{16}"));
+  EXPECT_THAT(echoed("two words"), MatchesRegex("[0-9a-f]{16}"));
+}
+
 TEST_F(MetricsTest, UnknownMethodsShareOneLabel) {
   grpc::GenericStub generic(*channel_);
   const Scrape before = ScrapeMetrics();

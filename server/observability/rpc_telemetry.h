@@ -3,9 +3,9 @@
 // For each RPC it
 //   - counts it in verity_rpc_total{method,code} and observes its duration (from the call's
 //     start to its status) in verity_rpc_duration_seconds{method,code};
-//   - gives it a request id: the client's `x-request-id` metadata when present (up to 128
-//     printable ASCII characters), otherwise a fresh one, 16 hex digits, unique within the
-//     process. The id goes back to the client as `x-request-id` initial metadata;
+//   - gives it a request id: the client's `x-request-id` metadata when present (1 to 128
+//     printable ASCII characters other than space, so that it is one token of the log line),
+//     otherwise a fresh one, 16 hex digits, unique within the process. The id goes back to the client as `x-request-id` initial metadata;
 //   - logs one line `event=rpc method=... code=... ms=... request_id=... peer=...` when the
 //     call failed (any code but OK), when a unary call took at least Options::slow_call, when
 //     a streaming call ends (streams are long and few), or for every call with
