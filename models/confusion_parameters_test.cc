@@ -1,9 +1,12 @@
 #include "models/confusion_parameters.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
-#include <string_view>
 #include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -540,6 +543,201 @@ TEST(ConfusionParametersTest, GoldLogLikelihoodOfAnnotatorsWithoutLabelsUsesTheP
   // Gold class 1 and an annotator out of range saying 0: log(1/3) + log(0.5 / 3).
   EXPECT_NEAR(p.Posterior(std::vector<Entry>{{9, 0}}, 1, absl::MakeSpan(out)),
               std::log(1.0 / 3) + std::log(0.5 / 3), 1e-14);
+}
+
+
+// The sparse layout of ConfusionParameters::Serialize, written field by field so that a test
+// can corrupt one field: K, the layout marker, A, the prior, the population and the smoothing
+// numerators u (row-major, row = true class), one flag byte per annotator, then for each
+// flagged annotator its K row denominators and its kept columns as (label, K probabilities).
+// The defaults are a valid K = 2 model: annotator 0 keeps column 0 with d = (2, 2) and
+// u = 0.5 everywhere, so column 0 must be 0.75 for each row to sum to one
+// ((0.5 + 0.75 * 2) / 2 = 1).
+struct SparseParametersBlob {
+  std::vector<double> prior = {0.5, 0.5};
+  std::vector<double> numerators = {0.5, 0.5, 0.5, 0.5};
+  std::string flags = std::string(1, '\1');
+  std::vector<double> denominators = {2.0, 2.0};
+  std::vector<std::pair<uint32_t, std::vector<double>>> columns = {{0, {0.75, 0.75}}};
+
+  std::string Write() const {
+    ByteWriter w;
+    w.WriteU32(2);
+    w.WriteU32(0xFFFFFFFFu);
+    w.WriteU32(1);
+    for (double q : prior) w.WriteF64(q);
+    for (int i = 0; i < 4; ++i) w.WriteF64(0.5);
+    for (double u : numerators) w.WriteF64(u);
+    w.WriteString(flags);
+    for (double d : denominators) w.WriteF64(d);
+    w.WriteU32(static_cast<uint32_t>(columns.size()));
+    for (const auto& [label, column] : columns) {
+      w.WriteU32(label);
+      for (double q : column) w.WriteF64(q);
+    }
+    return w.Finish();
+  }
+};
+
+absl::Status ParseParameters(const std::string& blob) {
+  absl::StatusOr<ByteReader> r = ByteReader::Open(blob);
+  if (!r.ok()) return r.status();
+  return ConfusionParameters::Parse(*r, 2).status();
+}
+
+// Parse's contract: INVALID_ARGUMENT for data that are "not probability distributions"; the
+// prior is a distribution over classes (each probability > 0, summing to one), u and d are
+// positive pseudo-counts, the flags say which annotators keep their own confusion (one byte
+// each, 0 or 1), and an annotator's columns come in increasing label order, once each.
+TEST(ConfusionParametersTest, ParseRefusesEachCorruptFieldOfTheSparseLayout) {
+  const SparseParametersBlob valid;
+  ASSERT_THAT(ParseParameters(valid.Write()), IsOk());
+  {
+    const std::string blob = valid.Write();  // The reader views it.
+    absl::StatusOr<ByteReader> r = ByteReader::Open(blob);
+    ASSERT_THAT(r, IsOk());
+    absl::StatusOr<ConfusionParameters> p = ConfusionParameters::Parse(*r, 2);
+    ASSERT_THAT(p, IsOk());
+    // Row-major: p(label 0 | class c) = 0.75 kept, p(label 1 | class c) = u / d = 0.25.
+    EXPECT_THAT(p->Confusion(0), ElementsAre(0.75, 0.25, 0.75, 0.25));
+  }
+  auto refused = [](const SparseParametersBlob& blob, const char* what) {
+    EXPECT_THAT(ParseParameters(blob.Write()), StatusIs(absl::StatusCode::kInvalidArgument))
+        << what;
+  };
+  SparseParametersBlob b = valid;
+  b.prior = {0.0, 1.0};
+  refused(b, "a class prior of exactly 0");
+  b = valid;
+  b.prior = {0.5, 0.500001};
+  refused(b, "a class prior summing to 1.000001");
+  b = valid;
+  b.numerators = {0.0, 0.5, 0.5, 0.5};
+  b.columns = {{0, {0.75, 0.75}}};
+  refused(b, "a smoothing numerator of 0");
+  b = valid;
+  b.numerators = {-0.5, 0.5, 0.5, 0.5};
+  refused(b, "a negative smoothing numerator");
+  b = valid;
+  b.flags = std::string(2, '\1');
+  refused(b, "two annotator flags for one annotator");
+  b = valid;
+  b.flags = std::string(1, '\2');
+  refused(b, "an annotator flag of 2");
+
+  // Both columns kept: each row's two cells must sum to one.
+  SparseParametersBlob two = valid;
+  two.columns = {{0, {0.6, 0.4}}, {1, {0.4, 0.6}}};
+  ASSERT_THAT(ParseParameters(two.Write()), IsOk());
+  b = two;
+  b.columns = {{1, {0.4, 0.6}}, {0, {0.6, 0.4}}};
+  refused(b, "columns in decreasing label order");
+  b = two;
+  b.columns = {{0, {0.5, 0.5}}, {0, {0.5, 0.5}}};
+  refused(b, "the same column twice");
+}
+
+// ConfusionCounts' sparse layout: K, the layout marker, A, the class mass, the labels of each
+// annotator, the number of columns, then each column as (annotator, label, K counts) in
+// (annotator, label) order.
+std::string CountsBlob(const std::vector<double>& class_mass,
+                       const std::vector<std::tuple<uint32_t, uint32_t, double, double>>& columns) {
+  ByteWriter w;
+  w.WriteU32(2);
+  w.WriteU32(0xFFFFFFFFu);
+  w.WriteU32(1);
+  for (double m : class_mass) w.WriteF64(m);
+  w.WriteU64(2);
+  w.WriteU64(columns.size());
+  for (const auto& [annotator, label, n0, n1] : columns) {
+    w.WriteU32(annotator);
+    w.WriteU32(label);
+    w.WriteF64(n0);
+    w.WriteF64(n1);
+  }
+  return w.Finish();
+}
+
+absl::Status ParseCounts(const std::string& blob) {
+  absl::StatusOr<ByteReader> r = ByteReader::Open(blob);
+  if (!r.ok()) return r.status();
+  return ConfusionCounts::Parse(*r, 2).status();
+}
+
+// ConfusionCounts::Parse: INVALID_ARGUMENT if the data "hold a negative or non-finite count";
+// columns are written in (annotator, label) order, once each.
+TEST(ConfusionParametersTest, CountsParseRefusesNegativeCountsAndColumnsOutOfOrder) {
+  ASSERT_THAT(ParseCounts(CountsBlob({1.0, 1.0}, {{0, 0, 0.7, 0.3}, {0, 1, 0.3, 0.7}})), IsOk());
+  EXPECT_THAT(ParseCounts(CountsBlob({1.0, 1.0}, {{0, 0, -0.1, 0.3}, {0, 1, 0.3, 0.7}})),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseCounts(CountsBlob({-1.0, 1.0}, {{0, 0, 0.7, 0.3}})),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseCounts(CountsBlob({1.0, 1.0}, {{0, 1, 0.3, 0.7}, {0, 0, 0.7, 0.3}})),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseCounts(CountsBlob({1.0, 1.0}, {{0, 0, 0.7, 0.3}, {0, 0, 0.7, 0.3}})),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// RemoveItem: "Cells are clamped at 0, so rounding can never leave a negative count" (and the
+// class mass likewise). Taking out (0.5, 0.5) where (0.2, 0.8) was added leaves (0, 0.3).
+TEST(ConfusionParametersTest, RemovingMoreThanWasAddedLeavesZeroNotNegativeCounts) {
+  ConfusionCounts counts(2, 1);
+  const std::vector<Entry> says1 = {{0, 1}};
+  const double added[] = {0.2, 0.8};
+  const double removed[] = {0.5, 0.5};
+  counts.AddItem(says1, added);
+  counts.RemoveItem(says1, removed);
+  TruthModelOptions options;
+  options.prior_smoothing = 1.0;
+  options.confusion_smoothing = 1.0;
+  options.population_smoothing = 0.0;
+  const ConfusionParameters p = EstimateParameters(counts, options);
+  // Prior: (0 + 1, 0.3 + 1) / (0.3 + 2).
+  EXPECT_THAT(p.ClassPrior(), ElementsAre(DoubleNear(1.0 / 2.3, 1e-12),
+                                          DoubleNear(1.3 / 2.3, 1e-12)));
+  // The annotator has no labels left: the population, row 0 from no counts (uniform), row 1
+  // from n[1][1] = 0.3: (0 + 1, 0.3 + 1) / (0.3 + 2).
+  EXPECT_THAT(p.Confusion(-1),
+              ElementsAre(0.5, 0.5, DoubleNear(1.0 / 2.3, 1e-12), DoubleNear(1.3 / 2.3, 1e-12)));
+  // And the counts still serialize to something Parse accepts (it refuses negatives).
+  ByteWriter w;
+  counts.Serialize(w);
+  EXPECT_THAT(ParseCounts(w.Finish()), IsOk());
+}
+
+// ConfusionCounts::ResizeAnnotators keeps the first annotators' counts; the class mass is
+// the items' and does not belong to the annotators cut off.
+TEST(ConfusionParametersTest, ShrinkingTheCountsKeepsTheClassMass) {
+  ConfusionCounts counts(2, 2);
+  const double post_a[] = {0.9, 0.1};
+  const double post_b[] = {0.3, 0.7};
+  counts.AddItem(std::vector<Entry>{{1, 0}}, post_a);
+  counts.AddItem(std::vector<Entry>{{0, 1}}, post_b);
+  counts.ResizeAnnotators(1);
+  EXPECT_EQ(counts.num_annotators(), 1);
+  EXPECT_EQ(counts.num_columns(), 1);
+  TruthModelOptions options;
+  options.prior_smoothing = 1.0;
+  // (1.2 + 1, 0.8 + 1) / (2 + 2).
+  EXPECT_THAT(EstimateParameters(counts, options).ClassPrior(),
+              ElementsAre(DoubleNear(0.55, 1e-12), DoubleNear(0.45, 1e-12)));
+}
+
+// ConfusionParameters::ResizeAnnotators keeps the first num_annotators annotators: cut to
+// none, no annotator keeps a confusion of its own, and the parameters round-trip.
+TEST(ConfusionParametersTest, ShrinkingToNoAnnotatorsDropsEveryOwnConfusion) {
+  ConfusionCounts counts(2, 1);
+  const double post[] = {0.9, 0.1};
+  counts.AddItem(std::vector<Entry>{{0, 0}}, post);
+  ConfusionParameters p = EstimateParameters(counts, TruthModelOptions());
+  ASSERT_EQ(p.num_own_annotators(), 1);
+  p.ResizeAnnotators(0);
+  EXPECT_EQ(p.num_annotators(), 0);
+  EXPECT_EQ(p.num_own_annotators(), 0);
+  EXPECT_EQ(p.num_own_columns(), 0);
+  ByteWriter w;
+  p.Serialize(w);
+  EXPECT_THAT(ParseParameters(w.Finish()), IsOk());
 }
 
 }  // namespace
