@@ -545,7 +545,6 @@ TEST(ConfusionParametersTest, GoldLogLikelihoodOfAnnotatorsWithoutLabelsUsesTheP
               std::log(1.0 / 3) + std::log(0.5 / 3), 1e-14);
 }
 
-
 // The sparse layout of ConfusionParameters::Serialize, written field by field so that a test
 // can corrupt one field: K, the layout marker, A, the prior, the population and the smoothing
 // numerators u (row-major, row = true class), one flag byte per annotator, then for each
@@ -693,8 +692,8 @@ TEST(ConfusionParametersTest, RemovingMoreThanWasAddedLeavesZeroNotNegativeCount
   options.population_smoothing = 0.0;
   const ConfusionParameters p = EstimateParameters(counts, options);
   // Prior: (0 + 1, 0.3 + 1) / (0.3 + 2).
-  EXPECT_THAT(p.ClassPrior(), ElementsAre(DoubleNear(1.0 / 2.3, 1e-12),
-                                          DoubleNear(1.3 / 2.3, 1e-12)));
+  EXPECT_THAT(p.ClassPrior(),
+              ElementsAre(DoubleNear(1.0 / 2.3, 1e-12), DoubleNear(1.3 / 2.3, 1e-12)));
   // The annotator has no labels left: the population, row 0 from no counts (uniform), row 1
   // from n[1][1] = 0.3: (0 + 1, 0.3 + 1) / (0.3 + 2).
   EXPECT_THAT(p.Confusion(-1),
