@@ -837,6 +837,33 @@ TEST_F(IngestProjectsProbeTest, IdsOfSpecialCharactersAreKeptExactlyAcrossAResta
   check("after the restart");
 }
 
+// projects.proto, Project.classes: "Ordered class names, 2 to 256 of them, unique, each 1-128
+// bytes ... Fixed at creation." Names that array, CSV or JSON syntax treats specially (commas,
+// braces, quotes, a backslash, NULL, spaces at the ends) are class names like any other: the
+// project answers them exactly, in order, when created, from GetProject and after a restart.
+TEST_F(IngestProjectsProbeTest, ClassNamesOfSpecialCharactersAreKeptExactlyAcrossARestart) {
+  const std::vector<std::string> classes = {"a,b", "{c}", "\"d\"", "NULL", "e\\f", " g ",
+                                            "h i", "'j'", "k\\\"", "{}",   "it's"};
+  v1::Project created;
+  const grpc::Status status = CreateProject("odd-classes", {}, classes, &created);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  auto check = [&](const v1::Project& p, const std::string& when) {
+    ASSERT_EQ(p.classes_size(), static_cast<int>(classes.size())) << when;
+    for (size_t k = 0; k < classes.size(); ++k) {
+      EXPECT_EQ(p.classes(static_cast<int>(k)), classes[k]) << when;
+    }
+  };
+  check(created, "CreateProject");
+  check(GetProject("odd-classes"), "GetProject");
+  EXPECT_EQ(Submit("odd-classes", {Ann("x", "w", 9)}).accepted(), 1);
+  TearDown();
+  SetUp();
+  check(GetProject("odd-classes"), "after the restart");
+  const v1::Posterior p = Posterior("odd-classes", "x");
+  EXPECT_EQ(p.probabilities_size(), static_cast<int>(classes.size()));
+  EXPECT_EQ(p.map_label(), 9);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Model versions
 // ---------------------------------------------------------------------------------------------
