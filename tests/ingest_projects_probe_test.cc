@@ -497,6 +497,34 @@ TEST_F(IngestProjectsProbeTest, ABatchPastMaxItemsWritesNotEvenItsRevision) {
   EXPECT_EQ(project.num_revisions(), 0);
 }
 
+// projects.proto, ProjectLimits: "an admin key scoped to the project may keep or lower them", and
+// "A batch, AddItems or AddAnnotators call that would pass a limit is refused whole"; max_labels
+// counts "Live labels: one per (item, annotator); a revision adds none". Three items with a
+// label each; max_items and max_labels lowered to 1 (below what the project holds): a new item
+// (by AddItems or by a label) is refused, but a revision and a resend of existing labels add
+// nothing and are taken.
+TEST_F(IngestProjectsProbeTest, ALimitLoweredBelowTheProjectRefusesGrowthButNotRevisions) {
+  ASSERT_TRUE(CreateProject("lowered").ok());
+  EXPECT_EQ(Submit("lowered", {Ann("a", "w", 0), Ann("b", "w", 0), Ann("c", "w", 0)}).accepted(),
+            3);
+  v1::ProjectSettings lowered;
+  lowered.mutable_limits()->set_max_items(1);
+  lowered.mutable_limits()->set_max_labels(1);
+  const grpc::Status updated = UpdateSettings("lowered", lowered);
+  ASSERT_TRUE(updated.ok()) << updated.error_message();
+  EXPECT_EQ(AddItems("lowered", {Item("d")}).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Submit("lowered", {Ann("e", "w", 0)}).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  const v1::BatchAck ack = Submit("lowered", {Ann("a", "w", 1), Ann("b", "w", 0)});
+  EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  EXPECT_EQ(ack.revised(), 1) << ack.DebugString();
+  EXPECT_EQ(ack.duplicate(), 1) << ack.DebugString();
+  EXPECT_EQ(Posterior("lowered", "a").map_label(), 1);
+  const v1::Project project = GetProject("lowered");
+  EXPECT_EQ(project.num_items(), 3);
+  EXPECT_EQ(project.num_labels(), 3);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Projects, items and annotators
 // ---------------------------------------------------------------------------------------------
@@ -591,11 +619,11 @@ TEST_F(IngestProjectsProbeTest, ARefusedCreateProjectDoesNotTakeTheName) {
 
 // projects.proto, ListProjects: "in creation order, a page at a time"; ListProjectsResponse:
 // "Empty on the last page. A page ends once its projects pass 1 MiB (every project is listed
-// whole)". 70 projects of 256 classes of 120 bytes (about 31 KiB each, 2.1 MiB in all): paging
+// whole)". 36 projects of 256 classes of 120 bytes (about 31 KiB each, 1.1 MiB in all): paging
 // lists each once, in creation order, over more than one page; every page but the last passes
 // 1 MiB, and only with its last project.
 TEST_F(IngestProjectsProbeTest, ListProjectsPagesAtOneMebibyteInCreationOrder) {
-  constexpr int kProjects = 70;
+  constexpr int kProjects = 36;
   std::vector<std::string> classes;
   for (int k = 0; k < 256; ++k) classes.push_back(absl::StrCat(k, "_", std::string(116, 'c')));
   std::vector<std::string> names;
@@ -627,6 +655,69 @@ TEST_F(IngestProjectsProbeTest, ListProjectsPagesAtOneMebibyteInCreationOrder) {
   } while (!token.empty());
   EXPECT_GE(pages, 2);
   EXPECT_EQ(listed, names);
+}
+
+// projects.proto, ListProjects: "in creation order, a page at a time". A project created while a
+// listing is under way is created after every project already listed, so it comes on a later
+// page, and no project is listed twice or left out. 36 projects of about 31 KiB (two pages);
+// after the first page, one more is created; paging on lists the rest, then the new one last.
+TEST_F(IngestProjectsProbeTest, AProjectCreatedDuringAListingComesLastAndOnce) {
+  std::vector<std::string> classes;
+  for (int k = 0; k < 256; ++k) classes.push_back(absl::StrCat(k, "_", std::string(116, 'c')));
+  std::vector<std::string> names;
+  for (int p = 0; p < 36; ++p) {
+    names.push_back(absl::StrCat("during-", 50 - p));
+    const grpc::Status status = CreateProject(names.back(), {}, classes);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  std::vector<std::string> listed;
+  std::string token;
+  bool created_late = false;
+  int pages = 0;
+  do {
+    v1::ListProjectsResponse page;
+    const grpc::Status status = ListProjectsPage(token, &page);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_LT(++pages, 100);
+    for (const v1::Project& p : page.projects()) {
+      if (absl::StartsWith(p.name(), "during-")) listed.push_back(p.name());
+    }
+    token = page.next_page_token();
+    if (!created_late) {
+      ASSERT_FALSE(token.empty()) << "36 projects of 31 KiB fit one page";
+      ASSERT_TRUE(CreateProject("during-late", {}, {"a", "b"}).ok());
+      names.push_back("during-late");
+      created_late = true;
+    }
+  } while (!token.empty());
+  EXPECT_EQ(listed, names);
+}
+
+// projects.proto, ListProjects: "The projects the caller's key may see, in creation order" --
+// the order in which they were created, also after a restart reloads them from PostgreSQL. Five
+// projects created in non-alphabetical order are listed in that order before and after.
+TEST_F(IngestProjectsProbeTest, ListProjectsKeepsCreationOrderAcrossARestart) {
+  const std::vector<std::string> names = {"order-m", "order-c", "order-z", "order-a", "order-k"};
+  for (const std::string& name : names) ASSERT_TRUE(CreateProject(name).ok());
+  auto listed = [&] {
+    std::vector<std::string> ours;
+    std::string token;
+    do {
+      v1::ListProjectsResponse page;
+      const grpc::Status status = ListProjectsPage(token, &page);
+      EXPECT_TRUE(status.ok()) << status.error_message();
+      if (!status.ok()) break;
+      for (const v1::Project& p : page.projects()) {
+        if (absl::StartsWith(p.name(), "order-")) ours.push_back(p.name());
+      }
+      token = page.next_page_token();
+    } while (!token.empty());
+    return ours;
+  };
+  EXPECT_EQ(listed(), names);
+  TearDown();
+  SetUp();
+  EXPECT_EQ(listed(), names);
 }
 
 // projects.proto, ListProjects: "INVALID_ARGUMENT naming page_token for a token this server did
