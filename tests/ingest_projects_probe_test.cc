@@ -11,15 +11,19 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <pqxx/pqxx>
 #include <set>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "server/verity_server.h"
+#include "tests/server_process.h"
 #include "tests/test_postgres.h"
 #include "tests/test_server.h"
 #include "verity/v1/ingest.grpc.pb.h"
@@ -1148,6 +1152,75 @@ TEST_F(IngestProjectsProbeTest, VersionTimesFollowTheirNumbers) {
     EXPECT_TRUE(newer.seconds() > older.seconds() ||
                 (newer.seconds() == older.seconds() && newer.nanos() >= older.nanos()))
         << k;
+  }
+}
+
+// projects.proto, GetProject: "UNAVAILABLE, naming the reason, if it exists but its stored state
+// cannot be loaded (the other projects serve meanwhile)"; Project.classes: "each 1-128 bytes"
+// (no character is excluded). A project whose class name begins with a single quote ("'x") is
+// created; the server (a verity_server process, on a database of its own, so that the other
+// tests' servers never load the project) is stopped and started again. It must start and serve
+// the other project, and answer for this one with its classes or, at worst, UNAVAILABLE naming
+// why -- never take the server down.
+TEST_F(IngestProjectsProbeTest, AClassNameStartingWithAQuoteDoesNotStopTheServerLoading) {
+  const std::string url = pg_->url();
+  ASSERT_TRUE(absl::StrContains(url, "dbname='verity'")) << url;
+  {
+    pqxx::connection conn(url);
+    pqxx::nontransaction txn(conn);
+    txn.exec0("CREATE DATABASE quoted_class");
+  }
+  const std::string quoted_url =
+      absl::StrReplaceAll(url, {{"dbname='verity'", "dbname='quoted_class'"}});
+  const std::string dir = MakeTempDir("verity-ingest-quoted-class-server");
+  struct RemoveDir {
+    std::string path;
+    ~RemoveDir() { RemoveTree(path); }
+  } remove_dir{dir};
+  ServerProcess server(
+      RunfilePath("server/verity_server"), dir,
+      {"--postgres_url=" + quoted_url, "--metrics_port=0", "--listen=127.0.0.1:0"});
+  ASSERT_TRUE(server.Start().ok());
+  auto projects = v1::ProjectService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server.port()), grpc::InsecureChannelCredentials()));
+  auto create = [&](const std::string& name, const std::vector<std::string>& classes) {
+    v1::CreateProjectRequest request;
+    request.mutable_project()->set_name(name);
+    for (const std::string& c : classes) request.mutable_project()->add_classes(c);
+    v1::CreateProjectResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    return projects->CreateProject(&context, request, &response);
+  };
+  ASSERT_TRUE(create("plain", {"a", "b"}).ok());
+  const grpc::Status quoted = create("quoted", {"'x", "y"});
+  ASSERT_TRUE(quoted.ok()) << quoted.error_message();
+  ASSERT_TRUE(server.Stop().ok());
+  const absl::Status restarted = server.Start();
+  ASSERT_TRUE(restarted.ok()) << restarted;
+  projects = v1::ProjectService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server.port()), grpc::InsecureChannelCredentials()));
+  auto get = [&](const std::string& name, v1::Project* project) {
+    v1::GetProjectRequest request;
+    request.set_project(name);
+    v1::GetProjectResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    const grpc::Status status = projects->GetProject(&context, request, &response);
+    *project = response.project();
+    return status;
+  };
+  v1::Project plain, loaded;
+  const grpc::Status plain_status = get("plain", &plain);
+  EXPECT_TRUE(plain_status.ok()) << plain_status.error_message();
+  const grpc::Status quoted_status = get("quoted", &loaded);
+  if (quoted_status.ok()) {
+    ASSERT_EQ(loaded.classes_size(), 2);
+    EXPECT_EQ(loaded.classes(0), "'x");
+  } else {
+    EXPECT_EQ(quoted_status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_TRUE(absl::StrContains(quoted_status.error_message(), "quoted"))
+        << quoted_status.error_message();
   }
 }
 
