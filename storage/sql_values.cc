@@ -1,15 +1,15 @@
 #include "storage/sql_values.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "pqxx/array"
-#include "storage/pg_status.h"
 
 namespace verity {
 namespace storage {
@@ -192,36 +192,53 @@ absl::StatusOr<std::vector<float>> ParseFloatArray(absl::string_view text) {
   return out;
 }
 
-absl::StatusOr<std::vector<std::string>> ParseTextArray(
-    absl::string_view text) {
-  const std::string input(text);  // array_parser needs a NUL-terminated copy.
+absl::StatusOr<std::vector<std::string>> ParseTextArray(absl::string_view text) {
+  // PostgreSQL's array output (array_out): '{', the elements separated by ',', '}'. An element
+  // is double-quoted, with '"' and '\\' escaped by a backslash, when it is empty, spells NULL
+  // (any case), or holds a quote, backslash, brace, comma or white space; otherwise it is
+  // written bare, and a bare NULL is a NULL element. (pqxx 6.4's array_parser also took a
+  // single quote as quoting, so a bare element beginning with one was misread or aborted the
+  // process.)
+  auto malformed = [&text](absl::string_view why) {
+    return absl::InternalError(absl::StrCat("malformed text[] value from PostgreSQL (", why,
+                                            "): ", text.substr(0, 200)));
+  };
   std::vector<std::string> out;
-  return CatchPqxx("parsing a text[] value", [&]() -> absl::StatusOr<std::vector<std::string>> {
-    // MONOBYTE scanning is safe for UTF-8: multi-byte sequences never contain
-    // ASCII quote, backslash, comma or brace bytes.
-    pqxx::array_parser parser(input.c_str());
-    int depth = 0;
-    while (true) {
-      auto [juncture, value] = parser.get_next();
-      switch (juncture) {
-        case pqxx::array_parser::row_start:
-          if (++depth > 1) {
-            return absl::InternalError("unexpected nested text[] value");
-          }
-          break;
-        case pqxx::array_parser::row_end:
-          --depth;
-          break;
-        case pqxx::array_parser::null_value:
-          return absl::InternalError("unexpected NULL in text[] value");
-        case pqxx::array_parser::string_value:
-          out.push_back(std::move(value));
-          break;
-        case pqxx::array_parser::done:
-          return std::move(out);
+  if (text.size() < 2 || text.front() != '{' || text.back() != '}') {
+    return malformed("not one pair of braces");
+  }
+  const absl::string_view body = text.substr(1, text.size() - 2);
+  if (body.empty()) return out;
+  size_t at = 0;
+  while (true) {
+    std::string element;
+    if (at < body.size() && body[at] == '"') {
+      for (++at;; ++at) {
+        if (at >= body.size()) return malformed("an unterminated quoted element");
+        if (body[at] == '"') break;
+        if (body[at] == '\\' && ++at >= body.size()) {
+          return malformed("an escape at the end");
+        }
+        element.push_back(body[at]);
       }
+      ++at;  // The closing quote.
+    } else {
+      const size_t end = std::min(body.find(',', at), body.size());
+      element = std::string(body.substr(at, end - at));
+      if (element.empty()) return malformed("an empty bare element");
+      if (element.find_first_of("\"\\{}") != std::string::npos) {
+        return malformed("a quote, backslash or brace in a bare element");
+      }
+      if (absl::EqualsIgnoreCase(element, "NULL")) {
+        return absl::InternalError("unexpected NULL in text[] value");
+      }
+      at = end;
     }
-  });
+    out.push_back(std::move(element));
+    if (at == body.size()) return out;
+    if (body[at] != ',') return malformed("no comma after an element");
+    ++at;
+  }
 }
 
 absl::Status ValidateExternalId(absl::string_view id, absl::string_view what) {

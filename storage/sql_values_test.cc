@@ -143,6 +143,27 @@ TEST(SqlValuesTest, ParseTextArrayRefusesNestedArrays) {
   EXPECT_THAT(ParseTextArray("{}"), ::verity::testing::IsOkAndHolds(::testing::IsEmpty()));
 }
 
+// ParseTextArray reads text[] values as PostgreSQL writes them: elements quoted only when
+// they must be (then with backslash escapes), otherwise bare, where a single quote is an
+// ordinary character; a bare NULL (any case) is a NULL element. Malformed text is INTERNAL,
+// never a crash.
+TEST(SqlValuesTest, ParseTextArrayReadsPostgresOutputWhereQuotesAreOnlyWhereNeeded) {
+  using ::verity::testing::IsOkAndHolds;
+  using V = std::vector<std::string>;
+  EXPECT_THAT(ParseTextArray("{'x,y}"), IsOkAndHolds(V{"'x", "y"}));
+  EXPECT_THAT(ParseTextArray("{'j',it's,'}"), IsOkAndHolds(V{"'j'", "it's", "'"}));
+  EXPECT_THAT(ParseTextArray(R"({"a b","","NULL","{}",",","\\","\"",ünï})"),
+              IsOkAndHolds(V{"a b", "", "NULL", "{}", ",", "\\", "\"", "ünï"}));
+  EXPECT_THAT(ParseTextArray(R"({"'x","y'"})"), IsOkAndHolds(V{"'x", "y'"}));
+  EXPECT_THAT(ParseTextArray("{a,null}"), StatusIs(absl::StatusCode::kInternal));
+  EXPECT_THAT(ParseTextArray("{NULL}"), StatusIs(absl::StatusCode::kInternal));
+  EXPECT_THAT(ParseTextArray("{Nulls}"), IsOkAndHolds(V{"Nulls"}));
+  for (const char* malformed : {"", "a", "{", "{a", "a}", "{a}x", "{\"a}", "{\"a\\}", "{a,}",
+                                "{,a}", "{a\"b}", "{\"a\"b}", "{{a}}", "{a{}"}) {
+    EXPECT_THAT(ParseTextArray(malformed), StatusIs(absl::StatusCode::kInternal)) << malformed;
+  }
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
