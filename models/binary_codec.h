@@ -42,7 +42,9 @@ class ByteWriter {
 
 class ByteReader {
  public:
-  // Verifies the trailing checksum of `blob` (which must outlive the reader).
+  // Verifies the trailing checksum of `blob` (which must outlive the reader): INVALID_ARGUMENT
+  // "serialized model is truncated" for a blob shorter than the checksum's 8 bytes, "... is
+  // corrupt: checksum mismatch" for one whose checksum does not match its payload.
   static absl::StatusOr<ByteReader> Open(std::string_view blob);
 
   absl::StatusOr<uint32_t> ReadU32();

@@ -65,6 +65,19 @@ TEST(BinaryCodecTest, DetectsTruncation) {
   }
 }
 
+// binary_codec.h, ByteReader::Open: a blob shorter than the checksum's 8 bytes is
+// "truncated"; a longer one whose checksum does not match is "corrupt: checksum mismatch".
+TEST(BinaryCodecTest, BlobsShorterThanTheChecksumAreTruncatedNotMismatched) {
+  const std::string blob = SampleBlob();
+  for (size_t n = 0; n < 8; ++n) {
+    absl::StatusOr<ByteReader> r = ByteReader::Open(blob.substr(0, n));
+    EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument)) << n;
+    EXPECT_THAT(r.status().message(), ::testing::HasSubstr("truncated")) << n;
+  }
+  absl::StatusOr<ByteReader> r = ByteReader::Open(blob.substr(0, blob.size() - 1));
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("checksum mismatch"));
+}
+
 TEST(BinaryCodecTest, ReadingPastTheEndIsAnError) {
   ByteWriter w;
   w.WriteU32(7);
@@ -104,6 +117,10 @@ TEST(BinaryCodecTest, AModelHeaderOfAnotherVersionOrMethodIsRefused) {
   absl::StatusOr<bool> v2 = read(header("VRTY", 2, "mv"), "mv");
   EXPECT_THAT(v2, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(v2.status().message(), ::testing::HasSubstr("format version 2"));
+  // An older version is no more readable than a newer one.
+  absl::StatusOr<bool> v0 = read(header("VRTY", 0, "mv"), "mv");
+  EXPECT_THAT(v0, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(v0.status().message(), ::testing::HasSubstr("format version 0"));
   absl::StatusOr<bool> other = read(header("VRTY", 1, "ds"), "mv");
   EXPECT_THAT(other, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(other.status().message(), ::testing::HasSubstr("\"ds\""));
@@ -146,6 +163,10 @@ TEST(BinaryCodecTest, ReadClassCountRefusesAnotherClassCount) {
   EXPECT_THAT(other.message(), ::testing::HasSubstr("serialized counts: 3 classes; this model has 2"));
   EXPECT_THAT(ReadClassCount(*r, 3), IsOk());
   EXPECT_THAT(r->ExpectEnd(), IsOk());
+  // Fewer classes stored than the model has are as wrong as more.
+  absl::StatusOr<ByteReader> r4 = ByteReader::Open(blob);
+  ASSERT_THAT(r4, IsOk());
+  EXPECT_THAT(ReadClassCount(*r4, 4), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 // binary_codec.h: every Read* fails instead of reading past the end, also when only one byte
