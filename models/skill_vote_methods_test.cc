@@ -619,5 +619,61 @@ TEST(ZeroBasedSkillTest, AWarmStartFitsTheSkillsOfNewAnnotators) {
   EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(2), 0.0);
 }
 
+// truth_model.h: Fit checks its arguments (ValidateFitInputs) and keeps the model on failure;
+// wawa as zero_based_skill: data of another class count, gold of the wrong size and a gold class
+// out of range are INVALID_ARGUMENT.
+TEST(WawaTest, FitValidatesItsInputsAndKeepsTheModel) {
+  auto model = Make<WawaModel>(3);
+  EXPECT_THAT(model->Fit(CaseA(), {}, false), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(model->has_parameters());
+  auto binary = Make<WawaModel>(2);
+  EXPECT_THAT(binary->Fit(CaseA(), std::vector<int32_t>{0, 1}, false),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(binary->Fit(CaseA(), std::vector<int32_t>{-1, -1, 2, -1, -1}, false),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(binary->has_parameters());
+}
+
+// zero_based_skill.h: the fit stops once no skill moved by more than the tolerance, a fall
+// counting as much as a rise. Two items, each labelled 0 by one annotator and 1 by the other:
+// both are ties (class 0), every agreement rate is 1/2, so iteration 1 lowers every skill from
+// 1/2 + 1e-5 to 1/2 (a move of 1e-5 > the default tolerance 1e-6) and iteration 2 is the first
+// that moves nothing.
+TEST(ZeroBasedSkillTest, AFallOfTheSkillsIsAMoveToo) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 1}, {0, 1, 0}, {1, 0, 0}, {1, 1, 1}});
+  auto model = Make<ZeroBasedSkillModel>(2);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_EQ(report->iterations, 2);
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(0), 0.5);
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(1), 0.5);
+}
+
+// zero_based_skill.h: only a warm start begins from the previous skills; a cold fit of a fitted
+// model begins from 1/K + 1e-5 like a new model. Fitted first on data where annotator 2 is right
+// and 0 wrong, a cold fit of case A must give crowd-kit's case A skills (1, 3/4, 1/4): from the
+// previous skills annotator 2 would win the ties of items 2 and 4.
+TEST(ZeroBasedSkillTest, AColdFitOfAFittedModelForgetsThePreviousSkills) {
+  std::vector<Annotation> reversed;
+  for (int32_t i = 0; i < 4; ++i) {
+    reversed.push_back({i, 0, 1 - i % 2});
+    reversed.push_back({i, 1, i % 2});
+    reversed.push_back({i, 2, i % 2});
+  }
+  auto model = Make<ZeroBasedSkillModel>(2);
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(4, 3, 2, reversed), {}, false), IsOk());
+  ASSERT_LT(*model->AnnotatorSkill(0), *model->AnnotatorSkill(2));
+  ASSERT_THAT(model->Fit(CaseA(), {}, false), IsOk());
+  auto fresh = Make<ZeroBasedSkillModel>(2);
+  ASSERT_THAT(fresh->Fit(CaseA(), {}, false), IsOk());
+  for (int32_t a = -1; a < 3; ++a) {
+    EXPECT_EQ(*model->AnnotatorSkill(a), *fresh->AnnotatorSkill(a)) << "annotator " << a;
+  }
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(0), 1.0);
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(2), 0.25);
+}
+
 }  // namespace
 }  // namespace verity::models
