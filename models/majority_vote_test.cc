@@ -171,5 +171,35 @@ TEST(MajorityVoteTest, FitValidatesInputs) {
   EXPECT_FALSE(mv->has_parameters());
 }
 
+// majority_vote.h: Fit reports the Dawid-Skene log-likelihood so that mv and ds fits are
+// comparable, and ds counts every item with labels or gold: a gold item without labels adds the
+// log prior of its class. Two gold items without labels, one per class, on a crowd symmetric in
+// the classes leave the prior uniform and the confusions as they were, and add 2 log(1/2).
+TEST(MajorityVoteTest, AGoldItemWithoutLabelsAddsTheLogPriorOfItsClass) {
+  const std::vector<Annotation> triples = {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 1}};
+  std::unique_ptr<MajorityVoteModel> without = MakeMv(2);
+  absl::StatusOr<FitReport> base =
+      without->Fit(*AnnotationMatrix::Build(2, 2, 2, triples), {}, false);
+  ASSERT_THAT(base, IsOk());
+  std::unique_ptr<MajorityVoteModel> with = MakeMv(2);
+  absl::StatusOr<FitReport> report = with->Fit(*AnnotationMatrix::Build(4, 2, 2, triples),
+                                               std::vector<int32_t>{-1, -1, 0, 1}, false);
+  ASSERT_THAT(report, IsOk());
+  for (int32_t a = 0; a < 2; ++a) {
+    const std::vector<double> before = without->AnnotatorConfusion(a);
+    const std::vector<double> after = with->AnnotatorConfusion(a);
+    for (size_t j = 0; j < before.size(); ++j) EXPECT_NEAR(after[j], before[j], 1e-12);
+  }
+  EXPECT_NEAR(report->log_likelihood, base->log_likelihood + 2 * std::log(0.5), 1e-12);
+}
+
+// majority_vote.h: Create refuses fewer than two classes and options out of range.
+TEST(MajorityVoteTest, CreateRefusesOneClassAndBadOptions) {
+  EXPECT_THAT(MajorityVoteModel::Create(1, {}), StatusIs(absl::StatusCode::kInvalidArgument));
+  TruthModelOptions bad;
+  bad.vote_smoothing = 0;
+  EXPECT_THAT(MajorityVoteModel::Create(2, bad), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 }  // namespace
 }  // namespace verity::models
