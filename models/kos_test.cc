@@ -394,5 +394,41 @@ TEST(KosTest, PosteriorIsTheSameBitForBitForAnyOrderOfTheLabels) {
   EXPECT_EQ(ItemsWhosePosteriorDependsOnLabelOrder(*model, crowd.matrix), 0);
 }
 
+// kos.h: only a warm start initialises y_{j->i} with the previous weights; a cold fit of a
+// fitted model starts every message at 1 like a new model. With one iteration the result
+// depends on where the messages started: fitted first on a crowd where annotator 0 is an
+// adversary (negative weight), a cold one-iteration fit of another crowd must give the same
+// weights as a new model's.
+TEST(KosTest, AColdFitOfAFittedModelStartsEveryMessageAtOne) {
+  std::vector<Annotation> first, second;
+  for (int32_t i = 0; i < 6; ++i) {
+    first.push_back({i, 0, 1 - i % 2});
+    for (int32_t a = 1; a < 4; ++a) first.push_back({i, a, i % 2});
+    second.push_back({i, 0, i % 3 == 0 ? 1 : 0});
+    second.push_back({i, 1, i % 2});
+    second.push_back({i, 2, 0});
+  }
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<KosModel> model = MakeKos(one_iteration);
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(6, 4, 2, first), {}, false), IsOk());
+  ASSERT_LT(*model->AnnotatorWeight(0), 0.0);
+  const AnnotationMatrix m = *AnnotationMatrix::Build(6, 3, 2, second);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  std::unique_ptr<KosModel> fresh = MakeKos(one_iteration);
+  ASSERT_THAT(fresh->Fit(m, {}, false), IsOk());
+  for (int32_t a = -1; a < 3; ++a) {
+    EXPECT_EQ(*model->AnnotatorWeight(a), *fresh->AnnotatorWeight(a)) << "annotator " << a;
+  }
+  std::unique_ptr<KosModel> warm = MakeKos(one_iteration);
+  ASSERT_THAT(warm->Fit(*AnnotationMatrix::Build(6, 4, 2, first), {}, false), IsOk());
+  ASSERT_THAT(warm->Fit(m, {}, true), IsOk());
+  bool differs = false;
+  for (int32_t a = 0; a < 3; ++a) {
+    differs |= std::abs(*warm->AnnotatorWeight(a) - *fresh->AnnotatorWeight(a)) > 1e-6;
+  }
+  EXPECT_TRUE(differs) << "the case does not tell a warm start from a cold one";
+}
+
 }  // namespace
 }  // namespace verity::models
