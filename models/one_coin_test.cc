@@ -718,5 +718,44 @@ TEST(OneCoinTest, ManyAgreeingLabelsGiveAFinitePosterior) {
   EXPECT_EQ(out[1], 1.0);
 }
 
+// one_coin.h: EM stops once the change of the log-likelihood is at most options.tolerance
+// times its size (a relative rule, as ds). The log-likelihoods of the iterations come from fits
+// capped at 1, 2, ... iterations with tolerance 0; the fit with tolerance 1e-5 must stop at the
+// first iteration t >= 2 whose change from t - 1 is within 1e-5 |ll_t|, which (|ll| being in
+// the thousands) is earlier than where an absolute rule would stop.
+TEST(OneCoinTest, TheToleranceIsRelativeToTheLogLikelihood) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(SymmetricCrowdSpec(400));
+  TruthModelOptions capped;
+  capped.tolerance = 0;
+  std::vector<double> ll = {0.0};  // ll[t]: the log-likelihood of iteration t
+  for (int t = 1; t <= 40; ++t) {
+    capped.max_iterations = t;
+    std::unique_ptr<OneCoinModel> model = MakeOneCoin(3, capped);
+    absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
+    ASSERT_THAT(report, IsOk());
+    ASSERT_EQ(report->iterations, t);
+    ll.push_back(report->log_likelihood);
+  }
+  const double tolerance = 1e-5;
+  auto first_within = [&](double scale_of_ll) {
+    for (int t = 2; t < static_cast<int>(ll.size()); ++t) {
+      const double scale = scale_of_ll > 0 ? std::abs(ll[t]) : 1.0;
+      if (std::abs(ll[t] - ll[t - 1]) <= tolerance * scale) return t;
+    }
+    return -1;
+  };
+  const int relative = first_within(1.0);
+  ASSERT_GT(relative, 0);
+  ASSERT_NE(first_within(0.0), relative) << "the case does not tell the two rules apart";
+  TruthModelOptions options;
+  options.tolerance = tolerance;
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(3, options);
+  absl::StatusOr<FitReport> report = model->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_EQ(report->iterations, relative);
+  EXPECT_EQ(report->log_likelihood, ll[relative]);
+}
+
 }  // namespace
 }  // namespace verity::models
