@@ -675,5 +675,30 @@ TEST(ZeroBasedSkillTest, AColdFitOfAFittedModelForgetsThePreviousSkills) {
   EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(2), 0.25);
 }
 
+// skill_vote.h: the one-coin confusion clamps the skill into [kMinConfusionSkill,
+// 1 - kMinConfusionSkill] at both ends, so that no cell is 0. An annotator who always contradicts
+// two agreeing ones has wawa skill 0: the diagonal of their confusion is kMinConfusionSkill, the
+// posterior still uses the skill 0 (their label adds nothing).
+TEST(WawaTest, ASkillOfZeroIsClampedAboveZeroInTheConfusion) {
+  std::vector<Annotation> triples;
+  for (int32_t i = 0; i < 4; ++i) {
+    triples.push_back({i, 0, i % 2});
+    triples.push_back({i, 1, i % 2});
+    triples.push_back({i, 2, 1 - i % 2});
+  }
+  auto model = Make<WawaModel>(2);
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(4, 3, 2, triples), {}, false), IsOk());
+  ASSERT_EQ(*model->AnnotatorSkill(2), 0.0);
+  const std::vector<double> c = model->AnnotatorConfusion(2);
+  ASSERT_EQ(c.size(), 4u);
+  EXPECT_DOUBLE_EQ(c[0], SkillVoteParameters::kMinConfusionSkill);
+  EXPECT_DOUBLE_EQ(c[3], SkillVoteParameters::kMinConfusionSkill);
+  EXPECT_DOUBLE_EQ(c[1], 1.0 - SkillVoteParameters::kMinConfusionSkill);
+  EXPECT_DOUBLE_EQ(c[2], 1.0 - SkillVoteParameters::kMinConfusionSkill);
+  std::vector<double> out(2);
+  model->ItemPosterior(std::vector<Entry>{{2, 1}}, -1, absl::MakeSpan(out));
+  EXPECT_DOUBLE_EQ(out[0], 0.5);
+}
+
 }  // namespace
 }  // namespace verity::models
