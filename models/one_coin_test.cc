@@ -757,5 +757,13 @@ TEST(OneCoinTest, TheToleranceIsRelativeToTheLogLikelihood) {
   EXPECT_EQ(report->log_likelihood, ll[relative]);
 }
 
+// one_coin.h: ClassPrior is uniform before the first fit, 1/K for every one of the K classes.
+TEST(OneCoinTest, BeforeAFitTheClassPriorIsUniformOverThreeClasses) {
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(3);
+  EXPECT_THAT(model->ClassPrior(),
+              ElementsAre(DoubleNear(1.0 / 3, 1e-15), DoubleNear(1.0 / 3, 1e-15),
+                          DoubleNear(1.0 / 3, 1e-15)));
+}
+
 }  // namespace
 }  // namespace verity::models
