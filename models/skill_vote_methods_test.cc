@@ -700,5 +700,45 @@ TEST(WawaTest, ASkillOfZeroIsClampedAboveZeroInTheConfusion) {
   EXPECT_DOUBLE_EQ(out[0], 0.5);
 }
 
+// zero_based_skill.h: iteration t halves the learning rate when t is a multiple of 20. A crowd
+// (30 items, 12 annotators, found by a search for long fits) whose weighted majority labels still
+// change at iteration 19: after it annotator 1 has skill 2/3 and annotator 5 1/2, and from then
+// on the labels stay put, with agreement rates 1 and 1/3. With learning rate 1 iteration 20
+// would land on those and iteration 21 would converge; halved, every step goes half-way:
+// 2/3 -> 5/6 -> 11/12 and 1/2 -> 5/12 -> 3/8. (Expected values from the documented update;
+// checked by a direct transcription of it, with crowd-kit's schedule.)
+TEST(ZeroBasedSkillTest, IterationTwentyHalvesTheLearningRate) {
+  const std::vector<Annotation> triples = {
+      {0, 2, 0},   {0, 3, 1},  {0, 8, 0},   {0, 9, 1},  {1, 2, 0},   {1, 7, 0},   {1, 8, 1},
+      {1, 9, 1},   {2, 1, 1},  {2, 5, 0},   {3, 4, 0},  {3, 5, 1},   {3, 11, 1},  {4, 0, 0},
+      {4, 9, 1},   {4, 10, 1}, {4, 11, 0},  {5, 8, 0},  {5, 9, 0},   {6, 4, 1},   {6, 9, 1},
+      {6, 11, 0},  {7, 9, 1},  {7, 11, 0},  {8, 5, 1},  {8, 7, 0},   {9, 2, 1},   {9, 7, 0},
+      {10, 6, 1},  {10, 7, 0}, {11, 0, 0},  {11, 6, 0}, {11, 8, 1},  {11, 11, 1}, {12, 0, 1},
+      {12, 6, 0},  {12, 7, 0}, {12, 10, 1}, {13, 4, 0}, {13, 10, 0}, {13, 11, 1}, {14, 3, 0},
+      {14, 5, 1},  {14, 6, 1}, {14, 10, 0}, {15, 3, 1}, {15, 7, 0},  {16, 0, 1},  {16, 7, 0},
+      {17, 0, 0},  {17, 7, 1}, {17, 11, 1}, {18, 1, 0}, {18, 4, 0},  {18, 7, 1},  {18, 10, 0},
+      {19, 2, 0},  {19, 8, 1}, {20, 0, 1},  {20, 4, 1}, {20, 6, 0},  {20, 8, 1},  {21, 4, 1},
+      {21, 5, 0},  {21, 8, 0}, {21, 9, 1},  {22, 6, 0}, {22, 10, 1}, {23, 4, 1},  {23, 7, 0},
+      {24, 0, 0},  {24, 7, 1}, {24, 10, 0}, {25, 2, 0}, {25, 6, 0},  {25, 8, 1},  {25, 9, 1},
+      {26, 3, 0},  {26, 4, 0}, {27, 1, 0},  {27, 2, 1}, {27, 10, 0}, {28, 0, 1},  {28, 2, 0},
+      {28, 10, 1}, {29, 0, 0}, {29, 2, 1},  {29, 5, 0}, {29, 10, 0}};
+  const AnnotationMatrix m = *AnnotationMatrix::Build(30, 12, 2, triples);
+  auto fit = [&](int max_iterations) {
+    TruthModelOptions options;
+    options.max_iterations = max_iterations;
+    auto model = Make<ZeroBasedSkillModel>(2, options);
+    absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+    EXPECT_THAT(report, IsOk());
+    EXPECT_EQ(report->iterations, max_iterations);
+    EXPECT_FALSE(report->converged);
+    return std::vector<double>{*model->AnnotatorSkill(1), *model->AnnotatorSkill(5)};
+  };
+  EXPECT_THAT(fit(19), ::testing::ElementsAre(DoubleNear(2.0 / 3, 1e-12), DoubleNear(0.5, 1e-12)));
+  EXPECT_THAT(fit(20),
+              ::testing::ElementsAre(DoubleNear(5.0 / 6, 1e-12), DoubleNear(5.0 / 12, 1e-12)));
+  EXPECT_THAT(fit(21),
+              ::testing::ElementsAre(DoubleNear(11.0 / 12, 1e-12), DoubleNear(3.0 / 8, 1e-12)));
+}
+
 }  // namespace
 }  // namespace verity::models
