@@ -26,16 +26,17 @@ namespace verity::models {
 namespace {
 
 using ::testing::HasSubstr;
+using ::verity::models::testing::Accuracy;
 using ::verity::models::testing::ArgMax;
 using ::verity::models::testing::CreateOrFail;
 using ::verity::models::testing::ExpectSerializeRestoreContract;
-using ::verity::models::testing::Accuracy;
+using ::verity::models::testing::ExpectUniformConfusionBeforeAFit;
 using ::verity::models::testing::GenerateSyntheticCrowd;
+using ::verity::models::testing::ItemsWhosePosteriorDependsOnLabelOrder;
 using ::verity::models::testing::SymmetricConfusion;
 using ::verity::models::testing::SyntheticCrowd;
 using ::verity::models::testing::SyntheticCrowdSpec;
-using ::verity::models::testing::ItemsWhosePosteriorDependsOnLabelOrder;
-using ::verity::models::testing::ExpectUniformConfusionBeforeAFit;
+using ::verity::models::testing::WithTrailingBytes;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
@@ -518,6 +519,28 @@ TEST(BwaTest, AllZeroTruthGivesTheUniformDistributionOverThreeClasses) {
   std::vector<double> out(3);
   model->ItemPosterior({}, -1, absl::MakeSpan(out));
   for (double p : out) EXPECT_DOUBLE_EQ(p, 1.0 / 3);
+}
+
+// truth_model.h: on error Restore leaves the model unchanged. A blob with trailing bytes after
+// the parameters is refused, and neither an empty model nor one fitted on other labels takes
+// its parameters.
+TEST(BwaTest, ARefusedRestoreLeavesTheModelUnchanged) {
+  const AnnotationMatrix first =
+      *AnnotationMatrix::Build(3, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 1}, {2, 0, 0}});
+  const AnnotationMatrix second =
+      *AnnotationMatrix::Build(3, 2, 2, {{0, 0, 1}, {0, 1, 0}, {1, 0, 1}, {2, 1, 1}});
+  std::unique_ptr<BwaModel> fitted = CreateOrFail<BwaModel>(2);
+  ASSERT_THAT(fitted->Fit(first, {}, false), IsOk());
+  const std::string blob = WithTrailingBytes(fitted->Serialize());
+  std::unique_ptr<BwaModel> empty = CreateOrFail<BwaModel>(2);
+  EXPECT_THAT(empty->Restore(blob), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(empty->has_parameters());
+  std::unique_ptr<BwaModel> other = CreateOrFail<BwaModel>(2);
+  ASSERT_THAT(other->Fit(second, {}, false), IsOk());
+  const std::string before = other->Serialize();
+  ASSERT_NE(before, fitted->Serialize());
+  EXPECT_THAT(other->Restore(blob), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(other->Serialize(), before);
 }
 
 }  // namespace

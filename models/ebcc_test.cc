@@ -26,16 +26,17 @@ namespace verity::models {
 namespace {
 
 using ::testing::HasSubstr;
+using ::verity::models::testing::Accuracy;
 using ::verity::models::testing::ArgMax;
 using ::verity::models::testing::CreateOrFail;
 using ::verity::models::testing::ExpectSerializeRestoreContract;
-using ::verity::models::testing::Accuracy;
+using ::verity::models::testing::ExpectUniformConfusionBeforeAFit;
 using ::verity::models::testing::GenerateSyntheticCrowd;
+using ::verity::models::testing::ItemsWhosePosteriorDependsOnLabelOrder;
 using ::verity::models::testing::SymmetricConfusion;
 using ::verity::models::testing::SyntheticCrowd;
 using ::verity::models::testing::SyntheticCrowdSpec;
-using ::verity::models::testing::ItemsWhosePosteriorDependsOnLabelOrder;
-using ::verity::models::testing::ExpectUniformConfusionBeforeAFit;
+using ::verity::models::testing::WithTrailingBytes;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
@@ -572,6 +573,28 @@ TEST(EbccTest, AWarmFitStartsFromTheAnnotatorsPreviousDirichlets) {
   const double q1 = 1.0 / (1.0 + std::exp(-(Harmonic(39) - Harmonic(3))));
   EXPECT_NEAR(nu1, 1.0 + q1, 1e-9);
   EXPECT_NEAR(nu0, 2.0 - q1, 1e-9);
+}
+
+// truth_model.h: on error Restore leaves the model unchanged. A blob with trailing bytes after
+// the parameters is refused, and neither an empty model nor one fitted on other labels takes
+// its parameters.
+TEST(EbccTest, ARefusedRestoreLeavesTheModelUnchanged) {
+  const AnnotationMatrix first =
+      *AnnotationMatrix::Build(3, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 1}, {2, 0, 0}});
+  const AnnotationMatrix second =
+      *AnnotationMatrix::Build(3, 2, 2, {{0, 0, 1}, {0, 1, 0}, {1, 0, 1}, {2, 1, 1}});
+  std::unique_ptr<EbccModel> fitted = CreateOrFail<EbccModel>(2);
+  ASSERT_THAT(fitted->Fit(first, {}, false), IsOk());
+  const std::string blob = WithTrailingBytes(fitted->Serialize());
+  std::unique_ptr<EbccModel> empty = CreateOrFail<EbccModel>(2);
+  EXPECT_THAT(empty->Restore(blob), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(empty->has_parameters());
+  std::unique_ptr<EbccModel> other = CreateOrFail<EbccModel>(2);
+  ASSERT_THAT(other->Fit(second, {}, false), IsOk());
+  const std::string before = other->Serialize();
+  ASSERT_NE(before, fitted->Serialize());
+  EXPECT_THAT(other->Restore(blob), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(other->Serialize(), before);
 }
 
 }  // namespace
