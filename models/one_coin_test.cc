@@ -765,5 +765,19 @@ TEST(OneCoinTest, BeforeAFitTheClassPriorIsUniformOverThreeClasses) {
                           DoubleNear(1.0 / 3, 1e-15)));
 }
 
+// one_coin.h / truth_model.h: Restore replaces the model's state by the blob's; the blob of a
+// model never fitted makes a fitted model empty again (accuracy 1/K, uniform prior).
+TEST(OneCoinTest, RestoringAnEmptyModelsBlobEmptiesAFittedModel) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 3, {{0, 0, 0}, {0, 1, 0}, {1, 0, 2}, {1, 1, 2}});
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(3);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  ASSERT_TRUE(model->has_parameters());
+  ASSERT_THAT(model->Restore(MakeOneCoin(3)->Serialize()), IsOk());
+  EXPECT_FALSE(model->has_parameters());
+  EXPECT_DOUBLE_EQ(model->AnnotatorAccuracy(0), 1.0 / 3);
+  EXPECT_THAT(model->ClassPrior(), Each(DoubleNear(1.0 / 3, 1e-15)));
+}
+
 }  // namespace
 }  // namespace verity::models
