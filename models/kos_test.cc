@@ -430,5 +430,21 @@ TEST(KosTest, AColdFitOfAFittedModelStartsEveryMessageAtOne) {
   EXPECT_TRUE(differs) << "the case does not tell a warm start from a cold one";
 }
 
+// truth_model.h: Fit checks its arguments and leaves the model unchanged on error, though KOS
+// never reads gold: data of three classes, gold of the wrong size and a gold class out of
+// [-1, 2) are INVALID_ARGUMENT.
+TEST(KosTest, FitValidatesItsInputsAndKeepsTheModel) {
+  std::unique_ptr<KosModel> model = MakeKos();
+  const AnnotationMatrix three = *AnnotationMatrix::Build(2, 2, 3, {{0, 0, 2}, {0, 1, 2}});
+  EXPECT_THAT(model->Fit(three, {}, false), StatusIs(absl::StatusCode::kInvalidArgument));
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 1}});
+  EXPECT_THAT(model->Fit(m, std::vector<int32_t>{0}, false),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Fit(m, std::vector<int32_t>{-1, 2}, false),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(model->has_parameters());
+}
+
 }  // namespace
 }  // namespace verity::models
