@@ -120,5 +120,19 @@ TEST(VersionOutputsTest, CorruptBlobsAreInvalidArgument) {
   EXPECT_EQ(DecodeProfiles(blob).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// version_outputs.h: "INVALID_ARGUMENT on a wrong magic": a blob of the right size whose
+// first four bytes are not "VPO1" (posteriors) or "VAP1"/"VAP2" (profiles) is refused.
+TEST(VersionOutputsTest, AWrongMagicIsInvalidArgumentEvenAtTheRightSize) {
+  std::string posteriors = EncodePosteriors(2, std::vector<double>{0.25, 0.75});
+  ASSERT_TRUE(DecodePosteriors(posteriors).ok());
+  posteriors.replace(0, 4, "VPO2");
+  EXPECT_EQ(DecodePosteriors(posteriors).status().code(), absl::StatusCode::kInvalidArgument);
+  std::string profiles =
+      EncodeProfiles(2, std::vector<uint32_t>{3}, std::vector<double>{0.9, 0.8});
+  ASSERT_TRUE(DecodeProfiles(profiles).ok());
+  profiles.replace(0, 4, "VAP3");
+  EXPECT_EQ(DecodeProfiles(profiles).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace verity::server
