@@ -260,7 +260,7 @@ TEST_F(CliProbeTest, SubmitBatchSizeIsOneTo10000) {
 
 // `verity submit --help`: "exits 0 even if some labels were rejected", with --output=json
 // "\"rejections\": [{\"line\", \"item\", \"annotator\", \"reason\"}]". An item id of 300 bytes is
-// past the API's 1-128 (validation of every id); it is line 3 of the file.
+// past docs/SECURITY.md's "Ids, project names, class names | 256, 128, 128 bytes"; it is line 3.
 TEST_F(CliProbeTest, SubmitExitsZeroWithARejectionNamingItsLine) {
   const std::string p = ProjectName();
   Create(p, "cat,dog");
@@ -804,6 +804,116 @@ TEST_F(CliProbeTest, SuggestAnnotatorsForAnUnknownItemIsNotFound) {
   CliResult refused = Run({"suggest", "annotators", "--project=" + p, "--item=nope"});
   EXPECT_EQ(refused.code, 1);
   EXPECT_THAT(refused.err, StartsWith("verity: NOT_FOUND: "));
+}
+
+// client/csv_input.h: LabelParser::Parse — "Anything else is INVALID_ARGUMENT: `label \"x\" is
+// neither a class name (a, b, c) nor a class index in [0, 3)`", after "<file>: line <n>: ".
+TEST_F(CliProbeTest, AnOutOfRangeLabelIndexNamesTheClassesAndTheRange) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog");
+  const std::string csv = WriteFile("l.csv", "item,annotator,label\ni1,a,cat\ni2,a,2\n");
+  CliResult refused = Run({"submit", "--project=" + p, "--csv=" + csv});
+  EXPECT_NE(refused.code, 0);
+  EXPECT_THAT(refused.err,
+              HasSubstr(csv + ": line 3: label \"2\" is neither a class name (cat, dog) nor a "
+                              "class index in [0, 2)"))
+      << refused.err;
+}
+
+// client/csv_input.h: "Every CSV is parsed with the RFC 4180 parser" — RFC 4180 records end in
+// CRLF: a labels file saved with CRLF line ends reads "cat", not "cat\r".
+TEST_F(CliProbeTest, ALabelsCsvWithCrLfLineEnds) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog", {"--method=mv"});
+  CliResult submitted = Submit(p, "item,annotator,label\r\ni1,a,cat\r\ni2,a,dog\r\n");
+  EXPECT_EQ(submitted.out, "accepted=2 duplicate=0 revised=0 stale=0 rejected=0\n");
+  CliResult posteriors = Run({"posteriors", "--project=" + p});
+  ASSERT_EQ(posteriors.code, 0) << posteriors.err;
+  EXPECT_THAT(posteriors.out, HasSubstr("\ni2,dog,"));
+}
+
+// client/csv_input.h: "INVALID_ARGUMENT for an empty name in a comma list"; nothing is created.
+TEST_F(CliProbeTest, AnEmptyClassNameInTheCommaListIsRefused) {
+  const std::string p = ProjectName();
+  CliResult refused = Run({"project", "create", p, "--classes=cat,,dog"});
+  EXPECT_NE(refused.code, 0);
+  EXPECT_EQ(refused.out, "");
+  EXPECT_THAT(refused.err, StartsWith("verity: "));
+  EXPECT_EQ(Run({"project", "show", p}).code, 1);
+}
+
+// client/csv_input.h FormatCsvRecord: "quoting fields that contain a comma" — a class name with
+// a comma (from a classes file, one name per line) is quoted in the header and the label cell.
+TEST_F(CliProbeTest, AClassNameWithACommaIsQuotedInThePosteriorsCsv) {
+  const std::string p = ProjectName();
+  const std::string file = WriteFile("classes.txt", "x,y\nz\n");
+  ASSERT_EQ(Run({"project", "create", p, "--classes_file=" + file, "--method=mv"}).code, 0);
+  Submit(p, "item,annotator,label\ni1,a,0\n");
+  CliResult posteriors = Run({"posteriors", "--project=" + p});
+  ASSERT_EQ(posteriors.code, 0) << posteriors.err;
+  std::vector<std::string> lines = Lines(posteriors.out);
+  ASSERT_EQ(lines.size(), 2u) << posteriors.out;
+  EXPECT_EQ(lines[0], "item,label,confidence,\"p_x,y\",p_z,num_labels");
+  EXPECT_THAT(lines[1], StartsWith("i1,\"x,y\","));
+}
+
+// README.md: "`--output=json` makes every command print one JSON document for scripts". An item
+// id and a class name with a quote and a backslash are escaped.
+TEST_F(CliProbeTest, JsonOutputEscapesQuotesAndBackslashes) {
+  const std::string p = ProjectName();
+  ASSERT_EQ(Run({"project", "create", p, "--classes=a\"b\\c,d", "--method=mv"}).code, 0);
+  Submit(p, "item,annotator,label\n\"q\"\"x\\y\",w,0\n");
+  CliResult posteriors = Run({"posteriors", "--project=" + p, "--output=json"});
+  ASSERT_EQ(posteriors.code, 0) << posteriors.err;
+  EXPECT_THAT(posteriors.out, HasSubstr("{\"item\":\"q\\\"x\\\\y\",\"label\":\"a\\\"b\\\\c\","))
+      << posteriors.out;
+}
+
+// `verity item add --help`: "optionally priority, a number (items of higher priority are
+// suggested first; empty leaves it unchanged)". i1 gets priority 5; a second file with an empty
+// priority for i1 leaves it first.
+TEST_F(CliProbeTest, AnEmptyPriorityLeavesTheItemsPriorityUnchanged) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog");
+  ASSERT_EQ(Run({"item", "add", "--project=" + p,
+                 "--csv=" + WriteFile("a.csv", "item,priority\ni0,\ni1,5\ni2,\n")})
+                .code,
+            0);
+  CliResult again =
+      Run({"item", "add", "--project=" + p, "--csv=" + WriteFile("b.csv", "item,priority\ni1,\n")});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(again.out, "added=0 updated=1\n");
+  CliResult suggested =
+      Run({"suggest", "items", "--project=" + p, "--annotator=n", "--k=1", "--output=json"});
+  ASSERT_EQ(suggested.code, 0) << suggested.err;
+  EXPECT_THAT(suggested.out, HasSubstr("{\"item\":\"i1\","));
+}
+
+// `verity suggest items --help`: "--candidates=ID,... Choose only among these items (unknown ids
+// are ignored)".
+TEST_F(CliProbeTest, SuggestItemsCandidatesIgnoreUnknownIds) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog");
+  Submit(p, "item,annotator,label\ni1,b,cat\ni2,b,dog\ni3,b,dog\n");
+  CliResult suggested = Run({"suggest", "items", "--project=" + p, "--annotator=a",
+                             "--candidates=i2,ghost", "--k=5", "--output=json"});
+  ASSERT_EQ(suggested.code, 0) << suggested.err;
+  std::vector<std::string> lines = Lines(suggested.out);
+  ASSERT_EQ(lines.size(), 3u) << suggested.out;
+  EXPECT_THAT(lines[1], StartsWith("{\"item\":\"i2\","));
+}
+
+// `verity project settings --help`: "0 resets a number to the server default"; `project show
+// --help`: it prints "the settings that differ from the server defaults".
+TEST_F(CliProbeTest, ProjectSettingsZeroResetsANumberToTheDefault) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog", {"--min_labels_per_item=3"});
+  CliResult shown = Run({"project", "show", p});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  ASSERT_THAT(shown.out, HasSubstr("min_labels_per_item: 3"));
+  CliResult reset = Run({"project", "settings", p, "--min_labels_per_item=0"});
+  ASSERT_EQ(reset.code, 0) << reset.err;
+  EXPECT_THAT(reset.out, Not(HasSubstr("min_labels_per_item")));
 }
 
 // ---------------------------------------------------------------------------
