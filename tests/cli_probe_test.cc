@@ -101,8 +101,12 @@ class CliProbeTest : public ::testing::Test {
     return path;
   }
 
+  // RunCli with `args` and, unless they name one, --server of the suite's server.
   CliResult Run(std::vector<std::string> args) {
-    args.push_back("--server=" + Address());
+    if (std::none_of(args.begin(), args.end(),
+                     [](const std::string& arg) { return absl::StartsWith(arg, "--server="); })) {
+      args.push_back("--server=" + Address());
+    }
     std::ostringstream out, err;
     int code = client::RunCli(args, out, err);
     return {code, out.str(), err.str()};
@@ -914,6 +918,131 @@ TEST_F(CliProbeTest, ProjectSettingsZeroResetsANumberToTheDefault) {
   CliResult reset = Run({"project", "settings", p, "--min_labels_per_item=0"});
   ASSERT_EQ(reset.code, 0) << reset.err;
   EXPECT_THAT(reset.out, Not(HasSubstr("min_labels_per_item")));
+}
+
+// `verity accuracy --help`: "items clamped to gold by `item add` ... are skipped and counted";
+// JSON "skipped": {..., "clamped_to_gold", ...}. i1 has gold from item add and a label; i2 is
+// scored.
+TEST_F(CliProbeTest, AccuracySkipsItemsClampedToGoldOnTheRealServer) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog", {"--method=mv"});
+  ASSERT_EQ(Run({"item", "add", "--project=" + p,
+                 "--csv=" + WriteFile("items.csv", "item,gold\ni1,dog\n")})
+                .code,
+            0);
+  Submit(p, "item,annotator,label\ni1,a,dog\ni2,a,cat\n");
+  const std::string gold = WriteFile("gold.csv", "item,label\ni1,dog\ni2,dog\n");
+  CliResult scored = Run({"accuracy", "--project=" + p, "--gold_csv=" + gold, "--output=json"});
+  ASSERT_EQ(scored.code, 0) << scored.err;
+  EXPECT_THAT(scored.out, StartsWith("{\"accuracy\":0,"));
+  EXPECT_THAT(scored.out, HasSubstr("\"gold_items\":1"));
+  EXPECT_THAT(scored.out, HasSubstr("\"clamped_to_gold\":1"));
+}
+
+// `verity annotator list --help`: "--confusion prints each profile with its confusion matrix
+// instead"; `annotator show --help` prints each profile with its matrix. Both print the same
+// text for the project's two annotators.
+TEST_F(CliProbeTest, AnnotatorListWithConfusionPrintsWhatShowPrints) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog", {"--method=mv"});
+  Submit(p, "item,annotator,label\ni1,a,cat\ni1,b,dog\ni2,b,dog\n");
+  CliResult listed = Run({"annotator", "list", "--project=" + p, "--confusion"});
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  CliResult shown = Run({"annotator", "show", "a", "b", "--project=" + p});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_EQ(listed.out, shown.out);
+}
+
+// `verity suggest items --help`: "Each suggestion LEASES its item to the annotator (reserving a
+// label slot until the lease expires or their label arrives)". With max_labels_per_item=1 the one
+// item's only slot is leased to a: b gets nothing.
+TEST_F(CliProbeTest, ASuggestionLeasesTheItemsLastSlot) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog", {"--max_labels_per_item=1"});
+  ASSERT_EQ(
+      Run({"item", "add", "--project=" + p, "--csv=" + WriteFile("i.csv", "item\ni1\n")}).code, 0);
+  CliResult first =
+      Run({"suggest", "items", "--project=" + p, "--annotator=a", "--k=1", "--output=json"});
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_THAT(first.out, HasSubstr("{\"item\":\"i1\","));
+  CliResult second =
+      Run({"suggest", "items", "--project=" + p, "--annotator=b", "--k=1", "--output=json"});
+  ASSERT_EQ(second.code, 0) << second.err;
+  EXPECT_THAT(second.out, StartsWith("["));
+  EXPECT_THAT(second.out, Not(HasSubstr("\"item\""))) << second.out;
+}
+
+// `verity suggest items --help`: "never a resolved item"; `--max_labels_per_item`: "Labels after
+// which an item is resolved". i1 has its one label: a new annotator is offered only i2.
+TEST_F(CliProbeTest, SuggestItemsNeverOffersAResolvedItem) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog", {"--max_labels_per_item=1"});
+  ASSERT_EQ(
+      Run({"item", "add", "--project=" + p, "--csv=" + WriteFile("i.csv", "item\ni1\ni2\n")}).code,
+      0);
+  Submit(p, "item,annotator,label\ni1,b,cat\n");
+  CliResult suggested =
+      Run({"suggest", "items", "--project=" + p, "--annotator=a", "--k=5", "--output=json"});
+  ASSERT_EQ(suggested.code, 0) << suggested.err;
+  std::vector<std::string> lines = Lines(suggested.out);
+  ASSERT_EQ(lines.size(), 3u) << suggested.out;
+  EXPECT_THAT(lines[1], StartsWith("{\"item\":\"i2\","));
+}
+
+// `verity model status --help`: "Prints method (the one the next fit uses)"; JSON {"project",
+// "method", ...}. Fitted with mv, then set to ds: status says ds, the current version mv.
+TEST_F(CliProbeTest, ModelStatusMethodIsTheOneTheNextFitUses) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog", {"--method=mv"});
+  Submit(p, "item,annotator,label\ni1,a,cat\n");
+  ASSERT_EQ(Run({"model", "train", "--project=" + p}).code, 0);
+  ASSERT_EQ(Run({"project", "settings", p, "--method=ds"}).code, 0);
+  CliResult status = Run({"model", "status", "--project=" + p, "--output=json"});
+  ASSERT_EQ(status.code, 0) << status.err;
+  EXPECT_THAT(status.out, StartsWith("{\"project\":\"" + p + "\",\"method\":\"ds\","));
+  EXPECT_THAT(status.out, HasSubstr("\"current_version\":{\"version\":1,\"method\":\"mv\","));
+}
+
+// `verity project show --help`: "With --output=json: {"name", "classes", "item_feature_dim",
+// "annotator_feature_dim", "method", "settings": {"model": {...}, "assignment": {...}, "limits":
+// {...}} ..., "created_at", "num_items", "num_annotators", "num_labels", "num_revisions"}" —
+// every one of these keys, in this order.
+TEST_F(CliProbeTest, ProjectShowJsonHasTheDocumentedKeysInOrder) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog");
+  CliResult shown = Run({"project", "show", p, "--output=json"});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  size_t at = 0;
+  for (const std::string key : {"name", "classes", "item_feature_dim", "annotator_feature_dim",
+                                "method", "settings", "model", "assignment", "limits", "created_at",
+                                "num_items", "num_annotators", "num_labels", "num_revisions"}) {
+    const size_t found = shown.out.find("\"" + key + "\":", at);
+    ASSERT_NE(found, std::string::npos) << key << " after " << at << " in " << shown.out;
+    at = found;
+  }
+}
+
+// `verity project settings --help`: "Prints the updated project as `project show` does".
+TEST_F(CliProbeTest, ProjectSettingsPrintsWhatProjectShowPrints) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog");
+  CliResult changed =
+      Run({"project", "settings", p, "--lease_seconds=60", "--confidence_target=0.9"});
+  ASSERT_EQ(changed.code, 0) << changed.err;
+  CliResult shown = Run({"project", "show", p});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_EQ(changed.out, shown.out);
+}
+
+// README.md: "without `--tls_ca` it sends a key only to a loopback server unless given
+// `--allow_plaintext_key`"; `verity --help`: --server takes "several replicas ... separated by
+// commas: calls are spread over them". A list of a loopback server and a TEST-NET-1 address with
+// a key is refused (2) before the key can reach the second.
+TEST_F(CliProbeTest, AKeyIsNotSentInPlaintextToAnOffLoopbackReplicaOfAList) {
+  CliResult refused = Run({"project", "list", "--api_key=vk_0123456789abcdef_secret",
+                           "--timeout=2s", "--server=" + Address() + ",192.0.2.1:50051"});
+  EXPECT_EQ(refused.code, 2) << refused.out << refused.err;
+  EXPECT_THAT(refused.err, HasSubstr("192.0.2.1"));
 }
 
 // ---------------------------------------------------------------------------
