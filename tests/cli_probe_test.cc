@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -172,8 +173,18 @@ class CliProbeTest : public ::testing::Test {
         usleep(5000);
       }
       close(master);
-    } else if (waitpid(pid, &status, 0) != pid) {
-      return {-1, "", absl::StrCat(binary, " was not waited for")};
+    } else {
+      // Waits at most a minute: a hung client is a failure, not a hung test.
+      int waited_ms = 0;
+      while (waitpid(pid, &status, WNOHANG) != pid) {
+        if (waited_ms >= 60000) {
+          kill(pid, SIGKILL);
+          waitpid(pid, &status, 0);
+          return {-1, ReadText(out_path), "still running after 60 s: " + ReadText(err_path)};
+        }
+        usleep(10000);
+        waited_ms += 10;
+      }
     }
     if (!WIFEXITED(status)) {
       return {-1, "", absl::StrCat(binary, " did not exit normally (status ", status, ")")};
@@ -196,6 +207,22 @@ class CliProbeTest : public ::testing::Test {
         Run({"submit", "--project=" + project, "--csv=" + WriteFile("labels.csv", text)});
     EXPECT_EQ(submitted.code, 0) << submitted.err;
     return submitted;
+  }
+
+  // 127.0.0.1 and a port nobody listens on: bound, then closed.
+  static std::string DeadAddress() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      ADD_FAILURE() << "cannot find a free port";
+    }
+    const int port = ntohs(address.sin_port);
+    close(fd);
+    return absl::StrCat("127.0.0.1:", port);
   }
 
   static TestPostgres* pg_;
@@ -1045,6 +1072,81 @@ TEST_F(CliProbeTest, AKeyIsNotSentInPlaintextToAnOffLoopbackReplicaOfAList) {
   EXPECT_THAT(refused.err, HasSubstr("192.0.2.1"));
 }
 
+// ingest.proto BatchAck: "revised: Replaced a different live label"; `submit --help` prints
+// "accepted=N duplicate=N revised=N". One file labelling (i1, a) twice, cat then dog: the first
+// is new, the second replaces it; the live label is dog.
+TEST_F(CliProbeTest, AFileThatRelabelsAnItemCountsARevision) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog", {"--method=mv"});
+  CliResult submitted = Submit(p, "item,annotator,label\ni1,a,cat\ni1,a,dog\n");
+  EXPECT_EQ(submitted.out, "accepted=1 duplicate=0 revised=1 stale=0 rejected=0\n");
+  CliResult posteriors = Run({"posteriors", "--project=" + p});
+  ASSERT_EQ(posteriors.code, 0) << posteriors.err;
+  EXPECT_THAT(posteriors.out, HasSubstr("\ni1,dog,"));
+}
+
+// `verity model train --help` (kJsonErrors of every command): "Errors go to stderr as one line in
+// every output mode; stdout is then empty."
+TEST_F(CliProbeTest, AnErrorWithOutputJsonLeavesStdoutEmpty) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog");
+  CliResult trained = Run({"model", "train", "--project=" + p, "--output=json"});
+  EXPECT_EQ(trained.code, 1);
+  EXPECT_EQ(trained.out, "");
+  EXPECT_THAT(trained.err, StartsWith("verity: FAILED_PRECONDITION: "));
+  EXPECT_EQ(std::count(trained.err.begin(), trained.err.end(), '\n'), 1) << trained.err;
+}
+
+// `verity export --help`: "With --out the file is written under a temporary name and renamed on
+// success" (and `posteriors --help`: "a failed call leaves FILE as it was"). An export of an
+// unknown project leaves the file as it was.
+TEST_F(CliProbeTest, AFailedExportLeavesItsOutFileAsItWas) {
+  const std::string out = WriteFile("export.csv", "precious\n");
+  CliResult failed = Run({"export", "--project=" + ProjectName("-none"), "--out=" + out});
+  EXPECT_EQ(failed.code, 1);
+  EXPECT_THAT(failed.err, StartsWith("verity: NOT_FOUND: "));
+  EXPECT_EQ(ReadText(out), "precious\n");
+}
+
+// `verity --help`: "1 the command failed (one line ...)" — `submit` (a stream "with retries")
+// against an unreachable server fails within its --timeout rather than retrying for ever.
+TEST_F(CliProbeTest, SubmitToAnUnreachableServerFailsWithOneLine) {
+  const std::string csv = WriteFile("l.csv", "item,annotator,label\ni1,a,cat\n");
+  CliResult result = RunBinary(
+      {"submit", "--project=x", "--csv=" + csv, "--timeout=3s", "--server=" + DeadAddress()});
+  EXPECT_EQ(result.code, 1) << result.err;
+  EXPECT_EQ(result.out, "");
+  std::vector<std::string> lines = Lines(result.err);
+  ASSERT_EQ(lines.size(), 1u) << result.err;
+  EXPECT_THAT(lines[0], StartsWith("verity: UNAVAILABLE: "));
+}
+
+// `verity --help`: "--server ... several replicas of one database separated by commas: calls are
+// spread over them and move to another replica when one fails (a stream resends its
+// unacknowledged batches there)". A dead replica first in the list: submit still succeeds.
+TEST_F(CliProbeTest, SubmitMovesPastADeadReplicaOfTheList) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog");
+  const std::string csv =
+      WriteFile("l.csv", "item,annotator,label\ni1,a,cat\ni2,a,dog\ni3,a,dog\n");
+  CliResult submitted = Run({"submit", "--project=" + p, "--csv=" + csv, "--batch_size=1",
+                             "--server=" + DeadAddress() + "," + Address()});
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  EXPECT_EQ(submitted.out, "accepted=3 duplicate=0 revised=0 stale=0 rejected=0\n");
+}
+
+// client/csv_input.h: "Every CSV ... must start with a header naming its columns"; errors "begin
+// with \"<file>: line <n>: \"". An empty labels file names the file.
+TEST_F(CliProbeTest, AnEmptyLabelsFileIsAnErrorNamingTheFile) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog");
+  const std::string csv = WriteFile("empty.csv", "");
+  CliResult refused = Run({"submit", "--project=" + p, "--csv=" + csv});
+  EXPECT_NE(refused.code, 0);
+  EXPECT_THAT(refused.err, StartsWith("verity: "));
+  EXPECT_THAT(refused.err, HasSubstr(csv)) << refused.err;
+}
+
 // ---------------------------------------------------------------------------
 // global flags and errors
 
@@ -1084,18 +1186,7 @@ TEST_F(CliProbeTest, AFlagGivenTwiceIsAUsageError) {
 // unreachable server, on the binary itself (gRPC's own log lines would come first), naming the
 // address (client/cli_test.cc checks the in-process message only).
 TEST_F(CliProbeTest, AnUnreachableServerIsOneErrorLineFromTheBinary) {
-  // A port nobody listens on: bind one, close it.
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const int port = ntohs(address.sin_port);
-  close(fd);
-  const std::string server = absl::StrCat("127.0.0.1:", port);
+  const std::string server = DeadAddress();
   CliResult result = RunBinary({"project", "list", "--timeout=3s", "--server=" + server});
   EXPECT_EQ(result.code, 1) << result.err;
   EXPECT_EQ(result.out, "");
