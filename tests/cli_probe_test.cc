@@ -62,10 +62,18 @@ std::string ReadText(const std::string& path) {
 
 class CliProbeTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  static void SetUpTestSuite() { StartSuite(/*auth=*/false); }
+  // A private PostgreSQL and a server over it; with `auth`, authentication on (allowed on
+  // loopback too), its bootstrap admin key in pg_->dir()/admin.key.
+  static void StartSuite(bool auth) {
     pg_ = TestPostgres::Start("verity-cli-probe").release();
     if (pg_ == nullptr) return;
-    auto server = server::VerityServer::Start(TestServerOptions(pg_->url(), 4));
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
+    if (auth) {
+      options.auth.enabled = true;
+      options.auth.admin_key_file = pg_->dir() + "/admin.key";
+    }
+    auto server = server::VerityServer::Start(options);
     if (!server.ok()) {
       ADD_FAILURE() << server.status();
       return;
@@ -116,7 +124,8 @@ class CliProbeTest : public ::testing::Test {
   // Runs the `verity` binary with `args` as given, stdin /dev/null, stdout and stderr to files
   // (not a terminal), VERITY_API_KEY removed from its environment. With `stderr_on_a_terminal`,
   // stderr is the slave side of a fresh pseudo-terminal, and `err` what was read from it.
-  CliResult RunBinary(const std::vector<std::string>& args, bool stderr_on_a_terminal = false) {
+  CliResult RunBinary(const std::vector<std::string>& args, bool stderr_on_a_terminal = false,
+                      const std::optional<std::string>& api_key = std::nullopt) {
     const std::string binary = RunfilePath("client/verity");
     std::vector<std::string> argv_text = {binary};
     argv_text.insert(argv_text.end(), args.begin(), args.end());
@@ -124,6 +133,7 @@ class CliProbeTest : public ::testing::Test {
     for (char** variable = environ; *variable != nullptr; ++variable) {
       if (!absl::StartsWith(*variable, "VERITY_API_KEY=")) env_text.push_back(*variable);
     }
+    if (api_key.has_value()) env_text.push_back("VERITY_API_KEY=" + *api_key);
     std::vector<char*> argv, envp;
     for (std::string& arg : argv_text) argv.push_back(arg.data());
     for (std::string& variable : env_text) envp.push_back(variable.data());
@@ -1206,6 +1216,143 @@ TEST_F(CliProbeTest, HelpCommandPrintsTheCommandsHelp) {
   EXPECT_THAT(flag.out, StartsWith("Usage: verity model versions"));
   EXPECT_EQ(word.out, flag.out);
   EXPECT_EQ(word.err, "");
+}
+
+// ---------------------------------------------------------------------------
+// API keys: the `verity` binary with VERITY_API_KEY, against a server with authentication on.
+
+class CliAuthProbeTest : public CliProbeTest {
+ protected:
+  static void SetUpTestSuite() { StartSuite(/*auth=*/true); }
+
+  void SetUp() override {
+    CliProbeTest::SetUp();
+    admin_key_ = std::string(absl::StripAsciiWhitespace(ReadText(pg_->dir() + "/admin.key")));
+    ASSERT_THAT(admin_key_, StartsWith("vk_"));
+  }
+
+  // The binary against the suite's server with VERITY_API_KEY=`key`.
+  CliResult As(const std::string& key, std::vector<std::string> args) {
+    args.push_back("--server=" + Address());
+    return RunBinary(args, false, key);
+  }
+
+  // The value of the line "name: value" of `key create` output; "" if none.
+  static std::string Field(const std::string& out, const std::string& name) {
+    for (absl::string_view line : absl::StrSplit(out, '\n')) {
+      if (absl::ConsumePrefix(&line, name + ": ")) return std::string(line);
+    }
+    return "";
+  }
+
+  // A new key of `role` for `projects` ("" = every project): its secret and its key_id.
+  std::pair<std::string, std::string> NewKey(const std::string& role, const std::string& projects) {
+    std::vector<std::string> args = {"key", "create", "--role=" + role};
+    if (!projects.empty()) args.push_back("--projects=" + projects);
+    CliResult created = As(admin_key_, args);
+    EXPECT_EQ(created.code, 0) << created.err;
+    return {Field(created.out, "secret_key"), Field(created.out, "key_id")};
+  }
+
+  std::string admin_key_;
+};
+
+// README.md: "A server with authentication on ... refuses a call without a valid key with
+// `UNAUTHENTICATED`"; `verity --help`: exit 1, one line "verity: CODE: message". A key that is
+// not a key at all, and a well-formed key of an unknown id.
+TEST_F(CliAuthProbeTest, AnInvalidKeyIsUnauthenticatedInOneLine) {
+  for (const std::string& key :
+       std::vector<std::string>{"garbage", "vk_0123456789abcdef_" + std::string(43, 'A')}) {
+    CliResult refused = As(key, {"project", "list"});
+    EXPECT_EQ(refused.code, 1) << key;
+    EXPECT_EQ(refused.out, "") << key;
+    std::vector<std::string> lines = Lines(refused.err);
+    ASSERT_EQ(lines.size(), 1u) << refused.err;
+    EXPECT_THAT(lines[0], StartsWith("verity: UNAUTHENTICATED: ")) << key;
+  }
+}
+
+// `verity --help`: "--api_key=KEY API key sent with every call ...; default $VERITY_API_KEY": the
+// flag wins over a bad key in the variable.
+TEST_F(CliAuthProbeTest, TheApiKeyFlagWinsOverTheVariable) {
+  CliResult listed = As("garbage", {"project", "list", "--api_key=" + admin_key_});
+  EXPECT_EQ(listed.code, 0) << listed.err;
+}
+
+// README.md: "(reader: queries; writer: also labels, items, training, `suggest items`; admin:
+// also projects and settings ...)". A writer suggests items and trains but may not change
+// settings.
+TEST_F(CliAuthProbeTest, AWriterSuggestsItemsButMayNotChangeSettings) {
+  const std::string p = ProjectName();
+  ASSERT_EQ(As(admin_key_, {"project", "create", p, "--classes=cat,dog"}).code, 0);
+  auto [writer, writer_id] = NewKey("writer", p);
+  ASSERT_THAT(writer, StartsWith("vk_"));
+  const std::string csv = WriteFile("l.csv", "item,annotator,label\ni1,a,cat\n");
+  CliResult submitted = As(writer, {"submit", "--project=" + p, "--csv=" + csv});
+  EXPECT_EQ(submitted.code, 0) << submitted.err;
+  CliResult suggested = As(writer, {"suggest", "items", "--project=" + p, "--annotator=b"});
+  EXPECT_EQ(suggested.code, 0) << suggested.err;
+  CliResult trained = As(writer, {"model", "train", "--project=" + p});
+  EXPECT_EQ(trained.code, 0) << trained.err;
+  CliResult refused = As(writer, {"project", "settings", p, "--method=mv"});
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_THAT(refused.err, StartsWith("verity: PERMISSION_DENIED: "));
+}
+
+// `verity key create --help`: "a reader queries (projects, posteriors, annotator profiles, model
+// status and versions, suggest annotators); a writer also ... suggests items (which leases
+// them)".
+TEST_F(CliAuthProbeTest, AReaderSuggestsAnnotatorsButNotItems) {
+  const std::string p = ProjectName();
+  ASSERT_EQ(As(admin_key_, {"project", "create", p, "--classes=cat,dog"}).code, 0);
+  const std::string csv = WriteFile("l.csv", "item,annotator,label\ni1,a,cat\n");
+  ASSERT_EQ(As(admin_key_, {"submit", "--project=" + p, "--csv=" + csv}).code, 0);
+  auto [reader, reader_id] = NewKey("reader", p);
+  CliResult annotators =
+      As(reader, {"suggest", "annotators", "--project=" + p, "--item=i1", "--candidates=b,c"});
+  EXPECT_EQ(annotators.code, 0) << annotators.err;
+  CliResult items = As(reader, {"suggest", "items", "--project=" + p, "--annotator=b"});
+  EXPECT_EQ(items.code, 1);
+  EXPECT_THAT(items.err, StartsWith("verity: PERMISSION_DENIED: "));
+}
+
+// README.md: "admin: also projects and settings, and keys when valid for every project". An admin
+// key limited to one project may not list keys.
+TEST_F(CliAuthProbeTest, AnAdminKeyOfOneProjectMayNotManageKeys) {
+  const std::string p = ProjectName();
+  ASSERT_EQ(As(admin_key_, {"project", "create", p, "--classes=cat,dog"}).code, 0);
+  auto [admin, admin_id] = NewKey("admin", p);
+  CliResult settings = As(admin, {"project", "settings", p, "--method=mv"});
+  EXPECT_EQ(settings.code, 0) << settings.err;
+  CliResult refused = As(admin, {"key", "list"});
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_THAT(refused.err, StartsWith("verity: PERMISSION_DENIED: "));
+}
+
+// `verity key revoke --help`: "Revoking a revoked key changes nothing; NOT_FOUND for an unknown
+// KEY_ID." The second revoke succeeds with the same revoked_at.
+TEST_F(CliAuthProbeTest, RevokingTwiceChangesNothingAndAnUnknownIdIsNotFound) {
+  auto [key, key_id] = NewKey("reader", "");
+  CliResult first = As(admin_key_, {"key", "revoke", key_id});
+  ASSERT_EQ(first.code, 0) << first.err;
+  CliResult second = As(admin_key_, {"key", "revoke", key_id});
+  ASSERT_EQ(second.code, 0) << second.err;
+  EXPECT_THAT(Field(first.out, "revoked_at"), StartsWith("20"));
+  EXPECT_EQ(Field(second.out, "revoked_at"), Field(first.out, "revoked_at"));
+  CliResult unknown = As(admin_key_, {"key", "revoke", "0123456789abcdef"});
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_THAT(unknown.err, StartsWith("verity: NOT_FOUND: "));
+}
+
+// `verity key list --help`: "With --output=json, an array of key objects as `key create
+// --output=json` prints them, without secret_key."
+TEST_F(CliAuthProbeTest, KeyListJsonNeverHoldsASecret) {
+  auto [key, key_id] = NewKey("writer", "");
+  CliResult listed = As(admin_key_, {"key", "list", "--all", "--output=json"});
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  EXPECT_THAT(listed.out, HasSubstr("\"key_id\":\"" + key_id + "\""));
+  EXPECT_THAT(listed.out, Not(HasSubstr("secret_key")));
+  EXPECT_THAT(listed.out, Not(HasSubstr(key.substr(20))));
 }
 
 }  // namespace
