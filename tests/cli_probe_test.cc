@@ -27,6 +27,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/cli.h"
@@ -1155,6 +1156,60 @@ TEST_F(CliProbeTest, AnEmptyLabelsFileIsAnErrorNamingTheFile) {
   EXPECT_NE(refused.code, 0);
   EXPECT_THAT(refused.err, StartsWith("verity: "));
   EXPECT_THAT(refused.err, HasSubstr(csv)) << refused.err;
+}
+
+// `verity export --help`: "numbers in their shortest exact form": each probability and the
+// confidence parse back to a double that no shorter %g text gives.
+TEST_F(CliProbeTest, ExportWritesNumbersInTheirShortestExactForm) {
+  const std::string p = ProjectName();
+  Create(p, "a,b,c", {"--method=ds"});
+  Submit(p,
+         "item,annotator,label\ni1,w1,a\ni1,w2,b\ni2,w1,a\ni2,w3,c\ni3,w2,b\ni3,w3,b\n"
+         "i4,w1,c\ni4,w2,a\ni4,w3,b\n");
+  ASSERT_EQ(Run({"model", "train", "--project=" + p}).code, 0);
+  CliResult exported = Run({"export", "--project=" + p});
+  ASSERT_EQ(exported.code, 0) << exported.err;
+  std::vector<std::string> lines = Lines(exported.out);
+  ASSERT_EQ(lines.size(), 5u) << exported.out;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::vector<std::string> fields = absl::StrSplit(lines[i], ',');
+    ASSERT_EQ(fields.size(), 11u) << lines[i];
+    for (int column = 3; column <= 6; ++column) {  // confidence, p_a, p_b, p_c
+      const std::string& text = fields[column];
+      double value = 0;
+      ASSERT_TRUE(absl::SimpleAtod(text, &value)) << text;
+      int shortest = 17;
+      for (int digits = 1; digits <= 17; ++digits) {
+        if (std::strtod(absl::StrFormat("%.*g", digits, value).c_str(), nullptr) == value) {
+          shortest = digits;
+          break;
+        }
+      }
+      int significant = 0;
+      bool leading = true;
+      for (char c : text.substr(0, text.find_first_of("eE"))) {
+        if (c < '0' || c > '9') continue;
+        if (leading && c == '0') continue;
+        leading = false;
+        ++significant;
+      }
+      // Trailing zeros of an integer part ("100") are not significant here; there are none in
+      // probabilities but 0 and 1.
+      if (value == 0 || value == 1) continue;
+      EXPECT_EQ(significant, shortest) << "column " << column << " of " << lines[i];
+    }
+  }
+}
+
+// `verity model train --help`: "The call waits for the fit ... so its deadline is --timeout when
+// given and 30m otherwise." A deadline of one microsecond expires: DEADLINE_EXCEEDED, exit 1.
+TEST_F(CliProbeTest, ModelTrainHonoursAGivenTimeout) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog", {"--method=mv"});
+  Submit(p, "item,annotator,label\ni1,a,cat\n");
+  CliResult trained = Run({"model", "train", "--project=" + p, "--timeout=1us"});
+  EXPECT_EQ(trained.code, 1) << trained.out;
+  EXPECT_THAT(trained.err, StartsWith("verity: DEADLINE_EXCEEDED: "));
 }
 
 // ---------------------------------------------------------------------------
