@@ -1212,6 +1212,27 @@ TEST_F(CliProbeTest, ModelTrainHonoursAGivenTimeout) {
   EXPECT_THAT(trained.err, StartsWith("verity: DEADLINE_EXCEEDED: "));
 }
 
+// README.md's tour: "$V posteriors --project=bluebirds | head -3   # item,label,confidence,..."
+// — the three lines and nothing else: `head` closing the pipe early does not make the `verity`
+// binary print an error. 5,000 items (well past a 64 KiB pipe buffer).
+TEST_F(CliProbeTest, PosteriorsPipedIntoHeadPrintsNoError) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog");
+  std::string text = "item,annotator,label\n";
+  for (int i = 0; i < 5000; ++i) absl::StrAppend(&text, "item-number-", i, ",a,cat\n");
+  Submit(p, text);
+  const std::string err = WriteFile("verity.err", "");
+  const std::string out = WriteFile("head.out", "");
+  const std::string command =
+      absl::StrCat("'", RunfilePath("client/verity"), "' posteriors --project=", p,
+                   " --server=", Address(), " 2>'", err, "' | head -3 >'", out, "'");
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  std::vector<std::string> lines = Lines(ReadText(out));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "item,label,confidence,p_cat,p_dog,num_labels");
+  EXPECT_EQ(ReadText(err), "");
+}
+
 // ---------------------------------------------------------------------------
 // global flags and errors
 
