@@ -1233,6 +1233,49 @@ TEST_F(CliProbeTest, PosteriorsPipedIntoHeadPrintsNoError) {
   EXPECT_EQ(ReadText(err), "");
 }
 
+// `verity item add --help`: "optionally gold (or label), a class name or class index".
+TEST_F(CliProbeTest, ItemAddTakesAGoldColumnNamedLabel) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog", {"--method=mv"});
+  CliResult added = Run(
+      {"item", "add", "--project=" + p, "--csv=" + WriteFile("items.csv", "item,label\ni1,dog\n")});
+  ASSERT_EQ(added.code, 0) << added.err;
+  Submit(p, "item,annotator,label\ni1,a,cat\n");
+  CliResult exported = Run({"export", "--project=" + p});
+  ASSERT_EQ(exported.code, 0) << exported.err;
+  std::vector<std::string> lines = Lines(exported.out);
+  ASSERT_EQ(lines.size(), 2u) << exported.out;
+  EXPECT_THAT(lines[1], StartsWith("i1,dog,1,"));
+  EXPECT_THAT(lines[1], testing::EndsWith(",true"));
+}
+
+// `verity suggest items --help`: "The annotator is created if new."; `annotator show` then finds
+// them (with no labels) instead of NOT_FOUND.
+TEST_F(CliProbeTest, SuggestItemsCreatesANewAnnotator) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog");
+  Submit(p, "item,annotator,label\ni1,a,cat\n");
+  CliResult suggested = Run({"suggest", "items", "--project=" + p, "--annotator=fresh"});
+  ASSERT_EQ(suggested.code, 0) << suggested.err;
+  CliResult shown = Run({"annotator", "show", "fresh", "--project=" + p});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_THAT(shown.out, StartsWith("annotator: fresh\nnum_labels: 0\n"));
+}
+
+// `verity annotator add --help`: "annotator (or id) ... existing annotators are updated. Prints
+// added=N updated=N".
+TEST_F(CliProbeTest, AnnotatorAddAgainUpdatesWithAnIdColumn) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog", {"--annotator_feature_dim=1"});
+  const std::string csv = WriteFile("a.csv", "id,f0\nw1,0.5\nw2,1\n");
+  CliResult first = Run({"annotator", "add", "--project=" + p, "--csv=" + csv});
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_EQ(first.out, "added=2 updated=0\n");
+  CliResult second = Run({"annotator", "add", "--project=" + p, "--csv=" + csv});
+  ASSERT_EQ(second.code, 0) << second.err;
+  EXPECT_EQ(second.out, "added=0 updated=2\n");
+}
+
 // ---------------------------------------------------------------------------
 // global flags and errors
 
