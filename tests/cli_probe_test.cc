@@ -1276,6 +1276,39 @@ TEST_F(CliProbeTest, AnnotatorAddAgainUpdatesWithAnIdColumn) {
   EXPECT_EQ(second.out, "added=0 updated=2\n");
 }
 
+// `verity posteriors --help`: "a progress meter is drawn on stderr when it is a terminal and the
+// posteriors do not go to a terminal" (stdout here is a file). 3,000 items.
+TEST_F(CliProbeTest, PosteriorsDrawAMeterWhenStderrIsATerminal) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog");
+  std::string text = "item,annotator,label\n";
+  for (int i = 0; i < 3000; ++i) absl::StrAppend(&text, "i", i, ",a", i % 7, ",cat\n");
+  Submit(p, text);
+  CliResult posteriors = RunBinary({"posteriors", "--project=" + p, "--server=" + Address()}, true);
+  ASSERT_EQ(posteriors.code, 0) << posteriors.err;
+  EXPECT_EQ(Lines(posteriors.out).size(), 3001u);
+  EXPECT_THAT(posteriors.err, HasSubstr("/3,000 ")) << posteriors.err;
+}
+
+// `verity export --help`: "writes every item of the project in creation order": an item added
+// by `item add` without any label is exported too, with num_labels 0.
+TEST_F(CliProbeTest, ExportIncludesAnItemWithoutLabels) {
+  const std::string p = ProjectName();
+  Create(p, "cat,dog");
+  ASSERT_EQ(
+      Run({"item", "add", "--project=" + p, "--csv=" + WriteFile("i.csv", "item\ni0\n")}).code, 0);
+  Submit(p, "item,annotator,label\ni1,a,cat\n");
+  CliResult exported = Run({"export", "--project=" + p});
+  ASSERT_EQ(exported.code, 0) << exported.err;
+  std::vector<std::string> lines = Lines(exported.out);
+  ASSERT_EQ(lines.size(), 3u) << exported.out;
+  std::vector<std::string> fields = absl::StrSplit(lines[1], ',');
+  ASSERT_EQ(fields.size(), 10u) << lines[1];
+  EXPECT_EQ(fields[0], "i0");
+  EXPECT_EQ(fields[6], "0");  // num_labels
+  EXPECT_THAT(lines[2], StartsWith("i1,cat,0,"));
+}
+
 // ---------------------------------------------------------------------------
 // global flags and errors
 
