@@ -318,10 +318,10 @@ TEST(ValidateSettingsTest, ConfidenceTargetOneAndMinEqualToMaxAreAccepted) {
                                             HasSubstr("settings.assignment.max_labels_per_item")));
 }
 
-// Promise (projects.proto Project.classes: "each 1-128 bytes", no charset; docs/SECURITY.md:
-// class names 128 bytes): a space and UTF-8 are accepted, as is a name of exactly 128 bytes
-// (here 64 two-byte UTF-8 characters); 129 bytes are refused. The DEL byte is refused as a
-// control character (validation.cc's rule; the proto does not spell it out).
+// Promise (projects.proto Project.classes: "each 1-128 bytes with no control character (no
+// byte below 0x20, no 0x7f ...)"; docs/SECURITY.md: class names 128 bytes): a space and UTF-8
+// are accepted, as is a name of exactly 128 bytes (here 64 two-byte UTF-8 characters); 129
+// bytes are refused. The DEL byte is refused as a control character.
 TEST(ValidateNewProjectTest, ClassNamesAreBytesWithSpacesAndUtf8) {
   v1::Project p = ValidProject();
   p.clear_classes();
