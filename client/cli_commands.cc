@@ -338,7 +338,9 @@ std::vector<CommandSpec> MakeCommands() {
   c->details =
       "Fits the project's configured method at once (warm-started like a "
       "background refit; after a fit in progress finishes) and prints the "
-      "new model version ({\"version\", ...} with --output=json). The call "
+      "new model version ({\"version\", ...} with --output=json); when "
+      "nothing changed since the current version's fit (no label, gold or "
+      "setting), nothing is fitted and that version is printed. The call "
       "waits for the fit, which can take minutes for a neural method, so its "
       "deadline is --timeout when given and 30m otherwise. The elapsed time "
       "is shown on stderr when it is a terminal. FAILED_PRECONDITION when "
