@@ -858,6 +858,11 @@ std::vector<BadInput> BadInputs() {
        kInvalid, "page_token: not a token this server issued"},
       {"ListPosteriorsNegativePageToken", [](const Stubs& s) { return ListPosteriors(s, 10, "-5"); },
        kInvalid, "page_token"},
+      // Tokens are issued as decimal digits only: a sign or white space was never issued.
+      {"ListPosteriorsSignedPageToken", [](const Stubs& s) { return ListPosteriors(s, 10, "+0"); },
+       kInvalid, "page_token: not a token this server issued"},
+      {"ListPosteriorsSpacedPageToken", [](const Stubs& s) { return ListPosteriors(s, 10, " 0"); },
+       kInvalid, "page_token: not a token this server issued"},
       {"ListPosteriorsOverflowingPageToken",
        [](const Stubs& s) { return ListPosteriors(s, 10, "99999999999999999999"); }, kInvalid,
        "page_token"},
@@ -913,6 +918,14 @@ std::vector<BadInput> BadInputs() {
          return GetAnnotatorProfiles(s, request);
        },
        kInvalid, "page_token: only without annotator ids"},
+      {"GetAnnotatorProfilesSignedPageToken",
+       [](const Stubs& s) {
+         v1::GetAnnotatorProfilesRequest request;
+         request.set_project(kProject);
+         request.set_page_token("+1");
+         return GetAnnotatorProfiles(s, request);
+       },
+       kInvalid, "page_token: not a token this server issued"},
       {"GetAnnotatorProfilesUnknownConfusionDetail",
        [](const Stubs& s) {
          v1::GetAnnotatorProfilesRequest request;

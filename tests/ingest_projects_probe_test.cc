@@ -731,7 +731,9 @@ TEST_F(IngestProjectsProbeTest, ListProjectsKeepsCreationOrderAcrossARestart) {
 TEST_F(IngestProjectsProbeTest, ListProjectsRefusesATokenItDidNotIssueNamingPageToken) {
   ASSERT_TRUE(CreateProject("token-a").ok());
   ASSERT_TRUE(CreateProject("token-b").ok());
-  for (const std::string token : {"not-a-token", "-1", "1x", "page 2"}) {
+  // A token is issued as decimal digits only, so a sign or a space is not one this server
+  // issued either.
+  for (const std::string token : {"not-a-token", "-1", "1x", "page 2", " 1", "1 ", "+1"}) {
     v1::ListProjectsResponse page;
     const grpc::Status status = ListProjectsPage(token, &page);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << token;

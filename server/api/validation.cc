@@ -44,6 +44,19 @@ absl::Status ValidateProjectName(absl::string_view name) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> ParsePageToken(absl::string_view token, int64_t max) {
+  if (token.empty()) return int64_t{0};
+  int64_t position = 0;
+  for (char c : token) {
+    // Digits only, and no value past max (checked before it could overflow).
+    if (c < '0' || c > '9' || position > (max - (c - '0')) / 10) {
+      return Invalid("page_token", "not a token this server issued");
+    }
+    position = position * 10 + (c - '0');
+  }
+  return position;
+}
+
 absl::Status ValidateSettings(const v1::ProjectSettings& settings) {
   const v1::ModelSettings& m = settings.model();
   if (!v1::TruthMethod_IsValid(m.method())) {

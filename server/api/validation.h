@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "verity/v1/ingest.pb.h"
@@ -52,6 +53,12 @@ absl::Status ValidateId(absl::string_view field, absl::string_view id);
 
 // Project names: 1-128 bytes of [A-Za-z0-9._-].
 absl::Status ValidateProjectName(absl::string_view name);
+
+// A page token of the list calls (ListProjects, ListPosteriors, GetAnnotatorProfiles), which
+// issue a position in [0, max] written in decimal digits only. Empty is the first page (0).
+// Anything else (a sign, white space, other characters, a value over max) is INVALID_ARGUMENT
+// "page_token: not a token this server issued".
+absl::StatusOr<int64_t> ParsePageToken(absl::string_view token, int64_t max);
 
 // A project as given to CreateProject: name, classes, feature dimensions, settings ranges.
 absl::Status ValidateNewProject(const v1::Project& project);

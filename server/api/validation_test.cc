@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <string_view>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::verity::testing::IsOk;
+using ::verity::testing::IsOkAndHolds;
 using ::verity::testing::StatusIs;
 
 v1::Project ValidProject() {
@@ -42,7 +44,32 @@ TEST(ValidateIdTest, RejectsEmptyOverlongAndControlBytesNamingTheField) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-TEST(ValidateNewProjectTest, AcceptsAMinimalProject) { EXPECT_THAT(ValidateNewProject(ValidProject()), IsOk()); }
+// validation.h, ParsePageToken: tokens are issued as decimal digits in [0, max]; empty is
+// the first page; anything else is INVALID_ARGUMENT "page_token: not a token this server
+// issued".
+TEST(ParsePageTokenTest, TakesDigitsUpToMaxAndRefusesEverythingElse) {
+  EXPECT_THAT(ParsePageToken("", 10), IsOkAndHolds(0));
+  EXPECT_THAT(ParsePageToken("0", 10), IsOkAndHolds(0));
+  EXPECT_THAT(ParsePageToken("007", 10), IsOkAndHolds(7));
+  EXPECT_THAT(ParsePageToken("10", 10), IsOkAndHolds(10));
+  EXPECT_THAT(ParsePageToken("2147483647", 2147483647), IsOkAndHolds(2147483647));
+  EXPECT_THAT(ParsePageToken("9223372036854775807", std::numeric_limits<int64_t>::max()),
+              IsOkAndHolds(std::numeric_limits<int64_t>::max()));
+  for (const char* refused : {"11", "2147483648", "99999999999999999999", "+1", "-1", " 1", "1 ",
+                              "1x", "x", "0x1", "1.0", "\xef\xbc\x91"}) {
+    const int64_t max = std::string_view(refused) == "2147483648" ? 2147483647 : 10;
+    EXPECT_THAT(
+        ParsePageToken(refused, max),
+        StatusIs(absl::StatusCode::kInvalidArgument, "page_token: not a token this server issued"))
+        << refused;
+  }
+  EXPECT_THAT(ParsePageToken("9223372036854775808", std::numeric_limits<int64_t>::max()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ValidateNewProjectTest, AcceptsAMinimalProject) {
+  EXPECT_THAT(ValidateNewProject(ValidProject()), IsOk());
+}
 
 TEST(ValidateNewProjectTest, RejectsBadNamesClassesAndDimensions) {
   v1::Project p = ValidProject();

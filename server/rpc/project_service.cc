@@ -2,11 +2,11 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/grpc_status.h"
 #include "server/api/proto_time.h"
@@ -85,11 +85,10 @@ grpc::Status ProjectServiceImpl::ListProjects(grpc::ServerContext* context,
   auto admitted = core_.auth->Admit(context);
   if (!admitted.ok()) return ToGrpcStatus(admitted.status());
   // The token: the id of the last project of the previous page (records come by id).
-  int64_t after_id = 0;
-  if (!request->page_token().empty() &&
-      (!absl::SimpleAtoi(request->page_token(), &after_id) || after_id < 0)) {
-    return ToGrpcStatus(absl::InvalidArgumentError("page_token: not a token this server issued"));
-  }
+  absl::StatusOr<int64_t> token =
+      ParsePageToken(request->page_token(), std::numeric_limits<int64_t>::max());
+  if (!token.ok()) return ToGrpcStatus(token.status());
+  int64_t after_id = *token;
   auto records = core_.storage->projects->ListProjects();
   if (!records.ok()) return ToGrpcStatus(records.status());
   for (const storage::ProjectRecord& record : *records) {

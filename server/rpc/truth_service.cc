@@ -1,11 +1,11 @@
 #include "server/rpc/truth_service.h"
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/grpc_status.h"
 #include "server/api/validation.h"
@@ -111,11 +111,10 @@ grpc::Status TruthServiceImpl::ListPosteriors(grpc::ServerContext* context,
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("page_size: must be in [0, ", ApiLimits::kMaxPageSize, "]")));
   }
-  int32_t first = 0;
-  if (!request->page_token().empty() &&
-      (!absl::SimpleAtoi(request->page_token(), &first) || first < 0)) {
-    return ToGrpcStatus(absl::InvalidArgumentError("page_token: not a token this server issued"));
-  }
+  absl::StatusOr<int64_t> token =
+      ParsePageToken(request->page_token(), std::numeric_limits<int32_t>::max());
+  if (!token.ok()) return ToGrpcStatus(token.status());
+  const int32_t first = static_cast<int32_t>(*token);
   auto project = core_.registry->Get(request->project());
   if (!project.ok()) return ToGrpcStatus(project.status());
   std::shared_ptr<const ProjectSnapshot> snapshot = (*project)->snapshot();
@@ -164,14 +163,13 @@ grpc::Status TruthServiceImpl::GetAnnotatorProfiles(grpc::ServerContext* context
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("page_size: must be in [0, ", ApiLimits::kMaxItemsPerCall, "]")));
   }
-  int64_t first = 0;
-  if (!request->page_token().empty() &&
-      (request->annotators_size() > 0 || !absl::SimpleAtoi(request->page_token(), &first) ||
-       first < 0)) {
-    return ToGrpcStatus(absl::InvalidArgumentError(
-        request->annotators_size() > 0 ? "page_token: only without annotator ids"
-                                       : "page_token: not a token this server issued"));
+  if (!request->page_token().empty() && request->annotators_size() > 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError("page_token: only without annotator ids"));
   }
+  absl::StatusOr<int64_t> token =
+      ParsePageToken(request->page_token(), std::numeric_limits<int64_t>::max());
+  if (!token.ok()) return ToGrpcStatus(token.status());
+  const int64_t first = *token;
   if (request->confusion_detail() != v1::CONFUSION_DETAIL_FULL &&
       request->confusion_detail() != v1::CONFUSION_DETAIL_NONE) {
     return ToGrpcStatus(absl::InvalidArgumentError("confusion_detail: unknown value"));
