@@ -14,6 +14,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pqxx/pqxx>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -144,6 +145,35 @@ TEST_F(LeasePersisterTest, ShutdownWritesALeaseExtendedWithinOneFlushIntervalWit
 
   EXPECT_THAT(Stored(p_), IsOkAndHolds(UnorderedElementsAre(Lease(0, 0, in_20m_),
                                                             Lease(1, 0, in_10m_))));
+}
+
+// lease_persister.h: Flush "returns the first error", and "a failed write is retried at the
+// next flush". A CHECK constraint refuses project p's batch (it holds item 7) while q's is
+// written; once the constraint is gone, the next Flush() writes p's leases, which the failed
+// one kept.
+TEST_F(LeasePersisterTest, AFailedWriteIsReportedAndRetriedAtTheNextFlush) {
+  auto sql = [&](const char* statement) {
+    return pool().RunInTransaction("test", [&](pqxx::work& txn) {
+      txn.exec0(statement);
+      return absl::OkStatus();
+    });
+  };
+  ASSERT_THAT(sql("ALTER TABLE assignment_leases ADD CONSTRAINT test_refuses_item_7 "
+                  "CHECK (item_index <> 7)"),
+              IsOk());
+  LeasePersister persister(*store_, NoTimedFlush());
+  persister.Enqueue(p_, {{7, 0, in_10m_}, {1, 0, in_10m_}});
+  persister.Enqueue(q_, {{0, 1, in_20m_}});
+
+  EXPECT_FALSE(persister.Flush().ok());
+  EXPECT_THAT(Stored(p_), IsOkAndHolds(IsEmpty()));
+  EXPECT_THAT(Stored(q_), IsOkAndHolds(ElementsAre(Lease(0, 1, in_20m_))));
+
+  ASSERT_THAT(sql("ALTER TABLE assignment_leases DROP CONSTRAINT test_refuses_item_7"), IsOk());
+  EXPECT_THAT(persister.Flush(), IsOk());
+  EXPECT_THAT(Stored(p_),
+              IsOkAndHolds(UnorderedElementsAre(Lease(7, 0, in_10m_), Lease(1, 0, in_10m_))));
+  EXPECT_THAT(Stored(q_), IsOkAndHolds(ElementsAre(Lease(0, 1, in_20m_))));
 }
 
 }  // namespace
