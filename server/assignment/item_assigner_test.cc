@@ -991,5 +991,163 @@ TEST(ItemAssignerTest, AShortlistRanksAgainWhenTheAnnotatorLabelledItsItemsMeanw
   EXPECT_EQ(Items(from_shortlist), Items(full));
 }
 
+// projects.proto, gold_items_for_new_annotators: "a gold item is always resolved" (its class is
+// known), whatever its labels and the rules: IsResolved says so for gold item 4 of MakeProject
+// (no labels, no lease) under the defaults (no cap, no target), and for none of the open ones.
+TEST(ItemAssignerTest, AGoldItemIsAlwaysResolved) {
+  auto project = MakeProject();
+  const PosteriorTable& table = project->snapshot()->posteriors;
+  ASSERT_TRUE(table.is_gold(4));
+  ASSERT_EQ(table.num_labels(4), 0);
+  const AssignmentRules defaults;
+  EXPECT_TRUE(IsResolved(table, 4, 0, defaults));
+  for (int32_t item : {1, 2, 3}) EXPECT_FALSE(IsResolved(table, item, 0, defaults)) << item;
+}
+
+// docs/ASSIGNMENT.md: an item is resolved when "confidence reached confidence_target with at
+// least min_labels_per_item labels"; only max_labels_per_item counts "labels + outstanding
+// leases". Item 0 of MakeProjectWith below has 2 agreeing labels (confident); with a minimum of
+// 3, two outstanding leases on it do not make 3 labels: it stays open, and a new annotator is
+// still sent it.
+TEST(ItemAssignerTest, TheMinimumLabelsCountsLabelsNotLeases) {
+  auto project = MakeProjectWith({-1, -1}, 4, {{0, 0, 1, 1}, {0, 1, 1, 2}});
+  const auto snapshot = project->snapshot();
+  AssignmentRules rules;
+  rules.min_labels = 3;
+  rules.confidence_target = 0.6;
+  ASSERT_GE(snapshot->posteriors.probabilities(0)[1], 0.6);
+  EXPECT_FALSE(IsResolved(snapshot->posteriors, 0, 2, rules));
+  project->leases().Add(0, 2, kNow + absl::Minutes(5));
+  project->leases().Add(0, 3, kNow + absl::Minutes(5));
+  auto ranked = RankItemsForAnnotator(*project, *snapshot, rules, -1, 10, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ::testing::UnorderedElementsAre(0, 1));
+  ranked = RankItemsForAnnotator(*project, *snapshot, rules, -1, 10, std::vector<int32_t>{0, 1},
+                                 kNow, 1);
+  EXPECT_THAT(Items(ranked), ::testing::UnorderedElementsAre(0, 1));
+  // Two labels do reach a minimum of 2.
+  rules.min_labels = 2;
+  EXPECT_TRUE(IsResolved(snapshot->posteriors, 0, 0, rules));
+}
+
+// item_assigner.h, ItemSuggestion::leases_when_ranked: the "outstanding leases on the item that
+// the ranking counted", on the scan of every item and on a candidate list alike. Item 3 of
+// MakeProject leased to a0 and a1 (running) and item 1 to a1 (expired) are suggested to a2 with
+// 2 and 0.
+TEST(ItemAssignerTest, ASuggestionReportsTheLeasesItsRankingCounted) {
+  auto project = MakeProject();
+  project->leases().Add(3, 0, kNow + absl::Minutes(5));
+  project->leases().Add(3, 1, kNow + absl::Minutes(5));
+  project->leases().Add(1, 1, kNow - absl::Minutes(1));
+  AssignmentRules rules;
+  for (const auto& candidates :
+       {std::optional<std::vector<int32_t>>(), std::optional<std::vector<int32_t>>({1, 3})}) {
+    auto ranked =
+        RankItemsForAnnotator(*project, *project->snapshot(), rules, 2, 10, candidates, kNow, 1);
+    std::map<int32_t, int32_t> leases;
+    for (const ItemSuggestion& s : ranked) leases[s.item] = s.leases_when_ranked;
+    ASSERT_EQ(leases.count(3), 1u) << candidates.has_value();
+    ASSERT_EQ(leases.count(1), 1u) << candidates.has_value();
+    EXPECT_EQ(leases[3], 2) << candidates.has_value();
+    EXPECT_EQ(leases[1], 0) << candidates.has_value();
+  }
+}
+
+// docs/ASSIGNMENT.md: a new annotator "gets gold items first, of higher `priority` first and,
+// within one priority, the least labelled" (labels + outstanding leases, item_assigner.h). In
+// MakeGoldProject gold item 2 has the most labels (2); given priority 1 it comes first. Then,
+// with the priorities equal again, two leases on gold 0 (0 labels) put it behind gold 1 (1
+// label) and level with gold 2 (2 labels), whom it precedes by index.
+TEST(ItemAssignerTest, NewAnnotatorsGetGoldItemsByPriorityThenLabelsAndLeases) {
+  auto project = MakeGoldProject();
+  AssignmentRules rules;
+  rules.gold_items_for_new_annotators = 3;
+  project->ApplyItems({{2, "i2", std::nullopt, 1.0}});
+  auto ranked =
+      RankItemsForAnnotator(*project, *project->snapshot(), rules, -1, 3, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(2, 0, 1));
+  project->ApplyItems({{2, "i2", std::nullopt, 0.0}});
+  project->leases().Add(0, 1, kNow + absl::Minutes(5));
+  project->leases().Add(0, 2, kNow + absl::Minutes(5));
+  ranked =
+      RankItemsForAnnotator(*project, *project->snapshot(), rules, -1, 3, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(1, 0, 2));
+}
+
+// item_assigner.h, Shortlist: "empty with `size` 0 when the annotator is still sent gold items
+// (that choice is made under the lock, as a full ranking)". a0 (1 label on item 2) is owed one
+// gold item under N = 2: of gold 0 (no label) and gold 1 (1 label), the least labelled. Leases
+// by a1 and a2 on gold 0 between the two halves make gold 1 the least labelled: the second half
+// must send gold 1, as a full ranking does then.
+TEST(ItemAssignerTest, AShortlistLeavesTheGoldItemsOfANewAnnotatorToTheLockedHalf) {
+  auto project = MakeProjectWith({0, 1, -1, -1, -1}, 4, {{2, 0, 1, 1}, {1, 3, 1, 2}});
+  AssignmentRules rules;
+  rules.gold_items_for_new_annotators = 2;
+  const Shortlist shortlist = ShortlistItems(*project, rules, 0, 1, std::nullopt, kNow, 3);
+  EXPECT_EQ(shortlist.size, 0);
+  EXPECT_THAT(shortlist.items, IsEmpty());
+  project->leases().Add(0, 1, kNow + absl::Minutes(5));
+  project->leases().Add(0, 2, kNow + absl::Minutes(5));
+  const std::vector<ItemSuggestion> from_shortlist =
+      RankFromShortlist(*project, shortlist, rules, 0, 1, std::nullopt, kNow, 3);
+  EXPECT_THAT(Items(from_shortlist), ElementsAre(1));
+  EXPECT_THAT(Items(from_shortlist),
+              ElementsAre(RankItemsForAnnotator(*project, *project->snapshot(), rules, 0, 1,
+                                                std::nullopt, kNow, 3)[0]
+                              .item));
+}
+
+// item_assigner.h, RankAnnotatorsForItem: "-1 = unknown to the project: population
+// confusion", which the model gives an annotator its fit did not see (truth_model.h,
+// AnnotatorConfusion). In MakeLargeProject the annotators' accuracies differ (0.45 to 0.87),
+// so the population's gain on an item differs from each annotator's; the unknown candidate is
+// scored with the population's.
+TEST(ItemAssignerTest, SuggestAnnotatorsScoresAnUnknownCandidateWithThePopulationConfusion) {
+  auto project = MakeLargeProject();
+  const auto snapshot = project->snapshot();
+  constexpr int32_t kItem = 4;
+  const absl::Span<const double> p = snapshot->posteriors.probabilities(kItem);
+  const std::vector<double> population = snapshot->model->AnnotatorConfusion(-1);
+  const double expected = ExpectedEntropyReduction(p, population);
+  const std::vector<int32_t> candidates = {-1, 7, 0};
+  auto ranked = RankAnnotatorsForItem(*project, *snapshot, kItem, 3, candidates, kNow);
+  bool found = false;
+  for (const AnnotatorSuggestion& s : ranked) {
+    if (candidates[s.candidate] != -1) {
+      EXPECT_GT(std::abs(s.gain - expected), 1e-6) << candidates[s.candidate];
+      continue;
+    }
+    found = true;
+    EXPECT_NEAR(s.gain, expected, 1e-12);
+    EXPECT_NEAR(s.p_correct, ProbabilityCorrect(p, population), 1e-12);
+  }
+  EXPECT_TRUE(found);
+}
+
+// item_assigner.h, "Concurrency": the short list is ranked from "while at least k of the short
+// list kept their lease counts and eligibility"; otherwise everything is ranked again. The
+// annotator's own leases (another of their calls between the two halves) on all but k - 1 of
+// the short list's items leave k - 1 eligible there: the result must still hold k items, none
+// of them leased to the annotator, as a full ranking then.
+TEST(ItemAssignerTest, AShortlistWithOneEligibleItemTooFewRanksEverythingAgain) {
+  auto project = MakeLargeProject();
+  AssignmentRules rules;
+  constexpr int32_t kAnnotator = 2, kK = 10;
+  const Shortlist shortlist =
+      ShortlistItems(*project, rules, kAnnotator, kK, std::nullopt, kNow, 3);
+  ASSERT_EQ(shortlist.items.size(), static_cast<size_t>(shortlist.size));
+  for (int32_t i = 0; i + (kK - 1) < shortlist.size; ++i) {
+    project->leases().Add(shortlist.items[i].item, kAnnotator, kNow + absl::Minutes(5));
+  }
+  const std::vector<ItemSuggestion> from_shortlist =
+      RankFromShortlist(*project, shortlist, rules, kAnnotator, kK, std::nullopt, kNow, 3);
+  ASSERT_EQ(from_shortlist.size(), static_cast<size_t>(kK));
+  for (const ItemSuggestion& s : from_shortlist) {
+    EXPECT_FALSE(project->leases().Has(s.item, kAnnotator, kNow)) << s.item;
+  }
+  const std::vector<ItemSuggestion> full = RankItemsForAnnotator(
+      *project, *shortlist.snapshot, rules, kAnnotator, kK, std::nullopt, kNow, 3);
+  EXPECT_EQ(Items(from_shortlist), Items(full));
+}
+
 }  // namespace
 }  // namespace verity::server
