@@ -337,6 +337,53 @@ TEST_F(DocumentedLimitsTest, SuggestAnnotatorsRefusesKBelowOneNamingK) {
   }
 }
 
+// assignment.proto, SuggestAnnotatorsRequest: candidates are "at most 10,000 ids, repeats
+// included", and k is "1 to 1,000": 10,000 ids (repeats of one among them) and k = 1,000 are
+// taken, each id suggested at most once; one id more is refused with INVALID_ARGUMENT naming
+// candidates.
+TEST_F(DocumentedLimitsTest, SuggestAnnotatorsTakesTenThousandCandidatesAndRefusesOneMore) {
+  ASSERT_TRUE(CreateProject("ten-thousand").ok());
+  ASSERT_TRUE(AddItems("ten-thousand", {Item("only")}).ok());
+  std::vector<std::string> candidates;
+  for (int i = 0; i < 9999; ++i) candidates.push_back(absl::StrCat("c", i));
+  candidates.push_back("c0");
+  v1::SuggestAnnotatorsResponse response;
+  grpc::Status status = SuggestAnnotators("ten-thousand", "only", 1000, candidates, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.suggestions_size(), 1000);
+  candidates.push_back("c10000");
+  status = SuggestAnnotators("ten-thousand", "only", 1000, candidates, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "candidates")) << status.error_message();
+}
+
+// assignment.proto, SuggestItemsRequest.candidate_items: the suggestions are restricted to these
+// ids, unknown ones ignored; an id sent twice is still one item, suggested (and leased) once:
+// with k = 3 and candidates {x, x, ghost}, the one suggestion is x.
+TEST_F(DocumentedLimitsTest, SuggestItemsSuggestsACandidateSentTwiceOnce) {
+  ASSERT_TRUE(CreateProject("candidate-twice").ok());
+  ASSERT_TRUE(AddItems("candidate-twice", {Item("x"), Item("y")}).ok());
+  v1::SuggestItemsResponse response;
+  const grpc::Status status =
+      SuggestItems("candidate-twice", "w", 3, &response, {"x", "x", "ghost"});
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.suggestions_size(), 1);
+  EXPECT_EQ(response.suggestions(0).item(), "x");
+}
+
+// assignment.proto, SuggestAnnotators: "NOT_FOUND for an unknown project or item".
+TEST_F(DocumentedLimitsTest, SuggestAnnotatorsForAnUnknownItemOrProjectIsNotFound) {
+  ASSERT_TRUE(CreateProject("known-items").ok());
+  ASSERT_TRUE(AddItems("known-items", {Item("known")}).ok());
+  v1::SuggestAnnotatorsResponse response;
+  grpc::Status status = SuggestAnnotators("known-items", "unknown", 1, {"w"}, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  status = SuggestAnnotators("no-such-project-either", "known", 1, {"w"}, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  status = SuggestAnnotators("known-items", "known", 1, {"w"}, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
 // ingest.proto: client_time "must lie in [0001-01-01T00:00:00Z, 9999-12-31T23:59:59.999999Z]":
 // both ends are accepted, a microsecond (or a second) outside is rejected.
 TEST_F(DocumentedLimitsTest, ClientTimesAtTheEndsOfTheRangeAreAcceptedAndOutsideRejected) {
