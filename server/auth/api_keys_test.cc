@@ -111,5 +111,19 @@ TEST(ApiKeysTest, AMalformedKeyIsRefusedWithoutEchoingIt) {
   }
 }
 
+// api_keys.h SecretMatches: the whole 32-byte digest is compared: a stored hash that differs
+// from the secret's digest in any one byte, the last included, does not match.
+TEST(ApiKeysTest, AHashThatDiffersInAnyOneByteDoesNotMatch) {
+  const std::string salt(16, 's');
+  const std::string secret(64, 'b');
+  const std::string digest = HashSecret(salt, secret);
+  ASSERT_EQ(digest.size(), 32u);
+  for (size_t i = 0; i < digest.size(); ++i) {
+    std::string other = digest;
+    other[i] = static_cast<char>(other[i] ^ 0x01);
+    EXPECT_FALSE(SecretMatches(salt, other, secret)) << "byte " << i;
+  }
+}
+
 }  // namespace
 }  // namespace verity::server
