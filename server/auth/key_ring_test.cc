@@ -2,6 +2,7 @@
 // servers bootstrapping one database at once mint one admin key.
 #include "server/auth/key_ring.h"
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -92,6 +93,25 @@ TEST_F(KeyRingTest, AKeyCreatedOnAnotherServerAuthenticatesAtOnce) {
   ASSERT_TRUE(created.ok()) << created.status();
   auto principal = here.Authenticate(created->text);
   EXPECT_TRUE(principal.ok()) << principal.status();
+}
+
+// key_ring.h Authenticate: UNAUTHENTICATED for "a wrong secret" also when the key id was
+// unknown here and is found by the refresh it causes (a key created on another server).
+TEST_F(KeyRingTest, AKeyFromAnotherServerWithAWrongSecretIsUnauthenticated) {
+  std::unique_ptr<storage::ConnectionPool> other_pool = NewPool(1);
+  storage::ApiKeyStore other_store(other_pool.get());
+  KeyRing here(*store_, absl::Hours(1));
+  KeyRing there(other_store, absl::Hours(1));
+  ASSERT_TRUE(here.Load().ok());
+  ASSERT_TRUE(there.Load().ok());
+  absl::SleepFor(absl::Milliseconds(1100));  // Past the one-refresh-per-second bound.
+  auto created = there.Create("made-elsewhere", Role::kAdmin, {}, "");
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::string forged = created->text;
+  forged.back() = forged.back() == '0' ? '1' : '0';
+  auto refused = here.Authenticate(forged);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated) << refused.status();
+  EXPECT_TRUE(here.Authenticate(created->text).ok());
 }
 
 // With the database down, a key the ring cannot check is UNAVAILABLE (retry later), not
@@ -303,7 +323,7 @@ TEST_F(KeyRingTest, ARevocationOnAnotherServerReachesThisOneWithinTheRefreshInte
 // ---- The interceptor, through a real gRPC server. ----
 
 // What every real handler does first (auth_interceptor.h): Admit, and answer its refusal.
-grpc::Status Refusal(const CallAuthorizations& decisions, grpc::ServerContext* context) {
+grpc::Status Refusal(const CallAuthorizations& decisions, grpc::ServerContextBase* context) {
   auto who = decisions.Admit(context);
   return who.ok() ? grpc::Status::OK : ToGrpcStatus(who.status());
 }
@@ -371,6 +391,25 @@ class FakeIngestService final : public v1::IngestService::Service {
   CallAuthorizations& decisions_;
 };
 
+// A service with no access policy (rpc_policy.h has none for its methods), registered as a
+// generic service; it asks Admit first, as every handler does.
+class UnlistedService final : public grpc::CallbackGenericService {
+ public:
+  explicit UnlistedService(CallAuthorizations& decisions) : decisions_(decisions) {}
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override {
+    class Reactor final : public grpc::ServerGenericBidiReactor {
+     public:
+      explicit Reactor(grpc::Status status) { Finish(std::move(status)); }
+      void OnDone() override { delete this; }
+    };
+    return new Reactor(Refusal(decisions_, context));
+  }
+
+ private:
+  CallAuthorizations& decisions_;
+};
+
 class AuthInterceptorTest : public KeyRingTest {
  protected:
   void SetUp() override {
@@ -389,6 +428,7 @@ class AuthInterceptorTest : public KeyRingTest {
     projects_ = std::make_unique<FakeProjectService>(decisions_);
     keys_service_ = std::make_unique<FakeKeyService>(decisions_);
     ingest_ = std::make_unique<FakeIngestService>(decisions_);
+    unlisted_ = std::make_unique<UnlistedService>(decisions_);
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     int port = 0;
@@ -396,6 +436,7 @@ class AuthInterceptorTest : public KeyRingTest {
     builder.RegisterService(projects_.get());
     builder.RegisterService(keys_service_.get());
     builder.RegisterService(ingest_.get());
+    builder.RegisterCallbackGenericService(unlisted_.get());
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
     creators.push_back(std::make_unique<AuthInterceptorFactory>(keys, decisions_));
     builder.experimental().SetInterceptorCreators(std::move(creators));
@@ -447,6 +488,7 @@ class AuthInterceptorTest : public KeyRingTest {
   std::unique_ptr<FakeProjectService> projects_;
   std::unique_ptr<FakeKeyService> keys_service_;
   std::unique_ptr<FakeIngestService> ingest_;
+  std::unique_ptr<UnlistedService> unlisted_;
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
 };
@@ -630,6 +672,47 @@ TEST_F(KeyRingTest, TheMetadataProcessorAdmitsValidKeysAndOpenMethodsOnly) {
   ASSERT_TRUE(ring.Revoke(created->record.key_id).ok());
   EXPECT_EQ(Process(processor, {{":path", get}, {"authorization", "Bearer " + created->text}}),
             grpc::StatusCode::UNAUTHENTICATED);
+}
+
+// auth_interceptor.cc: a method of a registered service with no access policy is refused,
+// never guessed, even for an admin key valid for every project.
+TEST_F(AuthInterceptorTest, AMethodWithoutAnAccessPolicyIsRefusedEvenToAGlobalAdmin) {
+  const std::string global_admin = Key(Role::kAdmin, {});
+  Start(ring_.get());
+  grpc::GenericStub stub(channel_);
+  grpc::ClientContext context;
+  WithKey(context, global_admin);
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/verity.v1.UnlistedService/Do", grpc::StubOptions(), &request,
+                 &response, [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  grpc::Status status = done.get_future().get();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+  // The same key on a method with a policy is admitted.
+  EXPECT_EQ(ListKeys(global_admin), grpc::StatusCode::OK);
+}
+
+// key_ring.h: "When the database cannot be reached ... an unknown key then fails UNAVAILABLE,
+// not UNAUTHENTICATED, since it may be valid" -- through the interceptor and the TLS metadata
+// processor alike; a cached key still gets in.
+TEST_F(AuthInterceptorTest, WithTheDatabaseDownAnUnknownKeysCallIsUnavailable) {
+  const std::string reader = Key(Role::kReader, {"alpha"});
+  Start(ring_.get());
+  ApiKeyMetadataProcessor processor(*ring_);
+  const std::string unknown = "vk_00000000000000ff_" + std::string(64, 'c');
+  const std::string get = "/verity.v1.ProjectService/GetProject";
+  absl::SleepFor(absl::Milliseconds(1100));  // Past the one-refresh-per-second bound.
+  ASSERT_TRUE(cluster().Stop().ok());
+  const grpc::StatusCode by_interceptor = GetProject(unknown, "alpha");
+  const grpc::StatusCode by_processor =
+      Process(processor, {{":path", get}, {"authorization", "Bearer " + unknown}});
+  const grpc::StatusCode cached = GetProject(reader, "alpha");
+  ASSERT_TRUE(cluster().Start().ok());
+  EXPECT_EQ(by_interceptor, grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(by_processor, grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(cached, grpc::StatusCode::OK);
 }
 
 }  // namespace
