@@ -74,5 +74,44 @@ TEST(SecretFileTest, AnUnwritableDirectoryIsAClearError) {
       << status;
 }
 
+// secret_file.h: the file is "fchmod'ed to 0600 whatever the umask" -- a umask that takes the
+// owner's own bits away does not leave a key file its owner cannot read.
+TEST(SecretFileTest, TheModeIs0600WhateverTheUmask) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  const mode_t old_umask = ::umask(0277);
+  const absl::Status status = WriteSecretFile(dir + "/admin.key", "vk_secret");
+  ::umask(old_umask);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(ModeOf(dir + "/admin.key") & 0777, 0600);
+  EXPECT_EQ(Read(dir + "/admin.key"), "vk_secret\n");
+}
+
+// A path without a directory is relative to the working directory (its directory is ".").
+TEST(SecretFileTest, APathWithoutADirectoryIsWrittenInTheWorkingDirectory) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  char old_cwd[4096];
+  ASSERT_NE(::getcwd(old_cwd, sizeof(old_cwd)), nullptr);
+  ASSERT_EQ(::chdir(dir.c_str()), 0);
+  const absl::Status status = WriteSecretFile("admin.key", "vk_secret");
+  ASSERT_EQ(::chdir(old_cwd), 0);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(Read(dir + "/admin.key"), "vk_secret\n");
+  EXPECT_EQ(ModeOf(dir + "/admin.key") & 0777, 0600);
+}
+
+// secret_file.h: "FAILED_PRECONDITION, naming the file and the reason, on any failure" -- here
+// the rename: a directory (not empty) sits where the key file goes.
+TEST(SecretFileTest, AFailedRenameIsAnError) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  ASSERT_EQ(::mkdir((dir + "/admin.key").c_str(), 0700), 0);
+  WriteWithMode(dir + "/admin.key/inside", "x\n", 0600);
+  const absl::Status status = WriteSecretFile(dir + "/admin.key", "vk_secret");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(status.message().find("rename"), absl::string_view::npos) << status;
+}
+
 }  // namespace
 }  // namespace verity::server
