@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
 #include "common/status_matchers.h"
 
 namespace verity::server {
@@ -40,6 +44,23 @@ TEST(TransportSecurityTest, TlsFlagsMustComeTogetherAndFilesMustExist) {
   ca_only.tls_client_ca_file = "/nonexistent/ca.pem";
   EXPECT_THAT(MakeServerCredentials("localhost:1", ca_only).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// transport_security.h: "NOT_FOUND naming an unreadable file" -- the client CA too: an
+// unreadable --tls_client_ca never yields a server that skips client certificates.
+TEST(TransportSecurityTest, AnUnreadableClientCaIsNotFound) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  TransportSecurityOptions options;
+  options.tls_cert_file = dir + "/transport-cert.pem";
+  options.tls_key_file = dir + "/transport-key.pem";
+  std::ofstream(options.tls_cert_file) << "not checked here\n";
+  std::ofstream(options.tls_key_file) << "not checked here\n";
+  options.tls_client_ca_file = dir + "/nonexistent-ca.pem";
+  auto refused = MakeServerCredentials("0.0.0.0:1", options);
+  EXPECT_THAT(refused.status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_NE(refused.status().message().find("nonexistent-ca.pem"), absl::string_view::npos)
+      << refused.status();
 }
 
 }  // namespace
