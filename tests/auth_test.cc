@@ -821,6 +821,94 @@ TEST_F(AuthTest, KeysAreDescribedAsCreatedListedAndRevoked) {
   EXPECT_TRUE(with_revoked->has_revoked_at());
 }
 
+// keys.proto RevokeKey: INVALID_ARGUMENT for an empty key_id or one of more than 64 characters,
+// NOT_FOUND for any other unknown key_id; docs/SECURITY.md: at most 1,000 projects listed per
+// API key, INVALID_ARGUMENT past it.
+TEST_F(AuthTest, KeyServiceRefusesEmptyOrOverlongKeyIdsAndTooManyProjects) {
+  auto revoke = [&](const std::string& key_id) {
+    v1::RevokeKeyRequest request;
+    request.set_key_id(key_id);
+    v1::RevokeKeyResponse response;
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kAdmin]);
+    return v1::KeyService::NewStub(*channel_)->RevokeKey(&context, request, &response).error_code();
+  };
+  EXPECT_EQ(revoke(""), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(revoke(std::string(64, 'f')), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(revoke(std::string(65, 'f')), grpc::StatusCode::INVALID_ARGUMENT);
+
+  auto create = [&](int projects) {
+    v1::CreateKeyRequest request;
+    request.set_role(v1::ROLE_READER);
+    for (int i = 0; i < projects; ++i) request.add_projects(absl::StrCat("p", i));
+    v1::CreateKeyResponse response;
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kAdmin]);
+    const grpc::Status status =
+        v1::KeyService::NewStub(*channel_)->CreateKey(&context, request, &response);
+    if (status.ok()) {
+      EXPECT_EQ(revoke(response.key().key_id()), grpc::StatusCode::OK);
+    }
+    return status.error_code();
+  };
+  EXPECT_EQ(create(1000), grpc::StatusCode::OK);
+  EXPECT_EQ(create(1001), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// keys.proto KeyService: admin-only, with an admin key valid for every project. A RevokeKey
+// refused to any other caller revokes nothing: the key it named still works.
+TEST_F(AuthTest, ARefusedRevokeKeyRevokesNothing) {
+  const std::string victim = CreateKey(v1::ROLE_READER, {kProject});
+  ASSERT_TRUE(GetOwnProject(*channel_, victim).ok());
+  for (Caller caller : {Caller::kNoKey, Caller::kWrongKey, Caller::kReader, Caller::kWriter,
+                        Caller::kScopedAdmin, Caller::kOtherProjectAdmin}) {
+    v1::RevokeKeyRequest request;
+    request.set_key_id(victim.substr(3, 16));
+    v1::RevokeKeyResponse response;
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[caller]);
+    const grpc::Status status =
+        v1::KeyService::NewStub(*channel_)->RevokeKey(&context, request, &response);
+    EXPECT_TRUE(status.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+                status.error_code() == grpc::StatusCode::UNAUTHENTICATED)
+        << static_cast<int>(caller) << ": " << status.error_message();
+    const grpc::Status still = GetOwnProject(*channel_, victim);
+    EXPECT_TRUE(still.ok()) << static_cast<int>(caller)
+                            << " revoked the key: " << still.error_message();
+  }
+}
+
+// keys.proto ApiKey.role: an admin key is described as ROLE_ADMIN, when created and when listed.
+TEST_F(AuthTest, AnAdminKeyIsDescribedAsAnAdmin) {
+  v1::CreateKeyRequest create;
+  create.set_role(v1::ROLE_ADMIN);
+  create.add_projects(kProject);
+  v1::CreateKeyResponse created;
+  {
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kAdmin]);
+    ASSERT_TRUE(v1::KeyService::NewStub(*channel_)->CreateKey(&context, create, &created).ok());
+  }
+  EXPECT_EQ(created.key().role(), v1::ROLE_ADMIN);
+  v1::ListKeysResponse listed;
+  {
+    grpc::ClientContext context;
+    Authorize(context, (*keys_)[Caller::kAdmin]);
+    ASSERT_TRUE(v1::KeyService::NewStub(*channel_)
+                    ->ListKeys(&context, v1::ListKeysRequest(), &listed)
+                    .ok());
+  }
+  int found = 0;
+  for (const v1::ApiKey& key : listed.keys()) {
+    if (key.key_id() != created.key().key_id()) continue;
+    ++found;
+    EXPECT_EQ(key.role(), v1::ROLE_ADMIN);
+  }
+  EXPECT_EQ(found, 1);
+  v1::RevokeKeyResponse revoked;
+  ASSERT_TRUE(Revoke(created.secret_key(), &revoked).ok());
+}
+
 TEST_F(AuthTest, ARevokedKeyIsRefusedAtOnce) {
   const std::string key = CreateKey(v1::ROLE_READER, {});
   auto get = [&] {
