@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <memory>
 #include <regex>
@@ -23,6 +24,7 @@
 #include "server/verity_server.h"
 #include "tests/test_postgres.h"
 #include "tests/test_server.h"
+#include "verity/v1/keys.grpc.pb.h"
 
 namespace verity::tests {
 namespace {
@@ -513,6 +515,147 @@ TEST_F(ConsoleProbeTest, TheHistoryHasItsFourParallelArrays) {
   for (const char* key : {"time_ms", "labels", "labels_per_second", "resolved_share"}) {
     EXPECT_NE(body.find(absl::StrCat("\"", key, "\":["), history), std::string::npos) << key;
   }
+}
+
+// The same port with authentication on (docs/SECURITY.md "What the HTTP port exposes").
+class ConsoleAuthProbeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    pg_ = TestPostgres::Start("verity-console-auth-probe").release();
+    ASSERT_NE(pg_, nullptr);
+    server::VerityServer::Options options = TestServerOptions(pg_->url(), 4);
+    options.metrics_listen = "127.0.0.1:0";
+    options.auth.enabled = true;
+    options.auth.admin_key_file = pg_->dir() + "/admin.key";
+    auto server = server::VerityServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+    std::ifstream in(pg_->dir() + "/admin.key");
+    admin_ = new std::string;
+    std::getline(in, *admin_);
+    ASSERT_FALSE(admin_->empty());
+    channel_ = new std::shared_ptr<grpc::Channel>(
+        client::CreateInsecureChannel(absl::StrCat("127.0.0.1:", server_->port())));
+    client::ClientOptions admin_options;
+    admin_options.api_key = *admin_;
+    client::VerityClient admin(*channel_, admin_options);
+    for (const char* name : {"auth-a", "auth-b"}) {
+      v1::Project project;
+      project.set_name(name);
+      project.add_classes("no");
+      project.add_classes("yes");
+      ASSERT_TRUE(admin.CreateProject(project).ok()) << name;
+    }
+  }
+
+  static void TearDownTestSuite() {
+    delete channel_;
+    channel_ = nullptr;
+    if (server_ != nullptr) server_->Shutdown();
+    delete server_;
+    server_ = nullptr;
+    delete admin_;
+    admin_ = nullptr;
+    delete pg_;
+    pg_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(server_->metrics_port(), 0);
+  }
+
+  // A new key's secret and id.
+  static std::pair<std::string, std::string> CreateKey(v1::Role role,
+                                                       const std::vector<std::string>& projects) {
+    v1::CreateKeyRequest request;
+    request.set_role(role);
+    request.set_name("console_probe_test");
+    for (const std::string& p : projects) request.add_projects(p);
+    v1::CreateKeyResponse response;
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + *admin_);
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    grpc::Status status =
+        v1::KeyService::NewStub(*channel_)->CreateKey(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return {response.secret_key(), response.key().key_id()};
+  }
+
+  static HttpResponse Get(const std::string& path, const std::string& authorization = "") {
+    std::map<std::string, std::string> headers;
+    if (!authorization.empty()) headers["Authorization"] = authorization;
+    absl::StatusOr<HttpResponse> response = HttpGet(server_->metrics_port(), path, headers);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? *response : HttpResponse{};
+  }
+
+  static TestPostgres* pg_;
+  static server::VerityServer* server_;
+  static std::string* admin_;
+  static std::shared_ptr<grpc::Channel>* channel_;
+};
+
+TestPostgres* ConsoleAuthProbeTest::pg_ = nullptr;
+server::VerityServer* ConsoleAuthProbeTest::server_ = nullptr;
+std::string* ConsoleAuthProbeTest::admin_ = nullptr;
+std::shared_ptr<grpc::Channel>* ConsoleAuthProbeTest::channel_ = nullptr;
+
+// docs/SECURITY.md: "`GET /metrics`: Prometheus text. No login"; console.h: "The page itself
+// (GET /) carries no data; it asks for the key": both answer without a key with auth on.
+TEST_F(ConsoleAuthProbeTest, MetricsAndThePageNeedNoKey) {
+  EXPECT_EQ(Get("/metrics").status, 200);
+  EXPECT_EQ(Get("/").status, 200);
+}
+
+// docs/SECURITY.md: "With authentication on, every `/api/` request needs `Authorization: Bearer
+// KEY` ...: 401 without a valid key".
+TEST_F(ConsoleAuthProbeTest, EveryApiPathIsRefusedWithoutAValidKey) {
+  const std::string basic = "Basic " + *admin_;
+  for (const char* path : {"/api/projects", "/api/projects/auth-a",
+                           "/api/projects/auth-a/annotators", "/api/nothing"}) {
+    EXPECT_EQ(Get(path).status, 401) << path;
+    EXPECT_EQ(Get(path, basic).status, 401) << path;
+    EXPECT_EQ(Get(path, "Bearer vk_0000000000000000_not-a-key").status, 401) << path;
+  }
+}
+
+// docs/SECURITY.md: "every `/api/` request needs `Authorization: Bearer KEY`, any role, and
+// sees only the key's projects: ... 403 for another project." A writer key of auth-a.
+TEST_F(ConsoleAuthProbeTest, AWriterKeyReadsItsProjectAndOnlyIt) {
+  const std::string bearer = "Bearer " + CreateKey(v1::ROLE_WRITER, {"auth-a"}).first;
+  EXPECT_EQ(Get("/api/projects/auth-a", bearer).status, 200);
+  EXPECT_EQ(Get("/api/projects/auth-a/annotators", bearer).status, 200);
+  EXPECT_EQ(Get("/api/projects/auth-b", bearer).status, 403);
+  EXPECT_EQ(Get("/api/projects/auth-b/annotators", bearer).status, 403);
+  const std::string list = Get("/api/projects", bearer).body;
+  EXPECT_TRUE(absl::StrContains(list, "\"name\":\"auth-a\"")) << list;
+  EXPECT_FALSE(absl::StrContains(list, "auth-b")) << list;
+}
+
+// docs/SECURITY.md: an admin key valid for every project is trusted with "Every RPC on every
+// project"; the console with it lists both projects.
+TEST_F(ConsoleAuthProbeTest, TheBootstrapAdminKeySeesEveryProject) {
+  const std::string list = Get("/api/projects", "Bearer " + *admin_).body;
+  EXPECT_TRUE(absl::StrContains(list, "\"name\":\"auth-a\"")) << list;
+  EXPECT_TRUE(absl::StrContains(list, "\"name\":\"auth-b\"")) << list;
+}
+
+// keys.proto RevokeKey: "Takes effect on this server at once"; docs/SECURITY.md: "401 without a
+// valid key". A reader key that read the console before its revocation is refused right after.
+TEST_F(ConsoleAuthProbeTest, ARevokedKeyIsRefusedByTheConsoleAtOnce) {
+  const auto [secret, id] = CreateKey(v1::ROLE_READER, {"auth-a"});
+  const std::string bearer = "Bearer " + secret;
+  ASSERT_EQ(Get("/api/projects/auth-a", bearer).status, 200);
+  v1::RevokeKeyRequest request;
+  request.set_key_id(id);
+  v1::RevokeKeyResponse response;
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer " + *admin_);
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  ASSERT_TRUE(v1::KeyService::NewStub(*channel_)->RevokeKey(&context, request, &response).ok());
+  EXPECT_EQ(Get("/api/projects/auth-a", bearer).status, 401);
+  EXPECT_EQ(Get("/api/projects", bearer).status, 401);
 }
 
 }  // namespace
