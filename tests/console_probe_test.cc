@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "client/verity_client.h"
 #include "server/testing/http_get.h"
 #include "server/verity_server.h"
+#include "tests/server_process.h"
 #include "tests/test_postgres.h"
 #include "tests/test_server.h"
 #include "verity/v1/keys.grpc.pb.h"
@@ -656,6 +658,40 @@ TEST_F(ConsoleAuthProbeTest, ARevokedKeyIsRefusedByTheConsoleAtOnce) {
   ASSERT_TRUE(v1::KeyService::NewStub(*channel_)->RevokeKey(&context, request, &response).ok());
   EXPECT_EQ(Get("/api/projects/auth-a", bearer).status, 401);
   EXPECT_EQ(Get("/api/projects", bearer).status, 401);
+}
+
+// The flag text of the server binary (`--helpfull`), for the defaults the docs promise.
+std::string ServerHelp() {
+  const std::string command = RunfilePath("server/verity_server") + " --helpfull 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return "";
+  std::string text;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) text.append(buffer, n);
+  pclose(pipe);
+  return text;
+}
+
+// The text of one flag's entry in `--helpfull`, from "--NAME (" to the next flag.
+std::string FlagHelp(const std::string& help, const std::string& name) {
+  const size_t start = help.find("\n    --" + name + " (");
+  if (start == std::string::npos) return "";
+  const size_t end = help.find("\n    --", start + 1);
+  return help.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+// docs/SECURITY.md: "`--metrics_port` (default 9464) on `--metrics_address` (default
+// 127.0.0.1) serves" ... and the console is on unless `--console=false`: the loopback default.
+TEST(ConsoleFlagsProbeTest, TheHttpPortDefaultsToLoopback9464WithTheConsoleOn) {
+  const std::string help = ServerHelp();
+  ASSERT_FALSE(help.empty());
+  EXPECT_TRUE(absl::StrContains(FlagHelp(help, "metrics_port"), "default: 9464;"))
+      << FlagHelp(help, "metrics_port");
+  EXPECT_TRUE(absl::StrContains(FlagHelp(help, "metrics_address"), "default: \"127.0.0.1\";"))
+      << FlagHelp(help, "metrics_address");
+  EXPECT_TRUE(absl::StrContains(FlagHelp(help, "console"), "default: true;"))
+      << FlagHelp(help, "console");
 }
 
 }  // namespace
