@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -453,6 +454,32 @@ TEST_F(ConsoleProbeTest, TheAnnotatorListPutsTheMostLabelsFirstAndCountsEveryAnn
   ASSERT_NE(first_id, std::string::npos);
   EXPECT_EQ(body.substr(first_id, 9), "\"id\":\"a3\"");
   EXPECT_EQ(IntField(body, "labels", first_id), 3);
+}
+
+// console.h: "Confusion matrices are listed for projects with at most this many classes (a K×K
+// matrix per annotator grows quickly); above it "confusion" is null." kMaxConfusionClasses = 32:
+// a 32-class project lists a 32-row matrix, a 33-class one null.
+TEST_F(ConsoleProbeTest, ConfusionMatricesAreListedUpToThirtyTwoClasses) {
+  for (int k : {32, 33}) {
+    const std::string name = absl::StrCat("classes-", k);
+    std::vector<std::string> classes;
+    for (int c = 0; c < k; ++c) classes.push_back(absl::StrCat("c", c));
+    Create(name, classes);
+    ASSERT_NO_FATAL_FAILURE(SubmitAllAccepted(*client_, name, {{"i1", "a1", k - 1}}));
+    const std::string body = Get(absl::StrCat("/api/projects/", name, "/annotators")).body;
+    const size_t confusion = body.find("\"confusion\":");
+    ASSERT_NE(confusion, std::string::npos) << body;
+    if (k == 33) {
+      EXPECT_EQ(body.substr(confusion, 16), "\"confusion\":null") << k;
+    } else {
+      EXPECT_EQ(body.substr(confusion, 14), "\"confusion\":[[") << k;
+      // 32 rows: "[" opens the matrix, then one "[" per row, until the annotator's end.
+      const size_t end = body.find("]]", confusion);
+      ASSERT_NE(end, std::string::npos);
+      const std::string matrix = body.substr(confusion, end - confusion);
+      EXPECT_EQ(std::count(matrix.begin(), matrix.end(), '['), 1 + 32) << matrix;
+    }
+  }
 }
 
 // server/console/README.md: "The per-project gauges (`verity_project_labels`,
