@@ -482,6 +482,65 @@ TEST_F(ConsoleProbeTest, ConfusionMatricesAreListedUpToThirtyTwoClasses) {
   }
 }
 
+// server/console/README.md: "`annotators_total` is the project's count" — the count GetProject
+// serves (num_annotators), which includes annotators registered with AddAnnotators that have no
+// label yet: 2 registered without labels and 1 with a label make 3.
+TEST_F(ConsoleProbeTest, AnnotatorsTotalCountsRegisteredAnnotatorsWithoutLabels) {
+  Create("registered", {"no", "yes"});
+  std::vector<v1::Annotator> annotators(2);
+  annotators[0].set_id("quiet-1");
+  annotators[1].set_id("quiet-2");
+  ASSERT_TRUE(client_->AddAnnotators("registered", annotators).ok());
+  ASSERT_NO_FATAL_FAILURE(SubmitAllAccepted(*client_, "registered", {{"i1", "busy", 1}}));
+  absl::StatusOr<v1::Project> project = client_->GetProject("registered");
+  ASSERT_TRUE(project.ok()) << project.status();
+  EXPECT_EQ(project->num_annotators(), 3);
+  const std::string body = Get("/api/projects/registered/annotators").body;
+  EXPECT_EQ(IntField(body, "annotators_total"), 3) << body;
+  EXPECT_EQ(IntField(ProjectEntry(Get("/api/projects").body, "registered"), "annotators"), 3);
+}
+
+// console.h: "/api/projects  every project: classes, counts"; projects.proto num_items: "items
+// known (labelled or added)": 2 items added without labels and 1 labelled make 3.
+TEST_F(ConsoleProbeTest, ItemCountsIncludeAddedItemsWithoutLabels) {
+  Create("added-items", {"no", "yes"});
+  std::vector<v1::Item> items(2);
+  items[0].set_id("unlabelled-1");
+  items[1].set_id("unlabelled-2");
+  ASSERT_TRUE(client_->AddItems("added-items", items).ok());
+  ASSERT_NO_FATAL_FAILURE(SubmitAllAccepted(*client_, "added-items", {{"i1", "a1", 1}}));
+  EXPECT_EQ(IntField(ProjectEntry(Get("/api/projects").body, "added-items"), "items"), 3);
+  EXPECT_EQ(IntField(Get("/api/projects/added-items").body, "items"), 3);
+}
+
+// deploy/README.md: "Live labels per project | `verity_project_labels`"; SECURITY.md: "Live
+// labels per project (one per item and annotator; a revision adds none)": 2 labels and a
+// revision of one of them leave the gauge at 2.
+TEST_F(ConsoleProbeTest, TheLabelsGaugeCountsLiveLabelsNotRevisions) {
+  Create("revised", {"no", "yes"});
+  ASSERT_NO_FATAL_FAILURE(
+      SubmitAllAccepted(*client_, "revised", {{"i1", "a1", 1}, {"i2", "a1", 1}}));
+  ASSERT_TRUE(client_->SubmitAnnotations("revised", Annotations({{"i1", "a1", 0}}), {}).ok());
+  EXPECT_EQ(ScrapeMetrics().Value("verity_project_labels{project=\"revised\"}"), 2);
+}
+
+// console.h: "/api/projects/{name}  one project: ... open items and leases"; SuggestItems
+// "leases up to k ... items per call" (SECURITY.md): after one annotator is suggested 3 of 5
+// items, the view shows 3 outstanding leases on 3 items.
+TEST_F(ConsoleProbeTest, TheProjectViewShowsTheLeasesSuggestItemsTook) {
+  Create("leases", {"no", "yes"});
+  std::vector<v1::Item> items(5);
+  for (int i = 0; i < 5; ++i) items[i].set_id(absl::StrCat("item-", i));
+  ASSERT_TRUE(client_->AddItems("leases", items).ok());
+  absl::StatusOr<std::vector<v1::ItemSuggestion>> suggested =
+      client_->SuggestItems("leases", "worker-1", 3, {});
+  ASSERT_TRUE(suggested.ok()) << suggested.status();
+  ASSERT_EQ(suggested->size(), 3u);
+  const std::string body = Get("/api/projects/leases").body;
+  EXPECT_EQ(IntField(body, "outstanding_leases"), 3) << body;
+  EXPECT_EQ(IntField(body, "items_with_leases"), 3) << body;
+}
+
 // server/console/README.md: "The per-project gauges (`verity_project_labels`,
 // `verity_model_version`, `verity_project_labels_since_model`) report the same projects" as
 // `/api/projects`, with the same live labels.
