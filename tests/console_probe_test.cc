@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -77,6 +78,16 @@ int64_t IntField(const std::string& json, const std::string& key, size_t from = 
   return std::stoll(match[1].str());
 }
 
+// The number of the first `"key":X` in `json` at or after `from`; NaN if none.
+double DoubleField(const std::string& json, const std::string& key, size_t from = 0) {
+  std::smatch match;
+  const std::string rest = json.substr(std::min(from, json.size()));
+  if (!std::regex_search(rest, match, std::regex("\"" + key + "\"\\s*:\\s*(-?[0-9.eE+-]+)"))) {
+    return std::nan("");
+  }
+  return std::stod(match[1].str());
+}
+
 // The part of `/api/projects`' JSON from project `name`'s entry on (to the next "name").
 std::string ProjectEntry(const std::string& json, const std::string& name) {
   const std::string anchor = absl::StrCat("\"name\":\"", name, "\"");
@@ -87,6 +98,10 @@ std::string ProjectEntry(const std::string& json, const std::string& name) {
 }
 
 class ConsoleProbeTest : public ::testing::Test {
+ public:
+  static client::VerityClient& Client() { return *client_; }
+  static std::string Page(const std::string& path) { return Get(path).body; }
+
  protected:
   static void SetUpTestSuite() {
     pg_ = TestPostgres::Start("verity-console-probe").release();
@@ -539,6 +554,45 @@ TEST_F(ConsoleProbeTest, TheProjectViewShowsTheLeasesSuggestItemsTook) {
   const std::string body = Get("/api/projects/leases").body;
   EXPECT_EQ(IntField(body, "outstanding_leases"), 3) << body;
   EXPECT_EQ(IntField(body, "items_with_leases"), 3) << body;
+}
+
+// The console's annotator table ("labels, estimated accuracy", server/console/README.md) and
+// GetAnnotatorProfiles (truth.proto: accuracy "sum_k prior_k * confusion[k][k], prior_k the
+// mean served posterior of class k over the project's items that have labels", num_labels)
+// describe one served state, right after a fit and after more labels before the next fit.
+void ExpectConsoleAnnotatorsMatchProfiles(const std::string& project) {
+  absl::StatusOr<std::vector<v1::AnnotatorProfile>> profiles =
+      ConsoleProbeTest::Client().GetAnnotatorProfiles(project, {});
+  ASSERT_TRUE(profiles.ok()) << profiles.status();
+  ASSERT_EQ(profiles->size(), 3u);
+  const std::string body =
+      ConsoleProbeTest::Page(absl::StrCat("/api/projects/", project, "/annotators"));
+  for (const v1::AnnotatorProfile& profile : *profiles) {
+    const size_t at = body.find(absl::StrCat("\"id\":\"", profile.annotator(), "\""));
+    ASSERT_NE(at, std::string::npos) << profile.annotator() << ": " << body;
+    EXPECT_EQ(IntField(body, "labels", at), profile.num_labels()) << profile.annotator();
+    EXPECT_NEAR(DoubleField(body, "accuracy", at), profile.accuracy(), 1e-6) << profile.annotator();
+  }
+}
+
+const std::vector<LabelTriple> kThreeAnnotators = {
+    {"i1", "a", 1}, {"i2", "a", 1}, {"i3", "a", 0}, {"i4", "a", 1}, {"i1", "b", 1}, {"i2", "b", 1},
+    {"i3", "b", 0}, {"i4", "b", 1}, {"i1", "c", 0}, {"i2", "c", 1}, {"i3", "c", 1}, {"i4", "c", 1}};
+
+TEST_F(ConsoleProbeTest, AnnotatorLabelsAndAccuracyAreThoseOfGetAnnotatorProfilesAfterAFit) {
+  Create("acc-fit", {"no", "yes"});
+  ASSERT_NO_FATAL_FAILURE(SubmitAllAccepted(*client_, "acc-fit", kThreeAnnotators));
+  Train("acc-fit");
+  ExpectConsoleAnnotatorsMatchProfiles("acc-fit");
+}
+
+TEST_F(ConsoleProbeTest, AnnotatorLabelsAndAccuracyAreThoseOfGetAnnotatorProfilesBetweenFits) {
+  Create("acc-between", {"no", "yes"});
+  ASSERT_NO_FATAL_FAILURE(SubmitAllAccepted(*client_, "acc-between", kThreeAnnotators));
+  Train("acc-between");
+  ASSERT_NO_FATAL_FAILURE(SubmitAllAccepted(
+      *client_, "acc-between", {{"i5", "a", 0}, {"i5", "b", 0}, {"i5", "c", 1}, {"i6", "c", 0}}));
+  ExpectConsoleAnnotatorsMatchProfiles("acc-between");
 }
 
 // server/console/README.md: "The per-project gauges (`verity_project_labels`,
