@@ -621,10 +621,13 @@ TEST_F(ConsoleProbeTest, ThePerProjectGaugesReportEveryListedProject) {
   EXPECT_GE(projects, 1);
 }
 
-// console.h: a request for an invalid project name is refused (the name is validated before
-// any lookup); server/console/README.md deep links name a project by its URI-encoded name.
-// A name outside [A-Za-z0-9._-] is never a project: 400 or 404, with a JSON error, never 200.
+// console.h: "a name that no project can have (projects.proto's rule) 400" with a JSON error;
+// server/console/README.md deep links name a project by its URI-encoded name. A name outside
+// [A-Za-z0-9._-] is never a project: never 200.
 TEST_F(ConsoleProbeTest, AnInvalidProjectNameIsAJsonErrorNotAPage) {
+  for (const char* path : {"/api/projects/%3Cscript%3E", "/api/projects/a%22b"}) {
+    EXPECT_EQ(Get(path).status, 400) << path;
+  }
   for (const char* path : {"/api/projects/%3Cscript%3E", "/api/projects/a%22b", "/api/projects/..",
                            "/api/projects/a%2Fb/annotators"}) {
     HttpResponse response = Get(path);

@@ -13,8 +13,9 @@
 //
 // Everything is read from the server's in-memory state (the project's current snapshot, as
 // the Truth service reads it) except the model versions and the gold items' labels, which
-// come from PostgreSQL. Unknown paths and projects answer 404 with {"error": "..."}; a failed
-// database read answers 503.
+// come from PostgreSQL. Unknown paths and projects answer 404 with {"error": "..."}, a name
+// that no project can have (projects.proto's rule) 400 with the same form; a failed database
+// read answers 503.
 //
 // History: a background thread samples every project (live labels, resolved share) every
 // kSampleInterval into a ring buffer of kHistorySamples per project, held in memory only (a
