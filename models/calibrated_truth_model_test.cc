@@ -1226,5 +1226,132 @@ TEST(CalibratedTruthModelTest, RestoringABareInnerBlobResetsTheMapToTheIdentity)
   EXPECT_EQ(out, std::vector<double>({0.6, 0.3, 0.1}));
 }
 
+// calibrated_truth_model.h / WithoutMap: the copy serves the inner posteriors, as a wrapper made
+// with fit_map false and restored from this model's version would: it fits no map, and a
+// calibrated version restored into it keeps only its inner model.
+TEST(CalibratedTruthModelTest, WithoutMapServesTheInnerPosteriorsAndNeverFitsAMap) {
+  const Crowd crowd = CorrelatedCrowd(800, 5, 41);
+  auto model = CalibratedDs();
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+  ASSERT_NE(model->calibration().temperature, 1.0);
+  std::unique_ptr<CalibratedTruthModel> plain = model->WithoutMap();
+  EXPECT_FALSE(plain->fits_map());
+  EXPECT_EQ(plain->calibration().temperature, 1.0);
+  EXPECT_EQ(AllPosteriors(*plain, crowd.matrix, {}),
+            AllPosteriors(model->inner(), crowd.matrix, {}));
+  ASSERT_THAT(plain->Restore(model->Serialize()), IsOk());
+  EXPECT_EQ(plain->calibration().temperature, 1.0);
+  EXPECT_EQ(plain->calibration().source, CalibrationSource::kNone);
+  ASSERT_THAT(plain->Fit(crowd.matrix, {}, true).status(), IsOk());
+  EXPECT_EQ(plain->calibration().source, CalibrationSource::kNone);
+  EXPECT_EQ(plain->calibration().temperature, 1.0);
+  EXPECT_EQ(AllPosteriors(*plain, crowd.matrix, {}),
+            AllPosteriors(plain->inner(), crowd.matrix, {}));
+}
+
+// calibrated_truth_model.h / GoldCalibrationLabels: the `count` labels the gold map uses; a count
+// of 0 keeps none (GoldCalibrationLabelCounts never asks for fewer than 1, but the function keeps
+// exactly the count it is given).
+TEST(GoldCalibrationLabelsTest, ACountOfZeroKeepsNoLabel) {
+  const std::vector<AnnotationMatrix::Entry> labels = {{0, 1}, {2, 0}, {3, 1}};
+  EXPECT_TRUE(GoldCalibrationLabels(4, labels, 0).empty());
+  EXPECT_EQ(GoldCalibrationLabels(4, labels, 1).size(), 1u);
+}
+
+// calibrated_truth_model.h: the names the service reports for the map's kind and source.
+TEST(CalibrationMapTest, KindAndSourceNames) {
+  EXPECT_EQ(CalibrationMapKindName(CalibrationMapKind::kTemperature), "temperature");
+  EXPECT_EQ(CalibrationMapKindName(CalibrationMapKind::kTopLabelTemperature),
+            "top_label_temperature");
+  EXPECT_EQ(CalibrationSourceName(CalibrationSource::kNone), "none");
+  EXPECT_EQ(CalibrationSourceName(CalibrationSource::kCrowdLabels), "crowd_labels");
+  EXPECT_EQ(CalibrationSourceName(CalibrationSource::kGold), "gold");
+}
+
+// A ds that refuses, in Restore with bounds, a project smaller than the one it was fitted on,
+// standing in for a model whose blob names sizes it would allocate.
+class BoundedDs final : public TruthModel {
+ public:
+  BoundedDs() : inner_(*DawidSkeneModel::Create(2, {})) {}
+  std::string_view method() const override { return inner_->method(); }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return inner_->has_parameters(); }
+  std::unique_ptr<TruthModel> Clone() const override { return std::make_unique<BoundedDs>(); }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix& data, absl::Span<const int32_t> gold,
+                                bool warm_start) override {
+    return inner_->Fit(data, gold, warm_start);
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    inner_->ItemPosterior(labels, gold_label, out);
+  }
+  std::vector<double> AnnotatorConfusion(int32_t annotator) const override {
+    return inner_->AnnotatorConfusion(annotator);
+  }
+  std::string Serialize() const override { return inner_->Serialize(); }
+  absl::Status Restore(std::string_view serialized) override {
+    return inner_->Restore(serialized);
+  }
+  absl::Status Restore(std::string_view serialized, const RestoreBounds& bounds) override {
+    if (bounds.max_annotators < 5) return absl::InvalidArgumentError("too many annotators");
+    return inner_->Restore(serialized);
+  }
+
+ private:
+  std::unique_ptr<TruthModel> inner_;
+};
+
+// truth_model.h / Restore with bounds: the wrapper hands the bounds to its inner model, for a
+// calibrated version and for a bare inner blob alike, and a refusal leaves it unchanged.
+TEST(CalibratedTruthModelTest, RestoreWithBoundsPassesThemToTheInnerModel) {
+  const Crowd crowd = CorrelatedCrowd(600, 5, 43);
+  CalibratedTruthModel model(std::make_unique<BoundedDs>());
+  ASSERT_THAT(model.Fit(crowd.matrix, {}, false).status(), IsOk());
+  ASSERT_NE(model.calibration().temperature, 1.0);
+  const std::string calibrated = model.Serialize();
+  const std::string bare = model.inner().Serialize();
+  TruthModel::RestoreBounds tight;
+  tight.max_annotators = 4;
+  TruthModel::RestoreBounds loose;
+  loose.max_annotators = 5;
+  for (const std::string& blob : {calibrated, bare}) {
+    CalibratedTruthModel restored(std::make_unique<BoundedDs>());
+    EXPECT_THAT(restored.Restore(blob, tight), StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_FALSE(restored.has_parameters());
+    EXPECT_EQ(restored.calibration().source, CalibrationSource::kNone);
+    ASSERT_THAT(restored.Restore(blob, loose), IsOk());
+    EXPECT_EQ(AllPosteriors(restored.inner(), crowd.matrix, {}),
+              AllPosteriors(model.inner(), crowd.matrix, {}));
+  }
+}
+
+// calibrated_truth_model.h: Restore refuses a calibrated blob of another format version (the
+// control, version 1, restores).
+TEST(CalibratedTruthModelTest, RestoreRefusesAnotherFormatVersion) {
+  const std::string_view m = CalibratedTruthModel::kMagic;
+  const uint32_t magic = static_cast<uint32_t>(static_cast<unsigned char>(m[0])) |
+                         static_cast<uint32_t>(static_cast<unsigned char>(m[1])) << 8 |
+                         static_cast<uint32_t>(static_cast<unsigned char>(m[2])) << 16 |
+                         static_cast<uint32_t>(static_cast<unsigned char>(m[3])) << 24;
+  const auto blob = [&](uint32_t version) {
+    ByteWriter writer;
+    writer.WriteU32(magic);
+    writer.WriteU32(version);
+    writer.WriteU32(static_cast<uint32_t>(CalibrationMapKind::kTemperature));
+    writer.WriteF64(0.5);
+    writer.WriteU32(static_cast<uint32_t>(CalibrationSource::kCrowdLabels));
+    writer.WriteU64(0);
+    writer.WriteF64(0.0);
+    writer.WriteF64(0.0);
+    writer.WriteString("inner");
+    return writer.Finish();
+  };
+  CalibratedTruthModel model(std::make_unique<FixedRowModel>());
+  EXPECT_THAT(model.Restore(blob(2)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(model.calibration().source, CalibrationSource::kNone);
+  ASSERT_THAT(model.Restore(blob(1)), IsOk());
+  EXPECT_EQ(model.calibration().temperature, 0.5);
+}
+
 }  // namespace
 }  // namespace verity::models
