@@ -1233,5 +1233,188 @@ TEST(AutoTruthModelTest, ADsThatFailsToFitIsSkippedAndTheBestFittedCandidateChos
   EXPECT_EQ(choice->method, "mv") << choice->reason;
 }
 
+// auto_truth_model.h / Create: INVALID_ARGUMENT for invalid options, even with a factory that
+// would accept them (the options are validated by auto itself, not left to the candidates).
+TEST(AutoTruthModelTest, CreateRefusesInvalidOptionsWhateverTheFactory) {
+  const AutoTruthModel::CandidateFactory any =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    return std::unique_ptr<TruthModel>(std::make_unique<FixedModel>(
+        std::string(method), nullptr, std::vector<double>{0.5, 0.5, 0.5, 0.5}, nullptr));
+  };
+  TruthModelOptions options;
+  options.confusion_smoothing = 0.0;
+  EXPECT_THAT(AutoTruthModel::Create(2, options, any).status(),
+              ::verity::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(AutoTruthModel::Create(2, {}, any).status(), IsOk());
+}
+
+// auto_truth_model.h / Restore: a version written for another number of classes is refused,
+// and the model keeps what it served.
+TEST(AutoTruthModelTest, RestoreRefusesAnotherClassCountAndKeepsTheModel) {
+  const AutoTruthModel::CandidateFactory any =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    return std::unique_ptr<TruthModel>(std::make_unique<FixedModel>(
+        std::string(method), nullptr, std::vector<double>{0.5, 0.5, 0.5, 0.5}, nullptr));
+  };
+  const auto blob = [](uint32_t classes, std::string_view method) {
+    ByteWriter writer;
+    writer.WriteU32(1);  // version
+    writer.WriteU32(classes);
+    writer.WriteString(method);
+    writer.WriteString("fallback");
+    writer.WriteString("reason");
+    writer.WriteString("inner");
+    return absl::StrCat(std::string(AutoTruthModel::kMagic), writer.Finish());
+  };
+  std::unique_ptr<AutoTruthModel> model = MakeAuto(2, any);
+  ASSERT_THAT(model->Restore(blob(2, "mv")), IsOk());
+  EXPECT_EQ(model->choice().method, "mv");
+  EXPECT_THAT(model->Restore(blob(3, "glad")),
+              ::verity::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(model->choice().method, "mv");
+  EXPECT_EQ(model->served().method(), "mv");
+}
+
+// auto_truth_model.h: gold cross-validation needs kMinGoldItems gold items *with labels*; gold
+// items nobody labelled do not count. 29 labelled gold items and 10 unlabelled ones use the
+// held-out crowd labels (every item has 2 labels); a 30th labelled gold item switches to gold_cv.
+TEST(AutoTruthModelTest, GoldItemsWithoutLabelsDoNotCountTowardsGoldCv) {
+  const auto choose = [](int32_t labelled_gold) {
+    std::vector<Annotation> annotations;
+    for (int32_t i = 0; i < 200; ++i) {
+      annotations.push_back({i, 0, 0});
+      annotations.push_back({i, 1, 0});
+    }
+    // Items 200..209 have no label.
+    const AnnotationMatrix data = *AnnotationMatrix::Build(210, 2, 2, annotations);
+    std::vector<int32_t> gold(210, -1);
+    for (int32_t i = 0; i < labelled_gold; ++i) gold[i] = 0;
+    for (int32_t i = 200; i < 210; ++i) gold[i] = 0;
+    return ChooseTruthMethod(data, gold, {},
+                             DsAndMv([](int32_t) { return true; }, [](int32_t) { return true; }));
+  };
+  absl::StatusOr<AutoChoice> few = choose(AutoTruthModel::kMinGoldItems - 1);
+  ASSERT_THAT(few, IsOk());
+  EXPECT_EQ(few->criterion, "held_out_labels") << few->reason;
+  absl::StatusOr<AutoChoice> enough = choose(AutoTruthModel::kMinGoldItems);
+  ASSERT_THAT(enough, IsOk());
+  EXPECT_EQ(enough->criterion, "gold_cv") << enough->reason;
+}
+
+// Promise (auto_truth_model.h): the log-loss tie-break does not depend on the order of the
+// candidates. As GoldCvBreaksAccuracyTiesByLogLoss with the confidences swapped: one_coin (0.99,
+// first among the candidates) has the lower log-loss and is chosen over mv (0.9), which comes
+// later and ties it on accuracy.
+TEST(AutoTruthModelTest, GoldCvAccuracyTieGoesToTheLowerLogLossWhicheverComesFirst) {
+  const AnnotationMatrix data = ThirtyGoldItems();
+  const std::vector<int32_t> gold(30, 0);
+  const AutoTruthModel::CandidateFactory factory =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    if (method == "ds") {
+      return std::unique_ptr<TruthModel>(
+          std::make_unique<ConfidentModel>("ds", [](int32_t i) { return i >= 10; }, 0.9));
+    }
+    if (method == "one_coin" || method == "mv") {
+      return std::unique_ptr<TruthModel>(std::make_unique<ConfidentModel>(
+          std::string(method), [](int32_t) { return true; }, method == "one_coin" ? 0.99 : 0.9));
+    }
+    return absl::InvalidArgumentError("not a candidate here");
+  };
+  absl::StatusOr<AutoChoice> choice = ChooseTruthMethod(data, gold, {}, factory);
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_NEAR(ScoreOf(*choice, "one_coin").accuracy, ScoreOf(*choice, "mv").accuracy, 1e-12);
+  EXPECT_EQ(choice->method, "one_coin") << choice->reason;
+}
+
+// truth_model.h: on error Fit leaves the model unchanged. One label per item gives no held-out
+// label and no gold, so auto falls back to ds, whose fit fails here: the model keeps serving the
+// mv it restored, and its choice.
+TEST(AutoTruthModelTest, AFailedFitOfTheChosenMethodKeepsTheServedModel) {
+  const AutoTruthModel::CandidateFactory factory =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    if (method == "ds") return std::unique_ptr<TruthModel>(std::make_unique<FailingFitModel>());
+    if (method == "mv") {
+      return std::unique_ptr<TruthModel>(std::make_unique<FixedModel>(
+          "mv", nullptr, std::vector<double>{0.6, 0.4, 0.4, 0.6}, nullptr));
+    }
+    return absl::InvalidArgumentError("not a candidate here");
+  };
+  ByteWriter writer;
+  writer.WriteU32(1);  // version
+  writer.WriteU32(2);  // classes
+  writer.WriteString("mv");
+  writer.WriteString("held_out_labels");
+  writer.WriteString("restored");
+  writer.WriteString("inner");
+  std::unique_ptr<AutoTruthModel> model = MakeAuto(2, factory);
+  ASSERT_THAT(model->Restore(absl::StrCat(std::string(AutoTruthModel::kMagic), writer.Finish())),
+              IsOk());
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 50; ++i) annotations.push_back({i, i % 3, i % 2});
+  const AnnotationMatrix data = *AnnotationMatrix::Build(50, 3, 2, annotations);
+  EXPECT_FALSE(model->Fit(data, {}, false).ok());
+  EXPECT_EQ(model->served().method(), "mv");
+  EXPECT_EQ(model->choice().method, "mv");
+  EXPECT_EQ(model->choice().reason, "restored");
+}
+
+// truth_model.h: on error Restore leaves the model unchanged, also when the header is sound and
+// only the chosen method's own blob is refused.
+TEST(AutoTruthModelTest, ARefusedInnerBlobKeepsTheServedModel) {
+  std::unique_ptr<AutoTruthModel> model = MakeAuto(2, &CreateUncalibratedTruthModel);
+  ByteWriter writer;
+  writer.WriteU32(1);  // version
+  writer.WriteU32(2);  // classes
+  writer.WriteString("mv");
+  writer.WriteString("held_out_labels");
+  writer.WriteString("restored");
+  writer.WriteString("not a model blob");
+  EXPECT_FALSE(
+      model->Restore(absl::StrCat(std::string(AutoTruthModel::kMagic), writer.Finish())).ok());
+  EXPECT_EQ(model->served().method(), "ds");
+  EXPECT_EQ(model->choice().method, "");
+}
+
+// calibrated_truth_model.h: with gold, the wrapper around auto cross-fits copies of the method
+// auto serves, not of auto (which would run its whole selection again): the calibrated fit makes
+// exactly two fits more than auto's own, both warm-started fits of the served method, each
+// without one half of the gold.
+TEST(AutoTruthModelTest, GoldCalibrationOfAutoRefitsOnlyTheServedMethod) {
+  SyntheticCrowd crowd = ClassDependentCrowd(600, 23);
+  std::vector<int32_t> gold(crowd.truth.size(), -1);
+  for (size_t i = 0; i < gold.size(); i += 6) gold[i] = crowd.truth[i];  // 100 gold items
+  auto calls = std::make_shared<std::vector<FitCall>>();
+  const AutoTruthModel::CandidateFactory factory =
+      [calls](std::string_view method, int32_t k,
+              const TruthModelOptions& options) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    absl::StatusOr<std::unique_ptr<TruthModel>> model =
+        CreateUncalibratedTruthModel(method, k, options);
+    if (!model.ok()) return model.status();
+    return std::unique_ptr<TruthModel>(std::make_unique<RecordingModel>(*std::move(model), calls));
+  };
+  std::unique_ptr<AutoTruthModel> bare = MakeAuto(2, factory);
+  ASSERT_THAT(bare->Fit(crowd.matrix, gold, false), IsOk());
+  const size_t auto_fits = calls->size();
+  calls->clear();
+  CalibratedTruthModel calibrated(MakeAuto(2, factory));
+  ASSERT_THAT(calibrated.Fit(crowd.matrix, gold, false), IsOk());
+  ASSERT_EQ(calibrated.calibration().source, CalibrationSource::kGold);
+  const std::string served = std::string(
+      dynamic_cast<const AutoTruthModel&>(calibrated.inner()).served().method());
+  ASSERT_EQ(calls->size(), auto_fits + 2);
+  for (size_t c = auto_fits; c < calls->size(); ++c) {
+    const FitCall& call = (*calls)[c];
+    EXPECT_EQ(call.method, served);
+    EXPECT_TRUE(call.warm_start);
+    int32_t with_gold = 0;
+    for (int32_t g : call.gold) with_gold += g >= 0;
+    EXPECT_EQ(with_gold, 50);
+  }
+}
+
 }  // namespace
 }  // namespace verity::models
