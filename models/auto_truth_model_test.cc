@@ -395,7 +395,7 @@ TEST(AutoTruthModelTest, OneLabelPerItemFallsBackToDs) {
   EXPECT_EQ(model->choice().method, "ds");
   EXPECT_TRUE(model->has_parameters());
   EXPECT_TRUE(absl::StartsWith(model->choice().reason, "fallback: ")) << model->choice().reason;
-  EXPECT_TRUE(absl::StrContains(model->choice().reason, "0 such items"))
+  EXPECT_TRUE(absl::StrContains(model->choice().reason, "; 0 such items"))
       << model->choice().reason;
 }
 
