@@ -430,5 +430,21 @@ TEST(IbccTest, ManyAgreeingLabelsGiveAFinitePosterior) {
   EXPECT_EQ(out[1], 1.0);
 }
 
+// truth_model.h: Fit with warm_start false starts cold whatever the model holds: a model fitted
+// before on another crowd ends where a fresh model fitted on this crowd does.
+TEST(IbccTest, AColdFitIgnoresThePreviousParameters) {
+  SyntheticCrowdSpec other = SpammerCrowdSpec();
+  other.seed += 17;
+  const SyntheticCrowd first = GenerateSyntheticCrowd(other);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(SpammerCrowdSpec());
+  std::unique_ptr<IbccModel> refitted = CreateOrFail<IbccModel>(3);
+  std::unique_ptr<IbccModel> fresh = CreateOrFail<IbccModel>(3);
+  ASSERT_THAT(refitted->Fit(first.matrix, {}, false), IsOk());
+  ASSERT_THAT(refitted->Fit(crowd.matrix, {}, false), IsOk());
+  ASSERT_THAT(fresh->Fit(crowd.matrix, {}, false), IsOk());
+  EXPECT_EQ(AllPosteriors(*refitted, crowd.matrix, {}), AllPosteriors(*fresh, crowd.matrix, {}));
+  EXPECT_EQ(refitted->Serialize(), fresh->Serialize());
+}
+
 }  // namespace
 }  // namespace verity::models
