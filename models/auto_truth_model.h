@@ -19,7 +19,10 @@
 //     folds and its accuracy gain is at least kGoldStandardErrors standard
 //     errors of the paired per-item difference (100 gold items on labelme
 //     picked a method 4 points worse without it); among those, the most
-//     accurate wins, then the lowest log-loss.
+//     accurate wins, then the lowest log-loss. (With n >= kMinGoldItems
+//     scored items the standard-error rule alone already needs a net gain
+//     of at least 4n / (n + 3) >= 3.6 items, so the margin never decides
+//     today; it is a floor should either constant change.)
 //   - Held-out crowd labels ("held_out_labels"), otherwise: a deterministic
 //     kHeldOutFraction of the labels (never the last label of an item; only
 //     items with >= 2 labels lose any) is held out; each candidate is fitted
