@@ -1,7 +1,7 @@
 #include "storage/sql_values.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 

@@ -57,7 +57,9 @@ std::string NestedFloatArrayLiteral(
 absl::StatusOr<std::vector<float>> ParseFloatArray(absl::string_view text);
 
 // Parses a one-dimensional `text[]` value in text form (e.g. the `classes`
-// column). Returns INTERNAL on malformed input or NULL elements.
+// column) as PostgreSQL writes it: elements double-quoted, with backslash
+// escapes, only where needed, else bare (a single quote is then an ordinary
+// character). Returns INTERNAL on malformed input or NULL elements.
 absl::StatusOr<std::vector<std::string>> ParseTextArray(absl::string_view text);
 
 // Checks an external (client-chosen) id: non-empty, no NUL byte (which libpq
