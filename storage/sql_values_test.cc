@@ -159,7 +159,7 @@ TEST(SqlValuesTest, ParseTextArrayReadsPostgresOutputWhereQuotesAreOnlyWhereNeed
   EXPECT_THAT(ParseTextArray("{NULL}"), StatusIs(absl::StatusCode::kInternal));
   EXPECT_THAT(ParseTextArray("{Nulls}"), IsOkAndHolds(V{"Nulls"}));
   for (const char* malformed : {"", "a", "{", "{a", "a}", "{a}x", "{\"a}", "{\"a\\}", "{a,}",
-                                "{,a}", "{a\"b}", "{\"a\"b}", "{{a}}", "{a{}"}) {
+                                "{,a}", "{a\"b}", "{\"a\"b}", "{\"a\"xb}", "{{a}}", "{a{}"}) {
     EXPECT_THAT(ParseTextArray(malformed), StatusIs(absl::StatusCode::kInternal)) << malformed;
   }
 }
