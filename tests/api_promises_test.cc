@@ -1516,6 +1516,21 @@ TEST_F(ApiPromisesTest, BeforeTheFirstFitTheMajorityIsServedAsVersionZero) {
   EXPECT_EQ(status->labels_since_version(), 4);
 }
 
+// truth.proto, Posterior.map_label: "Index of the most probable class (lowest index on ties)".
+// Before the first fit one label of each class makes an even majority.
+TEST_F(ApiPromisesTest, AnEvenPosteriorsMapLabelIsTheLowestClass) {
+  CreateProject("tie");
+  Submit("tie", {{"even", "a", 0}, {"even", "b", 1}, {"odd", "a", 1}});
+  absl::StatusOr<std::vector<v1::Posterior>> served = client_->GetPosteriors("tie", {"even"});
+  ASSERT_THAT(served, IsOk());
+  ASSERT_THAT(*served, SizeIs(1));
+  const v1::Posterior& p = (*served)[0];
+  ASSERT_EQ(p.probabilities_size(), 2);
+  ASSERT_EQ(p.probabilities(0), p.probabilities(1)) << p.DebugString();
+  EXPECT_EQ(p.map_label(), 0);
+  EXPECT_DOUBLE_EQ(p.confidence(), 0.5);
+}
+
 // truth.proto: difficulty is set "for methods that learn one (lia)" and "unset for the other
 // methods"; an embedding is served "for methods that learn one (lia, conal)" and is "empty
 // for the other methods"; is_gold: "the posterior is clamped to it". common.proto: a method
@@ -2073,6 +2088,60 @@ TEST_F(ApiPromisesTest, RepeatedAnnotatorIdsAreAnsweredOnceInFirstOccurrenceOrde
   std::vector<std::string> annotators;
   for (const v1::AnnotatorProfile& p : *profiles) annotators.push_back(p.annotator());
   EXPECT_THAT(annotators, ElementsAre("a1", "a0"));
+}
+
+// truth.proto: ListPosteriorsRequest.page_size "0 = 1,000"; GetAnnotatorProfilesRequest.page_size
+// "0 = 1,000". With 1,001 items and annotators the first default page holds 1,000 and a token.
+TEST_F(ApiPromisesTest, PageSizeZeroMeansAThousand) {
+  CreateProject("default-pages");
+  std::vector<v1::Item> items(1001);
+  std::vector<v1::Annotator> annotators(1001);
+  for (int i = 0; i < 1001; ++i) {
+    items[i].set_id(absl::StrCat("i", i));
+    annotators[i].set_id(absl::StrCat("a", i));
+  }
+  ASSERT_THAT(client_->AddItems("default-pages", items), IsOk());
+  ASSERT_THAT(client_->AddAnnotators("default-pages", annotators), IsOk());
+  absl::StatusOr<v1::ListPosteriorsResponse> posteriors =
+      client_->ListPosteriors("default-pages", 0, "");
+  ASSERT_THAT(posteriors, IsOk());
+  EXPECT_EQ(posteriors->posteriors_size(), 1000);
+  ASSERT_FALSE(posteriors->next_page_token().empty());
+  absl::StatusOr<v1::ListPosteriorsResponse> rest =
+      client_->ListPosteriors("default-pages", 0, posteriors->next_page_token());
+  ASSERT_THAT(rest, IsOk());
+  ASSERT_EQ(rest->posteriors_size(), 1);
+  EXPECT_EQ(rest->posteriors(0).item(), "i1000");
+  v1::GetAnnotatorProfilesRequest request;
+  request.set_project("default-pages");
+  request.set_confusion_detail(v1::CONFUSION_DETAIL_NONE);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::GetAnnotatorProfilesResponse profiles;
+  const grpc::Status status =
+      v1::TruthService::NewStub(channel_)->GetAnnotatorProfiles(&context, request, &profiles);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(profiles.profiles_size(), 1000);
+  EXPECT_FALSE(profiles.next_page_token().empty());
+  EXPECT_EQ(profiles.profiles(999).annotator(), "a999");
+}
+
+// models.proto, ListModelVersionsRequest.limit: "1 to 1,000; 0 = 20. Newest first".
+TEST_F(ApiPromisesTest, ListModelVersionsWithoutALimitListsTheNewestTwenty) {
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  CreateProject("twenty-versions", settings);
+  for (int v = 0; v < 21; ++v) {
+    Submit("twenty-versions",
+           {{absl::StrCat("i", v), "w0", v % 2}, {absl::StrCat("i", v), "w1", 1}});
+    ASSERT_THAT(Train("twenty-versions"), IsOk());
+  }
+  absl::StatusOr<std::vector<v1::ModelVersion>> listed =
+      client_->ListModelVersions("twenty-versions", 0);
+  ASSERT_THAT(listed, IsOk());
+  ASSERT_THAT(*listed, SizeIs(20));
+  EXPECT_EQ(listed->front().version(), 21);
+  EXPECT_EQ(listed->back().version(), 2);
 }
 
 }  // namespace
