@@ -1550,5 +1550,32 @@ TEST_F(DocumentedLimitsTest, DISABLED_ANewcomersLabelMovesThePosteriorByTheirPre
       << "\nafter a guesser newcomer's label 0: " << from_guesser.ShortDebugString();
 }
 
+// projects.proto, AddAnnotatorsRequest.annotators: "At most 10,000": 10,000 are added in one
+// call, 10,001 are refused INVALID_ARGUMENT naming annotators.
+TEST_F(DocumentedLimitsTest, AddAnnotatorsTakesTenThousandAnnotatorsAndNoMore) {
+  ASSERT_TRUE(CreateProject("annotator-limit").ok());
+  v1::AddAnnotatorsRequest request;
+  request.set_project("annotator-limit");
+  for (int i = 0; i < 10000; ++i) request.add_annotators()->set_id(absl::StrCat("a", i));
+  {
+    v1::AddAnnotatorsResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    const grpc::Status status =
+        v1::ProjectService::NewStub(channel_)->AddAnnotators(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.added(), 10000);
+    EXPECT_EQ(response.updated(), 0);
+  }
+  request.add_annotators()->set_id("a10000");
+  v1::AddAnnotatorsResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  const grpc::Status status =
+      v1::ProjectService::NewStub(channel_)->AddAnnotators(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "annotators")) << status.error_message();
+}
+
 }  // namespace
 }  // namespace verity::tests
