@@ -1577,5 +1577,35 @@ TEST_F(DocumentedLimitsTest, AddAnnotatorsTakesTenThousandAnnotatorsAndNoMore) {
   EXPECT_TRUE(absl::StrContains(status.error_message(), "annotators")) << status.error_message();
 }
 
+// truth.proto, GetAnnotatorProfilesResponse: "With ids, a response that would exceed the 16 MiB
+// limit is refused with RESOURCE_EXHAUSTED before it is built (its size is named): ask for fewer
+// ids or CONFUSION_DETAIL_NONE". 40 full 256 x 256 matrices take about 21 MB.
+TEST_F(DocumentedLimitsTest, ProfilesPastTheResponseLimitAreRefusedNamingAnnotators) {
+  ASSERT_TRUE(CreateProject("profiles-past-limit", {}, 256).ok());
+  v1::AddAnnotatorsRequest add;
+  add.set_project("profiles-past-limit");
+  v1::GetAnnotatorProfilesRequest request;
+  request.set_project("profiles-past-limit");
+  for (int i = 0; i < 40; ++i) {
+    add.add_annotators()->set_id(absl::StrCat("a", i));
+    request.add_annotators(absl::StrCat("a", i));
+  }
+  {
+    v1::AddAnnotatorsResponse added;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(v1::ProjectService::NewStub(channel_)->AddAnnotators(&context, add, &added).ok());
+  }
+  v1::GetAnnotatorProfilesResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  const grpc::Status status =
+      v1::TruthService::NewStub(channel_)->GetAnnotatorProfiles(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "annotators")) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "CONFUSION_DETAIL_NONE"))
+      << status.error_message();
+}
+
 }  // namespace
 }  // namespace verity::tests
