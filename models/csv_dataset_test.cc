@@ -110,6 +110,11 @@ TEST_F(CsvDatasetTest, RejectsWrongHeaderFieldCountAndDuplicates) {
   absl::StatusOr<CsvDataset> ds = ReadCsvDataset(dir_);
   EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ds.status().message(), HasSubstr("expected 3 fields"));
+  // A fourth field is as wrong as a missing one.
+  Write("labels.csv", "item,annotator,label\nx,w,a,extra\n");
+  ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ds.status().message(), HasSubstr("expected 3 fields, found 4"));
 
   Write("labels.csv", "item,annotator,label\nx,w,a\nx,w,b\n");
   ds = ReadCsvDataset(dir_);
