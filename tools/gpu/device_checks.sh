@@ -9,7 +9,8 @@
 # `batches` times 20 epochs of the label-pass models at larger batches than the default, with
 # their accuracy, to show how a pass's time falls with fewer, larger steps.
 #
-# Environment: KIT (default .devkit), BIN (default KIT/out), JOBS (default nproc).
+# Environment: KIT (default .devkit), BIN (default KIT/out), JOBS (default nproc), BATCH_METHODS
+# (the methods `batches` times, comma-separated; default crowdlayer,trace_reg,conal,cmm).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 kit=${KIT:-.devkit}
@@ -51,8 +52,9 @@ for s in "$@"; do
     batches)
       stage batches
       for b in 16384 32768; do
-        "$bin/neural_epoch_benchmark" --device=cuda --sizes=5m --methods=crowdlayer,trace_reg,conal,cmm \
-          --batch_size=$b --epochs=20 --format=markdown 2>&1 | tee -a "$out/batches.md"
+        "$bin/neural_epoch_benchmark" --device=cuda --sizes=5m \
+          --methods="${BATCH_METHODS:-crowdlayer,trace_reg,conal,cmm}" --batch_size=$b \
+          --epochs=20 --format=markdown 2>&1 | tee -a "$out/batches.md"
       done ;;
     worker)
       stage worker
