@@ -95,6 +95,10 @@ ABSL_FLAG(double, conal_lambda,
           "features)");
 ABSL_FLAG(double, ds_start_fraction, verity::models::TruthModelOptions().neural.ds_start_fraction,
           "TruthModelOptions::Neural::ds_start_fraction (crowdlayer, conal; 0: the papers' start)");
+ABSL_FLAG(double, heldout_label_fraction,
+          verity::models::TruthModelOptions().neural.heldout_label_fraction,
+          "TruthModelOptions::Neural::heldout_label_fraction (labels held out to choose the "
+          "checkpoint a fit keeps; 0: the last step)");
 ABSL_FLAG(std::string, format, "text", "text or markdown");
 
 namespace verity::bench {
@@ -160,6 +164,7 @@ models::TruthModelOptions EpochOptions(const std::string& method, int64_t num_la
   options.neural.trace_lambda = absl::GetFlag(FLAGS_trace_lambda);
   options.neural.featureless_conal_lambda = absl::GetFlag(FLAGS_conal_lambda);
   options.neural.ds_start_fraction = absl::GetFlag(FLAGS_ds_start_fraction);
+  options.neural.heldout_label_fraction = absl::GetFlag(FLAGS_heldout_label_fraction);
   const int64_t batch = BatchSize();
   if (method == "cmm") {
     // cmm runs 3 EM iterations per configured one, each of steps / iterations steps over
