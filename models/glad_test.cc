@@ -1122,5 +1122,160 @@ TEST(GladTest, EachIterationIncreasesTheLogPosterior) {
   }
 }
 
+// glad.h: each b_i takes a Newton step "clamped to +-2 and halved until the term increases".
+// A warm fit (one iteration) from restored parameters: population ability 0.3 for every
+// annotator, prior log easiness 0, class prior (1/2, 1/2); one item, 223 labels of class 0 and
+// 77 of class 1, each from its own annotator; log easiness prior N(0, 2^2) (precision 1/4).
+// The E-step gives p(class 0) = sigmoid(146 * 0.3) = 1 - 1e-19, so the item's term is
+//   f(b) = e^b * 0.3 * 223 - 300 softplus(0.3 e^b) - b^2 / 8,
+// with gradient 0.3 (223 - 300 sigmoid(0.3)) = 15.20 at b = 0 and the Gauss-Newton curvature
+// 300 * 0.09 * w(0.3) + 1/4 = 6.85 (w = sigmoid (1 - sigmoid)): the Newton step 2.22 is
+// clamped to 2, where f(2) = -202.2 < f(0) = -189.4; halved to 1, f(1) = -172.8 > f(0). So the
+// item's log easiness after the iteration is 1 exactly.
+TEST(GladTest, TheEasinessStepIsClampedToTwoAndHalvedUntilTheTermIncreases) {
+  ByteWriter writer;
+  WriteModelHeader(writer, GladModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(0);  // annotators: every one starts at the population ability
+  writer.WriteU32(0);  // items
+  for (double v : {0.5, 0.5, 0.3, 0.0}) writer.WriteF64(v);
+  TruthModelOptions options;
+  options.max_iterations = 1;
+  options.glad_log_easiness_prior_stddev = 2.0;
+  std::unique_ptr<GladModel> model = MakeGlad(2, options);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  std::vector<Annotation> labels;
+  for (int32_t a = 0; a < 300; ++a) labels.push_back({0, a, a < 223 ? 0 : 1});
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(1, 300, 2, labels), {}, true), IsOk());
+  EXPECT_EQ(model->ItemEasiness(0), std::exp(1.0));
+}
+
+// glad.h: abilities stay within +-kMaxAbsAbility whatever the options; an annotator without
+// labels gets the population ability, which without any label is the (clamped) prior mean.
+// A prior mean of 2 kMaxAbsAbility on data without labels: every ability is kMaxAbsAbility,
+// and the fitted model serialises to a blob that Restore accepts.
+TEST(GladTest, AFitWithAPriorMeanBeyondTheBoundKeepsAbilitiesInRange) {
+  TruthModelOptions options;
+  options.glad_ability_prior_mean = 2 * GladModel::kMaxAbsAbility;
+  std::unique_ptr<GladModel> model = MakeGlad(2, options);
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(2, 2, 2, {}), {}, false), IsOk());
+  for (int32_t a : {-1, 0, 1, 2}) {
+    EXPECT_EQ(model->AnnotatorAbility(a), GladModel::kMaxAbsAbility) << a;
+  }
+  std::unique_ptr<GladModel> restored = MakeGlad(2);
+  EXPECT_THAT(restored->Restore(model->Serialize()), IsOk());
+}
+
+// glad.h: an item without labels gets the prior easiness, and the easiness of the items of the
+// fit is part of the serialized parameters. So after a warm fit in which item 0 lost its labels
+// (as in AWarmFitGivesAnItemThatLostItsLabelsThePriorEasiness), a restored copy also gives it
+// the prior easiness 1, not the easiness of the earlier fit.
+TEST(GladTest, AnItemThatLostItsLabelsIsSerializedWithThePriorEasiness) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 40; ++i) {
+    for (int32_t a = 0; a < 5; ++a) {
+      annotations.push_back({i, a, (i + (a == 4 && i % 3 == 0 ? 1 : 0)) % 2});
+    }
+  }
+  std::unique_ptr<GladModel> model = MakeGlad(2);
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(40, 5, 2, annotations), {}, false), IsOk());
+  ASSERT_GT(model->ItemEasiness(0), 1.1);
+  std::vector<Annotation> without_item_0;
+  for (const Annotation& a : annotations) {
+    if (a.item != 0) without_item_0.push_back(a);
+  }
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(40, 5, 2, without_item_0), {}, true), IsOk());
+  std::unique_ptr<GladModel> restored = MakeGlad(2);
+  ASSERT_THAT(restored->Restore(model->Serialize()), IsOk());
+  EXPECT_EQ(restored->ItemEasiness(0), 1.0);
+}
+
+// glad.h: the easiness step is a Newton step with the exact curvature where the item's term is
+// concave. A warm fit (one iteration) from restored parameters: population ability 2 for every
+// annotator, prior log easiness 0, class prior (1/2, 1/2); one item that annotator 0 labels 0
+// and annotator 1 labels 1, so the E-step gives (1/2, 1/2) and the term is
+//   f(b) = e^b * 2 - 2 softplus(2 e^b) - b^2 / 2,
+// with f'(0) = 2 - 4 s and -f''(0) = 8 s (1 - s) + 1 - (2 - 4 s) (s = sigmoid(2); f'(0) < 0,
+// the term is concave): the Newton step f'(0) / -f''(0) = -0.4529 increases f, so it is the
+// item's new log easiness b. (Without the -(2 - 4 s) in the curvature the step would be -0.83.)
+// Then each ability, given the new beta = e^b, with the prior mean set to 2 (the start): its
+// term alpha beta / 2 - softplus(alpha beta) - (alpha - 2)^2 / 2 has gradient
+// beta (1/2 - sigmoid(2 beta)) and curvature w(2 beta) beta^2 + 1 at alpha = 2, and the Newton
+// step, -0.167, is below log 2 / beta, so it is taken as is (glad.h).
+TEST(GladTest, TheEasinessStepUsesTheExactCurvatureWhereTheTermIsConcave) {
+  ByteWriter writer;
+  WriteModelHeader(writer, GladModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(0);  // annotators: every one starts at the population ability
+  writer.WriteU32(0);  // items
+  for (double v : {0.5, 0.5, 2.0, 0.0}) writer.WriteF64(v);
+  TruthModelOptions options;
+  options.max_iterations = 1;
+  options.glad_ability_prior_mean = 2.0;
+  std::unique_ptr<GladModel> model = MakeGlad(2, options);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(1, 2, 2, {{0, 0, 0}, {0, 1, 1}}), {}, true),
+              IsOk());
+  const double s = Sigmoid(2.0);
+  const double gradient = 2 - 4 * s;
+  const double curvature = 8 * s * (1 - s) + 1 - gradient;
+  EXPECT_NEAR(std::log(model->ItemEasiness(0)), gradient / curvature, 1e-12);
+  const double beta = std::exp(gradient / curvature);
+  const double s_beta = Sigmoid(2 * beta);
+  const double step = beta * (0.5 - s_beta) / (s_beta * (1 - s_beta) * beta * beta + 1);
+  EXPECT_NEAR(step, -0.167, 1e-3);
+  EXPECT_NEAR(model->AnnotatorAbility(0), 2 + step, 1e-12);
+  EXPECT_NEAR(model->AnnotatorAbility(1), 2 + step, 1e-12);
+}
+
+// glad.h: an ability step delta with |delta| max_i beta_i > log 2 is replaced by up to
+// kAbilityNewtonSteps (3) checked Newton steps over the annotator's labels. A warm fit (one
+// iteration) from restored parameters, population ability 1 (the prior mean): annotator 0
+// labels 100 gold items of class 0 with their class, so every label is correct (q = 1), and a
+// log easiness prior of stddev 1e-3 holds every beta_i at 1 (to ~3e-7). The ability's term is
+//   g(alpha) = 100 alpha - 100 softplus(alpha) - (alpha - 1)^2 / 2,
+// g'(alpha) = 100 (1 - s) - (alpha - 1), -g''(alpha) = 100 s (1 - s) + 1 (s = sigmoid(alpha)).
+// The first Newton step from 1 is 1.30 > log 2, so three steps are taken, each increasing g:
+// 1 -> 2.302 -> 3.143 -> 3.544 (a single unchecked step would stop at 2.302).
+TEST(GladTest, ALargeAbilityStepIsReplacedByThreeCheckedNewtonSteps) {
+  ByteWriter writer;
+  WriteModelHeader(writer, GladModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(0);  // annotators: annotator 0 starts at the population ability
+  writer.WriteU32(0);  // items
+  for (double v : {0.5, 0.5, 1.0, 0.0}) writer.WriteF64(v);
+  TruthModelOptions options;
+  options.max_iterations = 1;
+  options.glad_log_easiness_prior_stddev = 1e-3;
+  std::unique_ptr<GladModel> model = MakeGlad(2, options);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  std::vector<Annotation> labels;
+  for (int32_t i = 0; i < 100; ++i) labels.push_back({i, 0, 0});
+  const std::vector<int32_t> gold(100, 0);
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(100, 1, 2, labels), gold, true), IsOk());
+  double alpha = 1.0;
+  for (int step = 0; step < 3; ++step) {
+    const double s = Sigmoid(alpha);
+    alpha += (100 * (1 - s) - (alpha - 1)) / (100 * s * (1 - s) + 1);
+  }
+  EXPECT_NEAR(alpha, 3.544, 1e-3);
+  EXPECT_NEAR(model->AnnotatorAbility(0), alpha, 1e-4);
+}
+
+// Promise (glad.h): b_i ~ N(glad_log_easiness_prior_mean, glad_log_easiness_prior_stddev^2);
+// as in ATightEasinessPriorHoldsEveryLogEasinessAtItsMean, a stddev of 1e-3 holds every fitted
+// b_i within ~4e-5 (beta_i ~ e^0.5) of the mean, here 0.5: the prior pulls towards its mean.
+TEST(GladTest, ATightEasinessPriorHoldsEveryLogEasinessAtANonZeroMean) {
+  const GladCrowd crowd = GenerateGladCrowd(600, 3, 5, Abilities(), 1.0, 31);
+  TruthModelOptions tight;
+  tight.glad_log_easiness_prior_mean = 0.5;
+  tight.glad_log_easiness_prior_stddev = 1e-3;
+  std::unique_ptr<GladModel> model = MakeGlad(3, tight);
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false), IsOk());
+  for (int32_t i = 0; i < 600; ++i) {
+    EXPECT_NEAR(std::log(model->ItemEasiness(i)), 0.5, 1e-4) << i;
+  }
+}
+
 }  // namespace
 }  // namespace verity::models
