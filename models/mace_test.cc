@@ -546,5 +546,61 @@ TEST(MaceTest, ManyAgreeingLabelsGiveAFinitePosterior) {
   EXPECT_EQ(out[1], 1.0);
 }
 
+// truth_model.h: Fit is INVALID_ARGUMENT if data.num_classes() != num_classes() or if gold is
+// neither empty nor of size data.num_items(), and a refused fit keeps the model as it was. The
+// data of 3 classes holds only labels 0 and 1, and the gold vector has one entry too many.
+TEST(MaceTest, FitRefusesMismatchedInputAndKeepsTheModel) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const std::string before = model->Serialize();
+  const AnnotationMatrix three_classes =
+      *AnnotationMatrix::Build(2, 2, 3, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
+  EXPECT_THAT(model->Fit(three_classes, {}, false), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Fit(m, std::vector<int32_t>{0, 1, -1}, false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("gold")));
+  EXPECT_EQ(model->Serialize(), before);
+}
+
+// mace.h: a cold fit starts from the soft majority vote, whatever the model held before; only a
+// warm fit starts from the previous theta and xi. So a cold fit on a model fitted to another
+// crowd gives, bit for bit, the parameters of a fresh model's fit.
+TEST(MaceTest, AColdFitIgnoresTheParametersOfAnEarlierFit) {
+  const std::vector<Annotation> triples = {{0, 0, 0}, {0, 1, 0}, {0, 2, 1}, {1, 0, 1},
+                                           {1, 1, 1}, {1, 2, 1}, {2, 0, 2}, {2, 1, 0},
+                                           {2, 2, 2}, {3, 0, 0}, {3, 1, 2}, {3, 2, 0}};
+  const AnnotationMatrix small = *AnnotationMatrix::Build(4, 3, 3, triples);
+  std::unique_ptr<MaceModel> fresh = CreateOrFail<MaceModel>(3);
+  ASSERT_THAT(fresh->Fit(small, {}, false), IsOk());
+  std::unique_ptr<MaceModel> refitted = CreateOrFail<MaceModel>(3);
+  ASSERT_THAT(refitted->Fit(GenerateSyntheticCrowd(SpammerCrowdSpec()).matrix, {}, false), IsOk());
+  ASSERT_THAT(refitted->Fit(small, {}, /*warm_start=*/false), IsOk());
+  EXPECT_EQ(refitted->Serialize(), fresh->Serialize());
+}
+
+// truth_model.h: FitReport.log_likelihood adds, for a gold item without labels, log p(gold
+// class) in mv, ds, one_coin and glad, and nothing in the other methods, mace among them. With
+// the parameters of TheLogLikelihoodUsesThePriorOneOverK (uniform xi, so a label has p = 1/3),
+// one labelled item and one unlabelled gold item give log(1/3), not 2 log(1/3).
+TEST(MaceTest, AGoldItemWithoutLabelsAddsNothingToTheLogLikelihood) {
+  ByteWriter writer;
+  WriteModelHeader(writer, MaceModel::kMethod, true);
+  writer.WriteU32(3);  // classes
+  writer.WriteU32(1);  // annotators
+  for (double v : {0.5, 1.0 / 3, 1.0 / 3, 1.0 / 3, 0.7, 1.0 / 3, 1.0 / 3, 1.0 / 3}) {
+    writer.WriteF64(v);
+  }
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(3, one_iteration);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  const AnnotationMatrix m = *AnnotationMatrix::Build(2, 1, 3, {{0, 0, 2}});
+  absl::StatusOr<FitReport> report =
+      model->Fit(m, std::vector<int32_t>{-1, 1}, /*warm_start=*/true);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_NEAR(report->log_likelihood, std::log(1.0 / 3), 1e-12);
+}
+
 }  // namespace
 }  // namespace verity::models
