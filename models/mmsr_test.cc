@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,6 +37,7 @@ using ::verity::models::testing::SyntheticCrowd;
 using ::verity::models::testing::SyntheticCrowdSpec;
 using ::verity::models::testing::ItemsWhosePosteriorDependsOnLabelOrder;
 using ::verity::models::testing::ExpectUniformConfusionBeforeAFit;
+using ::verity::models::testing::WithTrailingBytes;
 using ::verity::testing::IsOk;
 using ::verity::testing::StatusIs;
 using Entry = AnnotationMatrix::Entry;
@@ -540,6 +542,149 @@ TEST(MmsrTest, ManyAgreeingLabelsGiveAFinitePosterior) {
   model->ItemPosterior(labels, -1, absl::MakeSpan(out));
   EXPECT_EQ(out[0], 0.0);
   EXPECT_EQ(out[1], 1.0);
+}
+
+// truth_model.h: Fit is INVALID_ARGUMENT if data.num_classes() != num_classes() or if gold is
+// neither empty nor of size data.num_items(), and a refused fit keeps the model as it was (MMSR
+// does not read gold in its fit, yet it checks it like every method). The data of 3 classes
+// holds only labels 0 and 1, and the gold vector has one entry too many.
+TEST(MmsrTest, FitRefusesMismatchedInputAndKeepsTheModel) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const std::string before = model->Serialize();
+  const AnnotationMatrix three_classes =
+      *AnnotationMatrix::Build(2, 2, 3, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
+  EXPECT_THAT(model->Fit(three_classes, {}, false), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Fit(m, std::vector<int32_t>{0, 1, -1}, false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("gold")));
+  EXPECT_EQ(model->Serialize(), before);
+}
+
+// mmsr.h: a cold fit starts u and v from the draw of std::mt19937(0); only a warm start (model
+// with parameters) starts from the previous |x|. So a cold fit on a model fitted to another
+// crowd gives, bit for bit, the parameters of a fresh model's fit.
+TEST(MmsrTest, AColdFitIgnoresTheParametersOfAnEarlierFit) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(MixedCrowdSpec());
+  std::vector<Annotation> half;
+  for (const Annotation& a : crowd.annotations) {
+    if (a.item < 400) half.push_back(a);
+  }
+  const AnnotationMatrix small = *AnnotationMatrix::Build(400, crowd.matrix.num_annotators(),
+                                                          crowd.matrix.num_classes(), half);
+  std::unique_ptr<MmsrModel> fresh = CreateOrFail<MmsrModel>(3);
+  ASSERT_THAT(fresh->Fit(small, {}, false), IsOk());
+  std::unique_ptr<MmsrModel> refitted = CreateOrFail<MmsrModel>(3);
+  ASSERT_THAT(refitted->Fit(crowd.matrix, {}, false), IsOk());
+  ASSERT_THAT(refitted->Fit(small, {}, /*warm_start=*/false), IsOk());
+  EXPECT_EQ(refitted->Serialize(), fresh->Serialize());
+}
+
+// mmsr.h: Fit refuses more than kMaxAnnotators annotators with labels, so exactly
+// kMaxAnnotators are fitted. Pairs of annotators (2i, 2i + 1) label item i, and disagree.
+TEST(MmsrTest, FitsExactlyAsManyAnnotatorsAsItsMatrixAllows) {
+  std::vector<Annotation> triples;
+  const int32_t n = MmsrModel::kMaxAnnotators;
+  for (int32_t a = 0; a < n; ++a) triples.push_back({a / 2, a, a % 2});
+  const AnnotationMatrix m = *AnnotationMatrix::Build(n / 2, n, 2, triples);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  EXPECT_TRUE(model->has_parameters());
+}
+
+// mmsr.h: each entry is the mean of the values kept by crowd-kit's
+// _remove_largest_and_smallest_F_value, with its edge cases; the start is numpy's
+// RandomState(0).random_sample, whose first three numbers are r0 = 0.5488135039273248,
+// r1 = 0.7151893663724195 and r2 = 0.6027633760716439. K = 2; annotator 0 shares two items with
+// annotator 1 and two with annotator 2 and agrees on all (C = 1), and labels 996 more items
+// alone (n = 1000). Annotators 1 and 2 have one partner each, so s = 1 and F = -1: crowd-kit
+// keeps y[-1:] (the largest value) and then y[:len + 1], so every row keeps one value, which is
+// not 0 and so is not replaced. The first half-step gives v0 = max(1 / r1, 1 / r2) = 1 / r2,
+// v1 = v2 = 1 / r0, the second u = (r0, r2, r2), and nothing moves after that. Then
+// |u| / |v| = r0 r2, so x0 = sqrt(r0 / r2) = 0.9542 and x1 = x2 = sqrt(r2 / r0) = 1.048,
+// clipped to 1 - 1 / sqrt(1000); the weight is ln(p / (1 - p)) = ln((1 + x) / (1 - x)).
+// (Keeping both of row 0's values would give x0 = 0.9159.)
+TEST(MmsrTest, WithFMinusOneEachRowKeepsItsLargestValueAsInCrowdKit) {
+  std::vector<Annotation> triples = {{0, 0, 0}, {0, 1, 0}, {1, 0, 0}, {1, 1, 0},
+                                     {2, 0, 1}, {2, 2, 1}, {3, 0, 1}, {3, 2, 1}};
+  for (int32_t i = 4; i < 1000; ++i) triples.push_back({i, 0, i % 2});
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1000, 3, 2, triples);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const double r0 = 0.5488135039273248, r2 = 0.6027633760716439;
+  const double x0 = std::sqrt(r0 / r2);
+  const double x1 = 1 - 1 / std::sqrt(1000.0);
+  EXPECT_NEAR(*model->AnnotatorWeight(0), std::log((1 + x0) / (1 - x0)), 1e-9);
+  EXPECT_NEAR(*model->AnnotatorWeight(1), std::log((1 + x1) / (1 - x1)), 1e-9);
+  EXPECT_NEAR(*model->AnnotatorWeight(2), std::log((1 + x1) / (1 - x1)), 1e-9);
+}
+
+// mmsr.h: a partner whose current estimate is 0 (every agreement of it at chance) is left out
+// of the trimmed means, where crowd-kit divides by it. K = 2, 6 annotators; each listed pair
+// shares its own items: pairs 0-2, 1-2, 2-3, 2-4, 3-4, 3-5 and 4-5 agree on one item (C = 1),
+// pairs of 0 or 1 with 3, 4 or 5 agree on one of two (C = 0). Every annotator has 4 or 5
+// partners, so F = 1. Row 0 holds {1 / (partner 2), 0, 0, 0}; with its estimate between 0 and
+// the nonzero value, crowd-kit drops the smallest and the largest value and keeps {0, 0}, so
+// the estimates of annotators 0 and 1 fall to 0 (and stay there). Then row 2 holds 1 / 0 twice,
+// and a trim of one leaves one infinity, which would spread to the other estimates. Left out,
+// the fit converges; annotators 0 and 1 get x = 0: p = 1/2, weight ln 1 = 0; annotators 2 to 5,
+// whose observed pairs all have C = x_i x_j = 1, get x near 1 (0.90 to 1.11), above the clip
+// 1 - 1 / sqrt(19) (19 items), so the weight ln((1 + x) / (1 - x)) of the clipped x.
+TEST(MmsrTest, APartnerWhoseEstimateIsZeroIsLeftOutOfTheMeans) {
+  std::vector<Annotation> triples;
+  int32_t item = 0;
+  for (const auto& [a, b] : std::vector<std::pair<int32_t, int32_t>>{
+           {0, 2}, {1, 2}, {2, 3}, {2, 4}, {3, 4}, {3, 5}, {4, 5}}) {
+    triples.push_back({item, a, 0});
+    triples.push_back({item++, b, 0});
+  }
+  for (int32_t a : {0, 1}) {
+    for (int32_t b : {3, 4, 5}) {
+      triples.push_back({item, a, 0});
+      triples.push_back({item++, b, 0});
+      triples.push_back({item, a, 0});
+      triples.push_back({item++, b, 1});
+    }
+  }
+  const AnnotationMatrix m = *AnnotationMatrix::Build(item, 6, 2, triples);
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  for (int32_t a = -1; a < 6; ++a) {
+    ASSERT_TRUE(model->AnnotatorWeight(a).has_value()) << a;
+    EXPECT_TRUE(std::isfinite(*model->AnnotatorWeight(a))) << a;
+  }
+  EXPECT_NEAR(*model->AnnotatorWeight(0), 0.0, 1e-12);
+  EXPECT_NEAR(*model->AnnotatorWeight(1), 0.0, 1e-12);
+  const double clipped = 1 - 1 / std::sqrt(19.0);
+  for (int32_t a = 2; a < 6; ++a) {
+    EXPECT_NEAR(*model->AnnotatorWeight(a), std::log((1 + clipped) / (1 - clipped)), 1e-9) << a;
+  }
+  for (double p : AllPosteriors(*model, m, {})) EXPECT_TRUE(p >= 0.0 && p <= 1.0) << p;
+}
+
+// truth_model.h: Restore refuses a blob with bytes after the model (under a valid checksum)
+// and keeps what the model had: no parameters for a fresh model, the fitted ones otherwise.
+TEST(MmsrTest, RestoreRefusesTrailingBytesAndKeepsTheModel) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}});
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const std::string blob = model->Serialize();
+  std::unique_ptr<MmsrModel> fresh = CreateOrFail<MmsrModel>(2);
+  EXPECT_THAT(fresh->Restore(WithTrailingBytes(blob)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(fresh->has_parameters());
+  ByteWriter other;
+  WriteModelHeader(other, MmsrModel::kMethod, true);
+  other.WriteU32(2);    // classes
+  other.WriteU32(0);    // annotators
+  other.WriteF64(0.5);  // pooled x
+  EXPECT_THAT(model->Restore(WithTrailingBytes(other.Finish())),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(model->Serialize(), blob);
 }
 
 }  // namespace
