@@ -1277,5 +1277,61 @@ TEST(GladTest, ATightEasinessPriorHoldsEveryLogEasinessAtANonZeroMean) {
   }
 }
 
+// glad.h: EM stops when the *relative* change of the marginal log-likelihood falls below
+// options.tolerance (1e-3 here). Gold items without labels each add the constant log p(gold) =
+// log(1/2) to the log-likelihood (truth_model.h) and change nothing else (uniform class prior):
+// 100,000 of them make |log-likelihood| > 69,000, so any change of the 40 labelled items' part
+// between iterations 1 and 2 (a few nats at most) is below 1e-3 of it, and the fit stops at
+// iteration 2 (the first never converges). Without them the same labels need more iterations.
+TEST(GladTest, ConvergenceIsJudgedOnTheRelativeChangeOfTheLogLikelihood) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 40; ++i) {
+    for (int32_t a = 0; a < 5; ++a) {
+      annotations.push_back({i, a, (i + (a == 4 && i % 3 == 0 ? 1 : 0)) % 2});
+    }
+  }
+  TruthModelOptions options;
+  options.tolerance = 1e-3;
+  std::unique_ptr<GladModel> alone = MakeGlad(2, options);
+  absl::StatusOr<FitReport> control =
+      alone->Fit(*AnnotationMatrix::Build(40, 5, 2, annotations), {}, false);
+  ASSERT_THAT(control, IsOk());
+  EXPECT_GT(control->iterations, 2);
+  constexpr int32_t kGoldItems = 100000;
+  std::vector<int32_t> gold(40 + kGoldItems, 0);
+  std::fill(gold.begin(), gold.begin() + 40, -1);
+  std::unique_ptr<GladModel> with_gold = MakeGlad(2, options);
+  absl::StatusOr<FitReport> report =
+      with_gold->Fit(*AnnotationMatrix::Build(40 + kGoldItems, 5, 2, annotations), gold, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_LT(report->log_likelihood, kGoldItems * std::log(0.5));
+  EXPECT_TRUE(report->converged);
+  EXPECT_EQ(report->iterations, 2);
+}
+
+// glad.h: abilities may lie anywhere within +-kMaxAbsAbility (1000), and a large ability step
+// is taken by checked Newton steps. A warm fit (one iteration) from restored parameters,
+// population ability 29.5, with the ability prior N(31, 1): annotator 0 labels 4 gold items
+// with their class (q = 1). At alpha ~ 30 every sigmoid(alpha beta) is 1 to within 1e-13, so the
+// item terms do not move b from 0 (beta = 1) and the ability's term is, to that accuracy, the
+// prior's -(alpha - 31)^2 / 2: the Newton step 1.5 (> log 2, so checked) lands on 31.
+TEST(GladTest, AnAbilityStepMayCrossThirty) {
+  ByteWriter writer;
+  WriteModelHeader(writer, GladModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(0);  // annotators: annotator 0 starts at the population ability
+  writer.WriteU32(0);  // items
+  for (double v : {0.5, 0.5, 29.5, 0.0}) writer.WriteF64(v);
+  TruthModelOptions options;
+  options.glad_ability_prior_mean = 31.0;
+  options.max_iterations = 1;
+  std::unique_ptr<GladModel> model = MakeGlad(2, options);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(4, 1, 2, {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {3, 0, 0}});
+  ASSERT_THAT(model->Fit(m, std::vector<int32_t>(4, 0), true), IsOk());
+  EXPECT_NEAR(model->AnnotatorAbility(0), 31.0, 1e-9);
+}
+
 }  // namespace
 }  // namespace verity::models
