@@ -689,10 +689,10 @@ TEST(MmsrTest, RestoreRefusesTrailingBytesAndKeepsTheModel) {
 
 // mmsr.h: the fit stops when ||u v^T - u' v'^T||_F < 1e-10 (crowd-kit's tol), the Frobenius norm
 // of the whole change, cross terms included. On this crowd (5 annotators, 7 items, K = 2), in the
-// last iterations one of u, v grows as the other shrinks, so du v^T and u' dv^T partly cancel
-// (2 (du . u') (v . dv) < 0): the norm first falls below 1e-10 at iteration 66 (it is >= 1.16e-10
-// before), while |du| |v| and |u'| |dv| alone would already be under it (0.84e-10) at iteration
-// 65. The sorting reference computes the norm from the dense matrices.
+// last iterations u and v move the same way, so du v^T and u' dv^T add up (2 (du . u') (v . dv)
+// > 0): the norm first falls below 1e-10 at iteration 66 (it is >= 1.16e-10 before), while the
+// squares |du|^2 |v|^2 + |u'|^2 |dv|^2 alone would put it under (0.84e-10) at iteration 65. The
+// sorting reference computes the norm from the dense matrices.
 TEST(MmsrTest, StopsOnTheNormOfTheWholeChangeOfTheRankOneMatrix) {
   const std::vector<Annotation> triples = {{0, 3, 0}, {0, 0, 0}, {1, 3, 1}, {1, 1, 1}, {2, 1, 0},
                                            {2, 3, 1}, {3, 4, 1}, {3, 3, 0}, {3, 1, 1}, {4, 4, 1},
