@@ -711,5 +711,19 @@ TEST(MmsrTest, StopsOnTheNormOfTheWholeChangeOfTheRankOneMatrix) {
   }
 }
 
+// mmsr.h: AnnotatorWeight is nullopt before a fit, and again after restoring a model without
+// parameters.
+TEST(MmsrTest, TheWeightIsNulloptBeforeAFit) {
+  std::unique_ptr<MmsrModel> model = CreateOrFail<MmsrModel>(2);
+  EXPECT_FALSE(model->AnnotatorWeight(0).has_value());
+  EXPECT_FALSE(model->AnnotatorWeight(-1).has_value());
+  const std::string empty = model->Serialize();
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(1, 2, 2, {{0, 0, 0}, {0, 1, 0}}), {}, false),
+              IsOk());
+  ASSERT_TRUE(model->AnnotatorWeight(0).has_value());
+  ASSERT_THAT(model->Restore(empty), IsOk());
+  EXPECT_FALSE(model->AnnotatorWeight(0).has_value());
+}
+
 }  // namespace
 }  // namespace verity::models
