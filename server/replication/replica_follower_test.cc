@@ -1,9 +1,13 @@
 // ReplicaFollower against a real PostgreSQL (replica_follower.h): labels another replica
 // commits are caught up after its NOTIFY, and the periodic check reads nothing and adopts
 // nothing for a project that is already current. Counted by verity_replica_catch_up_reads_total.
+// Also: a broken listening connection is counted and replaced, and what it missed is polled;
+// failed reads are counted and never applied.
 #include "server/replication/replica_follower.h"
 
 #include <atomic>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "pqxx/connection"
+#include "pqxx/nontransaction"
 #include "server/observability/metric_sample.h"
 #include "server/observability/metrics.h"
 #include "server/state/project_registry.h"
@@ -91,6 +97,47 @@ class ReplicaFollowerTest : public storage::testing::PostgresTest {
         url(), *registry_, *storage_, [this](LiveProject&) { ++adopt_calls_; }, options,
         &metrics_);
     ASSERT_TRUE(follower_->Start().ok());
+  }
+
+  // Runs `sql` in one transaction of the test's own pool.
+  absl::Status Exec(const std::string& sql) {
+    return pool().RunInTransaction("test statement", [&sql](pqxx::work& txn) {
+      txn.exec(sql);
+      return absl::OkStatus();
+    });
+  }
+  // The backends of this database whose last statement is the follower's "SELECT 1" after its
+  // LISTENs (every other connection has run other statements since); terminated if `terminate`.
+  absl::StatusOr<int> ListeningBackends(bool terminate) {
+    const std::string sql = absl::StrCat(
+        "SELECT ", terminate ? "pg_terminate_backend(pid)" : "pid",
+        " FROM pg_stat_activity WHERE datname = current_database() AND query = 'SELECT 1' "
+        "AND pid <> pg_backend_pid()");
+    return pool().WithTransaction("listening backends", [&sql](pqxx::work& txn) {
+      return absl::StatusOr<int>(static_cast<int>(txn.exec(sql).size()));
+    });
+  }
+  // Lets new connections to this test's database in, or refuses them (those open stay open).
+  // Run from the cluster's "postgres" database: PostgreSQL refuses it for the current one.
+  absl::Status AllowConnections(bool allow) {
+    const std::string key = "dbname='";
+    const size_t begin = url().find(key) + key.size();
+    const size_t end = url().find('\'', begin);
+    const std::string database = url().substr(begin, end - begin);
+    try {
+      pqxx::connection admin(url().substr(0, begin) + "postgres" + url().substr(end));
+      pqxx::nontransaction(admin).exec(absl::StrCat(
+          "ALTER DATABASE \"", database, "\" ALLOW_CONNECTIONS ", allow ? "true" : "false"));
+    } catch (const std::exception& e) {
+      return absl::InternalError(e.what());
+    }
+    return absl::OkStatus();
+  }
+  // Waits up to 10 s for `done`; its last answer.
+  static bool WaitFor(const std::function<bool()>& done) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (!done() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
+    return done();
   }
 
   int64_t project_id_ = 0;
@@ -290,6 +337,56 @@ TEST_F(ReplicaFollowerTest, AVersionNotifyFollowsTheWritersChangesBeforeAdopting
   ASSERT_EQ(adopt_calls_.load(), 1);
   EXPECT_EQ(items_seen_by_adopt.load(), 32);
   EXPECT_EQ(project_->Counts().num_items, 32);
+}
+
+// replica_follower.h: Start answers UNAVAILABLE "if PostgreSQL cannot be reached" (nothing
+// listens on port 1 of this host).
+TEST_F(ReplicaFollowerTest, StartAnswersUnavailableWhenPostgresCannotBeReached) {
+  ReplicaFollower follower("postgresql://127.0.0.1:1/verity?connect_timeout=5", *registry_,
+                           *storage_, nullptr, ReplicaFollower::Options(), &metrics_);
+  EXPECT_EQ(follower.Start().code(), absl::StatusCode::kUnavailable);
+}
+
+// A broken listening connection is counted once in verity_replica_follow_failures_total and
+// replaced: labels another replica commits afterwards still reach this server.
+TEST_F(ReplicaFollowerTest, ABrokenListeningConnectionIsCountedAndReplaced) {
+  StartFollower(absl::Hours(1));
+  ASSERT_TRUE(WaitFor([this] { return ListeningBackends(false).value_or(0) == 1; }));
+  absl::SleepFor(absl::Milliseconds(500));  // Time for the first poll to have run.
+  ASSERT_EQ(ListeningBackends(/*terminate=*/true).value_or(0), 1);
+  EXPECT_TRUE(WaitFor([this] { return ListeningBackends(false).value_or(0) == 1; }))
+      << "the follower listens again";
+  ASSERT_TRUE(Commit(30, 40).ok());
+  EXPECT_TRUE(WaitFor([this] { return project_->Counts().num_labels == 80; }));
+  EXPECT_EQ(project_->Counts().num_labels, 80);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_follow_failures_total"), 1);
+}
+
+// replica_follower.h: "a missed notification costs latency, never a label". Labels committed
+// while the listening connection was down (its reconnection refused meanwhile) are read as
+// soon as it listens again, although the next periodic poll is an hour away.
+TEST_F(ReplicaFollowerTest, LabelsCommittedWhileDisconnectedAreReadOnReconnecting) {
+  ReplicaFollower::Options options;
+  options.poll_interval = absl::Hours(1);
+  options.reconnect_delay = absl::Milliseconds(50);
+  follower_ = std::make_unique<ReplicaFollower>(
+      url(), *registry_, *storage_, [this](LiveProject&) { ++adopt_calls_; }, options, &metrics_);
+  ASSERT_TRUE(follower_->Start().ok());
+  ASSERT_TRUE(WaitFor([this] { return ListeningBackends(false).value_or(0) == 1; }));
+  absl::SleepFor(absl::Milliseconds(500));  // Time for the first poll to have run.
+  const absl::Status refused = AllowConnections(false);
+  ASSERT_TRUE(refused.ok()) << refused;
+  ASSERT_EQ(ListeningBackends(/*terminate=*/true).value_or(0), 1);
+  ASSERT_TRUE(Commit(30, 40).ok());  // Nobody listens: its NOTIFY is lost.
+  // The broken connection and at least one refused reconnection.
+  EXPECT_TRUE(
+      WaitFor([this] { return Sample(metrics_, "verity_replica_follow_failures_total") >= 2; }));
+  const absl::Status allowed = AllowConnections(true);
+  ASSERT_TRUE(allowed.ok()) << allowed;
+  EXPECT_TRUE(WaitFor([this] { return project_->Counts().num_labels == 80; }));
+  EXPECT_EQ(project_->Counts().num_labels, 80);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"notify\"}"), 0);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"poll\"}"), 1);
 }
 
 }  // namespace
