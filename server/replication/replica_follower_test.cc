@@ -389,5 +389,58 @@ TEST_F(ReplicaFollowerTest, LabelsCommittedWhileDisconnectedAreReadOnReconnectin
   EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"poll\"}"), 1);
 }
 
+// A poll whose queries fail (here the model versions table is missing) is counted as a failure
+// and retried; the follower keeps following.
+TEST_F(ReplicaFollowerTest, APollThatCannotReadTheVersionsIsCountedAndRetried) {
+  StartFollower();
+  ASSERT_TRUE(Exec("ALTER TABLE model_versions RENAME TO model_versions_hidden").ok());
+  EXPECT_TRUE(
+      WaitFor([this] { return Sample(metrics_, "verity_replica_follow_failures_total") >= 2; }));
+  ASSERT_TRUE(Exec("ALTER TABLE model_versions_hidden RENAME TO model_versions").ok());
+  ASSERT_TRUE(Commit(30, 40).ok());
+  EXPECT_TRUE(WaitFor([this] { return project_->Counts().num_labels == 80; }));
+  EXPECT_EQ(project_->Counts().num_labels, 80);
+}
+
+// A catch-up read that fails (the poll finds a seq drawn past what memory holds, but the
+// labels cannot be read) is counted in verity_replica_follow_failures_total.
+TEST_F(ReplicaFollowerTest, ACatchUpReadThatFailsIsCounted) {
+  StartFollower();
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_EQ(Sample(metrics_, "verity_replica_follow_failures_total"), 0);
+  ASSERT_TRUE(Exec("ALTER TABLE annotations RENAME TO annotations_hidden").ok());
+  ASSERT_TRUE(Exec(absl::StrCat("UPDATE projects SET next_seq = next_seq + 5 WHERE project_id = ",
+                                project_id_))
+                  .ok());
+  EXPECT_TRUE(
+      WaitFor([this] { return Sample(metrics_, "verity_replica_follow_failures_total") >= 1; }));
+  EXPECT_GE(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"poll\"}"), 1);
+  EXPECT_EQ(project_->Counts().num_labels, 60);
+}
+
+// FollowChanges when the project's row cannot be read: one failure counted, nothing applied.
+TEST_F(ReplicaFollowerTest, FollowChangesThatCannotReadTheProjectCountsAFailure) {
+  StartFollower(absl::Hours(1));
+  absl::SleepFor(absl::Milliseconds(1000));  // Time for the first poll to have run.
+  ASSERT_TRUE(Exec("ALTER TABLE projects RENAME TO projects_hidden").ok());
+  follower_->FollowChanges(*project_);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_follow_failures_total"), 1);
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"changes\"}"), 0);
+  ASSERT_TRUE(Exec("ALTER TABLE projects_hidden RENAME TO projects").ok());
+}
+
+// Stored settings that do not parse are not applied (the project keeps its method) and each
+// failed re-read is counted.
+TEST_F(ReplicaFollowerTest, SettingsThatDoNotParseAreNotApplied) {
+  StartFollower();
+  ASSERT_TRUE(Exec(absl::StrCat("UPDATE projects SET settings = '\\xffffffff'::bytea, "
+                                "change_seq = change_seq + 1 WHERE project_id = ",
+                                project_id_))
+                  .ok());
+  EXPECT_TRUE(
+      WaitFor([this] { return Sample(metrics_, "verity_replica_follow_failures_total") >= 1; }));
+  EXPECT_EQ(project_->settings().model().method(), v1::TRUTH_METHOD_DAWID_SKENE);
+}
+
 }  // namespace
 }  // namespace verity::server
