@@ -442,5 +442,62 @@ TEST_F(ReplicaFollowerTest, SettingsThatDoNotParseAreNotApplied) {
   EXPECT_EQ(project_->settings().model().method(), v1::TRUTH_METHOD_DAWID_SKENE);
 }
 
+// Once the poll has followed another replica's items, the project's change_seq is current:
+// later polls read nothing more (one re-read, however many polls).
+TEST_F(ReplicaFollowerTest, FollowedItemsAreReadOnce) {
+  const std::vector<storage::ItemWrite> writes = {{"new-1"}, {"new-2"}};
+  ASSERT_TRUE(storage_->items->UpsertItems(project_id_, writes).ok());
+  StartFollower();
+  ASSERT_TRUE(WaitFor([this] { return project_->Counts().num_items == 32; }));
+  absl::SleepFor(absl::Milliseconds(600));  // About 10 more polls.
+  EXPECT_EQ(Sample(metrics_, "verity_replica_catch_up_reads_total{trigger=\"changes\"}"), 1);
+}
+
+// The poll, like the version NOTIFY, follows the items another replica wrote before handing a
+// newer version to adopt_stored_version (replica_follower.h: the version was fitted with them).
+TEST_F(ReplicaFollowerTest, ThePollFollowsTheWritersChangesBeforeAdopting) {
+  ProjectRegistry other_replica(*storage_);
+  ASSERT_TRUE(other_replica.LoadAll().ok());
+  const std::vector<storage::ItemWrite> writes = {{"new-1"}, {"new-2"}};
+  ASSERT_TRUE(storage_->items->UpsertItems(project_id_, writes).ok());
+  std::shared_ptr<LiveProject> other = *other_replica.Get("p");
+  ASSERT_TRUE(other->Refit(*storage_->versions).ok());
+  ASSERT_EQ(other->model_version(), 2);
+  // The items the first call saw (the callback may outlive this test's locals).
+  auto items_seen_by_adopt = std::make_shared<std::atomic<int>>(-1);
+  ReplicaFollower::Options options;
+  options.poll_interval = absl::Milliseconds(50);
+  follower_ = std::make_unique<ReplicaFollower>(
+      url(), *registry_, *storage_,
+      [this, items_seen_by_adopt](LiveProject& project) {
+        if (adopt_calls_++ == 0) {
+          *items_seen_by_adopt = static_cast<int>(project.Counts().num_items);
+        }
+      },
+      options, &metrics_);
+  ASSERT_TRUE(follower_->Start().ok());
+  ASSERT_TRUE(WaitFor([this] { return adopt_calls_.load() > 0; }));
+  EXPECT_EQ(items_seen_by_adopt->load(), 32);
+}
+
+// adopt_stored_version may be empty (a server that adopts nothing): a newer stored version,
+// seen by its NOTIFY and by the poll, is then skipped, and the follower keeps following labels.
+TEST_F(ReplicaFollowerTest, WithoutAnAdoptCallbackANewVersionIsSkipped) {
+  ReplicaFollower::Options options;
+  options.poll_interval = absl::Milliseconds(50);
+  follower_ =
+      std::make_unique<ReplicaFollower>(url(), *registry_, *storage_, nullptr, options, &metrics_);
+  ASSERT_TRUE(follower_->Start().ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  ProjectRegistry other_replica(*storage_);
+  ASSERT_TRUE(other_replica.LoadAll().ok());
+  std::shared_ptr<LiveProject> other = *other_replica.Get("p");
+  ASSERT_TRUE(other->Refit(*storage_->versions).ok());
+  absl::SleepFor(absl::Milliseconds(300));  // The NOTIFY and several polls.
+  ASSERT_TRUE(Commit(30, 40).ok());
+  EXPECT_TRUE(WaitFor([this] { return project_->Counts().num_labels == 80; }));
+  EXPECT_EQ(project_->model_version(), 1);
+}
+
 }  // namespace
 }  // namespace verity::server
