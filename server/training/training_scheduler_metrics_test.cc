@@ -55,6 +55,13 @@ class TrainingSchedulerMetricsTest : public storage::testing::PostgresTest {
     EXPECT_TRUE(server.registry->LoadAll().ok());
     return server;
   }
+  // Renames table `from` to `to`: the statements that need `from` fail from now on.
+  absl::Status RenameTable(const std::string& from, const std::string& to) {
+    return pool().RunInTransaction("renaming a table", [&](pqxx::work& txn) {
+      txn.exec(absl::StrCat("ALTER TABLE ", from, " RENAME TO ", to));
+      return absl::OkStatus();
+    });
+  }
   static TrainingScheduler::Options InProcess() {
     TrainingScheduler::Options options;
     options.run_in_background = false;
@@ -611,6 +618,115 @@ TEST_F(TrainingSchedulerMetricsTest, APassFitsEveryDueProject) {
   for (const std::string name : {"p", "q", "r"}) {
     EXPECT_EQ((*server.registry->Get(name))->model_version(), 1) << name;
   }
+}
+
+// Sets `project`'s method to majority vote, as a settings change another replica stored and this
+// one follows (the refresh_before_fit hook).
+void FollowAMethodChangeToMajorityVote(LiveProject& project) {
+  v1::ProjectSettings settings = project.settings();
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
+  project.SetSettings(settings);
+}
+
+// training_scheduler.h, refresh_before_fit: "Also called first by RefitProjectNow (TrainModel),
+// before it decides that nothing changed". Version 1 (ds) is current; the refresh brings a
+// method change, so TrainModel fits version 2 with majority vote instead of answering version 1.
+TEST_F(TrainingSchedulerMetricsTest, TrainModelRefreshesTheSettingsBeforeDecidingNothingChanged) {
+  NewProject("p");
+  Server server = Open();
+  TrainingScheduler::Options options = InProcess();
+  bool refresh = false;
+  options.refresh_before_fit = [&refresh](LiveProject& project) {
+    if (refresh) FollowAMethodChangeToMajorityVote(project);
+  };
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions, nullptr, options);
+  std::shared_ptr<LiveProject> project = *server.registry->Get("p");
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  ASSERT_EQ(project->model_version(), 1);
+  ASSERT_TRUE(project->FitIsCurrent());
+  refresh = true;
+  absl::StatusOr<storage::ModelVersionRecord> version = scheduler.RefitProjectNow(*project);
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(version->version, 2);
+  EXPECT_EQ(version->method, "mv");
+}
+
+// training_scheduler.h, refresh_before_fit: with fit_locks, "called under the project's fit
+// lock, after serving the newest stored version and before deciding whether the fit is still
+// due". A forced pass whose refresh brings a method change fits the new method.
+TEST_F(TrainingSchedulerMetricsTest, AFitUnderTheFitLockUsesTheRefreshedSettings) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  storage::FitLocks locks(server.storage->pool.get());
+  TrainingScheduler::Options options = InProcess();
+  options.fit_locks = &locks;
+  int refreshed = 0;
+  options.refresh_before_fit = [&refreshed](LiveProject& project) {
+    ++refreshed;
+    FollowAMethodChangeToMajorityVote(project);
+  };
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions, nullptr, options);
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow(/*force=*/true).ok());
+  EXPECT_EQ(refreshed, 1);
+  auto stored = server.storage->versions->ListModelVersions(project_id, 10);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ(stored->front().method, "mv");
+}
+
+// training_scheduler.h: RefitDueProjectsNow "returns the first error"; with workers, a job that
+// cannot be enqueued (here the job table is missing) is that error.
+TEST_F(TrainingSchedulerMetricsTest, AWorkerModePassReportsAJobThatCannotBeEnqueued) {
+  NewProject("p");
+  Server server = Open();
+  MetricsRegistry metrics;
+  std::unique_ptr<TrainingScheduler> scheduler = WorkerModeScheduler(server, metrics);
+  ASSERT_TRUE(RenameTable("training_jobs", "training_jobs_hidden").ok());
+  EXPECT_FALSE(scheduler->RefitDueProjectsNow(/*force=*/true).ok());
+  EXPECT_EQ(Sample(metrics, "verity_training_jobs_enqueued_total"), 0);
+}
+
+// With workers, TrainModel on a current fit answers the served version's metadata; when that
+// read fails for another reason than NOT_FOUND (here the versions table is missing), the error
+// is the answer: no job is enqueued and nothing waits for train_wait.
+TEST_F(TrainingSchedulerMetricsTest, WorkerModeTrainModelAnswersAFailedMetadataRead) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  TrainingScheduler fitter(*server.registry, *server.storage->versions, nullptr, InProcess());
+  ASSERT_TRUE(fitter.RefitDueProjectsNow(/*force=*/true).ok());
+  std::shared_ptr<LiveProject> project = *server.registry->Get("p");
+  ASSERT_TRUE(project->FitIsCurrent());
+  TrainingScheduler::Options options = InProcess();
+  options.use_workers = true;
+  options.train_wait = absl::Seconds(2);
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions,
+                              server.storage->jobs.get(), options);
+  ASSERT_TRUE(RenameTable("model_versions", "model_versions_hidden").ok());
+  absl::StatusOr<storage::ModelVersionRecord> answer = scheduler.RefitProjectNow(*project);
+  EXPECT_FALSE(answer.ok());
+  EXPECT_NE(answer.status().code(), absl::StatusCode::kDeadlineExceeded) << answer.status();
+  auto jobs = server.storage->jobs->ListJobs(project_id);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_TRUE(jobs->empty()) << jobs->size() << " jobs";
+}
+
+// training_scheduler.h: `cancelled` is asked while RefitAndLog waits "and once more before the
+// fit". Here nothing waits (no other fit, a free slot): TrainModel asks once before its wait
+// (not cancelled yet), then once before the fit (cancelled): CANCELLED, and nothing is fit.
+TEST_F(TrainingSchedulerMetricsTest, ATrainModelCancelledJustBeforeItsFitFitsNothing) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions, nullptr, InProcess());
+  std::shared_ptr<LiveProject> project = *server.registry->Get("p");
+  int asked = 0;
+  absl::StatusOr<storage::ModelVersionRecord> version =
+      scheduler.RefitProjectNow(*project, [&asked] { return ++asked >= 2; });
+  EXPECT_EQ(version.status().code(), absl::StatusCode::kCancelled) << version.status();
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(project->model_version(), 0);
+  auto stored = server.storage->versions->ListModelVersions(project_id, 10);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_TRUE(stored->empty());
 }
 
 }  // namespace
