@@ -729,5 +729,31 @@ TEST_F(TrainingSchedulerMetricsTest, ATrainModelCancelledJustBeforeItsFitFitsNot
   EXPECT_TRUE(stored->empty());
 }
 
+// training_worker.h: "after max_attempts claims the next Claim marks the job failed". A job
+// whose only claim's worker died (its lease ran out) is failed by a worker with max_attempts 1,
+// which then finds the queue empty instead of running the job a second time.
+TEST_F(TrainingSchedulerMetricsTest, AWorkerFailsAnExpiredJobThatHasHadMaxAttemptsClaims) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  absl::StatusOr<storage::TrainingJob> job = server.storage->jobs->Enqueue(project_id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<std::optional<storage::TrainingJob>> dead =
+      server.storage->jobs->Claim("dead", absl::Milliseconds(10));
+  ASSERT_TRUE(dead.ok() && dead->has_value()) << dead.status();
+  absl::SleepFor(absl::Milliseconds(200));  // The dead worker's lease runs out.
+  TrainingWorker::Options options;
+  options.name = "w";
+  options.max_attempts = 1;
+  TrainingWorker worker(*server.storage, options);
+  absl::StatusOr<bool> ran = worker.RunOnce();
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_FALSE(*ran);
+  absl::StatusOr<storage::TrainingJob> after = server.storage->jobs->GetJob(job->job_id);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->state, "failed");
+  EXPECT_EQ(after->attempts, 1);
+  EXPECT_EQ((*server.registry->Get("p"))->model_version(), 0);
+}
+
 }  // namespace
 }  // namespace verity::server
