@@ -4,6 +4,7 @@
 // projects that become due; and a project is refit again each time it becomes due.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "server/state/storage_handles.h"
 #include "server/training/scheduler_test_projects.h"
 #include "server/training/training_scheduler.h"
+#include "storage/fit_lock.h"
 #include "storage/testing/postgres_fixture.h"
 #include "verity/v1/projects.pb.h"
 
@@ -195,6 +197,34 @@ TEST_F(TrainingSchedulerBackgroundTest, ATrainModelWaitsForTheSlotAnotherTrainMo
   EXPECT_EQ(slow_version->version, 1);
   EXPECT_EQ(fast_version->version, 1);
   EXPECT_EQ(Project("fast").model_version(), 1);
+}
+
+// training_scheduler.h: a fitter that takes the fit lock "serves any version stored meanwhile
+// and fits only if that did not make the fit unnecessary", and the background refits only what
+// is due. This replica has never fit "fast" (every label new: due); another replica fits
+// version 1 over every stored label, and this one holds one label more. Serving version 1
+// leaves one new label (fewer than refit_min_new_labels, 50, and the staleness bound starts
+// again): not due, though not current, so no version 2 is fit.
+TEST_F(TrainingSchedulerBackgroundTest, AFitterDoesNotFitWhatAnotherReplicasVersionLeftNotDue) {
+  ProjectRegistry other_replica(*storage_);
+  ASSERT_TRUE(other_replica.LoadAll().ok());
+  ASSERT_TRUE((*other_replica.Get("fast"))->Refit(*storage_->versions).ok());
+  LiveProject& fast = Project("fast");
+  const std::optional<int32_t> item = fast.FindItem("i0");
+  const std::optional<int32_t> annotator = fast.FindAnnotator("w3");  // i0: w0, w1, w2.
+  ASSERT_TRUE(item.has_value() && annotator.has_value());
+  fast.ApplyCommitted({{*item, "i0", *annotator, "w3", 1, 1000, true}});
+  storage::FitLocks locks(storage_->pool.get());
+  TrainingScheduler::Options options = Background();
+  options.fit_locks = &locks;
+  TrainingScheduler scheduler(*registry_, *storage_->versions, nullptr, options);
+  ASSERT_TRUE(ServesVersion("fast", 1));
+  absl::SleepFor(absl::Milliseconds(500));  // 25 polls.
+  EXPECT_EQ(fast.model_version(), 1);
+  EXPECT_FALSE(fast.FitIsCurrent());
+  auto stored = storage_->versions->ListModelVersions(fast.identity().project_id, 10);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->size(), 1u);
 }
 
 }  // namespace
