@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/time/clock.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "pqxx/pqxx"
@@ -14,7 +15,34 @@ namespace {
 
 using ::verity::storage::testing::PostgresTest;
 
-class FitLockTest : public PostgresTest {};
+class FitLockTest : public PostgresTest {
+ protected:
+  // The backend pid of the session that holds the fit lock of `project_id` in this database.
+  int64_t HolderPid(pqxx::connection& observer, int64_t project_id) {
+    pqxx::result rows = pqxx::nontransaction(observer).exec_params(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1",
+        FitLocks::kKeySpace, project_id);
+    EXPECT_EQ(rows.size(), 1u);
+    return rows.empty() ? 0 : rows[0][0].as<int64_t>();
+  }
+
+  // Ends the session `pid` (as a PostgreSQL restart or an administrator would) and waits until
+  // it is gone.
+  void TerminateSession(pqxx::connection& observer, int64_t pid) {
+    pqxx::nontransaction(observer).exec_params("SELECT pg_terminate_backend($1::int)", pid);
+    for (int i = 0; i < 1000; ++i) {
+      if (pqxx::nontransaction(observer)
+              .exec_params1("SELECT count(*) FROM pg_stat_activity WHERE pid = $1::int", pid)[0]
+              .as<int64_t>() == 0) {
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ADD_FAILURE() << "session " << pid << " did not end";
+  }
+};
 
 TEST_F(FitLockTest, OneHolderPerProjectAcrossPoolsUntilReleased) {
   // Two pools stand for two server replicas.
@@ -94,6 +122,87 @@ TEST_F(FitLockTest, ALockHeldInAnotherDatabaseIsNotHeldHere) {
   }
   absl::Status dropped = cluster().DropDatabase(*other_url);
   EXPECT_TRUE(dropped.ok()) << dropped;
+}
+
+// fit_lock.h: "If the holder dies, PostgreSQL drops its session and the lock with it". A FitLock
+// whose session was ended under it is released without an exception leaving storage/
+// (pg_status.h: none may), and the project's lock can be taken again on a fresh connection.
+TEST_F(FitLockTest, ALockWhoseSessionEndedIsReleasedWithoutAnException) {
+  std::unique_ptr<ConnectionPool> lock_pool = NewPool(1);
+  FitLocks locks(lock_pool.get(), &pool());
+  pqxx::connection observer(url());
+  absl::StatusOr<std::unique_ptr<FitLock>> held = locks.TryAcquire(5);
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_NE(*held, nullptr);
+  TerminateSession(observer, HolderPid(observer, 5));
+  EXPECT_THAT(locks.IsHeld(5), ::verity::testing::IsOkAndHolds(false));
+
+  EXPECT_NO_THROW(held->reset());
+  absl::StatusOr<std::unique_ptr<FitLock>> again = locks.TryAcquire(5);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(*again, nullptr);
+}
+
+// fit_lock.h: TryAcquire and IsHeld are UNAVAILABLE "if PostgreSQL cannot be reached" — here a
+// pooled connection whose session has ended — never an exception; the next call works on a
+// fresh connection.
+TEST_F(FitLockTest, ABrokenPooledConnectionIsUnavailableNotAnException) {
+  std::unique_ptr<ConnectionPool> lock_pool = NewPool(1);
+  FitLocks locks(lock_pool.get());
+  pqxx::connection observer(url());
+  {
+    absl::StatusOr<std::unique_ptr<FitLock>> held = locks.TryAcquire(5);
+    ASSERT_TRUE(held.ok()) << held.status();
+    ASSERT_NE(*held, nullptr);
+    const int64_t pid = HolderPid(observer, 5);
+    held->reset();  // Back in the pool, idle.
+    TerminateSession(observer, pid);
+  }
+  absl::StatusOr<std::unique_ptr<FitLock>> refused;
+  EXPECT_NO_THROW(refused = locks.TryAcquire(6));
+  EXPECT_THAT(refused.status(), ::verity::testing::StatusIs(absl::StatusCode::kUnavailable));
+  absl::StatusOr<std::unique_ptr<FitLock>> held = locks.TryAcquire(6);
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_NE(*held, nullptr);
+
+  // The same for IsHeld (the locks' pool is its query pool here).
+  const int64_t pid = HolderPid(observer, 6);
+  held->reset();
+  TerminateSession(observer, pid);
+  absl::StatusOr<bool> is_held;
+  EXPECT_NO_THROW(is_held = locks.IsHeld(6));
+  EXPECT_THAT(is_held.status(), ::verity::testing::StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(locks.IsHeld(6), ::verity::testing::IsOkAndHolds(false));
+}
+
+// fit_lock.h: with a pool of its own for the locks, IsHeld is asked on the query pool: a
+// server whose one lock connection holds a fit still answers IsHeld at once, and a lock taken
+// leaves the query pool's connections free.
+TEST_F(FitLockTest, LocksAndQueriesUseTheirOwnPools) {
+  std::unique_ptr<ConnectionPool> lock_pool = NewPool(1);
+  std::unique_ptr<ConnectionPool> query_pool = NewPool(1);
+  FitLocks locks(lock_pool.get(), query_pool.get());
+  absl::StatusOr<std::unique_ptr<FitLock>> held = locks.TryAcquire(5);
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_NE(*held, nullptr);
+  EXPECT_EQ(lock_pool->in_use_connections(), 1);
+  EXPECT_EQ(query_pool->in_use_connections(), 0);
+  EXPECT_THAT(locks.IsHeld(5), ::verity::testing::IsOkAndHolds(true));
+  EXPECT_EQ(query_pool->open_connections(), 1);
+}
+
+// The fit lock is the advisory lock of one bigint key (fit_lock.h). The lock of the two int4
+// keys (kKeySpace, project id) is another lock, though pg_locks shows the same halves: it is
+// not the project's fit lock, and leaves that free.
+TEST_F(FitLockTest, ALockOfTwoIntegerKeysWithTheSameHalvesIsNotTheFitLock) {
+  pqxx::connection other(url());
+  pqxx::nontransaction(other).exec_params("SELECT pg_advisory_lock($1::int, $2::int)",
+                                          FitLocks::kKeySpace, 5);
+  FitLocks locks(&pool());
+  EXPECT_THAT(locks.IsHeld(5), ::verity::testing::IsOkAndHolds(false));
+  absl::StatusOr<std::unique_ptr<FitLock>> held = locks.TryAcquire(5);
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_NE(*held, nullptr);
 }
 
 }  // namespace
