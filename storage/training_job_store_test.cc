@@ -73,6 +73,20 @@ class TrainingJobStoreTest : public PostgresTest {
     return v;
   }
 
+  // Moves job `job_id`'s lease expiry `by` earlier, as if that much time had passed.
+  void AgeLease(int64_t job_id, absl::Duration by) {
+    ASSERT_THAT(pool().RunInTransaction("ageing a lease",
+                                        [&](pqxx::work& txn) {
+                                          txn.exec_params(
+                                              "UPDATE training_jobs SET lease_expires_at = "
+                                              "lease_expires_at - make_interval(secs => $2) "
+                                              "WHERE job_id = $1",
+                                              job_id, absl::ToDoubleSeconds(by));
+                                          return absl::OkStatus();
+                                        }),
+                IsOk());
+  }
+
   // Ends `job_id`'s lease an hour ago, as if its worker had died: deterministic, where a
   // short lease and a sleep would race the clock.
   void ExpireLease(int64_t job_id) {
@@ -474,6 +488,42 @@ TEST_F(TrainingJobStoreTest, AClaimedLeaseHoldsForTheWholeDuration) {
   ASSERT_THAT(job, IsOk());
   ASSERT_THAT(jobs_->Claim("w1", absl::Hours(1)), IsOk());
   ExpectStillHeldHalfAnHourLater(p, job->job_id, "w1");
+}
+
+// training_job_store.h: Claim gives the job "with a lease of `lease`", and a 'running' job
+// "with an expired lease" is claimable again. Eleven minutes after a ten-minute claim (the lease
+// moved back, as ExpireLease does, instead of sleeping) the lease has run out: the project has no
+// running job and another worker takes the job over on its second attempt.
+TEST_F(TrainingJobStoreTest, AClaimedLeaseEndsWhenItsDurationHasPassed) {
+  const int64_t p = NewProject("p");
+  auto job = jobs_->Enqueue(p);
+  ASSERT_THAT(job, IsOk());
+  ASSERT_THAT(jobs_->Claim("w1", absl::Minutes(10)), IsOk());
+  AgeLease(job->job_id, absl::Minutes(11));
+  EXPECT_THAT(jobs_->HasRunningJob(p), ::verity::testing::IsOkAndHolds(false));
+  auto taken = jobs_->Claim("w2", absl::Minutes(10));
+  ASSERT_THAT(taken, IsOk());
+  ASSERT_TRUE(taken->has_value());
+  EXPECT_EQ((*taken)->job_id, job->job_id);
+  EXPECT_EQ((*taken)->worker, "w2");
+  EXPECT_EQ((*taken)->attempts, 2);
+}
+
+// training_job_store.h: Renew "extends the lease" by `lease`, no more: eleven minutes after a
+// ten-minute renewal the job is another worker's to take.
+TEST_F(TrainingJobStoreTest, ARenewedLeaseEndsWhenItsDurationHasPassed) {
+  const int64_t p = NewProject("p");
+  auto job = jobs_->Enqueue(p);
+  ASSERT_THAT(job, IsOk());
+  ASSERT_THAT(jobs_->Claim("w1", absl::Seconds(30)), IsOk());
+  ASSERT_THAT(jobs_->Renew(job->job_id, "w1", absl::Minutes(10)), IsOk());
+  AgeLease(job->job_id, absl::Minutes(11));
+  EXPECT_THAT(jobs_->HasRunningJob(p), ::verity::testing::IsOkAndHolds(false));
+  auto taken = jobs_->Claim("w2", absl::Minutes(10));
+  ASSERT_THAT(taken, IsOk());
+  ASSERT_TRUE(taken->has_value());
+  EXPECT_EQ((*taken)->job_id, job->job_id);
+  EXPECT_EQ((*taken)->worker, "w2");
 }
 
 }  // namespace
