@@ -524,6 +524,78 @@ TEST_F(ModelVersionStoreTest, ABacklogOfCheckpointsIsFreedAFewPerSaveOldestFirst
   EXPECT_EQ(kept_versions(), (std::vector<int32_t>{22, 23, 24}));
 }
 
+// The backlog is freed per project: another project's kept checkpoints (its versions 1 to 3,
+// numbered like this project's oldest) neither count against this save's
+// kCheckpointsFreedPerSave nor are freed by it.
+TEST_F(ModelVersionStoreTest, ABacklogIsFreedAtFullRateBesideAnotherProjectsKeptVersions) {
+  absl::StatusOr<ProjectRecord> created = CreateProject("other");
+  ASSERT_THAT(created, IsOk());
+  ModelVersionRecord others = Record(1);
+  others.project_id = created->project_id;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_THAT(store_->SaveModelVersion(others, ModelVersionOutputs{"p", "a"}), IsOk());
+  }
+  constexpr int kBacklog = 20;
+  ASSERT_THAT(pool().WithTransaction(
+                  "versions stored before checkpoints were freed",
+                  [&](pqxx::work& txn) -> absl::StatusOr<bool> {
+                    txn.exec_params(
+                        "INSERT INTO model_versions (project_id, version, method, parameters) "
+                        "SELECT $1, v, 'ds', '\\x0102'::bytea FROM generate_series(1, $2) v",
+                        project_id_, kBacklog);
+                    return true;
+                  }),
+              IsOk());
+  ASSERT_THAT(store_->SaveModelVersion(Record(1)), IsOk());
+  auto kept = [this](int64_t project_id) {
+    absl::StatusOr<std::vector<int32_t>> versions = pool().WithTransaction(
+        "kept", [&](pqxx::work& txn) -> absl::StatusOr<std::vector<int32_t>> {
+          std::vector<int32_t> out;
+          for (const pqxx::row& row :
+               txn.exec_params("SELECT version FROM model_versions WHERE project_id = $1 "
+                               "AND octet_length(parameters) > 0 ORDER BY version",
+                               project_id)) {
+            out.push_back(row[0].as<int32_t>());
+          }
+          return out;
+        });
+    EXPECT_THAT(versions, IsOk());
+    return versions.value_or(std::vector<int32_t>{});
+  };
+  std::vector<int32_t> expected;  // Versions 1 to kCheckpointsFreedPerSave were freed.
+  for (int v = ModelVersionStore::kCheckpointsFreedPerSave + 1; v <= kBacklog + 1; ++v) {
+    expected.push_back(v);
+  }
+  EXPECT_EQ(kept(project_id_), expected);
+  EXPECT_EQ(kept(created->project_id), (std::vector<int32_t>{1, 2, 3}));
+}
+
+// A save whose blobs are large closes its connection instead of returning it to the pool
+// (model_version_store.cc; ConnectionPool::After::kClose: libpq keeps its send buffer at the
+// largest message sent), whether the parameters or the outputs are large; a small save's
+// connection goes back to the pool.
+TEST_F(ModelVersionStoreTest, ALargeSaveDoesNotReturnItsConnectionToThePool) {
+  std::unique_ptr<ConnectionPool> pool = NewPool(1);
+  ModelVersionStore store(pool.get());
+  const std::string large(size_t{16} << 20, 'x');
+  ASSERT_THAT(store.SaveModelVersion(Record(1)), IsOk());
+  EXPECT_EQ(pool->open_connections(), 1);
+
+  ModelVersionRecord large_parameters = Record(2);
+  large_parameters.parameters = large;
+  ASSERT_THAT(store.SaveModelVersion(large_parameters), IsOk());
+  EXPECT_EQ(pool->open_connections(), 0);
+
+  ASSERT_THAT(store.SaveModelVersion(Record(3)), IsOk());
+  EXPECT_EQ(pool->open_connections(), 1);
+  ASSERT_THAT(store.SaveModelVersion(Record(4), ModelVersionOutputs{large, "profiles"}), IsOk());
+  EXPECT_EQ(pool->open_connections(), 0);
+
+  absl::StatusOr<ModelVersionOutputs> outputs = store.GetModelVersionOutputs(project_id_, 4);
+  ASSERT_THAT(outputs, IsOk());
+  EXPECT_EQ(outputs->posteriors.size(), large.size());
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
