@@ -497,6 +497,24 @@ TEST_F(ItemStoreTest, EmptyFeaturesAreRefusedWhenTheProjectHasNoFeatures) {
   EXPECT_THAT(store_->LoadAnnotators(created->project_id), IsOkAndHolds(IsEmpty()));
 }
 
+// item_store.h: loads return annotators "ordered by index (so result[i].index == i)", which
+// is the order of first appearance, not of their ids: "zed", "amy", "mia" load in that order.
+TEST_F(ItemStoreTest, AnnotatorsLoadInIndexOrderNotInIdOrder) {
+  ASSERT_THAT(store_->UpsertAnnotators(project_id_, {AnnotatorWrite{"zed", std::nullopt},
+                                                     AnnotatorWrite{"amy", std::nullopt}}),
+              IsOkAndHolds(ElementsAre(0, 1)));
+  ASSERT_THAT(store_->UpsertAnnotators(project_id_, {AnnotatorWrite{"mia", std::nullopt}}),
+              IsOkAndHolds(ElementsAre(2)));
+  absl::StatusOr<std::vector<AnnotatorRecord>> annotators = store_->LoadAnnotators(project_id_);
+  ASSERT_THAT(annotators, IsOk());
+  ASSERT_EQ(annotators->size(), 3u);
+  const std::vector<std::string> ids = {"zed", "amy", "mia"};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ((*annotators)[i].index, i);
+    EXPECT_EQ((*annotators)[i].external_id, ids[i]);
+  }
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
