@@ -1,0 +1,130 @@
+// ProjectRegistry's load from PostgreSQL and its memory budget, against a real PostgreSQL: a
+// loaded project serves its latest stored version (counting only the labels that version did
+// not see), its open leases and its revision count, and the budget never unloads a project
+// while it fits.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/state/project_registry.h"
+#include "storage/testing/postgres_fixture.h"
+
+namespace verity::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+v1::Project NewProject(const std::string& name) {
+  v1::Project project;
+  project.set_name(name);
+  project.add_classes("no");
+  project.add_classes("yes");
+  project.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  return project;
+}
+
+class ProjectRegistryLoadTest : public storage::testing::PostgresTest {
+ protected:
+  void SetUp() override {
+    PostgresTest::SetUp();
+    auto storage = StorageHandles::Open(url(), 4);
+    ASSERT_TRUE(storage.ok()) << storage.status();
+    storage_ = std::move(*storage);
+  }
+
+  // Labels (item-i, annotator-(i%5), (i/5)%2) of `n` items, committed through the store and
+  // applied to `project` as the ingest pipeline would. Item i gets index i, annotator-a index a.
+  void AddLabels(LiveProject& project, int n) {
+    std::vector<storage::AnnotationWrite> writes;
+    for (int i = 0; i < n; ++i) {
+      writes.push_back({project.identity().project_id, absl::StrCat("item-", i),
+                        absl::StrCat("annotator-", i % 5), (i / 5) % 2, std::nullopt});
+    }
+    auto results = storage_->annotations->CommitAnnotations(writes);
+    ASSERT_TRUE(results.ok()) << results.status();
+    std::vector<CommittedLabel> labels;
+    for (size_t i = 0; i < writes.size(); ++i) {
+      const storage::WriteResult& r = (*results)[i];
+      labels.push_back({r.item_index, writes[i].item_id, r.annotator_index, writes[i].annotator_id,
+                        r.label, r.seq, true});
+    }
+    project.ApplyCommitted(labels);
+  }
+
+  std::unique_ptr<StorageHandles> storage_;
+};
+
+// StoredState / live_project.h: a load restores the latest stored version; the labels it did
+// not see (committed after its watermark) count toward the next refit, the others do not. The
+// open leases and the revisions kept in history are as stored.
+TEST_F(ProjectRegistryLoadTest, ALoadServesTheLatestVersionItsOpenLeasesAndRevisions) {
+  int64_t project_id = 0;
+  {
+    ProjectRegistry writer(*storage_);
+    auto created = writer.Create(NewProject("stored"));
+    ASSERT_TRUE(created.ok()) << created.status();
+    project_id = (*created)->identity().project_id;
+    AddLabels(**created, 50);
+    // Version 1 sees the 50 labels (its watermark is the newest of their seqs).
+    auto fitted = (*created)->Refit(*storage_->versions);
+    ASSERT_TRUE(fitted.ok()) << fitted.status();
+    ASSERT_EQ(fitted->version.version, 1);
+  }
+  // After the fit, through another replica: item-0's label by annotator-0 revised (0 → 1). The
+  // replaced label goes to history; the live count stays 50.
+  ASSERT_TRUE(storage_->annotations
+                  ->CommitAnnotations({{project_id, "item-0", "annotator-0", 1, std::nullopt}})
+                  .ok());
+  // An open lease on a pair without a label: item-1 (index 1) for annotator-2 (index 2).
+  const absl::Time expires = absl::Now() + absl::Minutes(10);
+  ASSERT_TRUE(storage_->leases->UpsertLeases(project_id, {{1, 2, expires}}).ok());
+
+  ProjectRegistry reader(*storage_);
+  auto loaded = reader.Get("stored");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->model_version(), 1);
+  EXPECT_EQ((*loaded)->snapshot()->model_version, 1);
+  const ProjectCounts counts = (*loaded)->Counts();
+  EXPECT_EQ(counts.num_labels, 50);
+  EXPECT_EQ(counts.num_revisions, 1);
+  EXPECT_EQ(counts.labels_since_version, 1) << "only the revision came after version 1";
+  EXPECT_TRUE((*loaded)->leases().Has(1, 2, absl::Now()));
+  EXPECT_FALSE((*loaded)->leases().Has(1, 3, absl::Now()));
+}
+
+// project_registry.h, EnforceMemoryBudget: the budget unloads only projects "that are not
+// fitting". A project idle for long, over the budget and held by nothing but the registry is
+// kept while its refit runs, and unloaded by the first pass after it.
+TEST_F(ProjectRegistryLoadTest, TheBudgetKeepsAProjectWhileItFits) {
+  ProjectRegistry registry(*storage_);
+  LiveProject* project = nullptr;
+  {
+    auto created = registry.Create(NewProject("fitting"));
+    ASSERT_TRUE(created.ok()) << created.status();
+    AddLabels(**created, 50);
+    project = created->get();
+  }  // Only the registry holds it now.
+  registry.EnforceMemoryBudget(1, absl::Seconds(30));
+  const absl::Time later = absl::Now() + absl::Minutes(5);
+  std::vector<std::string> evicted_while_fitting = {"not called"};
+  bool was_training = false;
+  project->SetAfterVersionStoredForTesting([&](const storage::ModelVersionRecord&) {
+    was_training = project->Counts().training;
+    evicted_while_fitting = registry.EvictOverBudget(later);
+  });
+  auto fitted = project->Refit(*storage_->versions);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_TRUE(was_training);
+  EXPECT_THAT(evicted_while_fitting, IsEmpty());
+  project->SetAfterVersionStoredForTesting(nullptr);
+  EXPECT_THAT(registry.EvictOverBudget(later), ElementsAre("fitting"));
+}
+
+}  // namespace
+}  // namespace verity::server
