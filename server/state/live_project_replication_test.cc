@@ -201,6 +201,32 @@ TEST(LiveProjectReplicationTest, AnOwnCommitAtTheAppliedSeqIsNotAppliedAgain) {
   EXPECT_THAT(ServedLabel(*project, 0), Optional(2));
 }
 
+// ProjectCounts::num_revisions: the revisions kept in history "as of the load or this server's
+// latest commit to the project (each commit reports the count over every replica's commits)".
+TEST(LiveProjectReplicationTest, RevisionsAreCountedAsOfTheLoadAndEachOwnCommit) {
+  LiveProject::Identity id;
+  id.project_id = 7;
+  id.name = "revised";
+  id.classes = {"a", "b"};
+  LiveProject::StoredState stored;
+  stored.item_ids = {"i0", "i1"};
+  stored.annotator_ids = {"w0"};
+  stored.labels = {{0, 0, 1, 3}};
+  stored.history_rows = 4;
+  auto project = LiveProject::Create(id, v1::ProjectSettings(), std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  EXPECT_EQ((*project)->Counts().num_revisions, 4);
+  // An own commit that revised item 0's label (seq 4 follows memory): history holds 5 rows.
+  std::vector<CommittedLabel> revision = {{0, "i0", 0, "w0", 0, 4, true}};
+  EXPECT_THAT((*project)->RegisterOwnCommit(revision, storage::DrawnSeqs{7, 4, 4, 5}),
+              Optional(ElementsAre(0)));
+  EXPECT_EQ((*project)->Counts().num_revisions, 5);
+  // One that arrives out of order reports the count over every replica's commits too.
+  std::vector<CommittedLabel> later = {{1, "i1", 0, "w0", 1, 9, true}};
+  (*project)->RegisterOwnCommitOutOfOrder(later, storage::DrawnSeqs{7, 9, 9, 8});
+  EXPECT_EQ((*project)->Counts().num_revisions, 8);
+}
+
 TEST(LiveProjectReplicationTest, RestoredProjectsStartAtTheirNewestStoredSeq) {
   LiveProject::Identity id;
   id.project_id = 7;
