@@ -4,6 +4,7 @@
 // while it fits.
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -18,6 +19,7 @@ namespace verity::server {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 v1::Project NewProject(const std::string& name) {
@@ -124,6 +126,41 @@ TEST_F(ProjectRegistryLoadTest, TheBudgetKeepsAProjectWhileItFits) {
   EXPECT_THAT(evicted_while_fitting, IsEmpty());
   project->SetAfterVersionStoredForTesting(nullptr);
   EXPECT_THAT(registry.EvictOverBudget(later), ElementsAre("fitting"));
+}
+
+// A project whose stored item or annotator indices have a gap cannot be restored (its labels
+// would name the wrong rows): Get answers UNAVAILABLE naming the reason (projects.proto:
+// UNAVAILABLE for a project whose stored state cannot be loaded) and the others serve.
+TEST_F(ProjectRegistryLoadTest, StoredIndicesWithAGapAnswerUnavailable) {
+  {
+    ProjectRegistry writer(*storage_);
+    for (const char* name : {"item-gap", "annotator-gap", "dense"}) {
+      auto created = writer.Create(NewProject(name));
+      ASSERT_TRUE(created.ok()) << created.status();
+      AddLabels(**created, 2);  // item-0, item-1 by annotator-0, annotator-1.
+    }
+  }
+  // Index 1 moved to 2: two rows, indices {0, 2}.
+  const absl::Status opened = pool().RunInTransaction("opening gaps", [](pqxx::work& txn) {
+    txn.exec(
+        "UPDATE items SET item_index = 2 WHERE item_index = 1 AND project_id = "
+        "(SELECT project_id FROM projects WHERE name = 'item-gap')");
+    txn.exec(
+        "UPDATE annotators SET annotator_index = 2 WHERE annotator_index = 1 AND "
+        "project_id = (SELECT project_id FROM projects WHERE name = 'annotator-gap')");
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(opened.ok()) << opened;
+  ProjectRegistry reader(*storage_);
+  const std::pair<const char*, const char*> gaps[] = {
+      {"item-gap", "item indices not dense"}, {"annotator-gap", "annotator indices not dense"}};
+  for (const auto& [name, reason] : gaps) {
+    auto loaded = reader.Get(name);
+    ASSERT_FALSE(loaded.ok()) << name;
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kUnavailable) << loaded.status();
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr(reason));
+  }
+  EXPECT_TRUE(reader.Get("dense").ok());
 }
 
 }  // namespace
