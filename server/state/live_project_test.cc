@@ -519,6 +519,23 @@ std::unique_ptr<LiveProject> EmptyProject() {
   return std::move(*project);
 }
 
+// RegisterCommitted: "A duplicate whose label (or seq) memory does not hold is applied like a
+// new label". Item 0 holds w0's label 1 (seq 5) and w1's label 0 (seq 8); a resent commit of
+// w0's label 2 at seq 6 (newer for its pair, older than the item's newest) replaces w0's label.
+TEST(LiveProjectTest, AResentRevisionOlderThanItsItemsNewestLabelIsApplied) {
+  auto project = EmptyProject();
+  project->ApplyCommitted({{0, "i0", 0, "w0", 1, 5, true}, {0, "i0", 1, "w1", 0, 8, true}});
+  project->ApplyCommitted({{0, "i0", 0, "w0", 2, 6, false}});
+  ASSERT_TRUE(project->LiveLabelOf(0, 0).has_value());
+  EXPECT_EQ(*project->LiveLabelOf(0, 0), 2);
+  EXPECT_EQ(project->Counts().num_labels, 2);
+  EXPECT_EQ(project->Counts().labels_since_version, 3);
+  // Majority vote over {2, 0}: class 2 now has a vote, class 1 none.
+  absl::Span<const double> p = project->snapshot()->posteriors.probabilities(0);
+  EXPECT_GT(p[2], p[1]);
+  EXPECT_EQ(p[0], p[2]);
+}
+
 // live_project.h, leases(): "A committed label of (item, annotator) releases its lease", and
 // only that pair's.
 TEST(LiveProjectTest, ACommittedLabelReleasesTheLeaseOfItsPair) {
