@@ -163,5 +163,50 @@ TEST_F(ProjectRegistryLoadTest, StoredIndicesWithAGapAnswerUnavailable) {
   EXPECT_TRUE(reader.Get("dense").ok());
 }
 
+// StoredState: a load holds the stored item and annotator features. Memory then equals the
+// stored state: the same features again are no new input (SetAnnotatorFeatures), the version
+// stays current, and applying the stored items and annotators changes nothing.
+TEST_F(ProjectRegistryLoadTest, ALoadHoldsTheStoredItemAndAnnotatorFeatures) {
+  v1::Project requested = NewProject("features");
+  requested.set_item_feature_dim(2);
+  requested.set_annotator_feature_dim(1);
+  int64_t project_id = 0;
+  {
+    ProjectRegistry writer(*storage_);
+    auto created = writer.Create(requested);
+    ASSERT_TRUE(created.ok()) << created.status();
+    project_id = (*created)->identity().project_id;
+    AddLabels(**created, 10);
+    storage::ItemWrite item;
+    item.external_id = "item-3";
+    item.features = std::vector<float>{1.5f, -2.0f};
+    ASSERT_TRUE(writer.AddItems(**created, {item}).ok());
+    ASSERT_TRUE(
+        storage_->items->UpsertAnnotators(project_id, {{"annotator-2", std::vector<float>{0.25f}}})
+            .ok());
+    auto fitted = (*created)->Refit(*storage_->versions);
+    ASSERT_TRUE(fitted.ok()) << fitted.status();
+  }
+  ProjectRegistry reader(*storage_);
+  auto loaded = reader.Get("features");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE((*loaded)->FitIsCurrent());
+  (*loaded)->SetAnnotatorFeatures(2, {0.25f});
+  EXPECT_TRUE((*loaded)->FitIsCurrent()) << "annotator-2's stored features are not new";
+
+  auto record = storage_->projects->GetProjectByName("features");
+  ASSERT_TRUE(record.ok()) << record.status();
+  v1::ProjectSettings settings;
+  ASSERT_TRUE(settings.ParseFromString(record->settings));
+  auto items = storage_->items->LoadItems(project_id);
+  ASSERT_TRUE(items.ok()) << items.status();
+  auto annotators = storage_->items->LoadAnnotators(project_id);
+  ASSERT_TRUE(annotators.ok()) << annotators.status();
+  // As of a later change (of something else): every item and annotator equals memory.
+  EXPECT_FALSE(
+      (*loaded)->ApplyStoredEntities(settings, *items, *annotators, record->change_seq + 1));
+  EXPECT_TRUE((*loaded)->FitIsCurrent());
+}
+
 }  // namespace
 }  // namespace verity::server
