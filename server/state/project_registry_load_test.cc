@@ -3,6 +3,7 @@
 // not see), its open leases and its revision count, and the budget never unloads a project
 // while it fits.
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,7 +42,7 @@ class ProjectRegistryLoadTest : public storage::testing::PostgresTest {
   }
 
   // Labels (item-i, annotator-(i%5), (i/5)%2) of `n` items, committed through the store and
-  // applied to `project` as the ingest pipeline would. Item i gets index i, annotator-a index a.
+  // applied to `project` as the ingest pipeline would.
   void AddLabels(LiveProject& project, int n) {
     std::vector<storage::AnnotationWrite> writes;
     for (int i = 0; i < n; ++i) {
@@ -67,12 +68,15 @@ class ProjectRegistryLoadTest : public storage::testing::PostgresTest {
 // open leases and the revisions kept in history are as stored.
 TEST_F(ProjectRegistryLoadTest, ALoadServesTheLatestVersionItsOpenLeasesAndRevisions) {
   int64_t project_id = 0;
+  int32_t item = -1, annotator = -1;  // Of a pair without a label: item-1, annotator-2.
   {
     ProjectRegistry writer(*storage_);
     auto created = writer.Create(NewProject("stored"));
     ASSERT_TRUE(created.ok()) << created.status();
     project_id = (*created)->identity().project_id;
     AddLabels(**created, 50);
+    item = (*created)->FindItem("item-1").value_or(-1);
+    annotator = (*created)->FindAnnotator("annotator-2").value_or(-1);
     // Version 1 sees the 50 labels (its watermark is the newest of their seqs).
     auto fitted = (*created)->Refit(*storage_->versions);
     ASSERT_TRUE(fitted.ok()) << fitted.status();
@@ -83,9 +87,11 @@ TEST_F(ProjectRegistryLoadTest, ALoadServesTheLatestVersionItsOpenLeasesAndRevis
   ASSERT_TRUE(storage_->annotations
                   ->CommitAnnotations({{project_id, "item-0", "annotator-0", 1, std::nullopt}})
                   .ok());
-  // An open lease on a pair without a label: item-1 (index 1) for annotator-2 (index 2).
+  // An open lease on a pair without a label.
+  ASSERT_GE(item, 0);
+  ASSERT_GE(annotator, 0);
   const absl::Time expires = absl::Now() + absl::Minutes(10);
-  ASSERT_TRUE(storage_->leases->UpsertLeases(project_id, {{1, 2, expires}}).ok());
+  ASSERT_TRUE(storage_->leases->UpsertLeases(project_id, {{item, annotator, expires}}).ok());
 
   ProjectRegistry reader(*storage_);
   auto loaded = reader.Get("stored");
@@ -96,8 +102,7 @@ TEST_F(ProjectRegistryLoadTest, ALoadServesTheLatestVersionItsOpenLeasesAndRevis
   EXPECT_EQ(counts.num_labels, 50);
   EXPECT_EQ(counts.num_revisions, 1);
   EXPECT_EQ(counts.labels_since_version, 1) << "only the revision came after version 1";
-  EXPECT_TRUE((*loaded)->leases().Has(1, 2, absl::Now()));
-  EXPECT_FALSE((*loaded)->leases().Has(1, 3, absl::Now()));
+  EXPECT_TRUE((*loaded)->leases().Has(item, annotator, absl::Now()));
 }
 
 // project_registry.h, EnforceMemoryBudget: the budget unloads only projects "that are not
@@ -191,7 +196,9 @@ TEST_F(ProjectRegistryLoadTest, ALoadHoldsTheStoredItemAndAnnotatorFeatures) {
   auto loaded = reader.Get("features");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ASSERT_TRUE((*loaded)->FitIsCurrent());
-  (*loaded)->SetAnnotatorFeatures(2, {0.25f});
+  const std::optional<int32_t> annotator = (*loaded)->FindAnnotator("annotator-2");
+  ASSERT_TRUE(annotator.has_value());
+  (*loaded)->SetAnnotatorFeatures(*annotator, {0.25f});
   EXPECT_TRUE((*loaded)->FitIsCurrent()) << "annotator-2's stored features are not new";
 
   auto record = storage_->projects->GetProjectByName("features");
