@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -257,6 +258,53 @@ TEST(MetricsRegistryTest, LeIsAllowedOutsideHistograms) {
   MetricsRegistry registry;
   registry.AddGauge("g", "G.", {"le"}).WithLabels({"1"}).Set(2);
   EXPECT_NE(registry.RenderText().find("g{le=\"1\"} 2\n"), std::string::npos);
+}
+
+// metrics.h renders the text exposition format 0.0.4, whose HELP text escapes only backslash and
+// newline: a double quote in HELP is written as it is (label values are the ones that escape it).
+TEST(MetricsRegistryTest, HelpTextKeepsDoubleQuotes) {
+  MetricsRegistry registry;
+  registry.AddGauge("g", "Connections in the \"open\" state.").Get().Set(1);
+  EXPECT_EQ(registry.RenderText(),
+            "# HELP g Connections in the \"open\" state.\n"
+            "# TYPE g gauge\n"
+            "g 1\n");
+}
+
+// metrics.h FormatMetricValue: "otherwise the shortest text that reads back as the same
+// double". 0.1 + 0.2 is the double just above 0.3, which needs 17 significant digits;
+// 123456.789 needs 9, more than a default "%g" keeps.
+TEST(FormatMetricValueTest, FractionsKeepEveryDigitTheDoubleNeeds) {
+  EXPECT_EQ(FormatMetricValue(0.1 + 0.2), "0.30000000000000004");
+  EXPECT_EQ(FormatMetricValue(123456.789), "123456.789");
+  EXPECT_EQ(FormatMetricValue(1.0 / 3), "0.3333333333333333");
+}
+
+// metrics.h: Counter and Gauge are thread-safe, their hot path an atomic add without any lock:
+// adds from several threads at once to one child are all counted, none lost.
+TEST(MetricsRegistryTest, ConcurrentAddsToOneChildLoseNothing) {
+  MetricsRegistry registry;
+  Counter& counter = registry.AddCounter("c_total", "C.").Get();
+  Gauge& gauge = registry.AddGauge("g", "G.").Get();
+  constexpr int kThreads = 4;
+  constexpr int kAdds = 1000000;
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&counter, &gauge, &ready] {
+      // Every thread starts adding at once, so that the adds overlap.
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) {
+      }
+      for (int i = 0; i < kAdds; ++i) {
+        counter.Increment();
+        gauge.Add(1);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(counter.value(), kThreads * kAdds);
+  EXPECT_EQ(gauge.value(), kThreads * kAdds);
 }
 
 }  // namespace
