@@ -188,5 +188,46 @@ TEST(MetricsHttpServerTest, StoppingClosesThePort) {
   EXPECT_THAT(HttpGet(port, "/metrics").status(), StatusIs(absl::StatusCode::kUnavailable));
 }
 
+// metrics_http.h HttpPageRequest::path is the URI without its query string, as the client sent
+// it: projects may be named "." or ".." (projects.proto's [A-Za-z0-9._-]), so the console must
+// see /api/projects/.. and /api/projects/. with their dot segments, not collapsed to a parent.
+TEST(MetricsHttpServerTest, ThePageHandlerSeesDotSegmentsAsSent) {
+  MetricsRegistry registry;
+  MetricsHttpServer::Options options = AnyFreePort();
+  options.page_handler = [](const ::verity::server::HttpPageRequest& request) {
+    return ::verity::server::HttpResponse{200, "text/plain", request.path};
+  };
+  auto server = MetricsHttpServer::Start(registry, options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  for (const std::string path :
+       {"/api/projects/..", "/api/projects/.", "/api/projects/../annotators"}) {
+    absl::StatusOr<HttpResponse> response = HttpGet((*server)->port(), path + "?x=1");
+    ASSERT_TRUE(response.ok()) << response.status();
+    EXPECT_EQ(response->status, 200) << path;
+    EXPECT_EQ(response->body, path);
+  }
+}
+
+// metrics_http.h Options::listen is "host:port" with the host an IPv4 address or "localhost":
+// an address without its host is malformed, INVALID_ARGUMENT (fix the flag), not UNAVAILABLE
+// (which says that retrying could help).
+TEST(MetricsHttpServerTest, AnAddressWithoutItsHostIsInvalidArgument) {
+  MetricsRegistry registry;
+  MetricsHttpServer::Options options;
+  options.listen = ":0";
+  EXPECT_THAT(MetricsHttpServer::Start(registry, options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// metrics_http.h Options::num_threads: the threads answering requests; a server without any
+// could answer nothing, so it is refused as INVALID_ARGUMENT like a malformed address.
+TEST(MetricsHttpServerTest, NoThreadIsInvalidArgument) {
+  MetricsRegistry registry;
+  MetricsHttpServer::Options options = AnyFreePort();
+  options.num_threads = 0;
+  EXPECT_THAT(MetricsHttpServer::Start(registry, options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 }  // namespace
 }  // namespace verity::server
