@@ -150,5 +150,17 @@ TEST(RpcTelemetryRequestIdTest, SixteenHexDigitsUniqueWithinTheProcess) {
   EXPECT_EQ(ids.size(), 1000u);
 }
 
+// rpc_telemetry.h: a call that ends UNIMPLEMENTED is *counted* as method "unknown"; its log line
+// (a failed call is always logged) still names the full gRPC method the client called.
+TEST_F(RpcTelemetryTest, AnUnimplementedCallIsLoggedUnderTheMethodItCalled) {
+  const std::string line = CaptureStderr(
+      [&] { factory_.Record(Call("/verity.v1.Nope/A", Type::UNARY, 12, absl::Milliseconds(4))); });
+  EXPECT_NE(line.find(" event=rpc method=/verity.v1.Nope/A code=UNIMPLEMENTED ms=4.000 "
+                      "request_id=rid-1 peer=ipv4:127.0.0.1:5555\n"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(Calls("unknown", "UNIMPLEMENTED"), 1);
+}
+
 }  // namespace
 }  // namespace verity::server
