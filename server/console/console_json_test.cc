@@ -184,5 +184,14 @@ TEST(PrincipalComponents2DTest, TheFirstOfEqualCoordinatesDecidesTheSign) {
   }
 }
 
+// console_json.h: strings are escaped per RFC 8259, which requires every control character
+// U+0000 to U+001F to be escaped: the last of them (0x1f) and ESC (0x1b) as \u00XX; the space
+// (0x20) and DEL (0x7f, not a control character of RFC 8259) pass through.
+TEST(JsonQuoteTest, EveryControlCharacterUpToUnitSeparatorIsEscaped) {
+  EXPECT_EQ(JsonQuote("\x1f"), "\"\\u001f\"");
+  EXPECT_EQ(JsonQuote("a\x1b[0m"), "\"a\\u001b[0m\"");
+  EXPECT_EQ(JsonQuote(" \x7f"), "\" \x7f\"");
+}
+
 }  // namespace
 }  // namespace verity::server
