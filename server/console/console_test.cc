@@ -635,5 +635,16 @@ TEST_F(WebConsoleTest, GoldLabelsAreReadAgainAfterTheRefreshWhenLabelsChanged) {
       << json;
 }
 
+// console.h (Access): the Host header names a loopback address when its bracketed IPv6 literal is
+// closed; "[::1" without its "]" names no address, so it is refused like any foreign host.
+TEST_F(WebConsoleTest, AnUnclosedIpv6LiteralInTheHostHeaderIsRefused) {
+  EXPECT_EQ(console_->Handle(HttpPageRequest{"/api/projects", "[::1]", ""}).status, 200);
+  for (const std::string host : {"[::1", "[::1:9464"}) {
+    const HttpResponse response = console_->Handle(HttpPageRequest{"/api/projects", host, ""});
+    EXPECT_EQ(response.status, 403) << host;
+    EXPECT_EQ(response.body.substr(0, 10), "{\"error\":\"") << host;
+  }
+}
+
 }  // namespace
 }  // namespace verity::server
