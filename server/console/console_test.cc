@@ -646,5 +646,62 @@ TEST_F(WebConsoleTest, AnUnclosedIpv6LiteralInTheHostHeaderIsRefused) {
   }
 }
 
+// The authentication of WebConsoleTest below: key "k" may read project p only.
+WebConsole::Access KeyOfProjectP() {
+  WebConsole::Access access;
+  access.authenticate = [](absl::string_view key) -> absl::StatusOr<WebConsole::ProjectFilter> {
+    if (key != "k") return absl::UnauthenticatedError("unknown API key");
+    return WebConsole::ProjectFilter([](absl::string_view project) { return project == "p"; });
+  };
+  return access;
+}
+
+// console.h (Access): a key "sees only the projects the key may touch ...: a reader of project A
+// lists only A, and B answers 403"; docs/SECURITY.md: a reader key may not "see another
+// project's name ... over gRPC or the console". So every other name answers 403, whether a
+// project has it (q) or none does (nope): a 404 would tell the key which projects exist.
+TEST_F(WebConsoleTest, AKeySeesItsProjectsOnlyAndLearnsNoOtherName) {
+  ASSERT_TRUE(CreateProject("q").ok());
+  WebConsole console(*registry_, *storage_->versions, KeyOfProjectP());
+  auto get = [&console](const std::string& path) {
+    return console.Handle(HttpPageRequest{path, "localhost", "Bearer k"});
+  };
+  const HttpResponse list = get("/api/projects");
+  EXPECT_EQ(list.status, 200);
+  EXPECT_NE(list.body.find("{\"name\":\"p\""), std::string::npos) << list.body;
+  EXPECT_EQ(list.body.find("\"q\""), std::string::npos) << list.body;
+  EXPECT_EQ(get("/api/projects/p").status, 200);
+  EXPECT_EQ(get("/api/projects/p/annotators").status, 200);
+  for (const std::string path : {"/api/projects/q", "/api/projects/q/annotators",
+                                 "/api/projects/nope", "/api/projects/nope/annotators"}) {
+    const HttpResponse response = get(path);
+    EXPECT_EQ(response.status, 403) << path << ": " << response.body;
+    EXPECT_EQ(response.body.substr(0, 10), "{\"error\":\"") << path;
+  }
+}
+
+// README.md (server/console): /api/projects lists the projects the memory budget unloaded too;
+// console.h (Access): a key lists only its projects. An unloaded project of another key's is
+// listed neither loaded nor unloaded.
+TEST_F(WebConsoleTest, AKeyListsNoUnloadedProjectOfAnother) {
+  {
+    auto idle = CreateProject("idle", v1::TRUTH_METHOD_DAWID_SKENE);
+    ASSERT_TRUE(idle.ok()) << idle.status();
+    Commit(**idle, {{"a", "w1", 1}, {"a", "w2", 1}, {"b", "w1", 0}, {"b", "w2", 0}});
+    ASSERT_TRUE((*idle)->Refit(*storage_->versions).ok());
+  }
+  registry_->EnforceMemoryBudget(1, absl::Seconds(30));
+  ASSERT_THAT(registry_->EvictOverBudget(absl::Now() + absl::Minutes(1)),
+              ::testing::ElementsAre("idle"));
+  // Without authentication the unloaded project is listed (what the key must not see).
+  ASSERT_NE(Get("/api/projects").find("{\"name\":\"idle\""), std::string::npos);
+  WebConsole console(*registry_, *storage_->versions, KeyOfProjectP());
+  const HttpResponse list =
+      console.Handle(HttpPageRequest{"/api/projects", "localhost", "Bearer k"});
+  EXPECT_EQ(list.status, 200);
+  EXPECT_NE(list.body.find("{\"name\":\"p\""), std::string::npos) << list.body;
+  EXPECT_EQ(list.body.find("idle"), std::string::npos) << list.body;
+}
+
 }  // namespace
 }  // namespace verity::server
