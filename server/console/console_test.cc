@@ -703,5 +703,19 @@ TEST_F(WebConsoleTest, AKeyListsNoUnloadedProjectOfAnother) {
   EXPECT_EQ(list.body.find("idle"), std::string::npos) << list.body;
 }
 
+// console.h: the project view shows its "open items and leases": outstanding_leases counts every
+// lease, items_with_leases the items that have one. Annotators 0 and 1 leasing item 0 and
+// annotator 0 item 1: 3 leases on 2 items.
+TEST_F(WebConsoleTest, LeasesAreCountedEachAndItemsOnce) {
+  AddItems(*project_, {{"i0", -1}, {"i1", -1}, {"i2", -1}});
+  const absl::Time expires = absl::Now() + absl::Hours(1);
+  project_->leases().Add(0, 0, expires);
+  project_->leases().Add(0, 1, expires);
+  project_->leases().Add(1, 0, expires);
+  const std::string json = Get("/api/projects/p");
+  EXPECT_NE(json.find("\"outstanding_leases\":3,\"items_with_leases\":2,"), std::string::npos)
+      << json;
+}
+
 }  // namespace
 }  // namespace verity::server
