@@ -717,5 +717,15 @@ TEST_F(WebConsoleTest, LeasesAreCountedEachAndItemsOnce) {
       << json;
 }
 
+// console.h: "a failed database read answers 503", in the {"error": "..."} form. With PostgreSQL
+// stopped, the project view, whose model versions are read there, answers 503.
+TEST_F(WebConsoleTest, AFailedDatabaseReadAnswers503) {
+  ASSERT_TRUE(cluster().Stop().ok());
+  const HttpResponse down = console_->Handle(HttpPageRequest{"/api/projects/p", "localhost", ""});
+  ASSERT_TRUE(cluster().Start().ok());
+  EXPECT_EQ(down.status, 503) << down.body;
+  EXPECT_EQ(down.body.substr(0, 10), "{\"error\":\"") << down.body;
+}
+
 }  // namespace
 }  // namespace verity::server
