@@ -727,5 +727,16 @@ TEST_F(WebConsoleTest, AFailedDatabaseReadAnswers503) {
   EXPECT_EQ(down.body.substr(0, 10), "{\"error\":\"") << down.body;
 }
 
+// console.h: a project's endpoints are /api/projects/{name} and /api/projects/{name}/annotators;
+// "Unknown paths ... answer 404 with {"error": "..."}", below an existing project too.
+TEST_F(WebConsoleTest, OtherPathsBelowAnExistingProjectAre404) {
+  for (const std::string path : {"/api/projects/p/", "/api/projects/p/versions",
+                                 "/api/projects/p/annotators/a", "/api/projects/p/x/annotators"}) {
+    const HttpResponse response = console_->Handle(HttpPageRequest{path, "localhost", ""});
+    EXPECT_EQ(response.status, 404) << path << ": " << response.body;
+    EXPECT_EQ(response.body.substr(0, 10), "{\"error\":\"") << path;
+  }
+}
+
 }  // namespace
 }  // namespace verity::server
