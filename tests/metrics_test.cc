@@ -17,6 +17,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -329,6 +330,45 @@ TEST_F(MetricsTest, AClientRequestIdIsKeptOnlyInItsDocumentedForm) {
   EXPECT_EQ(echoed("~!edge-chars!~"), "~!edge-chars!~");
   EXPECT_THAT(echoed(std::string(129, 'r')), MatchesRegex("[0-9a-f]{16}"));
   EXPECT_THAT(echoed("two words"), MatchesRegex("[0-9a-f]{16}"));
+}
+
+// rpc_telemetry.h: every call is counted once in verity_rpc_total, under the code of its status.
+// A SubmitAnnotations stream that the client cancels ends CANCELLED: three such streams count 3
+// as CANCELLED; an OK ListProjects counts once as OK and never also as CANCELLED.
+TEST_F(MetricsTest, CancelledStreamsAreCountedOnceAsCancelled) {
+  const std::string cancelled =
+      Series("verity_rpc_total", absl::StrCat("method=\"", kSubmitMethod, "\",code=\"CANCELLED\""));
+  const std::string list_ok =
+      Series("verity_rpc_total", "method=\"/verity.v1.ProjectService/ListProjects\",code=\"OK\"");
+  const std::string list_cancelled = Series(
+      "verity_rpc_total", "method=\"/verity.v1.ProjectService/ListProjects\",code=\"CANCELLED\"");
+  const Scrape before = ScrapeMetrics();
+  auto ingest = v1::IngestService::NewStub(*channel_);
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    auto stream = ingest->SubmitAnnotations(&context);
+    context.TryCancel();
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::ListProjectsResponse response;
+    ASSERT_TRUE(v1::ProjectService::NewStub(*channel_)
+                    ->ListProjects(&context, v1::ListProjectsRequest(), &response)
+                    .ok());
+  }
+  // The client sees a cancelled stream end at once; the server counts it when its handler has
+  // returned: wait (at most 10 s) for the three.
+  Scrape after = ScrapeMetrics();
+  for (int i = 0; i < 100 && after.Value(cancelled) - before.Value(cancelled) < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    after = ScrapeMetrics();
+  }
+  EXPECT_EQ(after.Value(cancelled) - before.Value(cancelled), 3);
+  EXPECT_EQ(after.Value(list_ok) - before.Value(list_ok), 1);
+  EXPECT_EQ(after.Value(list_cancelled) - before.Value(list_cancelled), 0);
 }
 
 TEST_F(MetricsTest, UnknownMethodsShareOneLabel) {
