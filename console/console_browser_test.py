@@ -506,9 +506,23 @@ def check_console_in_browser(port, workdir, outputs, submit_more):
         paused_text = browser.evaluate("document.getElementById('updated-at').textContent")
         if not paused_text.endswith("(paused)"):
             fail("paused, the page says %r" % paused_text)
+        # README.md: "Pause stops the refresh": paused, the page reads nothing more from the
+        # server. Reads are counted from a second after the click (a refresh under way when the
+        # button was clicked may still finish).
+        browser.evaluate(
+            "window.realFetch = window.realFetch || window.fetch;"
+            "window.fetch = (...args) => {"
+            "  window.pausedReads++; return window.realFetch(...args);"
+            "};"
+            "0")
+        time.sleep(1)
+        browser.evaluate("window.pausedReads = 0")
         time.sleep(6.5)  # Longer than the 5 s refresh period.
         if browser.evaluate("document.getElementById('updated-at').textContent") != paused_text:
             fail("the page refreshed while paused")
+        paused_reads = browser.evaluate("window.pausedReads")
+        if paused_reads != 0:
+            fail("paused, the page read the server %r times" % paused_reads)
         browser.evaluate("document.getElementById('refresh-toggle').click()")
         browser.wait_until("!document.getElementById('updated-at').textContent.endsWith('(paused)')",
                            "the refresh to resume")
