@@ -164,12 +164,13 @@ def load_data(cli, server, workdir):
 
 
 def submit_more_labels(cli, server, workdir):
-    """A seventh annotator labels every item: the ingest rate between two samples is > 0."""
+    """A seventh annotator labels every item: the ingest rate between two samples is > 0. Its
+    id, ann/6, has a slash, which the page's deep link must URI-encode."""
     path = os.path.join(workdir, "more-labels.csv")
     with open(path, "w") as f:
         f.write("item,annotator,label\n")
         for item in range(NUM_ITEMS):
-            f.write("item-%d,ann-6,%s\n" % (item, CLASSES[item % len(CLASSES)]))
+            f.write("item-%d,ann/6,%s\n" % (item, CLASSES[item % len(CLASSES)]))
     verity_cli(cli, server)("submit", "--project=" + PROJECT, "--csv=" + path)
 
 
@@ -526,6 +527,16 @@ def check_console_in_browser(port, workdir, outputs, submit_more):
         browser.evaluate("document.getElementById('refresh-toggle').click()")
         browser.wait_until("!document.getElementById('updated-at').textContent.endsWith('(paused)')",
                            "the refresh to resume")
+
+        # README.md "Deep links": each part of the hash is URI-encoded. Clicking ann/6 names it
+        # ann%2F6 in the hash and opens its panel.
+        row = "document.querySelector('#annotators tbody tr[data-annotator=\"ann/6\"]')"
+        browser.wait_until("%s !== null" % row, "ann/6 in the annotator table")
+        browser.evaluate("%s.click()" % row)
+        browser.wait_until("location.hash === '#/projects/%s/annotators/ann%%2F6'" % PROJECT,
+                           "the hash of ann/6")
+        browser.wait_until("document.getElementById('annotator-title').textContent"
+                           ".startsWith('Annotator ann/6:')", "the panel of ann/6")
 
         # Hash navigation back to the project: the annotator panel closes.
         browser.evaluate("location.hash = '#/projects/%s'" % PROJECT)
