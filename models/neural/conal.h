@@ -51,11 +51,6 @@
 // simulated crowd of 5M labels and 3,000 annotators (CPU, 20 epochs of 8,192 labels): 0.9612
 // -> 0.9679. Under the paper's summed reward the same start had fallen there from 0.9074 to
 // 0.7219, which is why it was off before the reward became a mean.
-// On CUDA (an H200, docs/PERFORMANCE.md, commit 7777ea5; the same crowd, batch 8,192) conal is
-// best shortly after that start and loses with every further epoch: 2 epochs 0.9735, 10 epochs
-// 0.9689, the default fit (20 epochs) 0.9614, against ds 0.9764. λ = 0 loses more (0.9484 after
-// 20 epochs), so the loss is not the reward's drift; a stop chosen on held-out labels would be
-// the general remedy (not built).
 #ifndef VERITY_MODELS_NEURAL_CONAL_H_
 #define VERITY_MODELS_NEURAL_CONAL_H_
 
