@@ -52,6 +52,12 @@ class AnnotationsTest(unittest.TestCase):
             frames.annotations(df)
 
 
+    def test_names_the_first_of_several_missing_ids(self):
+        df = pd.DataFrame({"task": ["a", "b", "c", "d"], "worker": ["w", None, "w", None],
+                           "label": [0, 1, 0, 1]})
+        with self.assertRaisesRegex(ValueError, "'worker' has a missing id at row 1$"):
+            frames.annotations(df)
+
 class LabelIndicesTest(unittest.TestCase):
 
     def test_maps_mixed_names_and_indices(self):
