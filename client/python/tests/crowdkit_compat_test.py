@@ -144,6 +144,20 @@ class RowSemanticsTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "label .*1 to 128 bytes"):
                 MajorityVote(server=self.server.address).fit(data)
 
+    def test_del_and_every_c0_control_character_are_refused_printable_ends_are_not(self):
+        # Verity's class names have no control character (projects.proto): C0 (below 0x20)
+        # and DEL (0x7f). Space (0x20) and tilde (0x7e), printable, are class names.
+        import pandas as pd
+        from verity_client.aggregation import MajorityVote
+        for bad in ("a\x7fb", "a\tb", "\x01"):
+            data = pd.DataFrame({"task": [1, 1], "worker": ["a", "b"], "label": [bad, "ok"]})
+            with self.assertRaisesRegex(ValueError, "without control characters"):
+                MajorityVote(server=self.server.address).fit(data)
+        data = pd.DataFrame({"task": [1, 1, 1], "worker": ["a", "b", "c"],
+                             "label": ["a b", "a~b", "a~b"]})
+        labels = MajorityVote(server=self.server.address).fit_predict(data)
+        self.assertEqual(labels.to_dict(), {1: "a~b"})
+
     def test_probas_of_a_single_label_sum_to_one(self):
         import pandas as pd
         from verity_client.aggregation import MajorityVote
@@ -180,6 +194,42 @@ class ArgumentsTest(unittest.TestCase):
             model = client.get_project(aggregator.project_).settings.model
         self.assertEqual(model.max_iterations, 7)
         self.assertAlmostEqual(model.tolerance, 0.25)
+
+    def test_tol_below_zero_is_refused_and_zero_is_taken(self):
+        # The module's range for tol is [0, 1): -0.1 is outside it, 0 inside.
+        from verity_client.aggregation import DawidSkene
+        with self.assertRaisesRegex(ValueError, "tol must be in"):
+            DawidSkene(tol=-0.1)
+        self.assertEqual(DawidSkene(tol=0).tol, 0.0)
+
+    def test_data_without_a_label_column_or_labels_is_refused_before_a_fit(self):
+        # fit's docstring: data has columns task, worker, label. A frame without one, or whose
+        # every label is missing, is a ValueError naming what lacks, and makes no project.
+        import pandas as pd
+        from verity_client import Client
+        from verity_client.aggregation import MajorityVote
+        with Client(self.server.address) as client:
+            before = len(client.list_projects())
+            with self.assertRaisesRegex(ValueError, r"lacks column\(s\) label;"):
+                MajorityVote(server=client).fit(
+                    pd.DataFrame({"task": [1, 2], "worker": ["a", "b"]}))
+            with self.assertRaisesRegex(ValueError, "no labels"):
+                MajorityVote(server=client).fit(
+                    pd.DataFrame({"task": [1, 2], "worker": ["a", "b"], "label": [None, None]}))
+            self.assertEqual(len(client.list_projects()), before)
+
+    def test_calibration_reaches_the_project(self):
+        # README: calibration="none" gives the model's own posteriors; the fit's project is
+        # made with that setting.
+        import pandas as pd
+        from verity_client import Client
+        from verity_client.aggregation import DawidSkene
+        data = pd.DataFrame({"task": [1, 1, 2, 2], "worker": ["a", "b", "a", "b"],
+                             "label": ["x", "y", "y", "y"]})
+        with Client(self.server.address) as client:
+            aggregator = DawidSkene(n_iter=5, server=client, calibration="none").fit(data)
+            self.assertEqual(client.get_project(aggregator.project_).settings.model.calibration,
+                             "none")
 
     def test_rows_missing_a_worker_are_left_out(self):
         import pandas as pd
@@ -284,6 +334,22 @@ class OriginalIdsTest(unittest.TestCase):
                 self.assertEqual(dict(labels.items()), {("a", 1): "x", ("b", 2): "y"})
                 self.assertEqual(list(aggregator.probas_.index), [("a", 1), ("b", 2)])
 
+    # "The labels are the distinct values of the `label` column, sorted, sent as their str()":
+    # labels_ holds those values again, not their strings.
+    def test_integer_labels_come_back_as_integers(self):
+        import pandas as pd
+        from verity_client import aggregation
+        data = pd.DataFrame({"task": ["t1", "t1", "t1", "t2", "t2", "t2"],
+                             "worker": ["w1", "w2", "w3"] * 2,
+                             "label": [10, 10, 2, 2, 2, 10]})
+        for aggregator_class in (aggregation.MajorityVote, aggregation.DawidSkene):
+            with self.subTest(aggregator=aggregator_class.__name__):
+                aggregator, labels = self.fit(aggregator_class, data)
+                self.assertEqual(labels.name, "agg_label")
+                self.assertEqual(dict(labels.items()), {"t1": 10, "t2": 2})
+                self.assertEqual(list(aggregator.probas_.columns), [2, 10])
+                self.assertEqual(aggregator.probas_.columns.name, "label")
+
     # Same promise, for workers: skills_ is "Series "skill" indexed by "worker"" (same
     # docstring), so a tuple worker id comes back as its index entry.
     def test_tuple_workers_come_back_as_the_original_values(self):
@@ -302,6 +368,23 @@ class OriginalIdsTest(unittest.TestCase):
         self.assertEqual(set(aggregator.errors_.index.get_level_values("worker")),
                          {("w", 1), ("w", 2), ("w", 3)})
 
+
+    # The module docstring: skills_ is a Series "skill" indexed by "worker"; errors_ is indexed
+    # by (worker, observed label), with a row for each pair the data holds (as crowd-kit's).
+    def test_skills_name_and_errors_rows_of_the_observed_pairs_only(self):
+        import pandas as pd
+        from verity_client import aggregation
+        data = pd.DataFrame({"task": ["t1", "t1", "t1", "t2", "t2", "t2"],
+                             "worker": ["w1", "w2", "w3"] * 2,
+                             "label": ["x", "x", "y", "x", "y", "y"]})
+        aggregator, _ = self.fit(aggregation.MajorityVote, data)
+        self.assertEqual(aggregator.skills_.name, "skill")
+        aggregator, _ = self.fit(aggregation.DawidSkene, data)
+        # w1 answered x only, w3 y only, w2 both.
+        self.assertEqual(sorted(aggregator.errors_.index),
+                         [("w1", "x"), ("w2", "x"), ("w2", "y"), ("w3", "y")])
+        self.assertEqual(list(aggregator.errors_.index.names), ["worker", "label"])
+        self.assertEqual(list(aggregator.errors_.columns), ["x", "y"])
 
 if __name__ == "__main__":
     junit.main()
