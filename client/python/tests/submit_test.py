@@ -322,6 +322,18 @@ class ListProjectsTest(unittest.TestCase):
         self.assertEqual(stub.tokens, ["", "1", "2"])
 
 
+
+class TimeoutTest(unittest.TestCase):
+    """Client's timeout is the deadline of every RPC in seconds: a positive number."""
+
+    def test_zero_or_negative_timeout_is_refused(self):
+        for timeout in (0, -1, -0.5):
+            with self.assertRaisesRegex(ValueError, "timeout must be a positive number"):
+                verity_client.Client("localhost:1", timeout=timeout)
+        client = verity_client.Client("localhost:1", timeout=0.5)
+        self.addCleanup(client.close)
+        self.assertEqual(client.timeout, 0.5)
+
 class ApiKeyTest(unittest.TestCase):
 
     def client(self, **kwargs):
