@@ -1057,6 +1057,51 @@ TEST_F(AnnotationStoreTest, AHintedIndexNotYetAllocatedIsTreatedAsUnknown) {
   EXPECT_EQ((*again)[0].outcome, WriteOutcome::kDuplicate);
 }
 
+// annotation_store.h: LoadLiveAnnotations gives "the live label of every (item, annotator) of
+// the project" and ReadLabelsSince "the live labels of the project": another project's label,
+// committed in the same call, is in neither.
+TEST_F(AnnotationStoreTest, LoadsAndReadsOnlyTheGivenProjectsLabels) {
+  const int64_t other = CreateProject("other-scope", 3);
+  AnnotationWrite theirs = Write("t", "b", 2);
+  theirs.project_id = other;
+  ASSERT_THAT(store_->CommitAnnotations({Write("m", "a", 1), theirs}), IsOk());
+  absl::StatusOr<std::vector<LiveAnnotation>> live = store_->LoadLiveAnnotations(project_id_);
+  ASSERT_THAT(live, IsOk());
+  ASSERT_EQ(live->size(), 1u);
+  EXPECT_EQ((*live)[0].label, 1);
+  absl::StatusOr<LabelsSince> since = store_->ReadLabelsSince(project_id_, 0);
+  ASSERT_THAT(since, IsOk());
+  ASSERT_EQ(since->labels.size(), 1u);
+  EXPECT_EQ(since->labels[0].item_id, "m");
+  EXPECT_EQ(since->labels[0].label, 1);
+}
+
+// annotation_store.h: "one live label per (project, item, annotator)". In two projects whose
+// pairs have the same indices (item 0, annotator 0), each write is compared with its own
+// project's live label: sending each project the other's label revises both, and sending it
+// again is a duplicate in both.
+TEST_F(AnnotationStoreTest, EachWriteIsComparedWithItsOwnProjectsLiveLabel) {
+  const int64_t other = CreateProject("other-pairs", 3);
+  auto there = [&](int32_t label) {
+    AnnotationWrite w = Write("i", "a", label);
+    w.project_id = other;
+    return w;
+  };
+  absl::StatusOr<std::vector<WriteResult>> r =
+      store_->CommitAnnotations({Write("i", "a", 1), there(2)});
+  ASSERT_THAT(r, IsOk());
+  const int64_t here_seq = (*r)[0].seq;
+  r = store_->CommitAnnotations({Write("i", "a", 2), there(1)});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].outcome, WriteOutcome::kRevised);
+  EXPECT_EQ((*r)[1].outcome, WriteOutcome::kRevised);
+  r = store_->CommitAnnotations({Write("i", "a", 2), there(1)});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].outcome, WriteOutcome::kDuplicate);
+  EXPECT_EQ((*r)[1].outcome, WriteOutcome::kDuplicate);
+  EXPECT_THAT(History(0, 0), ElementsAre(HistoryRow{1, here_seq, 0}));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
