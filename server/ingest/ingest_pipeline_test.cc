@@ -809,5 +809,43 @@ TEST_F(IngestPipelineTest, EachBatchOfAGroupGetsItsOwnWritesResults) {
   }
 }
 
+// ingest_pipeline.h: a catch-up read happens only when another replica's commit lies between
+// memory and an own commit. Two projects' batches committed in one transaction each register
+// the seqs drawn for their own project, not the other's: no catch-up read is made, and each
+// project's applied_seq() is the last seq of its own batch.
+TEST_F(IngestPipelineTest, OneGroupOverTwoProjectsAdvancesEachOnesAppliedSeq) {
+  std::shared_ptr<LiveProject> other;
+  ASSERT_NO_FATAL_FAILURE(other = NewProject("q-seqs"));
+  MetricsRegistry metrics;
+  IngestPipeline::Options options;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options, &metrics);
+  absl::Notification entered, release;
+  std::future<IngestPipeline::Result> held = pipeline.Submit(
+      project_, Batch(*project_, "h", 1),
+      [&](const LiveProject&, absl::Span<const std::vector<storage::AnnotationWrite>* const>) {
+        entered.Notify();
+        release.WaitForNotification();
+        return absl::OkStatus();
+      });
+  entered.WaitForNotification();
+  // Both queue behind the held batch, for one group. P has drawn one seq more than Q, whose
+  // counter started where P's did, so the two batches draw different seqs.
+  std::future<IngestPipeline::Result> p = pipeline.Submit(project_, Batch(*project_, "p", 2));
+  std::future<IngestPipeline::Result> q = pipeline.Submit(other, Batch(*other, "q", 2));
+  release.Notify();
+  ASSERT_THAT(held.get(), IsOk());
+  IngestPipeline::Result p_result = p.get();
+  IngestPipeline::Result q_result = q.get();
+  ASSERT_THAT(p_result, IsOk());
+  ASSERT_THAT(q_result, IsOk());
+  const int64_t p_last = std::max((*p_result)[0].seq, (*p_result)[1].seq);
+  const int64_t q_last = std::max((*q_result)[0].seq, (*q_result)[1].seq);
+  EXPECT_EQ(p_last, q_last + 1);
+  EXPECT_EQ(project_->applied_seq(), p_last);
+  EXPECT_EQ(other->applied_seq(), q_last);
+  EXPECT_THAT(metrics.RenderText(), HasSubstr("verity_ingest_catch_up_reads_total 0\n"));
+}
+
 }  // namespace
 }  // namespace verity::server
