@@ -1102,6 +1102,38 @@ TEST_F(AnnotationStoreTest, EachWriteIsComparedWithItsOwnProjectsLiveLabel) {
   EXPECT_THAT(History(0, 0), ElementsAre(HistoryRow{1, here_seq, 0}));
 }
 
+// annotation_store.h: bad input is INVALID_ARGUMENT and nothing is committed. The message names
+// the input position and the field at fault: an empty annotator_id at position 1 is reported as
+// annotation #1's annotator_id, not as its item_id.
+TEST_F(AnnotationStoreTest, AnEmptyAnnotatorIdIsRejectedNamingItsPositionAndField) {
+  EXPECT_THAT(store_->CommitAnnotations({Write("i", "a", 0), Write("j", "", 0)}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("annotation #1: annotator_id must not be empty")));
+  EXPECT_EQ(CountRows("annotations"), 0);
+  EXPECT_EQ(CountRows("items"), 0);
+}
+
+// annotation_store.h: `drawn` "receives the seqs the committed transaction drew", and on any
+// error nothing is committed. A call whose first project draws seqs before its second project's
+// history limit refuses it leaves `drawn` empty.
+TEST_F(AnnotationStoreTest, AFailedCommitReportsNoDrawnSeqs) {
+  const int64_t other = CreateProject("other-drawn", 3);  // Locked after project_id_.
+  auto there = [&](const std::string& item, int32_t label) {
+    AnnotationWrite w = Write(item, "a", label);
+    w.project_id = other;
+    return w;
+  };
+  ASSERT_THAT(store_->CommitAnnotations({there("i", 0), there("j", 0)}), IsOk());
+  const HistoryLimit limit[] = {{other, 1}};
+  std::vector<DrawnSeqs> drawn;
+  // Two revisions of the other project: two history rows, past its bound of 1.
+  EXPECT_THAT(store_->CommitAnnotations({Write("n", "a", 0), there("i", 1), there("j", 1)}, nullptr,
+                                        &drawn, limit),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(drawn, IsEmpty());
+  EXPECT_THAT(store_->CountLiveAnnotations(project_id_), IsOkAndHolds(0));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
