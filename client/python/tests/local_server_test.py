@@ -2,7 +2,7 @@
 
 What is promised (verity_client/local.py, aggregation.py, client/python/README.md): the binary
 is `binary`, else $VERITY_SERVER_BINARY, else `verity_server` on PATH, FileNotFoundError naming
-all three otherwise; LocalServer is a context manager that serves on "localhost:PORT" from a
+all three otherwise; LocalServer is a context manager that serves on "127.0.0.1:PORT" from a
 fresh data directory under /tmp and, on exit, stops the server and removes that directory;
 a server that does not start raises RuntimeError with its output; an aggregator without a
 server starts a private LocalServer for that fit and removes it afterwards, and `serve()` with
@@ -98,7 +98,10 @@ class LocalServerTest(unittest.TestCase):
         with self.assertRaises(RuntimeError):
             server.address  # not started
         with server:
-            self.assertRegex(server.address, r"^localhost:\d+$")
+            # One address family: with "localhost" the server binds ::1 and 127.0.0.1, and where
+            # the port is taken on one of them gRPC keeps the other, so a client of
+            # "localhost:PORT" could reach another process on the family it tries first.
+            self.assertRegex(server.address, r"^127\.0\.0\.1:\d+$")
             self.assertTrue(os.path.isdir(server.data_dir))
             self.assertEqual(oct(stat.S_IMODE(os.stat(server.data_dir).st_mode)), oct(0o755))
             self.assertTrue(server.data_dir.startswith("/tmp/verity-local-"))

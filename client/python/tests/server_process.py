@@ -1,11 +1,12 @@
 """ServerProcess: a verity_server child process for tests, on its own embedded PostgreSQL.
 
-The server is started with --listen=localhost:0 and a fresh data directory under /tmp (made
-0755 so that PostgreSQL, run as the `postgres` OS user when the test runs as root, can reach
-it). Its output goes to server.log in that directory through a reader thread, which learns the
-port from the `event=listening ... port=N` line; start() waits for that line and for
-`event=projects_loaded` (the server listens before the projects stored by an earlier run, or by
-another replica, have loaded: --load_threads), or for the process's exit, without polling.
+The server is started with --listen=127.0.0.1:0 (one address family, as LocalServer) and a
+fresh data directory under /tmp (made 0755 so that PostgreSQL, run as the `postgres` OS user
+when the test runs as root, can reach it). Its output goes to server.log in that directory
+through a reader thread, which learns the port from the `event=listening ... port=N` line;
+start() waits for that line and for `event=projects_loaded` (the server listens before the
+projects stored by an earlier run, or by another replica, have loaded: --load_threads), or for
+the process's exit, without polling.
 """
 
 import os
@@ -69,7 +70,7 @@ class ServerProcess:
 
     @property
     def address(self):
-        return "localhost:%d" % self.port
+        return "127.0.0.1:%d" % self.port
 
     @property
     def log_path(self):
@@ -82,7 +83,7 @@ class ServerProcess:
         self.data_dir = tempfile.mkdtemp(prefix="verity-pyclient-", dir="/tmp")
         os.chmod(self.data_dir, 0o755)
         self._process = subprocess.Popen(
-            [self._binary, "--listen=localhost:0",
+            [self._binary, "--listen=127.0.0.1:0",
              "--data_dir=" + os.path.join(self.data_dir, "var")] + self._extra_args,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self._reader = threading.Thread(target=self._copy_output, daemon=True)

@@ -59,10 +59,10 @@ class LocalServer:
 
     @property
     def address(self) -> str:
-        """"localhost:PORT" of the running server."""
+        """"127.0.0.1:PORT" of the running server (the one address family it listens on)."""
         if self.port is None:
             raise RuntimeError("the LocalServer is not running")
-        return "localhost:%d" % self.port
+        return "127.0.0.1:%d" % self.port
 
     def start(self) -> "LocalServer":
         """Starts the server and returns once it listens; RuntimeError with its output if it
@@ -70,7 +70,10 @@ class LocalServer:
         self.data_dir = tempfile.mkdtemp(prefix="verity-local-", dir="/tmp")
         os.chmod(self.data_dir, 0o755)
         self._process = subprocess.Popen(
-            [self._binary, "--listen=localhost:0",
+            # 127.0.0.1, not localhost: with localhost the server binds ::1 and 127.0.0.1 on
+            # one port, keeping either where the port is taken on the other, and a client of
+            # "localhost:PORT" could then reach another process on the family it tries first.
+            [self._binary, "--listen=127.0.0.1:0",
              "--data_dir=" + os.path.join(self.data_dir, "var")] + self._extra_args,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self._reader = threading.Thread(target=self._read_output, daemon=True)
