@@ -355,6 +355,28 @@ TEST(MergeGoldTest, AcceptsAgreeingGoldAndSkipsGoldRowsWithoutALabel) {
   EXPECT_FALSE(merged->items[1].has_gold_label());
 }
 
+// ItemRows::lines[i] is the CSV line of items[i] (csv_input.h): an item that
+// only the gold file lists keeps its line there, so errors about it can name it.
+TEST(MergeGoldTest, AppendedItemsKeepTheirGoldFileLine) {
+  const LabelParser labels = BirdLabels();
+  ItemRows items = *ParseItemsCsv("item\na\nb\n", "i.csv", labels);
+  const ItemRows gold = *ParseItemsCsv("item,label\nx,\nb,true\nc,false\n", "g.csv", labels);
+  absl::StatusOr<ItemRows> merged = MergeGold(std::move(items), gold, "g.csv");
+  ASSERT_THAT(merged, IsOk());
+  ASSERT_EQ(merged->items.size(), 3u);
+  EXPECT_EQ(merged->items[2].id(), "c");
+  // a and b from lines 2 and 3 of i.csv; c from line 4 of g.csv.
+  EXPECT_THAT(merged->lines, ElementsAre(2, 3, 4));
+}
+
+// An empty class in a comma list is named by its position, counting from 1.
+TEST(ParseClassListTest, NamesTheEmptyClassByItsPositionFromOne) {
+  EXPECT_THAT(ParseClassList("a,,b"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "class 2 of \"a,,b\" is empty"));
+  EXPECT_THAT(ParseClassList(",a"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("class 1 of")));
+}
+
 // An items CSV priority is "a finite number" (csv_input.h).
 TEST(ParseItemsCsvTest, RefusesNonFinitePriorities) {
   const LabelParser labels = BirdLabels();
