@@ -377,6 +377,20 @@ TEST(ParseClassListTest, NamesTheEmptyClassByItsPositionFromOne) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("class 1 of")));
 }
 
+// A labels CSV needs all three columns (csv_input.h): a header missing any one
+// of them is refused on line 1, before any row is read.
+TEST(ParseAnnotationsCsvTest, RefusesAHeaderMissingAnyOneColumn) {
+  const LabelParser labels = BirdLabels();
+  for (const char* text :
+       {"annotator,label\n", "item,label\n", "item,annotator\n", "item,annotator\ni1,w1\n"}) {
+    EXPECT_THAT(ParseAnnotationsCsv(text, "l.csv", labels),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         "l.csv: line 1: the header must name the columns item, "
+                         "annotator, label"))
+        << text;
+  }
+}
+
 // An items CSV priority is "a finite number" (csv_input.h).
 TEST(ParseItemsCsvTest, RefusesNonFinitePriorities) {
   const LabelParser labels = BirdLabels();
