@@ -198,6 +198,19 @@ TEST(ReplayCrowdTest, LeaveIsIdempotentAndDrawsOnlyPresentAnnotators) {
   EXPECT_THAT(drawn, UnorderedElementsAre(1, 2));
 }
 
+// An annotator with no label in the dataset has nothing to be asked: never in
+// the crowd.
+TEST(ReplayCrowdTest, AnAnnotatorWithoutLabelsIsNeverPresent) {
+  models::CsvDataset d = SmallDataset();
+  d.annotator_ids.push_back("w4");
+  d.annotator_index["w4"] = 3;
+  ReplayCrowd crowd(d);
+  EXPECT_EQ(crowd.num_present(), 3);
+  EXPECT_FALSE(crowd.is_present(3));
+  std::mt19937_64 rng(5);
+  for (int j = 0; j < 50; ++j) EXPECT_NE(crowd.DrawAnnotator(rng), 3);
+}
+
 TEST(ScoredItemsTest, GoldItemsWithAtLeastOneLabel) {
   // e has no gold, d has no label.
   EXPECT_THAT(ScoredItems(SmallDataset()), ElementsAre(0, 1, 2));
@@ -322,6 +335,7 @@ class FakeReplayServer : public ReplayServer {
     if (suggest_nothing || candidate_items.empty()) return out;
     v1::ItemSuggestion& s = out.emplace_back();
     s.set_item(choose ? choose(candidate_items) : candidate_items[0]);
+    if (suggest_twice) out.push_back(s);
     return out;
   }
   absl::Status SubmitLabels(
@@ -355,8 +369,13 @@ class FakeReplayServer : public ReplayServer {
     if (p.status_calls > stale_polls) {
       status.mutable_current_version()->set_num_labels(
           static_cast<int64_t>(p.submitted.size()));
-      status.mutable_current_version()->set_method(
-          p.project.settings().model().method());
+      status.mutable_current_version()->set_method(p.status_calls <= old_method_polls
+                                                       ? v1::TRUTH_METHOD_MAJORITY_VOTE
+                                                       : p.project.settings().model().method());
+      if (p.status_calls <= short_polls) {
+        status.mutable_current_version()->set_num_labels(static_cast<int64_t>(p.submitted.size()) -
+                                                         1);
+      }
     } else {
       status.set_labels_since_version(static_cast<int64_t>(p.submitted.size()));
     }
@@ -384,6 +403,8 @@ class FakeReplayServer : public ReplayServer {
   std::function<std::string(absl::Span<const std::string>)> choose;
   absl::Status suggest_error;
   bool suggest_nothing = false;
+  // Each suggestion comes back twice (two items for k = 1).
+  bool suggest_twice = false;
   int posterior_reads = 0;
   std::vector<std::string> posterior_items;  // Of the last GetPosteriors.
   // GetModelStatus of a project says a fit is running on its first
@@ -394,6 +415,11 @@ class FakeReplayServer : public ReplayServer {
   // On its first unseen_polls calls, GetModelStatus also reports one label
   // that the current version has not seen (labels_since_version 1).
   int unseen_polls = 0;
+  // On its first old_method_polls calls, the current version is of majority
+  // vote (the fit before a method switch); on its first short_polls calls, it
+  // saw one label less than submitted.
+  int old_method_polls = 0;
+  int short_polls = 0;
 };
 
 class RunReplayTest : public ::testing::Test {
@@ -620,6 +646,13 @@ TEST_F(RunReplayTest, ASuggestionOutsideTheCandidatesIsAnError) {
                                HasSubstr("outside the candidate items")));
 }
 
+TEST_F(RunReplayTest, SeveralSuggestionsForKOneAreAnError) {
+  SetFractions({1.0});
+  server_.suggest_twice = true;
+  EXPECT_THAT(RunReplay(server_, dataset_, options_, Policy("random"), 1),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("k = 1")));
+}
+
 TEST_F(RunReplayTest, AnItemTheDatasetLacksIsAnError) {
   SetFractions({1.0});
   server_.choose = [](absl::Span<const std::string>) { return "zzz"; };
@@ -718,6 +751,61 @@ TEST_F(RunReplayTest, ColdRowsAreRepeatedForCheckpointsNeverReached) {
   EXPECT_EQ(result->rows[3].policy, "random/cold");
   EXPECT_DOUBLE_EQ(result->rows[3].fraction, 1.0);
   EXPECT_EQ(result->rows[3].labels, 0);
+}
+
+// The shadow uses the replay's truth method: majority vote stays majority
+// vote, with no settings update.
+TEST_F(RunReplayTest, ColdFitsOfAMajorityVoteReplayStayMajorityVote) {
+  SetFractions({1.0});
+  options_.cold_fit_at_checkpoints = true;
+  options_.settings.mutable_model()->set_method(v1::TRUTH_METHOD_MAJORITY_VOTE);
+  absl::StatusOr<ReplayResult> result = RunReplay(server_, dataset_, options_, Policy("random"), 3);
+  ASSERT_THAT(result, IsOk());
+  ASSERT_THAT(server_.names, ElementsAre("t-small-random-s3", "t-small-random-s3-c7"));
+  EXPECT_EQ(server_.projects["t-small-random-s3-c7"].project.settings().model().method(),
+            v1::TRUTH_METHOD_MAJORITY_VOTE);
+  EXPECT_THAT(server_.updated, SizeIs(0));
+}
+
+// A cold fit is read only once a fit of the wanted method saw every label:
+// two polls show the majority-vote version from before the switch to
+// Dawid-Skene; three polls, two sleeps.
+TEST_F(RunReplayTest, ReferenceWaitsForAFitOfItsMethod) {
+  SetFractions({1.0});
+  server_.old_method_polls = 2;
+  absl::StatusOr<SimulationRow> row =
+      RunFullDataReference(server_, dataset_, options_, Policy("all_ds"));
+  ASSERT_THAT(row, IsOk());
+  EXPECT_EQ(server_.first().status_calls, 3);
+  EXPECT_THAT(sleeps_, SizeIs(2));
+}
+
+// Two polls show a Dawid-Skene version that lacks one of the 7 labels.
+TEST_F(RunReplayTest, ReferenceWaitsForAFitThatSawEveryLabel) {
+  SetFractions({1.0});
+  server_.short_polls = 2;
+  absl::StatusOr<SimulationRow> row =
+      RunFullDataReference(server_, dataset_, options_, Policy("all_ds"));
+  ASSERT_THAT(row, IsOk());
+  EXPECT_EQ(server_.first().status_calls, 3);
+  EXPECT_THAT(sleeps_, SizeIs(2));
+}
+
+// A shadow of no label has nothing to fit: it is read without waiting for a
+// fit (a server does not fit a project without labels).
+TEST_F(RunReplayTest, AColdFitOfNoLabelDoesNotWaitForAFit) {
+  SetFractions({1.0});
+  options_.cold_fit_at_checkpoints = true;
+  server_.suggest_nothing = true;
+  server_.stale_polls = 1000;
+  options_.reference_fit_timeout = absl::Seconds(1);
+  options_.poll_interval = absl::Seconds(1);
+  absl::StatusOr<ReplayResult> result = RunReplay(server_, dataset_, options_, Policy("random"), 3);
+  ASSERT_THAT(result, IsOk());
+  ASSERT_THAT(result->rows, SizeIs(2));
+  EXPECT_EQ(result->rows[1].policy, "random/cold");
+  EXPECT_EQ(result->rows[1].labels, 0);
+  EXPECT_EQ(server_.projects["t-small-random-s3-c0"].status_calls, 0);
 }
 
 TEST_F(RunReplayTest, ReferenceSubmitsEverythingAndWaitsForAFitThatSawIt) {
