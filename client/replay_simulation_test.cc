@@ -767,6 +767,20 @@ TEST_F(RunReplayTest, ColdFitsOfAMajorityVoteReplayStayMajorityVote) {
   EXPECT_THAT(server_.updated, SizeIs(0));
 }
 
+// A replay that leaves the method unset runs the server default, which a
+// project created now stores as auto (projects.proto, ModelSettings.method);
+// its shadows, "with the replay's truth method" (ReplayOptions), fit auto too.
+TEST_F(RunReplayTest, ColdFitsOfAReplayWithTheDefaultMethodFitAuto) {
+  SetFractions({1.0});
+  options_.cold_fit_at_checkpoints = true;
+  absl::StatusOr<ReplayResult> result =
+      RunReplay(server_, dataset_, options_, Policy("random"), 3);
+  ASSERT_THAT(result, IsOk());
+  ASSERT_THAT(server_.names, ElementsAre("t-small-random-s3", "t-small-random-s3-c7"));
+  EXPECT_EQ(server_.projects["t-small-random-s3-c7"].project.settings().model().method(),
+            v1::TRUTH_METHOD_AUTO);
+}
+
 // A cold fit is read only once a fit of the wanted method saw every label:
 // two polls show the majority-vote version from before the switch to
 // Dawid-Skene; three polls, two sleeps.
