@@ -134,6 +134,12 @@ TEST(BudgetCheckpointsTest, RejectsAnEmptyDatasetAndBadFractions) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// (0, 1] excludes 0 (no budget) and negatives, even beside valid fractions.
+TEST(BudgetCheckpointsTest, RejectsAZeroOrNegativeFraction) {
+  EXPECT_THAT(BudgetCheckpoints({0.5, 0.0}, 10), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(BudgetCheckpoints({-0.1}, 10), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(UniformIndexTest, SameSeedSameSequenceAndInRange) {
   std::mt19937_64 a(7), b(7);
   for (int j = 0; j < 100; ++j) {
