@@ -168,10 +168,11 @@ absl::StatusOr<double> ReadAccuracy(ReplayServer& server,
   return AccuracyOnGold(*posteriors, scored, dataset);
 }
 
-// The method a project with `settings` fits (UNSPECIFIED is Dawid-Skene).
+// The method a project created now with `settings` fits: UNSPECIFIED is auto,
+// which the server stores for it (projects.proto, ModelSettings.method).
 v1::TruthMethod EffectiveMethod(const v1::ProjectSettings& settings) {
   return settings.model().method() == v1::TRUTH_METHOD_UNSPECIFIED
-             ? v1::TRUTH_METHOD_DAWID_SKENE
+             ? v1::TRUTH_METHOD_AUTO
              : settings.model().method();
 }
 

@@ -42,9 +42,10 @@
 // Cold fits. The full-data references (RunFullDataReference) and, with
 // ReplayOptions::cold_fit_at_checkpoints, the shadow scores of a replay fit a
 // given set of labels from scratch in a project of their own: the project is
-// created with majority vote, the labels are submitted, and then (for
-// Dawid-Skene) the method is switched to Dawid-Skene, so that its first fit
-// sees every label and starts cold (from majority vote), as
+// created with majority vote, the labels are submitted, and then (for any
+// other method) the method is switched to the wanted one (the replay's; auto
+// when its settings leave the method unset), so that its first fit sees every
+// label and starts cold (from majority vote), as
 // `models/eval` would, rather than warm-starting from fits of fewer labels.
 // The score is read once a fit of the wanted method has seen every label.
 //
