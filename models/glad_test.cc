@@ -873,10 +873,10 @@ TEST(GladTest, TheLogLikelihoodIsTheMarginalOfTheLabelsAndGold) {
   EXPECT_NEAR(report->log_likelihood, expected, 1e-12);
 }
 
-TEST(GladTest, AWarmFitGivesAnItemThatLostItsLabelsThePriorEasiness) {
-  // truth_model.h: items without labels get the prior mean log easiness (0 by default, so
-  // easiness 1). Item 0 is easy after the first fit (five agreeing labels); a warm fit on the
-  // same data without item 0's labels must not keep that easiness.
+// The set-up of the two tests of an item that lost its labels: a cold fit of 40 items × 5
+// annotators in which item 0 is easy (five agreeing labels), then a warm fit of the same data
+// without item 0's labels.
+void FitThenWarmFitWithoutItem0(std::unique_ptr<GladModel>* fitted) {
   std::vector<Annotation> annotations;
   for (int32_t i = 0; i < 40; ++i) {
     for (int32_t a = 0; a < 5; ++a) {
@@ -890,8 +890,16 @@ TEST(GladTest, AWarmFitGivesAnItemThatLostItsLabelsThePriorEasiness) {
   for (const Annotation& a : annotations) {
     if (a.item != 0) without_item_0.push_back(a);
   }
-  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(40, 5, 2, without_item_0), {}, true),
-              IsOk());
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(40, 5, 2, without_item_0), {}, true), IsOk());
+  *fitted = std::move(model);
+}
+
+TEST(GladTest, AWarmFitGivesAnItemThatLostItsLabelsThePriorEasiness) {
+  // truth_model.h: items without labels get the prior mean log easiness (0 by default, so
+  // easiness 1). Item 0 is easy after the first fit (five agreeing labels); a warm fit on the
+  // same data without item 0's labels must not keep that easiness.
+  std::unique_ptr<GladModel> model;
+  ASSERT_NO_FATAL_FAILURE(FitThenWarmFitWithoutItem0(&model));
   EXPECT_EQ(model->ItemEasiness(0), 1.0);
 }
 
@@ -1171,20 +1179,8 @@ TEST(GladTest, AFitWithAPriorMeanBeyondTheBoundKeepsAbilitiesInRange) {
 // (as in AWarmFitGivesAnItemThatLostItsLabelsThePriorEasiness), a restored copy also gives it
 // the prior easiness 1, not the easiness of the earlier fit.
 TEST(GladTest, AnItemThatLostItsLabelsIsSerializedWithThePriorEasiness) {
-  std::vector<Annotation> annotations;
-  for (int32_t i = 0; i < 40; ++i) {
-    for (int32_t a = 0; a < 5; ++a) {
-      annotations.push_back({i, a, (i + (a == 4 && i % 3 == 0 ? 1 : 0)) % 2});
-    }
-  }
-  std::unique_ptr<GladModel> model = MakeGlad(2);
-  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(40, 5, 2, annotations), {}, false), IsOk());
-  ASSERT_GT(model->ItemEasiness(0), 1.1);
-  std::vector<Annotation> without_item_0;
-  for (const Annotation& a : annotations) {
-    if (a.item != 0) without_item_0.push_back(a);
-  }
-  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(40, 5, 2, without_item_0), {}, true), IsOk());
+  std::unique_ptr<GladModel> model;
+  ASSERT_NO_FATAL_FAILURE(FitThenWarmFitWithoutItem0(&model));
   std::unique_ptr<GladModel> restored = MakeGlad(2);
   ASSERT_THAT(restored->Restore(model->Serialize()), IsOk());
   EXPECT_EQ(restored->ItemEasiness(0), 1.0);

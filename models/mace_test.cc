@@ -456,10 +456,9 @@ TEST(MaceTest, TheFirstIterationNeverConverges) {
   ExpectTheFirstIterationNeverConverges(*model);
 }
 
-// mace.h: FitReport.log_likelihood is log p(labels) under the uniform prior 1 / K. K = 3,
-// restored parameters with uniform xi (every theta): p(label y) = sum_k (1/3) Q[k][y] =
-// (1/3) (theta + 3 (1 - theta) / 3) = 1/3 for any theta, so one labelled item gives log(1/3).
-TEST(MaceTest, TheLogLikelihoodUsesThePriorOneOverK) {
+// A K = 3 model of one annotator restored with uniform xi (so a label has p = 1/3 whatever
+// theta is), fitting one iteration at a time: the parameters of the log-likelihood tests.
+void RestoreWithUniformXi(std::unique_ptr<MaceModel>* restored) {
   ByteWriter writer;
   WriteModelHeader(writer, MaceModel::kMethod, true);
   writer.WriteU32(3);  // classes
@@ -471,6 +470,15 @@ TEST(MaceTest, TheLogLikelihoodUsesThePriorOneOverK) {
   one_iteration.max_iterations = 1;
   std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(3, one_iteration);
   ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  *restored = std::move(model);
+}
+
+// mace.h: FitReport.log_likelihood is log p(labels) under the uniform prior 1 / K. K = 3,
+// restored parameters with uniform xi (every theta): p(label y) = sum_k (1/3) Q[k][y] =
+// (1/3) (theta + 3 (1 - theta) / 3) = 1/3 for any theta, so one labelled item gives log(1/3).
+TEST(MaceTest, TheLogLikelihoodUsesThePriorOneOverK) {
+  std::unique_ptr<MaceModel> model;
+  ASSERT_NO_FATAL_FAILURE(RestoreWithUniformXi(&model));
   const AnnotationMatrix m = *AnnotationMatrix::Build(1, 1, 3, {{0, 0, 2}});
   absl::StatusOr<FitReport> report = model->Fit(m, {}, /*warm_start=*/true);
   ASSERT_THAT(report, IsOk());
@@ -584,17 +592,8 @@ TEST(MaceTest, AColdFitIgnoresTheParametersOfAnEarlierFit) {
 // the parameters of TheLogLikelihoodUsesThePriorOneOverK (uniform xi, so a label has p = 1/3),
 // one labelled item and one unlabelled gold item give log(1/3), not 2 log(1/3).
 TEST(MaceTest, AGoldItemWithoutLabelsAddsNothingToTheLogLikelihood) {
-  ByteWriter writer;
-  WriteModelHeader(writer, MaceModel::kMethod, true);
-  writer.WriteU32(3);  // classes
-  writer.WriteU32(1);  // annotators
-  for (double v : {0.5, 1.0 / 3, 1.0 / 3, 1.0 / 3, 0.7, 1.0 / 3, 1.0 / 3, 1.0 / 3}) {
-    writer.WriteF64(v);
-  }
-  TruthModelOptions one_iteration;
-  one_iteration.max_iterations = 1;
-  std::unique_ptr<MaceModel> model = CreateOrFail<MaceModel>(3, one_iteration);
-  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  std::unique_ptr<MaceModel> model;
+  ASSERT_NO_FATAL_FAILURE(RestoreWithUniformXi(&model));
   const AnnotationMatrix m = *AnnotationMatrix::Build(2, 1, 3, {{0, 0, 2}});
   absl::StatusOr<FitReport> report =
       model->Fit(m, std::vector<int32_t>{-1, 1}, /*warm_start=*/true);
