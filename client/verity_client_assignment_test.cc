@@ -97,7 +97,7 @@ class VerityClientAssignmentTest : public ::testing::Test {
   void SetUp() override {
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("localhost:0", grpc::InsecureServerCredentials(),
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &port);
     builder.RegisterService(&assignment_);
     builder.RegisterService(&projects_);
@@ -106,7 +106,7 @@ class VerityClientAssignmentTest : public ::testing::Test {
     ClientOptions options;
     options.deadline = absl::Seconds(10);
     client_ = std::make_unique<VerityClient>(
-        CreateInsecureChannel(absl::StrCat("localhost:", port)), options);
+        CreateInsecureChannel(absl::StrCat("127.0.0.1:", port)), options);
   }
   void TearDown() override { server_->Shutdown(); }
 

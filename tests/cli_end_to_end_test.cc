@@ -69,7 +69,7 @@ class CliEndToEndTest : public ::testing::Test {
     ASSERT_TRUE(pg.ok()) << pg.status();
     pg_ = std::move(*pg);
     server::VerityServer::Options options;
-    options.listen = "localhost:0";
+    options.listen = "127.0.0.1:0";
     options.postgres_url = pg_->connection_url();
     options.training.run_in_background = false;
     ConfigureServer(options);
@@ -91,7 +91,7 @@ class CliEndToEndTest : public ::testing::Test {
   virtual void ConfigureServer(server::VerityServer::Options& options) {}
 
   CliResult Run(std::vector<std::string> args) {
-    args.push_back(absl::StrCat("--server=localhost:", server_->port()));
+    args.push_back(absl::StrCat("--server=127.0.0.1:", server_->port()));
     std::ostringstream out, err;
     int code = client::RunCli(args, out, err);
     return {code, out.str(), err.str()};
@@ -481,7 +481,7 @@ TEST_F(CliEndToEndTest, ATlsCaFileThatIsNotPemIsAUsageErrorNamingIt) {
   const std::string bad = dir_ + "/not-a-ca.pem";
   std::ofstream(bad) << "not a certificate\n";
   CliResult result = RunVerityBinary({"project", "list", "--tls_ca=" + bad, "--timeout=5s",
-                                      absl::StrCat("--server=localhost:", server_->port())});
+                                      absl::StrCat("--server=127.0.0.1:", server_->port())});
   ExpectOneErrorLine(result);
   EXPECT_EQ(result.code, 2) << result.err;
   EXPECT_THAT(result.err, StartsWith("verity: --tls_ca=" + bad + ": not a PEM CA certificate"));
@@ -496,7 +496,7 @@ TEST_F(CliEndToEndTest, TlsAgainstAPlaintextServerFailsWithOneErrorLine) {
       " -days 2 -subj /CN=test-ca 2>/dev/null");
   ASSERT_EQ(std::system(command.c_str()), 0) << "openssl failed";
   CliResult result = RunVerityBinary({"project", "list", "--tls_ca=" + ca, "--timeout=5s",
-                                      absl::StrCat("--server=localhost:", server_->port())});
+                                      absl::StrCat("--server=127.0.0.1:", server_->port())});
   ExpectOneErrorLine(result);
   EXPECT_THAT(result.err, StartsWith("verity: UNAVAILABLE: ")) << result.err;
 }
@@ -590,7 +590,7 @@ class CliAuthEndToEndTest : public CliEndToEndTest {
   // The `verity` binary with VERITY_API_KEY set to `api_key` (see RunVerityBinary), against
   // this server.
   CliResult RunVerity(std::vector<std::string> args, const std::optional<std::string>& api_key) {
-    args.push_back(absl::StrCat("--server=localhost:", server_->port()));
+    args.push_back(absl::StrCat("--server=127.0.0.1:", server_->port()));
     return RunVerityBinary(args, api_key);
   }
 

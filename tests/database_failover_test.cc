@@ -81,7 +81,7 @@ TEST(DatabaseFailoverTest, IngestContinuesOnThePromotedStandbyAndNothingAckedIsL
 
   // The server knows both hosts; libpq connects to whichever accepts writes.
   server::VerityServer::Options options;
-  options.listen = "localhost:0";
+  options.listen = "127.0.0.1:0";
   options.postgres_url = absl::StrCat("host=", primary_socket, ",", dir,
                                       "/standby/run port=5432,5432 dbname=verity user=verity "
                                       "target_session_attrs=read-write");
@@ -90,7 +90,7 @@ TEST(DatabaseFailoverTest, IngestContinuesOnThePromotedStandbyAndNothingAckedIsL
   options.training.run_in_background = false;
   auto server = server::VerityServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto channel = grpc::CreateChannel(absl::StrCat("localhost:", (*server)->port()),
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
                                      grpc::InsecureChannelCredentials());
   client::ClientOptions client_options;
   client_options.deadline = absl::Seconds(30);

@@ -438,7 +438,7 @@ TEST_F(GracefulShutdownTest, AFailedSecondStartOnTheSameDataDirLeavesTheRunningS
   {
     ServerProcess second(RunfilePath("server/verity_server"), second_dir,
                          {"--data_dir=" + dir_ + "/var",
-                          "--listen=localhost:" + std::to_string(server_->port())});
+                          "--listen=127.0.0.1:" + std::to_string(server_->port())});
     EXPECT_FALSE(second.Start(absl::Seconds(60)).ok())
         << "a second server started on port " << server_->port();
   }

@@ -82,7 +82,7 @@ absl::StatusOr<OutageServer> StartServerWithProject(
     const std::string& postgres_url,
     absl::Duration db_timeout = server::VerityServer::Options().db_timeout) {
   server::VerityServer::Options options;
-  options.listen = "localhost:0";
+  options.listen = "127.0.0.1:0";
   options.postgres_url = postgres_url;
   options.db_timeout = db_timeout;
   options.training.run_in_background = false;
@@ -90,7 +90,7 @@ absl::StatusOr<OutageServer> StartServerWithProject(
   if (!started.ok()) return started.status();
   OutageServer served;
   served.server = *std::move(started);
-  auto channel = grpc::CreateChannel(absl::StrCat("localhost:", served.server->port()),
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", served.server->port()),
                                      grpc::InsecureChannelCredentials());
   served.projects = v1::ProjectService::NewStub(channel);
   served.ingest = v1::IngestService::NewStub(channel);

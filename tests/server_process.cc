@@ -72,7 +72,7 @@ absl::Status ServerProcess::StartAndWait(absl::Duration timeout, bool until_load
       dup2(fd, STDERR_FILENO);
       dup2(fd, STDOUT_FILENO);
     }
-    std::vector<std::string> args = {binary_, "--listen=localhost:0",
+    std::vector<std::string> args = {binary_, "--listen=127.0.0.1:0",
                                      "--data_dir=" + data_dir_ + "/var",
                                      "--background_refit=false"};
     args.insert(args.end(), extra_flags_.begin(), extra_flags_.end());

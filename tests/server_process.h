@@ -42,7 +42,7 @@ class ServerProcess {
 
   int port() const { return port_; }
   pid_t pid() const { return pid_; }  // -1 when not running.
-  std::string address() const { return "localhost:" + std::to_string(port_); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string log_path() const { return data_dir_ + "/server.log"; }
 
  private:

@@ -71,7 +71,7 @@ void FloodWithKeylessCalls(const std::string& method, const std::string& request
       "set -e; cd ", dir, "; ",
       "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
       "  -subj /CN=verity-test-ca 2>/dev/null; ",
-      "printf 'subjectAltName=DNS:localhost' > san.ext; ",
+      "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1' > san.ext; ",
       "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
       "  -subj /CN=localhost 2>/dev/null; ",
       "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "

@@ -764,21 +764,21 @@ std::unique_ptr<FakeVerityServer> FakeVerityServer::Start() {
       std::make_unique<FakeAssignmentService>(fake->state_));
   fake->services_.push_back(std::make_unique<FakeKeyService>(fake->state_));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("localhost:0", grpc::InsecureServerCredentials(),
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &fake->port_);
   for (const auto& service : fake->services_) {
     builder.RegisterService(service.get());
   }
   fake->server_ = builder.BuildAndStart();
   if (fake->server_ == nullptr || fake->port_ == 0) {
-    std::cerr << "FakeVerityServer: cannot start a gRPC server on localhost\n";
+    std::cerr << "FakeVerityServer: cannot start a gRPC server on 127.0.0.1\n";
     std::abort();
   }
   return fake;
 }
 
 std::string FakeVerityServer::address() const {
-  return absl::StrCat("localhost:", port_);
+  return absl::StrCat("127.0.0.1:", port_);
 }
 
 void FakeVerityServer::FailNextBatches(int n, absl::StatusCode code,
