@@ -32,7 +32,7 @@ class TlsTest : public ::testing::Test {
         "set -e; cd ", d, "; ",
         "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
         "  -subj /CN=verity-test-ca 2>/dev/null; ",
-        "printf 'subjectAltName=DNS:localhost' > san.ext; ",
+        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1' > san.ext; ",
         "for who in server client; do ",
         "  openssl req -newkey rsa:2048 -nodes -keyout $who.key -out $who.csr -subj /CN=localhost 2>/dev/null; ",
         "  openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out $who.pem "
@@ -49,7 +49,7 @@ class TlsTest : public ::testing::Test {
 
   std::unique_ptr<server::VerityServer> Start(bool client_ca) {
     server::VerityServer::Options options;
-    options.listen = "localhost:0";
+    options.listen = "127.0.0.1:0";
     options.postgres_url = postgres_->url();
     options.training.run_in_background = false;
     options.transport.tls_cert_file = *dir_ + "/server.pem";
@@ -66,7 +66,7 @@ class TlsTest : public ::testing::Test {
 
   // A GetProject of an unknown project: NOT_FOUND proves the call reached the server.
   static grpc::StatusCode Call(const std::shared_ptr<grpc::ChannelCredentials>& credentials, int port) {
-    return Call(grpc::CreateChannel(absl::StrCat("localhost:", port), credentials));
+    return Call(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), credentials));
   }
   static grpc::StatusCode Call(const std::shared_ptr<grpc::Channel>& channel) {
     auto stub = v1::ProjectService::NewStub(channel);
@@ -116,7 +116,7 @@ TEST_F(TlsTest, ClientCertificatesAreRequiredWithAClientCa) {
 TEST_F(TlsTest, ClientLibraryChannelsUseTheGivenFiles) {
   auto server = Start(/*client_ca=*/true);
   ASSERT_NE(server, nullptr);
-  const std::string address = absl::StrCat("localhost:", server->port());
+  const std::string address = absl::StrCat("127.0.0.1:", server->port());
   auto with_cert = client::CreateChannel(
       address, {*dir_ + "/ca.pem", *dir_ + "/client.pem", *dir_ + "/client.key"});
   ASSERT_TRUE(with_cert.ok()) << with_cert.status();
