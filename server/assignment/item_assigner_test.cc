@@ -1149,5 +1149,108 @@ TEST(ItemAssignerTest, AShortlistWithOneEligibleItemTooFewRanksEverythingAgain) 
   EXPECT_EQ(Items(from_shortlist), Items(full));
 }
 
+// projects.proto, gold_items_for_new_annotators, and item_assigner.h: RankItemsForAnnotator
+// returns "the best k items". A new annotator owed 3 gold items (N = 3, no labels) in
+// MakeGoldProject (gold 0, 1, 2 with 0, 1, 2 labels) who asks for 1 or 2 is sent that many,
+// the least labelled gold first, and no more.
+TEST(ItemAssignerTest, ANewAnnotatorOwedMoreGoldItemsThanAskedForGetsK) {
+  auto project = MakeGoldProject();
+  AssignmentRules rules;
+  rules.gold_items_for_new_annotators = 3;
+  auto ranked =
+      RankItemsForAnnotator(*project, *project->snapshot(), rules, -1, 1, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(0));
+  ranked =
+      RankItemsForAnnotator(*project, *project->snapshot(), rules, -1, 2, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(0, 1));
+}
+
+// item_assigner.h: an item is not suggested to the annotator who "holds a lease on it", whatever
+// their index, the first (0) included. In MakeProject a0 labelled items 0, 1 and 2 and item 4
+// is gold: item 3 is the only one open to a0, until a0 holds its lease.
+TEST(ItemAssignerTest, TheFirstAnnotatorIsNotSentAnItemTheyHoldTheLeaseOn) {
+  auto project = MakeProject();
+  AssignmentRules rules;
+  auto ranked =
+      RankItemsForAnnotator(*project, *project->snapshot(), rules, 0, 10, std::nullopt, kNow, 1);
+  ASSERT_THAT(Items(ranked), ElementsAre(3));
+  const std::vector<ItemSuggestion> leased =
+      RankAndLeaseItems(*project, rules, 0, 10, std::nullopt, kNow, kNow + absl::Minutes(5), 1);
+  ASSERT_THAT(Items(leased), ElementsAre(3));
+  EXPECT_THAT(Items(RankAndLeaseItems(*project, rules, 0, 10, std::nullopt, kNow,
+                                      kNow + absl::Minutes(5), 2)),
+              IsEmpty());
+  ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, 0, 10,
+                                 std::vector<int32_t>{3}, kNow, 1);
+  EXPECT_THAT(Items(ranked), IsEmpty());
+}
+
+// projects.proto: RANDOM picks "uniformly random" open items, and docs/ASSIGNMENT.md: "ties
+// are broken at random". Then the first two of the 4 open items of MakeProject are each of
+// the 6 pairs about equally often: over 600 seeds spread over 64 bits, 100 times each (a
+// binomial's standard deviation is 9.1; the bound is 6.6 of them below).
+TEST(ItemAssignerTest, RandomPolicyPicksEveryPairOfOpenItemsAboutEquallyOften) {
+  auto project = MakeProject();
+  AssignmentRules rules;
+  rules.policy = v1::ASSIGNMENT_POLICY_RANDOM;
+  std::map<std::pair<int32_t, int32_t>, int> pairs;
+  for (uint64_t s = 1; s <= 600; ++s) {
+    auto ranked = RankItemsForAnnotator(*project, *project->snapshot(), rules, -1, 2, std::nullopt,
+                                        kNow, s * 0x9E3779B97F4A7C15ull);
+    ASSERT_EQ(ranked.size(), 2u);
+    ++pairs[{std::min(ranked[0].item, ranked[1].item), std::max(ranked[0].item, ranked[1].item)}];
+  }
+  for (int32_t a = 0; a < 4; ++a) {
+    for (int32_t b = a + 1; b < 4; ++b) EXPECT_GE((pairs[{a, b}]), 40) << a << ", " << b;
+  }
+}
+
+// item_assigner.h: candidates are item indices, and RankAnnotatorsForItem ranks annotators for
+// an item of the snapshot it is given. An index that snapshot does not hold (an item added
+// after it was taken, or -1) is never suggested and has no annotators to rank.
+TEST(ItemAssignerTest, IndicesOutsideTheSnapshotAreNeitherSuggestedNorRanked) {
+  auto project = MakeProject();
+  const std::shared_ptr<const ProjectSnapshot> old = project->snapshot();
+  project->ApplyItems({{5, "i5", std::nullopt, std::nullopt}});
+  ASSERT_EQ(old->posteriors.num_items(), 5);
+  ASSERT_EQ(project->snapshot()->posteriors.num_items(), 6);
+  AssignmentRules rules;
+  auto ranked =
+      RankItemsForAnnotator(*project, *old, rules, -1, 10, std::vector<int32_t>{-1, 5, 3}, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(3));
+  const std::vector<int32_t> all = {0, 1, 2, -1};
+  EXPECT_THAT(RankAnnotatorsForItem(*project, *old, 5, 10, all, kNow), IsEmpty());
+  EXPECT_THAT(RankAnnotatorsForItem(*project, *old, -1, 10, all, kNow), IsEmpty());
+  // On the new snapshot item 5 (no labels) is open to all four.
+  EXPECT_EQ(RankAnnotatorsForItem(*project, *project->snapshot(), 5, 10, all, kNow).size(), 4u);
+}
+
+// projects.proto: UNCERTAINTY is "highest posterior entropy first, ignoring who asks": unlike
+// INFORMATION_GAIN, the labels already on an item do not discount it. Under majority vote item
+// 0 (4 labels, 2 to 2) is at 50/50 and item 1 (3 labels, 2 to 1) near 2/3: item 0 comes first,
+// though 1 + its labels (5) is larger than item 1's (4).
+TEST(ItemAssignerTest, UncertaintyPolicyDoesNotDiscountLabelledItems) {
+  auto project = MakeProjectWith({-1, -1}, 4,
+                                 {{0, 0, 0, 1},
+                                  {0, 1, 0, 2},
+                                  {0, 2, 1, 3},
+                                  {0, 3, 1, 4},
+                                  {1, 0, 0, 5},
+                                  {1, 1, 0, 6},
+                                  {1, 2, 1, 7}});
+  const auto snapshot = project->snapshot();
+  ASSERT_EQ(snapshot->posteriors.num_labels(0), 4);
+  ASSERT_EQ(snapshot->posteriors.num_labels(1), 3);
+  ASSERT_GT(Entropy(snapshot->posteriors.probabilities(0)),
+            Entropy(snapshot->posteriors.probabilities(1)) + 0.01);
+  AssignmentRules rules;
+  rules.policy = v1::ASSIGNMENT_POLICY_UNCERTAINTY;
+  auto ranked = RankItemsForAnnotator(*project, *snapshot, rules, -1, 2, std::nullopt, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(0, 1));
+  ranked =
+      RankItemsForAnnotator(*project, *snapshot, rules, -1, 2, std::vector<int32_t>{1, 0}, kNow, 1);
+  EXPECT_THAT(Items(ranked), ElementsAre(0, 1));
+}
+
 }  // namespace
 }  // namespace verity::server
