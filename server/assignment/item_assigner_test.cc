@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
 #include <string>
 #include <vector>
@@ -1250,6 +1251,28 @@ TEST(ItemAssignerTest, UncertaintyPolicyDoesNotDiscountLabelledItems) {
   ranked =
       RankItemsForAnnotator(*project, *snapshot, rules, -1, 2, std::vector<int32_t>{1, 0}, kNow, 1);
   EXPECT_THAT(Items(ranked), ElementsAre(0, 1));
+}
+
+// item_assigner.h: RankItemsForAnnotator ranks on the snapshot it is given, and returns the best
+// k items, each once. A ranking on a snapshot taken before AddItems made item 3 gold and added
+// gold item 5 (a SuggestItems racing an AddItems) sends a new annotator owed 3 gold items 3
+// items: never item 5, which that snapshot does not hold, and item 3 at most once, though the
+// project now lists it among its gold items and that snapshot still ranks it as an open one.
+TEST(ItemAssignerTest, GoldItemsChangedAfterTheSnapshotAreSentOnceAndOnlyIfItHoldsThem) {
+  auto project = MakeProject();
+  const std::shared_ptr<const ProjectSnapshot> old = project->snapshot();
+  project->ApplyItems({{3, "i3", 0, std::nullopt}, {5, "i5", 1, std::nullopt}});
+  ASSERT_EQ(project->GoldItems(), (std::vector<int32_t>{3, 4, 5}));
+  ASSERT_EQ(old->posteriors.num_items(), 5);
+  ASSERT_FALSE(old->posteriors.is_gold(3));
+  AssignmentRules rules;
+  rules.gold_items_for_new_annotators = 3;
+  const std::vector<int32_t> items =
+      Items(RankItemsForAnnotator(*project, *old, rules, -1, 3, std::nullopt, kNow, 1));
+  EXPECT_EQ(items.size(), 3u);
+  EXPECT_THAT(items, Not(Contains(5)));
+  EXPECT_EQ(std::set<int32_t>(items.begin(), items.end()).size(), items.size())
+      << ::testing::PrintToString(items);
 }
 
 }  // namespace
