@@ -84,5 +84,18 @@ TEST(LeaseBookTest, HasIsFalseFromALeasesExpiryOnEvenAsTheFirstQuery) {
   EXPECT_FALSE(book.Has(5, 2, kNow + absl::Seconds(25)));
 }
 
+// size counts the outstanding leases, not the items they are on (the server checks
+// --max_leases_per_project against it): two annotators on item 1 and one on item 2 are 3 leases;
+// once one of item 1's expired, 2.
+TEST(LeaseBookTest, SizeCountsLeasesNotLeasedItems) {
+  LeaseBook book;
+  book.Add(1, 10, kNow + absl::Seconds(10));
+  book.Add(1, 11, kNow + absl::Seconds(20));
+  book.Add(2, 10, kNow + absl::Seconds(20));
+  EXPECT_EQ(book.size(kNow), 3u);
+  EXPECT_EQ(book.size(kNow + absl::Seconds(10)), 2u);
+  EXPECT_EQ(book.size(kNow + absl::Seconds(20)), 0u);
+}
+
 }  // namespace
 }  // namespace verity::server
