@@ -199,5 +199,34 @@ TEST(PosteriorTableTest, DiscountedEntropyIsComputedInExactlyTheDocumentedForm) 
   EXPECT_EQ(t.block_bounds(0, 0).max_discounted_entropy, expected);
 }
 
+// posterior_table.h: every accessor reads the item it is given, in whichever chunk it lies.
+// Item 2 * kChunkItems + 5 is written; item 5, at the same slot of chunk 0, keeps the values a
+// new item starts with (uniform, no labels, newest seq 0, priority 0, entropy log 2).
+TEST(PosteriorTableTest, AccessorsReadTheItemInItsOwnChunk) {
+  constexpr int32_t kItem = 2 * PosteriorTable::kChunkItems + 5;
+  PosteriorTable empty(2);
+  PosteriorTable::Builder b(empty);
+  b.Resize(kItem + 1);
+  b.mutable_probabilities(kItem)[0] = 0.9;
+  b.mutable_probabilities(kItem)[1] = 0.1;
+  b.set_num_labels(kItem, 3);
+  b.set_newest_seq(kItem, 77);
+  b.set_entropy(kItem, 0.3);
+  b.set_priority(kItem, 2.5);
+  PosteriorTable t = std::move(b).Build();
+  ASSERT_EQ(t.num_chunks(), 3);
+  EXPECT_EQ(t.probabilities(kItem)[0], 0.9);
+  EXPECT_EQ(t.probabilities(kItem)[1], 0.1);
+  EXPECT_EQ(t.num_labels(kItem), 3);
+  EXPECT_EQ(t.newest_seq(kItem), 77);
+  EXPECT_EQ(t.entropy(kItem), 0.3);
+  EXPECT_EQ(t.priority(kItem), 2.5);
+  EXPECT_EQ(t.probabilities(5)[0], 0.5);
+  EXPECT_EQ(t.num_labels(5), 0);
+  EXPECT_EQ(t.newest_seq(5), 0);
+  EXPECT_NEAR(t.entropy(5), std::log(2.0), 1e-12);
+  EXPECT_EQ(t.priority(5), 0.0);
+}
+
 }  // namespace
 }  // namespace verity::server
