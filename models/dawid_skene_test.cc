@@ -1445,5 +1445,40 @@ TEST(DawidSkeneTest, AnItemChangedByTwoRefitsIsKeptOnceInTheState) {
   EXPECT_EQ(restored->Serialize(), ds->Serialize());
 }
 
+TEST(DawidSkeneTest, DataWithFewerItemsOrAnnotatorsThanTheKeptStateRefitFully) {
+  // dawid_skene.h: a warm Fit runs full EM passes when the data have fewer items or annotators
+  // than the kept state. The first fit sees 300 items and 20 annotators; the data of each warm
+  // fit drop the last item (5 labels) or the labels of annotator 19 (about 75), both well
+  // within incremental_refit_max_fraction of 1. Each warm fit is then the full warm fit, bit
+  // for bit.
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(300);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  TruthModelOptions options;
+  options.incremental_refit_max_fraction = 1;
+  std::vector<Annotation> without_last_item, without_annotator_19;
+  for (const Annotation& a : crowd.annotations) {
+    if (a.item < 299) without_last_item.push_back(a);
+    if (a.annotator < 19) without_annotator_19.push_back(a);
+  }
+  ASSERT_LT(without_annotator_19.size(), crowd.annotations.size());
+  const std::vector<AnnotationMatrix> smaller = {
+      *AnnotationMatrix::Build(299, 20, 3, without_last_item),
+      *AnnotationMatrix::Build(300, 19, 3, without_annotator_19)};
+  for (size_t s = 0; s < smaller.size(); ++s) {
+    std::unique_ptr<DawidSkeneModel> ds = MakeDs(3, options);
+    absl::StatusOr<FitReport> cold = ds->Fit(crowd.matrix, {}, false);
+    ASSERT_THAT(cold, IsOk());
+    ASSERT_TRUE(cold->converged);
+    std::unique_ptr<DawidSkeneModel> full = FullEmCopy(*ds);
+    absl::StatusOr<FitReport> warm = ds->Fit(smaller[s], {}, true);
+    ASSERT_THAT(warm, IsOk());
+    ASSERT_THAT(full->Fit(smaller[s], {}, true), IsOk());
+    EXPECT_EQ(ds->incremental_refits_in_a_row(), 0) << "data " << s;
+    // Full EM passes: at least two, as convergence compares two log-likelihoods.
+    EXPECT_GE(warm->iterations, 2) << "data " << s;
+    EXPECT_EQ(ds->Serialize(), full->Serialize()) << "data " << s;
+  }
+}
+
 }  // namespace
 }  // namespace verity::models
