@@ -1480,5 +1480,35 @@ TEST(DawidSkeneTest, DataWithFewerItemsOrAnnotatorsThanTheKeptStateRefitFully) {
   }
 }
 
+TEST(DawidSkeneTest, AStateRefittedOnMoreItemsSurvivesARestart) {
+  // An incremental refit on data with 10 more items (50 new labels of 1,500) keeps a state
+  // of 300 items, so Serialize and Restore carry it whole: the restored model serializes to
+  // the same blob, and its next warm fit on the same data finds nothing changed.
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(300);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::vector<Annotation> first_290;
+  for (const Annotation& a : crowd.annotations) {
+    if (a.item < 290) first_290.push_back(a);
+  }
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(3);
+  absl::StatusOr<FitReport> cold =
+      ds->Fit(*AnnotationMatrix::Build(290, 20, 3, first_290), {}, false);
+  ASSERT_THAT(cold, IsOk());
+  ASSERT_TRUE(cold->converged);
+  ASSERT_THAT(ds->Fit(crowd.matrix, {}, true), IsOk());
+  ASSERT_EQ(ds->incremental_refits_in_a_row(), 1);
+
+  const std::string blob = ds->Serialize();
+  std::unique_ptr<DawidSkeneModel> restored = MakeDs(3);
+  ASSERT_THAT(restored->Restore(blob), IsOk());
+  EXPECT_TRUE(restored->has_refit_state());
+  EXPECT_EQ(restored->Serialize(), blob);
+  absl::StatusOr<FitReport> again = restored->Fit(crowd.matrix, {}, true);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(again->iterations, 0);
+  EXPECT_EQ(restored->incremental_refits_in_a_row(), 1);
+  EXPECT_EQ(restored->Serialize(), blob);
+}
+
 }  // namespace
 }  // namespace verity::models
