@@ -6,13 +6,16 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/annotation_matrix.h"
+#include "models/binary_codec.h"
 #include "models/confusion_parameters.h"
 #include "models/majority_vote.h"
 #include "common/status_matchers.h"
@@ -1508,6 +1511,124 @@ TEST(DawidSkeneTest, AStateRefittedOnMoreItemsSurvivesARestart) {
   EXPECT_EQ(again->iterations, 0);
   EXPECT_EQ(restored->incremental_refits_in_a_row(), 1);
   EXPECT_EQ(restored->Serialize(), blob);
+}
+
+// --- The kept state's serialized form (dawid_skene.h: Restore refuses an inconsistent one) ---
+
+// The fields of a serialized refit state, as RefitState::Serialize writes them, for K = 2 and
+// two annotators. The defaults are a consistent state: two items, item 0 labelled 0 by both
+// annotators, item 1 without labels, no changed items, one parameter set.
+struct ForgedState {
+  uint32_t layout_version = 1;
+  uint32_t num_items = 2;
+  std::vector<uint32_t> base_sizes = {2, 0};
+  std::optional<uint64_t> base_sizes_count;           // written instead of base_sizes.size()
+  std::vector<uint32_t> base_entries = {0, 0, 1, 0};  // (annotator, label) pairs
+  std::vector<uint32_t> base_gold = {0, 0};           // gold + 1
+  std::vector<uint32_t> changed_items;
+  std::vector<uint32_t> changed_sizes;
+  std::vector<uint32_t> changed_entries;
+  std::vector<uint32_t> changed_gold;
+  std::string changed_estep;
+  uint32_t num_params = 1;
+  bool with_parameters = true;
+};
+
+// An array of u32 as the state writes it: its size, then (if not empty) one string of the
+// values in little-endian order.
+void WriteForgedArray(ByteWriter& writer, const std::vector<uint32_t>& values,
+                      std::optional<uint64_t> count = std::nullopt) {
+  writer.WriteU64(count.value_or(values.size()));
+  if (values.empty() || count.has_value()) return;
+  std::string bytes;
+  for (uint32_t v : values) {
+    for (int shift = 0; shift < 32; shift += 8) bytes.push_back(static_cast<char>(v >> shift));
+  }
+  writer.WriteString(bytes);
+}
+
+std::string ForgeDsBlob(const ForgedState& s) {
+  std::optional<ConfusionParameters> params;
+  if (s.with_parameters) params = ConfusionParameters(2);
+  return SerializeConfusionModel(DawidSkeneModel::kMethod, params, [&s](ByteWriter& writer) {
+    writer.WriteU32(s.layout_version);
+    writer.WriteU32(s.num_items);
+    ConfusionCounts(2, 2).Serialize(writer);
+    WriteForgedArray(writer, s.base_sizes, s.base_sizes_count);
+    WriteForgedArray(writer, s.base_entries);
+    WriteForgedArray(writer, s.base_gold);
+    WriteForgedArray(writer, s.changed_items);
+    WriteForgedArray(writer, s.changed_sizes);
+    WriteForgedArray(writer, s.changed_entries);
+    WriteForgedArray(writer, s.changed_gold);
+    writer.WriteString(s.changed_estep);
+    writer.WriteU32(s.num_params);
+    for (uint32_t v = 0; v < s.num_params; ++v) ConfusionParameters(2).Serialize(writer);
+    writer.WriteF64(-1.5);  // log-likelihood
+    writer.WriteU32(1);     // converged
+    writer.WriteU32(0);     // incremental refits in a row
+    writer.WriteU64(0);     // labels they touched
+  });
+}
+
+TEST(DawidSkeneTest, RestoreRefusesEachInconsistentFieldOfTheRefitState) {
+  // The consistent state restores, and serializes back to the same bytes (so the forged
+  // layout is the real one and each refusal below is for its one bad field).
+  const std::string good = ForgeDsBlob(ForgedState());
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(2);
+  ASSERT_THAT(ds->Restore(good), IsOk());
+  ASSERT_TRUE(ds->has_refit_state());
+  ASSERT_EQ(ds->Serialize(), good);
+
+  ForgedState changed_item;  // item 1 changed: now gold 0, no labels, parameter set 0
+  changed_item.changed_items = {1};
+  changed_item.changed_sizes = {0};
+  changed_item.changed_gold = {1};
+  changed_item.changed_estep = std::string(1, '\0');
+  ASSERT_THAT(ds->Restore(ForgeDsBlob(changed_item)), IsOk());
+  // Ids use all four bytes of a u32: a changed item 2^24 + 1 of 2^24 + 2 (ds keeps no array
+  // of num_items entries, so the state is small) restores and serializes as it was.
+  ForgedState high_item = changed_item;
+  high_item.num_items = (uint32_t{1} << 24) + 2;
+  high_item.changed_items = {(uint32_t{1} << 24) + 1};
+  const std::string high_blob = ForgeDsBlob(high_item);
+  ASSERT_THAT(ds->Restore(high_blob), IsOk());
+  EXPECT_EQ(ds->Serialize(), high_blob);
+
+  std::vector<std::pair<std::string, ForgedState>> refused;
+  refused.emplace_back("more items in the snapshot than in the state", ForgedState());
+  refused.back().second.num_items = 1;
+  refused.emplace_back("a label of class K", ForgedState());
+  refused.back().second.base_entries = {0, 0, 1, 2};
+  refused.emplace_back("an annotator the counts do not have", ForgedState());
+  refused.back().second.base_entries = {0, 0, 2, 0};
+  refused.emplace_back("gold of class K", ForgedState());
+  refused.back().second.base_gold = {3, 0};
+  refused.emplace_back("an unknown layout version", ForgedState());
+  refused.back().second.layout_version = 2;
+  refused.emplace_back("no parameter set", ForgedState());
+  refused.back().second.num_params = 0;
+  refused.emplace_back("a state without parameters", ForgedState());
+  refused.back().second.with_parameters = false;
+  refused.emplace_back("a forged array size", ForgedState());
+  refused.back().second.base_sizes_count = uint64_t{1} << 62;
+  refused.emplace_back("a changed item twice", changed_item);
+  refused.back().second.changed_items = {1, 1};
+  refused.back().second.changed_sizes = {0, 0};
+  refused.back().second.changed_gold = {1, 1};
+  refused.back().second.changed_estep = std::string(2, '\0');
+  refused.emplace_back("a changed item out of range", changed_item);
+  refused.back().second.changed_items = {2};
+  refused.emplace_back("a parameter set out of range", changed_item);
+  refused.back().second.changed_estep = "\x01";
+  for (const auto& [what, state] : refused) {
+    std::unique_ptr<DawidSkeneModel> model = MakeDs(2);
+    ASSERT_THAT(model->Restore(good), IsOk());
+    EXPECT_THAT(model->Restore(ForgeDsBlob(state)), StatusIs(absl::StatusCode::kInvalidArgument))
+        << what;
+    // The model keeps what it had.
+    EXPECT_EQ(model->Serialize(), good) << what;
+  }
 }
 
 }  // namespace
