@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -1628,6 +1629,227 @@ TEST(DawidSkeneTest, RestoreRefusesEachInconsistentFieldOfTheRefitState) {
         << what;
     // The model keeps what it had.
     EXPECT_EQ(model->Serialize(), good) << what;
+  }
+}
+
+// --- EM against a direct transcription of the documented formulas ---
+
+// The parameters of a reference fit, dense and row-major ([true class][label]), as
+// AnnotatorConfusion returns them; -1 is the population.
+struct ReferenceParameters {
+  std::vector<double> prior;
+  std::vector<double> population;
+  std::vector<std::vector<double>> confusions;
+};
+
+bool ReferenceInforms(const AnnotationMatrix& m, const std::vector<int32_t>& gold, int32_t i) {
+  return m.LabelsOfItem(i).size() >= 2 || (!gold.empty() && gold[i] >= 0);
+}
+
+// The M-step of truth_model.h (TruthModelOptions) and dawid_skene.h, from the responsibilities
+// q (K per item): items with two labels or gold add their expected counts, single-label items
+// add 1/K to each class's prior mass, items without labels or gold add nothing.
+ReferenceParameters ReferenceMStep(const AnnotationMatrix& m, const std::vector<int32_t>& gold,
+                                   const std::vector<double>& q, const TruthModelOptions& o) {
+  const int32_t k = m.num_classes();
+  const int32_t num_annotators = m.num_annotators();
+  std::vector<double> mass(k, 0.0);
+  std::vector<std::vector<double>> n(num_annotators, std::vector<double>(k * k, 0.0));
+  std::vector<int32_t> counted_labels(num_annotators, 0);
+  for (int32_t i = 0; i < m.num_items(); ++i) {
+    const absl::Span<const Entry> labels = m.LabelsOfItem(i);
+    if (ReferenceInforms(m, gold, i)) {
+      for (int32_t c = 0; c < k; ++c) mass[c] += q[i * k + c];
+      for (const Entry& e : labels) {
+        ++counted_labels[e.other];
+        for (int32_t c = 0; c < k; ++c) n[e.other][c * k + e.label] += q[i * k + c];
+      }
+    } else if (labels.size() == 1) {
+      for (int32_t c = 0; c < k; ++c) mass[c] += 1.0 / k;
+    }
+  }
+  ReferenceParameters r;
+  double total_mass = 0;
+  for (double x : mass) total_mass += x;
+  for (int32_t c = 0; c < k; ++c) {
+    r.prior.push_back((mass[c] + o.prior_smoothing) / (total_mass + k * o.prior_smoothing));
+  }
+  const double alpha = o.confusion_smoothing;
+  const double diagonal = o.population_diagonal_prior;
+  r.population.assign(k * k, 0.0);
+  for (int32_t c = 0; c < k; ++c) {
+    double row = 0;
+    for (int32_t a = 0; a < num_annotators; ++a) {
+      for (int32_t l = 0; l < k; ++l) row += n[a][c * k + l];
+    }
+    for (int32_t l = 0; l < k; ++l) {
+      double pooled = 0;
+      for (int32_t a = 0; a < num_annotators; ++a) pooled += n[a][c * k + l];
+      r.population[c * k + l] =
+          (pooled + alpha + (l == c ? diagonal : 0.0)) / (row + k * alpha + diagonal);
+    }
+  }
+  for (int32_t a = 0; a < num_annotators; ++a) {
+    if (counted_labels[a] == 0) {
+      r.confusions.push_back(r.population);
+      continue;
+    }
+    std::vector<double> confusion(k * k);
+    for (int32_t c = 0; c < k; ++c) {
+      double row = 0;
+      for (int32_t l = 0; l < k; ++l) row += n[a][c * k + l];
+      for (int32_t l = 0; l < k; ++l) {
+        confusion[c * k + l] =
+            (n[a][c * k + l] + alpha + o.population_smoothing * r.population[c * k + l]) /
+            (row + k * alpha + o.population_smoothing);
+      }
+    }
+    r.confusions.push_back(confusion);
+  }
+  return r;
+}
+
+// The E-step: writes every item's posterior into q (the prior for an item without labels or
+// gold, one-hot for gold) and returns the log-likelihood, the sum over items with labels or
+// gold of log p(labels) or log p(gold, labels).
+double ReferenceEStep(const ReferenceParameters& r, const AnnotationMatrix& m,
+                      const std::vector<int32_t>& gold, std::vector<double>& q) {
+  const int32_t k = m.num_classes();
+  q.assign(static_cast<size_t>(m.num_items()) * k, 0.0);
+  double ll = 0;
+  for (int32_t i = 0; i < m.num_items(); ++i) {
+    const absl::Span<const Entry> labels = m.LabelsOfItem(i);
+    std::vector<double> joint(r.prior);
+    for (int32_t c = 0; c < k; ++c) {
+      for (const Entry& e : labels) joint[c] *= r.confusions[e.other][c * k + e.label];
+    }
+    const int32_t g = gold.empty() ? -1 : gold[i];
+    if (g >= 0) {
+      q[i * k + g] = 1.0;
+      ll += std::log(joint[g]);
+      continue;
+    }
+    double sum = 0;
+    for (double p : joint) sum += p;
+    for (int32_t c = 0; c < k; ++c) q[i * k + c] = joint[c] / sum;
+    if (!labels.empty()) ll += std::log(sum);
+  }
+  return ll;
+}
+
+// The cold start: the M-step on the soft majority vote (count + vote_smoothing) /
+// (labels + K vote_smoothing), one-hot for gold.
+ReferenceParameters ReferenceInitialisation(const AnnotationMatrix& m,
+                                            const std::vector<int32_t>& gold,
+                                            const TruthModelOptions& o) {
+  const int32_t k = m.num_classes();
+  std::vector<double> q(static_cast<size_t>(m.num_items()) * k, 0.0);
+  for (int32_t i = 0; i < m.num_items(); ++i) {
+    const absl::Span<const Entry> labels = m.LabelsOfItem(i);
+    if (!gold.empty() && gold[i] >= 0) {
+      q[i * k + gold[i]] = 1.0;
+      continue;
+    }
+    for (int32_t c = 0; c < k; ++c) {
+      double votes = 0;
+      for (const Entry& e : labels) votes += e.label == c ? 1 : 0;
+      q[i * k + c] = (votes + o.vote_smoothing) / (labels.size() + k * o.vote_smoothing);
+    }
+  }
+  return ReferenceMStep(m, gold, q, o);
+}
+
+// 30 items, K = 3, 7 annotators: item i has i % 5 labels; annotator 5 labels only items with
+// a single label (so it informs nothing and keeps the population confusion), annotator 6
+// labels nothing; item 3 (3 labels), item 5 (no labels) and item 6 (one label) have gold.
+struct SmallCrowd {
+  AnnotationMatrix matrix;
+  std::vector<int32_t> gold;
+};
+
+SmallCrowd MakeSmallCrowd(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Annotation> triples;
+  for (int32_t i = 0; i < 30; ++i) {
+    const int32_t truth = static_cast<int32_t>(rng() % 3);
+    const int32_t n = i % 5;
+    for (int32_t j = 0; j < n; ++j) {
+      const int32_t annotator = n == 1 ? 5 : (i + j) % 5;
+      const bool right = static_cast<int32_t>(rng() % 7) < annotator + 2;
+      const int32_t label = right ? truth : static_cast<int32_t>(rng() % 3);
+      triples.push_back({i, annotator, label});
+    }
+  }
+  std::vector<int32_t> gold(30, -1);
+  gold[3] = 1;
+  gold[5] = 2;
+  gold[6] = 0;
+  return {*AnnotationMatrix::Build(30, 7, 3, triples), gold};
+}
+
+TruthModelOptions UnusualOptions(int max_iterations) {
+  TruthModelOptions o;
+  o.confusion_smoothing = 0.3;
+  o.population_smoothing = 1.5;
+  o.prior_smoothing = 0.7;
+  o.population_diagonal_prior = 2.0;
+  o.vote_smoothing = 0.05;
+  o.tolerance = 0;  // exactly max_iterations EM iterations
+  o.max_iterations = max_iterations;
+  o.incremental_refit_max_fraction = 0;  // warm fits run full EM
+  return o;
+}
+
+void ExpectMatchesReference(const DawidSkeneModel& ds, const ReferenceParameters& r,
+                            const SmallCrowd& crowd, const std::string& what) {
+  SCOPED_TRACE(what);
+  auto near = [](const std::vector<double>& expected) {
+    std::vector<::testing::Matcher<double>> cells;
+    for (double e : expected) cells.push_back(DoubleNear(e, 1e-12));
+    return ElementsAreArray(cells);
+  };
+  EXPECT_THAT(ds.ClassPrior(), near(r.prior));
+  EXPECT_THAT(ds.AnnotatorConfusion(-1), near(r.population));
+  for (int32_t a = 0; a < crowd.matrix.num_annotators(); ++a) {
+    EXPECT_THAT(ds.AnnotatorConfusion(a), near(r.confusions[a])) << "annotator " << a;
+  }
+  std::vector<double> q;
+  ReferenceEStep(r, crowd.matrix, crowd.gold, q);
+  EXPECT_THAT(AllPosteriors(ds, crowd.matrix, crowd.gold), near(q));
+}
+
+TEST(DawidSkeneTest, ColdAndWarmFitsFollowTheDocumentedEmSteps) {
+  const SmallCrowd crowd = MakeSmallCrowd(11);
+  for (int iterations : {1, 3}) {
+    const TruthModelOptions options = UnusualOptions(iterations);
+    ReferenceParameters r = ReferenceInitialisation(crowd.matrix, crowd.gold, options);
+    double ll = 0;
+    std::vector<double> q;
+    for (int t = 0; t < iterations; ++t) {
+      ll = ReferenceEStep(r, crowd.matrix, crowd.gold, q);
+      r = ReferenceMStep(crowd.matrix, crowd.gold, q, options);
+    }
+    std::unique_ptr<DawidSkeneModel> ds = MakeDs(3, options);
+    absl::StatusOr<FitReport> report = ds->Fit(crowd.matrix, crowd.gold, false);
+    ASSERT_THAT(report, IsOk());
+    EXPECT_EQ(report->iterations, iterations);
+    EXPECT_FALSE(report->converged);
+    // The log-likelihood of the last E-step, under the parameters before the last M-step.
+    EXPECT_NEAR(report->log_likelihood, ll, 1e-9);
+    ExpectMatchesReference(*ds, r, crowd, "cold, iterations " + std::to_string(iterations));
+
+    // A warm full fit on other labels starts its first E-step from these parameters.
+    const SmallCrowd other = MakeSmallCrowd(12);
+    for (int t = 0; t < iterations; ++t) {
+      ll = ReferenceEStep(r, other.matrix, other.gold, q);
+      r = ReferenceMStep(other.matrix, other.gold, q, options);
+    }
+    report = ds->Fit(other.matrix, other.gold, true);
+    ASSERT_THAT(report, IsOk());
+    EXPECT_EQ(ds->incremental_refits_in_a_row(), 0);
+    EXPECT_EQ(report->iterations, iterations);
+    EXPECT_NEAR(report->log_likelihood, ll, 1e-9);
+    ExpectMatchesReference(*ds, r, other, "warm, iterations " + std::to_string(iterations));
   }
 }
 
