@@ -739,5 +739,48 @@ TEST(ConfusionParametersTest, ShrinkingToNoAnnotatorsDropsEveryOwnConfusion) {
   EXPECT_THAT(ParseParameters(w.Finish()), IsOk());
 }
 
+// RemoveUninformedItem: "Takes out what AddUninformedItem() added (clamped at 0)" (a state
+// restored from a blob written before the share existed takes out what was never added).
+// Mass (1, 0) less a share of 1/2 per class is (1/2, 0), not (1/2, -1/2): with
+// prior_smoothing 1 the prior is (1/2 + 1, 0 + 1) / (1/2 + 2) = (0.6, 0.4).
+TEST(ConfusionParametersTest, RemovingAnUninformedShareNeverAddedLeavesZeroMass) {
+  ConfusionCounts counts(2, 1);
+  const double class0[] = {1.0, 0.0};
+  counts.AddItem(std::vector<Entry>{{0, 0}}, class0);
+  counts.RemoveUninformedItem();
+  TruthModelOptions options;
+  options.prior_smoothing = 1.0;
+  EXPECT_THAT(EstimateParameters(counts, options).ClassPrior(),
+              ElementsAre(DoubleNear(0.6, 1e-12), DoubleNear(0.4, 1e-12)));
+  ByteWriter w;
+  counts.Serialize(w);
+  EXPECT_THAT(ParseCounts(w.Finish()), IsOk());
+}
+
+// ConfusionCounts::ResizeAnnotators keeps the first annotators' counts, and so their own
+// confusions. Annotator 0 says 0 on an item of class 0, annotator 1 says 0 on an item of
+// class 1, annotator 2 (cut off) says 1. With confusion_smoothing 1 and no shrinkage, row c
+// of annotator a is (n_a[c][l] + 1) / (n_a[c] + 2): annotator 0 (2/3, 1/3 | 1/2, 1/2),
+// annotator 1 (1/2, 1/2 | 2/3, 1/3), both unlike the pooled population (2/3, 1/3 | 2/3, 1/3).
+TEST(ConfusionParametersTest, ShrinkingTheCountsKeepsTheKeptAnnotatorsConfusions) {
+  ConfusionCounts counts(2, 3);
+  const double class0[] = {1.0, 0.0};
+  const double class1[] = {0.0, 1.0};
+  counts.AddItem(std::vector<Entry>{{0, 0}}, class0);
+  counts.AddItem(std::vector<Entry>{{1, 0}}, class1);
+  counts.AddItem(std::vector<Entry>{{2, 1}}, class1);
+  counts.ResizeAnnotators(2);
+  TruthModelOptions options;
+  options.confusion_smoothing = 1.0;
+  options.population_smoothing = 0.0;
+  const ConfusionParameters p = EstimateParameters(counts, options);
+  EXPECT_THAT(p.Confusion(0), ElementsAre(DoubleNear(2.0 / 3, 1e-12), DoubleNear(1.0 / 3, 1e-12),
+                                          DoubleNear(0.5, 1e-12), DoubleNear(0.5, 1e-12)));
+  EXPECT_THAT(p.Confusion(1), ElementsAre(DoubleNear(0.5, 1e-12), DoubleNear(0.5, 1e-12),
+                                          DoubleNear(2.0 / 3, 1e-12), DoubleNear(1.0 / 3, 1e-12)));
+  EXPECT_THAT(p.Confusion(-1), ElementsAre(DoubleNear(2.0 / 3, 1e-12), DoubleNear(1.0 / 3, 1e-12),
+                                           DoubleNear(2.0 / 3, 1e-12), DoubleNear(1.0 / 3, 1e-12)));
+}
+
 }  // namespace
 }  // namespace verity::models
