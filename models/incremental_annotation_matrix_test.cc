@@ -175,5 +175,26 @@ TEST(IncrementalAnnotationMatrixTest, IdRangesNeverShrinkAndResetDropsTheOverlay
   EXPECT_EQ(m.num_labels(), 0);
 }
 
+// incremental_annotation_matrix.h: HasLabel is false for ids out of range, negative ones
+// included, whether the row would come from the base or the overlay.
+TEST(IncrementalAnnotationMatrixTest, HasLabelIsFalseForIdsOutOfRange) {
+  absl::StatusOr<AnnotationMatrix> base =
+      AnnotationMatrix::Build(3, 2, 2, {{0, 0, 1}, {1, 1, 0}, {2, 0, 0}});
+  ASSERT_TRUE(base.ok());
+  IncrementalAnnotationMatrix m(2);
+  m.Reset(std::make_shared<AnnotationMatrix>(*std::move(base)));
+  m.Set(1, 0, 1);  // item 1's row now in the overlay
+  EXPECT_TRUE(m.HasLabel(0, 0));
+  EXPECT_TRUE(m.HasLabel(1, 0));
+  EXPECT_FALSE(m.HasLabel(0, 1));
+  for (int32_t item : {-1, -2, 3, 100}) {
+    for (int32_t annotator : {-1, 0, 1}) {
+      EXPECT_FALSE(m.HasLabel(item, annotator)) << item << "," << annotator;
+    }
+  }
+  EXPECT_FALSE(m.HasLabel(0, -1));
+  EXPECT_FALSE(m.HasLabel(0, 2));
+}
+
 }  // namespace
 }  // namespace verity::models
