@@ -1532,6 +1532,8 @@ struct ForgedState {
   std::vector<uint32_t> changed_gold;
   std::string changed_estep;
   uint32_t num_params = 1;
+  double log_likelihood = -1.5;
+  uint32_t converged = 1;
   bool with_parameters = true;
 };
 
@@ -1565,10 +1567,10 @@ std::string ForgeDsBlob(const ForgedState& s) {
     writer.WriteString(s.changed_estep);
     writer.WriteU32(s.num_params);
     for (uint32_t v = 0; v < s.num_params; ++v) ConfusionParameters(2).Serialize(writer);
-    writer.WriteF64(-1.5);  // log-likelihood
-    writer.WriteU32(1);     // converged
-    writer.WriteU32(0);     // incremental refits in a row
-    writer.WriteU64(0);     // labels they touched
+    writer.WriteF64(s.log_likelihood);
+    writer.WriteU32(s.converged);
+    writer.WriteU32(0);  // incremental refits in a row
+    writer.WriteU64(0);  // labels they touched
   });
 }
 
@@ -1611,6 +1613,16 @@ TEST(DawidSkeneTest, RestoreRefusesEachInconsistentFieldOfTheRefitState) {
   refused.back().second.num_params = 0;
   refused.emplace_back("a state without parameters", ForgedState());
   refused.back().second.with_parameters = false;
+  refused.emplace_back("2^31 - 1 items, one more than the most", ForgedState());
+  refused.back().second.num_items = (uint32_t{1} << 31) - 1;
+  refused.emplace_back("more labels than the rows hold", ForgedState());
+  refused.back().second.base_entries = {0, 0, 1, 0, 1, 1};
+  refused.emplace_back("gold of more items than the rows", ForgedState());
+  refused.back().second.base_gold = {0, 0, 0};
+  refused.emplace_back("a log-likelihood of infinity", ForgedState());
+  refused.back().second.log_likelihood = std::numeric_limits<double>::infinity();
+  refused.emplace_back("a convergence flag of 2", ForgedState());
+  refused.back().second.converged = 2;
   refused.emplace_back("a forged array size", ForgedState());
   refused.back().second.base_sizes_count = uint64_t{1} << 62;
   refused.emplace_back("a changed item twice", changed_item);
@@ -1620,6 +1632,10 @@ TEST(DawidSkeneTest, RestoreRefusesEachInconsistentFieldOfTheRefitState) {
   refused.back().second.changed_estep = std::string(2, '\0');
   refused.emplace_back("a changed item out of range", changed_item);
   refused.back().second.changed_items = {2};
+  refused.emplace_back("more changed rows than changed items", changed_item);
+  refused.back().second.changed_sizes = {0, 0};
+  refused.emplace_back("more parameter indices than changed items", changed_item);
+  refused.back().second.changed_estep = std::string(2, '\0');
   refused.emplace_back("a parameter set out of range", changed_item);
   refused.back().second.changed_estep = "\x01";
   for (const auto& [what, state] : refused) {
