@@ -1514,6 +1514,71 @@ TEST(DawidSkeneTest, AStateRefittedOnMoreItemsSurvivesARestart) {
   EXPECT_EQ(restored->Serialize(), blob);
 }
 
+TEST(DawidSkeneTest, ARefitThatDidNotConvergeIsFollowedByFullEm) {
+  // dawid_skene.h: a warm Fit runs full EM when the last fit did not converge, an incremental
+  // refit included. The state of a converged cold fit is restored into a model allowed one
+  // iteration: its first warm fit refits incrementally, in one iteration, which cannot
+  // converge (convergence compares two log-likelihoods); its second runs full EM.
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(300);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<DawidSkeneModel> cold = MakeDs(3);
+  ASSERT_THAT(cold->Fit(WithoutItemsFrom(crowd.annotations, 290, spec.num_items, 20, 3), {},
+                        false),
+              IsOk());
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(3, one_iteration);
+  ASSERT_THAT(ds->Restore(cold->Serialize()), IsOk());
+  absl::StatusOr<FitReport> refit =
+      ds->Fit(WithoutItemsFrom(crowd.annotations, 295, spec.num_items, 20, 3), {}, true);
+  ASSERT_THAT(refit, IsOk());
+  ASSERT_EQ(ds->incremental_refits_in_a_row(), 1);
+  EXPECT_FALSE(refit->converged);
+  ASSERT_THAT(ds->Fit(crowd.matrix, {}, true), IsOk());
+  EXPECT_EQ(ds->incremental_refits_in_a_row(), 0);
+}
+
+TEST(DawidSkeneTest, RestoringParametersWithoutAStateDropsTheKeptState) {
+  // Restore replaces the model: a blob without a kept state (as ds wrote before it kept one)
+  // leaves none, and the next warm fit runs full EM.
+  const SyntheticCrowdSpec spec = VariedCrowdSpec(300);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(3);
+  ASSERT_THAT(ds->Fit(WithoutItemsFrom(crowd.annotations, 295, spec.num_items, 20, 3), {},
+                      false),
+              IsOk());
+  ASSERT_TRUE(ds->has_refit_state());
+  ASSERT_THAT(ds->Restore(SerializeConfusionModel(DawidSkeneModel::kMethod,
+                                                  ConfusionParameters(3))),
+              IsOk());
+  EXPECT_FALSE(ds->has_refit_state());
+  ASSERT_THAT(ds->Fit(crowd.matrix, {}, true), IsOk());
+  EXPECT_EQ(ds->incremental_refits_in_a_row(), 0);
+}
+
+TEST(DawidSkeneTest, ClearingGoldRefitTakesOutTheTermOfItsLastEStep) {
+  // Item 0 has label 1 from annotator 0, item 1 nothing. Nothing informs the cold fit: the
+  // prior is uniform and every annotator has the population (1.1, 0.1) / 1.2 per row
+  // (confusion_smoothing 0.1, population_diagonal_prior 1), so item 0's term is
+  // log(1/2 x 0.1/1.2 + 1/2 x 1.1/1.2) = log(1/2). Gold 0 on item 1 is refitted incrementally
+  // (prior (5/8, 3/8), IncrementalRefitLearnsFromGoldOnAnItemWithoutLabels); clearing it
+  // again must take out item 1's term under the parameters of its last E-step, log(5/8),
+  // leaving item 0's log(1/2) as the log-likelihood (FitReport: an incremental refit's holds
+  // the unchanged items' terms at their last E-step).
+  const AnnotationMatrix m = *AnnotationMatrix::Build(2, 1, 2, {{0, 0, 1}});
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(2);
+  absl::StatusOr<FitReport> report = ds->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_NEAR(report->log_likelihood, std::log(0.5), 1e-12);
+  ASSERT_THAT(ds->Fit(m, std::vector<int32_t>{-1, 0}, true), IsOk());
+  ASSERT_EQ(ds->incremental_refits_in_a_row(), 1);
+  report = ds->Fit(m, std::vector<int32_t>{-1, -1}, true);
+  ASSERT_THAT(report, IsOk());
+  ASSERT_EQ(ds->incremental_refits_in_a_row(), 2);
+  EXPECT_NEAR(report->log_likelihood, std::log(0.5), 1e-12);
+  EXPECT_THAT(ds->ClassPrior(), ElementsAre(DoubleNear(0.5, 1e-12), DoubleNear(0.5, 1e-12)));
+}
+
 // --- The kept state's serialized form (dawid_skene.h: Restore refuses an inconsistent one) ---
 
 // The fields of a serialized refit state, as RefitState::Serialize writes them, for K = 2 and
