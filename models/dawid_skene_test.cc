@@ -1934,5 +1934,45 @@ TEST(DawidSkeneTest, ColdAndWarmFitsFollowTheDocumentedEmSteps) {
   }
 }
 
+
+TEST(DawidSkeneTest, EmStopsOnTheSizeOfTheChangeWhenTheLogLikelihoodFalls) {
+  // truth_model.h: EM has converged when |dLL| / |LL| between two consecutive E-steps is below
+  // the tolerance. The log-likelihood is that of the data alone, without the Dirichlet
+  // pseudo-counts the M-step also weighs, so with a heavy prior_smoothing it falls from one
+  // E-step to the next (here from -4.75 to -5.43, then more slowly); a fall larger than the
+  // tolerance must not stop EM any more than a rise does. The reference EM, run with that
+  // rule, sets the number of iterations.
+  const SmallCrowd crowd = {
+      *AnnotationMatrix::Build(4, 2, 2, {{0, 1, 0}, {1, 0, 1}, {1, 1, 1}, {2, 0, 1}, {2, 1, 1},
+                                         {3, 0, 0}}),
+      {}};
+  TruthModelOptions options;
+  options.confusion_smoothing = 0.1;
+  options.population_smoothing = 2;
+  options.prior_smoothing = 20;
+  options.population_diagonal_prior = 0.1;
+  options.vote_smoothing = 0.5;
+  ReferenceParameters r = ReferenceInitialisation(crowd.matrix, crowd.gold, options);
+  std::vector<double> lls;
+  std::vector<double> q;
+  while (static_cast<int>(lls.size()) < options.max_iterations) {
+    lls.push_back(ReferenceEStep(r, crowd.matrix, crowd.gold, q));
+    r = ReferenceMStep(crowd.matrix, crowd.gold, q, options);
+    const size_t t = lls.size() - 1;
+    if (t > 0 && std::abs(lls[t] - lls[t - 1]) <= options.tolerance * std::abs(lls[t])) break;
+  }
+  ASSERT_GE(lls.size(), 3u);
+  ASSERT_LT(lls[1], lls[0] - 0.5);
+  ASSERT_LT(static_cast<int>(lls.size()), options.max_iterations);
+
+  std::unique_ptr<DawidSkeneModel> ds = MakeDs(2, options);
+  absl::StatusOr<FitReport> report = ds->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, static_cast<int>(lls.size()));
+  EXPECT_TRUE(report->converged);
+  EXPECT_NEAR(report->log_likelihood, lls.back(), 1e-9);
+  ExpectMatchesReference(*ds, r, crowd, "converged");
+}
+
 }  // namespace
 }  // namespace verity::models
