@@ -1522,8 +1522,7 @@ TEST(DawidSkeneTest, ARefitThatDidNotConvergeIsFollowedByFullEm) {
   const SyntheticCrowdSpec spec = VariedCrowdSpec(300);
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
   std::unique_ptr<DawidSkeneModel> cold = MakeDs(3);
-  ASSERT_THAT(cold->Fit(WithoutItemsFrom(crowd.annotations, 290, spec.num_items, 20, 3), {},
-                        false),
+  ASSERT_THAT(cold->Fit(WithoutItemsFrom(crowd.annotations, 290, spec.num_items, 20, 3), {}, false),
               IsOk());
   TruthModelOptions one_iteration;
   one_iteration.max_iterations = 1;
@@ -1544,13 +1543,12 @@ TEST(DawidSkeneTest, RestoringParametersWithoutAStateDropsTheKeptState) {
   const SyntheticCrowdSpec spec = VariedCrowdSpec(300);
   const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
   std::unique_ptr<DawidSkeneModel> ds = MakeDs(3);
-  ASSERT_THAT(ds->Fit(WithoutItemsFrom(crowd.annotations, 295, spec.num_items, 20, 3), {},
-                      false),
+  ASSERT_THAT(ds->Fit(WithoutItemsFrom(crowd.annotations, 295, spec.num_items, 20, 3), {}, false),
               IsOk());
   ASSERT_TRUE(ds->has_refit_state());
-  ASSERT_THAT(ds->Restore(SerializeConfusionModel(DawidSkeneModel::kMethod,
-                                                  ConfusionParameters(3))),
-              IsOk());
+  ASSERT_THAT(
+      ds->Restore(SerializeConfusionModel(DawidSkeneModel::kMethod, ConfusionParameters(3))),
+      IsOk());
   EXPECT_FALSE(ds->has_refit_state());
   ASSERT_THAT(ds->Fit(crowd.matrix, {}, true), IsOk());
   EXPECT_EQ(ds->incremental_refits_in_a_row(), 0);
@@ -1934,7 +1932,6 @@ TEST(DawidSkeneTest, ColdAndWarmFitsFollowTheDocumentedEmSteps) {
   }
 }
 
-
 TEST(DawidSkeneTest, EmStopsOnTheSizeOfTheChangeWhenTheLogLikelihoodFalls) {
   // truth_model.h: EM has converged when |dLL| / |LL| between two consecutive E-steps is below
   // the tolerance. The log-likelihood is that of the data alone, without the Dirichlet
@@ -1943,8 +1940,8 @@ TEST(DawidSkeneTest, EmStopsOnTheSizeOfTheChangeWhenTheLogLikelihoodFalls) {
   // tolerance must not stop EM any more than a rise does. The reference EM, run with that
   // rule, sets the number of iterations.
   const SmallCrowd crowd = {
-      *AnnotationMatrix::Build(4, 2, 2, {{0, 1, 0}, {1, 0, 1}, {1, 1, 1}, {2, 0, 1}, {2, 1, 1},
-                                         {3, 0, 0}}),
+      *AnnotationMatrix::Build(4, 2, 2,
+                               {{0, 1, 0}, {1, 0, 1}, {1, 1, 1}, {2, 0, 1}, {2, 1, 1}, {3, 0, 0}}),
       {}};
   TruthModelOptions options;
   options.confusion_smoothing = 0.1;
