@@ -1,8 +1,13 @@
 #include "client/progress.h"
 
+#include <ostream>
 #include <sstream>
+#include <streambuf>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -100,6 +105,67 @@ TEST(FormatProgressTest, RoundsThePercentageDown) {
             "999/1,000 labels (99%)  999 labels/s  ETA 0s");
   EXPECT_EQ(FormatProgress(1, 3, absl::Seconds(1), "items"),
             "1/3 items (33%)  1 items/s  ETA 2s");
+}
+
+// progress.h: "within the first millisecond, rate and ETA are shown as --"; from 1 ms on they
+// are shown (10 items in 1 ms: 10,000/s, 490 left take 49 ms).
+TEST(FormatProgressTest, ShowsDashesOnlyWithinTheFirstMillisecond) {
+  EXPECT_EQ(FormatProgress(10, 500, absl::Microseconds(999), "items"),
+            "10/500 items (2%)  -- items/s  ETA --");
+  EXPECT_EQ(FormatProgress(10, 500, absl::Milliseconds(1), "items"),
+            "10/500 items (2%)  10,000 items/s  ETA 0s");
+}
+
+// The rate done / elapsed is shown to the nearest whole unit: 5 in 3 s is 1.67/s, shown as 2.
+TEST(FormatProgressTest, RoundsTheRateToTheNearestWholeNumber) {
+  EXPECT_EQ(FormatProgress(5, 10, absl::Seconds(3), "labels"),
+            "5/10 labels (50%)  2 labels/s  ETA 3s");
+}
+
+// A stream buffer that keeps what is written and notifies once `n` carriage returns (redraws)
+// have been written; safe to write from another thread than the one that waits.
+class RedrawCounter : public std::streambuf {
+ public:
+  explicit RedrawCounter(int n) : wanted_(n) {}
+
+  // Waits up to `timeout` for the n-th redraw.
+  bool WaitForRedraws(absl::Duration timeout) {
+    return enough_.WaitForNotificationWithTimeout(timeout);
+  }
+  std::string text() const {
+    absl::MutexLock lock(&mutex_);
+    return text_;
+  }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (c == traits_type::eof()) return traits_type::not_eof(c);
+    absl::MutexLock lock(&mutex_);
+    text_.push_back(static_cast<char>(c));
+    if (c == '\r' && ++redraws_ == wanted_) enough_.Notify();
+    return c;
+  }
+
+ private:
+  const int wanted_;
+  mutable absl::Mutex mutex_;
+  std::string text_ ABSL_GUARDED_BY(mutex_);
+  int redraws_ ABSL_GUARDED_BY(mutex_) = 0;
+  absl::Notification enough_;
+};
+
+// progress.h: the ticker redraws its line every `interval` from its own thread, after the
+// constructor's first draw.
+TEST(ElapsedTickerTest, RedrawsEveryIntervalUntilFinished) {
+  RedrawCounter counter(/*n=*/3);
+  std::ostream out(&counter);
+  ElapsedTicker ticker(out, "training birds:", absl::Milliseconds(1));
+  ASSERT_TRUE(counter.WaitForRedraws(absl::Seconds(30)));
+  ticker.Finish();
+  const std::string text = counter.text();
+  // Two draws at least ("0s": far below a second), then the erase.
+  EXPECT_THAT(text, ::testing::StartsWith("\rtraining birds: 0s\x1b[K\rtraining birds: 0s\x1b[K"));
+  EXPECT_THAT(text, ::testing::EndsWith("\r\x1b[K"));
 }
 
 }  // namespace
