@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/testing/fake_verity_server.h"
 #include "common/status_matchers.h"
@@ -745,6 +748,164 @@ TEST_F(VerityClientTest, SubmitAcceptsBatchSizesAtBothBounds) {
   ASSERT_THAT(totals, IsOk());
   EXPECT_EQ(totals->duplicate, 2);
   EXPECT_THAT(server_->received_batch_ids(), ElementsAre(1, 1, 2));
+}
+
+// Services that record the deadline of every call they serve (as the server sees it, from the
+// call's grpc-timeout). GetProject and TrainModel answer at once; SubmitAnnotations acks every
+// batch, except that the first stream ends UNAVAILABLE right after acking its first batch.
+class DeadlineRecorder {
+ public:
+  void Record(const grpc::ServerContext& context) {
+    absl::MutexLock lock(&mutex_);
+    deadlines_.push_back(absl::FromChrono(context.deadline()));
+  }
+  std::vector<absl::Time> deadlines() const {
+    absl::MutexLock lock(&mutex_);
+    return deadlines_;
+  }
+
+ private:
+  mutable absl::Mutex mutex_;
+  std::vector<absl::Time> deadlines_ ABSL_GUARDED_BY(mutex_);
+};
+
+class DeadlineProjectService final : public v1::ProjectService::Service {
+ public:
+  explicit DeadlineProjectService(DeadlineRecorder& recorder) : recorder_(recorder) {}
+  grpc::Status GetProject(grpc::ServerContext* context, const v1::GetProjectRequest* request,
+                          v1::GetProjectResponse* response) override {
+    recorder_.Record(*context);
+    response->mutable_project()->set_name(request->project());
+    return grpc::Status::OK;
+  }
+
+ private:
+  DeadlineRecorder& recorder_;
+};
+
+class DeadlineModelService final : public v1::ModelService::Service {
+ public:
+  explicit DeadlineModelService(DeadlineRecorder& recorder) : recorder_(recorder) {}
+  grpc::Status TrainModel(grpc::ServerContext* context, const v1::TrainModelRequest*,
+                          v1::TrainModelResponse* response) override {
+    recorder_.Record(*context);
+    response->mutable_version()->set_version(1);
+    return grpc::Status::OK;
+  }
+
+ private:
+  DeadlineRecorder& recorder_;
+};
+
+class DeadlineIngestService final : public v1::IngestService::Service {
+ public:
+  explicit DeadlineIngestService(DeadlineRecorder& recorder) : recorder_(recorder) {}
+  grpc::Status SubmitAnnotations(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::BatchAck, v1::AnnotationBatch>* stream) override {
+    recorder_.Record(*context);
+    const bool first_stream = streams_.fetch_add(1) == 0;
+    v1::AnnotationBatch batch;
+    while (stream->Read(&batch)) {
+      v1::BatchAck ack;
+      ack.set_batch_id(batch.batch_id());
+      ack.set_accepted(batch.annotations_size());
+      stream->Write(ack);
+      if (first_stream) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "replica down");
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  DeadlineRecorder& recorder_;
+  std::atomic<int> streams_{0};
+};
+
+// The three deadline-recording services on one loopback server.
+struct DeadlineServer {
+  DeadlineServer() : projects(recorder), models(recorder), ingest(recorder) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&projects);
+    builder.RegisterService(&models);
+    builder.RegisterService(&ingest);
+    server = builder.BuildAndStart();
+    address = absl::StrCat("127.0.0.1:", port);
+  }
+  ~DeadlineServer() {
+    if (server != nullptr) server->Shutdown();
+  }
+
+  DeadlineRecorder recorder;
+  DeadlineProjectService projects;
+  DeadlineModelService models;
+  DeadlineIngestService ingest;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+// Whether `deadline` is `after` past some moment in [from, to], within what the grpc-timeout
+// header loses: it rounds a timeout up, to whole 10 s for one of an hour, so up to 1 % more.
+::testing::AssertionResult DeadlineIsAfter(absl::Time deadline, absl::Duration after,
+                                           absl::Time from, absl::Time to) {
+  if (deadline >= from + after - absl::Seconds(1) &&
+      deadline <= to + after + after / 100 + absl::Seconds(1)) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "deadline " << (deadline - from) << " after the call, expected " << after;
+}
+
+// verity_client.h: each unary RPC has the deadline ClientOptions::deadline, except TrainModel,
+// whose deadline is its own argument.
+TEST(CallDeadlineTest, UnaryCallsHaveTheClientDeadlineAndTrainModelItsOwn) {
+  DeadlineServer server;
+  ASSERT_NE(server.server, nullptr);
+  ClientOptions options;
+  options.deadline = absl::Hours(1);
+  const VerityClient client(CreateInsecureChannel(server.address), options);
+  const absl::Time before = absl::Now();
+  ASSERT_THAT(client.GetProject("birds"), IsOk());
+  ASSERT_THAT(client.TrainModel("birds", absl::Hours(2)), IsOk());
+  const absl::Time after = absl::Now();
+  const std::vector<absl::Time> deadlines = server.recorder.deadlines();
+  ASSERT_EQ(deadlines.size(), 2u);
+  EXPECT_TRUE(DeadlineIsAfter(deadlines[0], absl::Hours(1), before, after));
+  EXPECT_TRUE(DeadlineIsAfter(deadlines[1], absl::Hours(2), before, after));
+}
+
+// SubmitOptions::min_throughput: a stream's deadline is ClientOptions::deadline plus the time
+// to send the annotations still unacknowledged at min_throughput annotations/s. 20 annotations
+// at 0.01/s: 2,000 s for the first stream; 1,000 s for the second, which resends only the 10
+// after the batch the first stream got acked.
+TEST(CallDeadlineTest, AStreamHasTheCallDeadlinePlusTheTimeToSendWhatIsUnacknowledged) {
+  DeadlineServer server;
+  ASSERT_NE(server.server, nullptr);
+  ClientOptions options;
+  options.deadline = absl::Hours(1);
+  const VerityClient client(CreateInsecureChannel(server.address), options);
+  std::vector<v1::Annotation> annotations(20);
+  for (int i = 0; i < 20; ++i) {
+    annotations[i].set_item(absl::StrCat("i", i));
+    annotations[i].set_annotator("w");
+  }
+  SubmitOptions submit;
+  submit.batch_size = 10;
+  submit.max_unacked_batches = 1;
+  submit.min_throughput = 0.01;
+  std::vector<absl::Duration> sleeps;
+  submit.sleep = [&sleeps](absl::Duration d) { sleeps.push_back(d); };
+  const absl::Time before = absl::Now();
+  absl::StatusOr<SubmitTotals> totals = client.SubmitAnnotations("birds", annotations, submit);
+  const absl::Time after = absl::Now();
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->accepted, 20);
+  EXPECT_EQ(totals->retries, 1);
+  const std::vector<absl::Time> deadlines = server.recorder.deadlines();
+  ASSERT_EQ(deadlines.size(), 2u);
+  EXPECT_TRUE(DeadlineIsAfter(deadlines[0], absl::Hours(1) + absl::Seconds(2000), before, after));
+  EXPECT_TRUE(DeadlineIsAfter(deadlines[1], absl::Hours(1) + absl::Seconds(1000), before, after));
 }
 
 }  // namespace
