@@ -5,7 +5,9 @@
 
 #include <atomic>
 
+#include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -750,6 +752,20 @@ TEST_F(VerityClientTest, SubmitAcceptsBatchSizesAtBothBounds) {
   EXPECT_THAT(server_->received_batch_ids(), ElementsAre(1, 1, 2));
 }
 
+// AddAnnotators is "chunked and annotated like AddItems" (verity_client.h): the error of a
+// single call is the server's as it is; that of a longer list names the annotators of the failed
+// call and what came before.
+TEST_F(VerityClientTest, AddAnnotatorsErrorsNameTheFailedChunkOnlyForLongLists) {
+  std::vector<v1::Annotator> annotators(VerityClient::kMaxItemsPerCall + 1);
+  for (size_t i = 0; i < annotators.size(); ++i) annotators[i].set_id(absl::StrCat("w", i));
+  EXPECT_THAT(client_->AddAnnotators("nope", absl::MakeConstSpan(annotators).subspan(0, 2)),
+              StatusIs(absl::StatusCode::kNotFound, "project \"nope\" does not exist"));
+  EXPECT_THAT(client_->AddAnnotators("nope", annotators),
+              StatusIs(absl::StatusCode::kNotFound,
+                       "AddAnnotators of annotators 0 to 9999 (the 0 annotators before were "
+                       "written): project \"nope\" does not exist"));
+}
+
 // Services that record the deadline of every call they serve (as the server sees it, from the
 // call's grpc-timeout). GetProject and TrainModel answer at once; SubmitAnnotations acks every
 // batch, except that the first stream ends UNAVAILABLE right after acking its first batch.
@@ -906,6 +922,82 @@ TEST(CallDeadlineTest, AStreamHasTheCallDeadlinePlusTheTimeToSendWhatIsUnacknowl
   ASSERT_EQ(deadlines.size(), 2u);
   EXPECT_TRUE(DeadlineIsAfter(deadlines[0], absl::Hours(1) + absl::Seconds(2000), before, after));
   EXPECT_TRUE(DeadlineIsAfter(deadlines[1], absl::Hours(1) + absl::Seconds(1000), before, after));
+}
+
+// A batch error that is not retryable fails the call with its code (verity_client.h), every
+// google.rpc.Code up to UNAUTHENTICATED (16) included.
+TEST_F(VerityClientTest, ABatchAckedUnauthenticatedFailsWithThatCode) {
+  server_->FailNextBatches(1, absl::StatusCode::kUnauthenticated, "no key");
+  EXPECT_THAT(
+      client_->SubmitAnnotations("birds", Annotations(5), RecordingOptions(10)),
+      StatusIs(absl::StatusCode::kUnauthenticated, "batch 1 of 1 (annotations 0 to 4): no key"));
+  EXPECT_TRUE(sleeps_.empty());
+}
+
+// SubmitAnnotations: "INVALID_ARGUMENT for bad options" (verity_client.h), each one on its own;
+// nothing is sent.
+TEST_F(VerityClientTest, SubmitRefusesEachBadOption) {
+  auto refused = [this](const SubmitOptions& options) {
+    return client_->SubmitAnnotations("birds", Annotations(3), options);
+  };
+  SubmitOptions options = RecordingOptions(10);
+  options.max_unacked_batches = 0;
+  EXPECT_THAT(refused(options), StatusIs(absl::StatusCode::kInvalidArgument));
+  options = RecordingOptions(10);
+  options.max_retries = -1;
+  EXPECT_THAT(refused(options), StatusIs(absl::StatusCode::kInvalidArgument));
+  options = RecordingOptions(10);
+  options.max_rejections = -1;
+  EXPECT_THAT(refused(options), StatusIs(absl::StatusCode::kInvalidArgument));
+  for (double rate : {0.0, -5.0, std::nan("")}) {
+    options = RecordingOptions(10);
+    options.min_throughput = rate;
+    EXPECT_THAT(refused(options), StatusIs(absl::StatusCode::kInvalidArgument)) << rate;
+  }
+  EXPECT_EQ(server_->streams_opened(), 0);
+  // The smallest good values are taken.
+  options = RecordingOptions(10);
+  options.max_unacked_batches = 1;
+  options.max_retries = 0;
+  options.max_rejections = 0;
+  EXPECT_THAT(refused(options), IsOk());
+}
+
+// CreateChannel (verity_client.h): INVALID_ARGUMENT for a client certificate or key without
+// the CA or without the other, or a CA file without a PEM certificate (naming --tls_ca and the
+// file); NOT_FOUND naming a file that cannot be read.
+TEST(CreateChannelTest, RefusesIncompleteOrUnreadableTlsFiles) {
+  const std::string dir = ::testing::TempDir();
+  const std::string not_pem = absl::StrCat(dir, "/not_a_ca.pem");
+  std::ofstream(not_pem) << "just some text\n";
+  // Passes the PEM check; the pair checks come before any TLS set-up.
+  const std::string pem = absl::StrCat(dir, "/looks_like_a_ca.pem");
+  std::ofstream(pem) << "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+  const std::string missing = absl::StrCat(dir, "/no_such_ca.pem");
+
+  ChannelSecurity security;
+  security.cert_file = not_pem;
+  security.key_file = not_pem;
+  EXPECT_THAT(CreateChannel("localhost:1", security),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--tls_ca")));
+  security = ChannelSecurity();
+  security.key_file = not_pem;
+  EXPECT_THAT(CreateChannel("localhost:1", security), StatusIs(absl::StatusCode::kInvalidArgument));
+  security = ChannelSecurity();
+  security.ca_file = pem;
+  security.cert_file = pem;
+  EXPECT_THAT(CreateChannel("localhost:1", security), StatusIs(absl::StatusCode::kInvalidArgument));
+  security.cert_file.clear();
+  security.key_file = pem;
+  EXPECT_THAT(CreateChannel("localhost:1", security), StatusIs(absl::StatusCode::kInvalidArgument));
+  security.key_file.clear();
+  security.ca_file = not_pem;
+  EXPECT_THAT(CreateChannel("localhost:1", security),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("--tls_ca"), HasSubstr(not_pem))));
+  security.ca_file = missing;
+  EXPECT_THAT(CreateChannel("localhost:1", security),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr(missing)));
 }
 
 }  // namespace
