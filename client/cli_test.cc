@@ -9,15 +9,20 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/cli_commands.h"
 #include "client/command_line.h"
 #include "client/testing/fake_verity_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "verity/v1/models.grpc.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
 
 namespace verity::client {
@@ -1163,6 +1168,93 @@ TEST_F(CliTest, ApiKeyComesFromTheFlagElseTheEnvironment) {
       server_->key_call_authorizations(),
       ElementsAre("", "Bearer vk_from_environment", "Bearer vk_from_flag",
                   "Bearer vk_before_command", "", "Bearer vk_with_newline"));
+}
+
+// A ProjectService and ModelService that record the deadline of each ListProjects and
+// TrainModel call, as the server sees it.
+class DeadlineRecordingServices {
+ public:
+  DeadlineRecordingServices() : projects_(*this), models_(*this) {}
+
+  void Register(grpc::ServerBuilder& builder) {
+    builder.RegisterService(&projects_);
+    builder.RegisterService(&models_);
+  }
+  std::vector<absl::Time> deadlines() const {
+    absl::MutexLock lock(&mutex_);
+    return deadlines_;
+  }
+
+ private:
+  void Record(const grpc::ServerContext& context) {
+    absl::MutexLock lock(&mutex_);
+    deadlines_.push_back(absl::FromChrono(context.deadline()));
+  }
+
+  class Projects final : public v1::ProjectService::Service {
+   public:
+    explicit Projects(DeadlineRecordingServices& owner) : owner_(owner) {}
+    grpc::Status ListProjects(grpc::ServerContext* context, const v1::ListProjectsRequest*,
+                              v1::ListProjectsResponse*) override {
+      owner_.Record(*context);
+      return grpc::Status::OK;
+    }
+
+   private:
+    DeadlineRecordingServices& owner_;
+  };
+  class Models final : public v1::ModelService::Service {
+   public:
+    explicit Models(DeadlineRecordingServices& owner) : owner_(owner) {}
+    grpc::Status TrainModel(grpc::ServerContext* context, const v1::TrainModelRequest*,
+                            v1::TrainModelResponse* response) override {
+      owner_.Record(*context);
+      response->mutable_version()->set_version(1);
+      return grpc::Status::OK;
+    }
+
+   private:
+    DeadlineRecordingServices& owner_;
+  };
+
+  mutable absl::Mutex mutex_;
+  std::vector<absl::Time> deadlines_ ABSL_GUARDED_BY(mutex_);
+  Projects projects_;
+  Models models_;
+};
+
+// --help: --timeout is the "Deadline of each call: 30s, 2m, 500ms; a plain number is seconds
+// (`model train` waits 30m unless given)". The server sees each call's deadline, rounded up by
+// the grpc-timeout header (by up to 1 %).
+TEST_F(CliTest, TimeoutIsTheDeadlineOfEachCallAndModelTrainWaitsThirtyMinutesUnlessGiven) {
+  DeadlineRecordingServices services;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  services.Register(builder);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::string flag = absl::StrCat("--server=127.0.0.1:", port);
+  const std::vector<std::vector<std::string>> commands = {
+      {"project", "list", flag},
+      {"project", "list", "--timeout=2m", flag},
+      {"project", "list", "--timeout=90", flag},
+      {"model", "train", "--project=birds", flag},
+      {"model", "train", "--project=birds", "--timeout=45s", flag}};
+  const std::vector<absl::Duration> expected = {
+      absl::Seconds(30), absl::Minutes(2), absl::Seconds(90), absl::Minutes(30), absl::Seconds(45)};
+  for (size_t i = 0; i < commands.size(); ++i) {
+    SCOPED_TRACE(absl::StrJoin(commands[i], " "));
+    const absl::Time before = absl::Now();
+    const CliResult result = RunWithoutServer(commands[i]);
+    const absl::Time after = absl::Now();
+    ASSERT_EQ(result.code, kExitOk) << result.err;
+    const std::vector<absl::Time> deadlines = services.deadlines();
+    ASSERT_EQ(deadlines.size(), i + 1);
+    EXPECT_GE(deadlines[i], before + expected[i] - absl::Seconds(1));
+    EXPECT_LE(deadlines[i], after + expected[i] + expected[i] / 100 + absl::Seconds(1));
+  }
+  server->Shutdown();
 }
 
 }  // namespace
