@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "verity/v1/models.grpc.pb.h"
 #include "verity/v1/projects.grpc.pb.h"
+#include "verity/v1/truth.grpc.pb.h"
 
 namespace verity::client {
 namespace {
@@ -136,6 +137,16 @@ TEST_F(CliTest, BadServerListsAreUsageErrorsNamingTheFlag) {
   EXPECT_EQ(result.code, kExitUsage);
   EXPECT_THAT(result.err, StartsWith("verity: --server: address \"localhost\" in "
                                      "\"localhost:1,localhost\" has no port"));
+}
+
+// An empty --server is a bad flag value like the others: a usage error (exit 2) naming the
+// flag, before anything is dialled.
+TEST_F(CliTest, AnEmptyServerIsAUsageErrorNamingTheFlag) {
+  const CliResult result = RunWithoutServer({"project", "list", "--server="});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_EQ(result.out, "");
+  EXPECT_THAT(result.err, StartsWith("verity: --server"));
+  EXPECT_THAT(result.err, EndsWith("Run 'verity project list --help' for usage.\n"));
 }
 
 // --server=a,b against two servers, the first of which is gone: every command still works.
@@ -1254,6 +1265,74 @@ TEST_F(CliTest, TimeoutIsTheDeadlineOfEachCallAndModelTrainWaitsThirtyMinutesUnl
     EXPECT_GE(deadlines[i], before + expected[i] - absl::Seconds(1));
     EXPECT_LE(deadlines[i], after + expected[i] + expected[i] / 100 + absl::Seconds(1));
   }
+  server->Shutdown();
+}
+
+// cli.h: progress goes to err when show_progress is set; progress.h: the meter's line is
+// erased at the end so later output starts clean.
+TEST_F(CliTest, SubmitDrawsAMeterAndErasesIt) {
+  const std::string classes = WriteFile("classes.txt", "false\ntrue\n");
+  ASSERT_EQ(Run({"project", "create", "birds", absl::StrCat("--classes_file=", classes)}).code,
+            kExitOk);
+  const std::string labels =
+      WriteFile("labels.csv", "item,annotator,label\na,w1,true\nb,w1,false\nc,w2,true\n");
+  CliEnvironment terminal;
+  terminal.show_progress = true;
+  const CliResult result =
+      Run({"submit", "--project=birds", absl::StrCat("--csv=", labels)}, terminal);
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.err, StartsWith("\r3/3 labels (100%)"));
+  EXPECT_THAT(result.err, EndsWith("\r\x1b[K"));
+  EXPECT_EQ(result.out, "accepted=3 duplicate=0 revised=0 stale=0 rejected=0\n");
+}
+
+// A server whose ListPosteriors answers every page with the same next_page_token: following it
+// would print the same page again and again.
+class RepeatingTokenProjectService final : public v1::ProjectService::Service {
+ public:
+  grpc::Status GetProject(grpc::ServerContext*, const v1::GetProjectRequest* request,
+                          v1::GetProjectResponse* response) override {
+    response->mutable_project()->set_name(request->project());
+    response->mutable_project()->add_classes("no");
+    response->mutable_project()->add_classes("yes");
+    response->mutable_project()->set_num_items(2);
+    return grpc::Status::OK;
+  }
+};
+class RepeatingTokenTruthService final : public v1::TruthService::Service {
+ public:
+  grpc::Status ListPosteriors(grpc::ServerContext*, const v1::ListPosteriorsRequest*,
+                              v1::ListPosteriorsResponse* response) override {
+    v1::Posterior* posterior = response->add_posteriors();
+    posterior->set_item("x");
+    posterior->add_probabilities(0.25);
+    posterior->add_probabilities(0.75);
+    posterior->set_map_label(1);
+    posterior->set_confidence(0.75);
+    response->set_next_page_token("again");
+    return grpc::Status::OK;
+  }
+};
+
+// Paging through posteriors ends in a failure, not an endless repetition, when the server
+// hands back the token it was given; --out is then left unwritten.
+TEST_F(CliTest, PosteriorsFailWhenTheServerRepeatsAPageToken) {
+  RepeatingTokenProjectService projects;
+  RepeatingTokenTruthService truth;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&projects);
+  builder.RegisterService(&truth);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::string out = absl::StrCat(::testing::TempDir(), "/repeated.csv");
+  const CliResult result =
+      RunWithoutServer({"posteriors", "--project=loop", absl::StrCat("--out=", out),
+                        absl::StrCat("--server=127.0.0.1:", port)});
+  EXPECT_EQ(result.code, kExitFailure);
+  EXPECT_THAT(result.err, HasSubstr("page token \"again\""));
+  EXPECT_FALSE(std::ifstream(out).good());
   server->Shutdown();
 }
 
