@@ -344,6 +344,71 @@ TEST(ReplicaChannelTest, UnaryCallsFailingUnavailableAreRetriedButCreateProjectI
   server.server->Shutdown();
 }
 
+// A ProjectService whose GetProject fails UNAVAILABLE for its first `failures` calls, and whose
+// ListProjects answers one project with a class name of `class_bytes` bytes.
+class FailingThenLargeProjectService final : public v1::ProjectService::Service {
+ public:
+  FailingThenLargeProjectService(int failures, size_t class_bytes)
+      : failures_(failures), class_bytes_(class_bytes) {}
+  grpc::Status GetProject(grpc::ServerContext*, const v1::GetProjectRequest* request,
+                          v1::GetProjectResponse* response) override {
+    if (get_calls_++ < failures_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "going away");
+    response->mutable_project()->set_name(request->project());
+    return grpc::Status::OK;
+  }
+  grpc::Status ListProjects(grpc::ServerContext*, const v1::ListProjectsRequest*,
+                            v1::ListProjectsResponse* response) override {
+    v1::Project* project = response->add_projects();
+    project->set_name("wide");
+    project->add_classes(std::string(class_bytes_, 'c'));
+    project->add_classes("d");
+    return grpc::Status::OK;
+  }
+  const int failures_;
+  const size_t class_bytes_;
+  std::atomic<int> get_calls_{0};
+};
+
+// kReplicaServiceConfig: a unary call that fails UNAVAILABLE is retried, "up to 4 attempts".
+TEST(ReplicaChannelTest, AUnaryCallIsAttemptedUpToFourTimes) {
+  FailingThenLargeProjectService three_failures(3, 1);
+  LoopbackServer server = StartOnLoopback(three_failures);
+  ASSERT_NE(server.server, nullptr);
+  VerityClient client(CreateInsecureChannel(server.address), ClientOptions());
+  EXPECT_THAT(client.GetProject("birds"), IsOk());
+  EXPECT_EQ(three_failures.get_calls_.load(), 4);
+  server.server->Shutdown();
+
+  FailingThenLargeProjectService four_failures(4, 1);
+  server = StartOnLoopback(four_failures);
+  ASSERT_NE(server.server, nullptr);
+  VerityClient second(CreateInsecureChannel(server.address), ClientOptions());
+  EXPECT_THAT(second.GetProject("birds"), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(four_failures.get_calls_.load(), 4);
+  server.server->Shutdown();
+}
+
+// kMaxReceiveMessageBytes: answers past gRPC's 4 MiB default are accepted, on the channels of
+// CreateInsecureChannel and CreateChannel alike.
+TEST(ReplicaChannelTest, AnswersOverFourMebibytesAreReceived) {
+  constexpr size_t kClassBytes = size_t{5} << 20;
+  FailingThenLargeProjectService service(0, kClassBytes);
+  LoopbackServer server = StartOnLoopback(service);
+  ASSERT_NE(server.server, nullptr);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateChannel(server.address, ChannelSecurity());
+  ASSERT_THAT(channel, IsOk());
+  for (const VerityClient& client :
+       {VerityClient(CreateInsecureChannel(server.address), ClientOptions()),
+        VerityClient(*channel, ClientOptions())}) {
+    absl::StatusOr<std::vector<v1::Project>> projects = client.ListProjects();
+    ASSERT_THAT(projects, IsOk());
+    ASSERT_EQ(projects->size(), 1u);
+    EXPECT_EQ((*projects)[0].classes(0).size(), kClassBytes);
+  }
+  server.server->Shutdown();
+}
+
 // A TruthService whose GetPosteriors answers RESOURCE_EXHAUSTED, as a server over its response
 // limit does, for more than `max_items` ids; it records the size of every call.
 class SmallResponsesTruthService final : public v1::TruthService::Service {
