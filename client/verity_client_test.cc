@@ -244,6 +244,19 @@ TEST(CheckKeyTransportTest, AListIsLoopbackOnlyWhenEveryAddressIs) {
               IsOk());
 }
 
+// CheckKeyTransport judges the --server value as ResolveServerTarget reads it: a list may have
+// spaces after its commas, and a target may name its resolver (dns:///HOST:PORT). Loopback hosts
+// so written are loopback still; others are not.
+TEST(CheckKeyTransportTest, SpacesInAListAndTheDnsSchemeDoNotHideALoopbackHost) {
+  EXPECT_THAT(CheckKeyTransport("localhost:1, 127.0.0.1:2", "key", ChannelSecurity(), false),
+              IsOk());
+  EXPECT_THAT(CheckKeyTransport("localhost:1, 10.0.0.7:2", "key", ChannelSecurity(), false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plaintext")));
+  EXPECT_THAT(CheckKeyTransport("dns:///localhost:50051", "key", ChannelSecurity(), false), IsOk());
+  EXPECT_THAT(CheckKeyTransport("dns:///10.0.0.7:50051", "key", ChannelSecurity(), false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plaintext")));
+}
+
 // A key may go to any address over TLS (a CA given), with --allow_plaintext_key, or when there
 // is no key; only a key in plaintext to a non-loopback address is refused.
 TEST(CheckKeyTransportTest, TlsTheFlagOrNoKeyLetAnyAddressThrough) {
