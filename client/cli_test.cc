@@ -185,6 +185,18 @@ TEST_F(CliTest, UsageErrorsExitWithTwoAndPointToHelp) {
   EXPECT_EQ(result.code, kExitUsage);
 }
 
+// The hint after a usage error names the help of the command the words name, as far as they
+// name one: words that name only a group ("project") point to that group's help.
+TEST_F(CliTest, AnUnknownCommandOfAGroupPointsToTheGroupsHelp) {
+  CliResult result = Run({"project", "delete", "birds"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_THAT(result.err, StartsWith("verity: unknown command \"project delete\""));
+  EXPECT_THAT(result.err, EndsWith("\nRun 'verity project --help' for usage.\n"));
+  result = Run({"frobnicate"});
+  EXPECT_EQ(result.code, kExitUsage);
+  EXPECT_THAT(result.err, EndsWith("\nRun 'verity --help' for usage.\n"));
+}
+
 TEST_F(CliTest, ServerErrorsPrintOneLineWithTheCode) {
   const CliResult result = Run({"project", "show", "nope"});
   EXPECT_EQ(result.code, kExitFailure);
