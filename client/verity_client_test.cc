@@ -816,6 +816,24 @@ TEST_F(VerityClientTest, GetPosteriorsKeepsRequestOrder) {
               StatusIs(absl::StatusCode::kNotFound));
 }
 
+// ListPosteriors reads one page of at most page_size posteriors; following next_page_token
+// until it is empty (the last page) yields every item once.
+TEST_F(VerityClientTest, ListPosteriorsPagesOfPageSizeCoverEveryItemOnce) {
+  ASSERT_THAT(client_->SubmitAnnotations("birds", Annotations(5), RecordingOptions(10)), IsOk());
+  std::vector<std::string> items;
+  std::vector<int> page_sizes;
+  std::string token;
+  do {
+    absl::StatusOr<v1::ListPosteriorsResponse> page = client_->ListPosteriors("birds", 2, token);
+    ASSERT_THAT(page, IsOk());
+    page_sizes.push_back(page->posteriors_size());
+    for (const v1::Posterior& posterior : page->posteriors()) items.push_back(posterior.item());
+    token = page->next_page_token();
+  } while (!token.empty() && page_sizes.size() < 10);
+  EXPECT_THAT(page_sizes, ElementsAre(2, 2, 1));
+  EXPECT_THAT(items, ::testing::UnorderedElementsAre("i0", "i1", "i2", "i3", "i4"));
+}
+
 // batch_size is "1 to 10,000" (verity_client.h): both bounds are accepted.
 TEST_F(VerityClientTest, SubmitAcceptsBatchSizesAtBothBounds) {
   absl::StatusOr<SubmitTotals> totals = client_->SubmitAnnotations(
