@@ -305,6 +305,17 @@ TEST(FormatUsageTest, CommandUsageShowsRequiredFlagsInTheUsageLine) {
             "  --timeout=DURATION  Per-call deadline. Default: 30s.\n");
 }
 
+// CommandSpec::usage, when set, is the usage line after the program name, in place of the one
+// built from the name, the required flags and args_usage.
+TEST(FormatUsageTest, AGivenUsageLineReplacesTheBuiltOne) {
+  CommandSpec command = kCommands[2];
+  command.usage = "submit (--csv=FILE | --stdin) --project=NAME";
+  EXPECT_THAT(
+      FormatCommandUsage("verity", command, kGlobals),
+      ::testing::StartsWith(
+          "Usage: verity submit (--csv=FILE | --stdin) --project=NAME\n\nSubmit labels.\n"));
+}
+
 TEST(FormatUsageTest, GroupUsageListsOnlyTheGroupsCommands) {
   const std::string usage =
       FormatGroupUsage("verity", "project", kGlobals, kCommands);
