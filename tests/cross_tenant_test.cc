@@ -1,0 +1,429 @@
+// Cross-tenant probe: every RPC that names a project, called over a real gRPC channel against a
+// real server (authentication on) and PostgreSQL with keys scoped to one project ("alpha"),
+// naming another tenant's project ("beta") or one that does not exist.
+//
+// What is promised (docs/SECURITY.md "Who is trusted", README.md's key section, keys.proto):
+// a valid key used outside its projects fails PERMISSION_DENIED; a scoped key "Cannot: Touch
+// other projects" (admin), "see another project's name or data" (reader), and a refused call
+// writes nothing. So a key of alpha asking about beta must get PERMISSION_DENIED, and the
+// answer must not depend on what beta holds: whether an item or annotator exists there, or
+// whether beta exists at all. Per-key limits are per key: --max_calls_per_key counts unary
+// calls, and streams have their own limit (--max_streams_per_key).
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "server/verity_server.h"
+#include "tests/test_postgres.h"
+#include "tests/test_server.h"
+#include "verity/v1/assignment.grpc.pb.h"
+#include "verity/v1/ingest.grpc.pb.h"
+#include "verity/v1/keys.grpc.pb.h"
+#include "verity/v1/models.grpc.pb.h"
+#include "verity/v1/projects.grpc.pb.h"
+#include "verity/v1/truth.grpc.pb.h"
+
+namespace verity::tests {
+namespace {
+
+constexpr char kOwn[] = "alpha";            // The scoped keys' project.
+constexpr char kOther[] = "beta";           // Another tenant's project.
+constexpr char kAbsent[] = "gamma-absent";  // No project of that name exists.
+// What each project holds: one item, one annotator, one label of that pair.
+constexpr char kOwnItem[] = "a-item";
+constexpr char kOwnAnnotator[] = "a-annotator";
+constexpr char kOtherItem[] = "b-item";
+constexpr char kOtherAnnotator[] = "b-annotator";
+// Ids that no project holds.
+constexpr char kMissingItem[] = "no-item";
+constexpr char kMissingAnnotator[] = "no-annotator";
+constexpr char kTraceItem[] = "trace-item";
+constexpr char kTraceAnnotator[] = "trace-annotator";
+
+enum class NeededRole { kReader = 1, kWriter = 2, kAdmin = 3 };
+
+// A call's outcome: for SubmitAnnotations, the batch's ack (error_code, error_message) when the
+// stream itself ends OK.
+struct Outcome {
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  std::string message;
+};
+
+Outcome FromStatus(const grpc::Status& status) {
+  return Outcome{status.error_code(), status.error_message()};
+}
+
+// One RPC with a request naming `project`, `item` and `annotator` where the request has them.
+using ProjectCall = std::function<Outcome(const std::string& key, const std::string& project,
+                                          const std::string& item, const std::string& annotator)>;
+
+// The role each RPC needs, by hand from docs/SECURITY.md's table (reader: GetProject, posteriors,
+// profiles, model status and versions, SuggestAnnotators; writer: also SubmitAnnotations,
+// AddItems, AddAnnotators, SuggestItems, TrainModel; admin: CreateProject, settings).
+struct ProjectRpc {
+  const char* name;
+  NeededRole role;
+  ProjectCall call;
+};
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+class CrossTenantTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    postgres_ = TestPostgres::Start("verity-cross-tenant").release();
+    ASSERT_NE(postgres_, nullptr);
+    admin_key_file_ = new std::string(postgres_->dir() + "/admin.key");
+    auto started = server::VerityServer::Start(Options());
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = started->release();
+    channel_ = new std::shared_ptr<grpc::Channel>(Channel(server_->port()));
+    admin_ = new std::string(ReadFirstLine(*admin_key_file_));
+    ASSERT_TRUE(absl::StartsWith(*admin_, "vk_"));
+    for (const auto& [project, item, annotator] :
+         {std::tuple<const char*, const char*, const char*>{kOwn, kOwnItem, kOwnAnnotator},
+          {kOther, kOtherItem, kOtherAnnotator}}) {
+      v1::CreateProjectRequest create;
+      create.mutable_project()->set_name(project);
+      create.mutable_project()->add_classes("no");
+      create.mutable_project()->add_classes("yes");
+      v1::CreateProjectResponse created;
+      grpc::ClientContext context;
+      Authorize(context, *admin_);
+      ASSERT_TRUE(
+          v1::ProjectService::NewStub(*channel_)->CreateProject(&context, create, &created).ok());
+      const Outcome labelled = SubmitOne(*channel_, *admin_, project, item, annotator);
+      ASSERT_EQ(labelled.code, grpc::StatusCode::OK) << labelled.message;
+    }
+    reader_ = new std::string(CreateKey(v1::ROLE_READER));
+    writer_ = new std::string(CreateKey(v1::ROLE_WRITER));
+    scoped_admin_ = new std::string(CreateKey(v1::ROLE_ADMIN));
+    other_at_start_ = new std::string(OtherProjectState());
+  }
+
+  static void TearDownTestSuite() {
+    delete channel_;
+    if (server_ != nullptr) server_->Shutdown();
+    delete server_;
+    delete postgres_;
+  }
+
+  static server::VerityServer::Options Options() {
+    server::VerityServer::Options options = TestServerOptions(postgres_->url(), 4);
+    options.auth.enabled = true;
+    options.auth.admin_key_file = *admin_key_file_;
+    return options;
+  }
+
+  static std::shared_ptr<grpc::Channel> Channel(int port) {
+    return grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                               grpc::InsecureChannelCredentials());
+  }
+
+  static void Authorize(grpc::ClientContext& context, const std::string& key) {
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    context.AddMetadata("authorization", "Bearer " + key);
+  }
+
+  // A key of `role` valid for kOwn only.
+  static std::string CreateKey(v1::Role role) {
+    v1::CreateKeyRequest request;
+    request.set_role(role);
+    request.set_name("cross_tenant_test");
+    request.add_projects(kOwn);
+    v1::CreateKeyResponse response;
+    grpc::ClientContext context;
+    Authorize(context, *admin_);
+    const grpc::Status status =
+        v1::KeyService::NewStub(*channel_)->CreateKey(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.secret_key();
+  }
+
+  // One batch of one label (item, annotator, 1) on a fresh stream: the batch's ack as an
+  // Outcome, or the stream's status when it fails.
+  static Outcome SubmitOne(const std::shared_ptr<grpc::Channel>& channel, const std::string& key,
+                           const std::string& project, const std::string& item,
+                           const std::string& annotator) {
+    grpc::ClientContext context;
+    Authorize(context, key);
+    auto stream = v1::IngestService::NewStub(channel)->SubmitAnnotations(&context);
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(1);
+    batch.set_project(project);
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(item);
+    a->set_annotator(annotator);
+    a->set_label(1);
+    stream->Write(batch);
+    stream->WritesDone();
+    v1::BatchAck ack;
+    const bool acked = stream->Read(&ack);
+    const grpc::Status status = stream->Finish();
+    if (!status.ok()) return FromStatus(status);
+    if (!acked) return Outcome{grpc::StatusCode::UNKNOWN, "no ack"};
+    return Outcome{static_cast<grpc::StatusCode>(ack.error_code()), ack.error_message()};
+  }
+
+  // Every RPC that names a project, each with a request that succeeds on the key's own project.
+  static std::vector<ProjectRpc> ProjectRpcs() {
+    std::vector<ProjectRpc> rpcs;
+    auto projects = [] { return v1::ProjectService::NewStub(*channel_); };
+    auto truth = [] { return v1::TruthService::NewStub(*channel_); };
+    auto models = [] { return v1::ModelService::NewStub(*channel_); };
+    auto assignment = [] { return v1::AssignmentService::NewStub(*channel_); };
+    using S = const std::string&;
+    rpcs.push_back({"CreateProject", NeededRole::kAdmin, [=](S key, S project, S, S) {
+                      grpc::ClientContext c;
+                      Authorize(c, key);
+                      v1::CreateProjectRequest r;
+                      r.mutable_project()->set_name(project);
+                      r.mutable_project()->add_classes("a");
+                      r.mutable_project()->add_classes("b");
+                      v1::CreateProjectResponse out;
+                      return FromStatus(projects()->CreateProject(&c, r, &out));
+                    }});
+    rpcs.push_back({"GetProject", NeededRole::kReader, [=](S key, S project, S, S) {
+                      grpc::ClientContext c;
+                      Authorize(c, key);
+                      v1::GetProjectRequest r;
+                      r.set_project(project);
+                      v1::GetProjectResponse out;
+                      return FromStatus(projects()->GetProject(&c, r, &out));
+                    }});
+    rpcs.push_back({"UpdateProjectSettings", NeededRole::kAdmin, [=](S key, S project, S, S) {
+                      grpc::ClientContext c;
+                      Authorize(c, key);
+                      v1::UpdateProjectSettingsRequest r;
+                      r.set_project(project);
+                      v1::UpdateProjectSettingsResponse out;
+                      return FromStatus(projects()->UpdateProjectSettings(&c, r, &out));
+                    }});
+    rpcs.push_back({"AddItems", NeededRole::kWriter, [=](S key, S project, S item, S) {
+                      grpc::ClientContext c;
+                      Authorize(c, key);
+                      v1::AddItemsRequest r;
+                      r.set_project(project);
+                      r.add_items()->set_id(item);
+                      v1::AddItemsResponse out;
+                      return FromStatus(projects()->AddItems(&c, r, &out));
+                    }});
+    rpcs.push_back({"AddAnnotators", NeededRole::kWriter, [=](S key, S project, S, S annotator) {
+                      grpc::ClientContext c;
+                      Authorize(c, key);
+                      v1::AddAnnotatorsRequest r;
+                      r.set_project(project);
+                      r.add_annotators()->set_id(annotator);
+                      v1::AddAnnotatorsResponse out;
+                      return FromStatus(projects()->AddAnnotators(&c, r, &out));
+                    }});
+    rpcs.push_back(
+        {"SubmitAnnotations", NeededRole::kWriter, [=](S key, S project, S item, S annotator) {
+           return SubmitOne(*channel_, key, project, item, annotator);
+         }});
+    rpcs.push_back({"GetPosteriors", NeededRole::kReader, [=](S key, S project, S item, S) {
+                      grpc::ClientContext c;
+                      Authorize(c, key);
+                      v1::GetPosteriorsRequest r;
+                      r.set_project(project);
+                      r.add_items(item);
+                      v1::GetPosteriorsResponse out;
+                      return FromStatus(truth()->GetPosteriors(&c, r, &out));
+                    }});
+    rpcs.push_back({"ListPosteriors", NeededRole::kReader, [=](S key, S project, S, S) {
+                      grpc::ClientContext c;
+                      Authorize(c, key);
+                      v1::ListPosteriorsRequest r;
+                      r.set_project(project);
+                      r.set_page_size(1);
+                      v1::ListPosteriorsResponse out;
+                      return FromStatus(truth()->ListPosteriors(&c, r, &out));
+                    }});
+    rpcs.push_back(
+        {"GetAnnotatorProfiles", NeededRole::kReader, [=](S key, S project, S, S annotator) {
+           grpc::ClientContext c;
+           Authorize(c, key);
+           v1::GetAnnotatorProfilesRequest r;
+           r.set_project(project);
+           r.add_annotators(annotator);
+           v1::GetAnnotatorProfilesResponse out;
+           return FromStatus(truth()->GetAnnotatorProfiles(&c, r, &out));
+         }});
+    rpcs.push_back({"GetModelStatus", NeededRole::kReader, [=](S key, S project, S, S) {
+                      grpc::ClientContext c;
+                      Authorize(c, key);
+                      v1::GetModelStatusRequest r;
+                      r.set_project(project);
+                      v1::GetModelStatusResponse out;
+                      return FromStatus(models()->GetModelStatus(&c, r, &out));
+                    }});
+    rpcs.push_back({"ListModelVersions", NeededRole::kReader, [=](S key, S project, S, S) {
+                      grpc::ClientContext c;
+                      Authorize(c, key);
+                      v1::ListModelVersionsRequest r;
+                      r.set_project(project);
+                      v1::ListModelVersionsResponse out;
+                      return FromStatus(models()->ListModelVersions(&c, r, &out));
+                    }});
+    rpcs.push_back({"TrainModel", NeededRole::kWriter, [=](S key, S project, S, S) {
+                      grpc::ClientContext c;
+                      Authorize(c, key);
+                      v1::TrainModelRequest r;
+                      r.set_project(project);
+                      v1::TrainModelResponse out;
+                      return FromStatus(models()->TrainModel(&c, r, &out));
+                    }});
+    rpcs.push_back(
+        {"SuggestItems", NeededRole::kWriter, [=](S key, S project, S item, S annotator) {
+           grpc::ClientContext c;
+           Authorize(c, key);
+           v1::SuggestItemsRequest r;
+           r.set_project(project);
+           r.set_annotator(annotator);
+           r.set_k(1);
+           r.add_candidate_items(item);
+           v1::SuggestItemsResponse out;
+           return FromStatus(assignment()->SuggestItems(&c, r, &out));
+         }});
+    rpcs.push_back(
+        {"SuggestAnnotators", NeededRole::kReader, [=](S key, S project, S item, S annotator) {
+           grpc::ClientContext c;
+           Authorize(c, key);
+           v1::SuggestAnnotatorsRequest r;
+           r.set_project(project);
+           r.set_item(item);
+           r.set_k(1);
+           r.add_candidates(annotator);
+           v1::SuggestAnnotatorsResponse out;
+           return FromStatus(assignment()->SuggestAnnotators(&c, r, &out));
+         }});
+    return rpcs;
+  }
+
+  // The scoped keys that hold `role` or more, with their names.
+  static std::vector<std::pair<std::string, std::string>> KeysWith(NeededRole role) {
+    std::vector<std::pair<std::string, std::string>> keys;
+    if (role <= NeededRole::kReader) keys.emplace_back("reader", *reader_);
+    if (role <= NeededRole::kWriter) keys.emplace_back("writer", *writer_);
+    keys.emplace_back("admin of alpha", *scoped_admin_);
+    return keys;
+  }
+
+  // kOther as the admin of every project sees it: its description (counts and settings; the
+  // creation time and name too) and its model versions.
+  static std::string OtherProjectState() {
+    v1::GetProjectRequest get;
+    get.set_project(kOther);
+    v1::GetProjectResponse project;
+    grpc::ClientContext get_context;
+    Authorize(get_context, *admin_);
+    const grpc::Status got =
+        v1::ProjectService::NewStub(*channel_)->GetProject(&get_context, get, &project);
+    EXPECT_TRUE(got.ok()) << got.error_message();
+    v1::ListModelVersionsRequest list;
+    list.set_project(kOther);
+    v1::ListModelVersionsResponse versions;
+    grpc::ClientContext list_context;
+    Authorize(list_context, *admin_);
+    const grpc::Status listed =
+        v1::ModelService::NewStub(*channel_)->ListModelVersions(&list_context, list, &versions);
+    EXPECT_TRUE(listed.ok()) << listed.error_message();
+    return project.project().DebugString() + versions.DebugString();
+  }
+
+  static TestPostgres* postgres_;
+  static std::string* admin_key_file_;
+  static server::VerityServer* server_;
+  static std::shared_ptr<grpc::Channel>* channel_;
+  static std::string* admin_;
+  static std::string* reader_;
+  static std::string* writer_;
+  static std::string* scoped_admin_;
+  static std::string* other_at_start_;  // OtherProjectState() once the suite set it up.
+};
+
+TestPostgres* CrossTenantTest::postgres_ = nullptr;
+std::string* CrossTenantTest::admin_key_file_ = nullptr;
+server::VerityServer* CrossTenantTest::server_ = nullptr;
+std::shared_ptr<grpc::Channel>* CrossTenantTest::channel_ = nullptr;
+std::string* CrossTenantTest::admin_ = nullptr;
+std::string* CrossTenantTest::reader_ = nullptr;
+std::string* CrossTenantTest::writer_ = nullptr;
+std::string* CrossTenantTest::scoped_admin_ = nullptr;
+std::string* CrossTenantTest::other_at_start_ = nullptr;
+
+// The requests are sound: on the key's own project each call passes authorization (OK; for
+// CreateProject, ALREADY_EXISTS: alpha exists), so a refusal below is about the project alone.
+TEST_F(CrossTenantTest, EachCallIsServedOnTheKeysOwnProject) {
+  for (const ProjectRpc& rpc : ProjectRpcs()) {
+    for (const auto& [who, key] : KeysWith(rpc.role)) {
+      const Outcome own = rpc.call(key, kOwn, kOwnItem, kOwnAnnotator);
+      const grpc::StatusCode expected = std::string(rpc.name) == "CreateProject"
+                                            ? grpc::StatusCode::ALREADY_EXISTS
+                                            : grpc::StatusCode::OK;
+      EXPECT_EQ(own.code, expected) << rpc.name << " by " << who << ": " << own.message;
+    }
+  }
+}
+
+// A key of alpha naming beta gets PERMISSION_DENIED from every RPC that names a project, for
+// every role that could make the call on alpha, and the answer is the same, word for word,
+// whether beta holds the item and annotator the call names or not; a project that does not
+// exist gets the same answer but for its name.
+TEST_F(CrossTenantTest, AnotherTenantsProjectIsRefusedAlikeWhateverItHolds) {
+  for (const ProjectRpc& rpc : ProjectRpcs()) {
+    for (const auto& [who, key] : KeysWith(rpc.role)) {
+      const std::string where = absl::StrCat(rpc.name, " by ", who);
+      const Outcome held = rpc.call(key, kOther, kOtherItem, kOtherAnnotator);
+      const Outcome missing = rpc.call(key, kOther, kMissingItem, kMissingAnnotator);
+      const Outcome absent = rpc.call(key, kAbsent, kOtherItem, kOtherAnnotator);
+      EXPECT_EQ(held.code, grpc::StatusCode::PERMISSION_DENIED) << where << ": " << held.message;
+      EXPECT_EQ(missing.code, held.code) << where << ": " << missing.message;
+      EXPECT_EQ(missing.message, held.message) << where;
+      EXPECT_EQ(absent.code, held.code) << where << ": " << absent.message;
+      EXPECT_EQ(absl::StrReplaceAll(absent.message, {{kAbsent, kOther}}), held.message) << where;
+    }
+  }
+}
+
+// The refused calls write nothing: beta's counts, settings and model versions are as they were
+// once the suite set it up (none of AddItems, AddAnnotators, SubmitAnnotations, SuggestItems'
+// annotator registration, TrainModel or UpdateProjectSettings reached it, here or in the tests
+// before), and CreateProject made no project.
+TEST_F(CrossTenantTest, RefusedCallsLeaveAnotherTenantsProjectAsItWas) {
+  for (const ProjectRpc& rpc : ProjectRpcs()) {
+    for (const auto& [who, key] : KeysWith(rpc.role)) {
+      rpc.call(key, kOther, kOtherItem, kOtherAnnotator);
+      rpc.call(key, kOther, kTraceItem, kTraceAnnotator);
+      rpc.call(key, kAbsent, kTraceItem, kTraceAnnotator);
+    }
+  }
+  EXPECT_EQ(OtherProjectState(), *other_at_start_);
+  v1::GetProjectRequest get;
+  get.set_project(kAbsent);
+  v1::GetProjectResponse response;
+  grpc::ClientContext context;
+  Authorize(context, *admin_);
+  EXPECT_EQ(
+      v1::ProjectService::NewStub(*channel_)->GetProject(&context, get, &response).error_code(),
+      grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace verity::tests
