@@ -425,5 +425,48 @@ TEST_F(CrossTenantTest, RefusedCallsLeaveAnotherTenantsProjectAsItWas) {
       grpc::StatusCode::NOT_FOUND);
 }
 
+// docs/SECURITY.md: --max_calls_per_key bounds the "Unary calls in flight per API key"; streams
+// have their own limit (--max_streams_per_key; auth_interceptor.h). At a limit of one unary
+// call, a writer holding an open SubmitAnnotations stream still gets its unary calls served,
+// while the stream stays open and goes on taking batches.
+TEST_F(CrossTenantTest, AnOpenStreamIsNotCountedAmongItsKeysUnaryCalls) {
+  server::VerityServer::Options options = Options();
+  options.max_calls_per_key = 1;
+  auto started = server::VerityServer::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<server::VerityServer> limited = *std::move(started);
+  const std::shared_ptr<grpc::Channel> channel = Channel(limited->port());
+  grpc::ClientContext stream_context;
+  Authorize(stream_context, *writer_);
+  auto stream = v1::IngestService::NewStub(channel)->SubmitAnnotations(&stream_context);
+  auto send = [&](uint64_t id) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(id);
+    batch.set_project(kOwn);
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(kOwnItem);
+    a->set_annotator(kOwnAnnotator);
+    a->set_label(1);
+    v1::BatchAck ack;
+    EXPECT_TRUE(stream->Write(batch) && stream->Read(&ack)) << "batch " << id;
+    EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+  };
+  send(1);
+  for (int i = 0; i < 3; ++i) {
+    v1::GetProjectRequest request;
+    request.set_project(kOwn);
+    v1::GetProjectResponse response;
+    grpc::ClientContext context;
+    Authorize(context, *writer_);
+    const grpc::Status status =
+        v1::ProjectService::NewStub(channel)->GetProject(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::OK) << status.error_message();
+  }
+  send(2);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  limited->Shutdown();
+}
+
 }  // namespace
 }  // namespace verity::tests
