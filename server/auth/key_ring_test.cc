@@ -349,6 +349,18 @@ class FakeProjectService final : public v1::ProjectService::Service {
                         v1::AddItemsResponse*) override {
     return grpc::Status::OK;
   }
+  // Waits until its client has cancelled the call, then asks Admit and reports its answer.
+  grpc::Status AddAnnotators(grpc::ServerContext* context, const v1::AddAnnotatorsRequest*,
+                             v1::AddAnnotatorsResponse*) override {
+    started.set_value();
+    for (int i = 0; i < 10000 && !context->IsCancelled(); ++i) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    admitted_once_cancelled.set_value(decisions_.Admit(context).status());
+    return grpc::Status::OK;
+  }
+  std::promise<void> started;                         // AddAnnotators has begun.
+  std::promise<absl::Status> admitted_once_cancelled;  // What Admit said after the cancel.
 
  private:
   CallAuthorizations& decisions_;
@@ -626,6 +638,27 @@ TEST_F(AuthInterceptorTest, TheHealthServiceAnswersWithoutAKey) {
                  &response, [&done](grpc::Status s) { done.set_value(std::move(s)); });
   grpc::Status status = done.get_future().get();
   EXPECT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+}
+
+// auth_interceptor.h Admit: "CANCELLED when the call was cancelled or is past its deadline
+// (its handler then does no work)": a valid key's call that its client cancelled is not
+// admitted when its handler asks.
+TEST_F(AuthInterceptorTest, ACallItsClientCancelledIsNotAdmitted) {
+  const std::string writer = Key(Role::kWriter, {"alpha"});
+  Start(ring_.get());
+  grpc::ClientContext context;
+  WithKey(context, writer);
+  v1::AddAnnotatorsRequest request;
+  request.set_project("alpha");
+  v1::AddAnnotatorsResponse response;
+  std::promise<grpc::Status> done;
+  v1::ProjectService::NewStub(channel_)->async()->AddAnnotators(
+      &context, &request, &response, [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  projects_->started.get_future().wait();
+  context.TryCancel();
+  EXPECT_EQ(done.get_future().get().error_code(), grpc::StatusCode::CANCELLED);
+  const absl::Status admitted = projects_->admitted_once_cancelled.get_future().get();
+  EXPECT_EQ(admitted.code(), absl::StatusCode::kCancelled) << admitted;
 }
 
 // ---- ApiKeyMetadataProcessor (key_metadata_processor.h): refuses a call without a valid API
