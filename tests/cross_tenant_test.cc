@@ -425,6 +425,56 @@ TEST_F(CrossTenantTest, RefusedCallsLeaveAnotherTenantsProjectAsItWas) {
       grpc::StatusCode::NOT_FOUND);
 }
 
+// ingest.proto: each batch names its project or continues the stream's last admitted one; a
+// batch whose key is not valid for its project is refused (PERMISSION_DENIED) and changes
+// nothing. On one stream of a writer of alpha, a batch naming beta and one naming a project
+// that does not exist are refused alike, neither reaches beta, and the next batch that leaves
+// its project out still goes to alpha.
+TEST_F(CrossTenantTest, AStreamsBatchesForAnotherTenantAreRefusedAlikeAndTheStreamStaysOnItsOwn) {
+  grpc::ClientContext context;
+  Authorize(context, *writer_);
+  auto stream = v1::IngestService::NewStub(*channel_)->SubmitAnnotations(&context);
+  auto send = [&](uint64_t id, const std::string& project, const std::string& item) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(id);
+    batch.set_project(project);
+    v1::Annotation* a = batch.add_annotations();
+    a->set_item(item);
+    a->set_annotator("streaming-annotator");
+    a->set_label(0);
+    v1::BatchAck ack;
+    EXPECT_TRUE(stream->Write(batch) && stream->Read(&ack)) << "batch " << id;
+    return ack;
+  };
+  const v1::BatchAck own = send(1, kOwn, kOwnItem);
+  EXPECT_EQ(own.error_code(), 0) << own.error_message();
+  const v1::BatchAck other = send(2, kOther, kOtherItem);
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::PERMISSION_DENIED) << other.error_message();
+  const v1::BatchAck absent = send(3, kAbsent, kOtherItem);
+  EXPECT_EQ(absent.error_code(), other.error_code()) << absent.error_message();
+  EXPECT_EQ(absl::StrReplaceAll(absent.error_message(), {{kAbsent, kOther}}),
+            other.error_message());
+  const v1::BatchAck continued = send(4, "", "streamed-item");
+  EXPECT_EQ(continued.error_code(), 0) << continued.error_message();
+  EXPECT_EQ(continued.accepted(), 1);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+
+  EXPECT_EQ(OtherProjectState(), *other_at_start_);
+  // Alpha holds both admitted labels of the annotator: batches 1 and 4.
+  v1::GetAnnotatorProfilesRequest request;
+  request.set_project(kOwn);
+  request.add_annotators("streaming-annotator");
+  v1::GetAnnotatorProfilesResponse response;
+  grpc::ClientContext get;
+  Authorize(get, *admin_);
+  const grpc::Status status =
+      v1::TruthService::NewStub(*channel_)->GetAnnotatorProfiles(&get, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.profiles_size(), 1);
+  EXPECT_EQ(response.profiles(0).num_labels(), 2);
+}
+
 // docs/SECURITY.md: --max_calls_per_key bounds the "Unary calls in flight per API key"; streams
 // have their own limit (--max_streams_per_key; auth_interceptor.h). At a limit of one unary
 // call, a writer holding an open SubmitAnnotations stream still gets its unary calls served,
