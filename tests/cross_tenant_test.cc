@@ -141,12 +141,12 @@ class CrossTenantTest : public ::testing::Test {
     context.AddMetadata("authorization", "Bearer " + key);
   }
 
-  // A key of `role` valid for kOwn only.
-  static std::string CreateKey(v1::Role role) {
+  // A key of `role` valid for `projects` (empty: every project).
+  static std::string CreateKey(v1::Role role, const std::vector<std::string>& projects = {kOwn}) {
     v1::CreateKeyRequest request;
     request.set_role(role);
     request.set_name("cross_tenant_test");
-    request.add_projects(kOwn);
+    for (const std::string& project : projects) request.add_projects(project);
     v1::CreateKeyResponse response;
     grpc::ClientContext context;
     Authorize(context, *admin_);
@@ -473,6 +473,63 @@ TEST_F(CrossTenantTest, AStreamsBatchesForAnotherTenantAreRefusedAlikeAndTheStre
   ASSERT_TRUE(status.ok()) << status.error_message();
   ASSERT_EQ(response.profiles_size(), 1);
   EXPECT_EQ(response.profiles(0).num_labels(), 2);
+}
+
+// keys.proto KeyService: "Admin-only, with an admin key valid for every project"; README.md:
+// admin for "projects and settings, and keys when valid for every project". A reader or writer
+// key valid for every project is still below admin: KeyService, CreateProject and
+// UpdateProjectSettings refuse it (PERMISSION_DENIED), and its refused RevokeKey revokes
+// nothing and its refused CreateKey makes no key.
+TEST_F(CrossTenantTest, KeysOfEveryProjectBelowAdminCannotManageKeysOrProjects) {
+  const std::string victim = CreateKey(v1::ROLE_READER);
+  auto list_keys = [&](const std::string& key, v1::ListKeysResponse* out) {
+    grpc::ClientContext c;
+    Authorize(c, key);
+    return v1::KeyService::NewStub(*channel_)->ListKeys(&c, v1::ListKeysRequest(), out);
+  };
+  v1::ListKeysResponse keys_before;
+  ASSERT_TRUE(list_keys(*admin_, &keys_before).ok());
+  for (const v1::Role role : {v1::ROLE_READER, v1::ROLE_WRITER}) {
+    const std::string key = CreateKey(role, {});
+    const std::string who = role == v1::ROLE_READER ? "reader" : "writer";
+    v1::ListKeysResponse listed;
+    EXPECT_EQ(list_keys(key, &listed).error_code(), grpc::StatusCode::PERMISSION_DENIED) << who;
+    {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::CreateKeyRequest r;
+      r.set_role(v1::ROLE_ADMIN);
+      v1::CreateKeyResponse out;
+      const grpc::Status status = v1::KeyService::NewStub(*channel_)->CreateKey(&c, r, &out);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << who;
+      EXPECT_EQ(out.secret_key(), "") << who;
+    }
+    {
+      grpc::ClientContext c;
+      Authorize(c, key);
+      v1::RevokeKeyRequest r;
+      r.set_key_id(victim.substr(3, 16));
+      v1::RevokeKeyResponse out;
+      EXPECT_EQ(v1::KeyService::NewStub(*channel_)->RevokeKey(&c, r, &out).error_code(),
+                grpc::StatusCode::PERMISSION_DENIED)
+          << who;
+    }
+    for (const ProjectRpc& rpc : ProjectRpcs()) {
+      if (rpc.role != NeededRole::kAdmin) continue;
+      const Outcome outcome = rpc.call(key, kOwn, kOwnItem, kOwnAnnotator);
+      EXPECT_EQ(outcome.code, grpc::StatusCode::PERMISSION_DENIED)
+          << rpc.name << " by " << who << ": " << outcome.message;
+    }
+  }
+  // The victim key still works, and the admin lists the keys it listed plus the two made here.
+  for (const ProjectRpc& rpc : ProjectRpcs()) {
+    if (std::string(rpc.name) != "GetProject") continue;
+    const Outcome outcome = rpc.call(victim, kOwn, kOwnItem, kOwnAnnotator);
+    EXPECT_EQ(outcome.code, grpc::StatusCode::OK) << outcome.message;
+  }
+  v1::ListKeysResponse keys_after;
+  ASSERT_TRUE(list_keys(*admin_, &keys_after).ok());
+  EXPECT_EQ(keys_after.keys_size(), keys_before.keys_size() + 2);
 }
 
 // docs/SECURITY.md: --max_calls_per_key bounds the "Unary calls in flight per API key"; streams
