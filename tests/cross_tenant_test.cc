@@ -54,14 +54,16 @@ constexpr char kTraceAnnotator[] = "trace-annotator";
 enum class NeededRole { kReader = 1, kWriter = 2, kAdmin = 3 };
 
 // A call's outcome: for SubmitAnnotations, the batch's ack (error_code, error_message) when the
-// stream itself ends OK.
+// stream itself ends OK. answer_bytes: the encoded size of the response message the client
+// received (0 for SubmitAnnotations, whose acks are its answer).
 struct Outcome {
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
   std::string message;
+  size_t answer_bytes = 0;
 };
 
-Outcome FromStatus(const grpc::Status& status) {
-  return Outcome{status.error_code(), status.error_message()};
+Outcome FromStatus(const grpc::Status& status, const google::protobuf::Message& answer) {
+  return Outcome{status.error_code(), status.error_message(), answer.ByteSizeLong()};
 }
 
 // One RPC with a request naming `project`, `item` and `annotator` where the request has them.
@@ -136,9 +138,10 @@ class CrossTenantTest : public ::testing::Test {
                                grpc::InsecureChannelCredentials());
   }
 
+  // Sends `key` ("" = none).
   static void Authorize(grpc::ClientContext& context, const std::string& key) {
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    context.AddMetadata("authorization", "Bearer " + key);
+    if (!key.empty()) context.AddMetadata("authorization", "Bearer " + key);
   }
 
   // A key of `role` valid for `projects` (empty: every project).
@@ -176,7 +179,7 @@ class CrossTenantTest : public ::testing::Test {
     v1::BatchAck ack;
     const bool acked = stream->Read(&ack);
     const grpc::Status status = stream->Finish();
-    if (!status.ok()) return FromStatus(status);
+    if (!status.ok()) return Outcome{status.error_code(), status.error_message()};
     if (!acked) return Outcome{grpc::StatusCode::UNKNOWN, "no ack"};
     return Outcome{static_cast<grpc::StatusCode>(ack.error_code()), ack.error_message()};
   }
@@ -197,7 +200,7 @@ class CrossTenantTest : public ::testing::Test {
                       r.mutable_project()->add_classes("a");
                       r.mutable_project()->add_classes("b");
                       v1::CreateProjectResponse out;
-                      return FromStatus(projects()->CreateProject(&c, r, &out));
+                      return FromStatus(projects()->CreateProject(&c, r, &out), out);
                     }});
     rpcs.push_back({"GetProject", NeededRole::kReader, [=](S key, S project, S, S) {
                       grpc::ClientContext c;
@@ -205,7 +208,7 @@ class CrossTenantTest : public ::testing::Test {
                       v1::GetProjectRequest r;
                       r.set_project(project);
                       v1::GetProjectResponse out;
-                      return FromStatus(projects()->GetProject(&c, r, &out));
+                      return FromStatus(projects()->GetProject(&c, r, &out), out);
                     }});
     rpcs.push_back({"UpdateProjectSettings", NeededRole::kAdmin, [=](S key, S project, S, S) {
                       grpc::ClientContext c;
@@ -213,7 +216,7 @@ class CrossTenantTest : public ::testing::Test {
                       v1::UpdateProjectSettingsRequest r;
                       r.set_project(project);
                       v1::UpdateProjectSettingsResponse out;
-                      return FromStatus(projects()->UpdateProjectSettings(&c, r, &out));
+                      return FromStatus(projects()->UpdateProjectSettings(&c, r, &out), out);
                     }});
     rpcs.push_back({"AddItems", NeededRole::kWriter, [=](S key, S project, S item, S) {
                       grpc::ClientContext c;
@@ -222,7 +225,7 @@ class CrossTenantTest : public ::testing::Test {
                       r.set_project(project);
                       r.add_items()->set_id(item);
                       v1::AddItemsResponse out;
-                      return FromStatus(projects()->AddItems(&c, r, &out));
+                      return FromStatus(projects()->AddItems(&c, r, &out), out);
                     }});
     rpcs.push_back({"AddAnnotators", NeededRole::kWriter, [=](S key, S project, S, S annotator) {
                       grpc::ClientContext c;
@@ -231,7 +234,7 @@ class CrossTenantTest : public ::testing::Test {
                       r.set_project(project);
                       r.add_annotators()->set_id(annotator);
                       v1::AddAnnotatorsResponse out;
-                      return FromStatus(projects()->AddAnnotators(&c, r, &out));
+                      return FromStatus(projects()->AddAnnotators(&c, r, &out), out);
                     }});
     rpcs.push_back(
         {"SubmitAnnotations", NeededRole::kWriter, [=](S key, S project, S item, S annotator) {
@@ -244,7 +247,7 @@ class CrossTenantTest : public ::testing::Test {
                       r.set_project(project);
                       r.add_items(item);
                       v1::GetPosteriorsResponse out;
-                      return FromStatus(truth()->GetPosteriors(&c, r, &out));
+                      return FromStatus(truth()->GetPosteriors(&c, r, &out), out);
                     }});
     rpcs.push_back({"ListPosteriors", NeededRole::kReader, [=](S key, S project, S, S) {
                       grpc::ClientContext c;
@@ -253,7 +256,7 @@ class CrossTenantTest : public ::testing::Test {
                       r.set_project(project);
                       r.set_page_size(1);
                       v1::ListPosteriorsResponse out;
-                      return FromStatus(truth()->ListPosteriors(&c, r, &out));
+                      return FromStatus(truth()->ListPosteriors(&c, r, &out), out);
                     }});
     rpcs.push_back(
         {"GetAnnotatorProfiles", NeededRole::kReader, [=](S key, S project, S, S annotator) {
@@ -263,7 +266,7 @@ class CrossTenantTest : public ::testing::Test {
            r.set_project(project);
            r.add_annotators(annotator);
            v1::GetAnnotatorProfilesResponse out;
-           return FromStatus(truth()->GetAnnotatorProfiles(&c, r, &out));
+           return FromStatus(truth()->GetAnnotatorProfiles(&c, r, &out), out);
          }});
     rpcs.push_back({"GetModelStatus", NeededRole::kReader, [=](S key, S project, S, S) {
                       grpc::ClientContext c;
@@ -271,7 +274,7 @@ class CrossTenantTest : public ::testing::Test {
                       v1::GetModelStatusRequest r;
                       r.set_project(project);
                       v1::GetModelStatusResponse out;
-                      return FromStatus(models()->GetModelStatus(&c, r, &out));
+                      return FromStatus(models()->GetModelStatus(&c, r, &out), out);
                     }});
     rpcs.push_back({"ListModelVersions", NeededRole::kReader, [=](S key, S project, S, S) {
                       grpc::ClientContext c;
@@ -279,7 +282,7 @@ class CrossTenantTest : public ::testing::Test {
                       v1::ListModelVersionsRequest r;
                       r.set_project(project);
                       v1::ListModelVersionsResponse out;
-                      return FromStatus(models()->ListModelVersions(&c, r, &out));
+                      return FromStatus(models()->ListModelVersions(&c, r, &out), out);
                     }});
     rpcs.push_back({"TrainModel", NeededRole::kWriter, [=](S key, S project, S, S) {
                       grpc::ClientContext c;
@@ -287,7 +290,7 @@ class CrossTenantTest : public ::testing::Test {
                       v1::TrainModelRequest r;
                       r.set_project(project);
                       v1::TrainModelResponse out;
-                      return FromStatus(models()->TrainModel(&c, r, &out));
+                      return FromStatus(models()->TrainModel(&c, r, &out), out);
                     }});
     rpcs.push_back(
         {"SuggestItems", NeededRole::kWriter, [=](S key, S project, S item, S annotator) {
@@ -299,7 +302,7 @@ class CrossTenantTest : public ::testing::Test {
            r.set_k(1);
            r.add_candidate_items(item);
            v1::SuggestItemsResponse out;
-           return FromStatus(assignment()->SuggestItems(&c, r, &out));
+           return FromStatus(assignment()->SuggestItems(&c, r, &out), out);
          }});
     rpcs.push_back(
         {"SuggestAnnotators", NeededRole::kReader, [=](S key, S project, S item, S annotator) {
@@ -311,7 +314,7 @@ class CrossTenantTest : public ::testing::Test {
            r.set_k(1);
            r.add_candidates(annotator);
            v1::SuggestAnnotatorsResponse out;
-           return FromStatus(assignment()->SuggestAnnotators(&c, r, &out));
+           return FromStatus(assignment()->SuggestAnnotators(&c, r, &out), out);
          }});
     return rpcs;
   }
@@ -394,11 +397,50 @@ TEST_F(CrossTenantTest, AnotherTenantsProjectIsRefusedAlikeWhateverItHolds) {
       const Outcome missing = rpc.call(key, kOther, kMissingItem, kMissingAnnotator);
       const Outcome absent = rpc.call(key, kAbsent, kOtherItem, kOtherAnnotator);
       EXPECT_EQ(held.code, grpc::StatusCode::PERMISSION_DENIED) << where << ": " << held.message;
+      EXPECT_EQ(held.answer_bytes, 0u) << where;
       EXPECT_EQ(missing.code, held.code) << where << ": " << missing.message;
       EXPECT_EQ(missing.message, held.message) << where;
       EXPECT_EQ(absent.code, held.code) << where << ": " << absent.message;
       EXPECT_EQ(absl::StrReplaceAll(absent.message, {{kAbsent, kOther}}), held.message) << where;
     }
+  }
+}
+
+// README.md: a call without a valid key is refused UNAUTHENTICATED, one outside the key's role
+// PERMISSION_DENIED. A refused call carries no answer either: no key, a key with a wrong
+// secret, and each scoped key below the RPC's role get the refusal and an empty response
+// message, on the key's own project, from every RPC that names a project and from KeyService.
+TEST_F(CrossTenantTest, ARefusedCallCarriesNoAnswer) {
+  std::string wrong = *reader_;
+  wrong.back() = wrong.back() == '0' ? '1' : '0';
+  for (const ProjectRpc& rpc : ProjectRpcs()) {
+    std::vector<std::pair<std::string, std::string>> refused = {{"no key", ""},
+                                                                {"wrong secret", wrong}};
+    if (rpc.role > NeededRole::kReader) refused.emplace_back("reader", *reader_);
+    if (rpc.role > NeededRole::kWriter) refused.emplace_back("writer", *writer_);
+    for (const auto& [who, key] : refused) {
+      const Outcome outcome = rpc.call(key, kOwn, kOwnItem, kOwnAnnotator);
+      const grpc::StatusCode expected = key == *reader_ || key == *writer_
+                                            ? grpc::StatusCode::PERMISSION_DENIED
+                                            : grpc::StatusCode::UNAUTHENTICATED;
+      EXPECT_EQ(outcome.code, expected) << rpc.name << " by " << who << ": " << outcome.message;
+      EXPECT_EQ(outcome.answer_bytes, 0u) << rpc.name << " by " << who;
+    }
+  }
+  for (const std::string& key : {std::string(), wrong, *reader_, *writer_, *scoped_admin_}) {
+    v1::ListKeysResponse listed;
+    grpc::ClientContext list;
+    Authorize(list, key);
+    EXPECT_FALSE(
+        v1::KeyService::NewStub(*channel_)->ListKeys(&list, v1::ListKeysRequest(), &listed).ok());
+    EXPECT_EQ(listed.keys_size(), 0);
+    v1::CreateKeyRequest request;
+    request.set_role(v1::ROLE_ADMIN);
+    v1::CreateKeyResponse created;
+    grpc::ClientContext create;
+    Authorize(create, key);
+    EXPECT_FALSE(v1::KeyService::NewStub(*channel_)->CreateKey(&create, request, &created).ok());
+    EXPECT_EQ(created.ByteSizeLong(), 0u);
   }
 }
 
@@ -477,10 +519,10 @@ TEST_F(CrossTenantTest, AStreamsBatchesForAnotherTenantAreRefusedAlikeAndTheStre
 
 // keys.proto KeyService: "Admin-only, with an admin key valid for every project"; README.md:
 // admin for "projects and settings, and keys when valid for every project". A reader or writer
-// key valid for every project is still below admin: KeyService, CreateProject and
-// UpdateProjectSettings refuse it (PERMISSION_DENIED), and its refused RevokeKey revokes
-// nothing and its refused CreateKey makes no key.
-TEST_F(CrossTenantTest, KeysOfEveryProjectBelowAdminCannotManageKeysOrProjects) {
+// key valid for every project keeps its role: KeyService, CreateProject and
+// UpdateProjectSettings refuse it, and the writer's calls refuse the reader (PERMISSION_DENIED);
+// its refused RevokeKey revokes nothing and its refused CreateKey makes no key.
+TEST_F(CrossTenantTest, KeysOfEveryProjectKeepTheirRole) {
   const std::string victim = CreateKey(v1::ROLE_READER);
   auto list_keys = [&](const std::string& key, v1::ListKeysResponse* out) {
     grpc::ClientContext c;
@@ -494,6 +536,7 @@ TEST_F(CrossTenantTest, KeysOfEveryProjectBelowAdminCannotManageKeysOrProjects) 
     const std::string who = role == v1::ROLE_READER ? "reader" : "writer";
     v1::ListKeysResponse listed;
     EXPECT_EQ(list_keys(key, &listed).error_code(), grpc::StatusCode::PERMISSION_DENIED) << who;
+    EXPECT_EQ(listed.keys_size(), 0) << who;
     {
       grpc::ClientContext c;
       Authorize(c, key);
@@ -514,8 +557,9 @@ TEST_F(CrossTenantTest, KeysOfEveryProjectBelowAdminCannotManageKeysOrProjects) 
                 grpc::StatusCode::PERMISSION_DENIED)
           << who;
     }
+    const NeededRole held = role == v1::ROLE_READER ? NeededRole::kReader : NeededRole::kWriter;
     for (const ProjectRpc& rpc : ProjectRpcs()) {
-      if (rpc.role != NeededRole::kAdmin) continue;
+      if (rpc.role <= held) continue;
       const Outcome outcome = rpc.call(key, kOwn, kOwnItem, kOwnAnnotator);
       EXPECT_EQ(outcome.code, grpc::StatusCode::PERMISSION_DENIED)
           << rpc.name << " by " << who << ": " << outcome.message;
