@@ -839,5 +839,81 @@ TEST_F(TenantIsolationTest, UnsentAnswersOfOneReaderKeyStayWithinTheGrpcMemoryQu
   server->Shutdown();
 }
 
+// auth_interceptor.h, max_unsent_answer_bytes_per_key: "the encoded bytes of one key's unary
+// answers being built (ReserveAnswerBytes) or waiting to be sent, at most; past it the key's
+// new calls are refused RESOURCE_EXHAUSTED"; README.md: a quarter of --grpc_memory_mb (at least
+// 32 MiB). That holds for every unary answer, not only the three reads that reserve theirs: a
+// reader key of every project whose ListProjects answers (~1 MiB pages) wait unsent on a client
+// that never opens its window, 40 of them (below --max_calls_per_key), passes 32 MiB, so its
+// next call is refused naming the unsent bytes while another key is served; once the client
+// is gone the key is served again.
+TEST_F(TenantIsolationTest, UnsentListProjectsAnswersCountAgainstTheKeysUnsentBytes) {
+  constexpr int kProjects = 40;
+  constexpr int kCalls = 40;
+  server::VerityServer::Options options = TestServerOptions(postgres_->url(), 4);
+  options.auth.enabled = true;
+  options.auth.admin_key_file = *admin_key_file_;
+  options.grpc_memory_bytes = int64_t{128} << 20;  // A key's unsent answers: at most 32 MiB.
+  auto started = server::VerityServer::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<server::VerityServer> server = *std::move(started);
+  auto channel = OwnChannel(server->port(), false);
+  for (int p = 0; p < kProjects; ++p) {
+    v1::CreateProjectRequest create;
+    create.mutable_project()->set_name(absl::StrCat("listed-", p));
+    for (int k = 0; k < 256; ++k) {
+      create.mutable_project()->add_classes(absl::StrCat(std::string(116, 'c'), k));
+    }
+    v1::CreateProjectResponse created;
+    grpc::ClientContext context;
+    Authorize(context, *admin_);
+    ASSERT_TRUE(
+        v1::ProjectService::NewStub(channel)->CreateProject(&context, create, &created).ok());
+  }
+  const std::string hog_key = CreateKey(v1::ROLE_READER, {}, channel);
+  auto list_projects = [&](const std::string& key, v1::ListProjectsResponse* response) {
+    grpc::ClientContext context;
+    Authorize(context, key, 10);
+    return v1::ProjectService::NewStub(channel)->ListProjects(&context, v1::ListProjectsRequest(),
+                                                              response);
+  };
+  {
+    v1::ListProjectsResponse page;
+    ASSERT_TRUE(list_projects(hog_key, &page).ok());
+    ASSERT_GE(page.ByteSizeLong(), size_t{1} << 20);  // One answer, read: about 1 MiB.
+  }
+  // Polls `key`'s ListProjects for up to 10 s until its code is `code`; the last status.
+  auto until = [&](const std::string& key, grpc::StatusCode code) {
+    grpc::Status status;
+    for (int i = 0; i < 100; ++i) {
+      v1::ListProjectsResponse page;
+      status = list_projects(key, &page);
+      if (status.error_code() == code) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return status;
+  };
+  {
+    WindowlessHttp2Client hog(server->port());
+    ASSERT_TRUE(hog.ok());
+    const std::string authority = absl::StrCat("127.0.0.1:", server->port());
+    for (int i = 0; i < kCalls; ++i) {
+      hog.Call(authority, "/verity.v1.ProjectService/ListProjects", hog_key,
+               v1::ListProjectsRequest().SerializeAsString());
+    }
+    const grpc::Status refused = until(hog_key, grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << refused.error_message();
+    EXPECT_TRUE(absl::StrContains(refused.error_message(), "bytes of answers not yet sent"))
+        << refused.error_message();
+    v1::ListProjectsResponse other;
+    const grpc::Status served = list_projects(*admin_, &other);
+    EXPECT_TRUE(served.ok()) << served.error_message();
+  }
+  const grpc::Status again = until(hog_key, grpc::StatusCode::OK);
+  EXPECT_TRUE(again.ok()) << again.error_message();
+  server->Shutdown();
+}
+
 }  // namespace
 }  // namespace verity::tests
