@@ -345,8 +345,10 @@ class FakeProjectService final : public v1::ProjectService::Service {
     return Refusal(decisions_, context);
   }
   // A handler that forgets to ask: the interceptor's second line must still refuse the call.
-  grpc::Status AddItems(grpc::ServerContext*, const v1::AddItemsRequest*,
-                        v1::AddItemsResponse*) override {
+  // It answers as a real AddItems would (what it added), which a refused caller must not read.
+  grpc::Status AddItems(grpc::ServerContext*, const v1::AddItemsRequest* request,
+                        v1::AddItemsResponse* response) override {
+    response->set_added(request->items_size());
     return grpc::Status::OK;
   }
   // Waits until its client has cancelled the call, then asks Admit and reports its answer.
@@ -568,6 +570,29 @@ TEST_F(AuthInterceptorTest, AHandlerThatForgetsToAskStillCannotAnswerARefusedCal
     EXPECT_EQ(status.error_code(), key.empty() ? grpc::StatusCode::UNAUTHENTICATED
                                                : grpc::StatusCode::PERMISSION_DENIED)
         << status.error_message();
+  }
+}
+
+// auth_interceptor.h: Admit "fails closed", and as a second line a call refused at the metadata
+// stage that a handler nevertheless answered OK is refused. A refused call must then carry no
+// answer: the caller with no key, or with a key below the method's role, gets the refusal and
+// an empty response, not what the handler that forgot to ask built (a KeyService handler that
+// forgot would otherwise hand every key's record to a caller without a key).
+TEST_F(AuthInterceptorTest, AHandlerThatForgetsToAskSendsARefusedCallNoAnswer) {
+  const std::string reader = Key(Role::kReader, {"alpha"});
+  Start(ring_.get());
+  for (const std::string& key : {std::string(), reader}) {
+    grpc::ClientContext context;
+    WithKey(context, key);
+    v1::AddItemsRequest request;
+    request.set_project("alpha");
+    request.add_items()->set_id("item-1");
+    v1::AddItemsResponse response;
+    const grpc::Status status =
+        v1::ProjectService::NewStub(channel_)->AddItems(&context, request, &response);
+    EXPECT_FALSE(status.ok());
+    EXPECT_EQ(response.ByteSizeLong(), 0u)
+        << (key.empty() ? "no key" : "reader") << " read the answer: " << response.DebugString();
   }
 }
 
