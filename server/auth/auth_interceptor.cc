@@ -1,6 +1,7 @@
 #include "server/auth/auth_interceptor.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -54,6 +55,7 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
       DecideMessage(methods->GetRecvMessage());
     }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_MESSAGE)) {
+      WithholdRefusedAnswer(*methods);
       CountAnswer(*methods);
     }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_SEND_MESSAGE)) {
@@ -185,6 +187,22 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
     factory_.decisions().SetMessageDecision(context_, std::move(status));
   }
 
+  // Second line, with the status replacement at PRE_SEND_STATUS: the answer of a call refused
+  // at the metadata stage that a handler built anyway (it never asked Admit) is replaced by an
+  // empty message of its type. The status alone is not enough: a unary answer travels in the
+  // same batch as the status, and the client reads it (a KeyService handler that forgot to ask
+  // would hand every key's record to a caller without a key).
+  void WithholdRefusedAnswer(InterceptorBatchMethods& methods) {
+    if (open_) return;  // No decision is recorded for open methods.
+    if (factory_.decisions().Get(context_).call.ok()) return;
+    const void* message = methods.GetSendMessage();
+    if (message == nullptr) return;
+    LogEvent("auth_not_enforced", {{"method", method_}, {"withheld", "answer"}});
+    // Kept until the next answer: gRPC reads it until it is serialized or sent.
+    withheld_answer_.reset(static_cast<const google::protobuf::MessageLite*>(message)->New());
+    methods.ModifySendMessage(withheld_answer_.get());
+  }
+
   // Counts the answer about to be sent against its key's unsent answer bytes. The services'
   // messages are protobuf; the sync API hands them over unserialized (SendMessagePtr).
   void CountAnswer(InterceptorBatchMethods& methods) {
@@ -212,6 +230,8 @@ class AuthInterceptor : public grpc::experimental::Interceptor {
   std::shared_ptr<const Principal> principal_;
   std::string stream_project_;  // The project of the stream's last admitted message.
   bool open_call_counted_ = false;  // In CallAuthorizations' open calls in flight.
+  // The empty answer sent in place of a refused call's (WithholdRefusedAnswer).
+  std::unique_ptr<google::protobuf::MessageLite> withheld_answer_;
 };
 
 }  // namespace

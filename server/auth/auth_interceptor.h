@@ -18,8 +18,9 @@
 // thing every handler does is CallAuthorizations::Admit(context), which returns the
 // interceptor's decision, and a streaming handler asks again after each message it reads.
 // Admit fails closed: a call the interceptor never saw is refused (INTERNAL). As a second
-// line, a call refused at the metadata stage that a handler nevertheless answered OK has its
-// status replaced by the refusal before it is sent (logged as event=auth_not_enforced), and
+// line, a call refused at the metadata stage that a handler nevertheless answered has each
+// answer message replaced by an empty one and an OK status replaced by the refusal before they
+// are sent (logged as event=auth_not_enforced), and
 // tests/auth_test.cc calls every RPC of every service with every kind of key.
 //
 // With authentication off (no KeyRing: only allowed on a loopback-only server) every call is
