@@ -1416,5 +1416,149 @@ TEST(AutoTruthModelTest, GoldCalibrationOfAutoRefitsOnlyTheServedMethod) {
   }
 }
 
+// 30 gold items, one label each (annotator 0 says 0): items 0..19 have gold 0, 20..29 gold 1.
+struct SplitGold {
+  AnnotationMatrix data;
+  std::vector<int32_t> gold;
+};
+SplitGold ThirtyGoldItemsTwoThirdsClassZero() {
+  std::vector<Annotation> annotations;
+  std::vector<int32_t> gold(30, 0);
+  for (int32_t i = 0; i < 30; ++i) {
+    annotations.push_back({i, 0, 0});
+    if (i >= 20) gold[i] = 1;
+  }
+  return {*AnnotationMatrix::Build(30, 1, 2, annotations), gold};
+}
+
+// Promise (auto_truth_model.h): gold cross-validation counts an item right by the argmax of its
+// posterior, "lowest index on ties". ds's stand-in posterior is (1/2, 1/2) on every item, so it
+// is read as class 0: right on the 20 items of gold 0, wrong on the 10 of gold 1 (accuracy 2/3;
+// the highest index would give 1/3), with log-loss -log 1/2 on every item. The reason names the
+// criterion and the 30 gold items it scored in 3 folds.
+TEST(AutoTruthModelTest, GoldCvReadsAnEvenPosteriorAsTheLowestClass) {
+  const SplitGold split = ThirtyGoldItemsTwoThirdsClassZero();
+  absl::StatusOr<AutoChoice> choice =
+      ChooseTruthMethod(split.data, split.gold, {}, DsAndMv(nullptr, nullptr));
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "gold_cv");
+  EXPECT_NEAR(ScoreOf(*choice, "ds").accuracy, 20.0 / 30, 1e-12);
+  EXPECT_NEAR(ScoreOf(*choice, "ds").log_loss, std::log(2.0), 1e-12);
+  EXPECT_TRUE(absl::StartsWith(choice->reason, "gold_cv over 30 gold items in 3 folds: "))
+      << choice->reason;
+  EXPECT_EQ(choice->method, "ds") << choice->reason;
+}
+
+// auto_truth_model.h / AutoCandidateScore: a candidate that fails to fit is skipped under gold
+// cross-validation too (fitted false, no accuracy of 0 to compare with): with a ds that never
+// fits, mv, right on all 30 gold items, is served.
+TEST(AutoTruthModelTest, GoldCvSkipsADsThatFailsToFit) {
+  const SplitGold split = ThirtyGoldItemsTwoThirdsClassZero();
+  const AutoTruthModel::CandidateFactory factory =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    if (method == "ds") return std::unique_ptr<TruthModel>(std::make_unique<FailingFitModel>());
+    if (method == "mv") {
+      return std::unique_ptr<TruthModel>(std::make_unique<FixedModel>(
+          "mv", [](int32_t i) { return i < 20; }, std::vector<double>{0.5, 0.5, 0.5, 0.5},
+          nullptr));
+    }
+    return absl::InvalidArgumentError("not a candidate here");
+  };
+  absl::StatusOr<AutoChoice> choice = ChooseTruthMethod(split.data, split.gold, {}, factory);
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "gold_cv");
+  EXPECT_FALSE(ScoreOf(*choice, "ds").fitted);
+  EXPECT_TRUE(ScoreOf(*choice, "mv").fitted);
+  EXPECT_NEAR(ScoreOf(*choice, "mv").accuracy, 1.0, 1e-12);
+  EXPECT_EQ(choice->method, "mv") << choice->reason;
+}
+
+// ChooseTruthMethod is the choice auto's Fit would make, so it refuses what Fit refuses
+// (truth_model.h, ValidateFitInputs): a gold class out of [-1, K) or gold of another size than
+// the items, with INVALID_ARGUMENT, even when every candidate's own Fit would accept them.
+TEST(AutoTruthModelTest, ChooseTruthMethodRefusesGoldThatFitRefuses) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 40; ++i) {
+    annotations.push_back({i, 0, 0});
+    annotations.push_back({i, 1, 0});
+  }
+  const AnnotationMatrix data = *AnnotationMatrix::Build(40, 2, 2, annotations);
+  const AutoTruthModel::CandidateFactory factory = DsAndMv(nullptr, nullptr);
+  std::vector<int32_t> out_of_range(40, -1);
+  out_of_range[3] = 2;
+  EXPECT_THAT(ChooseTruthMethod(data, out_of_range, {}, factory),
+              ::verity::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ChooseTruthMethod(data, std::vector<int32_t>(41, -1), {}, factory),
+              ::verity::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ChooseTruthMethod(data, std::vector<int32_t>(40, -1), {}, factory), IsOk());
+}
+
+// auto_truth_model.h: the held-out reason names the criterion and how many labels were held out.
+// ds's stand-in records one ItemAnnotatorConfusion call per held-out label it is asked to
+// predict.
+TEST(AutoTruthModelTest, HeldOutReasonCountsTheHeldOutLabels) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 300; ++i) {
+    for (int32_t a = 0; a < 3; ++a) annotations.push_back({i, a, 0});
+  }
+  const AnnotationMatrix data = *AnnotationMatrix::Build(300, 3, 2, annotations);
+  auto held = std::make_shared<std::vector<std::pair<int32_t, int32_t>>>();
+  absl::StatusOr<AutoChoice> choice =
+      ChooseTruthMethod(data, {}, {}, DsAndMv(nullptr, nullptr, {0.5, 0.5, 0.5, 0.5}, held));
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "held_out_labels");
+  ASSERT_FALSE(held->empty());
+  EXPECT_TRUE(absl::StartsWith(
+      choice->reason,
+      absl::StrCat("held_out_labels: mean log-likelihood of ", held->size(), " held-out labels: ")))
+      << choice->reason;
+}
+
+// auto_truth_model.h: the gold items are split into folds after "a deterministic shuffle", not
+// by their order: with items 0..59 all gold, no fold is every 3rd item or a run of 20
+// consecutive ones, and the same data gives the same folds again.
+TEST(AutoTruthModelTest, GoldFoldsAreADeterministicShuffleOfTheGoldItems) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 60; ++i) annotations.push_back({i, 0, 0});
+  const AnnotationMatrix data = *AnnotationMatrix::Build(60, 1, 2, annotations);
+  const std::vector<int32_t> gold(60, 0);
+  const auto folds = [&] {
+    auto calls = std::make_shared<std::vector<FitCall>>();
+    const AutoTruthModel::CandidateFactory factory =
+        [calls](std::string_view method, int32_t,
+                const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+      if (method != "ds") return absl::InvalidArgumentError("not a candidate here");
+      return std::unique_ptr<TruthModel>(std::make_unique<RecordingModel>(
+          std::make_unique<FixedModel>("ds", nullptr, std::vector<double>{0.5, 0.5, 0.5, 0.5},
+                                       nullptr),
+          calls));
+    };
+    EXPECT_THAT(ChooseTruthMethod(data, gold, {}, factory), IsOk());
+    std::vector<std::set<int32_t>> hidden;
+    for (const FitCall& call : *calls) {
+      std::set<int32_t> h;
+      for (int32_t i = 0; i < 60; ++i) {
+        if (call.gold[i] < 0) h.insert(i);
+      }
+      hidden.push_back(std::move(h));
+    }
+    return hidden;
+  };
+  const std::vector<std::set<int32_t>> first = folds();
+  ASSERT_EQ(first.size(), 3u);
+  for (const std::set<int32_t>& h : first) {
+    EXPECT_EQ(h.size(), 20u);
+    for (int32_t f = 0; f < 3; ++f) {
+      std::set<int32_t> every_third, run;
+      for (int32_t i = f; i < 60; i += 3) every_third.insert(i);
+      for (int32_t i = 20 * f; i < 20 * f + 20; ++i) run.insert(i);
+      EXPECT_NE(h, every_third);
+      EXPECT_NE(h, run);
+    }
+  }
+  EXPECT_EQ(folds(), first);
+}
+
 }  // namespace
 }  // namespace verity::models
