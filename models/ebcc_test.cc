@@ -597,5 +597,77 @@ TEST(EbccTest, ARefusedRestoreLeavesTheModelUnchanged) {
   EXPECT_EQ(other->Serialize(), before);
 }
 
+// truth_model.h: Fit with warm_start false starts cold whatever the model holds: a model fitted
+// before on another crowd ends where a fresh model fitted on this crowd does.
+TEST(EbccTest, AColdFitIgnoresThePreviousParameters) {
+  SyntheticCrowdSpec spec = SpammerCrowdSpec();
+  spec.num_items = 300;
+  SyntheticCrowdSpec other = spec;
+  other.seed += 17;
+  const SyntheticCrowd first = GenerateSyntheticCrowd(other);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<EbccModel> refitted = CreateOrFail<EbccModel>(3);
+  std::unique_ptr<EbccModel> fresh = CreateOrFail<EbccModel>(3);
+  ASSERT_THAT(refitted->Fit(first.matrix, {}, false), IsOk());
+  ASSERT_THAT(refitted->Fit(crowd.matrix, {}, false), IsOk());
+  ASSERT_THAT(fresh->Fit(crowd.matrix, {}, false), IsOk());
+  EXPECT_EQ(AllPosteriors(*refitted, crowd.matrix, {}), AllPosteriors(*fresh, crowd.matrix, {}));
+  EXPECT_EQ(refitted->Serialize(), fresh->Serialize());
+}
+
+// Promise (ebcc.h): a cold fit starts from the majority vote with gold items clamped. Ten items,
+// all gold 1, each labelled 0 by annotator 0, one iteration. The clamped start puts all ten
+// items' mass on class 1: nu = (1, 11), the subtypes of class 1 hold S_m >= 0 with sum 10, so
+// some m has S_m >= 1; annotator 0's row (1, m) is (1 + S_m, 4). The E-step's log normaliser of
+// each (clamped) item is at least that of that subtype alone:
+//   E ln tau_1 + E ln pi_1m + E ln v_0[1, m, 0]
+//   >= [psi(11) - psi(12)] + [psi(1.01) - psi(10.1)] + [psi(2) - psi(6)]
+//   = -1/11 - 2.8230 - (1/2 + 1/3 + 1/4 + 1/5) = -4.197,
+// so the log-likelihood is above -42. A start that read the 0s as class 0 would leave class 1
+// with almost no subtype mass (E ln pi_1m near psi(0.01) - psi(0.1), about -90 per item).
+TEST(EbccTest, TheColdStartMajorityVoteClampsTheGoldItems) {
+  std::vector<Annotation> triples;
+  for (int32_t i = 0; i < 10; ++i) triples.push_back({i, 0, 0});
+  const AnnotationMatrix m = *AnnotationMatrix::Build(10, 1, 2, triples);
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2, one_iteration);
+  absl::StatusOr<FitReport> report = model->Fit(m, std::vector<int32_t>(10, 1), false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, 1);
+  EXPECT_GT(report->log_likelihood, -42.0);
+  EXPECT_LT(report->log_likelihood, 0.0);
+}
+
+// Promise (ebcc.h): the fit stops when every q_i(k) moved less than kClassTolerance "between two
+// E-steps"; the first E-step has none before it, so even a crowd without a single label (where
+// nothing moves) stops converged at iteration 2, not 1.
+TEST(EbccTest, TheFirstIterationNeverConvergesEvenWithoutLabels) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(3, 2, 2, {});
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2);
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->converged);
+  EXPECT_EQ(report->iterations, 2);
+}
+
+// Restore refuses, as truncated, a checksummed blob whose annotator count needs more bytes than
+// it holds: 2,000,000,000 annotators (640 GB of Dirichlets at K = 2) with the bytes of one. The
+// count is checked before anything is allocated for it, and the model is left unfitted.
+TEST(EbccTest, RestoreRefusesMoreAnnotatorsThanTheBlobHolds) {
+  ByteWriter blob;
+  WriteModelHeader(blob, EbccModel::kMethod, true);
+  blob.WriteU32(2);
+  blob.WriteU32(10);
+  blob.WriteU32(2'000'000'000);
+  for (int c = 0; c < 22; ++c) blob.WriteF64(1.0);
+  for (int c = 0; c < 40; ++c) blob.WriteF64(4.0);
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2);
+  const absl::Status restored = model->Restore(blob.Finish());
+  EXPECT_THAT(restored, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(restored.message(), HasSubstr("truncated"));
+  EXPECT_FALSE(model->has_parameters());
+}
+
 }  // namespace
 }  // namespace verity::models
