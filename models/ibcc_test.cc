@@ -446,5 +446,22 @@ TEST(IbccTest, AColdFitIgnoresThePreviousParameters) {
   EXPECT_EQ(refitted->Serialize(), fresh->Serialize());
 }
 
+// Restore refuses, as truncated, a checksummed blob whose annotator count needs more bytes than
+// it holds: 2,000,000,000 annotators (1.6 TB of Dirichlets at K = 10) with the bytes of one. The
+// count is checked before anything is allocated for it, and the model is left unfitted.
+TEST(IbccTest, RestoreRefusesMoreAnnotatorsThanTheBlobHolds) {
+  ByteWriter blob;
+  WriteModelHeader(blob, IbccModel::kMethod, true);
+  blob.WriteU32(10);
+  blob.WriteU32(2'000'000'000);
+  for (int c = 0; c < 10; ++c) blob.WriteF64(1.0);
+  for (int c = 0; c < 100; ++c) blob.WriteF64(4.0);
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(10);
+  const absl::Status restored = model->Restore(blob.Finish());
+  EXPECT_THAT(restored, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(restored.message(), HasSubstr("truncated"));
+  EXPECT_FALSE(model->has_parameters());
+}
+
 }  // namespace
 }  // namespace verity::models
