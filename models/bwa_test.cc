@@ -543,5 +543,41 @@ TEST(BwaTest, ARefusedRestoreLeavesTheModelUnchanged) {
   EXPECT_EQ(other->Serialize(), before);
 }
 
+// truth_model.h / bwa.h: Fit with warm_start false starts cold (z from the majority-vote
+// fractions) whatever the model holds: a model fitted before on another crowd ends where a fresh
+// model fitted on this crowd does.
+TEST(BwaTest, AColdFitIgnoresThePreviousParameters) {
+  SyntheticCrowdSpec spec = MixedCrowdSpec();
+  spec.num_items = 300;
+  SyntheticCrowdSpec other = spec;
+  other.seed += 17;
+  const SyntheticCrowd first = GenerateSyntheticCrowd(other);
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(spec);
+  std::unique_ptr<BwaModel> refitted = CreateOrFail<BwaModel>(3);
+  std::unique_ptr<BwaModel> fresh = CreateOrFail<BwaModel>(3);
+  ASSERT_THAT(refitted->Fit(first.matrix, {}, false), IsOk());
+  ASSERT_THAT(refitted->Fit(crowd.matrix, {}, false), IsOk());
+  ASSERT_THAT(fresh->Fit(crowd.matrix, {}, false), IsOk());
+  EXPECT_EQ(AllPosteriors(*refitted, crowd.matrix, {}), AllPosteriors(*fresh, crowd.matrix, {}));
+  EXPECT_EQ(refitted->Serialize(), fresh->Serialize());
+}
+
+// Restore refuses, as truncated, a checksummed blob whose annotator count needs more bytes than
+// it holds: 2,000,000,000 annotators (160 GB of precisions at K = 10) with the bytes of none. The
+// count is checked before anything is allocated for it, and the model is left unfitted.
+TEST(BwaTest, RestoreRefusesMoreAnnotatorsThanTheBlobHolds) {
+  ByteWriter blob;
+  WriteModelHeader(blob, BwaModel::kMethod, true);
+  blob.WriteU32(10);
+  blob.WriteU32(2'000'000'000);
+  for (int c = 0; c < 10; ++c) blob.WriteF64(0.1);
+  for (int c = 0; c < 10; ++c) blob.WriteF64(2.0);
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(10);
+  const absl::Status restored = model->Restore(blob.Finish());
+  EXPECT_THAT(restored, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(restored.message(), HasSubstr("truncated"));
+  EXPECT_FALSE(model->has_parameters());
+}
+
 }  // namespace
 }  // namespace verity::models
