@@ -1560,5 +1560,90 @@ TEST(AutoTruthModelTest, GoldFoldsAreADeterministicShuffleOfTheGoldItems) {
   EXPECT_EQ(folds(), first);
 }
 
+// auto_truth_model.h: above kMaxSelectionLabels the selection runs on every n-th item, items
+// renumbered but "annotators keep their ids". 100,001 items with two labels each (200,002 labels,
+// so every 2nd item): item i is labelled by annotators i % 7 and i % 7 + 1, so selection item j
+// (item 2j) by 2j % 7 and 2j % 7 + 1. ds's stand-in records the (item, annotator) of every
+// held-out label it is asked to predict.
+TEST(AutoTruthModelTest, SelectionOnASubsampleKeepsTheAnnotatorsIds) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 100'001; ++i) {
+    annotations.push_back({i, i % 7, 0});
+    annotations.push_back({i, i % 7 + 1, 1});
+  }
+  const AnnotationMatrix data = *AnnotationMatrix::Build(100'001, 8, 2, annotations);
+  auto held = std::make_shared<std::vector<std::pair<int32_t, int32_t>>>();
+  absl::StatusOr<AutoChoice> choice =
+      ChooseTruthMethod(data, {}, {}, DsAndMv(nullptr, nullptr, {0.5, 0.5, 0.5, 0.5}, held));
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_THAT(choice->reason, HasSubstr("(selection on 50001 of 100001 items)"));
+  ASSERT_GT(held->size(), 1000u);
+  std::set<int32_t> seen;
+  for (const auto& [item, annotator] : *held) {
+    ASSERT_LT(item, 50'001);
+    const int32_t first = (2 * item) % 7;
+    EXPECT_TRUE(annotator == first || annotator == first + 1) << item << " " << annotator;
+    seen.insert(annotator);
+  }
+  EXPECT_EQ(seen.size(), 8u);
+}
+
+// Forwards to `inner`, but every warm-started Fit fails.
+class FailsWarmFitModel final : public TruthModel {
+ public:
+  explicit FailsWarmFitModel(std::unique_ptr<TruthModel> inner) : inner_(std::move(inner)) {}
+  std::string_view method() const override { return inner_->method(); }
+  int32_t num_classes() const override { return inner_->num_classes(); }
+  bool has_parameters() const override { return inner_->has_parameters(); }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<FailsWarmFitModel>(inner_->Clone());
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix& data, absl::Span<const int32_t> gold,
+                                bool warm_start) override {
+    if (warm_start) return absl::InternalError("this model never fits warm");
+    return inner_->Fit(data, gold, warm_start);
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    inner_->ItemPosterior(labels, gold_label, out);
+  }
+  std::vector<double> AnnotatorConfusion(int32_t annotator) const override {
+    return inner_->AnnotatorConfusion(annotator);
+  }
+  std::string Serialize() const override { return inner_->Serialize(); }
+  absl::Status Restore(std::string_view serialized) override { return inner_->Restore(serialized); }
+
+ private:
+  std::unique_ptr<TruthModel> inner_;
+};
+
+// truth_model.h: on error Fit leaves the model unchanged, also when the kept method's warm fit
+// fails. One label per item falls back to ds; the second Fit, warm, refits the served ds warm,
+// which fails: auto still serves the fitted ds of the first Fit, with its posteriors.
+TEST(AutoTruthModelTest, AFailedWarmFitOfTheServedMethodKeepsIt) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 50; ++i) annotations.push_back({i, i % 3, i % 2});
+  const AnnotationMatrix data = *AnnotationMatrix::Build(50, 3, 2, annotations);
+  const AutoTruthModel::CandidateFactory factory =
+      [](std::string_view method, int32_t,
+         const TruthModelOptions&) -> absl::StatusOr<std::unique_ptr<TruthModel>> {
+    if (method != "ds") return absl::InvalidArgumentError("not a candidate here");
+    return std::unique_ptr<TruthModel>(
+        std::make_unique<FailsWarmFitModel>(std::make_unique<FixedModel>(
+            "ds", [](int32_t) { return true; }, std::vector<double>{0.5, 0.5, 0.5, 0.5}, nullptr)));
+  };
+  std::unique_ptr<AutoTruthModel> model = MakeAuto(2, factory);
+  ASSERT_THAT(model->Fit(data, {}, false), IsOk());
+  ASSERT_EQ(model->choice().criterion, "fallback");
+  EXPECT_THAT(model->Fit(data, {}, true), ::verity::testing::StatusIs(absl::StatusCode::kInternal));
+  EXPECT_TRUE(model->has_parameters());
+  EXPECT_EQ(model->served().method(), "ds");
+  EXPECT_EQ(model->choice().criterion, "fallback");
+  std::vector<double> out(2);
+  model->ItemPosteriorForItem(0, data.LabelsOfItem(0), -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 0.9, 1e-12);
+  EXPECT_NEAR(out[1], 0.1, 1e-12);
+}
+
 }  // namespace
 }  // namespace verity::models
