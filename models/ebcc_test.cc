@@ -669,5 +669,32 @@ TEST(EbccTest, RestoreRefusesMoreAnnotatorsThanTheBlobHolds) {
   EXPECT_FALSE(model->has_parameters());
 }
 
+// Promise (ebcc.h): an item whose product of factors falls below 1e-200 takes the log form, which
+// agrees with the product form: its log normaliser enters the log-likelihood, over the gold
+// class's subtypes alone for a gold item. One item labelled by 600 annotators unknown to the
+// model of the tests above (prior rows (4, 1) and (1, 4)), 300 saying 0 and 300 saying 1: every
+// class's subtypes score E ln v = 300 (psi(4) - psi(5)) + 300 (psi(1) - psi(5)) = 300 (-1/4) +
+// 300 (-25/12) = -700 over the labels (the product of factors, e^(-11/6 * 300) at most,
+// underflows), plus the priors class0 = psi(3) - psi(4) + psi(1) - psi(10) = -1/3 - H_9 and
+// class1 = psi(1) - psi(4) + psi(2) - psi(20) = -11/6 - (H_19 - 1). One warm iteration:
+// ll = log(10 e^class0 + 10 e^class1) - 700 without gold, log(10 e^class_g) - 700 with gold g.
+TEST(EbccTest, TheLogFormAddsTheItemsLogNormaliserOverItsGoldClass) {
+  std::vector<Annotation> triples;
+  for (int32_t a = 0; a < 600; ++a) triples.push_back({0, a, a % 2});
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 600, 2, triples);
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  const double class0 = -1.0 / 3 - Harmonic(9);
+  const double class1 = -11.0 / 6 - (Harmonic(19) - 1);
+  const double expected[3] = {std::log(10 * std::exp(class0) + 10 * std::exp(class1)) - 700,
+                              std::log(10.0) + class0 - 700, std::log(10.0) + class1 - 700};
+  for (int32_t g : {-1, 0, 1}) {
+    std::unique_ptr<EbccModel> model = AsymmetricPriorModel(one_iteration);
+    absl::StatusOr<FitReport> report = model->Fit(m, std::vector<int32_t>{g}, true);
+    ASSERT_THAT(report, IsOk());
+    EXPECT_NEAR(report->log_likelihood, expected[g + 1], 1e-8) << g;
+  }
+}
+
 }  // namespace
 }  // namespace verity::models
