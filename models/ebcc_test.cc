@@ -677,7 +677,8 @@ TEST(EbccTest, RestoreRefusesMoreAnnotatorsThanTheBlobHolds) {
 // 300 (-25/12) = -700 over the labels (the product of factors, e^(-11/6 * 300) at most,
 // underflows), plus the priors class0 = psi(3) - psi(4) + psi(1) - psi(10) = -1/3 - H_9 and
 // class1 = psi(1) - psi(4) + psi(2) - psi(20) = -11/6 - (H_19 - 1). One warm iteration:
-// ll = log(10 e^class0 + 10 e^class1) - 700 without gold, log(10 e^class_g) - 700 with gold g.
+// ll = log(10 e^class0 + 10 e^class1) - 700 without gold, log(10 e^class_g) - 700 with gold g,
+// and the other class gets no mass.
 TEST(EbccTest, TheLogFormAddsTheItemsLogNormaliserOverItsGoldClass) {
   std::vector<Annotation> triples;
   for (int32_t a = 0; a < 600; ++a) triples.push_back({0, a, a % 2});
@@ -693,7 +694,71 @@ TEST(EbccTest, TheLogFormAddsTheItemsLogNormaliserOverItsGoldClass) {
     absl::StatusOr<FitReport> report = model->Fit(m, std::vector<int32_t>{g}, true);
     ASSERT_THAT(report, IsOk());
     EXPECT_NEAR(report->log_likelihood, expected[g + 1], 1e-8) << g;
+    if (g < 0) continue;
+    // The other class gets no mass: annotator 0's rows for it keep the prior beta, (4, 1) / 5
+    // on the diagonal side, whatever the subtype proportions.
+    const std::vector<double> confusion = model->AnnotatorConfusion(0);
+    for (int l = 0; l < 2; ++l) {
+      EXPECT_NEAR(confusion[(1 - g) * 2 + l], l == 1 - g ? 0.8 : 0.2, 1e-12) << g << " " << l;
+    }
   }
+}
+
+// truth_model.h (FitReport::log_likelihood): a gold item without labels adds nothing in ebcc, and
+// it adds nothing to the Dirichlets either, from the cold start on. Item 0 has gold 0 and
+// annotator 0's label 0; items 1 and 2 have gold 1 and no label. One iteration gives the
+// log-likelihood and the parameters of a fit of item 0 alone (the same subtype split: it is
+// item 0 in both). Counting the two gold items in the cold start would raise nu_1 from 1 to 3
+// and move item 0's E ln tau_0 by psi(3) - psi(5) = -7/12.
+TEST(EbccTest, GoldItemsWithoutLabelsAddNothingToTheFit) {
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  const AnnotationMatrix alone = *AnnotationMatrix::Build(1, 1, 2, {{0, 0, 0}});
+  const AnnotationMatrix with_unlabelled = *AnnotationMatrix::Build(3, 1, 2, {{0, 0, 0}});
+  std::unique_ptr<EbccModel> reference = CreateOrFail<EbccModel>(2, one_iteration);
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2, one_iteration);
+  absl::StatusOr<FitReport> expected = reference->Fit(alone, std::vector<int32_t>{0}, false);
+  absl::StatusOr<FitReport> report =
+      model->Fit(with_unlabelled, std::vector<int32_t>{0, 1, 1}, false);
+  ASSERT_THAT(expected, IsOk());
+  ASSERT_THAT(report, IsOk());
+  EXPECT_NEAR(report->log_likelihood, expected->log_likelihood, 1e-12);
+  EXPECT_EQ(model->Serialize(), reference->Serialize());
+}
+
+// Promise (ebcc.h): a warm fit starts from the previous Dirichlets, "annotators beyond them from
+// the prior beta". The model below knows annotator 0 only (rows (40, 1) and (1, 40)); one warm
+// iteration on an item labelled 0 by annotator 1, new to it. With the priors of
+// AsymmetricPriorModel (class0 = -1/3 - H_9, class1 = -11/6 - (H_19 - 1) per subtype) and
+// annotator 1 at the prior beta (E ln v = psi(4) - psi(5) = -1/4 for class 0, psi(1) - psi(5)
+// = -25/12 for class 1): ll = log(10 e^(class0 - 1/4) + 10 e^(class1 - 25/12)). Starting
+// annotator 1 from annotator 0's rows would give -1/40 and -H_40 instead.
+TEST(EbccTest, AWarmFitStartsNewAnnotatorsFromThePrior) {
+  ByteWriter writer;
+  WriteModelHeader(writer, EbccModel::kMethod, true);
+  writer.WriteU32(2);   // classes
+  writer.WriteU32(10);  // subtypes
+  writer.WriteU32(1);   // annotators
+  writer.WriteF64(3.0);
+  writer.WriteF64(1.0);
+  for (int m = 0; m < 10; ++m) writer.WriteF64(1.0);
+  for (int m = 0; m < 10; ++m) writer.WriteF64(2.0);
+  for (int k = 0; k < 2; ++k) {
+    for (int m = 0; m < 10; ++m) {
+      for (int l = 0; l < 2; ++l) writer.WriteF64(k == l ? 40.0 : 1.0);
+    }
+  }
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2, one_iteration);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 2, 2, {{0, 1, 0}});
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, true);
+  ASSERT_THAT(report, IsOk());
+  const double class0 = -1.0 / 3 - Harmonic(9);
+  const double class1 = -11.0 / 6 - (Harmonic(19) - 1);
+  EXPECT_NEAR(report->log_likelihood,
+              std::log(10 * std::exp(class0 - 0.25) + 10 * std::exp(class1 - 25.0 / 12)), 1e-12);
 }
 
 }  // namespace
