@@ -463,5 +463,28 @@ TEST(IbccTest, RestoreRefusesMoreAnnotatorsThanTheBlobHolds) {
   EXPECT_FALSE(model->has_parameters());
 }
 
+// Promise (ibcc.h): a warm fit starts from the previous alpha and nu, "annotators beyond them from
+// the prior alpha0". The model below knows annotator 0 only (alpha_0 = [[40, 1], [1, 40]],
+// nu = (1, 1)); one warm iteration on an item labelled 0 by annotator 1, new to it:
+// E ln kappa_k = psi(1) - psi(2) = -1 and, at the prior, E ln pi_1[0][0] = psi(4) - psi(5) = -1/4,
+// E ln pi_1[1][0] = psi(1) - psi(5) = -25/12, so ll = -1 + log(e^(-1/4) + e^(-25/12)).
+// Starting annotator 1 from annotator 0's alpha would give -1/40 and -H_40 instead.
+TEST(IbccTest, AWarmFitStartsNewAnnotatorsFromThePrior) {
+  ByteWriter writer;
+  WriteModelHeader(writer, IbccModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(1);  // annotators
+  for (double v : {1.0, 1.0, 40.0, 1.0, 1.0, 40.0}) writer.WriteF64(v);
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(2, one_iteration);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 2, 2, {{0, 1, 0}});
+  absl::StatusOr<FitReport> report = model->Fit(m, {}, true);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_NEAR(report->log_likelihood, -1.0 + std::log(std::exp(-0.25) + std::exp(-25.0 / 12)),
+              1e-12);
+}
+
 }  // namespace
 }  // namespace verity::models
