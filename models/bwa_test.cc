@@ -579,5 +579,28 @@ TEST(BwaTest, RestoreRefusesMoreAnnotatorsThanTheBlobHolds) {
   EXPECT_FALSE(model->has_parameters());
 }
 
+// Promise (bwa.h): a warm start begins from the z_i the previous precisions and mu give, and ids
+// not in the previous fit get the prior mean precision. The model below has mu = (0.5, 0.5),
+// prior row (2, 3) and annotator 0's row (10, 20); one warm iteration on an item labelled 0 by
+// annotator 1, new to it. The starting z is (lambda mu_k + v_k [y = k]) / (lambda + v_k) with
+// v = (2, 3): (0.5 + 2) / 3 = 5/6 and 0.5 / 4 = 1/8, and the iteration's class mean is that z
+// (the mean over the one item). Annotator 0's row would give 21/22 and 1/42.
+TEST(BwaTest, AWarmFitStartsNewAnnotatorsFromThePriorPrecision) {
+  ByteWriter writer;
+  WriteModelHeader(writer, BwaModel::kMethod, true);
+  writer.WriteU32(2);  // classes
+  writer.WriteU32(1);  // annotators
+  for (double v : {0.5, 0.5, 2.0, 3.0, 10.0, 20.0}) writer.WriteF64(v);
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(2, one_iteration);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 2, 2, {{0, 1, 0}});
+  ASSERT_THAT(model->Fit(m, {}, true), IsOk());
+  ASSERT_TRUE(model->ClassMean().has_value());
+  EXPECT_NEAR((*model->ClassMean())[0], 5.0 / 6, 1e-12);
+  EXPECT_NEAR((*model->ClassMean())[1], 1.0 / 8, 1e-12);
+}
+
 }  // namespace
 }  // namespace verity::models
