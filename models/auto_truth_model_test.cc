@@ -1645,5 +1645,41 @@ TEST(AutoTruthModelTest, AFailedWarmFitOfTheServedMethodKeepsIt) {
   EXPECT_NEAR(out[1], 0.1, 1e-12);
 }
 
+// auto_truth_model.h: above kMaxSelectionLabels the whole selection, gold cross-validation
+// included, runs on every n-th item. 200,001 items with one label each (every 2nd item, 100,001
+// of them); items 0..99 have gold 0, so the selection holds the 50 even ones.
+TEST(AutoTruthModelTest, GoldCvOnALargeProjectScoresTheSubsamplesGoldOnly) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 200'001; ++i) annotations.push_back({i, 0, 0});
+  const AnnotationMatrix data = *AnnotationMatrix::Build(200'001, 1, 2, annotations);
+  std::vector<int32_t> gold(200'001, -1);
+  for (int32_t i = 0; i < 100; ++i) gold[i] = 0;
+  absl::StatusOr<AutoChoice> choice = ChooseTruthMethod(
+      data, gold, {}, DsAndMv([](int32_t) { return true; }, [](int32_t) { return true; }));
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->criterion, "gold_cv");
+  EXPECT_TRUE(absl::StartsWith(
+      choice->reason,
+      "gold_cv over 50 gold items in 3 folds (selection on 100001 of 200001 items): "))
+      << choice->reason;
+}
+
+// truth_model.h (ValidateFitInputs): Fit refuses data of another number of classes than the
+// model's with INVALID_ARGUMENT, auto too, whatever its candidates would accept, and keeps what it
+// served (nothing fitted here).
+TEST(AutoTruthModelTest, FitRefusesDataOfAnotherClassCountWhateverTheCandidates) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 40; ++i) {
+    annotations.push_back({i, 0, i % 3});
+    annotations.push_back({i, 1, i % 3});
+  }
+  const AnnotationMatrix three = *AnnotationMatrix::Build(40, 2, 3, annotations);
+  std::unique_ptr<AutoTruthModel> model = MakeAuto(2, DsAndMv(nullptr, nullptr));
+  EXPECT_THAT(model->Fit(three, {}, false),
+              ::verity::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(model->has_parameters());
+  EXPECT_EQ(model->choice().criterion, "");
+}
+
 }  // namespace
 }  // namespace verity::models
