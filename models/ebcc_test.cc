@@ -761,5 +761,15 @@ TEST(EbccTest, AWarmFitStartsNewAnnotatorsFromThePrior) {
               std::log(10 * std::exp(class0 - 0.25) + 10 * std::exp(class1 - 25.0 / 12)), 1e-12);
 }
 
+// ebcc.h: SubtypeProportions is nullopt before a fit (not an empty or a prior table), and
+// K x M after one.
+TEST(EbccTest, SubtypeProportionsAreNulloptBeforeAFit) {
+  std::unique_ptr<EbccModel> model = CreateOrFail<EbccModel>(2);
+  EXPECT_FALSE(model->SubtypeProportions().has_value());
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(1, 1, 2, {{0, 0, 0}}), {}, false), IsOk());
+  ASSERT_TRUE(model->SubtypeProportions().has_value());
+  EXPECT_EQ(model->SubtypeProportions()->size(), 20u);
+}
+
 }  // namespace
 }  // namespace verity::models
