@@ -486,5 +486,18 @@ TEST(IbccTest, AWarmFitStartsNewAnnotatorsFromThePrior) {
               1e-12);
 }
 
+// ibcc.h: AnnotatorDirichlet and ClassDirichlet are nullopt before the first fit, and the K x K
+// and K parameters after one.
+TEST(IbccTest, TheDirichletsAreNulloptBeforeAFit) {
+  std::unique_ptr<IbccModel> model = CreateOrFail<IbccModel>(2);
+  EXPECT_FALSE(model->AnnotatorDirichlet(0).has_value());
+  EXPECT_FALSE(model->ClassDirichlet().has_value());
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(1, 1, 2, {{0, 0, 0}}), {}, false), IsOk());
+  ASSERT_TRUE(model->ClassDirichlet().has_value());
+  EXPECT_EQ(model->ClassDirichlet()->size(), 2u);
+  ASSERT_TRUE(model->AnnotatorDirichlet(0).has_value());
+  EXPECT_EQ(model->AnnotatorDirichlet(0)->size(), 4u);
+}
+
 }  // namespace
 }  // namespace verity::models
