@@ -602,5 +602,18 @@ TEST(BwaTest, AWarmFitStartsNewAnnotatorsFromThePriorPrecision) {
   EXPECT_NEAR((*model->ClassMean())[1], 1.0 / 8, 1e-12);
 }
 
+// bwa.h: AnnotatorPrecision and ClassMean are nullopt before the first fit, and K values after
+// one.
+TEST(BwaTest, PrecisionsAndClassMeansAreNulloptBeforeAFit) {
+  std::unique_ptr<BwaModel> model = CreateOrFail<BwaModel>(2);
+  EXPECT_FALSE(model->AnnotatorPrecision(0).has_value());
+  EXPECT_FALSE(model->ClassMean().has_value());
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(1, 1, 2, {{0, 0, 0}}), {}, false), IsOk());
+  ASSERT_TRUE(model->AnnotatorPrecision(0).has_value());
+  EXPECT_EQ(model->AnnotatorPrecision(0)->size(), 2u);
+  ASSERT_TRUE(model->ClassMean().has_value());
+  EXPECT_EQ(model->ClassMean()->size(), 2u);
+}
+
 }  // namespace
 }  // namespace verity::models
