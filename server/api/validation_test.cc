@@ -607,5 +607,82 @@ TEST(ValidateAnnotationTest, ChecksTheItemIdNamingTheField) {
   }
 }
 
+// Promise (validation.h ParsePageToken: "decimal digits only"): the bytes either side of the
+// digit range, '/' (0x2f) and ':' (0x3a), are not digits, alone or after one.
+TEST(ParsePageTokenTest, TheBytesNextToTheDigitRangeAreRefused) {
+  for (const char* refused : {"/", ":", "1/", "1:", "/1", ":0"}) {
+    EXPECT_THAT(
+        ParsePageToken(refused, 100),
+        StatusIs(absl::StatusCode::kInvalidArgument, "page_token: not a token this server issued"))
+        << refused;
+  }
+  EXPECT_THAT(ParsePageToken("19", 100), IsOkAndHolds(19));
+}
+
+// Promise (projects.proto Project.classes: "no byte below 0x20, no 0x7f; INVALID_ARGUMENT
+// naming classes[i]"): a tab, a newline, 0x01 and 0x1f are control characters wherever they
+// sit in the name; the message names the index of the class at fault.
+TEST(ValidateNewProjectTest, ControlCharactersBelowSpaceAreRefusedNamingTheClass) {
+  for (const std::string& bad : {std::string("a\tb"), std::string("a\nb"), std::string("\x01"),
+                                 std::string("x\x1f"), std::string("a\0b", 3)}) {
+    v1::Project p = ValidProject();
+    p.add_classes(bad);
+    EXPECT_THAT(ValidateNewProject(p),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("project.classes[2]")))
+        << "class of " << bad.size() << " bytes";
+  }
+}
+
+// Promise (validation.h: the message names the offending field; projects.proto Project.classes
+// "unique"): of two equal class names the second is at fault, and the message names its index.
+TEST(ValidateNewProjectTest, ADuplicateClassIsNamedByItsIndex) {
+  v1::Project p = ValidProject();
+  p.add_classes("maybe");
+  p.add_classes("false");
+  EXPECT_THAT(ValidateNewProject(p),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("project.classes[3]: duplicate class \"false\"")));
+}
+
+// Promise (validation.h: INVALID_ARGUMENT naming the offending field, under project. in a
+// CreateProjectRequest): a bad calibration is named by its whole path.
+TEST(ValidateNewProjectTest, ABadCalibrationIsNamedByItsPath) {
+  v1::Project p = ValidProject();
+  p.mutable_settings()->mutable_model()->set_calibration("platt");
+  EXPECT_THAT(ValidateNewProject(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("project.settings.model.calibration")));
+  v1::ProjectSettings s;
+  s.mutable_model()->set_calibration("AUTO");
+  EXPECT_THAT(ValidateSettings(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("settings.model.calibration")));
+}
+
+// Promise (projects.proto AssignmentSettings.confidence_target: a posterior confidence, which
+// validation keeps in [0, 1]): NaN is no confidence and is refused naming the field, as is
+// infinity.
+TEST(ValidateSettingsTest, ANanOrInfiniteConfidenceTargetIsRefused) {
+  for (double bad : {std::nan(""), std::numeric_limits<double>::infinity(),
+                     -std::numeric_limits<double>::infinity()}) {
+    v1::ProjectSettings s;
+    s.mutable_assignment()->set_confidence_target(bad);
+    EXPECT_THAT(ValidateSettings(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("settings.assignment.confidence_target")))
+        << bad;
+  }
+}
+
+// Promise (validation.h ValidateTimestamp: up to 9999-12-31T23:59:59.999999Z, nanos in
+// [0, 1e9)): only the very last second stops at its microsecond; the second before it,
+// 9999-12-31T23:59:58, keeps all its nanoseconds.
+TEST(ValidateAnnotationTest, TheSecondBeforeTheLastKeepsAllItsNanoseconds) {
+  google::protobuf::Timestamp t;
+  t.set_seconds(ApiLimits::kMaxTimestampSeconds - 1);
+  t.set_nanos(999999999);
+  EXPECT_THAT(ValidateTimestamp("client_time", t), IsOk());
+  t.set_seconds(ApiLimits::kMaxTimestampSeconds);
+  EXPECT_THAT(ValidateTimestamp("client_time", t),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client_time: nanos")));
+}
+
 }  // namespace
 }  // namespace verity::server
