@@ -19,5 +19,18 @@ TEST(ProtoTimeTest, KeepsTheFractionOfASecond) {
   EXPECT_EQ(out.nanos(), 750'000'000);
 }
 
+// Promise (proto_time.h: "to the nanosecond"): no digit of the fraction is lost, before 1970
+// as after.
+TEST(ProtoTimeTest, KeepsEveryNanosecond) {
+  google::protobuf::Timestamp out;
+  SetTimestamp(absl::FromUnixSeconds(1'800'000'000) + absl::Nanoseconds(123'456'789), &out);
+  EXPECT_EQ(out.seconds(), 1'800'000'000);
+  EXPECT_EQ(out.nanos(), 123'456'789);
+  // One nanosecond before -5 s is -6 s + 999999999 ns.
+  SetTimestamp(absl::FromUnixSeconds(-5) - absl::Nanoseconds(1), &out);
+  EXPECT_EQ(out.seconds(), -6);
+  EXPECT_EQ(out.nanos(), 999'999'999);
+}
+
 }  // namespace
 }  // namespace verity::server
