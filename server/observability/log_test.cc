@@ -67,5 +67,14 @@ TEST(LogEventTest, ValuesWithSpacesQuotesOrSeparatorsAreQuotedAndEscaped) {
   EXPECT_EQ(line.find('\n'), line.size() - 1) << "a value's newline must not end the line";
 }
 
+// Promise (log.h: "Values with spaces or quotes are quoted"): a quote alone makes a value
+// quoted, and the quote inside is escaped.
+TEST(LogEventTest, AQuoteWithoutSpacesStillQuotesTheValue) {
+  EXPECT_EQ(WithoutTimestamp(CaptureStderr([] {
+              LogEvent("e", {{"name", "a\"b"}});
+            })),
+            "event=e name=\"a\\\"b\"\n");
+}
+
 }  // namespace
 }  // namespace verity::server
