@@ -134,5 +134,21 @@ TEST(VersionOutputsTest, AWrongMagicIsInvalidArgumentEvenAtTheRightSize) {
   EXPECT_EQ(DecodeProfiles(profiles).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// version_outputs.h: "VAP2" u32 num_annotators u32 K: both sizes come back as written, also
+// when they differ (three annotators of a four-class project).
+TEST(VersionOutputsTest, ProfilesKeepTheirNumberOfClassesApartFromTheirAnnotators) {
+  const std::vector<uint32_t> counts = {1, 2, 3};
+  std::vector<double> diagonals;
+  for (int i = 0; i < 12; ++i) diagonals.push_back(0.5 + i / 100.0);
+  auto decoded = DecodeProfiles(EncodeProfiles(4, counts, diagonals));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->num_annotators, 3);
+  EXPECT_EQ(decoded->num_classes, 4);
+  ASSERT_EQ(decoded->diagonals.size(), 12u);
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(decoded->diagonals[i], static_cast<float>(diagonals[i])) << i;
+  }
+}
+
 }  // namespace
 }  // namespace verity::server
