@@ -6,9 +6,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace verity::server {
 namespace {
@@ -74,6 +78,30 @@ TEST(LogEventTest, AQuoteWithoutSpacesStillQuotesTheValue) {
               LogEvent("e", {{"name", "a\"b"}});
             })),
             "event=e name=\"a\\\"b\"\n");
+}
+
+// Promise (log.h: `ts=...`, and the "Z" the timestamp ends with): the time is UTC, not the
+// machine's zone. In New York (UTC-5 or UTC-4) the line still reads the current UTC instant.
+TEST(LogEventTest, TheTimestampIsUtcWhateverTheLocalZone) {
+  const char* old_tz = std::getenv("TZ");
+  const std::string saved = old_tz == nullptr ? "" : old_tz;
+  setenv("TZ", "America/New_York", 1);
+  const absl::Time before = absl::Now();
+  const std::string line = CaptureStderr([] { LogEvent("e", {}); });
+  const absl::Time after = absl::Now();
+  if (old_tz == nullptr) {
+    unsetenv("TZ");
+  } else {
+    setenv("TZ", saved.c_str(), 1);
+  }
+  const std::string ts = line.substr(3, line.find(' ') - 3);
+  absl::Time logged;
+  std::string error;
+  ASSERT_TRUE(absl::ParseTime("%Y-%m-%dT%H:%M:%E3SZ", ts, absl::UTCTimeZone(), &logged, &error))
+      << ts << ": " << error;
+  // Milliseconds are kept, so the logged instant is at most 1 ms before `before`.
+  EXPECT_GE(logged, before - absl::Milliseconds(1)) << ts;
+  EXPECT_LE(logged, after) << ts;
 }
 
 }  // namespace
