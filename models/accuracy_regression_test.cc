@@ -71,5 +71,35 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.dataset;
     });
 
+// evaluation.h: FitAndScore creates the method with CreateTruthModel, which
+// serves calibrated posteriors with options.calibration "auto" (the default)
+// and the inner model's own with "none" (truth_model_factory.h).
+// docs/EVALUATION.md, "ds without gold (the default method, label-free
+// map)": on bluebirds ds scores ECE 0.1018 and log-loss 1.4966 raw, 0.0567
+// and 0.3505 calibrated, at the same accuracy 0.8981.
+TEST(FitAndScoreCalibrationTest, DefaultOptionsScoreTheCalibratedPosteriors) {
+  absl::StatusOr<std::string> root = testing::FindDatasetsDirectory();
+  ASSERT_THAT(root, IsOk());
+  absl::StatusOr<CsvDataset> csv = ReadCsvDataset(*root + "/bluebirds");
+  ASSERT_THAT(csv, IsOk());
+  absl::StatusOr<AnnotationMatrix> matrix = csv->ToMatrix();
+  ASSERT_THAT(matrix, IsOk());
+
+  absl::StatusOr<MethodEvaluation> calibrated =
+      FitAndScore("ds", TruthModelOptions(), *matrix, csv->gold);
+  TruthModelOptions none;
+  none.calibration = "none";
+  absl::StatusOr<MethodEvaluation> raw = FitAndScore("ds", none, *matrix, csv->gold);
+  ASSERT_THAT(calibrated, IsOk());
+  ASSERT_THAT(raw, IsOk());
+  EXPECT_EQ(calibrated->scores.items, 108);
+  EXPECT_NEAR(raw->scores.accuracy, 0.8981, 1e-4);
+  EXPECT_DOUBLE_EQ(calibrated->scores.accuracy, raw->scores.accuracy);
+  EXPECT_NEAR(raw->scores.ece, 0.1018, 0.005);
+  EXPECT_NEAR(raw->scores.log_loss, 1.4966, 0.02);
+  EXPECT_NEAR(calibrated->scores.ece, 0.0567, 0.005);
+  EXPECT_NEAR(calibrated->scores.log_loss, 0.3505, 0.02);
+}
+
 }  // namespace
 }  // namespace verity::models
