@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/annotation_matrix.h"
+#include "models/auto_truth_model.h"
 #include "models/calibrated_truth_model.h"
 
 namespace verity::models {
@@ -123,6 +124,28 @@ TEST(TruthModelFactoryTest, CalibrationOptionSelectsTheWrapper) {
   ASSERT_THAT(model, IsOk());
   EXPECT_EQ(dynamic_cast<const CalibratedTruthModel*>(model->get()), nullptr);
   EXPECT_EQ((*model)->method(), "ds");
+}
+
+// truth_model_factory.h: "auto" is an AutoTruthModel inside the one calibration wrapper, and
+// its candidates are created without calibration (auto_truth_model.h, CandidateFactory), so
+// what it serves is calibrated once: neither its fallback ds before the first Fit nor the
+// method it chose after one is itself a CalibratedTruthModel.
+TEST(TruthModelFactoryTest, AutoServesUncalibratedCandidatesInsideOneWrapper) {
+  absl::StatusOr<std::unique_ptr<TruthModel>> model = CreateTruthModel("auto", 2, {});
+  ASSERT_THAT(model, IsOk());
+  const auto* calibrated = dynamic_cast<const CalibratedTruthModel*>(model->get());
+  ASSERT_NE(calibrated, nullptr);
+  const auto* automatic = dynamic_cast<const AutoTruthModel*>(&calibrated->inner());
+  ASSERT_NE(automatic, nullptr);
+  EXPECT_EQ(automatic->served().method(), "ds");
+  EXPECT_EQ(dynamic_cast<const CalibratedTruthModel*>(&automatic->served()), nullptr);
+
+  const AnnotationMatrix data = *AnnotationMatrix::Build(
+      3, 3, 2, {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {1, 0, 1}, {1, 1, 1}, {1, 2, 0}});
+  ASSERT_THAT((*model)->Fit(data, {}, false), IsOk());
+  EXPECT_FALSE(automatic->choice().method.empty());
+  EXPECT_EQ(automatic->served().method(), automatic->choice().method);
+  EXPECT_EQ(dynamic_cast<const CalibratedTruthModel*>(&automatic->served()), nullptr);
 }
 
 }  // namespace
