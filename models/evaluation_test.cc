@@ -189,6 +189,34 @@ TEST(ScorePosteriorsTest, TheLastTwoBinsAreKeptApart) {
   EXPECT_NEAR(s.log_loss, 1.0527504010172553, 1e-12);
 }
 
+TEST(ScorePosteriorsTest, BinsAreTenthsComputedAsFloorOfTenTimesTheConfidence) {
+  // evaluation.h: bin = min(9, floor(10 c)) in double, so 0.9 (10 c = 9.0) and 1.0 share
+  // bin 9 and 0.3 (10 c = 3.0) and 0.35 share bin 3.
+  //   item  posteriors              gold  pred  conf  bin  correct  p_gold
+  //   0     0.90 0.10 0.00 0.00     0     0     0.90  9    yes      0.90
+  //   1     0.00 1.00 0.00 0.00     2     1     1.00  9    no       0 -> 1e-15
+  //   2     0.30 0.25 0.25 0.20     0     0     0.30  3    yes      0.30
+  //   3     0.25 0.35 0.20 0.20     0     1     0.35  3    no       0.25
+  // ECE = (|1 - 1.90| + |1 - 0.65|) / 4 = 1.25 / 4 = 0.3125. With 0.9 in bin 8 it would be
+  // (0.1 + 1.0 + 0.35) / 4 = 0.3625; with 0.3 in bin 2 (c / 0.1 = 2.9999999999999996),
+  // (0.9 + 0.7 + 0.35) / 4 = 0.4875.
+  // Log-loss = -(ln 0.9 + ln 1e-15 + ln 0.3 + ln 0.25) / 4
+  //          = (0.105361 + 34.538776 + 1.203973 + 1.386294) / 4 = 9.308601.
+  // Class 0: TP 2, FN 1 -> 0.8; class 1: FP 2 -> 0; class 2: FN 1 -> 0; class 3 absent.
+  absl::StatusOr<AnnotationMatrix> m = OneLabelOnEachItem(4, 4);
+  ASSERT_THAT(m, IsOk());
+  const std::vector<double> posteriors = {0.90, 0.10, 0.00, 0.00,  //
+                                          0.00, 1.00, 0.00, 0.00,  //
+                                          0.30, 0.25, 0.25, 0.20,  //
+                                          0.25, 0.35, 0.20, 0.20};
+  const ClassificationScores s = ScorePosteriors(posteriors, *m, std::vector<int32_t>{0, 2, 0, 0});
+  EXPECT_EQ(s.items, 4);
+  EXPECT_DOUBLE_EQ(s.accuracy, 0.5);
+  EXPECT_DOUBLE_EQ(s.macro_f1, 0.8 / 3);
+  EXPECT_NEAR(s.ece, 0.3125, 1e-12);
+  EXPECT_NEAR(s.log_loss, 9.308601019003584, 1e-9);
+}
+
 TEST(ScorePosteriorsTest, NothingScoredGivesZeroCalibration) {
   absl::StatusOr<AnnotationMatrix> m = OneLabelOnEachItem(2, 2);
   ASSERT_THAT(m, IsOk());
