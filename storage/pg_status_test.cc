@@ -96,6 +96,47 @@ TEST(PgStatusTest, StatusCodeForSqlState) {
   EXPECT_EQ(StatusCodeForSqlState(""), absl::StatusCode::kInternal);
 }
 
+// pg_status.h: every SQLSTATE of the table maps to its code, the ones named singly included.
+TEST(PgStatusTest, StatusCodeForSqlStateFollowsEveryRowOfTheTable) {
+  for (const char* state : {"08000", "08003", "08006", "57P01", "57P02", "57P03", "53300"}) {
+    EXPECT_EQ(StatusCodeForSqlState(state), absl::StatusCode::kUnavailable) << state;
+  }
+  EXPECT_EQ(StatusCodeForSqlState("23505"), absl::StatusCode::kAlreadyExists);
+  for (const char* state : {"23502", "23503", "23514", "22001", "22P02", "22012"}) {
+    EXPECT_EQ(StatusCodeForSqlState(state), absl::StatusCode::kInvalidArgument) << state;
+  }
+  EXPECT_EQ(StatusCodeForSqlState("40001"), absl::StatusCode::kAborted);
+  EXPECT_EQ(StatusCodeForSqlState("40P01"), absl::StatusCode::kAborted);
+  EXPECT_EQ(StatusCodeForSqlState("57014"), absl::StatusCode::kDeadlineExceeded);
+  // 40003 statement_completion_unknown: the outcome is unknown, as for a lost COMMIT.
+  EXPECT_EQ(StatusCodeForSqlState("40003"), absl::StatusCode::kUnavailable);
+  // Other states of the same classes, and what is not a five-character SQLSTATE, are INTERNAL.
+  for (const char* state : {"57P04", "40002", "42P01", "2350", "08", "235050"}) {
+    EXPECT_EQ(StatusCodeForSqlState(state), absl::StatusCode::kInternal) << state;
+  }
+}
+
+// pg_status.h: a lost connection and an unknown outcome are UNAVAILABLE; libpqxx reports some
+// losses mid-statement as an sql_error without SQLSTATE, recognised by libpq's message.
+TEST(PgStatusTest, ConnectionLostWithoutSqlStateAndUnknownOutcomeAreUnavailable) {
+  EXPECT_THAT(Convert(pqxx::statement_completion_unknown("lost")),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("outcome unknown")));
+  for (const char* what : {"server closed the connection unexpectedly",
+                           "no connection to the server", "terminating connection due to"}) {
+    EXPECT_THAT(Convert(pqxx::sql_error(what, "SELECT 1", "")),
+                StatusIs(absl::StatusCode::kUnavailable, HasSubstr(what)))
+        << what;
+  }
+  EXPECT_THAT(Convert(pqxx::sql_error("something else", "SELECT 1", "")),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("something else")));
+}
+
+// A status stays on one line: libpq's trailing newline is dropped after the context.
+TEST(PgStatusTest, MessageIsTheContextThenTheErrorOnOneLine) {
+  const absl::Status status = Convert(std::runtime_error("boom\n"));
+  EXPECT_EQ(status.message(), "doing work: boom");
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
