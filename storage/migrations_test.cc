@@ -144,6 +144,24 @@ TEST_F(MigrationsTest, RejectsVersionsOutOfOrder) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// migrations.h: INVALID_ARGUMENT unless the versions are positive and strictly increasing; a
+// repeated version or version 0 is refused before anything runs.
+TEST_F(MigrationsTest, RejectsARepeatedVersionAndVersionZero) {
+  const std::vector<Migration> repeated = {
+      {1, "a", "CREATE TABLE a (v int)"},
+      {1, "b", "CREATE TABLE b (v int)"},
+  };
+  EXPECT_THAT(ApplyMigrations(*pool_, repeated),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("strictly increasing")));
+  const std::vector<Migration> zero = {{0, "zero", "CREATE TABLE zero (v int)"}};
+  EXPECT_THAT(ApplyMigrations(*pool_, zero),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("positive")));
+  EXPECT_FALSE(TableExists("a"));
+  EXPECT_FALSE(TableExists("b"));
+  EXPECT_FALSE(TableExists("zero"));
+  EXPECT_THAT(AppliedMigrationVersions(*pool_), IsOkAndHolds(IsEmpty()));
+}
+
 TEST_F(MigrationsTest, RefusesADatabaseMigratedByANewerBinary) {
   ASSERT_THAT(ApplySchemaMigrations(*pool_), IsOk());
   const std::vector<Migration> older(SchemaMigrations().begin(),
