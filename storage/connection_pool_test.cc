@@ -1,11 +1,17 @@
 #include "storage/connection_pool.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -18,6 +24,7 @@ namespace verity {
 namespace storage {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::verity::storage::testing::PostgresTest;
 using ::verity::testing::IsOk;
@@ -315,6 +322,138 @@ TEST_F(ConnectionPoolTest, MoveAssigningOverAHandleReturnsItsConnection) {
   // Both remaining handles work.
   EXPECT_EQ(pqxx::nontransaction(**a).exec1("SELECT 1")[0].as<int>(), 1);
   EXPECT_EQ(pqxx::nontransaction(**c).exec1("SELECT 2")[0].as<int>(), 2);
+}
+
+// Opens `n` connections on `p` at once and returns them, so that `n` are idle.
+void OpenIdleConnections(ConnectionPool& p, int n) {
+  std::vector<PooledConnection> held;
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<PooledConnection> connection = p.Acquire(absl::Seconds(10));
+    ASSERT_THAT(connection, IsOk());
+    held.push_back(*std::move(connection));
+  }
+  held.clear();
+  EXPECT_EQ(p.open_connections(), n);
+  EXPECT_EQ(p.in_use_connections(), 0);
+}
+
+// connection_pool.h: `url` is a libpq connection string that the pool passes on with its own
+// settings added; the url's values reach the server as written, quotes and backslashes too.
+TEST_F(ConnectionPoolTest, KeepsTheUrlsOwnValuesWithQuotesAndBackslashes) {
+  ConnectionPool::Options options;
+  options.url = url() + R"( application_name='a\\b\'c')";
+  auto p = ConnectionPool::Create(options);
+  ASSERT_THAT(p, IsOk());
+  EXPECT_THAT(Show(**p, "application_name"), IsOkAndHolds(R"(a\b'c)"));
+}
+
+// connection_pool.h: db_timeout is also the longest one connection attempt may take. A server
+// that accepts the TCP connection and never answers (the kernel completes the handshake from
+// the listen backlog; nobody reads) costs UNAVAILABLE after the bound, 2 s here, which libpq's
+// whole-second connect_timeout reaches after 1 to 2 s: well before twice the bound.
+TEST_F(ConnectionPoolTest, AConnectionAttemptToASilentServerEndsAtTheBound) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+
+  ConnectionPool::Options options;
+  options.url = absl::StrCat("host=127.0.0.1 port=", ntohs(address.sin_port),
+                             " dbname=verity user=verity sslmode=disable gssencmode=disable");
+  options.db_timeout = absl::Seconds(2);
+  auto p = ConnectionPool::Create(options);
+  ASSERT_THAT(p, IsOk());
+  const absl::Time before = absl::Now();
+  EXPECT_THAT(Exec(**p, "SELECT 1"), StatusIs(absl::StatusCode::kUnavailable));
+  const absl::Duration took = absl::Now() - before;
+  EXPECT_GE(took, absl::Milliseconds(900));
+  EXPECT_LT(took, absl::Milliseconds(2900));
+  EXPECT_EQ((*p)->open_connections(), 0);
+  close(listener);
+}
+
+// connection_pool.h: the watchdog closes the socket of an attempt that "runs longer than the
+// bound": a statement the server would run for a minute ends UNAVAILABLE after the 2 s bound,
+// well before twice the bound.
+// Its idle connections are dropped too: a hung server would hang them as well.
+TEST_F(ConnectionPoolTest, TheWatchdogEndsAHungAttemptAtTheBoundNotLater) {
+  ConnectionPool::Options options;
+  options.url = url();
+  options.size = 3;
+  options.db_timeout = absl::Seconds(2);
+  auto p = ConnectionPool::Create(options);
+  ASSERT_THAT(p, IsOk());
+  OpenIdleConnections(**p, 3);  // Connected: only the statement is timed below.
+  const absl::Time before = absl::Now();
+  EXPECT_THAT(Exec(**p, "SET LOCAL statement_timeout = 0; SELECT pg_sleep(60)"),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("db_timeout 2s")));
+  const absl::Duration took = absl::Now() - before;
+  EXPECT_GE(took, absl::Seconds(2));
+  EXPECT_LT(took, absl::Milliseconds(3500));
+  EXPECT_EQ((*p)->open_connections(), 0);
+}
+
+// connection_pool.h: COMMIT in flight when the bound passes (a deferred trigger sleeps inside
+// it) leaves the outcome unknown: UNAVAILABLE saying so, and no retry.
+TEST_F(ConnectionPoolTest, TheWatchdogFiringDuringCommitSaysTheOutcomeIsUnknown) {
+  ASSERT_THAT(Exec(pool(), R"sql(
+      CREATE TABLE t (v int);
+      CREATE FUNCTION hang() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        PERFORM pg_sleep(60);
+        RETURN NULL;
+      END $$;
+      CREATE CONSTRAINT TRIGGER hang_at_commit AFTER INSERT ON t
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hang();
+  )sql"),
+              IsOk());
+  ConnectionPool::Options options;
+  options.url = url();
+  options.db_timeout = absl::Seconds(1);
+  auto p = ConnectionPool::Create(options);
+  ASSERT_THAT(p, IsOk());
+  int runs = 0;
+  const absl::Status status = (*p)->RunInTransaction("insert", [&](pqxx::work& txn) {
+    ++runs;
+    txn.exec0("SET LOCAL statement_timeout = 0");
+    txn.exec0("INSERT INTO t VALUES (1)");
+    return absl::OkStatus();
+  });
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable,
+                               AllOf(HasSubstr("db_timeout 1s"), HasSubstr("during COMMIT"),
+                                     HasSubstr("outcome unknown"))));
+  EXPECT_EQ(runs, 1);
+}
+
+// connection_pool.h: a connection found broken before COMMIT (here the server reports it is
+// shutting down, SQLSTATE 57P01, while the socket stays open) is thrown away together with every
+// idle connection, and the transaction is retried once on a fresh connection.
+TEST_F(ConnectionPoolTest, AShutdownErrorRetriesOnAFreshConnectionAndDropsTheIdleOnes) {
+  ConnectionPool::Options options;
+  options.url = url();
+  options.size = 3;
+  auto p = ConnectionPool::Create(options);
+  ASSERT_THAT(p, IsOk());
+  OpenIdleConnections(**p, 3);
+  std::vector<int> backends;
+  const absl::Status status = (*p)->RunInTransaction("test", [&](pqxx::work& txn) {
+    backends.push_back(txn.exec1("SELECT pg_backend_pid()")[0].as<int>());
+    if (backends.size() == 1) {
+      txn.exec("DO $$ BEGIN RAISE EXCEPTION 'shutting down' USING ERRCODE = '57P01'; END $$");
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_THAT(status, IsOk());
+  ASSERT_EQ(backends.size(), 2u);
+  EXPECT_NE(backends[0], backends[1]);
+  // Only the fresh connection is left, back in the pool.
+  EXPECT_EQ((*p)->open_connections(), 1);
 }
 
 }  // namespace
