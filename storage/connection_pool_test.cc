@@ -16,6 +16,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pqxx/except"
 #include "pqxx/nontransaction"
 #include "pqxx/result"
 #include "storage/testing/postgres_fixture.h"
@@ -454,6 +455,36 @@ TEST_F(ConnectionPoolTest, AShutdownErrorRetriesOnAFreshConnectionAndDropsTheIdl
   EXPECT_NE(backends[0], backends[1]);
   // Only the fresh connection is left, back in the pool.
   EXPECT_EQ((*p)->open_connections(), 1);
+}
+
+// connection_pool.h, SetAfterCommitHookForTesting: the hook runs after each successful COMMIT
+// (not after a transaction that failed), and a broken_connection it throws is a connection lost
+// after the server committed: UNAVAILABLE, no retry, and the row is durable.
+TEST_F(ConnectionPoolTest, TheAfterCommitHookRunsAfterEachCommitAndCanLoseTheConnection) {
+  ASSERT_THAT(Exec(pool(), "CREATE TABLE t (v int)"), IsOk());
+  int hook_runs = 0;
+  pool().SetAfterCommitHookForTesting([&](pqxx::connection&) { ++hook_runs; });
+  EXPECT_THAT(Exec(pool(), "INSERT INTO t VALUES (1)"), IsOk());
+  EXPECT_EQ(hook_runs, 1);
+  EXPECT_THAT(Exec(pool(), "INSERT INTO no_such_table VALUES (1)"),
+              StatusIs(absl::StatusCode::kInternal));
+  EXPECT_EQ(hook_runs, 1);
+
+  pool().SetAfterCommitHookForTesting([&](pqxx::connection&) {
+    ++hook_runs;
+    throw pqxx::broken_connection("lost after commit");
+  });
+  int runs = 0;
+  const absl::Status status = pool().RunInTransaction("insert", [&](pqxx::work& txn) {
+    ++runs;
+    txn.exec0("INSERT INTO t VALUES (2)");
+    return absl::OkStatus();
+  });
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(hook_runs, 2);
+  pool().SetAfterCommitHookForTesting(nullptr);
+  EXPECT_THAT(Count(pool(), "t"), IsOkAndHolds(2));
 }
 
 }  // namespace
