@@ -2,12 +2,16 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -485,6 +489,99 @@ TEST_F(ConnectionPoolTest, TheAfterCommitHookRunsAfterEachCommitAndCanLoseTheCon
   EXPECT_EQ(hook_runs, 2);
   pool().SetAfterCommitHookForTesting(nullptr);
   EXPECT_THAT(Count(pool(), "t"), IsOkAndHolds(2));
+}
+
+// Relays one TCP connection on 127.0.0.1 to the test cluster's Unix socket, which is all the
+// cluster listens on, so that the pool's TCP settings can be read off a real connection.
+class TcpRelay {
+ public:
+  explicit TcpRelay(std::string unix_path) : unix_path_(std::move(unix_path)) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    listen(listener_, 1);
+    socklen_t length = sizeof(address);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { Relay(); });
+  }
+  ~TcpRelay() {
+    thread_.join();
+    close(listener_);
+  }
+  int port() const { return port_; }
+
+ private:
+  void Relay() {
+    const int tcp = accept(listener_, nullptr, nullptr);
+    if (tcp < 0) return;
+    const int local = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    unix_path_.copy(address.sun_path, sizeof(address.sun_path) - 1);
+    if (connect(local, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+      pollfd fds[2] = {{tcp, POLLIN, 0}, {local, POLLIN, 0}};
+      char buffer[8192];
+      bool open = true;
+      while (open && poll(fds, 2, -1) > 0) {
+        for (int i = 0; i < 2 && open; ++i) {
+          if (fds[i].revents == 0) continue;
+          const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
+          open = n > 0 && write(fds[1 - i].fd, buffer, n) == n;
+        }
+      }
+    }
+    close(local);
+    close(tcp);
+  }
+
+  std::string unix_path_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+int TcpOption(int socket, int level, int option) {
+  int value = -1;
+  socklen_t length = sizeof(value);
+  EXPECT_EQ(getsockopt(socket, level, option, &value, &length), 0) << option;
+  return value;
+}
+
+// connection_pool.h: connections are opened with TCP keepalives and tcp_user_timeout whose
+// horizon is db_timeout: a silent peer is declared dead within the bound (keepalive idle +
+// interval * count <= db_timeout), unacknowledged data after db_timeout.
+TEST_F(ConnectionPoolTest, TcpConnectionsGiveUpOnASilentPeerWithinTheBound) {
+  std::string socket_dir, port;
+  {
+    pqxx::connection direct(url());
+    socket_dir = direct.hostname();
+    port = direct.port();
+  }
+  auto relay = std::make_unique<TcpRelay>(absl::StrCat(socket_dir, "/.s.PGSQL.", port));
+  ConnectionPool::Options options;
+  options.url = absl::StrCat(url(), " host=127.0.0.1 port=", relay->port());
+  options.db_timeout = absl::Seconds(30);
+  auto p = ConnectionPool::Create(options);
+  ASSERT_THAT(p, IsOk());
+  {
+    absl::StatusOr<PooledConnection> connection = (*p)->Acquire(absl::Seconds(10));
+    ASSERT_THAT(connection, IsOk());
+    const int sock = (*connection)->sock();
+    EXPECT_EQ(TcpOption(sock, SOL_SOCKET, SO_KEEPALIVE), 1);
+    const int idle = TcpOption(sock, IPPROTO_TCP, TCP_KEEPIDLE);
+    const int interval = TcpOption(sock, IPPROTO_TCP, TCP_KEEPINTVL);
+    const int count = TcpOption(sock, IPPROTO_TCP, TCP_KEEPCNT);
+    EXPECT_GE(idle, 1);
+    EXPECT_GE(interval, 1);
+    EXPECT_GE(count, 1);
+    EXPECT_LE(idle + interval * count, 30);
+    EXPECT_EQ(TcpOption(sock, IPPROTO_TCP, TCP_USER_TIMEOUT), 30000);
+  }
+  p->reset();  // Closes the relayed connection, which ends the relay.
+  relay.reset();
 }
 
 }  // namespace
