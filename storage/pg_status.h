@@ -15,6 +15,7 @@
 //   serialization failure (40001),
 //   deadlock (40P01)                               -> ABORTED
 //   statement timeout / cancel (57014)             -> DEADLINE_EXCEEDED
+//   out of memory (std::bad_alloc)                 -> RESOURCE_EXHAUSTED
 //   anything else                                  -> INTERNAL
 //
 // Messages carry the caller's context and, for SQL errors, the SQLSTATE.

@@ -1,5 +1,6 @@
 #include "storage/pg_status.h"
 
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -66,6 +67,13 @@ TEST(PgStatusTest, ShutdownAndConnectionClassSqlStatesAreUnavailable) {
               StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(Convert(pqxx::sql_error("too many", "", "53300")),
               StatusIs(absl::StatusCode::kUnavailable));
+}
+
+// pg_status.h: a query whose result does not fit in memory is RESOURCE_EXHAUSTED, not INTERNAL
+// (the caller can ask for less).
+TEST(PgStatusTest, OutOfMemoryIsResourceExhausted) {
+  EXPECT_THAT(Convert(std::bad_alloc()), StatusIs(absl::StatusCode::kResourceExhausted,
+                                                  HasSubstr("doing work")));
 }
 
 TEST(PgStatusTest, AnythingElseIsInternal) {
