@@ -18,6 +18,7 @@
 #include "common/status_matchers.h"
 #include "models/annotation_matrix.h"
 #include "models/binary_codec.h"
+#include "models/neural/cmm.h"
 #include "models/neural/crowd_net.h"
 #include "models/neural/crowdlayer.h"
 #include "models/neural/flat_amsgrad.h"
@@ -202,6 +203,25 @@ TEST(StepBudgetTest, AWarmStartRunsAQuarterAndNoDawidSkeneStart) {
   auto model = MakeNeural("trace_reg", options);
   EXPECT_EQ(FitFor("trace_reg", options, tiny, model.get()).training_steps, 40);
   EXPECT_EQ(FitFor("trace_reg", options, tiny, model.get(), true).training_steps, 10);
+}
+
+// lia's EM (lia.h): a warm start runs a third of em_iterations (at least one). With a tolerance
+// every window meets, each phase (the M-steps and the fine-tuning) stops after its second
+// window of 50 steps: a cold fit of 6 iterations takes (6 + 1) x 100 steps, a warm one
+// (6 / 3 + 1) x 100.
+TEST(StepBudgetTest, ALiaWarmStartRunsAThirdOfTheEmIterations) {
+  TruthModelOptions options = CpuOptions();
+  options.neural.em_iterations = 6;
+  options.neural.lia_max_steps = 1000;
+  options.neural.lia_tolerance = 1e9;
+  const AnnotationMatrix tiny = TinyCrowd(10, 2);
+  auto model = MakeNeural("lia", options);
+  const FitReport cold = FitFor("lia", options, tiny, model.get());
+  EXPECT_EQ(cold.iterations, 6);
+  EXPECT_EQ(cold.training_steps, 700);
+  const FitReport warm = FitFor("lia", options, tiny, model.get(), /*warm=*/true);
+  EXPECT_EQ(warm.iterations, 2);
+  EXPECT_EQ(warm.training_steps, 300);
 }
 
 // ds_start_fraction (truth_model.h): a cold fit of crowdlayer or conal first trains that share
@@ -1014,6 +1034,82 @@ TEST(ExportTest, ServedPriorsAndConfusionsAreTheTrainedNetworks) {
         EXPECT_NEAR(served[x], confusion[b][x / 3][x % 3].item<double>(), 1e-5)
             << "item " << i << " annotator " << a << " cell " << x;
       }
+    }
+  }
+}
+
+// lia's item difficulty (lia.h): 1 - (1/K) Σ_k Q[k, k] with Q = row-softmax(Σ_l D_i[·,·,l]
+// C̄[·,·,l]), D_i the difficulty network (4 ReLU layers) on the item's embedding and C̄ the
+// fitted annotators' mean competence, c_ψ(r) = W r + b of each annotator's embedding r.
+// Recomputed from the trained network's parameters, read after the last step. ShiftedCrowd's
+// annotators differ (annotator 3 always says the next class), so no one annotator's competence
+// stands in for the mean.
+TEST(LiaDifficultyTest, IsTheMeanCompetencesChanceOfAMislabel) {
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 60;
+  options.neural.em_iterations = 2;
+  auto model = MakeNeural("lia", options, 3);
+  std::map<std::string, torch::Tensor> trained;
+  model->SetCheckpointObserver(1, [&](int64_t, neural::CrowdNet& net) {
+    for (const auto& p : net.named_parameters()) trained[p.key()] = p.value().detach().clone();
+  });
+  ASSERT_THAT(model->Fit(ShiftedCrowd(), {}, false).status(), IsOk());
+  auto linear = [&](const torch::Tensor& x, const std::string& name) {
+    return torch::nn::functional::linear(x, trained.at(name + ".weight"),
+                                         trained.at(name + ".bias"));
+  };
+  torch::Tensor competences = linear(trained.at("annotators.embedding.weight"), "competence");
+  torch::Tensor mean_competence = competences.mean(0).view({3, 3, -1});
+  for (int64_t i : {0, 5, 17, 29}) {
+    torch::Tensor d = trained.at("items.embedding.weight")[i];
+    for (int layer = 0; layer < 4; ++layer) {
+      d = linear(d, "difficulty." + std::to_string(2 * layer));
+      if (layer < 3) d = torch::relu(d);
+    }
+    torch::Tensor q = torch::softmax((d.view({3, 3, -1}) * mean_competence).sum(2), 1);
+    const double expected = 1.0 - q.diagonal().sum().item<double>() / 3;
+    ASSERT_TRUE(model->ItemDifficulty(static_cast<int32_t>(i)).has_value());
+    EXPECT_NEAR(*model->ItemDifficulty(static_cast<int32_t>(i)), expected, 1e-5) << i;
+  }
+}
+
+// cmm's Global setting (cmm.h): an annotator's memberships are the posterior over groups of its
+// labels, p(m | a) ∝ α_m Π_{l of a} Σ_k h_i[k] β^(m)[k, y_l], recomputed here from the exported
+// α, β and item priors h_i. Compared in logs (floored at 1e-30): with 30 labels an annotator's
+// posterior is near 0 or 1 for most groups, where probabilities differ little.
+TEST(CmmGlobalTest, MembershipsAreThePosteriorOverGroupsOfTheAnnotatorsLabels) {
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 60;
+  options.neural.em_iterations = 2;
+  options.neural.cmm_setting = "global";
+  auto model = MakeNeural("cmm", options, 3);
+  const AnnotationMatrix data = ShiftedCrowd();
+  ASSERT_THAT(model->Fit(data, {}, false).status(), IsOk());
+  const auto* cmm = dynamic_cast<const neural::CmmModel*>(model.get());
+  ASSERT_NE(cmm, nullptr);
+  const int32_t groups = cmm->groups();
+  ASSERT_EQ(cmm->memberships().size(), static_cast<size_t>(4 * groups));
+  std::vector<std::vector<double>> log_post(4, cmm->log_alpha());
+  for (int32_t i = 0; i < data.num_items(); ++i) {
+    const std::vector<double> h = model->ItemPrior(i);
+    for (const AnnotationMatrix::Entry& e : data.LabelsOfItem(i)) {
+      for (int32_t m = 0; m < groups; ++m) {
+        double mix = 0;
+        for (int32_t c = 0; c < 3; ++c) {
+          mix += h[c] * std::exp(cmm->log_beta()[(m * 3 + c) * 3 + e.label]);
+        }
+        log_post[e.other][m] += std::log(mix);
+      }
+    }
+  }
+  for (int32_t a = 0; a < 4; ++a) {
+    const double top = *std::max_element(log_post[a].begin(), log_post[a].end());
+    double sum = 0;
+    for (double v : log_post[a]) sum += std::exp(v - top);
+    for (int32_t m = 0; m < groups; ++m) {
+      const double expected = std::max(log_post[a][m] - top - std::log(sum), std::log(1e-30));
+      const double served = std::log(std::max(cmm->memberships()[a * groups + m], 1e-30));
+      EXPECT_NEAR(served, expected, 1e-2) << "annotator " << a << " group " << m;
     }
   }
 }
