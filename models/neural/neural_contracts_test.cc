@@ -925,6 +925,20 @@ void ExpectTheBestCheckpointIsKept(const std::string& method) {
 TEST(HeldOutSelectionTest, TraceRegKeepsTheBestCheckpoint) { ExpectTheBestCheckpointIsKept("trace_reg"); }
 TEST(HeldOutSelectionTest, CrowdLayerKeepsTheBestCheckpoint) { ExpectTheBestCheckpointIsKept("crowdlayer"); }
 
+// With heldout_label_fraction the network trains on the other labels only (truth_model.h): at
+// 0.5, an item with 4 labels holds out exactly min(3, ⌊2 + u⌋) = 2 of them, so 20 of TinyCrowd's
+// 40 labels train. One epoch of batches of one label (neural.steps = 1) takes a step per
+// trained label.
+TEST(HeldOutSelectionTest, TheHeldOutLabelsDoNotTrain) {
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 1;
+  options.neural.batch_size = 1;
+  const AnnotationMatrix data = TinyCrowd(10, 4);
+  EXPECT_EQ(FitFor("trace_reg", options, data).training_steps, 40);
+  options.neural.heldout_label_fraction = 0.5;
+  EXPECT_EQ(FitFor("trace_reg", options, data).training_steps, 20);
+}
+
 TEST(HeldOutSelectionTest, WithoutAHeldOutShareTheLastStepIsKept) {
   TruthModelOptions options = CpuOptions();
   options.neural.steps = 20;
