@@ -1128,6 +1128,29 @@ TEST(CmmGlobalTest, MembershipsAreThePosteriorOverGroupsOfTheAnnotatorsLabels) {
   }
 }
 
+// Gold items are clamped in every E-step (neural_truth_model.h, cmm.h): a gold item's q is
+// one-hot at its gold class, so its labels count as the annotators' answers on that class.
+// Item 0 of TinyCrowd(10, 3) is labelled 0 by annotator 0, who labels every other item by its
+// parity: with gold 1 on item 0 that label is a mistake on one of the six class-1 items, so
+// annotator 0's confusion entry (true 1, label 0) rises well above the fit without gold.
+TEST(GoldClampTest, AGoldItemsLabelsCountForItsGoldClass) {
+  const AnnotationMatrix data = TinyCrowd(10, 3);
+  for (const char* method : {"trace_reg", "cmm"}) {
+    TruthModelOptions options = CpuOptions();
+    options.neural.steps = 200;
+    options.neural.em_iterations = 2;
+    auto one_to_zero = [&](const std::vector<int32_t>& gold) {
+      auto model = MakeNeural(method, options);
+      EXPECT_THAT(model->Fit(data, gold, false).status(), IsOk());
+      return model->AnnotatorConfusion(0)[1 * 2 + 0];
+    };
+    std::vector<int32_t> gold(10, -1);
+    gold[0] = 1;
+    const double without = one_to_zero({}), with = one_to_zero(gold);
+    EXPECT_GT(with - without, 0.05) << method;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // DawidSkenePosteriors (neural_truth_model.h) is Dawid-Skene's EM from the soft majority vote,
 // the confusion counts and the class prior smoothed additively, gold clamped: checked against
