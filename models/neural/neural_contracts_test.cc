@@ -19,6 +19,7 @@
 #include "models/annotation_matrix.h"
 #include "models/binary_codec.h"
 #include "models/neural/cmm.h"
+#include "models/neural/conal.h"
 #include "models/neural/crowd_net.h"
 #include "models/neural/crowdlayer.h"
 #include "models/neural/flat_amsgrad.h"
@@ -1149,6 +1150,42 @@ TEST(GoldClampTest, AGoldItemsLabelsCountForItsGoldClass) {
     const double without = one_to_zero({}), with = one_to_zero(gold);
     EXPECT_GT(with - without, 0.05) << method;
   }
+}
+
+// conal's label distribution (conal.h): p = softmax(ω f W_g + (1 − ω) f W_r) with f = softmax
+// of the classifier, ω = sigmoid(u_r · v_i) of the L2-normalised annotator and instance vectors,
+// W_g the common and W_r the annotator's confusion logits; Q(i, r) is the same with a one-hot f.
+// Recomputed from the trained network's parts after the last step. A large reward drives W_g
+// and W_r apart, so that the weight ω given to each shows.
+TEST(ConalMixtureTest, TheCommonConfusionWeighsOmegaAndTheAnnotatorsOneMinusOmega) {
+  const AnnotationMatrix data = ShiftedCrowd();
+  const torch::Tensor items = torch::tensor({0, 5, 17, 29}, torch::kLong);
+  const torch::Tensor annotators = torch::tensor({0, 3, 2, 1}, torch::kLong);
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 60;
+  options.neural.featureless_conal_lambda = 0.5;
+  auto model = MakeNeural("conal", options, 3);
+  torch::Tensor noisy, expected_noisy, confusion, expected_confusion, gap;
+  model->SetCheckpointObserver(1, [&](int64_t, neural::CrowdNet& net) {
+    auto& conal = dynamic_cast<neural::ConalNet&>(net);
+    torch::Tensor omega =
+        torch::sigmoid((conal.InstanceVectors(items) * conal.AnnotatorVectors(annotators)).sum(1));
+    torch::Tensor f = conal.LogPrior(items).exp();
+    torch::Tensor own = conal.individual().index_select(0, annotators);  // B x K x K
+    torch::Tensor w = omega.view({-1, 1, 1}), common = conal.common().unsqueeze(0);
+    expected_confusion = torch::log_softmax(w * common + (1 - w) * own, 2);
+    torch::Tensor logits = torch::bmm(f.unsqueeze(1), w * common + (1 - w) * own).squeeze(1);
+    expected_noisy = torch::log_softmax(logits, 1);
+    noisy = conal.LogNoisyLabel(items, annotators);
+    confusion = conal.LogConfusion(items, annotators);
+    gap = ((1 - 2 * w) * (common - own)).abs().max();
+  });
+  ASSERT_THAT(model->Fit(data, {}, false).status(), IsOk());
+  ASSERT_TRUE(noisy.defined());
+  EXPECT_GT(gap.item<double>(), 1e-2) << "ω and 1 - ω should weigh different confusions";
+  EXPECT_TRUE(torch::allclose(noisy, expected_noisy, 1e-5, 1e-5)) << noisy << expected_noisy;
+  EXPECT_TRUE(torch::allclose(confusion, expected_confusion, 1e-5, 1e-5))
+      << confusion << expected_confusion;
 }
 
 // ---------------------------------------------------------------------------------------------
