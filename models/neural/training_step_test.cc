@@ -55,6 +55,22 @@ TEST(TrainingStepTest, EagerStepsTrainOnTheCpu) {
   EXPECT_EQ(TrainingStep::GraphReplays(), replays);
 }
 
+// A step clears the gradient before the loss's backward pass (training_step.h), so that each
+// update follows its own batch's gradient. With the loss w · Σ rows, a step on row 1 leaves w's
+// gradient at 1 and a step on row -1 then at -1 (0 had the two accumulated).
+TEST(TrainingStepTest, EachStepTakesOnlyItsOwnBatchsGradient) {
+  torch::Tensor w = torch::zeros({1}, torch::requires_grad());
+  FlatAmsGrad optimizer({w}, 0.01);
+  TrainingStep step(
+      optimizer, [&w](const torch::Tensor& rows) { return (w * rows.to(torch::kFloat)).sum(); },
+      /*batch_size=*/1, /*use_graph=*/false);
+  step.Run(torch::tensor({int64_t{1}}));
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_FLOAT_EQ(w.grad().item<float>(), 1.0f);
+  step.Run(torch::tensor({int64_t{-1}}));
+  EXPECT_FLOAT_EQ(w.grad().item<float>(), -1.0f);
+}
+
 TEST(TrainingStepTest, CudaGraphReplayAndALossThatCannotBeCaptured) {
   if (!torch::cuda::is_available() || !CudaGraphsCompiledIn()) {
     GTEST_SKIP() << "needs a CUDA device and a build with CUDA graphs";
