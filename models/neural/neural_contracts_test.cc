@@ -1129,6 +1129,29 @@ TEST(CmmGlobalTest, MembershipsAreThePosteriorOverGroupsOfTheAnnotatorsLabels) {
   }
 }
 
+// The fit adds the cross-entropy of h on the gold items (neural_truth_model.h), the only term
+// that trains the prior of a gold item without labels (the E-step's clamp reaches h only
+// through the item's labels): ShiftedCrowd's item 30 has none, and gold 2 on it moves h_30 to
+// class 2, well above the same fit (the same seed) without gold. (lia's deeper truth network
+// already puts item 30 near class 2 without gold.)
+TEST(GoldClampTest, TheCrossEntropyOnGoldTrainsTheTruthNetworkOnAnUnlabelledGoldItem) {
+  const AnnotationMatrix data = ShiftedCrowd();
+  std::vector<int32_t> gold(31, -1);
+  gold[30] = 2;
+  for (const char* method : {"trace_reg", "cmm"}) {
+    TruthModelOptions options = CpuOptions();
+    options.neural.steps = 120;
+    options.neural.em_iterations = 2;
+    auto prior_of_30 = [&](const std::vector<int32_t>& g) {
+      auto model = MakeNeural(method, options, 3);
+      EXPECT_THAT(model->Fit(data, g, false).status(), IsOk());
+      return model->ItemPrior(30)[2];
+    };
+    const double without = prior_of_30({}), with = prior_of_30(gold);
+    EXPECT_GT(with - without, 0.2) << method << ": " << without << " without gold, " << with;
+  }
+}
+
 // Gold items are clamped in every E-step (neural_truth_model.h, cmm.h): a gold item's q is
 // one-hot at its gold class, so its labels count as the annotators' answers on that class.
 // Item 0 of TinyCrowd(10, 3) is labelled 0 by annotator 0, who labels every other item by its
@@ -1186,6 +1209,28 @@ TEST(ConalMixtureTest, TheCommonConfusionWeighsOmegaAndTheAnnotatorsOneMinusOmeg
   EXPECT_TRUE(torch::allclose(noisy, expected_noisy, 1e-5, 1e-5)) << noisy << expected_noisy;
   EXPECT_TRUE(torch::allclose(confusion, expected_confusion, 1e-5, 1e-5))
       << confusion << expected_confusion;
+}
+
+// The featureless EM's class prior π (neural_truth_model.h) is the mean of q over the labelled
+// items. 30 items labelled 0 by annotators 1 and 2 (annotator 0 says 1 on six of them) and item
+// 30 labelled 1 by annotator 0 alone, among 300 unlabelled items: π_1 ≤ 1/31, and annotator 0
+// says 1 on a fifth of the class-0 items, so q_30[0] ∝ π_0 Q_0[0, 1] is at least
+// (30/31 · 0.2) / (30/31 · 0.2 + 1/31) ≈ 0.86, and the prior h_30, trained towards q_30, follows.
+// Counting the unlabelled items, whose q is π itself, would hold π near its uniform start and
+// leave item 30 near even.
+TEST(FeaturelessEmPriorTest, IsTheMeanPosteriorOfTheLabelledItems) {
+  std::vector<Annotation> labels;
+  for (int32_t i = 0; i < 30; ++i) {
+    labels.push_back({i, 0, i < 6 ? 1 : 0});
+    labels.push_back({i, 1, 0});
+    labels.push_back({i, 2, 0});
+  }
+  labels.push_back({30, 0, 1});
+  const AnnotationMatrix data = *AnnotationMatrix::Build(331, 3, 2, labels);
+  auto model = MakeNeural("trace_reg", CpuOptions());
+  ASSERT_THAT(model->Fit(data, {}, false).status(), IsOk());
+  const std::vector<double> prior = model->ItemPrior(30);
+  EXPECT_GT(prior[0], 0.8) << prior[1];
 }
 
 // ---------------------------------------------------------------------------------------------
