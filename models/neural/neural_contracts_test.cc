@@ -1233,6 +1233,25 @@ TEST(FeaturelessEmPriorTest, IsTheMeanPosteriorOfTheLabelledItems) {
   EXPECT_GT(prior[0], 0.8) << prior[1];
 }
 
+// crowdlayer's mw layers start at the identity scaled by 1 + ln(K - 1) (crowdlayer.h), so that
+// every K starts at the K = 2 accuracy e / (1 + e): at K = 3, 1 + ln 2 on the diagonal and 0
+// off it. The first AMSGrad step moves each entry by the rate (1e-3) at most.
+TEST(CrowdLayerStartTest, MwLayersStartAtTheIdentityScaledByOnePlusLnOfKMinusOne) {
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 1;
+  options.neural.featureless_learning_rate = 1e-3;
+  options.neural.ds_start_fraction = 0;
+  auto model = MakeNeural("crowdlayer", options, 3);
+  torch::Tensor w;
+  model->SetCheckpointObserver(1, [&](int64_t step, neural::CrowdNet& net) {
+    if (step == 1) w = NamedParameter(net, "weights");
+  });
+  ASSERT_THAT(model->Fit(ShiftedCrowd(), {}, false).status(), IsOk());
+  ASSERT_TRUE(w.defined());
+  torch::Tensor start = torch::eye(3).unsqueeze(0).expand_as(w) * (1 + std::log(2.0));
+  EXPECT_LT((w - start).abs().max().item<double>(), 2e-3) << w;
+}
+
 // ---------------------------------------------------------------------------------------------
 // DawidSkenePosteriors (neural_truth_model.h) is Dawid-Skene's EM from the soft majority vote,
 // the confusion counts and the class prior smoothed additively, gold clamped: checked against
