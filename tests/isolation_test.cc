@@ -643,6 +643,30 @@ TEST_F(IsolationTest, AStaleWriteDoesNotHideTheRevisionAfterIt) {
   EXPECT_EQ(ack.revised(), 1);
 }
 
+// ingest_pipeline.h Submit: the project's max_revisions is enforced by the commit itself
+// against the database's count of every server's history rows (projects.history_rows), since
+// this server's own count may lag another replica's revisions. Limit 3: with the stored count
+// set to 3 behind the server's back (as three revisions another server committed), a flip this
+// server counts as the first revision is still refused whole and adds no history row.
+TEST_F(IsolationTest, TheCommitHoldsMaxRevisionsAgainstTheStoredHistoryCount) {
+  CreateLimitedProject("flipped-behind", [](v1::ProjectLimits& l) { l.set_max_revisions(3); });
+  v1::BatchAck ack = SubmitLabels("flipped-behind", 1, {{"i", "w", 0}});
+  ASSERT_EQ(ack.error_code(), 0) << ack.error_message();
+  ASSERT_EQ(ack.accepted(), 1);
+  pqxx::connection connection(pg_->url());
+  pqxx::nontransaction txn(connection);
+  txn.exec0("UPDATE projects SET history_rows = 3 WHERE name = 'flipped-behind'");
+  ack = SubmitLabels("flipped-behind", 2, {{"i", "w", 1}});
+  EXPECT_EQ(ack.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << "revised " << ack.revised() << ": " << ack.error_message();
+  EXPECT_TRUE(absl::StrContains(ack.error_message(), "max_revisions")) << ack.error_message();
+  EXPECT_EQ(ack.revised(), 0);
+  EXPECT_EQ(txn.exec1("SELECT count(*) FROM annotation_history h JOIN projects p "
+                      "USING (project_id) WHERE p.name = 'flipped-behind'")[0]
+                .as<int64_t>(),
+            0);
+}
+
 TEST_F(IsolationTest, AProjectsLimitsRefuseWholeCallsThatWouldPassThem) {
   v1::CreateProjectRequest create;
   create.mutable_project()->set_name("limited");
