@@ -988,6 +988,11 @@ TEST_F(ApiPromisesTest, AnUnloadedProjectIsListedAsGetProjectDescribesIt) {
   project.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
   ASSERT_THAT(client_->CreateProject(project), IsOk());
   Submit("unloaded-listing", {{"i0", "a", 0}, {"i0", "b", 1}, {"i1", "a", 2}});
+  // A label replaced by a different one: one revision (Project.num_revisions).
+  absl::StatusOr<client::SubmitTotals> revised = client_->SubmitAnnotations(
+      "unloaded-listing", Annotations({{"i0", "a", 1}}), client::SubmitOptions{});
+  ASSERT_THAT(revised, IsOk());
+  ASSERT_EQ(revised->revised, 1);
   absl::StatusOr<v1::Project> described = client_->GetProject("unloaded-listing");
   ASSERT_THAT(described, IsOk());
 
@@ -1022,58 +1027,9 @@ TEST_F(ApiPromisesTest, AnUnloadedProjectIsListedAsGetProjectDescribesIt) {
   EXPECT_EQ(found->num_items(), 2);
   EXPECT_EQ(found->num_annotators(), 2);
   EXPECT_EQ(found->num_labels(), 3);
+  EXPECT_EQ(found->num_revisions(), 1);
   EXPECT_EQ(found->created_at().seconds(), described->created_at().seconds());
   EXPECT_EQ(found->created_at().nanos(), described->created_at().nanos());
-}
-
-// projects.proto, Project.num_revisions, and ListProjects (an unloaded project is listed from
-// its stored record, as GetProject describes it): a label replaced by a different one is one
-// revision, and the listing of the project the memory budget unloaded still counts it.
-TEST_F(ApiPromisesTest, AnUnloadedProjectIsListedWithItsRevisions) {
-  TearDown();
-  server::VerityServer::Options options = TestServerOptions(pg_->url(), 2);
-  options.memory_budget_bytes = 1;  // Every idle project is over it.
-  options.evict_after_idle = absl::ZeroDuration();
-  auto started = server::VerityServer::Start(options);
-  ASSERT_TRUE(started.ok()) << started.status();
-  server_ = std::move(*started);
-  channel_ = client::CreateInsecureChannel(absl::StrCat("127.0.0.1:", server_->port()));
-  client_ = std::make_unique<client::VerityClient>(channel_, client::ClientOptions{});
-
-  v1::Project project;
-  project.set_name("unloaded-revisions");
-  project.add_classes("no");
-  project.add_classes("yes");
-  project.mutable_settings()->mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
-  ASSERT_THAT(client_->CreateProject(project), IsOk());
-  Submit("unloaded-revisions", {{"i0", "a", 0}, {"i1", "a", 1}});
-  absl::StatusOr<client::SubmitTotals> revised = client_->SubmitAnnotations(
-      "unloaded-revisions", Annotations({{"i0", "a", 1}}), client::SubmitOptions{});
-  ASSERT_THAT(revised, IsOk());
-  ASSERT_EQ(revised->revised, 1);
-
-  // As in AnUnloadedProjectIsListedAsGetProjectDescribesIt: a fit, then budget passes until
-  // the project is unloaded (at most 30 s, a hang guard).
-  ASSERT_THAT(Train("unloaded-revisions"), IsOk());
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (server_->core().registry->IfLoaded("unloaded-revisions") != nullptr &&
-         absl::Now() < give_up) {
-    server_->core().registry->EvictOverBudget(absl::Now() + absl::Hours(1));
-    if (server_->core().registry->IfLoaded("unloaded-revisions") != nullptr) {
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-  }
-  ASSERT_EQ(server_->core().registry->IfLoaded("unloaded-revisions"), nullptr);
-  absl::StatusOr<std::vector<v1::Project>> listed = client_->ListProjects();
-  ASSERT_THAT(listed, IsOk());
-  const v1::Project* found = nullptr;
-  for (const v1::Project& p : *listed) {
-    if (p.name() == "unloaded-revisions") found = &p;
-  }
-  ASSERT_NE(found, nullptr);
-  EXPECT_EQ(found->num_items(), 2);
-  EXPECT_EQ(found->num_labels(), 2);
-  EXPECT_EQ(found->num_revisions(), 1);
 }
 
 // ingest.proto: "Latest" is by client_time, "stored to the microsecond": a label made 300 ms
