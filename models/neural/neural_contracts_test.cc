@@ -1175,6 +1175,31 @@ TEST(GoldClampTest, AGoldItemsLabelsCountForItsGoldClass) {
   }
 }
 
+// A gold item's clamp must not decide the truth of other items (neural_truth_model.h: the
+// posterior is prior · Π Q, gold clamped on the gold item only). TinyCrowd(10, 3)'s items 2, 4
+// and 8 are labelled 0 by all three annotators; with gold 1 on item 0 (labelled 0, 1, 0) the
+// labels still favour class 0 for them: by Dawid-Skene's counts annotators 0 and 2 say 0 on
+// all 4 class-0 items and on 1 of the 6 class-1 items, annotator 1 on 3 of 4 and on 2 of 6
+// (items 3, 9), so three 0s are (1 · 3/4 · 1) / (1/6 · 2/6 · 1/6) = 81 times likelier under
+// class 0, and the class prior of these labels (6 to 4) leaves odds of 54 to 1 for class 0.
+TEST(GoldClampTest, GoldOnOneItemLeavesTheUnanimousItemsOfTheOtherClass) {
+  const AnnotationMatrix data = TinyCrowd(10, 3);
+  std::vector<int32_t> gold(10, -1);
+  gold[0] = 1;
+  for (const char* method : {"trace_reg", "cmm", "crowdlayer", "conal", "lia"}) {
+    TruthModelOptions options = CpuOptions();
+    options.neural.steps = 200;
+    options.neural.em_iterations = 2;
+    auto model = MakeNeural(method, options);
+    ASSERT_THAT(model->Fit(data, gold, false).status(), IsOk());
+    for (int32_t i : {2, 4, 8}) {
+      std::vector<double> posterior(2);
+      model->ItemPosteriorForItem(i, data.LabelsOfItem(i), -1, absl::MakeSpan(posterior));
+      EXPECT_GT(posterior[0], 0.5) << method << " item " << i << ": " << posterior[1];
+    }
+  }
+}
+
 // conal's label distribution (conal.h): p = softmax(ω f W_g + (1 − ω) f W_r) with f = softmax
 // of the classifier, ω = sigmoid(u_r · v_i) of the L2-normalised annotator and instance vectors,
 // W_g the common and W_r the annotator's confusion logits; Q(i, r) is the same with a one-hot f.
