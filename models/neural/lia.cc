@@ -221,13 +221,30 @@ void LiaModel::MeanItemConfusion(const double* competence, double* out) const {
   const int32_t k = num_classes();
   const size_t kk = static_cast<size_t>(k) * k, cell = kk * latent_;
   std::vector<double> log_q(kk);
-  std::fill(out, out + kk, 0.0);
+  // Row k averages the sample's rows k weighted by h_i[k] (lia.h), or equally where no item
+  // of the sample carries weight for class k (a model without fitted items, a class no item
+  // is believed to be).
+  std::vector<double> weighted(kk, 0.0), plain(kk, 0.0), weight(k, 0.0);
   for (int32_t item : mean_item_sample_) {
     LogConfusionFrom(difficulty_.data() + item * cell, competence, k, latent_, log_q.data());
-    for (size_t x = 0; x < kk; ++x) out[x] += std::exp(log_q[x]);
+    const double* log_prior = LogPriorOf(item < fitted_items() ? item : -1);
+    for (int32_t row = 0; row < k; ++row) {
+      const double h = std::exp(log_prior[row]);
+      weight[row] += h;
+      for (int32_t y = 0; y < k; ++y) {
+        const size_t x = static_cast<size_t>(row) * k + y;
+        weighted[x] += h * std::exp(log_q[x]);
+        plain[x] += std::exp(log_q[x]);
+      }
+    }
   }
   const double n = static_cast<double>(mean_item_sample_.size());
-  for (size_t x = 0; x < kk; ++x) out[x] /= n;
+  for (int32_t row = 0; row < k; ++row) {
+    for (int32_t y = 0; y < k; ++y) {
+      const size_t x = static_cast<size_t>(row) * k + y;
+      out[x] = weight[row] > 1e-12 ? weighted[x] / weight[row] : plain[x] / n;
+    }
+  }
 }
 
 std::vector<double> LiaModel::ConfusionFromAnnotatorEmbedding(absl::Span<const double> embedding) const {
@@ -252,6 +269,18 @@ void LiaModel::LogConfusion(int32_t item, int32_t annotator, double* out) const 
   const size_t cell = static_cast<size_t>(k) * k * latent_;
   const double* c = fitted_annotator ? competence_.data() + annotator * cell : mean_competence_.data();
   LogConfusionFrom(difficulty_.data() + item * cell, c, k, latent_, out);
+  // Row k of the item's own Q weighs h_i[k], the mean item's row the rest (lia.h).
+  const size_t kk = static_cast<size_t>(k) * k;
+  const double* mean_item =
+      unseen_item_confusion_.data() + (fitted_annotator ? annotator : fitted_annotators()) * kk;
+  const double* log_prior = LogPriorOf(item);
+  for (int32_t row = 0; row < k; ++row) {
+    const double own = std::exp(log_prior[row]);
+    for (int32_t y = 0; y < k; ++y) {
+      const size_t x = static_cast<size_t>(row) * k + y;
+      out[x] = std::log(std::max(own * std::exp(out[x]) + (1.0 - own) * mean_item[x], 1e-300));
+    }
+  }
 }
 
 std::optional<double> LiaModel::ItemDifficulty(int32_t item) const {

@@ -41,9 +41,18 @@
 //
 // Queries evaluate Q_ij from exported D (per fitted item) and C (per fitted annotator) tables:
 // K² L doubles (8 K² L bytes) per item and per annotator. An annotator never seen gets the mean
-// C. An item never seen gets the mean item's confusion: Q averaged, as probabilities, over the
-// fitted items (over kMeanItemSample of them, spread evenly, on larger projects), precomputed
-// for each fitted annotator (K² doubles each) and for the mean C. Averaging D instead was
+// C. An item never seen gets the mean item's confusion: row k of Q averaged, as probabilities,
+// over the fitted items (over kMeanItemSample of them, spread evenly, on larger projects) with
+// weights h_i[k], precomputed for each fitted annotator (K² doubles each) and for the mean C.
+// A fitted item's served Q weighs row k of its own Q_ij by h_i[k] and the mean item's row k by
+// 1 - h_i[k]: the fit trains row k of an item's D with weight q_i[k] (the M-step above), so
+// the rows of the classes an item is not believed to be hold no evidence of that item, only
+// what the difficulty network carried over from other items. Served as they were, with the
+// class prior of a featureless fit (neural_truth_model.h), they decided such items: with gold
+// on one item of TinyCrowd(10, 3), its unanimously labelled items of the other class copied
+// the gold item's row and were served the class prior (GoldClampTest in
+// neural_contracts_test.cc). The mean item is then exactly the mean of the fitted items'
+// served Q, and its weighted rows are those the fit trained. Averaging D instead was
 // dominated by the easiest items, whose D grows without bound: an item labelled after the fit
 // was served near certainty from one label (posterior 1 - 1e-13 where a fitted item with the
 // same label got 0.52; difficulty 5e-8 against a mean of 0.12 over the fitted items). With annotator features, r is a
@@ -80,10 +89,11 @@ class LiaModel : public NeuralModel<LiaModel> {
   std::vector<double> ConfusionFromAnnotatorEmbedding(absl::Span<const double> embedding) const override;
 
  public:
-  // 1 - (1/K) Σ_k Q[k, k], with Q = row-softmax(Σ_l D_item[·,·,l] C̄[·,·,l]) and C̄ the mean
-  // competence of the fitted annotators: the chance that an annotator of average competence
-  // mislabels the item, averaged over its true classes. For an item not in the fit, the mean
-  // item's Q: the mean of the fitted items' difficulties (over the sample, on large projects).
+  // 1 - (1/K) Σ_k Q[k, k], with Q the served confusion (above) of C̄, the mean competence of
+  // the fitted annotators (row k: h_item[k] of row-softmax(Σ_l D_item[·,·,l] C̄[·,·,l]), the
+  // rest the mean item's): the chance that an annotator of average competence mislabels the
+  // item, averaged over its true classes. For an item not in the fit, the mean item's Q: the
+  // mean of the fitted items' difficulties (over the sample, on large projects).
   std::optional<double> ItemDifficulty(int32_t item) const override;
 
  private:
@@ -91,8 +101,8 @@ class LiaModel : public NeuralModel<LiaModel> {
   // At most this many fitted items stand for the mean item (export cost: annotators x this x
   // K² L).
   static constexpr int64_t kMeanItemSample = 256;
-  // The mean item's Q (K x K, probabilities) for a competence C (K x K x L): the mean over
-  // mean_item_sample_ of row-softmax(Σ_l D_i C).
+  // The mean item's Q (K x K, probabilities) for a competence C (K x K x L): row k is the mean
+  // over mean_item_sample_ of row k of row-softmax(Σ_l D_i C), weighted by h_i[k].
   void MeanItemConfusion(const double* competence, double* out) const;
 
   std::vector<double> difficulty_;       // fitted items x K x K x L

@@ -1020,6 +1020,9 @@ TEST(ServedPartsTest, PosteriorsAndTheLogLikelihoodComposeThePriorAndTheConfusio
 // observer at every step reads the network as the export does; the last step's is exported.
 // crowdlayer's served confusions are its layers at the typical outputs (its own test), so only
 // its prior is compared; cmm's Global setting recomputes the memberships after the last step.
+// lia's row k weighs the network's row by h_i[k] and the mean item's row k by 1 - h_i[k], the
+// mean item's row k being the fitted items' rows k averaged with weights h_j[k] (lia.h; all 31
+// items, under the sample size).
 TEST(ExportTest, ServedPriorsAndConfusionsAreTheTrainedNetworks) {
   const AnnotationMatrix data = ShiftedCrowd();
   const std::vector<int64_t> items = {0, 5, 17, 29}, annotators = {0, 3, 2, 1};
@@ -1034,6 +1037,15 @@ TEST(ExportTest, ServedPriorsAndConfusionsAreTheTrainedNetworks) {
       prior = net.LogPrior(torch::tensor(items, torch::kLong)).exp();
       confusion = net.LogConfusion(torch::tensor(items, torch::kLong),
                                    torch::tensor(annotators, torch::kLong)).exp();
+      if (std::string(method) != "lia") return;
+      const torch::Tensor all = torch::arange(data.num_items(), torch::kLong);
+      const torch::Tensor h = net.LogPrior(all).exp();  // items x K
+      for (size_t b = 0; b < items.size(); ++b) {
+        const torch::Tensor q = net.LogConfusion(all, torch::full_like(all, annotators[b])).exp();
+        const torch::Tensor mean_item = (h.unsqueeze(2) * q).sum(0) / h.sum(0).unsqueeze(1);
+        const torch::Tensor own = prior[b].unsqueeze(1);
+        confusion[b] = own * confusion[b] + (1 - own) * mean_item;
+      }
     });
     ASSERT_THAT(model->Fit(data, {}, false).status(), IsOk());
     ASSERT_TRUE(prior.defined());
@@ -1053,9 +1065,11 @@ TEST(ExportTest, ServedPriorsAndConfusionsAreTheTrainedNetworks) {
   }
 }
 
-// lia's item difficulty (lia.h): 1 - (1/K) Σ_k Q[k, k] with Q = row-softmax(Σ_l D_i[·,·,l]
-// C̄[·,·,l]), D_i the difficulty network (4 ReLU layers) on the item's embedding and C̄ the
-// fitted annotators' mean competence, c_ψ(r) = W r + b of each annotator's embedding r.
+// lia's item difficulty (lia.h): 1 - (1/K) Σ_k Q[k, k] with Q the served confusion of the mean
+// competence: row k of row-softmax(Σ_l D_i[·,·,l] C̄[·,·,l]) weighed by h_i[k], the mean item's
+// row k by 1 - h_i[k]. D_i is the difficulty network (4 ReLU layers) and h_i the truth network
+// on the item's embedding, C̄ the fitted annotators' mean competence, c_ψ(r) = W r + b of each
+// annotator's embedding r.
 // Recomputed from the trained network's parameters, read after the last step. ShiftedCrowd's
 // annotators differ (annotator 3 always says the next class), so no one annotator's competence
 // stands in for the mean.
@@ -1075,14 +1089,31 @@ TEST(LiaDifficultyTest, IsTheMeanCompetencesChanceOfAMislabel) {
   };
   torch::Tensor competences = linear(trained.at("annotators.embedding.weight"), "competence");
   torch::Tensor mean_competence = competences.mean(0).view({3, 3, -1});
-  for (int64_t i : {0, 5, 17, 29}) {
-    torch::Tensor d = trained.at("items.embedding.weight")[i];
+  auto mlp = [&](const std::string& name, int64_t i) {
+    torch::Tensor x = trained.at("items.embedding.weight")[i];
     for (int layer = 0; layer < 4; ++layer) {
-      d = linear(d, "difficulty." + std::to_string(2 * layer));
-      if (layer < 3) d = torch::relu(d);
+      x = linear(x, name + "." + std::to_string(2 * layer));
+      if (layer < 3) x = torch::relu(x);
     }
-    torch::Tensor q = torch::softmax((d.view({3, 3, -1}) * mean_competence).sum(2), 1);
-    const double expected = 1.0 - q.diagonal().sum().item<double>() / 3;
+    return x;
+  };
+  // Q of item i under the mean competence, and its truth h_i (the truth network's softmax).
+  std::vector<torch::Tensor> q(31), h(31);
+  torch::Tensor weighted = torch::zeros({3, 3}, torch::kDouble), weight = weighted.sum(1);
+  for (int64_t i = 0; i < 31; ++i) {
+    q[i] = torch::softmax((mlp("difficulty", i).view({3, 3, -1}) * mean_competence).sum(2), 1)
+               .to(torch::kDouble);
+    h[i] = torch::softmax(mlp("truth", i), 0).to(torch::kDouble);
+    weighted += h[i].unsqueeze(1) * q[i];
+    weight += h[i];
+  }
+  // The served Q (lia.h): row k is h_i[k] of the item's own and 1 - h_i[k] of the mean item's,
+  // whose row k is the items' rows k weighted by h[k].
+  const torch::Tensor mean_item = weighted / weight.unsqueeze(1);
+  for (int64_t i : {0, 5, 17, 29}) {
+    const torch::Tensor own = h[i].unsqueeze(1);
+    const torch::Tensor served = own * q[i] + (1 - own) * mean_item;
+    const double expected = 1.0 - served.diagonal().sum().item<double>() / 3;
     ASSERT_TRUE(model->ItemDifficulty(static_cast<int32_t>(i)).has_value());
     EXPECT_NEAR(*model->ItemDifficulty(static_cast<int32_t>(i)), expected, 1e-5) << i;
   }
