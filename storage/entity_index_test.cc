@@ -144,6 +144,65 @@ TEST_F(EntityIndexTest, LockProjectsHoldsTheRowLockUntilTheTransactionEnds) {
   EXPECT_TRUE(locks_at_once(a));
 }
 
+// entity_index.h: "All writers of items, annotators and annotations of a project hold this
+// lock, which serialises them per project": while one transaction holds LockProjects on a
+// project, a second transaction's LockProjects of it waits (it gives up here after a short
+// lock_timeout) instead of reading the same index counters; another project's row is free.
+TEST_F(EntityIndexTest, TwoLockProjectsOfOneProjectSerialise) {
+  const int64_t a = CreateProject("a");
+  const int64_t b = CreateProject("b");
+  pqxx::connection holder_connection(url());
+  pqxx::connection other(url());
+  // Whether LockProjects in another transaction gets `project_id` within 200 ms.
+  auto other_locks = [&](int64_t project_id) {
+    pqxx::work txn(other);
+    txn.exec0("SET LOCAL lock_timeout = '200ms'");
+    try {
+      return LockProjects(txn, {project_id}).ok();
+    } catch (const pqxx::sql_error&) {
+      return false;
+    }
+  };
+  pqxx::work holder(holder_connection);
+  ASSERT_THAT(LockProjects(holder, {a}), IsOk());
+  EXPECT_FALSE(other_locks(a));
+  EXPECT_TRUE(other_locks(b));
+  holder.commit();
+  EXPECT_TRUE(other_locks(a));
+}
+
+// entity_index.h: new indices come from "the project row's next_item_index /
+// next_annotator_index counters": a project's first items and annotators are 0, 1, ... even
+// while another project (here the one created first) already holds some of each kind, and
+// that project's counters stay where they were.
+TEST_F(EntityIndexTest, NewIndicesComeFromTheirOwnProjectsCounters) {
+  const int64_t a = CreateProject("a");
+  const int64_t b = CreateProject("b");
+  ItemStore items(&pool());
+  ASSERT_THAT(items.UpsertItems(a, {ItemWrite{"x"}, ItemWrite{"y"}, ItemWrite{"z"}}), IsOk());
+  ASSERT_THAT(items.UpsertAnnotators(a, {AnnotatorWrite{"ann"}}), IsOk());
+
+  const std::vector<absl::string_view> ids = {"p", "q", "p"};
+  auto resolve = [&](EntityKind kind) {
+    return pool().WithTransaction(
+        "resolving ids", [&](pqxx::work& txn) -> absl::StatusOr<std::vector<int32_t>> {
+          VERITY_ASSIGN_OR_RETURN(std::vector<LockedProject> locked, LockProjects(txn, {b}));
+          (void)locked;
+          return ResolveOrCreateIndices(txn, b, kind, ids);
+        });
+  };
+  EXPECT_THAT(resolve(EntityKind::kItem), IsOkAndHolds(ElementsAre(0, 1, 0)));
+  EXPECT_THAT(resolve(EntityKind::kAnnotator), IsOkAndHolds(ElementsAre(0, 1, 0)));
+
+  absl::StatusOr<std::vector<LockedProject>> locked = Lock({a, b});
+  ASSERT_THAT(locked, IsOk());
+  ASSERT_EQ(locked->size(), 2u);
+  EXPECT_EQ((*locked)[0].next_item_index, 3);
+  EXPECT_EQ((*locked)[0].next_annotator_index, 1);
+  EXPECT_EQ((*locked)[1].next_item_index, 2);
+  EXPECT_EQ((*locked)[1].next_annotator_index, 2);
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
