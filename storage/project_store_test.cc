@@ -318,6 +318,28 @@ TEST_F(ProjectStoreTest, GetProjectByNameReturnsExactlyTheNamedProject) {
   EXPECT_THAT(store_->GetProjectByName("bb"), StatusIs(absl::StatusCode::kNotFound));
 }
 
+// project_store.h: GetProject returns the project with exactly that id, among others with
+// larger and smaller ids, whichever order their rows were last written in.
+TEST_F(ProjectStoreTest, GetProjectReturnsExactlyTheProjectWithThatId) {
+  absl::StatusOr<ProjectRecord> a = store_->CreateProject(Project("a"));
+  absl::StatusOr<ProjectRecord> b = store_->CreateProject(Project("b"));
+  absl::StatusOr<ProjectRecord> c = store_->CreateProject(Project("c"));
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  ASSERT_THAT(c, IsOk());
+  // Rewriting a's and b's rows places them after c's in the table.
+  ASSERT_THAT(store_->UpdateSettings(a->project_id, "a2"), IsOk());
+  ASSERT_THAT(store_->UpdateSettings(b->project_id, "b2"), IsOk());
+  for (const ProjectRecord& want : {*a, *b, *c}) {
+    absl::StatusOr<ProjectRecord> got = store_->GetProject(want.project_id);
+    ASSERT_THAT(got, IsOk()) << want.name;
+    EXPECT_EQ(got->project_id, want.project_id);
+    EXPECT_EQ(got->name, want.name);
+  }
+  EXPECT_THAT(store_->GetProject(c->project_id + 1), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->GetProject(a->project_id - 1), StatusIs(absl::StatusCode::kNotFound));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
