@@ -314,6 +314,23 @@ TEST_F(ApiKeyStoreTest, AnIdWithANulByteIsNotThePrefixKey) {
   EXPECT_FALSE(e1->revoked_at.has_value());
 }
 
+// As for created_by and project names: a key whose key_id or name holds a NUL byte is
+// INVALID_ARGUMENT, from Insert and from InsertIfNoAdminForEveryProject, and nothing is stored
+// (libpq would store the value cut at the NUL).
+TEST_F(ApiKeyStoreTest, RefusesNulBytesInKeyIdAndName) {
+  ApiKeyRecord nul_id = Key(std::string("f1\0x", 4), "reader");
+  nul_id.name = "plain";
+  EXPECT_THAT(store_->Insert(nul_id), StatusIs(absl::StatusCode::kInvalidArgument));
+  ApiKeyRecord nul_name = Key("f2", "reader");
+  nul_name.name = std::string("ci\0f2", 5);
+  EXPECT_THAT(store_->Insert(nul_name), StatusIs(absl::StatusCode::kInvalidArgument));
+  ApiKeyRecord nul_boot = Key("boot", "admin");
+  nul_boot.name = std::string("boot\0strap", 10);
+  EXPECT_THAT(store_->InsertIfNoAdminForEveryProject(nul_boot),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store_->List(/*include_revoked=*/true), IsOkAndHolds(::testing::IsEmpty()));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
