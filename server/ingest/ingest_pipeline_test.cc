@@ -112,6 +112,34 @@ class IngestPipelineTest : public storage::testing::PostgresTest {
     return lane_waits();
   }
 
+  // An admission check that says it runs (in the commit lane) and admits once released: it
+  // holds the lane while the batches submitted meanwhile queue behind it.
+  static IngestPipeline::AdmissionCheck HoldLane(absl::Notification& entered,
+                                                 absl::Notification& release) {
+    return [&entered, &release](const LiveProject&,
+                                absl::Span<const std::vector<storage::AnnotationWrite>* const>) {
+      entered.Notify();
+      release.WaitForNotification();
+      return absl::OkStatus();
+    };
+  }
+
+  // The id of the transaction that wrote `item`'s live annotation (of its one annotator).
+  int64_t XminOf(const LiveProject& project, const std::string& item) {
+    absl::StatusOr<int64_t> xmin =
+        pool().WithTransaction("reading xmin", [&](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+          return txn
+              .exec_params1(
+                  "SELECT a.xmin::text::bigint FROM annotations a JOIN items i "
+                  "ON i.project_id = a.project_id AND i.item_index = a.item_index "
+                  "WHERE a.project_id = $1 AND i.external_id = $2",
+                  project.identity().project_id, item)[0]
+              .as<int64_t>();
+        });
+    EXPECT_THAT(xmin, IsOk()) << item;
+    return xmin.value_or(0);
+  }
+
   std::unique_ptr<storage::AnnotationStore> store_;
   std::shared_ptr<LiveProject> project_;
 };
@@ -845,6 +873,59 @@ TEST_F(IngestPipelineTest, OneGroupOverTwoProjectsAdvancesEachOnesAppliedSeq) {
   EXPECT_EQ(project_->applied_seq(), p_last);
   EXPECT_EQ(other->applied_seq(), q_last);
   EXPECT_THAT(metrics.RenderText(), HasSubstr("verity_ingest_catch_up_reads_total 0\n"));
+}
+
+// ingest_pipeline.h: "A committer thread takes queued batches (up to
+// Options::max_group_annotations), writes them in ONE PostgreSQL transaction". With the one
+// lane held in an earlier batch's admission check, three batches of one project queue: 10 and
+// 10 fill a group of 20 exactly and share a transaction; the third (1 more) gets its own.
+TEST_F(IngestPipelineTest, AGroupTakesBatchesUpToMaxGroupAnnotationsInOneTransaction) {
+  IngestPipeline::Options options;
+  options.max_group_annotations = 20;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options);
+  absl::Notification entered, release;
+  std::future<IngestPipeline::Result> held =
+      pipeline.Submit(project_, Batch(*project_, "h", 1), HoldLane(entered, release));
+  entered.WaitForNotification();
+  std::vector<std::future<IngestPipeline::Result>> queued;
+  queued.push_back(pipeline.Submit(project_, Batch(*project_, "g1", 10)));
+  queued.push_back(pipeline.Submit(project_, Batch(*project_, "g2", 10)));
+  queued.push_back(pipeline.Submit(project_, Batch(*project_, "g3", 1)));
+  release.Notify();
+  ASSERT_THAT(held.get(), IsOk());
+  for (auto& f : queued) ASSERT_THAT(f.get(), IsOk());
+  EXPECT_EQ(XminOf(*project_, "g1-0"), XminOf(*project_, "g2-9"));
+  EXPECT_NE(XminOf(*project_, "g2-9"), XminOf(*project_, "g3-0"));
+  EXPECT_NE(XminOf(*project_, "h-0"), XminOf(*project_, "g1-0"));
+}
+
+// ingest_pipeline.h: "The committer builds each group round-robin over the projects with
+// waiting batches, one batch of each in turn". With the one lane held on A's batch, A queues
+// a1 and a2 and then B queues b0 (10 each, groups of at most 20): the next group is a1 and b0,
+// one transaction, and a2 commits after it in another.
+TEST_F(IngestPipelineTest, AGroupTakesOneBatchOfEachWaitingProjectInTurn) {
+  std::shared_ptr<LiveProject> other;
+  ASSERT_NO_FATAL_FAILURE(other = NewProject("q-turn"));
+  IngestPipeline::Options options;
+  options.max_group_annotations = 20;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options);
+  absl::Notification entered, release;
+  std::future<IngestPipeline::Result> held =
+      pipeline.Submit(project_, Batch(*project_, "h", 1), HoldLane(entered, release));
+  entered.WaitForNotification();
+  std::future<IngestPipeline::Result> a1 = pipeline.Submit(project_, Batch(*project_, "a1"));
+  std::future<IngestPipeline::Result> a2 = pipeline.Submit(project_, Batch(*project_, "a2"));
+  std::future<IngestPipeline::Result> b0 = pipeline.Submit(other, Batch(*other, "b0"));
+  release.Notify();
+  ASSERT_THAT(held.get(), IsOk());
+  ASSERT_THAT(a1.get(), IsOk());
+  ASSERT_THAT(a2.get(), IsOk());
+  ASSERT_THAT(b0.get(), IsOk());
+  const int64_t a1_xmin = XminOf(*project_, "a1-0");
+  EXPECT_EQ(XminOf(*other, "b0-0"), a1_xmin) << "B's batch was left out of A's group";
+  EXPECT_GT(XminOf(*project_, "a2-0"), a1_xmin) << "A's second batch went before B's";
 }
 
 }  // namespace
