@@ -928,5 +928,96 @@ TEST_F(IngestPipelineTest, AGroupTakesOneBatchOfEachWaitingProjectInTurn) {
   EXPECT_GT(XminOf(*project_, "a2-0"), a1_xmin) << "A's second batch went before B's";
 }
 
+// ingest_pipeline.h, failure isolation concerns "a group of several batches": a group of one
+// batch whose transaction fails is one failed transaction, answered with the store's error,
+// and no batch is committed again on its own.
+TEST_F(IngestPipelineTest, AFailedSingleBatchIsOneFailedTransactionAndNotIsolated) {
+  MetricsRegistry metrics;
+  IngestPipeline pipeline(*store_, IngestPipeline::Options(), &metrics);
+  storage::AnnotationWrite poison = Write("i", "a", 1);
+  poison.client_time = absl::FromUnixSeconds(253402300799) + absl::Nanoseconds(999999001);
+  EXPECT_THAT(pipeline.Submit(project_, {poison}).get(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client_time")));
+  const std::string text = metrics.RenderText();
+  EXPECT_THAT(text, HasSubstr("verity_ingest_commit_failures_total 1\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_isolated_batches_total{result=\"refused\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_isolated_batches_total{result=\"committed\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_commit_duration_seconds_count 1\n"));
+}
+
+// ingest_pipeline.h: UNAVAILABLE "fails every batch of the group as it stands: a transaction
+// per batch would fail the same way". A group of a good batch, one the store refuses and
+// another good one fails as a whole, so its batches are committed alone, in order; the first
+// one's COMMIT loses its ack (UNAVAILABLE). The batches after it are answered UNAVAILABLE as
+// well, without a transaction of their own: only the first one's labels are stored.
+TEST_F(IngestPipelineTest, IsolatedBatchesAfterAnUnavailableOneAreAnsweredUnavailable) {
+  IngestPipeline::Options options;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options);
+  absl::Notification entered, release;
+  std::future<IngestPipeline::Result> held = pipeline.Submit(
+      project_, Batch(*project_, "h", 1),
+      [&](const LiveProject&, absl::Span<const std::vector<storage::AnnotationWrite>* const>) {
+        entered.Notify();
+        release.WaitForNotification();
+        return absl::ResourceExhaustedError("refused to hold the lane");
+      });
+  entered.WaitForNotification();
+  storage::AnnotationWrite poison = Write("p", "a", 1);
+  poison.client_time = absl::FromUnixSeconds(253402300799) + absl::Nanoseconds(999999001);
+  std::future<IngestPipeline::Result> first = pipeline.Submit(project_, {Write("g1", "a", 0)});
+  std::future<IngestPipeline::Result> refused = pipeline.Submit(project_, {poison});
+  std::future<IngestPipeline::Result> last = pipeline.Submit(project_, {Write("g2", "a", 1)});
+  std::atomic<int> faults{1};
+  pool().SetAfterCommitHookForTesting([&](pqxx::connection&) {
+    if (faults.fetch_sub(1) > 0) throw pqxx::broken_connection("injected: ack lost after COMMIT");
+  });
+  release.Notify();
+
+  EXPECT_THAT(held.get(), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(first.get(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected")));
+  EXPECT_THAT(refused.get(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected")));
+  EXPECT_THAT(last.get(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected")));
+  EXPECT_EQ(faults.load(), 0) << "one commit: the first batch's";
+  pool().SetAfterCommitHookForTesting(nullptr);
+  EXPECT_THAT(store_->CountLiveAnnotations(project_->identity().project_id), IsOkAndHolds(1));
+}
+
+// ingest_pipeline.h, failure isolation: after a group's transaction fails, "each of its batches
+// is committed in a transaction of its own, in queue order; a batch that still fails gets its
+// own error, the others commit" (and are served). A group of a new label, a batch the store
+// refuses and a revision of a served label: two batches committed alone, one refused, and the
+// revision's item now serves its new label.
+TEST_F(IngestPipelineTest, TheBatchesOfAFailedGroupCommittedAloneAreCountedAndServed) {
+  MetricsRegistry metrics;
+  IngestPipeline::Options options;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options, &metrics);
+  ASSERT_THAT(pipeline.Submit(project_, {Write("r", "a", 0)}).get(), IsOk());
+  absl::Notification entered, release;
+  std::future<IngestPipeline::Result> held =
+      pipeline.Submit(project_, Batch(*project_, "h", 1), HoldLane(entered, release));
+  entered.WaitForNotification();
+  storage::AnnotationWrite poison = Write("p", "a", 1);
+  poison.client_time = absl::FromUnixSeconds(253402300799) + absl::Nanoseconds(999999001);
+  std::future<IngestPipeline::Result> fresh = pipeline.Submit(project_, {Write("g", "a", 1)});
+  std::future<IngestPipeline::Result> refused = pipeline.Submit(project_, {poison});
+  std::future<IngestPipeline::Result> revision = pipeline.Submit(project_, {Write("r", "a", 1)});
+  release.Notify();
+  ASSERT_THAT(held.get(), IsOk());
+  EXPECT_THAT(fresh.get(), IsOk());
+  EXPECT_THAT(refused.get(), StatusIs(absl::StatusCode::kInvalidArgument));
+  IngestPipeline::Result revised = revision.get();
+  ASSERT_THAT(revised, IsOk());
+  EXPECT_EQ((*revised)[0].outcome, storage::WriteOutcome::kRevised);
+  // Only label 1 on "r" now: majority vote (no fit yet) serves class 1.
+  EXPECT_GT(project_->snapshot()->posteriors.probabilities(*project_->FindItem("r"))[1], 0.5);
+  EXPECT_EQ(ServedLabels("g"), 1);
+  const std::string text = metrics.RenderText();
+  EXPECT_THAT(text, HasSubstr("verity_ingest_commit_failures_total 1\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_isolated_batches_total{result=\"committed\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_isolated_batches_total{result=\"refused\"} 1\n"));
+}
+
 }  // namespace
 }  // namespace verity::server
