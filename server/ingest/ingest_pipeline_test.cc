@@ -945,6 +945,25 @@ TEST_F(IngestPipelineTest, AFailedSingleBatchIsOneFailedTransactionAndNotIsolate
   EXPECT_THAT(text, HasSubstr("verity_ingest_commit_duration_seconds_count 1\n"));
 }
 
+// ingest_pipeline.h: the commit registers its labels with the project, "catching up first with
+// the labels other replicas committed before it". Another replica (a direct store commit)
+// labels item "y" between two batches of this pipeline: the second batch's ack comes with "y"
+// served too, one catch-up read counted, and applied_seq() at the second batch's seq.
+TEST_F(IngestPipelineTest, AnOwnCommitAfterAnotherReplicasCatchesUpWithIt) {
+  MetricsRegistry metrics;
+  IngestPipeline pipeline(*store_, IngestPipeline::Options(), &metrics);
+  ASSERT_THAT(pipeline.Submit(project_, {Write("x", "a", 0)}).get(), IsOk());
+  ASSERT_THAT(store_->CommitAnnotations({Write("y", "r", 1)}), IsOk());
+  EXPECT_EQ(ServedLabels("y"), 0);
+  IngestPipeline::Result own = pipeline.Submit(project_, {Write("z", "a", 1)}).get();
+  ASSERT_THAT(own, IsOk());
+  EXPECT_EQ(ServedLabels("y"), 1);
+  EXPECT_EQ(ServedLabels("z"), 1);
+  EXPECT_EQ(project_->Counts().num_labels, 3);
+  EXPECT_EQ(project_->applied_seq(), (*own)[0].seq);
+  EXPECT_THAT(metrics.RenderText(), HasSubstr("verity_ingest_catch_up_reads_total 1\n"));
+}
+
 // ingest_pipeline.h: UNAVAILABLE "fails every batch of the group as it stands: a transaction
 // per batch would fail the same way". A group of a good batch, one the store refuses and
 // another good one fails as a whole, so its batches are committed alone, in order; the first
