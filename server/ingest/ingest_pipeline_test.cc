@@ -945,6 +945,22 @@ TEST_F(IngestPipelineTest, AFailedSingleBatchIsOneFailedTransactionAndNotIsolate
   EXPECT_THAT(text, HasSubstr("verity_ingest_commit_duration_seconds_count 1\n"));
 }
 
+// ingest_pipeline.h metrics: "batches refused". A batch its admission check refuses is answered
+// with the check's error, counted as refused for admission, and nothing of it is stored.
+TEST_F(IngestPipelineTest, ABatchItsAdmissionCheckRefusesIsCountedAndNotStored) {
+  MetricsRegistry metrics;
+  IngestPipeline pipeline(*store_, IngestPipeline::Options(), &metrics);
+  auto refuse = [](const LiveProject&,
+                   absl::Span<const std::vector<storage::AnnotationWrite>* const>) {
+    return absl::ResourceExhaustedError("over the project's quota");
+  };
+  EXPECT_THAT(pipeline.Submit(project_, Batch(*project_, "r", 2), refuse).get(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("quota")));
+  EXPECT_THAT(metrics.RenderText(),
+              HasSubstr("verity_ingest_refused_batches_total{reason=\"admission\"} 1\n"));
+  EXPECT_THAT(store_->CountLiveAnnotations(project_->identity().project_id), IsOkAndHolds(0));
+}
+
 // ingest_pipeline.h: the commit registers its labels with the project, "catching up first with
 // the labels other replicas committed before it". Another replica (a direct store commit)
 // labels item "y" between two batches of this pipeline: the second batch's ack comes with "y"
@@ -962,6 +978,57 @@ TEST_F(IngestPipelineTest, AnOwnCommitAfterAnotherReplicasCatchesUpWithIt) {
   EXPECT_EQ(project_->Counts().num_labels, 3);
   EXPECT_EQ(project_->applied_seq(), (*own)[0].seq);
   EXPECT_THAT(metrics.RenderText(), HasSubstr("verity_ingest_catch_up_reads_total 1\n"));
+}
+
+// ingest_pipeline.h metrics: "batches refused" and "the queue's depth". With the one lane held
+// in an earlier batch's admission check, a key's share (10), a project's (20) and the whole
+// queue (30) each refuse one batch: three refused for a full queue, while 30 annotations in 3
+// batches wait. Once everything is committed, nothing waits.
+TEST_F(IngestPipelineTest, QueueRefusalsAndTheQueueDepthAreMeasured) {
+  std::shared_ptr<LiveProject> other;
+  ASSERT_NO_FATAL_FAILURE(other = NewProject("q-depth"));
+  MetricsRegistry metrics;
+  IngestPipeline::Options options;
+  options.max_queued_annotations = 30;
+  options.max_queued_annotations_per_project = 20;
+  options.max_queued_annotations_per_key = 10;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options, &metrics);
+  absl::Notification entered, release;
+  std::vector<std::future<IngestPipeline::Result>> accepted, refused;
+  accepted.push_back(
+      pipeline.Submit(project_, Batch(*project_, "h", 1), HoldLane(entered, release)));
+  entered.WaitForNotification();
+  accepted.push_back(pipeline.Submit(project_, Batch(*project_, "k1"), nullptr, "key-k"));
+  refused.push_back(pipeline.Submit(other, Batch(*other, "k2", 1), nullptr, "key-k"));
+  accepted.push_back(pipeline.Submit(project_, Batch(*project_, "p2")));
+  refused.push_back(pipeline.Submit(project_, Batch(*project_, "p3", 1)));
+  accepted.push_back(pipeline.Submit(other, Batch(*other, "q1")));
+  refused.push_back(pipeline.Submit(other, Batch(*other, "q2", 1)));
+  for (auto& f : refused) EXPECT_THAT(f.get(), StatusIs(absl::StatusCode::kResourceExhausted));
+  std::string text = metrics.RenderText();
+  EXPECT_THAT(text, HasSubstr("verity_ingest_refused_batches_total{reason=\"queue_full\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_queue_annotations 30\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_queue_batches 3\n"));
+  release.Notify();
+  for (auto& f : accepted) EXPECT_THAT(f.get(), IsOk());
+  text = metrics.RenderText();
+  EXPECT_THAT(text, HasSubstr("verity_ingest_queue_annotations 0\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_queue_batches 0\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_batches_total 4\n"));
+}
+
+// ingest_pipeline.h: "Submit() after [Shutdown] answers UNAVAILABLE"; the batch is counted as
+// refused while shutting down, and nothing of it is stored.
+TEST_F(IngestPipelineTest, ABatchSubmittedAfterShutdownIsRefusedAndCounted) {
+  MetricsRegistry metrics;
+  IngestPipeline pipeline(*store_, IngestPipeline::Options(), &metrics);
+  pipeline.Shutdown();
+  EXPECT_THAT(pipeline.Submit(project_, Batch(*project_, "late", 2)).get(),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(metrics.RenderText(),
+              HasSubstr("verity_ingest_refused_batches_total{reason=\"shutting_down\"} 1\n"));
+  EXPECT_THAT(store_->CountLiveAnnotations(project_->identity().project_id), IsOkAndHolds(0));
 }
 
 // ingest_pipeline.h: UNAVAILABLE "fails every batch of the group as it stands: a transaction
@@ -1036,6 +1103,24 @@ TEST_F(IngestPipelineTest, TheBatchesOfAFailedGroupCommittedAloneAreCountedAndSe
   EXPECT_THAT(text, HasSubstr("verity_ingest_commit_failures_total 1\n"));
   EXPECT_THAT(text, HasSubstr("verity_ingest_isolated_batches_total{result=\"committed\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("verity_ingest_isolated_batches_total{result=\"refused\"} 1\n"));
+}
+
+// ingest_pipeline.h's metrics, by outcome: a batch of two labels older (by client_time) than
+// the live ones counts 2 stale and no revision.
+TEST_F(IngestPipelineTest, LateOlderLabelsAreCountedStaleNotRevised) {
+  MetricsRegistry metrics;
+  IngestPipeline pipeline(*store_, IngestPipeline::Options(), &metrics);
+  const absl::Time t = absl::FromUnixSeconds(1700000000);
+  std::vector<storage::AnnotationWrite> newer = {Write("i1", "a", 1), Write("i2", "a", 1)};
+  for (storage::AnnotationWrite& w : newer) w.client_time = t;
+  ASSERT_THAT(pipeline.Submit(project_, newer).get(), IsOk());
+  std::vector<storage::AnnotationWrite> older = {Write("i1", "a", 0), Write("i2", "a", 0)};
+  for (storage::AnnotationWrite& w : older) w.client_time = t - absl::Minutes(5);
+  ASSERT_THAT(pipeline.Submit(project_, older).get(), IsOk());
+  const std::string text = metrics.RenderText();
+  EXPECT_THAT(text, HasSubstr("verity_ingest_annotations_total{outcome=\"stale\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_annotations_total{outcome=\"revised\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("verity_ingest_annotations_total{outcome=\"accepted\"} 2\n"));
 }
 
 }  // namespace
