@@ -1123,5 +1123,40 @@ TEST_F(IngestPipelineTest, LateOlderLabelsAreCountedStaleNotRevised) {
   EXPECT_THAT(text, HasSubstr("verity_ingest_annotations_total{outcome=\"accepted\"} 2\n"));
 }
 
+// ingest_pipeline.h Submit: `max_history_rows` is the project's max_revisions, "which the commit
+// itself enforces"; in a group each batch has its own project's bound. Q's batch (no bound) and
+// then a revision over P's bound of 1 share a group: P's batch is refused naming max_revisions,
+// Q's commits, and P's live label stays the one its first revision made.
+TEST_F(IngestPipelineTest, EveryBatchOfAGroupHasItsProjectsHistoryBoundEnforced) {
+  std::shared_ptr<LiveProject> other;
+  ASSERT_NO_FATAL_FAILURE(other = NewProject("q-history"));
+  IngestPipeline::Options options;
+  options.commit_lanes = 1;
+  IngestPipeline pipeline(*store_, options);
+  ASSERT_THAT(pipeline.Submit(project_, {Write("i", "a", 0)}, nullptr, "", 1).get(), IsOk());
+  ASSERT_THAT(pipeline.Submit(project_, {Write("i", "a", 1)}, nullptr, "", 1).get(), IsOk());
+  absl::Notification entered, release;
+  std::future<IngestPipeline::Result> held =
+      pipeline.Submit(project_, Batch(*project_, "h", 1), HoldLane(entered, release));
+  entered.WaitForNotification();
+  std::future<IngestPipeline::Result> q = pipeline.Submit(other, {WriteTo(*other, "j", "b", 1)});
+  std::future<IngestPipeline::Result> p =
+      pipeline.Submit(project_, {Write("i", "a", 0)}, nullptr, "", /*max_history_rows=*/1);
+  release.Notify();
+  ASSERT_THAT(held.get(), IsOk());
+  EXPECT_THAT(q.get(), IsOk());
+  EXPECT_THAT(p.get(), StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_revisions")));
+  EXPECT_EQ(ServedLabelsOf(*other, "j"), 1);
+  absl::StatusOr<std::vector<storage::LiveAnnotation>> live =
+      store_->LoadLiveAnnotations(project_->identity().project_id);
+  ASSERT_THAT(live, IsOk());
+  ASSERT_TRUE(project_->FindItem("i").has_value());
+  for (const storage::LiveAnnotation& a : *live) {
+    if (a.item_index == *project_->FindItem("i")) {
+      EXPECT_EQ(a.label, 1);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace verity::server
