@@ -1158,5 +1158,38 @@ TEST_F(IngestPipelineTest, EveryBatchOfAGroupHasItsProjectsHistoryBoundEnforced)
   }
 }
 
+// ingest_pipeline.h: an own commit is registered "catching up first with the labels other
+// replicas committed before it"; when that read fails the labels, durable and acknowledged, are
+// served anyway (LiveProject::RegisterOwnCommitOutOfOrder), as the live label after the write:
+// "for a stale write, the newer one the store kept". Another replica labels (i, a) 1 at t2;
+// this pipeline's 0 from before t2 is acked stale while the catch-up read loses its
+// connection: the pair serves 1, the label the database holds, not the stale 0.
+TEST_F(IngestPipelineTest, AStaleLabelServedWithoutACatchUpReadServesTheNewerLabelKept) {
+  MetricsRegistry metrics;
+  IngestPipeline pipeline(*store_, IngestPipeline::Options(), &metrics);
+  ASSERT_THAT(pipeline.Submit(project_, {Write("x", "a", 0)}).get(), IsOk());
+  const absl::Time t2 = absl::FromUnixSeconds(1700000000);
+  storage::AnnotationWrite newer = Write("i", "a", 1);
+  newer.client_time = t2;
+  ASSERT_THAT(store_->CommitAnnotations({newer}), IsOk());  // Another replica's commit.
+  // Commit 0: the pipeline's own; commit 1: its catch-up read, whose connection breaks.
+  std::atomic<int> commits{0};
+  pool().SetAfterCommitHookForTesting([&](pqxx::connection&) {
+    if (commits.fetch_add(1) == 1) throw pqxx::broken_connection("injected: catch-up read lost");
+  });
+  storage::AnnotationWrite older = Write("i", "a", 0);
+  older.client_time = t2 - absl::Minutes(5);
+  IngestPipeline::Result late = pipeline.Submit(project_, {older}).get();
+  pool().SetAfterCommitHookForTesting(nullptr);
+  ASSERT_THAT(late, IsOk());
+  EXPECT_EQ((*late)[0].outcome, storage::WriteOutcome::kStale);
+  EXPECT_EQ(commits.load(), 2);
+  EXPECT_THAT(metrics.RenderText(), HasSubstr("verity_ingest_catch_up_reads_total 1\n"));
+  ASSERT_TRUE(project_->FindItem("i").has_value());
+  const int32_t item = *project_->FindItem("i");
+  EXPECT_EQ(ServedLabels("i"), 1);
+  EXPECT_GT(project_->snapshot()->posteriors.probabilities(item)[1], 0.5);
+}
+
 }  // namespace
 }  // namespace verity::server
