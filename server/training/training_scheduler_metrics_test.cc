@@ -2,6 +2,7 @@
 // served by source (inprocess, worker, replica) and method, fit durations, training jobs
 // enqueued, and fits left to another replica holding the fit lock; and, on the same fixture,
 // RefitProjectNow's cancellation.
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "pqxx/except"
 #include "server/observability/metric_sample.h"
 #include "server/observability/metrics.h"
 #include "server/state/project_registry.h"
@@ -753,6 +755,45 @@ TEST_F(TrainingSchedulerMetricsTest, AWorkerFailsAnExpiredJobThatHasHadMaxAttemp
   EXPECT_EQ(after->state, "failed");
   EXPECT_EQ(after->attempts, 1);
   EXPECT_EQ((*server.registry->Get("p"))->model_version(), 0);
+}
+
+// training_worker.h RunOnce: "Errors are those of the job table itself". The connection of the
+// claim's COMMIT breaks (outcome unknown): RunOnce answers UNAVAILABLE, not "queue empty".
+TEST_F(TrainingSchedulerMetricsTest, AWorkerAnswersAClaimThatFailsWithItsError) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  ASSERT_TRUE(server.storage->jobs->Enqueue(project_id).ok());
+  server.storage->pool->SetAfterCommitHookForTesting(
+      [](pqxx::connection&) { throw pqxx::broken_connection("injected: claim's ack lost"); });
+  TrainingWorker::Options options;
+  options.name = "w";
+  TrainingWorker worker(*server.storage, options);
+  absl::StatusOr<bool> ran = worker.RunOnce();
+  server.storage->pool->SetAfterCommitHookForTesting(nullptr);
+  ASSERT_FALSE(ran.ok());
+  EXPECT_EQ(ran.status().code(), absl::StatusCode::kUnavailable) << ran.status();
+}
+
+// training_worker.h RunOnce: "a failed fit is recorded on the job and returns true", but errors
+// "of the job table itself" are returned. After the claim every COMMIT loses its connection: the
+// project cannot be read (the attempt fails) and recording that failure fails too, so RunOnce
+// answers UNAVAILABLE rather than reporting the job as handled.
+TEST_F(TrainingSchedulerMetricsTest, AWorkerAnswersAFailureItCouldNotRecordWithItsError) {
+  const int64_t project_id = NewProject("p");
+  Server server = Open();
+  ASSERT_TRUE(server.storage->jobs->Enqueue(project_id).ok());
+  std::atomic<int> commits{0};
+  server.storage->pool->SetAfterCommitHookForTesting([&](pqxx::connection&) {
+    if (commits.fetch_add(1) > 0) throw pqxx::broken_connection("injected: connection lost");
+  });
+  TrainingWorker::Options options;
+  options.name = "w";
+  TrainingWorker worker(*server.storage, options);
+  absl::StatusOr<bool> ran = worker.RunOnce();
+  server.storage->pool->SetAfterCommitHookForTesting(nullptr);
+  ASSERT_FALSE(ran.ok());
+  EXPECT_EQ(ran.status().code(), absl::StatusCode::kUnavailable) << ran.status();
+  EXPECT_GE(commits.load(), 3) << "the claim, the project's read and the failure's record";
 }
 
 }  // namespace
