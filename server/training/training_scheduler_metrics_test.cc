@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "pqxx/except"
 #include "server/observability/metric_sample.h"
@@ -794,6 +795,43 @@ TEST_F(TrainingSchedulerMetricsTest, AWorkerAnswersAFailureItCouldNotRecordWithI
   ASSERT_FALSE(ran.ok());
   EXPECT_EQ(ran.status().code(), absl::StatusCode::kUnavailable) << ran.status();
   EXPECT_GE(commits.load(), 3) << "the claim, the project's read and the failure's record";
+}
+
+// training_worker.h: "A fit that fails ends the attempt (Fail: requeued, or failed after
+// max_attempts)". A project whose stored settings name a truth method this release does not
+// know loads (its labels are read) but cannot be fit: with max_attempts 1 the job is failed,
+// with an error recorded, and no version is stored.
+TEST_F(TrainingSchedulerMetricsTest, AJobWhoseRefitFailsIsFailedWithNoVersion) {
+  const int64_t project_id = NewProject("p");
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(static_cast<v1::TruthMethod>(999));
+  ASSERT_TRUE(pool()
+                  .RunInTransaction("storing an unknown method",
+                                    [&](pqxx::work& txn) {
+                                      txn.exec_params(
+                                          "UPDATE projects SET settings = decode($1, 'hex') "
+                                          "WHERE project_id = $2",
+                                          absl::BytesToHexString(settings.SerializeAsString()),
+                                          project_id);
+                                      return absl::OkStatus();
+                                    })
+                  .ok());
+  Server server = Open();
+  absl::StatusOr<storage::TrainingJob> job = server.storage->jobs->Enqueue(project_id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  TrainingWorker::Options options;
+  options.name = "w";
+  options.max_attempts = 1;
+  TrainingWorker worker(*server.storage, options);
+  absl::StatusOr<bool> ran = worker.RunOnce();
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_TRUE(*ran);
+  absl::StatusOr<storage::TrainingJob> after = server.storage->jobs->GetJob(job->job_id);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->state, "failed");
+  EXPECT_EQ(after->attempts, 1);
+  EXPECT_FALSE(after->error.empty());
+  EXPECT_FALSE(after->version.has_value());
 }
 
 }  // namespace
