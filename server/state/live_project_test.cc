@@ -411,6 +411,26 @@ TEST(LiveProjectTest, ModelSettingsBecomeTheFitsOptions) {
   EXPECT_EQ(set.calibration, "none");
 }
 
+// live_project.h: MethodName is UNIMPLEMENTED for a method this release does not build. The
+// message must say which method was asked for (a stored or sent enum value this release does
+// not know has no name, only its number) and list each method the release serves once.
+TEST(MethodNameTest, AnUnknownMethodIsNamedByItsNumberAndEachServedMethodIsListedOnce) {
+  const absl::StatusOr<std::string> name = MethodName(static_cast<v1::TruthMethod>(999));
+  ASSERT_EQ(name.status().code(), absl::StatusCode::kUnimplemented);
+  const std::string message(name.status().message());
+  EXPECT_NE(message.find("999"), std::string::npos) << message;
+  for (const std::string served : {"TRUTH_METHOD_MACE", "TRUTH_METHOD_DAWID_SKENE",
+                                   "TRUTH_METHOD_AUTO"}) {
+    size_t count = 0;
+    for (size_t at = message.find(served); at != std::string::npos;
+         at = message.find(served, at + 1)) {
+      ++count;
+    }
+    EXPECT_EQ(count, 1u) << served << " in: " << message;
+  }
+  EXPECT_EQ(*MethodName(v1::TRUTH_METHOD_MACE), "mace");
+}
+
 // projects.proto: a background refit is due once max(refit_min_new_labels,
 // refit_new_label_fraction × labels) labels changed since the fit, 50 and 0.1 when unset. Each
 // project starts from a fitted version over 400 labels; labels are added one at a time, and the
