@@ -44,7 +44,7 @@ constexpr std::pair<v1::TruthMethod, const char*> kMethodNames[] = {
     {v1::TRUTH_METHOD_IBCC, "ibcc"},
     {v1::TRUTH_METHOD_EBCC, "ebcc"},
     {v1::TRUTH_METHOD_MMSR, "mmsr"},
-    {v1::TRUTH_METHOD_MACE, "mace"},        {v1::TRUTH_METHOD_AUTO, "auto"},
+    {v1::TRUTH_METHOD_AUTO, "auto"},
 };
 
 }  // namespace
@@ -64,8 +64,12 @@ absl::StatusOr<std::string> MethodName(v1::TruthMethod method) {
     if (std::find(known.begin(), known.end(), n) == known.end()) continue;
     absl::StrAppend(&served, served.empty() ? "" : ", ", v1::TruthMethod_Name(m));
   }
-  return absl::UnimplementedError(absl::StrCat("truth method ", v1::TruthMethod_Name(method),
-                                               " is not built yet; this release serves ", served));
+  // An enum value this release does not know (a newer client's, or a stored one) has no name.
+  const std::string asked = v1::TruthMethod_IsValid(method)
+                                ? v1::TruthMethod_Name(method)
+                                : absl::StrCat(static_cast<int>(method), " (unknown)");
+  return absl::UnimplementedError(
+      absl::StrCat("truth method ", asked, " is not built yet; this release serves ", served));
 }
 
 v1::TruthMethod MethodFromName(absl::string_view name) {
