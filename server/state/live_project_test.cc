@@ -1,6 +1,7 @@
 #include "server/state/live_project.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "models/auto_truth_model.h"
 #include "models/calibrated_truth_model.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model_factory.h"
@@ -857,6 +859,337 @@ TEST(LiveProjectTest, StalenessCountsFromTheAdoptedVersion) {
   const absl::Duration staleness = adopted - loaded;
   EXPECT_FALSE(project->RefitDue(adopted, staleness));
   EXPECT_TRUE(project->RefitDue(adopted + staleness, staleness));
+}
+
+// Create: a stored label outside the project's items, annotators or classes is INTERNAL,
+// naming the label. Class 3 of 3, item 2 of 2 items and annotator 1 of 1 are one past the end.
+TEST(LiveProjectTest, AStoredLabelOutOfRangeIsInternalAndNamesIt) {
+  for (const LiveProject::StoredState::Label bad :
+       {LiveProject::StoredState::Label{1, 0, 3, 1}, LiveProject::StoredState::Label{2, 0, 0, 1},
+        LiveProject::StoredState::Label{0, 1, 0, 1}}) {
+    SCOPED_TRACE(absl::StrCat(bad.item, " ", bad.annotator, " ", bad.label));
+    LiveProject::StoredState stored;
+    stored.item_ids = {"i0", "i1"};
+    stored.annotator_ids = {"w0"};
+    stored.labels = {{0, 0, 2, 1}, bad};
+    auto project = LiveProject::Create(TestIdentity(), v1::ProjectSettings(), std::move(stored));
+    ASSERT_FALSE(project.ok());
+    EXPECT_EQ(project.status().code(), absl::StatusCode::kInternal) << project.status();
+    EXPECT_NE(project.status().message().find("stored label out of range"), absl::string_view::npos)
+        << project.status();
+  }
+}
+
+// AnnotatorLabelCount is the annotator's live labels, those loaded from storage included:
+// w0 holds 3 stored labels, w1 one, w2 none.
+TEST(LiveProjectTest, AnnotatorLabelCountsIncludeTheStoredLabels) {
+  LiveProject::StoredState stored;
+  stored.item_ids = {"i0", "i1", "i2"};
+  stored.annotator_ids = {"w0", "w1", "w2"};
+  stored.labels = {{0, 0, 0, 1}, {1, 0, 1, 2}, {2, 0, 2, 3}, {1, 1, 1, 4}};
+  auto project = LiveProject::Create(TestIdentity(), v1::ProjectSettings(), std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  EXPECT_EQ((*project)->AnnotatorLabelCount(0), 3);
+  EXPECT_EQ((*project)->AnnotatorLabelCount(1), 1);
+  EXPECT_EQ((*project)->AnnotatorLabelCount(2), 0);
+  // A new label adds to the loaded count.
+  (*project)->ApplyCommitted({{2, "i2", 1, "w1", 0, 5, true}});
+  EXPECT_EQ((*project)->AnnotatorLabelCount(1), 2);
+}
+
+// ProjectSnapshot::ClassPrior: "uniform when none has" labels.
+TEST(LiveProjectTest, TheClassPriorIsUniformWhileNoItemHasLabels) {
+  auto project = EmptyProject();
+  project->ApplyItems({{0, "i0", std::nullopt}, {1, "i1", 2}});
+  const std::vector<double>& prior = project->snapshot()->ClassPrior();
+  ASSERT_EQ(prior.size(), static_cast<size_t>(kClasses));
+  for (double p : prior) EXPECT_DOUBLE_EQ(p, 1.0 / 3.0);
+}
+
+// PosteriorTable::entropy: "Entropy of probabilities(item) in nats", computed here as
+// -sum p ln p from the served probabilities, for a restored item, an updated one and a new one.
+TEST(LiveProjectTest, ServedEntropyIsThePosteriorsEntropyInNats) {
+  auto crowd = MakeCrowd(50, 7);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);
+  // Item 3 gains a label; new item 50 has one label, by an unreliable annotator.
+  project->ApplyCommitted(
+      {{3, "i3", 11, "w11", 2, 10001, true}, {50, "i50", 0, "w0", 1, 10002, true}});
+  auto snapshot = project->snapshot();
+  for (int32_t i : {0, 3, 50}) {
+    double expected = 0;
+    for (double p : snapshot->posteriors.probabilities(i)) {
+      if (p > 0) expected -= p * std::log(p);
+    }
+    ASSERT_GT(expected, 0.0) << i;
+    EXPECT_NEAR(snapshot->posteriors.entropy(i), expected, 1e-12) << i;
+  }
+}
+
+// ProjectSnapshot::version_metadata: "The stored record of version model_version without its
+// parameters". It stays that version's record when labels arrive between fits.
+TEST(LiveProjectTest, OnlineUpdatesKeepTheServedVersionsRecord) {
+  auto crowd = MakeCrowd(50, 7);
+  std::unique_ptr<models::TruthModel> fitted = *models::CreateTruthModel("ds", kClasses, {});
+  ASSERT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
+  LiveProject::StoredState stored;
+  for (int32_t i = 0; i < 50; ++i) stored.item_ids.push_back(absl::StrCat("i", i));
+  for (int32_t a = 0; a < kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("w", a));
+  int64_t seq = 0;
+  for (const models::Annotation& a : crowd.annotations) {
+    stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
+  }
+  storage::ModelVersionRecord version;
+  version.project_id = 1;
+  version.version = 4;
+  version.method = "ds";
+  version.parameters = fitted->Serialize();
+  version.watermark = seq;
+  version.log_likelihood = -123.5;
+  version.iterations = 17;
+  version.duration_ms = 250.0;
+  version.num_labels = seq;
+  version.created_at = absl::FromUnixSeconds(1'800'000'000);
+  stored.latest_version = version;
+  auto project = LiveProject::Create(TestIdentity(), v1::ProjectSettings(), std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  (*project)->ApplyCommitted({{50, "i50", 0, "w0", 1, seq + 1, true}});
+  auto snapshot = (*project)->snapshot();
+  ASSERT_EQ(snapshot->posteriors.num_items(), 51);
+  ASSERT_NE(snapshot->version_metadata, nullptr);
+  const storage::ModelVersionRecord& served = *snapshot->version_metadata;
+  EXPECT_EQ(served.version, 4);
+  EXPECT_EQ(served.method, "ds");
+  EXPECT_EQ(served.watermark, seq);
+  EXPECT_EQ(served.log_likelihood, -123.5);
+  EXPECT_EQ(served.iterations, 17);
+  EXPECT_EQ(served.duration_ms, 250.0);
+  EXPECT_EQ(served.num_labels, seq);
+  EXPECT_EQ(served.created_at, absl::FromUnixSeconds(1'800'000'000));
+  EXPECT_TRUE(served.parameters.empty());
+}
+
+// RefitDue: due once "a version exists and the configured method differs from its model's";
+// FitIsCurrent: only if "the configured method is the version's". A one-coin version loaded
+// for a project configured for Dawid-Skene (the default) is neither, with no label new; a
+// Dawid-Skene version is current.
+TEST(LiveProjectTest, AVersionOfAnotherMethodThanConfiguredIsNotCurrentAndARefitIsDue) {
+  auto crowd = MakeCrowd(100, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto other = RestoreFitted(crowd, fitted, "one_coin");
+  ASSERT_EQ(other->model_version(), 1);
+  ASSERT_EQ(other->Counts().labels_since_version, 0);
+  EXPECT_FALSE(other->FitIsCurrent());
+  EXPECT_TRUE(other->RefitDue(absl::Now(), absl::Hours(1)));
+  auto same = RestoreFitted(crowd, fitted, "ds");
+  EXPECT_TRUE(same->FitIsCurrent());
+  EXPECT_FALSE(same->RefitDue(absl::Now(), absl::Hours(1)));
+}
+
+// FitIsCurrent: "a value set again unchanged is no change". An annotator's stored features
+// set again leave the fit current; other values do not.
+TEST(LiveProjectTest, AnAnnotatorsFeaturesSetAgainLeaveTheFitCurrent) {
+  auto crowd = MakeCrowd(100, 9);
+  std::unique_ptr<models::TruthModel> fitted = *models::CreateTruthModel("ds", kClasses, {});
+  ASSERT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
+  LiveProject::StoredState stored;
+  for (int32_t i = 0; i < 100; ++i) stored.item_ids.push_back(absl::StrCat("i", i));
+  for (int32_t a = 0; a < kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("w", a));
+  int64_t seq = 0;
+  for (const models::Annotation& a : crowd.annotations) {
+    stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
+  }
+  stored.annotator_features.assign(kAnnotators * 2, 0.0f);
+  stored.annotator_features[6] = 0.5f;  // w3: (0.5, -1)
+  stored.annotator_features[7] = -1.0f;
+  stored.annotator_has_features.assign(kAnnotators, false);
+  stored.annotator_has_features[3] = true;
+  storage::ModelVersionRecord version;
+  version.version = 1;
+  version.method = "ds";
+  version.parameters = fitted->Serialize();
+  version.watermark = seq;
+  version.num_labels = seq;
+  stored.latest_version = version;
+  LiveProject::Identity identity = TestIdentity();
+  identity.annotator_feature_dim = 2;
+  auto project = LiveProject::Create(identity, v1::ProjectSettings(), std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  ASSERT_TRUE((*project)->FitIsCurrent());
+  (*project)->SetAnnotatorFeatures(3, {0.5f, -1.0f});
+  EXPECT_TRUE((*project)->FitIsCurrent()) << "w3's features set again";
+  (*project)->SetAnnotatorFeatures(3, {0.5f, 1.0f});
+  EXPECT_FALSE((*project)->FitIsCurrent()) << "w3's features changed";
+}
+
+// ProjectSummary: the served version and its method, and for auto the method it chose (the
+// fitted model's own choice).
+TEST(LiveProjectTest, TheSummaryShowsTheServedVersionAndAutosChoice) {
+  auto crowd = MakeCrowd(100, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted, "auto");
+  const models::TruthModel* inner = fitted.get();
+  if (const auto* calibrated = dynamic_cast<const models::CalibratedTruthModel*>(inner)) {
+    inner = &calibrated->inner();
+  }
+  const auto* automatic = dynamic_cast<const models::AutoTruthModel*>(inner);
+  ASSERT_NE(automatic, nullptr);
+  ASSERT_FALSE(automatic->choice().method.empty());
+  const ProjectSummary summary = project->Summary();
+  EXPECT_EQ(summary.name, "p");
+  EXPECT_EQ(summary.classes, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(summary.model_version, 1);
+  EXPECT_EQ(summary.model_method, "auto");
+  EXPECT_EQ(summary.chosen_method, automatic->choice().method);
+  EXPECT_EQ(summary.counts.num_labels, 400);
+}
+
+// SetTrainingDevice: "auto", "cpu", "cuda" or "cuda:N"; INVALID_ARGUMENT naming the flag for
+// anything else, "which changes nothing". The device set reaches the fit's options.
+TEST(LiveProjectTest, OnlyTheDocumentedTrainingDevicesAreAccepted) {
+  ASSERT_TRUE(SetTrainingDevice("cuda:1").ok());
+  EXPECT_EQ(ModelOptionsFromSettings(v1::ModelSettings()).neural.device, "cuda:1");
+  for (const char* bad : {"cuda:", "cuda:x", "cuda:1a", "gpu", "CPU", ""}) {
+    const absl::Status refused = SetTrainingDevice(bad);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(refused.message().find("--device"), absl::string_view::npos) << refused;
+    EXPECT_EQ(ModelOptionsFromSettings(v1::ModelSettings()).neural.device, "cuda:1") << bad;
+  }
+  for (const char* good : {"cpu", "cuda", "cuda:12", "auto"}) {
+    EXPECT_TRUE(SetTrainingDevice(good).ok()) << good;
+    EXPECT_EQ(ModelOptionsFromSettings(v1::ModelSettings()).neural.device, good);
+  }
+}
+
+// LiveLabelOf: "The live label of `annotator` on `item`, if any (nullopt for out-of-range
+// indices)"; HasLabelled likewise false.
+TEST(LiveProjectTest, LiveLabelOfIsThePairsLabelAndNulloptOutOfRange) {
+  auto project = EmptyProject();
+  project->ApplyCommitted({{0, "i0", 0, "w0", 2, 1, true}, {1, "i1", 1, "w1", 1, 2, true}});
+  project->ApplyCommitted({{0, "i0", 0, "w0", 1, 3, true}});  // a revision
+  EXPECT_EQ(project->LiveLabelOf(0, 0), std::optional<int32_t>(1));
+  EXPECT_EQ(project->LiveLabelOf(1, 1), std::optional<int32_t>(1));
+  EXPECT_EQ(project->LiveLabelOf(0, 1), std::nullopt);
+  EXPECT_EQ(project->LiveLabelOf(1, 0), std::nullopt);
+  for (auto [item, annotator] :
+       {std::pair{0, 2}, std::pair{0, -1}, std::pair{2, 0}, std::pair{-1, 0}}) {
+    EXPECT_EQ(project->LiveLabelOf(item, annotator), std::nullopt) << item << " " << annotator;
+    EXPECT_FALSE(project->HasLabelled(item, annotator)) << item << " " << annotator;
+  }
+}
+
+// FitIsCurrent: "only labels are known to the stored version: item changes made before the
+// restart and not yet fit count as current". A version adopted from storage (a worker's fit,
+// AdoptVersion) is such a stored version: over every live label, it is current though a gold
+// label changed before it was adopted.
+TEST(LiveProjectTest, AnAdoptedVersionOverEveryLabelIsCurrent) {
+  auto crowd = MakeCrowd(100, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);  // Version 1 through seq 400.
+  project->ApplyItems({{4, "i4", 2}});
+  ASSERT_FALSE(project->FitIsCurrent());
+  storage::ModelVersionRecord v2;
+  v2.version = 2;
+  v2.method = "ds";
+  v2.parameters = fitted->Serialize();
+  v2.watermark = 400;
+  v2.num_labels = 400;
+  ASSERT_EQ(project->AdoptVersion(v2).value_or(false), true);
+  EXPECT_TRUE(project->FitIsCurrent());
+  EXPECT_EQ(project->snapshot()->posteriors.probabilities(4)[2], 1.0);
+}
+
+// PublishCommitted "recomputes those items (and any item added since the last snapshot)": an
+// item registered by RegisterCommitted is served even when the publish names no item.
+TEST(LiveProjectTest, PublishCommittedServesItemsAddedSinceTheLastSnapshot) {
+  auto project = EmptyProject();
+  const std::vector<int32_t> touched =
+      project->RegisterCommitted({{0, "i0", 0, "w0", 2, 1, true}, {1, "i1", 0, "w0", 1, 2, true}});
+  EXPECT_EQ(touched, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(project->snapshot()->posteriors.num_items(), 0);
+  project->PublishCommitted({});
+  std::shared_ptr<const ProjectSnapshot> snapshot = project->snapshot();
+  ASSERT_EQ(snapshot->posteriors.num_items(), 2);
+  EXPECT_EQ(snapshot->posteriors.num_labels(0), 1);
+  EXPECT_EQ(snapshot->posteriors.num_labels(1), 1);
+  EXPECT_EQ(snapshot->posteriors.newest_seq(1), 2);
+}
+
+// ConfusionPredictedFromFeatures: "empty when the annotator was given no features". A lia
+// version fit with annotator features: w12, added after the fit without features, gets no
+// prediction (its zero row is not features); once given features, it gets one (K × K).
+TEST(LiveProjectTest, NoConfusionIsPredictedForAnAnnotatorWithoutFeatures) {
+  auto crowd = MakeCrowd(100, 9);
+  std::vector<float> features;
+  for (int32_t a = 0; a < kAnnotators; ++a) {
+    features.push_back(a < 4 ? -1.0f : 1.0f);
+    features.push_back(0.1f * static_cast<float>(a));
+  }
+  std::unique_ptr<models::TruthModel> fitted = *models::CreateTruthModel("lia", kClasses, {});
+  ASSERT_TRUE(fitted->SetAnnotatorFeatures(2, features).ok());
+  ASSERT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
+  LiveProject::StoredState stored;
+  for (int32_t i = 0; i < 100; ++i) stored.item_ids.push_back(absl::StrCat("i", i));
+  for (int32_t a = 0; a <= kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("w", a));
+  int64_t seq = 0;
+  for (const models::Annotation& a : crowd.annotations) {
+    stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
+  }
+  stored.annotator_features = features;
+  stored.annotator_features.resize((kAnnotators + 1) * 2, 0.0f);
+  stored.annotator_has_features.assign(kAnnotators, true);
+  stored.annotator_has_features.push_back(false);
+  storage::ModelVersionRecord version;
+  version.version = 1;
+  version.method = "lia";
+  version.parameters = fitted->Serialize();
+  version.watermark = seq;
+  version.num_labels = seq;
+  stored.latest_version = version;
+  LiveProject::Identity identity = TestIdentity();
+  identity.annotator_feature_dim = 2;
+  auto project = LiveProject::Create(identity, v1::ProjectSettings(), std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  ASSERT_EQ((*project)->model_version(), 1);
+  EXPECT_TRUE(
+      (*project)->ConfusionPredictedFromFeatures(*(*project)->snapshot(), kAnnotators).empty());
+  (*project)->SetAnnotatorFeatures(kAnnotators, {1.0f, 0.5f});
+  EXPECT_EQ((*project)->ConfusionPredictedFromFeatures(*(*project)->snapshot(), kAnnotators).size(),
+            static_cast<size_t>(kClasses * kClasses));
+}
+
+// AdoptVersion: "Labels the version did not see still count toward the next refit": three
+// new labels on one new item after a version through seq 400 are three, not one item.
+TEST(LiveProjectTest, AnAdoptedVersionCountsEveryNewLabelOfAnItem) {
+  auto crowd = MakeCrowd(100, 9);
+  std::unique_ptr<models::TruthModel> fitted;
+  auto project = RestoreFitted(crowd, fitted);  // Version 1 through seq 400, 400 labels.
+  project->ApplyCommitted({{100, "i100", 0, "w0", 1, 401, true},
+                           {100, "i100", 1, "w1", 1, 402, true},
+                           {100, "i100", 2, "w2", 0, 403, true}});
+  ASSERT_EQ(project->Counts().labels_since_version, 3);
+  storage::ModelVersionRecord v2;
+  v2.version = 2;
+  v2.method = "ds";
+  v2.parameters = fitted->Serialize();
+  v2.watermark = 400;
+  v2.num_labels = 400;
+  ASSERT_EQ(project->AdoptVersion(v2).value_or(false), true);
+  EXPECT_EQ(project->Counts().labels_since_version, 3);
+}
+
+// RegisterCommitted: "A duplicate whose label (or seq) memory does not hold is applied like a
+// new label". Item 0 holds w1's label 2 (seq 5); a resent duplicate of w0's label 2 (seq 3),
+// which memory lacks, is applied: the same label by another annotator is not w0's.
+TEST(LiveProjectTest, AResentDuplicateOfAPairMemoryLacksIsApplied) {
+  auto project = EmptyProject();
+  project->ApplyCommitted({{0, "i0", 1, "w1", 2, 5, true}});
+  project->RegisterAnnotators({{0, "w0"}});
+  project->ApplyCommitted({{0, "i0", 0, "w0", 2, 3, false}});
+  EXPECT_EQ(project->LiveLabelOf(0, 0), std::optional<int32_t>(2));
+  EXPECT_EQ(project->Counts().num_labels, 2);
+  EXPECT_EQ(project->AnnotatorLabelCount(0), 1);
+  EXPECT_EQ(project->snapshot()->posteriors.num_labels(0), 2);
 }
 
 }  // namespace
