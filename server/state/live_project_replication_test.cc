@@ -295,5 +295,102 @@ TEST(LiveProjectReplicationTest, StoredEntitiesAsOfTheFollowedChangeAreIgnored) 
   EXPECT_EQ(project->followed_change_seq(), 1);
 }
 
+// ApplyStoredEntities applies "where memory differs (new items, gold labels, priorities, ...)":
+// a known item's changed gold label, and a new item's priority, are served; true is returned.
+TEST(LiveProjectReplicationTest, StoredEntitiesApplyAChangedGoldLabelAndANewItemsPriority) {
+  auto project = EmptyProject();
+  project->ApplyItems({{0, "i0", 1, std::nullopt, std::nullopt}});
+  project->NoteOwnChange(1);
+  std::vector<storage::ItemRecord> items(2);
+  items[0] = {0, "i0", 2, 0.0, std::nullopt};             // gold 1 -> 2
+  items[1] = {1, "i1", std::nullopt, 0.5, std::nullopt};  // new, priority 0.5
+  EXPECT_TRUE(project->ApplyStoredEntities(v1::ProjectSettings(), items, {}, 2));
+  std::shared_ptr<const ProjectSnapshot> snapshot = project->snapshot();
+  ASSERT_EQ(snapshot->posteriors.num_items(), 2);
+  EXPECT_EQ(snapshot->posteriors.probabilities(0)[2], 1.0);
+  EXPECT_EQ(snapshot->posteriors.priority(1), 0.5);
+  EXPECT_THAT(project->GoldItems(), ElementsAre(0));
+  // Only item 0's gold label differs from memory now.
+  items[0].gold_label = 0;
+  EXPECT_TRUE(project->ApplyStoredEntities(v1::ProjectSettings(), items, {}, 3));
+  EXPECT_EQ(project->snapshot()->posteriors.probabilities(0)[0], 1.0);
+}
+
+// ApplyFollowed "Returns whether any item changed": a read past applied_seq() that holds no
+// label memory lacks changes none (it still advances applied_seq()).
+TEST(LiveProjectReplicationTest, AReadWithNothingNewChangesNoItem) {
+  auto project = EmptyProject();
+  storage::LabelsSince first;
+  first.labels = {Followed(0, 1, 1)};
+  first.drawn_through = 1;
+  EXPECT_TRUE(project->ApplyFollowed(first));
+  storage::LabelsSince empty;
+  empty.drawn_through = 4;
+  EXPECT_FALSE(project->ApplyFollowed(empty));
+  EXPECT_EQ(project->applied_seq(), 4);
+  EXPECT_THAT(ServedLabel(*project, 0), Optional(1));
+}
+
+// followed_change_seq() "is the project's change_seq that memory reflects": after a load, the
+// change_seq read with the stored state (StoredState::change_seq); a stored state as of it is
+// no news.
+TEST(LiveProjectReplicationTest, ALoadedProjectFollowsTheChangeSeqItWasReadAt) {
+  LiveProject::Identity id;
+  id.project_id = 7;
+  id.name = "loaded";
+  id.classes = {"a", "b"};
+  LiveProject::StoredState stored;
+  stored.item_ids = {"i0"};
+  stored.gold = {-1};
+  stored.change_seq = 5;
+  auto project = LiveProject::Create(id, v1::ProjectSettings(), std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  EXPECT_EQ((*project)->followed_change_seq(), 5);
+  std::vector<storage::ItemRecord> items(1);
+  items[0] = {0, "i0", 1, 0.0, std::nullopt};
+  EXPECT_FALSE((*project)->ApplyStoredEntities(v1::ProjectSettings(), items, {}, 5));
+  EXPECT_THAT((*project)->GoldItems(), IsEmpty());
+  (*project)->NoteOwnChange(6);
+  EXPECT_EQ((*project)->followed_change_seq(), 6);
+}
+
+// ProjectCounts::num_revisions counts the revisions kept in history, which only grow: an own
+// commit reports 6, and a late catch-up read from before it (ignored) reports 3: still 6.
+TEST(LiveProjectReplicationTest, ALateReadNeverLowersTheRevisionCount) {
+  auto project = EmptyProject();
+  std::vector<CommittedLabel> own = {Own(0, 1, 1), Own(1, 2, 2)};
+  EXPECT_THAT(project->RegisterOwnCommit(own, storage::DrawnSeqs{7, 1, 2, 6}),
+              Optional(ElementsAre(0, 1)));
+  EXPECT_EQ(project->Counts().num_revisions, 6);
+  storage::LabelsSince late;
+  late.labels = {Followed(0, 1, 1)};
+  late.drawn_through = 1;
+  late.history_rows = 3;
+  EXPECT_FALSE(project->ApplyFollowed(late));
+  EXPECT_EQ(project->Counts().num_revisions, 6);
+  EXPECT_EQ(project->applied_seq(), 2);
+}
+
+// ApplyStoredEntities applies an annotator's features where they differ from memory;
+// "Whatever equals memory is no change". w0's stored features (1, 2) differ from the zeros it
+// was loaded with; read again as of a later change, they equal memory.
+TEST(LiveProjectReplicationTest, StoredAnnotatorFeaturesApplyOnlyWhereTheyDiffer) {
+  LiveProject::Identity id;
+  id.project_id = 7;
+  id.name = "featured";
+  id.classes = {"a", "b"};
+  id.annotator_feature_dim = 2;
+  LiveProject::StoredState stored;
+  stored.annotator_ids = {"w0"};
+  stored.annotator_features = {0.0f, 0.0f};
+  auto project = LiveProject::Create(id, v1::ProjectSettings(), std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  const std::vector<storage::AnnotatorRecord> annotators = {
+      {0, "w0", std::vector<float>{1.0f, 2.0f}}};
+  EXPECT_TRUE((*project)->ApplyStoredEntities(v1::ProjectSettings(), {}, annotators, 1));
+  EXPECT_FALSE((*project)->ApplyStoredEntities(v1::ProjectSettings(), {}, annotators, 2));
+  EXPECT_EQ((*project)->followed_change_seq(), 2);
+}
+
 }  // namespace
 }  // namespace verity::server
