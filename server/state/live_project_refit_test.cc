@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -373,6 +374,121 @@ TEST_F(LiveProjectRefitTest, AToleranceSetDuringAFitTakesEffectAtTheNextFit) {
   EXPECT_NEAR(refit->version.log_likelihood, tight_fit->version.log_likelihood,
               1e-9 * std::abs(tight_fit->version.log_likelihood));
   EXPECT_TRUE(project->FitIsCurrent());
+}
+
+// Refit: "Callers run at most one Refit per project at a time"; a second one started while a
+// fit runs is refused (FAILED_PRECONDITION: retry once the running fit ends) and stores no
+// version: the running fit's own version is then served.
+TEST_F(LiveProjectRefitTest, ARefitWhileAFitRunsIsRefusedAndStoresNothing) {
+  std::unique_ptr<LiveProject> project = CreateProject();
+  ASSERT_NE(project, nullptr);
+  storage::ModelVersionStore versions(&pool());
+  bool started = false;
+  std::optional<absl::Status> second;
+  project->SetAfterVersionStoredForTesting([&](const storage::ModelVersionRecord&) {
+    if (started) return;
+    started = true;
+    second = project->Refit(versions).status();
+  });
+  absl::StatusOr<LiveProject::RefitResult> refit = project->Refit(versions);
+  ASSERT_THAT(refit, IsOk());
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->code(), absl::StatusCode::kFailedPrecondition) << *second;
+  EXPECT_EQ(refit->version.version, 1);
+  EXPECT_EQ(project->model_version(), 1);
+  EXPECT_EQ(project->snapshot()->model_version, 1);
+}
+
+// Refit: "the fit starts from the current model when the method is the same and the labels
+// have grown less than kMaxWarmStartGrowth times since the last fit from scratch". A second
+// fit over the same labels starts from the first one's converged model, so its EM stops in
+// fewer iterations than the first fit (from scratch) took. The model settings changed before
+// the first fit, which was built with them: the second is still warm.
+TEST_F(LiveProjectRefitTest, ARefitOverTheSameLabelsStartsFromTheServedModel) {
+  std::unique_ptr<LiveProject> project = CreateProject();
+  ASSERT_NE(project, nullptr);
+  storage::ModelVersionStore versions(&pool());
+  v1::ProjectSettings settings = project->settings();
+  settings.mutable_model()->set_max_iterations(200);
+  project->SetSettings(settings);
+  absl::StatusOr<LiveProject::RefitResult> scratch = project->Refit(versions);
+  ASSERT_THAT(scratch, IsOk());
+  ASSERT_GT(scratch->version.iterations, 2);
+  absl::StatusOr<LiveProject::RefitResult> warm = project->Refit(versions);
+  ASSERT_THAT(warm, IsOk());
+  EXPECT_LT(warm->version.iterations, scratch->version.iterations);
+  EXPECT_EQ(project->model_version(), warm->version.version);
+}
+
+// A warm start clones the served model, options included, so it is warm "only while they are
+// equal: otherwise the new settings would wait for a restart". An iteration cap of 3 lifted
+// after a fit: the next fit runs as an uncapped fit from scratch does.
+TEST_F(LiveProjectRefitTest, AnIterationCapLiftedAfterAFitIsLiftedAtTheNextFit) {
+  storage::ModelVersionStore versions(&pool());
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  std::unique_ptr<LiveProject> uncapped = CreateProject(settings);
+  ASSERT_NE(uncapped, nullptr);
+  absl::StatusOr<LiveProject::RefitResult> free_fit = uncapped->Refit(versions);
+  ASSERT_THAT(free_fit, IsOk());
+  ASSERT_GT(free_fit->version.iterations, 3);
+
+  settings.mutable_model()->set_max_iterations(3);
+  std::unique_ptr<LiveProject> project = CreateProject(settings);
+  ASSERT_NE(project, nullptr);
+  absl::StatusOr<LiveProject::RefitResult> capped = project->Refit(versions);
+  ASSERT_THAT(capped, IsOk());
+  ASSERT_EQ(capped->version.iterations, 3);
+  settings.mutable_model()->clear_max_iterations();
+  project->SetSettings(settings);
+  absl::StatusOr<LiveProject::RefitResult> refit = project->Refit(versions);
+  ASSERT_THAT(refit, IsOk());
+  EXPECT_EQ(refit->version.iterations, free_fit->version.iterations);
+  EXPECT_NEAR(refit->version.log_likelihood, free_fit->version.log_likelihood,
+              1e-9 * std::abs(free_fit->version.log_likelihood));
+}
+
+// Warm start after a restart: "After a restart, the label count of the restored version" is
+// the last fit from scratch's, so a restored version over the same labels is warm-started
+// from, and the next fit stops in fewer iterations than the fit from scratch took.
+TEST_F(LiveProjectRefitTest, TheFirstRefitAfterARestartStartsFromTheRestoredVersion) {
+  std::unique_ptr<LiveProject> project = CreateProject();
+  ASSERT_NE(project, nullptr);
+  storage::ModelVersionStore versions(&pool());
+  absl::StatusOr<LiveProject::RefitResult> scratch = project->Refit(versions);
+  ASSERT_THAT(scratch, IsOk());
+  ASSERT_GT(scratch->version.iterations, 2);
+  last_.stored.latest_version = scratch->version;
+  std::unique_ptr<LiveProject> restarted = ReplicaOfLastProject();
+  ASSERT_NE(restarted, nullptr);
+  ASSERT_EQ(restarted->model_version(), scratch->version.version);
+  absl::StatusOr<LiveProject::RefitResult> warm = restarted->Refit(versions);
+  ASSERT_THAT(warm, IsOk());
+  EXPECT_LT(warm->version.iterations, scratch->version.iterations);
+}
+
+// AdoptVersion: the adopted version was built with the settings of its adoption, so the next
+// fit warm-starts from it (a warm start needs the served model's options to be the current
+// ones). Here the settings change before a replica's version is adopted.
+TEST_F(LiveProjectRefitTest, AFitAfterAnAdoptionStartsFromTheAdoptedVersion) {
+  std::unique_ptr<LiveProject> project = CreateProject();
+  ASSERT_NE(project, nullptr);
+  std::unique_ptr<LiveProject> replica = ReplicaOfLastProject();
+  ASSERT_NE(replica, nullptr);
+  storage::ModelVersionStore versions(&pool());
+  absl::StatusOr<LiveProject::RefitResult> scratch = project->Refit(versions);
+  ASSERT_THAT(scratch, IsOk());
+  ASSERT_GT(scratch->version.iterations, 2);
+  absl::StatusOr<LiveProject::RefitResult> replicas = replica->Refit(versions);
+  ASSERT_THAT(replicas, IsOk());
+  ASSERT_GT(replicas->version.version, scratch->version.version);
+  v1::ProjectSettings settings = project->settings();
+  settings.mutable_model()->set_max_iterations(200);
+  project->SetSettings(settings);
+  ASSERT_EQ(project->AdoptVersion(replicas->version).value_or(false), true);
+  absl::StatusOr<LiveProject::RefitResult> warm = project->Refit(versions);
+  ASSERT_THAT(warm, IsOk());
+  EXPECT_LT(warm->version.iterations, scratch->version.iterations);
 }
 
 }  // namespace
