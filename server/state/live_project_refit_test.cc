@@ -491,5 +491,73 @@ TEST_F(LiveProjectRefitTest, AFitAfterAnAdoptionStartsFromTheAdoptedVersion) {
   EXPECT_LT(warm->version.iterations, scratch->version.iterations);
 }
 
+// Refit warm-starts while the labels "have grown less than kMaxWarmStartGrowth times since the
+// last fit from scratch (not the last fit: chained warm starts must not creep past it)". Fits
+// at 400 labels (from scratch), 600 (warm) and 900: 900 is 2.25 times the 400 of the last fit
+// from scratch, so the third fit is from scratch, as a new project's first fit over the same
+// 900 labels is.
+TEST_F(LiveProjectRefitTest, ChainedWarmStartsCountTheGrowthFromTheLastFitFromScratch) {
+  models::testing::SyntheticCrowdSpec spec;
+  spec.num_items = 225;
+  spec.num_classes = kClasses;
+  spec.labels_per_item = 4;
+  for (int a = 0; a < kAnnotators; ++a) {
+    spec.confusions.push_back(models::testing::SymmetricConfusion(kClasses, a < 10 ? 0.5 : 0.8));
+  }
+  spec.seed = 23;
+  const models::testing::SyntheticCrowd crowd = models::testing::GenerateSyntheticCrowd(spec);
+  ASSERT_EQ(crowd.annotations.size(), 900u);
+  storage::ProjectStore projects(&pool());
+  storage::ModelVersionStore versions(&pool());
+  auto live = [&](const std::string& name, LiveProject::StoredState stored) {
+    storage::ProjectRecord record;
+    record.name = name;
+    record.classes = {"a", "b", "c"};
+    absl::StatusOr<storage::ProjectRecord> created = projects.CreateProject(record);
+    EXPECT_THAT(created, IsOk());
+    LiveProject::Identity identity;
+    identity.project_id = created.ok() ? created->project_id : 0;
+    identity.name = name;
+    identity.classes = record.classes;
+    absl::StatusOr<std::unique_ptr<LiveProject>> project =
+        LiveProject::Create(identity, v1::ProjectSettings(), std::move(stored));
+    EXPECT_THAT(project, IsOk());
+    return project.ok() ? std::move(*project) : nullptr;
+  };
+  std::unique_ptr<LiveProject> growing = live("growing", {});
+  ASSERT_NE(growing, nullptr);
+  int64_t seq = 0;
+  std::vector<std::string> item_ids, annotator_ids;
+  for (int32_t i = 0; i < 225; ++i) item_ids.push_back(absl::StrCat("i", i));
+  for (int32_t a = 0; a < kAnnotators; ++a) annotator_ids.push_back(absl::StrCat("w", a));
+  LiveProject::StoredState all;
+  all.item_ids = item_ids;
+  all.gold.assign(225, -1);
+  all.annotator_ids = annotator_ids;
+  std::vector<int64_t> fit_iterations;
+  int32_t from = 0;
+  for (int32_t items : {100, 150, 225}) {
+    std::vector<CommittedLabel> batch;
+    for (const models::Annotation& a : crowd.annotations) {
+      if (a.item < from || a.item >= items) continue;
+      batch.push_back({a.item, item_ids[a.item], a.annotator, annotator_ids[a.annotator], a.label,
+                       ++seq, true});
+      all.labels.push_back({a.item, a.annotator, a.label, seq});
+    }
+    growing->ApplyCommitted(batch);
+    ASSERT_EQ(growing->Counts().num_labels, items * 4);
+    absl::StatusOr<LiveProject::RefitResult> fit = growing->Refit(versions);
+    ASSERT_THAT(fit, IsOk());
+    fit_iterations.push_back(fit->version.iterations);
+    from = items;
+  }
+  std::unique_ptr<LiveProject> fresh = live("fresh", std::move(all));
+  ASSERT_NE(fresh, nullptr);
+  absl::StatusOr<LiveProject::RefitResult> scratch = fresh->Refit(versions);
+  ASSERT_THAT(scratch, IsOk());
+  EXPECT_EQ(fit_iterations[2], scratch->version.iterations);
+  EXPECT_EQ(growing->snapshot()->model_version, 3);
+}
+
 }  // namespace
 }  // namespace verity::server
