@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
+#include "models/calibrated_truth_model.h"
 #include "models/testing/synthetic_crowd.h"
 #include "models/truth_model.h"
 #include "models/truth_model_factory.h"
@@ -557,6 +558,36 @@ TEST_F(LiveProjectRefitTest, ChainedWarmStartsCountTheGrowthFromTheLastFitFromSc
   ASSERT_THAT(scratch, IsOk());
   EXPECT_EQ(fit_iterations[2], scratch->version.iterations);
   EXPECT_EQ(growing->snapshot()->model_version, 3);
+}
+
+// Refit: "a change of ModelSettings.calibration takes effect at once, through a cold fit".
+// Fitted with calibration "none", then switched to "auto": the next fit serves a calibrated
+// model that fits its map (models.proto), as a project fit with "auto" from the start does.
+TEST_F(LiveProjectRefitTest, CalibrationSwitchedOnTakesEffectAtTheNextFit) {
+  storage::ModelVersionStore versions(&pool());
+  std::unique_ptr<LiveProject> plain = CreateProject();
+  ASSERT_NE(plain, nullptr);
+  absl::StatusOr<LiveProject::RefitResult> scratch = plain->Refit(versions);
+  ASSERT_THAT(scratch, IsOk());
+
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_calibration("none");
+  std::unique_ptr<LiveProject> project = CreateProject(settings);
+  ASSERT_NE(project, nullptr);
+  ASSERT_THAT(project->Refit(versions), IsOk());
+  const auto* before =
+      dynamic_cast<const models::CalibratedTruthModel*>(project->snapshot()->model.get());
+  ASSERT_NE(before, nullptr);
+  ASSERT_FALSE(before->fits_map());
+  settings.mutable_model()->set_calibration("auto");
+  project->SetSettings(settings);
+  absl::StatusOr<LiveProject::RefitResult> refit = project->Refit(versions);
+  ASSERT_THAT(refit, IsOk());
+  const auto* after =
+      dynamic_cast<const models::CalibratedTruthModel*>(project->snapshot()->model.get());
+  ASSERT_NE(after, nullptr);
+  EXPECT_TRUE(after->fits_map());
+  EXPECT_EQ(refit->version.iterations, scratch->version.iterations);
 }
 
 }  // namespace
