@@ -392,5 +392,27 @@ TEST(LiveProjectReplicationTest, StoredAnnotatorFeaturesApplyOnlyWhereTheyDiffer
   EXPECT_EQ((*project)->followed_change_seq(), 2);
 }
 
+// ApplyStoredEntities: "Whatever equals memory is no change". An item's stored features equal
+// to those memory holds change nothing; different ones do.
+TEST(LiveProjectReplicationTest, StoredItemFeaturesEqualToMemoryAreNoChange) {
+  LiveProject::Identity id;
+  id.project_id = 7;
+  id.name = "item-features";
+  id.classes = {"a", "b"};
+  id.item_feature_dim = 2;
+  LiveProject::StoredState stored;
+  stored.item_ids = {"i0"};
+  stored.gold = {-1};
+  stored.item_features = {1.0f, 2.0f};
+  auto project = LiveProject::Create(id, v1::ProjectSettings(), std::move(stored));
+  ASSERT_TRUE(project.ok()) << project.status();
+  std::vector<storage::ItemRecord> items(1);
+  items[0] = {0, "i0", std::nullopt, 0.0, std::vector<float>{1.0f, 2.0f}};
+  EXPECT_FALSE((*project)->ApplyStoredEntities(v1::ProjectSettings(), items, {}, 1));
+  items[0].features = std::vector<float>{1.0f, 3.0f};
+  EXPECT_TRUE((*project)->ApplyStoredEntities(v1::ProjectSettings(), items, {}, 2));
+  EXPECT_EQ((*project)->followed_change_seq(), 2);
+}
+
 }  // namespace
 }  // namespace verity::server
