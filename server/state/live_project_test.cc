@@ -1192,5 +1192,16 @@ TEST(LiveProjectTest, AResentDuplicateOfAPairMemoryLacksIsApplied) {
   EXPECT_EQ(project->snapshot()->posteriors.num_labels(0), 2);
 }
 
+// RegisterCommitted "returns the items whose posteriors changed (ascending)": each item once,
+// however many of the batch's labels it got.
+TEST(LiveProjectTest, RegisterCommittedNamesEachChangedItemOnce) {
+  auto project = EmptyProject();
+  const std::vector<int32_t> touched = project->RegisterCommitted({{2, "i2", 0, "w0", 1, 1, true},
+                                                                   {0, "i0", 0, "w0", 2, 2, true},
+                                                                   {0, "i0", 1, "w1", 2, 3, true},
+                                                                   {2, "i2", 1, "w1", 0, 4, true}});
+  EXPECT_EQ(touched, (std::vector<int32_t>{0, 2}));
+}
+
 }  // namespace
 }  // namespace verity::server
