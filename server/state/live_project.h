@@ -352,7 +352,8 @@ class LiveProject {
   // early sample can stay in a poor local optimum (e.g. two classes swapped) that a fit from
   // scratch on the larger data avoids; refitting from scratch each time the data doubles keeps
   // the cost amortised O(1) per label. Callers run at most one Refit per project at
-  // a time (the training scheduler does).
+  // a time (the training scheduler does); one called while another runs is refused with
+  // FAILED_PRECONDITION and stores nothing.
   struct RefitResult {
     storage::ModelVersionRecord version;
     // Wall time of each phase, for the log and benchmarks.
