@@ -371,6 +371,27 @@ TEST(ConalTest, TheRewardIsTheMeanDistanceSoItDoesNotGrowWithTheCrowd) {
   EXPECT_NEAR(twice.Regularizer().item<double>(), expected, 1e-5);
 }
 
+// Both confusions start at the same near-identity matrix, 0.8 on the diagonal after a row
+// softmax (conal.h): for K = 3 and 5 the off-diagonal entries share the rest, 0.2 / (K − 1).
+TEST(ConalTest, BothConfusionsStartAtEightyPercentOnTheDiagonal) {
+  TruthModelOptions::Neural options;
+  for (int32_t k : {3, 5}) {
+    const int32_t annotators = 4;
+    neural::ConalNet net(10, annotators, k, 0, 0, options);
+    const torch::Tensor common = torch::softmax(net.common(), 1);
+    const torch::Tensor individual = torch::softmax(net.individual(), 2);
+    for (int32_t row = 0; row < k; ++row) {
+      for (int32_t y = 0; y < k; ++y) {
+        const double expected = row == y ? 0.8 : 0.2 / (k - 1);
+        EXPECT_NEAR(common[row][y].item<double>(), expected, 1e-6) << k << " " << row << y;
+        for (int32_t r = 0; r < annotators; ++r) {
+          EXPECT_NEAR(individual[r][row][y].item<double>(), expected, 1e-6) << k << " " << r;
+        }
+      }
+    }
+  }
+}
+
 // λ follows the rule that chooses the learning rate: conal_lambda for a network over item or
 // annotator features, featureless_conal_lambda where every input is a learned embedding
 // (truth_model.h). Nets with the same confusions, so the rewards differ by λ alone.
