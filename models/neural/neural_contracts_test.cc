@@ -225,6 +225,19 @@ TEST(StepBudgetTest, ALiaWarmStartRunsAThirdOfTheEmIterations) {
   EXPECT_EQ(warm.training_steps, 300);
 }
 
+// cmm's EM (cmm.h): 3 x em_iterations iterations, a third of them when warm-starting.
+TEST(StepBudgetTest, ACmmWarmStartRunsAThirdOfTheEmIterations) {
+  for (const char* setting : {"individual", "global"}) {
+    TruthModelOptions options = CpuOptions();
+    options.neural.em_iterations = 4;
+    options.neural.cmm_setting = setting;
+    const AnnotationMatrix tiny = TinyCrowd(10, 2);
+    auto model = MakeNeural("cmm", options);
+    EXPECT_EQ(FitFor("cmm", options, tiny, model.get()).iterations, 12) << setting;
+    EXPECT_EQ(FitFor("cmm", options, tiny, model.get(), /*warm=*/true).iterations, 4) << setting;
+  }
+}
+
 // ds_start_fraction (truth_model.h): a cold fit of crowdlayer or conal first trains that share
 // of its steps (StepsForFit) anchored to Dawid-Skene, counted in training_steps; trace_reg never.
 TEST(StepBudgetTest, TheDawidSkeneStartTakesItsShareOfTheSteps) {
@@ -1267,6 +1280,45 @@ TEST(ConalMixtureTest, TheCommonConfusionWeighsOmegaAndTheAnnotatorsOneMinusOmeg
       << confusion << expected_confusion;
 }
 
+// conal's confusion on an item outside the fit (conal.h): the mean instance embedding, the
+// fitted items' instance vectors averaged and L2-normalised as every v_i is, so that a fitted
+// annotator's Q row k = softmax(ω W_g[k] + (1 − ω) W_r[k]) with ω = sigmoid(u_r · v̄).
+// Recomputed from the trained network's parts after the last step; a large reward drives W_g
+// and W_r apart, so that ω shows.
+TEST(ConalMixtureTest, AnItemOutsideTheFitTakesTheNormalisedMeanInstanceVector) {
+  const AnnotationMatrix data = ShiftedCrowd();
+  const torch::Tensor annotators = torch::arange(4, torch::kLong);
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 60;
+  options.neural.featureless_conal_lambda = 0.5;
+  auto model = MakeNeural("conal", options, 3);
+  torch::Tensor expected, mean_norm;
+  model->SetCheckpointObserver(1, [&](int64_t, neural::CrowdNet& net) {
+    auto& conal = dynamic_cast<neural::ConalNet&>(net);
+    const torch::Tensor mean =
+        conal.InstanceVectors(torch::arange(data.num_items(), torch::kLong)).mean(0);
+    mean_norm = mean.norm();
+    const torch::Tensor v = mean / mean.norm();
+    const torch::Tensor omega = torch::sigmoid(conal.AnnotatorVectors(annotators).matmul(v));
+    const torch::Tensor w = omega.view({-1, 1, 1});
+    expected = torch::softmax(w * conal.common().unsqueeze(0) + (1 - w) * conal.individual(), 2);
+  });
+  ASSERT_THAT(model->Fit(data, {}, false).status(), IsOk());
+  ASSERT_TRUE(expected.defined());
+  // The mean of unit vectors is shorter than one: normalising it changes ω.
+  EXPECT_LT(mean_norm.item<double>(), 0.99);
+  for (int32_t a = 0; a < 4; ++a) {
+    for (int32_t unseen : {data.num_items(), data.num_items() + 9}) {
+      const std::vector<double> served = model->ItemAnnotatorConfusion(unseen, a);
+      ASSERT_EQ(served.size(), 9u);
+      for (int32_t x = 0; x < 9; ++x) {
+        EXPECT_NEAR(served[x], expected[a][x / 3][x % 3].item<double>(), 1e-5)
+            << "annotator " << a << " item " << unseen << " cell " << x;
+      }
+    }
+  }
+}
+
 // The featureless EM's class prior π (neural_truth_model.h) is the mean of q over the labelled
 // items. 30 items labelled 0 by annotators 1 and 2 (annotator 0 says 1 on six of them) and item
 // 30 labelled 1 by annotator 0 alone, among 300 unlabelled items: π_1 ≤ 1/31, and annotator 0
@@ -1412,7 +1464,8 @@ TEST(DawidSkeneStartTest, IsDawidSkenesEmWithAdditiveSmoothingAndGoldClamped) {
 // crowdlayer's variants (crowdlayer.h): mw trains a K x K matrix per annotator ("weights"), vw a
 // scale vector ("scales"), vb a bias vector ("biases"), vw+b both vectors; and
 // TrainedLabelDistribution(r, σ_i), read from the exported layers, is the trained network's
-// label distribution softmax(layer_r(σ_i)) at item i's classifier output σ_i = ItemPrior(i).
+// label distribution softmax(layer_r(σ_i)) at item i's classifier output σ_i = ItemPrior(i);
+// for an annotator never seen, the layer of the annotators' mean parameters.
 TEST(CrowdLayerVariantsTest, EachVariantTrainsItsOwnLayersAndExportsThem) {
   const AnnotationMatrix data = ShiftedCrowd();
   const std::vector<int64_t> items = {0, 5, 17, 29}, annotators = {0, 3, 2, 1};
@@ -1425,10 +1478,14 @@ TEST(CrowdLayerVariantsTest, EachVariantTrainsItsOwnLayersAndExportsThem) {
     options.neural.crowdlayer_variant = variant;
     auto model = MakeNeural("crowdlayer", options, 3);
     std::vector<std::string> trained;
+    std::map<std::string, torch::Tensor> mean_layer;  // each layer averaged over the annotators
     torch::Tensor noisy;
     model->SetCheckpointObserver(1, [&](int64_t, neural::CrowdNet& net) {
       trained.clear();
-      for (const auto& p : net.named_parameters(/*recurse=*/false)) trained.push_back(p.key());
+      for (const auto& p : net.named_parameters(/*recurse=*/false)) {
+        trained.push_back(p.key());
+        mean_layer[p.key()] = p.value().detach().mean(0).to(torch::kDouble);
+      }
       noisy = net.LogNoisyLabel(torch::tensor(items, torch::kLong),
                                 torch::tensor(annotators, torch::kLong)).exp();
     });
@@ -1443,6 +1500,22 @@ TEST(CrowdLayerVariantsTest, EachVariantTrainsItsOwnLayersAndExportsThem) {
           crowdlayer->TrainedLabelDistribution(a, model->ItemPrior(i));
       for (int32_t y = 0; y < 3; ++y) {
         EXPECT_NEAR(served[y], noisy[b][y].item<double>(), 1e-5) << "item " << i << " label " << y;
+      }
+      // An annotator never seen gets the population's layer, the annotators' mean parameters
+      // (crowdlayer.h): logits W̄ σ for mw, σ ⊙ s̄ + b̄ for the vector variants.
+      const std::vector<double> sigma = model->ItemPrior(i);
+      const torch::Tensor s = torch::tensor(sigma, torch::kDouble);
+      torch::Tensor logits = mean_layer.count("weights") ? mean_layer["weights"].matmul(s) : s;
+      if (mean_layer.count("scales")) logits = logits * mean_layer["scales"];
+      if (mean_layer.count("biases")) logits = logits + mean_layer["biases"];
+      const torch::Tensor expected = torch::softmax(logits, 0);
+      for (int32_t unseen : {4, 99}) {
+        const std::vector<double> population = crowdlayer->TrainedLabelDistribution(unseen, sigma);
+        ASSERT_EQ(population.size(), 3u);
+        for (int32_t y = 0; y < 3; ++y) {
+          EXPECT_NEAR(population[y], expected[y].item<double>(), 1e-5)
+              << "annotator " << unseen << " item " << i << " label " << y;
+        }
       }
     }
   }
