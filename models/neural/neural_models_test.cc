@@ -194,6 +194,17 @@ TEST(ConalTest, AnAnnotatorNeverSeenGetsTheFittedAnnotatorsMeanConfusion) {
   for (int c = 0; c < 9; ++c) EXPECT_NEAR(again[c], mean[c], 1e-9) << c;
 }
 
+// With no annotator in the fit there is no fitted confusion to average: an annotator never
+// seen gets softmax(W_g), the common confusion (conal.h: MixedLogConfusion), which without a
+// label to train on keeps its start, 0.8 on the diagonal and 0.1 off it (K = 3).
+TEST(ConalTest, WithoutFittedAnnotatorsANewAnnotatorGetsTheCommonConfusion) {
+  auto model = Make("conal", 3);
+  ASSERT_THAT(model->Fit(*AnnotationMatrix::Build(4, 0, 3, {}), {}, false).status(), IsOk());
+  const std::vector<double> confusion = model->AnnotatorConfusion(0);
+  ASSERT_EQ(confusion.size(), 9u);
+  for (int c = 0; c < 9; ++c) EXPECT_NEAR(confusion[c], c % 4 == 0 ? 0.8 : 0.1, 1e-6) << c;
+}
+
 TEST_P(NeuralModelTest, FitIsDeterministicGivenTheSeed) {
   testing::SyntheticCrowd crowd = MakeCrowd(2, 3);
   auto a = Make(GetParam(), 2);
