@@ -1132,6 +1132,41 @@ TEST(LiaDifficultyTest, IsTheMeanCompetencesChanceOfAMislabel) {
   }
 }
 
+// cmm's M-step of the group mix (cmm.h): α_m ∝ Σ_l Σ_k r_l(k, m) + prior_smoothing. Every
+// label's responsibilities sum to 1 over (k, m), so α_m ≥ s / (L + M s) for every group, s the
+// smoothing, L the labels and M the groups: here 1 / 33. A unanimous crowd gives K-means
+// identical points, so the initial grouping leaves a group empty, whose α only the smoothing
+// keeps from 0. Read from the network's groups at every checkpoint, in both settings.
+TEST(CmmGroupMixTest, EveryGroupKeepsTheSmoothingsShareOfTheMix) {
+  std::vector<Annotation> labels;
+  for (int32_t i = 0; i < 10; ++i) {
+    for (int32_t a = 0; a < 3; ++a) labels.push_back({i, a, i % 2});
+  }
+  const AnnotationMatrix data = *AnnotationMatrix::Build(10, 3, 2, labels);
+  for (const char* setting : {"individual", "global"}) {
+    SCOPED_TRACE(setting);
+    TruthModelOptions options = CpuOptions();
+    options.neural.steps = 60;
+    options.neural.em_iterations = 2;
+    options.neural.cmm_setting = setting;
+    ASSERT_EQ(options.neural.cmm_groups, 3);
+    ASSERT_EQ(options.prior_smoothing, 1.0);
+    auto model = MakeNeural("cmm", options);
+    double smallest = 1;
+    int checkpoints = 0;
+    model->SetCheckpointObserver(1, [&](int64_t, neural::CrowdNet& net) {
+      for (const auto& b : net.named_buffers()) {
+        if (b.key() != "log_alpha") continue;
+        ++checkpoints;
+        smallest = std::min(smallest, b.value().exp().min().item<double>());
+      }
+    });
+    ASSERT_THAT(model->Fit(data, {}, false).status(), IsOk());
+    EXPECT_GT(checkpoints, 0);
+    EXPECT_GE(smallest, 1.0 / 33 - 1e-6);
+  }
+}
+
 // cmm's Global setting (cmm.h): an annotator's memberships are the posterior over groups of its
 // labels, p(m | a) ∝ α_m Π_{l of a} Σ_k h_i[k] β^(m)[k, y_l], recomputed here from the exported
 // α, β and item priors h_i. Compared in logs (floored at 1e-30): with 30 labels an annotator's
