@@ -125,5 +125,24 @@ TEST(ApiKeysTest, AHashThatDiffersInAnyOneByteDoesNotMatch) {
   }
 }
 
+// api_keys.h ParseRole: "reader", "writer", "admin" (the database's spelling); INVALID_ARGUMENT
+// for anything else -- an empty name, another case or a longer word is no role.
+TEST(ApiKeysTest, OnlyTheExactRoleNamesParse) {
+  for (const char* bad : {"", "Reader", "ADMIN", "admins", " writer", "read"}) {
+    EXPECT_THAT(ParseRole(bad), StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
+  }
+}
+
+// api_keys.h Principal.projects: "Empty = every project"; a key scoped to one project touches
+// that project and no other.
+TEST(ApiKeysTest, APrincipalOfOneProjectTouchesOnlyThatProject) {
+  Principal one{"k", Role::kAdmin, {"birds"}};
+  EXPECT_FALSE(one.AllProjects());
+  EXPECT_TRUE(one.MayTouch("birds"));
+  EXPECT_FALSE(one.MayTouch("cats"));
+  EXPECT_FALSE(one.MayTouch("bird"));
+  EXPECT_FALSE(one.MayTouch(""));
+}
+
 }  // namespace
 }  // namespace verity::server
