@@ -1,8 +1,10 @@
 #include "server/auth/secret_file.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -111,6 +113,28 @@ TEST(SecretFileTest, AFailedRenameIsAnError) {
   const absl::Status status = WriteSecretFile(dir + "/admin.key", "vk_secret");
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
   EXPECT_NE(status.message().find("rename"), absl::string_view::npos) << status;
+}
+
+// secret_file.h: "FAILED_PRECONDITION, naming the file and the reason, on any failure" -- here
+// the write (the file-size limit lets it write nothing). No key file appears, and the temporary
+// that was to hold the secret is not left behind.
+TEST(SecretFileTest, AFailedWriteIsAnErrorAndLeavesNoFileBehind) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  struct rlimit old_limit {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  struct rlimit no_bytes = old_limit;
+  no_bytes.rlim_cur = 0;
+  void (*old_handler)(int) = ::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal.
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &no_bytes), 0);
+  const absl::Status status = WriteSecretFile(dir + "/admin.key", "vk_secret");
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(status.message().find(dir + "/admin.key.tmp"), absl::string_view::npos) << status;
+  EXPECT_NE(status.message().find("write"), absl::string_view::npos) << status;
+  EXPECT_NE(::access((dir + "/admin.key").c_str(), F_OK), 0);
+  EXPECT_NE(::access((dir + "/admin.key.tmp").c_str(), F_OK), 0) << "the secret was left behind";
 }
 
 }  // namespace
