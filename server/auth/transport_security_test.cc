@@ -63,5 +63,17 @@ TEST(TransportSecurityTest, AnUnreadableClientCaIsNotFound) {
       << refused.status();
 }
 
+// transport_security.h: INVALID_ARGUMENT when "a key is given without a certificate" -- also
+// on loopback, where plaintext would otherwise be allowed: a half-given TLS set-up is a mistake
+// to report, not a reason to fall back to plaintext.
+TEST(TransportSecurityTest, AKeyWithoutACertificateIsInvalidEvenOnLoopback) {
+  TransportSecurityOptions options;
+  options.tls_key_file = "/nonexistent/key.pem";
+  auto refused = MakeServerCredentials("localhost:0", options);
+  EXPECT_THAT(refused.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(refused.status().message().find("--tls_cert"), absl::string_view::npos)
+      << refused.status();
+}
+
 }  // namespace
 }  // namespace verity::server
