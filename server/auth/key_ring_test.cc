@@ -757,5 +757,24 @@ TEST_F(AuthInterceptorTest, WithTheDatabaseDownAnUnknownKeysCallIsUnavailable) {
   EXPECT_EQ(cached, grpc::StatusCode::OK);
 }
 
+// key_ring.h: the cache is refreshed "at most `refresh_interval` after the last refresh ... or
+// at once for an unknown key id". A wrong secret for a key id the cache knows is neither: it
+// reads nothing from the database (or each forged call on a known id could make it reload).
+TEST_F(KeyRingTest, AWrongSecretForAKnownKeyIdDoesNotReloadTheCache) {
+  KeyRing ring(*store_, absl::Hours(1));
+  int loads = 0;
+  ring.SetAfterListHookForTesting([&] { ++loads; });
+  ASSERT_TRUE(ring.Load().ok());
+  auto created = ring.Create("known", Role::kWriter, {}, "");
+  ASSERT_TRUE(created.ok()) << created.status();
+  absl::SleepFor(absl::Milliseconds(1100));  // Past the one-refresh-per-second bound.
+  std::string forged = created->text;
+  forged.back() = forged.back() == '0' ? '1' : '0';
+  EXPECT_EQ(ring.Authenticate(forged).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(loads, 1);
+  EXPECT_TRUE(ring.Authenticate(created->text).ok());
+  EXPECT_EQ(loads, 1);
+}
+
 }  // namespace
 }  // namespace verity::server
