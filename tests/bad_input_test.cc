@@ -1274,5 +1274,24 @@ TEST_F(RefusedWriteTest, AnAckListsTheFirstHundredRejectionsAndCountsThemAll) {
             grpc::StatusCode::NOT_FOUND);
 }
 
+// truth.proto GetAnnotatorProfilesRequest.annotators: "at most 10,000 (repeats included), each
+// answered once (repeats are dropped ...)": exactly 10,000 ids, all the seeded annotator w1, are
+// accepted and answered with one profile (the table above refuses 10,001).
+TEST_F(RefusedWriteTest, AnnotatorProfilesOfExactlyTheLimitAreAccepted) {
+  v1::GetAnnotatorProfilesRequest request;
+  request.set_project(kProject);
+  request.set_confusion_detail(v1::CONFUSION_DETAIL_NONE);
+  for (int i = 0; i < 10000; ++i) request.add_annotators("w1");
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  v1::GetAnnotatorProfilesResponse response;
+  const grpc::Status status = stubs().truth->GetAnnotatorProfiles(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.profiles_size(), 1);
+  EXPECT_EQ(response.profiles(0).annotator(), "w1");
+  EXPECT_GE(response.profiles(0).num_labels(), 1);  // The seed label, and other tests' own.
+  EXPECT_EQ(response.next_page_token(), "");
+}
+
 }  // namespace
 }  // namespace verity::tests
