@@ -1607,5 +1607,50 @@ TEST_F(DocumentedLimitsTest, ProfilesPastTheResponseLimitAreRefusedNamingAnnotat
       << status.error_message();
 }
 
+// truth.proto, ListPosteriors: each listed posterior is its item's own, on every page: an item
+// with one label of class c is served with map_label c (majority vote before the first fit)
+// and one label, and with the posterior GetPosteriors gives for its id.
+TEST_F(DocumentedLimitsTest, EveryPageListsEachItemsOwnPosterior) {
+  ASSERT_TRUE(CreateProject("page-contents").ok());
+  std::map<std::string, int> label_of;
+  std::vector<Label> labels;
+  for (int i = 0; i < 5; ++i) {
+    label_of[absl::StrCat("zero-", i)] = 0;
+    label_of[absl::StrCat("one-", i)] = 1;
+    labels.push_back({absl::StrCat("zero-", i), "w", 0});
+    labels.push_back({absl::StrCat("one-", i), "w", 1});
+  }
+  ASSERT_EQ(Submit("page-contents", labels).error_code(), 0);
+  std::map<std::string, int> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    v1::ListPosteriorsRequest request;
+    request.set_project("page-contents");
+    request.set_page_size(3);
+    request.set_page_token(token);
+    v1::ListPosteriorsResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    ASSERT_TRUE(
+        v1::TruthService::NewStub(channel_)->ListPosteriors(&context, request, &response).ok());
+    for (const v1::Posterior& p : response.posteriors()) {
+      ++seen[p.item()];
+      ASSERT_EQ(label_of.count(p.item()), 1u) << p.item();
+      EXPECT_EQ(p.map_label(), label_of[p.item()]) << p.item() << " on page " << pages;
+      EXPECT_EQ(p.num_labels(), 1) << p.item();
+      const v1::Posterior alone = Posterior("page-contents", p.item());
+      ASSERT_EQ(p.probabilities_size(), alone.probabilities_size()) << p.item();
+      for (int c = 0; c < p.probabilities_size(); ++c) {
+        EXPECT_EQ(p.probabilities(c), alone.probabilities(c)) << p.item() << " class " << c;
+      }
+    }
+    token = response.next_page_token();
+    ++pages;
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 4);
+  EXPECT_EQ(seen.size(), 10u);
+}
+
 }  // namespace
 }  // namespace verity::tests
