@@ -1691,5 +1691,69 @@ TEST(WarmStartTest, ReadsTheItemFeaturesSetSinceNotThePreviousFits) {
   EXPECT_TRUE(torch::equal(*warm_read, *cold_read)) << *warm_read << *cold_read;
 }
 
+// SetCheckpointObserver (neural_truth_model.h): the observer runs every `every` optimiser steps,
+// after the step and with its count, on the network in eval mode; every <= 0 removes it. Ten
+// steps with every = 3 are observed after steps 3, 6 and 9.
+TEST(CheckpointObserverTest, RunsAfterEveryEveryThStepWithItsCountInEvalMode) {
+  TruthModelOptions options = CpuOptions();
+  options.neural.steps = 10;  // TinyCrowd(10, 3): 30 labels, one batch a step
+  options.neural.ds_start_fraction = 0;
+  auto model = MakeNeural("crowdlayer", options);
+  std::vector<int64_t> seen;
+  bool any_training = false;
+  model->SetCheckpointObserver(3, [&](int64_t step, neural::CrowdNet& net) {
+    seen.push_back(step);
+    any_training = any_training || net.is_training();
+  });
+  absl::StatusOr<FitReport> report = model->Fit(TinyCrowd(10, 3), {}, false);
+  ASSERT_THAT(report.status(), IsOk());
+  EXPECT_EQ(report->training_steps, 10);
+  EXPECT_EQ(seen, (std::vector<int64_t>{3, 6, 9}));
+  EXPECT_FALSE(any_training);
+  // every = 0 removes the observer.
+  seen.clear();
+  model->SetCheckpointObserver(0, [&](int64_t step, neural::CrowdNet&) { seen.push_back(step); });
+  ASSERT_THAT(model->Fit(TinyCrowd(10, 3), {}, false).status(), IsOk());
+  EXPECT_TRUE(seen.empty());
+}
+
+// Decoupled weight decay (truth_model.h, weight_decay): after each optimiser step the truth
+// network's weight matrices are multiplied by 1 - r * weight_decay, r the step's rate. Without
+// features and with batch_size 0 on the CPU, r is featureless_learning_rate (0.01), so a decay
+// of 20 keeps 0.8 of them; the crowd layers and biases are not decayed. The first step's update
+// is the same with and without decay, so after it the decayed weights are 0.8 of the plain ones.
+TEST(WeightDecayTest, EachStepKeepsOneMinusTheStepRateTimesTheDecay) {
+  auto after_first_step = [](double weight_decay) {
+    TruthModelOptions options = CpuOptions();
+    options.neural.steps = 4;
+    options.neural.featureless_learning_rate = 0.01;
+    options.neural.weight_decay = weight_decay;
+    auto model = MakeNeural("crowdlayer", options);
+    std::map<std::string, torch::Tensor> after;
+    model->SetCheckpointObserver(1, [&](int64_t step, neural::CrowdNet& net) {
+      if (step != 1) return;
+      for (const auto& p : net.named_parameters()) after[p.key()] = p.value().detach().clone();
+    });
+    EXPECT_THAT(model->Fit(TinyCrowd(10, 3), {}, false).status(), IsOk());
+    return after;
+  };
+  std::map<std::string, torch::Tensor> plain = after_first_step(0);
+  std::map<std::string, torch::Tensor> decayed = after_first_step(20);
+  int checked = 0;
+  for (const auto& [name, w] : plain) {
+    ASSERT_TRUE(decayed.count(name)) << name;
+    const bool truth = name.rfind("items.", 0) == 0 || name.rfind("classifier.", 0) == 0 ||
+                       name.rfind("truth.", 0) == 0;
+    if (truth && w.dim() >= 2) {
+      ++checked;
+      EXPECT_TRUE(torch::allclose(decayed[name], w * 0.8, 1e-5, 1e-7)) << name;
+    } else {
+      EXPECT_TRUE(torch::allclose(decayed[name], w, 1e-6, 1e-8)) << name;
+    }
+  }
+  EXPECT_GT(checked, 0);
+  ASSERT_TRUE(plain.count("weights"));  // the crowd layers are there and were compared
+}
+
 }  // namespace
 }  // namespace verity::models
