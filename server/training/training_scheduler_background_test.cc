@@ -227,5 +227,69 @@ TEST_F(TrainingSchedulerBackgroundTest, AFitterDoesNotFitWhatAnotherReplicasVers
   EXPECT_EQ(stored->size(), 1u);
 }
 
+// training_scheduler.h: a background fitter "fits at most Options::max_busy_fraction of the
+// time: after a fit that took d it rests d·(1 − f)/f, at most max_staleness". Both projects are
+// due from the start (labels, no version) and one fitter takes one of them first. A fit writes
+// to PostgreSQL, so d is above 0.1 ms; with f = 1e-5 the rest after it is above 10 s (capped at
+// the minute of max_staleness): the other project is not fit within the next second.
+TEST_F(TrainingSchedulerBackgroundTest, AFitterRestsAfterAFitBeforeTakingTheNextProject) {
+  TrainingScheduler::Options options = Background();
+  options.max_concurrent_fits = 1;
+  options.max_busy_fraction = 1e-5;
+  options.max_staleness = absl::Minutes(1);
+  TrainingScheduler scheduler(*registry_, *storage_->versions, nullptr, options);
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (Project("slow").model_version() == 0 && Project("fast").model_version() == 0 &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(Project("slow").model_version() + Project("fast").model_version(), 1)
+      << "no first fit, or both fit at once";
+  const std::string other = Project("slow").model_version() == 0 ? "slow" : "fast";
+  EXPECT_FALSE(ServesVersion(other, 1, absl::Seconds(1))) << "fit without resting first";
+}
+
+// training_scheduler.h: the fitters "take the queue in order", the order in which the projects
+// became due. With one fitter held by slow's fit, "third" becomes due, then (15 polls later)
+// "fast": once slow's fit ends, third is fit before fast.
+TEST_F(TrainingSchedulerBackgroundTest, TheFitterTakesTheProjectsInTheOrderTheyBecameDue) {
+  NewProject("third");
+  ASSERT_TRUE(registry_->LoadAll().ok());
+  SlowFitHold hold;
+  absl::Mutex fitted_mu;
+  std::vector<std::string> fitted;
+  TrainingScheduler::Options options = Background();
+  options.max_concurrent_fits = 1;
+  options.before_fit_for_testing = [&hold, &fitted_mu, &fitted,
+                                    held = hold.Hook()](const LiveProject& project) {
+    {
+      absl::MutexLock lock(&fitted_mu);
+      fitted.push_back(project.identity().name);
+    }
+    held(project);
+  };
+  TrainingScheduler scheduler(*registry_, *storage_->versions, nullptr, options);
+  ReleaseOnExit release_on_exit{hold.release};  // Before the scheduler joins its fitters.
+  ASSERT_TRUE(ServesVersion("slow", 1));
+  ASSERT_TRUE(ServesVersion("fast", 1));
+  ASSERT_TRUE(ServesVersion("third", 1));
+  hold.Arm();
+  MakeDue("slow");
+  ASSERT_TRUE(hold.started.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  MakeDue("third");
+  absl::SleepFor(absl::Milliseconds(300));  // 15 polls: third is queued.
+  MakeDue("fast");
+  absl::SleepFor(absl::Milliseconds(300));  // fast is queued behind it.
+  {
+    absl::MutexLock lock(&fitted_mu);
+    fitted.clear();
+  }
+  hold.release.Notify();
+  ASSERT_TRUE(ServesVersion("third", 2));
+  ASSERT_TRUE(ServesVersion("fast", 2));
+  absl::MutexLock lock(&fitted_mu);
+  EXPECT_EQ(fitted, (std::vector<std::string>{"third", "fast"}));
+}
+
 }  // namespace
 }  // namespace verity::server
