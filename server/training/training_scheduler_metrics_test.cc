@@ -834,5 +834,42 @@ TEST_F(TrainingSchedulerMetricsTest, AJobWhoseRefitFailsIsFailedWithNoVersion) {
   EXPECT_FALSE(after->version.has_value());
 }
 
+// training_scheduler.h: "in worker mode the poll rests after a pass the same way"
+// (busy·(1 − f)/f, at most max_staleness). A pass reads PostgreSQL, so it takes more than
+// 60 µs; with f = 1e-6 the rest after it is the whole max_staleness (a minute). The first pass
+// (one poll interval after the start) enqueues p's job; a worker then stores version 1, and no
+// pass serves it within the next second. A pass run by hand serves it: it was there to serve.
+TEST_F(TrainingSchedulerMetricsTest, WorkerModePollRestsAfterAPass) {
+  NewProject("p");
+  Server server = Open();
+  MetricsRegistry metrics;
+  TrainingScheduler::Options options;
+  options.use_workers = true;
+  options.poll_interval = absl::Milliseconds(20);
+  options.max_busy_fraction = 1e-6;
+  options.max_staleness = absl::Minutes(1);
+  TrainingScheduler scheduler(*server.registry, *server.storage->versions,
+                              server.storage->jobs.get(), options, &metrics);
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (Sample(metrics, "verity_training_jobs_enqueued_total") < 1 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(Sample(metrics, "verity_training_jobs_enqueued_total"), 1);
+  TrainingWorker::Options worker_options;
+  worker_options.name = "w";
+  TrainingWorker worker(*server.storage, worker_options);
+  absl::StatusOr<bool> ran = worker.RunOnce();
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  ASSERT_TRUE(*ran);
+  LiveProject& project = **server.registry->Get("p");
+  const absl::Time watch_until = absl::Now() + absl::Seconds(1);
+  while (project.model_version() == 0 && absl::Now() < watch_until) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(project.model_version(), 0) << "a pass ran before the rest was over";
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow().ok());
+  EXPECT_EQ(project.model_version(), 1);
+}
+
 }  // namespace
 }  // namespace verity::server
