@@ -26,6 +26,7 @@ namespace storage {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 using ::verity::storage::testing::TempDir;
 using ::verity::testing::IsOk;
@@ -224,6 +225,48 @@ TEST_F(EmbeddedPostgresTest, ExplainsADataDirTheServerUserCannotReach) {
       StatusIs(absl::StatusCode::kFailedPrecondition,
                ::testing::AllOf(HasSubstr("cannot traverse " + private_dir),
                                 HasSubstr("--data_dir"))));
+}
+
+// README.md ("make run"): the next start on a --data_dir whose PostgreSQL a killed server left
+// running reuses it, and "the log says `embedded PostgreSQL (reused running server ...)`"; the
+// log also says where the data lives. A first start says it started the server.
+TEST_F(EmbeddedPostgresTest, TheLogSaysWhetherItStartedOrReusedTheServer) {
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<std::unique_ptr<EmbeddedPostgres>> first =
+      EmbeddedPostgres::Start(TestOptions(data_dir_));
+  const std::string first_log = ::testing::internal::GetCapturedStderr();
+  ASSERT_THAT(first, IsOk());
+  EXPECT_THAT(first_log, HasSubstr("embedded PostgreSQL (started, pid "));
+  EXPECT_THAT(first_log, Not(HasSubstr("reused running server")));
+  EXPECT_THAT(first_log, HasSubstr(absl::StrCat("data in ", data_dir_)));
+
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<std::unique_ptr<EmbeddedPostgres>> second =
+      EmbeddedPostgres::Start(TestOptions(data_dir_));
+  const std::string second_log = ::testing::internal::GetCapturedStderr();
+  ASSERT_THAT(second, IsOk());
+  EXPECT_THAT(second_log, HasSubstr("embedded PostgreSQL (reused running server, pid "));
+  EXPECT_THAT((*second)->Stop(), IsOk());
+  EXPECT_THAT((*first)->Stop(), IsOk());
+}
+
+// EmbeddedPostgres::Start: a start that reused a running server and then failed leaves that
+// server alone (it did not start it). The first object's server has no "postgres" database
+// any more, so the second start finds it running and answering, reuses it, and fails creating
+// the verity database (it connects to "postgres" for that); the first's server still serves.
+TEST_F(EmbeddedPostgresTest, AStartThatReusedAServerAndFailedLeavesItRunning) {
+  absl::StatusOr<std::unique_ptr<EmbeddedPostgres>> first =
+      EmbeddedPostgres::Start(TestOptions(data_dir_));
+  ASSERT_THAT(first, IsOk());
+  const std::string url = (*first)->connection_url();
+  Exec(url, "ALTER DATABASE postgres RENAME TO postgres_elsewhere");
+  {
+    absl::StatusOr<std::unique_ptr<EmbeddedPostgres>> second =
+        EmbeddedPostgres::Start(TestOptions(data_dir_));
+    EXPECT_THAT(second.status().message(), HasSubstr("creating the verity database"));
+  }
+  EXPECT_EQ(QueryOne(url, "SELECT current_database()"), "verity");
+  EXPECT_THAT((*first)->Stop(), IsOk());
 }
 
 }  // namespace
