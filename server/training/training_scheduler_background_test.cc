@@ -250,7 +250,7 @@ TEST_F(TrainingSchedulerBackgroundTest, AFitterRestsAfterAFitBeforeTakingTheNext
 }
 
 // training_scheduler.h: the fitters "take the queue in order", the order in which the projects
-// became due. With one fitter held by slow's fit, "third" becomes due, then (15 polls later)
+// became due. With one fitter held by slow's fit, "third" becomes due, then (50 polls later)
 // "fast": once slow's fit ends, third is fit before fast.
 TEST_F(TrainingSchedulerBackgroundTest, TheFitterTakesTheProjectsInTheOrderTheyBecameDue) {
   NewProject("third");
@@ -277,7 +277,7 @@ TEST_F(TrainingSchedulerBackgroundTest, TheFitterTakesTheProjectsInTheOrderTheyB
   MakeDue("slow");
   ASSERT_TRUE(hold.started.WaitForNotificationWithTimeout(absl::Seconds(10)));
   MakeDue("third");
-  absl::SleepFor(absl::Milliseconds(300));  // 15 polls: third is queued.
+  absl::SleepFor(absl::Seconds(1));  // 50 polls: third is queued.
   MakeDue("fast");
   absl::SleepFor(absl::Milliseconds(300));  // fast is queued behind it.
   {
@@ -289,6 +289,32 @@ TEST_F(TrainingSchedulerBackgroundTest, TheFitterTakesTheProjectsInTheOrderTheyB
   ASSERT_TRUE(ServesVersion("fast", 2));
   absl::MutexLock lock(&fitted_mu);
   EXPECT_EQ(fitted, (std::vector<std::string>{"third", "fast"}));
+}
+
+// training_scheduler.h: "A background pass fits its due projects on up to this many threads"
+// (max_concurrent_fits). Both projects are due (labels, no version) and there are two slots:
+// one RefitDueProjectsNow pass runs both fits at once, so each fit, held until the other has
+// started, sees the other start.
+TEST_F(TrainingSchedulerBackgroundTest, APassFitsItsDueProjectsAtOnceUpToTheSlots) {
+  absl::Mutex mu;
+  int started = 0;
+  int saw_both = 0;
+  TrainingScheduler::Options options = Background();
+  options.run_in_background = false;
+  options.max_concurrent_fits = 2;
+  options.before_fit_for_testing = [&](const LiveProject&) {
+    absl::MutexLock lock(&mu);
+    ++started;
+    auto both_started = [&started]() { return started >= 2; };
+    if (mu.AwaitWithTimeout(absl::Condition(&both_started), absl::Seconds(5))) ++saw_both;
+  };
+  TrainingScheduler scheduler(*registry_, *storage_->versions, nullptr, options);
+  ASSERT_TRUE(scheduler.RefitDueProjectsNow().ok());
+  EXPECT_EQ(Project("slow").model_version(), 1);
+  EXPECT_EQ(Project("fast").model_version(), 1);
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(started, 2);
+  EXPECT_EQ(saw_both, 2) << "the two fits did not run at once";
 }
 
 }  // namespace
