@@ -60,6 +60,30 @@ std::vector<CommittedLabel> HundredLabelsByTenAnnotators() {
   return labels;
 }
 
+// The stored state of a project holding `crowd`'s labels (items i0.., annotators w0..w11, seqs
+// 1..n in the crowd's order, no gold) and, as version 1 over all of them, `fitted` (`method`).
+LiveProject::StoredState StoredFit(const models::testing::SyntheticCrowd& crowd,
+                                   const models::TruthModel& fitted, const std::string& method) {
+  LiveProject::StoredState stored;
+  for (int32_t i = 0; i < crowd.matrix.num_items(); ++i) {
+    stored.item_ids.push_back(absl::StrCat("i", i));
+  }
+  stored.gold.assign(crowd.matrix.num_items(), -1);
+  for (int32_t a = 0; a < kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("w", a));
+  int64_t seq = 0;
+  for (const models::Annotation& a : crowd.annotations) {
+    stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
+  }
+  storage::ModelVersionRecord version;
+  version.version = 1;
+  version.method = method;
+  version.parameters = fitted.Serialize();
+  version.watermark = seq;
+  version.num_labels = seq;
+  stored.latest_version = version;
+  return stored;
+}
+
 // A live project restored from a fitted Dawid-Skene version over `crowd`.
 std::unique_ptr<LiveProject> RestoreFitted(const models::testing::SyntheticCrowd& crowd,
                                            std::unique_ptr<models::TruthModel>& fitted,
@@ -932,25 +956,15 @@ TEST(LiveProjectTest, OnlineUpdatesKeepTheServedVersionsRecord) {
   auto crowd = MakeCrowd(50, 7);
   std::unique_ptr<models::TruthModel> fitted = *models::CreateTruthModel("ds", kClasses, {});
   ASSERT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
-  LiveProject::StoredState stored;
-  for (int32_t i = 0; i < 50; ++i) stored.item_ids.push_back(absl::StrCat("i", i));
-  for (int32_t a = 0; a < kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("w", a));
-  int64_t seq = 0;
-  for (const models::Annotation& a : crowd.annotations) {
-    stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
-  }
-  storage::ModelVersionRecord version;
+  LiveProject::StoredState stored = StoredFit(crowd, *fitted, "ds");
+  const int64_t seq = static_cast<int64_t>(stored.labels.size());
+  storage::ModelVersionRecord& version = *stored.latest_version;
   version.project_id = 1;
   version.version = 4;
-  version.method = "ds";
-  version.parameters = fitted->Serialize();
-  version.watermark = seq;
   version.log_likelihood = -123.5;
   version.iterations = 17;
   version.duration_ms = 250.0;
-  version.num_labels = seq;
   version.created_at = absl::FromUnixSeconds(1'800'000'000);
-  stored.latest_version = version;
   auto project = LiveProject::Create(TestIdentity(), v1::ProjectSettings(), std::move(stored));
   ASSERT_TRUE(project.ok()) << project.status();
   (*project)->ApplyCommitted({{50, "i50", 0, "w0", 1, seq + 1, true}});
@@ -992,25 +1006,12 @@ TEST(LiveProjectTest, AnAnnotatorsFeaturesSetAgainLeaveTheFitCurrent) {
   auto crowd = MakeCrowd(100, 9);
   std::unique_ptr<models::TruthModel> fitted = *models::CreateTruthModel("ds", kClasses, {});
   ASSERT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
-  LiveProject::StoredState stored;
-  for (int32_t i = 0; i < 100; ++i) stored.item_ids.push_back(absl::StrCat("i", i));
-  for (int32_t a = 0; a < kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("w", a));
-  int64_t seq = 0;
-  for (const models::Annotation& a : crowd.annotations) {
-    stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
-  }
+  LiveProject::StoredState stored = StoredFit(crowd, *fitted, "ds");
   stored.annotator_features.assign(kAnnotators * 2, 0.0f);
   stored.annotator_features[6] = 0.5f;  // w3: (0.5, -1)
   stored.annotator_features[7] = -1.0f;
   stored.annotator_has_features.assign(kAnnotators, false);
   stored.annotator_has_features[3] = true;
-  storage::ModelVersionRecord version;
-  version.version = 1;
-  version.method = "ds";
-  version.parameters = fitted->Serialize();
-  version.watermark = seq;
-  version.num_labels = seq;
-  stored.latest_version = version;
   LiveProject::Identity identity = TestIdentity();
   identity.annotator_feature_dim = 2;
   auto project = LiveProject::Create(identity, v1::ProjectSettings(), std::move(stored));
@@ -1128,24 +1129,12 @@ TEST(LiveProjectTest, NoConfusionIsPredictedForAnAnnotatorWithoutFeatures) {
   std::unique_ptr<models::TruthModel> fitted = *models::CreateTruthModel("lia", kClasses, {});
   ASSERT_TRUE(fitted->SetAnnotatorFeatures(2, features).ok());
   ASSERT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
-  LiveProject::StoredState stored;
-  for (int32_t i = 0; i < 100; ++i) stored.item_ids.push_back(absl::StrCat("i", i));
-  for (int32_t a = 0; a <= kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("w", a));
-  int64_t seq = 0;
-  for (const models::Annotation& a : crowd.annotations) {
-    stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
-  }
+  LiveProject::StoredState stored = StoredFit(crowd, *fitted, "lia");
+  stored.annotator_ids.push_back(absl::StrCat("w", kAnnotators));  // no labels, no features
   stored.annotator_features = features;
   stored.annotator_features.resize((kAnnotators + 1) * 2, 0.0f);
   stored.annotator_has_features.assign(kAnnotators, true);
   stored.annotator_has_features.push_back(false);
-  storage::ModelVersionRecord version;
-  version.version = 1;
-  version.method = "lia";
-  version.parameters = fitted->Serialize();
-  version.watermark = seq;
-  version.num_labels = seq;
-  stored.latest_version = version;
   LiveProject::Identity identity = TestIdentity();
   identity.annotator_feature_dim = 2;
   auto project = LiveProject::Create(identity, v1::ProjectSettings(), std::move(stored));
