@@ -124,6 +124,14 @@ class IngestPipelineTest : public storage::testing::PostgresTest {
     };
   }
 
+  // Makes the next `faults` COMMITs lose their ack (the connection breaks after the server
+  // committed), counting `faults` down to 0 and below; tests clear the hook themselves.
+  void LoseTheNextAcks(std::atomic<int>& faults) {
+    pool().SetAfterCommitHookForTesting([&faults](pqxx::connection&) {
+      if (faults.fetch_sub(1) > 0) throw pqxx::broken_connection("injected: ack lost after COMMIT");
+    });
+  }
+
   // The id of the transaction that wrote `item`'s live annotation (of its one annotator).
   int64_t XminOf(const LiveProject& project, const std::string& item) {
     absl::StatusOr<int64_t> xmin =
@@ -298,9 +306,7 @@ TEST_F(IngestPipelineTest, AResendOfABatchCommittedInDoubtIsServed) {
   ASSERT_THAT(pipeline.Submit(project_, first).get(), IsOk());
 
   std::atomic<int> faults{1};
-  pool().SetAfterCommitHookForTesting([&](pqxx::connection&) {
-    if (faults.fetch_sub(1) > 0) throw pqxx::broken_connection("injected: ack lost after COMMIT");
-  });
+  LoseTheNextAcks(faults);
   // A new item and annotator, a revision (0 -> 1) of a served label, and a new pair of known
   // ids (which the hints then wrongly call unlabelled).
   std::vector<storage::AnnotationWrite> batch = {Write("new", "b", 1), Write("old", "a", 1),
@@ -701,9 +707,7 @@ TEST_F(IngestPipelineTest, AGroupWhoseCommitOutcomeIsUnknownFailsEveryBatchUnava
   std::future<IngestPipeline::Result> b1 = pipeline.Submit(project_, Batch(*project_, "u1", 2));
   std::future<IngestPipeline::Result> b2 = pipeline.Submit(project_, Batch(*project_, "u2", 2));
   std::atomic<int> faults{1};
-  pool().SetAfterCommitHookForTesting([&](pqxx::connection&) {
-    if (faults.fetch_sub(1) > 0) throw pqxx::broken_connection("injected: ack lost after COMMIT");
-  });
+  LoseTheNextAcks(faults);
   release.Notify();
 
   EXPECT_THAT(held.get(), StatusIs(absl::StatusCode::kResourceExhausted));
@@ -1055,9 +1059,7 @@ TEST_F(IngestPipelineTest, IsolatedBatchesAfterAnUnavailableOneAreAnsweredUnavai
   std::future<IngestPipeline::Result> refused = pipeline.Submit(project_, {poison});
   std::future<IngestPipeline::Result> last = pipeline.Submit(project_, {Write("g2", "a", 1)});
   std::atomic<int> faults{1};
-  pool().SetAfterCommitHookForTesting([&](pqxx::connection&) {
-    if (faults.fetch_sub(1) > 0) throw pqxx::broken_connection("injected: ack lost after COMMIT");
-  });
+  LoseTheNextAcks(faults);
   release.Notify();
 
   EXPECT_THAT(held.get(), StatusIs(absl::StatusCode::kResourceExhausted));
