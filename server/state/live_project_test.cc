@@ -84,7 +84,7 @@ LiveProject::StoredState StoredFit(const models::testing::SyntheticCrowd& crowd,
   return stored;
 }
 
-// A live project restored from a fitted Dawid-Skene version over `crowd`.
+// A live project restored from StoredFit of `crowd` fitted by `method` (Dawid-Skene by default).
 std::unique_ptr<LiveProject> RestoreFitted(const models::testing::SyntheticCrowd& crowd,
                                            std::unique_ptr<models::TruthModel>& fitted,
                                            const std::string& method = "ds",
@@ -93,20 +93,7 @@ std::unique_ptr<LiveProject> RestoreFitted(const models::testing::SyntheticCrowd
                                            int32_t item_feature_dim = 0) {
   fitted = *models::CreateTruthModel(method, classes, {});
   EXPECT_TRUE(fitted->Fit(crowd.matrix, {}, false).ok());
-  LiveProject::StoredState stored;
-  for (int32_t i = 0; i < crowd.matrix.num_items(); ++i) stored.item_ids.push_back(absl::StrCat("i", i));
-  stored.gold.assign(crowd.matrix.num_items(), -1);
-  for (int32_t a = 0; a < kAnnotators; ++a) stored.annotator_ids.push_back(absl::StrCat("w", a));
-  int64_t seq = 0;
-  for (const models::Annotation& a : crowd.annotations) {
-    stored.labels.push_back({a.item, a.annotator, a.label, ++seq});
-  }
-  storage::ModelVersionRecord version;
-  version.version = 1;
-  version.method = method;
-  version.parameters = fitted->Serialize();
-  version.watermark = seq;
-  stored.latest_version = version;
+  LiveProject::StoredState stored = StoredFit(crowd, *fitted, method);
   LiveProject::Identity identity = TestIdentity(classes);
   identity.annotator_feature_dim = annotator_feature_dim;
   stored.annotator_features.assign(static_cast<size_t>(kAnnotators) * annotator_feature_dim, 0.0f);
