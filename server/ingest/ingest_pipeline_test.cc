@@ -112,15 +112,17 @@ class IngestPipelineTest : public storage::testing::PostgresTest {
     return lane_waits();
   }
 
-  // An admission check that says it runs (in the commit lane) and admits once released: it
+  // An admission check that says it runs (in the commit lane) and, once released, answers
+  // `answer` (admits by default; an error refuses the held batch without a transaction): it
   // holds the lane while the batches submitted meanwhile queue behind it.
   static IngestPipeline::AdmissionCheck HoldLane(absl::Notification& entered,
-                                                 absl::Notification& release) {
-    return [&entered, &release](const LiveProject&,
-                                absl::Span<const std::vector<storage::AnnotationWrite>* const>) {
+                                                 absl::Notification& release,
+                                                 absl::Status answer = absl::OkStatus()) {
+    return [&entered, &release, answer](
+               const LiveProject&, absl::Span<const std::vector<storage::AnnotationWrite>* const>) {
       entered.Notify();
       release.WaitForNotification();
-      return absl::OkStatus();
+      return answer;
     };
   }
 
@@ -698,11 +700,7 @@ TEST_F(IngestPipelineTest, AGroupWhoseCommitOutcomeIsUnknownFailsEveryBatchUnava
   absl::Notification entered, release;
   std::future<IngestPipeline::Result> held = pipeline.Submit(
       project_, Batch(*project_, "h", 1),
-      [&](const LiveProject&, absl::Span<const std::vector<storage::AnnotationWrite>* const>) {
-        entered.Notify();
-        release.WaitForNotification();
-        return absl::ResourceExhaustedError("refused to hold the lane");
-      });
+      HoldLane(entered, release, absl::ResourceExhaustedError("refused to hold the lane")));
   entered.WaitForNotification();
   std::future<IngestPipeline::Result> b1 = pipeline.Submit(project_, Batch(*project_, "u1", 2));
   std::future<IngestPipeline::Result> b2 = pipeline.Submit(project_, Batch(*project_, "u2", 2));
@@ -1047,11 +1045,7 @@ TEST_F(IngestPipelineTest, IsolatedBatchesAfterAnUnavailableOneAreAnsweredUnavai
   absl::Notification entered, release;
   std::future<IngestPipeline::Result> held = pipeline.Submit(
       project_, Batch(*project_, "h", 1),
-      [&](const LiveProject&, absl::Span<const std::vector<storage::AnnotationWrite>* const>) {
-        entered.Notify();
-        release.WaitForNotification();
-        return absl::ResourceExhaustedError("refused to hold the lane");
-      });
+      HoldLane(entered, release, absl::ResourceExhaustedError("refused to hold the lane")));
   entered.WaitForNotification();
   storage::AnnotationWrite poison = Write("p", "a", 1);
   poison.client_time = absl::FromUnixSeconds(253402300799) + absl::Nanoseconds(999999001);
