@@ -1693,8 +1693,9 @@ TEST_F(AssignmentProbeTest, LabelsAckedDuringAFitAreInThePosteriorsItPublishes) 
 }
 
 // assignment.proto, SuggestItemsRequest.candidate_items: "Restrict the suggestions to these item
-// ids ... Unknown ids are ignored". Ids no item can have (empty, with a space, 300 bytes) are
-// unknown ids: ignored, the known candidate suggested, nothing outside the list.
+// ids ... Unknown ids are ignored". Ids no item can have (empty, 300 bytes) and ids no item has
+// (with a space, UTF-8) are unknown ids: ignored, the known candidate suggested, nothing outside
+// the list.
 TEST_F(AssignmentProbeTest, CandidateIdsNoItemCanHaveAreIgnored) {
   CreateProject("odd-candidates");
   AddItems("odd-candidates", {"only", "outside"});

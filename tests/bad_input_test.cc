@@ -676,14 +676,14 @@ std::vector<BadInput> BadInputs() {
          return AddItems(s, request);
        },
        kInvalid, "items[1].id: is 257 bytes, more than the limit of 256"},
-      {"AddItemsIdWithSpace", [](const Stubs& s) {
-         return AddItems(s, OneItem([](v1::Item& item) { item.set_id("item one"); }));
+      {"AddItemsIdWithATab", [](const Stubs& s) {
+         return AddItems(s, OneItem([](v1::Item& item) { item.set_id("item\tone"); }));
        },
-       kInvalid, "items[0].id: contains byte 0x20"},
-      {"AddItemsIdNonAscii", [](const Stubs& s) {
-         return AddItems(s, OneItem([](v1::Item& item) { item.set_id("\xc3\xa9t\xc3\xa9"); }));
+       kInvalid, "items[0].id: contains byte 0x9 (a control character) at offset 4"},
+      {"AddItemsIdWithDel", [](const Stubs& s) {
+         return AddItems(s, OneItem([](v1::Item& item) { item.set_id("\xc3\xa9t\xc3\xa9\x7f"); }));
        },
-       kInvalid, "items[0].id: contains byte 0xc3"},
+       kInvalid, "items[0].id: contains byte 0x7f (a control character) at offset 5"},
       {"AddItemsIdWithNul", [](const Stubs& s) {
          return AddItems(s, OneItem([](v1::Item& item) { item.set_id(std::string("a\0b", 3)); }));
        },
@@ -834,9 +834,9 @@ std::vector<BadInput> BadInputs() {
       {"GetPosteriorsEmptyItemId",
        [](const Stubs& s) { return GetPosteriors(s, PosteriorsOf({"i1", ""})); }, kInvalid,
        "items[1]: must not be empty"},
-      {"GetPosteriorsItemIdWithASpace",
-       [](const Stubs& s) { return GetPosteriors(s, PosteriorsOf({"a b"})); }, kInvalid,
-       "items[0]: contains byte 0x20"},
+      {"GetPosteriorsItemIdWithANewline",
+       [](const Stubs& s) { return GetPosteriors(s, PosteriorsOf({"a\nb"})); }, kInvalid,
+       "items[0]: contains byte 0xa"},
       {"GetPosteriorsOverlongItemId",
        [](const Stubs& s) { return GetPosteriors(s, PosteriorsOf({std::string(257, 'x')})); },
        kInvalid, "items[0]: is 257 bytes"},
@@ -880,10 +880,10 @@ std::vector<BadInput> BadInputs() {
          v1::GetAnnotatorProfilesRequest request;
          request.set_project(kProject);
          request.add_annotators("w1");
-         request.add_annotators("a b");
+         request.add_annotators("a\x1f b");
          return GetAnnotatorProfiles(s, request);
        },
-       kInvalid, "annotators[1]: contains byte 0x20"},
+       kInvalid, "annotators[1]: contains byte 0x1f"},
       {"GetAnnotatorProfilesTooMany",
        [](const Stubs& s) {
          v1::GetAnnotatorProfilesRequest request;
@@ -1002,10 +1002,10 @@ std::vector<BadInput> BadInputs() {
        [](const Stubs& s) {
          v1::SuggestAnnotatorsRequest request = SuggestAnnotatorsFor("i1", 3);
          request.add_candidates("w1");
-         request.add_candidates("has space");
+         request.add_candidates("has\ttab");
          return SuggestAnnotators(s, request);
        },
-       kInvalid, "candidates[1]: contains byte 0x20"},
+       kInvalid, "candidates[1]: contains byte 0x9"},
       // KeyService (authentication is off here, so every call is an admin's).
       {"CreateKeyWithoutRole",
        [](const Stubs& s) { return CreateKey(s, v1::CreateKeyRequest()); }, kInvalid,

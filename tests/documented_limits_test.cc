@@ -1458,7 +1458,8 @@ TEST_F(DocumentedLimitsTest, FittedPosteriorsAreDistributionsWithTheirOwnMapAndC
 }
 
 // projects.proto: project names are "Unique, 1-128 characters of [A-Za-z0-9._-]" and item ids
-// are bytes of printable ASCII: names and ids that differ only in case are different.
+// are compared byte for byte, never normalised: names and ids that differ only in case are
+// different.
 TEST_F(DocumentedLimitsTest, NamesAndIdsThatDifferInCaseAreDifferent) {
   ASSERT_TRUE(CreateProject("Cased").ok());
   const grpc::Status lower = CreateProject("cased", {}, 3);

@@ -397,7 +397,7 @@ TEST_F(IngestProjectsProbeTest, RejectionsGiveTheirPositionAndNameTheField) {
   v1::Annotation bad_time = Ann("t", "w", 0, kT);
   bad_time.mutable_client_time()->set_seconds(253'402'300'800);  // 10000-01-01T00:00:00Z
   const v1::BatchAck ack = Submit("rejections", {Ann("ok", "w", 1), Ann("x", "w", 7),
-                                                 Ann("", "w", 0), Ann("y", "a b", 0), bad_time});
+                                                 Ann("", "w", 0), Ann("y", "a\tb", 0), bad_time});
   EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
   EXPECT_EQ(ack.accepted(), 1) << ack.DebugString();
   EXPECT_EQ(ack.rejected(), 4) << ack.DebugString();
@@ -825,19 +825,19 @@ TEST_F(IngestProjectsProbeTest, ItemsAndAnnotatorsMayComeWithoutFeatures) {
 }
 
 // projects.proto, AddItems: "INVALID_ARGUMENT names the first bad item; nothing is written
-// then". Items [ok, gold 9 (out of range), id with a space]: the error names the second entry
+// then". Items [ok, gold 9 (out of range), id with a tab]: the error names the second entry
 // (items[1], or its id) and not the third, and neither the good nor any other item is written.
 TEST_F(IngestProjectsProbeTest, AddItemsNamesTheFirstBadItemAndWritesNothing) {
   ASSERT_TRUE(CreateProject("first-bad").ok());
   v1::Item bad_gold = Item("bad-gold");
   bad_gold.set_gold_label(9);
-  const grpc::Status status = AddItems("first-bad", {Item("fine"), bad_gold, Item("has space")});
+  const grpc::Status status = AddItems("first-bad", {Item("fine"), bad_gold, Item("has\ttab")});
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(status.error_message(), "items[1]") ||
               absl::StrContains(status.error_message(), "bad-gold"))
       << status.error_message();
   EXPECT_FALSE(absl::StrContains(status.error_message(), "items[2]") ||
-               absl::StrContains(status.error_message(), "has space"))
+               absl::StrContains(status.error_message(), "has\ttab"))
       << status.error_message();
   EXPECT_EQ(GetProject("first-bad").num_items(), 0);
 }
@@ -879,8 +879,8 @@ TEST_F(IngestProjectsProbeTest, UpdatedSettingsAreListedByListProjects) {
   EXPECT_TRUE(found);
 }
 
-// projects.proto, Item: "Ids are 1-256 bytes of printable ASCII without spaces"; Annotator: "Ids
-// follow the item id rules". Ids made of the characters that SQL, COPY, CSV and array syntax
+// projects.proto, Item: "Ids are 1-256 bytes of UTF-8 text without control characters";
+// Annotator: "Ids follow the item id rules". Ids made of the characters that SQL, COPY, CSV and array syntax
 // treat specially are still just ids: labelled through ingest (new items and annotators) and
 // added by AddItems (one gold), they are served under exactly those ids, before and after a
 // restart that reloads them from PostgreSQL.
@@ -927,6 +927,79 @@ TEST_F(IngestProjectsProbeTest, IdsOfSpecialCharactersAreKeptExactlyAcrossAResta
     const v1::Project project = GetProject("odd-ids");
     EXPECT_EQ(project.num_items(), static_cast<int64_t>(ids.size()) + 1) << when;
     EXPECT_EQ(project.num_annotators(), static_cast<int64_t>(ids.size())) << when;
+  };
+  check("before the restart");
+  TearDown();
+  SetUp();
+  check("after the restart");
+}
+
+// projects.proto, Item: ids are "1-256 bytes of UTF-8 text without control characters";
+// spaces are kept. Real crowdsourcing data names items by their content (wordsim's "boy lad")
+// and people by name: ids with inner, leading and trailing spaces and with two-, three- and
+// four-byte UTF-8 characters are accepted by ingest (new items and annotators) and by AddItems,
+// and are served under exactly those bytes, also by ListPosteriors, before and after a restart.
+TEST_F(IngestProjectsProbeTest, IdsWithSpacesAndUtf8AreKeptExactlyAcrossARestart) {
+  ASSERT_TRUE(CreateProject("text-ids").ok());
+  const std::vector<std::string> items = {"boy lad",
+                                          " leading",
+                                          "trailing ",
+                                          "caf\xc3\xa9 au lait",
+                                          "\xe6\x97\xa5\xe6\x9c\xac",
+                                          "smile \xf0\x9f\x99\x82"};
+  const std::vector<std::string> annotators = {"Jos\xc3\xa9 Ortiz", "worker 2", "  "};
+  std::vector<v1::Annotation> labels;
+  for (size_t i = 0; i < items.size(); ++i) {
+    labels.push_back(Ann(items[i], annotators[i % annotators.size()], static_cast<int32_t>(i % 2)));
+  }
+  const v1::BatchAck ack = Submit("text-ids", labels);
+  EXPECT_EQ(ack.accepted(), static_cast<int>(items.size())) << ack.DebugString();
+  v1::Item added = Item("gold \xc3\xa0 la carte");
+  added.set_gold_label(1);
+  const grpc::Status added_status = AddItems("text-ids", {added});
+  ASSERT_TRUE(added_status.ok()) << added_status.error_message();
+  auto check = [&](const std::string& when) {
+    std::vector<std::string> all = items;
+    all.push_back(added.id());
+    v1::GetPosteriorsResponse response;
+    const grpc::Status status = GetPosteriors("text-ids", all, &response);
+    ASSERT_TRUE(status.ok()) << when << ": " << status.error_message();
+    ASSERT_EQ(response.posteriors_size(), static_cast<int>(all.size())) << when;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const v1::Posterior& p = response.posteriors(static_cast<int>(i));
+      EXPECT_EQ(p.item(), items[i]) << when;
+      EXPECT_EQ(p.num_labels(), 1) << when << " " << items[i];
+      EXPECT_EQ(p.map_label(), static_cast<int>(i % 2)) << when << " " << items[i];
+    }
+    EXPECT_TRUE(response.posteriors(static_cast<int>(items.size())).is_gold()) << when;
+    std::set<std::string> listed;
+    std::string token;
+    do {
+      v1::ListPosteriorsRequest request;
+      request.set_project("text-ids");
+      request.set_page_token(token);
+      v1::ListPosteriorsResponse page;
+      grpc::ClientContext context;
+      context.set_deadline(Deadline());
+      const grpc::Status got = truth_->ListPosteriors(&context, request, &page);
+      ASSERT_TRUE(got.ok()) << when << ": " << got.error_message();
+      for (const v1::Posterior& p : page.posteriors()) listed.insert(p.item());
+      token = page.next_page_token();
+    } while (!token.empty());
+    EXPECT_EQ(listed, std::set<std::string>(all.begin(), all.end())) << when;
+    v1::GetAnnotatorProfilesRequest request;
+    request.set_project("text-ids");
+    for (const std::string& id : annotators) request.add_annotators(id);
+    v1::GetAnnotatorProfilesResponse profiles;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    const grpc::Status got = truth_->GetAnnotatorProfiles(&context, request, &profiles);
+    ASSERT_TRUE(got.ok()) << when << ": " << got.error_message();
+    ASSERT_EQ(profiles.profiles_size(), static_cast<int>(annotators.size())) << when;
+    for (size_t i = 0; i < annotators.size(); ++i) {
+      EXPECT_EQ(profiles.profiles(static_cast<int>(i)).annotator(), annotators[i]) << when;
+      EXPECT_EQ(profiles.profiles(static_cast<int>(i)).num_labels(), 2) << when;
+    }
   };
   check("before the restart");
   TearDown();

@@ -13,6 +13,34 @@ absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
+// The length of the well-formed UTF-8 sequence `text` starts with (RFC 3629: no overlong
+// forms, no surrogates, nothing past U+10FFFF), or 0 if it does not start with one.
+size_t Utf8SequenceLength(absl::string_view text) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  size_t length = 0;
+  unsigned char low = 0x80, high = 0xbf;  // The range of the second byte.
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3;
+    if (lead == 0xe0) low = 0xa0;   // Overlong below U+0800.
+    if (lead == 0xed) high = 0x9f;  // Surrogates U+D800-U+DFFF.
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4;
+    if (lead == 0xf0) low = 0x90;   // Overlong below U+10000.
+    if (lead == 0xf4) high = 0x8f;  // Past U+10FFFF.
+  } else {
+    return 0;  // A continuation byte, an overlong lead (0xc0, 0xc1) or 0xf5-0xff.
+  }
+  if (text.size() < length || byte(1) < low || byte(1) > high) return 0;
+  for (size_t i = 2; i < length; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xbf) return 0;
+  }
+  return length;
+}
+
 }  // namespace
 
 absl::Status ValidateId(absl::string_view field, absl::string_view id) {
@@ -21,11 +49,19 @@ absl::Status ValidateId(absl::string_view field, absl::string_view id) {
     return Invalid(field, absl::StrCat("is ", id.size(), " bytes, more than the limit of ",
                                        ApiLimits::kMaxIdBytes));
   }
-  for (unsigned char c : id) {
-    if (c < 0x21 || c > 0x7e) {
+  constexpr absl::string_view kRule = "; ids are UTF-8 text without control characters";
+  for (size_t i = 0; i < id.size();) {
+    const unsigned char c = static_cast<unsigned char>(id[i]);
+    if (c < 0x20 || c == 0x7f) {
       return Invalid(field, absl::StrCat("contains byte 0x", absl::Hex(c),
-                                         "; ids are printable ASCII without spaces"));
+                                         " (a control character) at offset ", i, kRule));
     }
+    const size_t length = Utf8SequenceLength(id.substr(i));
+    if (length == 0) {
+      return Invalid(field, absl::StrCat("is not valid UTF-8 at offset ", i, " (byte 0x",
+                                         absl::Hex(c), ")", kRule));
+    }
+    i += length;
   }
   return absl::OkStatus();
 }
@@ -33,8 +69,8 @@ absl::Status ValidateId(absl::string_view field, absl::string_view id) {
 absl::Status ValidateProjectName(absl::string_view name) {
   if (name.empty()) return Invalid("project", "name must not be empty");
   if (name.size() > ApiLimits::kMaxProjectNameBytes) {
-    return Invalid("project", absl::StrCat("name is longer than ",
-                                           ApiLimits::kMaxProjectNameBytes, " bytes"));
+    return Invalid("project",
+                   absl::StrCat("name is longer than ", ApiLimits::kMaxProjectNameBytes, " bytes"));
   }
   for (char c : name) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -63,7 +99,7 @@ absl::Status ValidateSettings(const v1::ProjectSettings& settings) {
     return Invalid("settings.model.method", "unknown method");
   }
   for (auto [field, value] : {std::pair<const char*, double>{"settings.model.confusion_smoothing",
-                                                              m.confusion_smoothing()},
+                                                             m.confusion_smoothing()},
                               {"settings.model.prior_smoothing", m.prior_smoothing()}}) {
     // Written so that NaN fails too.
     if (!(value >= 0 && value <= ApiLimits::kMaxSmoothing)) {
@@ -106,8 +142,7 @@ absl::Status ValidateSettings(const v1::ProjectSettings& settings) {
     return Invalid("settings.assignment.max_labels_per_item", "must be >= 0");
   }
   if (a.max_labels_per_item() > 0 && a.max_labels_per_item() < a.min_labels_per_item()) {
-    return Invalid("settings.assignment.max_labels_per_item",
-                   "must be >= min_labels_per_item");
+    return Invalid("settings.assignment.max_labels_per_item", "must be >= min_labels_per_item");
   }
   if (!std::isfinite(a.confidence_target()) || a.confidence_target() < 0 ||
       a.confidence_target() > 1) {
@@ -128,26 +163,25 @@ absl::Status ValidateNewProject(const v1::Project& project) {
   if (absl::Status s = ValidateProjectName(project.name()); !s.ok()) return s;
   const int n = project.classes_size();
   if (n < ApiLimits::kMinClasses || n > ApiLimits::kMaxClasses) {
-    return Invalid("project.classes", absl::StrCat("has ", n, " classes; need ",
-                                                   ApiLimits::kMinClasses, " to ",
-                                                   ApiLimits::kMaxClasses));
+    return Invalid("project.classes",
+                   absl::StrCat("has ", n, " classes; need ", ApiLimits::kMinClasses, " to ",
+                                ApiLimits::kMaxClasses));
   }
   absl::flat_hash_set<absl::string_view> seen;
   for (int k = 0; k < n; ++k) {
     const std::string& c = project.classes(k);
     std::string field = absl::StrCat("project.classes[", k, "]");
     if (c.empty() || c.size() > ApiLimits::kMaxClassNameBytes) {
-      return Invalid(field, absl::StrCat("must be 1 to ", ApiLimits::kMaxClassNameBytes,
-                                         " bytes"));
+      return Invalid(field, absl::StrCat("must be 1 to ", ApiLimits::kMaxClassNameBytes, " bytes"));
     }
     for (unsigned char ch : c) {
       if (ch < 0x20 || ch == 0x7f) return Invalid(field, "contains a control character");
     }
     if (!seen.insert(c).second) return Invalid(field, absl::StrCat("duplicate class \"", c, "\""));
   }
-  for (auto [field, dim] : {std::pair<const char*, int32_t>{"project.item_feature_dim",
-                                                             project.item_feature_dim()},
-                            {"project.annotator_feature_dim", project.annotator_feature_dim()}}) {
+  for (auto [field, dim] :
+       {std::pair<const char*, int32_t>{"project.item_feature_dim", project.item_feature_dim()},
+        {"project.annotator_feature_dim", project.annotator_feature_dim()}}) {
     if (dim < 0 || dim > ApiLimits::kMaxFeatureDim) {
       return Invalid(field, absl::StrCat("must be in [0, ", ApiLimits::kMaxFeatureDim, "]"));
     }
@@ -162,9 +196,9 @@ absl::Status ValidateNewProject(const v1::Project& project) {
 
 absl::Status ValidateMethodForClasses(const v1::ProjectSettings& settings, int num_classes) {
   if (settings.model().method() == v1::TRUTH_METHOD_KOS && num_classes != 2) {
-    return Invalid("settings.model.method",
-                   absl::StrCat("kos is for binary tasks only; the project has ", num_classes,
-                                " classes"));
+    return Invalid(
+        "settings.model.method",
+        absl::StrCat("kos is for binary tasks only; the project has ", num_classes, " classes"));
   }
   return absl::OkStatus();
 }
@@ -173,8 +207,8 @@ absl::Status ValidateFeatures(absl::string_view field, absl::Span<const float> f
                               int32_t dim) {
   if (features.empty()) return absl::OkStatus();
   if (static_cast<int64_t>(features.size()) != dim) {
-    return Invalid(field, absl::StrCat("has ", features.size(),
-                                       " values; the project's dimension is ", dim));
+    return Invalid(
+        field, absl::StrCat("has ", features.size(), " values; the project's dimension is ", dim));
   }
   for (size_t i = 0; i < features.size(); ++i) {
     if (!std::isfinite(features[i])) {
@@ -221,9 +255,9 @@ absl::Status ValidateAnnotation(absl::string_view field, const v1::Annotation& a
 
 absl::Status ValidateBatchShape(const v1::AnnotationBatch& batch) {
   if (batch.annotations_size() > ApiLimits::kMaxBatchAnnotations) {
-    return Invalid("annotations", absl::StrCat("batch has ", batch.annotations_size(),
-                                               " annotations; the limit is ",
-                                               ApiLimits::kMaxBatchAnnotations));
+    return Invalid("annotations",
+                   absl::StrCat("batch has ", batch.annotations_size(),
+                                " annotations; the limit is ", ApiLimits::kMaxBatchAnnotations));
   }
   return absl::OkStatus();
 }

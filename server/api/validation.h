@@ -48,7 +48,9 @@ struct ApiLimits {
   static constexpr int32_t kMaxNanosAtMaxTimestampSeconds = 999999000;
 };
 
-// Item and annotator ids: 1-256 bytes of printable ASCII (0x21-0x7e), no spaces.
+// Item and annotator ids: 1-256 bytes of well-formed UTF-8 text without control characters (no
+// byte below 0x20, no 0x7f). Spaces, leading and trailing ones too, are part of the id: ids are
+// compared byte for byte, never trimmed or normalised.
 absl::Status ValidateId(absl::string_view field, absl::string_view id);
 
 // Project names: 1-128 bytes of [A-Za-z0-9._-].

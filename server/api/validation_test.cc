@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/status_matchers.h"
@@ -29,7 +30,7 @@ v1::Project ValidProject() {
   return p;
 }
 
-TEST(ValidateIdTest, AcceptsPrintableAscii) {
+TEST(ValidateIdTest, AcceptsDigitsAndTheLongestId) {
   EXPECT_THAT(ValidateId("item", "11573"), IsOk());
   EXPECT_THAT(ValidateId("item", std::string(ApiLimits::kMaxIdBytes, 'x')), IsOk());
 }
@@ -39,7 +40,7 @@ TEST(ValidateIdTest, RejectsEmptyOverlongAndControlBytesNamingTheField) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("annotations[2].item")));
   EXPECT_THAT(ValidateId("item", std::string(ApiLimits::kMaxIdBytes + 1, 'x')),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("257 bytes")));
-  EXPECT_THAT(ValidateId("item", "a b"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ValidateId("item", "a\x01"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ValidateId("item", std::string("a\0b", 3)),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
@@ -368,16 +369,52 @@ TEST(ValidateNewProjectTest, ClassNamesAreBytesWithSpacesAndUtf8) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("project.classes[2]")));
 }
 
-// Promise (validation.h, projects.proto Item): ids are 1-256 bytes of printable ASCII without
-// spaces, 0x21-0x7e: both ends of the range are accepted; DEL (0x7f), the byte after, and the
-// space (0x20), the byte before, are refused.
-TEST(ValidateIdTest, AcceptsBothEndsOfThePrintableRangeAndRefusesDel) {
-  EXPECT_THAT(ValidateId("item", "!~"), IsOk());
+// Promise (validation.h, projects.proto Item): ids are 1-256 bytes of UTF-8 text without control
+// characters (no byte below 0x20, no 0x7f); spaces belong to the id. The printable ASCII ends
+// (0x20 and 0x7e), spaces anywhere and UTF-8 of every length are accepted; the control
+// characters on both sides of the printable range (0x1f, 0x7f) and any C0 control are refused,
+// naming the field, the byte and its position.
+TEST(ValidateIdTest, AcceptsUtf8TextWithSpacesAndRefusesControlCharacters) {
+  for (const std::string id : {"!~", " ", "boy lad", " leading", "trailing ", "caf\xc3\xa9",
+                               "\xe6\x97\xa5\xe6\x9c\xac", "\xf0\x9f\x99\x82"}) {
+    EXPECT_THAT(ValidateId("item", id), IsOk()) << id;
+  }
   EXPECT_THAT(ValidateId("item", "\x7f"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("item")));
-  EXPECT_THAT(ValidateId("item", "a\x7f"), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(ValidateId("item", " "), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(ValidateId("item", "\x80"), StatusIs(absl::StatusCode::kInvalidArgument));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("item: contains byte 0x7f (a control character) at offset 0")));
+  EXPECT_THAT(ValidateId("annotator", "ab\x1f"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("annotator: contains byte 0x1f (a control character) at offset 2")));
+  for (const std::string id : {std::string("a\tb"), std::string("a\nb"), std::string("a\rb"),
+                               std::string("a\0b", 3)}) {
+    EXPECT_THAT(ValidateId("item", id), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr("control character")));
+  }
+}
+
+// Promise (validation.h): ids are well-formed UTF-8 (RFC 3629, section 4: overlong forms,
+// surrogates and code points past U+10FFFF are not UTF-8). The first and last code point of
+// every sequence length and both ends of the surrogate gap are accepted; a stray continuation
+// byte, a truncated sequence, a bad continuation, overlong forms of '/', a surrogate, U+110000
+// and the bytes 0xc0, 0xc1, 0xf5-0xff are refused, naming the field and the byte position.
+TEST(ValidateIdTest, AcceptsWellFormedUtf8OnlyNamingTheFirstBadByte) {
+  for (const std::string id :
+       {"\xc2\x80", "\xdf\xbf", "\xe0\xa0\x80", "\xed\x9f\xbf", "\xee\x80\x80",
+        "\xef\xbf\xbf", "\xf0\x90\x80\x80", "\xf4\x8f\xbf\xbf"}) {
+    EXPECT_THAT(ValidateId("item", id), IsOk()) << absl::CHexEscape(id);
+  }
+  for (const std::string id :
+       {"\x80", "\xbf", "\xc3", "\xe6\x97", "\xf0\x9f\x99", "\xc3(", "\xe6\x97(",
+        "\xc0\xaf", "\xc1\xbf", "\xe0\x80\xaf", "\xe0\x9f\xbf", "\xf0\x80\x80\xaf",
+        "\xf0\x8f\xbf\xbf", "\xed\xa0\x80", "\xed\xbf\xbf", "\xf4\x90\x80\x80",
+        "\xf5\x80\x80\x80", "\xff"}) {
+    EXPECT_THAT(ValidateId("item", id), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr("item: is not valid UTF-8 at offset 0")))
+        << absl::CHexEscape(id);
+  }
+  EXPECT_THAT(ValidateId("items[3]", "ok caf\xc3\xa9 \xe9t\xe9"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("items[3]: is not valid UTF-8 at offset 9 (byte 0xe9)")));
 }
 
 // Promise (projects.proto Project: item_feature_dim and annotator_feature_dim "At most 65536";
@@ -589,9 +626,9 @@ TEST(ValidateSettingsTest, ANegativeToleranceIsRefused) {
   }
 }
 
-// Promise (validation.h ValidateAnnotation and ValidateId: item ids are 1-256 bytes of
-// printable ASCII, and the message names the offending field): an annotation's item is checked
-// as its annotator is, named "<field>.item".
+// Promise (validation.h ValidateAnnotation and ValidateId: item ids are 1-256 bytes of UTF-8
+// text without control characters, and the message names the offending field): an annotation's
+// item is checked as its annotator is, named "<field>.item".
 TEST(ValidateAnnotationTest, ChecksTheItemIdNamingTheField) {
   v1::Annotation a;
   a.set_item("i1");
@@ -599,7 +636,8 @@ TEST(ValidateAnnotationTest, ChecksTheItemIdNamingTheField) {
   a.set_label(0);
   EXPECT_THAT(ValidateAnnotation("annotations[3]", a, 2), IsOk());
   for (const std::string& bad :
-       {std::string(), std::string("a b"), std::string(ApiLimits::kMaxIdBytes + 1, 'x')}) {
+       {std::string(), std::string("a\tb"), std::string("\xc3"),
+        std::string(ApiLimits::kMaxIdBytes + 1, 'x')}) {
     a.set_item(bad);
     EXPECT_THAT(ValidateAnnotation("annotations[3]", a, 2),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("annotations[3].item")))

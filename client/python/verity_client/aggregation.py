@@ -151,8 +151,9 @@ class _VerityAggregator:
         if len(names) < 2:
             # Verity needs two classes; a second, unused one keeps every label the answer.
             names.append("__verity_unused__")
-        # Ids go to the server as "t<n>" and "w<n>" (Verity's ids are printable ASCII without
-        # spaces; crowd-kit's may be anything) and come back as the original values.
+        # Ids go to the server as "t<n>" and "w<n>" (Verity's ids are UTF-8 text of at most 256
+        # bytes without control characters; crowd-kit's may be anything, numbers and NaN
+        # included) and come back as the original values.
         task_codes, task_values = pd.factorize(data["task"])
         worker_codes, worker_values = pd.factorize(data["worker"])
         repeats = int(pd.Series(list(zip(task_codes, worker_codes))).duplicated().sum())
