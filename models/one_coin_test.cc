@@ -779,5 +779,67 @@ TEST(OneCoinTest, RestoringAnEmptyModelsBlobEmptiesAFittedModel) {
   EXPECT_THAT(model->ClassPrior(), Each(DoubleNear(1.0 / 3, 1e-15)));
 }
 
+// one_coin.h: only a warm start begins from the previous parameters; a cold fit of a fitted
+// model begins, like a new model, from the M-step on the soft majority vote. With one iteration
+// the result depends on where the fit started: fitted first on a crowd where annotator 0
+// contradicts three others, a cold one-iteration fit of another crowd must give exactly the
+// parameters of a new model's (and a warm one must not, or the case would prove nothing).
+TEST(OneCoinTest, AColdFitOfAFittedModelForgetsThePreviousParameters) {
+  std::vector<Annotation> first, second;
+  for (int32_t i = 0; i < 6; ++i) {
+    first.push_back({i, 0, 1 - i % 2});
+    for (int32_t a = 1; a < 4; ++a) first.push_back({i, a, i % 2});
+    second.push_back({i, 0, i % 3 == 0 ? 1 : 0});
+    second.push_back({i, 1, i % 2});
+    second.push_back({i, 2, 0});
+  }
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  const AnnotationMatrix first_matrix = *AnnotationMatrix::Build(6, 4, 2, first);
+  const AnnotationMatrix m = *AnnotationMatrix::Build(6, 3, 2, second);
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2, one_iteration);
+  ASSERT_THAT(model->Fit(first_matrix, {}, false), IsOk());
+  ASSERT_LT(model->AnnotatorAccuracy(0), 0.5);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  std::unique_ptr<OneCoinModel> fresh = MakeOneCoin(2, one_iteration);
+  ASSERT_THAT(fresh->Fit(m, {}, false), IsOk());
+  for (int32_t a = -1; a < 3; ++a) {
+    EXPECT_EQ(model->AnnotatorAccuracy(a), fresh->AnnotatorAccuracy(a)) << "annotator " << a;
+  }
+  EXPECT_EQ(model->Serialize(), fresh->Serialize());
+
+  std::unique_ptr<OneCoinModel> warm = MakeOneCoin(2, one_iteration);
+  ASSERT_THAT(warm->Fit(first_matrix, {}, false), IsOk());
+  ASSERT_THAT(warm->Fit(m, {}, true), IsOk());
+  bool differs = false;
+  for (int32_t a = 0; a < 3; ++a) {
+    differs |= std::abs(warm->AnnotatorAccuracy(a) - fresh->AnnotatorAccuracy(a)) > 1e-6;
+  }
+  EXPECT_TRUE(differs) << "the case does not tell a warm start from a cold one";
+}
+
+// one_coin.h: a cold fit's first E-step is the soft majority vote with gold items clamped to
+// their class, and FitReport.log_likelihood is that of the last E-step, so with max_iterations 1
+// it is the likelihood under the M-step on those clamped responsibilities. One annotator, K = 2,
+// uniform prior, s = 0.1, m = 2: item 0 (gold 1) and items 1, 2 (gold 0) all labelled 0, so 2
+// of 3 labels are right: pooled = p_0 = (2 + 0.1) / (3 + 0.2) = 21/32 (with a single annotator
+// the shrinkage toward the pool changes nothing). The E-step under it:
+//   log p(1, label 0) = log(1/2 (1 - 21/32)),  log p(0, label 0) = log(1/2 21/32) (twice).
+// (Had the first E-step ignored the gold, all three labels would count as right, and p_0 would
+// be (3 1.01/1.02 + 0.1) / 3.2 = 0.96.) The M-step after it sees the same clamped counts: 21/32.
+TEST(OneCoinTest, TheFirstEStepClampsGoldItems) {
+  const AnnotationMatrix m = *AnnotationMatrix::Build(3, 1, 2, {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}});
+  TruthModelOptions one_iteration;
+  one_iteration.max_iterations = 1;
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2, one_iteration);
+  absl::StatusOr<FitReport> report = model->Fit(m, std::vector<int32_t>{1, 0, 0}, false);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->iterations, 1);
+  const double p = 21.0 / 32;
+  EXPECT_NEAR(report->log_likelihood, std::log(0.5 * (1 - p)) + 2 * std::log(0.5 * p), 1e-12);
+  EXPECT_NEAR(model->AnnotatorAccuracy(0), p, 1e-12);
+  EXPECT_NEAR(model->AnnotatorAccuracy(-1), p, 1e-12);
+}
+
 }  // namespace
 }  // namespace verity::models
