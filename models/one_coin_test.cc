@@ -841,5 +841,43 @@ TEST(OneCoinTest, TheFirstEStepClampsGoldItems) {
   EXPECT_NEAR(model->AnnotatorAccuracy(-1), p, 1e-12);
 }
 
+// one_coin.h: a threaded fit splits the items into ranges and merges their counts, so it is
+// the single-threaded fit up to rounding; every item must fall in one range even when the items
+// do not split evenly. 60001 items of 5 labels (4 threads of > 65536 labels each) leave a
+// remainder of 1 item over 4 ranges; one item more or less moves the log-likelihood by ~1e-5
+// of itself, far beyond rounding.
+TEST(OneCoinTest, ThreadedFitCountsEveryItemWhenTheRangesAreUneven) {
+  const SyntheticCrowd crowd = GenerateSyntheticCrowd(SymmetricCrowdSpec(60001));
+  ASSERT_EQ(crowd.matrix.num_items() % 4, 1);
+  TruthModelOptions threaded;
+  threaded.num_threads = 4;
+  std::unique_ptr<OneCoinModel> one = MakeOneCoin(3);
+  std::unique_ptr<OneCoinModel> four = MakeOneCoin(3, threaded);
+  absl::StatusOr<FitReport> r1 = one->Fit(crowd.matrix, {}, false);
+  absl::StatusOr<FitReport> r4 = four->Fit(crowd.matrix, {}, false);
+  ASSERT_THAT(r1, IsOk());
+  ASSERT_THAT(r4, IsOk());
+  EXPECT_EQ(r1->iterations, r4->iterations);
+  EXPECT_NEAR(r4->log_likelihood, r1->log_likelihood, 1e-9 * std::abs(r1->log_likelihood));
+  for (int32_t a = -1; a < 20; ++a) {
+    EXPECT_NEAR(four->AnnotatorAccuracy(a), one->AnnotatorAccuracy(a), 1e-9) << a;
+  }
+}
+
+// one_coin.h: any id never seen in the fit gets the pooled accuracy, negative ids other than -1
+// included: annotator -7's accuracy, confusion and vote are those of an unseen id.
+TEST(OneCoinTest, ANegativeIdGetsThePooledAccuracy) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(3, 2, 2, {{0, 0, 0}, {0, 1, 0}, {1, 0, 1}, {1, 1, 0}, {2, 1, 1}});
+  std::unique_ptr<OneCoinModel> model = MakeOneCoin(2);
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  const double pooled = model->AnnotatorAccuracy(1000);
+  EXPECT_EQ(model->AnnotatorAccuracy(-7), pooled);
+  EXPECT_EQ(model->AnnotatorConfusion(-7), model->AnnotatorConfusion(1000));
+  std::vector<double> out(2);
+  model->ItemPosterior(std::vector<Entry>{{-7, 1}}, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[1], pooled, 1e-12);
+}
+
 }  // namespace
 }  // namespace verity::models
