@@ -446,5 +446,76 @@ TEST(KosTest, FitValidatesItsInputsAndKeepsTheModel) {
   EXPECT_FALSE(model->has_parameters());
 }
 
+// kos.h: a warm start initialises y_{j->i} with the previous weight of annotator j, a new
+// annotator's with the pooled weight. Restored: pooled 3, annotator 0 1, annotator 1 2; a warm
+// one-iteration fit of the matrix of OneIterationMatchesTheMessagePassingByHand (annotator 2 is
+// new) starts from y = 1, 2, 3 for annotators 0, 1, 2 on every item. By hand:
+//   x_{i->j}: item 0 (all +1, sum 6): 5, 4, 3; item 1 (all -1): -5, -4, -3;
+//             item 2 (+1, +1, -1, sum 0): -1, -2, 3.
+//   y_{j->i} (sums 9, 6, 3 over the annotator's items, less the item's own term; the rescale
+//   drops out of the normalised weights): annotator 0: 4, 4, 10; 1: 2, 2, 8; 2: 0, 0, 6.
+//   x recomputed from them: item 0 (sum 6): 2, 4, 6; item 1: -2, -4, -6;
+//   item 2 (sum 10 + 8 - 6 = 12): 2, 4, 18.
+//   y_j = sum_i A_ij x_{i->j}: 6, 12, 6 + 6 - 18 = -6; their RMS is sqrt(72) = 6 sqrt(2).
+// So w = 1/sqrt(2), sqrt(2), -1/sqrt(2). (A new annotator started at 1 instead of the pooled
+// weight would end at 1/sqrt(6), 4/sqrt(6), 1/sqrt(6); messages started per item instead of
+// per annotator at 0, 0, 0, hence all 1.)
+TEST(KosTest, AWarmStartBeginsFromThePreviousWeightsAndThePooledOneForNewAnnotators) {
+  ByteWriter writer;
+  WriteModelHeader(writer, KosModel::kMethod, true);
+  writer.WriteU32(2);
+  writer.WriteF64(3.0);  // pooled
+  writer.WriteF64(1.0);  // annotator 0
+  writer.WriteF64(2.0);  // annotator 1
+  TruthModelOptions options;
+  options.max_iterations = 1;
+  std::unique_ptr<KosModel> model = MakeKos(options);
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  const std::vector<Annotation> triples = {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {1, 0, 1}, {1, 1, 1},
+                                           {1, 2, 1}, {2, 0, 0}, {2, 1, 0}, {2, 2, 1}};
+  const AnnotationMatrix m = *AnnotationMatrix::Build(3, 3, 2, triples);
+  ASSERT_THAT(model->Fit(m, {}, true), IsOk());
+  EXPECT_NEAR(*model->AnnotatorWeight(0), 1 / std::sqrt(2.0), 1e-12);
+  EXPECT_NEAR(*model->AnnotatorWeight(1), std::sqrt(2.0), 1e-12);
+  EXPECT_NEAR(*model->AnnotatorWeight(2), -1 / std::sqrt(2.0), 1e-12);
+}
+
+// kos.h: any id unseen in the fit gets the pooled (label-weighted mean) weight, negative ids
+// other than -1 included. Restored: pooled 0.5, annotators 2 and -1.
+TEST(KosTest, ANegativeIdGetsThePooledWeight) {
+  ByteWriter writer;
+  WriteModelHeader(writer, KosModel::kMethod, true);
+  writer.WriteU32(2);
+  writer.WriteF64(0.5);   // pooled
+  writer.WriteF64(2.0);   // annotator 0
+  writer.WriteF64(-1.0);  // annotator 1
+  std::unique_ptr<KosModel> model = MakeKos();
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  EXPECT_EQ(*model->AnnotatorWeight(-7), 0.5);
+  EXPECT_EQ(model->AnnotatorConfusion(-7), model->AnnotatorConfusion(99));
+  std::vector<double> out(2);
+  model->ItemPosterior(std::vector<Entry>{{-7, 0}}, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 1.0 / (1.0 + std::exp(-0.5)), 1e-12);
+}
+
+// kos.h: if every message is 0 every weight is 1, the majority vote. A warm start from
+// restored weights of 1e200 on an item labelled 0 by annotator 0 and 1 by annotator 1, neither
+// of whom has another label: each y_{j->i} is a sum over the annotator's other labels, so every
+// message of the first iteration is 0, and no weight may come out of the 1e200 the messages
+// started from (their squares overflow a double).
+TEST(KosTest, AWarmStartFromHugeWeightsWithoutMessagesGivesWeightOne) {
+  ByteWriter writer;
+  WriteModelHeader(writer, KosModel::kMethod, true);
+  writer.WriteU32(2);
+  writer.WriteF64(1e200);  // pooled
+  writer.WriteF64(1e200);  // annotator 0
+  writer.WriteF64(1e200);  // annotator 1
+  std::unique_ptr<KosModel> model = MakeKos();
+  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  const AnnotationMatrix m = *AnnotationMatrix::Build(1, 2, 2, {{0, 0, 0}, {0, 1, 1}});
+  ASSERT_THAT(model->Fit(m, {}, true), IsOk());
+  for (int32_t id : {0, 1, 2, -1}) EXPECT_EQ(*model->AnnotatorWeight(id), 1.0) << id;
+}
+
 }  // namespace
 }  // namespace verity::models
