@@ -740,5 +740,18 @@ TEST(ZeroBasedSkillTest, IterationTwentyHalvesTheLearningRate) {
               ::testing::ElementsAre(DoubleNear(11.0 / 12, 1e-12), DoubleNear(3.0 / 8, 1e-12)));
 }
 
+// skill_vote.h: slot 0, the pooled skill, serves annotators without labels in the fit and ids
+// never seen in it, negative ids other than -1 included. CaseA's pooled skill is 8/12 (wawa):
+// annotator -7's skill, confusion and vote are those of an unseen id.
+TEST(WawaTest, ANegativeIdGetsThePooledSkill) {
+  auto model = Make<WawaModel>(2);
+  ASSERT_THAT(model->Fit(CaseA(), {}, false), IsOk());
+  EXPECT_DOUBLE_EQ(*model->AnnotatorSkill(-7), 8.0 / 12);
+  EXPECT_EQ(model->AnnotatorConfusion(-7), model->AnnotatorConfusion(99));
+  std::vector<double> out(2);
+  model->ItemPosterior(std::vector<Entry>{{-7, 1}, {0, 0}}, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[1], (8.0 / 12 + 0.01) / (8.0 / 12 + 1.0 + 0.02), 1e-12);
+}
+
 }  // namespace
 }  // namespace verity::models
