@@ -517,5 +517,24 @@ TEST(KosTest, AWarmStartFromHugeWeightsWithoutMessagesGivesWeightOne) {
   for (int32_t id : {0, 1, 2, -1}) EXPECT_EQ(*model->AnnotatorWeight(id), 1.0) << id;
 }
 
+// kos.h: "If every message is 0 (no item has two labels), every weight is 1: the majority
+// vote." Every y_{j->i} sums over annotator j's labels other than item i's, so when no
+// annotator has two labels every message of the first iteration is 0, whatever the items
+// hold. Item 0 is labelled 0 by annotator 0 and 1 by annotator 1, item 1 0 by annotators 2 and
+// 3; each annotator has that one label. With every message 0 the x messages are 0 and so is
+// every y_j: every weight, the pooled one included, must be 1. (A weight computed from the
+// starting messages y = 1 instead makes annotators 0 and 1, who merely disagree once, -1:
+// adversaries whose labels are read inverted.)
+TEST(KosTest, WhenNoAnnotatorHasTwoLabelsEveryWeightIsOne) {
+  const AnnotationMatrix m =
+      *AnnotationMatrix::Build(2, 4, 2, {{0, 0, 0}, {0, 1, 1}, {1, 2, 0}, {1, 3, 0}});
+  std::unique_ptr<KosModel> model = MakeKos();
+  ASSERT_THAT(model->Fit(m, {}, false), IsOk());
+  for (int32_t id : {0, 1, 2, 3, -1}) EXPECT_EQ(*model->AnnotatorWeight(id), 1.0) << id;
+  std::vector<double> out(2);
+  model->ItemPosterior(std::vector<Entry>{{0, 0}}, -1, absl::MakeSpan(out));
+  EXPECT_GT(out[0], 0.5);
+}
+
 }  // namespace
 }  // namespace verity::models
