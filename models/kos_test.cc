@@ -517,6 +517,22 @@ TEST(KosTest, AWarmStartFromHugeWeightsWithoutMessagesGivesWeightOne) {
   for (int32_t id : {0, 1, 2, -1}) EXPECT_EQ(*model->AnnotatorWeight(id), 1.0) << id;
 }
 
+// truth_model.h: an empty model gives the soft majority vote as ItemPosterior, each class's
+// vote count plus options.vote_smoothing, normalised. Two labels of class 0 and one of class 1:
+// (2 + 0.01) / (3 + 0.02) with the default smoothing, (2 + 0.5) / (3 + 1) with 0.5.
+TEST(KosTest, BeforeAFitThePosteriorIsTheSoftMajorityVote) {
+  const std::vector<Entry> labels = {{0, 0}, {1, 0}, {2, 1}};
+  std::vector<double> out(2);
+  MakeKos()->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 2.01 / 3.02, 1e-12);
+  EXPECT_NEAR(out[1], 1.01 / 3.02, 1e-12);
+  TruthModelOptions smoother;
+  smoother.vote_smoothing = 0.5;
+  MakeKos(smoother)->ItemPosterior(labels, -1, absl::MakeSpan(out));
+  EXPECT_NEAR(out[0], 0.625, 1e-12);
+  EXPECT_NEAR(out[1], 0.375, 1e-12);
+}
+
 // kos.h: "If every message is 0 (no item has two labels), every weight is 1: the majority
 // vote." Every y_{j->i} sums over annotator j's labels other than item i's, so when no
 // annotator has two labels every message of the first iteration is 0, whatever the items
