@@ -214,5 +214,44 @@ TEST(BinaryCodecTest, Fnv1a64MatchesTheStandardTestVectors) {
   EXPECT_EQ(Fnv1a64(std::string("\xff", 1)), 0xaf64724c8602eb6eULL);
 }
 
+// binary_codec.h: Finish "appends the checksum and returns the blob. The writer is left empty",
+// so a second blob from the same writer holds only what was written after the first Finish:
+// u32 2 and its checksum, 4 + 8 bytes.
+TEST(BinaryCodecTest, FinishLeavesTheWriterEmpty) {
+  ByteWriter w;
+  w.WriteU32(1);
+  const std::string first = w.Finish();
+  EXPECT_EQ(first.size(), 12u);
+  w.WriteU32(2);
+  const std::string second = w.Finish();
+  ASSERT_EQ(second.size(), 12u);
+  absl::StatusOr<ByteReader> r = ByteReader::Open(second);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(*r->ReadU32(), 2u);
+  EXPECT_THAT(r->ExpectEnd(), IsOk());
+  EXPECT_EQ(w.Finish().size(), 8u);
+}
+
+// binary_codec.h: the header's flag tells "whether parameters follow": WriteModelHeader writes
+// 0 for a model without parameters (the header spelled out field by field: "VRTY", version 1,
+// method, flag 0), and ReadModelHeader reads that back as false.
+TEST(BinaryCodecTest, AModelHeaderWithoutParametersHasFlagZero) {
+  ByteWriter expected;
+  expected.WriteString("VRTY");
+  expected.WriteU32(1);
+  expected.WriteString("mv");
+  expected.WriteU32(0);
+  ByteWriter w;
+  WriteModelHeader(w, "mv", false);
+  const std::string blob = w.Finish();
+  EXPECT_EQ(blob, expected.Finish());
+  absl::StatusOr<ByteReader> r = ByteReader::Open(blob);
+  ASSERT_THAT(r, IsOk());
+  absl::StatusOr<bool> has_parameters = ReadModelHeader(*r, "mv");
+  ASSERT_THAT(has_parameters, IsOk());
+  EXPECT_FALSE(*has_parameters);
+  EXPECT_THAT(r->ExpectEnd(), IsOk());
+}
+
 }  // namespace
 }  // namespace verity::models
