@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -160,6 +162,31 @@ TEST(SqlValuesTest, ParseTextArrayReadsPostgresOutputWhereQuotesAreOnlyWhereNeed
   EXPECT_THAT(ParseTextArray("{Nulls}"), IsOkAndHolds(V{"Nulls"}));
   for (const char* malformed : {"", "a", "{", "{a", "a}", "{a}x", "{\"a}", "{\"a\\}", "{a,}",
                                 "{,a}", "{a\"b}", "{\"a\"b}", "{\"a\"xb}", "{{a}}", "{a{}"}) {
+    EXPECT_THAT(ParseTextArray(malformed), StatusIs(absl::StatusCode::kInternal)) << malformed;
+  }
+}
+
+// sql_values.h: TextArrayLiteral quotes and escapes every element; the string_view overload
+// (used for entity ids) writes the same literal as the std::string one.
+TEST(SqlValuesTest, TextArrayLiteralOfStringViewsQuotesAndEscapes) {
+  const std::vector<absl::string_view> values = {"plain", "a,b", "say \"hi\"", "back\\slash", ""};
+  EXPECT_EQ(TextArrayLiteral(absl::MakeConstSpan(values)),
+            R"({"plain","a,b","say \"hi\"","back\\slash",""})");
+  EXPECT_EQ(TextArrayLiteral(absl::Span<const absl::string_view>()), "{}");
+}
+
+// sql_values.h: ParseFloatArray returns INTERNAL on malformed input: a missing closing brace or
+// an empty element (a trailing comma) is not silently dropped.
+TEST(SqlValuesTest, ParseFloatArrayRefusesAMissingBraceOrATrailingComma) {
+  for (const char* malformed : {"{1", "{1,25", "{1,}", "{1,,2}"}) {
+    EXPECT_THAT(ParseFloatArray(malformed), StatusIs(absl::StatusCode::kInternal)) << malformed;
+  }
+}
+
+// sql_values.h: PostgreSQL quotes a text[] element holding a brace or backslash, so such a
+// character in a bare element is malformed input: INTERNAL.
+TEST(SqlValuesTest, ParseTextArrayRefusesBracesAndBackslashesInBareElements) {
+  for (const char* malformed : {"{a}}", "{a,b}c}", "{a\\b}", "{x,\\}"}) {
     EXPECT_THAT(ParseTextArray(malformed), StatusIs(absl::StatusCode::kInternal)) << malformed;
   }
 }
