@@ -134,5 +134,19 @@ TEST(CsvTest, StopsAtTheCallbacksError) {
   EXPECT_EQ(calls, 2);
 }
 
+// csv.h: `line` is the 1-based line on which a record starts, and "\r\n" ends a record (and a
+// line) as "\n" does: records of unquoted fields ending in "\r\n" start on lines 1, 2, 4 and 5
+// (line 3 is blank).
+TEST(CsvTest, CrlfAfterAnUnquotedFieldAdvancesTheLine) {
+  absl::StatusOr<std::vector<Record>> rs = Parse("a,b\r\nc\r\n\r\nd,\r\ne");
+  ASSERT_THAT(rs, IsOk());
+  EXPECT_THAT(Fields(*rs), ElementsAre(Row{"a", "b"}, Row{"c"}, Row{"d", ""}, Row{"e"}));
+  ASSERT_EQ(rs->size(), 4u);
+  EXPECT_EQ((*rs)[0].line, 1);
+  EXPECT_EQ((*rs)[1].line, 2);
+  EXPECT_EQ((*rs)[2].line, 4);
+  EXPECT_EQ((*rs)[3].line, 5);
+}
+
 }  // namespace
 }  // namespace verity::models
