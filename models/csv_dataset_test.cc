@@ -1,6 +1,7 @@
 #include "models/csv_dataset.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -215,6 +216,38 @@ TEST_F(CsvDatasetTest, ClassListErrorsNameTheLine) {
   EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ds.status().message(), HasSubstr("classes.txt:3"));
   EXPECT_THAT(ds.status().message(), HasSubstr("empty class name"));
+}
+
+// csv_dataset.h: only a *missing* gold.csv means no gold. One that exists but cannot be read
+// (here a directory) is an error naming it, not a dataset silently without gold.
+TEST_F(CsvDatasetTest, AnUnreadableGoldFileIsAnErrorNotNoGold) {
+  Write("classes.txt", "a\nb\n");
+  Write("labels.csv", "item,annotator,label\nx,w,a\n");
+  ASSERT_EQ(mkdir((dir_ + "/gold.csv").c_str(), 0755), 0);
+  absl::StatusOr<CsvDataset> ds = ReadCsvDataset(dir_);
+  EXPECT_FALSE(ds.ok());
+  EXPECT_THAT(ds.status().message(), HasSubstr("gold.csv"));
+}
+
+// csv_dataset.h: the whole file is read, however long: a labels.csv of 6000 rows (over 64 KiB,
+// more than one read buffer) gives 6000 annotations over 3000 items and 2 annotators, the last
+// row's included.
+TEST_F(CsvDatasetTest, ReadsLabelFilesLongerThanOneReadBuffer) {
+  Write("classes.txt", "a\nb\n");
+  std::string labels = "item,annotator,label\n";
+  for (int i = 0; i < 3000; ++i) {
+    const std::string item = "item-with-a-longish-id-" + std::to_string(i);
+    labels += item + ",w1,a\n" + item + ",w2,b\n";
+  }
+  ASSERT_GT(labels.size(), 65536u);
+  Write("labels.csv", labels);
+  absl::StatusOr<CsvDataset> ds = ReadCsvDataset(dir_);
+  ASSERT_THAT(ds, IsOk());
+  EXPECT_EQ(ds->annotations.size(), 6000u);
+  EXPECT_EQ(ds->num_items(), 3000);
+  EXPECT_EQ(ds->num_annotators(), 2);
+  EXPECT_EQ(ds->item_ids.back(), "item-with-a-longish-id-2999");
+  EXPECT_EQ(ds->annotations.back().label, 1);
 }
 
 }  // namespace
