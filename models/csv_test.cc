@@ -148,5 +148,17 @@ TEST(CsvTest, CrlfAfterAnUnquotedFieldAdvancesTheLine) {
   EXPECT_EQ((*rs)[3].line, 5);
 }
 
+// csv.h: text after a closing quote, or a quote inside an unquoted field, is INVALID_ARGUMENT
+// "naming the line": the line the offending character is on, also when the record started on
+// an earlier line (here the quoted field "x\ny" spans lines 1-2, and the error is on line 2).
+TEST(CsvTest, ErrorsAfterAMultiLineFieldNameTheLineOfTheOffendingCharacter) {
+  absl::StatusOr<std::vector<Record>> rs = Parse("\"x\ny\"z\n");
+  EXPECT_THAT(rs, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(rs.status().message(), HasSubstr("line 2:"));
+  rs = Parse("\"x\ny\",a\"b\n");
+  EXPECT_THAT(rs, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(rs.status().message(), HasSubstr("line 2:"));
+}
+
 }  // namespace
 }  // namespace verity::models
