@@ -191,6 +191,17 @@ TEST(SqlValuesTest, ParseTextArrayRefusesBracesAndBackslashesInBareElements) {
   }
 }
 
+// sql_values.h: integer array literals are "{...}" with every element in order, NULL for
+// nullopt; also the int64 overload without nullopt and the int32 one with it.
+TEST(SqlValuesTest, IntegerArrayLiteralsKeepEveryElementInOrder) {
+  EXPECT_EQ(Int64ArrayLiteral(std::vector<int64_t>{std::numeric_limits<int64_t>::max(), 0, -7}),
+            "{9223372036854775807,0,-7}");
+  EXPECT_EQ(Int64ArrayLiteral(std::vector<int64_t>{}), "{}");
+  EXPECT_EQ(Int32ArrayLiteral(std::vector<std::optional<int32_t>>{
+                std::nullopt, 7, std::numeric_limits<int32_t>::min()}),
+            "{NULL,7,-2147483648}");
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
