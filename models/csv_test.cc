@@ -160,5 +160,14 @@ TEST(CsvTest, ErrorsAfterAMultiLineFieldNameTheLineOfTheOffendingCharacter) {
   EXPECT_THAT(rs.status().message(), HasSubstr("line 2:"));
 }
 
+// csv.h: a closing quote "must be followed by a comma or the end of the record", and a record
+// ends with "\n" or "\r\n" only, so a lone carriage return after a closing quote is
+// INVALID_ARGUMENT.
+TEST(CsvTest, LoneCarriageReturnAfterAClosingQuoteIsAnError) {
+  absl::StatusOr<std::vector<Record>> rs = Parse("\"a\"\rb\n");
+  EXPECT_THAT(rs, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(rs.status().message(), HasSubstr("after a closing quote"));
+}
+
 }  // namespace
 }  // namespace verity::models
