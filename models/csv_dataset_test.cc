@@ -16,6 +16,7 @@
 namespace verity::models {
 namespace {
 
+using ::testing::ContainsRegex;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::verity::testing::IsOk;
@@ -248,6 +249,25 @@ TEST_F(CsvDatasetTest, ReadsLabelFilesLongerThanOneReadBuffer) {
   EXPECT_EQ(ds->num_annotators(), 2);
   EXPECT_EQ(ds->item_ids.back(), "item-with-a-longish-id-2999");
   EXPECT_EQ(ds->annotations.back().label, 1);
+}
+
+// csv_dataset.h: malformed CSV is INVALID_ARGUMENT "naming the file and line", in labels.csv
+// (a quote inside an unquoted field on line 3) as in gold.csv (an unterminated quoted field
+// starting on line 2).
+TEST_F(CsvDatasetTest, MalformedCsvNamesTheFileAndLine) {
+  Write("classes.txt", "a\nb\n");
+  Write("labels.csv", "item,annotator,label\nx,w,a\ny,w\"2,b\n");
+  absl::StatusOr<CsvDataset> ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(ds.status().message()), HasSubstr("labels.csv"));
+  EXPECT_THAT(std::string(ds.status().message()), ContainsRegex("(line |:)3[^0-9]"));
+
+  Write("labels.csv", "item,annotator,label\nx,w,a\n");
+  Write("gold.csv", "item,label\n\"x,a\n");
+  ds = ReadCsvDataset(dir_);
+  EXPECT_THAT(ds, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(ds.status().message()), HasSubstr("gold.csv"));
+  EXPECT_THAT(std::string(ds.status().message()), ContainsRegex("(line |:)2[^0-9]"));
 }
 
 }  // namespace
