@@ -270,5 +270,18 @@ TEST_F(CsvDatasetTest, MalformedCsvNamesTheFileAndLine) {
   EXPECT_THAT(std::string(ds.status().message()), ContainsRegex("(line |:)2[^0-9]"));
 }
 
+// csv_dataset.h: "Every file is parsed with the RFC 4180 parser of csv.h", which ignores a
+// UTF-8 byte-order mark at the start (csv.h). A classes.txt saved with one (as Windows editors
+// do) therefore names the classes "cat" and "dog", and a label "cat" is class 0.
+TEST_F(CsvDatasetTest, AByteOrderMarkBeforeTheFirstClassNameIsIgnored) {
+  Write("classes.txt", "\xEF\xBB\xBF" "cat\ndog\n");
+  Write("labels.csv", "\xEF\xBB\xBFitem,annotator,label\nx,w,cat\n");
+  absl::StatusOr<CsvDataset> ds = ReadCsvDataset(dir_);
+  ASSERT_THAT(ds, IsOk()) << ds.status();
+  EXPECT_THAT(ds->class_names, ElementsAre("cat", "dog"));
+  ASSERT_EQ(ds->annotations.size(), 1u);
+  EXPECT_EQ(ds->annotations[0].label, 0);
+}
+
 }  // namespace
 }  // namespace verity::models
