@@ -132,7 +132,14 @@ absl::StatusOr<FitReport> KosModel::Fit(const AnnotationMatrix& data,
       p += static_cast<int64_t>(labels.size());
     }
     ++report.iterations;
-    if (!RescaleToUnitRms(next)) break;  // no item has two labels
+    if (!RescaleToUnitRms(next)) {
+      // Every message is 0: no annotator has a label on an item with another label (no item
+      // has two labels, or every annotator has one label). The zero messages are kept, so the
+      // weights below are uninformative and all 1, as kos.h promises; the messages of the last
+      // iteration would make weights out of labels that carry no leave-one-out evidence.
+      y.swap(next);
+      break;
+    }
     double largest_move = 0.0;
     for (size_t e = 0; e < num_labels; ++e) {
       largest_move = std::max(largest_move, std::abs(next[e] - y[e]));

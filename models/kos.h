@@ -24,7 +24,8 @@
 // and an annotator's confusion is one-coin with accuracy sigmoid(w_j)
 // (clamped into [1e-6, 1 - 1e-6]). An annotator without labels and any id
 // unseen in the fit get the label-weighted mean weight. If every message is
-// 0 (no item has two labels), every weight is 1: the majority vote.
+// 0 (no item has two labels, or no annotator has two labels), every weight
+// is 1: the majority vote.
 //
 // Gold items are clamped in the posteriors but do not enter the messages.
 // A warm start initialises y_{j->i} with the previous weight of annotator j
