@@ -11,10 +11,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "models/csv.h"
 
 namespace verity::models {
@@ -42,9 +44,24 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return contents;
 }
 
-absl::Status ErrorAt(const std::string& path, int64_t line,
-                     const std::string& message) {
+absl::Status ErrorAt(const std::string& path, int64_t line, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": ", message));
+}
+
+// ForEachCsvRecord over the text of the file `path`. The callbacks name the file in their
+// errors (ErrorAt); the parser's own, for malformed CSV ("line 3: quote inside an unquoted
+// field"), get the path put in front here.
+absl::Status ForEachRecordOfFile(
+    const std::string& path, std::string_view text,
+    absl::FunctionRef<absl::Status(int64_t, absl::Span<const std::string>)> on_record) {
+  bool record_refused = false;
+  absl::Status s = ForEachCsvRecord(text, [&](int64_t line, absl::Span<const std::string> fields) {
+    absl::Status accepted = on_record(line, fields);
+    record_refused = !accepted.ok();
+    return accepted;
+  });
+  if (s.ok() || record_refused) return s;
+  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
 }
 
 absl::Status CheckHeader(const std::string& path, int64_t line,
@@ -84,7 +101,10 @@ absl::StatusOr<CsvDataset> ReadCsvDataset(std::string_view directory) {
   absl::flat_hash_map<std::string, int32_t> class_index;
   {
     // (absl::string_view: Debian's Abseil does not alias std::string_view.)
-    std::vector<absl::string_view> lines = absl::StrSplit(*classes_text, '\n');
+    absl::string_view text = *classes_text;
+    // A UTF-8 byte-order mark is not part of the first name (csv.h skips it too).
+    absl::ConsumePrefix(&text, "\xEF\xBB\xBF");
+    std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
     // A final line break does not start another class.
     if (!lines.empty() && lines.back().empty()) lines.pop_back();
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -124,8 +144,8 @@ absl::StatusOr<CsvDataset> ReadCsvDataset(std::string_view directory) {
   if (!labels_text.ok()) return labels_text.status();
   absl::flat_hash_set<std::pair<int32_t, int32_t>> seen_pairs;
   bool header = true;
-  absl::Status s = ForEachCsvRecord(
-      *labels_text,
+  absl::Status s = ForEachRecordOfFile(
+      labels_path, *labels_text,
       [&](int64_t line, absl::Span<const std::string> f) -> absl::Status {
         if (header) {
           header = false;
@@ -166,8 +186,8 @@ absl::StatusOr<CsvDataset> ReadCsvDataset(std::string_view directory) {
   if (gold_text.ok()) {
     absl::flat_hash_set<int32_t> gold_items;
     header = true;
-    s = ForEachCsvRecord(
-        *gold_text,
+    s = ForEachRecordOfFile(
+        gold_path, *gold_text,
         [&](int64_t line, absl::Span<const std::string> f) -> absl::Status {
           if (header) {
             header = false;

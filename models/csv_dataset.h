@@ -6,8 +6,10 @@
 // name) and, optionally, gold.csv (header item,label). Items are numbered in
 // order of first appearance in labels.csv, then in gold.csv (gold items
 // without labels get indices after all labelled items); annotators in order of
-// first appearance in labels.csv. Every file is parsed with the RFC 4180
-// parser of csv.h. features.csv and splits.csv are not read.
+// first appearance in labels.csv. The CSV files are parsed with the RFC 4180
+// parser of csv.h; classes.txt is split at line breaks ("\r\n" too), and a
+// UTF-8 byte-order mark at its start is skipped, as csv.h skips one.
+// features.csv and splits.csv are not read.
 //
 // Thread safety: ReadCsvDataset is safe from any thread; a CsvDataset is a
 // plain value.
