@@ -238,6 +238,58 @@ class IngestProjectsProbeTest : public ::testing::Test {
     return truth_->GetPosteriors(&context, request, response);
   }
 
+  // Expects GetPosteriors to serve `items` under exactly those ids, in order, item i with one
+  // label and MAP class i % 2, and GetAnnotatorProfiles to serve `annotators` under theirs, each
+  // with `labels_per_annotator` labels. `when` goes into every failure message.
+  void ExpectServedUnderTheirIds(const std::string& project, const std::vector<std::string>& items,
+                                 const std::vector<std::string>& annotators,
+                                 int labels_per_annotator, const std::string& when) {
+    v1::GetPosteriorsResponse response;
+    const grpc::Status status = GetPosteriors(project, items, &response);
+    ASSERT_TRUE(status.ok()) << when << ": " << status.error_message();
+    ASSERT_EQ(response.posteriors_size(), static_cast<int>(items.size())) << when;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const v1::Posterior& p = response.posteriors(static_cast<int>(i));
+      EXPECT_EQ(p.item(), items[i]) << when;
+      EXPECT_EQ(p.num_labels(), 1) << when << " " << items[i];
+      EXPECT_EQ(p.map_label(), static_cast<int>(i % 2)) << when << " " << items[i];
+    }
+    v1::GetAnnotatorProfilesRequest request;
+    request.set_project(project);
+    for (const std::string& id : annotators) request.add_annotators(id);
+    v1::GetAnnotatorProfilesResponse profiles;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    const grpc::Status got = truth_->GetAnnotatorProfiles(&context, request, &profiles);
+    ASSERT_TRUE(got.ok()) << when << ": " << got.error_message();
+    ASSERT_EQ(profiles.profiles_size(), static_cast<int>(annotators.size())) << when;
+    for (size_t i = 0; i < annotators.size(); ++i) {
+      EXPECT_EQ(profiles.profiles(static_cast<int>(i)).annotator(), annotators[i]) << when;
+      EXPECT_EQ(profiles.profiles(static_cast<int>(i)).num_labels(), labels_per_annotator)
+          << when << " " << annotators[i];
+    }
+  }
+
+  // The item ids of every page of ListPosteriors.
+  std::set<std::string> ListedItems(const std::string& project) {
+    std::set<std::string> listed;
+    std::string token;
+    do {
+      v1::ListPosteriorsRequest request;
+      request.set_project(project);
+      request.set_page_token(token);
+      v1::ListPosteriorsResponse page;
+      grpc::ClientContext context;
+      context.set_deadline(Deadline());
+      const grpc::Status got = truth_->ListPosteriors(&context, request, &page);
+      EXPECT_TRUE(got.ok()) << got.error_message();
+      if (!got.ok()) break;
+      for (const v1::Posterior& p : page.posteriors()) listed.insert(p.item());
+      token = page.next_page_token();
+    } while (!token.empty());
+    return listed;
+  }
+
   v1::Posterior Posterior(const std::string& project, const std::string& item) {
     v1::GetPosteriorsResponse response;
     const grpc::Status status = GetPosteriors(project, {item}, &response);
@@ -897,33 +949,10 @@ TEST_F(IngestProjectsProbeTest, IdsOfSpecialCharactersAreKeptExactlyAcrossAResta
   added.set_gold_label(1);
   ASSERT_TRUE(AddItems("odd-ids", {added}).ok());
   auto check = [&](const std::string& when) {
-    std::vector<std::string> all = ids;
-    all.push_back(added.id());
-    v1::GetPosteriorsResponse response;
-    const grpc::Status status = GetPosteriors("odd-ids", all, &response);
-    ASSERT_TRUE(status.ok()) << when << ": " << status.error_message();
-    ASSERT_EQ(response.posteriors_size(), static_cast<int>(all.size())) << when;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const v1::Posterior& p = response.posteriors(static_cast<int>(i));
-      EXPECT_EQ(p.item(), ids[i]) << when;
-      EXPECT_EQ(p.num_labels(), 1) << when << " " << ids[i];
-      EXPECT_EQ(p.map_label(), static_cast<int>(i % 2)) << when << " " << ids[i];
-    }
-    EXPECT_EQ(response.posteriors(static_cast<int>(ids.size())).item(), added.id()) << when;
-    EXPECT_TRUE(response.posteriors(static_cast<int>(ids.size())).is_gold()) << when;
-    v1::GetAnnotatorProfilesRequest request;
-    request.set_project("odd-ids");
-    for (const std::string& id : ids) request.add_annotators(id);
-    v1::GetAnnotatorProfilesResponse profiles;
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    const grpc::Status got = truth_->GetAnnotatorProfiles(&context, request, &profiles);
-    ASSERT_TRUE(got.ok()) << when << ": " << got.error_message();
-    ASSERT_EQ(profiles.profiles_size(), static_cast<int>(ids.size())) << when;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      EXPECT_EQ(profiles.profiles(static_cast<int>(i)).annotator(), ids[i]) << when;
-      EXPECT_EQ(profiles.profiles(static_cast<int>(i)).num_labels(), 1) << when << " " << ids[i];
-    }
+    ExpectServedUnderTheirIds("odd-ids", ids, ids, 1, when);
+    const v1::Posterior gold = Posterior("odd-ids", added.id());
+    EXPECT_EQ(gold.item(), added.id()) << when;
+    EXPECT_TRUE(gold.is_gold()) << when;
     const v1::Project project = GetProject("odd-ids");
     EXPECT_EQ(project.num_items(), static_cast<int64_t>(ids.size()) + 1) << when;
     EXPECT_EQ(project.num_annotators(), static_cast<int64_t>(ids.size())) << when;
@@ -959,47 +988,13 @@ TEST_F(IngestProjectsProbeTest, IdsWithSpacesAndUtf8AreKeptExactlyAcrossARestart
   const grpc::Status added_status = AddItems("text-ids", {added});
   ASSERT_TRUE(added_status.ok()) << added_status.error_message();
   auto check = [&](const std::string& when) {
-    std::vector<std::string> all = items;
-    all.push_back(added.id());
-    v1::GetPosteriorsResponse response;
-    const grpc::Status status = GetPosteriors("text-ids", all, &response);
-    ASSERT_TRUE(status.ok()) << when << ": " << status.error_message();
-    ASSERT_EQ(response.posteriors_size(), static_cast<int>(all.size())) << when;
-    for (size_t i = 0; i < items.size(); ++i) {
-      const v1::Posterior& p = response.posteriors(static_cast<int>(i));
-      EXPECT_EQ(p.item(), items[i]) << when;
-      EXPECT_EQ(p.num_labels(), 1) << when << " " << items[i];
-      EXPECT_EQ(p.map_label(), static_cast<int>(i % 2)) << when << " " << items[i];
-    }
-    EXPECT_TRUE(response.posteriors(static_cast<int>(items.size())).is_gold()) << when;
-    std::set<std::string> listed;
-    std::string token;
-    do {
-      v1::ListPosteriorsRequest request;
-      request.set_project("text-ids");
-      request.set_page_token(token);
-      v1::ListPosteriorsResponse page;
-      grpc::ClientContext context;
-      context.set_deadline(Deadline());
-      const grpc::Status got = truth_->ListPosteriors(&context, request, &page);
-      ASSERT_TRUE(got.ok()) << when << ": " << got.error_message();
-      for (const v1::Posterior& p : page.posteriors()) listed.insert(p.item());
-      token = page.next_page_token();
-    } while (!token.empty());
-    EXPECT_EQ(listed, std::set<std::string>(all.begin(), all.end())) << when;
-    v1::GetAnnotatorProfilesRequest request;
-    request.set_project("text-ids");
-    for (const std::string& id : annotators) request.add_annotators(id);
-    v1::GetAnnotatorProfilesResponse profiles;
-    grpc::ClientContext context;
-    context.set_deadline(Deadline());
-    const grpc::Status got = truth_->GetAnnotatorProfiles(&context, request, &profiles);
-    ASSERT_TRUE(got.ok()) << when << ": " << got.error_message();
-    ASSERT_EQ(profiles.profiles_size(), static_cast<int>(annotators.size())) << when;
-    for (size_t i = 0; i < annotators.size(); ++i) {
-      EXPECT_EQ(profiles.profiles(static_cast<int>(i)).annotator(), annotators[i]) << when;
-      EXPECT_EQ(profiles.profiles(static_cast<int>(i)).num_labels(), 2) << when;
-    }
+    ExpectServedUnderTheirIds("text-ids", items, annotators, 2, when);
+    const v1::Posterior gold = Posterior("text-ids", added.id());
+    EXPECT_EQ(gold.item(), added.id()) << when;
+    EXPECT_TRUE(gold.is_gold()) << when;
+    std::set<std::string> all(items.begin(), items.end());
+    all.insert(added.id());
+    EXPECT_EQ(ListedItems("text-ids"), all) << when;
   };
   check("before the restart");
   TearDown();
