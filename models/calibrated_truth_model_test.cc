@@ -1353,5 +1353,142 @@ TEST(CalibratedTruthModelTest, RestoreRefusesAnotherFormatVersion) {
   EXPECT_EQ(model.calibration().temperature, 0.5);
 }
 
+// calibrated_truth_model.h, top_label_temperature: the other classes share 1 - q_m in the
+// proportions of p, where q_m = sigmoid(tau log(p_m / (1 - p_m))). When p_m is so near 1 that
+// q_m rounds to 1, the others' share must still be e^(-tau L) / (1 + e^(-tau L)) (L the top
+// log-odds), not 1 - q_m = 0. Row (1, 3e-20, 1e-20) at tau = 0.9: 1 - p_m = 4e-20, so the share
+// is (4e-20)^0.9 / (1 + (4e-20)^0.9), about 1.9e-18, split 3 : 1.
+TEST(CalibrationMapTest, TopLabelTemperatureKeepsTheOthersShareBelowRounding) {
+  std::vector<double> row = {1.0, 3e-20, 1e-20};
+  ApplyTopLabelTemperature(0.9, absl::MakeSpan(row));
+  const double e = std::pow(4e-20, 0.9);
+  const double share = e / (1 + e);
+  EXPECT_EQ(row[0], 1.0);
+  EXPECT_NEAR(row[1] / (0.75 * share), 1.0, 1e-9);
+  EXPECT_NEAR(row[2] / (0.25 * share), 1.0, 1e-9);
+}
+
+// calibrated_truth_model.h: "On error the model (map included) is unchanged." A calibrated ds
+// fitted on a correlated crowd has a softening map; a second Fit that ds refuses (a gold class
+// 2 of a binary project) must leave that map, although a map fitted on the new data (one label
+// per item: nothing to hold out) would be the identity.
+TEST(CalibratedTruthModelTest, AFailedFitKeepsTheMap) {
+  const Crowd crowd = CorrelatedCrowd(800, 5, 41);
+  auto model = CalibratedDs();
+  ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+  const PosteriorCalibration before = model->calibration();
+  ASSERT_EQ(before.source, CalibrationSource::kCrowdLabels);
+  ASSERT_LT(before.temperature, 1.0);
+  const std::vector<double> served = AllPosteriors(*model, crowd.matrix, {});
+
+  const Crowd single = CorrelatedCrowd(800, 1, 43);
+  std::vector<int32_t> bad_gold(800, -1);
+  bad_gold[5] = 2;
+  EXPECT_THAT(model->Fit(single.matrix, bad_gold, true).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(model->calibration().source, CalibrationSource::kCrowdLabels);
+  EXPECT_EQ(model->calibration().temperature, before.temperature);
+  EXPECT_EQ(model->calibration().kind, before.kind);
+  EXPECT_EQ(AllPosteriors(*model, crowd.matrix, {}), served);
+}
+
+// calibrated_truth_model.h: a wrapper made with fit_map false never fits a map; its Clone is
+// such a wrapper too (Clone: a deep copy, options included), so a project on calibration "none"
+// that refits a clone keeps serving the inner posteriors.
+TEST(CalibratedTruthModelTest, ACloneOfAWrapperWithoutMapFitsNoMap) {
+  const Crowd crowd = CorrelatedCrowd(800, 5, 41);
+  auto ds = DawidSkeneModel::Create(2, {});
+  ASSERT_THAT(ds.status(), IsOk());
+  const CalibratedTruthModel plain(*std::move(ds), /*fit_map=*/false);
+  std::unique_ptr<TruthModel> copy = plain.Clone();
+  auto* wrapper = dynamic_cast<CalibratedTruthModel*>(copy.get());
+  ASSERT_NE(wrapper, nullptr);
+  EXPECT_FALSE(wrapper->fits_map());
+  ASSERT_THAT(copy->Fit(crowd.matrix, {}, false).status(), IsOk());
+  EXPECT_EQ(wrapper->calibration().source, CalibrationSource::kNone);
+  EXPECT_EQ(wrapper->calibration().temperature, 1.0);
+  EXPECT_EQ(AllPosteriors(*copy, crowd.matrix, {}),
+            AllPosteriors(wrapper->inner(), crowd.matrix, {}));
+}
+
+// Items labelled by annotators 0 and 1 (each SymmetricBinaryModel(0.8, 0.8)): item i agrees
+// (0, 0) when i is even and disagrees (0, 1) when it is odd.
+AnnotationMatrix AlternatingAgreement(int32_t num_items) {
+  std::vector<Annotation> annotations;
+  annotations.reserve(2 * static_cast<size_t>(num_items));
+  for (int32_t i = 0; i < num_items; ++i) {
+    annotations.push_back({i, 0, 0});
+    annotations.push_back({i, 1, i % 2});
+  }
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(num_items, 2, 2, annotations);
+  EXPECT_THAT(data.status(), IsOk());
+  return *std::move(data);
+}
+
+// calibrated_truth_model.h: projects with more than 2M (label, class) pairs use every n-th item
+// only, n the smallest that keeps them to about 2M. With q = q_top = 1 / (1 + 4^-tau) (both
+// maps, K = 2), a held-out label of an agreeing item is predicted with 0.2 + 0.6 q, one of a
+// disagreeing item with 0.8 - 0.6 q (as in
+// TheLabelMapSoftensAPosteriorWhoseTopClassMispredictsHeldOutLabels). The annotators hold
+// hundreds of thousands of labels, so the share correction is negligible.
+//   - 500,000 items: 2,000,000 pairs, every item. Equal numbers of both kinds: the loss
+//     -2 ln(0.2 + 0.6 q) - 2 ln(0.8 - 0.6 q) per pair of items grows with q > 1/2, so tau is
+//     at the floor, kMinTemperature.
+//   - 500,001 items: 2,000,004 pairs, every 2nd item: items 0, 2, 4, ..., all agreeing, whose
+//     loss falls as q grows: the identity, tau = 1.
+TEST(CalibrationMapTest, TheLabelMapUsesEveryOtherItemJustAboveTwoMillionValues) {
+  const SymmetricBinaryModel model(0.8, 0.8);
+  const AnnotationMatrix all = AlternatingAgreement(500'000);
+  const FittedMap every = FitLabelMap(model, all, AllPosteriors(model, all, {}));
+  EXPECT_NEAR(every.temperature, CalibratedTruthModel::kMinTemperature, 1e-3);
+  const AnnotationMatrix more = AlternatingAgreement(500'001);
+  const FittedMap strided = FitLabelMap(model, more, AllPosteriors(model, more, {}));
+  EXPECT_EQ(strided.temperature, 1.0);
+}
+
+// A binary model of the product form over per-item confusions (0.9 right, as glad's easiness
+// fitted with the item's labels), whose annotators' confusion on an item outside the fit is not
+// symmetric: a true 0 is labelled 0 with probability 0.8, a true 1 with 0.4.
+class AsymmetricAnnotatorModel final : public TruthModel {
+ public:
+  std::string_view method() const override { return "asymmetric_annotator"; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return true; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<AsymmetricAnnotatorModel>();
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>, bool) override {
+    return FitReport{};
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    item_.ItemPosterior(labels, gold_label, out);
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override { return {0.8, 0.2, 0.4, 0.6}; }
+  std::vector<double> ItemAnnotatorConfusion(int32_t i, int32_t a) const override {
+    return item_.ItemAnnotatorConfusion(i, a);
+  }
+  bool ConfusionsDependOnItem() const override { return true; }
+  std::string Serialize() const override { return "inner"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+
+ private:
+  SymmetricBinaryModel item_{0.9, 0.9};
+};
+
+// The held-out label l is predicted with sum_k q(k) pi_j[k, l] (calibrated_truth_model.h), pi_j
+// = AnnotatorConfusion(j), row = true class. One item labelled 0 by annotators 0 and 1 (no
+// share correction, as in AHeldOutLabelIsPredictedWithoutTheItemsOwnParameters): q ∝ (0.9^tau,
+// 0.1^tau), predictive 0.8 q0 + 0.4 q1, largest at tau = 1: loss -2 ln(0.72 + 0.04) =
+// -2 ln 0.76. Column 0 read as a row, (0.8, 0.2), would give -2 ln 0.74.
+TEST(CalibratedTruthModelTest, AHeldOutLabelIsPredictedWithTheColumnOfItsLabel) {
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(1, 2, 2, {{0, 0, 0}, {0, 1, 0}});
+  ASSERT_THAT(data.status(), IsOk());
+  const AsymmetricAnnotatorModel model;
+  const FittedMap map = FitLabelMap(model, *data, AllPosteriors(model, *data, {}));
+  EXPECT_EQ(map.temperature, 1.0);
+  EXPECT_NEAR(map.loss, -2 * std::log(0.76), 1e-9);
+}
+
 }  // namespace
 }  // namespace verity::models
