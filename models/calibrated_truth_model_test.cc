@@ -1490,5 +1490,55 @@ TEST(CalibratedTruthModelTest, AHeldOutLabelIsPredictedWithTheColumnOfItsLabel) 
   EXPECT_NEAR(map.loss, -2 * std::log(0.76), 1e-9);
 }
 
+// Three classes. Every annotator's confusion on an item (the factor the posterior holds) has
+// the column (0.2, 0.2, 0.8) for label 2; on an item outside the fit (what predicts a held-out
+// label) the column (0.6, 0.2, 0.1), rows (0.2, 0.2, 0.6), (0.4, 0.4, 0.2), (0.45, 0.45, 0.1).
+class TiedHeldOutModel final : public TruthModel {
+ public:
+  std::string_view method() const override { return "tied_held_out"; }
+  int32_t num_classes() const override { return 3; }
+  bool has_parameters() const override { return true; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<TiedHeldOutModel>();
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>, bool) override {
+    return FitReport{};
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry>, int32_t,
+                     absl::Span<double> out) const override {
+    std::fill(out.begin(), out.end(), 1.0 / 3);
+  }
+  std::vector<double> AnnotatorConfusion(int32_t) const override {
+    return {0.2, 0.2, 0.6, 0.4, 0.4, 0.2, 0.45, 0.45, 0.1};
+  }
+  std::vector<double> ItemAnnotatorConfusion(int32_t, int32_t) const override {
+    return {0.6, 0.2, 0.2, 0.2, 0.6, 0.2, 0.1, 0.1, 0.8};
+  }
+  bool ConfusionsDependOnItem() const override { return true; }
+  std::string Serialize() const override { return "inner"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+};
+
+// The top-label map's top class is the lowest index on ties (calibrated_truth_model.h), in the
+// objective FitLabelMap minimises as in the map served. One item labelled 2 by annotators 0 and
+// 1 (one label each: no share correction), inner posterior (0.45, 0.45, 0.1). Holding out
+// either label leaves (0.45 / 0.2, 0.45 / 0.2, 0.1 / 0.8) ∝ (18, 18, 1) / 37: classes 0 and 1
+// tie. With class 0 the top, q_top = 1 / (1 + (19/18)^tau) and the label is predicted with
+// 0.6 q_top + (1 - q_top) (18 x 0.2 + 0.1) / 19, which grows as tau falls: tau at the floor,
+// q_top = 0.4993242, loss -2 ln 0.3970945 = 1.8471618. The full temperature's predictive
+// 0.4 (1 - q_2) + 0.1 q_2 is best at tau = 1, loss -2 ln(0.8 x 18/37 + 0.1/37) = 1.8735385, so
+// the top-label map is kept. (Class 1 the top: 0.2 q_top + (1 - q_top) (18 x 0.6 + 0.1) / 19
+// falls as tau falls, and the identity would be kept.)
+TEST(CalibrationMapTest, TheLabelMapsTopClassIsTheLowestIndexOnTies) {
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(1, 2, 3, {{0, 0, 2}, {0, 1, 2}});
+  ASSERT_THAT(data.status(), IsOk());
+  const TiedHeldOutModel model;
+  const std::vector<double> posterior = {0.45, 0.45, 0.1};
+  const FittedMap map = FitLabelMap(model, *data, posterior);
+  EXPECT_EQ(map.kind, CalibrationMapKind::kTopLabelTemperature);
+  EXPECT_NEAR(map.temperature, CalibratedTruthModel::kMinTemperature, 1e-4);
+  EXPECT_NEAR(map.loss, 1.8471618, 1e-5);
+}
+
 }  // namespace
 }  // namespace verity::models
