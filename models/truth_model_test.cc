@@ -140,6 +140,8 @@ TEST(TruthModelOptionsTest, EachOptionOutsideItsRangeIsRefusedByName) {
       {"glad_log_easiness_prior_stddev",
        [](TruthModelOptions& o) { o.glad_log_easiness_prior_stddev = 0; }},
       {"calibration", [](TruthModelOptions& o) { o.calibration = "Auto"; }},
+      {"neural.ds_start_fraction", [&](TruthModelOptions& o) { o.neural.ds_start_fraction = nan; }},
+      {"neural.feature_dropout", [&](TruthModelOptions& o) { o.neural.feature_dropout = nan; }},
   };
   for (const Case& c : refused) {
     TruthModelOptions options;
