@@ -1540,5 +1540,26 @@ TEST(CalibrationMapTest, TheLabelMapsTopClassIsTheLowestIndexOnTies) {
   EXPECT_NEAR(map.loss, 1.8471618, 1e-5);
 }
 
+// calibrated_truth_model.h: the label-free map softens only where held-out labels disagree more
+// than the model predicts. On a crowd that always agrees (every annotator gives every item its
+// class), each held-out label is the class the other labels point to, so its predictive
+// probability sum_k q(k) pi_j[k, l] grows as q sharpens toward l (pi_j[l, l] is the largest of
+// its column): both maps are best at tau = 1, the identity, served bit for bit.
+TEST(CalibratedTruthModelTest, AnAgreeingCrowdKeepsTheIdentity) {
+  std::vector<Annotation> annotations;
+  for (int32_t i = 0; i < 300; ++i) {
+    for (int32_t n = 0; n < 4; ++n) annotations.push_back({i, (i + n) % 12, i % 3});
+  }
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(300, 12, 3, annotations);
+  ASSERT_THAT(data.status(), IsOk());
+  absl::StatusOr<std::unique_ptr<DawidSkeneModel>> ds = DawidSkeneModel::Create(3, {});
+  ASSERT_THAT(ds.status(), IsOk());
+  CalibratedTruthModel model(*std::move(ds));
+  ASSERT_THAT(model.Fit(*data, {}, false).status(), IsOk());
+  EXPECT_EQ(model.calibration().source, CalibrationSource::kCrowdLabels);
+  EXPECT_EQ(model.calibration().temperature, 1.0);
+  EXPECT_EQ(AllPosteriors(model, *data, {}), AllPosteriors(model.inner(), *data, {}));
+}
+
 }  // namespace
 }  // namespace verity::models
