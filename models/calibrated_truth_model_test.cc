@@ -1561,5 +1561,43 @@ TEST(CalibratedTruthModelTest, AnAgreeingCrowdKeepsTheIdentity) {
   EXPECT_EQ(AllPosteriors(model, *data, {}), AllPosteriors(model.inner(), *data, {}));
 }
 
+// calibrated_truth_model.h: the gold map minimises the gold log-loss over tau. Twenty rows
+// (0.9, 0.1) with truth 0 for n of them: for K = 2 both maps give q0 = 1 / (1 + 9^-tau), and
+// -[n log q0 + (20 - n) log(1 - q0)] is least at q0 = n / 20, tau = ln(n / (20 - n)) / ln 9,
+// with loss -[n log(n / 20) + (20 - n) log((20 - n) / 20)]. The minimiser narrows tau to a
+// width of 1e-4 in log tau (calibrated_truth_model.cc), so tau is within 1e-4 relative of it.
+TEST(CalibrationMapTest, TheGoldMapsTemperatureIsTheLogLossMinimiserToWithinAWidthOf1e4) {
+  for (const int n : {13, 14, 15, 16, 17}) {
+    std::vector<double> rows;
+    std::vector<int32_t> truth;
+    for (int i = 0; i < 20; ++i) {
+      rows.insert(rows.end(), {0.9, 0.1});
+      truth.push_back(i < n ? 0 : 1);
+    }
+    const double f = n / 20.0;
+    const double tau = std::log(f / (1 - f)) / std::log(9.0);
+    const FittedMap map = FitGoldMap(rows, 2, truth);
+    EXPECT_NEAR(map.temperature / tau, 1.0, 1e-4) << n;
+    EXPECT_NEAR(map.loss, -(n * std::log(f) + (20 - n) * std::log(1 - f)), 1e-7) << n;
+  }
+}
+
+// calibrated_truth_model.h: FitLabelMap is given the inner model's unclamped posteriors. Item 0,
+// labelled 0 and 1, has gold 0 (one gold item: the crowd-label map); item 1 is labelled 0 and 0;
+// each label by its own annotator (no share correction). Under SymmetricBinaryModel(0.8, 0.8),
+// unclamped, they are the agreeing and the disagreeing item of
+// TheLabelMapUsesEveryOtherItemJustAboveTwoMillionValues in equal numbers: tau at the floor.
+// Clamped to (1, 0), item 0's held-out posteriors would stay one-hot at any tau (their loss
+// barely depends on it), and item 1 alone would keep the identity.
+TEST(CalibratedTruthModelTest, TheCrowdLabelMapIsFittedOnUnclampedPosteriors) {
+  absl::StatusOr<AnnotationMatrix> data =
+      AnnotationMatrix::Build(2, 4, 2, {{0, 0, 0}, {0, 1, 1}, {1, 2, 0}, {1, 3, 0}});
+  ASSERT_THAT(data.status(), IsOk());
+  CalibratedTruthModel model(std::make_unique<SymmetricBinaryModel>(0.8, 0.8));
+  ASSERT_THAT(model.Fit(*data, {0, -1}, false).status(), IsOk());
+  EXPECT_EQ(model.calibration().source, CalibrationSource::kCrowdLabels);
+  EXPECT_NEAR(model.calibration().temperature, CalibratedTruthModel::kMinTemperature, 1e-3);
+}
+
 }  // namespace
 }  // namespace verity::models
