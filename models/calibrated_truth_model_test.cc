@@ -6,6 +6,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -1597,6 +1598,30 @@ TEST(CalibratedTruthModelTest, TheCrowdLabelMapIsFittedOnUnclampedPosteriors) {
   ASSERT_THAT(model.Fit(*data, {0, -1}, false).status(), IsOk());
   EXPECT_EQ(model.calibration().source, CalibrationSource::kCrowdLabels);
   EXPECT_NEAR(model.calibration().temperature, CalibratedTruthModel::kMinTemperature, 1e-3);
+}
+
+// calibrated_truth_model.h: the label-free map's held-out posterior is exact for the models whose
+// posterior is prior x product of their confusions, ds, one_coin, mace and glad, which are
+// overconfident on a crowd that errs together (as in LowersTheEceOfDsOnACorrelatedCrowd) and get
+// a softening map; mv's vote shares are not of that form, and without gold mv keeps the
+// identity.
+TEST(CalibratedTruthModelTest, TheLabelMapSoftensTheProductFormMethodsAndLeavesMv) {
+  const Crowd crowd = CorrelatedCrowd(3000, 7, 23, 0.5, 0.55);
+  for (const char* method : {"ds", "one_coin", "mace", "glad", "mv"}) {
+    absl::StatusOr<std::unique_ptr<TruthModel>> created = CreateTruthModel(method, 2, {});
+    ASSERT_THAT(created.status(), IsOk());
+    auto* model = dynamic_cast<CalibratedTruthModel*>(created->get());
+    ASSERT_NE(model, nullptr);
+    ASSERT_THAT(model->Fit(crowd.matrix, {}, false).status(), IsOk());
+    EXPECT_EQ(model->calibration().source, CalibrationSource::kCrowdLabels) << method;
+    if (std::string_view(method) == "mv") {
+      EXPECT_EQ(model->calibration().temperature, 1.0);
+      EXPECT_EQ(AllPosteriors(*model, crowd.matrix, {}),
+                AllPosteriors(model->inner(), crowd.matrix, {}));
+    } else {
+      EXPECT_LT(model->calibration().temperature, 0.9) << method;
+    }
+  }
 }
 
 }  // namespace
