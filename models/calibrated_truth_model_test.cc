@@ -1624,5 +1624,57 @@ TEST(CalibratedTruthModelTest, TheLabelMapSoftensTheProductFormMethodsAndLeavesM
   }
 }
 
+// SymmetricBinaryModel(0.7, 0.7) whose posteriors are rounded to float, as a model computing in
+// single precision (the neural models) serves them.
+class FloatRoundedModel final : public TruthModel {
+ public:
+  std::string_view method() const override { return "float_rounded"; }
+  int32_t num_classes() const override { return 2; }
+  bool has_parameters() const override { return true; }
+  std::unique_ptr<TruthModel> Clone() const override {
+    return std::make_unique<FloatRoundedModel>();
+  }
+  absl::StatusOr<FitReport> Fit(const AnnotationMatrix&, absl::Span<const int32_t>, bool) override {
+    return FitReport{};
+  }
+  void ItemPosterior(absl::Span<const AnnotationMatrix::Entry> labels, int32_t gold_label,
+                     absl::Span<double> out) const override {
+    exact_.ItemPosterior(labels, gold_label, out);
+    for (double& v : out) v = static_cast<float>(v);
+  }
+  std::vector<double> AnnotatorConfusion(int32_t a) const override {
+    return exact_.AnnotatorConfusion(a);
+  }
+  std::string Serialize() const override { return "inner"; }
+  absl::Status Restore(std::string_view) override { return absl::OkStatus(); }
+
+ private:
+  SymmetricBinaryModel exact_{0.7, 0.7};
+};
+
+// calibrated_truth_model.h: the held-out posterior is exact for the neural models without item
+// features, which compute in single precision: a posterior of the product form rounded to float
+// (log deviations near 1e-8) still passes FitLabelMap's product-form check, and gets the map
+// the exact posteriors get. Items labelled (0, 1), (0, 0, 1) and (0, 0) in turn, each label by
+// its own annotator: the disagreements ask for softening.
+TEST(CalibrationMapTest, PosteriorsRoundedToFloatStillGetTheLabelMap) {
+  std::vector<Annotation> annotations;
+  const std::vector<std::vector<int32_t>> patterns = {{0, 1}, {0, 0, 1}, {0, 0}};
+  int32_t annotator = 0;
+  for (int32_t i = 0; i < 30; ++i) {
+    for (const int32_t label : patterns[i % 3]) annotations.push_back({i, annotator++, label});
+  }
+  absl::StatusOr<AnnotationMatrix> data = AnnotationMatrix::Build(30, annotator, 2, annotations);
+  ASSERT_THAT(data.status(), IsOk());
+  const SymmetricBinaryModel exact(0.7, 0.7);
+  const FittedMap exact_map = FitLabelMap(exact, *data, AllPosteriors(exact, *data, {}));
+  ASSERT_LT(exact_map.temperature, 0.9);
+  const FloatRoundedModel rounded;
+  const std::vector<double> posteriors = AllPosteriors(rounded, *data, {});
+  ASSERT_NE(posteriors[2], AllPosteriors(exact, *data, {})[2]);
+  const FittedMap map = FitLabelMap(rounded, *data, posteriors);
+  EXPECT_NEAR(map.temperature, exact_map.temperature, 1e-3);
+}
+
 }  // namespace
 }  // namespace verity::models
