@@ -1676,5 +1676,29 @@ TEST(CalibrationMapTest, PosteriorsRoundedToFloatStillGetTheLabelMap) {
   EXPECT_NEAR(map.temperature, exact_map.temperature, 1e-3);
 }
 
+// calibrated_truth_model.h: a gold item at mid-rank quantile q gets the count at index
+// floor(q * n) of the n other items' sorted counts. Gold items 0, 1 carry 10 and 12 labels,
+// the others 2, 4 and 6: 10 -> q = (0 + 1/2) / 2 = 0.25, floor(0.75) = 0, count 2; 12 -> q =
+// (1 + 1/2) / 2 = 0.75, floor(2.25) = 2, count 6. (Rounding 0.75 would give index 1, count 4.)
+TEST(GoldCalibrationLabelCountsTest, TakesTheIndexFloorOfTheQuantileTimesTheOtherItems) {
+  EXPECT_THAT(GoldCalibrationLabelCounts(WithLabelCounts({10, 12, 2, 4, 6}), {0, 1, -1, -1, -1}),
+              ElementsAre(2, 6, -1, -1, -1));
+}
+
+// calibrated_truth_model.h: the labels kept are those with the smallest hash of (item,
+// annotator), so which of the same annotators' labels are kept varies from item to item.
+TEST(GoldCalibrationLabelsTest, TheChoiceDependsOnTheItem) {
+  const std::vector<AnnotationMatrix::Entry> labels = {{0, 1}, {2, 0}, {3, 1}, {7, 0}, {9, 1}};
+  const std::vector<AnnotationMatrix::Entry> first = GoldCalibrationLabels(0, labels, 2);
+  ASSERT_EQ(first.size(), 2u);
+  bool differs = false;
+  for (int32_t item = 1; item < 50 && !differs; ++item) {
+    const std::vector<AnnotationMatrix::Entry> kept = GoldCalibrationLabels(item, labels, 2);
+    ASSERT_EQ(kept.size(), 2u);
+    differs = kept[0].other != first[0].other || kept[1].other != first[1].other;
+  }
+  EXPECT_TRUE(differs);
+}
+
 }  // namespace
 }  // namespace verity::models
