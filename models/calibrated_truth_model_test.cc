@@ -1700,5 +1700,35 @@ TEST(GoldCalibrationLabelsTest, TheChoiceDependsOnTheItem) {
   EXPECT_TRUE(differs);
 }
 
+// calibrated_truth_model.h (kNone): a Fit after which the inner model has no parameters leaves
+// the identity, also when the wrapper served a map before it (here one restored from a stored
+// version, tau 0.5 on crowd labels).
+TEST(CalibratedTruthModelTest, AFitLeavingNoParametersDropsAMapServedBefore) {
+  const std::string_view m = CalibratedTruthModel::kMagic;
+  ByteWriter writer;
+  writer.WriteU32(static_cast<uint32_t>(static_cast<unsigned char>(m[0])) |
+                  static_cast<uint32_t>(static_cast<unsigned char>(m[1])) << 8 |
+                  static_cast<uint32_t>(static_cast<unsigned char>(m[2])) << 16 |
+                  static_cast<uint32_t>(static_cast<unsigned char>(m[3])) << 24);
+  writer.WriteU32(1);  // format version
+  writer.WriteU32(static_cast<uint32_t>(CalibrationMapKind::kTemperature));
+  writer.WriteF64(0.5);
+  writer.WriteU32(static_cast<uint32_t>(CalibrationSource::kCrowdLabels));
+  writer.WriteU64(0);
+  writer.WriteF64(0.0);
+  writer.WriteF64(0.0);
+  writer.WriteString("inner");
+  CalibratedTruthModel model(std::make_unique<ParameterlessModel>());
+  ASSERT_THAT(model.Restore(writer.Finish()), IsOk());
+  ASSERT_EQ(model.calibration().temperature, 0.5);
+  absl::StatusOr<AnnotationMatrix> data =
+      AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 1}, {1, 0, 0}, {1, 1, 0}});
+  ASSERT_THAT(data.status(), IsOk());
+  ASSERT_THAT(model.Fit(*data, {}, false).status(), IsOk());
+  EXPECT_EQ(model.calibration().source, CalibrationSource::kNone);
+  EXPECT_EQ(model.calibration().temperature, 1.0);
+  EXPECT_EQ(AllPosteriors(model, *data, {}), AllPosteriors(model.inner(), *data, {}));
+}
+
 }  // namespace
 }  // namespace verity::models
