@@ -1730,5 +1730,15 @@ TEST(CalibratedTruthModelTest, AFitLeavingNoParametersDropsAMapServedBefore) {
   EXPECT_EQ(AllPosteriors(model, *data, {}), AllPosteriors(model.inner(), *data, {}));
 }
 
+// calibrated_truth_model.h: a calibrated version starts with the 4 bytes kMagic, "VCAL"; any
+// other blob is a bare inner blob (a version stored before calibration), restored with the
+// identity map, even one that shares kMagic's last three bytes.
+TEST(CalibratedTruthModelTest, OnlyTheFullMagicMarksACalibratedVersion) {
+  CalibratedTruthModel model(std::make_unique<FixedRowModel>());
+  ASSERT_THAT(model.Restore("xCAL and the rest of an inner blob"), IsOk());
+  EXPECT_EQ(model.calibration().source, CalibrationSource::kNone);
+  EXPECT_EQ(model.calibration().temperature, 1.0);
+}
+
 }  // namespace
 }  // namespace verity::models
