@@ -84,13 +84,17 @@ double MinimiseOnInterval(const std::function<double(double)>& f, double lo, dou
 // The map of lowest loss: a full temperature and a top-label temperature in
 // [kMinTemperature, kMaxTemperature] (above 1 the top-label map could change
 // the MAP label of an item whose top class is below 1/2), each minimised over
-// log tau, where the losses are closer to symmetric.
-FittedMap BestMap(const std::function<double(CalibrationMapKind, double)>& loss) {
+// log tau, where the losses are closer to symmetric. With two classes the two maps are the same
+// map, whose losses differ only by rounding: the plain temperature alone is fitted, so that the
+// kind reported does not depend on the rounding.
+FittedMap BestMap(int32_t num_classes,
+                  const std::function<double(CalibrationMapKind, double)>& loss) {
   FittedMap best;
   best.loss = loss(CalibrationMapKind::kTemperature, 1.0);
   const double lo = std::log(CalibratedTruthModel::kMinTemperature);
   for (const CalibrationMapKind kind :
        {CalibrationMapKind::kTemperature, CalibrationMapKind::kTopLabelTemperature}) {
+    if (num_classes == 2 && kind == CalibrationMapKind::kTopLabelTemperature) continue;
     const double hi = std::log(CalibratedTruthModel::kMaxTemperature);
     const auto f = [&](double x) { return loss(kind, std::exp(x)); };
     const double x = MinimiseOnInterval(f, lo, hi);
@@ -367,7 +371,7 @@ FittedMap FitLabelMap(const TruthModel& inner, const AnnotationMatrix& data,
     }
     return total;
   };
-  return BestMap(negative_log_likelihood);
+  return BestMap(k, negative_log_likelihood);
 }
 
 std::vector<int32_t> GoldCalibrationLabelCounts(const AnnotationMatrix& data,
@@ -438,7 +442,7 @@ FittedMap FitGoldMap(absl::Span<const double> raw_posteriors, int32_t num_classe
     }
     return total;
   };
-  return BestMap(log_loss);
+  return BestMap(k, log_loss);
 }
 
 CalibratedTruthModel::CalibratedTruthModel(std::unique_ptr<TruthModel> inner, bool fit_map)

@@ -20,7 +20,8 @@
 // Both keep the MAP label (and so the accuracy) of every item, exact ties
 // aside: the temperature keeps the order of the classes; with tau <= 1 the
 // top-label map keeps q_m >= 1/2 if p_m >= 1/2 and raises it if p_m < 1/2,
-// while the others only shrink. For K = 2 the two maps are the same. The full
+// while the others only shrink. For K = 2 the two maps are the same, and only
+// the temperature is fitted (its kind is reported, never the other). The full
 // temperature also spreads the probability of a many-class item over all
 // classes, which lowers its top probability more than ECE asks (music, 10
 // classes: ECE 0.11 -> 0.20 label-free); the top-label map changes only the

@@ -168,6 +168,26 @@ TEST(CalibratedTruthModelTest, LowersTheEceOfDsOnACorrelatedCrowd) {
   }
 }
 
+// calibrated_truth_model.h: "For K = 2 the two maps are the same", so a binary project's map is
+// reported as the plain temperature: whichever of two equal losses rounded lower must not decide
+// what GetModelStatus calls it. On correlated binary crowds of several seeds, with and without
+// gold, every map that softens is of kind kTemperature.
+TEST(CalibratedTruthModelTest, ABinaryProjectsMapIsThePlainTemperature) {
+  int softened = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    const Crowd crowd = CorrelatedCrowd(1500, 5, seed, 0.5, 0.55);
+    std::vector<int32_t> gold(crowd.truth.size(), -1);
+    if (seed % 2 == 0) {
+      for (size_t i = 0; i < gold.size(); i += 10) gold[i] = crowd.truth[i];
+    }
+    auto model = CalibratedDs();
+    ASSERT_THAT(model->Fit(crowd.matrix, gold, false).status(), IsOk());
+    EXPECT_EQ(model->calibration().kind, CalibrationMapKind::kTemperature) << "seed " << seed;
+    softened += model->calibration().temperature < 1.0 ? 1 : 0;
+  }
+  EXPECT_GT(softened, 0);  // The map was fitted, not left the identity.
+}
+
 TEST(CalibratedTruthModelTest, FitsTheLabelMapForConfusionsThatDependOnTheItem) {
   // glad's confusion of annotator j on item i depends on i's easiness, so its
   // posterior is the prior times ItemAnnotatorConfusion(i, j), not
