@@ -54,8 +54,10 @@
 //     models whose confusions do not depend on the item; exact for the models
 //     whose posterior is prior x product of those confusions: ds, one_coin,
 //     mace, glad and the neural models without item features, which
-//     FitLabelMap checks on every item; for the others, mv's vote shares and
-//     the neural models given item features (a per-item prior), it is not,
+//     FitLabelMap checks on every item; for the others (mv's vote shares,
+//     wawa's and zero_based_skill's weighted votes, bwa's, ibcc's and ebcc's
+//     posteriors, cmm's mixture, the neural models given item features, whose
+//     prior is per item) it is not,
 //     and the map stays the identity without gold), mapped to q_{-j}
 //     (either map), and the label's predictive probability is sum_k q_{-j}(k) pi_j[k, l]. tau in
 //     [kMinTemperature, 1] maximises the sum of their logs: when labels
