@@ -16,15 +16,24 @@ and, not called against a real server before:
   get_project, Client as a context manager ............ test_get_project_from_a_fresh_client
   model_versions (empty, then after a fit) ............ TieRuleTest
 TieRuleTest: truth.proto's tie rule (lowest class index) in posteriors() and its CSV.
+CliCsvFilesTest: the `verity` CLI on real-world CSV files (byte-order mark, CRLF, quoting,
+UTF-8 ids, 200,000 lines) against a fourth server; its export and posteriors read back by
+csv and pandas.
 """
 
 import csv
 import datetime
 import io
+import json
 import os
+import pty
+import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import unittest
 
 import grpc
@@ -496,6 +505,248 @@ class TieRuleTest(unittest.TestCase):
         self.assertEqual(self.client.model_versions("default-method"), [])
         self.assert_ties(self.client.posteriors("default-method"),
                          {"zy": ("y", ["y", "z"]), "xy": ("x", ["x", "y"])})
+
+
+
+class CliCsvFilesTest(unittest.TestCase):
+    """The `verity` CLI (client/verity) on files as users write them, against a real server:
+    a byte-order mark, CRLF line ends, no final newline, RFC 4180 quoting, ids with spaces and
+    UTF-8, labels as class names or indices, headers in another order, blank lines, 200,000
+    lines; and what `export` and `posteriors` write, read back by Python's csv module and
+    pandas. Projects use majority vote (mv) so that every expected label is a count of votes.
+    """
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = server_process.ServerProcess(
+            server_process.runfile("server/verity_server"), ["--metrics_port=0"])
+        cls.server.start()
+        cls.addClassCleanup(cls.server.stop)
+        cls.client = verity_client.Client(cls.server.address, timeout=30)
+        cls.addClassCleanup(cls.client.close)
+        cls.binary = server_process.runfile("client/verity")
+        cls.tmp = tempfile.mkdtemp(prefix="verity-cli-csv-")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, True)
+
+    def write(self, name, data):
+        """Writes `data` (bytes, or str written as UTF-8 exactly) to a file; its path."""
+        path = os.path.join(self.tmp, name)
+        with open(path, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+        return path
+
+    def verity(self, *args):
+        """Runs the CLI with stdout and stderr piped; the CompletedProcess, output as str."""
+        return subprocess.run([self.binary, "--server=" + self.server.address] + list(args),
+                              capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
+                              encoding="utf-8", errors="replace")
+
+    def create(self, project, classes="cat,dog"):
+        run = self.verity("project", "create", project, "--classes=" + classes, "--method=mv")
+        self.assertEqual(run.returncode, 0, run.stderr)
+
+    def export_rows(self, project):
+        path = os.path.join(self.tmp, project + ".export.csv")
+        run = self.verity("export", "--project=" + project, "--out=" + path)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        with open(path, newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f)), path
+
+    def test_submit_reads_bom_crlf_quoting_and_utf8_ids_without_a_final_newline(self):
+        self.create("cli-bom-crlf")
+        # Labels by name and by index (classes cat = 0, dog = 1); the last line has no line
+        # end. The file as a spreadsheet saves it: "UTF-8 with BOM", CRLF, quotes only where
+        # needed.
+        labels = self.write("bom_crlf.csv", "\ufeff" + "\r\n".join([
+            "item,annotator,label",
+            '"img, 1",Anna Müller,cat',
+            '"say ""hi""",w 2,1',
+            "猫 ünï,Anna Müller,dog",
+            '"img, 1",w 2,cat',
+            '"img, 1", w 3 ,0',
+            "猫 ünï,w 2,1"]))
+        run = self.verity("submit", "--project=cli-bom-crlf", "--csv=" + labels)
+        self.assertEqual((run.returncode, run.stdout, run.stderr),
+                         (0, "accepted=6 duplicate=0 revised=0 stale=0 rejected=0\n", ""))
+        annotators = self.client.annotators("cli-bom-crlf")
+        self.assertEqual(sorted(annotators["annotator"]), [" w 3 ", "Anna Müller", "w 2"])
+
+        rows, path = self.export_rows("cli-bom-crlf")
+        # Creation order is the order of first appearance in the file.
+        self.assertEqual([(r["item"], r["label"], r["num_labels"]) for r in rows],
+                         [("img, 1", "cat", "3"), ('say "hi"', "dog", "1"),
+                          ("猫 ünï", "dog", "2")])
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        self.assertEqual(frame["item"].tolist(), ["img, 1", 'say "hi"', "猫 ünï"])
+        for row in rows:
+            with self.subTest(item=row["item"]):
+                p = [float(row["p_cat"]), float(row["p_dog"])]
+                self.assertAlmostEqual(sum(p), 1.0, places=12)
+                self.assertEqual(float(row["confidence"]), max(p))
+                self.assertEqual(int(row["label_index"]), p.index(max(p)))
+
+    def test_a_header_in_another_order_blank_lines_and_line_breaks_keep_line_numbers(self):
+        self.create("cli-order")
+        # Line 1 header; 2 and 3 blank (LF, CRLF); 4 a record; 5-6 one record whose quoted id
+        # holds a line break (a control character: the server rejects that label alone);
+        # 7 blank; 8 a record; 9 an annotator id of 257 bytes (over the limit of 256: rejected
+        # alone).
+        long_id = "x" * 257
+        labels = self.write("order.csv",
+                            "label,item,annotator\n\n\r\ndog,a b,w1\n"
+                            'cat,"two\nlines",w1\n\ncat,a b,w2\ncat,a b,%s\n' % long_id)
+        run = self.verity("submit", "--project=cli-order", "--csv=" + labels,
+                          "--output=json")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        result = json.loads(run.stdout)
+        self.assertEqual((result["accepted"], result["rejected"]), (2, 2))
+        self.assertEqual([(r["line"], r["item"], r["annotator"]) for r in result["rejections"]],
+                         [(5, "two\nlines", "w1"), (9, "a b", long_id)])
+        posteriors = self.client.posteriors("cli-order", details=True)
+        self.assertEqual(posteriors["item"].tolist(), ["a b"])
+        self.assertEqual(posteriors["num_labels"].tolist(), [2])
+
+    def test_an_extra_column_is_refused_before_anything_is_sent(self):
+        self.create("cli-extra")
+        labels = self.write("extra.csv", "item,annotator,label,time\nx1,a1,cat,2020\n")
+        run = self.verity("submit", "--project=cli-extra", "--csv=" + labels)
+        self.assertEqual(run.returncode, 1)
+        self.assertEqual(run.stdout, "")
+        self.assertEqual(run.stderr,
+                         "verity: INVALID_ARGUMENT: %s: line 1: unknown column \"time\" "
+                         "(expected item, annotator, label)\n" % labels)
+        self.assertEqual(self.client.get_project("cli-extra").num_labels, 0)
+
+    def test_export_numbers_are_exact_and_posteriors_round_them_to_six_digits(self):
+        self.create("cli-numbers", "a,b,c")
+        labels = self.write("numbers.csv",
+                            "item,annotator,label\n"
+                            "i1,w1,a\ni1,w2,b\ni1,w3,b\ni2,w1,c\ni3,w1,a\ni3,w2,a\ni3,w3,c\n")
+        self.assertEqual(self.verity("submit", "--project=cli-numbers",
+                                     "--csv=" + labels).returncode, 0)
+        frame = self.client.posteriors("cli-numbers", details=True).set_index("item")
+        rows, _ = self.export_rows("cli-numbers")
+        run = self.verity("export", "--project=cli-numbers", "--format=jsonl")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        jsonl = [json.loads(line) for line in run.stdout.splitlines()]
+        run = self.verity("posteriors", "--project=cli-numbers")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        rounded = list(csv.DictReader(io.StringIO(run.stdout)))
+        self.assertEqual([r["item"] for r in rows], ["i1", "i2", "i3"])
+        self.assertEqual([r["item"] for r in jsonl], ["i1", "i2", "i3"])
+        self.assertEqual([r["item"] for r in rounded], ["i1", "i2", "i3"])
+        for row, line, short in zip(rows, jsonl, rounded):
+            item = row["item"]
+            with self.subTest(item=item):
+                self.assertEqual(row["label"], {"i1": "b", "i2": "c", "i3": "a"}[item])
+                self.assertEqual((short["label"], short["num_labels"]),
+                                 (row["label"], row["num_labels"]))
+                self.assertEqual((row["includes_newer_labels"], row["is_gold"]),
+                                 ("true", "false"))
+                for name in ("a", "b", "c"):
+                    exact = frame.loc[item, name]
+                    # Shortest exact form: the same double in the CSV, the JSON and the API.
+                    self.assertEqual(float(row["p_" + name]), exact)
+                    self.assertEqual(line["probabilities"][name], exact)
+                    self.assertEqual(float(short["p_" + name]), float("%.6g" % exact))
+                self.assertEqual(float(row["confidence"]), frame.loc[item, "confidence"])
+
+    def test_accuracy_reads_gold_with_bom_crlf_indices_blank_lines_and_columns_swapped(self):
+        data = os.path.join(server_process.find_datasets(), "bluebirds")
+        run = self.verity("project", "create", "cli-bluebirds",
+                          "--classes_file=" + os.path.join(data, "classes.txt"), "--method=mv")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        run = self.verity("submit", "--project=cli-bluebirds",
+                          "--csv=" + os.path.join(data, "labels.csv"))
+        self.assertEqual(run.stdout, "accepted=4212 duplicate=0 revised=0 stale=0 rejected=0\n")
+        with open(os.path.join(data, "gold.csv"), newline="", encoding="utf-8") as f:
+            gold = list(csv.DictReader(f))
+        self.assertEqual(len(gold), BLUEBIRDS_ITEMS)
+        # label,item; every other label as its class index (false = 0, true = 1); a blank
+        # line in the middle; no final line end.
+        lines = ["label,item"] + [
+            "%s,%s" % (g["label"] if i % 2 else str(["false", "true"].index(g["label"])),
+                       g["item"]) for i, g in enumerate(gold)]
+        gold_file = self.write("gold_rw.csv", "\ufeff" + "\r\n".join(
+            lines[:50] + [""] + lines[50:]))
+        # README: majority vote gets 0.7593 on bluebirds; and by hand from the posteriors.
+        posteriors = self.client.posteriors("cli-bluebirds").set_index("item")["label"]
+        hits = sum(posteriors[g["item"]] == g["label"] for g in gold)
+        self.assertEqual(round(hits / len(gold), 4), 0.7593)
+        for path in (gold_file, os.path.join(data, "gold.csv")):
+            run = self.verity("accuracy", "--project=cli-bluebirds", "--gold_csv=" + path)
+            self.assertEqual((run.returncode, run.stdout, run.stderr),
+                             (0, "accuracy=0.7593 (108 gold items)\n", ""))
+
+    def test_two_hundred_thousand_lines_with_a_meter_only_on_a_terminal(self):
+        # 40,000 items x 5 of 1,000 annotators, CRLF and a BOM, as a spreadsheet export.
+        rows = ["\ufeffitem,annotator,label"]
+        for i in range(40000):
+            for k in range(5):
+                rows.append("item %d,worker %d,%s" % (i, (i * 7 + k * 131) % 1000,
+                                                      ("cat", "dog")[(i + k) % 2]))
+        labels = self.write("big.csv", "\r\n".join(rows) + "\r\n")
+        expected = "accepted=200000 duplicate=0 revised=0 stale=0 rejected=0\n"
+        for project, terminal in (("cli-big-tty", True), ("cli-big-pipe", False)):
+            self.create(project)
+            args = [self.binary, "--server=" + self.server.address, "submit",
+                    "--project=" + project, "--csv=" + labels]
+            with self.subTest(terminal=terminal):
+                if terminal:
+                    out, meter = run_with_stderr_on_a_terminal(args)
+                    # README: submit shows progress (rate, ETA) when stderr is a terminal;
+                    # progress.h: a line redrawn after "\r", erased by the last "\r\x1b[K".
+                    self.assertTrue(meter.endswith("\r\x1b[K"), repr(meter[-80:]))
+                    frames = meter[:-len("\r\x1b[K")].split("\r")
+                    self.assertEqual(frames[0], "")
+                    done = [0]
+                    line = re.compile(r"([\d,]+)/200,000 labels \((\d+)%\)  "
+                                      r"([\d,]+|--) labels/s  ETA (\d+[hms]\S*|--)\x1b\[K")
+                    for frame in frames[1:]:
+                        match = line.fullmatch(frame)
+                        self.assertIsNotNone(match, repr(frame))
+                        done.append(int(match.group(1).replace(",", "")))
+                        self.assertLessEqual(abs(int(match.group(2)) - done[-1] / 2000), 1)
+                    self.assertGreater(len(done), 1)
+                    self.assertEqual(done, sorted(done))
+                else:
+                    run = subprocess.run(args, capture_output=True, encoding="utf-8",
+                                         timeout=300)
+                    out, meter = run.stdout, run.stderr
+                    self.assertEqual(meter, "")  # Quiet when piped.
+                self.assertEqual(out, expected)
+                self.assertEqual(self.client.get_project(project).num_labels, 200000)
+                self.assertEqual(self.client.get_project(project).num_items, 40000)
+
+
+def run_with_stderr_on_a_terminal(args):
+    """Runs `args` with stdout piped and stderr on a pseudo-terminal; (stdout, the terminal's
+    text). The terminal is read by a thread, so a chatty meter never blocks the command."""
+    master, slave = pty.openpty()
+    chunks = []
+
+    def read_terminal():
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every writer has closed the terminal.
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read_terminal, daemon=True)
+    reader.start()
+    try:
+        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=slave)
+        os.close(slave)
+        out, _ = process.communicate(timeout=300)
+        reader.join(30)
+    finally:
+        os.close(master)
+    # The terminal turns "\n" into "\r\n"; the meter writes no "\n" of its own.
+    return out.decode("utf-8"), b"".join(chunks).decode("utf-8", "replace")
 
 
 if __name__ == "__main__":
