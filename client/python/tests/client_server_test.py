@@ -718,6 +718,20 @@ class CliCsvFilesTest(unittest.TestCase):
                 self.assertEqual(self.client.get_project(project).num_labels, 200000)
                 self.assertEqual(self.client.get_project(project).num_items, 40000)
 
+    def test_a_classes_file_with_a_byte_order_mark_names_the_classes_without_it(self):
+        # Notepad's "UTF-8 with BOM". The labels file's mark is ignored (models/csv.h), as is
+        # a dataset's classes.txt's (models/csv_dataset.h); the CLI's classes file must agree,
+        # or the README's tour (project create --classes_file, then submit) refuses "false".
+        classes = self.write("classes_bom.txt", "\ufefffalse\r\ntrue\r\n")
+        run = self.verity("project", "create", "cli-classes-bom", "--classes_file=" + classes)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertEqual(self.client.get_project("cli-classes-bom").classes, ("false", "true"))
+        labels = self.write("classes_bom_labels.csv",
+                            "\ufeffitem,annotator,label\r\ni1,w1,false\r\ni1,w2,true\r\n")
+        run = self.verity("submit", "--project=cli-classes-bom", "--csv=" + labels)
+        self.assertEqual((run.returncode, run.stdout, run.stderr),
+                         (0, "accepted=2 duplicate=0 revised=0 stale=0 rejected=0\n", ""))
+
 
 def run_with_stderr_on_a_terminal(args):
     """Runs `args` with stdout piped and stderr on a pseudo-terminal; (stdout, the terminal's
