@@ -732,6 +732,36 @@ class CliCsvFilesTest(unittest.TestCase):
         self.assertEqual((run.returncode, run.stdout, run.stderr),
                          (0, "accepted=2 duplicate=0 revised=0 stale=0 rejected=0\n", ""))
 
+    def test_a_labels_file_that_is_not_utf8_is_reported_by_its_line(self):
+        # A spreadsheet's "CSV (Windows-1252)": "café" is the bytes caf\xe9, not UTF-8. Ids
+        # are UTF-8 text (the server rejects any other id alone, naming it, as it does an id
+        # with a control character), csv_input.h's errors name the file and line, and the
+        # README keeps errors to one line on stderr. Either outcome names line 3.
+        self.create("cli-latin1")
+        labels = self.write("latin1.csv", b"item,annotator,label\nok,w1,cat\ncaf\xe9,w1,dog\n")
+        run = self.verity("submit", "--project=cli-latin1", "--csv=" + labels)
+        rejected_alone = (run.returncode == 0 and "rejected=1" in run.stdout and
+                          ("rejected %s line 3 " % labels) in run.stdout)
+        refused_by_line = (run.returncode == 1 and run.stdout == "" and
+                           run.stderr.startswith("verity: INVALID_ARGUMENT: %s: line 3: " % labels))
+        self.assertTrue(rejected_alone or refused_by_line, "exit %d\nstdout: %s\nstderr: %s" %
+                        (run.returncode, run.stdout, run.stderr))
+        self.assertEqual(run.stderr.count("\n"), 0 if rejected_alone else 1, run.stderr)
+
+    def test_item_and_annotator_files_that_are_not_utf8_are_invalid_arguments(self):
+        # As an id with a control character is ("INVALID_ARGUMENT: items[1].id: contains byte
+        # 0x9 ...; ids are UTF-8 text without control characters"): one line on stderr with
+        # the code that says to fix the request.
+        self.create("cli-latin1-items")
+        items = self.write("latin1_items.csv", b"item\nok\ncaf\xe9\n")
+        annotators = self.write("latin1_annotators.csv", b"annotator\nok\ncaf\xe9\n")
+        for args in (["item", "add", "--csv=" + items],
+                     ["annotator", "add", "--csv=" + annotators]):
+            with self.subTest(command=args[:2]):
+                run = self.verity(*(args + ["--project=cli-latin1-items"]))
+                self.assertEqual(run.returncode, 1)
+                self.assertRegex(run.stderr, r"\Averity: INVALID_ARGUMENT: \S[^\n]*\n\Z")
+
 
 def run_with_stderr_on_a_terminal(args):
     """Runs `args` with stdout piped and stderr on a pseudo-terminal; (stdout, the terminal's
