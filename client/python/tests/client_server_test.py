@@ -762,6 +762,22 @@ class CliCsvFilesTest(unittest.TestCase):
                 self.assertEqual(run.returncode, 1)
                 self.assertRegex(run.stderr, r"\Averity: INVALID_ARGUMENT: \S[^\n]*\n\Z")
 
+    def test_export_writes_distinct_items_as_distinct_cells(self):
+        # export's help: an item starting with = + - @ is written after a ' so that
+        # spreadsheets show it as text. An item that itself starts with ' must then stay
+        # distinguishable from it, or a reader of the export cannot tell the two items apart.
+        self.create("cli-formula-ids")
+        items = ["=1+1", "'=1+1", "-5", "'-5"]
+        labels = self.write("formula_ids.csv", "item,annotator,label\n" +
+                            "".join("%s,w1,cat\n" % item for item in items))
+        run = self.verity("submit", "--project=cli-formula-ids", "--csv=" + labels)
+        self.assertEqual(run.stdout, "accepted=4 duplicate=0 revised=0 stale=0 rejected=0\n")
+        self.assertEqual(self.client.posteriors("cli-formula-ids")["item"].tolist(), items)
+        rows, _ = self.export_rows("cli-formula-ids")
+        self.assertEqual(rows[0]["item"], "'=1+1")  # As export's help says.
+        cells = [r["item"] for r in rows]
+        self.assertEqual(len(set(cells)), len(items), cells)
+
 
 def run_with_stderr_on_a_terminal(args):
     """Runs `args` with stdout piped and stderr on a pseudo-terminal; (stdout, the terminal's
