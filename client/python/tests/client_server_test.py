@@ -778,6 +778,19 @@ class CliCsvFilesTest(unittest.TestCase):
         cells = [r["item"] for r in rows]
         self.assertEqual(len(set(cells)), len(items), cells)
 
+    def test_posteriors_label_is_the_class_name(self):
+        # posteriors' help: "label is the most probable class name"; sentiment classes are
+        # often -1, 0, 1. (Only export's help announces a ' before a formula-like cell.)
+        self.create("cli-sentiment", "-1,0,1")
+        labels = self.write("sentiment.csv", "item,annotator,label\nt1,w1,-1\nt1,w2,-1\n"
+                            "t2,w1,1\n")
+        self.assertEqual(self.verity("submit", "--project=cli-sentiment",
+                                     "--csv=" + labels).returncode, 0)
+        run = self.verity("posteriors", "--project=cli-sentiment")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        rows = list(csv.DictReader(io.StringIO(run.stdout)))
+        self.assertEqual([(r["item"], r["label"]) for r in rows], [("t1", "-1"), ("t2", "1")])
+
 
 def run_with_stderr_on_a_terminal(args):
     """Runs `args` with stdout piped and stderr on a pseudo-terminal; (stdout, the terminal's
