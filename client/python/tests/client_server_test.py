@@ -346,6 +346,40 @@ class ClientServerTest(unittest.TestCase):
         self.assertEqual(len(suggestions), 3)
         self.assertTrue(set(suggestions["annotator"]) <= {"39", "40", "41", "42"})
 
+    # --- CSV files as users have them ---------------------------------------------------
+
+    def write_temp(self, data):
+        with tempfile.NamedTemporaryFile("wb", suffix=".csv", delete=False) as f:
+            f.write(data.encode("utf-8"))
+        self.addCleanup(os.remove, f.name)
+        return f.name
+
+    def test_a_bom_crlf_quoted_csv_read_as_the_readme_says_keeps_its_ids_exact(self):
+        # "UTF-8 with BOM", CRLF, no final line end, RFC 4180 quoting, ids with spaces and
+        # UTF-8; read as the README's usage does.
+        path = self.write_temp("\ufeff" + "\r\n".join([
+            "item,annotator,label",
+            '"img, 1",Anna Müller,cat',
+            '"say ""hi""", w 3 ,dog',
+            "猫 ünï,Anna Müller,dog",
+            '"img, 1", w 3 ,cat']))
+        labels = pd.read_csv(path, dtype=str)
+        self.client.create_project("bom-crlf", ["cat", "dog"], method="mv")
+        result = self.client.submit("bom-crlf", labels)
+        self.assertEqual((result.accepted, result.rejected), (4, 0))
+        posteriors = self.client.posteriors("bom-crlf", details=True)
+        self.assertEqual(list(zip(posteriors["item"], posteriors["label"],
+                                  posteriors["num_labels"])),
+                         [("img, 1", "cat", 2), ('say "hi"', "dog", 1), ("猫 ünï", "dog", 1)])
+        self.assertEqual(sorted(self.client.annotators("bom-crlf")["annotator"]),
+                         [" w 3 ", "Anna Müller"])
+        # The frame's CSV, read back by the csv module: the same ids and the same doubles.
+        rows = list(csv.DictReader(io.StringIO(posteriors.to_csv(index=False))))
+        self.assertEqual([r["item"] for r in rows], posteriors["item"].tolist())
+        for row, (_, expected) in zip(rows, posteriors.iterrows()):
+            for name in ("confidence", "cat", "dog"):
+                self.assertEqual(float(row[name]), expected[name])
+
     # --- the example --------------------------------------------------------------------
 
     def test_example_script_runs(self):
