@@ -380,6 +380,16 @@ class ClientServerTest(unittest.TestCase):
             for name in ("confidence", "cat", "dog"):
                 self.assertEqual(float(row[name]), expected[name])
 
+    def test_ids_named_na_or_null_stay_strings_when_read_as_the_readme_says(self):
+        # README: "Read CSVs with dtype=str, so ids stay strings"; NA is Namibia's country
+        # code, and "null" an id like any other.
+        path = self.write_temp("item,annotator,label\nNA,w1,cat\nnull,w1,dog\nNA,n/a,cat\n")
+        labels = pd.read_csv(path, dtype=str)
+        self.client.create_project("na-ids", ["cat", "dog"], method="mv")
+        result = self.client.submit("na-ids", labels)
+        self.assertEqual((result.accepted, result.rejected), (3, 0))
+        self.assertEqual(self.client.posteriors("na-ids")["item"].tolist(), ["NA", "null"])
+
     # --- the example --------------------------------------------------------------------
 
     def test_example_script_runs(self):
