@@ -390,6 +390,24 @@ class ClientServerTest(unittest.TestCase):
         self.assertEqual((result.accepted, result.rejected), (3, 0))
         self.assertEqual(self.client.posteriors("na-ids")["item"].tolist(), ["NA", "null"])
 
+    def test_add_items_of_a_datasets_gold_csv_sets_the_gold_or_refuses_the_column(self):
+        # A dataset's gold.csv has columns item,label: the CLI reads it as gold (`item add
+        # --gold_csv`; its items CSV takes "gold (or label)"). add_items documents item, gold
+        # and priority; it must not silently drop the gold of a frame that names it label.
+        gold = self.gold.head(3)
+        self.assertEqual(gold.columns.tolist(), ["item", "label"])
+        self.client.create_project("gold-csv", self.classes, method="mv")
+        try:
+            self.client.add_items("gold-csv", gold)
+        except ValueError as error:
+            self.assertIn("label", str(error))
+            return
+        posteriors = self.client.posteriors("gold-csv", details=True)
+        self.assertEqual(list(zip(posteriors["item"], posteriors["is_gold"],
+                                  posteriors["label"])),
+                         [(item, True, label) for item, label in zip(gold["item"],
+                                                                     gold["label"])])
+
     # --- the example --------------------------------------------------------------------
 
     def test_example_script_runs(self):
