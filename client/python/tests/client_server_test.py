@@ -853,6 +853,24 @@ class CliCsvFilesTest(unittest.TestCase):
         rows = list(csv.DictReader(io.StringIO(run.stdout)))
         self.assertEqual([(r["item"], r["label"]) for r in rows], [("t1", "-1"), ("t2", "1")])
 
+    def test_tables_align_columns_of_utf8_ids(self):
+        # cli.cc's tables are "columns separated by two spaces, left-aligned". The ids here
+        # have only characters one terminal column wide (ü, ö, ß, ë: two bytes each in UTF-8).
+        self.create("cli-table")
+        labels = self.write("table.csv", "item,annotator,label\n"
+                            "i1,Jürgen Größ,cat\ni1,ab,dog\ni2,Zoë,cat\n")
+        self.assertEqual(self.verity("submit", "--project=cli-table",
+                                     "--csv=" + labels).returncode, 0)
+        run = self.verity("annotator", "list", "--project=cli-table")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        lines = run.stdout.splitlines()
+        self.assertEqual(lines[0].split("  ")[0], "ANNOTATOR")
+        self.assertEqual(sorted(line.split("  ")[0] for line in lines[1:]),
+                         ["Jürgen Größ", "Zoë", "ab"])
+        # Every row's second column starts where the header's LABELS does.
+        starts = [re.search(r"  +(?=\S)", line).end() for line in lines]
+        self.assertEqual(starts, [len("Jürgen Größ  ")] * 4, run.stdout)
+
 
 def run_with_stderr_on_a_terminal(args):
     """Runs `args` with stdout piped and stderr on a pseudo-terminal; (stdout, the terminal's
