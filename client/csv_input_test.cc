@@ -67,6 +67,16 @@ TEST(ParseClassesFileTest, ReadsOneNamePerLineSkippingBlankLines) {
                        HasSubstr("classes.txt: a project needs")));
 }
 
+// A classes file saved as "UTF-8 with BOM" (Notepad): the mark is no part of the
+// first name, as it is no part of a labels CSV's first column (models/csv.h) or
+// of a dataset's classes.txt (models/csv_dataset.h).
+TEST(ParseClassesFileTest, SkipsAByteOrderMarkAtTheStart) {
+  EXPECT_THAT(*ParseClassesFile("\xEF\xBB\xBF"
+                                "false\r\ntrue\r\n",
+                                "classes.txt"),
+              ElementsAre("false", "true"));
+}
+
 TEST(ParseAnnotationsCsvTest, ReadsTheDatasetFormat) {
   const LabelParser labels = BirdLabels();
   absl::StatusOr<AnnotationRows> rows = ParseAnnotationsCsv(
