@@ -780,6 +780,32 @@ class CliCsvFilesTest(unittest.TestCase):
                 self.assertEqual(self.client.get_project(project).num_labels, 200000)
                 self.assertEqual(self.client.get_project(project).num_items, 40000)
 
+    def test_item_add_merges_a_gold_csv_into_a_bom_crlf_items_csv(self):
+        self.create("cli-items")
+        # Columns in another order, a BOM, CRLF, no final line end, quoting, UTF-8; gold by
+        # index (dog = 1) and by name; "猫 ünï" has an empty priority and no gold.
+        items = self.write("items.csv", "\ufeffpriority,item\r\n2.5,\"a, b\"\r\n,猫 ünï\r\n"
+                           "1,plain")
+        gold = self.write("gold.csv", 'label,item\r\n1,"a, b"\r\ncat,plain')
+        run = self.verity("item", "add", "--project=cli-items", "--csv=" + items,
+                          "--gold_csv=" + gold)
+        self.assertEqual((run.returncode, run.stdout, run.stderr), (0, "added=3 updated=0\n", ""))
+        # --items in the order given; gold items are clamped to their gold label.
+        run = self.verity("posteriors", "--project=cli-items", "--items=plain,猫 ünï,a b",
+                          "--output=json")
+        self.assertEqual((run.returncode, run.stdout), (1, ""))
+        self.assertIn("NOT_FOUND", run.stderr)  # "a b" is no item: "a, b" is.
+        run = self.verity("posteriors", "--project=cli-items", "--items=plain,猫 ünï",
+                          "--output=json")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertEqual([(p["item"], p["is_gold"], p["num_labels"])
+                          for p in json.loads(run.stdout)],
+                         [("plain", True, 0), ("猫 ünï", False, 0)])
+        rows, _ = self.export_rows("cli-items")
+        self.assertEqual([(r["item"], r["label"], r["is_gold"]) for r in rows],
+                         [("a, b", "dog", "true"), ("猫 ünï", "cat", "false"),
+                          ("plain", "cat", "true")])
+
     def test_a_classes_file_with_a_byte_order_mark_names_the_classes_without_it(self):
         # Notepad's "UTF-8 with BOM". The labels file's mark is ignored (models/csv.h), as is
         # a dataset's classes.txt's (models/csv_dataset.h); the CLI's classes file must agree,
