@@ -380,6 +380,19 @@ class ClientServerTest(unittest.TestCase):
             for name in ("confidence", "cat", "dog"):
                 self.assertEqual(float(row[name]), expected[name])
 
+    def test_submit_reads_crowd_kit_columns_in_any_order_beside_other_columns(self):
+        # README: submit takes columns item/task, annotator/worker and label; frames.py: other
+        # columns are ignored (a crowd-kit frame often carries more).
+        path = self.write_temp("label,time,worker,task\r\ndog,12:00,w 1,t 1\r\n"
+                               "cat,12:01,w 2,t 1\r\ncat,12:02,w 3,t 1\r\n")
+        labels = pd.read_csv(path, dtype=str)
+        self.client.create_project("crowd-kit-columns", ["cat", "dog"], method="mv")
+        result = self.client.submit("crowd-kit-columns", labels)
+        self.assertEqual((result.accepted, result.rejected), (3, 0))
+        posteriors = self.client.posteriors("crowd-kit-columns", details=True)
+        self.assertEqual(list(zip(posteriors["item"], posteriors["label"],
+                                  posteriors["num_labels"])), [("t 1", "cat", 3)])
+
     def test_ids_named_na_or_null_stay_strings_when_read_as_the_readme_says(self):
         # README: "Read CSVs with dtype=str, so ids stay strings"; NA is Namibia's country
         # code, and "null" an id like any other.
