@@ -156,14 +156,27 @@ std::string FormatKeyProjects(const v1::ApiKey& key) {
   return absl::StrJoin(key.projects(), ",");
 }
 
-// Prints rows as columns separated by two spaces, left-aligned.
+// The characters of UTF-8 `text`: its bytes other than continuation bytes
+// (0x80-0xbf). A terminal shows most of them one column wide (East Asian wide
+// characters take two, which the tables do not account for).
+size_t CharacterCount(const std::string& text) {
+  size_t count = 0;
+  for (const char c : text) {
+    const unsigned char byte = static_cast<unsigned char>(c);
+    count += (byte < 0x80 || byte > 0xbf) ? 1 : 0;
+  }
+  return count;
+}
+
+// Prints rows as columns separated by two spaces, left-aligned, widths
+// counted in characters (ids and class names are UTF-8).
 void PrintTable(const std::vector<std::vector<std::string>>& rows,
                 std::ostream& out) {
   std::vector<size_t> widths;
   for (const auto& row : rows) {
     if (widths.size() < row.size()) widths.resize(row.size(), 0);
     for (size_t c = 0; c < row.size(); ++c) {
-      widths[c] = std::max(widths[c], row[c].size());
+      widths[c] = std::max(widths[c], CharacterCount(row[c]));
     }
   }
   for (const auto& row : rows) {
@@ -171,7 +184,7 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows,
     for (size_t c = 0; c < row.size(); ++c) {
       absl::StrAppend(&line, row[c]);
       if (c + 1 < row.size()) {
-        line.append(widths[c] - row[c].size() + 2, ' ');
+        line.append(widths[c] - CharacterCount(row[c]) + 2, ' ');
       }
     }
     out << line << "\n";

@@ -18,6 +18,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "common/utf8.h"
 #include "models/csv.h"
 
 namespace verity::client {
@@ -33,6 +35,20 @@ absl::Status InFile(absl::string_view file_name, const absl::Status& status) {
 // An error inside a parse; InFile adds the file name when the parse returns.
 absl::Status LineError(int64_t line, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat("line ", line, ": ", message));
+}
+
+// A LineError unless `id` is a non-empty id of UTF-8 text: protobuf string fields carry UTF-8
+// only (the server could not even read the request), so a file saved in another encoding is
+// refused here, naming the line, before anything is sent. `entity` is "item" or "annotator".
+absl::Status CheckId(int64_t line, absl::string_view entity, const std::string& id) {
+  if (id.empty()) return LineError(line, absl::StrCat("empty ", entity, " id"));
+  if (const std::optional<size_t> bad = FirstInvalidUtf8Offset(id); bad.has_value()) {
+    return LineError(
+        line, absl::StrCat(entity, " id is not UTF-8 text (byte 0x",
+                           absl::Hex(static_cast<unsigned char>(id[*bad])), " at offset ", *bad,
+                           "); save the file as UTF-8"));
+  }
+  return absl::OkStatus();
 }
 
 // The position of every column of a header, by name.
@@ -179,9 +195,7 @@ absl::Status ForEachEntityRow(absl::string_view text, const EntityCsvSpec& spec,
         absl::Status count = CheckFieldCount(*header, fields, line);
         if (!count.ok()) return count;
         const std::string& id = fields[named_columns[0]];
-        if (id.empty()) {
-          return LineError(line, absl::StrCat("empty ", spec.entity, " id"));
-        }
+        if (absl::Status valid = CheckId(line, spec.entity, id); !valid.ok()) return valid;
         auto [it, inserted] = line_of_id.emplace(id, line);
         if (!inserted) {
           return LineError(
@@ -269,9 +283,17 @@ absl::StatusOr<std::vector<std::string>> ParseClassList(
 absl::StatusOr<std::vector<std::string>> ParseClassesFile(
     absl::string_view text, absl::string_view file_name) {
   std::vector<std::string> names;
+  // A UTF-8 byte-order mark is not part of the first name (models/csv.h skips it in CSV files).
+  absl::ConsumePrefix(&text, "\xEF\xBB\xBF");
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
+    if (const std::optional<size_t> bad = FirstInvalidUtf8Offset(line); bad.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file_name, ": class ", names.size() + 1, " is not UTF-8 text (byte 0x",
+                       absl::Hex(static_cast<unsigned char>(line[*bad])), " at offset ", *bad,
+                       "); save the file as UTF-8"));
+    }
     names.emplace_back(line);
   }
   if (names.size() < 2) {
@@ -319,10 +341,8 @@ absl::StatusOr<AnnotationRows> ParseAnnotationsCsv(absl::string_view text,
         if (!count.ok()) return count;
         const std::string& item = fields[item_column];
         const std::string& annotator = fields[annotator_column];
-        if (item.empty()) return LineError(line, "empty item id");
-        if (annotator.empty()) {
-          return LineError(line, "empty annotator id");
-        }
+        if (absl::Status valid = CheckId(line, "item", item); !valid.ok()) return valid;
+        if (absl::Status valid = CheckId(line, "annotator", annotator); !valid.ok()) return valid;
         absl::StatusOr<int32_t> label = labels.Parse(fields[label_column]);
         if (!label.ok()) {
           return LineError(line, label.status().message());
@@ -456,8 +476,38 @@ std::string FormatCsvRecord(absl::Span<const std::string> fields) {
   return record;
 }
 
+namespace {
+
+// A decimal number as spreadsheets read one: [+-] digits [. digits] [e [+-] digits], or with
+// the digits after the point only (".5").
+bool IsPlainNumber(absl::string_view text) {
+  size_t i = 0;
+  const auto digits = [&] {
+    const size_t start = i;
+    while (i < text.size() && absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    return i > start;
+  };
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+  bool mantissa = digits();
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    mantissa = digits() || mantissa;
+  }
+  if (!mantissa) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == text.size();
+}
+
+}  // namespace
+
 std::string SpreadsheetSafeCell(std::string text) {
-  if (!text.empty() && absl::string_view("=+-@\t\r").find(text[0]) != absl::string_view::npos) {
+  if (text.empty()) return text;
+  const bool signed_number = (text[0] == '+' || text[0] == '-') && IsPlainNumber(text);
+  if (!signed_number && absl::string_view("=+-@\t\r'").find(text[0]) != absl::string_view::npos) {
     text.insert(text.begin(), '\'');
   }
   return text;

@@ -4,7 +4,9 @@
 // Every CSV is parsed with the RFC 4180 parser of models/csv.h and must start
 // with a header naming its columns (in any order). Labels are written as class
 // NAMES of the project (a LabelParser maps them to indices); an integer that is
-// not a class name is taken as a class index. Errors are INVALID_ARGUMENT and
+// not a class name is taken as a class index. Ids and class names must be UTF-8
+// text (protobuf strings carry nothing else): a file saved in another encoding
+// is refused before anything is sent. Errors are INVALID_ARGUMENT and
 // begin with "<file>: line <n>: ", naming the file as the caller gave it and
 // the 1-based line of the offending record.
 //
@@ -50,7 +52,8 @@ class LabelParser {
 
 // A class list: the comma-separated value of --classes, or the text of a
 // classes file (one name per line; "\r\n" line ends and blank lines are
-// ignored). Surrounding spaces are kept: a class name is exactly its text.
+// ignored, and so is a UTF-8 byte-order mark at its start). Surrounding spaces
+// are kept: a class name is exactly its text.
 // INVALID_ARGUMENT for an empty name in a comma list or fewer than two names;
 // the server checks the remaining rules (uniqueness, length).
 absl::StatusOr<std::vector<std::string>> ParseClassList(absl::string_view text);
@@ -117,8 +120,12 @@ std::string FormatCsvRecord(absl::Span<const std::string> fields);
 // `text` as a CSV cell a spreadsheet will show as text: a cell that starts
 // with =, +, -, @, a tab or a carriage return (which Excel, LibreOffice and
 // Google Sheets would run as a formula, e.g. =HYPERLINK(...)) gets a leading
-// single quote, as spreadsheet-safe exports do; any other text is unchanged.
-// The CLI applies it to the free-text cells it writes (item ids, class names).
+// single quote, as spreadsheet-safe exports do, and so does a cell that starts
+// with a quote, so that removing one leading quote from every cell that has
+// one gives back the text ("=1+1" -> "'=1+1", "'=1+1" -> "''=1+1"). A signed
+// number ("-1", "+2.5e3"), which spreadsheets read as a number, and any other
+// text are unchanged. The CLI applies it to the free-text cells it writes (item
+// ids, class names).
 std::string SpreadsheetSafeCell(std::string text);
 
 }  // namespace verity::client

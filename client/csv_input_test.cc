@@ -77,6 +77,34 @@ TEST(ParseClassesFileTest, SkipsAByteOrderMarkAtTheStart) {
               ElementsAre("false", "true"));
 }
 
+// csv_input.h: ids and class names must be UTF-8 text; a file saved in another encoding
+// (Windows-1252 "caf\xe9") is INVALID_ARGUMENT naming the file, the line and the byte, for
+// labels, items and annotators files and for a classes file, while UTF-8 ids with spaces pass.
+TEST(CsvInputTest, IdsAndClassNamesThatAreNotUtf8AreRefusedByLine) {
+  const LabelParser labels = BirdLabels();
+  absl::StatusOr<AnnotationRows> rows = ParseAnnotationsCsv(
+      "item,annotator,label\ncaf\xc3\xa9 au lait,Jos\xc3\xa9,true\n", "labels.csv", labels);
+  ASSERT_THAT(rows, IsOk());
+  EXPECT_EQ(rows->annotations[0].item(), "caf\xc3\xa9 au lait");
+  EXPECT_THAT(ParseAnnotationsCsv("item,annotator,label\nok,w,true\ncaf\xe9,w,true\n",
+                                  "labels.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("labels.csv: line 3: item id is not UTF-8 text (byte 0xe9 at "
+                                 "offset 3)")));
+  EXPECT_THAT(ParseAnnotationsCsv("item,annotator,label\nok,\xff,true\n", "labels.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("labels.csv: line 2: annotator id is not UTF-8 text")));
+  EXPECT_THAT(ParseItemsCsv("item\nok\ncaf\xe9\n", "items.csv", labels),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("items.csv: line 3: item id is not UTF-8 text")));
+  EXPECT_THAT(ParseAnnotatorsCsv("annotator\ncaf\xe9\n", "annotators.csv"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("annotators.csv: line 2: annotator id is not UTF-8 text")));
+  EXPECT_THAT(ParseClassesFile("cat\ncaf\xe9\n", "classes.txt"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("classes.txt: class 2 is not UTF-8 text (byte 0xe9 at offset 3)")));
+}
+
 TEST(ParseAnnotationsCsvTest, ReadsTheDatasetFormat) {
   const LabelParser labels = BirdLabels();
   absl::StatusOr<AnnotationRows> rows = ParseAnnotationsCsv(
@@ -313,12 +341,14 @@ TEST(FormatCsvRecordTest, QuotesOnlyFieldsThatNeedIt) {
             "\"a,b\",\"say \"\"hi\"\"\",\"x\ny\",");
 }
 
-TEST(SpreadsheetSafeCellTest, PrefixesOnlyCellsASpreadsheetWouldRun) {
+TEST(SpreadsheetSafeCellTest, PrefixesOnlyCellsASpreadsheetWouldRunOrThatStartWithAQuote) {
   for (const std::string formula :
-       {"=1+1", "+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1", "=HYPERLINK(\"http://x\")"}) {
+       {"=1+1", "+A1", "-2+3", "@SUM(A1)", "\t=1", "\r=1", "=HYPERLINK(\"http://x\")", "'quoted",
+        "'=1+1", "'-1", "-", "+", "-.", "-1e", "-1e+", "--1", "-1 ", "-1.2.3"}) {
     EXPECT_EQ(SpreadsheetSafeCell(formula), "'" + formula) << formula;
   }
-  for (const std::string text : {"", "a=1", "item-1", "1.5", "'quoted", " =1"}) {
+  for (const std::string text :
+       {"", "a=1", "item-1", "1.5", " =1", "a'b", "-1", "+3", "-0.5", "-.5", "+2.5e3", "-1E-2"}) {
     EXPECT_EQ(SpreadsheetSafeCell(text), text) << text;
   }
 }

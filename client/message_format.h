@@ -108,7 +108,8 @@ std::vector<std::string> PosteriorExportHeader(
     absl::Span<const std::string> classes);
 // One record under that header; numbers in their shortest exact form,
 // booleans as true/false, item and label spreadsheet-safe (SpreadsheetSafeCell
-// in client/csv_input.h: a leading ' before = + - @).
+// in client/csv_input.h: a leading ' before = + - @ tab CR ', signed numbers
+// aside).
 std::vector<std::string> PosteriorExportFields(
     const v1::Posterior& posterior, absl::Span<const std::string> classes);
 

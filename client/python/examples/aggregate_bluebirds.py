@@ -37,9 +37,10 @@ def find_datasets():
 DATA = find_datasets() / "bluebirds"
 
 # %% Load the crowd labels: one row per (item, annotator) with the class *name*.
-# dtype=str keeps ids as strings and the class names "false"/"true" from becoming booleans.
-labels = pd.read_csv(DATA / "labels.csv", dtype=str)
-gold = pd.read_csv(DATA / "gold.csv", dtype=str)
+# dtype=str and keep_default_na=False keep ids as strings (also "NA" or "null") and the class
+# names "false"/"true" from becoming booleans.
+labels = pd.read_csv(DATA / "labels.csv", dtype=str, keep_default_na=False)
+gold = pd.read_csv(DATA / "gold.csv", dtype=str, keep_default_na=False)
 classes = (DATA / "classes.txt").read_text().split()
 print(labels.head())
 print("%d labels, %d items, %d annotators, classes %s" % (

@@ -43,9 +43,10 @@ else:
     from verity_client import aggregation
     serving = aggregation.serve(args.server)
 
-data = pd.read_csv(os.path.join(args.data, "labels.csv"), dtype=str)
+data = pd.read_csv(os.path.join(args.data, "labels.csv"), dtype=str, keep_default_na=False)
 data = data.rename(columns={"item": "task", "annotator": "worker"})
-gold = pd.read_csv(os.path.join(args.data, "gold.csv"), dtype=str).set_index("item")["label"]
+gold = pd.read_csv(os.path.join(args.data, "gold.csv"), dtype=str,
+                   keep_default_na=False).set_index("item")["label"]
 
 ATTRIBUTES = ("labels_", "probas_", "errors_", "priors_", "skills_", "alphas_")
 results = {}

@@ -394,10 +394,11 @@ class ClientServerTest(unittest.TestCase):
                                   posteriors["num_labels"])), [("t 1", "cat", 3)])
 
     def test_ids_named_na_or_null_stay_strings_when_read_as_the_readme_says(self):
-        # README: "Read CSVs with dtype=str, so ids stay strings"; NA is Namibia's country
-        # code, and "null" an id like any other.
+        # README: "Read CSVs with dtype=str and keep_default_na=False, so ids stay strings";
+        # NA is Namibia's country code, and "null" an id like any other. (With dtype=str alone,
+        # as the README said before, pandas read them as missing and submit raised ValueError.)
         path = self.write_temp("item,annotator,label\nNA,w1,cat\nnull,w1,dog\nNA,n/a,cat\n")
-        labels = pd.read_csv(path, dtype=str)
+        labels = pd.read_csv(path, dtype=str, keep_default_na=False)
         self.client.create_project("na-ids", ["cat", "dog"], method="mv")
         result = self.client.submit("na-ids", labels)
         self.assertEqual((result.accepted, result.rejected), (3, 0))

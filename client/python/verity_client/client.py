@@ -535,8 +535,9 @@ class Client:
     def add_items(self, project: str, df: pd.DataFrame) -> Tuple[int, int]:
         """Creates or updates items; returns (added, updated).
 
-        df has a column item (or task) and optionally gold (the known class, a name or index;
-        missing = no gold) and priority (assignment priority; missing = unchanged). One
+        df has a column item (or task) and optionally gold (or label, as in a dataset's
+        gold.csv and the CLI: the known class, a name or index; missing = no gold; ValueError if
+        df has both) and priority (assignment priority; missing = unchanged). One
         AddItems RPC per 10,000 items (under 3 MB: no features are sent); the chunks before a
         failed one stay written.
         """
@@ -544,10 +545,14 @@ class Client:
             df = pd.DataFrame(df)
         items = frames.ids(frames.column(df, frames.ITEM_COLUMNS))
         gold = [None] * len(items)
-        if "gold" in df.columns:
-            known = df["gold"].notna().to_numpy()
+        gold_columns = [c for c in ("gold", "label") if c in df.columns]
+        if len(gold_columns) > 1:
+            raise ValueError("columns 'gold' and 'label' both give gold labels: keep one")
+        if gold_columns:
+            column = df[gold_columns[0]]
+            known = column.notna().to_numpy()
             if known.any():
-                indices = frames.label_indices(df["gold"][known], self._class_names(project))
+                indices = frames.label_indices(column[known], self._class_names(project))
                 for row, index in zip(np.flatnonzero(known), indices):
                     gold[row] = int(index)
         priority = [None] * len(items)
