@@ -86,8 +86,8 @@ TEST(CsvInputTest, IdsAndClassNamesThatAreNotUtf8AreRefusedByLine) {
       "item,annotator,label\ncaf\xc3\xa9 au lait,Jos\xc3\xa9,true\n", "labels.csv", labels);
   ASSERT_THAT(rows, IsOk());
   EXPECT_EQ(rows->annotations[0].item(), "caf\xc3\xa9 au lait");
-  EXPECT_THAT(ParseAnnotationsCsv("item,annotator,label\nok,w,true\ncaf\xe9,w,true\n",
-                                  "labels.csv", labels),
+  EXPECT_THAT(ParseAnnotationsCsv("item,annotator,label\nok,w,true\ncaf\xe9,w,true\n", "labels.csv",
+                                  labels),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("labels.csv: line 3: item id is not UTF-8 text (byte 0xe9 at "
                                  "offset 3)")));
@@ -100,9 +100,10 @@ TEST(CsvInputTest, IdsAndClassNamesThatAreNotUtf8AreRefusedByLine) {
   EXPECT_THAT(ParseAnnotatorsCsv("annotator\ncaf\xe9\n", "annotators.csv"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("annotators.csv: line 2: annotator id is not UTF-8 text")));
-  EXPECT_THAT(ParseClassesFile("cat\ncaf\xe9\n", "classes.txt"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("classes.txt: class 2 is not UTF-8 text (byte 0xe9 at offset 3)")));
+  EXPECT_THAT(
+      ParseClassesFile("cat\ncaf\xe9\n", "classes.txt"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("classes.txt: class 2 is not UTF-8 text (byte 0xe9 at offset 3)")));
 }
 
 TEST(ParseAnnotationsCsvTest, ReadsTheDatasetFormat) {
