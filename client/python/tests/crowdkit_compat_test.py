@@ -386,5 +386,154 @@ class OriginalIdsTest(unittest.TestCase):
         self.assertEqual(list(aggregator.errors_.index.names), ["worker", "label"])
         self.assertEqual(list(aggregator.errors_.columns), ["x", "y"])
 
+
+def _agreement_data():
+    """Four tasks with a clear majority each (no ties) and three workers: a always gives the
+    majority's label, b on three tasks of four (not on t4), c on two (t3, t4)."""
+    import pandas as pd
+    return pd.DataFrame({"task": ["t1"] * 3 + ["t2"] * 3 + ["t3"] * 3 + ["t4"] * 3,
+                         "worker": ["a", "b", "c"] * 4,
+                         "label": ["x", "x", "y", "y", "y", "x", "x", "x", "x", "y", "x", "y"]})
+
+
+def _three_class_crowd():
+    """40 tasks of three classes (the truth cycles a, b, c), four honest workers who are right
+    90% to 75% of the time (seeded) and one, "bad", who always gives the next class."""
+    import numpy as np
+    import pandas as pd
+    rng = np.random.RandomState(3)
+    classes = ["a", "b", "c"]
+    rows = []
+    for task in range(40):
+        truth = task % 3
+        for worker, accuracy in (("g1", 0.9), ("g2", 0.85), ("g3", 0.8), ("g4", 0.75)):
+            right = rng.rand() < accuracy
+            wrong = (truth + 1 + rng.randint(2)) % 3
+            rows.append((task, worker, classes[truth] if right else classes[wrong]))
+        rows.append((task, "bad", classes[(truth + 1) % 3]))
+    return pd.DataFrame(rows, columns=["task", "worker", "label"])
+
+
+class CrowdKitSemanticsTest(unittest.TestCase):
+    """What a crowd-kit script reads from the fitted attributes, each against crowd-kit's own
+    class on the same small frame (the module docstring: "A crowd-kit user changes one import
+    line and keeps their code")."""
+
+    @classmethod
+    def setUpClass(cls):
+        import sys
+        if _crowdkit_source() not in sys.path:
+            sys.path.insert(0, _crowdkit_source())
+        cls.server = SERVER
+
+    def fit_both(self, name, data, **kwargs):
+        """(crowd-kit's fitted aggregator, Verity's) of class `name` on `data`."""
+        import warnings
+        from crowdkit import aggregation as theirs
+        from verity_client import aggregation as ours
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # crowd-kit's numpy warnings on tiny frames
+            their_fit = getattr(theirs, name)(**kwargs).fit(data)
+        our_fit = getattr(ours, name)(server=self.server.address, **kwargs).fit(data)
+        return their_fit, our_fit
+
+    # crowd-kit keeps the label values: booleans stay booleans (labels_ of dtype bool, probas_
+    # columns False, True). Verity sends them as "False"/"True" and maps them back.
+    def test_boolean_labels_come_back_as_booleans(self):
+        import pandas as pd
+        data = pd.DataFrame({"task": [1, 1, 1, 2, 2, 2], "worker": ["a", "b", "c"] * 2,
+                             "label": [True, True, False, False, False, True]})
+        for name in ("MajorityVote", "DawidSkene"):
+            theirs, ours = self.fit_both(name, data)
+            for impl, fitted in (("crowd-kit", theirs), ("verity", ours)):
+                with self.subTest(method=name, impl=impl):
+                    self.assertEqual(fitted.labels_.to_dict(), {1: True, 2: False})
+                    self.assertEqual(fitted.labels_.dtype, bool)
+                    self.assertEqual(list(fitted.probas_.columns), [False, True])
+                    self.assertEqual(fitted.probas_.columns.dtype, bool)
+
+    # crowd-kit's MajorityVote breaks a tie toward the first column of probas_, the lowest label
+    # in the labels' own order: 2 before 10 (as strings, "10" would sort first).
+    def test_a_tie_goes_to_the_lowest_label_in_value_order(self):
+        import pandas as pd
+        data = pd.DataFrame({"task": [1, 1, 2, 2, 2], "worker": ["a", "b", "a", "b", "c"],
+                             "label": [10, 2, 10, 10, 2]})
+        theirs, ours = self.fit_both("MajorityVote", data)
+        for impl, fitted in (("crowd-kit", theirs), ("verity", ours)):
+            with self.subTest(impl=impl):
+                self.assertEqual(fitted.labels_.to_dict(), {1: 2, 2: 10})
+                self.assertEqual(fitted.labels_.dtype, "int64")
+                self.assertEqual(list(fitted.probas_.columns), [2, 10])
+                self.assertAlmostEqual(float(fitted.probas_.loc[1, 2]), 0.5, places=6)
+
+    # crowd-kit's MajorityVote counts no missing label: a task whose only label is NaN has no
+    # aggregate, and float labels stay floats.
+    def test_missing_labels_are_left_out_and_float_labels_stay_floats(self):
+        import numpy as np
+        import pandas as pd
+        data = pd.DataFrame({"task": [1, 1, 1, 2, 2, 3], "worker": ["a", "b", "c"] * 2,
+                             "label": [1.0, 1.0, 2.0, np.nan, 2.0, np.nan]})
+        theirs, ours = self.fit_both("MajorityVote", data)
+        for impl, fitted in (("crowd-kit", theirs), ("verity", ours)):
+            with self.subTest(impl=impl):
+                self.assertEqual(fitted.labels_.to_dict(), {1: 1.0, 2: 2.0})
+                self.assertEqual(fitted.labels_.dtype, "float64")
+                self.assertEqual(list(fitted.probas_.columns), [1.0, 2.0])
+
+    # crowd-kit's Wawa and ZeroBasedSkill: skills_ is each worker's share of labels equal to
+    # the (weighted) majority's. By hand on _agreement_data: a 4/4, b 3/4, c 2/4.
+    def test_wawa_and_zero_based_skill_skills_are_agreement_with_the_majority(self):
+        expected = {"a": 1.0, "b": 0.75, "c": 0.5}
+        for name in ("Wawa", "ZeroBasedSkill"):
+            theirs, ours = self.fit_both(name, _agreement_data())
+            for impl, fitted in (("crowd-kit", theirs), ("verity", ours)):
+                with self.subTest(method=name, impl=impl):
+                    self.assertEqual(fitted.skills_.name, "skill")
+                    self.assertEqual(fitted.skills_.index.name, "worker")
+                    self.assertEqual(set(fitted.skills_.index), set(expected))
+                    for worker, skill in expected.items():
+                        self.assertAlmostEqual(float(fitted.skills_[worker]), skill, delta=1e-4)
+            self.assertEqual(ours.labels_.to_dict(),
+                             {"t1": "x", "t2": "y", "t3": "x", "t4": "y"})
+
+    # crowd-kit's probas_: "all task probabilities must sum up to 1", and labels_ is their
+    # argmax (utils.get_most_probable_labels: probas_.idxmax(axis="columns")). A worker who
+    # always gives a wrong class has the lowest skill (or GLAD alpha) of all.
+    def test_probas_rows_are_distributions_and_labels_their_argmax(self):
+        from verity_client import aggregation
+        data = _three_class_crowd()
+        for name in ("MajorityVote", "Wawa", "ZeroBasedSkill", "DawidSkene", "OneCoinDawidSkene",
+                     "GLAD", "MACE", "MMSR"):
+            fitted = getattr(aggregation, name)(server=self.server.address).fit(data)
+            with self.subTest(method=name):
+                probas = fitted.probas_
+                self.assertEqual(list(probas.columns), ["a", "b", "c"])
+                self.assertEqual(sorted(probas.index), list(range(40)))
+                for total in probas.sum(axis=1):
+                    self.assertAlmostEqual(total, 1.0, places=6)
+                self.assertTrue(((probas >= 0) & (probas <= 1)).all().all())
+                self.assertEqual(fitted.labels_.to_dict(),
+                                 probas.idxmax(axis="columns").to_dict())
+                if name != "DawidSkene":  # the one without a skill per worker
+                    skills = getattr(fitted, "alphas_" if name == "GLAD" else "skills_")
+                    self.assertEqual(skills.idxmin(), "bad")
+
+    # crowd-kit's defaults: n_iter=100, tol=1e-5 for DawidSkene, OneCoinDawidSkene and GLAD;
+    # n_iter=100 for ZeroBasedSkill and KOS; n_iter is the first positional argument of each.
+    def test_n_iter_and_tol_defaults_and_position_are_crowd_kits(self):
+        from crowdkit import aggregation as theirs
+        from verity_client import aggregation as ours
+        for name, has_tol in (("DawidSkene", True), ("OneCoinDawidSkene", True),
+                              ("GLAD", True), ("ZeroBasedSkill", False), ("KOS", False)):
+            with self.subTest(method=name):
+                their_default, our_default = getattr(theirs, name)(), getattr(ours, name)()
+                self.assertEqual(our_default.n_iter, 100)
+                self.assertEqual(their_default.n_iter, 100)
+                if has_tol:
+                    self.assertEqual(our_default.tol, 1e-5)
+                    self.assertEqual(their_default.tol, 1e-5)
+                self.assertEqual(getattr(ours, name)(7).n_iter, 7)
+                self.assertEqual(getattr(theirs, name)(7).n_iter, 7)
+
 if __name__ == "__main__":
     junit.main()
