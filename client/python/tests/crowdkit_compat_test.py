@@ -535,5 +535,23 @@ class CrowdKitSemanticsTest(unittest.TestCase):
                 self.assertEqual(getattr(ours, name)(7).n_iter, 7)
                 self.assertEqual(getattr(theirs, name)(7).n_iter, 7)
 
+    # verity_client.aggregation.MajorityVote's docstring: "labels_, probas_, skills_ (agreement
+    # with the majority)", crowd-kit's skills_ (utils.get_accuracy): each worker's share of
+    # labels equal to labels_. By hand on _agreement_data: a 4/4, b 3/4, c 2/4. Verity's were
+    # about 0.69, 0.66, 0.61: the profile accuracy against the smoothed soft vote, shrunk toward
+    # the population, so a script that drops workers below a crowd-kit skill of 0.7 drops all.
+    def test_majority_vote_skills_are_agreement_with_the_majority(self):
+        theirs, ours = self.fit_both("MajorityVote", _agreement_data())
+        expected = {"a": 1.0, "b": 0.75, "c": 0.5}
+        for impl, fitted in (("crowd-kit", theirs), ("verity", ours)):
+            with self.subTest(impl=impl):
+                self.assertEqual(fitted.labels_.to_dict(),
+                                 {"t1": "x", "t2": "y", "t3": "x", "t4": "y"})
+                self.assertEqual(set(fitted.skills_.index), set(expected))
+                for worker, skill in expected.items():
+                    self.assertAlmostEqual(float(fitted.skills_[worker]), skill, delta=0.01,
+                                           msg="worker " + worker)
+
+
 if __name__ == "__main__":
     junit.main()
