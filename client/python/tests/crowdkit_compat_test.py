@@ -553,5 +553,25 @@ class CrowdKitSemanticsTest(unittest.TestCase):
                                            msg="worker " + worker)
 
 
+    # crowd-kit's KOS raises ValueError ("KOS aggregation method is for binary classification
+    # only.") on three labels; Verity's KOS is "crowd-kit's KOS (binary labels only)", and fit
+    # refuses every other frame it cannot fit with a ValueError before making a project. It
+    # raised VerityError INVALID_ARGUMENT from CreateProject, which `except ValueError` misses.
+    def test_kos_refuses_three_labels_with_a_value_error_as_crowd_kit(self):
+        import pandas as pd
+        from crowdkit.aggregation import KOS as TheirKOS
+        from verity_client import Client
+        from verity_client.aggregation import KOS
+        data = pd.DataFrame({"task": [1, 1, 1, 2, 2, 2], "worker": ["a", "b", "c"] * 2,
+                             "label": ["x", "y", "z", "x", "x", "y"]})
+        with self.assertRaisesRegex(ValueError, "binary"):
+            TheirKOS().fit(data)
+        with Client(self.server.address) as client:
+            before = len(client.list_projects())
+            with self.assertRaisesRegex(ValueError, "binary"):
+                KOS(server=client).fit(data)
+            self.assertEqual(len(client.list_projects()), before)
+
+
 if __name__ == "__main__":
     junit.main()
