@@ -573,5 +573,24 @@ class CrowdKitSemanticsTest(unittest.TestCase):
             self.assertEqual(len(client.list_projects()), before)
 
 
+    # crowd-kit's errors_[true] within one worker is a distribution over the labels it gave
+    # (DawidSkene._m_step divides by the worker's sum), so on a frame of one label each worker's
+    # single row is 1. The same frame's probas_ rows sum to 1 (Verity drops its unused second
+    # class, RowSemanticsTest); errors_ kept the unused class's share: 0.967 (DawidSkene), 0.964
+    # (OneCoinDawidSkene).
+    def test_errors_of_a_single_label_are_one_as_in_crowd_kit(self):
+        import pandas as pd
+        data = pd.DataFrame({"task": [1, 1, 2, 2], "worker": ["a", "b", "a", "b"],
+                             "label": ["x", "x", "x", "x"]})
+        for name in ("DawidSkene", "OneCoinDawidSkene"):
+            theirs, ours = self.fit_both(name, data)
+            for impl, fitted in (("crowd-kit", theirs), ("verity", ours)):
+                with self.subTest(method=name, impl=impl):
+                    self.assertEqual(sorted(fitted.errors_.index), [("a", "x"), ("b", "x")])
+                    self.assertEqual(list(fitted.errors_.columns), ["x"])
+                    for value in fitted.errors_["x"]:
+                        self.assertAlmostEqual(float(value), 1.0, places=6)
+
+
 if __name__ == "__main__":
     junit.main()
