@@ -592,5 +592,20 @@ class CrowdKitSemanticsTest(unittest.TestCase):
                         self.assertAlmostEqual(float(value), 1.0, places=6)
 
 
+    # README: "The fitted attributes keep crowd-kit's names, index names and shapes". crowd-kit's
+    # errors_ has index names (worker, label) and unnamed columns; Verity named its columns
+    # "label" too, so the long form crowd-kit code makes, errors_.stack().reset_index(), raised
+    # ValueError "cannot insert label, already exists".
+    def test_errors_columns_are_unnamed_as_in_crowd_kit(self):
+        for name in ("DawidSkene", "OneCoinDawidSkene"):
+            theirs, ours = self.fit_both(name, _agreement_data())
+            for impl, fitted in (("crowd-kit", theirs), ("verity", ours)):
+                with self.subTest(method=name, impl=impl):
+                    self.assertEqual(list(fitted.errors_.index.names), ["worker", "label"])
+                    self.assertIsNone(fitted.errors_.columns.name)
+                    long_form = fitted.errors_.stack().reset_index()
+                    self.assertEqual(list(long_form.columns), ["worker", "label", "level_2", 0])
+
+
 if __name__ == "__main__":
     junit.main()
