@@ -607,5 +607,27 @@ class CrowdKitSemanticsTest(unittest.TestCase):
                     self.assertEqual(list(long_form.columns), ["worker", "label", "level_2", 0])
 
 
+    # The module docstring: the fitted attributes "keep crowd-kit's names". crowd-kit's MMSR
+    # gives its per-task label scores as scores_ (fit_predict sets it; fit_predict_score
+    # returns it): indexed by task, one column per label, labels_ their argmax. Verity's MMSR
+    # had them only as probas_, and no fit_predict_score (AttributeError either way).
+    def test_mmsr_has_crowd_kits_scores(self):
+        from crowdkit.aggregation import MMSR as TheirMMSR
+        from verity_client.aggregation import MMSR
+        data = _three_class_crowd()
+        for impl, make in (("crowd-kit", TheirMMSR), ("verity", MMSR)):
+            with self.subTest(impl=impl):
+                kwargs = {} if impl == "crowd-kit" else {"server": self.server.address}
+                aggregator = make(**kwargs)
+                labels = aggregator.fit_predict(data)
+                self.assertEqual(aggregator.scores_.index.name, "task")
+                self.assertEqual(aggregator.scores_.shape, (40, 3))
+                self.assertEqual(labels.to_dict(),
+                                 aggregator.scores_.idxmax(axis="columns").to_dict())
+                scores = make(**kwargs).fit_predict_score(data)
+                self.assertEqual(sorted(scores.index), list(range(40)))
+                self.assertEqual(list(scores.columns), ["a", "b", "c"])
+
+
 if __name__ == "__main__":
     junit.main()
