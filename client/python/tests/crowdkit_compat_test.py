@@ -629,5 +629,19 @@ class CrowdKitSemanticsTest(unittest.TestCase):
                 self.assertEqual(list(scores.columns), ["a", "b", "c"])
 
 
+    # README: the classes come "with crowd-kit's n_iter and tol". crowd-kit's defaults are
+    # MACE n_iter=50 and MMSR n_iter=10000, tol=1e-10 (read from its classes here); Verity's
+    # MACE and MMSR took DawidSkene's 100 and 1e-5, so MACE() runs twice crowd-kit's iterations.
+    def test_mace_and_mmsr_defaults_are_crowd_kits(self):
+        from crowdkit import aggregation as theirs
+        from verity_client import aggregation as ours
+        self.assertEqual(theirs.MACE().n_iter, 50)
+        self.assertEqual(theirs.MMSR().n_iter, 10000)
+        self.assertEqual(theirs.MMSR().tol, 1e-10)
+        self.assertEqual(ours.MACE().n_iter, 50)
+        self.assertEqual(ours.MMSR().n_iter, 10000)
+        self.assertEqual(ours.MMSR().tol, 1e-10)
+
+
 if __name__ == "__main__":
     junit.main()
