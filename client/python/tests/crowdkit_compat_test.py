@@ -657,5 +657,30 @@ class CrowdKitSemanticsTest(unittest.TestCase):
                             ours_many.skills_.round(6).to_dict())
 
 
+    # README: "A crowd-kit script switches to Verity by one import line". crowd-kit's fit,
+    # fit_predict and fit_predict_proba take more than `data`: MajorityVote's `skills` (a
+    # weighted vote, its docstring's second example) and DawidSkene's `true_labels` (gold tasks
+    # fixed to their label). By hand: t1's x from a (weight 0.9) outweighs y from b and c (0.3
+    # each); gold says t2 is x though all three workers say y. Verity's took `data` only
+    # (TypeError: unexpected keyword argument).
+    def test_fit_takes_crowd_kits_skills_and_true_labels(self):
+        import pandas as pd
+        data = pd.DataFrame({"task": ["t1"] * 3 + ["t2"] * 3 + ["t3"] * 3,
+                             "worker": ["a", "b", "c"] * 3,
+                             "label": ["x", "y", "y", "y", "y", "y", "x", "x", "y"]})
+        skills = pd.Series({"a": 0.9, "b": 0.3, "c": 0.3})
+        gold = pd.Series({"t2": "x"})
+        from crowdkit import aggregation as theirs
+        from verity_client import aggregation as ours
+        for impl, module, kwargs in (("crowd-kit", theirs, {}),
+                                     ("verity", ours, {"server": self.server.address})):
+            with self.subTest(impl=impl, method="MajorityVote"):
+                labels = module.MajorityVote(**kwargs).fit_predict(data, skills)
+                self.assertEqual(labels["t1"], "x")
+            with self.subTest(impl=impl, method="DawidSkene"):
+                labels = module.DawidSkene(**kwargs).fit_predict(data, true_labels=gold)
+                self.assertEqual(labels["t2"], "x")
+
+
 if __name__ == "__main__":
     junit.main()
