@@ -682,5 +682,22 @@ class CrowdKitSemanticsTest(unittest.TestCase):
                 self.assertEqual(labels["t2"], "x")
 
 
+    # crowd-kit's Wawa and ZeroBasedSkill are fitted once and then predict (labels) and
+    # predict_proba (probas) on a frame; fit_predict is fit(data).predict(data). Verity's have
+    # only fit, fit_predict and fit_predict_proba (AttributeError on predict).
+    def test_wawa_and_zero_based_skill_predict_after_fit_as_in_crowd_kit(self):
+        data = _agreement_data()
+        for name in ("Wawa", "ZeroBasedSkill"):
+            theirs, ours = self.fit_both(name, data)
+            for impl, fitted in (("crowd-kit", theirs), ("verity", ours)):
+                with self.subTest(method=name, impl=impl):
+                    self.assertEqual(fitted.predict(data).to_dict(),
+                                     {"t1": "x", "t2": "y", "t3": "x", "t4": "y"})
+                    probas = fitted.predict_proba(data)
+                    self.assertEqual(list(probas.columns), ["x", "y"])
+                    self.assertEqual(probas.idxmax(axis="columns").to_dict(),
+                                     {"t1": "x", "t2": "y", "t3": "x", "t4": "y"})
+
+
 if __name__ == "__main__":
     junit.main()
