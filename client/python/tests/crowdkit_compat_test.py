@@ -699,5 +699,25 @@ class CrowdKitSemanticsTest(unittest.TestCase):
                                      {"t1": "x", "t2": "y", "t3": "x", "t4": "y"})
 
 
+    # The module docstring: "Each class takes crowd-kit's constructor arguments". crowd-kit's
+    # public constructor parameters (its attrs fields with init, read from its classes): e.g.
+    # MajorityVote(default_skill, on_missing_skill), DawidSkene(initial_error_strategy),
+    # GLAD(silent, labels_priors, ...), MACE(n_restarts, method, ...), KOS(random_state),
+    # MMSR(random_state), ZeroBasedSkill(lr_init, ...). Verity's took n_iter and tol alone, so
+    # any of the others is a TypeError.
+    def test_constructors_take_every_crowd_kit_parameter(self):
+        import inspect
+        import attr
+        from crowdkit import aggregation as theirs
+        from verity_client import aggregation as ours
+        for name in ("MajorityVote", "Wawa", "ZeroBasedSkill", "DawidSkene",
+                     "OneCoinDawidSkene", "GLAD", "MACE", "KOS", "MMSR"):
+            their_parameters = {field.name for field in attr.fields(getattr(theirs, name))
+                                if field.init and not field.name.startswith("_")}
+            our_parameters = set(inspect.signature(getattr(ours, name)).parameters)
+            with self.subTest(method=name):
+                self.assertEqual(sorted(their_parameters - our_parameters), [])
+
+
 if __name__ == "__main__":
     junit.main()
