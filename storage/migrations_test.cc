@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "pqxx/result"
 #include "storage/connection_pool.h"
+#include "storage/model_version_store.h"
 #include "storage/schema_migrations.h"
 #include "storage/testing/postgres_fixture.h"
 
@@ -20,6 +21,7 @@ namespace storage {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::Field;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAreArray;
@@ -238,6 +240,129 @@ TEST_F(MigrationsTest, TheHistoryRowCountStartsFromTheRowsAlreadyKept) {
         return rows;
       });
   EXPECT_THAT(counts, IsOkAndHolds(ElementsAre(5, 0, 2)));
+}
+
+// migrations.h: ApplyMigrations runs "the migrations whose version is not recorded" — not
+// only those above the newest recorded one. A database that recorded 1 and 5 (say, from a
+// branch that skipped 2) gets 2 next, and only 2.
+TEST_F(MigrationsTest, AppliesAVersionMissingBelowTheNewestRecorded) {
+  const std::vector<Migration> one_and_five = {
+      {1, "one", "CREATE TABLE one (v int)"},
+      {5, "five", "CREATE TABLE five (v int)"},
+  };
+  ASSERT_THAT(ApplyMigrations(*pool_, one_and_five), IsOkAndHolds(ElementsAre(1, 5)));
+  const std::vector<Migration> with_two = {
+      one_and_five[0],
+      {2, "two", "CREATE TABLE two (v int)"},
+      one_and_five[1],
+  };
+  EXPECT_THAT(ApplyMigrations(*pool_, with_two), IsOkAndHolds(ElementsAre(2)));
+  EXPECT_TRUE(TableExists("two"));
+  EXPECT_THAT(AppliedMigrationVersions(*pool_), IsOkAndHolds(ElementsAre(1, 2, 5)));
+}
+
+// migrations.h: FAILED_PRECONDITION "if the database records a version newer than the newest
+// in `migrations`", whichever version was recorded last: here 5 was recorded before 2, and a
+// binary that knows versions up to 3 is refused and applies nothing.
+TEST_F(MigrationsTest, RefusesANewerVersionRecordedBeforeAnOlderOne) {
+  ASSERT_THAT(ApplyMigrations(*pool_, {{1, "one", "CREATE TABLE one (v int)"},
+                                       {5, "five", "CREATE TABLE five (v int)"}}),
+              IsOk());
+  ASSERT_THAT(ApplyMigrations(*pool_, {{1, "one", "CREATE TABLE one (v int)"},
+                                       {2, "two", "CREATE TABLE two (v int)"},
+                                       {5, "five", "CREATE TABLE five (v int)"}}),
+              IsOkAndHolds(ElementsAre(2)));
+  const std::vector<Migration> up_to_three = {
+      {1, "one", "CREATE TABLE one (v int)"},
+      {2, "two", "CREATE TABLE two (v int)"},
+      {3, "three", "CREATE TABLE three (v int)"},
+  };
+  EXPECT_THAT(ApplyMigrations(*pool_, up_to_three),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("version 5")));
+  EXPECT_FALSE(TableExists("three"));
+  EXPECT_THAT(AppliedMigrationVersions(*pool_), IsOkAndHolds(ElementsAre(1, 2, 5)));
+}
+
+// Migration 10 continues every project "past every value the global sequence handed out". A
+// database whose sequence handed out none (projects, no label yet) starts its projects at seq
+// 1, the first value the sequence would have given and a new project's next_seq.
+TEST_F(MigrationsTest, PerProjectSeqsStartAtOneWhenTheGlobalSequenceWasNeverUsed) {
+  std::vector<Migration> before_counters;
+  for (const Migration& m : SchemaMigrations()) {
+    if (m.version < 10) before_counters.push_back(m);
+  }
+  ASSERT_THAT(ApplyMigrations(*pool_, before_counters), IsOk());
+  ASSERT_THAT(pool_->WithTransaction("projects without labels",
+                                     [](pqxx::work& txn) -> absl::StatusOr<bool> {
+                                       txn.exec0(
+                                           "INSERT INTO projects (name, classes) VALUES "
+                                           "('a', '{x,y}'), ('b', '{x,y}')");
+                                       return true;
+                                     }),
+              IsOk());
+  ASSERT_THAT(ApplySchemaMigrations(*pool_), IsOk());
+  absl::StatusOr<std::vector<int64_t>> next_seqs = pool_->WithTransaction(
+      "next seqs", [](pqxx::work& txn) -> absl::StatusOr<std::vector<int64_t>> {
+        std::vector<int64_t> next;
+        for (const pqxx::row& row : txn.exec("SELECT next_seq FROM projects ORDER BY project_id")) {
+          next.push_back(row[0].as<int64_t>());
+        }
+        return next;
+      });
+  EXPECT_THAT(next_seqs, IsOkAndHolds(ElementsAre(1, 1)));
+}
+
+// An upgrade keeps what the database holds: model versions saved before migration 14 keep
+// their checkpoints (parameters and outputs) after it, as read through ModelVersionStore, and
+// the project's next version follows them.
+TEST_F(MigrationsTest, VersionsSavedBeforeCheckpointFreeingKeepTheirCheckpoints) {
+  std::vector<Migration> before_freeing;
+  for (const Migration& m : SchemaMigrations()) {
+    if (m.version < 14) before_freeing.push_back(m);
+  }
+  ASSERT_THAT(ApplyMigrations(*pool_, before_freeing), IsOk());
+  ASSERT_THAT(pool_->WithTransaction(
+                  "old versions",
+                  [](pqxx::work& txn) -> absl::StatusOr<bool> {
+                    txn.exec0("INSERT INTO projects (name, classes) VALUES ('a', '{x,y}')");
+                    txn.exec0(
+                        "INSERT INTO model_versions (project_id, version, method, "
+                        "parameters, watermark) VALUES "
+                        "(1, 1, 'ds', 'one'::bytea, 10), (1, 2, 'mv', 'two'::bytea, 20)");
+                    txn.exec0(
+                        "INSERT INTO model_version_outputs (project_id, version, "
+                        "posteriors, annotator_profiles) VALUES "
+                        "(1, 2, 'post'::bytea, 'prof'::bytea)");
+                    return true;
+                  }),
+              IsOk());
+  ASSERT_THAT(ApplySchemaMigrations(*pool_), IsOkAndHolds(ElementsAre(14)));
+
+  ModelVersionStore store(pool_.get());
+  absl::StatusOr<ModelVersionRecord> first = store.GetModelVersion(1, 1);
+  ASSERT_THAT(first, IsOk());
+  EXPECT_EQ(first->method, "ds");
+  EXPECT_EQ(first->parameters, "one");
+  EXPECT_EQ(first->watermark, 10);
+  absl::StatusOr<ModelVersionRecord> latest = store.LatestModelVersion(1);
+  ASSERT_THAT(latest, IsOk());
+  EXPECT_EQ(latest->version, 2);
+  EXPECT_EQ(latest->parameters, "two");
+  absl::StatusOr<ModelVersionOutputs> outputs = store.GetModelVersionOutputs(1, 2);
+  ASSERT_THAT(outputs, IsOk());
+  EXPECT_EQ(outputs->posteriors, "post");
+  EXPECT_EQ(outputs->annotator_profiles, "prof");
+
+  ModelVersionRecord next;
+  next.project_id = 1;
+  next.method = "ds";
+  next.parameters = "three";
+  absl::StatusOr<ModelVersionRecord> saved = store.SaveModelVersion(next);
+  ASSERT_THAT(saved, IsOk());
+  EXPECT_EQ(saved->version, 3);
+  // Three versions are within kCheckpointsKept: the first still has its checkpoint.
+  EXPECT_THAT(store.GetModelVersion(1, 1),
+              IsOkAndHolds(Field(&ModelVersionRecord::parameters, "one")));
 }
 
 }  // namespace
