@@ -380,5 +380,58 @@ TEST_F(LeaseStoreTest, ReadClaimsSinceReturnsTheOpenLeasesClaimedAfterItsArgumen
               IsOkAndHolds(*x2));
 }
 
+// Schema migration 11: only ClaimLeases gives a lease a claim_seq; "leases written otherwise
+// keep 0". A lease of UpsertLeases is open, yet no claim: ReadClaimsSince(0) and a claimant
+// that has seen nothing see none, and the newest claim is still 0.
+TEST_F(LeaseStoreTest, UpsertedLeasesAreNoClaims) {
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  const absl::Time later = now + absl::Minutes(10);
+  ASSERT_THAT(store_->UpsertLeases(project_id_, {{1, 0, later}, {0, 1, later}}), IsOk());
+  absl::StatusOr<LeaseStore::Claims> claims = store_->ReadClaimsSince(project_id_, 0, now);
+  ASSERT_THAT(claims, IsOk());
+  EXPECT_EQ(claims->newest, 0);
+  EXPECT_THAT(claims->open, IsEmpty());
+  std::vector<LeaseRecord> seen = {{9, 9, now}};
+  EXPECT_THAT(store_->ClaimLeases(project_id_, 0, now,
+                                  [&](const auto& others) {
+                                    seen = others;
+                                    return std::vector<LeaseRecord>{};
+                                  }),
+              IsOkAndHolds(0));
+  EXPECT_THAT(seen, IsEmpty());
+  // They are open leases all the same.
+  EXPECT_THAT(store_->LoadOpenLeases(project_id_, now),
+              IsOkAndHolds(UnorderedElementsAre(Field(&LeaseRecord::item_index, 1),
+                                                Field(&LeaseRecord::item_index, 0))));
+}
+
+// A lease is kept "until expires_at" exactly: expiries with microseconds (the precision of
+// PostgreSQL's timestamptz) come back unchanged, from LoadOpenLeases and from the claims.
+TEST_F(LeaseStoreTest, ExpiriesComeBackToTheMicrosecond) {
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  const absl::Time upserted = now + absl::Microseconds(1'234'567);
+  const absl::Time claimed = now + absl::Microseconds(7'654'321);
+  ASSERT_THAT(store_->UpsertLeases(project_id_, {{1, 0, upserted}}), IsOk());
+  ASSERT_THAT(store_->ClaimLeases(project_id_, 0, now,
+                                  [&](const auto&) {
+                                    return std::vector<LeaseRecord>{{0, 1, claimed}};
+                                  }),
+              IsOk());
+  EXPECT_THAT(
+      store_->LoadOpenLeases(project_id_, now),
+      IsOkAndHolds(UnorderedElementsAre(
+          AllOf(Field(&LeaseRecord::item_index, 1), Field(&LeaseRecord::expires_at, upserted)),
+          AllOf(Field(&LeaseRecord::item_index, 0), Field(&LeaseRecord::expires_at, claimed)))));
+  absl::StatusOr<LeaseStore::Claims> claims = store_->ReadClaimsSince(project_id_, 0, now);
+  ASSERT_THAT(claims, IsOk());
+  EXPECT_THAT(claims->open, ElementsAre(Field(&LeaseRecord::expires_at, claimed)));
+  // One microsecond before its expiry the upserted lease is open, at it not.
+  EXPECT_THAT(store_->LoadOpenLeases(project_id_, upserted - absl::Microseconds(1)),
+              IsOkAndHolds(UnorderedElementsAre(Field(&LeaseRecord::item_index, 1),
+                                                Field(&LeaseRecord::item_index, 0))));
+  EXPECT_THAT(store_->LoadOpenLeases(project_id_, upserted),
+              IsOkAndHolds(ElementsAre(Field(&LeaseRecord::item_index, 0))));
+}
+
 }  // namespace
 }  // namespace verity::storage
