@@ -433,5 +433,61 @@ TEST_F(LeaseStoreTest, ExpiriesComeBackToTheMicrosecond) {
               IsOkAndHolds(ElementsAre(Field(&LeaseRecord::item_index, 0))));
 }
 
+// lease_store.h, ClaimLeases runs "under the project's assignment lock": claims of one project
+// run one at a time, but a claim of another project does not wait for a claim in progress.
+TEST_F(LeaseStoreTest, AClaimOfAnotherProjectDoesNotWaitForAClaimInProgress) {
+  ProjectRecord q;
+  q.name = "q";
+  q.classes = {"a", "b"};
+  absl::StatusOr<ProjectRecord> other = ProjectStore(&pool()).CreateProject(q);
+  ASSERT_THAT(other, IsOk());
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  const absl::Time later = now + absl::Minutes(10);
+  std::unique_ptr<ConnectionPool> pool = NewPool(2);
+  LeaseStore store(pool.get());
+  pqxx::connection observer(url());
+  absl::Mutex mu;
+  bool y_done = false;
+  absl::StatusOr<int64_t> y_claim = absl::UnknownError("not run");
+  bool y_waited = false;
+  std::thread y;
+  absl::StatusOr<int64_t> x = store.ClaimLeases(project_id_, 0, now, [&](const auto&) {
+    if (!y.joinable()) {  // `choose` may run again on a retry.
+      y = std::thread([&] {
+        absl::StatusOr<int64_t> claimed =
+            store.ClaimLeases(other->project_id, 0, now, [&](const auto&) {
+              return std::vector<LeaseRecord>{{0, 0, later}};
+            });
+        absl::MutexLock lock(&mu);
+        y_claim = claimed;
+        y_done = true;
+      });
+    }
+    // X keeps its claim open until Y, a claim of the other project, is done or waits for a lock.
+    while (true) {
+      {
+        absl::MutexLock lock(&mu);
+        if (y_done) break;
+      }
+      if (pqxx::nontransaction(observer)
+              .exec1("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted)")[0]
+              .as<bool>()) {
+        y_waited = true;
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return std::vector<LeaseRecord>{{1, 0, later}};
+  });
+  ASSERT_THAT(x, IsOk());
+  y.join();
+  EXPECT_FALSE(y_waited) << "a claim of project q waited for a claim of project p";
+  absl::MutexLock lock(&mu);
+  EXPECT_THAT(y_claim, IsOk());
+  EXPECT_THAT(store.LoadOpenLeases(other->project_id, now),
+              IsOkAndHolds(ElementsAre(AllOf(Field(&LeaseRecord::item_index, 0),
+                                             Field(&LeaseRecord::annotator_index, 0)))));
+}
+
 }  // namespace
 }  // namespace verity::storage
