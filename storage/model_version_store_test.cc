@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status_matchers.h"
@@ -594,6 +596,57 @@ TEST_F(ModelVersionStoreTest, ALargeSaveDoesNotReturnItsConnectionToThePool) {
   absl::StatusOr<ModelVersionOutputs> outputs = store.GetModelVersionOutputs(project_id_, 4);
   ASSERT_THAT(outputs, IsOk());
   EXPECT_EQ(outputs->posteriors.size(), large.size());
+}
+
+// model_version_store.cc: a save holds its project's row FOR KEY SHARE only, so that "ingest
+// (which holds NO KEY UPDATE on the row) is not blocked by a large upload" — nor the upload by
+// ingest. A save while an ingest transaction holds the row (as entity_index.cc's lock does)
+// completes without waiting for it.
+TEST_F(ModelVersionStoreTest, ASaveDoesNotWaitForAnIngestHoldingTheProjectRow) {
+  pqxx::connection ingest(url());
+  pqxx::work ingest_txn(ingest);
+  ingest_txn.exec_params("SELECT 1 FROM projects WHERE project_id = $1 FOR NO KEY UPDATE",
+                         project_id_);
+  pqxx::connection observer(url());
+  absl::Mutex mu;
+  bool done = false;
+  absl::StatusOr<ModelVersionRecord> saved = absl::UnknownError("not run");
+  std::thread saver([&] {
+    absl::StatusOr<ModelVersionRecord> s = store_->SaveModelVersion(Record(7));
+    absl::MutexLock lock(&mu);
+    saved = std::move(s);
+    done = true;
+  });
+  bool waited = false;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu);
+      if (done) break;
+    }
+    if (pqxx::nontransaction(observer)
+            .exec1("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted)")[0]
+            .as<bool>()) {
+      waited = true;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ingest_txn.commit();  // Lets a waiting save go on.
+  saver.join();
+  EXPECT_FALSE(waited) << "the save waited for the ingest transaction";
+  absl::MutexLock lock(&mu);
+  ASSERT_THAT(saved, IsOk());
+  EXPECT_EQ(saved->version, 1);
+  EXPECT_EQ(saved->watermark, 7);
+}
+
+// Errors name what failed: NOT_FOUND for a save to an unknown project names that project.
+TEST_F(ModelVersionStoreTest, ASaveToAnUnknownProjectNamesIt) {
+  ModelVersionRecord orphan = Record(1);
+  orphan.project_id = project_id_ + 1000;
+  EXPECT_THAT(store_->SaveModelVersion(orphan),
+              StatusIs(absl::StatusCode::kNotFound,
+                       ::testing::HasSubstr(absl::StrCat("project ", project_id_ + 1000))));
 }
 
 }  // namespace
