@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "common/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pqxx/pqxx"
 #include "storage/testing/postgres_fixture.h"
@@ -203,6 +204,30 @@ TEST_F(FitLockTest, ALockOfTwoIntegerKeysWithTheSameHalvesIsNotTheFitLock) {
   absl::StatusOr<std::unique_ptr<FitLock>> held = locks.TryAcquire(5);
   ASSERT_TRUE(held.ok()) << held.status();
   EXPECT_NE(*held, nullptr);
+}
+
+// Errors name what failed: when the pooled connection's session has ended, TryAcquire's and
+// IsHeld's UNAVAILABLE name the project whose fit lock they were taking or reading.
+TEST_F(FitLockTest, UnavailableErrorsNameTheProject) {
+  std::unique_ptr<ConnectionPool> lock_pool = NewPool(1);
+  FitLocks locks(lock_pool.get());
+  pqxx::connection observer(url());
+  // Ends the session of the pool's one (idle) connection, found through the lock it held.
+  auto end_pooled_session = [&](int64_t project_id) {
+    absl::StatusOr<std::unique_ptr<FitLock>> held = locks.TryAcquire(project_id);
+    ASSERT_TRUE(held.ok()) << held.status();
+    ASSERT_NE(*held, nullptr);
+    const int64_t pid = HolderPid(observer, project_id);
+    held->reset();
+    TerminateSession(observer, pid);
+  };
+  end_pooled_session(41);
+  EXPECT_THAT(locks.TryAcquire(42),
+              ::verity::testing::StatusIs(absl::StatusCode::kUnavailable,
+                                          ::testing::HasSubstr("project 42")));
+  end_pooled_session(41);
+  EXPECT_THAT(locks.IsHeld(43), ::verity::testing::StatusIs(absl::StatusCode::kUnavailable,
+                                                            ::testing::HasSubstr("project 43")));
 }
 
 }  // namespace
