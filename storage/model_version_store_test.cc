@@ -649,6 +649,33 @@ TEST_F(ModelVersionStoreTest, ASaveToAnUnknownProjectNamesIt) {
                        ::testing::HasSubstr(absl::StrCat("project ", project_id_ + 1000))));
 }
 
+// model_version_store.h: "Every SaveModelVersion sends NOTIFY" on kVersionsChannel, delivered
+// "once the version is committed": a save with outputs notifies as one without does, and a
+// save that stores nothing (ABORTED: it names a job no worker owns) notifies no one.
+TEST_F(ModelVersionStoreTest, ASaveWithOutputsNotifiesAndAnAbortedSaveDoesNot) {
+  struct Receiver final : pqxx::notification_receiver {
+    Receiver(pqxx::connection& c, std::vector<std::string>& payloads)
+        : pqxx::notification_receiver(c, ModelVersionStore::kVersionsChannel), payloads(payloads) {}
+    void operator()(const std::string& payload, int) override { payloads.push_back(payload); }
+    std::vector<std::string>& payloads;
+  };
+  pqxx::connection listener(url());
+  std::vector<std::string> payloads;
+  Receiver receiver(listener, payloads);
+  pqxx::nontransaction(listener).exec("SELECT 1");
+
+  ModelVersionRecord orphan_job = Record(1);
+  orphan_job.completes_job = ModelVersionRecord::JobOwnership{999'999, "nobody"};
+  ASSERT_THAT(store_->SaveModelVersion(orphan_job), StatusIs(absl::StatusCode::kAborted));
+  absl::StatusOr<ModelVersionRecord> saved =
+      store_->SaveModelVersion(Record(2), ModelVersionOutputs{"posteriors", "profiles"});
+  ASSERT_THAT(saved, IsOk());
+  EXPECT_EQ(saved->version, 1);
+  while (listener.await_notification(0, 200'000) > 0) {
+  }
+  EXPECT_THAT(payloads, ElementsAre(std::to_string(project_id_)));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
