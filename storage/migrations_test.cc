@@ -365,6 +365,23 @@ TEST_F(MigrationsTest, VersionsSavedBeforeCheckpointFreeingKeepTheirCheckpoints)
               IsOkAndHolds(Field(&ModelVersionRecord::parameters, "one")));
 }
 
+// migrations.h: a migration's sql is "one or more statements", any SQL a schema change needs.
+// One whose last statement returns a row (here setting a sequence with SELECT setval, as a
+// data migration does) is applied and recorded like any other.
+TEST_F(MigrationsTest, AMigrationEndingInASelectIsApplied) {
+  const std::vector<Migration> migrations = {
+      {1, "counter", "CREATE SEQUENCE counter; SELECT setval('counter', 41)"},
+  };
+  EXPECT_THAT(ApplyMigrations(*pool_, migrations), IsOkAndHolds(ElementsAre(1)));
+  EXPECT_THAT(AppliedMigrationVersions(*pool_), IsOkAndHolds(ElementsAre(1)));
+  EXPECT_THAT(
+      pool_->WithTransaction("next value",
+                             [](pqxx::work& txn) -> absl::StatusOr<int64_t> {
+                               return txn.exec1("SELECT nextval('counter')")[0].as<int64_t>();
+                             }),
+      IsOkAndHolds(42));
+}
+
 }  // namespace
 }  // namespace storage
 }  // namespace verity
