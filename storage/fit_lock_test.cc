@@ -230,5 +230,33 @@ TEST_F(FitLockTest, UnavailableErrorsNameTheProject) {
                                                             ::testing::HasSubstr("project 43")));
 }
 
+// fit_lock.h: the key holds the project id's low 32 bits, all of them: a project whose id has
+// the 32nd bit set is locked and seen held like any other, and ids above 2^32 "share keys"
+// with the id of their low bits (a skipped fit, never two fits at once).
+TEST_F(FitLockTest, IdsWithTheHighLowBitAndAbove32BitsLockTheirLowBitsKey) {
+  std::unique_ptr<ConnectionPool> other_pool = NewPool(2);
+  FitLocks mine(&pool());
+  FitLocks theirs(other_pool.get());
+  const int64_t high_bit = int64_t{0xfffffffe};
+  absl::StatusOr<std::unique_ptr<FitLock>> held = mine.TryAcquire(high_bit);
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_NE(*held, nullptr);
+  EXPECT_THAT(theirs.IsHeld(high_bit), ::verity::testing::IsOkAndHolds(true));
+  EXPECT_THAT(theirs.IsHeld(high_bit - 1), ::verity::testing::IsOkAndHolds(false));
+  absl::StatusOr<std::unique_ptr<FitLock>> refused = theirs.TryAcquire(high_bit);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(*refused, nullptr);
+
+  const int64_t above = (int64_t{1} << 32) + 7;
+  absl::StatusOr<std::unique_ptr<FitLock>> above_held = mine.TryAcquire(above);
+  ASSERT_TRUE(above_held.ok()) << above_held.status();
+  ASSERT_NE(*above_held, nullptr);
+  EXPECT_THAT(theirs.IsHeld(7), ::verity::testing::IsOkAndHolds(true));
+  EXPECT_THAT(theirs.IsHeld(above), ::verity::testing::IsOkAndHolds(true));
+  absl::StatusOr<std::unique_ptr<FitLock>> seven = theirs.TryAcquire(7);
+  ASSERT_TRUE(seven.ok()) << seven.status();
+  EXPECT_EQ(*seven, nullptr) << "project 7 shares the key of project 2^32 + 7";
+}
+
 }  // namespace
 }  // namespace verity::storage
