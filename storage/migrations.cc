@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -68,8 +69,11 @@ absl::StatusOr<std::vector<int32_t>> ApplyMigrations(
         for (const Migration& m : migrations) {
           if (applied.contains(m.version)) continue;
           try {
-            txn.exec0(m.sql);
-          } catch (const pqxx::sql_error&) {
+            // exec, not exec0: a migration's last statement may return rows
+            // (SELECT setval(...)), which exec0 would refuse.
+            txn.exec(m.sql);
+          } catch (const std::exception&) {
+            // Any failure, not only pqxx::sql_error, names the migration.
             return StatusFromCurrentException(absl::StrCat(
                 "migration ", m.version, " (", m.description, ")"));
           }
