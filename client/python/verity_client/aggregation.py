@@ -328,9 +328,6 @@ def _gold_items(true_labels: pd.Series, task_values: pd.Index, values: List[Any]
     return pd.DataFrame({"item": items, "gold": gold})
 
 
-_DEFAULTS = dict(server=None, calibration=None, timeout=600.0)
-
-
 class MajorityVote(_VerityAggregator):
     """crowd-kit's MajorityVote: labels_, probas_, skills_ (each worker's agreement with the
     majority). fit(data, skills) is crowd-kit's weighted vote: computed here from `skills`
