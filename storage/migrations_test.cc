@@ -336,7 +336,7 @@ TEST_F(MigrationsTest, VersionsSavedBeforeCheckpointFreeingKeepTheirCheckpoints)
                     return true;
                   }),
               IsOk());
-  ASSERT_THAT(ApplySchemaMigrations(*pool_), IsOkAndHolds(ElementsAre(14)));
+  ASSERT_THAT(ApplySchemaMigrations(*pool_), IsOkAndHolds(ElementsAre(14, 15)));
 
   ModelVersionStore store(pool_.get());
   absl::StatusOr<ModelVersionRecord> first = store.GetModelVersion(1, 1);
@@ -348,6 +348,8 @@ TEST_F(MigrationsTest, VersionsSavedBeforeCheckpointFreeingKeepTheirCheckpoints)
   ASSERT_THAT(latest, IsOk());
   EXPECT_EQ(latest->version, 2);
   EXPECT_EQ(latest->parameters, "two");
+  // Migration 15: the base of its warm starts is not known (a restart then refits from scratch).
+  EXPECT_EQ(latest->scratch_num_labels, 0);
   absl::StatusOr<ModelVersionOutputs> outputs = store.GetModelVersionOutputs(1, 2);
   ASSERT_THAT(outputs, IsOk());
   EXPECT_EQ(outputs->posteriors, "post");

@@ -24,13 +24,16 @@ constexpr int kMaxVersionAttempts = 20;
 constexpr size_t kCloseConnectionAfterBytes = size_t{8} << 20;
 
 // The metadata columns of model_versions (VersionFromRow), then checkpoint_freed (column
-// kFreedColumn); parameters come as '' (ReadByteaInChunks reads them).
+// kFreedColumn) and scratch_num_labels (kScratchColumn, also VersionFromRow's); parameters
+// come as '' (ReadByteaInChunks reads them).
 constexpr int kFreedColumn = 10;
+constexpr int kScratchColumn = 11;
 std::string SelectVersionsSql(absl::string_view rest) {
   return absl::StrCat(
       "SELECT project_id, version, method, ''::bytea",
       ", watermark, log_likelihood, iterations, duration_ms, num_labels, ",
-      MicrosFromTimestampSql("created_at"), ", checkpoint_freed FROM model_versions ", rest);
+      MicrosFromTimestampSql("created_at"),
+      ", checkpoint_freed, scratch_num_labels FROM model_versions ", rest);
 }
 
 absl::Status CheckpointFreedError(int64_t project_id, int32_t version) {
@@ -92,6 +95,7 @@ ModelVersionRecord VersionFromRow(const pqxx::row& row) {
   r.duration_ms = row[7].as<double>();
   r.num_labels = row[8].as<int64_t>();
   r.created_at = MicrosToTime(row[9].as<int64_t>());
+  r.scratch_num_labels = row[kScratchColumn].as<int64_t>();
   return r;
 }
 
@@ -167,16 +171,16 @@ absl::StatusOr<ModelVersionRecord> ModelVersionStore::SaveVersion(
               absl::StrCat(
                   "INSERT INTO model_versions (project_id, version, method, "
                   "    parameters, watermark, log_likelihood, iterations, "
-                  "    duration_ms, num_labels) "
+                  "    duration_ms, num_labels, scratch_num_labels) "
                   "SELECT $1, COALESCE(max(version), 0) + 1, $2, $3, $4, $5, "
-                  "       $6, $7, $8 "
+                  "       $6, $7, $8, $9 "
                   "FROM model_versions WHERE project_id = $1 "
                   "ON CONFLICT (project_id, version) DO NOTHING "
                   "RETURNING version, ",
                   MicrosFromTimestampSql("created_at")),
               record.project_id, record.method, parameters, record.watermark,
               record.log_likelihood, record.iterations, record.duration_ms,
-              record.num_labels);
+              record.num_labels, record.scratch_num_labels);
           if (rows.empty()) continue;
           ModelVersionRecord saved = record;
           saved.version = rows[0][0].as<int32_t>();

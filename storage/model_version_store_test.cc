@@ -60,6 +60,7 @@ class ModelVersionStoreTest : public PostgresTest {
     r.iterations = 20;
     r.duration_ms = 12.25;
     r.num_labels = 1000;
+    r.scratch_num_labels = 600;
     return r;
   }
 
@@ -84,14 +85,17 @@ TEST_F(ModelVersionStoreTest, SavesConsecutiveVersionsAndReadsThemBack) {
   EXPECT_EQ(latest->iterations, 20);
   EXPECT_EQ(latest->duration_ms, 12.25);
   EXPECT_EQ(latest->num_labels, 1000);
+  EXPECT_EQ(latest->scratch_num_labels, 600);
 
   EXPECT_THAT(store_->GetModelVersion(project_id_, 2),
-              IsOkAndHolds(Field(&ModelVersionRecord::watermark, 20)));
+              IsOkAndHolds(AllOf(Field(&ModelVersionRecord::watermark, 20),
+                                 Field(&ModelVersionRecord::scratch_num_labels, 600))));
   EXPECT_THAT(
       store_->ListModelVersions(project_id_, 2),
       IsOkAndHolds(ElementsAre(
           AllOf(Field(&ModelVersionRecord::version, 3),
-                Field(&ModelVersionRecord::parameters, IsEmpty())),
+                Field(&ModelVersionRecord::parameters, IsEmpty()),
+                Field(&ModelVersionRecord::scratch_num_labels, 600)),
           Field(&ModelVersionRecord::version, 2))));
 }
 

@@ -214,6 +214,11 @@ UPDATE projects p SET history_rows = h.n
 -- outputs; storage/model_version_store.h, kCheckpointsKept); the metadata stays listed.
 ALTER TABLE model_versions ADD COLUMN checkpoint_freed boolean NOT NULL DEFAULT false;
 )sql"},
+          {15, "model versions: labels of the fit from scratch their warm starts began with", R"sql(
+-- ModelVersionRecord::scratch_num_labels: 0 (not known) for the versions stored before, whose
+-- project then refits from scratch after a restart.
+ALTER TABLE model_versions ADD COLUMN scratch_num_labels bigint NOT NULL DEFAULT 0;
+)sql"},
       };
   return *kMigrations;
 }

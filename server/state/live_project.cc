@@ -197,7 +197,11 @@ absl::StatusOr<std::unique_ptr<LiveProject>> LiveProject::Create(Identity identi
                                          {"error", std::string(s.message())}});
     } else {
       model = std::move(*restored);
-      p.scratch_fit_num_labels_ = v.num_labels;
+      // The base of the version's chain of warm starts, not its own label count: that would let
+      // chained warm starts creep past kMaxWarmStartGrowth across a restart (glad on bluebirds
+      // then served its classes swapped). 0 (not known: stored before the column existed)
+      // makes the first refit after the restart one from scratch.
+      p.scratch_fit_num_labels_ = v.scratch_num_labels;
       served = &v;
       watermark = v.watermark;
     }
@@ -909,6 +913,8 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   std::vector<float> item_features, annotator_features;
   std::unique_ptr<models::TruthModel> model;
   int64_t watermark, changes_at_start, generation_at_start, options_generation_at_start;
+  // The labels of the fit from scratch a warm start continues from (stored with the version).
+  int64_t scratch_base = 0;
   int32_t version_at_start;
   std::string method;
   {
@@ -931,6 +937,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
                           kMaxWarmStartGrowth * static_cast<double>(scratch_fit_num_labels_);
     if (warm) {
       model = model_->Clone();
+      scratch_base = scratch_fit_num_labels_;
     } else {
       auto created = models::CreateTruthModel(method, num_classes(),
                                               ModelOptionsFromSettings(settings_.model()));
@@ -998,6 +1005,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
   record.iterations = report->iterations;
   record.duration_ms = report->seconds * 1000.0;
   record.num_labels = data->num_labels();
+  record.scratch_num_labels = warm_started ? scratch_base : record.num_labels;
   record.completes_job = std::move(job);
   // What this version says about the data it saw, kept with it for audit and comparison.
   storage::ModelVersionOutputs outputs;
@@ -1129,6 +1137,7 @@ absl::StatusOr<bool> LiveProject::AdoptVersion(const storage::ModelVersionRecord
   changes_since_fit_ = ChangesAfterVersionLocked(version.watermark, version.num_labels);
   fitted_input_generation_ = input_generation_;  // What the worker copied is not recorded.
   served_options_generation_ = options_generation;  // The settings it was built with above.
+  scratch_fit_num_labels_ = version.scratch_num_labels;  // The adopted chain's base (0: unknown).
   last_fit_time_ = absl::Now();
   PublishFullRecompute(std::shared_ptr<const models::TruthModel>(std::move(*model)), &version);
   return true;

@@ -347,7 +347,8 @@ class LiveProject {
   //
   // Warm start: the fit starts from the current model when the method is the same and the
   // labels have grown less than kMaxWarmStartGrowth times since the last fit from scratch
-  // (not the last fit: chained warm starts must not creep past it); otherwise
+  // (not the last fit: chained warm starts must not creep past it; each version stores that
+  // fit's label count, ModelVersionRecord::scratch_num_labels, for a restart); otherwise
   // it starts from scratch (majority-vote first E-step). EM from a model fitted on a small
   // early sample can stay in a poor local optimum (e.g. two classes swapped) that a fit from
   // scratch on the larger data avoids; refitting from scratch each time the data doubles keeps
@@ -488,8 +489,9 @@ class LiveProject {
   std::shared_ptr<const models::TruthModel> model_ ABSL_GUARDED_BY(mu_);
   int32_t model_version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t model_watermark_ ABSL_GUARDED_BY(mu_) = 0;
-  // Labels the last fit from scratch saw (0 before the first fit). After a restart, the label
-  // count of the restored version (whether it was warm-started is not stored).
+  // Labels the last fit from scratch saw: 0 before the first fit; after a restart or an
+  // adoption, the served version's scratch_num_labels (0 when not known: the next refit is
+  // then from scratch).
   int64_t scratch_fit_num_labels_ ABSL_GUARDED_BY(mu_) = 0;
   // ProjectCounts::num_revisions.
   int64_t history_rows_ ABSL_GUARDED_BY(mu_) = 0;
