@@ -126,7 +126,7 @@ std::set<std::string> Keys(const Map& map) {
 }
 
 TEST(ReadmeFlagsTest, TheServerTableListsExactlyTheServerFlags) {
-  const auto table = ReadmeServerFlagTable(ReadFile(RunfilePath("tests/repo_README.md")));
+  const auto table = ReadmeServerFlagTable(ReadFile(RunfilePath("README.md")));
   const auto flags = FlagsFrom(Helpfull("server/verity_server"), "server/main.cc");
   ASSERT_GE(table.size(), 30u);
   ASSERT_GE(flags.size(), 30u);
@@ -137,7 +137,7 @@ TEST(ReadmeFlagsTest, TheServerTableListsExactlyTheServerFlags) {
 // table entry names a value (admin_key_file: `DATA_DIR/admin.key`) must say so in its help
 // ("empty = DATA_DIR/admin.key").
 TEST(ReadmeFlagsTest, TheServerTableDefaultsAreTheBinarysDefaults) {
-  const auto table = ReadmeServerFlagTable(ReadFile(RunfilePath("tests/repo_README.md")));
+  const auto table = ReadmeServerFlagTable(ReadFile(RunfilePath("README.md")));
   const auto flags = FlagsFrom(Helpfull("server/verity_server"), "server/main.cc");
   ASSERT_FALSE(table.empty());
   for (const auto& [name, documented] : table) {
@@ -156,7 +156,7 @@ TEST(ReadmeFlagsTest, TheServerTableDefaultsAreTheBinarysDefaults) {
 
 // The table's examples of the normalisation, checked by hand against the README text.
 TEST(ReadmeFlagsTest, TableDefaultsAreReadAsWritten) {
-  auto table = ReadmeServerFlagTable(ReadFile(RunfilePath("tests/repo_README.md")));
+  auto table = ReadmeServerFlagTable(ReadFile(RunfilePath("README.md")));
   EXPECT_EQ(NormalizeDocDefault(table["listen"]), "localhost:50051");
   EXPECT_EQ(NormalizeDocDefault(table["max_annotators_per_project"]), "1000000");
   EXPECT_EQ(NormalizeDocDefault(table["max_feature_values_per_project"]), "268435456");
