@@ -16,6 +16,9 @@ and, not called against a real server before:
   get_project, Client as a context manager ............ test_get_project_from_a_fresh_client
   model_versions (empty, then after a fit) ............ TieRuleTest
 TieRuleTest: truth.proto's tie rule (lowest class index) in posteriors() and its CSV.
+ClientPromisesTest: train(), empty projects' frames, progress per ack, "p_" columns, add_items'
+calls, errors naming the call and field, submit()'s and wait_until_ready()'s deadlines,
+close() during a call, one Client shared by threads.
 CliCsvFilesTest: the `verity` CLI on real-world CSV files (byte-order mark, CRLF, quoting,
 UTF-8 ids, 200,000 lines) against a fourth server; its export and posteriors read back by
 csv and pandas.
@@ -34,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 import grpc
@@ -51,6 +55,13 @@ BLUEBIRDS_LABELS = 4212
 BLUEBIRDS_ITEMS = 108
 BLUEBIRDS_ANNOTATORS = 39
 SUBMIT_BATCH_SIZE = 500
+
+
+def free_loopback_port():
+    """A 127.0.0.1 port where nothing listens (bound, then closed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class ClientServerTest(unittest.TestCase):
@@ -582,6 +593,238 @@ class TieRuleTest(unittest.TestCase):
         self.assert_ties(self.client.posteriors("default-method"),
                          {"zy": ("y", ["y", "z"]), "xy": ("x", ["x", "y"])})
 
+
+
+class ClientPromisesTest(unittest.TestCase):
+    """Promises of client.py's docstrings and the README that the tests above leave open:
+    train(), the frames of an empty project, progress per ack, "p_" columns from the server,
+    add_items' chunks, errors that name the call and the field, deadlines of submit() and
+    wait_until_ready(), close() during a call, and one Client shared by threads. The server
+    runs without background refits, so the only model versions are the ones train() fits."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = server_process.ServerProcess(
+            server_process.runfile("server/verity_server"),
+            ["--background_refit=false", "--metrics_port=0"])
+        cls.server.start()
+        cls.addClassCleanup(cls.server.stop)
+        cls.client = verity_client.Client(cls.server.address, timeout=30)
+        cls.addClassCleanup(cls.client.close)
+
+    def test_train_fits_now_and_its_version_is_the_current_one(self):
+        self.client.create_project("to-train", ["a", "b"], method="mv")
+        # models.proto: FAILED_PRECONDITION when the project has no labels.
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.train("to-train")
+        self.assertEqual(raised.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertTrue(raised.exception.message.startswith("TrainModel: "))
+        labels = pd.DataFrame({"item": ["i1", "i1", "i2", "i3"],
+                               "annotator": ["w1", "w2", "w1", "w2"],
+                               "label": ["a", "b", "b", "a"]})
+        self.assertEqual(self.client.submit("to-train", labels).accepted, 4)
+        version = self.client.train("to-train")
+        self.assertIsInstance(version, verity_client.ModelVersion)
+        self.assertEqual((version.version, version.method, version.num_labels), (1, "mv", 4))
+        self.assertIsInstance(version.created_at, datetime.datetime)
+        self.assertEqual(version.created_at.tzinfo, datetime.timezone.utc)
+        # Nothing changed since that fit: TrainModel returns it and writes nothing.
+        self.assertEqual(self.client.train("to-train"), version)
+        self.assertEqual(self.client.model_versions("to-train"), [version])
+        status = self.client.model_status("to-train")
+        self.assertEqual((status.method, status.current_version, status.num_labels,
+                          status.labels_since_version, status.training),
+                         ("mv", version, 4, 0, False))
+
+    def test_an_empty_project_gives_empty_frames_with_every_column(self):
+        self.client.create_project("nothing-yet", ["a", "b"], method="mv")
+        posteriors = self.client.posteriors("nothing-yet", details=True)
+        self.assertEqual(posteriors.shape, (0, 10))
+        self.assertEqual(posteriors.dtypes.to_dict(), {
+            "item": object, "label": object, "confidence": np.float64, "a": np.float64,
+            "b": np.float64, "num_labels": np.int64, "model_version": np.int64,
+            "includes_newer_labels": bool, "is_gold": bool, "difficulty": np.float64})
+        profiles = self.client.annotators("nothing-yet")
+        self.assertEqual(list(profiles.columns),
+                         ["annotator", "accuracy", "num_labels", "confusion", "embedding",
+                          "predicted_from_features"])
+        self.assertEqual(len(profiles), 0)
+        suggestions = self.client.suggest_items("nothing-yet", "w1", k=3)
+        self.assertEqual(list(suggestions.columns),
+                         ["item", "score", "p_correct", "lease_expires_at"])
+        self.assertEqual(len(suggestions), 0)
+        self.assertEqual(str(suggestions["lease_expires_at"].dtype), "datetime64[ns, UTC]")
+        status = self.client.model_status("nothing-yet")
+        self.assertEqual((status.current_version, status.num_labels), (None, 0))
+        self.assertEqual(self.client.model_versions("nothing-yet"), [])
+
+    def test_progress_is_called_after_each_ack_with_the_rows_acked_so_far(self):
+        self.client.create_project("progress", ["a", "b"], method="mv")
+        calls = []
+        labels = pd.DataFrame({"item": ["i%d" % n for n in range(7)], "annotator": ["w"] * 7,
+                               "label": [n % 2 for n in range(7)]})
+        result = self.client.submit("progress", labels, batch_size=3,
+                                    progress=lambda acked, total: calls.append((acked, total)))
+        self.assertEqual(result.accepted, 7)
+        # Batches of rows 0-2, 3-5 and 6.
+        self.assertEqual(calls, [(3, 7), (6, 7), (7, 7)])
+
+    def test_classes_named_like_frame_columns_come_back_prefixed(self):
+        self.client.create_project("column-classes", ["label", "item", "x"], method="mv")
+        self.client.submit("column-classes", pd.DataFrame(
+            {"item": ["i1", "i1"], "annotator": ["w1", "w2"], "label": ["item", "item"]}))
+        for frame in (self.client.posteriors("column-classes"),
+                      self.client.posteriors("column-classes", items=["i1"])):
+            self.assertEqual(list(frame.columns),
+                             ["item", "label", "confidence", "p_label", "p_item", "p_x"])
+            self.assertEqual((frame["item"].iloc[0], frame["label"].iloc[0]), ("i1", "item"))
+            self.assertEqual(frame["confidence"].iloc[0], frame["p_item"].iloc[0])
+            self.assertGreater(frame["p_item"].iloc[0], frame["p_label"].iloc[0])
+            self.assertAlmostEqual(frame[["p_label", "p_item", "p_x"]].iloc[0].sum(), 1.0)
+
+    def test_add_items_sums_its_calls_and_keeps_the_ones_before_a_failed_call(self):
+        self.client.create_project("chunked", ["a", "b"], method="mv")
+        ids = ["old-%05d" % i for i in range(10001)]  # Two AddItems calls: 10,000 and 1.
+        self.assertEqual(self.client.add_items("chunked", pd.DataFrame({"item": ids})),
+                         (10001, 0))
+        self.assertEqual(self.client.add_items("chunked", pd.DataFrame({"item": ids})),
+                         (0, 10001))
+        # The second call's only id is past the 256-byte limit: the first call stays written.
+        fresh = ["new-%05d" % i for i in range(10000)] + ["x" * 300]
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.add_items("chunked", pd.DataFrame({"item": fresh}))
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertTrue(raised.exception.message.startswith("AddItems (rows 10000 to 10000): "),
+                        raised.exception.message)
+        self.assertIn(".id", raised.exception.message)
+        self.assertEqual(self.client.get_project("chunked").num_items, 20001)
+
+    def test_errors_carry_the_code_and_a_message_naming_the_call_and_the_field(self):
+        self.client.create_project("errors", ["a", "b"], method="mv")
+        self.client.submit("errors", pd.DataFrame(
+            {"item": ["i1"], "annotator": ["w1"], "label": ["a"]}))
+        cases = [
+            (lambda: self.client.posteriors("errors", items=["i1", ""]),
+             grpc.StatusCode.INVALID_ARGUMENT, "GetPosteriors: ", "items[1]"),
+            (lambda: self.client.annotators("errors", ["w1", "nobody"]),
+             grpc.StatusCode.NOT_FOUND, "GetAnnotatorProfiles: ", "nobody"),
+            (lambda: self.client.model_versions("errors", limit=1001),
+             grpc.StatusCode.INVALID_ARGUMENT, "ListModelVersions: ", "limit"),
+            (lambda: self.client.get_project("no-such-project"),
+             grpc.StatusCode.NOT_FOUND, "GetProject: ", "no-such-project"),
+            (lambda: self.client.create_project("bad name!", ["a", "b"]),
+             grpc.StatusCode.INVALID_ARGUMENT, "CreateProject: ", "name"),
+        ]
+        for call, code, prefix, field in cases:
+            with self.subTest(prefix=prefix):
+                with self.assertRaises(verity_client.VerityError) as raised:
+                    call()
+                error = raised.exception
+                self.assertEqual(error.code, code)
+                self.assertTrue(error.message.startswith(prefix), error.message)
+                self.assertIn(field, error.message)
+                self.assertEqual(str(error), "%s: %s" % (code.name, error.message))
+
+    def test_method_overrides_the_settings_and_an_unknown_one_sends_nothing(self):
+        project = self.client.create_project(
+            "override", ["a", "b"], method="mv",
+            settings={"model": {"method": "TRUTH_METHOD_GLAD"}})
+        self.assertEqual(project.method, "mv")
+        self.assertEqual(self.client.get_project("override").method, "mv")
+        with self.assertRaisesRegex(ValueError, "unknown method 'nope'"):
+            self.client.create_project("never-sent", ["a", "b"], method="nope")
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.get_project("never-sent")
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_one_client_shared_by_threads(self):
+        # client.py: "a Client may be shared by threads"; each submit() blocks its own thread.
+        failures = []
+
+        def work(k):
+            try:
+                name = "thread-%d" % k
+                self.client.create_project(name, ["a", "b"], method="mv")
+                labels = pd.DataFrame({
+                    "item": ["i%d" % (n % 50) for n in range(500)],
+                    "annotator": ["w%d" % (n // 50) for n in range(500)],
+                    "label": ["b" if (n + k) % 3 == 0 else "a" for n in range(500)]})
+                result = self.client.submit(name, labels, batch_size=37)
+                posteriors = self.client.posteriors(name, page_size=20)
+                profiles = self.client.annotators(name)
+                failures.append(None if (result.accepted, len(posteriors), len(profiles),
+                                         profiles["num_labels"].sum()) == (500, 50, 10, 500)
+                                else (k, result, len(posteriors), len(profiles)))
+            except Exception as error:  # Reported by the main thread.
+                failures.append((k, repr(error)))
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        self.assertEqual(failures, [None] * 8)
+        self.assertEqual(sorted(p.name for p in self.client.list_projects()
+                                if p.name.startswith("thread-")),
+                         ["thread-%d" % k for k in range(8)])
+
+    def test_wait_until_ready_gives_up_after_its_timeout_as_unavailable(self):
+        address = "127.0.0.1:%d" % free_loopback_port()
+        with verity_client.Client(address, timeout=30) as lonely:
+            started = time.monotonic()
+            with self.assertRaises(verity_client.VerityError) as raised:
+                lonely.wait_until_ready(timeout=0.5)
+            elapsed = time.monotonic() - started
+        self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn(address, raised.exception.message)
+        self.assertGreaterEqual(elapsed, 0.5)
+        self.assertLess(elapsed, 20)  # Not the client's timeout of 30 s.
+
+    def test_submit_deadline_is_the_timeout_plus_a_second_per_min_throughput_rows(self):
+        # A peer that never speaks HTTP/2: only the stream's deadline ends the call. 1,500
+        # rows at 1,000 a second: 0.2 + 1.5 s; at 2,000 a second: 0.2 + 0.75 s.
+        labels = pd.DataFrame({"item": ["i%d" % n for n in range(1500)],
+                               "annotator": ["w"] * 1500, "label": [0] * 1500})
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(8)
+            address = "127.0.0.1:%d" % silent.getsockname()[1]
+            with verity_client.Client(address, timeout=0.2) as hasty:
+                for throughput, deadline in ((1000, 1.7), (2000, 0.95)):
+                    with self.subTest(min_throughput=throughput):
+                        started = time.monotonic()
+                        with self.assertRaises(verity_client.VerityError) as raised:
+                            hasty.submit("p", labels, min_throughput=throughput)
+                        elapsed = time.monotonic() - started
+                        self.assertEqual(raised.exception.code,
+                                         grpc.StatusCode.DEADLINE_EXCEEDED)
+                        self.assertGreaterEqual(elapsed, deadline - 0.05)
+                        self.assertLess(elapsed, deadline + 5)
+
+    def test_close_cancels_a_call_in_flight(self):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(8)
+            client = verity_client.Client("127.0.0.1:%d" % silent.getsockname()[1], timeout=60)
+            errors = []
+
+            def call():
+                try:
+                    client.list_projects()
+                except verity_client.VerityError as error:
+                    errors.append(error)
+
+            caller = threading.Thread(target=call)
+            caller.start()
+            # The channel connects for the call: once accepted, the call is in flight.
+            silent.settimeout(20)
+            connection, _ = silent.accept()
+            client.close()
+            connection.close()
+            caller.join(20)  # Far less than the call's deadline of 60 s.
+            self.assertFalse(caller.is_alive())
+        self.assertEqual([e.code for e in errors], [grpc.StatusCode.CANCELLED])
+        self.assertTrue(errors[0].message.startswith("ListProjects: "))
 
 
 class CliCsvFilesTest(unittest.TestCase):
