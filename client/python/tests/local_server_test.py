@@ -32,6 +32,22 @@ def local_data_dirs():
     return set(glob.glob("/tmp/verity-local-*"))
 
 
+def processes_mentioning(text):
+    """Command lines of the running processes whose arguments contain `text`."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                args = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(args)
+    return found
+
+
 class _Environment:
     """Sets (value) or removes (None) environment variables for a `with` block."""
 
@@ -140,6 +156,44 @@ class LocalServerTest(unittest.TestCase):
             server.start()
         self.assertIn("no_such_flag", str(raised.exception))
         self.assertIsNone(server.port)
+        self.assertEqual(local_data_dirs(), before)
+
+
+    def test_an_exception_in_the_block_propagates_and_the_server_is_still_removed(self):
+        before = local_data_dirs()
+        server = local.LocalServer(binary=SERVER)
+        with self.assertRaisesRegex(KeyError, "raised in the block"):
+            with server:
+                data_dir = server.data_dir
+                # The server and its PostgreSQL run with the data directory in their arguments.
+                self.assertNotEqual(processes_mentioning(data_dir), [])
+                raise KeyError("raised in the block")
+        self.assertFalse(os.path.exists(data_dir))
+        self.assertEqual(processes_mentioning(data_dir), [])
+        self.assertIsNone(server.port)
+        self.assertEqual(local_data_dirs(), before)
+
+    def test_a_server_not_listening_within_start_timeout_is_stopped_and_removed(self):
+        stopped = []
+
+        class Recording(local.LocalServer):
+            """Keeps the data directory that stop() removes."""
+
+            def stop(self, timeout=60.0):
+                stopped.append(self.data_dir)
+                return super().stop(timeout)
+
+        before = local_data_dirs()
+        # Half a second: the first start initialises PostgreSQL, which takes seconds.
+        server = Recording(binary=SERVER, start_timeout=0.5)
+        with self.assertRaisesRegex(RuntimeError, "did not start listening within 0.5s"):
+            server.start()
+        self.assertEqual(len(stopped), 1)
+        self.assertTrue(stopped[0].startswith("/tmp/verity-local-"), stopped[0])
+        self.assertFalse(os.path.exists(stopped[0]))
+        self.assertEqual(processes_mentioning(stopped[0]), [])
+        self.assertIsNone(server.port)
+        self.assertIsNone(server.data_dir)
         self.assertEqual(local_data_dirs(), before)
 
 
