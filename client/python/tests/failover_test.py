@@ -169,5 +169,41 @@ class KilledReplicaTest(unittest.TestCase):
             self.assertEqual((again.accepted, again.duplicate), (0, len(labels)))
 
 
+    def rpc_count(self, replica, method):
+        """verity_rpc_total of `method` on `replica`, all codes."""
+        url = "http://127.0.0.1:%d/metrics" % replica.metrics_port
+        total = 0.0
+        with urllib.request.urlopen(url, timeout=5) as response:
+            for line in response.read().decode("utf-8").splitlines():
+                if line.startswith("verity_rpc_total{") and method in line:
+                    total += float(line.split()[-1])
+        return total
+
+    def test_unary_calls_are_spread_and_move_on_when_a_connected_replica_dies(self):
+        # README: calls go round robin over the connected replicas; a unary call that fails
+        # UNAVAILABLE on a replica that died is retried on another.
+        project = "py-round-robin"
+        first = self.start_replica()
+        with verity_client.Client(first.address) as client:
+            client.create_project(project, ["a", "b"])
+        second = self.start_replica()
+        replicas = (first, second)
+        with verity_client.Client("%s,%s" % (first.address, second.address),
+                                  timeout=20) as client:
+            client.wait_until_ready()
+            before = [self.rpc_count(r, "ListProjects") for r in replicas]
+            for _ in range(40):
+                self.assertIn(project, [p.name for p in client.list_projects()])
+            served = [self.rpc_count(r, "ListProjects") - b for r, b in zip(replicas, before)]
+            self.assertEqual(sum(served), 40)
+            self.assertGreaterEqual(min(served), 10, served)
+            first.kill()
+            for _ in range(20):
+                self.assertEqual(client.get_project(project).classes, ("a", "b"))
+            result = client.submit(project, pd.DataFrame(
+                {"item": ["i1"] * 3, "annotator": ["w1", "w2", "w3"], "label": ["a"] * 3}))
+            self.assertEqual(result.accepted, 3)
+
+
 if __name__ == "__main__":
     junit.main()
