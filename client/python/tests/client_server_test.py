@@ -30,6 +30,7 @@ import io
 import json
 import os
 import pty
+import random
 import re
 import shutil
 import socket
@@ -505,6 +506,41 @@ class ApiKeyTest(unittest.TestCase):
         self.assertIn(key.key_id, [k.key_id for k in admin.list_keys(include_revoked=True)])
 
 
+    def test_a_writer_key_of_one_project_writes_there_only_until_revoked(self):
+        # client.py create_key: a writer also submits labels, adds items, trains and suggests
+        # items; creating projects and keys needs admin. list_projects: every project the key
+        # may see. revoke_key: a second revoke changes nothing; an unknown id is NOT_FOUND.
+        admin = self.connect(self.admin_key)
+        admin.create_project("W", ["a", "b"], method="mv")
+        admin.create_project("W-other", ["a", "b"], method="mv")
+        created = admin.create_key("writer", projects=["W"], name="ingest")
+        writer = self.connect(created.secret_key)
+        self.assertEqual([p.name for p in writer.list_projects()], ["W"])
+        labels = pd.DataFrame({"item": ["i1"], "annotator": ["w1"], "label": ["a"]})
+        self.assertEqual(writer.submit("W", labels).accepted, 1)
+        self.assertEqual(writer.add_items("W", pd.DataFrame({"item": ["i2"]})), (1, 0))
+        self.assertEqual(writer.train("W").version, 1)
+        self.assertEqual(len(writer.suggest_items("W", "w2", k=2)), 2)
+        for call in (lambda: writer.posteriors("W-other"),
+                     lambda: writer.create_project("W-new", ["a", "b"]),
+                     lambda: writer.create_key("reader")):
+            with self.assertRaises(verity_client.VerityError) as raised:
+                call()
+            self.assertEqual(raised.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+            self.assertIn(created.key.key_id, raised.exception.message)
+
+        with self.assertRaises(verity_client.VerityError) as raised:
+            admin.revoke_key("0123456789abcdef")
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+        revoked = admin.revoke_key(created.key.key_id)
+        self.assertIsInstance(revoked.revoked_at, datetime.datetime)
+        self.assertEqual(admin.revoke_key(created.key.key_id), revoked)
+        for call in (writer.list_projects, lambda: writer.submit("W", labels)):
+            with self.assertRaises(verity_client.VerityError) as raised:
+                call()
+            self.assertEqual(raised.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+
+
 class TieRuleTest(unittest.TestCase):
     """truth.proto: map_label, the label column of posteriors(), is the most probable class,
     the lowest class index on ties. Majority vote (and every method before its first fit) gives
@@ -698,6 +734,29 @@ class ClientPromisesTest(unittest.TestCase):
                         raised.exception.message)
         self.assertIn(".id", raised.exception.message)
         self.assertEqual(self.client.get_project("chunked").num_items, 20001)
+
+    def test_every_page_comes_back_in_the_servers_order(self):
+        # truth.proto: ListPosteriors pages are in item creation order, GetAnnotatorProfiles
+        # pages in the order annotators were first seen, and ids asked twice are answered
+        # once, at their first occurrence. Ids are shuffled so that no sort can pass for it.
+        self.client.create_project("paged", ["a", "b"], method="mv")
+        rng = random.Random(7)
+        items = ["it-%04d" % i for i in range(2500)]  # Three pages of the default 1,000.
+        rng.shuffle(items)
+        self.assertEqual(self.client.add_items("paged", pd.DataFrame({"item": items})),
+                         (2500, 0))
+        self.assertEqual(self.client.posteriors("paged")["item"].tolist(), items)
+        workers = ["w%04d" % i for i in range(1500)]  # Two pages of 1,000.
+        rng.shuffle(workers)
+        result = self.client.submit("paged", pd.DataFrame(
+            {"item": items[:1500], "annotator": workers, "label": [i % 2 for i in range(1500)]}),
+            batch_size=100)
+        self.assertEqual(result.accepted, 1500)
+        profiles = self.client.annotators("paged")
+        self.assertEqual(profiles["annotator"].tolist(), workers)
+        self.assertEqual(profiles["num_labels"].tolist(), [1] * 1500)
+        asked = self.client.annotators("paged", [workers[3], workers[1], workers[3]])
+        self.assertEqual(asked["annotator"].tolist(), [workers[3], workers[1]])
 
     def test_errors_carry_the_code_and_a_message_naming_the_call_and_the_field(self):
         self.client.create_project("errors", ["a", "b"], method="mv")
