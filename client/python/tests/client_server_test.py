@@ -758,6 +758,19 @@ class ClientPromisesTest(unittest.TestCase):
         asked = self.client.annotators("paged", [workers[3], workers[1], workers[3]])
         self.assertEqual(asked["annotator"].tolist(), [workers[3], workers[1]])
 
+    def test_annotators_of_an_empty_id_list_is_an_empty_frame(self):
+        # client.py annotators(): "annotators: ids (...), or None for every annotator"; an
+        # empty list is ids, none of them, as posteriors(items=[]) reads it. A caller asking
+        # for the profiles of a filtered list that came out empty must not get every
+        # annotator of the project.
+        self.client.create_project("no-ids", ["a", "b"], method="mv")
+        self.client.submit("no-ids", pd.DataFrame(
+            {"item": ["i1", "i1"], "annotator": ["w1", "w2"], "label": ["a", "b"]}))
+        self.assertEqual(len(self.client.posteriors("no-ids", items=[])), 0)
+        self.assertEqual(len(self.client.annotators("no-ids")), 2)
+        self.assertEqual(self.client.annotators("no-ids", annotators=[])["annotator"].tolist(),
+                         [])
+
     def test_errors_carry_the_code_and_a_message_naming_the_call_and_the_field(self):
         self.client.create_project("errors", ["a", "b"], method="mv")
         self.client.submit("errors", pd.DataFrame(
