@@ -771,6 +771,27 @@ class ClientPromisesTest(unittest.TestCase):
         self.assertEqual(self.client.annotators("no-ids", annotators=[])["annotator"].tolist(),
                          [])
 
+    def test_a_batch_past_a_project_limit_raises_and_the_batches_before_it_stay(self):
+        # projects.proto: a batch that would pass max_labels is refused whole with
+        # RESOURCE_EXHAUSTED naming the limit. submit(): it is resent up to max_retries times,
+        # then raised with the ack's code, naming the batch and its rows; the batches acked
+        # before it stay written.
+        self.client.create_project("limited", ["a", "b"], method="mv",
+                                   settings={"limits": {"max_labels": 5}})
+        labels = pd.DataFrame({"item": ["i%d" % n for n in range(8)], "annotator": ["w"] * 8,
+                               "label": [0] * 8})
+        calls = []
+        with self.assertRaises(verity_client.VerityError) as raised:
+            self.client.submit("limited", labels, batch_size=2, max_retries=1,
+                               progress=lambda acked, total: calls.append((acked, total)))
+        error = raised.exception
+        self.assertEqual(error.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertIn("gave up after 2 attempts", error.message)
+        self.assertIn("batch 3 of 4 (rows 4 to 5)", error.message)
+        self.assertIn("max_labels", error.message)
+        self.assertEqual(calls, [(2, 8), (4, 8)])
+        self.assertEqual(self.client.get_project("limited").num_labels, 4)
+
     def test_errors_carry_the_code_and_a_message_naming_the_call_and_the_field(self):
         self.client.create_project("errors", ["a", "b"], method="mv")
         self.client.submit("errors", pd.DataFrame(
