@@ -672,6 +672,30 @@ class ClientPromisesTest(unittest.TestCase):
                           status.labels_since_version, status.training),
                          ("mv", version, 4, 0, False))
 
+    def test_details_and_status_tell_labels_newer_than_the_fit(self):
+        # truth.proto: model_version is the fit that produced the posterior (0 before any),
+        # includes_newer_labels whether the item has labels newer than that fit; models.proto:
+        # labels_since_version counts the labels that arrived since the current version.
+        self.client.create_project("newer", ["a", "b"], method="mv")
+        self.client.submit("newer", pd.DataFrame(
+            {"item": ["i1", "i1", "i2"], "annotator": ["w1", "w2", "w1"],
+             "label": ["a", "a", "b"]}))
+        before = self.client.posteriors("newer", details=True)
+        self.assertEqual(before["model_version"].tolist(), [0, 0])
+        self.assertEqual(self.client.train("newer").version, 1)
+        fitted = self.client.posteriors("newer", details=True)
+        self.assertEqual(fitted["model_version"].tolist(), [1, 1])
+        self.assertEqual(fitted["includes_newer_labels"].tolist(), [False, False])
+        self.client.submit("newer", pd.DataFrame(
+            {"item": ["i1"], "annotator": ["w3"], "label": ["b"]}))
+        updated = self.client.posteriors("newer", items=["i1", "i2"], details=True)
+        self.assertEqual(updated["model_version"].tolist(), [1, 1])
+        self.assertEqual(updated["includes_newer_labels"].tolist(), [True, False])
+        self.assertEqual(updated["num_labels"].tolist(), [3, 1])
+        status = self.client.model_status("newer")
+        self.assertEqual((status.current_version.version, status.num_labels,
+                          status.labels_since_version), (1, 4, 1))
+
     def test_an_empty_project_gives_empty_frames_with_every_column(self):
         self.client.create_project("nothing-yet", ["a", "b"], method="mv")
         posteriors = self.client.posteriors("nothing-yet", details=True)
