@@ -50,6 +50,8 @@ import server_process
 import verity_client
 from verity.v1 import models_pb2
 from verity.v1 import models_pb2_grpc
+from verity.v1 import projects_pb2
+from verity.v1 import projects_pb2_grpc
 
 BLUEBIRDS = "bluebirds"
 BLUEBIRDS_LABELS = 4212
@@ -695,6 +697,24 @@ class ClientPromisesTest(unittest.TestCase):
         status = self.client.model_status("newer")
         self.assertEqual((status.current_version.version, status.num_labels,
                           status.labels_since_version), (1, 4, 1))
+
+    def test_list_projects_follows_the_servers_pages(self):
+        # projects.proto: a ListProjects page ends once its projects pass 1 MiB. 40 projects of
+        # 256 classes of 120 bytes each hold 30 KiB of class names alone: over 1.1 MiB, so
+        # more than one page, and list_projects() returns every one of them.
+        classes = [("c%03d-" % k).ljust(120, "x") for k in range(256)]
+        names = ["wide-%02d" % n for n in range(40)]
+        for name in names:
+            self.client.create_project(name, classes, method="mv")
+        # The premise: the server's first page is not the last.
+        channel = grpc.insecure_channel(self.server.address)
+        self.addCleanup(channel.close)
+        first_page = projects_pb2_grpc.ProjectServiceStub(channel).ListProjects(
+            projects_pb2.ListProjectsRequest(), timeout=30)
+        self.assertNotEqual(first_page.next_page_token, "")
+        listed = [p for p in self.client.list_projects() if p.name.startswith("wide-")]
+        self.assertEqual(sorted(p.name for p in listed), names)
+        self.assertTrue(all(p.classes == tuple(classes) for p in listed))
 
     def test_an_empty_project_gives_empty_frames_with_every_column(self):
         self.client.create_project("nothing-yet", ["a", "b"], method="mv")
