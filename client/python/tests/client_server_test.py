@@ -851,6 +851,16 @@ class ClientPromisesTest(unittest.TestCase):
              grpc.StatusCode.NOT_FOUND, "GetProject: ", "no-such-project"),
             (lambda: self.client.create_project("bad name!", ["a", "b"]),
              grpc.StatusCode.INVALID_ARGUMENT, "CreateProject: ", "name"),
+            (lambda: self.client.posteriors("errors", page_size=10001),
+             grpc.StatusCode.INVALID_ARGUMENT, "ListPosteriors: ", "page_size"),
+            (lambda: self.client.suggest_items("errors", "w1", k=0),
+             grpc.StatusCode.INVALID_ARGUMENT, "SuggestItems: ", "k: 0"),
+            (lambda: self.client.suggest_items("errors", "", k=1),
+             grpc.StatusCode.INVALID_ARGUMENT, "SuggestItems: ", "annotator"),
+            (lambda: self.client.suggest_annotators("errors", "no-such-item", k=1),
+             grpc.StatusCode.NOT_FOUND, "SuggestAnnotators: ", "no-such-item"),
+            (lambda: self.client.add_items("errors", pd.DataFrame({"item": ["g"], "gold": [5]})),
+             grpc.StatusCode.INVALID_ARGUMENT, "AddItems (rows 0 to 0): ", "gold_label"),
         ]
         for call, code, prefix, field in cases:
             with self.subTest(prefix=prefix):
@@ -859,7 +869,7 @@ class ClientPromisesTest(unittest.TestCase):
                 error = raised.exception
                 self.assertEqual(error.code, code)
                 self.assertTrue(error.message.startswith(prefix), error.message)
-                self.assertIn(field, error.message)
+                self.assertIn(field, error.message[len(prefix):])
                 self.assertEqual(str(error), "%s: %s" % (code.name, error.message))
 
     def test_method_overrides_the_settings_and_an_unknown_one_sends_nothing(self):
