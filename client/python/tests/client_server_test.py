@@ -926,6 +926,15 @@ class ClientPromisesTest(unittest.TestCase):
         self.assertIn(address, raised.exception.message)
         self.assertGreaterEqual(elapsed, 0.5)
         self.assertLess(elapsed, 20)  # Not the client's timeout of 30 s.
+        # Without a timeout it waits the client's.
+        with verity_client.Client(address, timeout=0.4) as lonely:
+            started = time.monotonic()
+            with self.assertRaises(verity_client.VerityError) as raised:
+                lonely.wait_until_ready()
+            elapsed = time.monotonic() - started
+        self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("within 0.4s", raised.exception.message)
+        self.assertGreaterEqual(elapsed, 0.4)
 
     def test_submit_deadline_is_the_timeout_plus_a_second_per_min_throughput_rows(self):
         # A peer that never speaks HTTP/2: only the stream's deadline ends the call. 1,500
