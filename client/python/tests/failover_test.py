@@ -191,6 +191,12 @@ class KilledReplicaTest(unittest.TestCase):
         with verity_client.Client("%s,%s" % (first.address, second.address),
                                   timeout=20) as client:
             client.wait_until_ready()
+            # The channel is ready once one replica is connected; round robin reaches the
+            # other once it connects too.
+            for _ in range(200):
+                client.list_projects()
+                if all(self.rpc_count(r, "ListProjects") > 0 for r in replicas):
+                    break
             before = [self.rpc_count(r, "ListProjects") for r in replicas]
             for _ in range(40):
                 self.assertIn(project, [p.name for p in client.list_projects()])
