@@ -12,8 +12,11 @@ no address starts one for the whole block.
 import glob
 import os
 import re
+import shutil
+import signal
 import stat
 import tempfile
+import time
 import unittest
 
 import pandas as pd
@@ -158,6 +161,29 @@ class LocalServerTest(unittest.TestCase):
         self.assertIsNone(server.port)
         self.assertEqual(local_data_dirs(), before)
 
+
+    def test_a_server_that_ignores_sigterm_is_killed_after_the_stop_timeout(self):
+        # local.py stop(): "SIGTERM ..., SIGKILL after `timeout` seconds; removes the data
+        # directory. Returns the exit status". A stand-in binary announces a port as the server
+        # does and ignores SIGTERM.
+        scratch = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, scratch, True)
+        binary = os.path.join(scratch, "stubborn_server")
+        with open(binary, "w", encoding="utf-8") as f:
+            f.write("#!/usr/bin/python3\n"
+                    "import signal, time\n"
+                    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                    "print('event=listening port=4242', flush=True)\n"
+                    "time.sleep(3600)\n")
+        os.chmod(binary, 0o755)
+        server = local.LocalServer(binary=binary).start()
+        self.assertEqual(server.address, "127.0.0.1:4242")
+        data_dir = server.data_dir
+        started = time.monotonic()
+        self.assertEqual(server.stop(timeout=0.5), -signal.SIGKILL)
+        self.assertGreaterEqual(time.monotonic() - started, 0.5)
+        self.assertFalse(os.path.exists(data_dir))
+        self.assertIsNone(server.port)
 
     def test_an_exception_in_the_block_propagates_and_the_server_is_still_removed(self):
         before = local_data_dirs()
