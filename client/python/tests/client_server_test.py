@@ -674,6 +674,18 @@ class ClientPromisesTest(unittest.TestCase):
                           status.labels_since_version, status.training),
                          ("mv", version, 4, 0, False))
 
+    def test_model_versions_are_the_newest_limit_newest_first(self):
+        self.client.create_project("versions", ["a", "b"], method="mv")
+        for n in range(3):  # A new label before each fit, so that each makes a version.
+            self.client.submit("versions", pd.DataFrame(
+                {"item": ["i1"], "annotator": ["w%d" % n], "label": ["a"]}))
+            self.assertEqual(self.client.train("versions").version, n + 1)
+        self.assertEqual([(v.version, v.num_labels)
+                          for v in self.client.model_versions("versions", limit=2)],
+                         [(3, 3), (2, 2)])
+        self.assertEqual([v.version for v in self.client.model_versions("versions")],
+                         [3, 2, 1])
+
     def test_details_and_status_tell_labels_newer_than_the_fit(self):
         # truth.proto: model_version is the fit that produced the posterior (0 before any),
         # includes_newer_labels whether the item has labels newer than that fit; models.proto:
