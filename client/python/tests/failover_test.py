@@ -4,7 +4,11 @@ started), where every call, submit()'s stream included, must succeed through the
 and two real replicas on one database, the one holding a submit() stream killed mid-stream.
 """
 
+import os
+import shutil
 import socket
+import subprocess
+import tempfile
 import threading
 import unittest
 import urllib.request
@@ -209,6 +213,56 @@ class KilledReplicaTest(unittest.TestCase):
             result = client.submit(project, pd.DataFrame(
                 {"item": ["i1"] * 3, "annotator": ["w1", "w2", "w3"], "label": ["a"] * 3}))
             self.assertEqual(result.accepted, 3)
+
+
+class TlsReplicaListTest(unittest.TestCase):
+    """README: "With `credentials`, every replica's certificate must carry the first host's
+    name." One TLS server whose certificate (signed by a test CA, made with openssl) names
+    DNS:localhost only, listed with an address where nothing listens."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.scratch = tempfile.mkdtemp()
+        cls.addClassCleanup(shutil.rmtree, cls.scratch, True)
+        script = (
+            "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
+            "-subj /CN=test-ca && "
+            "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
+            "-subj /CN=localhost && "
+            "printf 'subjectAltName=DNS:localhost' > san.ext && "
+            "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+            "-out server.pem -days 2 -extfile san.ext")
+        subprocess.run(["sh", "-c", script], cwd=cls.scratch, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cls.server = server_process.ServerProcess(
+            server_process.runfile("server/verity_server"),
+            ["--metrics_port=0", "--tls_cert=" + os.path.join(cls.scratch, "server.pem"),
+             "--tls_key=" + os.path.join(cls.scratch, "server.key")])
+        cls.server.start()
+        cls.addClassCleanup(cls.server.stop)
+        with open(os.path.join(cls.scratch, "ca.pem"), "rb") as f:
+            cls.credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+
+    def test_the_first_hosts_name_is_checked_on_every_replica(self):
+        port, dead = self.server.port, free_loopback_port()
+        # localhost first: its name is on the certificate, wherever in the list the live
+        # replica is (reached as 127.0.0.1).
+        for name, target in (("tls-live-first", "localhost:%d,127.0.0.1:%d" % (port, dead)),
+                             ("tls-live-second", "localhost:%d,127.0.0.1:%d" % (dead, port))):
+            with self.subTest(target=target):
+                with verity_client.Client(target, timeout=10, credentials=self.credentials,
+                                          api_key="vk_unchecked") as client:
+                    client.create_project(name, ["a", "b"])
+                    result = client.submit(name, pd.DataFrame(
+                        {"item": ["i1"], "annotator": ["w1"], "label": ["a"]}))
+                    self.assertEqual(result.accepted, 1)
+        # 127.0.0.1 first: the certificate does not name it, so no replica is accepted.
+        with verity_client.Client("127.0.0.1:%d,localhost:%d" % (port, dead), timeout=10,
+                                  credentials=self.credentials) as client:
+            with self.assertRaises(verity_client.VerityError) as raised:
+                client.list_projects()
+        self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("127.0.0.1", raised.exception.message)
 
 
 if __name__ == "__main__":
