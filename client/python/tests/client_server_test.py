@@ -848,6 +848,21 @@ class ClientPromisesTest(unittest.TestCase):
         self.assertEqual(calls, [(2, 8), (4, 8)])
         self.assertEqual(self.client.get_project("limited").num_labels, 4)
 
+    def test_add_items_names_the_data_frame_row_of_a_bad_gold_label(self):
+        # frames.py: "Every check here names the offending column and row, and fails with
+        # ValueError before anything is sent". The bad gold label is on row 2 of the frame;
+        # the rows before it without gold (missing = no gold) count as rows all the same.
+        self.client.create_project("gold-rows", ["cat", "dog"], method="mv")
+        for gold, why in (([None, None, "nope"], "'nope' is not a class"),
+                          ([None, "dog", 1.5], "1.5 is neither"),
+                          ([None, None, 2**40], "does not fit")):
+            with self.subTest(gold=gold):
+                with self.assertRaisesRegex(ValueError, why) as raised:
+                    self.client.add_items("gold-rows", pd.DataFrame(
+                        {"item": ["i0", "i1", "i2"], "gold": gold}))
+                self.assertIn("column 'gold', row 2:", str(raised.exception))
+        self.assertEqual(self.client.get_project("gold-rows").num_items, 0)
+
     def test_errors_carry_the_code_and_a_message_naming_the_call_and_the_field(self):
         self.client.create_project("errors", ["a", "b"], method="mv")
         self.client.submit("errors", pd.DataFrame(
