@@ -863,6 +863,31 @@ class ClientPromisesTest(unittest.TestCase):
                 self.assertIn("column 'gold', row 2:", str(raised.exception))
         self.assertEqual(self.client.get_project("gold-rows").num_items, 0)
 
+    def test_id_lists_may_be_pandas_series_and_numpy_arrays(self):
+        # client.py types annotators' ids and suggest_*'s candidates as Optional[Iterable]
+        # (the README: "DataFrames in, DataFrames out"), as posteriors' items, which takes a
+        # column's unique() or a Series. The same must hold for the other id lists.
+        self.client.create_project("pandas-ids", ["a", "b"], method="mv")
+        labels = pd.DataFrame({"item": ["i1", "i1", "i2"], "annotator": ["w1", "w2", "w1"],
+                               "label": ["a", "b", "a"]})
+        self.client.submit("pandas-ids", labels)
+        self.assertEqual(self.client.posteriors("pandas-ids",
+                                                labels["item"].unique())["item"].tolist(),
+                         ["i1", "i2"])
+        for ids in (labels["annotator"].unique(), labels["annotator"].drop_duplicates()):
+            with self.subTest(annotators=type(ids).__name__):
+                self.assertEqual(
+                    self.client.annotators("pandas-ids", ids)["annotator"].tolist(),
+                    ["w1", "w2"])
+        with self.subTest(call="suggest_items"):
+            suggested = self.client.suggest_items("pandas-ids", "w9", k=5,
+                                                  candidates=labels["item"].unique())
+            self.assertEqual(sorted(suggested["item"]), ["i1", "i2"])
+        with self.subTest(call="suggest_annotators"):
+            suggested = self.client.suggest_annotators("pandas-ids", "i2", k=5,
+                                                       candidates=pd.Series(["w2", "w3"]))
+            self.assertEqual(sorted(suggested["annotator"]), ["w2", "w3"])
+
     def test_errors_carry_the_code_and_a_message_naming_the_call_and_the_field(self):
         self.client.create_project("errors", ["a", "b"], method="mv")
         self.client.submit("errors", pd.DataFrame(
