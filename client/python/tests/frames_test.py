@@ -114,6 +114,17 @@ class LabelIndicesTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "row 0: 0.5 is neither"):
             frames.label_indices(pd.Series([0.5], name="label"), CLASSES)
 
+    def test_nullable_integer_labels_pass_or_name_the_missing_row(self):
+        # pandas' nullable Int64 (read_csv(dtype="Int64"), or an integer column with a gap):
+        # integers pass as indices; a missing one is refused, like NaN above, naming the
+        # column and row (the module's promise for every check).
+        np.testing.assert_array_equal(
+            frames.label_indices(pd.Series([1, 0], name="label", dtype="Int64"), CLASSES),
+            [1, 0])
+        with self.assertRaisesRegex(ValueError, "column 'label', row 1: "):
+            frames.label_indices(pd.Series([1, None, 0], name="label", dtype="Int64"),
+                                 CLASSES)
+
     def test_categorical_names(self):
         labels = pd.Series(["true", "false"], name="label", dtype="category")
         self.assertTrue(frames.needs_class_names(labels))
