@@ -967,6 +967,20 @@ class ClientPromisesTest(unittest.TestCase):
                                 if p.name.startswith("thread-")),
                          ["thread-%d" % k for k in range(8)])
 
+    def test_a_timeout_the_client_accepts_lets_calls_run(self):
+        # Client(): "timeout: deadline of every RPC in seconds", refused with ValueError unless
+        # "a positive number of seconds". NaN is not one, and infinity, if taken, must mean no
+        # deadline: accepted, either gives every call an instant DEADLINE_EXCEEDED.
+        for timeout in (float("nan"), float("inf")):
+            with self.subTest(timeout=timeout):
+                try:
+                    client = verity_client.Client(self.server.address, timeout=timeout)
+                except ValueError as error:
+                    self.assertIn("timeout", str(error))
+                    continue
+                with client:
+                    self.assertIsInstance(client.list_projects(), list)
+
     def test_wait_until_ready_gives_up_after_its_timeout_as_unavailable(self):
         address = "127.0.0.1:%d" % free_loopback_port()
         with verity_client.Client(address, timeout=30) as lonely:
