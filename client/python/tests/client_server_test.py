@@ -981,6 +981,21 @@ class ClientPromisesTest(unittest.TestCase):
                 with client:
                     self.assertIsInstance(client.list_projects(), list)
 
+    def test_submit_with_no_min_throughput_is_refused_or_runs(self):
+        # client.py: inputs that cannot be sent raise ValueError before anything is sent;
+        # submit() checks batch_size and max_unacked_batches so. min_throughput=0 (no time
+        # per annotation) must either be refused so, naming it, or submit the labels; not
+        # fail on a division by zero.
+        self.client.create_project("throughput", ["a", "b"], method="mv")
+        labels = pd.DataFrame({"item": ["i1"], "annotator": ["w1"], "label": ["a"]})
+        try:
+            result = self.client.submit("throughput", labels, min_throughput=0)
+        except ValueError as error:
+            self.assertIn("min_throughput", str(error))
+            self.assertEqual(self.client.get_project("throughput").num_labels, 0)
+        else:
+            self.assertEqual(result.accepted, 1)
+
     def test_wait_until_ready_gives_up_after_its_timeout_as_unavailable(self):
         address = "127.0.0.1:%d" % free_loopback_port()
         with verity_client.Client(address, timeout=30) as lonely:
