@@ -185,6 +185,29 @@ class LocalServerTest(unittest.TestCase):
         self.assertFalse(os.path.exists(data_dir))
         self.assertIsNone(server.port)
 
+    def test_a_binary_that_cannot_be_executed_leaves_no_data_directory(self):
+        # local.py: the data directory is "removed on exit with everything in it"; a start
+        # that fails raises and removes it (test_a_server_that_exits_at_once...). Here the
+        # file passes find_server_binary (it is executable) but exec refuses it.
+        scratch = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, scratch, True)
+        binary = os.path.join(scratch, "verity_server")
+        with open(binary, "w", encoding="utf-8") as f:
+            f.write("not a program\n")
+        os.chmod(binary, 0o755)
+        before = local_data_dirs()
+
+        def remove_empty_leftovers():  # What this test leaked: empty directories.
+            for leftover in local_data_dirs() - before:
+                if not os.listdir(leftover):
+                    os.rmdir(leftover)
+
+        self.addCleanup(remove_empty_leftovers)
+        with self.assertRaises(OSError):
+            with local.LocalServer(binary=binary):
+                self.fail("started a file that is not a program")
+        self.assertEqual(local_data_dirs() - before, set())
+
     def test_an_exception_in_the_block_propagates_and_the_server_is_still_removed(self):
         before = local_data_dirs()
         server = local.LocalServer(binary=SERVER)
