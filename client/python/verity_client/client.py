@@ -396,8 +396,13 @@ class Client:
                  credentials: Optional[grpc.ChannelCredentials] = None,
                  channel_options: Sequence[Tuple[str, Any]] = (), api_key: Optional[str] = None,
                  allow_plaintext_key: bool = False) -> None:
-        if not timeout or timeout <= 0:
-            raise ValueError("timeout must be a positive number of seconds, got %r" % timeout)
+        try:
+            seconds = float(timeout)
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if not math.isfinite(seconds) or seconds <= 0:
+            raise ValueError("timeout must be a positive number of seconds (not inf or nan), "
+                             "got %r" % (timeout,))
         self.target = target
         self.timeout = float(timeout)
         if api_key is None:
@@ -552,7 +557,8 @@ class Client:
             column = df[gold_columns[0]]
             known = column.notna().to_numpy()
             if known.any():
-                indices = frames.label_indices(column[known], self._class_names(project))
+                indices = frames.label_indices(column[known], self._class_names(project),
+                                               rows=np.flatnonzero(known))
                 for row, index in zip(np.flatnonzero(known), indices):
                     gold[row] = int(index)
         priority = [None] * len(items)
@@ -608,6 +614,9 @@ class Client:
             raise ValueError("batch_size must be 1 to 10,000, got %r" % batch_size)
         if max_unacked_batches < 1:
             raise ValueError("max_unacked_batches must be positive")
+        if not float(min_throughput) > 0:
+            raise ValueError("min_throughput must be a positive number of labels per second, "
+                             "got %r" % (min_throughput,))
         items, annotators, label_column = frames.annotations(df)
         if not items:
             return SubmitResult()
@@ -694,9 +703,10 @@ class Client:
         annotators: ids (one call per 10,000, or per half as many while the server answers
           RESOURCE_EXHAUSTED: profiles past its response limit, with many classes), or None
           for every annotator (a page at a time)."""
-        ids = [str(a) for a in (annotators or [])]
+        # None: every annotator; any iterable (a list, a Series, an array), empty included: those.
+        ids = None if annotators is None else [str(a) for a in annotators]
         profiles = []
-        if ids:
+        if ids is not None:
             per_call, lo = MAX_ITEMS_PER_CALL, 0
             while lo < len(ids):
                 chunk = ids[lo:lo + per_call]
@@ -782,7 +792,7 @@ class Client:
             self._assignment.SuggestItems,
             assignment_pb2.SuggestItemsRequest(
                 project=project, annotator=str(annotator), k=k,
-                candidate_items=[str(c) for c in (candidates or [])]),
+                candidate_items=[] if candidates is None else [str(c) for c in candidates]),
             "SuggestItems")
         s = r.suggestions
         return pd.DataFrame({
@@ -803,7 +813,7 @@ class Client:
             self._assignment.SuggestAnnotators,
             assignment_pb2.SuggestAnnotatorsRequest(
                 project=project, item=str(item), k=k,
-                candidates=[str(c) for c in (candidates or [])]),
+                candidates=[] if candidates is None else [str(c) for c in candidates]),
             "SuggestAnnotators")
         s = r.suggestions
         return pd.DataFrame({

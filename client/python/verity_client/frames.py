@@ -39,8 +39,11 @@ def ids(series):
     return series.astype(str).tolist()
 
 
-def label_indices(series, classes):
+def label_indices(series, classes, rows=None):
     """Class indices of a label column: class names (str) or indices (int), mixed or not.
+
+    rows: the row number of each value in the caller's frame, for the messages (default: the
+    position in `series`), when `series` is a selection of a column.
 
     An integer is passed through as an index without a range check, negative ones included:
     the server rejects an out-of-range index per annotation and reports it in the ack, like any
@@ -53,15 +56,21 @@ def label_indices(series, classes):
         raise ValueError(
             "column %r holds booleans; labels are class names or class indices "
             "(read the CSV with dtype=str to keep names such as 'true')" % series.name)
+    row_of = (lambda n: int(rows[n])) if rows is not None else (lambda n: n)
     if pd.api.types.is_integer_dtype(series.dtype) and not isinstance(
             series.dtype, pd.CategoricalDtype):
+        missing = np.flatnonzero(series.isna().to_numpy())
+        if missing.size:  # A nullable integer column (Int64) with <NA>.
+            raise ValueError("column %r, row %d: missing label" %
+                             (series.name, row_of(int(missing[0]))))
         values = series.to_numpy(dtype=np.int64)
-        _check_index_range(series.name, values)
+        bad = np.flatnonzero((values < -_INT32_MAX - 1) | (values > _INT32_MAX))
+        _check_index_range(series.name, values, row_of(int(bad[0])) if bad.size else None)
         return values.astype(np.int32)
     index_of = {name: i for i, name in enumerate(classes)}
     out = np.empty(len(series), dtype=np.int32)
-    for row, value in enumerate(series.astype(object).tolist()):
-        out[row] = _one_label(series.name, row, value, index_of, classes)
+    for n, value in enumerate(series.astype(object).tolist()):
+        out[n] = _one_label(series.name, row_of(n), value, index_of, classes)
     return out
 
 

@@ -69,13 +69,20 @@ class LocalServer:
         exits first or does not listen within start_timeout seconds."""
         self.data_dir = tempfile.mkdtemp(prefix="verity-local-", dir="/tmp")
         os.chmod(self.data_dir, 0o755)
-        self._process = subprocess.Popen(
-            # 127.0.0.1, not localhost: with localhost the server binds ::1 and 127.0.0.1 on
-            # one port, keeping either where the port is taken on the other, and a client of
-            # "localhost:PORT" could then reach another process on the family it tries first.
-            [self._binary, "--listen=127.0.0.1:0",
-             "--data_dir=" + os.path.join(self.data_dir, "var")] + self._extra_args,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            self._process = subprocess.Popen(
+                # 127.0.0.1, not localhost: with localhost the server binds ::1 and 127.0.0.1
+                # on one port, keeping either where the port is taken on the other, and a
+                # client of "localhost:PORT" could then reach another process on the family it
+                # tries first.
+                [self._binary, "--listen=127.0.0.1:0",
+                 "--data_dir=" + os.path.join(self.data_dir, "var")] + self._extra_args,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except OSError:
+            # Not started (not a program, a directory): nothing to stop, the directory goes.
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self.data_dir = None
+            raise
         self._reader = threading.Thread(target=self._read_output, daemon=True)
         self._reader.start()
         if not self._listening.wait(self._start_timeout) or self.port is None:
