@@ -106,6 +106,36 @@ CalibrationOutcome ScoreCalibration(const CalibratedTruthModel& model, const Cro
   return outcome;
 }
 
+// The fields of a calibrated version's blob (calibrated_truth_model.h, Serialize): kMagic, the
+// format version, the map (kind, tau), its source, the gold statistics (items, ECE before and
+// after) and the inner blob; `trailing` bytes after it. The defaults are a valid version.
+struct CalibratedBlobFields {
+  uint32_t format_version = 1;
+  uint32_t kind = static_cast<uint32_t>(CalibrationMapKind::kTemperature);
+  double temperature = 0.5;
+  uint32_t source = static_cast<uint32_t>(CalibrationSource::kCrowdLabels);
+  bool trailing = false;
+};
+
+std::string CalibratedBlob(const CalibratedBlobFields& fields) {
+  const std::string_view m = CalibratedTruthModel::kMagic;
+  ByteWriter writer;
+  writer.WriteU32(static_cast<uint32_t>(static_cast<unsigned char>(m[0])) |
+                  static_cast<uint32_t>(static_cast<unsigned char>(m[1])) << 8 |
+                  static_cast<uint32_t>(static_cast<unsigned char>(m[2])) << 16 |
+                  static_cast<uint32_t>(static_cast<unsigned char>(m[3])) << 24);
+  writer.WriteU32(fields.format_version);
+  writer.WriteU32(fields.kind);
+  writer.WriteF64(fields.temperature);
+  writer.WriteU32(fields.source);
+  writer.WriteU64(0);
+  writer.WriteF64(0.0);
+  writer.WriteF64(0.0);
+  writer.WriteString("inner");
+  if (fields.trailing) writer.WriteU32(0);
+  return writer.Finish();
+}
+
 std::unique_ptr<CalibratedTruthModel> CalibratedDs() {
   absl::StatusOr<std::unique_ptr<DawidSkeneModel>> ds = DawidSkeneModel::Create(2, {});
   EXPECT_THAT(ds.status(), IsOk());
@@ -1162,23 +1192,10 @@ TEST(CalibrationMapTest, RowsNoMapChangesGetTheIdentity) {
 // CalibrationSource has the values 0, 1 and 2: Restore refuses a calibrated blob whose source
 // is 3 (the control, source 2, restores).
 TEST(CalibratedTruthModelTest, RestoreRefusesAnUnknownSource) {
-  const std::string_view m = CalibratedTruthModel::kMagic;
-  const uint32_t magic = static_cast<uint32_t>(static_cast<unsigned char>(m[0])) |
-                         static_cast<uint32_t>(static_cast<unsigned char>(m[1])) << 8 |
-                         static_cast<uint32_t>(static_cast<unsigned char>(m[2])) << 16 |
-                         static_cast<uint32_t>(static_cast<unsigned char>(m[3])) << 24;
-  const auto blob = [&](uint32_t source) {
-    ByteWriter writer;
-    writer.WriteU32(magic);
-    writer.WriteU32(1);  // format version
-    writer.WriteU32(static_cast<uint32_t>(CalibrationMapKind::kTemperature));
-    writer.WriteF64(0.5);
-    writer.WriteU32(source);
-    writer.WriteU64(0);
-    writer.WriteF64(0.0);
-    writer.WriteF64(0.0);
-    writer.WriteString("inner");
-    return writer.Finish();
+  const auto blob = [](uint32_t source) {
+    CalibratedBlobFields fields;
+    fields.source = source;
+    return CalibratedBlob(fields);
   };
   CalibratedTruthModel model(std::make_unique<FixedRowModel>());
   ASSERT_THAT(model.Restore(blob(2)), IsOk());
@@ -1190,24 +1207,12 @@ TEST(CalibratedTruthModelTest, RestoreRefusesAnUnknownSource) {
 // whose temperature is outside [kMinTemperature, kMaxTemperature], or that has bytes after the
 // inner blob (the control, kind 2 at tau 0.05, restores).
 TEST(CalibratedTruthModelTest, RestoreRefusesAnUnknownKindATemperatureOutOfRangeOrTrailingBytes) {
-  const std::string_view m = CalibratedTruthModel::kMagic;
-  const uint32_t magic = static_cast<uint32_t>(static_cast<unsigned char>(m[0])) |
-                         static_cast<uint32_t>(static_cast<unsigned char>(m[1])) << 8 |
-                         static_cast<uint32_t>(static_cast<unsigned char>(m[2])) << 16 |
-                         static_cast<uint32_t>(static_cast<unsigned char>(m[3])) << 24;
-  const auto blob = [&](uint32_t kind, double temperature, bool trailing) {
-    ByteWriter writer;
-    writer.WriteU32(magic);
-    writer.WriteU32(1);  // format version
-    writer.WriteU32(kind);
-    writer.WriteF64(temperature);
-    writer.WriteU32(static_cast<uint32_t>(CalibrationSource::kCrowdLabels));
-    writer.WriteU64(0);
-    writer.WriteF64(0.0);
-    writer.WriteF64(0.0);
-    writer.WriteString("inner");
-    if (trailing) writer.WriteU32(0);
-    return writer.Finish();
+  const auto blob = [](uint32_t kind, double temperature, bool trailing) {
+    CalibratedBlobFields fields;
+    fields.kind = kind;
+    fields.temperature = temperature;
+    fields.trailing = trailing;
+    return CalibratedBlob(fields);
   };
   CalibratedTruthModel model(std::make_unique<FixedRowModel>());
   ASSERT_THAT(model.Restore(blob(2, CalibratedTruthModel::kMinTemperature, false)), IsOk());
@@ -1222,22 +1227,8 @@ TEST(CalibratedTruthModelTest, RestoreRefusesAnUnknownKindATemperatureOutOfRange
 // calibrated_truth_model.h: Restore accepts a bare inner blob (stored before calibration) and
 // restores it with the identity map, replacing a map the model had.
 TEST(CalibratedTruthModelTest, RestoringABareInnerBlobResetsTheMapToTheIdentity) {
-  const std::string_view m = CalibratedTruthModel::kMagic;
-  ByteWriter writer;
-  writer.WriteU32(static_cast<uint32_t>(static_cast<unsigned char>(m[0])) |
-                  static_cast<uint32_t>(static_cast<unsigned char>(m[1])) << 8 |
-                  static_cast<uint32_t>(static_cast<unsigned char>(m[2])) << 16 |
-                  static_cast<uint32_t>(static_cast<unsigned char>(m[3])) << 24);
-  writer.WriteU32(1);  // format version
-  writer.WriteU32(static_cast<uint32_t>(CalibrationMapKind::kTemperature));
-  writer.WriteF64(0.5);
-  writer.WriteU32(static_cast<uint32_t>(CalibrationSource::kCrowdLabels));
-  writer.WriteU64(0);
-  writer.WriteF64(0.0);
-  writer.WriteF64(0.0);
-  writer.WriteString("inner");
   CalibratedTruthModel model(std::make_unique<FixedRowModel>());
-  ASSERT_THAT(model.Restore(writer.Finish()), IsOk());
+  ASSERT_THAT(model.Restore(CalibratedBlob({})), IsOk());
   ASSERT_EQ(model.calibration().temperature, 0.5);
   ASSERT_THAT(model.Restore("inner"), IsOk());
   EXPECT_EQ(model.calibration().temperature, 1.0);
@@ -1349,23 +1340,10 @@ TEST(CalibratedTruthModelTest, RestoreWithBoundsPassesThemToTheInnerModel) {
 // calibrated_truth_model.h: Restore refuses a calibrated blob of another format version (the
 // control, version 1, restores).
 TEST(CalibratedTruthModelTest, RestoreRefusesAnotherFormatVersion) {
-  const std::string_view m = CalibratedTruthModel::kMagic;
-  const uint32_t magic = static_cast<uint32_t>(static_cast<unsigned char>(m[0])) |
-                         static_cast<uint32_t>(static_cast<unsigned char>(m[1])) << 8 |
-                         static_cast<uint32_t>(static_cast<unsigned char>(m[2])) << 16 |
-                         static_cast<uint32_t>(static_cast<unsigned char>(m[3])) << 24;
-  const auto blob = [&](uint32_t version) {
-    ByteWriter writer;
-    writer.WriteU32(magic);
-    writer.WriteU32(version);
-    writer.WriteU32(static_cast<uint32_t>(CalibrationMapKind::kTemperature));
-    writer.WriteF64(0.5);
-    writer.WriteU32(static_cast<uint32_t>(CalibrationSource::kCrowdLabels));
-    writer.WriteU64(0);
-    writer.WriteF64(0.0);
-    writer.WriteF64(0.0);
-    writer.WriteString("inner");
-    return writer.Finish();
+  const auto blob = [](uint32_t version) {
+    CalibratedBlobFields fields;
+    fields.format_version = version;
+    return CalibratedBlob(fields);
   };
   CalibratedTruthModel model(std::make_unique<FixedRowModel>());
   EXPECT_THAT(model.Restore(blob(2)), StatusIs(absl::StatusCode::kInvalidArgument));
@@ -1724,22 +1702,8 @@ TEST(GoldCalibrationLabelsTest, TheChoiceDependsOnTheItem) {
 // the identity, also when the wrapper served a map before it (here one restored from a stored
 // version, tau 0.5 on crowd labels).
 TEST(CalibratedTruthModelTest, AFitLeavingNoParametersDropsAMapServedBefore) {
-  const std::string_view m = CalibratedTruthModel::kMagic;
-  ByteWriter writer;
-  writer.WriteU32(static_cast<uint32_t>(static_cast<unsigned char>(m[0])) |
-                  static_cast<uint32_t>(static_cast<unsigned char>(m[1])) << 8 |
-                  static_cast<uint32_t>(static_cast<unsigned char>(m[2])) << 16 |
-                  static_cast<uint32_t>(static_cast<unsigned char>(m[3])) << 24);
-  writer.WriteU32(1);  // format version
-  writer.WriteU32(static_cast<uint32_t>(CalibrationMapKind::kTemperature));
-  writer.WriteF64(0.5);
-  writer.WriteU32(static_cast<uint32_t>(CalibrationSource::kCrowdLabels));
-  writer.WriteU64(0);
-  writer.WriteF64(0.0);
-  writer.WriteF64(0.0);
-  writer.WriteString("inner");
   CalibratedTruthModel model(std::make_unique<ParameterlessModel>());
-  ASSERT_THAT(model.Restore(writer.Finish()), IsOk());
+  ASSERT_THAT(model.Restore(CalibratedBlob({})), IsOk());
   ASSERT_EQ(model.calibration().temperature, 0.5);
   absl::StatusOr<AnnotationMatrix> data =
       AnnotationMatrix::Build(2, 2, 2, {{0, 0, 0}, {0, 1, 1}, {1, 0, 0}, {1, 1, 0}});
