@@ -543,12 +543,9 @@ class ApiKeyTest(unittest.TestCase):
             self.assertEqual(raised.exception.code, grpc.StatusCode.UNAUTHENTICATED)
 
 
-class TieRuleTest(unittest.TestCase):
-    """truth.proto: map_label, the label column of posteriors(), is the most probable class,
-    the lowest class index on ties. Majority vote (and every method before its first fit) gives
-    an item the smoothed vote shares, so equal label counts give exactly equal probabilities
-    (asserted first) and only the rule decides. The server runs without background refits, so
-    the model versions are the ones the tests fit."""
+class NoBackgroundRefitTestCase(unittest.TestCase):
+    """A test class with its own server that fits only when a test asks (no background
+    refits), and a Client of it."""
 
     @classmethod
     def setUpClass(cls):
@@ -559,6 +556,14 @@ class TieRuleTest(unittest.TestCase):
         cls.addClassCleanup(cls.server.stop)
         cls.client = verity_client.Client(cls.server.address, timeout=30)
         cls.addClassCleanup(cls.client.close)
+
+
+class TieRuleTest(NoBackgroundRefitTestCase):
+    """truth.proto: map_label, the label column of posteriors(), is the most probable class,
+    the lowest class index on ties. Majority vote (and every method before its first fit) gives
+    an item the smoothed vote shares, so equal label counts give exactly equal probabilities
+    (asserted first) and only the rule decides. The server runs without background refits, so
+    the model versions are the ones the tests fit."""
 
     def train(self, project):
         """Fits `project` now (TrainModel; the Python client has no call for it)."""
@@ -633,22 +638,12 @@ class TieRuleTest(unittest.TestCase):
 
 
 
-class ClientPromisesTest(unittest.TestCase):
+class ClientPromisesTest(NoBackgroundRefitTestCase):
     """Promises of client.py's docstrings and the README that the tests above leave open:
     train(), the frames of an empty project, progress per ack, "p_" columns from the server,
     add_items' chunks, errors that name the call and the field, deadlines of submit() and
     wait_until_ready(), close() during a call, and one Client shared by threads. The server
     runs without background refits, so the only model versions are the ones train() fits."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.server = server_process.ServerProcess(
-            server_process.runfile("server/verity_server"),
-            ["--background_refit=false", "--metrics_port=0"])
-        cls.server.start()
-        cls.addClassCleanup(cls.server.stop)
-        cls.client = verity_client.Client(cls.server.address, timeout=30)
-        cls.addClassCleanup(cls.client.close)
 
     def test_train_fits_now_and_its_version_is_the_current_one(self):
         self.client.create_project("to-train", ["a", "b"], method="mv")
