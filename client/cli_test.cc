@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -1345,6 +1346,102 @@ TEST_F(CliTest, PosteriorsFailWhenTheServerRepeatsAPageToken) {
   EXPECT_EQ(result.code, kExitFailure);
   EXPECT_THAT(result.err, HasSubstr("page token \"again\""));
   EXPECT_FALSE(std::ifstream(out).good());
+  server->Shutdown();
+}
+
+// A ProjectService that knows one project, "birds" (classes a, b, no items), and a
+// TruthService whose ListPosteriors records the page_size of each call and answers one empty
+// page.
+class PageSizeRecordingServices {
+ public:
+  PageSizeRecordingServices() : projects_(*this), truth_(*this) {}
+
+  void Register(grpc::ServerBuilder& builder) {
+    builder.RegisterService(&projects_);
+    builder.RegisterService(&truth_);
+  }
+  std::vector<int32_t> page_sizes() const {
+    absl::MutexLock lock(&mutex_);
+    return page_sizes_;
+  }
+
+ private:
+  void Record(int32_t page_size) {
+    absl::MutexLock lock(&mutex_);
+    page_sizes_.push_back(page_size);
+  }
+
+  class Projects final : public v1::ProjectService::Service {
+   public:
+    explicit Projects(PageSizeRecordingServices&) {}
+    grpc::Status GetProject(grpc::ServerContext*, const v1::GetProjectRequest* request,
+                            v1::GetProjectResponse* response) override {
+      if (request->project() != "birds") {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such project");
+      }
+      response->mutable_project()->set_name("birds");
+      response->mutable_project()->add_classes("a");
+      response->mutable_project()->add_classes("b");
+      return grpc::Status::OK;
+    }
+  };
+  class Truth final : public v1::TruthService::Service {
+   public:
+    explicit Truth(PageSizeRecordingServices& owner) : owner_(owner) {}
+    grpc::Status ListPosteriors(grpc::ServerContext*, const v1::ListPosteriorsRequest* request,
+                                v1::ListPosteriorsResponse*) override {
+      owner_.Record(request->page_size());
+      return grpc::Status::OK;
+    }
+
+   private:
+    PageSizeRecordingServices& owner_;
+  };
+
+  mutable absl::Mutex mutex_;
+  std::vector<int32_t> page_sizes_ ABSL_GUARDED_BY(mutex_);
+  Projects projects_;
+  Truth truth_;
+};
+
+// --help of `posteriors` and `export`: --page_size=N is the number of "Posteriors per
+// ListPosteriors call", "Default: 1000". Without the flag each call asks for 1000; with it, for
+// the number given.
+TEST_F(CliTest, PosteriorsAndExportAskForPagesOfTheDocumentedDefaultSize) {
+  PageSizeRecordingServices services;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  services.Register(builder);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::string flag = absl::StrCat("--server=127.0.0.1:", port);
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"posteriors", "--project=birds", flag},
+        std::vector<std::string>{"export", "--project=birds", flag},
+        std::vector<std::string>{"export", "--project=birds", "--page_size=7", flag},
+        std::vector<std::string>{"posteriors", "--project=birds", "--page_size=3", flag}}) {
+    const CliResult result = RunWithoutServer(command);
+    ASSERT_EQ(result.code, kExitOk) << absl::StrJoin(command, " ") << ": " << result.err;
+  }
+  EXPECT_THAT(services.page_sizes(), ElementsAre(1000, 1000, 7, 3));
+  server->Shutdown();
+}
+
+// README and `verity --help`: --server defaults to localhost:50051. A command given no
+// --server calls the server there. (Skipped when another process holds the port.)
+TEST_F(CliTest, WithoutServerTheCommandCallsLocalhostPort50051) {
+  PageSizeRecordingServices services;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("localhost:50051", grpc::InsecureServerCredentials(), &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  services.Register(builder);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port != 50051) GTEST_SKIP() << "localhost:50051 is taken";
+  const CliResult result = RunWithoutServer({"posteriors", "--project=birds", "--timeout=10s"});
+  EXPECT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(services.page_sizes(), ElementsAre(1000));
   server->Shutdown();
 }
 
