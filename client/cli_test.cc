@@ -1445,5 +1445,87 @@ TEST_F(CliTest, WithoutServerTheCommandCallsLocalhostPort50051) {
   server->Shutdown();
 }
 
+// `annotator list --help`: "--confusion prints each profile with its confusion matrix
+// instead", as the short form `annotator --confusion` does. `annotator show ID ...`: "For each
+// ID" a profile. Hand-derived from CreateBirdsWithLabels: the MAP classes are a true, b false,
+// c true, so w1 (a true, b false, c true) answers each class as itself.
+TEST_F(CliTest, AnnotatorListPrintsConfusionOnRequestAndShowTakesSeveralIds) {
+  CreateBirdsWithLabels();
+  CliResult result = Run({"annotator", "list", "--project=birds", "--confusion"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("annotator: w1\nnum_labels: 3\naccuracy: 1.0000\n"
+                                    "confusion (rows: true class, columns: answered class):\n"
+                                    "         false   true\n"
+                                    "  false  1.0000  0.0000\n"
+                                    "  true   0.0000  1.0000\n"));
+  EXPECT_EQ(result.out, Run({"annotator", "--project=birds", "--confusion"}).out);
+
+  result = Run({"annotator", "show", "w3", "w1", "--project=birds"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  const size_t w3 = result.out.find("annotator: w3\n");
+  const size_t w1 = result.out.find("annotator: w1\nnum_labels: 3\n");
+  ASSERT_NE(w3, std::string::npos) << result.out;
+  ASSERT_NE(w1, std::string::npos) << result.out;
+  EXPECT_LT(w3, w1) << result.out;
+  result = Run({"annotator", "show", "w3", "w1", "--project=birds", "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, StartsWith("[\n{\"annotator\":\"w3\",\"num_labels\":1,"));
+  EXPECT_THAT(result.out, HasSubstr(",\n{\"annotator\":\"w1\",\"num_labels\":3,"));
+}
+
+// `project create --help` takes every flag of `project settings`, each setting the field of
+// ProjectSettings it names (`project show --output=json`: "settings" with every setting).
+TEST_F(CliTest, EverySettingsFlagSetsItsField) {
+  const CliResult result = Run({"project",
+                                "create",
+                                "birds",
+                                "--classes=a,b",
+                                "--method=ds",
+                                "--confusion_smoothing=0.5",
+                                "--prior_smoothing=2",
+                                "--max_iterations=30",
+                                "--tolerance=0.001",
+                                "--refit_min_new_labels=7",
+                                "--refit_new_label_fraction=0.25",
+                                "--calibration=none",
+                                "--min_labels_per_item=2",
+                                "--max_labels_per_item=5",
+                                "--confidence_target=0.9",
+                                "--lease_seconds=120",
+                                "--policy=uniform",
+                                "--gold_items_for_new_annotators=3",
+                                "--max_items=10",
+                                "--max_annotators=11",
+                                "--max_labels=12",
+                                "--max_confusion_cells=13",
+                                "--max_feature_values=14",
+                                "--max_revisions=15",
+                                "--output=json"});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out,
+              HasSubstr("\"settings\":{\"model\":{\"method\":\"ds\",\"confusion_smoothing\":0.5,"
+                        "\"prior_smoothing\":2,\"max_iterations\":30,\"tolerance\":0.001,"
+                        "\"refit_min_new_labels\":7,\"refit_new_label_fraction\":0.25,"
+                        "\"calibration\":\"none\"},"
+                        "\"assignment\":{\"min_labels_per_item\":2,\"max_labels_per_item\":5,"
+                        "\"confidence_target\":0.9,\"lease_seconds\":120,\"policy\":\"uniform\","
+                        "\"gold_items_for_new_annotators\":3},"
+                        "\"limits\":{\"max_items\":10,\"max_annotators\":11,\"max_labels\":12,"
+                        "\"max_confusion_cells\":13,\"max_feature_values\":14,"
+                        "\"max_revisions\":15}}"));
+}
+
+// `verity --help` ends with the exit codes: "0 success; 1 the command failed ...; 2 a usage
+// error". The codes a command returns are those numbers.
+TEST_F(CliTest, TheExitCodesAreThoseTheHelpDocuments) {
+  const CliResult help = RunWithoutServer({"--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_THAT(help.out, HasSubstr("Exit status: 0 success; 1 the command failed (one line "
+                                  "\"verity: CODE: message\"\non stderr); 2 a usage error.\n"));
+  EXPECT_EQ(Run({"project", "show", "nope"}).code, 1);
+  EXPECT_EQ(Run({"project", "show"}).code, 2);
+  EXPECT_EQ(Run({"project", "list"}).code, 0);
+}
+
 }  // namespace
 }  // namespace verity::client
