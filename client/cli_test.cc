@@ -1527,5 +1527,31 @@ TEST_F(CliTest, TheExitCodesAreThoseTheHelpDocuments) {
   EXPECT_EQ(Run({"project", "list"}).code, 0);
 }
 
+// cli_commands.h: the global flags are "--server, the TLS files, --timeout, --output,
+// --api_key, --help" (and README's --allow_plaintext_key). `verity --help` lists each under
+// "Global flags", one per line, and every command's help lists them too.
+TEST_F(CliTest, HelpListsEveryGlobalFlag) {
+  const std::vector<std::string> globals = {"--server=HOST:PORT[,HOST:PORT...]",
+                                            "--tls_ca=FILE",
+                                            "--tls_cert=FILE",
+                                            "--tls_key=FILE",
+                                            "--timeout=DURATION",
+                                            "--output=text|json",
+                                            "--api_key=KEY",
+                                            "--allow_plaintext_key",
+                                            "--help"};
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--help"}, std::vector<std::string>{"submit", "--help"}}) {
+    SCOPED_TRACE(absl::StrJoin(args, " "));
+    const CliResult help = RunWithoutServer(args);
+    ASSERT_EQ(help.code, kExitOk);
+    const size_t section = help.out.find("Global flags");
+    ASSERT_NE(section, std::string::npos) << help.out;
+    for (const std::string& flag : globals) {
+      EXPECT_THAT(help.out.substr(section), HasSubstr(absl::StrCat("\n  ", flag))) << flag;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace verity::client
