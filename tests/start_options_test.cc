@@ -12,7 +12,10 @@
 //  - --metrics_port on a port another socket holds: logged (event=metrics_unavailable, naming
 //    the port) and the server runs without metrics;
 //  - --auth=off on loopback: every call is admitted without a key, KeyService included
-//    (proto/verity/v1/keys.proto), and the keys it makes hold once authentication is on.
+//    (proto/verity/v1/keys.proto), and the keys it makes hold once authentication is on;
+//  - --helpfull shows README's defaults; values outside a flag's documented range are refused
+//    at start naming the flag, and the edges of the range are accepted;
+//  - --log_every_rpc, --metrics_port=0 and --console=false reach the server.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -27,6 +30,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -40,6 +44,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/verity_client.h"
+#include "server/testing/http_get.h"
 #include "tests/health_check.h"
 #include "tests/server_process.h"
 #include "tests/test_postgres.h"
@@ -735,6 +740,240 @@ TEST(StartOptionsTest, WithAuthenticationOffEveryCallIsAdmittedKeyServiceInclude
   absl::StatusOr<std::vector<v1::Project>> revoked =
       ClientWithKey(server, revoked_key).ListProjects();
   EXPECT_EQ(revoked.status().code(), absl::StatusCode::kUnauthenticated) << revoked.status();
+  ASSERT_TRUE(server.Stop().ok()) << Log(server);
+}
+
+// README's flag table, "Default" column, as `verity_server --helpfull` shows each flag's
+// default ("default: VALUE;"; strings quoted). absl prints the value the flag really has when
+// it is not given, so this pins the defaults the server runs with to the documented ones.
+TEST(StartOptionsTest, HelpShowsTheDefaultsOfReadmesFlagTable) {
+  const std::string dir = MakeTempDir("verity-help-defaults");
+  RefusedRun run = RunUntilExit(dir, {"--helpfull"}, absl::Seconds(10));
+  ASSERT_TRUE(run.exited) << run.output;
+  const std::vector<std::pair<std::string, std::string>> documented = {
+      {"listen", "\"localhost:50051\""},
+      {"data_dir", "\"./var\""},
+      {"postgres_url", "\"\""},
+      {"pool_size", "8"},
+      {"max_streams", "1000"},
+      {"max_streams_per_key", "100"},
+      {"max_calls_per_key", "64"},
+      {"max_leases_per_project", "10000000"},
+      {"max_items_per_project", "10000000"},
+      {"max_annotators_per_project", "1000000"},
+      {"max_labels_per_project", "100000000"},
+      {"max_confusion_cells_per_project", "16000000"},
+      {"max_feature_values_per_project", "268435456"},
+      {"max_revisions_per_project", "100000000"},
+      {"max_concurrent_fits", "2"},
+      {"grpc_memory_mb", "512"},
+      {"db_timeout_seconds", "30"},
+      {"background_refit", "true"},
+      {"refit_staleness_seconds", "30"},
+      {"trainer_busy_fraction", "0.5"},
+      {"trainer", "\"inprocess\""},
+      {"insecure", "false"},
+      {"auth", "\"auto\""},
+      {"key_refresh_seconds", "10"},
+      {"device", "\"auto\""},
+      {"load_threads", "4"},
+      {"memory_budget_mb", "0"},
+      {"evict_idle_seconds", "60"},
+      {"follow_replicas", "true"},
+      {"metrics_port", "9464"},
+      {"metrics_address", "\"127.0.0.1\""},
+      {"console", "true"},
+      {"log_every_rpc", "false"},
+  };
+  for (const auto& [flag, value] : documented) {
+    // One flag's entry: from "--NAME (" to the next flag's.
+    const size_t start = run.output.find(absl::StrCat("\n    --", flag, " ("));
+    ASSERT_NE(start, std::string::npos) << "--" << flag << " missing from:\n" << run.output;
+    const size_t end = run.output.find("\n    --", start + 1);
+    const std::string entry = run.output.substr(start, end - start);
+    EXPECT_TRUE(absl::StrContains(entry, absl::StrCat("default: ", value, ";")))
+        << "README: --" << flag << " defaults to " << value << "; --helpfull says:" << entry;
+  }
+}
+
+// A database URL whose unix socket directory does not exist: a server that gets past its flag
+// checks fails at once on connecting, instead of starting anything.
+constexpr char kNoDatabase[] = "--postgres_url=host=/nonexistent/verity-no-db dbname=none";
+
+// main.cc refuses "a count or a time that would admit nothing (or mean nothing)" at start,
+// naming the flag, before any database is touched. README's flag table: the per-project limits,
+// --max_concurrent_fits ("in-process fits running at once"), --max_streams and
+// --max_leases_per_project are counts of what is admitted (0 admits nothing); --metrics_port
+// is 0 (off) or a port; --grpc_memory_mb, --memory_budget_mb and the durations in seconds are
+// 0 or more; --load_threads is 0 ("loads every project before serving") or more; --trainer is
+// inprocess or workers; --auth=off is "refused unless --listen is loopback-only".
+TEST(StartOptionsTest, FlagValuesOutsideTheirDocumentedRangeAreRefusedNamingTheFlag) {
+  const std::string dir = MakeTempDir("verity-flag-ranges");
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{{"--max_concurrent_fits=0"},
+                                             {"--max_annotators_per_project=0"},
+                                             {"--max_confusion_cells_per_project=0"},
+                                             {"--max_feature_values_per_project=0"},
+                                             {"--max_revisions_per_project=0"},
+                                             {"--max_streams=0"},
+                                             {"--max_leases_per_project=0"},
+                                             {"--metrics_port=-1"},
+                                             {"--grpc_memory_mb=-1"},
+                                             {"--memory_budget_mb=-1"},
+                                             {"--evict_idle_seconds=-1"},
+                                             {"--refit_staleness_seconds=-1"},
+                                             {"--key_refresh_seconds=-1"},
+                                             {"--load_threads=-1"},
+                                             {"--trainer=gpu"},
+                                             {"--auth=off", "--listen=0.0.0.0:0", "--insecure"}}) {
+    const std::string flag = flags[0];
+    SCOPED_TRACE(flag);
+    std::vector<std::string> args = {kNoDatabase};
+    if (flag != "--metrics_port=-1") args.push_back("--metrics_port=0");
+    args.insert(args.end(), flags.begin(), flags.end());
+    RefusedRun run = RunUntilExit(dir, args, absl::Seconds(10));
+    ASSERT_TRUE(run.exited) << run.output;
+    EXPECT_NE(run.exit_code, 0) << run.output;
+    const std::string name = flag.substr(2, flag.find('=') - 2);
+    const std::string named = name == "auth" ? "authentication can be off only" : name;
+    EXPECT_TRUE(absl::StrContains(run.output, named)) << "the error does not name " << name << ":\n"
+                                                      << run.output;
+  }
+}
+
+// The edges of the documented ranges are inside: a --listen or --metrics_port of 65535 is a
+// port, and 0 is allowed where README gives it a meaning (--grpc_memory_mb "0 = unbounded",
+// --memory_budget_mb 0 = none, --load_threads 0, durations of 0 seconds); the smallest counts
+// (1) are allowed. None is refused as a bad flag: the server goes on to its database, which
+// here does not exist.
+TEST(StartOptionsTest, TheEdgesOfTheDocumentedRangesAreAccepted) {
+  const std::string dir = MakeTempDir("verity-flag-edges");
+  for (const std::string flag :
+       {"--listen=localhost:65535", "--metrics_port=65535", "--grpc_memory_mb=0",
+        "--memory_budget_mb=0", "--evict_idle_seconds=0", "--refit_staleness_seconds=0",
+        "--key_refresh_seconds=0", "--load_threads=0", "--max_concurrent_fits=1",
+        "--max_annotators_per_project=1", "--max_confusion_cells_per_project=1",
+        "--max_feature_values_per_project=1", "--max_revisions_per_project=1", "--max_streams=1",
+        "--max_leases_per_project=1", "--pool_size=1", "--trainer=workers"}) {
+    SCOPED_TRACE(flag);
+    const std::string name = flag.substr(2, flag.find('=') - 2);
+    std::vector<std::string> args = {kNoDatabase, flag};
+    if (name != "metrics_port") args.push_back("--metrics_port=0");
+    RefusedRun run = RunUntilExit(dir, args, absl::Seconds(10));
+    ASSERT_TRUE(run.exited) << run.output;
+    EXPECT_NE(run.exit_code, 0) << "no database, yet it ran:\n" << run.output;
+    EXPECT_FALSE(absl::StrContains(run.output, name)) << "refused:\n" << run.output;
+    EXPECT_TRUE(absl::StrContains(run.output, "verity-no-db")) << run.output;
+  }
+}
+
+// README's flag table: --log_every_rpc (default false) logs "an event=rpc line for every call;
+// by default only failed calls, unary calls of 1 s or more and finished streams";
+// --metrics_port=0 "turns both off" (metrics and console): the listening line reports
+// metrics_port=0. A quick ListProjects that succeeds is logged only with the flag.
+TEST(StartOptionsTest, LogEveryRpcIsOffByDefaultAndMetricsPortZeroServesNoMetrics) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-log-every-rpc");
+  ASSERT_NE(postgres, nullptr);
+  for (const bool every : {false, true}) {
+    SCOPED_TRACE(every ? "--log_every_rpc" : "default");
+    std::vector<std::string> flags = {"--metrics_port=0", "--postgres_url=" + postgres->url()};
+    if (every) flags.push_back("--log_every_rpc");
+    ServerProcess server(RunfilePath("server/verity_server"), postgres->dir(), flags);
+    ASSERT_TRUE(server.Start().ok()) << Log(server);
+    EXPECT_EQ(CountLines(server, "event=listening", "metrics_port=0"), 1) << Log(server);
+    absl::StatusOr<std::vector<v1::Project>> listed = ClientOf(server).ListProjects();
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    ASSERT_TRUE(server.Stop().ok()) << Log(server);
+    EXPECT_EQ(CountLines(server, "event=rpc", "ListProjects"), every ? 1 : 0) << Log(server);
+  }
+}
+
+// A TCP port on 127.0.0.1 that nothing listened on a moment ago.
+int UnusedPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// README's flag table: --console (default true) serves "the web console beside /metrics;
+// false serves /metrics only". The binary's flag reaches the server: GET / is the console page
+// by default and 404 with --console=false, while /metrics answers in both.
+TEST(StartOptionsTest, ConsoleFlagTurnsTheConsoleOffButKeepsMetrics) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-console-flag");
+  ASSERT_NE(postgres, nullptr);
+  for (const bool console : {true, false}) {
+    SCOPED_TRACE(console ? "default" : "--console=false");
+    const int port = UnusedPort();
+    ASSERT_GT(port, 0);
+    std::vector<std::string> flags = {"--postgres_url=" + postgres->url(),
+                                      absl::StrCat("--metrics_port=", port)};
+    if (!console) flags.push_back("--console=false");
+    ServerProcess server(RunfilePath("server/verity_server"), postgres->dir(), flags);
+    ASSERT_TRUE(server.Start().ok()) << Log(server);
+    if (CountLines(server, "event=metrics_unavailable", "") > 0) {
+      GTEST_SKIP() << "port " << port << " was taken meanwhile";
+    }
+    absl::StatusOr<::verity::testing::HttpResponse> metrics =
+        ::verity::testing::HttpGet(port, "/metrics");
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    EXPECT_EQ(metrics->status, 200);
+    absl::StatusOr<::verity::testing::HttpResponse> page = ::verity::testing::HttpGet(port, "/");
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_EQ(page->status, console ? 200 : 404) << page->body.substr(0, 200);
+    ASSERT_TRUE(server.Stop().ok()) << Log(server);
+  }
+}
+
+// README's flag table: --grpc_memory_mb is gRPC's quota for calls in flight, "0 = unbounded"
+// (--helpfull). A server started with 0 serves calls as one with the default does.
+TEST(StartOptionsTest, AGrpcMemoryOfZeroIsUnbounded) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-grpc-memory-0");
+  ASSERT_NE(postgres, nullptr);
+  ServerProcess server(
+      RunfilePath("server/verity_server"), postgres->dir(),
+      {"--metrics_port=0", "--postgres_url=" + postgres->url(), "--grpc_memory_mb=0"});
+  ASSERT_TRUE(server.Start().ok()) << Log(server);
+  client::VerityClient client = ClientOf(server);
+  CreateProjectWithItems(client, "unbounded", 2500);
+  absl::StatusOr<v1::Project> project = client.GetProject("unbounded");
+  ASSERT_TRUE(project.ok()) << project.status();
+  EXPECT_EQ(project->num_items(), 2500);
+  ASSERT_TRUE(server.Stop().ok()) << Log(server);
+}
+
+// README's flag table: --admin_key_file defaults to DATA_DIR/admin.key: "with authentication
+// on and no admin key in the database, the first start writes a new admin key here (mode
+// 0600)". Authentication on (0.0.0.0, --auth=auto), no --admin_key_file: the key is in
+// --data_dir's admin.key, readable by its owner only, and it is an admin key of the server.
+TEST(StartOptionsTest, TheFirstAdminKeyIsWrittenToTheDataDirectoryByDefault) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-admin-key-default");
+  ASSERT_NE(postgres, nullptr);
+  const std::string data_dir = postgres->dir() + "/var";  // ServerProcess's --data_dir.
+  ASSERT_EQ(mkdir(data_dir.c_str(), 0700), 0);
+  ServerProcess server(RunfilePath("server/verity_server"), postgres->dir(),
+                       {"--metrics_port=0", "--postgres_url=" + postgres->url(),
+                        "--listen=0.0.0.0:0", "--insecure"});
+  ASSERT_TRUE(server.Start().ok()) << Log(server);
+  const std::string path = data_dir + "/admin.key";
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0) << "no " << path << "\n" << Log(server);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  std::ifstream in(path);
+  std::string key;
+  std::getline(in, key);
+  EXPECT_TRUE(absl::IsUnauthenticated(ClientOf(server).ListProjects().status()));
+  absl::StatusOr<std::vector<v1::Project>> listed = ClientWithKey(server, key).ListProjects();
+  EXPECT_TRUE(listed.ok()) << listed.status();
   ASSERT_TRUE(server.Stop().ok()) << Log(server);
 }
 
