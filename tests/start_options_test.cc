@@ -27,7 +27,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cstdint>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -48,6 +51,7 @@
 #include "tests/health_check.h"
 #include "tests/server_process.h"
 #include "tests/test_postgres.h"
+#include "verity/v1/ingest.grpc.pb.h"
 #include "verity/v1/keys.pb.h"
 #include "verity/v1/projects.pb.h"
 #include "verity/v1/truth.pb.h"
@@ -974,6 +978,52 @@ TEST(StartOptionsTest, TheFirstAdminKeyIsWrittenToTheDataDirectoryByDefault) {
   EXPECT_TRUE(absl::IsUnauthenticated(ClientOf(server).ListProjects().status()));
   absl::StatusOr<std::vector<v1::Project>> listed = ClientWithKey(server, key).ListProjects();
   EXPECT_TRUE(listed.ok()) << listed.status();
+  ASSERT_TRUE(server.Stop().ok()) << Log(server);
+}
+
+// README's flag table: --max_streams is the most "open SubmitAnnotations streams; past it a new
+// stream is refused with RESOURCE_EXHAUSTED". The binary's flag reaches the server: with
+// --max_streams=1 a second stream is refused while the first stays open.
+TEST(StartOptionsTest, MaxStreamsFlagBoundsTheOpenStreams) {
+  std::unique_ptr<TestPostgres> postgres = TestPostgres::Start("verity-max-streams-flag");
+  ASSERT_NE(postgres, nullptr);
+  ServerProcess server(
+      RunfilePath("server/verity_server"), postgres->dir(),
+      {"--metrics_port=0", "--postgres_url=" + postgres->url(), "--max_streams=1"});
+  ASSERT_TRUE(server.Start().ok()) << Log(server);
+  client::VerityClient client = ClientOf(server);
+  CreateProjectWithItems(client, "streams", 1);
+  std::unique_ptr<v1::IngestService::Stub> ingest = v1::IngestService::NewStub(
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  uint64_t batch_id = 0;
+  // Sends one batch on `stream` and reads its ack; false if the stream ended instead.
+  auto round_trip = [&](grpc::ClientReaderWriter<v1::AnnotationBatch, v1::BatchAck>& stream) {
+    v1::AnnotationBatch batch;
+    batch.set_batch_id(++batch_id);
+    batch.set_project("streams");
+    v1::Annotation* annotation = batch.add_annotations();
+    annotation->set_item("item-0");
+    annotation->set_annotator(absl::StrCat("a", batch_id));
+    annotation->set_label(1);
+    v1::BatchAck ack;
+    return stream.Write(batch) && stream.Read(&ack) && ack.error_code() == 0;
+  };
+  grpc::ClientContext first_context;
+  first_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto first = ingest->SubmitAnnotations(&first_context);
+  ASSERT_TRUE(round_trip(*first));
+  grpc::ClientContext second_context;
+  second_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto second = ingest->SubmitAnnotations(&second_context);
+  EXPECT_FALSE(round_trip(*second)) << "a second stream was admitted with --max_streams=1";
+  const grpc::Status refused = second->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_TRUE(round_trip(*first)) << "the open stream stopped working";
+  first->WritesDone();
+  v1::BatchAck ack;
+  while (first->Read(&ack)) {
+  }
+  EXPECT_TRUE(first->Finish().ok());
   ASSERT_TRUE(server.Stop().ok()) << Log(server);
 }
 
