@@ -15,7 +15,8 @@
 //    (proto/verity/v1/keys.proto), and the keys it makes hold once authentication is on;
 //  - --helpfull shows README's defaults; values outside a flag's documented range are refused
 //    at start naming the flag, and the edges of the range are accepted;
-//  - --log_every_rpc, --metrics_port=0 and --console=false reach the server.
+//  - --log_every_rpc, --metrics_port=0, --console=false, --grpc_memory_mb=0 and --max_streams
+//    reach the server; the first admin key goes to DATA_DIR/admin.key by default.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
