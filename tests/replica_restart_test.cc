@@ -238,5 +238,43 @@ TEST_F(ReplicaRestartTest, LeasesHandedOutByAKilledReplicaStayHeld) {
   EXPECT_THAT(*after_restart, IsEmpty()) << "the restarted replica handed out a held item";
 }
 
+// models.proto, TrainModel: it returns the current version and writes nothing only "when
+// nothing a fit reads has changed since the current version's fit (no new or revised label,
+// ...)". So a TrainModel through B right after A acked a new label fits that label too,
+// whichever replica the call reaches.
+TEST_F(ReplicaRestartTest, TrainModelOnBRightAfterALabelAckedOnAFitsThatLabel) {
+  ServerProcess* a = StartReplica();
+  ASSERT_NE(a, nullptr);
+  const client::VerityClient on_a = ClientOf(*a);
+  ASSERT_TRUE(on_a.CreateProject(Project("train-after-label")).ok());
+  ServerProcess* b = StartReplica();
+  ASSERT_NE(b, nullptr);
+  const client::VerityClient on_b = ClientOf(*b);
+
+  client::SubmitOptions submit;
+  ASSERT_TRUE(on_a.SubmitAnnotations("train-after-label", Labels(0, 3), submit).ok());
+  ASSERT_TRUE(on_a.TrainModel("train-after-label", absl::Seconds(60)).ok());
+  int64_t labels = 20;
+  for (int round = 0; round < 10; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    // One new label (a new annotator on item-0) acked by A, then TrainModel through B.
+    v1::Annotation label;
+    label.set_item("item-0");
+    label.set_annotator(absl::StrCat("late-", round));
+    label.set_label(0);
+    absl::StatusOr<client::SubmitTotals> sent =
+        on_a.SubmitAnnotations("train-after-label", {label}, submit);
+    ASSERT_TRUE(sent.ok()) << sent.status();
+    ASSERT_EQ(sent->accepted, 1);
+    ++labels;
+    absl::StatusOr<v1::ModelVersion> version =
+        on_b.TrainModel("train-after-label", absl::Seconds(60));
+    ASSERT_TRUE(version.ok()) << version.status();
+    EXPECT_EQ(version->num_labels(), labels)
+        << "TrainModel on B returned version " << version->version() << " (watermark "
+        << version->watermark() << "), fitted without the label A acked before the call";
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
