@@ -276,5 +276,42 @@ TEST_F(ReplicaRestartTest, TrainModelOnBRightAfterALabelAckedOnAFitsThatLabel) {
   }
 }
 
+// assignment.proto, SuggestItems: "never an item they already labelled". An annotator whose
+// label A acked and who then asks B for work is not handed that item again.
+TEST_F(ReplicaRestartTest, SuggestItemsOnBRightAfterALabelAckedOnANeverOffersThatItem) {
+  ServerProcess* a = StartReplica();
+  ASSERT_NE(a, nullptr);
+  const client::VerityClient on_a = ClientOf(*a);
+  ASSERT_TRUE(on_a.CreateProject(Project("suggest-after-label")).ok());
+  std::vector<v1::Item> items(3);
+  for (int i = 0; i < 3; ++i) items[i].set_id(absl::StrCat("item-", i));
+  ASSERT_TRUE(on_a.AddItems("suggest-after-label", items).ok());
+  ServerProcess* b = StartReplica();
+  ASSERT_NE(b, nullptr);
+  const client::VerityClient on_b = ClientOf(*b);
+  // B has loaded the project and its items.
+  ASSERT_TRUE(on_b.SuggestItems("suggest-after-label", "warm-up", 1, {}).ok());
+
+  client::SubmitOptions submit;
+  for (int round = 0; round < 10; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    const std::string annotator = absl::StrCat("annotator-", round);
+    v1::Annotation label;
+    label.set_item("item-0");
+    label.set_annotator(annotator);
+    label.set_label(0);
+    absl::StatusOr<client::SubmitTotals> sent =
+        on_a.SubmitAnnotations("suggest-after-label", {label}, submit);
+    ASSERT_TRUE(sent.ok()) << sent.status();
+    ASSERT_EQ(sent->accepted, 1);
+    absl::StatusOr<std::vector<v1::ItemSuggestion>> suggested =
+        on_b.SuggestItems("suggest-after-label", annotator, 3, {});
+    ASSERT_TRUE(suggested.ok()) << suggested.status();
+    std::vector<std::string> ids;
+    for (const v1::ItemSuggestion& s : *suggested) ids.push_back(s.item());
+    EXPECT_THAT(ids, UnorderedElementsAre("item-1", "item-2"));
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
