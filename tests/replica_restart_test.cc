@@ -398,5 +398,49 @@ TEST_F(ReplicaRestartTest, SuggestItemsOnBRightAfterAFilledAnItemOnANeverOffersI
   }
 }
 
+// The same with annotators B already knows (each labelled item-9 before B started), so that
+// SuggestItems on B registers nobody new before it ranks.
+TEST_F(ReplicaRestartTest, SuggestItemsOnBRightAfterAKnownAnnotatorsLabelOnANeverOffersThatItem) {
+  ServerProcess* a = StartReplica();
+  ASSERT_NE(a, nullptr);
+  const client::VerityClient on_a = ClientOf(*a);
+  ASSERT_TRUE(on_a.CreateProject(Project("known-suggest-after-label")).ok());
+  std::vector<v1::Item> items(3);
+  for (int i = 0; i < 3; ++i) items[i].set_id(absl::StrCat("item-", i));
+  ASSERT_TRUE(on_a.AddItems("known-suggest-after-label", items).ok());
+  client::SubmitOptions submit;
+  std::vector<v1::Annotation> known;
+  for (int round = 0; round < 30; ++round) {
+    v1::Annotation& label = known.emplace_back();
+    label.set_item("item-9");
+    label.set_annotator(absl::StrCat("annotator-", round));
+    label.set_label(1);
+  }
+  ASSERT_TRUE(on_a.SubmitAnnotations("known-suggest-after-label", known, submit).ok());
+  ServerProcess* b = StartReplica();
+  ASSERT_NE(b, nullptr);
+  const client::VerityClient on_b = ClientOf(*b);
+  ASSERT_TRUE(ServesLabels(on_b, "known-suggest-after-label", 30));
+
+  for (int round = 0; round < 30; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    const std::string annotator = absl::StrCat("annotator-", round);
+    v1::Annotation label;
+    label.set_item("item-0");
+    label.set_annotator(annotator);
+    label.set_label(0);
+    absl::StatusOr<client::SubmitTotals> sent =
+        on_a.SubmitAnnotations("known-suggest-after-label", {label}, submit);
+    ASSERT_TRUE(sent.ok()) << sent.status();
+    ASSERT_EQ(sent->accepted, 1);
+    absl::StatusOr<std::vector<v1::ItemSuggestion>> suggested =
+        on_b.SuggestItems("known-suggest-after-label", annotator, 3, {});
+    ASSERT_TRUE(suggested.ok()) << suggested.status();
+    std::vector<std::string> ids;
+    for (const v1::ItemSuggestion& s : *suggested) ids.push_back(s.item());
+    EXPECT_THAT(ids, UnorderedElementsAre("item-1", "item-2"));
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
