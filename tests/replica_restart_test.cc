@@ -277,7 +277,8 @@ TEST_F(ReplicaRestartTest, TrainModelOnBRightAfterALabelAckedOnAFitsThatLabel) {
 }
 
 // assignment.proto, SuggestItems: "never an item they already labelled". An annotator whose
-// label A acked and who then asks B for work is not handed that item again.
+// label A acked and who then asks B for work is not handed that item again. (Each round's
+// annotator is new to B, which narrows the window; it still fails in some runs.)
 TEST_F(ReplicaRestartTest, SuggestItemsOnBRightAfterALabelAckedOnANeverOffersThatItem) {
   ServerProcess* a = StartReplica();
   ASSERT_NE(a, nullptr);
@@ -293,7 +294,7 @@ TEST_F(ReplicaRestartTest, SuggestItemsOnBRightAfterALabelAckedOnANeverOffersTha
   ASSERT_TRUE(on_b.SuggestItems("suggest-after-label", "warm-up", 1, {}).ok());
 
   client::SubmitOptions submit;
-  for (int round = 0; round < 10; ++round) {
+  for (int round = 0; round < 30; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     const std::string annotator = absl::StrCat("annotator-", round);
     v1::Annotation label;
@@ -370,16 +371,25 @@ TEST_F(ReplicaRestartTest, SuggestItemsOnBRightAfterAFilledAnItemOnANeverOffersI
   v1::Project project = Project("filled-on-a");
   project.mutable_settings()->mutable_assignment()->set_max_labels_per_item(1);
   ASSERT_TRUE(on_a.CreateProject(project).ok());
-  std::vector<v1::Item> items(12);
-  for (int i = 0; i < 12; ++i) items[i].set_id(absl::StrCat("item-", i));
+  std::vector<v1::Item> items(30);
+  for (int i = 0; i < 30; ++i) items[i].set_id(absl::StrCat("item-", i));
   ASSERT_TRUE(on_a.AddItems("filled-on-a", items).ok());
+  // The readers are known to B before it starts (each labelled "extra").
+  client::SubmitOptions submit;
+  std::vector<v1::Annotation> known;
+  for (int round = 0; round < 30; ++round) {
+    v1::Annotation& label = known.emplace_back();
+    label.set_item("extra");
+    label.set_annotator(absl::StrCat("reader-", round));
+    label.set_label(1);
+  }
+  ASSERT_TRUE(on_a.SubmitAnnotations("filled-on-a", known, submit).ok());
   ServerProcess* b = StartReplica();
   ASSERT_NE(b, nullptr);
   const client::VerityClient on_b = ClientOf(*b);
-  ASSERT_TRUE(on_b.GetProject("filled-on-a").ok());
+  ASSERT_TRUE(ServesLabels(on_b, "filled-on-a", 30));
 
-  client::SubmitOptions submit;
-  for (int round = 0; round < 10; ++round) {
+  for (int round = 0; round < 30; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     const std::string filled = absl::StrCat("item-", round);
     v1::Annotation label;
