@@ -27,6 +27,7 @@
 #include "server/rpc/model_service.h"
 #include "server/rpc/project_service.h"
 #include "server/rpc/truth_service.h"
+#include "server/state/label_catch_up.h"
 
 namespace verity::server {
 namespace {
@@ -131,7 +132,15 @@ absl::StatusOr<std::unique_ptr<VerityServer>> VerityServer::Start(Options option
   // stored settings once it exists.
   auto follower_for_fits = std::make_shared<std::atomic<ReplicaFollower*>>(nullptr);
   if (options.follow_replicas) {
-    options.training.refresh_before_fit = [follower_for_fits](LiveProject& project) {
+    storage::AnnotationStore* annotations = server->storage_->annotations.get();
+    options.training.refresh_before_fit = [follower_for_fits, annotations](LiveProject& project) {
+      // The labels other replicas acked before the fit are in it (TrainModel on one replica
+      // right after an ack on another fitted without that label); a failed read leaves the
+      // labels to the follower, as before.
+      if (absl::Status s = CatchUpLabels(*annotations, project); !s.ok()) {
+        LogEvent("replica_catch_up_failed",
+                 {{"project", project.identity().name}, {"error", s.ToString()}});
+      }
       if (ReplicaFollower* follower = follower_for_fits->load()) follower->FollowChanges(project);
     };
   }

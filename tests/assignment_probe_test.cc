@@ -986,10 +986,12 @@ TEST_F(AssignmentProbeTest, PosteriorsAreListedInCreationOrderAcrossARestart) {
 // `verity export --help`: "writes every item of the project in creation order with all of its
 // posterior, numbers in their shortest exact form. csv columns: item, label, label_index,
 // confidence, p_<class> for each class, num_labels, model_version, includes_newer_labels,
-// is_gold; an item or label starting with = + - @ (a spreadsheet formula) is written after a '
-// so that spreadsheets show it as text. jsonl: one JSON object per line with the fields of
-// `posteriors --output=json`." Item ids and class names that need CSV quoting or the formula
-// guard; every number parses back to exactly the double GetPosteriors serves.
+// is_gold; an item or label starting with = + - @, a tab or a carriage return (a spreadsheet
+// formula; a signed number such as -1 is not one) or with ' is written after a ' so that
+// spreadsheets show it as text (remove one leading ' to read it back). jsonl: one JSON object
+// per line with the fields of `posteriors --output=json`." Item ids and class names that need
+// CSV quoting or the formula guard (and "-1", a signed number, which needs neither); every
+// number parses back to exactly the double GetPosteriors serves.
 TEST_F(AssignmentProbeTest, ExportCsvHoldsEveryFieldExactlyAndJsonLinesMatchPosteriorsJson) {
   v1::ProjectSettings settings;
   settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
@@ -1023,8 +1025,9 @@ TEST_F(AssignmentProbeTest, ExportCsvHoldsEveryFieldExactlyAndJsonLinesMatchPost
                                                 "p_no, really", "p_say \"yes\"", "p_-maybe",
                                                 "num_labels", "model_version",
                                                 "includes_newer_labels", "is_gold"}));
+  // The help's rule for these ids and classes ("-1" is the one signed number among them).
   auto guarded = [](const std::string& text) {
-    return text.find_first_of("=+-@") == 0 ? "'" + text : text;
+    return text != "-1" && text.find_first_of("=+-@'") == 0 ? "'" + text : text;
   };
   for (size_t i = 0; i < all.size(); ++i) {
     const v1::Posterior& p = (*served)[i];

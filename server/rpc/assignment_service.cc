@@ -12,6 +12,7 @@
 #include "server/api/proto_time.h"
 #include "server/api/validation.h"
 #include "server/assignment/item_assigner.h"
+#include "server/state/label_catch_up.h"
 
 namespace verity::server {
 namespace {
@@ -48,6 +49,11 @@ absl::StatusOr<int32_t> EnsureAnnotator(ServerCore& core, LiveProject& project,
 
 }  // namespace
 
+absl::Status AssignmentServiceImpl::FollowOtherReplicas(LiveProject& project) {
+  if (absl::Status s = CatchUpLabels(*core_.storage->annotations, project); !s.ok()) return s;
+  return FollowClaimedLeases(project, *core_.storage->leases, absl::Now());
+}
+
 grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext* context,
                                                  const v1::SuggestItemsRequest* request,
                                                  v1::SuggestItemsResponse* response) {
@@ -66,11 +72,10 @@ grpc::Status AssignmentServiceImpl::SuggestItems(grpc::ServerContext* context,
   LiveProject& live = **project;
   // Before the annotator is created: a refused call changes nothing. Checked against this
   // replica's copy of the project's leases, with several replicas after reading the ones the
-  // others claimed (calls at once on two replicas may still pass it by their own k).
+  // others claimed (calls at once on two replicas may still pass it by their own k), and the
+  // labels they acked (an item the annotator just labelled there is not offered again).
   if (core_.shared_leases) {
-    if (absl::Status s = FollowClaimedLeases(live, *core_.storage->leases, absl::Now()); !s.ok()) {
-      return ToGrpcStatus(s);
-    }
+    if (absl::Status s = FollowOtherReplicas(live); !s.ok()) return ToGrpcStatus(s);
   }
   const int64_t outstanding = static_cast<int64_t>(live.leases().size(absl::Now()));
   if (outstanding + request->k() > max_leases_per_project_) {
@@ -179,11 +184,10 @@ grpc::Status AssignmentServiceImpl::SuggestAnnotators(grpc::ServerContext* conte
     ids = live.AnnotatorIds();
     for (size_t a = 0; a < ids.size(); ++a) indices.push_back(static_cast<int32_t>(a));
   }
-  // With several replicas, the leases the others claimed are never suggested again either.
+  // With several replicas, the leases the others claimed are never suggested again either, nor
+  // an annotator whose label on the item another replica acked before this call.
   if (core_.shared_leases) {
-    if (absl::Status s = FollowClaimedLeases(live, *core_.storage->leases, absl::Now()); !s.ok()) {
-      return ToGrpcStatus(s);
-    }
+    if (absl::Status s = FollowOtherReplicas(live); !s.ok()) return ToGrpcStatus(s);
   }
   std::shared_ptr<const ProjectSnapshot> snapshot = live.snapshot();
   for (const AnnotatorSuggestion& s :

@@ -30,6 +30,13 @@ class AssignmentServiceImpl final : public v1::AssignmentService::Service {
                                  v1::SuggestAnnotatorsResponse*) override;
 
  private:
+  // With several replicas (core_.shared_leases): reads the labels other replicas committed to
+  // `project` and the leases they claimed, so that a suggestion sees every label acked and
+  // every lease granted anywhere before the call (assignment.proto: never an annotator who
+  // already labelled the item, no item past max_labels_per_item). UNAVAILABLE when
+  // PostgreSQL is unreachable.
+  absl::Status FollowOtherReplicas(LiveProject& project);
+
   ServerCore core_;
   const int64_t max_leases_per_project_;
 };

@@ -197,14 +197,14 @@ absl::StatusOr<int32_t> TrainingScheduler::AdoptStoredVersion(LiveProject& proje
 absl::StatusOr<storage::ModelVersionRecord> TrainingScheduler::RefitProjectNow(
     LiveProject& project, const std::function<bool()>& cancelled) {
   auto given_up = [&cancelled, &project] { return CancelledWhileWaiting(cancelled, project); };
+  // Another replica may have acked labels or written items, gold or settings that this one has
+  // not followed yet (notifications take milliseconds, its poll runs once a second): brought up
+  // to the database's before deciding that there is nothing to fit or nothing changed.
+  if (options_.refresh_before_fit) options_.refresh_before_fit(project);
   if (project.Counts().num_labels == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("project ", project.identity().name, " has no labels to fit yet"));
   }
-  // Another replica may have written items, gold or settings that this one has not followed
-  // yet (its poll runs once a second): brought up to the database's before deciding that
-  // nothing changed.
-  if (options_.refresh_before_fit) options_.refresh_before_fit(project);
   // Nothing changed since the current version's fit: it is the answer, and nothing is written.
   if (project.FitIsCurrent()) {
     absl::StatusOr<storage::ModelVersionRecord> current =

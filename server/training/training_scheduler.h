@@ -74,7 +74,7 @@ class TrainingScheduler {
     storage::FitLocks* fit_locks = nullptr;
     // With fit_locks: called under the project's fit lock, after serving the newest stored
     // version and before deciding whether the fit is still due, to bring the project's
-    // settings up to the database's. Without it, a replica that had not yet seen another's
+    // labels and settings up to the database's. Without it, a replica that had not yet seen another's
     // method change fitted the old method over the new one's version, and back again. Also
     // called first by RefitProjectNow (TrainModel), before it decides that nothing changed.
     std::function<void(LiveProject&)> refresh_before_fit;
