@@ -1,0 +1,242 @@
+// The verity_worker binary as an operator runs it (README.md "Training workers",
+// server/training/worker_main.cc): --once drains the queue and exits, a bad --postgres_url ends
+// the worker at once with the reason, and each job's fit is warm-started from the project's
+// latest version.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/status_matchers.h"
+#include "models/testing/dataset_path.h"
+#include "storage/annotation_store.h"
+#include "storage/model_version_store.h"
+#include "storage/project_store.h"
+#include "storage/testing/postgres_fixture.h"
+#include "storage/training_job_store.h"
+#include "tests/server_process.h"
+#include "verity/v1/projects.pb.h"
+
+namespace verity::tests {
+namespace {
+
+using ::verity::storage::testing::PostgresTest;
+using ::verity::testing::IsOk;
+
+struct Exit {
+  bool exited = false;  // false: still running at the deadline (then killed)
+  int code = -1;
+  std::string log;
+};
+
+// Runs verity_worker with `flags` (stderr to `log`) and waits up to `timeout` for it to exit.
+Exit RunWorker(const std::vector<std::string>& flags, const std::string& log,
+               absl::Duration timeout) {
+  const std::string binary = RunfilePath("server/training/verity_worker");
+  std::vector<char*> argv = {const_cast<char*>(binary.c_str())};
+  for (const std::string& f : flags) argv.push_back(const_cast<char*>(f.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  Exit result;
+  const absl::Time give_up = absl::Now() + timeout;
+  int status = 0;
+  while (absl::Now() < give_up) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      result.exited = WIFEXITED(status);
+      result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  if (!result.exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  result.log = text.str();
+  return result;
+}
+
+class TrainingWorkerProcessTest : public PostgresTest {
+ protected:
+  void SetUp() override {
+    PostgresTest::SetUp();
+    dir_ = MakeTempDir("verity-worker-process-test");
+  }
+  void TearDown() override {
+    RemoveTree(dir_);
+    PostgresTest::TearDown();
+  }
+
+  // A Dawid-Skene project with classes false,true.
+  int64_t NewProject(const std::string& name) {
+    storage::ProjectStore projects(&pool());
+    storage::ProjectRecord p;
+    p.name = name;
+    p.classes = {"false", "true"};
+    v1::ProjectSettings settings;
+    settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+    p.settings = settings.SerializeAsString();
+    auto created = projects.CreateProject(p);
+    EXPECT_THAT(created, IsOk());
+    return created->project_id;
+  }
+
+  // Commits the labels of ../shared/datasets/bluebirds (4,212 labels, 39 annotators) to
+  // `project`.
+  void AddBluebirds(int64_t project) {
+    auto datasets = models::testing::FindDatasetsDirectory();
+    ASSERT_TRUE(datasets.ok()) << datasets.status();
+    std::ifstream in(*datasets + "/bluebirds/labels.csv");
+    ASSERT_TRUE(in.good());
+    std::string line;
+    std::getline(in, line);  // header
+    std::vector<storage::AnnotationWrite> writes;
+    while (std::getline(in, line)) {
+      std::vector<std::string> f = absl::StrSplit(line, ',');
+      ASSERT_EQ(f.size(), 3u) << line;
+      writes.push_back({project, f[0], f[1], f[2] == "true" ? 1 : 0, std::nullopt});
+    }
+    ASSERT_EQ(writes.size(), 4212u);
+    storage::AnnotationStore annotations(&pool());
+    ASSERT_THAT(annotations.CommitAnnotations(writes), IsOk());
+  }
+
+  void AddLabel(int64_t project, const std::string& item, const std::string& annotator, int label) {
+    storage::AnnotationStore annotations(&pool());
+    ASSERT_THAT(annotations.CommitAnnotations(std::vector<storage::AnnotationWrite>{
+                    {project, item, annotator, label, std::nullopt}}),
+                IsOk());
+  }
+
+  Exit RunOnce(const std::string& name) {
+    return RunWorker(
+        {"--postgres_url=" + url(), "--name=" + name, "--device=cpu", "--once", "--poll_ms=100"},
+        absl::StrCat(dir_, "/", name, ".log"), absl::Seconds(120));
+  }
+
+  std::string dir_;
+};
+
+// worker_main.cc --once: "Exit when the queue is empty". With nothing queued the worker exits
+// 0 at once; with jobs queued it runs every one (one version each), then exits 0.
+TEST_F(TrainingWorkerProcessTest, OnceRunsEveryQueuedJobThenExitsZero) {
+  const Exit idle = RunOnce("idle");
+  ASSERT_TRUE(idle.exited) << idle.log;
+  EXPECT_EQ(idle.code, 0) << idle.log;
+
+  storage::TrainingJobStore jobs(&pool());
+  storage::ModelVersionStore versions(&pool());
+  std::vector<int64_t> projects, job_ids;
+  for (int p = 0; p < 3; ++p) {
+    projects.push_back(NewProject(absl::StrCat("p", p)));
+    for (int i = 0; i < 6; ++i) {
+      for (int a = 0; a < 3; ++a)
+        AddLabel(projects[p], absl::StrCat("i", i), absl::StrCat("w", a), i % 2);
+    }
+    auto job = jobs.Enqueue(projects[p]);
+    ASSERT_THAT(job, IsOk());
+    job_ids.push_back(job->job_id);
+  }
+  const Exit drained = RunOnce("drainer");
+  ASSERT_TRUE(drained.exited) << drained.log;
+  EXPECT_EQ(drained.code, 0) << drained.log;
+  for (size_t p = 0; p < projects.size(); ++p) {
+    auto job = jobs.GetJob(job_ids[p]);
+    ASSERT_THAT(job, IsOk());
+    EXPECT_EQ(job->state, "done") << drained.log;
+    EXPECT_EQ(job->worker, "drainer");
+    EXPECT_EQ(job->attempts, 1);
+    auto stored = versions.ListModelVersions(projects[p], 10);
+    ASSERT_THAT(stored, IsOk());
+    ASSERT_EQ(stored->size(), 1u);
+    EXPECT_EQ(job->version, (*stored)[0].version);
+    EXPECT_EQ((*stored)[0].num_labels, 18);
+  }
+}
+
+// A worker given a database it cannot use stops at once (it does not poll forever) with a
+// nonzero status and an event=fatal line that says why: an unknown connection option is
+// named, an unreachable server names the socket it tried.
+TEST_F(TrainingWorkerProcessTest, ABadPostgresUrlEndsTheWorkerWithTheReason) {
+  const Exit malformed = RunWorker({"--postgres_url=nosuchoption=1", "--device=cpu"},
+                                   dir_ + "/malformed.log", absl::Seconds(60));
+  ASSERT_TRUE(malformed.exited) << malformed.log;
+  EXPECT_EQ(malformed.code, 1) << malformed.log;
+  EXPECT_NE(malformed.log.find("event=fatal"), std::string::npos) << malformed.log;
+  EXPECT_NE(malformed.log.find("nosuchoption"), std::string::npos) << malformed.log;
+
+  const std::string no_server = dir_ + "/no-server";
+  const Exit unreachable = RunWorker({"--postgres_url=host=" + no_server + " dbname=verity",
+                                      "--device=cpu", "--db_timeout_seconds=5"},
+                                     dir_ + "/unreachable.log", absl::Seconds(60));
+  ASSERT_TRUE(unreachable.exited) << unreachable.log;
+  EXPECT_EQ(unreachable.code, 1) << unreachable.log;
+  EXPECT_NE(unreachable.log.find("event=fatal"), std::string::npos) << unreachable.log;
+  EXPECT_NE(unreachable.log.find(no_server), std::string::npos) << unreachable.log;
+
+  const Exit missing = RunWorker({"--device=cpu"}, dir_ + "/missing.log", absl::Seconds(60));
+  ASSERT_TRUE(missing.exited) << missing.log;
+  EXPECT_NE(missing.code, 0) << missing.log;
+  EXPECT_NE(missing.log.find("--postgres_url is required"), std::string::npos) << missing.log;
+}
+
+// README.md: a worker "fits the project's method warm-started from its latest version". One
+// more label on bluebirds: the worker's second version starts from its first and converges in
+// fewer EM iterations than a fit from scratch of the very same labels (another project, whose
+// first job the same worker runs).
+TEST_F(TrainingWorkerProcessTest, AJobIsWarmStartedFromTheProjectsLatestVersion) {
+  storage::TrainingJobStore jobs(&pool());
+  storage::ModelVersionStore versions(&pool());
+  const int64_t warm = NewProject("warm");
+  ASSERT_NO_FATAL_FAILURE(AddBluebirds(warm));
+  ASSERT_THAT(jobs.Enqueue(warm), IsOk());
+  ASSERT_EQ(RunOnce("first").code, 0);
+
+  ASSERT_NO_FATAL_FAILURE(AddLabel(warm, "11573", "newcomer", 0));
+  const int64_t cold = NewProject("cold");
+  ASSERT_NO_FATAL_FAILURE(AddBluebirds(cold));
+  ASSERT_NO_FATAL_FAILURE(AddLabel(cold, "11573", "newcomer", 0));
+  ASSERT_THAT(jobs.Enqueue(warm), IsOk());
+  ASSERT_THAT(jobs.Enqueue(cold), IsOk());
+  const Exit second = RunOnce("second");
+  ASSERT_EQ(second.code, 0) << second.log;
+
+  auto warm_versions = versions.ListModelVersions(warm, 10);
+  auto cold_versions = versions.ListModelVersions(cold, 10);
+  ASSERT_THAT(warm_versions, IsOk());
+  ASSERT_THAT(cold_versions, IsOk());
+  ASSERT_EQ(warm_versions->size(), 2u);
+  ASSERT_EQ(cold_versions->size(), 1u);
+  const storage::ModelVersionRecord& warm_fit = warm_versions->front();  // newest first
+  const storage::ModelVersionRecord& cold_fit = cold_versions->front();
+  ASSERT_EQ(warm_fit.version, 2);
+  EXPECT_EQ(warm_fit.num_labels, 4213);
+  EXPECT_EQ(cold_fit.num_labels, 4213);
+  EXPECT_LT(warm_fit.iterations, cold_fit.iterations);
+  // Both reach the same optimum of the same labels.
+  EXPECT_NEAR(warm_fit.log_likelihood, cold_fit.log_likelihood,
+              1e-3 * std::abs(cold_fit.log_likelihood));
+}
+
+}  // namespace
+}  // namespace verity::tests
