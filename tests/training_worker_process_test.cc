@@ -101,9 +101,9 @@ class TrainingWorkerProcessTest : public PostgresTest {
     return created->project_id;
   }
 
-  // Commits the labels of ../shared/datasets/bluebirds (4,212 labels, 39 annotators) to
-  // `project`.
-  void AddBluebirds(int64_t project) {
+  // Commits labels [begin, end) of ../shared/datasets/bluebirds/labels.csv (4,212 labels, 39
+  // annotators) to `project`.
+  void AddBluebirds(int64_t project, size_t begin = 0, size_t end = 4212) {
     auto datasets = models::testing::FindDatasetsDirectory();
     ASSERT_TRUE(datasets.ok()) << datasets.status();
     std::ifstream in(*datasets + "/bluebirds/labels.csv");
@@ -117,8 +117,12 @@ class TrainingWorkerProcessTest : public PostgresTest {
       writes.push_back({project, f[0], f[1], f[2] == "true" ? 1 : 0, std::nullopt});
     }
     ASSERT_EQ(writes.size(), 4212u);
+    ASSERT_LE(begin, end);
+    ASSERT_LE(end, writes.size());
     storage::AnnotationStore annotations(&pool());
-    ASSERT_THAT(annotations.CommitAnnotations(writes), IsOk());
+    ASSERT_THAT(annotations.CommitAnnotations(std::vector<storage::AnnotationWrite>(
+                    writes.begin() + begin, writes.begin() + end)),
+                IsOk());
   }
 
   void AddLabel(int64_t project, const std::string& item, const std::string& annotator, int label) {
@@ -236,6 +240,34 @@ TEST_F(TrainingWorkerProcessTest, AJobIsWarmStartedFromTheProjectsLatestVersion)
   // Both reach the same optimum of the same labels.
   EXPECT_NEAR(warm_fit.log_likelihood, cold_fit.log_likelihood,
               1e-3 * std::abs(cold_fit.log_likelihood));
+}
+
+// live_project.h Refit: a fit is warm-started only while the labels have grown less than
+// kMaxWarmStartGrowth (2) times since the last fit from scratch — "not the last fit: chained
+// warm starts must not creep past it; each version stores that fit's label count". Each job
+// here is run by a fresh worker process, which knows the chain's base only from the stored
+// version: 1,000 labels (from scratch), 1,900 (warm, base 1,000), 2,100 (>= 2 x 1,000: from
+// scratch again, base 2,100), 4,000 (warm, base 2,100).
+TEST_F(TrainingWorkerProcessTest, AWorkersWarmStartsDoNotCreepPastTwiceTheLastColdFit) {
+  storage::TrainingJobStore jobs(&pool());
+  storage::ModelVersionStore versions(&pool());
+  const int64_t project = NewProject("chain");
+  const std::vector<size_t> sizes = {1000, 1900, 2100, 4000};
+  const std::vector<int64_t> expected_base = {1000, 1000, 2100, 2100};
+  size_t committed = 0;
+  for (size_t step = 0; step < sizes.size(); ++step) {
+    ASSERT_NO_FATAL_FAILURE(AddBluebirds(project, committed, sizes[step]));
+    committed = sizes[step];
+    ASSERT_THAT(jobs.Enqueue(project), IsOk());
+    const Exit run = RunOnce(absl::StrCat("w", step));
+    ASSERT_EQ(run.code, 0) << run.log;
+    auto latest = versions.ListModelVersions(project, 1);
+    ASSERT_THAT(latest, IsOk());
+    ASSERT_EQ(latest->size(), 1u);
+    EXPECT_EQ(latest->front().version, static_cast<int32_t>(step) + 1);
+    EXPECT_EQ(latest->front().num_labels, static_cast<int64_t>(sizes[step]));
+    EXPECT_EQ(latest->front().scratch_num_labels, expected_base[step]) << "step " << step;
+  }
 }
 
 }  // namespace
