@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/cli.h"
 #include "common/status_matchers.h"
 #include "models/testing/dataset_path.h"
 #include "storage/annotation_store.h"
@@ -24,6 +26,7 @@
 #include "storage/project_store.h"
 #include "storage/testing/postgres_fixture.h"
 #include "storage/training_job_store.h"
+#include "tests/replica_harness.h"
 #include "tests/server_process.h"
 #include "verity/v1/projects.pb.h"
 
@@ -87,14 +90,15 @@ class TrainingWorkerProcessTest : public PostgresTest {
     PostgresTest::TearDown();
   }
 
-  // A Dawid-Skene project with classes false,true.
-  int64_t NewProject(const std::string& name) {
+  // A project with classes false,true (Dawid-Skene unless told).
+  int64_t NewProject(const std::string& name,
+                     v1::TruthMethod method = v1::TRUTH_METHOD_DAWID_SKENE) {
     storage::ProjectStore projects(&pool());
     storage::ProjectRecord p;
     p.name = name;
     p.classes = {"false", "true"};
     v1::ProjectSettings settings;
-    settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+    settings.mutable_model()->set_method(method);
     p.settings = settings.SerializeAsString();
     auto created = projects.CreateProject(p);
     EXPECT_THAT(created, IsOk());
@@ -132,10 +136,11 @@ class TrainingWorkerProcessTest : public PostgresTest {
                 IsOk());
   }
 
-  Exit RunOnce(const std::string& name) {
-    return RunWorker(
-        {"--postgres_url=" + url(), "--name=" + name, "--device=cpu", "--once", "--poll_ms=100"},
-        absl::StrCat(dir_, "/", name, ".log"), absl::Seconds(120));
+  Exit RunOnce(const std::string& name, std::vector<std::string> more_flags = {}) {
+    std::vector<std::string> flags = {"--postgres_url=" + url(), "--name=" + name, "--device=cpu",
+                                      "--once", "--poll_ms=100"};
+    flags.insert(flags.end(), more_flags.begin(), more_flags.end());
+    return RunWorker(flags, absl::StrCat(dir_, "/", name, ".log"), absl::Seconds(120));
   }
 
   std::string dir_;
@@ -268,6 +273,109 @@ TEST_F(TrainingWorkerProcessTest, AWorkersWarmStartsDoNotCreepPastTwiceTheLastCo
     EXPECT_EQ(latest->front().num_labels, static_cast<int64_t>(sizes[step]));
     EXPECT_EQ(latest->front().scratch_num_labels, expected_base[step]) << "step " << step;
   }
+}
+
+// README.md: "a job whose lease expires on each of its `--max_attempts` claims ends `failed`,
+// which frees the project for its next job"; worker_main.cc: --max_attempts counts "attempts
+// that failed" too. A fit that always fails (common.proto: mmsr serves "projects of at most
+// 5,000 annotators with labels"; here 5,001) under --max_attempts=2: two claims, then the job
+// is failed with the fit's reason, the worker goes on (--once: exits 0 on the empty queue),
+// nothing is stored, and the project's next job is a new one.
+TEST_F(TrainingWorkerProcessTest, AJobWhoseFitFailsMaxAttemptsTimesEndsFailedWithTheReason) {
+  storage::TrainingJobStore jobs(&pool());
+  storage::ModelVersionStore versions(&pool());
+  const int64_t project = NewProject("too-many-annotators", v1::TRUTH_METHOD_MMSR);
+  std::vector<storage::AnnotationWrite> writes;
+  for (int a = 0; a < 5001; ++a) {
+    writes.push_back(
+        {project, absl::StrCat("i", a % 50), absl::StrCat("w", a), a % 2, std::nullopt});
+  }
+  storage::AnnotationStore annotations(&pool());
+  ASSERT_THAT(annotations.CommitAnnotations(writes), IsOk());
+  auto job = jobs.Enqueue(project);
+  ASSERT_THAT(job, IsOk());
+
+  const Exit run = RunOnce("unlucky", {"--max_attempts=2"});
+  ASSERT_TRUE(run.exited) << run.log;
+  EXPECT_EQ(run.code, 0) << run.log;
+  auto failed = jobs.GetJob(job->job_id);
+  ASSERT_THAT(failed, IsOk());
+  EXPECT_EQ(failed->state, "failed") << run.log;
+  EXPECT_EQ(failed->attempts, 2);
+  EXPECT_NE(failed->error.find("5001"), std::string::npos) << failed->error;
+  EXPECT_NE(failed->error.find("5000"), std::string::npos) << failed->error;
+  auto stored = versions.ListModelVersions(project, 10);
+  ASSERT_THAT(stored, IsOk());
+  EXPECT_TRUE(stored->empty());
+  auto next = jobs.Enqueue(project);
+  ASSERT_THAT(next, IsOk());
+  EXPECT_NE(next->job_id, job->job_id);
+  EXPECT_EQ(next->state, "queued");
+}
+
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+};
+
+// `verity model train` against a verity_server process with --trainer=workers (README.md
+// "Training: in-process or workers"): "With no worker running, nothing trains: jobs wait in the
+// table and TrainModel calls time out". Once a worker has stored the job's version, model train
+// answers that version (nothing changed since its fit: models.proto "returns that version and
+// writes nothing") without another job, and model status serves it.
+TEST_F(TrainingWorkerProcessTest, ModelTrainWithWorkersTimesOutWithoutOneAndServesItsVersion) {
+  ASSERT_EQ(mkdir((dir_ + "/server").c_str(), 0755), 0);
+  ServerProcess server(RunfilePath("server/verity_server"), dir_ + "/server",
+                       {"--postgres_url=" + url(), "--metrics_port=0", "--trainer=workers"});
+  ASSERT_THAT(server.Start(), IsOk());
+  auto cli = [&](std::vector<std::string> args) {
+    args.push_back("--server=" + server.address());
+    std::ostringstream out, err;
+    CliResult r;
+    r.code = client::RunCli(args, out, err);
+    r.out = out.str();
+    r.err = err.str();
+    return r;
+  };
+  ASSERT_EQ(cli({"project", "create", "birds", "--classes=false,true"}).code, 0);
+  ASSERT_EQ(cli({"project", "settings", "birds", "--method=ds"}).code, 0);
+  auto datasets = models::testing::FindDatasetsDirectory();
+  ASSERT_TRUE(datasets.ok()) << datasets.status();
+  const CliResult submitted =
+      cli({"submit", "--project=birds", "--csv=" + *datasets + "/bluebirds/labels.csv"});
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  ASSERT_NE(submitted.out.find("accepted=4212"), std::string::npos) << submitted.out;
+  storage::ProjectStore projects(&pool());
+  auto record = projects.GetProjectByName("birds");
+  ASSERT_THAT(record, IsOk());
+  const int64_t project_id = record->project_id;
+
+  const CliResult waited = cli({"model", "train", "--project=birds", "--timeout=2"});
+  EXPECT_NE(waited.code, 0) << waited.out;
+  EXPECT_NE(waited.err.find("DEADLINE_EXCEEDED"), std::string::npos) << waited.err;
+  storage::TrainingJobStore jobs(&pool());
+  auto open = jobs.ListJobs(project_id);
+  ASSERT_THAT(open, IsOk());
+  ASSERT_EQ(open->size(), 1u);
+  EXPECT_EQ((*open)[0].state, "queued");
+
+  const Exit worker = RunOnce("w");
+  ASSERT_EQ(worker.code, 0) << worker.log;
+  const CliResult trained = cli({"model", "train", "--project=birds", "--output=json"});
+  ASSERT_EQ(trained.code, 0) << trained.err;
+  EXPECT_NE(trained.out.find("\"version\":1,"), std::string::npos) << trained.out;
+  EXPECT_NE(trained.out.find("\"method\":\"ds\""), std::string::npos) << trained.out;
+  EXPECT_NE(trained.out.find("\"num_labels\":4212"), std::string::npos) << trained.out;
+  auto all = jobs.ListJobs(project_id);
+  ASSERT_THAT(all, IsOk());
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].state, "done");
+  EXPECT_EQ((*all)[0].version, 1);
+  const CliResult status = cli({"model", "status", "--project=birds", "--output=json"});
+  ASSERT_EQ(status.code, 0) << status.err;
+  EXPECT_NE(status.out.find("\"labels_since_version\":0"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("\"version\":1,"), std::string::npos) << status.out;
+  EXPECT_THAT(server.Stop(), IsOk());
 }
 
 }  // namespace
