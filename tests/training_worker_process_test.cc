@@ -42,9 +42,8 @@ struct Exit {
   std::string log;
 };
 
-// Runs verity_worker with `flags` (stderr to `log`) and waits up to `timeout` for it to exit.
-Exit RunWorker(const std::vector<std::string>& flags, const std::string& log,
-               absl::Duration timeout) {
+// Starts verity_worker with `flags`, its stdout and stderr to `log`.
+pid_t StartWorker(const std::vector<std::string>& flags, const std::string& log) {
   const std::string binary = RunfilePath("server/training/verity_worker");
   std::vector<char*> argv = {const_cast<char*>(binary.c_str())};
   for (const std::string& f : flags) argv.push_back(const_cast<char*>(f.c_str()));
@@ -57,26 +56,37 @@ Exit RunWorker(const std::vector<std::string>& flags, const std::string& log,
     execv(binary.c_str(), argv.data());
     _exit(127);
   }
+  return pid;
+}
+
+// Waits up to `timeout` for the worker `pid` to exit (then SIGKILLs it) and reads its log.
+Exit WaitForWorker(pid_t pid, const std::string& log, absl::Duration timeout) {
   Exit result;
   const absl::Time give_up = absl::Now() + timeout;
   int status = 0;
-  while (absl::Now() < give_up) {
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      result.exited = WIFEXITED(status);
-      result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(50));
+  bool reaped = false;
+  while (!reaped && absl::Now() < give_up) {
+    reaped = waitpid(pid, &status, WNOHANG) == pid;
+    if (!reaped) absl::SleepFor(absl::Milliseconds(50));
   }
-  if (!result.exited) {
+  if (!reaped) {
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
   }
+  result.exited = reaped && WIFEXITED(status);
+  result.code = result.exited ? WEXITSTATUS(status) : -1;
   std::ifstream in(log);
   std::stringstream text;
   text << in.rdbuf();
   result.log = text.str();
   return result;
+}
+
+// Runs verity_worker with `flags` (stdout and stderr to `log`) and waits up to `timeout` for it
+// to exit.
+Exit RunWorker(const std::vector<std::string>& flags, const std::string& log,
+               absl::Duration timeout) {
+  return WaitForWorker(StartWorker(flags, log), log, timeout);
 }
 
 class TrainingWorkerProcessTest : public PostgresTest {
@@ -376,6 +386,50 @@ TEST_F(TrainingWorkerProcessTest, ModelTrainWithWorkersTimesOutWithoutOneAndServ
   EXPECT_NE(status.out.find("\"labels_since_version\":0"), std::string::npos) << status.out;
   EXPECT_NE(status.out.find("\"version\":1,"), std::string::npos) << status.out;
   EXPECT_THAT(server.Stop(), IsOk());
+}
+
+// worker_main.cc: "SIGINT/SIGTERM: finish the job in progress, then exit." A worker sent SIGTERM
+// while it fits a lia job (seconds on a CPU) stores that job's version, claims no further job
+// (a Dawid-Skene job queued behind it stays queued), and exits 0.
+TEST_F(TrainingWorkerProcessTest, SigtermFinishesTheJobInProgressThenExits) {
+  storage::TrainingJobStore jobs(&pool());
+  storage::ModelVersionStore versions(&pool());
+  const int64_t slow = NewProject("slow", v1::TRUTH_METHOD_LIA);
+  ASSERT_NO_FATAL_FAILURE(AddBluebirds(slow));
+  const int64_t next = NewProject("next");
+  ASSERT_NO_FATAL_FAILURE(AddBluebirds(next, 0, 100));
+  auto slow_job = jobs.Enqueue(slow);
+  ASSERT_THAT(slow_job, IsOk());
+  auto next_job = jobs.Enqueue(next);
+  ASSERT_THAT(next_job, IsOk());
+
+  const std::string log = dir_ + "/polite.log";
+  const pid_t pid = StartWorker({"--postgres_url=" + url(), "--name=polite", "--device=cpu",
+                                 "--poll_ms=100", "--lease_seconds=30"},
+                                log);
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < give_up && jobs.GetJob(slow_job->job_id)->worker != "polite") {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(jobs.GetJob(slow_job->job_id)->state, "running");
+  // Its version is not stored yet (lia fits for seconds), so the signal arrives mid-job.
+  ASSERT_TRUE(versions.ListModelVersions(slow, 1)->empty());
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  const Exit stopped = WaitForWorker(pid, log, absl::Seconds(120));
+  ASSERT_TRUE(stopped.exited) << stopped.log;
+  EXPECT_EQ(stopped.code, 0) << stopped.log;
+
+  auto done = jobs.GetJob(slow_job->job_id);
+  ASSERT_THAT(done, IsOk());
+  EXPECT_EQ(done->state, "done") << stopped.log;
+  EXPECT_EQ(done->worker, "polite");
+  auto stored = versions.ListModelVersions(slow, 10);
+  ASSERT_THAT(stored, IsOk());
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ(stored->front().method, "lia");
+  EXPECT_EQ(done->version, stored->front().version);
+  EXPECT_EQ(jobs.GetJob(next_job->job_id)->state, "queued") << stopped.log;
+  EXPECT_TRUE(versions.ListModelVersions(next, 1)->empty());
 }
 
 }  // namespace
