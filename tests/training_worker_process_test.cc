@@ -432,5 +432,20 @@ TEST_F(TrainingWorkerProcessTest, SigtermFinishesTheJobInProgressThenExits) {
   EXPECT_TRUE(versions.ListModelVersions(next, 1)->empty());
 }
 
+// A worker started with a --max_attempts it can never claim with (storage/training_job_store.h:
+// Claim refuses max_attempts below 1 with INVALID_ARGUMENT) must stop at once with an
+// event=fatal line naming the flag, as a bad --device or --postgres_url does, and certainly
+// under --once ("Exit when the queue is empty"). Retrying a refusal that no retry can change
+// leaves a worker that looks alive and never trains.
+TEST_F(TrainingWorkerProcessTest, AMaxAttemptsBelowOneEndsTheWorkerWithTheReason) {
+  const Exit run = RunWorker({"--postgres_url=" + url(), "--name=misconfigured", "--device=cpu",
+                              "--once", "--max_attempts=0"},
+                             dir_ + "/misconfigured.log", absl::Seconds(20));
+  ASSERT_TRUE(run.exited) << "still running after 20 s:\n" << run.log;
+  EXPECT_NE(run.code, 0) << run.log;
+  EXPECT_NE(run.log.find("event=fatal"), std::string::npos) << run.log;
+  EXPECT_NE(run.log.find("max_attempts"), std::string::npos) << run.log;
+}
+
 }  // namespace
 }  // namespace verity::tests
