@@ -432,6 +432,64 @@ TEST_F(TrainingWorkerProcessTest, SigtermFinishesTheJobInProgressThenExits) {
   EXPECT_TRUE(versions.ListModelVersions(next, 1)->empty());
 }
 
+// README.md, --trainer=workers: "the server fits nothing itself. It enqueues training jobs in
+// the database's job table and serves the model versions that verity_worker processes store".
+// With background refits on and no TrainModel call: labels submitted through the CLI lead the
+// server to enqueue one job by itself, fitting nothing; a worker stores its version; the server
+// then serves it (model status: version 1 over every label, none since).
+TEST_F(TrainingWorkerProcessTest, LabelsLeadToAJobAndTheServerServesTheWorkersVersion) {
+  ASSERT_EQ(mkdir((dir_ + "/server").c_str(), 0755), 0);
+  ServerProcess server(RunfilePath("server/verity_server"), dir_ + "/server",
+                       {"--postgres_url=" + url(), "--metrics_port=0", "--trainer=workers",
+                        "--background_refit=true"});
+  ASSERT_THAT(server.Start(), IsOk());
+  auto cli = [&](std::vector<std::string> args) {
+    args.push_back("--server=" + server.address());
+    std::ostringstream out, err;
+    CliResult r;
+    r.code = client::RunCli(args, out, err);
+    r.out = out.str();
+    r.err = err.str();
+    return r;
+  };
+  ASSERT_EQ(cli({"project", "create", "birds", "--classes=false,true"}).code, 0);
+  ASSERT_EQ(cli({"project", "settings", "birds", "--method=ds"}).code, 0);
+  auto datasets = models::testing::FindDatasetsDirectory();
+  ASSERT_TRUE(datasets.ok()) << datasets.status();
+  ASSERT_EQ(cli({"submit", "--project=birds", "--csv=" + *datasets + "/bluebirds/labels.csv"}).code,
+            0);
+  storage::ProjectStore projects(&pool());
+  auto record = projects.GetProjectByName("birds");
+  ASSERT_THAT(record, IsOk());
+  storage::TrainingJobStore jobs(&pool());
+  storage::ModelVersionStore versions(&pool());
+  absl::Time give_up = absl::Now() + absl::Seconds(90);
+  while (absl::Now() < give_up && jobs.ListJobs(record->project_id)->empty()) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  auto enqueued = jobs.ListJobs(record->project_id);
+  ASSERT_THAT(enqueued, IsOk());
+  ASSERT_EQ(enqueued->size(), 1u) << "the server enqueued no job";
+  EXPECT_EQ((*enqueued)[0].state, "queued");
+  EXPECT_TRUE(versions.ListModelVersions(record->project_id, 1)->empty());  // fitted nothing
+
+  const Exit worker = RunOnce("w");
+  ASSERT_EQ(worker.code, 0) << worker.log;
+  ASSERT_EQ(jobs.GetJob((*enqueued)[0].job_id)->state, "done") << worker.log;
+  CliResult status;
+  give_up = absl::Now() + absl::Seconds(90);
+  while (absl::Now() < give_up) {
+    status = cli({"model", "status", "--project=birds", "--output=json"});
+    if (status.out.find("\"labels_since_version\":0") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_NE(status.out.find("\"labels_since_version\":0"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("\"num_labels\":4212"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("\"version\":1,"), std::string::npos) << status.out;
+  EXPECT_EQ(jobs.ListJobs(record->project_id)->size(), 1u);  // nothing new: no second job
+  EXPECT_THAT(server.Stop(), IsOk());
+}
+
 // A worker started with a --max_attempts it can never claim with (storage/training_job_store.h:
 // Claim refuses max_attempts below 1 with INVALID_ARGUMENT) must stop at once with an
 // event=fatal line naming the flag, as a bad --device or --postgres_url does, and certainly
