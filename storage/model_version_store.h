@@ -43,8 +43,8 @@ struct ModelVersionRecord {
   int64_t num_labels = 0;   // Live labels the model was trained on.
   // Live labels of the fit from scratch this version's chain of warm starts began with (its
   // own num_labels when it was fitted from scratch); 0 when not known (versions stored before
-  // schema migration 15, and by training workers). A restarted server bases its next warm
-  // start on it (server/state/live_project.h, Refit).
+  // schema migration 15). A restarted server, a replica adopting the version and a training
+  // worker base their next warm start on it (server/state/live_project.h, Refit).
   int64_t scratch_num_labels = 0;
   absl::Time created_at;    // Set by SaveModelVersion.
   // When set, SaveModelVersion also ends this training job 'done' with the new version, in the

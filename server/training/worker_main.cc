@@ -13,6 +13,7 @@
 #include <atomic>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -64,6 +65,18 @@ int main(int argc, char** argv) {
   if (url.empty()) {
     LogEvent("fatal", {{"error", "--postgres_url is required"}});
     return 2;
+  }
+  // Counts and times that would admit nothing: refused at start, naming the flag, as the server
+  // does (a worker with --max_attempts=0 had every claim refused and retried forever).
+  for (const auto& [flag, value] :
+       {std::pair<const char*, int>{"--max_attempts", absl::GetFlag(FLAGS_max_attempts)},
+        {"--lease_seconds", absl::GetFlag(FLAGS_lease_seconds)},
+        {"--poll_ms", absl::GetFlag(FLAGS_poll_ms)},
+        {"--db_timeout_seconds", absl::GetFlag(FLAGS_db_timeout_seconds)}}) {
+    if (value < 1) {
+      LogEvent("fatal", {{"error", absl::StrCat(flag, " must be at least 1, got ", value)}});
+      return 2;
+    }
   }
   std::string name = absl::GetFlag(FLAGS_name);
   if (name.empty()) {
