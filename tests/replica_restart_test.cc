@@ -100,6 +100,21 @@ class ReplicaRestartTest : public ::testing::Test {
     return labels;
   }
 
+  // Submits one label through `client` and expects it acked as accepted.
+  static ::testing::AssertionResult AckOne(const client::VerityClient& client,
+                                           const std::string& project, const std::string& item,
+                                           const std::string& annotator, int32_t label) {
+    v1::Annotation annotation;
+    annotation.set_item(item);
+    annotation.set_annotator(annotator);
+    annotation.set_label(label);
+    absl::StatusOr<client::SubmitTotals> sent =
+        client.SubmitAnnotations(project, {annotation}, client::SubmitOptions());
+    if (!sent.ok()) return ::testing::AssertionFailure() << sent.status();
+    if (sent->accepted != 1) return ::testing::AssertionFailure() << "not accepted";
+    return ::testing::AssertionSuccess();
+  }
+
   static std::vector<std::string> Items(int first, int last) {
     std::vector<std::string> items;
     for (int i = first; i <= last; ++i) items.push_back(absl::StrCat("item-", i));
@@ -258,14 +273,7 @@ TEST_F(ReplicaRestartTest, TrainModelOnBRightAfterALabelAckedOnAFitsThatLabel) {
   for (int round = 0; round < 10; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     // One new label (a new annotator on item-0) acked by A, then TrainModel through B.
-    v1::Annotation label;
-    label.set_item("item-0");
-    label.set_annotator(absl::StrCat("late-", round));
-    label.set_label(0);
-    absl::StatusOr<client::SubmitTotals> sent =
-        on_a.SubmitAnnotations("train-after-label", {label}, submit);
-    ASSERT_TRUE(sent.ok()) << sent.status();
-    ASSERT_EQ(sent->accepted, 1);
+    ASSERT_TRUE(AckOne(on_a, "train-after-label", "item-0", absl::StrCat("late-", round), 0));
     ++labels;
     absl::StatusOr<v1::ModelVersion> version =
         on_b.TrainModel("train-after-label", absl::Seconds(60));
@@ -293,18 +301,10 @@ TEST_F(ReplicaRestartTest, SuggestItemsOnBRightAfterALabelAckedOnANeverOffersTha
   // B has loaded the project and its items.
   ASSERT_TRUE(on_b.SuggestItems("suggest-after-label", "warm-up", 1, {}).ok());
 
-  client::SubmitOptions submit;
   for (int round = 0; round < 30; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     const std::string annotator = absl::StrCat("annotator-", round);
-    v1::Annotation label;
-    label.set_item("item-0");
-    label.set_annotator(annotator);
-    label.set_label(0);
-    absl::StatusOr<client::SubmitTotals> sent =
-        on_a.SubmitAnnotations("suggest-after-label", {label}, submit);
-    ASSERT_TRUE(sent.ok()) << sent.status();
-    ASSERT_EQ(sent->accepted, 1);
+    ASSERT_TRUE(AckOne(on_a, "suggest-after-label", "item-0", annotator, 0));
     absl::StatusOr<std::vector<v1::ItemSuggestion>> suggested =
         on_b.SuggestItems("suggest-after-label", annotator, 3, {});
     ASSERT_TRUE(suggested.ok()) << suggested.status();
@@ -345,14 +345,7 @@ TEST_F(ReplicaRestartTest, SuggestAnnotatorsOnBRightAfterALabelAckedOnANeverName
   for (int round = 0; round < 30; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     const std::string item = absl::StrCat("item-", round % 3);
-    v1::Annotation label;
-    label.set_item(item);
-    label.set_annotator(annotators[round]);
-    label.set_label(0);
-    absl::StatusOr<client::SubmitTotals> sent =
-        on_a.SubmitAnnotations("annotators-after-label", {label}, submit);
-    ASSERT_TRUE(sent.ok()) << sent.status();
-    ASSERT_EQ(sent->accepted, 1);
+    ASSERT_TRUE(AckOne(on_a, "annotators-after-label", item, annotators[round], 0));
     absl::StatusOr<std::vector<v1::AnnotatorSuggestion>> suggested =
         on_b.SuggestAnnotators("annotators-after-label", item, 30, annotators);
     ASSERT_TRUE(suggested.ok()) << suggested.status();
@@ -392,14 +385,7 @@ TEST_F(ReplicaRestartTest, SuggestItemsOnBRightAfterAFilledAnItemOnANeverOffersI
   for (int round = 0; round < 30; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     const std::string filled = absl::StrCat("item-", round);
-    v1::Annotation label;
-    label.set_item(filled);
-    label.set_annotator("writer");
-    label.set_label(0);
-    absl::StatusOr<client::SubmitTotals> sent =
-        on_a.SubmitAnnotations("filled-on-a", {label}, submit);
-    ASSERT_TRUE(sent.ok()) << sent.status();
-    ASSERT_EQ(sent->accepted, 1);
+    ASSERT_TRUE(AckOne(on_a, "filled-on-a", filled, "writer", 0));
     // Only the filled item is a candidate: nothing is open to a new annotator.
     absl::StatusOr<std::vector<v1::ItemSuggestion>> suggested =
         on_b.SuggestItems("filled-on-a", absl::StrCat("reader-", round), 1, {filled});
@@ -435,14 +421,7 @@ TEST_F(ReplicaRestartTest, SuggestItemsOnBRightAfterAKnownAnnotatorsLabelOnANeve
   for (int round = 0; round < 30; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     const std::string annotator = absl::StrCat("annotator-", round);
-    v1::Annotation label;
-    label.set_item("item-0");
-    label.set_annotator(annotator);
-    label.set_label(0);
-    absl::StatusOr<client::SubmitTotals> sent =
-        on_a.SubmitAnnotations("known-suggest-after-label", {label}, submit);
-    ASSERT_TRUE(sent.ok()) << sent.status();
-    ASSERT_EQ(sent->accepted, 1);
+    ASSERT_TRUE(AckOne(on_a, "known-suggest-after-label", "item-0", annotator, 0));
     absl::StatusOr<std::vector<v1::ItemSuggestion>> suggested =
         on_b.SuggestItems("known-suggest-after-label", annotator, 3, {});
     ASSERT_TRUE(suggested.ok()) << suggested.status();
