@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -328,6 +329,17 @@ struct CliResult {
   std::string out, err;
 };
 
+// The `verity` CLI's command `args` against `server`.
+CliResult RunCliOn(const ServerProcess& server, std::vector<std::string> args) {
+  args.push_back("--server=" + server.address());
+  std::ostringstream out, err;
+  CliResult r;
+  r.code = client::RunCli(args, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
 // `verity model train` against a verity_server process with --trainer=workers (README.md
 // "Training: in-process or workers"): "With no worker running, nothing trains: jobs wait in the
 // table and TrainModel calls time out". Once a worker has stored the job's version, model train
@@ -338,15 +350,7 @@ TEST_F(TrainingWorkerProcessTest, ModelTrainWithWorkersTimesOutWithoutOneAndServ
   ServerProcess server(RunfilePath("server/verity_server"), dir_ + "/server",
                        {"--postgres_url=" + url(), "--metrics_port=0", "--trainer=workers"});
   ASSERT_THAT(server.Start(), IsOk());
-  auto cli = [&](std::vector<std::string> args) {
-    args.push_back("--server=" + server.address());
-    std::ostringstream out, err;
-    CliResult r;
-    r.code = client::RunCli(args, out, err);
-    r.out = out.str();
-    r.err = err.str();
-    return r;
-  };
+  auto cli = [&](std::vector<std::string> args) { return RunCliOn(server, std::move(args)); };
   ASSERT_EQ(cli({"project", "create", "birds", "--classes=false,true"}).code, 0);
   ASSERT_EQ(cli({"project", "settings", "birds", "--method=ds"}).code, 0);
   auto datasets = models::testing::FindDatasetsDirectory();
@@ -443,15 +447,7 @@ TEST_F(TrainingWorkerProcessTest, LabelsLeadToAJobAndTheServerServesTheWorkersVe
                        {"--postgres_url=" + url(), "--metrics_port=0", "--trainer=workers",
                         "--background_refit=true"});
   ASSERT_THAT(server.Start(), IsOk());
-  auto cli = [&](std::vector<std::string> args) {
-    args.push_back("--server=" + server.address());
-    std::ostringstream out, err;
-    CliResult r;
-    r.code = client::RunCli(args, out, err);
-    r.out = out.str();
-    r.err = err.str();
-    return r;
-  };
+  auto cli = [&](std::vector<std::string> args) { return RunCliOn(server, std::move(args)); };
   ASSERT_EQ(cli({"project", "create", "birds", "--classes=false,true"}).code, 0);
   ASSERT_EQ(cli({"project", "settings", "birds", "--method=ds"}).code, 0);
   auto datasets = models::testing::FindDatasetsDirectory();
