@@ -235,6 +235,7 @@ void LiveProject::SetSettings(v1::ProjectSettings settings) {
   absl::MutexLock lock(&mu_);
   if (settings.model().SerializeAsString() != settings_.model().SerializeAsString()) {
     ++input_generation_;
+    failed_fits_in_a_row_ = 0;  // Another method or setting may well fit: no back-off.
   }
   const v1::ModelSettings& was = settings_.model();
   const v1::ModelSettings& now = settings.model();
@@ -860,6 +861,13 @@ ProjectSummary LiveProject::Summary() const {
 bool LiveProject::RefitDue(absl::Time now, absl::Duration max_staleness) const {
   absl::ReaderMutexLock lock(&mu_);
   if (training_ || labels_.num_labels() == 0) return false;
+  if (failed_fits_in_a_row_ > 0) {
+    // The same input would likely fail again: wait 1 s after a failed fit, doubling with each
+    // failure in a row, at most max_staleness. A settings change clears the count.
+    const absl::Duration backoff = std::min(
+        max_staleness, absl::Seconds(1) * (int64_t{1} << std::min(failed_fits_in_a_row_ - 1, 20)));
+    if (now - last_failed_fit_time_ < backoff) return false;
+  }
   absl::StatusOr<std::string> method = MethodName(settings_.model().method());
   if (method.ok() && *method != model_->method() && model_version_ > 0) return true;
   // Calibration switched on since the served version's fit (its map needs a fit), or off
@@ -960,10 +968,13 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     version_at_start = model_version_;
     training_ = true;
   }
+  // Every early return below is a failed fit: RefitDue backs off from it.
   auto done = [this](bool) {
     absl::MutexLock lock(&mu_);
     training_ = false;
     ClearTouchedDuringFit();
+    ++failed_fits_in_a_row_;
+    last_failed_fit_time_ = absl::Now();
   };
 
   // 2. Features, then the labels into CSR arrays, and fit, off the lock.
@@ -1064,6 +1075,7 @@ absl::StatusOr<LiveProject::RefitResult> LiveProject::Refit(
     absl::MutexLock lock(&mu_);
     labels_.Rebase(data, pending);
     training_ = false;
+    failed_fits_in_a_row_ = 0;
     if (model_version_ <= saved->version) {
       if (!warm_started) scratch_fit_num_labels_ = saved->num_labels;
       fitted_input_generation_ = generation_at_start;

@@ -329,7 +329,10 @@ class LiveProject {
   // since the last fit reach max(refit_min_new_labels, refit_new_label_fraction * labels), or
   // any changed and `max_staleness` passed since the last fit, or a version exists and the
   // configured method differs from its model's (before the first version the served model is
-  // the majority-vote placeholder, and the label rules above decide).
+  // the majority-vote placeholder, and the label rules above decide). After a failed Refit,
+  // none is due for 1 s, doubling with each failure in a row up to `max_staleness`, so that a
+  // project whose fit keeps failing (mmsr past its annotator limit) is not refitted back to
+  // back; a stored version or a change of the model settings ends the back-off.
   bool RefitDue(absl::Time now, absl::Duration max_staleness) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether the current model version was fit on exactly today's inputs, so that a fit now
@@ -479,6 +482,10 @@ class LiveProject {
   int64_t options_generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t served_options_generation_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_fit_time_ ABSL_GUARDED_BY(mu_);
+  // Refits that failed since the last one that stored a version (or the last change of the
+  // model settings), and when the last of them ended: RefitDue backs off from them.
+  int failed_fits_in_a_row_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_failed_fit_time_ ABSL_GUARDED_BY(mu_);
   bool training_ ABSL_GUARDED_BY(mu_) = false;
   // While training_: the items whose labels, gold, priority or features changed since the fit
   // copied its input, each once (the mark says which are listed). Refit recomputes them under

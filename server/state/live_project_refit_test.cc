@@ -212,6 +212,33 @@ TEST_F(LiveProjectRefitTest, AFitWithNonFinitePosteriorsIsNotStoredOrServed) {
   EXPECT_TRUE(AllServedPosteriorsFinite(*project));
 }
 
+// live_project.h, RefitDue: after a failed Refit none is due for 1 s, then 2 s after a second
+// failure in a row, never longer than max_staleness; a change of the model settings ends the
+// back-off (the fit that failed here overflows: a pseudo-count near DBL_MAX, as above).
+// Before, a project whose fit kept failing was refitted back to back, every scheduler pass.
+TEST_F(LiveProjectRefitTest, AFailedFitBacksOffBeforeTheNextIsDue) {
+  storage::ModelVersionStore versions(&pool());
+  v1::ProjectSettings settings;
+  settings.mutable_model()->set_method(v1::TRUTH_METHOD_DAWID_SKENE);
+  settings.mutable_model()->set_confusion_smoothing(1e308);
+  std::unique_ptr<LiveProject> project = CreateProject(settings);
+  ASSERT_NE(project, nullptr);
+  ASSERT_TRUE(project->RefitDue(absl::Now(), absl::Hours(1)));
+  ASSERT_FALSE(project->Refit(versions).ok());
+  absl::Time failed = absl::Now();
+  EXPECT_FALSE(project->RefitDue(failed + absl::Milliseconds(500), absl::Hours(1)));
+  EXPECT_TRUE(project->RefitDue(failed + absl::Milliseconds(1500), absl::Hours(1)));
+  ASSERT_FALSE(project->Refit(versions).ok());
+  failed = absl::Now();
+  EXPECT_FALSE(project->RefitDue(failed + absl::Milliseconds(1500), absl::Hours(1)));
+  EXPECT_TRUE(project->RefitDue(failed + absl::Milliseconds(2500), absl::Hours(1)));
+  EXPECT_TRUE(project->RefitDue(failed + absl::Milliseconds(600), absl::Milliseconds(500)));
+  settings.mutable_model()->clear_confusion_smoothing();
+  project->SetSettings(settings);
+  EXPECT_TRUE(project->RefitDue(absl::Now(), absl::Hours(1)));
+  ASSERT_THAT(project->Refit(versions), IsOk());
+}
+
 TEST_F(LiveProjectRefitTest, ChangesDuringARefitAreInThePosteriorsItPublishes) {
   std::unique_ptr<LiveProject> project = CreateProject();
   ASSERT_NE(project, nullptr);
