@@ -228,19 +228,24 @@ TEST(KosTest, OneIterationMatchesTheMessagePassingByHand) {
   EXPECT_NEAR(*model->AnnotatorWeight(2), 0.0, 1e-12);
 }
 
+// A stored kos model as Serialize writes it: the header, the annotator count, then the pooled
+// weight and one weight per annotator.
+std::string KosBlob(double pooled, const std::vector<double>& weights) {
+  ByteWriter writer;
+  WriteModelHeader(writer, KosModel::kMethod, true);
+  writer.WriteU32(static_cast<uint32_t>(weights.size()));
+  writer.WriteF64(pooled);
+  for (const double w : weights) writer.WriteF64(w);
+  return writer.Finish();
+}
+
 // kos.h: the confusion is one-coin with accuracy sigmoid(w_j), clamped into
 // [1e-6, 1 - 1e-6]. A restored model (the layout Serialize writes: header, the annotator
 // count, then the pooled weight and one weight per annotator) with weights +-40, whose
 // sigmoids round to 1 and ~4e-18, must still give no cell outside the clamp.
 TEST(KosTest, AnnotatorConfusionIsClampedAwayFromZeroAndOne) {
-  ByteWriter writer;
-  WriteModelHeader(writer, KosModel::kMethod, true);
-  writer.WriteU32(2);
-  writer.WriteF64(0.5);    // pooled
-  writer.WriteF64(40.0);   // annotator 0
-  writer.WriteF64(-40.0);  // annotator 1
   std::unique_ptr<KosModel> model = MakeKos();
-  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  ASSERT_THAT(model->Restore(KosBlob(0.5, {40.0, -40.0})), IsOk());
   ASSERT_EQ(*model->AnnotatorWeight(0), 40.0);
   const double hi = 1.0 - KosModel::kMinConfusionAccuracy;
   const double lo = KosModel::kMinConfusionAccuracy;
@@ -324,14 +329,8 @@ TEST(KosTest, AUnanimousCrowdIsAFixedPointOfTheRescaledMessages) {
 // weight; Restore refuses a weight that is not finite (an infinite weight would make the log-odds
 // of an item labelled by two such annotators inf - inf).
 TEST(KosTest, TheNextIdGetsThePooledWeightAndRestoreRefusesInfiniteWeights) {
-  ByteWriter writer;
-  WriteModelHeader(writer, KosModel::kMethod, true);
-  writer.WriteU32(2);
-  writer.WriteF64(0.5);   // pooled
-  writer.WriteF64(2.0);   // annotator 0
-  writer.WriteF64(-1.0);  // annotator 1
   std::unique_ptr<KosModel> model = MakeKos();
-  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  ASSERT_THAT(model->Restore(KosBlob(0.5, {2.0, -1.0})), IsOk());
   EXPECT_EQ(*model->AnnotatorWeight(2), 0.5);
   EXPECT_EQ(*model->AnnotatorWeight(-1), 0.5);
   for (double bad :
@@ -461,16 +460,11 @@ TEST(KosTest, FitValidatesItsInputsAndKeepsTheModel) {
 // weight would end at 1/sqrt(6), 4/sqrt(6), 1/sqrt(6); messages started per item instead of
 // per annotator at 0, 0, 0, hence all 1.)
 TEST(KosTest, AWarmStartBeginsFromThePreviousWeightsAndThePooledOneForNewAnnotators) {
-  ByteWriter writer;
-  WriteModelHeader(writer, KosModel::kMethod, true);
-  writer.WriteU32(2);
-  writer.WriteF64(3.0);  // pooled
-  writer.WriteF64(1.0);  // annotator 0
-  writer.WriteF64(2.0);  // annotator 1
   TruthModelOptions options;
   options.max_iterations = 1;
   std::unique_ptr<KosModel> model = MakeKos(options);
-  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  // Pooled 3, annotators 0 and 1 at 1 and 2.
+  ASSERT_THAT(model->Restore(KosBlob(3.0, {1.0, 2.0})), IsOk());
   const std::vector<Annotation> triples = {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {1, 0, 1}, {1, 1, 1},
                                            {1, 2, 1}, {2, 0, 0}, {2, 1, 0}, {2, 2, 1}};
   const AnnotationMatrix m = *AnnotationMatrix::Build(3, 3, 2, triples);
@@ -483,14 +477,8 @@ TEST(KosTest, AWarmStartBeginsFromThePreviousWeightsAndThePooledOneForNewAnnotat
 // kos.h: any id unseen in the fit gets the pooled (label-weighted mean) weight, negative ids
 // other than -1 included. Restored: pooled 0.5, annotators 2 and -1.
 TEST(KosTest, ANegativeIdGetsThePooledWeight) {
-  ByteWriter writer;
-  WriteModelHeader(writer, KosModel::kMethod, true);
-  writer.WriteU32(2);
-  writer.WriteF64(0.5);   // pooled
-  writer.WriteF64(2.0);   // annotator 0
-  writer.WriteF64(-1.0);  // annotator 1
   std::unique_ptr<KosModel> model = MakeKos();
-  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  ASSERT_THAT(model->Restore(KosBlob(0.5, {2.0, -1.0})), IsOk());
   EXPECT_EQ(*model->AnnotatorWeight(-7), 0.5);
   EXPECT_EQ(model->AnnotatorConfusion(-7), model->AnnotatorConfusion(99));
   std::vector<double> out(2);
@@ -504,14 +492,8 @@ TEST(KosTest, ANegativeIdGetsThePooledWeight) {
 // message of the first iteration is 0, and no weight may come out of the 1e200 the messages
 // started from (their squares overflow a double).
 TEST(KosTest, AWarmStartFromHugeWeightsWithoutMessagesGivesWeightOne) {
-  ByteWriter writer;
-  WriteModelHeader(writer, KosModel::kMethod, true);
-  writer.WriteU32(2);
-  writer.WriteF64(1e200);  // pooled
-  writer.WriteF64(1e200);  // annotator 0
-  writer.WriteF64(1e200);  // annotator 1
   std::unique_ptr<KosModel> model = MakeKos();
-  ASSERT_THAT(model->Restore(writer.Finish()), IsOk());
+  ASSERT_THAT(model->Restore(KosBlob(1e200, {1e200, 1e200})), IsOk());
   const AnnotationMatrix m = *AnnotationMatrix::Build(1, 2, 2, {{0, 0, 0}, {0, 1, 1}});
   ASSERT_THAT(model->Fit(m, {}, true), IsOk());
   for (int32_t id : {0, 1, 2, -1}) EXPECT_EQ(*model->AnnotatorWeight(id), 1.0) << id;
