@@ -1247,18 +1247,32 @@ class DeadlineRecordingServices {
   Models models_;
 };
 
+// A gRPC server on a free loopback port serving `services` (a fake with Register(builder)),
+// and the --server flag that reaches it; server is null if it did not start.
+struct FakeServer {
+  std::unique_ptr<grpc::Server> server;
+  std::string flag;
+};
+template <typename Services>
+FakeServer StartFakeServer(Services& services) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  services.Register(builder);
+  FakeServer fake;
+  fake.server = builder.BuildAndStart();
+  fake.flag = absl::StrCat("--server=127.0.0.1:", port);
+  return fake;
+}
+
 // --help: --timeout is the "Deadline of each call: 30s, 2m, 500ms; a plain number is seconds
 // (`model train` waits 30m unless given)". The server sees each call's deadline, rounded up by
 // the grpc-timeout header (by up to 1 %).
 TEST_F(CliTest, TimeoutIsTheDeadlineOfEachCallAndModelTrainWaitsThirtyMinutesUnlessGiven) {
   DeadlineRecordingServices services;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  services.Register(builder);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-  const std::string flag = absl::StrCat("--server=127.0.0.1:", port);
+  FakeServer fake = StartFakeServer(services);
+  ASSERT_NE(fake.server, nullptr);
+  const std::string& flag = fake.flag;
   const std::vector<std::vector<std::string>> commands = {
       {"project", "list", flag},
       {"project", "list", "--timeout=2m", flag},
@@ -1278,7 +1292,7 @@ TEST_F(CliTest, TimeoutIsTheDeadlineOfEachCallAndModelTrainWaitsThirtyMinutesUnl
     EXPECT_GE(deadlines[i], before + expected[i] - absl::Seconds(1));
     EXPECT_LE(deadlines[i], after + expected[i] + expected[i] / 100 + absl::Seconds(1));
   }
-  server->Shutdown();
+  fake.server->Shutdown();
 }
 
 // cli.h: progress goes to err when show_progress is set; progress.h: the meter's line is
@@ -1409,13 +1423,9 @@ class PageSizeRecordingServices {
 // the number given.
 TEST_F(CliTest, PosteriorsAndExportAskForPagesOfTheDocumentedDefaultSize) {
   PageSizeRecordingServices services;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  services.Register(builder);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-  const std::string flag = absl::StrCat("--server=127.0.0.1:", port);
+  FakeServer fake = StartFakeServer(services);
+  ASSERT_NE(fake.server, nullptr);
+  const std::string& flag = fake.flag;
   for (const std::vector<std::string>& command :
        {std::vector<std::string>{"posteriors", "--project=birds", flag},
         std::vector<std::string>{"export", "--project=birds", flag},
@@ -1425,7 +1435,7 @@ TEST_F(CliTest, PosteriorsAndExportAskForPagesOfTheDocumentedDefaultSize) {
     ASSERT_EQ(result.code, kExitOk) << absl::StrJoin(command, " ") << ": " << result.err;
   }
   EXPECT_THAT(services.page_sizes(), ElementsAre(1000, 1000, 7, 3));
-  server->Shutdown();
+  fake.server->Shutdown();
 }
 
 // README and `verity --help`: --server defaults to localhost:50051. A command given no
