@@ -501,5 +501,21 @@ TEST_F(TrainingWorkerProcessTest, AMaxAttemptsBelowOneEndsTheWorkerWithTheReason
   EXPECT_NE(run.log.find("max_attempts"), std::string::npos) << run.log;
 }
 
+// README.md, training workers: --max_attempts, --lease_seconds, --poll_ms and
+// --db_timeout_seconds below 1 are refused at start, naming the flag (the edges: 0, and -1).
+TEST_F(TrainingWorkerProcessTest, CountAndTimeFlagsBelowOneAreRefusedNamingTheFlag) {
+  for (const std::string flag : {"--lease_seconds=0", "--poll_ms=0", "--db_timeout_seconds=0",
+                                 "--max_attempts=-1"}) {
+    const Exit run = RunWorker({"--postgres_url=" + url(), "--device=cpu", "--once", flag},
+                               dir_ + "/refused.log", absl::Seconds(20));
+    ASSERT_TRUE(run.exited) << flag << " still running after 20 s:\n" << run.log;
+    EXPECT_NE(run.code, 0) << run.log;
+    const std::string name = flag.substr(0, flag.find('='));
+    EXPECT_NE(run.log.find("event=fatal error=\"" + name + " must be at least 1"),
+              std::string::npos)
+        << run.log;
+  }
+}
+
 }  // namespace
 }  // namespace verity::tests
